@@ -1,0 +1,27 @@
+{
+  "targets": [
+    {
+      "target_name": "laminar_native",
+      "sources": [
+        "native/addon.cc",
+        "native/errors.cc",
+        "native/mapping.cc",
+        "native/segment.cc",
+        "native/checksum.cc"
+      ],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
+      "defines": [
+        "NAPI_VERSION=8",
+        "NAPI_DISABLE_CPP_EXCEPTIONS",
+        "NODE_ADDON_API_DISABLE_DEPRECATED",
+        "XXH_INLINE_ALL"
+      ],
+      "cflags_cc": [
+        "-std=c++17", "-O3", "-fno-exceptions", "-Wall", "-Wextra", "-Wno-unused-parameter",
+        "<!@(pkg-config --cflags libxxhash)"
+      ],
+      "cflags_cc!": ["-fno-rtti"],
+      "libraries": ["<!@(pkg-config --libs libxxhash)"]
+    }
+  ]
+}

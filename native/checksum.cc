@@ -1,0 +1,34 @@
+#include "checksum.h"
+
+#include <xxhash.h>
+
+#include "errors.h"
+
+namespace laminar {
+
+uint64_t ChecksumBytes(const void* data, size_t length) { return XXH3_64bits(data, length); }
+
+Napi::Value ChecksumBuffer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const void* data = nullptr;
+  size_t length = 0;
+  if (info[0].IsTypedArray()) {
+    auto view = info[0].As<Napi::TypedArray>();
+    data = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+    length = view.ByteLength();
+  } else if (info[0].IsDataView()) {
+    auto view = info[0].As<Napi::DataView>();
+    data = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+    length = view.ByteLength();
+  } else if (info[0].IsArrayBuffer()) {
+    auto buffer = info[0].As<Napi::ArrayBuffer>();
+    data = buffer.Data();
+    length = buffer.ByteLength();
+  } else {
+    ThrowCode(env, "ERR_INVALID_ARG", "checksumBuffer takes an ArrayBuffer or a view of one");
+    return env.Undefined();
+  }
+  return Napi::BigInt::New(env, static_cast<uint64_t>(ChecksumBytes(data, length)));
+}
+
+}  // namespace laminar

@@ -1,0 +1,379 @@
+#include "mapping.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "checksum.h"
+#include "errors.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+namespace laminar {
+
+Region::~Region() {
+  if (addr != nullptr && addr != MAP_FAILED) {
+    if (locked) munlock(addr, size);
+    munmap(addr, size);
+  }
+}
+
+bool ToSize(Napi::Value value, size_t* out) {
+  if (!value.IsNumber()) return false;
+  double d = value.As<Napi::Number>().DoubleValue();
+  if (!(d >= 0) || d > 9007199254740991.0 || std::floor(d) != d) return false;
+  *out = static_cast<size_t>(d);
+  return true;
+}
+
+namespace {
+
+// Base for the promise-returning operations run on the libuv thread pool. Holds the region so
+// that a close() during the operation cannot unmap the memory under it.
+class RegionWorker : public Napi::AsyncWorker {
+ public:
+  RegionWorker(Napi::Env env, std::shared_ptr<Region> region, const char* syscall)
+      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)),
+        region_(std::move(region)), syscall_(syscall) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+ protected:
+  void Fail(int err, std::string context) {
+    err_ = err;
+    context_ = std::move(context);
+    SetError(syscall_);
+  }
+  void OnError(const Napi::Error&) override {
+    deferred_.Reject(MakeErrnoError(Env(), err_, syscall_, context_));
+  }
+  void OnOK() override { deferred_.Resolve(Result()); }
+  virtual Napi::Value Result() { return Env().Undefined(); }
+
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<Region> region_;
+
+ private:
+  const char* syscall_;
+  int err_ = 0;
+  std::string context_;
+};
+
+class ChecksumWorker : public RegionWorker {
+ public:
+  ChecksumWorker(Napi::Env env, std::shared_ptr<Region> r, size_t off, size_t len)
+      : RegionWorker(env, std::move(r), "checksum"), off_(off), len_(len) {}
+  void Execute() override { sum_ = ChecksumBytes(region_->at(off_), len_); }
+  Napi::Value Result() override { return Napi::BigInt::New(Env(), static_cast<uint64_t>(sum_)); }
+
+ private:
+  size_t off_, len_;
+  uint64_t sum_ = 0;
+};
+
+class CopyWorker : public RegionWorker {
+ public:
+  CopyWorker(Napi::Env env, std::shared_ptr<Region> dst, std::shared_ptr<Region> src,
+             size_t src_off, size_t dst_off, size_t len)
+      : RegionWorker(env, std::move(dst), "memcpy"), src_(std::move(src)), src_off_(src_off),
+        dst_off_(dst_off), len_(len) {}
+  void Execute() override { std::memcpy(region_->at(dst_off_), src_->at(src_off_), len_); }
+
+ private:
+  std::shared_ptr<Region> src_;
+  size_t src_off_, dst_off_, len_;
+};
+
+class ReadFileWorker : public RegionWorker {
+ public:
+  ReadFileWorker(Napi::Env env, std::shared_ptr<Region> r, std::string path, size_t file_off,
+                 size_t dst_off, size_t len)
+      : RegionWorker(env, std::move(r), "pread"), path_(std::move(path)), file_off_(file_off),
+        dst_off_(dst_off), len_(len) {}
+  void Execute() override {
+    int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Fail(errno, path_);
+    size_t done = 0;
+    while (done < len_) {
+      ssize_t n = pread(fd, region_->at(dst_off_ + done), len_ - done,
+                        static_cast<off_t>(file_off_ + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        close(fd);
+        return Fail(err, path_);
+      }
+      if (n == 0) {
+        close(fd);
+        return Fail(EIO, path_ + ": file is shorter than its header says");
+      }
+      done += static_cast<size_t>(n);
+    }
+    close(fd);
+  }
+
+ private:
+  std::string path_;
+  size_t file_off_, dst_off_, len_;
+};
+
+// Pre-faults page tables so that later reads or writes do not take a fault per page.
+class PopulateWorker : public RegionWorker {
+ public:
+  PopulateWorker(Napi::Env env, std::shared_ptr<Region> r, size_t off, size_t len, bool write)
+      : RegionWorker(env, std::move(r), "madvise"), off_(off), len_(len), write_(write) {}
+  void Execute() override {
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_t start = off_ & ~(page - 1);
+    size_t end = off_ + len_;
+    if (madvise(region_->at(start), end - start, write_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0) return;
+    if (errno != EINVAL) return Fail(errno, "populate");
+    // Kernels before 5.14: touch one byte per page instead.
+    volatile uint8_t sink = 0;
+    for (size_t p = start; p < end; p += page) {
+      if (write_) {
+        volatile uint8_t* b = region_->at(p);
+        *b = *b;
+      } else {
+        sink ^= *region_->at(p);
+      }
+    }
+    (void)sink;
+  }
+
+ private:
+  size_t off_, len_;
+  bool write_;
+};
+
+}  // namespace
+
+Napi::Function Mapping::Init(Napi::Env env) {
+  return DefineClass(env, "Mapping", {
+      InstanceAccessor<&Mapping::Size>("size"),
+      InstanceAccessor<&Mapping::Locked>("locked"),
+      InstanceAccessor<&Mapping::Closed>("closed"),
+      InstanceMethod<&Mapping::View>("view"),
+      InstanceMethod<&Mapping::Lock>("lock"),
+      InstanceMethod<&Mapping::Checksum>("checksum"),
+      InstanceMethod<&Mapping::ChecksumAsync>("checksumAsync"),
+      InstanceMethod<&Mapping::CopyFrom>("copyFrom"),
+      InstanceMethod<&Mapping::ReadFile>("readFile"),
+      InstanceMethod<&Mapping::Populate>("populate"),
+      InstanceMethod<&Mapping::Close>("close"),
+  });
+}
+
+Mapping* Mapping::Unwrap(Napi::Value value) {
+  if (!value.IsObject()) return nullptr;
+  Napi::Object obj = value.As<Napi::Object>();
+  // InstanceOf against our own constructor would need the class reference; napi_unwrap fails
+  // cleanly for objects we did not wrap, which is the check we need.
+  void* result = nullptr;
+  if (napi_unwrap(value.Env(), obj, &result) != napi_ok || result == nullptr) return nullptr;
+  return static_cast<Mapping*>(result);
+}
+
+// new Mapping(path: string | null, { writable, populate, size })
+//   path === null: an anonymous private region of `size` bytes (scratch space, benchmarks).
+//   otherwise: the whole file at `path`, shared, read-only unless `writable`.
+Mapping::Mapping(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Mapping>(info) {
+  Napi::Env env = info.Env();
+  bool writable = false, populate = false;
+  size_t size = 0;
+  if (info.Length() > 1 && info[1].IsObject()) {
+    auto opts = info[1].As<Napi::Object>();
+    writable = opts.Get("writable").ToBoolean();
+    populate = opts.Get("populate").ToBoolean();
+    Napi::Value s = opts.Get("size");
+    if (!s.IsUndefined() && !ToSize(s, &size)) { ThrowCode(env, "ERR_INVALID_ARG", "size must be a non-negative integer"); return; }
+  }
+  auto region = std::make_shared<Region>();
+  int populate_flag = populate ? MAP_POPULATE : 0;
+  if (info.Length() == 0 || info[0].IsNull() || info[0].IsUndefined()) {
+    if (size == 0) { ThrowCode(env, "ERR_INVALID_ARG", "an anonymous mapping needs a size > 0"); return; }
+    region->addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate_flag, -1, 0);
+    if (region->addr == MAP_FAILED) { ThrowErrno(env, errno, "mmap", "anonymous"); return; }
+    region->size = size;
+  } else {
+    if (!info[0].IsString()) { ThrowCode(env, "ERR_INVALID_ARG", "path must be a string"); return; }
+    std::string path = info[0].As<Napi::String>().Utf8Value();
+    int fd = open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) { ThrowErrno(env, errno, "open", path); return; }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      int err = errno;
+      close(fd);
+      { ThrowErrno(env, err, "fstat", path); return; }
+    }
+    if (st.st_size <= 0) {
+      close(fd);
+      { ThrowCode(env, "ERR_EMPTY_SEGMENT", "cannot map an empty file: " + path); return; }
+    }
+    size = static_cast<size_t>(st.st_size);
+    int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+    region->addr = mmap(nullptr, size, prot, MAP_SHARED | populate_flag, fd, 0);
+    int err = errno;
+    close(fd);  // the mapping keeps the file alive
+    if (region->addr == MAP_FAILED) { ThrowErrno(env, err, "mmap", path); return; }
+    region->size = size;
+  }
+  region_ = std::move(region);
+}
+
+bool Mapping::CheckOpen(Napi::Env env) {
+  if (region_) return true;
+  ThrowCode(env, "ERR_MAPPING_CLOSED", "the mapping is closed");
+  return false;
+}
+
+bool Mapping::CheckRange(const Napi::CallbackInfo& info, size_t arg, size_t* offset, size_t* length) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return false;
+  if (!ToSize(info[arg], offset) || !ToSize(info[arg + 1], length)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "offset and length must be non-negative integers");
+    return false;
+  }
+  if (*offset > region_->size || *length > region_->size - *offset) {
+    ThrowCode(env, "ERR_OUT_OF_RANGE", "range [" + std::to_string(*offset) + ", +" + std::to_string(*length) +
+                                           ") is outside the mapping of " + std::to_string(region_->size) + " bytes");
+    return false;
+  }
+  return true;
+}
+
+Napi::Value Mapping::Size(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), region_ ? static_cast<double>(region_->size) : 0);
+}
+
+Napi::Value Mapping::Locked(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), region_ && region_->locked);
+}
+
+Napi::Value Mapping::Closed(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), !region_);
+}
+
+void Mapping::PruneViews() {
+  std::vector<Napi::Reference<Napi::ArrayBuffer>> alive;
+  for (auto& ref : views_) {
+    if (!ref.Value().IsEmpty()) alive.push_back(std::move(ref));
+  }
+  views_ = std::move(alive);
+  prune_at_ = views_.size() * 2 + 64;
+}
+
+Napi::Value Mapping::View(const Napi::CallbackInfo& info) {
+  size_t offset, length;
+  if (!CheckRange(info, 0, &offset, &length)) return info.Env().Undefined();
+  auto* hold = new std::shared_ptr<Region>(region_);
+  auto buffer = Napi::ArrayBuffer::New(
+      info.Env(), region_->at(offset), length,
+      [](Napi::Env, void*, std::shared_ptr<Region>* held) { delete held; }, hold);
+  if (views_.size() >= prune_at_) PruneViews();
+  views_.push_back(Napi::Weak(buffer));
+  return buffer;
+}
+
+// Pins the pages in RAM. Returns null on success, or the errno name when the kernel refuses
+// (RLIMIT_MEMLOCK): the caller decides whether to carry on unpinned.
+Napi::Value Mapping::Lock(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  if (region_->locked) return env.Null();
+  if (mlock(region_->addr, region_->size) != 0) return Napi::String::New(env, ErrnoName(errno));
+  region_->locked = true;
+  return env.Null();
+}
+
+Napi::Value Mapping::Checksum(const Napi::CallbackInfo& info) {
+  size_t offset, length;
+  if (!CheckRange(info, 0, &offset, &length)) return info.Env().Undefined();
+  return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(ChecksumBytes(region_->at(offset), length)));
+}
+
+Napi::Value Mapping::ChecksumAsync(const Napi::CallbackInfo& info) {
+  size_t offset, length;
+  if (!CheckRange(info, 0, &offset, &length)) return info.Env().Undefined();
+  auto* worker = new ChecksumWorker(info.Env(), region_, offset, length);
+  auto promise = worker->Promise();
+  worker->Queue();
+  return promise;
+}
+
+// copyFrom(source: Mapping, sourceOffset, targetOffset, length): Promise<void>
+Napi::Value Mapping::CopyFrom(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  Mapping* source = Unwrap(info[0]);
+  if (source == nullptr || !source->region_) {
+    ThrowCode(env, "ERR_INVALID_ARG", "source must be an open Mapping");
+    return env.Undefined();
+  }
+  size_t src_off, dst_off, length;
+  if (!ToSize(info[1], &src_off) || !ToSize(info[2], &dst_off) || !ToSize(info[3], &length)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "offsets and length must be non-negative integers");
+    return env.Undefined();
+  }
+  if (src_off > source->region_->size || length > source->region_->size - src_off ||
+      dst_off > region_->size || length > region_->size - dst_off) {
+    ThrowCode(env, "ERR_OUT_OF_RANGE", "copy range is outside one of the mappings");
+    return env.Undefined();
+  }
+  auto* worker = new CopyWorker(env, region_, source->region_, src_off, dst_off, length);
+  auto promise = worker->Promise();
+  worker->Queue();
+  return promise;
+}
+
+// readFile(path, fileOffset, targetOffset, length): Promise<void>, pread straight into the mapping.
+Napi::Value Mapping::ReadFile(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) {
+    ThrowCode(env, "ERR_INVALID_ARG", "path must be a string");
+    return env.Undefined();
+  }
+  size_t file_off, dst_off, length;
+  if (!ToSize(info[1], &file_off)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "fileOffset must be a non-negative integer");
+    return env.Undefined();
+  }
+  if (!CheckRange(info, 2, &dst_off, &length)) return env.Undefined();
+  auto* worker = new ReadFileWorker(env, region_, info[0].As<Napi::String>().Utf8Value(), file_off, dst_off, length);
+  auto promise = worker->Promise();
+  worker->Queue();
+  return promise;
+}
+
+// populate(offset, length, write): Promise<void>
+Napi::Value Mapping::Populate(const Napi::CallbackInfo& info) {
+  size_t offset, length;
+  if (!CheckRange(info, 0, &offset, &length)) return info.Env().Undefined();
+  bool write = info.Length() > 2 && info[2].ToBoolean();
+  auto* worker = new PopulateWorker(info.Env(), region_, offset, length, write);
+  auto promise = worker->Promise();
+  worker->Queue();
+  return promise;
+}
+
+Napi::Value Mapping::Close(const Napi::CallbackInfo& info) {
+  if (!region_) return info.Env().Undefined();
+  for (auto& ref : views_) {
+    Napi::ArrayBuffer view = ref.Value();
+    if (!view.IsEmpty() && !view.IsDetached()) view.Detach();
+  }
+  views_.clear();
+  region_.reset();  // unmapped now, or when the last async operation on it finishes
+  return info.Env().Undefined();
+}
+
+}  // namespace laminar

@@ -1,0 +1,62 @@
+// A memory mapping of a shared-memory segment (or an anonymous region), owned natively.
+//
+// JavaScript never sees one ArrayBuffer covering a whole version (versions reach 150 GB, far
+// past what V8 allows); it asks for views of sub-ranges. Every view and every in-flight async
+// operation holds a reference to the region, so closing the mapping while a view or a copy is
+// alive is safe: close() detaches the views it handed out and the pages are unmapped when the
+// last holder lets go.
+#pragma once
+
+#include <napi.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace laminar {
+
+struct Region {
+  void* addr = nullptr;
+  size_t size = 0;
+  bool locked = false;
+  ~Region();
+  uint8_t* at(size_t offset) const { return static_cast<uint8_t*>(addr) + offset; }
+};
+
+class Mapping : public Napi::ObjectWrap<Mapping> {
+ public:
+  static Napi::Function Init(Napi::Env env);
+  explicit Mapping(const Napi::CallbackInfo& info);
+
+  // Borrowed by other natives (copyFrom) after a type check.
+  std::shared_ptr<Region> region() const { return region_; }
+  static Mapping* Unwrap(Napi::Value value);
+
+ private:
+  Napi::Value Size(const Napi::CallbackInfo& info);
+  Napi::Value Locked(const Napi::CallbackInfo& info);
+  Napi::Value Closed(const Napi::CallbackInfo& info);
+  Napi::Value View(const Napi::CallbackInfo& info);
+  Napi::Value Lock(const Napi::CallbackInfo& info);
+  Napi::Value Checksum(const Napi::CallbackInfo& info);
+  Napi::Value ChecksumAsync(const Napi::CallbackInfo& info);
+  Napi::Value CopyFrom(const Napi::CallbackInfo& info);
+  Napi::Value ReadFile(const Napi::CallbackInfo& info);
+  Napi::Value Populate(const Napi::CallbackInfo& info);
+  Napi::Value Close(const Napi::CallbackInfo& info);
+
+  // Validates that [offset, offset+length) lies in the region; throws and returns false if not.
+  bool CheckRange(const Napi::CallbackInfo& info, size_t arg, size_t* offset, size_t* length);
+  bool CheckOpen(Napi::Env env);
+  void PruneViews();
+
+  std::shared_ptr<Region> region_;
+  std::vector<Napi::Reference<Napi::ArrayBuffer>> views_;
+  size_t prune_at_ = 64;
+};
+
+// Reads a non-negative integral JS number that fits in size_t (offsets are < 2^53).
+bool ToSize(Napi::Value value, size_t* out);
+
+}  // namespace laminar

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Idempotent setup that `npm test`, `npm run demo` and `npm run bench` run first, so that a
+# fresh clone on a fresh Debian machine needs nothing typed by hand:
+#   1. the Debian packages laminar needs (installed when missing, if we are root);
+#   2. `npm ci` when node_modules is missing or older than package-lock.json;
+#   3. the native addon when missing or older than its sources;
+#   4. the TypeScript build (dist/) when older than its sources.
+# Each step is skipped when already done; the script prints only what it does.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'bootstrap: %s\n' "$*" >&2; }
+
+DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy libxxhash-dev pkg-config iproute2)
+
+missing=()
+for pkg in "${DEB_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$pkg")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    say "missing Debian packages: ${missing[*]}"
+    say "run as root:  apt-get update && apt-get install -y ${missing[*]}"
+    exit 1
+  fi
+  say "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Package lists may be absent or stale on a fresh machine: update, then install.
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  # The package scripts may start system-wide services; laminar starts its own on free ports.
+  for svc in redis-server nats-server; do
+    (service "$svc" stop >/dev/null 2>&1 || true)
+  done
+fi
+
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  say "npm ci"
+  npm ci --no-audit --no-fund --loglevel=error >&2
+fi
+
+addon=build/Release/laminar_native.node
+if [ ! -f "$addon" ] || [ -n "$(find native binding.gyp -newer "$addon" -print -quit)" ]; then
+  say "building the native addon"
+  npx --no-install node-gyp rebuild --jobs=2 --loglevel=error >&2
+fi
+
+stamp=dist/.build-stamp
+if [ ! -f "$stamp" ] || [ -n "$(find src bench tsconfig.json package.json -newer "$stamp" -print -quit)" ]; then
+  say "compiling TypeScript"
+  npx --no-install tsc -p tsconfig.json >&2
+  chmod +x dist/src/cli/laminar.js 2>/dev/null || true
+  touch "$stamp"
+fi

@@ -1,0 +1,24 @@
+#!/usr/bin/env node
+/** The `laminar` command: one subcommand per process of the system. */
+import { Command, CommanderError } from 'commander';
+import { LaminarError } from '../common/errors.js';
+import { publishCommand } from './publish.js';
+import { relayCommand } from './relay.js';
+import { versionsCommand } from './versions.js';
+
+const program = new Command('laminar')
+  .description('laminar: the data plane of asynchronous RL post-training (relays, weight broadcast, experience buffer)')
+  .showHelpAfterError()
+  .exitOverride()
+  .addCommand(relayCommand())
+  .addCommand(publishCommand())
+  .addCommand(versionsCommand());
+
+program.parseAsync(process.argv).catch((err: unknown) => {
+  if (err instanceof CommanderError) {
+    process.exit(err.exitCode);
+  }
+  const e = err as LaminarError;
+  process.stderr.write(`laminar: ${e.code ? `${e.code}: ` : ''}${e.message ?? String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,65 @@
+/** `laminar relay`: the per-host relay daemon. */
+import { Command, Option } from 'commander';
+import { createLogger } from '../common/logger.js';
+import { startRelay } from '../relay/daemon.js';
+import { DEFAULT_SHM_DIR, parseRelayOptions } from '../relay/options.js';
+import { applyConfigFile } from './config.js';
+
+export function relayCommand(): Command {
+  return new Command('relay')
+    .description('run the relay daemon of this host: holds weight versions in pinned shared memory and serves local trainers and rollouts')
+    .addOption(new Option('--id <name>', 'name of this relay in the job (default: host name)').env('LAMINAR_RELAY_ID'))
+    .addOption(new Option('--shm-dir <dir>', 'directory of the version segments (a tmpfs)').env('LAMINAR_SHM_DIR').default(DEFAULT_SHM_DIR))
+    .addOption(new Option('--socket <path>', 'unix socket of the local API (default: <shm-dir>/relay.sock)').env('LAMINAR_RELAY_SOCKET'))
+    .addOption(new Option('--socket-mode <octal>', 'permissions of the socket file').env('LAMINAR_SOCKET_MODE').default('660'))
+    .addOption(new Option('--file-mode <octal>', 'permissions of segment files (read bits kept once complete)').env('LAMINAR_FILE_MODE').default('640'))
+    .addOption(new Option('--chunk-size <bytes>', 'chunk size of new versions (checksum and broadcast unit)').env('LAMINAR_CHUNK_SIZE').default('32MiB'))
+    .addOption(new Option('--keep-versions <n>', 'complete versions kept besides the latest and the leased ones').env('LAMINAR_KEEP_VERSIONS').default('2'))
+    .addOption(new Option('--memory-budget <bytes>', 'shared memory the relay may hold, e.g. 200GiB (default: none)').env('LAMINAR_MEMORY_BUDGET'))
+    .addOption(new Option('--no-pin', 'do not mlock versions'))
+    .addOption(new Option('--max-frame <bytes>', 'largest protocol frame accepted').env('LAMINAR_MAX_FRAME').default('16MiB'))
+    .addOption(new Option('--metrics-host <host>', 'address of /metrics').env('LAMINAR_METRICS_HOST').default('127.0.0.1'))
+    .addOption(new Option('--metrics-port <port>', 'port of /metrics (0: any free port, -1: disabled)').env('LAMINAR_METRICS_PORT').default('9470'))
+    .addOption(new Option('--verify-concurrency <n>', 'checksum jobs run in parallel').env('LAMINAR_VERIFY_CONCURRENCY').default('4'))
+    .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
+    .addOption(new Option('--config <file>', 'JSON file of options (keys as in camelCase: shmDir, memoryBudget, ...)').env('LAMINAR_CONFIG'))
+    .hook('preAction', (cmd) => applyConfigFile(cmd))
+    .action(async (opts: Record<string, string | boolean | undefined>) => {
+      const logger = createLogger({ level: opts.logLevel as 'info', name: 'laminar-relay' });
+      const options = parseRelayOptions({
+        ...(opts.id ? { relayId: opts.id as string } : {}),
+        shmDir: opts.shmDir as string,
+        ...(opts.socket ? { socketPath: opts.socket as string } : {}),
+        socketMode: opts.socketMode as string,
+        fileMode: opts.fileMode as string,
+        chunkSize: opts.chunkSize as string,
+        keepVersions: opts.keepVersions as string,
+        ...(opts.memoryBudget ? { memoryBudget: opts.memoryBudget as string } : {}),
+        pin: opts.pin !== false,
+        maxFrameBytes: opts.maxFrame as string,
+        metricsHost: opts.metricsHost as string,
+        metricsPort: opts.metricsPort as string,
+        verifyConcurrency: opts.verifyConcurrency as string,
+      });
+      process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the relay keeps running)'));
+      const relay = await startRelay(options, logger);
+      let stopping = false;
+      const stop = (signal: string): void => {
+        if (stopping) {
+          logger.warn({ signal }, 'second signal: exiting now');
+          process.exit(1);
+        }
+        stopping = true;
+        logger.info({ signal }, 'stopping');
+        relay.close().then(
+          () => process.exit(0),
+          (err: unknown) => {
+            logger.error({ err }, 'error while stopping');
+            process.exit(1);
+          },
+        );
+      };
+      process.on('SIGTERM', () => stop('SIGTERM'));
+      process.on('SIGINT', () => stop('SIGINT'));
+    });
+}

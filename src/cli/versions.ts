@@ -1,0 +1,31 @@
+/** `laminar versions`: what the local relay holds. */
+import { Command, Option } from 'commander';
+import { formatBytes } from '../common/units.js';
+import { RelayClient } from '../relay/client/relay-client.js';
+
+export function versionsCommand(): Command {
+  return new Command('versions')
+    .description('list the weight versions the local relay holds, with leases and memory use')
+    .addOption(new Option('--socket <path>', 'relay socket').env('LAMINAR_RELAY_SOCKET'))
+    .option('--json', 'print the relay status as JSON')
+    .action(async (opts: { socket?: string; json?: boolean }) => {
+      const relay = await RelayClient.connect({ ...(opts.socket ? { socketPath: opts.socket } : {}), name: 'laminar versions' });
+      try {
+        const status = await relay.status();
+        if (opts.json) {
+          process.stdout.write(`${JSON.stringify(status)}\n`);
+          return;
+        }
+        const rows = status.versions.map((v) => [v.model, String(v.version), v.state, formatBytes(v.size), String(v.leases), v.pinned ? 'yes' : 'no']);
+        const header = ['MODEL', 'VERSION', 'STATE', 'SIZE', 'LEASES', 'PINNED'];
+        const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+        const line = (cells: string[]): string => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
+        process.stdout.write(`relay ${status.relay}  shm ${status.shmDir}  used ${formatBytes(status.usedBytes)}` +
+          `${status.memoryBudget !== null ? ` of ${formatBytes(status.memoryBudget)}` : ''}  pinning ${status.pinning ? 'on' : 'OFF'}  ` +
+          `leases ${status.leases}  clients ${status.connections}\n`);
+        process.stdout.write(`${line(header)}\n${rows.map(line).join('\n')}${rows.length ? '\n' : ''}`);
+      } finally {
+        relay.close();
+      }
+    });
+}

@@ -1,0 +1,71 @@
+/**
+ * Typed surface of the native addon (native/*.cc). The addon stays thin: segments, mappings,
+ * mlock, checksums and copies by offset. Everything else lives in TypeScript.
+ */
+import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { LaminarError, NativeError } from '../common/errors.js';
+
+export interface MappingOptions {
+  /** Map read-write (publishers); read-only otherwise. */
+  writable?: boolean;
+  /** Pre-fault every page at map time (MAP_POPULATE). */
+  populate?: boolean;
+  /** Size of an anonymous mapping (path === null). */
+  size?: number;
+}
+
+/** A native memory mapping; see native/mapping.h. Offsets are byte offsets into the mapping. */
+export interface Mapping {
+  readonly size: number;
+  readonly locked: boolean;
+  readonly closed: boolean;
+  /** A zero-copy ArrayBuffer over [offset, offset+length); detached when the mapping closes. */
+  view(offset: number, length: number): ArrayBuffer;
+  /** mlock the whole mapping: null on success, or the errno name the kernel answered. */
+  lock(): string | null;
+  checksum(offset: number, length: number): bigint;
+  checksumAsync(offset: number, length: number): Promise<bigint>;
+  copyFrom(source: Mapping, sourceOffset: number, targetOffset: number, length: number): Promise<void>;
+  readFile(path: string, fileOffset: number, targetOffset: number, length: number): Promise<void>;
+  populate(offset: number, length: number, write: boolean): Promise<void>;
+  close(): void;
+}
+
+interface NativeAddon {
+  setErrorClass(ctor: new (message: string, code: string) => Error): void;
+  Mapping: new (path: string | null, options?: MappingOptions) => Mapping;
+  createSegment(path: string, size: number, mode?: number): void;
+  memlockLimit(): { soft: number; hard: number };
+  checksumBuffer(data: ArrayBufferView | ArrayBuffer): bigint;
+}
+
+function findAddon(): string {
+  // src/native -> repo root, and dist/src/native -> repo root.
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 5; i++) {
+    const candidate = join(dir, 'build', 'Release', 'laminar_native.node');
+    if (existsSync(candidate)) return candidate;
+    dir = dirname(dir);
+  }
+  throw new LaminarError(
+    'ERR_NATIVE_MISSING',
+    'the native addon is not built: run `bash scripts/bootstrap.sh` (or `npm run build:native`)',
+  );
+}
+
+const require = createRequire(import.meta.url);
+export const native: NativeAddon = require(findAddon()) as NativeAddon;
+native.setErrorClass(NativeError);
+
+export const Mapping = native.Mapping;
+export const createSegment = native.createSegment;
+export const memlockLimit = native.memlockLimit;
+export const checksumBuffer = native.checksumBuffer;
+
+/** Checksums are carried as 16 lowercase hex digits (XXH3-64, seed 0). */
+export function checksumHex(value: bigint): string {
+  return value.toString(16).padStart(16, '0');
+}

@@ -1,0 +1,135 @@
+/**
+ * Writing one version in place. The segment is mapped into the writer (nothing is sent over
+ * the socket but names and checksums); several writers, even in several processes, may fill
+ * disjoint tensors of the same publication. Each write is reported to the relay with a
+ * checksum of the bytes as they landed, computed on the libuv pool while the next tensor is
+ * being copied; at commit the relay checks those against the segment before it serves it.
+ */
+import { ErrorCodes, InvalidInputError, LaminarError } from '../../common/errors.js';
+import { Mapping, checksumHex } from '../../native/index.js';
+import type { SegmentDescription, TensorInfo } from '../protocol/messages.js';
+import type { FrameConnection } from './connection.js';
+import { tensorArray, tensorBytes, type TensorArray } from './tensor-view.js';
+
+export type TensorData = ArrayBufferView | ArrayBuffer;
+
+export class Publication {
+  readonly model: string;
+  readonly version: number;
+  readonly segment: string;
+  readonly size: number;
+  private readonly index: Map<string, TensorInfo>;
+  private readonly reports: Promise<{ name: string; checksum: string }>[] = [];
+  private finished = false;
+
+  constructor(
+    private readonly connection: FrameConnection,
+    readonly description: SegmentDescription,
+    readonly mapping: Mapping,
+    /** Whether this writer began the publication (only the owner commits or aborts). */
+    readonly owner: boolean,
+  ) {
+    this.model = description.model;
+    this.version = description.version;
+    this.segment = description.segment;
+    this.size = description.size;
+    this.index = new Map(description.tensors.map((t) => [t.name, t]));
+  }
+
+  get tensors(): readonly TensorInfo[] {
+    return this.description.tensors;
+  }
+
+  info(name: string): TensorInfo {
+    const t = this.index.get(name);
+    if (!t) throw new InvalidInputError(ErrorCodes.UNKNOWN_TENSOR, `version ${this.version} of ${this.model} has no tensor ${JSON.stringify(name)}`);
+    return t;
+  }
+
+  /** A writable typed view of the tensor's bytes in the segment (fill it, then markWritten). */
+  tensor(name: string): TensorArray {
+    this.checkOpen();
+    return tensorArray(this.mapping, this.info(name));
+  }
+
+  bytes(name: string): Uint8Array {
+    this.checkOpen();
+    return tensorBytes(this.mapping, this.info(name));
+  }
+
+  /** Copies `data` into the tensor and reports it written. */
+  write(name: string, data: TensorData): void {
+    const t = this.info(name);
+    const src = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    if (src.byteLength !== t.byteLength) {
+      throw new InvalidInputError(ErrorCodes.BAD_TENSOR, `tensor ${name} needs ${t.byteLength} bytes, got ${src.byteLength}`);
+    }
+    this.bytes(name).set(src);
+    this.markWritten(name);
+  }
+
+  /** Copies a tensor natively from another mapping (any size: no JS view is involved). */
+  async writeFrom(name: string, source: Mapping, sourceOffset: number): Promise<void> {
+    this.checkOpen();
+    const t = this.info(name);
+    await this.mapping.copyFrom(source, sourceOffset, t.offset, t.byteLength);
+    this.markWritten(name);
+  }
+
+  /** Reads a tensor natively from a file at fileOffset (e.g. a shard of a checkpoint). */
+  async writeFromFile(name: string, path: string, fileOffset: number): Promise<void> {
+    this.checkOpen();
+    const t = this.info(name);
+    await this.mapping.readFile(path, fileOffset, t.offset, t.byteLength);
+    this.markWritten(name);
+  }
+
+  /** Declares a tensor filled (after writing through tensor()/bytes()). */
+  markWritten(name: string): void {
+    this.checkOpen();
+    const t = this.info(name);
+    this.reports.push(this.mapping.checksumAsync(t.offset, t.byteLength).then((sum) => ({ name, checksum: checksumHex(sum) })));
+  }
+
+  /** Sends the reports gathered so far (commit does this too). */
+  async flush(): Promise<void> {
+    const pending = this.reports.splice(0);
+    if (pending.length === 0) return;
+    const tensors = await Promise.all(pending);
+    await this.connection.request('written', { model: this.model, version: this.version, tensors });
+  }
+
+  /** Makes the version complete on the relay; resolves once it is verified and visible. */
+  async commit(): Promise<SegmentDescription> {
+    if (!this.owner) throw new LaminarError(ErrorCodes.NOT_OWNER, 'only the writer that began the publication commits it');
+    this.checkOpen();
+    await this.flush();
+    const result = await this.connection.request<SegmentDescription>('commit', { model: this.model, version: this.version });
+    this.finish();
+    return result;
+  }
+
+  async abort(): Promise<void> {
+    if (this.finished) return;
+    try {
+      if (this.owner) await this.connection.request('abort', { model: this.model, version: this.version });
+    } finally {
+      this.finish();
+    }
+  }
+
+  /** Releases the writer's mapping (attached writers call this when their part is done). */
+  async close(): Promise<void> {
+    await this.flush();
+    this.finish();
+  }
+
+  private finish(): void {
+    this.finished = true;
+    this.mapping.close();
+  }
+
+  private checkOpen(): void {
+    if (this.finished) throw new LaminarError(ErrorCodes.NOT_WRITING, `publication of ${this.model} v${this.version} is finished`);
+  }
+}

@@ -1,0 +1,96 @@
+/**
+ * A running relay: version store + local socket server + /metrics. `startRelay` is what the
+ * `laminar relay` command runs, and what tests embed.
+ */
+import type { Logger } from 'pino';
+import { createRegistry, serveMetrics, type MetricsServer } from '../common/metrics.js';
+import { silentLogger } from '../common/logger.js';
+import { RelayMetrics } from './metrics.js';
+import { parseRelayOptions, type RelayOptions, type RelayOptionsInput } from './options.js';
+import { RelayServer } from './server.js';
+import { VersionStore, lockDirectory } from './store.js';
+import type { Registry } from 'prom-client';
+
+export interface Relay {
+  readonly options: Readonly<RelayOptions>;
+  readonly store: VersionStore;
+  readonly server: RelayServer;
+  readonly registry: Registry;
+  /** Bound port of /metrics, or null when disabled. */
+  readonly metricsPort: number | null;
+  close(): Promise<void>;
+}
+
+export async function startRelay(input: RelayOptionsInput | Readonly<RelayOptions>, logger: Logger = silentLogger): Promise<Relay> {
+  const options = 'socketMode' in input && typeof input.socketMode === 'number' && typeof input.memoryBudget === 'number'
+    ? (input as Readonly<RelayOptions>)
+    : parseRelayOptions(input as RelayOptionsInput);
+  const log = logger.child({ component: 'relay', relay: options.relayId });
+  const registry = createRegistry();
+  let server: RelayServer | null = null;
+  let storeRef: VersionStore | null = null;
+  const metrics = new RelayMetrics(registry, () =>
+    storeRef && server
+      ? {
+          gaugeSnapshot: () => {
+            const versions = new Map<string, { model: string; state: string; count: number }>();
+            for (const v of storeRef!.list()) {
+              const key = `${v.model}\u0000${v.state}`;
+              const entry = versions.get(key) ?? { model: v.model, state: v.state, count: 0 };
+              entry.count++;
+              versions.set(key, entry);
+            }
+            return {
+              versions: [...versions.values()],
+              bytes: storeRef!.usedBytes(),
+              pinnedBytes: storeRef!.pinnedBytes(),
+              leases: server!.leaseCount,
+              budget: options.memoryBudget,
+              pinned: storeRef!.pinningEnabled,
+              connections: server!.connectionCount,
+            };
+          },
+        }
+      : null,
+  );
+  const unlock = await lockDirectory(options.shmDir);
+  const store = new VersionStore({ ...options, logger: log, metrics });
+  storeRef = store;
+  let metricsServer: MetricsServer | null = null;
+  try {
+    const { recovered, discarded } = await store.init();
+    server = new RelayServer(store, { ...options, logger: log, metrics });
+    await server.listen();
+    if (options.metricsPort >= 0) {
+      metricsServer = await serveMetrics(registry, { host: options.metricsHost, port: options.metricsPort });
+    }
+    log.info(
+      { socket: options.socketPath, shmDir: options.shmDir, metricsPort: metricsServer?.port ?? null, recovered, discarded },
+      'relay ready',
+    );
+  } catch (err) {
+    await server?.close();
+    await store.close();
+    await unlock();
+    throw err;
+  }
+  let closed: Promise<void> | null = null;
+  const srv = server;
+  return {
+    options,
+    store,
+    server: srv,
+    registry,
+    metricsPort: metricsServer?.port ?? null,
+    close() {
+      closed ??= (async () => {
+        await srv.close();
+        await metricsServer?.close();
+        await store.close();
+        await unlock();
+        log.info('relay stopped');
+      })();
+      return closed;
+    },
+  };
+}

@@ -1,0 +1,69 @@
+/** The relay's Prometheus metrics. Gauges read the store when scraped; counters count events. */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+
+export interface RelayGaugeSource {
+  gaugeSnapshot(): {
+    versions: { model: string; state: string; count: number }[];
+    bytes: number;
+    pinnedBytes: number;
+    leases: number;
+    budget: number;
+    pinned: boolean;
+    connections: number;
+  };
+}
+
+export class RelayMetrics {
+  readonly publishes: Counter<'result'>;
+  readonly acquires: Counter<'result'>;
+  readonly errors: Counter<'code'>;
+  readonly pinFailures: Counter;
+  readonly recovered: Counter<'result'>;
+  readonly checksumBytes: Counter;
+  readonly commitSeconds: Histogram;
+  readonly badFrames: Counter<'code'>;
+
+  constructor(registry: Registry, source: () => RelayGaugeSource | null) {
+    const snap = (): ReturnType<RelayGaugeSource['gaugeSnapshot']> | null => source()?.gaugeSnapshot() ?? null;
+    new Gauge({
+      name: 'laminar_relay_versions',
+      help: 'Weight versions held, by model and state (writing, complete)',
+      labelNames: ['model', 'state'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const v of snap()?.versions ?? []) this.set({ model: v.model, state: v.state }, v.count);
+      },
+    });
+    const simple = (name: string, help: string, pick: (s: NonNullable<ReturnType<typeof snap>>) => number): void => {
+      new Gauge({
+        name,
+        help,
+        registers: [registry],
+        collect() {
+          const s = snap();
+          if (s) this.set(pick(s));
+        },
+      });
+    };
+    simple('laminar_relay_bytes', 'Bytes of shared memory held by versions (writing and complete)', (s) => s.bytes);
+    simple('laminar_relay_pinned_bytes', 'Bytes of version memory locked in RAM (mlock)', (s) => s.pinnedBytes);
+    simple('laminar_relay_pinned', '1 when versions are pinned, 0 when the memlock limit made the relay run unpinned', (s) => (s.pinned ? 1 : 0));
+    simple('laminar_relay_leases', 'Leases held by clients', (s) => s.leases);
+    simple('laminar_relay_memory_budget_bytes', 'Configured memory budget (bytes; -1 = none)', (s) => (Number.isFinite(s.budget) ? s.budget : -1));
+    simple('laminar_relay_connections', 'Open local client connections', (s) => s.connections);
+    this.publishes = new Counter({ name: 'laminar_relay_publishes_total', help: 'Publications by outcome', labelNames: ['result'], registers: [registry] });
+    this.acquires = new Counter({ name: 'laminar_relay_acquires_total', help: 'Acquire requests by outcome', labelNames: ['result'], registers: [registry] });
+    this.errors = new Counter({ name: 'laminar_relay_errors_total', help: 'Errors returned to clients, by code', labelNames: ['code'], registers: [registry] });
+    this.badFrames = new Counter({ name: 'laminar_relay_bad_frames_total', help: 'Connections closed for malformed frames, by code', labelNames: ['code'], registers: [registry] });
+    this.pinFailures = new Counter({ name: 'laminar_relay_pin_failures_total', help: 'Versions that could not be mlocked', registers: [registry] });
+    this.recovered = new Counter({ name: 'laminar_relay_recovered_versions_total', help: 'Segments found at start-up, by outcome', labelNames: ['result'], registers: [registry] });
+    this.checksumBytes = new Counter({ name: 'laminar_relay_checksum_bytes_total', help: 'Bytes checksummed', registers: [registry] });
+    this.commitSeconds = new Histogram({
+      name: 'laminar_relay_commit_seconds',
+      help: 'Time from commit request to version complete (verification included)',
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+      registers: [registry],
+    });
+  }
+}

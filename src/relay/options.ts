@@ -1,0 +1,87 @@
+/**
+ * The relay's options: defaults, and one parse into a frozen object at the entry point.
+ * The CLI (src/cli/relay.ts) maps flags > environment > config file onto these names.
+ */
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { InvalidInputError, ErrorCodes } from '../common/errors.js';
+import { parseBytes } from '../common/units.js';
+import { DEFAULT_MAX_FRAME_BYTES } from './protocol/frame.js';
+
+export const DEFAULT_SHM_DIR = '/dev/shm/laminar';
+export const DEFAULT_CHUNK_SIZE = 32 * 1024 * 1024;
+export const DEFAULT_KEEP_VERSIONS = 2;
+
+export interface RelayOptions {
+  /** Unique name of this relay in the job (default: the host name). */
+  relayId: string;
+  shmDir: string;
+  socketPath: string;
+  socketMode: number;
+  fileMode: number;
+  chunkSize: number;
+  keepVersions: number;
+  memoryBudget: number;
+  pin: boolean;
+  maxFrameBytes: number;
+  metricsHost: string;
+  /** Port of /metrics; 0 picks a free one; -1 disables the endpoint. */
+  metricsPort: number;
+  verifyConcurrency: number;
+}
+
+export function defaultSocketPath(shmDir: string): string {
+  return join(shmDir, 'relay.sock');
+}
+
+export interface RelayOptionsInput {
+  relayId?: string;
+  shmDir?: string;
+  socketPath?: string;
+  socketMode?: string | number;
+  fileMode?: string | number;
+  chunkSize?: string | number;
+  keepVersions?: string | number;
+  memoryBudget?: string | number;
+  pin?: boolean;
+  maxFrameBytes?: string | number;
+  metricsHost?: string;
+  metricsPort?: string | number;
+  verifyConcurrency?: string | number;
+}
+
+function int(name: string, value: string | number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const n = typeof value === 'number' ? value : Number(value);
+  if (!Number.isSafeInteger(n) || n < min || n > max) {
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${name} must be an integer in [${min}, ${max}], got ${JSON.stringify(value)}`);
+  }
+  return n;
+}
+
+function mode(name: string, value: string | number): number {
+  const n = typeof value === 'number' ? value : Number.parseInt(value, 8);
+  if (!Number.isInteger(n) || n < 0 || n > 0o777) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${name} must be an octal file mode like 660`);
+  return n;
+}
+
+export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<RelayOptions> {
+  const shmDir = input.shmDir ?? DEFAULT_SHM_DIR;
+  const budget = input.memoryBudget === undefined || input.memoryBudget === 'none' ? Number.POSITIVE_INFINITY : parseBytes(input.memoryBudget);
+  const chunkSize = parseBytes(input.chunkSize ?? DEFAULT_CHUNK_SIZE);
+  if (chunkSize < 4096 || chunkSize > 2 ** 31) throw new InvalidInputError(ErrorCodes.INVALID_ARG, 'chunk size must be between 4 KiB and 2 GiB');
+  return Object.freeze({
+    relayId: input.relayId ?? hostname(),
+    shmDir,
+    socketPath: input.socketPath ?? defaultSocketPath(shmDir),
+    socketMode: mode('socket mode', input.socketMode ?? '660'),
+    fileMode: mode('file mode', input.fileMode ?? '640'),
+    chunkSize,
+    keepVersions: int('keep-versions', input.keepVersions ?? DEFAULT_KEEP_VERSIONS, 0, 1000),
+    memoryBudget: budget,
+    pin: input.pin ?? true,
+    maxFrameBytes: parseBytes(input.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES),
+    metricsHost: input.metricsHost ?? '127.0.0.1',
+    metricsPort: int('metrics port', input.metricsPort ?? 9470, -1, 65535),
+    verifyConcurrency: int('verify concurrency', input.verifyConcurrency ?? 4, 1, 64),
+  });
+}

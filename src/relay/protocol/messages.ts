@@ -1,0 +1,106 @@
+/**
+ * The relay's local protocol: every request, validated with zod before it reaches the store.
+ * Version 1. Frames are described in frame.ts; the README lists every operation.
+ *
+ *   client -> relay   { id, op, ...args }                 (first: { id, op: 'hello', protocol })
+ *   relay  -> client  { id, ok: true, result }  |  { id, ok: false, error: { code, message, details? } }
+ *   relay  -> client  { event: 'version', watch, ... }  |  { event: 'progress', id, done, total }
+ */
+import { z } from 'zod';
+
+export const PROTOCOL_VERSION = 1;
+
+const model = z.string();
+const version = z.number();
+const requestId = z.number().int().nonnegative();
+
+const tensorSpec = z.object({ name: z.unknown(), dtype: z.unknown(), shape: z.unknown() }).passthrough();
+
+export const requestSchemas = {
+  hello: z.object({ protocol: z.number().int(), client: z.string().max(200).optional() }),
+  begin: z.object({
+    model,
+    version,
+    tensors: z.array(tensorSpec).max(1_000_000),
+    metadata: z.record(z.string(), z.string()).optional(),
+    chunkSize: z.number().int().optional(),
+  }),
+  attach: z.object({ segment: z.string() }),
+  written: z.object({
+    model,
+    version,
+    tensors: z.array(z.object({ name: z.string(), checksum: z.string().nullable().optional() })).max(1_000_000),
+  }),
+  commit: z.object({ model, version }),
+  abort: z.object({ model, version }),
+  adopt: z.object({ model, version, path: z.string().min(1).max(4096), chunkSize: z.number().int().optional() }),
+  acquire: z.object({
+    model,
+    version: version.optional(),
+    atLeast: version.optional(),
+    timeoutMs: z.number().nonnegative().max(24 * 3600 * 1000).optional(),
+  }),
+  release: z.object({ lease: z.number().int() }),
+  watch: z.object({ model: model.optional(), replay: z.boolean().optional() }),
+  unwatch: z.object({ watch: z.number().int() }),
+  status: z.object({}),
+} as const;
+
+export type Op = keyof typeof requestSchemas;
+export type Request<O extends Op> = z.infer<(typeof requestSchemas)[O]>;
+
+export const envelopeSchema = z.object({ id: requestId, op: z.string().min(1).max(64) }).passthrough();
+
+export function isOp(op: string): op is Op {
+  return Object.hasOwn(requestSchemas, op);
+}
+
+/** What acquire, begin and attach return about a version's layout. */
+export interface TensorInfo {
+  name: string;
+  dtype: string;
+  shape: number[];
+  offset: number;
+  byteLength: number;
+}
+
+export interface SegmentDescription {
+  model: string;
+  version: number;
+  segment: string;
+  path: string;
+  size: number;
+  dataOffset: number;
+  chunkSize: number;
+  tensors: TensorInfo[];
+  metadata: Record<string, string>;
+  checksums: string[] | null;
+}
+
+export interface AcquireResult extends SegmentDescription {
+  lease: number;
+}
+
+export interface VersionEvent {
+  event: 'version';
+  watch: number;
+  model: string;
+  version: number;
+  size: number;
+  segment: string;
+}
+
+export interface ProgressEvent {
+  event: 'progress';
+  id: number;
+  done: number;
+  total: number;
+}
+
+export interface ErrorBody {
+  code: string;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+export type Response = { id: number | null; ok: true; result: unknown } | { id: number | null; ok: false; error: ErrorBody };

@@ -1,0 +1,704 @@
+/**
+ * The relay's version store: every weight version it holds, in shared-memory segments, and the
+ * rules of their life.
+ *
+ *   writing ──commit (all tensors reported, checksums verified)──> complete ──retention──> retired
+ *      └──abort / owner gone / verification failed on adopt──> discarded
+ *
+ * Only complete versions are visible to acquire. A segment is written under `<name>.writing`
+ * and renamed to `<name>.safetensors` only once it is complete, so that after a crash the file
+ * name alone says whether a segment may be served (and its checksums are verified again).
+ */
+import { EventEmitter } from 'node:events';
+import { chmod, mkdir, readdir, rename, unlink, writeFile, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import {
+  CapacityError,
+  ConflictError,
+  ErrorCodes,
+  IntegrityError,
+  InvalidInputError,
+  LaminarError,
+  NotFoundError,
+  TimeoutError,
+} from '../common/errors.js';
+import { mapLimit } from '../common/concurrency.js';
+import { formatBytes } from '../common/units.js';
+import { Mapping, checksumHex, createSegment } from '../native/index.js';
+import {
+  chunkRange,
+  encodeHeader,
+  parseHeader,
+  planLayout,
+  readHeaderLength,
+  validateTensorSpecs,
+  type VersionLayout,
+} from '../safetensors/header.js';
+import { readCheckpoint } from './checkpoint.js';
+import type { RelayMetrics } from './metrics.js';
+import { COMPLETE_SUFFIX, WRITING_SUFFIX, segmentBaseName, validateModelId, validateVersion } from './segments.js';
+
+export type VersionState = 'writing' | 'complete' | 'retired';
+
+export interface StoreOptions {
+  shmDir: string;
+  chunkSize: number;
+  keepVersions: number;
+  /** Bytes of shared memory the relay may hold; Infinity for no limit. */
+  memoryBudget: number;
+  pin: boolean;
+  /** Mode of segment files: group-readable so that rollouts of the job's group can map them. */
+  fileMode: number;
+  /** Concurrent checksum jobs on the libuv pool. */
+  verifyConcurrency: number;
+  logger: Logger;
+  metrics: RelayMetrics;
+}
+
+export interface VersionInfo {
+  model: string;
+  version: number;
+  state: VersionState;
+  segment: string;
+  path: string;
+  size: number;
+  leases: number;
+  pinned: boolean;
+  createdAt: number;
+  completedAt: number | null;
+}
+
+/** Who asked: a connection id (for ownership and leases) or null for the relay itself. */
+export type Requester = number | null;
+
+export class StoredVersion {
+  state: VersionState = 'writing';
+  checksums: string[] | null = null;
+  /** Tensors reported written, with the writer's checksum of their bytes when it gave one. */
+  readonly written = new Map<string, string | null>();
+  leases = 0;
+  pinned = false;
+  committing = false;
+  completedAt: number | null = null;
+  readonly createdAt = Date.now();
+  private readonly tensorIndex: Map<string, number>;
+
+  constructor(
+    readonly model: string,
+    readonly version: number,
+    readonly layout: VersionLayout,
+    readonly metadata: Record<string, string>,
+    readonly baseName: string,
+    public path: string,
+    public mapping: Mapping | null,
+    public owner: Requester,
+  ) {
+    this.tensorIndex = new Map(layout.tensors.map((t, i) => [t.name, i]));
+  }
+
+  get segment(): string {
+    return this.path.slice(this.path.lastIndexOf('/') + 1);
+  }
+
+  hasTensor(name: string): boolean {
+    return this.tensorIndex.has(name);
+  }
+
+  info(): VersionInfo {
+    return {
+      model: this.model,
+      version: this.version,
+      state: this.state,
+      segment: this.segment,
+      path: this.path,
+      size: this.layout.totalSize,
+      leases: this.leases,
+      pinned: this.pinned,
+      createdAt: this.createdAt,
+      completedAt: this.completedAt,
+    };
+  }
+}
+
+export interface AcquireRequest {
+  model: string;
+  version?: number;
+  atLeast?: number;
+  timeoutMs?: number;
+}
+
+interface Waiter {
+  matches(v: StoredVersion): boolean;
+  resolve(v: StoredVersion): void;
+}
+
+export interface StoreEvents {
+  complete: [StoredVersion];
+  retired: [StoredVersion];
+}
+
+export class VersionStore extends EventEmitter<StoreEvents> {
+  private readonly models = new Map<string, Map<number, StoredVersion>>();
+  private readonly waiters = new Map<string, Set<Waiter>>();
+  private pinRefusalLogged = false;
+  private pinningWorks = true;
+  private readonly log: Logger;
+
+  constructor(readonly options: StoreOptions) {
+    super();
+    this.log = options.logger;
+  }
+
+  // ---- start-up and shutdown ------------------------------------------------------------
+
+  async init(): Promise<{ recovered: number; discarded: number }> {
+    await mkdir(this.options.shmDir, { recursive: true, mode: 0o750 });
+    return this.recover();
+  }
+
+  /**
+   * Re-adopts the complete segments found in the directory (after a restart, clean or not),
+   * verifying every chunk; deletes partial and corrupt ones. Files that do not look like ours
+   * are left alone.
+   */
+  private async recover(): Promise<{ recovered: number; discarded: number }> {
+    let recovered = 0;
+    let discarded = 0;
+    for (const name of (await readdir(this.options.shmDir)).sort()) {
+      const path = join(this.options.shmDir, name);
+      if (name.endsWith(WRITING_SUFFIX)) {
+        await unlink(path).catch(() => undefined);
+        this.options.metrics.recovered.inc({ result: 'partial_deleted' });
+        this.log.warn({ segment: name }, 'deleted a partial segment left by an earlier run');
+        discarded++;
+        continue;
+      }
+      if (!name.endsWith(COMPLETE_SUFFIX)) continue;
+      try {
+        await this.adoptExistingSegment(path, name);
+        this.options.metrics.recovered.inc({ result: 'adopted' });
+        recovered++;
+      } catch (err) {
+        await unlink(path).catch(() => undefined);
+        this.options.metrics.recovered.inc({ result: 'corrupt_deleted' });
+        this.log.error({ segment: name, err }, 'deleted a segment that failed verification at start-up');
+        discarded++;
+      }
+    }
+    for (const model of this.models.keys()) this.applyRetention(model);
+    return { recovered, discarded };
+  }
+
+  private async adoptExistingSegment(path: string, name: string): Promise<void> {
+    const mapping = new Mapping(path, { writable: false });
+    try {
+      const n = readHeaderLength(new Uint8Array(mapping.view(0, Math.min(8, mapping.size))), mapping.size);
+      const parsed = parseHeader(new Uint8Array(mapping.view(8, n)), mapping.size);
+      if (!parsed.laminar) throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, 'segment has no laminar metadata');
+      const { model, version, checksums } = parsed.laminar;
+      if (`${segmentBaseName(model, version)}${COMPLETE_SUFFIX}` !== name) {
+        throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, `segment name does not match its header (${model} v${version})`);
+      }
+      if (this.models.get(model)?.has(version)) throw new ConflictError(ErrorCodes.VERSION_EXISTS, 'duplicate segment');
+      const v = new StoredVersion(model, version, parsed.layout, parsed.metadata, segmentBaseName(model, version), path, mapping, null);
+      const bad = await this.verifyChunks(v, checksums);
+      if (bad.length > 0) throw new IntegrityError(ErrorCodes.CHECKSUM_MISMATCH, `chunks ${bad.join(', ')} fail their checksums`);
+      v.checksums = checksums;
+      v.state = 'complete';
+      v.completedAt = Date.now();
+      this.pin(v);
+      this.versionsOf(model, true).set(version, v);
+      this.log.info({ model, version, size: v.layout.totalSize }, 'recovered a complete version');
+    } catch (err) {
+      mapping.close();
+      throw err;
+    }
+  }
+
+  /** Closes mappings. Complete versions stay on disk for the next start; partial ones go. */
+  async close(): Promise<void> {
+    for (const versions of this.models.values()) {
+      for (const v of versions.values()) {
+        if (v.state === 'writing') await this.discard(v, 'relay shutting down');
+        else v.mapping?.close();
+      }
+    }
+    this.models.clear();
+    for (const set of this.waiters.values()) set.clear();
+  }
+
+  // ---- lookup ---------------------------------------------------------------------------
+
+  private versionsOf(model: string, create = false): Map<number, StoredVersion> {
+    let versions = this.models.get(model);
+    if (!versions) {
+      versions = new Map();
+      if (create) this.models.set(model, versions);
+    }
+    return versions;
+  }
+
+  get(model: string, version: number): StoredVersion {
+    const v = this.models.get(model)?.get(version);
+    if (!v) {
+      if (!this.models.has(model)) throw new NotFoundError(ErrorCodes.UNKNOWN_MODEL, `no versions of model ${JSON.stringify(model)}`);
+      throw new NotFoundError(ErrorCodes.UNKNOWN_VERSION, `model ${JSON.stringify(model)} has no version ${version}`);
+    }
+    return v;
+  }
+
+  findBySegment(segment: string): StoredVersion {
+    for (const versions of this.models.values()) {
+      for (const v of versions.values()) if (v.segment === segment) return v;
+    }
+    throw new NotFoundError(ErrorCodes.UNKNOWN_VERSION, `no segment named ${JSON.stringify(segment)}`);
+  }
+
+  latest(model: string): StoredVersion | null {
+    let best: StoredVersion | null = null;
+    for (const v of this.models.get(model)?.values() ?? []) {
+      if (v.state === 'complete' && (best === null || v.version > best.version)) best = v;
+    }
+    return best;
+  }
+
+  list(): StoredVersion[] {
+    return [...this.models.values()].flatMap((m) => [...m.values()]).sort((a, b) => a.model.localeCompare(b.model) || a.version - b.version);
+  }
+
+  usedBytes(): number {
+    let total = 0;
+    for (const v of this.list()) total += v.layout.totalSize;
+    return total;
+  }
+
+  // ---- publishing -----------------------------------------------------------------------
+
+  /** Starts a publication: allocates the segment and lays out the tensors. */
+  async begin(
+    request: { model: unknown; version: unknown; tensors: unknown; metadata?: Record<string, string>; chunkSize?: number },
+    owner: Requester,
+  ): Promise<StoredVersion> {
+    const model = validateModelId(request.model);
+    const version = validateVersion(request.version);
+    const specs = validateTensorSpecs(request.tensors);
+    const chunkSize = request.chunkSize ?? this.options.chunkSize;
+    const metadata = request.metadata ?? {};
+    this.checkNewVersion(model, version);
+    const layout = planLayout(specs, { model, version, chunkSize, extraMetadata: metadata });
+    return this.allocate(model, version, layout, metadata, owner);
+  }
+
+  private checkNewVersion(model: string, version: number): void {
+    const existing = this.models.get(model)?.get(version);
+    if (existing) {
+      throw new ConflictError(
+        ErrorCodes.VERSION_EXISTS,
+        `model ${JSON.stringify(model)} version ${version} is already ${existing.state === 'writing' ? 'being published' : 'held'}`,
+        { details: { model, version, state: existing.state } },
+      );
+    }
+  }
+
+  private async allocate(
+    model: string,
+    version: number,
+    layout: VersionLayout,
+    metadata: Record<string, string>,
+    owner: Requester,
+  ): Promise<StoredVersion> {
+    this.makeRoom(layout.totalSize, model);
+    const baseName = segmentBaseName(model, version);
+    const path = join(this.options.shmDir, baseName + WRITING_SUFFIX);
+    // Registered before the first await so that a racing begin of the same version conflicts.
+    const v = new StoredVersion(model, version, layout, metadata, baseName, path, null, owner);
+    this.versionsOf(model, true).set(version, v);
+    try {
+      try {
+        createSegment(path, layout.totalSize, this.options.fileMode);
+      } catch (err) {
+        if ((err as LaminarError).code === 'ENOSPC' || (err as LaminarError).code === 'ENOMEM') {
+          throw new CapacityError(
+            ErrorCodes.SHM_FULL,
+            `the shm directory ${this.options.shmDir} has no room for ${formatBytes(layout.totalSize)}`,
+            { cause: err, details: { needed: layout.totalSize } },
+          );
+        }
+        throw err;
+      }
+      v.mapping = new Mapping(path, { writable: true });
+      // A provisional header (checksums zero) so that the segment is a well-formed file from
+      // the start; commit rewrites it in place with the real checksums.
+      this.writeHeader(v, new Array<string>(layout.chunkCount).fill('0'.repeat(16)));
+      this.pin(v);
+      return v;
+    } catch (err) {
+      this.versionsOf(model).delete(version);
+      v.mapping?.close();
+      await unlink(path).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /**
+   * Frees retired-eligible versions (complete, not the latest of their model, not leased),
+   * oldest first, until `bytes` more fit in the budget; refuses when that is not enough.
+   */
+  private makeRoom(bytes: number, forModel: string): void {
+    const budget = this.options.memoryBudget;
+    let used = this.usedBytes();
+    if (used + bytes <= budget) return;
+    const candidates = this.list()
+      .filter((v) => v.state === 'complete' && v.leases === 0 && this.latest(v.model) !== v)
+      .sort((a, b) => (a.completedAt ?? 0) - (b.completedAt ?? 0));
+    for (const v of candidates) {
+      if (used + bytes <= budget) break;
+      used -= v.layout.totalSize;
+      void this.retire(v, 'memory budget');
+    }
+    if (used + bytes > budget) {
+      throw new CapacityError(
+        ErrorCodes.MEMORY_BUDGET,
+        `publishing ${formatBytes(bytes)} of ${forModel} would exceed the memory budget of ${formatBytes(budget)} ` +
+          `(${formatBytes(used)} held by latest, leased or in-progress versions)`,
+        { details: { budget, used, needed: bytes } },
+      );
+    }
+  }
+
+  private writeHeader(v: StoredVersion, checksums: string[]): void {
+    const header = encodeHeader(v.layout, { model: v.model, version: v.version, chunkSize: v.layout.chunkSize, checksums }, v.metadata);
+    new Uint8Array(v.mapping!.view(0, header.byteLength)).set(header);
+  }
+
+  private pin(v: StoredVersion): void {
+    if (!this.options.pin || !v.mapping) return;
+    const refused = this.pinningWorks ? v.mapping.lock() : 'skipped';
+    v.pinned = refused === null;
+    if (refused !== null && refused !== 'skipped') {
+      this.options.metrics.pinFailures.inc();
+      if (!this.pinRefusalLogged) {
+        this.pinRefusalLogged = true;
+        this.log.warn(
+          { errno: refused, size: v.layout.totalSize },
+          'mlock refused (RLIMIT_MEMLOCK or CAP_IPC_LOCK): the relay keeps running with unpinned versions; raise `ulimit -l` to pin',
+        );
+      }
+      this.pinningWorks = false;
+    }
+  }
+
+  /** Whether pinning works on this host (false after the kernel refused once). */
+  get pinningEnabled(): boolean {
+    return this.options.pin && this.pinningWorks;
+  }
+
+  writable(model: unknown, version: unknown): StoredVersion {
+    const v = this.get(validateModelId(model), validateVersion(version));
+    if (v.state !== 'writing' || v.committing) {
+      throw new ConflictError(ErrorCodes.NOT_WRITING, `model ${v.model} version ${v.version} is not open for writing (${v.state})`);
+    }
+    return v;
+  }
+
+  /** Records tensors a writer has filled, with its checksum of their bytes when given. */
+  markWritten(v: StoredVersion, tensors: { name: string; checksum?: string | null }[]): void {
+    for (const t of tensors) {
+      if (!v.hasTensor(t.name)) {
+        throw new InvalidInputError(ErrorCodes.UNKNOWN_TENSOR, `version ${v.version} of ${v.model} has no tensor ${JSON.stringify(t.name)}`);
+      }
+      if (t.checksum != null && !/^[0-9a-f]{16}$/.test(t.checksum)) {
+        throw new InvalidInputError(ErrorCodes.BAD_REQUEST, `checksum of ${JSON.stringify(t.name)} must be 16 hex digits`);
+      }
+    }
+    for (const t of tensors) v.written.set(t.name, t.checksum ?? null);
+  }
+
+  /**
+   * Verifies and completes a publication. Refuses (and keeps the version writing, so the
+   * writer can fix it) when tensors are missing or a writer's checksum does not match.
+   */
+  async commit(v: StoredVersion, requester: Requester): Promise<StoredVersion> {
+    if (v.owner !== requester) {
+      throw new ConflictError(ErrorCodes.NOT_OWNER, `only the connection that began version ${v.version} of ${v.model} may commit it`);
+    }
+    const missing = v.layout.tensors.filter((t) => !v.written.has(t.name)).map((t) => t.name);
+    if (missing.length > 0) {
+      throw new IntegrityError(
+        ErrorCodes.INCOMPLETE,
+        `${missing.length} tensor(s) not written: ${missing.slice(0, 10).join(', ')}${missing.length > 10 ? ', ...' : ''}`,
+        { details: { missing: missing.slice(0, 100) } },
+      );
+    }
+    const started = performance.now();
+    v.committing = true;
+    try {
+      const mismatched = await this.verifyTensors(v);
+      if (mismatched.length > 0) {
+        for (const name of mismatched) v.written.delete(name);
+        throw new IntegrityError(
+          ErrorCodes.CHECKSUM_MISMATCH,
+          `bytes of ${mismatched.length} tensor(s) differ from what their writer checksummed: ${mismatched.slice(0, 10).join(', ')}`,
+          { details: { mismatched: mismatched.slice(0, 100) } },
+        );
+      }
+      await this.complete(v, await this.computeChunkChecksums(v));
+      this.options.metrics.commitSeconds.observe((performance.now() - started) / 1e3);
+      return v;
+    } finally {
+      v.committing = false;
+      if (v.state === 'writing' && v.owner === null) await this.discard(v, 'owner disconnected during commit');
+    }
+  }
+
+  private async verifyTensors(v: StoredVersion): Promise<string[]> {
+    const toCheck = v.layout.tensors.filter((t) => v.written.get(t.name) != null);
+    const sums = await mapLimit(toCheck, this.options.verifyConcurrency, (t) => v.mapping!.checksumAsync(t.offset, t.byteLength));
+    this.options.metrics.checksumBytes.inc(toCheck.reduce((s, t) => s + t.byteLength, 0));
+    return toCheck.filter((t, i) => checksumHex(sums[i]!) !== v.written.get(t.name)).map((t) => t.name);
+  }
+
+  private async computeChunkChecksums(v: StoredVersion): Promise<string[]> {
+    const indices = Array.from({ length: v.layout.chunkCount }, (_, i) => i);
+    const sums = await mapLimit(indices, this.options.verifyConcurrency, (i) => {
+      const { offset, length } = chunkRange(v.layout, i);
+      return v.mapping!.checksumAsync(offset, length);
+    });
+    this.options.metrics.checksumBytes.inc(v.layout.dataLength);
+    return sums.map(checksumHex);
+  }
+
+  /** Chunk indices whose bytes do not match `expected`. */
+  async verifyChunks(v: StoredVersion, expected: readonly string[]): Promise<number[]> {
+    const actual = await this.computeChunkChecksums(v);
+    return actual.flatMap((sum, i) => (sum === expected[i] ? [] : [i]));
+  }
+
+  private async complete(v: StoredVersion, checksums: string[]): Promise<void> {
+    this.writeHeader(v, checksums);
+    const finalPath = join(this.options.shmDir, v.baseName + COMPLETE_SUFFIX);
+    await rename(v.path, finalPath);
+    // Read-only from now on: a stale writer mapping cannot be reopened for writing.
+    await chmod(finalPath, this.options.fileMode & 0o444).catch(() => undefined);
+    v.path = finalPath;
+    v.checksums = checksums;
+    v.state = 'complete';
+    v.completedAt = Date.now();
+    v.owner = null;
+    this.options.metrics.publishes.inc({ result: 'complete' });
+    this.log.info({ model: v.model, version: v.version, size: v.layout.totalSize, chunks: checksums.length }, 'version complete');
+    this.emit('complete', v);
+    this.wakeWaiters(v);
+    this.applyRetention(v.model);
+  }
+
+  async abort(v: StoredVersion, requester: Requester, reason: string): Promise<void> {
+    if (v.owner !== requester) throw new ConflictError(ErrorCodes.NOT_OWNER, `only the connection that began this version may abort it`);
+    if (v.committing) {
+      v.owner = null; // the commit in flight discards it if it fails
+      return;
+    }
+    await this.discard(v, reason);
+  }
+
+  /** Called when a client connection ends: its unfinished publications are discarded. */
+  async ownerGone(requester: number): Promise<void> {
+    for (const v of this.list()) {
+      if (v.state !== 'writing' || v.owner !== requester) continue;
+      if (v.committing) v.owner = null;
+      else await this.discard(v, 'publisher disconnected');
+    }
+  }
+
+  private async discard(v: StoredVersion, reason: string): Promise<void> {
+    if (this.models.get(v.model)?.get(v.version) === v) this.versionsOf(v.model).delete(v.version);
+    v.mapping?.close();
+    v.mapping = null;
+    v.state = 'retired';
+    await unlink(v.path).catch(() => undefined);
+    this.options.metrics.publishes.inc({ result: 'aborted' });
+    this.log.info({ model: v.model, version: v.version, reason }, 'publication discarded');
+  }
+
+  /**
+   * Adopts a trainer checkpoint (a .safetensors file or a directory of shards) as a version:
+   * the relay reads the files straight into a new segment and computes its checksums.
+   */
+  async adopt(
+    request: { model: unknown; version: unknown; path: string; chunkSize?: number },
+    onProgress?: (done: number, total: number) => void,
+  ): Promise<StoredVersion> {
+    const model = validateModelId(request.model);
+    const version = validateVersion(request.version);
+    this.checkNewVersion(model, version);
+    const checkpoint = await readCheckpoint(request.path);
+    const specs = checkpoint.shards.flatMap((s) => s.tensors);
+    const metadata = { ...checkpoint.shards[0]?.metadata, 'laminar.source': request.path };
+    const layout = planLayout(specs, { model, version, chunkSize: request.chunkSize ?? this.options.chunkSize, extraMetadata: metadata });
+    const v = await this.allocate(model, version, layout, metadata, null);
+    try {
+      // Shards are laid out back to back in file order, so each is one contiguous copy; big
+      // shards are split so that progress moves and several threads read at once.
+      const piece = 256 * 1024 * 1024;
+      const jobs: { path: string; fileOffset: number; target: number; length: number }[] = [];
+      let target = layout.dataOffset;
+      for (const shard of checkpoint.shards) {
+        for (let done = 0; done < shard.dataLength; done += piece) {
+          jobs.push({ path: shard.path, fileOffset: shard.dataOffset + done, target: target + done, length: Math.min(piece, shard.dataLength - done) });
+        }
+        target += shard.dataLength;
+      }
+      let copied = 0;
+      onProgress?.(0, layout.dataLength);
+      await mapLimit(jobs, this.options.verifyConcurrency, async (job) => {
+        await v.mapping!.readFile(job.path, job.fileOffset, job.target, job.length);
+        copied += job.length;
+        onProgress?.(copied, layout.dataLength);
+      });
+      await this.complete(v, await this.computeChunkChecksums(v));
+      return v;
+    } catch (err) {
+      await this.discard(v, 'checkpoint adoption failed');
+      throw err;
+    }
+  }
+
+  // ---- reading ----------------------------------------------------------------------------
+
+  /**
+   * Finds a complete version (latest, exact or at least N), waiting up to timeoutMs for one to
+   * arrive. The caller takes a lease on the result.
+   */
+  async find(request: AcquireRequest, signal?: AbortSignal): Promise<StoredVersion> {
+    const model = validateModelId(request.model);
+    if (request.version !== undefined) validateVersion(request.version);
+    if (request.atLeast !== undefined) validateVersion(request.atLeast);
+    const matches = (v: StoredVersion): boolean =>
+      v.model === model &&
+      v.state === 'complete' &&
+      (request.version === undefined || v.version === request.version) &&
+      (request.atLeast === undefined || v.version >= request.atLeast);
+    const pick = (): StoredVersion | null => {
+      if (request.version !== undefined) {
+        const v = this.models.get(model)?.get(request.version);
+        return v && matches(v) ? v : null;
+      }
+      const latest = this.latest(model);
+      return latest && matches(latest) ? latest : null;
+    };
+    const found = pick();
+    if (found) return found;
+    const timeoutMs = request.timeoutMs ?? 0;
+    const latest = this.latest(model);
+    const unreachable = request.version !== undefined && latest !== null && request.version < latest.version && !this.models.get(model)?.has(request.version);
+    if (timeoutMs <= 0 || unreachable) {
+      if (!this.models.has(model)) throw new NotFoundError(ErrorCodes.UNKNOWN_MODEL, `no versions of model ${JSON.stringify(model)}`);
+      throw new NotFoundError(ErrorCodes.UNKNOWN_VERSION, `no complete version of ${model} matches ${describe(request)}`, {
+        details: { latest: latest?.version ?? null },
+      });
+    }
+    return new Promise<StoredVersion>((resolve, reject) => {
+      const set = this.waiters.get(model) ?? new Set<Waiter>();
+      this.waiters.set(model, set);
+      const cleanup = (): void => {
+        clearTimeout(timer);
+        set.delete(waiter);
+        signal?.removeEventListener('abort', onAbort);
+      };
+      const waiter: Waiter = {
+        matches,
+        resolve: (v) => {
+          cleanup();
+          resolve(v);
+        },
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new TimeoutError(`no version of ${model} matching ${describe(request)} arrived within ${timeoutMs} ms`, { model }));
+      }, timeoutMs);
+      const onAbort = (): void => {
+        cleanup();
+        reject(new LaminarError(ErrorCodes.ABORTED, 'acquire cancelled'));
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      set.add(waiter);
+    });
+  }
+
+  private wakeWaiters(v: StoredVersion): void {
+    for (const w of [...(this.waiters.get(v.model) ?? [])]) if (w.matches(v)) w.resolve(v);
+  }
+
+  lease(v: StoredVersion): void {
+    v.leases++;
+  }
+
+  unlease(v: StoredVersion): void {
+    v.leases = Math.max(0, v.leases - 1);
+    if (v.leases === 0) this.applyRetention(v.model);
+  }
+
+  // ---- retention --------------------------------------------------------------------------
+
+  /** Keeps the latest complete version, every leased one and `keepVersions` more. */
+  applyRetention(model: string): void {
+    const complete = [...(this.models.get(model)?.values() ?? [])].filter((v) => v.state === 'complete').sort((a, b) => b.version - a.version);
+    complete.slice(1 + this.options.keepVersions).forEach((v) => {
+      if (v.leases === 0) void this.retire(v, 'retention');
+    });
+  }
+
+  private async retire(v: StoredVersion, reason: string): Promise<void> {
+    if (v.state !== 'complete') return;
+    v.state = 'retired';
+    this.versionsOf(v.model).delete(v.version);
+    v.mapping?.close();
+    v.mapping = null;
+    // Clients that still have it mapped keep their pages; the name is gone at once.
+    await unlink(v.path).catch((err: unknown) => this.log.warn({ err, path: v.path }, 'could not unlink a retired segment'));
+    this.log.info({ model: v.model, version: v.version, reason }, 'version retired');
+    this.emit('retired', v);
+  }
+
+  pinnedBytes(): number {
+    return this.list().reduce((s, v) => s + (v.pinned ? v.layout.totalSize : 0), 0);
+  }
+}
+
+function describe(r: AcquireRequest): string {
+  if (r.version !== undefined) return `version ${r.version}`;
+  if (r.atLeast !== undefined) return `version >= ${r.atLeast}`;
+  return 'latest';
+}
+
+/** A pid file in the shm directory, so that two relays never manage the same segments. */
+export async function lockDirectory(dir: string): Promise<() => Promise<void>> {
+  await mkdir(dir, { recursive: true, mode: 0o750 });
+  const file = join(dir, 'relay.pid');
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      await writeFile(file, String(process.pid), { flag: 'wx', mode: 0o640 });
+      return async () => {
+        await unlink(file).catch(() => undefined);
+      };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const pid = Number((await readFile(file, 'utf8').catch(() => '')).trim());
+      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && isAlive(pid)) {
+        throw new ConflictError('ERR_SHM_DIR_IN_USE', `relay pid ${pid} already manages ${dir}`);
+      }
+      await unlink(file).catch(() => undefined); // stale: its relay is gone
+    }
+  }
+  throw new ConflictError('ERR_SHM_DIR_IN_USE', `could not lock ${dir}`);
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
