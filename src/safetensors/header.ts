@@ -293,7 +293,7 @@ export function parseHeader(json: Uint8Array, fileSize: number, chunkSizeDefault
       dataOffset,
       dataLength,
       totalSize: fileSize,
-      tensors,
+      tensors: sorted,
       chunkSize,
       chunkCount: chunkCountFor(dataLength, chunkSize),
     },

@@ -64,13 +64,24 @@ const WATCH_QUEUE_LIMIT = 1024;
 
 export class RelayClient implements AsyncDisposable {
   private readonly watchers = new Map<number, (event: VersionEvent) => void>();
+  /**
+   * Events that arrive in the same read as the watch's own response reach us before the
+   * watcher is registered: they wait here (bounded) instead of being lost.
+   */
+  private readonly early = new Map<number, VersionEvent[]>();
 
   private constructor(
     private readonly connection: FrameConnection,
     readonly relayId: string,
     readonly shmDir: string,
   ) {
-    connection.onVersionEvent = (event) => this.watchers.get(event.watch)?.(event);
+    connection.onVersionEvent = (event) => {
+      const watcher = this.watchers.get(event.watch);
+      if (watcher) return watcher(event);
+      const queue = this.early.get(event.watch) ?? [];
+      if (queue.length < WATCH_QUEUE_LIMIT) queue.push(event);
+      this.early.set(event.watch, queue);
+    };
   }
 
   static async connect(options: ConnectOptions = {}): Promise<RelayClient> {
@@ -182,6 +193,8 @@ export class RelayClient implements AsyncDisposable {
       else queue.push(event);
       wake?.();
     });
+    queue.push(...(this.early.get(watch) ?? []));
+    this.early.delete(watch);
     const onAbort = (): void => wake?.();
     options.signal?.addEventListener('abort', onAbort);
     try {

@@ -1,0 +1,162 @@
+/**
+ * Test helpers for relays: temp shm directories, relays in-process (startRelay) or as real
+ * child processes (for kills and restarts), and raw socket access for protocol abuse.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createConnection, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startRelay, type Relay } from '../../src/relay/daemon.js';
+import type { RelayOptionsInput } from '../../src/relay/options.js';
+import { encodeFrame, FrameDecoder, decodePayload } from '../../src/relay/protocol/frame.js';
+
+export const REPO = fileURLToPath(new URL('../..', import.meta.url));
+export const CLI = join(REPO, 'dist/src/cli/laminar.js');
+
+/** A fresh directory on /dev/shm (tmpfs), removed by the returned cleanup. */
+export function tempShmDir(prefix = 'laminar-test-'): { dir: string; cleanup(): void } {
+  const dir = mkdtempSync(join('/dev/shm', prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+export async function inProcessRelay(shmDir: string, options: RelayOptionsInput = {}): Promise<Relay> {
+  return startRelay({ shmDir: join(shmDir, 'segments'), socketPath: join(shmDir, 'relay.sock'), metricsPort: 0, ...options });
+}
+
+export interface RelayProcess {
+  child: ChildProcess;
+  socketPath: string;
+  shmDir: string;
+  metricsPort: number;
+  logs: string[];
+  /** Resolves with the exit code (or signal name). */
+  exited: Promise<number | string>;
+  stop(signal?: NodeJS.Signals): Promise<number | string>;
+}
+
+/** Starts `laminar relay` as a child process and waits until it logs "relay ready". */
+export async function spawnRelay(
+  root: string,
+  extraArgs: string[] = [],
+  wrap: string[] = [],
+): Promise<RelayProcess> {
+  const shmDir = join(root, 'segments');
+  const socketPath = join(root, 'relay.sock');
+  const args = [CLI, 'relay', '--shm-dir', shmDir, '--socket', socketPath, '--metrics-port', '0', ...extraArgs];
+  const [cmd, ...rest] = wrap.length > 0 ? [...wrap, process.execPath, ...args] : [process.execPath, ...args];
+  const child = spawn(cmd!, rest, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const logs: string[] = [];
+  const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  const metricsPort = await new Promise<number>((resolve, reject) => {
+    let buffered = '';
+    const timer = setTimeout(() => reject(new Error(`relay did not start:\n${logs.join('\n')}`)), 20_000);
+    child.stderr!.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const lines = buffered.split('\n');
+      buffered = lines.pop()!;
+      for (const line of lines) {
+        logs.push(line);
+        try {
+          const entry = JSON.parse(line) as { msg?: string; metricsPort?: number };
+          if (entry.msg === 'relay ready') {
+            clearTimeout(timer);
+            resolve(entry.metricsPort ?? -1);
+          }
+        } catch {
+          // not JSON (e.g. a crash trace): kept in logs
+        }
+      }
+    });
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`relay exited (${code}) before it was ready:\n${logs.join('\n')}`));
+    });
+  });
+  return {
+    child,
+    socketPath,
+    shmDir,
+    metricsPort,
+    logs,
+    exited,
+    stop(signal = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+export async function metricsText(port: number): Promise<string> {
+  const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+  return res.text();
+}
+
+/** Reads one metric sample's value from Prometheus text (labels given as a `k="v"` string). */
+export function metricValue(text: string, name: string, labels = ''): number {
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#')) continue;
+    const [key, value] = line.split(' ');
+    if (key === name + (labels ? `{${labels}}` : '')) return Number(value);
+  }
+  return 0;
+}
+
+/** A raw socket speaking frames, to send what a well-behaved client never would. */
+export class RawClient {
+  private readonly decoder = new FrameDecoder(64 * 1024 * 1024);
+  private readonly inbox: unknown[] = [];
+  private waiting: (() => void) | null = null;
+  closed = false;
+
+  private constructor(readonly socket: Socket) {
+    socket.on('data', (chunk) => {
+      for (const p of this.decoder.push(chunk)) this.inbox.push(decodePayload(p));
+      this.waiting?.();
+    });
+    socket.on('close', () => {
+      this.closed = true;
+      this.waiting?.();
+    });
+    socket.on('error', () => undefined);
+  }
+
+  static connect(path: string): Promise<RawClient> {
+    return new Promise((resolve, reject) => {
+      const s = createConnection(path, () => resolve(new RawClient(s)));
+      s.once('error', reject);
+    });
+  }
+
+  send(message: unknown): void {
+    this.socket.write(encodeFrame(message));
+  }
+
+  write(bytes: Uint8Array): void {
+    this.socket.write(bytes);
+  }
+
+  /** The next message from the relay, or null once the socket closed. */
+  async next(timeoutMs = 5000): Promise<unknown> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.inbox.length === 0) {
+      if (this.closed) return null;
+      if (Date.now() > deadline) throw new Error('no message from relay');
+      await new Promise<void>((resolve) => {
+        this.waiting = resolve;
+        setTimeout(resolve, 50);
+      });
+    }
+    return this.inbox.shift();
+  }
+
+  async waitClosed(timeoutMs = 5000): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    while (!this.closed && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    return this.closed;
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}

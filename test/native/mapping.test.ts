@@ -1,0 +1,99 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { NativeError } from '../../src/common/errors.js';
+import { Mapping, checksumBuffer, checksumHex, createSegment, memlockLimit } from '../../src/native/index.js';
+import { tempShmDir } from '../helpers/relay.js';
+
+describe('native segments and mappings', () => {
+  let tmp: ReturnType<typeof tempShmDir>;
+  beforeEach(() => {
+    tmp = tempShmDir();
+  });
+  afterEach(() => tmp.cleanup());
+
+  it('creates, maps, views and checksums a segment', async () => {
+    const path = join(tmp.dir, 'seg');
+    createSegment(path, 1 << 20, 0o640);
+    const m = new Mapping(path, { writable: true });
+    expect(m.size).toBe(1 << 20);
+    const view = new Uint8Array(m.view(4096, 8192));
+    view.fill(7);
+    const r = new Mapping(path, { writable: false });
+    expect(new Uint8Array(r.view(4096, 4))).toEqual(new Uint8Array([7, 7, 7, 7]));
+    const syncSum = r.checksum(0, r.size);
+    expect(await r.checksumAsync(0, r.size)).toBe(syncSum);
+    const copy = Buffer.alloc(1 << 20);
+    copy.fill(7, 4096, 4096 + 8192);
+    expect(checksumBuffer(copy)).toBe(syncSum);
+    expect(checksumHex(syncSum)).toMatch(/^[0-9a-f]{16}$/);
+    m.close();
+    r.close();
+  });
+
+  it('raises the project error class with errno codes', () => {
+    const path = join(tmp.dir, 'seg');
+    createSegment(path, 4096);
+    let err: unknown;
+    try {
+      createSegment(path, 4096);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(NativeError);
+    expect(err).toMatchObject({ code: 'EEXIST', syscall: 'open' });
+    expect(() => new Mapping(join(tmp.dir, 'missing'))).toThrow(expect.objectContaining({ code: 'ENOENT' }));
+    expect(() => createSegment(join(tmp.dir, 'zero'), 0)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+  });
+
+  it('refuses out-of-range views and detaches views on close', () => {
+    const m = new Mapping(null, { size: 1 << 16 });
+    expect(() => m.view(1 << 16, 1)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
+    expect(() => m.view(-1, 1)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    expect(() => m.checksum(10, 1 << 16)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
+    const v = m.view(0, 1024);
+    expect(v.byteLength).toBe(1024);
+    m.close();
+    expect(v.byteLength).toBe(0); // detached: no access to unmapped memory
+    expect(m.closed).toBe(true);
+    expect(() => m.view(0, 1)).toThrow(expect.objectContaining({ code: 'ERR_MAPPING_CLOSED' }));
+  });
+
+  it('copies natively between mappings and from files, and outlives close() during async work', async () => {
+    const a = new Mapping(null, { size: 64 << 20, populate: true });
+    new Uint8Array(a.view(0, 64 << 20)).fill(3);
+    const b = new Mapping(null, { size: 64 << 20 });
+    const pending = b.copyFrom(a, 0, 0, 64 << 20);
+    a.close(); // the copy holds the region: no crash
+    await pending;
+    expect(new Uint8Array(b.view((64 << 20) - 1, 1))[0]).toBe(3);
+    const file = join(tmp.dir, 'file');
+    writeFileSync(file, Buffer.from('hello world'));
+    await b.readFile(file, 6, 100, 5);
+    expect(Buffer.from(b.view(100, 5)).toString()).toBe('world');
+    await expect(b.readFile(file, 6, 0, 50)).rejects.toMatchObject({ code: 'EIO' });
+    await expect(b.readFile(join(tmp.dir, 'nope'), 0, 0, 1)).rejects.toMatchObject({ code: 'ENOENT' });
+    b.close();
+  });
+
+  it('pins pages, and reports the memlock limit', () => {
+    const m = new Mapping(null, { size: 1 << 20 });
+    const refused = m.lock();
+    expect(refused === null || typeof refused === 'string').toBe(true);
+    expect(m.locked).toBe(refused === null);
+    const lim = memlockLimit();
+    expect(typeof lim.soft).toBe('number');
+    m.close();
+  });
+
+  it('frees regions of views that are garbage collected', async () => {
+    const gc = (globalThis as { gc?: () => void }).gc;
+    for (let i = 0; i < 200; i++) {
+      const m = new Mapping(null, { size: 1 << 20 });
+      m.view(0, 1 << 20);
+      m.close();
+    }
+    gc?.();
+    expect(true).toBe(true);
+  });
+});

@@ -1,0 +1,34 @@
+import { describe, expect, it } from 'vitest';
+import { formatBytes, parseBytes, parseDuration } from '../../src/common/units.js';
+import { parseRelayOptions } from '../../src/relay/options.js';
+import { segmentBaseName, validateSegmentName } from '../../src/relay/segments.js';
+
+describe('units and options', () => {
+  it('parses byte sizes', () => {
+    expect(parseBytes('32MiB')).toBe(32 * 2 ** 20);
+    expect(parseBytes('20 GB')).toBe(20e9);
+    expect(parseBytes('1.5GiB')).toBe(1.5 * 2 ** 30);
+    expect(parseBytes(4096)).toBe(4096);
+    expect(() => parseBytes('12 parsecs')).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    expect(formatBytes(3 * 2 ** 30)).toBe('3.0 GiB');
+    expect(parseDuration('5s')).toBe(5000);
+  });
+
+  it('parses relay options and refuses contradictions', () => {
+    const o = parseRelayOptions({ shmDir: '/dev/shm/x', memoryBudget: '2GiB', keepVersions: '0' });
+    expect(o.socketPath).toBe('/dev/shm/x/relay.sock');
+    expect(o.memoryBudget).toBe(2 ** 31);
+    expect(Object.isFrozen(o)).toBe(true);
+    expect(() => parseRelayOptions({ chunkSize: '1KiB' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    expect(() => parseRelayOptions({ keepVersions: '-1' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    expect(() => parseRelayOptions({ socketMode: '999' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+  });
+
+  it('derives file-name-safe segment names and refuses escapes', () => {
+    expect(segmentBaseName('Qwen/Qwen2.5-7B', 12)).toBe('Qwen~2fQwen2.5-7B.v12');
+    expect(segmentBaseName('../../etc', 1)).not.toContain('/');
+    for (const bad of ['../x', '/etc/passwd', 'a/b', '..', '.hidden', '', 'a\u0000b', 42]) {
+      expect(() => validateSegmentName(bad)).toThrow(expect.objectContaining({ code: 'ERR_BAD_SEGMENT_NAME' }));
+    }
+  });
+});
