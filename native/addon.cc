@@ -27,6 +27,7 @@ static Napi::Object InitLaminar(Napi::Env env, Napi::Object exports) {
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClassJs, "setErrorClass"));
   exports.Set("Mapping", Mapping::Init(env));
   exports.Set("createSegment", Napi::Function::New(env, CreateSegment, "createSegment"));
+  exports.Set("createSegmentAsync", Napi::Function::New(env, CreateSegmentAsync, "createSegmentAsync"));
   exports.Set("memlockLimit", Napi::Function::New(env, MemlockLimit, "memlockLimit"));
   exports.Set("checksumBuffer", Napi::Function::New(env, ChecksumBuffer, "checksumBuffer"));
   return exports;

@@ -2,11 +2,27 @@
 
 #include <xxhash.h>
 
+#include <cstring>
+
 #include "errors.h"
 
 namespace laminar {
 
 uint64_t ChecksumBytes(const void* data, size_t length) { return XXH3_64bits(data, length); }
+
+uint64_t CopyAndChecksum(void* dst, const void* src, size_t length) {
+  constexpr size_t kBlock = 128 * 1024;  // stays in L2 between the copy and the hash
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  auto* d = static_cast<uint8_t*>(dst);
+  auto* s = static_cast<const uint8_t*>(src);
+  for (size_t done = 0; done < length; done += kBlock) {
+    size_t n = length - done < kBlock ? length - done : kBlock;
+    std::memcpy(d + done, s + done, n);
+    XXH3_64bits_update(&state, d + done, n);
+  }
+  return XXH3_64bits_digest(&state);
+}
 
 Napi::Value ChecksumBuffer(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

@@ -12,6 +12,9 @@ namespace laminar {
 
 uint64_t ChecksumBytes(const void* data, size_t length);
 
+// memcpy(dst, src, length) and the XXH3-64 of the bytes, block by block in one pass.
+uint64_t CopyAndChecksum(void* dst, const void* src, size_t length);
+
 // checksumBuffer(view: ArrayBufferView | ArrayBuffer): bigint, for data that is not in a mapping.
 Napi::Value ChecksumBuffer(const Napi::CallbackInfo& info);
 

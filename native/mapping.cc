@@ -155,6 +155,23 @@ class PopulateWorker : public RegionWorker {
   bool write_;
 };
 
+// mlock on the pool: pinning a large version takes a while and must not stall the relay.
+class LockWorker : public RegionWorker {
+ public:
+  LockWorker(Napi::Env env, std::shared_ptr<Region> r) : RegionWorker(env, std::move(r), "mlock") {}
+  void Execute() override {
+    if (region_->locked) return;
+    if (mlock(region_->addr, region_->size) == 0) region_->locked = true;
+    else refused_ = errno;
+  }
+  Napi::Value Result() override {
+    return refused_ == 0 ? Env().Null() : Napi::String::New(Env(), ErrnoName(refused_));
+  }
+
+ private:
+  int refused_ = 0;
+};
+
 }  // namespace
 
 Napi::Function Mapping::Init(Napi::Env env) {
@@ -164,6 +181,8 @@ Napi::Function Mapping::Init(Napi::Env env) {
       InstanceAccessor<&Mapping::Closed>("closed"),
       InstanceMethod<&Mapping::View>("view"),
       InstanceMethod<&Mapping::Lock>("lock"),
+      InstanceMethod<&Mapping::LockAsync>("lockAsync"),
+      InstanceMethod<&Mapping::Write>("write"),
       InstanceMethod<&Mapping::Checksum>("checksum"),
       InstanceMethod<&Mapping::ChecksumAsync>("checksumAsync"),
       InstanceMethod<&Mapping::CopyFrom>("copyFrom"),
@@ -293,6 +312,53 @@ Napi::Value Mapping::Lock(const Napi::CallbackInfo& info) {
   if (mlock(region_->addr, region_->size) != 0) return Napi::String::New(env, ErrnoName(errno));
   region_->locked = true;
   return env.Null();
+}
+
+Napi::Value Mapping::LockAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  auto* worker = new LockWorker(env, region_);
+  auto promise = worker->Promise();
+  worker->Queue();
+  return promise;
+}
+
+// write(offset, source: ArrayBuffer | ArrayBufferView): bigint
+// Copies the source into the mapping and returns the XXH3-64 of the bytes, in one pass: each
+// block is hashed right after it is copied, while it is still in cache, so a writer gets a
+// checksum of what it wrote for little more than the price of the copy.
+Napi::Value Mapping::Write(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  size_t offset;
+  if (!ToSize(info[0], &offset)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "offset must be a non-negative integer");
+    return env.Undefined();
+  }
+  const uint8_t* src = nullptr;
+  size_t length = 0;
+  if (info[1].IsTypedArray()) {
+    auto view = info[1].As<Napi::TypedArray>();
+    src = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+    length = view.ByteLength();
+  } else if (info[1].IsDataView()) {
+    auto view = info[1].As<Napi::DataView>();
+    src = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+    length = view.ByteLength();
+  } else if (info[1].IsArrayBuffer()) {
+    auto buffer = info[1].As<Napi::ArrayBuffer>();
+    src = static_cast<const uint8_t*>(buffer.Data());
+    length = buffer.ByteLength();
+  } else {
+    ThrowCode(env, "ERR_INVALID_ARG", "source must be an ArrayBuffer or a view of one");
+    return env.Undefined();
+  }
+  if (offset > region_->size || length > region_->size - offset) {
+    ThrowCode(env, "ERR_OUT_OF_RANGE", "write of " + std::to_string(length) + " bytes at " + std::to_string(offset) +
+                                           " is outside the mapping of " + std::to_string(region_->size) + " bytes");
+    return env.Undefined();
+  }
+  return Napi::BigInt::New(env, static_cast<uint64_t>(CopyAndChecksum(region_->at(offset), src, length)));
 }
 
 Napi::Value Mapping::Checksum(const Napi::CallbackInfo& info) {

@@ -10,6 +10,7 @@
 #include <napi.h>
 
 #include <cstddef>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,7 +20,7 @@ namespace laminar {
 struct Region {
   void* addr = nullptr;
   size_t size = 0;
-  bool locked = false;
+  std::atomic<bool> locked{false};  // set by a pool thread (lockAsync), read on the JS thread
   ~Region();
   uint8_t* at(size_t offset) const { return static_cast<uint8_t*>(addr) + offset; }
 };
@@ -39,6 +40,8 @@ class Mapping : public Napi::ObjectWrap<Mapping> {
   Napi::Value Closed(const Napi::CallbackInfo& info);
   Napi::Value View(const Napi::CallbackInfo& info);
   Napi::Value Lock(const Napi::CallbackInfo& info);
+  Napi::Value LockAsync(const Napi::CallbackInfo& info);
+  Napi::Value Write(const Napi::CallbackInfo& info);
   Napi::Value Checksum(const Napi::CallbackInfo& info);
   Napi::Value ChecksumAsync(const Napi::CallbackInfo& info);
   Napi::Value CopyFrom(const Napi::CallbackInfo& info);

@@ -11,6 +11,10 @@ namespace laminar {
 // kills the writer with SIGBUS, while a refused reservation is an ordinary ENOSPC error here.
 Napi::Value CreateSegment(const Napi::CallbackInfo& info);
 
+// createSegmentAsync(path, size, mode): Promise<void>, the same on the libuv pool (reserving
+// gigabytes zeroes every page and takes a while).
+Napi::Value CreateSegmentAsync(const Napi::CallbackInfo& info);
+
 // memlockLimit(): { soft, hard } of RLIMIT_MEMLOCK in bytes (-1 = unlimited).
 Napi::Value MemlockLimit(const Napi::CallbackInfo& info);
 

@@ -26,6 +26,10 @@ export interface Mapping {
   view(offset: number, length: number): ArrayBuffer;
   /** mlock the whole mapping: null on success, or the errno name the kernel answered. */
   lock(): string | null;
+  /** mlock on the libuv pool; resolves like lock(). */
+  lockAsync(): Promise<string | null>;
+  /** Copies source into the mapping at offset and returns the XXH3-64 of those bytes (one pass). */
+  write(offset: number, source: ArrayBufferView | ArrayBuffer): bigint;
   checksum(offset: number, length: number): bigint;
   checksumAsync(offset: number, length: number): Promise<bigint>;
   copyFrom(source: Mapping, sourceOffset: number, targetOffset: number, length: number): Promise<void>;
@@ -38,6 +42,7 @@ interface NativeAddon {
   setErrorClass(ctor: new (message: string, code: string) => Error): void;
   Mapping: new (path: string | null, options?: MappingOptions) => Mapping;
   createSegment(path: string, size: number, mode?: number): void;
+  createSegmentAsync(path: string, size: number, mode?: number): Promise<void>;
   memlockLimit(): { soft: number; hard: number };
   checksumBuffer(data: ArrayBufferView | ArrayBuffer): bigint;
 }
@@ -62,6 +67,7 @@ native.setErrorClass(NativeError);
 
 export const Mapping = native.Mapping;
 export const createSegment = native.createSegment;
+export const createSegmentAsync = native.createSegmentAsync;
 export const memlockLimit = native.memlockLimit;
 export const checksumBuffer = native.checksumBuffer;
 

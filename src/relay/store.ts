@@ -25,7 +25,7 @@ import {
 } from '../common/errors.js';
 import { mapLimit } from '../common/concurrency.js';
 import { formatBytes } from '../common/units.js';
-import { Mapping, checksumHex, createSegment } from '../native/index.js';
+import { Mapping, checksumHex, createSegmentAsync } from '../native/index.js';
 import {
   chunkRange,
   encodeHeader,
@@ -142,6 +142,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   private readonly models = new Map<string, Map<number, StoredVersion>>();
   private readonly waiters = new Map<string, Set<Waiter>>();
   private pinRefusalLogged = false;
+  private pinQueue: Promise<void> = Promise.resolve();
   private pinningWorks = true;
   private readonly log: Logger;
 
@@ -316,7 +317,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     this.versionsOf(model, true).set(version, v);
     try {
       try {
-        createSegment(path, layout.totalSize, this.options.fileMode);
+        await createSegmentAsync(path, layout.totalSize, this.options.fileMode);
       } catch (err) {
         if ((err as LaminarError).code === 'ENOSPC' || (err as LaminarError).code === 'ENOMEM') {
           throw new CapacityError(
@@ -331,7 +332,6 @@ export class VersionStore extends EventEmitter<StoreEvents> {
       // A provisional header (checksums zero) so that the segment is a well-formed file from
       // the start; commit rewrites it in place with the real checksums.
       this.writeHeader(v, new Array<string>(layout.chunkCount).fill('0'.repeat(16)));
-      this.pin(v);
       return v;
     } catch (err) {
       this.versionsOf(model).delete(version);
@@ -372,12 +372,21 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     new Uint8Array(v.mapping!.view(0, header.byteLength)).set(header);
   }
 
+  /**
+   * Pins a complete version in RAM, in the background and one version at a time: mlock of
+   * gigabytes takes a while (cheapest on the read-only mapping of a finished segment) and nobody
+   * should wait for it. When the kernel refuses once, the relay says so and stops trying.
+   */
   private pin(v: StoredVersion): void {
-    if (!this.options.pin || !v.mapping) return;
-    const refused = this.pinningWorks ? v.mapping.lock() : 'skipped';
-    v.pinned = refused === null;
-    if (refused !== null && refused !== 'skipped') {
+    if (!this.options.pin) return;
+    this.pinQueue = this.pinQueue.then(async () => {
+      const mapping = v.mapping;
+      if (!this.pinningWorks || !mapping || mapping.closed || v.state !== 'complete') return;
+      const refused = await mapping.lockAsync().catch((err: unknown) => String((err as LaminarError).code ?? err));
+      v.pinned = refused === null && !mapping.closed;
+      if (refused === null) return;
       this.options.metrics.pinFailures.inc();
+      this.pinningWorks = false;
       if (!this.pinRefusalLogged) {
         this.pinRefusalLogged = true;
         this.log.warn(
@@ -385,8 +394,12 @@ export class VersionStore extends EventEmitter<StoreEvents> {
           'mlock refused (RLIMIT_MEMLOCK or CAP_IPC_LOCK): the relay keeps running with unpinned versions; raise `ulimit -l` to pin',
         );
       }
-      this.pinningWorks = false;
-    }
+    });
+  }
+
+  /** Resolves when every pin requested so far has been tried (tests, benchmarks). */
+  pinned(): Promise<void> {
+    return this.pinQueue;
   }
 
   /** Whether pinning works on this host (false after the kernel refused once). */
@@ -482,6 +495,8 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     // Read-only from now on: a stale writer mapping cannot be reopened for writing.
     await chmod(finalPath, this.options.fileMode & 0o444).catch(() => undefined);
     v.path = finalPath;
+    v.mapping!.close();
+    v.mapping = new Mapping(finalPath, { writable: false });
     v.checksums = checksums;
     v.state = 'complete';
     v.completedAt = Date.now();
@@ -491,6 +506,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     this.emit('complete', v);
     this.wakeWaiters(v);
     this.applyRetention(v.model);
+    this.pin(v);
   }
 
   async abort(v: StoredVersion, requester: Requester, reason: string): Promise<void> {

@@ -131,7 +131,8 @@ export function chunkRange(layout: Pick<VersionLayout, 'dataOffset' | 'dataLengt
 }
 
 function headerObject(tensors: readonly TensorEntry[], dataOffset: number, meta: Record<string, string>): Record<string, unknown> {
-  const header: Record<string, unknown> = {};
+  // No prototype: a tensor may legitimately be named "__proto__" or "constructor".
+  const header = Object.create(null) as Record<string, unknown>;
   for (const t of tensors) {
     header[t.name] = {
       dtype: t.dtype,
@@ -144,14 +145,13 @@ function headerObject(tensors: readonly TensorEntry[], dataOffset: number, meta:
 }
 
 function laminarMeta(meta: LaminarMetadata, extra: Record<string, string>): Record<string, string> {
-  return {
-    ...extra,
+  return Object.assign(Object.create(null) as Record<string, string>, extra, {
     [META.model]: meta.model,
     [META.version]: String(meta.version),
     [META.chunkSize]: String(meta.chunkSize),
     [META.algorithm]: CHECKSUM_ALGORITHM,
     [META.chunks]: meta.checksums.join(','),
-  };
+  });
 }
 
 /**
@@ -249,7 +249,7 @@ export function parseHeader(json: Uint8Array, fileSize: number, chunkSizeDefault
   const dataOffset = 8 + headerLength;
   const dataLength = fileSize - dataOffset;
   if (dataLength < 0) bad(ErrorCodes.BAD_SAFETENSORS, 'file is shorter than its header');
-  const metadata: Record<string, string> = {};
+  const metadata = Object.create(null) as Record<string, string>;
   const tensors: TensorEntry[] = [];
   for (const [name, value] of Object.entries(raw as Record<string, unknown>)) {
     if (name === '__metadata__') {

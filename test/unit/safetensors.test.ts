@@ -35,13 +35,21 @@ describe('safetensors layout', () => {
         const n = readHeaderLength(header, layout.totalSize);
         const parsed = parseHeader(header.subarray(8, 8 + n), layout.totalSize);
         expect(parsed.laminar).toEqual({ model: 'm/x', version: 3, chunkSize, checksums });
-        expect(parsed.metadata).toEqual({ note: 'hi' });
+        expect({ ...parsed.metadata }).toEqual({ note: 'hi' });
         expect(parsed.layout.tensors.map((t) => [t.name, t.offset, t.byteLength])).toEqual(layout.tensors.map((t) => [t.name, t.offset, t.byteLength]));
         let covered = 0;
         for (let i = 0; i < layout.chunkCount; i++) covered += chunkRange(layout, i).length;
         expect(covered).toBe(layout.dataLength);
       }),
     );
+  });
+
+  it('keeps tensors whose names are Object.prototype keys', () => {
+    const specs = ['__proto__', 'constructor', 'toString'].map((name) => ({ name, dtype: 'U8' as const, shape: [3] }));
+    const layout = planLayout(specs, { model: 'm', version: 0, chunkSize: 4096 });
+    const header = encodeHeader(layout, { model: 'm', version: 0, chunkSize: 4096, checksums: ['0'.repeat(16)] });
+    const parsed = parseHeader(header.subarray(8, 8 + readHeaderLength(header, layout.totalSize)), layout.totalSize);
+    expect(parsed.layout.tensors.map((t) => t.name)).toEqual(['__proto__', 'constructor', 'toString']);
   });
 
   it.each([

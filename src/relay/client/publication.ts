@@ -64,8 +64,11 @@ export class Publication {
     if (src.byteLength !== t.byteLength) {
       throw new InvalidInputError(ErrorCodes.BAD_TENSOR, `tensor ${name} needs ${t.byteLength} bytes, got ${src.byteLength}`);
     }
-    this.bytes(name).set(src);
-    this.markWritten(name);
+    this.checkOpen();
+    // One native pass copies and checksums: no second read of the bytes competing for memory
+    // bandwidth with the next tensor's copy.
+    const checksum = checksumHex(this.mapping.write(t.offset, src));
+    this.reports.push(Promise.resolve({ name, checksum }));
   }
 
   /** Copies a tensor natively from another mapping (any size: no JS view is involved). */

@@ -1,0 +1,129 @@
+/**
+ * `npm run bench -- relay [--size 1GiB] [--rounds 5]`
+ *
+ * Measures the local weight path of one relay against the raw limit of this machine measured in
+ * the same run (memcpy between two private, pre-faulted buffers of the same size):
+ *   publish: a writer fills a version in place and commits it (relay-side verification included);
+ *   pull:    a client acquires the latest version (time to mapped) and copies every byte out;
+ *   memory:  the relay process's own memory (RSS without the shm segments) holding 4 versions.
+ * Prints a table, then one JSON line.
+ */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { Mapping } from '../src/native/index.js';
+import { RelayClient } from '../src/relay/client/relay-client.js';
+import { formatBytes, parseBytes } from '../src/common/units.js';
+import { spawnBenchRelay, median, printTable, timed } from './support.js';
+
+const TENSORS = 16;
+
+export async function run(args: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args,
+    options: { size: { type: 'string', default: '1GiB' }, rounds: { type: 'string', default: '5' }, help: { type: 'boolean' } },
+  });
+  if (values.help) {
+    process.stdout.write('usage: npm run bench -- relay [--size 1GiB] [--rounds 5]\n');
+    return;
+  }
+  const size = parseBytes(values.size!);
+  const rounds = Number(values.rounds);
+  const tensorBytes = Math.floor(size / TENSORS / 4096) * 4096;
+  const dataBytes = tensorBytes * TENSORS;
+
+  // Raw limit: memcpy of the same size between private pre-faulted buffers.
+  const src = new Mapping(null, { size: dataBytes, populate: true });
+  const dst = new Mapping(null, { size: dataBytes + 64 * 1024 * 1024, populate: true });
+  new Uint8Array(src.view(0, Math.min(dataBytes, 2 ** 32))).fill(0x5a);
+  const memcpyS = median(await timed(rounds, () => dst.copyFrom(src, 0, 0, dataBytes)));
+  const memcpyGBps = dataBytes / memcpyS / 1e9;
+  const checksumS = median(await timed(rounds, async () => void src.checksum(0, dataBytes)));
+  const checksumGBps = dataBytes / checksumS / 1e9;
+
+  const relay = await spawnBenchRelay(['--keep-versions', '3']);
+  const client = await RelayClient.connect({ socketPath: relay.socketPath, name: 'bench' });
+  const sources = Array.from({ length: TENSORS }, (_, i) => new Uint8Array(src.view(i * tensorBytes, tensorBytes)));
+  const specs = sources.map((_, i) => ({ name: `layer.${i}.weight`, dtype: 'U8' as const, shape: [tensorBytes] }));
+
+  const prepare: number[] = [];
+  const fill: number[] = [];
+  const commit: number[] = [];
+  let version = 0;
+  for (let r = 0; r < rounds; r++) {
+    version++;
+    let t = performance.now();
+    const pub = await client.beginPublish({ model: 'bench/model', version, tensors: specs, populate: process.env.BENCH_POPULATE !== '0' });
+    prepare.push((performance.now() - t) / 1e3);
+    t = performance.now();
+    sources.forEach((s, i) => pub.write(`layer.${i}.weight`, s));
+    fill.push((performance.now() - t) / 1e3);
+    t = performance.now();
+    await pub.commit();
+    commit.push((performance.now() - t) / 1e3);
+  }
+
+  const mapMs: number[] = [];
+  const readS: number[] = [];
+  const readOneThreadS: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    let t = performance.now();
+    const lease = await client.acquire({ model: 'bench/model' });
+    mapMs.push(performance.now() - t);
+    t = performance.now();
+    await lease.copyTo(dst, 0, 0, lease.size);
+    readS.push((performance.now() - t) / 1e3);
+    await lease.release();
+    const fresh = await client.acquire({ model: 'bench/model' });
+    t = performance.now();
+    await dst.copyFrom(fresh.mapping, 0, 0, fresh.size);
+    readOneThreadS.push((performance.now() - t) / 1e3);
+    await fresh.release();
+  }
+  const versionBytes = (await client.status()).versions[0]!.size;
+
+  // Relay memory with 4 versions held (keep-versions 3 + latest): anonymous + file-backed RSS,
+  // i.e. the process itself without the shared-memory segments it maps.
+  const status = await client.status();
+  const proc = readFileSync(`/proc/${relay.child.pid}/status`, 'utf8');
+  const kb = (key: string): number => Number(new RegExp(`^${key}:\\s+(\\d+)`, 'm').exec(proc)?.[1] ?? 0);
+  const relayRssMB = (kb('RssAnon') + kb('RssFile')) / 1024;
+  const rssShmemMB = kb('RssShmem') / 1024;
+  client.close();
+  await relay.stop();
+  src.close();
+  dst.close();
+
+  const fillS = median(fill);
+  const readGBps = versionBytes / median(readS) / 1e9;
+  const result = {
+    bench: 'relay',
+    size_bytes: versionBytes,
+    memcpy_GBps: round(memcpyGBps),
+    pull_map_ms: round(median(mapMs), 3),
+    pull_read_GBps: round(readGBps),
+    pull_read_over_memcpy: round(readGBps / memcpyGBps),
+    pull_read_1thread_over_memcpy: round(versionBytes / median(readOneThreadS) / 1e9 / memcpyGBps),
+    publish_prepare_ms: round(median(prepare) * 1e3, 1),
+    publish_write_GBps: round(dataBytes / fillS / 1e9),
+    publish_write_over_memcpy: round(dataBytes / fillS / 1e9 / memcpyGBps),
+    commit_ms: round(median(commit) * 1e3, 1),
+    checksum_GBps: round(checksumGBps),
+    relay_rss_MB: round(relayRssMB, 1),
+    versions_held: status.versions.length,
+    rounds,
+  };
+  printTable(`relay bench: ${formatBytes(versionBytes)} versions, median of ${rounds} (memcpy ${result.memcpy_GBps} GB/s)`, [
+    ['pull: acquire -> mapped', `${result.pull_map_ms} ms`, 'goal <= 1 ms'],
+    ['pull: read every byte (striped copy)', `${result.pull_read_GBps} GB/s = ${result.pull_read_over_memcpy} x memcpy`, 'goal >= 0.9'],
+    ['pull: read, one thread', `${result.pull_read_1thread_over_memcpy} x memcpy`, 'page faults of a fresh mapping'],
+    ['publish: begin (allocate, pin, pre-fault)', `${result.publish_prepare_ms} ms`, 'off the critical path'],
+    ['publish: write', `${result.publish_write_GBps} GB/s = ${result.publish_write_over_memcpy} x memcpy`, 'goal >= 0.8'],
+    ['publish: commit (verify + checksums)', `${result.commit_ms} ms`, `checksum ${result.checksum_GBps} GB/s/thread`],
+    ['relay RSS without shm', `${result.relay_rss_MB} MB (${result.versions_held} versions, ${round(rssShmemMB, 0)} MB shm mapped)`, 'goal <= 100 MB'],
+  ]);
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+function round(x: number, digits = 2): number {
+  return Number(x.toFixed(digits));
+}

@@ -1,0 +1,66 @@
+/** Shared pieces of the benchmarks: timing, tables, and a relay process to measure. */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const CLI = fileURLToPath(new URL('../src/cli/laminar.js', import.meta.url));
+
+/** Runs fn `rounds` times; returns each duration in seconds. */
+export async function timed(rounds: number, fn: () => Promise<void>): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    const t = performance.now();
+    await fn();
+    out.push((performance.now() - t) / 1e3);
+  }
+  return out;
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+export function printTable(title: string, rows: string[][]): void {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  process.stdout.write(`\n${title}\n`);
+  for (const r of rows) process.stdout.write(`  ${r.map((c, i) => c.padEnd(widths[i]!)).join('  |  ')}\n`);
+  process.stdout.write('\n');
+}
+
+export interface BenchRelay {
+  child: ChildProcess;
+  socketPath: string;
+  stop(): Promise<void>;
+}
+
+/** A `laminar relay` process on a fresh shm directory, removed when stopped. */
+export async function spawnBenchRelay(args: string[] = []): Promise<BenchRelay> {
+  const root = mkdtempSync('/dev/shm/laminar-bench-');
+  const socketPath = join(root, 'relay.sock');
+  const child = spawn(process.execPath, [CLI, 'relay', '--shm-dir', join(root, 'segments'), '--socket', socketPath, '--metrics-port', '-1', '--log-level', 'warn', ...args], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const { RelayClient } = await import('../src/relay/client/relay-client.js');
+  for (let i = 0; ; i++) {
+    try {
+      (await RelayClient.connect({ socketPath })).close();
+      break;
+    } catch (err) {
+      if (i > 200 || child.exitCode !== null) throw err;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  return {
+    child,
+    socketPath,
+    async stop() {
+      child.kill('SIGTERM');
+      await exited;
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+}

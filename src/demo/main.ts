@@ -1,0 +1,173 @@
+/**
+ * `npm run demo`: the weight path on one host, end to end.
+ *
+ * Starts a real `laminar relay` process on a temporary shm directory, a publisher that plays
+ * the trainer (a new weight version every --interval), and --pullers rollout-like clients that
+ * each follow the latest version (watch -> acquire -> copy every byte out -> verify -> release).
+ * Prints live progress and a summary; stops everything it started at the end or on Ctrl-C.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Command } from 'commander';
+import { Mapping } from '../native/index.js';
+import { RelayClient } from '../relay/client/relay-client.js';
+import { formatBytes, parseBytes, parseDuration } from '../common/units.js';
+
+interface DemoOptions {
+  duration: string;
+  interval: string;
+  size: string;
+  pullers: string;
+  tensors: string;
+}
+
+interface PullerStats {
+  id: number;
+  pulls: number;
+  lastVersion: number;
+  bytes: number;
+  seconds: number;
+  lagMs: number[];
+}
+
+const CLI = fileURLToPath(new URL('../cli/laminar.js', import.meta.url));
+
+async function main(): Promise<void> {
+  const program = new Command('demo')
+    .description('run a relay, a publishing trainer and pulling rollouts on this host, and summarise the weight path')
+    .option('--duration <time>', 'how long to publish', '10s')
+    .option('--interval <time>', 'time between versions (the "training step")', '1s')
+    .option('--size <bytes>', 'size of each weight version', '256MiB')
+    .option('--pullers <n>', 'rollout clients pulling every version', '3')
+    .option('--tensors <n>', 'tensors per version', '8')
+    .parse(process.argv);
+  const opts = program.opts<DemoOptions>();
+  const durationMs = parseDuration(opts.duration);
+  const intervalMs = parseDuration(opts.interval);
+  const size = parseBytes(opts.size);
+  const pullerCount = Number(opts.pullers);
+  const tensorCount = Number(opts.tensors);
+
+  const root = mkdtempSync('/dev/shm/laminar-demo-');
+  const socketPath = join(root, 'relay.sock');
+  const relay: ChildProcess = spawn(process.execPath, [CLI, 'relay', '--shm-dir', join(root, 'segments'), '--socket', socketPath, '--metrics-port', '0', '--log-level', 'warn'], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const stop = new AbortController();
+  const cleanup = (): void => {
+    relay.kill('SIGTERM');
+    rmSync(root, { recursive: true, force: true });
+  };
+  process.once('SIGINT', () => {
+    process.stdout.write('\ninterrupted: stopping\n');
+    stop.abort();
+  });
+
+  try {
+    const trainer = await connectWithRetry(socketPath);
+    console.log(`relay up (pid ${relay.pid}) on ${socketPath}`);
+    console.log(`publishing ${formatBytes(size)} versions every ${opts.interval} for ${opts.duration} to ${pullerCount} pulling clients\n`);
+
+    const published = new Map<number, number>(); // version -> time it became visible
+    const pullers = await Promise.all(Array.from({ length: pullerCount }, (_, i) => startPuller(i + 1, socketPath, size, published, stop.signal)));
+
+    const perTensor = Math.floor(size / tensorCount / 4) * 4;
+    const specs = Array.from({ length: tensorCount }, (_, i) => ({ name: `model.layers.${i}.weight`, dtype: 'F32' as const, shape: [perTensor / 4] }));
+    const stalls: number[] = [];
+    const started = performance.now();
+    let version = 0;
+    while (performance.now() - started < durationMs && !stop.signal.aborted) {
+      version++;
+      const stepStart = performance.now();
+      const pub = await trainer.beginPublish({ model: 'demo/policy', version, tensors: specs });
+      const t0 = performance.now();
+      for (const s of specs) (pub.tensor(s.name) as Float32Array).fill(version);
+      for (const s of specs) pub.markWritten(s.name);
+      await pub.commit();
+      published.set(version, performance.now());
+      stalls.push(performance.now() - t0);
+      const line = pullers.map((p) => `r${p.id}:v${p.lastVersion}`).join(' ');
+      process.stdout.write(`  v${String(version).padEnd(3)} published in ${(performance.now() - t0).toFixed(0).padStart(4)} ms   rollouts ${line}\n`);
+      const wait = intervalMs - (performance.now() - stepStart);
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    }
+    await new Promise((r) => setTimeout(r, 500)); // let pullers take the last version
+    stop.abort();
+    const status = await trainer.status();
+    trainer.close();
+
+    const lags = pullers.flatMap((p) => p.lagMs).sort((a, b) => a - b);
+    const pct = (q: number): number => lags[Math.min(lags.length - 1, Math.floor(q * lags.length))] ?? 0;
+    console.log('\nsummary');
+    console.log(`  versions published        ${version} x ${formatBytes(size)}`);
+    console.log(`  trainer stall per publish  median ${median(stalls).toFixed(0)} ms (write + commit with verification)`);
+    for (const p of pullers) {
+      console.log(
+        `  rollout ${p.id}                  ${p.pulls} pulls, last v${p.lastVersion}, read ${formatBytes(p.bytes)} at ${formatBytes(p.bytes / Math.max(p.seconds, 1e-9))}/s`,
+      );
+    }
+    console.log(`  publish -> rollout has it  p50 ${pct(0.5).toFixed(1)} ms, p99 ${pct(0.99).toFixed(1)} ms`);
+    console.log(`  relay holds                ${status.versions.map((v) => `v${v.version}`).join(' ')} (${formatBytes(status.usedBytes)}, pinning ${status.pinning ? 'on' : 'off'})`);
+    const missed = pullers.filter((p) => p.lastVersion !== version).length;
+    if (missed > 0) {
+      process.exitCode = 1;
+      console.log(`  ${missed} rollout(s) did not reach the last version`);
+    }
+  } finally {
+    cleanup();
+  }
+}
+
+async function connectWithRetry(socketPath: string): Promise<RelayClient> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await RelayClient.connect({ socketPath, name: 'demo' });
+    } catch (err) {
+      if (attempt > 100) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+/** A rollout-like client: on each new version, acquire it, copy it out (a GPU upload's stand-in), verify, release. */
+async function startPuller(id: number, socketPath: string, size: number, published: Map<number, number>, signal: AbortSignal): Promise<PullerStats> {
+  const client = await connectWithRetry(socketPath);
+  const stats: PullerStats = { id, pulls: 0, lastVersion: 0, bytes: 0, seconds: 0, lagMs: [] };
+  const staging = new Mapping(null, { size: size + 1024 * 1024, populate: true });
+  void (async () => {
+    try {
+      for await (const event of client.watch({ model: 'demo/policy', signal })) {
+        const t0 = performance.now();
+        const lease = await client.acquire({ model: 'demo/policy', atLeast: event.version });
+        await lease.copyTo(staging, 0, 0, lease.size);
+        const first = (lease.tensor(lease.tensors[0]!.name) as Float32Array)[0];
+        if (first !== lease.version) throw new Error(`rollout ${id} read ${first} in version ${lease.version}`);
+        stats.seconds += (performance.now() - t0) / 1e3;
+        stats.bytes += lease.size;
+        stats.pulls++;
+        stats.lastVersion = lease.version;
+        const at = published.get(lease.version);
+        if (at !== undefined) stats.lagMs.push(performance.now() - at);
+        await lease.release();
+      }
+    } catch (err) {
+      if (!signal.aborted) console.error(`rollout ${id}: ${(err as Error).message}`);
+    } finally {
+      client.close();
+      staging.close();
+    }
+  })();
+  return stats;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)] ?? 0;
+}
+
+main().catch((err: unknown) => {
+  console.error(`demo failed: ${(err as Error).stack ?? String(err)}`);
+  process.exit(1);
+});
