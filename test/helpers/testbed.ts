@@ -1,0 +1,65 @@
+/**
+ * Tests' handle on scripts/testbed.sh: N network-namespace "hosts" on one machine. A testbed is
+ * torn down by destroy(), and also when the test process exits, so a failing test leaves no
+ * namespaces behind. When the machine refuses namespaces, create() throws saying so: tests never
+ * pass silently without the network they claim to test.
+ */
+import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import { join } from 'node:path';
+import { REPO } from './relay.js';
+
+const SCRIPT = join(REPO, 'scripts/testbed.sh');
+const live = new Set<string>();
+process.once('exit', () => {
+  for (const bed of live) {
+    try {
+      execFileSync(SCRIPT, ['down', bed], { stdio: 'ignore' });
+    } catch {
+      // best effort at exit
+    }
+  }
+});
+
+export interface TestHost {
+  index: number;
+  netns: string;
+  address: string;
+  /** Spawns a command inside this host's namespace. */
+  spawn(cmd: string, args: string[], options?: SpawnOptions): ChildProcess;
+  /** Takes this host's link down or up (a dropped link, not a dead process). */
+  link(state: 'up' | 'down'): void;
+}
+
+export interface Testbed {
+  name: string;
+  hosts: TestHost[];
+  destroy(): void;
+}
+
+export function createTestbed(name: string, hosts: number, options: { rate?: string; delay?: string } = {}): Testbed {
+  const args = ['up', name, String(hosts), '--rate', options.rate ?? '2gbit', '--delay', options.delay ?? '0ms'];
+  try {
+    execFileSync(SCRIPT, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  } catch (err) {
+    throw new Error(`this machine refused to build the network-namespace testbed (root and CAP_NET_ADMIN are needed): ${String((err as { stderr?: Buffer }).stderr ?? err)}`);
+  }
+  live.add(name);
+  const listing = execFileSync(SCRIPT, ['list', name], { encoding: 'utf8' }).trim().split('\n');
+  return {
+    name,
+    hosts: listing.map((line, i) => {
+      const [netns, address] = line.split(' ') as [string, string];
+      return {
+        index: i + 1,
+        netns,
+        address,
+        spawn: (cmd, cmdArgs, spawnOptions = {}) => spawn('ip', ['netns', 'exec', netns, cmd, ...cmdArgs], spawnOptions),
+        link: (state) => execFileSync(SCRIPT, ['link', name, String(i + 1), state]),
+      };
+    }),
+    destroy() {
+      execFileSync(SCRIPT, ['down', name]);
+      live.delete(name);
+    },
+  };
+}
