@@ -1,0 +1,245 @@
+/**
+ * `npm run bench -- buffer [--batch 8192] [--tokens 16384] [--inflight 1000] [--partial-s 10]`
+ *
+ * Experience buffer against raw JetStream, in the same run, on a real nats-server (file storage):
+ *   write  : ExperienceWriter.write() of `batch` trajectories vs raw js.publish of the same bytes
+ *   sample : a cold sample() of one batch vs a raw pull-consumer fetch of the same bytes
+ *   latency: sample() with prefetch on (the next batch assembled while "training") and off
+ *   memory : peak RSS of the sampler process (a child process, like a trainer) / batch bytes
+ *   partial: CPU of streaming `inflight` trajectories at 50 tokens/s to the partial pool
+ * Prints a table, then one JSON line (last line of stdout).
+ */
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
+import { startNatsServer } from '../src/services/index.js';
+import { ExperienceSampler, ExperienceWriter, PartialPool, type TrajectoryInput } from '../src/data/index.js';
+import { mapLimit } from '../src/data/experience/payload-loader.js';
+import { formatBytes } from '../src/common/units.js';
+
+interface Args {
+  batch: number;
+  tokens: number;
+  inflight: number;
+  partialSeconds: number;
+  window: number;
+}
+
+function parseArgs(argv: string[]): Args {
+  const get = (name: string, def: number): number => {
+    const i = argv.indexOf(`--${name}`);
+    if (i < 0) return def;
+    const v = Number(argv[i + 1]);
+    if (!Number.isFinite(v) || v <= 0) throw new Error(`--${name} needs a positive number`);
+    return v;
+  };
+  return { batch: get('batch', 8192), tokens: get('tokens', 16384), inflight: get('inflight', 1000), partialSeconds: get('partial-s', 10), window: get('window', 64) };
+}
+
+const PAPER_OVERHEAD_S = 1.9;
+
+function makeTrajectory(i: number, tokens: number, version: number): TrajectoryInput {
+  const t = new Int32Array(tokens);
+  const l = new Float32Array(tokens);
+  for (let k = 0; k < tokens; k += 97) {
+    t[k] = (i + k) % 150_000;
+    l[k] = -k / tokens;
+  }
+  return { id: `traj-${i}`, promptId: `p${i >> 3}`, groupId: `g${i >> 3}`, sampleIndex: i & 7, groupSize: 8, weightVersion: version, reward: i % 2, tokens: t, logprobs: l, promptLength: 512, responseLength: tokens - 512 };
+}
+
+const seconds = (t0: bigint): number => Number(process.hrtime.bigint() - t0) / 1e9;
+
+/** Raw JetStream publish of `count` messages of `bytes`, `window` acks outstanding. */
+async function rawPublish(nc: NatsConnection, count: number, bytes: number, window: number): Promise<number> {
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.add({ name: 'RAW', subjects: ['raw.>'], storage: 'file' as never, allow_direct: true });
+  const js = jetstream(nc);
+  const body = new Uint8Array(bytes).fill(7);
+  const t0 = process.hrtime.bigint();
+  await mapLimit(Array.from({ length: count }, (_, i) => i), window, (i) => js.publish(`raw.${i}`, body));
+  return seconds(t0);
+}
+
+/** Raw pull-consumer fetch of everything in RAW. */
+async function rawFetch(nc: NatsConnection, count: number): Promise<number> {
+  const jsm = await jetstreamManager(nc);
+  await jsm.consumers.add('RAW', { durable_name: 'bench', ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.All });
+  const consumer = await jetstream(nc).consumers.get('RAW', 'bench');
+  const t0 = process.hrtime.bigint();
+  let got = 0;
+  let bytes = 0;
+  while (got < count) {
+    const msgs = await consumer.fetch({ max_messages: Math.min(512, count - got), expires: 5000 });
+    for await (const m of msgs) {
+      got++;
+      bytes += m.data.byteLength;
+    }
+  }
+  const s = seconds(t0);
+  if (bytes === 0) throw new Error('raw fetch got nothing');
+  return s;
+}
+
+async function ourWrite(nc: NatsConnection, buffer: string, from: number, count: number, tokens: number, window: number): Promise<number> {
+  const w = await ExperienceWriter.open({ nc, buffer });
+  // Trajectories are built before the clock starts: we measure the writer, not the generator.
+  const ts = Array.from({ length: Math.min(count, window * 4) }, (_, i) => makeTrajectory(from + i, tokens, 1));
+  const t0 = process.hrtime.bigint();
+  await mapLimit(Array.from({ length: count }, (_, i) => i), window, (i) => {
+    const t = ts[i % ts.length]!;
+    const n = from + i;
+    return w.write({ ...t, id: `traj-${n}`, groupId: `g${n >> 3}`, sampleIndex: n & 7 });
+  });
+  return seconds(t0);
+}
+
+/** Streams `inflight` trajectories at 50 tokens/s for `secs` seconds; returns % of one core. */
+async function partialCpu(nc: NatsConnection, inflight: number, secs: number): Promise<{ pct: number; appends: number }> {
+  const tick = 100; // ms: 5 tokens per trajectory per tick = 50 tokens/s
+  const run = async (sink: ((i: number, t: number[], l: number[]) => void) | undefined): Promise<number> => {
+    const c0 = process.cpuUsage();
+    const t0 = Date.now();
+    const tokens = [1, 2, 3, 4, 5];
+    const logprobs = [-0.1, -0.2, -0.3, -0.4, -0.5];
+    let junk = 0;
+    while (Date.now() - t0 < secs * 1000) {
+      const started = Date.now();
+      for (let i = 0; i < inflight; i++) {
+        if (sink) sink(i, tokens, logprobs);
+        else junk += tokens.length;
+      }
+      await new Promise((r) => setTimeout(r, Math.max(0, tick - (Date.now() - started))));
+    }
+    const c = process.cpuUsage(c0);
+    if (junk < 0) throw new Error('unreachable');
+    return (c.user + c.system) / 1e6 / ((Date.now() - t0) / 1000);
+  };
+  const baseline = await run(undefined);
+  const pool = await PartialPool.open({ nc, pool: 'bench' });
+  const handles = await mapLimit(Array.from({ length: inflight }, (_, i) => i), 64, (i) =>
+    pool.start('bench-rollout', { trajectoryId: `pt-${i}`, promptId: 'p', groupId: 'g', sampleIndex: 0, groupSize: 1, weightVersion: 1 }),
+  );
+  const withPool = await run((i, t, l) => handles[i]!.append(t, l));
+  await pool.close();
+  const jsm = await jetstreamManager(nc);
+  const appends = (await jsm.streams.info(pool.names.stream)).state.messages - inflight;
+  return { pct: Math.max(0, withPool - baseline) * 100, appends };
+}
+
+interface ChildResult {
+  sampleS: number;
+  peakRssBytes: number;
+  batchBytes: number;
+}
+
+/**
+ * The trainer side, in its own process so that its RSS is the sampler's. 'cold': one batch
+ * assembled inside sample(). 'prefetch': the first call waits; "training" on that batch lets
+ * the next one assemble, and the timed call hands it over.
+ */
+async function samplerChild(url: string, buffer: string, batch: number, mode: 'cold' | 'prefetch'): Promise<ChildResult> {
+  const nc = await connect({ servers: url });
+  const s = await ExperienceSampler.open({ nc, buffer, batchSize: batch, prefetch: mode === 'prefetch' });
+  if (mode === 'prefetch') {
+    let training = await s.sample();
+    const t = Date.now();
+    while (s.stats().readyBatches === 0 && Date.now() - t < 300_000) await new Promise((r) => setTimeout(r, 20));
+    if (training.items.length !== batch) throw new Error('short batch');
+    training = undefined as never; // the training step is done with it
+  }
+  const t0 = process.hrtime.bigint();
+  const b = await s.sample();
+  const sampleS = seconds(t0);
+  if (b.prefetched !== (mode === 'prefetch')) throw new Error(`expected prefetched=${mode === 'prefetch'}`);
+  const result = { sampleS, peakRssBytes: process.resourceUsage().maxRSS * 1024, batchBytes: b.bytes };
+  await s.close();
+  await nc.close();
+  return result;
+}
+
+function runChild(url: string, buffer: string, batch: number, mode: 'cold' | 'prefetch'): Promise<ChildResult> {
+  return new Promise((resolve, reject) => {
+    const child = fork(fileURLToPath(import.meta.url), ['--sampler-child', url, buffer, String(batch), mode], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    child.once('message', (m) => resolve(m as ChildResult));
+    child.once('exit', (code) => (code === 0 ? undefined : reject(new Error(`sampler child exited with ${code}`))));
+  });
+}
+
+export async function run(argv: string[]): Promise<void> {
+  const a = parseArgs(argv);
+  const itemBytes = a.tokens * 8;
+  const batchBytes = a.batch * itemBytes;
+  const log = (s: string): boolean => process.stderr.write(`buffer bench: ${s}\n`);
+  const nats = await startNatsServer({ jetstream: true });
+  try {
+    const nc = await connect({ servers: nats.url });
+    log(`partial pool: ${a.inflight} trajectories x 50 tokens/s for ${a.partialSeconds} s`);
+    const partial = await partialCpu(nc, a.inflight, a.partialSeconds);
+    log(`raw publish of ${a.batch} x ${formatBytes(itemBytes)}`);
+    const rawPubS = await rawPublish(nc, a.batch, itemBytes, a.window);
+    log('raw fetch');
+    const rawFetchS = await rawFetch(nc, a.batch);
+    await (await jetstreamManager(nc)).streams.delete('RAW');
+    log('experience writer (3 batches: cold sample, then two with prefetch)');
+    const writeS = await ourWrite(nc, 'bench', 0, a.batch, a.tokens, a.window);
+    await ourWrite(nc, 'bench', a.batch, 2 * a.batch, a.tokens, a.window);
+    await nc.close();
+    log('sampler, cold (child process)');
+    const cold = await runChild(nats.url, 'bench', a.batch, 'cold');
+    log('sampler, prefetch (child process)');
+    const warm = await runChild(nats.url, 'bench', a.batch, 'prefetch');
+
+    const gbs = (s: number): number => batchBytes / s / 1e9;
+    const result = {
+      bench: 'buffer',
+      batch: a.batch,
+      tokens: a.tokens,
+      batch_bytes: batchBytes,
+      raw_publish_gbps: +gbs(rawPubS).toFixed(3),
+      write_gbps: +gbs(writeS).toFixed(3),
+      write_over_raw: +(rawPubS / writeS).toFixed(3),
+      raw_fetch_gbps: +gbs(rawFetchS).toFixed(3),
+      sample_gbps: +gbs(cold.sampleS).toFixed(3),
+      sample_over_raw: +(rawFetchS / cold.sampleS).toFixed(3),
+      sample_ms_prefetch: +(warm.sampleS * 1000).toFixed(2),
+      sample_ms_cold: +(cold.sampleS * 1000).toFixed(1),
+      sampler_peak_rss_bytes: warm.peakRssBytes,
+      sampler_cold_peak_rss_bytes: cold.peakRssBytes,
+      sampler_rss_over_batch: +(warm.peakRssBytes / batchBytes).toFixed(3),
+      partial_cpu_pct: +partial.pct.toFixed(2),
+      partial_appends: partial.appends,
+      critical_path_s: +warm.sampleS.toFixed(4),
+      paper_critical_path_s: PAPER_OVERHEAD_S,
+    };
+    const rows: Array<[string, string, string]> = [
+      ['write throughput', `${result.write_gbps} GB/s`, `raw publish ${result.raw_publish_gbps} GB/s -> ratio ${result.write_over_raw} (goal >= 0.7)`],
+      ['sample throughput (cold)', `${result.sample_gbps} GB/s`, `raw fetch ${result.raw_fetch_gbps} GB/s -> ratio ${result.sample_over_raw} (goal >= 0.7)`],
+      ['sample() prefetch on', `${result.sample_ms_prefetch} ms`, 'goal <= 50 ms'],
+      ['sample() prefetch off', `${result.sample_ms_cold} ms`, `one batch of ${formatBytes(batchBytes)}`],
+      ['sampler peak RSS, prefetch', formatBytes(warm.peakRssBytes), `${result.sampler_rss_over_batch} x batch (goal <= 2): one batch training + one prefetched`],
+      ['sampler peak RSS, cold', formatBytes(cold.peakRssBytes), `${(cold.peakRssBytes / batchBytes).toFixed(3)} x batch`],
+      ['partial pool CPU', `${result.partial_cpu_pct} % of a core`, `${a.inflight} in flight x 50 tok/s, ${partial.appends} appends (goal < 5 %)`],
+      ['data plane on critical path', `${result.critical_path_s} s / iteration`, `paper (Laminar, §8.1): ${PAPER_OVERHEAD_S} s`],
+    ];
+    const w0 = Math.max(...rows.map((r) => r[0].length));
+    const w1 = Math.max(...rows.map((r) => r[1].length));
+    process.stdout.write(`experience buffer: batch ${a.batch} x ${a.tokens} tokens (${formatBytes(itemBytes)} each, ${formatBytes(batchBytes)} per batch)\n`);
+    for (const [k, v, note] of rows) process.stdout.write(`  ${k.padEnd(w0)}  ${v.padEnd(w1)}  ${note}\n`);
+    process.stdout.write(`${JSON.stringify(result)}\n`);
+  } finally {
+    await nats.stop();
+  }
+}
+
+if (process.argv[2] === '--sampler-child') {
+  const [url, buffer, batch, mode] = process.argv.slice(3);
+  samplerChild(url!, buffer!, Number(batch), mode === 'cold' ? 'cold' : 'prefetch').then(
+    (r) => process.send!(r, () => process.exit(0)),
+    (err: unknown) => {
+      process.stderr.write(`sampler child failed: ${(err as Error).stack}\n`);
+      process.exit(1);
+    },
+  );
+}

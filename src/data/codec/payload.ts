@@ -1,0 +1,41 @@
+/**
+ * The bulk of a trajectory on the wire: token ids (int32) then logprobs (float32), little
+ * endian, no framing (the lengths are in the metadata). Decoding makes typed-array views on
+ * the received bytes when they are 4-byte aligned, so a sampled batch is not copied again.
+ */
+import { endianness } from 'node:os';
+
+if (endianness() !== 'LE') throw new Error('laminar data payloads assume a little-endian host');
+
+export function payloadBytes(tokenCount: number): number {
+  return tokenCount * 8;
+}
+
+export function encodePayload(tokens: Int32Array, logprobs: Float32Array): Uint8Array {
+  const out = new Uint8Array(tokens.byteLength + logprobs.byteLength);
+  out.set(new Uint8Array(tokens.buffer, tokens.byteOffset, tokens.byteLength), 0);
+  out.set(new Uint8Array(logprobs.buffer, logprobs.byteOffset, logprobs.byteLength), tokens.byteLength);
+  return out;
+}
+
+export function decodePayload(bytes: Uint8Array, tokenCount: number): { tokens: Int32Array; logprobs: Float32Array } {
+  if (bytes.byteLength !== tokenCount * 8) throw new RangeError(`payload has ${bytes.byteLength} bytes, expected ${tokenCount * 8}`);
+  // new Uint8Array(x) copies into a fresh (aligned) ArrayBuffer; Buffer.slice would not copy.
+  const aligned = bytes.byteOffset % 4 === 0 ? bytes : new Uint8Array(bytes);
+  return {
+    tokens: new Int32Array(aligned.buffer, aligned.byteOffset, tokenCount),
+    logprobs: new Float32Array(aligned.buffer, aligned.byteOffset + tokenCount * 4, tokenCount),
+  };
+}
+
+/** Joins chunks (claim-check payloads) into one buffer. */
+export function joinChunks(chunks: readonly Uint8Array[], total: number): Uint8Array {
+  const out = new Uint8Array(total);
+  let off = 0;
+  for (const c of chunks) {
+    out.set(c, off);
+    off += c.byteLength;
+  }
+  if (off !== total) throw new RangeError(`chunks hold ${off} bytes, expected ${total}`);
+  return out;
+}

@@ -1,0 +1,124 @@
+/**
+ * The completed-trajectory record: what a rollout writes and the trainer samples. Validation
+ * has two layers: a zod schema for fields and types (ERR_BAD_TRAJECTORY, with the zod issues
+ * in `details`), then the invariants with their own codes (lengths, versions).
+ */
+import { z } from 'zod';
+import { DataErrorCodes, DataInputError } from '../errors.js';
+import { MAX_ID_BYTES } from '../ids.js';
+
+export interface Trajectory {
+  id: string;
+  promptId: string;
+  /** GRPO group: the n samples of one prompt claim share it. */
+  groupId: string;
+  /** 0..groupSize-1 */
+  sampleIndex: number;
+  /** n, samples per prompt. */
+  groupSize: number;
+  /** Weight version the trajectory was generated with. */
+  weightVersion: number;
+  reward: number;
+  /** Prompt + response token ids; `logprobs` has one entry per token. */
+  tokens: Int32Array;
+  logprobs: Float32Array;
+  promptLength: number;
+  responseLength: number;
+  /** Epoch milliseconds. */
+  createdAt: number;
+  completedAt: number;
+  rolloutId?: string;
+  /** Initial priority for the prioritized strategy (default 1). */
+  priority?: number;
+  /** Small user metadata (advantages, scores); kept in the sampler index, so keep it small. */
+  info?: Record<string, string | number | boolean>;
+}
+
+/** What a writer accepts: arrays may be plain number arrays; timestamps default to now. */
+export type TrajectoryInput = Omit<Trajectory, 'tokens' | 'logprobs' | 'createdAt' | 'completedAt'> & {
+  tokens: Int32Array | readonly number[];
+  logprobs: Float32Array | readonly number[];
+  createdAt?: number;
+  completedAt?: number;
+};
+
+const id = z.string().min(1).refine((s) => Buffer.byteLength(s) <= MAX_ID_BYTES, `at most ${MAX_ID_BYTES} bytes`);
+const count = z.number().int().safe();
+const MAX_INFO_BYTES = 4096;
+
+const schema = z.object({
+  id,
+  promptId: id,
+  groupId: id,
+  sampleIndex: count,
+  groupSize: count,
+  weightVersion: count,
+  reward: z.number().finite(),
+  tokens: z.union([z.instanceof(Int32Array), z.array(z.number().int())]),
+  logprobs: z.union([z.instanceof(Float32Array), z.array(z.number())]),
+  promptLength: count,
+  responseLength: count,
+  createdAt: z.number().finite().optional(),
+  completedAt: z.number().finite().optional(),
+  rolloutId: z.string().max(MAX_ID_BYTES).optional(),
+  priority: z.number().finite().nonnegative().optional(),
+  info: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()])).optional(),
+});
+
+export interface ValidationContext {
+  /** The newest weight version that exists; a trajectory from a later one is rejected. */
+  maxWeightVersion?: number | undefined;
+}
+
+function fail(code: string, message: string, details: Record<string, unknown>): never {
+  throw new DataInputError(code, message, details);
+}
+
+/** Validates a writer's input and returns a normalised Trajectory (typed arrays, timestamps). */
+export function validateTrajectory(input: unknown, ctx: ValidationContext = {}): Trajectory {
+  const parsed = schema.safeParse(input);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message }));
+    const where = issues.map((i) => `${i.path || '(root)'}: ${i.message}`).join('; ');
+    fail(DataErrorCodes.BAD_TRAJECTORY, `invalid trajectory: ${where}`, { id: (input as { id?: unknown } | null)?.id, issues });
+  }
+  const t = parsed.data;
+  const d = { id: t.id };
+  for (const key of ['promptLength', 'responseLength', 'sampleIndex', 'weightVersion'] as const) {
+    if (t[key] < 0) fail(DataErrorCodes.NEGATIVE_LENGTH, `${key} is negative (${t[key]})`, { ...d, field: key, value: t[key] });
+  }
+  if (t.groupSize < 1) fail(DataErrorCodes.NEGATIVE_LENGTH, `groupSize must be >= 1 (got ${t.groupSize})`, { ...d, field: 'groupSize', value: t.groupSize });
+  if (t.sampleIndex >= t.groupSize) {
+    fail(DataErrorCodes.GROUP_MISMATCH, `sampleIndex ${t.sampleIndex} is outside the group of ${t.groupSize}`, { ...d, sampleIndex: t.sampleIndex, groupSize: t.groupSize });
+  }
+  if (t.tokens.length !== t.logprobs.length) {
+    fail(DataErrorCodes.LENGTH_MISMATCH, `${t.tokens.length} tokens but ${t.logprobs.length} logprobs`, { ...d, tokens: t.tokens.length, logprobs: t.logprobs.length });
+  }
+  if (t.promptLength + t.responseLength !== t.tokens.length) {
+    fail(DataErrorCodes.LENGTH_MISMATCH, `promptLength ${t.promptLength} + responseLength ${t.responseLength} != ${t.tokens.length} tokens`, {
+      ...d,
+      promptLength: t.promptLength,
+      responseLength: t.responseLength,
+      tokens: t.tokens.length,
+    });
+  }
+  if (ctx.maxWeightVersion !== undefined && t.weightVersion > ctx.maxWeightVersion) {
+    fail(DataErrorCodes.FUTURE_VERSION, `weight version ${t.weightVersion} is from the future (newest is ${ctx.maxWeightVersion})`, {
+      ...d,
+      weightVersion: t.weightVersion,
+      newest: ctx.maxWeightVersion,
+    });
+  }
+  if (t.info !== undefined && Buffer.byteLength(JSON.stringify(t.info)) > MAX_INFO_BYTES) {
+    fail(DataErrorCodes.BAD_TRAJECTORY, `info is larger than ${MAX_INFO_BYTES} bytes`, d);
+  }
+  const now = Date.now();
+  const out: Trajectory = {
+    ...t,
+    tokens: t.tokens instanceof Int32Array ? t.tokens : Int32Array.from(t.tokens),
+    logprobs: t.logprobs instanceof Float32Array ? t.logprobs : Float32Array.from(t.logprobs),
+    createdAt: t.createdAt ?? now,
+    completedAt: t.completedAt ?? now,
+  };
+  return out;
+}

@@ -1,0 +1,45 @@
+/** A sampled batch as the trainer gets it: payloads, per-item staleness and a summary. */
+import type { Trajectory } from '../codec/trajectory.js';
+
+export interface SampledTrajectory extends Trajectory {
+  /** Stream sequence of the record. */
+  seq: number;
+  /** trainerVersion - weightVersion at hand-over. */
+  staleness: number;
+  /** Including this time. */
+  timesSampled: number;
+}
+
+export interface StalenessSummary {
+  min: number;
+  max: number;
+  mean: number;
+  /** staleness value -> number of trajectories. */
+  histogram: Record<number, number>;
+}
+
+export interface Batch {
+  items: SampledTrajectory[];
+  trainerVersion: number;
+  staleness: StalenessSummary;
+  /** Group ids in the batch, in order of first appearance. */
+  groups: string[];
+  /** Payload bytes. */
+  bytes: number;
+  /** True when the batch was assembled ahead of the call (prefetch). */
+  prefetched: boolean;
+}
+
+export function summarizeStaleness(values: readonly number[]): StalenessSummary {
+  const histogram: Record<number, number> = {};
+  let sum = 0;
+  let min = Infinity;
+  let max = -Infinity;
+  for (const s of values) {
+    histogram[s] = (histogram[s] ?? 0) + 1;
+    sum += s;
+    if (s < min) min = s;
+    if (s > max) max = s;
+  }
+  return values.length === 0 ? { min: 0, max: 0, mean: 0, histogram } : { min, max, mean: sum / values.length, histogram };
+}

@@ -1,0 +1,64 @@
+/**
+ * Feeds the sampler's index from the stream: an ordered, headers-only consumer over the record
+ * subjects, from the first message on. It transfers metadata only (payload bytes stay on the
+ * server), survives server restarts (the ordered consumer recreates itself at the next
+ * sequence) and reports when it has caught up with what was in the stream at open.
+ */
+import type { JetStreamClient, ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import { DeliverPolicy } from '@nats-io/jetstream';
+import type { Logger } from '../../common/logger.js';
+import { META_HEADER, decodeMeta, type RecordMeta } from '../codec/record-meta.js';
+
+export interface IndexFeedHandlers {
+  record(seq: number, meta: RecordMeta): void;
+  corrupt(seq: number, err: unknown): void;
+}
+
+export class IndexFeed {
+  private messages: ConsumerMessages | undefined;
+  private loop: Promise<void> = Promise.resolve();
+  lastSeq = 0;
+  private caughtUp!: () => void;
+  readonly ready: Promise<void> = new Promise((r) => (this.caughtUp = r));
+
+  constructor(
+    private readonly js: JetStreamClient,
+    private readonly stream: string,
+    private readonly filter: string,
+    private readonly handlers: IndexFeedHandlers,
+    private readonly logger: Logger,
+  ) {}
+
+  async start(): Promise<void> {
+    const consumer = await this.js.consumers.get(this.stream, { filter_subjects: this.filter, headers_only: true, deliver_policy: DeliverPolicy.All });
+    const info = await consumer.info(true);
+    if (info.num_pending === 0) this.caughtUp();
+    this.messages = await consumer.consume({ max_messages: 4096 });
+    this.loop = this.run(this.messages);
+  }
+
+  private async run(messages: ConsumerMessages): Promise<void> {
+    try {
+      for await (const m of messages) this.handle(m);
+    } catch (err) {
+      this.logger.error({ err: (err as Error).message }, 'index feed stopped');
+    }
+  }
+
+  private handle(m: JsMsg): void {
+    this.lastSeq = m.seq;
+    const header = m.headers?.get(META_HEADER);
+    try {
+      if (!header) throw new Error(`record without ${META_HEADER} header`);
+      this.handlers.record(m.seq, decodeMeta(header));
+    } catch (err) {
+      this.handlers.corrupt(m.seq, err);
+    }
+    if (m.info.pending === 0) this.caughtUp();
+  }
+
+  async stop(): Promise<void> {
+    await this.messages?.close();
+    await this.loop;
+  }
+}

@@ -1,0 +1,463 @@
+/**
+ * The trainer's side of the experience buffer. It indexes the stream's records (metadata only),
+ * applies the eviction policy and the rate limiter, lets the sampling strategy choose each
+ * batch and, with prefetch on, assembles the next batch while the current one trains, so that
+ * sample() of a ready batch returns at once. Memory: the index (a few hundred bytes per
+ * trajectory) plus the payloads of the batches being prefetched.
+ */
+import type { NatsConnection } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { createRegistry } from '../../common/metrics.js';
+import { silentLogger, type Logger } from '../../common/logger.js';
+import { ClosedError, TimeoutError } from '../../common/errors.js';
+import { DataErrorCodes, DataInputError, ImpossibleRequestError } from '../errors.js';
+import { RejectionCounter, counter, gauge, histogram } from '../metrics.js';
+import { ChangeNotifier } from '../waiter.js';
+import type { RecordMeta } from '../codec/record-meta.js';
+import { BufferIndex } from './buffer-index.js';
+import type { BufferEntry } from './entry.js';
+import { resolveEviction, type EvictionOptions, type ResolvedEviction } from './eviction.js';
+import { RateLimiter, type RateLimitOptions } from './rate-limiter.js';
+import { fifo } from './strategies/basic.js';
+import { seededRandom, type SamplingStrategy, type StrategyContext } from './strategies/strategy.js';
+import { ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
+import { IndexFeed } from './index-feed.js';
+import { PayloadLoader } from './payload-loader.js';
+import { RecordDeleter } from './record-deleter.js';
+import { summarizeStaleness, type Batch, type SampledTrajectory } from './batch.js';
+
+export interface SamplerOptions extends BufferStreamOptions {
+  nc: NatsConnection;
+  /** Trajectories per batch (the prefetched batch has this size). */
+  batchSize: number;
+  strategy?: SamplingStrategy;
+  eviction?: EvictionOptions;
+  rateLimit?: RateLimitOptions;
+  /** Assemble the next batch ahead of sample(). Default true. */
+  prefetch?: boolean;
+  /** The trainer's weight version at start (staleness = trainer - trajectory version). */
+  trainerVersion?: number;
+  /** Seed of the random source used by strategies. */
+  seed?: number;
+  /** Direct gets in flight while loading a batch. Default 64. */
+  fetchConcurrency?: number;
+  /** Called with what each eviction removed and why (also counted in metrics). */
+  onEvict?: (entries: readonly BufferEntry[], reason: string) => void;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+export interface SampleOptions {
+  /** Default: wait forever. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface SamplerStats {
+  items: number;
+  bytes: number;
+  reserved: number;
+  inserts: number;
+  samples: number;
+  evicted: Record<string, number>;
+  corrupt: number;
+  readyBatches: number;
+  trainerVersion: number;
+}
+
+interface Picked {
+  entries: BufferEntry[];
+}
+
+const STALENESS_BUCKETS = [0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64];
+
+export class ExperienceSampler {
+  readonly names: BufferNames;
+  private readonly index = new BufferIndex();
+  private readonly changed = new ChangeNotifier();
+  private readonly limiter: RateLimiter;
+  private readonly eviction: ResolvedEviction;
+  private readonly strategy: SamplingStrategy;
+  private readonly random: () => number;
+  private readonly loader: PayloadLoader;
+  private readonly deleter: RecordDeleter;
+  private readonly feed: IndexFeed;
+  private readonly rejections: RejectionCounter;
+  private readonly logger: Logger;
+  private readonly ready: Batch[] = [];
+  private prefetchLoop: Promise<void> = Promise.resolve();
+  private trainerVersion: number;
+  private inserts = 0;
+  private samples = 0;
+  private corrupt = 0;
+  private readonly evicted: Record<string, number> = {};
+  private closed = false;
+  private readonly m: {
+    items: Gauge<string>;
+    bytes: Gauge<string>;
+    inserts: Counter<string>;
+    sampled: Counter<string>;
+    evicted: Counter<string>;
+    evictedBytes: Counter<string>;
+    staleness: Histogram<string>;
+    latency: Histogram<string>;
+  };
+
+  private constructor(
+    private readonly options: SamplerOptions,
+    jsm: JetStreamManager,
+    names: BufferNames,
+    registry: Registry,
+  ) {
+    this.names = names;
+    this.logger = (options.logger ?? silentLogger).child({ component: 'experience-sampler', buffer: names.buffer });
+    this.rejections = new RejectionCounter(registry, 'sampler');
+    this.limiter = new RateLimiter(options.rateLimit);
+    this.eviction = resolveEviction(options.eviction);
+    this.strategy = options.strategy ?? fifo();
+    this.random = seededRandom(options.seed ?? 0x1a31a5);
+    this.trainerVersion = options.trainerVersion ?? 0;
+    this.loader = new PayloadLoader(jetstream(options.nc), jsm, names.stream, names.recordFilter, options.fetchConcurrency ?? 64);
+    this.deleter = new RecordDeleter(jsm, names.stream, names.recordFilter, this.logger);
+    this.feed = new IndexFeed(jetstream(options.nc), names.stream, names.recordFilter, { record: (s, m) => this.onRecord(s, m), corrupt: (s, e) => this.onCorrupt(s, e) }, this.logger);
+    const b = { buffer: names.buffer };
+    this.m = {
+      items: gauge(registry, 'laminar_buffer_items', 'Trajectories in the experience buffer (indexed by the sampler)', ['buffer']),
+      bytes: gauge(registry, 'laminar_buffer_bytes', 'Payload bytes in the experience buffer', ['buffer']),
+      inserts: counter(registry, 'laminar_buffer_inserts_total', 'Trajectories indexed by the sampler', ['buffer']),
+      sampled: counter(registry, 'laminar_buffer_sampled_total', 'Trajectories handed to the trainer', ['buffer']),
+      evicted: counter(registry, 'laminar_buffer_evicted_total', 'Trajectories removed from the buffer, by reason (capacity, sampled, stale, ...)', ['buffer', 'reason']),
+      evictedBytes: counter(registry, 'laminar_buffer_evicted_bytes_total', 'Payload bytes removed from the buffer, by reason', ['buffer', 'reason']),
+      staleness: histogram(registry, 'laminar_buffer_staleness', 'Staleness (trainer version - trajectory version) of sampled trajectories', STALENESS_BUCKETS, ['buffer']),
+      latency: histogram(registry, 'laminar_buffer_sample_seconds', 'Time sample() took, by whether the batch was prefetched', [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], ['buffer', 'prefetched']),
+    };
+    this.m.items.set(b, 0);
+    this.m.bytes.set(b, 0);
+  }
+
+  /** Opens the sampler: rebuilds the index from the stream, then keeps following it. */
+  static async open(options: SamplerOptions): Promise<ExperienceSampler> {
+    if (!Number.isInteger(options.batchSize) || options.batchSize < 1) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `batchSize must be an integer >= 1, got ${options.batchSize}`);
+    const jsm = await jetstreamManager(options.nc);
+    const names = await ensureBufferStream(jsm, options);
+    const s = new ExperienceSampler(options, jsm, names, options.registry ?? createRegistry({ defaultMetrics: false }));
+    s.checkPossible(options.batchSize);
+    if (s.limiter.minSize > s.eviction.maxItems) {
+      throw new ImpossibleRequestError(DataErrorCodes.BATCH_IMPOSSIBLE, `minSizeToSample ${s.limiter.minSize} exceeds the capacity of ${s.eviction.maxItems} items`);
+    }
+    await s.feed.start();
+    await s.feed.ready;
+    if (options.prefetch !== false) s.prefetchLoop = s.runPrefetch();
+    return s;
+  }
+
+  /** The trainer moved to a new weight version: staleness is measured against it. */
+  setTrainerVersion(version: number): void {
+    if (!Number.isInteger(version) || version < this.trainerVersion) {
+      throw this.rejections.record(new DataInputError(DataErrorCodes.BAD_OPTIONS, `trainer version must be an integer >= ${this.trainerVersion}, got ${version}`));
+    }
+    this.trainerVersion = version;
+    this.changed.notify();
+  }
+
+  /** Sets the priority of a trajectory still in the buffer (prioritized strategy). */
+  updatePriority(id: string, priority: number): boolean {
+    const e = this.index.get(id);
+    if (!e || !(priority >= 0) || !Number.isFinite(priority)) return false;
+    e.priority = priority;
+    this.changed.notify();
+    return true;
+  }
+
+  /**
+   * The next batch of `batchSize` trajectories. Blocks until the strategy and the rate limiter
+   * allow one (timeoutMs -> ERR_TIMEOUT, signal -> ERR_ABORTED); a batch that can never exist
+   * is ERR_BATCH_IMPOSSIBLE at once.
+   */
+  async sample(options: SampleOptions = {}): Promise<Batch> {
+    const started = performance.now();
+    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
+    try {
+      for (;;) {
+        if (this.closed) throw new ClosedError('the sampler is closed');
+        this.checkPossible(this.options.batchSize);
+        let batch = this.ready.shift();
+        // Room for the next prefetch; woken after this call returns, so that assembling the
+        // next batch does not delay the hand-over of this one.
+        if (batch) setImmediate(() => this.changed.notify());
+        else if (this.options.prefetch === false) {
+          const picked = this.pick(this.options.batchSize);
+          if (picked) {
+            try {
+              batch = await this.assemble(picked, false);
+            } catch (err) {
+              if (err instanceof RecordsMissing) continue;
+              this.index.release(picked.entries);
+              this.samples -= picked.entries.length;
+              throw err;
+            }
+          }
+        }
+        if (batch) {
+          const handed = this.handOver(batch);
+          if (handed) {
+            this.m.latency.observe({ buffer: this.names.buffer, prefetched: String(handed.prefetched) }, (performance.now() - started) / 1000);
+            return handed;
+          }
+          continue;
+        }
+        await this.changed.wait({ deadline, signal: options.signal, what: 'sample()' });
+      }
+    } catch (err) {
+      if (err instanceof TimeoutError) throw this.rejections.record(new TimeoutError(`no batch of ${this.options.batchSize} within ${options.timeoutMs} ms`, { ...this.stats() }));
+      throw this.rejections.record(err);
+    }
+  }
+
+  stats(): SamplerStats {
+    return {
+      items: this.index.size,
+      bytes: this.index.bytes,
+      reserved: this.index.reservedCount,
+      inserts: this.inserts,
+      samples: this.samples,
+      evicted: { ...this.evicted },
+      corrupt: this.corrupt,
+      readyBatches: this.ready.length,
+      trainerVersion: this.trainerVersion,
+    };
+  }
+
+  /** Metadata of every indexed trajectory, oldest first (for tools and tests). */
+  entries(): readonly BufferEntry[] {
+    return this.index.all();
+  }
+
+  /** Waits for pending stream deletions (tests, shutdown). */
+  async flush(): Promise<void> {
+    await this.deleter.idle();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.changed.notify();
+    await this.feed.stop();
+    await this.prefetchLoop;
+    for (const b of this.ready.splice(0)) this.index.release(b.items.map((i) => this.index.get(i.id)!).filter(Boolean));
+    await this.deleter.idle();
+  }
+
+  // ---- index maintenance ----
+
+  private onRecord(seq: number, meta: RecordMeta): void {
+    const { v: _v, ...rest } = meta;
+    const entry: BufferEntry = { ...rest, seq, timesSampled: 0, indexedAt: Date.now() };
+    if (!this.index.add(entry)) {
+      // A second record of an indexed id or group slot (possible only after eviction and re-submission).
+      this.rejections.count(DataErrorCodes.CORRUPT_RECORD);
+      this.corrupt++;
+      this.logger.warn({ seq, id: meta.id, groupId: meta.groupId }, 'duplicate record skipped');
+      return;
+    }
+    this.inserts++;
+    this.m.inserts.inc({ buffer: this.names.buffer });
+    this.enforceCapacity();
+    this.updateGauges();
+    this.changed.notify();
+  }
+
+  private onCorrupt(seq: number, err: unknown): void {
+    this.corrupt++;
+    this.rejections.count(DataErrorCodes.CORRUPT_RECORD);
+    this.logger.warn({ seq, err: (err as Error).message }, 'unreadable record skipped');
+  }
+
+  private enforceCapacity(): void {
+    const { maxItems, maxBytes, policy } = this.eviction;
+    if (this.index.size <= maxItems && this.index.bytes <= maxBytes) return;
+    const victims: BufferEntry[] = [];
+    let items = this.index.size;
+    let bytes = this.index.bytes;
+    for (const e of policy.order(this.index.all(), this.context())) {
+      if (items <= maxItems && bytes <= maxBytes) break;
+      if (this.index.isReserved(e) || victims.includes(e)) continue;
+      victims.push(e);
+      items--;
+      bytes -= e.bytes;
+    }
+    this.remove(victims, 'capacity');
+  }
+
+  private remove(entries: readonly BufferEntry[], reason: string): void {
+    if (entries.length === 0) return;
+    let bytes = 0;
+    for (const e of entries) {
+      this.index.remove(e);
+      bytes += e.bytes;
+    }
+    this.evicted[reason] = (this.evicted[reason] ?? 0) + entries.length;
+    this.m.evicted.inc({ buffer: this.names.buffer, reason }, entries.length);
+    this.m.evictedBytes.inc({ buffer: this.names.buffer, reason }, bytes);
+    this.deleter.delete(entries, () => this.index.firstSeq() ?? this.feed.lastSeq + 1);
+    this.options.onEvict?.(entries, reason);
+    this.updateGauges();
+  }
+
+  private updateGauges(): void {
+    this.m.items.set({ buffer: this.names.buffer }, this.index.size);
+    this.m.bytes.set({ buffer: this.names.buffer }, this.index.bytes);
+  }
+
+  private context(): StrategyContext {
+    const drops: BufferEntry[] = [];
+    const version = this.trainerVersion;
+    return {
+      trainerVersion: version,
+      staleness: (e) => Math.max(0, version - e.weightVersion),
+      random: this.random,
+      drop: (e) => {
+        drops.push(e);
+        queueMicrotask(() => this.remove(drops.splice(0).filter((d) => this.index.get(d.id) === d && !this.index.isReserved(d)), 'stale'));
+      },
+      groups: this.index.groups,
+    };
+  }
+
+  // ---- batches ----
+
+  private checkPossible(count: number): void {
+    const why =
+      count > this.eviction.maxItems
+        ? `a batch of ${count} is larger than the buffer's capacity of ${this.eviction.maxItems} items`
+        : this.strategy.impossible?.(count, this.context());
+    if (why) throw new ImpossibleRequestError(DataErrorCodes.BATCH_IMPOSSIBLE, why, { details: { count, strategy: this.strategy.name } });
+  }
+
+  /** Chooses and reserves the entries of a batch, or undefined when not possible yet. */
+  private pick(count: number): Picked | undefined {
+    const state = { size: this.index.size, inserts: this.inserts, samples: this.samples };
+    if (!this.limiter.allows(count, state)) return undefined;
+    const chosen = this.strategy.select(this.index.candidates(), count, this.context());
+    if (chosen.length < count) return undefined;
+    const entries = chosen.slice(0, count);
+    this.index.reserve(entries);
+    this.samples += entries.length;
+    return { entries };
+  }
+
+  private async assemble(picked: Picked, prefetched: boolean): Promise<Batch> {
+    const payloads = await this.loader.load(picked.entries);
+    const items: SampledTrajectory[] = [];
+    const missing: BufferEntry[] = [];
+    let bytes = 0;
+    picked.entries.forEach((e, i) => {
+      const p = payloads[i];
+      if (!p) {
+        missing.push(e);
+        return;
+      }
+      bytes += e.bytes;
+      items.push({
+        id: e.id,
+        promptId: e.promptId,
+        groupId: e.groupId,
+        sampleIndex: e.sampleIndex,
+        groupSize: e.groupSize,
+        weightVersion: e.weightVersion,
+        reward: e.reward,
+        tokens: p.tokens,
+        logprobs: p.logprobs,
+        promptLength: e.promptLength,
+        responseLength: e.responseLength,
+        createdAt: e.createdAt,
+        completedAt: e.completedAt,
+        ...(e.rolloutId !== undefined ? { rolloutId: e.rolloutId } : {}),
+        priority: e.priority,
+        ...(e.info !== undefined ? { info: e.info } : {}),
+        seq: e.seq,
+        staleness: 0,
+        timesSampled: e.timesSampled,
+      });
+    });
+    if (missing.length > 0) {
+      // Deleted behind our back (another sampler, an operator): forget them, retry the batch.
+      this.rejections.count(DataErrorCodes.RECORD_MISSING, missing.length);
+      this.samples -= picked.entries.length;
+      this.index.release(picked.entries);
+      this.remove(missing, 'missing');
+      throw new RecordsMissing();
+    }
+    return { items, trainerVersion: this.trainerVersion, staleness: summarizeStaleness([]), groups: [], bytes, prefetched };
+  }
+
+  /**
+   * Finalises a batch at hand-over: staleness against the current trainer version, the
+   * strategy's accept() re-check (undefined when it failed: the batch is released), sample
+   * counts and the maxTimesSampled removal.
+   */
+  private handOver(batch: Batch): Batch | undefined {
+    const ctx = this.context();
+    const entries = batch.items.map((it) => this.index.get(it.id)).filter((e): e is BufferEntry => e !== undefined);
+    if (entries.length !== batch.items.length || (this.strategy.accept && !entries.every((e) => this.strategy.accept!(e, ctx)))) {
+      // Rejected (e.g. beyond max staleness after a version change): release and drop what failed.
+      this.samples -= batch.items.length;
+      this.index.release(entries);
+      this.remove(entries.filter((e) => this.strategy.accept && !this.strategy.accept(e, ctx)), 'stale');
+      this.changed.notify();
+      return undefined;
+    }
+    const staleness: number[] = [];
+    const groups = new Set<string>();
+    const spent: BufferEntry[] = [];
+    batch.items.forEach((it, i) => {
+      const e = entries[i]!;
+      e.timesSampled++;
+      it.timesSampled = e.timesSampled;
+      it.staleness = ctx.staleness(e);
+      staleness.push(it.staleness);
+      this.m.staleness.observe({ buffer: this.names.buffer }, it.staleness);
+      groups.add(e.groupId);
+      if (e.timesSampled >= this.eviction.maxTimesSampled) spent.push(e);
+    });
+    this.index.release(entries);
+    this.remove(spent, 'sampled');
+    this.m.sampled.inc({ buffer: this.names.buffer }, batch.items.length);
+    return { ...batch, trainerVersion: this.trainerVersion, staleness: summarizeStaleness(staleness), groups: [...groups] };
+  }
+
+  private async runPrefetch(): Promise<void> {
+    while (!this.closed) {
+      const picked = this.ready.length === 0 ? this.pickSafely() : undefined;
+      if (!picked) {
+        await this.changed.wait().catch(() => undefined);
+        continue;
+      }
+      try {
+        const batch = await this.assemble(picked, true);
+        if (this.closed) this.index.release(picked.entries);
+        else this.ready.push(batch);
+      } catch (err) {
+        if (!(err instanceof RecordsMissing)) {
+          this.index.release(picked.entries);
+          this.samples -= picked.entries.length;
+          this.logger.warn({ err: (err as Error).message }, 'prefetch failed; retrying');
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      }
+      this.changed.notify();
+    }
+  }
+
+  private pickSafely(): Picked | undefined {
+    try {
+      return this.pick(this.options.batchSize);
+    } catch (err) {
+      this.logger.warn({ err: (err as Error).message }, 'strategy failed');
+      return undefined;
+    }
+  }
+}
+
+class RecordsMissing extends Error {}

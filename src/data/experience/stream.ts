@@ -1,0 +1,80 @@
+/**
+ * The experience buffer's JetStream stream: file storage, one record message per trajectory on
+ * `laminar.exp.<buffer>.t.<id>` (metadata in a header, payload in the body) and, for payloads
+ * larger than the server's max payload, chunk messages on `laminar.exp.<buffer>.c.<id>`
+ * published before the record (claim check: a record is the commit point).
+ */
+import type { JetStreamManager, StreamConfig } from '@nats-io/jetstream';
+import { DiscardPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
+import { DataErrorCodes, DataInputError, StoreError } from '../errors.js';
+import { checkName, idToken } from '../ids.js';
+
+export interface BufferStreamOptions {
+  /** Buffer name (default 'default'); the stream is LAMINAR_EXP_<name>. */
+  buffer?: string;
+  /** Stream replicas: 1 on a single server, 3 on a NATS cluster (R3). Applied at creation. */
+  replicas?: number;
+  /**
+   * Hard ceiling on stored bytes: beyond it writers get ERR_BUFFER_FULL (back-pressure), never a
+   * silent drop. Keep it above the sampler's byte capacity. Default: unlimited.
+   */
+  maxStreamBytes?: number;
+  /** Window in which the server drops re-published records by id (default 2 min). */
+  duplicateWindowMs?: number;
+}
+
+export interface BufferNames {
+  buffer: string;
+  stream: string;
+  recordPrefix: string;
+  chunkPrefix: string;
+  recordFilter: string;
+  recordSubject(id: string): string;
+  chunkSubject(id: string): string;
+}
+
+export function bufferNames(buffer = 'default'): BufferNames {
+  checkName('buffer', buffer);
+  const recordPrefix = `laminar.exp.${buffer}.t`;
+  const chunkPrefix = `laminar.exp.${buffer}.c`;
+  return {
+    buffer,
+    stream: `LAMINAR_EXP_${buffer}`,
+    recordPrefix,
+    chunkPrefix,
+    recordFilter: `${recordPrefix}.*`,
+    recordSubject: (id) => `${recordPrefix}.${idToken(id)}`,
+    chunkSubject: (id) => `${chunkPrefix}.${idToken(id)}`,
+  };
+}
+
+/** Creates the stream when missing; an existing stream is used as it is (its replicas kept). */
+export async function ensureBufferStream(jsm: JetStreamManager, options: BufferStreamOptions = {}): Promise<BufferNames> {
+  const names = bufferNames(options.buffer);
+  const replicas = options.replicas ?? 1;
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `replicas must be 1..5, got ${replicas}`);
+  const config: Partial<StreamConfig> & { name: string } = {
+    name: names.stream,
+    subjects: [`laminar.exp.${names.buffer}.>`],
+    storage: StorageType.File,
+    retention: RetentionPolicy.Limits,
+    discard: DiscardPolicy.New,
+    max_bytes: options.maxStreamBytes ?? -1,
+    num_replicas: replicas,
+    duplicate_window: (options.duplicateWindowMs ?? 120_000) * 1_000_000,
+    // Direct get: the sampler reads records by sequence without the JSON API's base64.
+    allow_direct: true,
+  };
+  try {
+    await jsm.streams.info(names.stream);
+  } catch (err) {
+    if (!/stream not found/i.test(String((err as Error).message))) throw new StoreError(`jetstream: ${(err as Error).message}`, err);
+    try {
+      await jsm.streams.add(config);
+    } catch (err2) {
+      // Another writer or sampler created it at the same moment.
+      if (!/already in use|already exists/i.test(String((err2 as Error).message))) throw new StoreError(`jetstream: cannot create ${names.stream}: ${(err2 as Error).message}`, err2);
+    }
+  }
+  return names;
+}

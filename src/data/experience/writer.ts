@@ -1,0 +1,184 @@
+/**
+ * Writer of completed trajectories into the experience buffer. A rollout calls write() once
+ * per trajectory; it is validated (typed, counted rejections), then stored as one record
+ * message, or as chunks + a record when the payload is larger than the server's max payload.
+ *
+ * Duplicates: the record is published with the trajectory id as Nats-Msg-Id (the server drops
+ * a repeat within the duplicate window) and with "expected last sequence on this subject = 0"
+ * (the subject is per id, so a second record for an id stored in the buffer is refused at any
+ * time). Both make write() idempotent, so it retries freely through a server restart.
+ */
+import type { NatsConnection } from '@nats-io/transport-node';
+import { headers } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, JetStreamApiError } from '@nats-io/jetstream';
+import type { Registry } from 'prom-client';
+import { createRegistry } from '../../common/metrics.js';
+import { silentLogger, type Logger } from '../../common/logger.js';
+import { DataCapacityError, DataErrorCodes, DataInputError, StoreError } from '../errors.js';
+import { RejectionCounter, counter } from '../metrics.js';
+import { validateTrajectory, type Trajectory } from '../codec/trajectory.js';
+import { encodePayload } from '../codec/payload.js';
+import { META_HEADER, encodeMeta, metaOf } from '../codec/record-meta.js';
+import { retryTransient } from '../retry.js';
+import { ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
+
+/** Where a writer checks group ids (the prompt pool implements it). */
+export interface GroupRegistry {
+  /** n of the group, or undefined when no such group was ever issued. */
+  groupSize(groupId: string): Promise<number | undefined>;
+}
+
+export interface WriterOptions extends BufferStreamOptions {
+  nc: NatsConnection;
+  /** Largest payload (tokens + logprobs bytes) accepted. Default 64 MiB. */
+  maxTrajectoryBytes?: number;
+  /** Newest weight version that exists (trajectories from later versions are rejected). */
+  maxWeightVersion?: () => number | undefined;
+  /** When given, group ids must be known to it and group sizes must match. */
+  groups?: GroupRegistry;
+  /** How long write() keeps retrying through a JetStream outage. Default 30 s. */
+  retryForMs?: number;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+export interface WriteResult {
+  seq: number;
+  /** The buffer already held this trajectory id; nothing was added. */
+  duplicate: boolean;
+  chunks: number;
+}
+
+const HEADER_ROOM = 8 * 1024;
+const GROUP_CACHE = 10_000;
+const WRONG_LAST_SEQUENCE = 10071;
+
+export class ExperienceWriter {
+  private readonly rejections: RejectionCounter;
+  private readonly m;
+  private readonly maxBytes: number;
+  private readonly groupCache = new Map<string, number>();
+  private readonly logger: Logger;
+
+  private constructor(
+    private readonly options: WriterOptions,
+    private readonly js: JetStreamClient,
+    private readonly jsm: JetStreamManager,
+    readonly names: BufferNames,
+    registry: Registry,
+  ) {
+    this.rejections = new RejectionCounter(registry, 'writer');
+    this.maxBytes = options.maxTrajectoryBytes ?? 64 * 1024 * 1024;
+    this.logger = (options.logger ?? silentLogger).child({ component: 'experience-writer', buffer: names.buffer });
+    this.m = {
+      writes: counter(registry, 'laminar_buffer_writes_total', 'Trajectories written to the experience buffer, by result (ok, duplicate)', ['buffer', 'result']),
+      bytes: counter(registry, 'laminar_buffer_write_bytes_total', 'Payload bytes written to the experience buffer', ['buffer']),
+      chunked: counter(registry, 'laminar_buffer_chunked_writes_total', 'Trajectories stored claim-check style (payload in chunks)', ['buffer']),
+      retries: counter(registry, 'laminar_buffer_write_retries_total', 'Publish attempts retried after a transient JetStream failure', ['buffer']),
+    };
+  }
+
+  static async open(options: WriterOptions): Promise<ExperienceWriter> {
+    const jsm = await jetstreamManager(options.nc);
+    const names = await ensureBufferStream(jsm, options);
+    return new ExperienceWriter(options, jetstream(options.nc), jsm, names, options.registry ?? createRegistry({ defaultMetrics: false }));
+  }
+
+  /** Validates and stores one completed trajectory. */
+  async write(input: unknown): Promise<WriteResult> {
+    let t: Trajectory;
+    try {
+      t = validateTrajectory(input, { maxWeightVersion: this.options.maxWeightVersion?.() });
+      const bytes = t.tokens.byteLength + t.logprobs.byteLength;
+      if (bytes > this.maxBytes) {
+        throw new DataCapacityError(DataErrorCodes.PAYLOAD_TOO_LARGE, `trajectory ${t.id} has ${bytes} payload bytes, more than the maximum ${this.maxBytes}`, {
+          details: { id: t.id, bytes, max: this.maxBytes },
+        });
+      }
+      await this.checkGroup(t);
+    } catch (err) {
+      throw this.rejections.record(err);
+    }
+    return this.store(t);
+  }
+
+  /** Whether the buffer holds a record of this trajectory id (not yet sampled out or evicted). */
+  async has(id: string): Promise<boolean> {
+    const m = await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: this.names.recordSubject(id) }));
+    return m !== null;
+  }
+
+  private async checkGroup(t: Trajectory): Promise<void> {
+    const registry = this.options.groups;
+    if (!registry) return;
+    let n = this.groupCache.get(t.groupId);
+    if (n === undefined) {
+      n = await registry.groupSize(t.groupId);
+      if (n === undefined) throw new DataInputError(DataErrorCodes.UNKNOWN_GROUP, `unknown group id ${JSON.stringify(t.groupId)}`, { id: t.id, groupId: t.groupId });
+      if (this.groupCache.size >= GROUP_CACHE) this.groupCache.delete(this.groupCache.keys().next().value as string);
+      this.groupCache.set(t.groupId, n);
+    }
+    if (n !== t.groupSize) {
+      throw new DataInputError(DataErrorCodes.GROUP_MISMATCH, `group ${t.groupId} has ${n} samples, the trajectory says ${t.groupSize}`, { id: t.id, groupId: t.groupId });
+    }
+  }
+
+  private async store(t: Trajectory): Promise<WriteResult> {
+    const payload = encodePayload(t.tokens, t.logprobs);
+    const limit = (this.options.nc.info?.max_payload ?? 1024 * 1024) - HEADER_ROOM;
+    const recordSubject = this.names.recordSubject(t.id);
+    const chunkSeqs: number[] = [];
+    if (payload.byteLength > limit) {
+      // Do not leave orphan chunks behind for a trajectory that is already stored.
+      const existing = await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: recordSubject }));
+      if (existing) return this.counted({ seq: existing.seq, duplicate: true, chunks: 0 }, 0);
+      for (let off = 0, i = 0; off < payload.byteLength; off += limit, i++) {
+        const part = payload.subarray(off, Math.min(off + limit, payload.byteLength));
+        const ack = await this.retry(() => this.js.publish(this.names.chunkSubject(t.id), part, { msgID: `${t.id}\u0000c${i}` }));
+        chunkSeqs.push(ack.seq);
+      }
+      this.m.chunked.inc({ buffer: this.names.buffer });
+    }
+    const h = headers();
+    h.set(META_HEADER, encodeMeta(metaOf(t, chunkSeqs)));
+    try {
+      const ack = await this.retry(() =>
+        this.js.publish(recordSubject, chunkSeqs.length > 0 ? undefined : payload, { msgID: t.id, headers: h, expect: { lastSubjectSequence: 0 } }),
+      );
+      return this.counted({ seq: ack.seq, duplicate: ack.duplicate, chunks: chunkSeqs.length }, payload.byteLength);
+    } catch (err) {
+      if (err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE) {
+        const seq = (await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: recordSubject })))?.seq ?? 0;
+        return this.counted({ seq, duplicate: true, chunks: 0 }, 0);
+      }
+      throw err;
+    }
+  }
+
+  private counted(r: WriteResult, bytes: number): WriteResult {
+    this.m.writes.inc({ buffer: this.names.buffer, result: r.duplicate ? 'duplicate' : 'ok' });
+    if (!r.duplicate) this.m.bytes.inc({ buffer: this.names.buffer }, bytes);
+    return r;
+  }
+
+  /** Retries transport failures (retry.ts); maps the server's answers to typed errors. */
+  private async retry<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await retryTransient(fn, {
+        retryForMs: this.options.retryForMs,
+        onRetry: (err, attempt) => {
+          this.m.retries.inc({ buffer: this.names.buffer });
+          this.logger.debug({ err: (err as Error).message, attempt }, 'publish retry');
+        },
+      });
+    } catch (err) {
+      if (err instanceof JetStreamApiError) {
+        if (err.code === WRONG_LAST_SEQUENCE) throw err;
+        if (/maximum (bytes|messages)|resource limits|insufficient resources/i.test(err.message)) {
+          throw this.rejections.record(new DataCapacityError(DataErrorCodes.BUFFER_FULL, `experience buffer ${this.names.buffer} is full: ${err.message}`, { cause: err }));
+        }
+      }
+      throw this.rejections.record(new StoreError(`jetstream: ${(err as Error).message}`, err, { buffer: this.names.buffer }));
+    }
+  }
+}

@@ -1,0 +1,18 @@
+/** Public API of the data module: prompt pool, partial-response pool, experience buffer. */
+export * from './errors.js';
+export { PromptPool, type PromptPoolOptions, type PromptClaim, type LoadReport, type PoolProgress } from './prompts/prompt-pool.js';
+export { type Prompt, groupIdOf, parseGroupId } from './prompts/prompt.js';
+export { type Trajectory, type TrajectoryInput, validateTrajectory } from './codec/trajectory.js';
+export { type RecordMeta } from './codec/record-meta.js';
+export { ExperienceWriter, type WriterOptions, type WriteResult, type GroupRegistry } from './experience/writer.js';
+export { ExperienceSampler, type SamplerOptions, type SampleOptions, type SamplerStats } from './experience/sampler.js';
+export { type Batch, type SampledTrajectory, type StalenessSummary } from './experience/batch.js';
+export { type BufferEntry, type GroupState } from './experience/entry.js';
+export { bufferNames, ensureBufferStream, type BufferStreamOptions, type BufferNames } from './experience/stream.js';
+export * from './experience/strategies/index.js';
+export { oldestFirst, mostStaleFirst, type EvictionPolicy, type EvictionOptions } from './experience/eviction.js';
+export { RateLimiter, type RateLimitOptions } from './experience/rate-limiter.js';
+export { PartialPool, type PartialPoolOptions, type TakeoverResult } from './partial/partial-pool.js';
+export { PartialTrajectory } from './partial/partial-trajectory.js';
+export { type PartialStart } from './partial/log-codec.js';
+export { type PartialState, type PartialSummary } from './partial/log-reader.js';

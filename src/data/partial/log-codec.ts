@@ -1,0 +1,69 @@
+/**
+ * Messages of a partial trajectory's log (one subject per trajectory). The body is versioned
+ * msgpack; the owner, kind and token count are also headers, so that listing who owns what
+ * reads only the last message's headers per trajectory.
+ */
+import { pack, unpack } from 'msgpackr';
+import { z } from 'zod';
+
+export const OWNER_HEADER = 'Laminar-Owner';
+export const KIND_HEADER = 'Laminar-Kind';
+export const TOKENS_HEADER = 'Laminar-Tokens';
+export const LOG_VERSION = 1;
+
+export type LogKind = 'start' | 'delta' | 'takeover' | 'completing';
+
+/** What a rollout says about a trajectory when it starts generating it. */
+export interface PartialStart {
+  trajectoryId: string;
+  promptId: string;
+  groupId: string;
+  sampleIndex: number;
+  groupSize: number;
+  weightVersion: number;
+  /** Prompt tokens, when the rollout wants them kept for a resume elsewhere. */
+  promptLength?: number;
+  createdAt?: number;
+}
+
+export interface LogMessage {
+  v: number;
+  kind: LogKind;
+  owner: string;
+  /** Token index of the first token in this message. */
+  offset: number;
+  tokens?: Uint8Array;
+  logprobs?: Uint8Array;
+  start?: PartialStart;
+}
+
+const startSchema = z.object({
+  trajectoryId: z.string().min(1),
+  promptId: z.string().min(1),
+  groupId: z.string().min(1),
+  sampleIndex: z.number().int().nonnegative(),
+  groupSize: z.number().int().positive(),
+  weightVersion: z.number().int().nonnegative(),
+  promptLength: z.number().int().nonnegative().optional(),
+  createdAt: z.number().optional(),
+});
+
+export const partialStartSchema = startSchema;
+
+const messageSchema = z.object({
+  v: z.literal(LOG_VERSION),
+  kind: z.enum(['start', 'delta', 'takeover', 'completing']),
+  owner: z.string(),
+  offset: z.number().int().nonnegative(),
+  tokens: z.instanceof(Uint8Array).optional(),
+  logprobs: z.instanceof(Uint8Array).optional(),
+  start: startSchema.optional(),
+});
+
+export function encodeLog(m: LogMessage): Uint8Array {
+  return pack(Object.fromEntries(Object.entries(m).filter(([, v]) => v !== undefined)));
+}
+
+export function decodeLog(bytes: Uint8Array): LogMessage {
+  return messageSchema.parse(unpack(bytes)) as LogMessage;
+}

@@ -1,0 +1,88 @@
+/**
+ * Reads back partial trajectories: one trajectory's whole log (an ordered consumer on its
+ * subject), or the last message's headers of every trajectory (who owns what), which is what
+ * failover and repack need before taking ownership.
+ */
+import { DeliverPolicy, type JetStreamClient } from '@nats-io/jetstream';
+import { CorruptRecordError } from '../errors.js';
+import { decodeLog, KIND_HEADER, OWNER_HEADER, TOKENS_HEADER, type LogKind, type PartialStart } from './log-codec.js';
+import { decodePayload, joinChunks } from '../codec/payload.js';
+import { tokenToId } from '../ids.js';
+
+export interface PartialState {
+  start: PartialStart;
+  owner: string;
+  /** Kind of the last message (state of the trajectory). */
+  state: LogKind;
+  tokens: Int32Array;
+  logprobs: Float32Array;
+  /** Stream sequence of the last message (ownership changes are conditional on it). */
+  lastSeq: number;
+}
+
+export interface PartialSummary {
+  trajectoryId: string;
+  owner: string;
+  state: LogKind;
+  tokens: number;
+  lastSeq: number;
+}
+
+export async function readLog(js: JetStreamClient, stream: string, subject: string): Promise<PartialState | undefined> {
+  const consumer = await js.consumers.get(stream, { filter_subjects: subject, deliver_policy: DeliverPolicy.All });
+  const info = await consumer.info(true);
+  if (info.num_pending === 0) {
+    await consumer.delete().catch(() => undefined);
+    return undefined;
+  }
+  const tokenParts: Uint8Array[] = [];
+  const logprobParts: Uint8Array[] = [];
+  let start: PartialStart | undefined;
+  let owner = '';
+  let state: LogKind = 'start';
+  let lastSeq = 0;
+  let count = 0;
+  const messages = await consumer.fetch({ max_messages: info.num_pending, expires: 10_000 });
+  for await (const m of messages) {
+    const msg = decodeLog(m.data);
+    if (msg.kind === 'start') start = msg.start;
+    if (msg.tokens && msg.logprobs) {
+      // Deltas are contiguous by construction (each append is conditional on the previous).
+      if (msg.offset !== count) throw new CorruptRecordError(`partial log of ${subject} has a gap at token ${count}`);
+      tokenParts.push(msg.tokens);
+      logprobParts.push(msg.logprobs);
+      count += msg.tokens.byteLength / 4;
+    }
+    owner = msg.owner;
+    state = msg.kind;
+    lastSeq = m.seq;
+    if (m.info.pending === 0) break;
+  }
+  await messages.close();
+  if (!start) throw new CorruptRecordError(`partial log of ${subject} has no start message`);
+  const payload = joinChunks([...tokenParts, ...logprobParts], count * 8);
+  const { tokens, logprobs } = decodePayload(payload, count);
+  return { start, owner, state, tokens, logprobs, lastSeq };
+}
+
+/** The last message of every trajectory log under `filter` (headers only). */
+export async function listLogs(js: JetStreamClient, stream: string, filter: string): Promise<PartialSummary[]> {
+  const consumer = await js.consumers.get(stream, { filter_subjects: filter, deliver_policy: DeliverPolicy.LastPerSubject, headers_only: true });
+  const info = await consumer.info(true);
+  const out: PartialSummary[] = [];
+  if (info.num_pending === 0) return out;
+  const messages = await consumer.fetch({ max_messages: info.num_pending, expires: 10_000 });
+  for await (const m of messages) {
+    const token = m.subject.slice(m.subject.lastIndexOf('.') + 1);
+    out.push({
+      trajectoryId: tokenToId(token),
+      owner: m.headers?.get(OWNER_HEADER) ?? '',
+      state: (m.headers?.get(KIND_HEADER) ?? 'delta') as LogKind,
+      tokens: Number(m.headers?.get(TOKENS_HEADER) ?? 0),
+      lastSeq: m.seq,
+    });
+    if (m.info.pending === 0) break;
+  }
+  await messages.close();
+  return out;
+}

@@ -1,0 +1,35 @@
+/**
+ * Retries of idempotent JetStream calls through a server restart or a lost connection. Only
+ * transport failures are retried (timeouts, no responders, disconnects); an answer from the
+ * server (JetStreamApiError: "no") is returned to the caller at once.
+ */
+import { JetStreamApiError } from '@nats-io/jetstream';
+
+export interface RetryOptions {
+  /** Give up after this long. Default 30 s. */
+  retryForMs?: number;
+  onRetry?: (err: unknown, attempt: number) => void;
+}
+
+const TRANSIENT = new Set(['TimeoutError', 'NoRespondersError', 'RequestError', 'ConnectionError']);
+
+export function isTransient(err: unknown): boolean {
+  if (err instanceof JetStreamApiError || !(err instanceof Error)) return false;
+  // A closed or draining connection is final: retrying cannot help.
+  if (err.name === 'ClosedConnectionError' || err.name === 'DrainingConnectionError') return false;
+  return TRANSIENT.has(err.name) || /timeout|no responders|503/i.test(err.message);
+}
+
+export async function retryTransient<T>(fn: () => Promise<T>, options: RetryOptions = {}): Promise<T> {
+  const deadline = Date.now() + (options.retryForMs ?? 30_000);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!isTransient(err) || Date.now() > deadline) throw err;
+      options.onRetry?.(err, attempt);
+      // Capped exponential backoff: 25 ms, 50 ms, ... 1 s.
+      await new Promise((r) => setTimeout(r, Math.min(1000, 25 * 2 ** attempt)));
+    }
+  }
+}

@@ -1,0 +1,5 @@
+export { startNatsServer, type NatsServer, type NatsServerOptions } from './nats.js';
+export { startRedisServer, type RedisServer, type RedisServerOptions } from './redis.js';
+export { ServiceError, ServiceErrorCodes } from './errors.js';
+export { freePort } from './ports.js';
+export type { EmbeddedServer } from './embedded-server.js';

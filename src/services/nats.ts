@@ -1,0 +1,74 @@
+/**
+ * A real nats-server (JetStream on, file storage) on free 127.0.0.1 ports in a temp dir.
+ * Readiness is the monitoring endpoint's /healthz, which answers 200 only once JetStream has
+ * recovered its streams from disk, so a test can use the server the moment start() returns.
+ */
+import { writeFileSync, mkdirSync } from 'node:fs';
+import { get } from 'node:http';
+import { join } from 'node:path';
+import { findBinary } from './binary.js';
+import { ManagedProcess, makeTempDir } from './managed-process.js';
+import { freePort } from './ports.js';
+import { embeddedServer, type EmbeddedServer } from './embedded-server.js';
+export type { EmbeddedServer };
+
+export interface NatsServerOptions {
+  jetstream?: boolean;
+  /** JetStream store dir; a fresh temp dir (removed by stop()) when absent. */
+  storeDir?: string;
+  /** Largest message the server accepts (nats-server default 1 MiB; it warns above 8 MiB). */
+  maxPayload?: number;
+  port?: number;
+  startTimeoutMs?: number;
+}
+
+export interface NatsServer extends EmbeddedServer {
+  readonly monitorPort: number;
+  readonly maxPayload: number;
+}
+
+const DEFAULT_MAX_PAYLOAD = 1024 * 1024;
+
+function healthz(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = get({ host: '127.0.0.1', port, path: '/healthz', timeout: 1000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.once('error', () => resolve(false));
+    req.once('timeout', () => {
+      req.destroy();
+      resolve(false);
+    });
+  });
+}
+
+export async function startNatsServer(options: NatsServerOptions = {}): Promise<NatsServer> {
+  const binary = findBinary('nats-server', 'LAMINAR_NATS_SERVER');
+  const rootDir = makeTempDir('nats');
+  const storeDir = options.storeDir ?? join(rootDir, 'jetstream');
+  mkdirSync(storeDir, { recursive: true });
+  const port = options.port ?? (await freePort());
+  const monitorPort = await freePort();
+  const maxPayload = options.maxPayload ?? DEFAULT_MAX_PAYLOAD;
+  const config = [
+    `listen: "127.0.0.1:${port}"`,
+    `http: "127.0.0.1:${monitorPort}"`,
+    `max_payload: ${maxPayload}`,
+    // Room for a batch of large messages in flight to a slow consumer (tests, benches).
+    `max_pending: 256MB`,
+    options.jetstream === false ? '' : `jetstream { store_dir: ${JSON.stringify(storeDir)} }`,
+  ].join('\n');
+  const configFile = join(rootDir, 'nats.conf');
+  writeFileSync(configFile, `${config}\n`);
+  const proc = new ManagedProcess({
+    name: 'nats-server',
+    binary,
+    args: ['-c', configFile],
+    isReady: () => healthz(monitorPort),
+    startTimeoutMs: options.startTimeoutMs,
+  });
+  await proc.startOrCleanUp(rootDir);
+  const server = embeddedServer(proc, { url: `nats://127.0.0.1:${port}`, port, dataDir: storeDir, ownsDir: true, rootDir });
+  return Object.assign(server, { monitorPort, maxPayload });
+}

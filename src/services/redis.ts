@@ -1,0 +1,49 @@
+/**
+ * A real redis-server on a free 127.0.0.1 port in a temp dir. With `appendonly` on (the
+ * default here, as the prompt pool needs it) every write goes to the AOF, so the data survive a
+ * restart, and with `appendfsync: 'always'` even a SIGKILL. Ready when INFO answers with our
+ * process id (a server still loading its AOF answers -LOADING).
+ */
+import { findBinary } from './binary.js';
+import { ManagedProcess, makeTempDir } from './managed-process.js';
+import { embeddedServer, type EmbeddedServer } from './embedded-server.js';
+import { freePort, probe } from './ports.js';
+
+export interface RedisServerOptions {
+  appendonly?: boolean;
+  /** 'everysec' (redis default: at most 1 s lost on a machine crash) or 'always'. */
+  appendfsync?: 'always' | 'everysec' | 'no';
+  port?: number;
+  dataDir?: string;
+  startTimeoutMs?: number;
+}
+
+export type RedisServer = EmbeddedServer;
+
+export async function startRedisServer(options: RedisServerOptions = {}): Promise<RedisServer> {
+  const binary = findBinary('redis-server', 'LAMINAR_REDIS_SERVER');
+  const rootDir = makeTempDir('redis');
+  const dataDir = options.dataDir ?? rootDir;
+  const port = options.port ?? (await freePort());
+  const args = [
+    '--port', String(port),
+    '--bind', '127.0.0.1',
+    '--dir', dataDir,
+    '--appendonly', options.appendonly === false ? 'no' : 'yes',
+    '--appendfsync', options.appendfsync ?? 'everysec',
+    // No RDB snapshots: the AOF is the persistence we test and document.
+    '--save', '',
+    '--daemonize', 'no',
+    '--logfile', '',
+  ];
+  const proc = new ManagedProcess({
+    name: 'redis-server',
+    binary,
+    args,
+    // INFO answers only once the AOF is loaded (-LOADING before), and names the process.
+    isReady: async (pid) => (await probe(port, 'INFO server\r\n', 1000, `process_id:${pid}\r\n`)).includes(`process_id:${pid}\r\n`),
+    startTimeoutMs: options.startTimeoutMs,
+  });
+  await proc.startOrCleanUp(rootDir);
+  return embeddedServer(proc, { url: `redis://127.0.0.1:${port}`, port, dataDir, ownsDir: true, rootDir });
+}

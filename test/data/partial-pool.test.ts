@@ -1,0 +1,138 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { Registry } from 'prom-client';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { startNatsServer, type NatsServer } from '../../src/services/index.js';
+import { DataErrorCodes, ExperienceSampler, ExperienceWriter, PartialPool, type PartialStart } from '../../src/data/index.js';
+import { metricValue, natsClient, trajectory } from './helpers.js';
+
+let nats: NatsServer;
+let nc: NatsConnection;
+let registry: Registry;
+let k = 0;
+let name: string;
+const closers: Array<() => Promise<void>> = [];
+
+beforeAll(async () => {
+  nats = await startNatsServer({ jetstream: true });
+  nc = await natsClient(nats.url);
+});
+afterAll(async () => {
+  for (const c of closers) await c();
+  await nc.close();
+  await nats.stop();
+});
+beforeEach(() => {
+  registry = new Registry();
+  name = `pp${++k}`;
+});
+
+async function pool(over: { flushTokens?: number; flushMs?: number; writer?: ExperienceWriter } = {}): Promise<PartialPool> {
+  const p = await PartialPool.open({ nc, pool: name, registry, flushTokens: over.flushTokens ?? 4, flushMs: over.flushMs ?? 60_000, writer: over.writer });
+  closers.push(() => p.close());
+  return p;
+}
+const start = (id: string): PartialStart => ({ trajectoryId: id, promptId: 'p', groupId: 'g', sampleIndex: 0, groupSize: 1, weightVersion: 3 });
+const range = (a: number, b: number): number[] => Array.from({ length: b - a }, (_, i) => a + i);
+
+describe('PartialPool', () => {
+  it('streams tokens every K tokens and reads them back exactly', async () => {
+    const p = await pool({ flushTokens: 4 });
+    const t = await p.start('r1', start('traj-1'));
+    t.append([1, 2, 3], [-0.1, -0.2, -0.3]); // below K: buffered only
+    expect((await p.read('traj-1'))!.tokens.length).toBe(0);
+    t.append([4, 5], [-0.4, -0.5]); // K reached: flushed
+    await t.flush();
+    const s = (await p.read('traj-1'))!;
+    expect(Array.from(s.tokens)).toEqual([1, 2, 3, 4, 5]);
+    expect(s.logprobs[4]).toBeCloseTo(-0.5);
+    expect(s).toMatchObject({ owner: 'r1', start: { trajectoryId: 'traj-1', weightVersion: 3, sampleIndex: 0 } });
+    expect(await metricValue(registry, 'laminar_partial_appends_total')).toBe(1);
+  });
+
+  it('flushes every T ms when fewer than K tokens arrive', async () => {
+    const p = await pool({ flushTokens: 1000, flushMs: 50 });
+    const t = await p.start('r1', start('slow'));
+    t.append([7], [-1]);
+    await expect.poll(async () => (await p.read('slow'))?.tokens.length, { timeout: 3000 }).toBe(1);
+  });
+
+  it('lists what a rollout owns and hands it over atomically (failover)', async () => {
+    const p = await pool();
+    const a = await p.start('dead', start('x1'));
+    const b = await p.start('dead', start('x2'));
+    await p.start('alive', start('x3'));
+    a.append(range(0, 6), range(0, 6).map((i) => -i));
+    b.append([9], [-9]);
+    await Promise.all([a.flush(), b.flush()]);
+    expect((await p.list('dead')).map((s) => [s.trajectoryId, s.tokens]).sort()).toEqual([
+      ['x1', 6],
+      ['x2', 1],
+    ]);
+    const taken = await p.takeOverAll('dead', 'rescuer');
+    expect(taken.map((r) => r.status)).toEqual(['taken', 'taken']);
+    const first = taken.find((r) => r.status === 'taken' && r.state.start.trajectoryId === 'x1');
+    expect(first?.status === 'taken' && Array.from(first.state.tokens)).toEqual(range(0, 6));
+    expect(await p.list('dead')).toEqual([]);
+    expect((await p.list('rescuer')).length).toBe(2);
+    // The old owner is fenced: its next append fails and is counted.
+    a.append([100], [-1]);
+    await expect(a.flush()).rejects.toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    expect(() => a.append([101], [-1])).toThrow(expect.objectContaining({ code: DataErrorCodes.NOT_OWNER }));
+    expect(await metricValue(registry, 'laminar_partial_fenced_total')).toBe(1);
+  });
+
+  it('two rollouts taking the same trajectory at once: exactly one wins', async () => {
+    const p = await pool();
+    const t = await p.start('dead', start('contested'));
+    t.append([1, 2, 3, 4], [0, 0, 0, 0]);
+    await t.flush();
+    const results = await Promise.allSettled([p.takeOver('contested', 'r-a', { from: 'dead' }), p.takeOver('contested', 'r-b', { from: 'dead' })]);
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    const lost = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
+    expect(lost.reason).toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    // The winner continues from where the dead rollout stopped.
+    const win = (results.find((r) => r.status === 'fulfilled') as PromiseFulfilledResult<Awaited<ReturnType<PartialPool['takeOver']>>>).value;
+    if (win.status !== 'taken') throw new Error('expected taken');
+    win.trajectory.append([5, 6, 7, 8], [0, 0, 0, 0]);
+    await win.trajectory.flush();
+    expect(Array.from((await p.read('contested'))!.tokens)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+  });
+
+  it('a trajectory id can be started once', async () => {
+    const p = await pool();
+    await p.start('r1', start('once'));
+    await expect(p.start('r2', start('once'))).rejects.toMatchObject({ code: DataErrorCodes.TRAJECTORY_EXISTS });
+    await expect(p.takeOver('never-started', 'r1')).rejects.toMatchObject({ code: DataErrorCodes.UNKNOWN_TRAJECTORY });
+    const t = await p.start('r1', start('bad-append'));
+    expect(() => t.append([1, 2], [0])).toThrow(expect.objectContaining({ code: DataErrorCodes.BAD_APPEND }));
+  });
+
+  it('completion moves the trajectory to the experience buffer: never both, never neither', async () => {
+    const writer = await ExperienceWriter.open({ nc, buffer: name, registry });
+    const p = await pool({ writer });
+    const t = await p.start('r1', start('done-1'));
+    t.append(range(100, 108), range(0, 8).map(() => -1));
+    const final = trajectory({ id: 'done-1', weightVersion: 3 }, 12);
+    await p.complete(t, final);
+    expect(await p.read('done-1')).toBeUndefined();
+    expect(await writer.has('done-1')).toBe(true);
+
+    // A taken-over trajectory cannot be completed by its old owner: nothing is written.
+    const u = await p.start('r1', start('done-2'));
+    await u.flush();
+    await p.takeOver('done-2', 'r2');
+    await expect(p.complete(u, trajectory({ id: 'done-2' }))).rejects.toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    expect(await writer.has('done-2')).toBe(false);
+
+    // Crash after the experience write, before the purge: a takeover finishes the removal.
+    const v = await p.start('r1', start('done-3'));
+    await v.mark('completing');
+    await writer.write(trajectory({ id: 'done-3' }));
+    expect(await p.takeOver('done-3', 'r2')).toEqual({ status: 'completed' });
+    expect(await p.read('done-3')).toBeUndefined();
+
+    const s = await ExperienceSampler.open({ nc, buffer: name, batchSize: 2, registry, prefetch: false });
+    closers.push(() => s.close());
+    expect((await s.sample({ timeoutMs: 5000 })).items.map((i) => i.id)).toEqual(['done-1', 'done-3']);
+  });
+});
