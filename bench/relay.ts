@@ -55,7 +55,8 @@ export async function run(args: string[]): Promise<void> {
     const pub = await client.beginPublish({ model: 'bench/model', version, tensors: specs, populate: process.env.BENCH_POPULATE !== '0' });
     prepare.push((performance.now() - t) / 1e3);
     t = performance.now();
-    sources.forEach((s, i) => pub.write(`layer.${i}.weight`, s));
+    // A trainer's ranks write their tensors at once: all writes in flight on the thread pool.
+    await Promise.all(sources.map((s, i) => pub.writeAsync(`layer.${i}.weight`, s)));
     fill.push((performance.now() - t) / 1e3);
     t = performance.now();
     await pub.commit();
@@ -117,7 +118,7 @@ export async function run(args: string[]): Promise<void> {
     ['pull: read every byte (striped copy)', `${result.pull_read_GBps} GB/s = ${result.pull_read_over_memcpy} x memcpy`, 'goal >= 0.9'],
     ['pull: read, one thread', `${result.pull_read_1thread_over_memcpy} x memcpy`, 'page faults of a fresh mapping'],
     ['publish: begin (allocate, pin, pre-fault)', `${result.publish_prepare_ms} ms`, 'off the critical path'],
-    ['publish: write', `${result.publish_write_GBps} GB/s = ${result.publish_write_over_memcpy} x memcpy`, 'goal >= 0.8'],
+    ['publish: write (copy + checksum, parallel)', `${result.publish_write_GBps} GB/s = ${result.publish_write_over_memcpy} x memcpy`, 'goal >= 0.8'],
     ['publish: commit (verify + checksums)', `${result.commit_ms} ms`, `checksum ${result.checksum_GBps} GB/s/thread`],
     ['relay RSS without shm', `${result.relay_rss_MB} MB (${result.versions_held} versions, ${round(rssShmemMB, 0)} MB shm mapped)`, 'goal <= 100 MB'],
   ]);

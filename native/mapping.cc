@@ -172,6 +172,58 @@ class LockWorker : public RegionWorker {
   int refused_ = 0;
 };
 
+// Copy + checksum of a JS buffer on the pool, one checksum per piece. The source buffer is held
+// by a reference until the copy is done, so the writer may drop its own.
+class WriteWorker : public RegionWorker {
+ public:
+  WriteWorker(Napi::Env env, std::shared_ptr<Region> r, Napi::Object source, const uint8_t* src, size_t len,
+              size_t offset, size_t piece)
+      : RegionWorker(env, std::move(r), "write"), source_(Napi::Persistent(source)), src_(src), len_(len),
+        offset_(offset), piece_(piece) {}
+  void Execute() override {
+    for (size_t done = 0; done < len_; done += piece_) {
+      size_t n = len_ - done < piece_ ? len_ - done : piece_;
+      sums_.push_back(CopyAndChecksum(region_->at(offset_ + done), src_ + done, n));
+    }
+  }
+  Napi::Value Result() override {
+    source_.Reset();
+    auto out = Napi::Array::New(Env(), sums_.size());
+    for (size_t i = 0; i < sums_.size(); i++) out.Set(static_cast<uint32_t>(i), Napi::BigInt::New(Env(), sums_[i]));
+    return out;
+  }
+  void OnError(const Napi::Error& e) override {
+    source_.Reset();
+    RegionWorker::OnError(e);
+  }
+
+ private:
+  Napi::ObjectReference source_;
+  const uint8_t* src_;
+  size_t len_, offset_, piece_;
+  std::vector<uint64_t> sums_;
+};
+
+// Resolves a TypedArray/DataView/ArrayBuffer to its bytes; false if it is none of them.
+bool SourceBytes(Napi::Value value, const uint8_t** data, size_t* length) {
+  if (value.IsTypedArray()) {
+    auto view = value.As<Napi::TypedArray>();
+    *data = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+    *length = view.ByteLength();
+  } else if (value.IsDataView()) {
+    auto view = value.As<Napi::DataView>();
+    *data = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+    *length = view.ByteLength();
+  } else if (value.IsArrayBuffer()) {
+    auto buffer = value.As<Napi::ArrayBuffer>();
+    *data = static_cast<const uint8_t*>(buffer.Data());
+    *length = buffer.ByteLength();
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Napi::Function Mapping::Init(Napi::Env env) {
@@ -183,6 +235,7 @@ Napi::Function Mapping::Init(Napi::Env env) {
       InstanceMethod<&Mapping::Lock>("lock"),
       InstanceMethod<&Mapping::LockAsync>("lockAsync"),
       InstanceMethod<&Mapping::Write>("write"),
+      InstanceMethod<&Mapping::WriteAsync>("writeAsync"),
       InstanceMethod<&Mapping::Checksum>("checksum"),
       InstanceMethod<&Mapping::ChecksumAsync>("checksumAsync"),
       InstanceMethod<&Mapping::CopyFrom>("copyFrom"),
@@ -337,19 +390,7 @@ Napi::Value Mapping::Write(const Napi::CallbackInfo& info) {
   }
   const uint8_t* src = nullptr;
   size_t length = 0;
-  if (info[1].IsTypedArray()) {
-    auto view = info[1].As<Napi::TypedArray>();
-    src = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
-    length = view.ByteLength();
-  } else if (info[1].IsDataView()) {
-    auto view = info[1].As<Napi::DataView>();
-    src = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
-    length = view.ByteLength();
-  } else if (info[1].IsArrayBuffer()) {
-    auto buffer = info[1].As<Napi::ArrayBuffer>();
-    src = static_cast<const uint8_t*>(buffer.Data());
-    length = buffer.ByteLength();
-  } else {
+  if (!SourceBytes(info[1], &src, &length)) {
     ThrowCode(env, "ERR_INVALID_ARG", "source must be an ArrayBuffer or a view of one");
     return env.Undefined();
   }
@@ -359,6 +400,27 @@ Napi::Value Mapping::Write(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   return Napi::BigInt::New(env, static_cast<uint64_t>(CopyAndChecksum(region_->at(offset), src, length)));
+}
+
+// writeAsync(offset, source, pieceSize): Promise<bigint[]>, the checksum of each piece.
+Napi::Value Mapping::WriteAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  size_t offset, piece;
+  const uint8_t* src = nullptr;
+  size_t length = 0;
+  if (!ToSize(info[0], &offset) || !SourceBytes(info[1], &src, &length) || !ToSize(info[2], &piece) || piece == 0) {
+    ThrowCode(env, "ERR_INVALID_ARG", "writeAsync(offset, source, pieceSize > 0)");
+    return env.Undefined();
+  }
+  if (offset > region_->size || length > region_->size - offset) {
+    ThrowCode(env, "ERR_OUT_OF_RANGE", "write is outside the mapping");
+    return env.Undefined();
+  }
+  auto* worker = new WriteWorker(env, region_, info[1].As<Napi::Object>(), src, length, offset, piece);
+  auto promise = worker->Promise();
+  worker->Queue();
+  return promise;
 }
 
 Napi::Value Mapping::Checksum(const Napi::CallbackInfo& info) {

@@ -42,6 +42,7 @@ class Mapping : public Napi::ObjectWrap<Mapping> {
   Napi::Value Lock(const Napi::CallbackInfo& info);
   Napi::Value LockAsync(const Napi::CallbackInfo& info);
   Napi::Value Write(const Napi::CallbackInfo& info);
+  Napi::Value WriteAsync(const Napi::CallbackInfo& info);
   Napi::Value Checksum(const Napi::CallbackInfo& info);
   Napi::Value ChecksumAsync(const Napi::CallbackInfo& info);
   Napi::Value CopyFrom(const Napi::CallbackInfo& info);

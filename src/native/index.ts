@@ -30,6 +30,8 @@ export interface Mapping {
   lockAsync(): Promise<string | null>;
   /** Copies source into the mapping at offset and returns the XXH3-64 of those bytes (one pass). */
   write(offset: number, source: ArrayBufferView | ArrayBuffer): bigint;
+  /** The same on the libuv pool, with one checksum per `pieceSize` bytes. */
+  writeAsync(offset: number, source: ArrayBufferView | ArrayBuffer, pieceSize: number): Promise<bigint[]>;
   checksum(offset: number, length: number): bigint;
   checksumAsync(offset: number, length: number): Promise<bigint>;
   copyFrom(source: Mapping, sourceOffset: number, targetOffset: number, length: number): Promise<void>;

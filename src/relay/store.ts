@@ -41,6 +41,19 @@ import { COMPLETE_SUFFIX, WRITING_SUFFIX, segmentBaseName, validateModelId, vali
 
 export type VersionState = 'writing' | 'complete' | 'retired';
 
+/** What a writer says its bytes hash to: one XXH3 per tensor, or one per piece of it. */
+export interface WriterChecksum {
+  pieceSize: number; // the tensor's length for a whole-tensor checksum
+  sums: string[];
+}
+
+export interface WrittenReport {
+  name: string;
+  checksum?: string | null | undefined;
+  pieceSize?: number | undefined;
+  pieces?: string[] | undefined;
+}
+
 export interface StoreOptions {
   shmDir: string;
   chunkSize: number;
@@ -75,8 +88,8 @@ export type Requester = number | null;
 export class StoredVersion {
   state: VersionState = 'writing';
   checksums: string[] | null = null;
-  /** Tensors reported written, with the writer's checksum of their bytes when it gave one. */
-  readonly written = new Map<string, string | null>();
+  /** Tensors reported written, with the writer's checksums of their bytes when it gave them. */
+  readonly written = new Map<string, WriterChecksum | null>();
   leases = 0;
   pinned = false;
   committing = false;
@@ -415,17 +428,26 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     return v;
   }
 
-  /** Records tensors a writer has filled, with its checksum of their bytes when given. */
-  markWritten(v: StoredVersion, tensors: { name: string; checksum?: string | null }[]): void {
-    for (const t of tensors) {
-      if (!v.hasTensor(t.name)) {
-        throw new InvalidInputError(ErrorCodes.UNKNOWN_TENSOR, `version ${v.version} of ${v.model} has no tensor ${JSON.stringify(t.name)}`);
-      }
-      if (t.checksum != null && !/^[0-9a-f]{16}$/.test(t.checksum)) {
-        throw new InvalidInputError(ErrorCodes.BAD_REQUEST, `checksum of ${JSON.stringify(t.name)} must be 16 hex digits`);
-      }
+  /** Records tensors a writer has filled, with its checksums of their bytes when given. */
+  markWritten(v: StoredVersion, tensors: WrittenReport[]): void {
+    const parsed = tensors.map((t) => [t.name, this.writerChecksum(v, t)] as const);
+    for (const [name, sums] of parsed) v.written.set(name, sums);
+  }
+
+  private writerChecksum(v: StoredVersion, t: WrittenReport): WriterChecksum | null {
+    const entry = v.layout.tensors.find((e) => e.name === t.name);
+    if (!entry) throw new InvalidInputError(ErrorCodes.UNKNOWN_TENSOR, `version ${v.version} of ${v.model} has no tensor ${JSON.stringify(t.name)}`);
+    const sums = t.pieces ?? (t.checksum != null ? [t.checksum] : null);
+    if (sums === null) return null;
+    const pieceSize = t.pieces ? (t.pieceSize ?? 0) : Math.max(entry.byteLength, 1);
+    const expected = entry.byteLength === 0 ? 1 : Math.ceil(entry.byteLength / pieceSize);
+    if (!(pieceSize > 0) || sums.length !== expected || !sums.every((s) => /^[0-9a-f]{16}$/.test(s))) {
+      throw new InvalidInputError(
+        ErrorCodes.BAD_REQUEST,
+        `checksums of ${JSON.stringify(t.name)} must be 16 hex digits, one per ${pieceSize > 0 ? pieceSize : '?'} bytes (${expected})`,
+      );
     }
-    for (const t of tensors) v.written.set(t.name, t.checksum ?? null);
+    return { pieceSize, sums };
   }
 
   /**
@@ -466,10 +488,18 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   }
 
   private async verifyTensors(v: StoredVersion): Promise<string[]> {
-    const toCheck = v.layout.tensors.filter((t) => v.written.get(t.name) != null);
-    const sums = await mapLimit(toCheck, this.options.verifyConcurrency, (t) => v.mapping!.checksumAsync(t.offset, t.byteLength));
-    this.options.metrics.checksumBytes.inc(toCheck.reduce((s, t) => s + t.byteLength, 0));
-    return toCheck.filter((t, i) => checksumHex(sums[i]!) !== v.written.get(t.name)).map((t) => t.name);
+    const pieces: { name: string; offset: number; length: number; expected: string }[] = [];
+    for (const t of v.layout.tensors) {
+      const reported = v.written.get(t.name);
+      if (!reported) continue;
+      reported.sums.forEach((expected, i) => {
+        const begin = i * reported.pieceSize;
+        pieces.push({ name: t.name, offset: t.offset + begin, length: Math.min(reported.pieceSize, t.byteLength - begin), expected });
+      });
+    }
+    const sums = await mapLimit(pieces, this.options.verifyConcurrency, (p) => v.mapping!.checksumAsync(p.offset, p.length));
+    this.options.metrics.checksumBytes.inc(pieces.reduce((s, p) => s + p.length, 0));
+    return [...new Set(pieces.filter((p, i) => checksumHex(sums[i]!) !== p.expected).map((p) => p.name))];
   }
 
   private async computeChunkChecksums(v: StoredVersion): Promise<string[]> {

@@ -127,6 +127,26 @@ describe('relay: local publish and acquire', () => {
     expect((await client.acquire({ model: MODEL })).version).toBe(6);
   });
 
+  it('writes big tensors on the thread pool with per-piece checksums, and catches a changed piece', async () => {
+    const piece = 16 * 1024 * 1024;
+    const big = new Uint8Array(2 * piece + 12345).map((_, i) => i % 251);
+    const pub = await client.beginPublish({ model: MODEL, version: 8, tensors: [{ name: 'big', dtype: 'U8', shape: [big.length] }, { name: 'empty', dtype: 'F32', shape: [0] }] });
+    await Promise.all([pub.writeAsync('big', big), pub.writeAsync('empty', new Float32Array(0))]);
+    await pub.flush();
+    pub.bytes('big')[piece + 7] ^= 1; // lands in the second piece
+    await expect(pub.commit()).rejects.toMatchObject({ code: 'ERR_CHECKSUM_MISMATCH', details: { mismatched: ['big'] } });
+    await pub.writeAsync('big', big);
+    await pub.commit();
+    const lease = await client.acquire({ model: MODEL, version: 8 });
+    expect(Buffer.from(lease.bytes('big')).equals(Buffer.from(big))).toBe(true);
+    await lease.release();
+    // A report with the wrong number of pieces is refused.
+    await client.beginPublish({ model: MODEL, version: 9, tensors: [{ name: 'big', dtype: 'U8', shape: [big.length] }] });
+    await expect(
+      client.request('written', { model: MODEL, version: 9, tensors: [{ name: 'big', pieceSize: piece, pieces: ['0'.repeat(16)] }] }),
+    ).rejects.toMatchObject({ code: 'ERR_BAD_REQUEST' });
+  });
+
   it('gives one of two racing publishers the version and the other a conflict', async () => {
     const other = await RelayClient.connect({ socketPath: relay.options.socketPath });
     const spec = tensors(7).map(({ name, dtype, shape }) => ({ name, dtype, shape }));

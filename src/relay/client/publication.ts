@@ -13,13 +13,23 @@ import { tensorArray, tensorBytes, type TensorArray } from './tensor-view.js';
 
 export type TensorData = ArrayBufferView | ArrayBuffer;
 
+/** Checksum granularity of writeAsync: small enough to spread one big tensor over threads. */
+export const WRITE_PIECE_BYTES = 16 * 1024 * 1024;
+
+interface Report {
+  name: string;
+  checksum?: string;
+  pieceSize?: number;
+  pieces?: string[];
+}
+
 export class Publication {
   readonly model: string;
   readonly version: number;
   readonly segment: string;
   readonly size: number;
   private readonly index: Map<string, TensorInfo>;
-  private readonly reports: Promise<{ name: string; checksum: string }>[] = [];
+  private readonly reports: Promise<Report>[] = [];
   private finished = false;
 
   constructor(
@@ -69,6 +79,25 @@ export class Publication {
     // bandwidth with the next tensor's copy.
     const checksum = checksumHex(this.mapping.write(t.offset, src));
     this.reports.push(Promise.resolve({ name, checksum }));
+  }
+
+  /**
+   * Copies `data` into the tensor on the libuv pool (with its checksums, one per
+   * WRITE_PIECE_BYTES). Writes of several tensors started together run on several cores; the
+   * source must not change until the promise resolves.
+   */
+  async writeAsync(name: string, data: TensorData): Promise<void> {
+    this.checkOpen();
+    const t = this.info(name);
+    if (data.byteLength !== t.byteLength) {
+      throw new InvalidInputError(ErrorCodes.BAD_TENSOR, `tensor ${name} needs ${t.byteLength} bytes, got ${data.byteLength}`);
+    }
+    if (t.byteLength === 0) return this.write(name, data);
+    const report = this.mapping
+      .writeAsync(t.offset, data, WRITE_PIECE_BYTES)
+      .then((sums) => ({ name, pieceSize: WRITE_PIECE_BYTES, pieces: sums.map(checksumHex) }));
+    this.reports.push(report);
+    await report;
   }
 
   /** Copies a tensor natively from another mapping (any size: no JS view is involved). */

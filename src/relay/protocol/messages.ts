@@ -29,7 +29,17 @@ export const requestSchemas = {
   written: z.object({
     model,
     version,
-    tensors: z.array(z.object({ name: z.string(), checksum: z.string().nullable().optional() })).max(1_000_000),
+    tensors: z
+      .array(
+        z.object({
+          name: z.string(),
+          checksum: z.string().nullable().optional(),
+          // Or one checksum per pieceSize bytes of the tensor (parallel writers).
+          pieceSize: z.number().int().positive().optional(),
+          pieces: z.array(z.string()).max(1_000_000).optional(),
+        }),
+      )
+      .max(1_000_000),
   }),
   commit: z.object({ model, version }),
   abort: z.object({ model, version }),
