@@ -15,7 +15,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
 import { startNatsServer } from '../src/services/index.js';
 import { ExperienceSampler, ExperienceWriter, PartialPool, type TrajectoryInput } from '../src/data/index.js';
-import { mapLimit } from '../src/data/experience/payload-loader.js';
+import { mapLimit } from '../src/common/concurrency.js';
 import { formatBytes } from '../src/common/units.js';
 
 interface Args {

@@ -6,26 +6,13 @@
  * scattered records (uniform, prioritized) use direct gets by sequence, many in flight.
  */
 import { DeliverPolicy, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
+import { mapLimit } from '../../common/concurrency.js';
 import { retryTransient } from '../retry.js';
 import type { BufferEntry } from './entry.js';
 
 export interface LoadedPayload {
   tokens: Int32Array;
   logprobs: Float32Array;
-}
-
-/** Runs `fn` over `items` with at most `limit` calls in flight; results keep the input order. */
-export async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i]!);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  return out;
 }
 
 /** A run: wanted records whose sequences are close enough to stream the stretch between them. */

@@ -6,7 +6,7 @@
 import type { JetStreamManager } from '@nats-io/jetstream';
 import type { Logger } from '../../common/logger.js';
 import type { BufferEntry } from './entry.js';
-import { mapLimit } from './payload-loader.js';
+import { mapLimit } from '../../common/concurrency.js';
 
 export class RecordDeleter {
   private pending: BufferEntry[] = [];
