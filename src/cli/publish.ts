@@ -1,6 +1,6 @@
 /** `laminar publish`: adopt a checkpoint (file or directory of shards) as a version on a relay. */
 import { Command, Option } from 'commander';
-import { formatBytes } from '../common/units.js';
+import { formatBytes, parseBytes } from '../common/units.js';
 import { RelayClient } from '../relay/client/relay-client.js';
 import { progressBar } from './progress.js';
 
@@ -19,7 +19,6 @@ export function publishCommand(): Command {
       const bar = progressBar(`publishing ${opts.model} v${opts.version}`);
       const started = performance.now();
       try {
-        const { parseBytes } = await import('../common/units.js');
         const result = await relay.publishFile(path, {
           model: opts.model,
           version,

@@ -80,6 +80,20 @@ describe('relay: local publish and acquire', () => {
     other.close();
   });
 
+  it('ends every watch of a client when its connection closes', async () => {
+    const other = await RelayClient.connect({ socketPath: relay.options.socketPath });
+    const ended = [0, 1].map(async () => {
+      const seen: number[] = [];
+      for await (const ev of other.watch({ model: MODEL })) seen.push(ev.version);
+      return seen;
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
+    await new Promise((r) => setTimeout(r, 50));
+    other.close();
+    expect(await Promise.all(ended)).toEqual([[1], [1]]);
+  });
+
   it('keeps latest + keep-versions + leased versions and retires the rest', async () => {
     await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
     const held = await client.acquire({ model: MODEL, version: 1 });

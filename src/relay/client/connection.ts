@@ -28,7 +28,7 @@ export class FrameConnection {
   private nextId = 1;
   private closedError: Error | null = null;
   onVersionEvent: ((event: VersionEvent) => void) | null = null;
-  onClose: ((err: Error) => void) | null = null;
+  private readonly closeListeners = new Set<(err: Error) => void>();
 
   private constructor(private readonly socket: Socket, maxFrameBytes: number) {
     this.decoder = new FrameDecoder(maxFrameBytes);
@@ -53,6 +53,16 @@ export class FrameConnection {
 
   get closed(): boolean {
     return this.closedError !== null;
+  }
+
+  /** Calls fn once when the connection ends (at once if it already has); returns an unsubscribe. */
+  onClosed(fn: (err: Error) => void): () => void {
+    if (this.closedError) {
+      fn(this.closedError);
+      return () => undefined;
+    }
+    this.closeListeners.add(fn);
+    return () => this.closeListeners.delete(fn);
   }
 
   request<T>(op: string, args: Record<string, unknown>, options: RequestOptions = {}): Promise<T> {
@@ -145,7 +155,8 @@ export class FrameConnection {
     this.closedError = err;
     for (const p of this.pending.values()) p.reject(err);
     this.pending.clear();
-    this.onClose?.(err);
+    for (const fn of this.closeListeners) fn(err);
+    this.closeListeners.clear();
   }
 
   close(): void {

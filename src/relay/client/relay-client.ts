@@ -197,6 +197,7 @@ export class RelayClient implements AsyncDisposable {
     this.early.delete(watch);
     const onAbort = (): void => wake?.();
     options.signal?.addEventListener('abort', onAbort);
+    const unsubscribe = this.connection.onClosed(() => wake?.());
     try {
       for (;;) {
         while (queue.length > 0) yield queue.shift()!;
@@ -204,11 +205,11 @@ export class RelayClient implements AsyncDisposable {
         if (options.signal?.aborted || this.connection.closed) return;
         await new Promise<void>((resolve) => {
           wake = resolve;
-          this.connection.onClose = () => resolve();
         });
         wake = null;
       }
     } finally {
+      unsubscribe();
       options.signal?.removeEventListener('abort', onAbort);
       this.watchers.delete(watch);
       if (!this.connection.closed) await this.connection.request('unwatch', { watch }).catch(() => undefined);
