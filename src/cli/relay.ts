@@ -2,7 +2,7 @@
 import { Command, Option } from 'commander';
 import { createLogger } from '../common/logger.js';
 import { startRelay } from '../relay/daemon.js';
-import { DEFAULT_SHM_DIR, parseRelayOptions } from '../relay/options.js';
+import { DEFAULT_SHM_DIR } from '../relay/options.js';
 import { applyConfigFile } from './config.js';
 
 export function relayCommand(): Command {
@@ -26,7 +26,7 @@ export function relayCommand(): Command {
     .hook('preAction', (cmd) => applyConfigFile(cmd))
     .action(async (opts: Record<string, string | boolean | undefined>) => {
       const logger = createLogger({ level: opts.logLevel as 'info', name: 'laminar-relay' });
-      const options = parseRelayOptions({
+      const options = {
         ...(opts.id ? { relayId: opts.id as string } : {}),
         shmDir: opts.shmDir as string,
         ...(opts.socket ? { socketPath: opts.socket as string } : {}),
@@ -40,7 +40,7 @@ export function relayCommand(): Command {
         metricsHost: opts.metricsHost as string,
         metricsPort: opts.metricsPort as string,
         verifyConcurrency: opts.verifyConcurrency as string,
-      });
+      };
       process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the relay keeps running)'));
       const relay = await startRelay(options, logger);
       let stopping = false;

@@ -21,10 +21,8 @@ export interface Relay {
   close(): Promise<void>;
 }
 
-export async function startRelay(input: RelayOptionsInput | Readonly<RelayOptions>, logger: Logger = silentLogger): Promise<Relay> {
-  const options = 'socketMode' in input && typeof input.socketMode === 'number' && typeof input.memoryBudget === 'number'
-    ? (input as Readonly<RelayOptions>)
-    : parseRelayOptions(input as RelayOptionsInput);
+export async function startRelay(input: RelayOptionsInput, logger: Logger = silentLogger): Promise<Relay> {
+  const options = parseRelayOptions(input);
   const log = logger.child({ component: 'relay', relay: options.relayId });
   const registry = createRegistry();
   let server: RelayServer | null = null;

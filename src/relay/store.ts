@@ -33,6 +33,7 @@ import {
   planLayout,
   readHeaderLength,
   validateTensorSpecs,
+  type TensorEntry,
   type VersionLayout,
 } from '../safetensors/header.js';
 import { readCheckpoint } from './checkpoint.js';
@@ -95,7 +96,7 @@ export class StoredVersion {
   committing = false;
   completedAt: number | null = null;
   readonly createdAt = Date.now();
-  private readonly tensorIndex: Map<string, number>;
+  private readonly tensorIndex: Map<string, TensorEntry>;
 
   constructor(
     readonly model: string,
@@ -107,15 +108,15 @@ export class StoredVersion {
     public mapping: Mapping | null,
     public owner: Requester,
   ) {
-    this.tensorIndex = new Map(layout.tensors.map((t, i) => [t.name, i]));
+    this.tensorIndex = new Map(layout.tensors.map((t) => [t.name, t]));
   }
 
   get segment(): string {
     return this.path.slice(this.path.lastIndexOf('/') + 1);
   }
 
-  hasTensor(name: string): boolean {
-    return this.tensorIndex.has(name);
+  tensor(name: string): TensorEntry | undefined {
+    return this.tensorIndex.get(name);
   }
 
   info(): VersionInfo {
@@ -435,7 +436,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   }
 
   private writerChecksum(v: StoredVersion, t: WrittenReport): WriterChecksum | null {
-    const entry = v.layout.tensors.find((e) => e.name === t.name);
+    const entry = v.tensor(t.name);
     if (!entry) throw new InvalidInputError(ErrorCodes.UNKNOWN_TENSOR, `version ${v.version} of ${v.model} has no tensor ${JSON.stringify(t.name)}`);
     const sums = t.pieces ?? (t.checksum != null ? [t.checksum] : null);
     if (sums === null) return null;
