@@ -7,7 +7,10 @@
         "native/errors.cc",
         "native/mapping.cc",
         "native/segment.cc",
-        "native/checksum.cc"
+        "native/checksum.cc",
+        "native/ucx_status.cc",
+        "native/ucx_worker.cc",
+        "native/ucx_transfer.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": [
@@ -18,10 +21,10 @@
       ],
       "cflags_cc": [
         "-std=c++17", "-O3", "-fno-exceptions", "-Wall", "-Wextra", "-Wno-unused-parameter",
-        "<!@(pkg-config --cflags libxxhash)"
+        "<!@(pkg-config --cflags libxxhash ucx)"
       ],
       "cflags_cc!": ["-fno-rtti"],
-      "libraries": ["<!@(pkg-config --libs libxxhash)"]
+      "libraries": ["<!@(pkg-config --libs libxxhash ucx)"]
     }
   ]
 }

@@ -204,6 +204,8 @@ class WriteWorker : public RegionWorker {
   std::vector<uint64_t> sums_;
 };
 
+}  // namespace
+
 // Resolves a TypedArray/DataView/ArrayBuffer to its bytes; false if it is none of them.
 bool SourceBytes(Napi::Value value, const uint8_t** data, size_t* length) {
   if (value.IsTypedArray()) {
@@ -224,7 +226,6 @@ bool SourceBytes(Napi::Value value, const uint8_t** data, size_t* length) {
   return true;
 }
 
-}  // namespace
 
 Napi::Function Mapping::Init(Napi::Env env) {
   return DefineClass(env, "Mapping", {
@@ -245,11 +246,14 @@ Napi::Function Mapping::Init(Napi::Env env) {
   });
 }
 
+static const napi_type_tag kMappingTag = {0x6c616d696e61724dULL, 0x617070696e670001ULL};
+
 Mapping* Mapping::Unwrap(Napi::Value value) {
   if (!value.IsObject()) return nullptr;
   Napi::Object obj = value.As<Napi::Object>();
-  // InstanceOf against our own constructor would need the class reference; napi_unwrap fails
-  // cleanly for objects we did not wrap, which is the check we need.
+  // The type tag tells our mappings from every other wrapped object (a UCX worker, say).
+  bool tagged = false;
+  if (napi_check_object_type_tag(value.Env(), obj, &kMappingTag, &tagged) != napi_ok || !tagged) return nullptr;
   void* result = nullptr;
   if (napi_unwrap(value.Env(), obj, &result) != napi_ok || result == nullptr) return nullptr;
   return static_cast<Mapping*>(result);
@@ -276,6 +280,7 @@ Mapping::Mapping(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Mapping>(inf
     region->addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate_flag, -1, 0);
     if (region->addr == MAP_FAILED) { ThrowErrno(env, errno, "mmap", "anonymous"); return; }
     region->size = size;
+    region->writable = true;
   } else {
     if (!info[0].IsString()) { ThrowCode(env, "ERR_INVALID_ARG", "path must be a string"); return; }
     std::string path = info[0].As<Napi::String>().Utf8Value();
@@ -298,13 +303,22 @@ Mapping::Mapping(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Mapping>(inf
     close(fd);  // the mapping keeps the file alive
     if (region->addr == MAP_FAILED) { ThrowErrno(env, err, "mmap", path); return; }
     region->size = size;
+    region->writable = writable;
   }
   region_ = std::move(region);
+  napi_type_tag_object(env, info.This(), &kMappingTag);
 }
 
 bool Mapping::CheckOpen(Napi::Env env) {
   if (region_) return true;
   ThrowCode(env, "ERR_MAPPING_CLOSED", "the mapping is closed");
+  return false;
+}
+
+bool Mapping::CheckWritable(Napi::Env env) {
+  if (!CheckOpen(env)) return false;
+  if (region_->writable) return true;
+  ThrowCode(env, "ERR_READ_ONLY", "the mapping is read-only");
   return false;
 }
 
@@ -382,7 +396,7 @@ Napi::Value Mapping::LockAsync(const Napi::CallbackInfo& info) {
 // checksum of what it wrote for little more than the price of the copy.
 Napi::Value Mapping::Write(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!CheckOpen(env)) return env.Undefined();
+  if (!CheckWritable(env)) return env.Undefined();
   size_t offset;
   if (!ToSize(info[0], &offset)) {
     ThrowCode(env, "ERR_INVALID_ARG", "offset must be a non-negative integer");
@@ -405,7 +419,7 @@ Napi::Value Mapping::Write(const Napi::CallbackInfo& info) {
 // writeAsync(offset, source, pieceSize): Promise<bigint[]>, the checksum of each piece.
 Napi::Value Mapping::WriteAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!CheckOpen(env)) return env.Undefined();
+  if (!CheckWritable(env)) return env.Undefined();
   size_t offset, piece;
   const uint8_t* src = nullptr;
   size_t length = 0;
@@ -441,7 +455,7 @@ Napi::Value Mapping::ChecksumAsync(const Napi::CallbackInfo& info) {
 // copyFrom(source: Mapping, sourceOffset, targetOffset, length): Promise<void>
 Napi::Value Mapping::CopyFrom(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!CheckOpen(env)) return env.Undefined();
+  if (!CheckWritable(env)) return env.Undefined();
   Mapping* source = Unwrap(info[0]);
   if (source == nullptr || !source->region_) {
     ThrowCode(env, "ERR_INVALID_ARG", "source must be an open Mapping");
@@ -475,7 +489,7 @@ Napi::Value Mapping::ReadFile(const Napi::CallbackInfo& info) {
     ThrowCode(env, "ERR_INVALID_ARG", "fileOffset must be a non-negative integer");
     return env.Undefined();
   }
-  if (!CheckRange(info, 2, &dst_off, &length)) return env.Undefined();
+  if (!CheckRange(info, 2, &dst_off, &length) || !CheckWritable(env)) return env.Undefined();
   auto* worker = new ReadFileWorker(env, region_, info[0].As<Napi::String>().Utf8Value(), file_off, dst_off, length);
   auto promise = worker->Promise();
   worker->Queue();
@@ -487,6 +501,7 @@ Napi::Value Mapping::Populate(const Napi::CallbackInfo& info) {
   size_t offset, length;
   if (!CheckRange(info, 0, &offset, &length)) return info.Env().Undefined();
   bool write = info.Length() > 2 && info[2].ToBoolean();
+  if (write && !CheckWritable(info.Env())) return info.Env().Undefined();
   auto* worker = new PopulateWorker(info.Env(), region_, offset, length, write);
   auto promise = worker->Promise();
   worker->Queue();

@@ -20,6 +20,7 @@ namespace laminar {
 struct Region {
   void* addr = nullptr;
   size_t size = 0;
+  bool writable = false;            // PROT_WRITE: writing into a read-only mapping would SIGSEGV
   std::atomic<bool> locked{false};  // set by a pool thread (lockAsync), read on the JS thread
   ~Region();
   uint8_t* at(size_t offset) const { return static_cast<uint8_t*>(addr) + offset; }
@@ -53,12 +54,16 @@ class Mapping : public Napi::ObjectWrap<Mapping> {
   // Validates that [offset, offset+length) lies in the region; throws and returns false if not.
   bool CheckRange(const Napi::CallbackInfo& info, size_t arg, size_t* offset, size_t* length);
   bool CheckOpen(Napi::Env env);
+  bool CheckWritable(Napi::Env env);
   void PruneViews();
 
   std::shared_ptr<Region> region_;
   std::vector<Napi::Reference<Napi::ArrayBuffer>> views_;
   size_t prune_at_ = 64;
 };
+
+// The bytes of an ArrayBuffer or a view of one; false for anything else.
+bool SourceBytes(Napi::Value value, const uint8_t** data, size_t* length);
 
 // Reads a non-negative integral JS number that fits in size_t (offsets are < 2^53).
 bool ToSize(Napi::Value value, size_t* out);

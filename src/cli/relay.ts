@@ -21,6 +21,15 @@ export function relayCommand(): Command {
     .addOption(new Option('--metrics-host <host>', 'address of /metrics').env('LAMINAR_METRICS_HOST').default('127.0.0.1'))
     .addOption(new Option('--metrics-port <port>', 'port of /metrics (0: any free port, -1: disabled)').env('LAMINAR_METRICS_PORT').default('9470'))
     .addOption(new Option('--verify-concurrency <n>', 'checksum jobs run in parallel').env('LAMINAR_VERIFY_CONCURRENCY').default('4'))
+    .addOption(new Option('--listen <address:port>', 'UCX listener for the broadcast (default: this relay\'s address in the plan)').env('LAMINAR_LISTEN'))
+    .addOption(new Option('--peers <list>', 'static chain plan, master first: id@address:port,id@address:port,...').env('LAMINAR_PEERS'))
+    .addOption(new Option('--plan-file <file>', 'chain plan as JSON: { "epoch": 1, "relays": [{ "id", "address" }] }').env('LAMINAR_PLAN_FILE'))
+    .addOption(new Option('--secret-file <file>', 'file holding the job secret relays authenticate each other with (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'))
+    .addOption(new Option('--broadcast-window <n>', 'chunks in flight per downstream link').env('LAMINAR_BROADCAST_WINDOW').default('4'))
+    .addOption(new Option('--peer-timeout <duration>', 'a downstream relay that takes nothing for this long is skipped').env('LAMINAR_PEER_TIMEOUT').default('10s'))
+    .addOption(new Option('--handshake-timeout <duration>', 'limit on connecting and authenticating to a peer').env('LAMINAR_HANDSHAKE_TIMEOUT').default('5s'))
+    .addOption(new Option('--retry-interval <duration>', 'how soon a skipped relay is tried again').env('LAMINAR_RETRY_INTERVAL').default('2s'))
+    .addOption(new Option('--partial-ttl <duration>', 'a partly received version nobody sends to for this long is dropped').env('LAMINAR_PARTIAL_TTL').default('10m'))
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
     .addOption(new Option('--config <file>', 'JSON file of options (keys as in camelCase: shmDir, memoryBudget, ...)').env('LAMINAR_CONFIG'))
     .hook('preAction', (cmd) => applyConfigFile(cmd))
@@ -40,6 +49,16 @@ export function relayCommand(): Command {
         metricsHost: opts.metricsHost as string,
         metricsPort: opts.metricsPort as string,
         verifyConcurrency: opts.verifyConcurrency as string,
+        ...(opts.listen ? { listen: opts.listen as string } : {}),
+        ...(opts.peers ? { peers: opts.peers as string } : {}),
+        ...(opts.planFile ? { planFile: opts.planFile as string } : {}),
+        ...(opts.secretFile ? { secretFile: opts.secretFile as string } : {}),
+        ...(process.env.LAMINAR_SECRET ? { secret: process.env.LAMINAR_SECRET } : {}),
+        broadcastWindow: opts.broadcastWindow as string,
+        peerTimeout: opts.peerTimeout as string,
+        handshakeTimeout: opts.handshakeTimeout as string,
+        retryInterval: opts.retryInterval as string,
+        partialTtl: opts.partialTtl as string,
       };
       process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the relay keeps running)'));
       const relay = await startRelay(options, logger);

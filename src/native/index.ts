@@ -40,7 +40,52 @@ export interface Mapping {
   close(): void;
 }
 
+/** Raw events of the native UCX worker (see native/ucx_worker.h); src/ucx wraps them. */
+export type UcxNativeEvent =
+  | { type: 'message'; endpoint: number; header: Buffer; length: number; desc?: number; data?: Buffer; dropped?: boolean }
+  | { type: 'accept'; listener: number; address: string; endpoint?: number; error?: Error }
+  | { type: 'error'; endpoint: number; error: NativeError };
+
+export interface UcxNativeStats {
+  endpoints: number;
+  listeners: number;
+  operations: number;
+  descriptors: number;
+  registrations: number;
+  closed: boolean;
+}
+
+/** The native UCX worker; every method runs on the JS thread. Use src/ucx instead. */
+export interface UcxNativeWorker {
+  listen(host: string, port: number): { id: number; port: number };
+  closeListener(id: number): void;
+  connect(host: string, port: number): number;
+  closeEndpoint(id: number, force: boolean): Promise<void>;
+  endpointInfo(id: number): string;
+  send(
+    endpoint: number,
+    header: Uint8Array,
+    payload: Mapping | ArrayBufferView | null,
+    offset: number,
+    length: number,
+    flags: number,
+  ): Promise<void>;
+  receive(desc: number, target: Mapping | ArrayBufferView, offset: number, length: number): Promise<void>;
+  release(desc: number): void;
+  register(mapping: Mapping): number;
+  unregister(id: number): void;
+  progress(): void;
+  stats(): UcxNativeStats;
+  ref(): void;
+  unref(): void;
+  close(): void;
+}
+
 interface NativeAddon {
+  UcxWorker: new (
+    handler: (events: UcxNativeEvent[]) => void,
+    options?: { maxEagerBytes?: number; budgetMs?: number },
+  ) => UcxNativeWorker;
   setErrorClass(ctor: new (message: string, code: string) => Error): void;
   Mapping: new (path: string | null, options?: MappingOptions) => Mapping;
   createSegment(path: string, size: number, mode?: number): void;

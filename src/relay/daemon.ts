@@ -9,6 +9,7 @@ import { RelayMetrics } from './metrics.js';
 import { parseRelayOptions, type RelayOptions, type RelayOptionsInput } from './options.js';
 import { RelayServer } from './server.js';
 import { VersionStore, lockDirectory } from './store.js';
+import { Broadcaster } from './broadcast/broadcaster.js';
 import type { Registry } from 'prom-client';
 
 export interface Relay {
@@ -16,6 +17,8 @@ export interface Relay {
   readonly store: VersionStore;
   readonly server: RelayServer;
   readonly registry: Registry;
+  /** The broadcast between relays, or null when not configured. */
+  readonly broadcaster: Broadcaster | null;
   /** Bound port of /metrics, or null when disabled. */
   readonly metricsPort: number | null;
   close(): Promise<void>;
@@ -55,19 +58,31 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
   const store = new VersionStore({ ...options, logger: log, metrics });
   storeRef = store;
   let metricsServer: MetricsServer | null = null;
+  let broadcaster: Broadcaster | null = null;
   try {
     const { recovered, discarded } = await store.init();
-    server = new RelayServer(store, { ...options, logger: log, metrics });
+    if (options.broadcast) broadcaster = new Broadcaster(store, { ...options.broadcast, relayId: options.relayId, logger: log, registry });
+    const { broadcast: _broadcastOptions, ...serverOptions } = options;
+    server = new RelayServer(store, { ...serverOptions, logger: log, metrics, ...(broadcaster ? { broadcast: broadcaster } : {}) });
     await server.listen();
     if (options.metricsPort >= 0) {
       metricsServer = await serveMetrics(registry, { host: options.metricsHost, port: options.metricsPort });
     }
     log.info(
-      { socket: options.socketPath, shmDir: options.shmDir, metricsPort: metricsServer?.port ?? null, recovered, discarded },
+      {
+        socket: options.socketPath,
+        shmDir: options.shmDir,
+        metricsPort: metricsServer?.port ?? null,
+        ucxPort: broadcaster?.port ?? null,
+        epoch: broadcaster?.epoch ?? null,
+        recovered,
+        discarded,
+      },
       'relay ready',
     );
   } catch (err) {
     await server?.close();
+    await broadcaster?.close();
     await store.close();
     await unlock();
     throw err;
@@ -79,9 +94,11 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     store,
     server: srv,
     registry,
+    broadcaster,
     metricsPort: metricsServer?.port ?? null,
     close() {
       closed ??= (async () => {
+        await broadcaster?.close();
         await srv.close();
         await metricsServer?.close();
         await store.close();

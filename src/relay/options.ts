@@ -5,7 +5,11 @@
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { InvalidInputError, ErrorCodes } from '../common/errors.js';
-import { parseBytes } from '../common/units.js';
+import { readFileSync } from 'node:fs';
+import { parseBytes, parseDuration } from '../common/units.js';
+import { parseAddress } from '../ucx/worker.js';
+import { loadSecret } from './broadcast/auth.js';
+import { parsePeerList, positionOf, validatePlan, validateRelayId, type ChainPlan } from './broadcast/plan.js';
 import { DEFAULT_MAX_FRAME_BYTES } from './protocol/frame.js';
 
 export const DEFAULT_SHM_DIR = '/dev/shm/laminar';
@@ -28,6 +32,21 @@ export interface RelayOptions {
   /** Port of /metrics; 0 picks a free one; -1 disables the endpoint. */
   metricsPort: number;
   verifyConcurrency: number;
+  /** The broadcast between relays; null when this relay takes no part in one. */
+  broadcast: BroadcastOptions | null;
+}
+
+export const DEFAULT_BROADCAST_WINDOW = 4;
+
+export interface BroadcastOptions {
+  listen: { host: string; port: number } | null;
+  plan: ChainPlan | null;
+  secret: Buffer;
+  window: number;
+  stallMs: number;
+  handshakeTimeoutMs: number;
+  retryMs: number;
+  partialTtlMs: number;
 }
 
 export function defaultSocketPath(shmDir: string): string {
@@ -48,6 +67,19 @@ export interface RelayOptionsInput {
   metricsHost?: string;
   metricsPort?: string | number;
   verifyConcurrency?: string | number;
+  /** UCX listener "address:port" (default: this relay's address in the plan). */
+  listen?: string;
+  /** Static chain plan "id@address:port,..." (master first). */
+  peers?: string;
+  /** A JSON chain plan { epoch, relays: [{ id, address }] }. */
+  planFile?: string;
+  secretFile?: string;
+  secret?: string;
+  broadcastWindow?: string | number;
+  peerTimeout?: string | number;
+  handshakeTimeout?: string | number;
+  retryInterval?: string | number;
+  partialTtl?: string | number;
 }
 
 function int(name: string, value: string | number, min: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -83,5 +115,57 @@ export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<Relay
     metricsHost: input.metricsHost ?? '127.0.0.1',
     metricsPort: int('metrics port', input.metricsPort ?? 9470, -1, 65535),
     verifyConcurrency: int('verify concurrency', input.verifyConcurrency ?? 4, 1, 64),
+    broadcast: parseBroadcastOptions(input, input.relayId ?? hostname()),
   });
+}
+
+function parseBroadcastOptions(input: RelayOptionsInput, relayId: string): BroadcastOptions | null {
+  if (input.listen === undefined && input.peers === undefined && input.planFile === undefined) return null;
+  validateRelayId(relayId);
+  let plan: ChainPlan | null = null;
+  if (input.peers !== undefined && input.planFile !== undefined) {
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, 'give the chain as --peers or as --plan-file, not both');
+  }
+  if (input.peers !== undefined) plan = parsePeerList(input.peers);
+  if (input.planFile !== undefined) {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(readFileSync(input.planFile, 'utf8'));
+    } catch (err) {
+      throw new InvalidInputError(ErrorCodes.INVALID_ARG, `cannot read the plan file ${input.planFile}: ${(err as Error).message}`);
+    }
+    plan = validatePlan(raw);
+  }
+  let listen: { host: string; port: number } | null = null;
+  if (input.listen !== undefined) {
+    listen = input.listen === 'none' ? null : parseListen(input.listen);
+  } else if (plan !== null) {
+    const at = positionOf(plan, relayId);
+    if (at < 0) {
+      throw new InvalidInputError(ErrorCodes.INVALID_ARG, `relay ${relayId} is not in the chain plan: give --id as it appears there, or --listen`);
+    }
+    // The first relay receives only from publishers, but listens all the same.
+    listen = parseAddress(plan.relays[at]!.address);
+  }
+  return {
+    listen,
+    plan,
+    secret: loadSecret({ ...(input.secretFile !== undefined ? { file: input.secretFile } : {}), ...(input.secret !== undefined ? { value: input.secret } : {}) }),
+    window: int('broadcast window', input.broadcastWindow ?? DEFAULT_BROADCAST_WINDOW, 1, 1024),
+    stallMs: parseDuration(input.peerTimeout ?? '10s'),
+    handshakeTimeoutMs: parseDuration(input.handshakeTimeout ?? '5s'),
+    retryMs: parseDuration(input.retryInterval ?? '2s'),
+    partialTtlMs: parseDuration(input.partialTtl ?? '10m'),
+  };
+}
+
+/** "address:port", or ":port" / a bare port for every address. */
+function parseListen(text: string): { host: string; port: number } {
+  const bare = /^:?(\d{1,5})$/.exec(text.trim());
+  if (bare) {
+    const port = Number(bare[1]);
+    if (port > 65535) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `bad port in --listen ${text}`);
+    return { host: '0.0.0.0', port };
+  }
+  return parseAddress(text);
 }

@@ -25,6 +25,7 @@ import {
 } from './protocol/messages.js';
 import { validateSegmentName } from './segments.js';
 import type { StoredVersion, VersionStore } from './store.js';
+import { validatePlan, type ChainPlan } from './broadcast/plan.js';
 
 export interface ServerOptions {
   socketPath: string;
@@ -34,6 +35,14 @@ export interface ServerOptions {
   relayId: string;
   logger: Logger;
   metrics: RelayMetrics;
+  /** The broadcast between relays, when this relay takes part in one. */
+  broadcast?: BroadcastControl;
+}
+
+/** What the local API may ask of the broadcast (see broadcast/broadcaster.ts). */
+export interface BroadcastControl {
+  status(): unknown;
+  setPlan(plan: ChainPlan): boolean;
 }
 
 /** A connection whose unsent output passes this is not reading: it is closed. */
@@ -316,7 +325,14 @@ class Connection {
           leases: this.relay.leaseCount,
           connections: this.relay.connectionCount,
           versions: store.list().map((v) => v.info()),
+          broadcast: this.relay.options.broadcast?.status() ?? null,
         };
+      case 'plan': {
+        const broadcast = this.relay.options.broadcast;
+        if (!broadcast) throw new ConflictError('ERR_NO_BROADCAST', 'this relay takes no part in a broadcast (start it with --listen or --peers)');
+        const plan = validatePlan((req as Request<'plan'>).plan);
+        return { applied: broadcast.setPlan(plan), status: broadcast.status() };
+      }
     }
   }
 

@@ -316,12 +316,49 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     }
   }
 
+  /**
+   * Starts receiving a version from another relay: `header` is the sender's safetensors header
+   * (the first dataOffset bytes of its segment), written here verbatim so that the segments
+   * end byte-identical. Returns the version (writing) and the chunk checksums to verify against.
+   */
+  async beginReceive(
+    header: Uint8Array,
+    size: number,
+    expect: { model: string; version: number },
+  ): Promise<{ version: StoredVersion; checksums: string[] }> {
+    const n = readHeaderLength(header, size);
+    if (8 + n !== header.byteLength) {
+      throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, `header of ${header.byteLength} bytes announces ${8 + n}`);
+    }
+    const parsed = parseHeader(header.subarray(8), size);
+    if (!parsed.laminar) throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, 'the offered version has no laminar metadata');
+    const { model, version, checksums } = parsed.laminar;
+    if (model !== expect.model || version !== expect.version) {
+      throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, `the offered header is ${model} v${version}, not ${expect.model} v${expect.version}`);
+    }
+    validateModelId(model);
+    this.checkNewVersion(model, version);
+    const v = await this.allocate(model, version, parsed.layout, parsed.metadata, null, header);
+    return { version: v, checksums };
+  }
+
+  /** Completes a received version whose chunks were each verified as they arrived. */
+  async completeReceived(v: StoredVersion, checksums: string[]): Promise<void> {
+    await this.complete(v, checksums, false);
+  }
+
+  /** Drops a version being received (sender gone for good, newer version complete, ...). */
+  async abandonReceive(v: StoredVersion, reason: string): Promise<void> {
+    if (v.state === 'writing') await this.discard(v, reason);
+  }
+
   private async allocate(
     model: string,
     version: number,
     layout: VersionLayout,
     metadata: Record<string, string>,
     owner: Requester,
+    header?: Uint8Array,
   ): Promise<StoredVersion> {
     this.makeRoom(layout.totalSize, model);
     const baseName = segmentBaseName(model, version);
@@ -343,9 +380,13 @@ export class VersionStore extends EventEmitter<StoreEvents> {
         throw err;
       }
       v.mapping = new Mapping(path, { writable: true });
-      // A provisional header (checksums zero) so that the segment is a well-formed file from
-      // the start; commit rewrites it in place with the real checksums.
-      this.writeHeader(v, new Array<string>(layout.chunkCount).fill('0'.repeat(16)));
+      if (header !== undefined) {
+        new Uint8Array(v.mapping.view(0, header.byteLength)).set(header);
+      } else {
+        // A provisional header (checksums zero) so that the segment is a well-formed file from
+        // the start; commit rewrites it in place with the real checksums.
+        this.writeHeader(v, new Array<string>(layout.chunkCount).fill('0'.repeat(16)));
+      }
       return v;
     } catch (err) {
       this.versionsOf(model).delete(version);
@@ -519,8 +560,8 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     return actual.flatMap((sum, i) => (sum === expected[i] ? [] : [i]));
   }
 
-  private async complete(v: StoredVersion, checksums: string[]): Promise<void> {
-    this.writeHeader(v, checksums);
+  private async complete(v: StoredVersion, checksums: string[], writeHeader = true): Promise<void> {
+    if (writeHeader) this.writeHeader(v, checksums);
     const finalPath = join(this.options.shmDir, v.baseName + COMPLETE_SUFFIX);
     await rename(v.path, finalPath);
     // Read-only from now on: a stale writer mapping cannot be reopened for writing.

@@ -10,6 +10,8 @@
  *
  *   for await (const v of relay.watch({ model })) ...  // each version as it completes
  */
+import type { BroadcastStatus } from '../broadcast/broadcaster.js';
+import type { ChainPlan } from '../broadcast/plan.js';
 import { ErrorCodes, LaminarError } from '../../common/errors.js';
 import { Mapping } from '../../native/index.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
@@ -58,6 +60,8 @@ export interface RelayStatus {
   leases: number;
   connections: number;
   versions: VersionInfo[];
+  /** The relay's part in the broadcast, or null when it takes none. */
+  broadcast: BroadcastStatus | null;
 }
 
 const WATCH_QUEUE_LIMIT = 1024;
@@ -218,6 +222,14 @@ export class RelayClient implements AsyncDisposable {
 
   status(): Promise<RelayStatus> {
     return this.connection.request<RelayStatus>('status', {});
+  }
+
+  /**
+   * Hands the relay a chain plan (see broadcast/plan.ts). Applied only when its epoch is newer
+   * than the one in force; `applied` says whether it was.
+   */
+  setPlan(plan: ChainPlan): Promise<{ applied: boolean; status: BroadcastStatus }> {
+    return this.connection.request('plan', { plan });
   }
 
   get closed(): boolean {

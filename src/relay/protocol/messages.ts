@@ -54,6 +54,8 @@ export const requestSchemas = {
   watch: z.object({ model: model.optional(), replay: z.boolean().optional() }),
   unwatch: z.object({ watch: z.number().int() }),
   status: z.object({}),
+  // A chain plan for the broadcast (validated again by the broadcast module); newer epochs only.
+  plan: z.object({ plan: z.unknown() }),
 } as const;
 
 export type Op = keyof typeof requestSchemas;

@@ -1,0 +1,253 @@
+// UcxWorker: messages and their payloads. A payload is sent straight from, and received straight
+// into, a shared-memory mapping (or a JS buffer for small ones): no staging copy. Mappings used
+// repeatedly are registered once (register) so that RDMA transports need not pin per operation.
+#include <string.h>
+
+#include "errors.h"
+#include "ucx_status.h"
+#include "ucx_worker.h"
+
+namespace laminar {
+
+namespace {
+
+constexpr uint32_t kSendRendezvous = 1;  // send flag: force the rendezvous protocol
+
+// Where a payload lives: a range of a Mapping (kept alive by its region) or a JS buffer.
+struct Payload {
+  uint8_t* data = nullptr;
+  size_t length = 0;
+  std::shared_ptr<Region> region;
+  bool is_buffer = false;
+};
+
+// Resolves (target, offset, length) to memory; throws and returns false on bad input.
+bool ResolvePayload(Napi::Env env, Napi::Value target, Napi::Value offset_value, Napi::Value length_value,
+                    bool for_writing, Payload* out) {
+  size_t offset, length;
+  if (!ToSize(offset_value, &offset) || !ToSize(length_value, &length)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "offset and length must be non-negative integers");
+    return false;
+  }
+  Mapping* mapping = Mapping::Unwrap(target);
+  if (mapping != nullptr) {
+    std::shared_ptr<Region> region = mapping->region();
+    if (!region) {
+      ThrowCode(env, "ERR_MAPPING_CLOSED", "the mapping is closed");
+      return false;
+    }
+    if (for_writing && !region->writable) {
+      ThrowCode(env, "ERR_READ_ONLY", "cannot receive into a read-only mapping");
+      return false;
+    }
+    if (offset > region->size || length > region->size - offset) {
+      ThrowCode(env, "ERR_OUT_OF_RANGE", "payload range is outside the mapping");
+      return false;
+    }
+    out->data = region->at(offset);
+    out->length = length;
+    out->region = std::move(region);
+    return true;
+  }
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
+  if (!SourceBytes(target, &bytes, &size)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "payload must be a Mapping, an ArrayBuffer or a view of one");
+    return false;
+  }
+  if (offset > size || length > size - offset) {
+    ThrowCode(env, "ERR_OUT_OF_RANGE", "payload range is outside the buffer");
+    return false;
+  }
+  out->data = const_cast<uint8_t*>(bytes) + offset;
+  out->length = length;
+  out->is_buffer = true;
+  return true;
+}
+
+}  // namespace
+
+void UcxWorker::SendCallback(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<UcxOp*>(user_data);
+  op->worker->OnComplete(op, status);
+  ucp_request_free(request);
+}
+
+void UcxWorker::ReceiveCallback(void* request, ucs_status_t status, size_t length, void* user_data) {
+  auto* op = static_cast<UcxOp*>(user_data);
+  op->worker->OnComplete(op, status);
+  ucp_request_free(request);
+}
+
+Napi::Value UcxWorker::Track(Napi::Env env, std::unique_ptr<UcxOp> op, ucs_status_ptr_t request) {
+  Napi::Promise promise = op->deferred.Promise();
+  if (UCS_PTR_IS_ERR(request)) {
+    op->deferred.Reject(MakeUcsError(env, UCS_PTR_STATUS(request), op->what));
+  } else if (request == nullptr) {
+    op->deferred.Resolve(env.Undefined());
+  } else {
+    ops_[op->id] = std::move(op);
+  }
+  return promise;
+}
+
+ucp_mem_h UcxWorker::MemoryHandleFor(const Region* region) const {
+  auto it = registrations_.find(region);
+  return it == registrations_.end() ? nullptr : it->second.memh;
+}
+
+// send(endpoint, header: Uint8Array, payload: Mapping | ArrayBufferView | null, offset, length,
+//      flags): Promise<void>. Resolves when the payload may be reused: for a rendezvous send,
+// when the receiver has taken (or declined) the bytes.
+Napi::Value UcxWorker::Send(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  UcxEndpoint* state = FindEndpoint(env, info[0]);
+  if (state == nullptr) return env.Undefined();
+  const uint8_t* header = nullptr;
+  size_t header_length = 0;
+  if (!SourceBytes(info[1], &header, &header_length)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "header must be a Uint8Array");
+    return env.Undefined();
+  }
+  auto op = std::make_unique<UcxOp>(env);
+  op->worker = this;
+  op->id = next_op_++;
+  op->what = "send";
+  op->header.assign(header, header + header_length);
+  Payload payload;
+  if (!info[2].IsNull() && !info[2].IsUndefined()) {
+    if (!ResolvePayload(env, info[2], info[3], info[4], false, &payload)) return env.Undefined();
+    op->region = payload.region;
+    if (payload.is_buffer) op->buffer = Napi::Persistent(info[2].As<Napi::Object>());
+  }
+  size_t flags_value = 0;
+  ToSize(info[5], &flags_value);
+
+  ucp_request_param_t param;
+  memset(&param, 0, sizeof(param));
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = SendCallback;
+  param.user_data = op.get();
+  // REPLY: the receiver learns which endpoint a message came from.
+  param.flags = UCP_AM_SEND_FLAG_REPLY | ((flags_value & kSendRendezvous) ? UCP_AM_SEND_FLAG_RNDV : 0);
+  if (payload.region) {
+    ucp_mem_h memh = MemoryHandleFor(payload.region.get());
+    if (memh != nullptr) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = memh;
+    }
+  }
+  ucs_status_ptr_t request = ucp_am_send_nbx(state->ep, kMessageId, op->header.data(), op->header.size(),
+                                             payload.data, payload.length, &param);
+  return Track(env, std::move(op), request);
+}
+
+// receive(desc, target: Mapping | ArrayBufferView, offset, length): Promise<void>. Pulls a
+// rendezvous payload into its final place. `length` must be the announced length.
+Napi::Value UcxWorker::Receive(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  size_t desc_id;
+  if (!ToSize(info[0], &desc_id)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "descriptor id must be a non-negative integer");
+    return env.Undefined();
+  }
+  auto desc = descs_.find(desc_id);
+  if (desc == descs_.end()) {
+    ThrowCode(env, "ERR_UCX_NO_DESCRIPTOR", "payload " + std::to_string(desc_id) + " was already taken or released");
+    return env.Undefined();
+  }
+  Payload payload;
+  if (!ResolvePayload(env, info[1], info[2], info[3], true, &payload)) return env.Undefined();
+  auto op = std::make_unique<UcxOp>(env);
+  op->worker = this;
+  op->id = next_op_++;
+  op->what = "receive";
+  op->region = payload.region;
+  if (payload.is_buffer) op->buffer = Napi::Persistent(info[1].As<Napi::Object>());
+  ucp_request_param_t param;
+  memset(&param, 0, sizeof(param));
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.recv_am = ReceiveCallback;
+  param.user_data = op.get();
+  if (payload.region) {
+    ucp_mem_h memh = MemoryHandleFor(payload.region.get());
+    if (memh != nullptr) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = memh;
+    }
+  }
+  void* data_desc = desc->second;
+  descs_.erase(desc);  // UCX owns the descriptor from here, whatever happens
+  ucs_status_ptr_t request = ucp_am_recv_data_nbx(worker_, data_desc, payload.data, payload.length, &param);
+  return Track(env, std::move(op), request);
+}
+
+// release(desc): declines a rendezvous payload; the sender's send completes without the bytes
+// ever crossing the wire.
+Napi::Value UcxWorker::Release(const Napi::CallbackInfo& info) {
+  size_t desc_id;
+  if (!ToSize(info[0], &desc_id)) {
+    ThrowCode(info.Env(), "ERR_INVALID_ARG", "descriptor id must be a non-negative integer");
+    return info.Env().Undefined();
+  }
+  auto desc = descs_.find(desc_id);
+  if (desc != descs_.end()) {
+    if (!closed_) ucp_am_data_release(worker_, desc->second);
+    descs_.erase(desc);
+  }
+  return info.Env().Undefined();
+}
+
+// register(mapping): registration id. Registers the whole mapping with every transport once
+// (RDMA pinning); later sends and receives in it use the registration. The registration keeps
+// the pages mapped until unregister(id), even if the mapping is closed meanwhile.
+Napi::Value UcxWorker::Register(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  Mapping* mapping = Mapping::Unwrap(info[0]);
+  std::shared_ptr<Region> region = mapping != nullptr ? mapping->region() : nullptr;
+  if (!region) {
+    ThrowCode(env, "ERR_INVALID_ARG", "register takes an open Mapping");
+    return env.Undefined();
+  }
+  auto existing = registrations_.find(region.get());
+  if (existing != registrations_.end()) return Napi::Number::New(env, static_cast<double>(existing->second.id));
+  ucp_mem_map_params_t params;
+  memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = region->addr;
+  params.length = region->size;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t status = ucp_mem_map(context_, &params, &memh);
+  if (status != UCS_OK) {
+    ThrowUcs(env, status, "registering " + std::to_string(region->size) + " bytes");
+    return env.Undefined();
+  }
+  const Region* key = region.get();
+  uint64_t id = next_registration_++;
+  registrations_[key] = Registration{std::move(region), memh, id};
+  registration_ids_[id] = key;
+  return Napi::Number::New(env, static_cast<double>(id));
+}
+
+// unregister(id): drops a registration; unknown ids are ignored.
+Napi::Value UcxWorker::Unregister(const Napi::CallbackInfo& info) {
+  size_t id;
+  if (!ToSize(info[0], &id)) {
+    ThrowCode(info.Env(), "ERR_INVALID_ARG", "registration id must be a non-negative integer");
+    return info.Env().Undefined();
+  }
+  auto key = registration_ids_.find(id);
+  if (key == registration_ids_.end() || closed_) return info.Env().Undefined();
+  auto it = registrations_.find(key->second);
+  if (it != registrations_.end()) {
+    ucp_mem_unmap(context_, it->second.memh);
+    registrations_.erase(it);
+  }
+  registration_ids_.erase(key);
+  return info.Env().Undefined();
+}
+
+}  // namespace laminar

@@ -1,0 +1,687 @@
+// UcxWorker: lifecycle, connections and the event-loop integration. Transfers are in
+// ucx_transfer.cc.
+#include "ucx_worker.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "errors.h"
+#include "ucx_status.h"
+
+namespace laminar {
+
+namespace {
+
+uint64_t NowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+template <typename Handle>
+void CloseHandle(Handle* handle) {
+  uv_close(reinterpret_cast<uv_handle_t*>(handle), [](uv_handle_t* h) { delete reinterpret_cast<Handle*>(h); });
+}
+
+}  // namespace
+
+bool ParseSockaddr(const std::string& host, uint16_t port, struct sockaddr_storage* out, socklen_t* len) {
+  memset(out, 0, sizeof(*out));
+  auto* v4 = reinterpret_cast<struct sockaddr_in*>(out);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    *len = sizeof(*v4);
+    return true;
+  }
+  auto* v6 = reinterpret_cast<struct sockaddr_in6*>(out);
+  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    *len = sizeof(*v6);
+    return true;
+  }
+  return false;
+}
+
+std::string FormatSockaddr(const struct sockaddr_storage* addr) {
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (addr->ss_family == AF_INET) {
+    auto* v4 = reinterpret_cast<const struct sockaddr_in*>(addr);
+    inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
+    return std::string(text) + ":" + std::to_string(ntohs(v4->sin_port));
+  }
+  if (addr->ss_family == AF_INET6) {
+    auto* v6 = reinterpret_cast<const struct sockaddr_in6*>(addr);
+    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
+    return "[" + std::string(text) + "]:" + std::to_string(ntohs(v6->sin6_port));
+  }
+  return "unknown";
+}
+
+Napi::Function UcxWorker::Init(Napi::Env env) {
+  return DefineClass(env, "UcxWorker",
+                     {
+                         InstanceMethod<&UcxWorker::Listen>("listen"),
+                         InstanceMethod<&UcxWorker::CloseListener>("closeListener"),
+                         InstanceMethod<&UcxWorker::Connect>("connect"),
+                         InstanceMethod<&UcxWorker::CloseEndpoint>("closeEndpoint"),
+                         InstanceMethod<&UcxWorker::EndpointInfo>("endpointInfo"),
+                         InstanceMethod<&UcxWorker::Send>("send"),
+                         InstanceMethod<&UcxWorker::Receive>("receive"),
+                         InstanceMethod<&UcxWorker::Release>("release"),
+                         InstanceMethod<&UcxWorker::Register>("register"),
+                         InstanceMethod<&UcxWorker::Unregister>("unregister"),
+                         InstanceMethod<&UcxWorker::Progress>("progress"),
+                         InstanceMethod<&UcxWorker::Stats>("stats"),
+                         InstanceMethod<&UcxWorker::Ref>("ref"),
+                         InstanceMethod<&UcxWorker::Unref>("unref"),
+                         InstanceMethod<&UcxWorker::Close>("close"),
+                     });
+}
+
+// new UcxWorker(handler: (events: object[]) => void, options?: { maxEagerBytes, budgetMs })
+// Transports come from UCX's own configuration (UCX_TLS, UCX_NET_DEVICES, ...) read here.
+UcxWorker::UcxWorker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UcxWorker>(info), env_(info.Env()) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsFunction()) {
+    ThrowCode(env, "ERR_INVALID_ARG", "UcxWorker needs an event handler function");
+    return;
+  }
+  if (info.Length() > 1 && info[1].IsObject()) {
+    auto opts = info[1].As<Napi::Object>();
+    size_t value;
+    if (ToSize(opts.Get("maxEagerBytes"), &value)) max_eager_copy_ = value;
+    Napi::Value budget = opts.Get("budgetMs");
+    if (budget.IsNumber() && budget.As<Napi::Number>().DoubleValue() > 0) {
+      budget_ns_ = static_cast<uint64_t>(budget.As<Napi::Number>().DoubleValue() * 1e6);
+    }
+  }
+  handler_ = Napi::Persistent(info[0].As<Napi::Function>());
+  async_context_ = std::make_unique<Napi::AsyncContext>(env, "laminar:ucx");
+
+  ucp_config_t* config = nullptr;
+  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+  if (status != UCS_OK) { ThrowUcs(env, status, "ucp_config_read"); return; }
+  ucp_params_t params;
+  memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.name = "laminar";
+  status = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (status != UCS_OK) { ThrowUcs(env, status, "ucp_init"); return; }
+
+  ucp_worker_params_t wparams;
+  memset(&wparams, 0, sizeof(wparams));
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+  status = ucp_worker_create(context_, &wparams, &worker_);
+  if (status != UCS_OK) {
+    ucp_cleanup(context_);
+    context_ = nullptr;
+    ThrowUcs(env, status, "ucp_worker_create");
+    return;
+  }
+  status = ucp_worker_get_efd(worker_, &efd_);
+  if (status != UCS_OK) { Teardown(false); ThrowUcs(env, status, "ucp_worker_get_efd"); return; }
+
+  ucp_am_handler_param_t am;
+  memset(&am, 0, sizeof(am));
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  am.id = kMessageId;
+  am.cb = MessageHandler;
+  am.arg = this;
+  am.flags = UCP_AM_FLAG_WHOLE_MSG;
+  status = ucp_worker_set_am_recv_handler(worker_, &am);
+  if (status != UCS_OK) { Teardown(false); ThrowUcs(env, status, "ucp_worker_set_am_recv_handler"); return; }
+
+  StartHandles(env);
+  napi_add_env_cleanup_hook(env, CleanupHook, this);
+}
+
+UcxWorker::~UcxWorker() {
+  if (!closed_) {
+    napi_remove_env_cleanup_hook(env_, CleanupHook, this);
+    Teardown(false);
+  }
+}
+
+void UcxWorker::CleanupHook(void* arg) { static_cast<UcxWorker*>(arg)->Teardown(false); }
+
+void UcxWorker::StartHandles(Napi::Env env) {
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(env, &loop);
+  poll_ = new uv_poll_t();
+  poll_->data = this;
+  uv_poll_init(loop, poll_, efd_);
+  uv_poll_start(poll_, UV_READABLE, OnPoll);
+  prepare_ = new uv_prepare_t();
+  prepare_->data = this;
+  uv_prepare_init(loop, prepare_);
+  uv_prepare_start(prepare_, OnPrepare);
+  uv_unref(reinterpret_cast<uv_handle_t*>(prepare_));  // never keeps the process alive by itself
+  idle_ = new uv_idle_t();
+  idle_->data = this;
+  uv_idle_init(loop, idle_);
+}
+
+void UcxWorker::OnPoll(uv_poll_t* handle, int status, int events) {
+  auto* self = static_cast<UcxWorker*>(handle->data);
+  if (self != nullptr) self->Pump();
+}
+
+void UcxWorker::OnPrepare(uv_prepare_t* handle) {
+  auto* self = static_cast<UcxWorker*>(handle->data);
+  if (self != nullptr) self->Pump();
+}
+
+void UcxWorker::OnIdle(uv_idle_t* handle) {
+  auto* self = static_cast<UcxWorker*>(handle->data);
+  if (self != nullptr) self->Pump();
+}
+
+// Progress until idle (within the budget), deliver what happened, arm the event fd.
+void UcxWorker::Pump() {
+  if (pumping_ || closed_) return;
+  pumping_ = true;
+  uint64_t deadline = NowNs() + budget_ns_;
+  bool out_of_budget = false;
+  for (;;) {
+    while (ucp_worker_progress(worker_) != 0) {
+      if (NowNs() >= deadline) { out_of_budget = true; break; }
+    }
+    Deliver();
+    if (closed_ || close_requested_) break;
+    if (out_of_budget) break;
+    if (!events_.empty() || !completed_.empty()) continue;
+    ucs_status_t status = ucp_worker_arm(worker_);
+    if (status == UCS_ERR_BUSY) {
+      if (NowNs() >= deadline) { out_of_budget = true; break; }
+      continue;
+    }
+    break;
+  }
+  pumping_ = false;
+  if (close_requested_ && !closed_) {
+    Teardown(true);
+    return;
+  }
+  if (closed_) return;
+  // Out of budget: keep the loop turning (without blocking) until the worker is idle again.
+  if (out_of_budget) {
+    if (!uv_is_active(reinterpret_cast<uv_handle_t*>(idle_))) uv_idle_start(idle_, OnIdle);
+  } else if (uv_is_active(reinterpret_cast<uv_handle_t*>(idle_))) {
+    uv_idle_stop(idle_);
+  }
+}
+
+uint32_t UcxWorker::EndpointIdOf(ucp_ep_h ep) const {
+  auto it = endpoint_ids_.find(ep);
+  return it == endpoint_ids_.end() ? 0 : it->second;
+}
+
+// Hands finished operations and arrived events to JavaScript, in the order they happened.
+void UcxWorker::Deliver() {
+  if (events_.empty() && completed_.empty()) return;
+  Napi::Env env = env_;
+  Napi::HandleScope scope(env);
+  // A callback scope runs the microtasks (promise reactions) queued while we settle promises.
+  Napi::CallbackScope callback_scope(env, *async_context_);
+
+  auto completed = std::move(completed_);
+  completed_.clear();
+  for (auto& [op, status] : completed) {
+    std::unique_ptr<UcxOp> owned;
+    auto it = ops_.find(op->id);
+    if (it == ops_.end()) continue;
+    owned = std::move(it->second);
+    ops_.erase(it);
+    if (owned->endpoint != 0) {  // a close: forget the endpoint
+      auto ep = endpoints_.find(owned->endpoint);
+      if (ep != endpoints_.end()) {
+        endpoint_ids_.erase(ep->second->ep);
+        endpoints_.erase(ep);
+      }
+    }
+    if (status == UCS_OK) {
+      owned->deferred.Resolve(env.Undefined());
+    } else {
+      owned->deferred.Reject(MakeUcsError(env, status, owned->what));
+    }
+  }
+
+  if (events_.empty()) return;
+  auto events = std::move(events_);
+  events_.clear();
+  Napi::Array batch = Napi::Array::New(env);
+  uint32_t n = 0;
+  for (auto& event : events) {
+    Napi::Object obj = Napi::Object::New(env);
+    switch (event.kind) {
+      case UcxEvent::kMessage:
+        obj.Set("type", "message");
+        obj.Set("endpoint", event.endpoint);
+        obj.Set("header", Napi::Buffer<uint8_t>::Copy(env, event.header.data(), event.header.size()));
+        obj.Set("length", static_cast<double>(event.length));
+        if (event.desc != 0) obj.Set("desc", static_cast<double>(event.desc));
+        if (event.has_data) obj.Set("data", Napi::Buffer<uint8_t>::Copy(env, event.data.data(), event.data.size()));
+        if (event.dropped) obj.Set("dropped", true);
+        break;
+      case UcxEvent::kAccept: {
+        ucs_status_t status = CreateAcceptedEndpoint(event);
+        obj.Set("type", "accept");
+        obj.Set("listener", event.listener);
+        obj.Set("address", event.address);
+        if (status != UCS_OK) {
+          obj.Set("error", MakeUcsError(env, status, "accepting a connection from " + event.address));
+        } else {
+          obj.Set("endpoint", event.endpoint);
+        }
+        break;
+      }
+      case UcxEvent::kError:
+        obj.Set("type", "error");
+        obj.Set("endpoint", event.endpoint);
+        obj.Set("error", MakeUcsError(env, event.status, "endpoint " + std::to_string(event.endpoint)));
+        break;
+    }
+    batch.Set(n++, obj);
+  }
+  handler_.MakeCallback(Value(), {batch}, *async_context_);
+  if (env.IsExceptionPending()) {
+    Napi::Error error = env.GetAndClearPendingException();
+    napi_fatal_exception(env, error.Value());
+  }
+}
+
+ucs_status_t UcxWorker::MessageHandler(void* arg, const void* header, size_t header_length, void* data,
+                                       size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxWorker*>(arg);
+  UcxEvent event;
+  event.kind = UcxEvent::kMessage;
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep != nullptr) {
+    event.endpoint = self->EndpointIdOf(param->reply_ep);
+  }
+  if (header_length > 0) {
+    const auto* h = static_cast<const uint8_t*>(header);
+    event.header.assign(h, h + header_length);
+  }
+  event.length = length;
+  ucs_status_t result = UCS_OK;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    // The payload stays with the sender until JS decides where it goes (receive) or that it is
+    // unwanted (release): bytes never land anywhere but their final place.
+    event.desc = self->next_desc_++;
+    self->descs_[event.desc] = data;
+    result = UCS_INPROGRESS;
+  } else if (length > 0) {
+    if (length > self->max_eager_copy_) {
+      event.dropped = true;
+    } else {
+      const auto* d = static_cast<const uint8_t*>(data);
+      event.data.assign(d, d + length);
+      event.has_data = true;
+    }
+  }
+  self->OnMessage(std::move(event));
+  return result;
+}
+
+void UcxWorker::ErrorHandler(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* state = static_cast<UcxEndpoint*>(arg);
+  state->failed = true;
+  UcxEvent event;
+  event.kind = UcxEvent::kError;
+  event.endpoint = state->id;
+  event.status = status;
+  state->worker->OnMessage(std::move(event));
+}
+
+void UcxWorker::ConnectionHandler(ucp_conn_request_h conn, void* arg) {
+  auto* slot = static_cast<std::pair<UcxWorker*, uint32_t>*>(arg);
+  UcxEvent event;
+  event.kind = UcxEvent::kAccept;
+  event.listener = slot->second;
+  event.conn = conn;
+  ucp_conn_request_attr_t attr;
+  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  if (ucp_conn_request_query(conn, &attr) == UCS_OK) event.address = FormatSockaddr(&attr.client_address);
+  slot->first->OnMessage(std::move(event));
+}
+
+// Endpoints for incoming connections are created outside progress, when the event is delivered.
+ucs_status_t UcxWorker::CreateAcceptedEndpoint(UcxEvent& event) {
+  auto state = std::make_unique<UcxEndpoint>();
+  state->worker = this;
+  state->peer = event.address;
+  ucp_ep_params_t params;
+  memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.conn_request = event.conn;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = ErrorHandler;
+  params.err_handler.arg = state.get();
+  ucp_ep_h ep = nullptr;
+  ucs_status_t status = ucp_ep_create(worker_, &params, &ep);
+  if (status != UCS_OK) return status;  // UCX has consumed the request either way
+  event.endpoint = AddEndpoint(ep, std::move(state));
+  return UCS_OK;
+}
+
+uint32_t UcxWorker::AddEndpoint(ucp_ep_h ep, std::unique_ptr<UcxEndpoint> state) {
+  uint32_t id = next_endpoint_++;
+  state->id = id;
+  state->ep = ep;
+  endpoint_ids_[ep] = id;
+  endpoints_[id] = std::move(state);
+  return id;
+}
+
+bool UcxWorker::CheckOpen(Napi::Env env) {
+  if (!closed_ && !close_requested_) return true;
+  ThrowCode(env, "ERR_UCX_CLOSED", "the UCX worker is closed");
+  return false;
+}
+
+UcxEndpoint* UcxWorker::FindEndpoint(Napi::Env env, Napi::Value id) {
+  size_t value;
+  if (!ToSize(id, &value)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "endpoint id must be a non-negative integer");
+    return nullptr;
+  }
+  auto it = endpoints_.find(static_cast<uint32_t>(value));
+  if (it == endpoints_.end() || it->second->closing) {
+    ThrowCode(env, "ERR_UCX_NO_ENDPOINT", "endpoint " + std::to_string(value) + " is closed or unknown");
+    return nullptr;
+  }
+  return it->second.get();
+}
+
+// listen(host: string, port: number): { id, port }
+Napi::Value UcxWorker::Listen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  size_t port;
+  if (!info[0].IsString() || !ToSize(info[1], &port) || port > 65535) {
+    ThrowCode(env, "ERR_INVALID_ARG", "listen(host: numeric address, port: 0..65535)");
+    return env.Undefined();
+  }
+  struct sockaddr_storage addr;
+  socklen_t len;
+  std::string host = info[0].As<Napi::String>().Utf8Value();
+  if (!ParseSockaddr(host, static_cast<uint16_t>(port), &addr, &len)) {
+    ThrowCode(env, "ERR_INVALID_ADDRESS", "not a numeric IP address: " + host);
+    return env.Undefined();
+  }
+  uint32_t id = next_listener_++;
+  // The handler's argument must outlive the listener; it is leaked deliberately per listener
+  // (a few bytes) because UCX may still call the handler while the listener is being destroyed.
+  auto* slot = new std::pair<UcxWorker*, uint32_t>(this, id);
+  ucp_listener_params_t params;
+  memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&addr);
+  params.sockaddr.addrlen = len;
+  params.conn_handler.cb = ConnectionHandler;
+  params.conn_handler.arg = slot;
+  ucp_listener_h listener = nullptr;
+  ucs_status_t status = ucp_listener_create(worker_, &params, &listener);
+  if (status != UCS_OK) {
+    delete slot;
+    ThrowUcs(env, status, "listening on " + host + ":" + std::to_string(port));
+    return env.Undefined();
+  }
+  listeners_[id] = listener;
+  ucp_listener_attr_t attr;
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  uint32_t bound_port = static_cast<uint32_t>(port);
+  if (ucp_listener_query(listener, &attr) == UCS_OK) {
+    if (attr.sockaddr.ss_family == AF_INET) {
+      bound_port = ntohs(reinterpret_cast<struct sockaddr_in*>(&attr.sockaddr)->sin_port);
+    } else if (attr.sockaddr.ss_family == AF_INET6) {
+      bound_port = ntohs(reinterpret_cast<struct sockaddr_in6*>(&attr.sockaddr)->sin6_port);
+    }
+  }
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("id", id);
+  result.Set("port", bound_port);
+  return result;
+}
+
+Napi::Value UcxWorker::CloseListener(const Napi::CallbackInfo& info) {
+  size_t id;
+  if (!ToSize(info[0], &id)) {
+    ThrowCode(info.Env(), "ERR_INVALID_ARG", "listener id must be a non-negative integer");
+    return info.Env().Undefined();
+  }
+  auto it = listeners_.find(static_cast<uint32_t>(id));
+  if (it != listeners_.end()) {
+    ucp_listener_destroy(it->second);
+    listeners_.erase(it);
+  }
+  return info.Env().Undefined();
+}
+
+// connect(host: string, port: number): endpoint id. Establishment is asynchronous: sends wait
+// for it, and a failure arrives as an "error" event for the endpoint.
+Napi::Value UcxWorker::Connect(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  size_t port;
+  if (!info[0].IsString() || !ToSize(info[1], &port) || port == 0 || port > 65535) {
+    ThrowCode(env, "ERR_INVALID_ARG", "connect(host: numeric address, port: 1..65535)");
+    return env.Undefined();
+  }
+  std::string host = info[0].As<Napi::String>().Utf8Value();
+  struct sockaddr_storage addr;
+  socklen_t len;
+  if (!ParseSockaddr(host, static_cast<uint16_t>(port), &addr, &len)) {
+    ThrowCode(env, "ERR_INVALID_ADDRESS", "not a numeric IP address: " + host);
+    return env.Undefined();
+  }
+  auto state = std::make_unique<UcxEndpoint>();
+  state->worker = this;
+  state->peer = FormatSockaddr(&addr);
+  ucp_ep_params_t params;
+  memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&addr);
+  params.sockaddr.addrlen = len;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = ErrorHandler;
+  params.err_handler.arg = state.get();
+  ucp_ep_h ep = nullptr;
+  ucs_status_t status = ucp_ep_create(worker_, &params, &ep);
+  if (status != UCS_OK) {
+    ThrowUcs(env, status, "connecting to " + host + ":" + std::to_string(port));
+    return env.Undefined();
+  }
+  return Napi::Number::New(env, AddEndpoint(ep, std::move(state)));
+}
+
+// closeEndpoint(id, force): Promise<void>. A failed endpoint is always closed by force.
+Napi::Value UcxWorker::CloseEndpoint(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t id;
+  if (!ToSize(info[0], &id)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "endpoint id must be a non-negative integer");
+    return env.Undefined();
+  }
+  auto deferred = Napi::Promise::Deferred::New(env);
+  auto it = endpoints_.find(static_cast<uint32_t>(id));
+  if (closed_ || it == endpoints_.end() || it->second->closing) {
+    deferred.Resolve(env.Undefined());  // closing twice is harmless
+    return deferred.Promise();
+  }
+  UcxEndpoint* state = it->second.get();
+  state->closing = true;
+  bool force = info[1].ToBoolean() || state->failed;
+  ucp_request_param_t param;
+  memset(&param, 0, sizeof(param));
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  auto op = std::make_unique<UcxOp>(env);
+  op->worker = this;
+  op->id = next_op_++;
+  op->what = "close";
+  op->endpoint = state->id;
+  param.cb.send = SendCallback;
+  param.user_data = op.get();
+  ucs_status_ptr_t request = ucp_ep_close_nbx(state->ep, &param);
+  if (!UCS_PTR_IS_PTR(request)) {
+    // Done now (or failed: the endpoint is gone either way).
+    endpoint_ids_.erase(state->ep);
+    endpoints_.erase(it);
+    deferred.Resolve(env.Undefined());
+    return deferred.Promise();
+  }
+  Napi::Promise promise = op->deferred.Promise();
+  ops_[op->id] = std::move(op);
+  return promise;
+}
+
+// endpointInfo(id): UCX's description of the endpoint (transports and lanes in use).
+Napi::Value UcxWorker::EndpointInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckOpen(env)) return env.Undefined();
+  UcxEndpoint* state = FindEndpoint(env, info[0]);
+  if (state == nullptr) return env.Undefined();
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return Napi::String::New(env, "");
+  ucp_ep_print_info(state->ep, stream);
+  fclose(stream);
+  Napi::String result = Napi::String::New(env, text, size);
+  free(text);
+  return result;
+}
+
+// progress(): one explicit pump (tests; the event loop normally does this).
+Napi::Value UcxWorker::Progress(const Napi::CallbackInfo& info) {
+  if (!closed_) Pump();
+  return info.Env().Undefined();
+}
+
+Napi::Value UcxWorker::Stats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object stats = Napi::Object::New(env);
+  stats.Set("endpoints", static_cast<double>(endpoints_.size()));
+  stats.Set("listeners", static_cast<double>(listeners_.size()));
+  stats.Set("operations", static_cast<double>(ops_.size()));
+  stats.Set("descriptors", static_cast<double>(descs_.size()));
+  stats.Set("registrations", static_cast<double>(registrations_.size()));
+  stats.Set("closed", closed_);
+  return stats;
+}
+
+Napi::Value UcxWorker::Ref(const Napi::CallbackInfo& info) {
+  referenced_ = true;
+  if (poll_ != nullptr) {
+    uv_ref(reinterpret_cast<uv_handle_t*>(poll_));
+    uv_ref(reinterpret_cast<uv_handle_t*>(idle_));
+  }
+  return info.Env().Undefined();
+}
+
+Napi::Value UcxWorker::Unref(const Napi::CallbackInfo& info) {
+  referenced_ = false;
+  if (poll_ != nullptr) {
+    uv_unref(reinterpret_cast<uv_handle_t*>(poll_));
+    uv_unref(reinterpret_cast<uv_handle_t*>(idle_));
+  }
+  return info.Env().Undefined();
+}
+
+// close(): closes every endpoint (forced), listener and registration, rejects what was pending.
+Napi::Value UcxWorker::Close(const Napi::CallbackInfo& info) {
+  if (closed_) return info.Env().Undefined();
+  if (pumping_) {
+    close_requested_ = true;  // finished when the current pump returns
+    return info.Env().Undefined();
+  }
+  napi_remove_env_cleanup_hook(env_, CleanupHook, this);
+  Teardown(true);
+  return info.Env().Undefined();
+}
+
+void UcxWorker::Teardown(bool js_allowed) {
+  if (closed_) return;
+  close_requested_ = false;
+  for (auto& [id, listener] : listeners_) ucp_listener_destroy(listener);
+  listeners_.clear();
+  for (auto& [id, desc] : descs_) ucp_am_data_release(worker_, desc);
+  descs_.clear();
+  std::vector<void*> closing;
+  for (auto& [id, state] : endpoints_) {
+    ucp_request_param_t param;
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(state->ep, &param);
+    if (UCS_PTR_IS_PTR(request)) closing.push_back(request);
+  }
+  // Forced closes finish locally; progress until they have (and cancelled sends have called back).
+  for (int spins = 0; spins < 100000 && !closing.empty(); spins++) {
+    ucp_worker_progress(worker_);
+    std::vector<void*> still;
+    for (void* request : closing) {
+      if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+        still.push_back(request);
+      } else {
+        ucp_request_free(request);
+      }
+    }
+    closing.swap(still);
+  }
+  endpoints_.clear();
+  endpoint_ids_.clear();
+  for (auto& [region, registration] : registrations_) ucp_mem_unmap(context_, registration.memh);
+  registrations_.clear();
+  registration_ids_.clear();
+  events_.clear();
+  if (js_allowed && !ops_.empty()) {
+    Napi::HandleScope scope(env_);
+    Napi::CallbackScope callback_scope(env_, *async_context_);
+    for (auto& [id, op] : ops_) {
+      if (op->endpoint != 0) {
+        op->deferred.Resolve(env_.Undefined());
+      } else {
+        op->deferred.Reject(MakeError(env_, "ERR_UCX_CLOSED", "ucx", std::string(op->what) + ": the worker was closed"));
+      }
+    }
+  }
+  // Operations still known to UCX hold our pointers as user data: the worker is destroyed below,
+  // which completes them, so the ops are dropped only after that.
+  completed_.clear();
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  worker_ = nullptr;
+  completed_.clear();
+  ops_.clear();
+  if (context_ != nullptr) ucp_cleanup(context_);
+  context_ = nullptr;
+  if (poll_ != nullptr) {
+    poll_->data = nullptr;
+    prepare_->data = nullptr;
+    idle_->data = nullptr;
+    uv_poll_stop(poll_);
+    CloseHandle(poll_);
+    CloseHandle(prepare_);
+    CloseHandle(idle_);
+    poll_ = nullptr;
+    prepare_ = nullptr;
+    idle_ = nullptr;
+  }
+  closed_ = true;
+}
+
+}  // namespace laminar

@@ -1,0 +1,507 @@
+/**
+ * The relay's part in the chain-pipelined broadcast.
+ *
+ * Downstream: the relay sends every version it holds or is receiving (the newest of each model)
+ * to its successor in the plan, forwarding each chunk as soon as it is verified here. When the
+ * successor dies or stalls, the relay skips to the next relay in the plan, which resumes from
+ * its own high-water mark; skipped relays are retried and taken back when they answer again.
+ *
+ * Upstream: it accepts authenticated peers (relays of the plan, remote publishers), takes their
+ * offers and receives chunks straight into a new segment, verifying each one.
+ */
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import { LaminarError, type LaminarError as LaminarErrorType } from '../../common/errors.js';
+import { MAX_HEADER_BYTES } from '../../safetensors/header.js';
+import { UcxWorker, type IncomingMessage, type Listener, type Registration } from '../../ucx/index.js';
+import type { StoredVersion, VersionStore } from '../store.js';
+import { IncomingTransfer } from './incoming.js';
+import { acceptPeer, connectPeer, PeerRefusedError, type PeerLink, type PeerRole } from './link.js';
+import type { PeerMessage, PeerMessageOf } from './messages.js';
+import { BroadcastMetrics } from './metrics.js';
+import { OutgoingTransfer } from './outgoing.js';
+import { downstreamOf, positionOf, type ChainMember, type ChainPlan } from './plan.js';
+import { StoredSource, type ChunkSource } from './source.js';
+
+export interface BroadcasterOptions {
+  relayId: string;
+  /** Where the UCX listener binds; null: no listener (a relay that only sends). */
+  listen: { host: string; port: number } | null;
+  plan: ChainPlan | null;
+  secret: Buffer;
+  /** Chunks in flight per downstream link. */
+  window: number;
+  /** A downstream peer that takes nothing for this long is skipped. */
+  stallMs: number;
+  handshakeTimeoutMs: number;
+  /** How soon a skipped relay is tried again. */
+  retryMs: number;
+  /** A partial version nobody sends to for this long is dropped. */
+  partialTtlMs: number;
+  logger: Logger;
+  registry: Registry;
+}
+
+interface Downstream {
+  member: ChainMember;
+  link: PeerLink;
+  sessions: Map<string, OutgoingTransfer>;
+}
+
+interface Arrival {
+  transfer: IncomingTransfer;
+  upstreams: Set<PeerLink>;
+}
+
+const key = (model: string, version: number): string => `${model}\u0000${version}`;
+
+export interface BroadcastStatus {
+  relayId: string;
+  epoch: number | null;
+  position: number;
+  port: number | null;
+  downstream: { id: string; address: string; sending: { model: string; version: number; chunksSent: number }[] } | null;
+  upstreams: { id: string; role: PeerRole }[];
+  receiving: { model: string; version: number; hwm: number; chunks: number }[];
+  skipped: string[];
+}
+
+export class Broadcaster {
+  readonly metrics: BroadcastMetrics;
+  private readonly worker: UcxWorker;
+  private listener: Listener | null = null;
+  private plan: ChainPlan | null;
+  private downstream: Downstream | null = null;
+  private connecting = false;
+  private readonly cooldown = new Map<string, number>();
+  private readonly arrivals = new Map<string, Arrival>();
+  private readonly offersInProgress = new Set<string>();
+  private readonly upstreams = new Set<PeerLink>();
+  private readonly registrations = new Map<object, Registration>();
+  private readonly timer: NodeJS.Timeout;
+  private readonly log: Logger;
+  private closed = false;
+  private readonly onComplete = (v: StoredVersion): void => this.versionComplete(v);
+  private readonly onRetired = (v: StoredVersion): void => this.versionRetired(v);
+
+  constructor(
+    private readonly store: VersionStore,
+    private readonly options: BroadcasterOptions,
+  ) {
+    this.log = options.logger.child({ component: 'broadcast' });
+    this.metrics = new BroadcastMetrics(options.registry);
+    this.plan = options.plan;
+    if (this.plan) this.metrics.epoch.set(this.plan.epoch);
+    this.worker = new UcxWorker({
+      onStray: () => this.metrics.badMessages.inc({ code: 'ERR_PEER_STRAY' }),
+    });
+    if (options.listen) {
+      this.listener = this.worker.listen(options.listen.host, options.listen.port, (endpoint) => {
+        acceptPeer(endpoint, {
+          selfId: options.relayId,
+          secret: options.secret,
+          timeoutMs: options.handshakeTimeoutMs,
+          admit: (peerId, role) => this.admit(peerId, role),
+        }).then(
+          (link) => this.upstreamJoined(link),
+          (err: LaminarErrorType) => {
+            this.metrics.refusedPeers.inc({ code: err.code ?? 'ERR_PEER_HANDSHAKE' });
+            this.log.warn({ peer: endpoint.peer, code: err.code, err: err.message }, 'peer refused');
+          },
+        );
+      });
+    }
+    store.on('complete', this.onComplete);
+    store.on('retired', this.onRetired);
+    this.timer = setInterval(() => this.tick(), Math.max(50, Math.min(options.retryMs, 1000)));
+    this.timer.unref();
+    queueMicrotask(() => this.ensureDownstream());
+  }
+
+  /** The bound UCX port, or null without a listener. */
+  get port(): number | null {
+    return this.listener?.port ?? null;
+  }
+
+  get epoch(): number | null {
+    return this.plan?.epoch ?? null;
+  }
+
+  /** Applies a plan if its epoch is newer than the one in force; returns whether it did. */
+  setPlan(plan: ChainPlan): boolean {
+    if (this.plan !== null && plan.epoch <= this.plan.epoch) return false;
+    this.plan = plan;
+    this.metrics.epoch.set(plan.epoch);
+    this.log.info({ epoch: plan.epoch, relays: plan.relays.length, position: positionOf(plan, this.options.relayId) }, 'chain plan applied');
+    this.cooldown.clear();
+    const candidates = downstreamOf(plan, this.options.relayId);
+    if (this.downstream && !candidates.some((m) => m.id === this.downstream!.member.id && m.address === this.downstream!.member.address)) {
+      this.dropDownstream('no longer in the plan after us');
+    } else if (this.downstream && candidates[0]?.id !== this.downstream.member.id) {
+      this.dropDownstream('plan changed');
+    }
+    this.ensureDownstream();
+    return true;
+  }
+
+  status(): BroadcastStatus {
+    const d = this.downstream;
+    return {
+      relayId: this.options.relayId,
+      epoch: this.plan?.epoch ?? null,
+      position: this.plan ? positionOf(this.plan, this.options.relayId) : -1,
+      port: this.port,
+      downstream: d && {
+        id: d.member.id,
+        address: d.member.address,
+        sending: [...d.sessions.values()].map((s) => ({ model: s.source.model, version: s.source.version, chunksSent: s.sentChunks })),
+      },
+      upstreams: [...this.upstreams].map((l) => ({ id: l.peerId, role: l.role })),
+      receiving: [...this.arrivals.values()].map(({ transfer: t }) => ({ model: t.model, version: t.version, hwm: t.hwm, chunks: t.chunkCount })),
+      skipped: [...this.cooldown.keys()],
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.timer);
+    this.store.off('complete', this.onComplete);
+    this.store.off('retired', this.onRetired);
+    this.listener?.close();
+    this.dropDownstream('relay stopping');
+    await Promise.all([...this.upstreams].map((l) => l.close()));
+    for (const registration of this.registrations.values()) registration.release();
+    this.registrations.clear();
+    this.worker.close();
+  }
+
+  // ---- upstream side -----------------------------------------------------------------------
+
+  private admit(peerId: string, role: PeerRole): [string, string] | null {
+    if (this.closed) return ['ERR_RELAY_STOPPING', 'the relay is stopping'];
+    if (role === 'publisher') return null;
+    if (this.plan === null || positionOf(this.plan, peerId) < 0) {
+      return ['ERR_NOT_IN_PLAN', `relay ${peerId} is not in the chain plan (epoch ${this.plan?.epoch ?? 'none'})`];
+    }
+    return null;
+  }
+
+  private upstreamJoined(link: PeerLink): void {
+    if (this.closed) {
+      void link.close();
+      return;
+    }
+    this.upstreams.add(link);
+    this.log.info({ peer: link.peerId, role: link.role, address: link.endpoint.peer }, 'upstream peer connected');
+    link.onBadMessage = (code) => this.metrics.badMessages.inc({ code });
+    link.endpoint.onClose((err) => {
+      this.upstreams.delete(link);
+      for (const arrival of this.arrivals.values()) arrival.upstreams.delete(link);
+      this.log.info({ peer: link.peerId, code: err?.code }, 'upstream peer gone');
+    });
+    link.setHandler((message, incoming) => this.upstreamMessage(link, message, incoming));
+  }
+
+  private upstreamMessage(link: PeerLink, message: PeerMessage, incoming: IncomingMessage): void {
+    switch (message.t) {
+      case 'offer':
+        void this.handleOffer(link, message, incoming);
+        return;
+      case 'chunk':
+        this.handleChunk(link, message, incoming);
+        return;
+      case 'error':
+        incoming.release();
+        this.log.warn({ peer: link.peerId, code: message.code, message: message.message }, 'upstream reported an error');
+        return;
+      default:
+        incoming.release();
+        this.reject(link, 'ERR_PEER_UNEXPECTED', `unexpected ${message.t} from upstream`);
+    }
+  }
+
+  /** Counts and answers a bad message; the link stays (the peer passed authentication). */
+  private reject(link: PeerLink, code: string, message: string): void {
+    this.metrics.badMessages.inc({ code });
+    this.log.warn({ peer: link.peerId, code }, message);
+    void link.send({ t: 'error', code, message }).catch(() => undefined);
+  }
+
+  private async handleOffer(link: PeerLink, offer: PeerMessageOf<'offer'>, incoming: IncomingMessage): Promise<void> {
+    const k = key(offer.model, offer.version);
+    const decline = (code: string, message: string): void => {
+      incoming.release();
+      void link.send({ t: 'decline', model: offer.model, version: offer.version, code, message }).catch(() => undefined);
+    };
+    const existing = this.arrivals.get(k);
+    if (existing) {
+      incoming.release();
+      existing.upstreams.add(link);
+      const { from, have } = existing.transfer.resumePoint();
+      this.log.info({ peer: link.peerId, model: offer.model, version: offer.version, from }, 'resuming a transfer with a new upstream');
+      void link.send({ t: 'accept', model: offer.model, version: offer.version, from, have }).catch(() => undefined);
+      return;
+    }
+    const held = this.findVersion(offer.model, offer.version);
+    if (held?.state === 'complete') {
+      decline('ERR_VERSION_EXISTS', 'this relay already holds the version');
+      void link.send({ t: 'progress', model: offer.model, version: offer.version, hwm: held.layout.chunkCount, complete: true }).catch(() => undefined);
+      return;
+    }
+    const latest = this.store.latest(offer.model);
+    if (latest !== null && latest.version > offer.version) {
+      decline('ERR_STALE_VERSION', `this relay holds the newer version ${latest.version}`);
+      return;
+    }
+    if (this.offersInProgress.has(k) || held) {
+      decline('ERR_BUSY', 'the version is being set up from another offer; offer again');
+      return;
+    }
+    if (offer.headerBytes !== incoming.length || offer.headerBytes > MAX_HEADER_BYTES + 8 || offer.headerBytes >= offer.size) {
+      this.metrics.badMessages.inc({ code: 'ERR_PEER_BAD_OFFER' });
+      decline('ERR_PEER_BAD_OFFER', `header of ${incoming.length} bytes for ${offer.headerBytes} announced, version of ${offer.size}`);
+      return;
+    }
+    this.offersInProgress.add(k);
+    try {
+      const header = Buffer.allocUnsafe(offer.headerBytes);
+      await incoming.receiveInto(header, 0);
+      const { version: v, checksums } = await this.store.beginReceive(header, offer.size, { model: offer.model, version: offer.version });
+      const transfer = new IncomingTransfer(this.store, v, checksums, this.metrics, this.log);
+      const arrival: Arrival = { transfer, upstreams: new Set([link]) };
+      this.arrivals.set(k, arrival);
+      const started = performance.now();
+      transfer.done.then(
+        () => {
+          this.metrics.transfers.inc({ direction: 'in', result: 'complete' });
+          this.metrics.transferSeconds.observe({ direction: 'in' }, (performance.now() - started) / 1e3);
+          this.arrivals.delete(k);
+          for (const up of arrival.upstreams) {
+            void up.send({ t: 'progress', model: v.model, version: v.version, hwm: v.layout.chunkCount, complete: true }).catch(() => undefined);
+          }
+        },
+        () => {
+          this.metrics.transfers.inc({ direction: 'in', result: 'abandoned' });
+          this.arrivals.delete(k);
+        },
+      );
+      this.log.info({ peer: link.peerId, model: v.model, version: v.version, size: v.layout.totalSize, chunks: v.layout.chunkCount }, 'receiving a version');
+      await link.send({ t: 'accept', model: v.model, version: v.version, from: 0, have: [] });
+      // Forward while receiving: the successor gets each chunk as soon as it is verified here.
+      this.offer(transfer);
+    } catch (err) {
+      const code = (err as LaminarError).code ?? 'ERR_INTERNAL';
+      this.metrics.badMessages.inc({ code });
+      this.log.warn({ peer: link.peerId, model: offer.model, version: offer.version, code, err: (err as Error).message }, 'offer declined');
+      decline(code, (err as Error).message);
+    } finally {
+      this.offersInProgress.delete(k);
+    }
+  }
+
+  private handleChunk(link: PeerLink, chunk: PeerMessageOf<'chunk'>, incoming: IncomingMessage): void {
+    const arrival = this.arrivals.get(key(chunk.model, chunk.version));
+    if (arrival === undefined) {
+      incoming.release();
+      this.reject(link, 'ERR_UNKNOWN_TRANSFER', `chunk ${chunk.index} of ${chunk.model} v${chunk.version}, which was not offered`);
+      return;
+    }
+    const { transfer } = arrival;
+    if (chunk.index >= transfer.chunkCount) {
+      incoming.release();
+      this.reject(link, 'ERR_CHUNK_OUT_OF_RANGE', `chunk ${chunk.index} of a version with ${transfer.chunkCount} chunks`);
+      return;
+    }
+    const expected = Math.min(transfer.layout.chunkSize, transfer.layout.dataLength - chunk.index * transfer.layout.chunkSize);
+    if (incoming.length !== expected || incoming.data !== undefined || incoming.dropped) {
+      incoming.release();
+      this.reject(link, 'ERR_CHUNK_LENGTH', `chunk ${chunk.index} carries ${incoming.length} bytes, expected ${expected} by rendezvous`);
+      return;
+    }
+    void transfer.receive(chunk.index, incoming).then((outcome) => {
+      if (outcome === 'corrupt' || outcome === 'failed') {
+        void link.send({ t: 'nack', model: chunk.model, version: chunk.version, index: chunk.index }).catch(() => undefined);
+      }
+    });
+  }
+
+  // ---- downstream side ---------------------------------------------------------------------
+
+  private tick(): void {
+    if (this.closed) return;
+    this.ensureDownstream();
+    const now = Date.now();
+    for (const { transfer } of this.arrivals.values()) {
+      if (now - transfer.lastActivity > this.options.partialTtlMs) {
+        void transfer.abandon(`no upstream sent anything for ${this.options.partialTtlMs} ms`);
+      }
+    }
+  }
+
+  /** Connects to the first reachable relay after us in the plan (or a better one than now). */
+  private ensureDownstream(): void {
+    if (this.closed || this.connecting || this.plan === null) return;
+    const now = Date.now();
+    const candidates = downstreamOf(this.plan, this.options.relayId);
+    const currentAt = this.downstream ? candidates.findIndex((m) => m.id === this.downstream!.member.id) : candidates.length;
+    const better = candidates.slice(0, currentAt).find((m) => (this.cooldown.get(m.id) ?? 0) <= now);
+    if (better === undefined) return;
+    this.connecting = true;
+    const epoch = this.plan.epoch;
+    connectPeer(this.worker, better.id, better.address, {
+      selfId: this.options.relayId,
+      role: 'relay',
+      secret: this.options.secret,
+      epoch,
+      timeoutMs: this.options.handshakeTimeoutMs,
+    }).then(
+      (link) => {
+        this.connecting = false;
+        if (this.closed || this.plan?.epoch !== epoch) {
+          void link.close();
+          this.ensureDownstream();
+          return;
+        }
+        this.cooldown.delete(better.id);
+        if (this.downstream) this.dropDownstream(`${better.id} is reachable again`);
+        this.useDownstream(better, link);
+      },
+      (err: LaminarError) => {
+        this.connecting = false;
+        this.cooldown.set(better.id, Date.now() + this.options.retryMs);
+        this.metrics.peerFailures.inc({ reason: err.code ?? 'connect' });
+        this.log.warn({ peer: better.id, address: better.address, code: err.code, err: err.message }, 'cannot reach the next relay: skipping it for now');
+        // Straight on to the next candidate.
+        queueMicrotask(() => this.ensureDownstream());
+      },
+    );
+  }
+
+  private useDownstream(member: ChainMember, link: PeerLink): void {
+    const d: Downstream = { member, link, sessions: new Map() };
+    this.downstream = d;
+    this.metrics.retargets.inc();
+    this.log.info({ peer: member.id, address: member.address }, 'sending downstream to');
+    link.onBadMessage = (code) => this.metrics.badMessages.inc({ code });
+    link.setHandler((message, incoming) => {
+      incoming.release();
+      if (message.t === 'error') {
+        this.log.warn({ peer: member.id, code: message.code, message: message.message }, 'downstream reported an error');
+        return;
+      }
+      if ('model' in message && 'version' in message) d.sessions.get(key(message.model, message.version))?.handle(message);
+    });
+    link.endpoint.onClose((err) => {
+      if (this.downstream !== d) return;
+      this.downstreamFailed(d, err ?? new LaminarError('ERR_PEER_CLOSED', `${member.id} closed the connection`));
+    });
+    for (const source of this.newestSources()) this.offer(source);
+  }
+
+  private downstreamFailed(d: Downstream, err: LaminarError): void {
+    if (this.downstream !== d) return;
+    this.metrics.peerFailures.inc({ reason: err.code ?? 'unknown' });
+    this.log.warn({ peer: d.member.id, code: err.code, err: err.message }, 'downstream relay lost: skipping to the next one');
+    this.cooldown.set(d.member.id, Date.now() + this.options.retryMs);
+    this.dropDownstream(err.message);
+    this.ensureDownstream();
+  }
+
+  private dropDownstream(reason: string): void {
+    const d = this.downstream;
+    if (d === null) return;
+    this.downstream = null;
+    for (const session of d.sessions.values()) session.cancel(new LaminarError('ERR_RETARGETED', reason));
+    d.sessions.clear();
+    void d.link.close();
+  }
+
+  /** The newest version of each model this relay has or is receiving. */
+  private newestSources(): ChunkSource[] {
+    const newest = new Map<string, ChunkSource>();
+    const consider = (source: ChunkSource): void => {
+      const current = newest.get(source.model);
+      if (current === undefined || current.version < source.version) newest.set(source.model, source);
+    };
+    for (const v of this.store.list()) if (v.state === 'complete' && this.store.latest(v.model) === v) consider(new StoredSource(v));
+    for (const { transfer } of this.arrivals.values()) consider(transfer);
+    return [...newest.values()];
+  }
+
+  private findVersion(model: string, version: number): StoredVersion | undefined {
+    return this.store.list().find((v) => v.model === model && v.version === version);
+  }
+
+  private versionComplete(v: StoredVersion): void {
+    if (this.closed) return;
+    // A newer version makes older partial arrivals of the model pointless.
+    for (const { transfer } of [...this.arrivals.values()]) {
+      if (transfer.model === v.model && transfer.version < v.version) void transfer.abandon(`version ${v.version} is complete`);
+    }
+    if (this.store.latest(v.model) === v && !this.downstream?.sessions.has(key(v.model, v.version))) this.offer(new StoredSource(v));
+  }
+
+  private versionRetired(v: StoredVersion): void {
+    const mapping = v.mapping;
+    if (mapping) {
+      this.registrations.get(mapping)?.release();
+      this.registrations.delete(mapping);
+    }
+  }
+
+  /** Starts sending `source` downstream (unless it is already on its way there). */
+  private offer(source: ChunkSource): void {
+    const d = this.downstream;
+    if (d === null || this.closed) return;
+    const k = key(source.model, source.version);
+    if (d.sessions.has(k)) return;
+    for (const [otherKey, other] of d.sessions) {
+      if (other.source.model === source.model && other.source.version < source.version) {
+        other.cancel(new LaminarError('ERR_SUPERSEDED', `version ${source.version} supersedes ${other.source.version}`));
+        d.sessions.delete(otherKey);
+      }
+    }
+    this.registerOnce(source);
+    const stored = source instanceof StoredSource ? this.findVersion(source.model, source.version) : undefined;
+    if (stored) this.store.lease(stored);
+    const session = new OutgoingTransfer(d.link, source, {
+      window: this.options.window,
+      stallMs: this.options.stallMs,
+      metrics: this.metrics,
+      log: this.log,
+    });
+    d.sessions.set(k, session);
+    session.start().then(
+      (result) => {
+        this.metrics.transfers.inc({ direction: 'out', result });
+        if (result === 'complete') {
+          this.metrics.transferSeconds.observe({ direction: 'out' }, (performance.now() - session.startedAt) / 1e3);
+          this.log.info({ peer: d.member.id, model: source.model, version: source.version, chunksSent: session.sentChunks }, 'version delivered downstream');
+        }
+      },
+      (err: LaminarError) => {
+        this.metrics.transfers.inc({ direction: 'out', result: 'failed' });
+        const linkProblem = err.code !== 'ERR_RETARGETED' && err.code !== 'ERR_SUPERSEDED' && err.code !== 'ERR_TRANSFER_ABANDONED';
+        if (linkProblem && this.downstream === d) {
+          this.downstreamFailed(d, err);
+        }
+      },
+    ).finally(() => {
+      if (d.sessions.get(k) === session) d.sessions.delete(k);
+      if (stored) this.store.unlease(stored);
+    });
+  }
+
+  private registerOnce(source: ChunkSource): void {
+    try {
+      const mapping = source.mapping;
+      if (!this.registrations.has(mapping)) this.registrations.set(mapping, this.worker.register(mapping));
+    } catch (err) {
+      // Registration is an optimisation for RDMA; without it UCX registers on the fly.
+      this.log.debug({ err }, 'memory registration failed');
+    }
+  }
+}
+
+export { PeerRefusedError };

@@ -1,0 +1,156 @@
+/**
+ * A version arriving from upstream: chunks land directly in the segment, each is verified
+ * against the header's checksum before it counts (and before it is forwarded), a bad one is
+ * asked for again. The contiguous high-water mark is what a new upstream resumes from.
+ */
+import type { Logger } from 'pino';
+import { LaminarError } from '../../common/errors.js';
+import { checksumHex, type Mapping } from '../../native/index.js';
+import { chunkRange, type VersionLayout } from '../../safetensors/header.js';
+import type { IncomingMessage } from '../../ucx/index.js';
+import type { StoredVersion, VersionStore } from '../store.js';
+import type { BroadcastMetrics } from './metrics.js';
+import type { ChunkSource } from './source.js';
+
+export type ChunkOutcome = 'verified' | 'duplicate' | 'corrupt' | 'failed';
+
+export class IncomingTransfer implements ChunkSource {
+  private readonly verified: Uint8Array;
+  private readonly busy: Uint8Array;
+  private verifiedCount = 0;
+  private hwmValue = 0;
+  private readonly waiters = new Map<number, { resolve(): void; reject(err: Error): void }[]>();
+  private abandoned: LaminarError | null = null;
+  readonly done: Promise<void>;
+  private resolveDone!: () => void;
+  private rejectDone!: (err: Error) => void;
+  lastActivity = Date.now();
+
+  constructor(
+    private readonly store: VersionStore,
+    readonly v: StoredVersion,
+    private readonly checksums: string[],
+    private readonly metrics: BroadcastMetrics,
+    private readonly log: Logger,
+  ) {
+    this.verified = new Uint8Array(v.layout.chunkCount);
+    this.busy = new Uint8Array(v.layout.chunkCount);
+    this.done = new Promise((resolve, reject) => {
+      this.resolveDone = resolve;
+      this.rejectDone = reject;
+    });
+    this.done.catch(() => undefined);
+  }
+
+  get model(): string {
+    return this.v.model;
+  }
+  get version(): number {
+    return this.v.version;
+  }
+  get layout(): VersionLayout {
+    return this.v.layout;
+  }
+  get mapping(): Mapping {
+    if (this.v.mapping === null) throw this.abandoned ?? new LaminarError('ERR_TRANSFER_ABANDONED', 'the version is gone');
+    return this.v.mapping;
+  }
+  get hwm(): number {
+    return this.hwmValue;
+  }
+  get complete(): boolean {
+    return this.verifiedCount === this.v.layout.chunkCount && this.v.state === 'complete';
+  }
+  get chunkCount(): number {
+    return this.v.layout.chunkCount;
+  }
+
+  /** Where a (new) sender should start, and what it may skip beyond that. */
+  resumePoint(): { from: number; have: number[] } {
+    const have: number[] = [];
+    for (let i = this.hwmValue; i < this.verified.length && have.length < 65536; i++) if (this.verified[i]) have.push(i);
+    return { from: this.hwmValue, have };
+  }
+
+  available(index: number): boolean {
+    return this.verified[index] === 1;
+  }
+
+  whenAvailable(index: number): Promise<void> {
+    if (this.verified[index] === 1) return Promise.resolve();
+    if (this.abandoned) return Promise.reject(this.abandoned);
+    return new Promise((resolve, reject) => {
+      const list = this.waiters.get(index) ?? [];
+      list.push({ resolve, reject });
+      this.waiters.set(index, list);
+    });
+  }
+
+  /**
+   * Takes chunk `index` from a message: validates it, pulls the bytes into place, verifies them.
+   * Never throws: the outcome says what happened (the caller nacks a corrupt chunk).
+   */
+  async receive(index: number, incoming: IncomingMessage): Promise<ChunkOutcome> {
+    this.lastActivity = Date.now();
+    if (this.abandoned || this.v.state !== 'writing') {
+      incoming.release();
+      return 'duplicate';
+    }
+    if (this.verified[index] === 1 || this.busy[index] === 1) {
+      // Already here, or on its way from another upstream: decline without moving the bytes.
+      incoming.release();
+      this.metrics.duplicateChunks.inc();
+      return 'duplicate';
+    }
+    const { offset, length } = chunkRange(this.v.layout, index);
+    this.busy[index] = 1;
+    try {
+      const mapping = this.v.mapping!;
+      await incoming.receiveInto(mapping, offset);
+      const sum = checksumHex(await mapping.checksumAsync(offset, length));
+      this.metrics.chunkBytesReceived.inc(length);
+      if (sum !== this.checksums[index]) {
+        this.metrics.corruptChunks.inc();
+        this.log.warn({ model: this.v.model, version: this.v.version, chunk: index }, 'chunk failed its checksum: asking again');
+        return 'corrupt';
+      }
+    } catch (err) {
+      this.log.debug({ err, chunk: index }, 'chunk receive failed');
+      return 'failed';
+    } finally {
+      this.busy[index] = 0;
+    }
+    if (this.abandoned || this.verified[index] === 1) return 'duplicate';
+    this.verified[index] = 1;
+    this.verifiedCount++;
+    this.metrics.chunksReceived.inc();
+    while (this.hwmValue < this.verified.length && this.verified[this.hwmValue] === 1) this.hwmValue++;
+    const waiting = this.waiters.get(index);
+    if (waiting) {
+      this.waiters.delete(index);
+      for (const w of waiting) w.resolve();
+    }
+    if (this.verifiedCount === this.v.layout.chunkCount) await this.finish();
+    return 'verified';
+  }
+
+  private async finish(): Promise<void> {
+    try {
+      await this.store.completeReceived(this.v, this.checksums);
+      this.resolveDone();
+    } catch (err) {
+      this.log.error({ err, model: this.v.model, version: this.v.version }, 'could not complete a received version');
+      await this.abandon('completion failed');
+    }
+  }
+
+  /** Gives up on the version: the partial segment is deleted, waiting senders are told. */
+  async abandon(reason: string): Promise<void> {
+    if (this.abandoned) return;
+    this.abandoned = new LaminarError('ERR_TRANSFER_ABANDONED', `receiving ${this.v.model} v${this.v.version} was abandoned: ${reason}`);
+    for (const list of this.waiters.values()) for (const w of list) w.reject(this.abandoned);
+    this.waiters.clear();
+    this.rejectDone(this.abandoned);
+    await this.store.abandonReceive(this.v, reason);
+  }
+}

@@ -1,0 +1,189 @@
+/**
+ * An authenticated connection to another relay (or a remote publisher): the handshake of both
+ * sides, then typed messages. Nothing but the handshake is accepted before it succeeds.
+ */
+import { LaminarError, ProtocolError, TimeoutError } from '../../common/errors.js';
+import type { Endpoint, IncomingMessage, Payload, UcxWorker } from '../../ucx/index.js';
+import { parseAddress } from '../../ucx/index.js';
+import { checkProof, newNonce, proof } from './auth.js';
+import { PEER_PROTOCOL_VERSION, decodePeerMessage, encodePeerMessage, type PeerMessage } from './messages.js';
+
+export type PeerRole = 'relay' | 'publisher';
+
+export type LinkMessageHandler = (message: PeerMessage, incoming: IncomingMessage) => void;
+
+/** Why a peer was turned away or a link dropped; counted by the owner under `code`. */
+export class PeerRefusedError extends LaminarError {}
+
+/** Messages that arrive before the owner attaches its handler wait here (bounded). */
+const MAX_EARLY_MESSAGES = 256;
+
+export class PeerLink {
+  private handler: LinkMessageHandler | undefined;
+  private early: [PeerMessage, IncomingMessage][] = [];
+  /** Called with the code of each message that had to be dropped (bad header, ...). */
+  onBadMessage: ((code: string) => void) | undefined;
+
+  constructor(
+    readonly endpoint: Endpoint,
+    readonly peerId: string,
+    readonly role: PeerRole,
+  ) {
+    endpoint.onMessage = (incoming) => this.dispatch(incoming);
+  }
+
+  /** Attaches the message handler; messages that came first are delivered now, in order. */
+  setHandler(handler: LinkMessageHandler): void {
+    this.handler = handler;
+    const early = this.early;
+    this.early = [];
+    for (const [message, incoming] of early) handler(message, incoming);
+  }
+
+  get closed(): boolean {
+    return this.endpoint.closed;
+  }
+
+  send(message: PeerMessage, payload?: Payload): Promise<void> {
+    return this.endpoint.send(encodePeerMessage(message), payload);
+  }
+
+  /** Sends an error message (best effort) and closes. */
+  async fail(code: string, message: string): Promise<void> {
+    await this.send({ t: 'error', code, message }).catch(() => undefined);
+    await this.endpoint.close(true);
+  }
+
+  close(): Promise<void> {
+    return this.endpoint.close(true);
+  }
+
+  private dispatch(incoming: IncomingMessage): void {
+    let message: PeerMessage;
+    try {
+      message = decodePeerMessage(incoming.header);
+    } catch (err) {
+      incoming.release();
+      this.onBadMessage?.((err as LaminarError).code);
+      // Garbage from an authenticated peer means it is broken: drop the link, keep the relay.
+      void this.fail((err as LaminarError).code, (err as Error).message);
+      return;
+    }
+    if (this.handler !== undefined) {
+      this.handler(message, incoming);
+    } else if (this.early.length < MAX_EARLY_MESSAGES) {
+      this.early.push([message, incoming]);
+    } else {
+      incoming.release();
+      this.onBadMessage?.('ERR_PEER_FLOOD');
+    }
+  }
+}
+
+/**
+ * Waits for the next message on an endpoint during the handshake. The promise is marked handled
+ * (the caller may fail on a send before it awaits this).
+ */
+function nextMessage(endpoint: Endpoint, timeoutMs: number, what: string): Promise<PeerMessage> {
+  const promise = new Promise<PeerMessage>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      endpoint.onMessage = undefined;
+      reject(new TimeoutError(`no ${what} from ${endpoint.peer} within ${timeoutMs} ms`));
+    }, timeoutMs);
+    endpoint.onMessage = (incoming) => {
+      clearTimeout(timer);
+      endpoint.onMessage = undefined;
+      incoming.release();
+      try {
+        resolve(decodePeerMessage(incoming.header));
+      } catch (err) {
+        reject(err);
+      }
+    };
+    endpoint.onClose((error) => {
+      clearTimeout(timer);
+      reject(error ?? new PeerRefusedError('ERR_PEER_CLOSED', `${endpoint.peer} closed the connection during the handshake`));
+    });
+  });
+  promise.catch(() => undefined);
+  return promise;
+}
+
+export interface ConnectOptions {
+  selfId: string;
+  role: PeerRole;
+  secret: Buffer;
+  epoch: number;
+  timeoutMs: number;
+}
+
+/** Connects to `peerId` at `address` and authenticates both ways. */
+export async function connectPeer(worker: UcxWorker, peerId: string, address: string, options: ConnectOptions): Promise<PeerLink> {
+  const { host, port } = parseAddress(address);
+  const endpoint = worker.connect(host, port);
+  try {
+    const myNonce = newNonce();
+    const challengeP = nextMessage(endpoint, options.timeoutMs, 'challenge');
+    await endpoint.send(encodePeerMessage({ t: 'hello', p: PEER_PROTOCOL_VERSION, from: options.selfId, role: options.role, nonce: myNonce, epoch: options.epoch }));
+    const challenge = await challengeP;
+    if (challenge.t === 'refuse') throw new PeerRefusedError(challenge.code, `${peerId} refused us: ${challenge.message}`);
+    if (challenge.t !== 'challenge') throw new ProtocolError('ERR_PEER_HANDSHAKE', `expected a challenge, got ${challenge.t}`);
+    if (challenge.id !== peerId || !checkProof(options.secret, 'acceptor', myNonce, challenge.id, challenge.proof)) {
+      throw new PeerRefusedError('ERR_PEER_AUTH', `the relay at ${address} is not ${peerId} of this job (bad proof)`);
+    }
+    const welcomeP = nextMessage(endpoint, options.timeoutMs, 'welcome');
+    await endpoint.send(encodePeerMessage({ t: 'auth', proof: proof(options.secret, 'connector', challenge.nonce, options.selfId) }));
+    const welcome = await welcomeP;
+    if (welcome.t === 'refuse') throw new PeerRefusedError(welcome.code, `${peerId} refused us: ${welcome.message}`);
+    if (welcome.t !== 'welcome') throw new ProtocolError('ERR_PEER_HANDSHAKE', `expected welcome, got ${welcome.t}`);
+    return new PeerLink(endpoint, peerId, 'relay');
+  } catch (err) {
+    void endpoint.close(true);
+    throw err;
+  }
+}
+
+export interface AcceptOptions {
+  selfId: string;
+  secret: Buffer;
+  timeoutMs: number;
+  /** Null to admit the peer, or a refusal [code, message]. Checked after authentication. */
+  admit(peerId: string, role: PeerRole, epoch: number): [string, string] | null;
+}
+
+/** Runs the acceptor side of the handshake on a fresh endpoint. */
+export async function acceptPeer(endpoint: Endpoint, options: AcceptOptions): Promise<PeerLink> {
+  const refuse = async (code: string, message: string): Promise<never> => {
+    await endpoint.send(encodePeerMessage({ t: 'refuse', code, message })).catch(() => undefined);
+    void endpoint.close(true);
+    throw new PeerRefusedError(code, message);
+  };
+  let hello: PeerMessage;
+  try {
+    hello = await nextMessage(endpoint, options.timeoutMs, 'hello');
+  } catch (err) {
+    void endpoint.close(true);
+    throw err instanceof LaminarError && err.code !== 'ERR_TIMEOUT' ? err : new PeerRefusedError('ERR_PEER_HANDSHAKE', (err as Error).message);
+  }
+  if (hello.t !== 'hello') return refuse('ERR_PEER_HANDSHAKE', `expected hello, got ${hello.t}`);
+  if (hello.p !== PEER_PROTOCOL_VERSION) return refuse('ERR_PROTOCOL_VERSION', `peer protocol ${hello.p}, this relay speaks ${PEER_PROTOCOL_VERSION}`);
+  const myNonce = newNonce();
+  const authP = nextMessage(endpoint, options.timeoutMs, 'auth');
+  await endpoint.send(encodePeerMessage({ t: 'challenge', id: options.selfId, nonce: myNonce, proof: proof(options.secret, 'acceptor', hello.nonce, options.selfId) }));
+  let auth: PeerMessage;
+  try {
+    auth = await authP;
+  } catch (err) {
+    void endpoint.close(true);
+    throw new PeerRefusedError('ERR_PEER_HANDSHAKE', (err as Error).message);
+  }
+  if (auth.t !== 'auth' || !checkProof(options.secret, 'connector', myNonce, hello.from, auth.proof)) {
+    return refuse('ERR_PEER_AUTH', 'authentication failed (wrong job secret?)');
+  }
+  const refusal = options.admit(hello.from, hello.role, hello.epoch);
+  if (refusal !== null) return refuse(refusal[0], refusal[1]);
+  // The link exists before the welcome leaves, so that nothing the peer sends next is lost.
+  const link = new PeerLink(endpoint, hello.from, hello.role);
+  await endpoint.send(encodePeerMessage({ t: 'welcome', epoch: hello.epoch }));
+  return link;
+}

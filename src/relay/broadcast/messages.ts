@@ -1,0 +1,71 @@
+/**
+ * The relay-to-relay protocol (version 1): msgpack headers on UCX active messages, validated with
+ * zod. Weight bytes never go through msgpack: a header that carries bytes (offer: the safetensors
+ * header; chunk: the chunk) announces them as the message payload, which the receiver pulls
+ * straight into its segment.
+ *
+ *   connector -> acceptor  hello {from, role, nonce, epoch}
+ *   acceptor  -> connector challenge {id, nonce, proof}          | refuse {code, message}
+ *   connector -> acceptor  auth {proof}
+ *   acceptor  -> connector welcome {epoch}                       | refuse {code, message}
+ *   sender    -> receiver  offer {model, version, size, headerBytes} + payload: header bytes
+ *   receiver  -> sender    accept {model, version, from, have}    | decline {model, version, code}
+ *   sender    -> receiver  chunk {model, version, index} + payload: chunk bytes
+ *   receiver  -> sender    nack {model, version, index}           (failed its checksum: send again)
+ *   receiver  -> sender    progress {model, version, hwm, complete}
+ *   either                 error {code, message}
+ */
+import { Packr } from 'msgpackr';
+import { z } from 'zod';
+import { ProtocolError } from '../../common/errors.js';
+
+export const PEER_PROTOCOL_VERSION = 1;
+export const MAX_PEER_HEADER_BYTES = 64 * 1024;
+
+const bytes = z.custom<Uint8Array>((value) => value instanceof Uint8Array, { message: "expected bytes" });
+const model = z.string().min(1).max(256);
+const version = z.number().int().nonnegative();
+const index = z.number().int().nonnegative();
+
+export const peerMessageSchema = z.discriminatedUnion('t', [
+  z.object({ t: z.literal('hello'), p: z.number().int(), from: z.string().max(128), role: z.enum(['relay', 'publisher']), nonce: bytes, epoch: z.number().int().nonnegative() }),
+  z.object({ t: z.literal('challenge'), id: z.string().max(128), nonce: bytes, proof: bytes }),
+  z.object({ t: z.literal('auth'), proof: bytes }),
+  z.object({ t: z.literal('welcome'), epoch: z.number().int().nonnegative() }),
+  z.object({ t: z.literal('refuse'), code: z.string().max(64), message: z.string().max(1024) }),
+  z.object({ t: z.literal('offer'), model, version, size: z.number().int().positive(), headerBytes: z.number().int().positive() }),
+  z.object({ t: z.literal('accept'), model, version, from: index, have: z.array(index).max(65536) }),
+  z.object({ t: z.literal('decline'), model, version, code: z.string().max(64), message: z.string().max(1024) }),
+  z.object({ t: z.literal('chunk'), model, version, index }),
+  z.object({ t: z.literal('nack'), model, version, index }),
+  z.object({ t: z.literal('progress'), model, version, hwm: index, complete: z.boolean() }),
+  z.object({ t: z.literal('error'), code: z.string().max(64), message: z.string().max(1024) }),
+]);
+
+export type PeerMessage = z.infer<typeof peerMessageSchema>;
+export type PeerMessageOf<T extends PeerMessage['t']> = Extract<PeerMessage, { t: T }>;
+
+// Plain maps and Uint8Arrays only: no records/structures extension, so any msgpack decoder reads it.
+const packr = new Packr({ useRecords: false, moreTypes: false });
+
+export function encodePeerMessage(message: PeerMessage): Buffer {
+  return packr.pack(message);
+}
+
+/** Decodes and validates a header; throws ProtocolError with a stable code on anything else. */
+export function decodePeerMessage(header: Uint8Array): PeerMessage {
+  if (header.byteLength === 0 || header.byteLength > MAX_PEER_HEADER_BYTES) {
+    throw new ProtocolError('ERR_PEER_BAD_MESSAGE', `message header of ${header.byteLength} bytes`);
+  }
+  let raw: unknown;
+  try {
+    raw = packr.unpack(header);
+  } catch (err) {
+    throw new ProtocolError('ERR_PEER_BAD_MESSAGE', `message header is not msgpack: ${(err as Error).message}`);
+  }
+  const parsed = peerMessageSchema.safeParse(raw);
+  if (!parsed.success) {
+    throw new ProtocolError('ERR_PEER_BAD_MESSAGE', `invalid message: ${parsed.error.issues[0]?.message ?? 'schema'}`);
+  }
+  return parsed.data;
+}

@@ -1,0 +1,190 @@
+/**
+ * Sending one version to one downstream peer: offer it, start where the peer says (its
+ * high-water mark), keep `window` chunks in flight, send again what fails verification, and
+ * finish when the peer reports the version complete. A peer that stops taking chunks for
+ * `stallMs` is treated as dead, like one whose connection broke.
+ */
+import type { Logger } from 'pino';
+import { LaminarError, TimeoutError } from '../../common/errors.js';
+import { chunkRange } from '../../safetensors/header.js';
+import type { PeerLink } from './link.js';
+import type { PeerMessage, PeerMessageOf } from './messages.js';
+import type { BroadcastMetrics } from './metrics.js';
+import type { ChunkSource } from './source.js';
+
+export type OutgoingResult = 'complete' | 'declined';
+
+export interface OutgoingOptions {
+  window: number;
+  stallMs: number;
+  metrics: BroadcastMetrics;
+  log: Logger;
+}
+
+export class OutgoingTransfer {
+  private next = 0;
+  private readonly skip = new Set<number>();
+  private readonly resend: number[] = [];
+  private inflight = 0;
+  private waitingFor: number | null = null;
+  private accepted = false;
+  private finished = false;
+  private lastProgress = Date.now();
+  private stallTimer: NodeJS.Timeout | null = null;
+  private resolve!: (result: OutgoingResult) => void;
+  private reject!: (err: Error) => void;
+  readonly result: Promise<OutgoingResult>;
+  /** Chunks sent (resends included), for the resend-cost figure. */
+  sentChunks = 0;
+  startedAt = 0;
+
+  constructor(
+    readonly link: PeerLink,
+    readonly source: ChunkSource,
+    private readonly options: OutgoingOptions,
+  ) {
+    this.result = new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+    this.result.catch(() => undefined);
+  }
+
+  get key(): string {
+    return `${this.source.model}\u0000${this.source.version}`;
+  }
+
+  get done(): boolean {
+    return this.finished;
+  }
+
+  /** Sends the offer (with the safetensors header as its payload). */
+  start(): Promise<OutgoingResult> {
+    this.startedAt = performance.now();
+    const { layout } = this.source;
+    const mapping = this.source.mapping;
+    this.link
+      .send(
+        { t: 'offer', model: this.source.model, version: this.source.version, size: layout.totalSize, headerBytes: layout.dataOffset },
+        { source: mapping, offset: 0, length: layout.dataOffset },
+      )
+      .catch((err: unknown) => this.fail(err as Error));
+    this.stallTimer = setInterval(() => this.checkStall(), Math.max(50, Math.floor(this.options.stallMs / 4)));
+    this.stallTimer.unref();
+    return this.result;
+  }
+
+  handle(message: PeerMessage): void {
+    if (this.finished) return;
+    switch (message.t) {
+      case 'accept':
+        this.onAccept(message);
+        return;
+      case 'decline':
+        this.finish('declined');
+        return;
+      case 'nack':
+        if (message.index < this.source.layout.chunkCount) {
+          this.options.metrics.nacks.inc();
+          this.resend.push(message.index);
+          this.pump();
+        }
+        return;
+      case 'progress':
+        this.lastProgress = Date.now();
+        if (message.complete) this.finish('complete');
+        return;
+      default:
+        return;
+    }
+  }
+
+  cancel(reason: LaminarError): void {
+    this.fail(reason);
+  }
+
+  private onAccept(message: PeerMessageOf<'accept'>): void {
+    if (this.accepted) return;
+    this.accepted = true;
+    this.lastProgress = Date.now();
+    this.next = Math.min(message.from, this.source.layout.chunkCount);
+    for (const i of message.have) this.skip.add(i);
+    this.options.log.debug({ peer: this.link.peerId, model: this.source.model, version: this.source.version, from: this.next }, 'offer accepted');
+    this.pump();
+  }
+
+  private pick(): number | null {
+    if (this.resend.length > 0) return this.resend[0]!;
+    while (this.next < this.source.layout.chunkCount && this.skip.has(this.next)) this.next++;
+    return this.next < this.source.layout.chunkCount ? this.next : null;
+  }
+
+  private pump(): void {
+    while (!this.finished && this.accepted && this.inflight < this.options.window && this.waitingFor === null) {
+      const index = this.pick();
+      if (index === null) return;
+      if (!this.source.available(index)) {
+        // Forward as soon as our own upstream delivers (and we verified) this chunk.
+        this.waitingFor = index;
+        this.source.whenAvailable(index).then(
+          () => {
+            this.waitingFor = null;
+            this.pump();
+          },
+          (err: Error) => this.fail(err),
+        );
+        return;
+      }
+      if (this.resend[0] === index) this.resend.shift();
+      else this.next++;
+      this.sendChunk(index);
+    }
+  }
+
+  private sendChunk(index: number): void {
+    const { offset, length } = chunkRange(this.source.layout, index);
+    let mapping;
+    try {
+      mapping = this.source.mapping;
+    } catch (err) {
+      this.fail(err as Error);
+      return;
+    }
+    this.inflight++;
+    this.sentChunks++;
+    this.link
+      .send({ t: 'chunk', model: this.source.model, version: this.source.version, index }, { source: mapping, offset, length })
+      .then(
+        () => {
+          this.inflight--;
+          this.lastProgress = Date.now();
+          this.options.metrics.chunksSent.inc();
+          this.options.metrics.chunkBytesSent.inc(length);
+          this.pump();
+        },
+        (err: Error) => this.fail(err),
+      );
+  }
+
+  private checkStall(): void {
+    if (this.finished) return;
+    const waitingOnPeer = !this.accepted || this.inflight > 0;
+    if (waitingOnPeer && Date.now() - this.lastProgress > this.options.stallMs) {
+      this.fail(new TimeoutError(`${this.link.peerId} took nothing for ${this.options.stallMs} ms`, { peer: this.link.peerId }));
+    }
+  }
+
+  private finish(result: OutgoingResult): void {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.stallTimer) clearInterval(this.stallTimer);
+    this.resolve(result);
+  }
+
+  private fail(err: Error): void {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.stallTimer) clearInterval(this.stallTimer);
+    this.reject(err);
+  }
+}

@@ -1,0 +1,42 @@
+/**
+ * What a sender reads chunks from: a version complete in the store, one still arriving from
+ * upstream (chunks become available as they are verified), or a publisher's local buffer.
+ */
+import type { Mapping } from '../../native/index.js';
+import type { VersionLayout } from '../../safetensors/header.js';
+import type { StoredVersion } from '../store.js';
+
+export interface ChunkSource {
+  readonly model: string;
+  readonly version: number;
+  readonly layout: VersionLayout;
+  /** The current mapping of the segment (a received version is re-mapped read-only when it completes). */
+  readonly mapping: Mapping;
+  available(index: number): boolean;
+  /** Resolves when chunk `index` is available; rejects when the source is abandoned. */
+  whenAvailable(index: number): Promise<void>;
+}
+
+/** A complete version of the store, leased for as long as it is being sent. */
+export class StoredSource implements ChunkSource {
+  constructor(private readonly v: StoredVersion) {}
+  get model(): string {
+    return this.v.model;
+  }
+  get version(): number {
+    return this.v.version;
+  }
+  get layout(): VersionLayout {
+    return this.v.layout;
+  }
+  get mapping(): Mapping {
+    if (this.v.mapping === null) throw new Error(`version ${this.v.version} of ${this.v.model} is no longer mapped`);
+    return this.v.mapping;
+  }
+  available(): boolean {
+    return true;
+  }
+  whenAvailable(): Promise<void> {
+    return Promise.resolve();
+  }
+}

@@ -1,0 +1,99 @@
+import type { Mapping, UcxNativeWorker } from '../native/index.js';
+import { ClosedError, type LaminarError } from '../common/errors.js';
+import type { IncomingMessage } from './message.js';
+
+/** Send flag: always use the rendezvous protocol (the receiver pulls the bytes into place). */
+const SEND_RENDEZVOUS = 1;
+
+export interface Payload {
+  source: Mapping | Uint8Array;
+  offset: number;
+  length: number;
+  /** Force rendezvous, so the receiver chooses where the bytes land (default: true). */
+  rendezvous?: boolean;
+}
+
+export type MessageHandler = (message: IncomingMessage) => void;
+export type CloseHandler = (error: LaminarError | undefined) => void;
+
+/**
+ * A connection to one peer. Messages are delivered to `onMessage` in arrival order; a failure of
+ * the peer (process killed, connection reset, unreachable) arrives at once as the error given to
+ * the close handlers, after which every pending send has been rejected.
+ */
+export class Endpoint {
+  /** Set by the owner; a message with no handler has its payload released. */
+  onMessage: MessageHandler | undefined;
+  private closeHandlers: CloseHandler[] = [];
+  private state: 'open' | 'closing' | 'closed' = 'open';
+  private failure: LaminarError | undefined;
+
+  constructor(
+    private readonly worker: UcxNativeWorker,
+    readonly id: number,
+    /** The peer's address as the transport sees it ("10.77.0.2:41234"). */
+    readonly peer: string,
+    private readonly forget: (id: number) => void,
+  ) {}
+
+  get closed(): boolean {
+    return this.state !== 'open';
+  }
+
+  /** Why the endpoint closed, when it failed. */
+  get error(): LaminarError | undefined {
+    return this.failure;
+  }
+
+  onClose(handler: CloseHandler): void {
+    if (this.state === 'closed') queueMicrotask(() => handler(this.failure));
+    else this.closeHandlers.push(handler);
+  }
+
+  /** Sends a header and an optional payload; resolves when the payload memory may be reused. */
+  send(header: Uint8Array, payload?: Payload): Promise<void> {
+    if (this.state !== 'open') return Promise.reject(this.failure ?? new ClosedError('the endpoint is closed'));
+    if (payload === undefined) return this.worker.send(this.id, header, null, 0, 0, 0);
+    const flags = payload.rendezvous === false ? 0 : SEND_RENDEZVOUS;
+    return this.worker.send(this.id, header, payload.source, payload.offset, payload.length, flags);
+  }
+
+  /** UCX's description of the lanes and transports this endpoint uses. */
+  info(): string {
+    return this.state === 'open' ? this.worker.endpointInfo(this.id) : '';
+  }
+
+  /** Closes the endpoint (flushing unless `force`); pending sends are cancelled. */
+  async close(force = false): Promise<void> {
+    if (this.state !== 'open') return;
+    this.state = 'closing';
+    try {
+      await this.worker.closeEndpoint(this.id, force);
+    } catch {
+      // A close that fails leaves nothing to clean up on our side: the endpoint is gone.
+    }
+    this.finish(undefined);
+  }
+
+  /** @internal The native layer reported a failure of this endpoint. */
+  fail(error: LaminarError): void {
+    if (this.state === 'closed') return;
+    this.failure = error;
+    this.state = 'closing';
+    void this.worker.closeEndpoint(this.id, true).catch(() => undefined).finally(() => this.finish(error));
+  }
+
+  /** @internal The worker closed under us. */
+  abandon(): void {
+    this.finish(this.failure);
+  }
+
+  private finish(error: LaminarError | undefined): void {
+    if (this.state === 'closed') return;
+    this.state = 'closed';
+    this.forget(this.id);
+    const handlers = this.closeHandlers;
+    this.closeHandlers = [];
+    for (const handler of handlers) handler(error);
+  }
+}

@@ -1,0 +1,4 @@
+/** UCX transport: a worker on the Node event loop, endpoints, messages with zero-copy payloads. */
+export { UcxWorker, parseAddress, type Listener, type Registration, type UcxWorkerOptions } from './worker.js';
+export { Endpoint, type Payload, type MessageHandler, type CloseHandler } from './endpoint.js';
+export { IncomingMessage } from './message.js';

@@ -1,0 +1,167 @@
+import { native, type Mapping, type UcxNativeEvent, type UcxNativeStats, type UcxNativeWorker } from '../native/index.js';
+import { InvalidInputError, type LaminarError } from '../common/errors.js';
+import { Endpoint } from './endpoint.js';
+import { IncomingMessage } from './message.js';
+
+export interface UcxWorkerOptions {
+  /** Largest inline (eager) payload copied for JS; bigger ones are dropped and flagged. */
+  maxEagerBytes?: number;
+  /** Longest the worker progresses in one event-loop turn before yielding (ms, default 2). */
+  budgetMs?: number;
+  /** Called for messages that arrive on an endpoint nobody knows (counted by the owner). */
+  onStray?: (message: IncomingMessage) => void;
+}
+
+export interface Listener {
+  readonly port: number;
+  close(): void;
+}
+
+/** A registration of a whole mapping with UCX (RDMA pinning); release it when done. */
+export interface Registration {
+  release(): void;
+}
+
+/**
+ * A UCX worker on the Node event loop (see native/ucx_worker.h): listeners, endpoints and memory
+ * registrations. Transports are UCX's choice, steered by its environment (UCX_TLS,
+ * UCX_NET_DEVICES): TCP on loopback and between network namespaces, RDMA verbs on InfiniBand or
+ * RoCE. The worker keeps the process alive while open (like a server); unref() to not.
+ */
+export class UcxWorker {
+  private readonly handle: UcxNativeWorker;
+  private readonly endpoints = new Map<number, Endpoint>();
+  private readonly listeners = new Map<number, (endpoint: Endpoint) => void>();
+  private closedFlag = false;
+
+  constructor(private readonly options: UcxWorkerOptions = {}) {
+    const nativeOptions: { maxEagerBytes?: number; budgetMs?: number } = {};
+    if (options.maxEagerBytes !== undefined) nativeOptions.maxEagerBytes = options.maxEagerBytes;
+    if (options.budgetMs !== undefined) nativeOptions.budgetMs = options.budgetMs;
+    this.handle = new native.UcxWorker((events) => this.dispatch(events), nativeOptions);
+  }
+
+  get closed(): boolean {
+    return this.closedFlag;
+  }
+
+  /** Accepts connections on host:port (port 0: any free port); `onConnection` gets each endpoint. */
+  listen(host: string, port: number, onConnection: (endpoint: Endpoint) => void): Listener {
+    const { id, port: bound } = this.handle.listen(host, port);
+    this.listeners.set(id, onConnection);
+    return {
+      port: bound,
+      close: () => {
+        if (!this.listeners.delete(id) || this.closedFlag) return;
+        this.handle.closeListener(id);
+      },
+    };
+  }
+
+  /** Connects to a listener. Returns at once; a failure to connect closes the endpoint with an error. */
+  connect(host: string, port: number): Endpoint {
+    const id = this.handle.connect(host, port);
+    return this.adopt(id, `${host}:${port}`);
+  }
+
+  register(mapping: Mapping): Registration {
+    const id = this.handle.register(mapping);
+    let released = false;
+    return {
+      release: () => {
+        if (released || this.closedFlag) return;
+        released = true;
+        this.handle.unregister(id);
+      },
+    };
+  }
+
+  stats(): UcxNativeStats & { tracked: number } {
+    return { ...this.handle.stats(), tracked: this.endpoints.size };
+  }
+
+  ref(): void {
+    this.handle.ref();
+  }
+
+  unref(): void {
+    this.handle.unref();
+  }
+
+  /** Closes everything: endpoints are closed by force, pending operations rejected. */
+  close(): void {
+    if (this.closedFlag) return;
+    this.closedFlag = true;
+    this.handle.close();
+    for (const endpoint of [...this.endpoints.values()]) endpoint.abandon();
+    this.endpoints.clear();
+    this.listeners.clear();
+  }
+
+  private adopt(id: number, peer: string): Endpoint {
+    const endpoint = new Endpoint(this.handle, id, peer, (gone) => this.endpoints.delete(gone));
+    this.endpoints.set(id, endpoint);
+    return endpoint;
+  }
+
+  private dispatch(events: UcxNativeEvent[]): void {
+    for (const event of events) {
+      try {
+        this.dispatchOne(event);
+      } catch (err) {
+        // A handler bug must not stop the delivery of the rest of the batch.
+        queueMicrotask(() => {
+          throw err;
+        });
+      }
+    }
+  }
+
+  private dispatchOne(event: UcxNativeEvent): void {
+    switch (event.type) {
+      case 'message': {
+        const message = new IncomingMessage(
+          this.handle,
+          event.header,
+          event.length,
+          event.data,
+          event.desc,
+          event.dropped === true,
+        );
+        const endpoint = this.endpoints.get(event.endpoint);
+        if (endpoint?.onMessage !== undefined) {
+          endpoint.onMessage(message);
+        } else {
+          message.release();
+          this.options.onStray?.(message);
+        }
+        return;
+      }
+      case 'accept': {
+        if (event.endpoint === undefined) return;  // UCX refused to create it; nothing to do
+        const endpoint = this.adopt(event.endpoint, event.address);
+        const onConnection = this.listeners.get(event.listener);
+        if (onConnection === undefined) {
+          void endpoint.close(true);
+          return;
+        }
+        onConnection(endpoint);
+        return;
+      }
+      case 'error': {
+        this.endpoints.get(event.endpoint)?.fail(event.error as LaminarError);
+        return;
+      }
+    }
+  }
+}
+
+/** Parses "host:port" (IPv4, or [IPv6]:port). Host names are not resolved here. */
+export function parseAddress(text: string): { host: string; port: number } {
+  const match = /^(?:\[([0-9a-fA-F:.]+)\]|([0-9.]+)):(\d{1,5})$/.exec(text.trim());
+  const port = match === null ? NaN : Number(match[3]);
+  if (match === null || !(port > 0 && port < 65536)) {
+    throw new InvalidInputError('ERR_BAD_ADDRESS', `expected address:port with a numeric address, got "${text}"`);
+  }
+  return { host: (match[1] ?? match[2]) as string, port };
+}
