@@ -25,6 +25,14 @@ down() {
     ip netns del "$ns" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
+  # Namespaces are torn down asynchronously by the kernel: remove our root-side veth ends
+  # ourselves and wait until they are gone, so that an immediate `up` can reuse the names.
+  for _ in $(seq 1 50); do
+    left=$(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^lmr$bed[0-9]+h?$" || true)
+    [ -z "$left" ] && break
+    for ifname in $left; do ip link del "$ifname" 2>/dev/null || true; done
+    sleep 0.1
+  done
 }
 
 case "$cmd" in

@@ -2,6 +2,7 @@
 /** The `laminar` command: one subcommand per process of the system. */
 import { Command, CommanderError } from 'commander';
 import { LaminarError } from '../common/errors.js';
+import { chunkSizeCommand } from './chunk-size.js';
 import { publishCommand } from './publish.js';
 import { relayCommand } from './relay.js';
 import { versionsCommand } from './versions.js';
@@ -12,7 +13,8 @@ const program = new Command('laminar')
   .exitOverride()
   .addCommand(relayCommand())
   .addCommand(publishCommand())
-  .addCommand(versionsCommand());
+  .addCommand(versionsCommand())
+  .addCommand(chunkSizeCommand());
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   if (err instanceof CommanderError) {

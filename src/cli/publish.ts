@@ -6,15 +6,22 @@ import { progressBar } from './progress.js';
 
 export function publishCommand(): Command {
   return new Command('publish')
-    .description('publish a .safetensors file or a directory of shards as a weight version on the local relay')
+    .description('publish a .safetensors file or a directory of shards as a weight version on the local relay, or push it to a remote master relay with --to')
     .argument('<path>', 'a .safetensors file, or a directory of them (model.safetensors.index.json honoured)')
     .requiredOption('--model <id>', 'model id, e.g. org/name')
     .requiredOption('--version <n>', 'version number (non-negative integer)')
     .addOption(new Option('--socket <path>', 'relay socket').env('LAMINAR_RELAY_SOCKET'))
-    .option('--chunk-size <bytes>', 'chunk size (default: the relay\'s)')
+    .option('--chunk-size <bytes>', 'chunk size (default: the relay\'s; 32MiB with --to)')
+    .option('--to <address:port>', 'push over UCX to the master relay listening there (this host runs no relay)')
+    .addOption(new Option('--secret-file <file>', 'job secret for --to (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'))
+    .option('--relay-id <id>', 'with --to: the relay id expected at that address')
     .option('--json', 'print the result as JSON')
-    .action(async (path: string, opts: { model: string; version: string; socket?: string; chunkSize?: string; json?: boolean }) => {
+    .action(async (path: string, opts: { model: string; version: string; socket?: string; chunkSize?: string; json?: boolean; to?: string; secretFile?: string; relayId?: string }) => {
       const version = Number(opts.version);
+      if (opts.to !== undefined) {
+        await pushRemote(path, version, opts as typeof opts & { to: string });
+        return;
+      }
       const relay = await RelayClient.connect({ ...(opts.socket ? { socketPath: opts.socket } : {}), name: 'laminar publish' });
       const bar = progressBar(`publishing ${opts.model} v${opts.version}`);
       const started = performance.now();
@@ -37,4 +44,31 @@ export function publishCommand(): Command {
         relay.close();
       }
     });
+}
+
+async function pushRemote(
+  path: string,
+  version: number,
+  opts: { model: string; to: string; chunkSize?: string; json?: boolean; secretFile?: string; relayId?: string },
+): Promise<void> {
+  const publisher = await RelayClient.remote({
+    address: opts.to,
+    ...(opts.secretFile !== undefined ? { secretFile: opts.secretFile } : {}),
+    ...(process.env.LAMINAR_SECRET !== undefined ? { secret: process.env.LAMINAR_SECRET } : {}),
+    ...(opts.relayId !== undefined ? { relayId: opts.relayId } : {}),
+    ...(opts.chunkSize !== undefined ? { chunkSize: parseBytes(opts.chunkSize) } : {}),
+  });
+  const bar = progressBar(`pushing ${opts.model} v${version} to ${publisher.relayId} at ${opts.to}`);
+  try {
+    const result = await publisher.publishFile(path, { model: opts.model, version, onProgress: (done, total) => bar.update(done, total) });
+    bar.end();
+    if (opts.json) process.stdout.write(`${JSON.stringify({ ...result, relay: publisher.relayId })}\n`);
+    else
+      process.stdout.write(
+        `pushed ${result.model} v${result.version} (${formatBytes(result.size)}, ${result.chunks} chunks) to ${publisher.relayId}: ` +
+          `stalled ${result.stallSeconds.toFixed(2)} s, transfer ${result.transferSeconds.toFixed(2)} s\n`,
+      );
+  } finally {
+    await publisher.close();
+  }
 }

@@ -54,3 +54,25 @@ export function parseDuration(text: string | number): number {
   const factor = { ms: 1, s: 1e3, m: 6e4, h: 3.6e6 }[(m[2] ?? 'ms') as 'ms' | 's' | 'm' | 'h'];
   return Number(m[1]) * factor;
 }
+
+/**
+ * A bandwidth in bytes per second: "2gbit" / "100Gbit" (bits, decimal), "250MB/s", "12.5GB/s",
+ * "1GiB/s" (bytes).
+ */
+export function parseBandwidth(text: string): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps|b\/s|ib\/s)\s*$/i.exec(text);
+  if (!m) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `not a bandwidth: ${JSON.stringify(text)} (examples: 2gbit, 250MB/s, 1GiB/s)`);
+  const value = Number(m[1]);
+  const prefix = (m[2] ?? '').toLowerCase();
+  const unit = m[3]!.toLowerCase();
+  if (unit === 'bit' || unit === 'bps') return (value * ({ '': 1, k: 1e3, m: 1e6, g: 1e9, t: 1e12 }[prefix] ?? 1)) / 8;
+  if (unit === 'ib/s') return value * ({ '': 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 }[prefix] ?? 1);
+  return value * ({ '': 1, k: 1e3, m: 1e6, g: 1e9, t: 1e12 }[prefix] ?? 1);
+}
+
+/** "5us", "0.3ms", "1s" -> seconds. */
+export function parseLatency(text: string): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)\s*$/.exec(text);
+  if (!m) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `not a latency: ${JSON.stringify(text)} (examples: 5us, 0.3ms)`);
+  return Number(m[1]) * { ns: 1e-9, us: 1e-6, µs: 1e-6, ms: 1e-3, s: 1 }[m[2] as 'ns' | 'us' | 'µs' | 'ms' | 's'];
+}

@@ -61,7 +61,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
   let broadcaster: Broadcaster | null = null;
   try {
     const { recovered, discarded } = await store.init();
-    if (options.broadcast) broadcaster = new Broadcaster(store, { ...options.broadcast, relayId: options.relayId, logger: log, registry });
+    if (options.broadcast) broadcaster = await Broadcaster.start(store, { ...options.broadcast, relayId: options.relayId, logger: log, registry });
     const { broadcast: _broadcastOptions, ...serverOptions } = options;
     server = new RelayServer(store, { ...serverOptions, logger: log, metrics, ...(broadcaster ? { broadcast: broadcaster } : {}) });
     await server.listen();

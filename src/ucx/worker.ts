@@ -12,6 +12,19 @@ export interface UcxWorkerOptions {
   onStray?: (message: IncomingMessage) => void;
 }
 
+/**
+ * Our defaults for UCX, applied to the environment UCX reads its configuration from, each only
+ * where the user has not set that variable: a listener may rebind its port at once after a
+ * restart (instead of failing while the old connections sit in TIME_WAIT).
+ */
+export const UCX_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({
+  UCX_TCP_CM_REUSEADDR: 'y',
+});
+
+function applyUcxDefaults(): void {
+  for (const [name, value] of Object.entries(UCX_DEFAULTS)) process.env[name] ??= value;
+}
+
 export interface Listener {
   readonly port: number;
   close(): void;
@@ -35,6 +48,7 @@ export class UcxWorker {
   private closedFlag = false;
 
   constructor(private readonly options: UcxWorkerOptions = {}) {
+    applyUcxDefaults();
     const nativeOptions: { maxEagerBytes?: number; budgetMs?: number } = {};
     if (options.maxEagerBytes !== undefined) nativeOptions.maxEagerBytes = options.maxEagerBytes;
     if (options.budgetMs !== undefined) nativeOptions.budgetMs = options.budgetMs;

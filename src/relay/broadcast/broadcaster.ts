@@ -84,7 +84,7 @@ export class Broadcaster {
   private readonly onComplete = (v: StoredVersion): void => this.versionComplete(v);
   private readonly onRetired = (v: StoredVersion): void => this.versionRetired(v);
 
-  constructor(
+  private constructor(
     private readonly store: VersionStore,
     private readonly options: BroadcasterOptions,
   ) {
@@ -95,6 +95,40 @@ export class Broadcaster {
     this.worker = new UcxWorker({
       onStray: () => this.metrics.badMessages.inc({ code: 'ERR_PEER_STRAY' }),
     });
+    store.on('complete', this.onComplete);
+    store.on('retired', this.onRetired);
+    this.timer = setInterval(() => this.tick(), Math.max(50, Math.min(options.retryMs, 1000)));
+    this.timer.unref();
+  }
+
+  /**
+   * Creates the broadcaster, binds its listener (waiting up to `listenWaitMs` for the port to be
+   * free again, as after a crash) and starts sending downstream.
+   */
+  static async start(store: VersionStore, options: BroadcasterOptions, listenWaitMs = 30_000): Promise<Broadcaster> {
+    const broadcaster = new Broadcaster(store, options);
+    try {
+      const deadline = Date.now() + listenWaitMs;
+      for (;;) {
+        try {
+          broadcaster.bind();
+          break;
+        } catch (err) {
+          if ((err as LaminarError).code !== 'UCS_ERR_BUSY' || Date.now() > deadline) throw err;
+          broadcaster.log.warn({ listen: options.listen }, 'the broadcast port is still in use: retrying');
+          await new Promise((r) => setTimeout(r, 500));
+        }
+      }
+    } catch (err) {
+      await broadcaster.close();
+      throw err;
+    }
+    broadcaster.ensureDownstream();
+    return broadcaster;
+  }
+
+  private bind(): void {
+    const options = this.options;
     if (options.listen) {
       this.listener = this.worker.listen(options.listen.host, options.listen.port, (endpoint) => {
         acceptPeer(endpoint, {
@@ -111,11 +145,6 @@ export class Broadcaster {
         );
       });
     }
-    store.on('complete', this.onComplete);
-    store.on('retired', this.onRetired);
-    this.timer = setInterval(() => this.tick(), Math.max(50, Math.min(options.retryMs, 1000)));
-    this.timer.unref();
-    queueMicrotask(() => this.ensureDownstream());
   }
 
   /** The bound UCX port, or null without a listener. */
@@ -238,6 +267,7 @@ export class Broadcaster {
     if (existing) {
       incoming.release();
       existing.upstreams.add(link);
+      existing.transfer.setUpstream(link.endpoint.id);
       const { from, have } = existing.transfer.resumePoint();
       this.log.info({ peer: link.peerId, model: offer.model, version: offer.version, from }, 'resuming a transfer with a new upstream');
       void link.send({ t: 'accept', model: offer.model, version: offer.version, from, have }).catch(() => undefined);
@@ -269,6 +299,7 @@ export class Broadcaster {
       await incoming.receiveInto(header, 0);
       const { version: v, checksums } = await this.store.beginReceive(header, offer.size, { model: offer.model, version: offer.version });
       const transfer = new IncomingTransfer(this.store, v, checksums, this.metrics, this.log);
+      transfer.setUpstream(link.endpoint.id);
       const arrival: Arrival = { transfer, upstreams: new Set([link]) };
       this.arrivals.set(k, arrival);
       const started = performance.now();
@@ -319,7 +350,7 @@ export class Broadcaster {
       this.reject(link, 'ERR_CHUNK_LENGTH', `chunk ${chunk.index} carries ${incoming.length} bytes, expected ${expected} by rendezvous`);
       return;
     }
-    void transfer.receive(chunk.index, incoming).then((outcome) => {
+    void transfer.receive(chunk.index, incoming, link.endpoint.id).then((outcome) => {
       if (outcome === 'corrupt' || outcome === 'failed') {
         void link.send({ t: 'nack', model: chunk.model, version: chunk.version, index: chunk.index }).catch(() => undefined);
       }

@@ -16,7 +16,11 @@ export type ChunkOutcome = 'verified' | 'duplicate' | 'corrupt' | 'failed';
 
 export class IncomingTransfer implements ChunkSource {
   private readonly verified: Uint8Array;
-  private readonly busy: Uint8Array;
+  /** Per chunk: the link whose copy is landing now (0: none), and a generation to spot late ones. */
+  private readonly landingFrom: Uint32Array;
+  private readonly generation: Uint32Array;
+  /** The link that offered the version last: the upstream chunks are expected from. */
+  private currentUpstream = 0;
   private verifiedCount = 0;
   private hwmValue = 0;
   private readonly waiters = new Map<number, { resolve(): void; reject(err: Error): void }[]>();
@@ -34,7 +38,8 @@ export class IncomingTransfer implements ChunkSource {
     private readonly log: Logger,
   ) {
     this.verified = new Uint8Array(v.layout.chunkCount);
-    this.busy = new Uint8Array(v.layout.chunkCount);
+    this.landingFrom = new Uint32Array(v.layout.chunkCount);
+    this.generation = new Uint32Array(v.layout.chunkCount);
     this.done = new Promise((resolve, reject) => {
       this.resolveDone = resolve;
       this.rejectDone = reject;
@@ -65,6 +70,11 @@ export class IncomingTransfer implements ChunkSource {
     return this.v.layout.chunkCount;
   }
 
+  /** Records which link now sends this version (the latest offer wins). */
+  setUpstream(linkId: number): void {
+    this.currentUpstream = linkId;
+  }
+
   /** Where a (new) sender should start, and what it may skip beyond that. */
   resumePoint(): { from: number; have: number[] } {
     const have: number[] = [];
@@ -90,25 +100,32 @@ export class IncomingTransfer implements ChunkSource {
    * Takes chunk `index` from a message: validates it, pulls the bytes into place, verifies them.
    * Never throws: the outcome says what happened (the caller nacks a corrupt chunk).
    */
-  async receive(index: number, incoming: IncomingMessage): Promise<ChunkOutcome> {
+  async receive(index: number, incoming: IncomingMessage, linkId: number): Promise<ChunkOutcome> {
     this.lastActivity = Date.now();
     if (this.abandoned || this.v.state !== 'writing') {
       incoming.release();
       return 'duplicate';
     }
-    if (this.verified[index] === 1 || this.busy[index] === 1) {
-      // Already here, or on its way from another upstream: decline without moving the bytes.
+    const landing = this.landingFrom[index]!;
+    // Already here, or on its way: decline without moving the bytes. A copy still landing from
+    // a link that is no longer the upstream (a stalled predecessor that was skipped, whose link
+    // may never report failure) does not block the new upstream's copy.
+    if (this.verified[index] === 1 || (landing !== 0 && (landing === linkId || landing === this.currentUpstream))) {
       incoming.release();
       this.metrics.duplicateChunks.inc();
       return 'duplicate';
     }
     const { offset, length } = chunkRange(this.v.layout, index);
-    this.busy[index] = 1;
+    this.landingFrom[index] = linkId;
+    const generation = ++this.generation[index]!;
+    const superseded = (): boolean => this.generation[index] !== generation;
     try {
       const mapping = this.v.mapping!;
       await incoming.receiveInto(mapping, offset);
+      if (superseded()) return 'duplicate';
       const sum = checksumHex(await mapping.checksumAsync(offset, length));
       this.metrics.chunkBytesReceived.inc(length);
+      if (superseded()) return 'duplicate';
       if (sum !== this.checksums[index]) {
         this.metrics.corruptChunks.inc();
         this.log.warn({ model: this.v.model, version: this.v.version, chunk: index }, 'chunk failed its checksum: asking again');
@@ -116,9 +133,9 @@ export class IncomingTransfer implements ChunkSource {
       }
     } catch (err) {
       this.log.debug({ err, chunk: index }, 'chunk receive failed');
-      return 'failed';
+      return superseded() ? 'duplicate' : 'failed';
     } finally {
-      this.busy[index] = 0;
+      if (!superseded()) this.landingFrom[index] = 0;
     }
     if (this.abandoned || this.verified[index] === 1) return 'duplicate';
     this.verified[index] = 1;

@@ -117,8 +117,11 @@ export interface ConnectOptions {
   timeoutMs: number;
 }
 
-/** Connects to `peerId` at `address` and authenticates both ways. */
-export async function connectPeer(worker: UcxWorker, peerId: string, address: string, options: ConnectOptions): Promise<PeerLink> {
+/**
+ * Connects to `peerId` at `address` and authenticates both ways. With `peerId` null, any relay
+ * of the job is accepted there (it still has to prove it knows the secret).
+ */
+export async function connectPeer(worker: UcxWorker, peerId: string | null, address: string, options: ConnectOptions): Promise<PeerLink> {
   const { host, port } = parseAddress(address);
   const endpoint = worker.connect(host, port);
   try {
@@ -128,15 +131,15 @@ export async function connectPeer(worker: UcxWorker, peerId: string, address: st
     const challenge = await challengeP;
     if (challenge.t === 'refuse') throw new PeerRefusedError(challenge.code, `${peerId} refused us: ${challenge.message}`);
     if (challenge.t !== 'challenge') throw new ProtocolError('ERR_PEER_HANDSHAKE', `expected a challenge, got ${challenge.t}`);
-    if (challenge.id !== peerId || !checkProof(options.secret, 'acceptor', myNonce, challenge.id, challenge.proof)) {
-      throw new PeerRefusedError('ERR_PEER_AUTH', `the relay at ${address} is not ${peerId} of this job (bad proof)`);
+    if ((peerId !== null && challenge.id !== peerId) || !checkProof(options.secret, 'acceptor', myNonce, challenge.id, challenge.proof)) {
+      throw new PeerRefusedError('ERR_PEER_AUTH', `the relay at ${address} is not ${peerId ?? 'a relay'} of this job (bad proof)`);
     }
     const welcomeP = nextMessage(endpoint, options.timeoutMs, 'welcome');
     await endpoint.send(encodePeerMessage({ t: 'auth', proof: proof(options.secret, 'connector', challenge.nonce, options.selfId) }));
     const welcome = await welcomeP;
     if (welcome.t === 'refuse') throw new PeerRefusedError(welcome.code, `${peerId} refused us: ${welcome.message}`);
     if (welcome.t !== 'welcome') throw new ProtocolError('ERR_PEER_HANDSHAKE', `expected welcome, got ${welcome.t}`);
-    return new PeerLink(endpoint, peerId, 'relay');
+    return new PeerLink(endpoint, challenge.id, 'relay');
   } catch (err) {
     void endpoint.close(true);
     throw err;

@@ -19,6 +19,8 @@ export interface OutgoingOptions {
   stallMs: number;
   metrics: BroadcastMetrics;
   log: Logger;
+  /** Called after each chunk the peer has taken (progress of long pushes). */
+  onChunk?: (sentChunks: number, chunkCount: number) => void;
 }
 
 export class OutgoingTransfer {
@@ -36,6 +38,8 @@ export class OutgoingTransfer {
   readonly result: Promise<OutgoingResult>;
   /** Chunks sent (resends included), for the resend-cost figure. */
   sentChunks = 0;
+  /** Why the peer declined the offer, when it did. */
+  declined: { code: string; message: string } | null = null;
   startedAt = 0;
 
   constructor(
@@ -81,6 +85,7 @@ export class OutgoingTransfer {
         this.onAccept(message);
         return;
       case 'decline':
+        this.declined = { code: message.code, message: message.message };
         this.finish('declined');
         return;
       case 'nack':
@@ -160,6 +165,7 @@ export class OutgoingTransfer {
           this.lastProgress = Date.now();
           this.options.metrics.chunksSent.inc();
           this.options.metrics.chunkBytesSent.inc(length);
+          this.options.onChunk?.(this.sentChunks, this.source.layout.chunkCount);
           this.pump();
         },
         (err: Error) => this.fail(err),

@@ -21,6 +21,7 @@ import type { VersionInfo } from '../store.js';
 import { FrameConnection, type RequestOptions } from './connection.js';
 import { Lease } from './lease.js';
 import { Publication, type TensorData } from './publication.js';
+import { RemotePublisher, type RemoteOptions } from './remote-publisher.js';
 
 export interface ConnectOptions {
   /** The relay's socket (default: relay.sock in the default shm directory). */
@@ -86,6 +87,14 @@ export class RelayClient implements AsyncDisposable {
       if (queue.length < WATCH_QUEUE_LIMIT) queue.push(event);
       this.early.set(event.watch, queue);
     };
+  }
+
+  /**
+   * Remote mode: for a trainer whose host runs no relay. Connects over UCX to the master relay
+   * at `address` and pushes versions there (see remote-publisher.ts).
+   */
+  static remote(options: RemoteOptions): Promise<RemotePublisher> {
+    return RemotePublisher.connect(options);
   }
 
   static async connect(options: ConnectOptions = {}): Promise<RelayClient> {
@@ -245,5 +254,5 @@ export class RelayClient implements AsyncDisposable {
   }
 }
 
-export { Lease, Publication, ErrorCodes };
+export { Lease, Publication, ErrorCodes, RemotePublisher };
 export { RelayError } from './connection.js';

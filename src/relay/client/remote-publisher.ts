@@ -1,0 +1,217 @@
+/**
+ * Remote publish: a trainer whose host runs no relay pushes versions to the master relay over
+ * UCX. The version is laid out once in local memory exactly as it will sit in the relay's shared
+ * memory (a safetensors file with chunk checksums), then streamed chunk by chunk with the relay
+ * protocol; publish() returns when the master holds and has verified every byte.
+ *
+ *   const pub = await RelayClient.remote({ address: '10.0.0.1:13337', secret });
+ *   const { stallSeconds } = await pub.publish({ model, version, tensors });
+ */
+import { hostname } from 'node:os';
+import { ConflictError, LaminarError } from '../../common/errors.js';
+import { mapLimit } from '../../common/concurrency.js';
+import { silentLogger } from '../../common/logger.js';
+import { Mapping, checksumHex } from '../../native/index.js';
+import { chunkRange, encodeHeader, planLayout, type VersionLayout } from '../../safetensors/header.js';
+import type { Dtype } from '../../safetensors/dtypes.js';
+import { UcxWorker } from '../../ucx/index.js';
+import { loadSecret } from '../broadcast/auth.js';
+import { connectPeer, type PeerLink } from '../broadcast/link.js';
+import { BroadcastMetrics } from '../broadcast/metrics.js';
+import { OutgoingTransfer } from '../broadcast/outgoing.js';
+import type { ChunkSource } from '../broadcast/source.js';
+import { readCheckpoint } from '../checkpoint.js';
+import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE } from '../options.js';
+import { validateModelId, validateVersion } from '../segments.js';
+import { Registry } from 'prom-client';
+import type { TensorData } from './publication.js';
+
+export interface RemoteOptions {
+  /** The master relay's UCX listener, "address:port". */
+  address: string;
+  /** The job secret (or a file holding it). */
+  secret?: string | Buffer;
+  secretFile?: string;
+  /** This publisher's name in the relay's logs (default: publisher@<host>:<pid>). */
+  name?: string;
+  /** The relay id expected at `address` (checked during authentication); any relay of the job by default. */
+  relayId?: string;
+  chunkSize?: number;
+  window?: number;
+  /** A relay that takes nothing for this long fails the push. */
+  stallMs?: number;
+  timeoutMs?: number;
+}
+
+export interface RemotePublishResult {
+  model: string;
+  version: number;
+  size: number;
+  chunks: number;
+  /** Time the caller was blocked: layout + copy + checksums + transfer to the master. */
+  stallSeconds: number;
+  transferSeconds: number;
+}
+
+class LocalSource implements ChunkSource {
+  constructor(
+    readonly model: string,
+    readonly version: number,
+    readonly layout: VersionLayout,
+    readonly mapping: Mapping,
+  ) {}
+  available(): boolean {
+    return true;
+  }
+  whenAvailable(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+export class RemotePublisher {
+  private constructor(
+    private readonly worker: UcxWorker,
+    private readonly link: PeerLink,
+    private readonly options: RemoteOptions,
+    private readonly metrics: BroadcastMetrics,
+  ) {}
+
+  static async connect(options: RemoteOptions): Promise<RemotePublisher> {
+    const secret = Buffer.isBuffer(options.secret)
+      ? loadSecret({ value: options.secret.toString('utf8') })
+      : loadSecret({ ...(options.secretFile !== undefined ? { file: options.secretFile } : {}), ...(options.secret !== undefined ? { value: options.secret } : {}) });
+    const worker = new UcxWorker();
+    try {
+      const link = await connectPeer(worker, options.relayId ?? null, options.address, {
+        selfId: options.name ?? `publisher@${hostname()}:${process.pid}`,
+        role: 'publisher',
+        secret,
+        epoch: 0,
+        timeoutMs: options.timeoutMs ?? 10_000,
+      });
+      return new RemotePublisher(worker, link, options, new BroadcastMetrics(new Registry()));
+    } catch (err) {
+      worker.close();
+      throw err;
+    }
+  }
+
+  /** The relay this publisher is connected to. */
+  get relayId(): string {
+    return this.link.peerId;
+  }
+
+  /** Publishes tensors given in memory. */
+  async publish(request: {
+    model: string;
+    version: number;
+    tensors: { name: string; dtype: Dtype; shape: number[]; data: TensorData }[];
+    metadata?: Record<string, string>;
+    onProgress?: (done: number, total: number) => void;
+  }): Promise<RemotePublishResult> {
+    const started = performance.now();
+    const layout = this.layout(request.model, request.version, request.tensors, request.metadata ?? {});
+    const mapping = new Mapping(null, { size: layout.totalSize });
+    try {
+      request.tensors.forEach((t, i) => {
+        const entry = layout.tensors[i]!;
+        const bytes = ArrayBuffer.isView(t.data) ? new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength) : new Uint8Array(t.data);
+        if (bytes.byteLength !== entry.byteLength) {
+          throw new LaminarError('ERR_BAD_TENSOR', `tensor ${t.name} has ${bytes.byteLength} bytes, ${entry.byteLength} expected for ${t.dtype}[${t.shape.join(',')}]`);
+        }
+        mapping.write(entry.offset, bytes);
+      });
+      return await this.push(request.model, request.version, layout, mapping, request.metadata ?? {}, started, request.onProgress);
+    } finally {
+      mapping.close();
+    }
+  }
+
+  /** Publishes a checkpoint (a .safetensors file or a directory of shards) read on this host. */
+  async publishFile(
+    path: string,
+    request: { model: string; version: number; onProgress?: (done: number, total: number) => void },
+  ): Promise<RemotePublishResult> {
+    const started = performance.now();
+    const checkpoint = await readCheckpoint(path);
+    const specs = checkpoint.shards.flatMap((s) => s.tensors);
+    const metadata = { ...checkpoint.shards[0]?.metadata, 'laminar.source': path };
+    const layout = this.layout(request.model, request.version, specs, metadata);
+    const mapping = new Mapping(null, { size: layout.totalSize });
+    try {
+      let target = layout.dataOffset;
+      for (const shard of checkpoint.shards) {
+        await mapping.readFile(shard.path, shard.dataOffset, target, shard.dataLength);
+        target += shard.dataLength;
+      }
+      return await this.push(request.model, request.version, layout, mapping, metadata, started, request.onProgress);
+    } finally {
+      mapping.close();
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.link.close();
+    this.worker.close();
+  }
+
+  private layout(model: string, version: number, specs: { name: string; dtype: Dtype; shape: number[] }[], metadata: Record<string, string>): VersionLayout {
+    return planLayout(
+      specs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
+      { model: validateModelId(model), version: validateVersion(version), chunkSize: this.options.chunkSize ?? DEFAULT_CHUNK_SIZE, extraMetadata: metadata },
+    );
+  }
+
+  private async push(
+    model: string,
+    version: number,
+    layout: VersionLayout,
+    mapping: Mapping,
+    metadata: Record<string, string>,
+    started: number,
+    onProgress?: (done: number, total: number) => void,
+  ): Promise<RemotePublishResult> {
+    const indices = Array.from({ length: layout.chunkCount }, (_, i) => i);
+    const sums = await mapLimit(indices, 4, (i) => {
+      const { offset, length } = chunkRange(layout, i);
+      return mapping.checksumAsync(offset, length);
+    });
+    const header = encodeHeader(layout, { model, version, chunkSize: layout.chunkSize, checksums: sums.map(checksumHex) }, metadata);
+    mapping.write(0, header);
+    const registration = this.worker.register(mapping);
+    const transferStarted = performance.now();
+    try {
+      const transfer = new OutgoingTransfer(this.link, new LocalSource(model, version, layout, mapping), {
+        window: this.options.window ?? DEFAULT_BROADCAST_WINDOW,
+        stallMs: this.options.stallMs ?? 30_000,
+        metrics: this.metrics,
+        log: silentLogger,
+        ...(onProgress ? { onChunk: (sent: number, total: number) => onProgress(Math.min(sent, total) * layout.chunkSize, layout.dataLength) } : {}),
+      });
+      this.link.setHandler((message, incoming) => {
+        incoming.release();
+        transfer.handle(message);
+      });
+      const closed = new Promise<never>((_, reject) =>
+        this.link.endpoint.onClose((err) => reject(err ?? new LaminarError('ERR_PEER_CLOSED', `${this.link.peerId} closed the connection`))),
+      );
+      closed.catch(() => undefined);
+      const result = await Promise.race([transfer.start(), closed]);
+      if (result === 'declined') {
+        const reason = transfer.declined ?? { code: 'ERR_DECLINED', message: 'the relay declined the version' };
+        throw new ConflictError(reason.code, `${this.link.peerId} declined ${model} v${version}: ${reason.message}`);
+      }
+    } finally {
+      registration.release();
+    }
+    const now = performance.now();
+    return {
+      model,
+      version,
+      size: layout.totalSize,
+      chunks: layout.chunkCount,
+      stallSeconds: (now - started) / 1e3,
+      transferSeconds: (now - transferStarted) / 1e3,
+    };
+  }
+}

@@ -1,0 +1,233 @@
+/**
+ * The chain broadcast between relays on loopback (in-process relays, real UCX over TCP): the
+ * happy path, remote publish, plans, and every kind of bad input from a peer.
+ */
+import { createServer } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RelayClient } from '../../src/relay/client/relay-client.js';
+import type { Relay } from '../../src/relay/daemon.js';
+import { UcxWorker } from '../../src/ucx/index.js';
+import { decodePeerMessage, encodePeerMessage, type PeerMessage } from '../../src/relay/broadcast/messages.js';
+import { SECRET, RoguePeer, buildVersion, segmentDigest, type BuiltVersion } from '../helpers/broadcast.js';
+import { inProcessRelay, metricValue, tempShmDir } from '../helpers/relay.js';
+
+process.env.UCX_TLS ??= 'tcp';
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function metric(relay: Relay, name: string, labels = ''): Promise<number> {
+  return metricValue(await relay.registry.metrics(), name, labels);
+}
+
+async function waitUntil(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+describe('chain broadcast on loopback', () => {
+  const dirs: { cleanup(): void }[] = [];
+  const relays: Relay[] = [];
+  let peers = '';
+  const address = (i: number): string => peers.split(',')[i]!.split('@')[1]!;
+
+  beforeAll(async () => {
+    const ports = [await freePort(), await freePort(), await freePort()];
+    peers = ports.map((p, i) => `r${i}@127.0.0.1:${p}`).join(',');
+    for (let i = 0; i < 3; i++) {
+      const shm = tempShmDir();
+      dirs.push(shm);
+      relays.push(
+        await inProcessRelay(shm.dir, { relayId: `r${i}`, peers, secret: SECRET, pin: false, chunkSize: '1MiB', retryInterval: '200ms', peerTimeout: '3s' }),
+      );
+    }
+  });
+
+  afterAll(async () => {
+    for (const r of relays) await r.close();
+    for (const d of dirs) d.cleanup();
+  });
+
+  it('delivers a version published at the master to every relay, byte-identical and verified', async () => {
+    const client = await RelayClient.connect({ socketPath: relays[0]!.options.socketPath });
+    try {
+      const bytes = 24 * 1024 * 1024 + 12345;
+      const data = new Uint8Array(bytes);
+      for (let i = 0; i < bytes; i += 97) data[i] = (i * 31) & 0xff;
+      const arrived = relays.slice(1).map((r) => new Promise<void>((resolve) => r.store.on('complete', (v) => v.version === 1 && resolve())));
+      await client.publish({ model: 'org/chain', version: 1, tensors: [{ name: 'w', dtype: 'U8', shape: [bytes], data }] });
+      await Promise.all(arrived);
+      const digests = relays.map((r) => segmentDigest(r.store.latest('org/chain')!.path));
+      expect(new Set(digests).size).toBe(1);
+      expect(relays[2]!.store.latest('org/chain')!.checksums).toEqual(relays[0]!.store.latest('org/chain')!.checksums);
+      // Each chunk crossed each hop once.
+      expect(await metric(relays[1]!, 'laminar_relay_broadcast_chunks_received_total')).toBe(25);
+      expect(await metric(relays[1]!, 'laminar_relay_broadcast_chunks_sent_total')).toBe(25);
+      const status = await client.status();
+      expect(status.broadcast).toMatchObject({ relayId: 'r0', epoch: 1, position: 0, downstream: { id: 'r1' } });
+    } finally {
+      client.close();
+    }
+  });
+
+  it('takes a remote push at the master and forwards it; the push returns once the master holds it', async () => {
+    const publisher = await RelayClient.remote({ address: address(0), secret: SECRET, relayId: 'r0', chunkSize: 1 << 20 });
+    try {
+      const bytes = 5 * 1024 * 1024;
+      const data = new Float32Array(bytes / 4).map((_, i) => i * 0.5);
+      const result = await publisher.publish({ model: 'org/remote', version: 7, tensors: [{ name: 'w', dtype: 'F32', shape: [bytes / 4], data }] });
+      expect(result).toMatchObject({ model: 'org/remote', version: 7, chunks: 5 });
+      expect(result.stallSeconds).toBeGreaterThan(0);
+      expect(relays[0]!.store.latest('org/remote')?.state).toBe('complete');
+      await waitUntil('the tail to hold the pushed version', () => relays[2]!.store.latest('org/remote')?.state === 'complete');
+      const reader = await RelayClient.connect({ socketPath: relays[2]!.options.socketPath });
+      try {
+        await using lease = await reader.acquire({ model: 'org/remote' });
+        expect(Array.from((lease.tensor('w') as Float32Array).subarray(0, 4))).toEqual([0, 0.5, 1, 1.5]);
+      } finally {
+        reader.close();
+      }
+      // The same version again is declined with a stable code.
+      await expect(
+        publisher.publish({ model: 'org/remote', version: 7, tensors: [{ name: 'w', dtype: 'F32', shape: [bytes / 4], data }] }),
+      ).rejects.toMatchObject({ code: 'ERR_VERSION_EXISTS' });
+    } finally {
+      await publisher.close();
+    }
+  });
+
+  it('refuses a peer without the job secret, and counts it', async () => {
+    // With the wrong secret, the connector sees the relay's proof fail and hangs up first.
+    const before = await metric(relays[0]!, 'laminar_relay_peer_refused_total', 'code="ERR_PEER_HANDSHAKE"');
+    await expect(RoguePeer.connect(address(0), { secret: 'not-the-job-secret-at-all' })).rejects.toMatchObject({ code: 'ERR_PEER_AUTH' });
+    await waitUntil('the aborted handshake to be counted', async () => (await metric(relays[0]!, 'laminar_relay_peer_refused_total', 'code="ERR_PEER_HANDSHAKE"')) === before + 1);
+    // A peer that answers the challenge with a made-up proof is refused by the relay.
+    const worker = new UcxWorker();
+    try {
+      const [host, port] = address(0).split(':') as [string, string];
+      const ep = worker.connect(host, Number(port));
+      const replies: PeerMessage[] = [];
+      ep.onMessage = (m) => {
+        m.release();
+        replies.push(decodePeerMessage(m.header));
+      };
+      await ep.send(encodePeerMessage({ t: 'hello', p: 1, from: 'r1', role: 'relay', nonce: Buffer.alloc(16, 1), epoch: 1 }));
+      await waitUntil('the challenge', () => replies.length === 1);
+      await ep.send(encodePeerMessage({ t: 'auth', proof: Buffer.alloc(32, 7) }));
+      await waitUntil('the refusal', () => replies.length === 2);
+      expect(replies.map((r) => r.t)).toEqual(['challenge', 'refuse']);
+      expect(replies[1]).toMatchObject({ code: 'ERR_PEER_AUTH' });
+    } finally {
+      worker.close();
+    }
+    await waitUntil('the refusal to be counted', async () => (await metric(relays[0]!, 'laminar_relay_peer_refused_total', 'code="ERR_PEER_AUTH"')) === 1);
+  });
+
+  it('refuses a relay that is not in the plan', async () => {
+    await expect(RoguePeer.connect(address(1), { id: 'stranger', role: 'relay' })).rejects.toMatchObject({ code: 'ERR_NOT_IN_PLAN' });
+  });
+
+  it('drops garbage and truncated headers before and after authentication, and keeps serving', async () => {
+    const worker = new UcxWorker();
+    try {
+      const [host, port] = address(1).split(':') as [string, string];
+      for (const garbage of [Buffer.from('not msgpack at all \xff\xfe'), Buffer.from([0x85, 0xa1]), Buffer.alloc(0)]) {
+        const ep = worker.connect(host, Number(port));
+        const closed = new Promise<void>((resolve) => ep.onClose(() => resolve()));
+        await ep.send(garbage).catch(() => undefined);
+        await closed;
+      }
+    } finally {
+      worker.close();
+    }
+    await waitUntil('handshake failures to be counted', async () => (await metric(relays[1]!, 'laminar_relay_peer_refused_total', 'code="ERR_PEER_BAD_MESSAGE"')) >= 2);
+    // After authentication: a garbage header drops the link and is counted.
+    const rogue = await RoguePeer.connect(address(1));
+    const closed = new Promise<void>((resolve) => rogue.link.endpoint.onClose(() => resolve()));
+    await rogue.link.endpoint.send(Buffer.from([0xc1, 0x00, 0x01])).catch(() => undefined);
+    await closed;
+    await rogue.close();
+    expect(await metric(relays[1]!, 'laminar_relay_peer_bad_messages_total', 'code="ERR_PEER_BAD_MESSAGE"')).toBeGreaterThanOrEqual(1);
+    expect(relays[1]!.broadcaster!.status().relayId).toBe('r1');
+  });
+
+  describe('chunks from a misbehaving peer', () => {
+    let v: BuiltVersion;
+    beforeAll(() => {
+      v = buildVersion('org/rogue', 3, 4 * 1024 * 1024, 1024 * 1024);
+    });
+    afterAll(() => v.mapping.close());
+
+    it('rejects a chunk for a version never offered and one out of range; heals a corrupt chunk', async () => {
+      const target = relays[2]!; // the tail: nothing to forward to
+      const rogue = await RoguePeer.connect(address(2));
+      try {
+        await rogue.chunk(v, 'org/rogue', 3, 0);
+        await rogue.waitFor((m) => m.t === 'error' && m.code === 'ERR_UNKNOWN_TRANSFER');
+
+        await rogue.offer(v, 'org/rogue', 3);
+        const accept = await rogue.waitFor((m) => m.t === 'accept');
+        expect(accept).toMatchObject({ from: 0, have: [] });
+
+        await rogue.chunk(v, 'org/rogue', 3, 4000);
+        await rogue.waitFor((m) => m.t === 'error' && m.code === 'ERR_CHUNK_OUT_OF_RANGE');
+
+        // Chunk 1 with its bytes flipped: asked for again, never made visible.
+        const bad = buildVersion('org/rogue', 3, 4 * 1024 * 1024, 1024 * 1024, 99);
+        await rogue.chunk(v, 'org/rogue', 3, 1, bad.mapping);
+        bad.mapping.close();
+        await rogue.waitFor((m) => m.t === 'nack' && m.index === 1);
+        expect(await metric(target, 'laminar_relay_broadcast_corrupt_chunks_total')).toBe(1);
+        for (const i of [0, 2, 3]) await rogue.chunk(v, 'org/rogue', 3, i);
+        expect(target.store.latest('org/rogue')).toBeNull();
+        await rogue.chunk(v, 'org/rogue', 3, 1);
+        await rogue.waitFor((m) => m.t === 'progress' && m.complete);
+        const held = target.store.latest('org/rogue')!;
+        expect(held.state).toBe('complete');
+        expect(segmentDigest(held.path)).toBe(v.digest);
+        // A chunk again after completion is declined without moving bytes.
+        await rogue.chunk(v, 'org/rogue', 3, 2);
+        expect(await metric(target, 'laminar_relay_peer_bad_messages_total', 'code="ERR_UNKNOWN_TRANSFER"')).toBe(2);
+        expect(await metric(target, 'laminar_relay_peer_bad_messages_total', 'code="ERR_CHUNK_OUT_OF_RANGE"')).toBe(1);
+      } finally {
+        await rogue.close();
+      }
+    });
+
+    it('declines an offer whose header does not match what it claims', async () => {
+      const rogue = await RoguePeer.connect(address(2));
+      try {
+        await rogue.offer(v, 'org/rogue', 4); // header says v3
+        const decline = await rogue.waitFor((m) => m.t === 'decline');
+        expect(decline).toMatchObject({ code: 'ERR_BAD_SAFETENSORS' });
+        await rogue.link.send({ t: 'offer', model: 'org/rogue', version: 5, size: 100, headerBytes: 4096 });
+        await rogue.waitFor((m) => m.t === 'decline' && m.code === 'ERR_PEER_BAD_OFFER');
+      } finally {
+        await rogue.close();
+      }
+    });
+  });
+
+  it('applies only newer plan epochs', async () => {
+    const client = await RelayClient.connect({ socketPath: relays[2]!.options.socketPath });
+    try {
+      const relaysInPlan = peers.split(',').map((e) => ({ id: e.split('@')[0]!, address: e.split('@')[1]! }));
+      expect((await client.setPlan({ epoch: 1, relays: relaysInPlan })).applied).toBe(false);
+      const result = await client.setPlan({ epoch: 2, relays: relaysInPlan });
+      expect(result.applied).toBe(true);
+      expect(result.status).toMatchObject({ epoch: 2, position: 2 });
+      await expect(client.setPlan({ epoch: 3, relays: [{ id: 'x', address: 'nowhere' }] })).rejects.toMatchObject({ code: 'ERR_BAD_ADDRESS' });
+    } finally {
+      client.close();
+    }
+  });
+});
