@@ -23,8 +23,8 @@ export interface BuiltVersion {
 export function buildVersion(model: string, version: number, bytes: number, chunkSize: number, seed = 1): BuiltVersion {
   const layout = planLayout([{ name: 'w', dtype: 'U8', shape: [bytes] }], { model, version, chunkSize });
   const mapping = new Mapping(null, { size: layout.totalSize });
-  const data = new Uint32Array(mapping.view(layout.dataOffset, layout.dataLength));
-  for (let i = 0; i < data.length; i += 1024) data[i] = (i * 2654435761 + seed) >>> 0;
+  const data = new Uint8Array(mapping.view(layout.dataOffset, layout.dataLength));
+  for (let i = 0; i < data.length; i += 509) data[i] = (Math.imul(i, 2654435761) + seed) & 0xff;
   const checksums = Array.from({ length: layout.chunkCount }, (_, i) => {
     const { offset, length } = chunkRange(layout, i);
     return checksumHex(mapping.checksum(offset, length));

@@ -2,14 +2,20 @@
  * The chain broadcast between relays on loopback (in-process relays, real UCX over TCP): the
  * happy path, remote publish, plans, and every kind of bad input from a peer.
  */
+import { execFile } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
 import { UcxWorker } from '../../src/ucx/index.js';
 import { decodePeerMessage, encodePeerMessage, type PeerMessage } from '../../src/relay/broadcast/messages.js';
 import { SECRET, RoguePeer, buildVersion, segmentDigest, type BuiltVersion } from '../helpers/broadcast.js';
-import { inProcessRelay, metricValue, tempShmDir } from '../helpers/relay.js';
+import { CLI, inProcessRelay, metricValue, tempShmDir } from '../helpers/relay.js';
+
+const run = promisify(execFile);
 
 process.env.UCX_TLS ??= 'tcp';
 
@@ -215,6 +221,43 @@ describe('chain broadcast on loopback', () => {
         await rogue.close();
       }
     });
+  });
+
+  it('pushes a checkpoint file from the command line (laminar publish --to)', async () => {
+    const v = buildVersion('org/cli', 1, 3 * 1024 * 1024 + 7, 1024 * 1024, 5);
+    const dir = tempShmDir('laminar-cli-');
+    try {
+      const file = join(dir.dir, 'model.safetensors');
+      writeFileSync(file, new Uint8Array(v.mapping.view(0, v.layout.totalSize)));
+      writeFileSync(join(dir.dir, 'secret'), `${SECRET}\n`);
+      const { stdout } = await run(process.execPath, [CLI, 'publish', file, '--model', 'org/cli', '--version', '4', '--to', address(0), '--secret-file', join(dir.dir, 'secret'), '--chunk-size', '1MiB', '--json']);
+      const result = JSON.parse(stdout.trim().split('\n').pop()!) as { version: number; chunks: number; relay: string; stallSeconds: number };
+      expect(result).toMatchObject({ version: 4, chunks: 4, relay: 'r0' });
+      await waitUntil('the tail to hold the pushed checkpoint', () => relays[2]!.store.latest('org/cli')?.state === 'complete');
+      const reader = await RelayClient.connect({ socketPath: relays[2]!.options.socketPath });
+      try {
+        await using lease = await reader.acquire({ model: 'org/cli', version: 4 });
+        const w = lease.tensor('w') as Uint8Array;
+        expect(Buffer.compare(Buffer.from(w), Buffer.from(v.mapping.view(v.layout.dataOffset, v.layout.dataLength)))).toBe(0);
+      } finally {
+        reader.close();
+      }
+      // A wrong secret fails with a clear, coded message and a non-zero exit.
+      writeFileSync(join(dir.dir, 'wrong'), 'the-wrong-job-secret-entirely\n');
+      const failed = await run(process.execPath, [CLI, 'publish', file, '--model', 'org/cli', '--version', '5', '--to', address(0), '--secret-file', join(dir.dir, 'wrong')]).catch((e: { code: number; stderr: string }) => e);
+      expect(failed).toMatchObject({ code: 1, stderr: expect.stringContaining('ERR_PEER_AUTH') });
+    } finally {
+      v.mapping.close();
+      dir.cleanup();
+    }
+  });
+
+  it('prints the chunk size that minimises the model (laminar chunk-size)', async () => {
+    const { stdout } = await run(process.execPath, [CLI, 'chunk-size', '--size', '1GiB', '--relays', '8', '--bandwidth', '2gbit', '--latency', '300us', '--json']);
+    const r = JSON.parse(stdout) as { optimal_chunk_bytes: number; t_optimal_s: number; t_default_s: number; t_one_link_s: number };
+    expect(r.optimal_chunk_bytes % 4096).toBe(0);
+    expect(r.t_optimal_s).toBeLessThanOrEqual(r.t_default_s);
+    expect(r.t_optimal_s).toBeGreaterThan(r.t_one_link_s);
   });
 
   it('applies only newer plan epochs', async () => {

@@ -1,0 +1,109 @@
+/** Pure parts of the broadcast: the appendix-C model, chain plans, peer message codec, auth. */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { checkProof, loadSecret, newNonce, proof } from '../../src/relay/broadcast/auth.js';
+import { broadcastTime, optimalChunkCount, optimalChunkSize } from '../../src/relay/broadcast/chunk-model.js';
+import { decodePeerMessage, encodePeerMessage } from '../../src/relay/broadcast/messages.js';
+import { downstreamOf, parsePeerList, validatePlan } from '../../src/relay/broadcast/plan.js';
+import { parseBandwidth, parseLatency } from '../../src/common/units.js';
+
+describe('appendix C model', () => {
+  const link = { bandwidth: 250e6, startup: 300e-6 };
+
+  it('matches the closed form T(p,k) = (p+k-2)(M/k T_byte + T_start)', () => {
+    expect(broadcastTime(2, 1, 1e9, link)).toBeCloseTo(1e9 / 250e6 + 300e-6, 9);
+    expect(broadcastTime(8, 32, 2 ** 30, link)).toBeCloseTo(38 * (2 ** 30 / 32 / 250e6 + 300e-6), 9);
+  });
+
+  it('picks the chunk count no neighbour beats', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 3, max: 2048 }), fc.integer({ min: 1 << 20, max: 2 ** 36 }), fc.double({ min: 1e-7, max: 1e-2, noNaN: true }), (p, bytes, startup) => {
+        const l = { bandwidth: 12.5e9, startup };
+        const k = optimalChunkCount(p, bytes, l);
+        const t = broadcastTime(p, k, bytes, l);
+        if (k > 1) expect(t).toBeLessThanOrEqual(broadcastTime(p, k - 1, bytes, l) * (1 + 1e-12));
+        if (k < Math.floor(bytes / 4096)) expect(t).toBeLessThanOrEqual(broadcastTime(p, k + 1, bytes, l) * (1 + 1e-12));
+      }),
+    );
+  });
+
+  it('gives page-multiple chunk sizes, and the largest chunk for a single hop', () => {
+    const size = optimalChunkSize(8, 2 ** 30, link);
+    expect(size % 4096).toBe(0);
+    expect(size).toBeGreaterThan(1 << 20);
+    expect(optimalChunkSize(2, 2 ** 30, link, 1 << 30)).toBe(2 ** 30);
+  });
+
+  it('parses bandwidths and latencies', () => {
+    expect(parseBandwidth('2gbit')).toBe(250e6);
+    expect(parseBandwidth('250MB/s')).toBe(250e6);
+    expect(parseBandwidth('1GiB/s')).toBe(2 ** 30);
+    expect(parseLatency('5us')).toBeCloseTo(5e-6);
+    expect(() => parseBandwidth('fast')).toThrow(/bandwidth/);
+  });
+});
+
+describe('chain plans', () => {
+  it('parses the static --peers form, master first', () => {
+    const plan = parsePeerList('a@10.0.0.1:1,b@10.0.0.2:1,c@10.0.0.3:1');
+    expect(plan.epoch).toBe(1);
+    expect(downstreamOf(plan, 'a').map((m) => m.id)).toEqual(['b', 'c']);
+    expect(downstreamOf(plan, 'c')).toEqual([]);
+    expect(downstreamOf(plan, 'zz')).toEqual([]);
+  });
+
+  it('refuses duplicates, bad addresses and bad ids with stable codes', () => {
+    expect(() => parsePeerList('a@10.0.0.1:1,a@10.0.0.2:1')).toThrow(expect.objectContaining({ code: 'ERR_BAD_PLAN' }));
+    expect(() => parsePeerList('a@host:1')).toThrow(expect.objectContaining({ code: 'ERR_BAD_ADDRESS' }));
+    expect(() => validatePlan({ epoch: -1, relays: [] })).toThrow(expect.objectContaining({ code: 'ERR_BAD_PLAN' }));
+    expect(() => validatePlan({ epoch: 1, relays: [{ id: 'bad id', address: '1.2.3.4:5' }] })).toThrow(expect.objectContaining({ code: 'ERR_BAD_PLAN' }));
+  });
+});
+
+describe('peer messages', () => {
+  it('round-trips every message kind', () => {
+    const nonce = newNonce();
+    for (const m of [
+      { t: 'hello', p: 1, from: 'r1', role: 'relay', nonce, epoch: 3 },
+      { t: 'offer', model: 'm', version: 2, size: 10_000, headerBytes: 4096 },
+      { t: 'accept', model: 'm', version: 2, from: 5, have: [7, 9] },
+      { t: 'chunk', model: 'm', version: 2, index: 4 },
+      { t: 'progress', model: 'm', version: 2, hwm: 10, complete: true },
+    ] as const) {
+      expect(decodePeerMessage(encodePeerMessage(m))).toEqual(m);
+    }
+  });
+
+  it('turns any byte string into a message or a ProtocolError with a stable code, never anything else', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 512 }), (bytes) => {
+        try {
+          decodePeerMessage(bytes);
+        } catch (err) {
+          expect((err as { code?: string }).code).toBe('ERR_PEER_BAD_MESSAGE');
+        }
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
+
+describe('peer authentication', () => {
+  const secret = loadSecret({ value: 'a-job-secret-of-sufficient-length' });
+
+  it('accepts only the proof made with the same secret, role, nonce and id', () => {
+    const nonce = newNonce();
+    const p = proof(secret, 'connector', nonce, 'r1');
+    expect(checkProof(secret, 'connector', nonce, 'r1', p)).toBe(true);
+    expect(checkProof(secret, 'acceptor', nonce, 'r1', p)).toBe(false);
+    expect(checkProof(secret, 'connector', newNonce(), 'r1', p)).toBe(false);
+    expect(checkProof(secret, 'connector', nonce, 'r2', p)).toBe(false);
+    expect(checkProof(loadSecret({ value: 'another-secret-of-enough-length' }), 'connector', nonce, 'r1', p)).toBe(false);
+  });
+
+  it('refuses short or missing secrets', () => {
+    expect(() => loadSecret({ value: 'short' })).toThrow(expect.objectContaining({ code: 'ERR_SECRET_TOO_SHORT' }));
+    expect(() => loadSecret({})).toThrow(expect.objectContaining({ code: 'ERR_SECRET_REQUIRED' }));
+    expect(() => loadSecret({ file: '/nonexistent/secret' })).toThrow(expect.objectContaining({ code: 'ERR_SECRET_UNREADABLE' }));
+  });
+});
