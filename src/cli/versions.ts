@@ -24,6 +24,18 @@ export function versionsCommand(): Command {
           `${status.memoryBudget !== null ? ` of ${formatBytes(status.memoryBudget)}` : ''}  pinning ${status.pinning ? 'on' : 'OFF'}  ` +
           `leases ${status.leases}  clients ${status.connections}\n`);
         process.stdout.write(`${line(header)}\n${rows.map(line).join('\n')}${rows.length ? '\n' : ''}`);
+        const b = status.broadcast;
+        if (b) {
+          const sending = b.downstream
+            ? `sending to ${b.downstream.id} (${b.downstream.address})${b.downstream.sending.map((s) => ` ${s.model} v${s.version}`).join(',')}`
+            : 'no successor';
+          const receiving = b.receiving.map((r) => `${r.model} v${r.version} ${r.hwm}/${r.chunks} chunks`).join(', ');
+          process.stdout.write(
+            `broadcast: epoch ${b.epoch ?? '-'}, position ${b.position}, port ${b.port ?? '-'}; ${sending}` +
+              `${b.upstreams.length ? `; upstream ${b.upstreams.map((u) => u.id).join(', ')}` : ''}` +
+              `${receiving ? `; receiving ${receiving}` : ''}${b.skipped.length ? `; skipped ${b.skipped.join(', ')}` : ''}\n`,
+          );
+        }
       } finally {
         relay.close();
       }
