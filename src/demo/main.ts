@@ -1,13 +1,17 @@
 /**
  * `npm run demo`: the weight path on one host, end to end.
  *
- * Starts a real `laminar relay` process on a temporary shm directory, a publisher that plays
- * the trainer (a new weight version every --interval), and --pullers rollout-like clients that
- * each follow the latest version (watch -> acquire -> copy every byte out -> verify -> release).
+ * Starts --relays real `laminar relay` processes on temporary shm directories, chained over UCX
+ * (loopback TCP) as rollout hosts would be, a publisher that plays the trainer (a new weight
+ * version every --interval, at the master), and --pullers rollout-like clients spread over the
+ * relays that each follow the latest version (watch -> acquire -> copy every byte out -> verify
+ * -> release).
  * Prints live progress and a summary; stops everything it started at the end or on Ctrl-C.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
@@ -16,6 +20,7 @@ import { RelayClient } from '../relay/client/relay-client.js';
 import { formatBytes, parseBytes, parseDuration } from '../common/units.js';
 
 interface DemoOptions {
+  relays: string;
   duration: string;
   interval: string;
   size: string;
@@ -25,6 +30,7 @@ interface DemoOptions {
 
 interface PullerStats {
   id: number;
+  relay: number;
   pulls: number;
   lastVersion: number;
   bytes: number;
@@ -42,6 +48,7 @@ async function main(): Promise<void> {
     .option('--size <bytes>', 'size of each weight version', '256MiB')
     .option('--pullers <n>', 'rollout clients pulling every version', '3')
     .option('--tensors <n>', 'tensors per version', '8')
+    .option('--relays <n>', 'relays on this host, chained over UCX (the first is the master; pullers are spread over them)', '2')
     .parse(process.argv);
   const opts = program.opts<DemoOptions>();
   const durationMs = parseDuration(opts.duration);
@@ -50,14 +57,28 @@ async function main(): Promise<void> {
   const pullerCount = Number(opts.pullers);
   const tensorCount = Number(opts.tensors);
 
+  const relayCount = Number(opts.relays);
+  if (!Number.isInteger(relayCount) || relayCount < 1 || relayCount > 16) throw new Error('--relays must be 1..16');
+
   const root = mkdtempSync('/dev/shm/laminar-demo-');
-  const socketPath = join(root, 'relay.sock');
-  const relay: ChildProcess = spawn(process.execPath, [CLI, 'relay', '--shm-dir', join(root, 'segments'), '--socket', socketPath, '--metrics-port', '0', '--log-level', 'warn'], {
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
+  const secretFile = join(root, 'secret');
+  writeFileSync(secretFile, `${randomBytes(24).toString('hex')}\n`, { mode: 0o600 });
+  const ports = await Promise.all(Array.from({ length: relayCount }, () => freePort()));
+  const peers = ports.map((port, i) => `r${i}@127.0.0.1:${port}`).join(',');
+  const sockets = ports.map((_, i) => join(root, `relay${i}.sock`));
+  // Loopback TCP: the transport the relays would use between hosts without RDMA.
+  const env = { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp' };
+  const relays: ChildProcess[] = sockets.map((socketPath, i) =>
+    spawn(
+      process.execPath,
+      [CLI, 'relay', '--id', `r${i}`, '--shm-dir', join(root, `segments${i}`), '--socket', socketPath, '--metrics-port', '0', '--log-level', 'warn',
+        ...(relayCount > 1 ? ['--peers', peers, '--secret-file', secretFile, '--retry-interval', '200ms'] : [])],
+      { stdio: ['ignore', 'inherit', 'inherit'], env },
+    ),
+  );
   const stop = new AbortController();
   const cleanup = (): void => {
-    relay.kill('SIGTERM');
+    for (const relay of relays) relay.kill('SIGTERM');
     rmSync(root, { recursive: true, force: true });
   };
   process.once('SIGINT', () => {
@@ -66,12 +87,15 @@ async function main(): Promise<void> {
   });
 
   try {
-    const trainer = await connectWithRetry(socketPath);
-    console.log(`relay up (pid ${relay.pid}) on ${socketPath}`);
+    const trainer = await connectWithRetry(sockets[0]!);
+    for (const socketPath of sockets.slice(1)) (await connectWithRetry(socketPath)).close();
+    console.log(`${relayCount} relay(s) up (pids ${relays.map((r) => r.pid).join(', ')})${relayCount > 1 ? `, chained over UCX: ${peers}` : ''}`);
     console.log(`publishing ${formatBytes(size)} versions every ${opts.interval} for ${opts.duration} to ${pullerCount} pulling clients\n`);
 
     const published = new Map<number, number>(); // version -> time it became visible
-    const pullers = await Promise.all(Array.from({ length: pullerCount }, (_, i) => startPuller(i + 1, socketPath, size, published, stop.signal)));
+    const pullers = await Promise.all(
+      Array.from({ length: pullerCount }, (_, i) => startPuller(i + 1, i % relayCount, sockets[i % relayCount]!, size, published, stop.signal)),
+    );
 
     const perTensor = Math.floor(size / tensorCount / 4) * 4;
     const specs = Array.from({ length: tensorCount }, (_, i) => ({ name: `model.layers.${i}.weight`, dtype: 'F32' as const, shape: [perTensor / 4] }));
@@ -88,12 +112,16 @@ async function main(): Promise<void> {
       await pub.commit();
       published.set(version, performance.now());
       stalls.push(performance.now() - t0);
-      const line = pullers.map((p) => `r${p.id}:v${p.lastVersion}`).join(' ');
+      const line = pullers.map((p) => `${p.id}@r${p.relay}:v${p.lastVersion}`).join(' ');
       process.stdout.write(`  v${String(version).padEnd(3)} published in ${(performance.now() - t0).toFixed(0).padStart(4)} ms   rollouts ${line}\n`);
       const wait = intervalMs - (performance.now() - stepStart);
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     }
-    await new Promise((r) => setTimeout(r, 500)); // let pullers take the last version
+    // Let every rollout take the last version (through the chain for the farther relays).
+    const deadline = performance.now() + 15_000;
+    while (pullers.some((p) => p.lastVersion !== version) && performance.now() < deadline && !stop.signal.aborted) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
     stop.abort();
     const status = await trainer.status();
     trainer.close();
@@ -105,10 +133,14 @@ async function main(): Promise<void> {
     console.log(`  trainer stall per publish  median ${median(stalls).toFixed(0)} ms (write + commit with verification)`);
     for (const p of pullers) {
       console.log(
-        `  rollout ${p.id}                  ${p.pulls} pulls, last v${p.lastVersion}, read ${formatBytes(p.bytes)} at ${formatBytes(p.bytes / Math.max(p.seconds, 1e-9))}/s`,
+        `  rollout ${p.id} on relay r${p.relay}       ${p.pulls} pulls, last v${p.lastVersion}, read ${formatBytes(p.bytes)} at ${formatBytes(p.bytes / Math.max(p.seconds, 1e-9))}/s`,
       );
     }
     console.log(`  publish -> rollout has it  p50 ${pct(0.5).toFixed(1)} ms, p99 ${pct(0.99).toFixed(1)} ms`);
+    for (let r = 0; r < relayCount; r++) {
+      const own = pullers.filter((p) => p.relay === r).flatMap((p) => p.lagMs);
+      if (own.length > 0) console.log(`    via relay r${r}${r === 0 ? ' (master)' : ` (${r} hop${r > 1 ? 's' : ''})`}      median ${median(own).toFixed(1)} ms`);
+    }
     console.log(`  relay holds                ${status.versions.map((v) => `v${v.version}`).join(' ')} (${formatBytes(status.usedBytes)}, pinning ${status.pinning ? 'on' : 'off'})`);
     const missed = pullers.filter((p) => p.lastVersion !== version).length;
     if (missed > 0) {
@@ -132,9 +164,16 @@ async function connectWithRetry(socketPath: string): Promise<RelayClient> {
 }
 
 /** A rollout-like client: on each new version, acquire it, copy it out (a GPU upload's stand-in), verify, release. */
-async function startPuller(id: number, socketPath: string, size: number, published: Map<number, number>, signal: AbortSignal): Promise<PullerStats> {
+async function startPuller(
+  id: number,
+  relay: number,
+  socketPath: string,
+  size: number,
+  published: Map<number, number>,
+  signal: AbortSignal,
+): Promise<PullerStats> {
   const client = await connectWithRetry(socketPath);
-  const stats: PullerStats = { id, pulls: 0, lastVersion: 0, bytes: 0, seconds: 0, lagMs: [] };
+  const stats: PullerStats = { id, relay, pulls: 0, lastVersion: 0, bytes: 0, seconds: 0, lagMs: [] };
   const staging = new Mapping(null, { size: size + 1024 * 1024, populate: true });
   void (async () => {
     try {
@@ -171,3 +210,13 @@ main().catch((err: unknown) => {
   console.error(`demo failed: ${(err as Error).stack ?? String(err)}`);
   process.exit(1);
 });
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+    server.once('error', reject);
+  });
+}

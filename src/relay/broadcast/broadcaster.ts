@@ -74,6 +74,8 @@ export class Broadcaster {
   private downstream: Downstream | null = null;
   private connecting = false;
   private readonly cooldown = new Map<string, number>();
+  /** Relays whose unreachability was already logged at warn (once until they answer again). */
+  private readonly unreachableLogged = new Set<string>();
   private readonly arrivals = new Map<string, Arrival>();
   private readonly offersInProgress = new Set<string>();
   private readonly upstreams = new Set<PeerLink>();
@@ -395,6 +397,7 @@ export class Broadcaster {
           return;
         }
         this.cooldown.delete(better.id);
+        this.unreachableLogged.delete(better.id);
         if (this.downstream) this.dropDownstream(`${better.id} is reachable again`);
         this.useDownstream(better, link);
       },
@@ -402,7 +405,9 @@ export class Broadcaster {
         this.connecting = false;
         this.cooldown.set(better.id, Date.now() + this.options.retryMs);
         this.metrics.peerFailures.inc({ reason: err.code ?? 'connect' });
-        this.log.warn({ peer: better.id, address: better.address, code: err.code, err: err.message }, 'cannot reach the next relay: skipping it for now');
+        const level = this.unreachableLogged.has(better.id) ? 'debug' : 'warn';
+        this.unreachableLogged.add(better.id);
+        this.log[level]({ peer: better.id, address: better.address, code: err.code, err: err.message }, 'cannot reach the next relay: skipping it for now (retrying)');
         // Straight on to the next candidate.
         queueMicrotask(() => this.ensureDownstream());
       },
