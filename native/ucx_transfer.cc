@@ -69,12 +69,14 @@ bool ResolvePayload(Napi::Env env, Napi::Value target, Napi::Value offset_value,
 
 void UcxWorker::SendCallback(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<UcxOp*>(user_data);
+  op->request = nullptr;
   op->worker->OnComplete(op, status);
   ucp_request_free(request);
 }
 
 void UcxWorker::ReceiveCallback(void* request, ucs_status_t status, size_t length, void* user_data) {
   auto* op = static_cast<UcxOp*>(user_data);
+  op->request = nullptr;
   op->worker->OnComplete(op, status);
   ucp_request_free(request);
 }
@@ -86,6 +88,7 @@ Napi::Value UcxWorker::Track(Napi::Env env, std::unique_ptr<UcxOp> op, ucs_statu
   } else if (request == nullptr) {
     op->deferred.Resolve(env.Undefined());
   } else {
+    op->request = request;
     ops_[op->id] = std::move(op);
   }
   return promise;

@@ -196,10 +196,15 @@ void UcxWorker::Pump() {
     while (ucp_worker_progress(worker_) != 0) {
       if (NowNs() >= deadline) { out_of_budget = true; break; }
     }
-    Deliver();
+    bool delivered = Deliver();
     if (closed_ || close_requested_) break;
     if (out_of_budget) break;
-    if (!events_.empty() || !completed_.empty()) continue;
+    // What JS did in its handlers (sends, closes) may have queued work that only progress starts:
+    // progress again before arming, or the worker would sleep on it.
+    if (delivered || !events_.empty() || !completed_.empty()) {
+      if (NowNs() >= deadline) { out_of_budget = true; break; }
+      continue;
+    }
     ucs_status_t status = ucp_worker_arm(worker_);
     if (status == UCS_ERR_BUSY) {
       if (NowNs() >= deadline) { out_of_budget = true; break; }
@@ -227,8 +232,8 @@ uint32_t UcxWorker::EndpointIdOf(ucp_ep_h ep) const {
 }
 
 // Hands finished operations and arrived events to JavaScript, in the order they happened.
-void UcxWorker::Deliver() {
-  if (events_.empty() && completed_.empty()) return;
+bool UcxWorker::Deliver() {
+  if (events_.empty() && completed_.empty()) return false;
   Napi::Env env = env_;
   Napi::HandleScope scope(env);
   // A callback scope runs the microtasks (promise reactions) queued while we settle promises.
@@ -236,13 +241,30 @@ void UcxWorker::Deliver() {
 
   auto completed = std::move(completed_);
   completed_.clear();
-  for (auto& [op, status] : completed) {
+  for (auto& [op, op_status] : completed) {
     std::unique_ptr<UcxOp> owned;
     auto it = ops_.find(op->id);
     if (it == ops_.end()) continue;
     owned = std::move(it->second);
     ops_.erase(it);
-    if (owned->endpoint != 0) {  // a close: forget the endpoint
+    ucs_status_t status = op_status;
+    bool forget = owned->endpoint != 0;
+    if (owned->flushing) {  // a graceful close has flushed (or failed to): now the close itself
+      owned->flushing = false;
+      auto ep = endpoints_.find(owned->endpoint);
+      if (ep == endpoints_.end() || ep->second->ucx_closed) {
+        forget = false;  // closed by force meanwhile: that close forgets it
+      } else {
+        ucs_status_ptr_t request = ForceClose(ep->second.get(), owned.get());
+        if (UCS_PTR_IS_PTR(request)) {
+          owned->request = request;
+          ops_[owned->id] = std::move(owned);
+          continue;
+        }
+        status = UCS_PTR_STATUS(request);
+      }
+    }
+    if (forget) {  // a close: forget the endpoint
       auto ep = endpoints_.find(owned->endpoint);
       if (ep != endpoints_.end()) {
         endpoint_ids_.erase(ep->second->ep);
@@ -256,7 +278,7 @@ void UcxWorker::Deliver() {
     }
   }
 
-  if (events_.empty()) return;
+  if (events_.empty()) return true;
   auto events = std::move(events_);
   events_.clear();
   Napi::Array batch = Napi::Array::New(env);
@@ -298,6 +320,7 @@ void UcxWorker::Deliver() {
     Napi::Error error = env.GetAndClearPendingException();
     napi_fatal_exception(env, error.Value());
   }
+  return true;
 }
 
 ucs_status_t UcxWorker::MessageHandler(void* arg, const void* header, size_t header_length, void* data,
@@ -509,6 +532,12 @@ Napi::Value UcxWorker::Connect(const Napi::CallbackInfo& info) {
 }
 
 // closeEndpoint(id, force): Promise<void>. A failed endpoint is always closed by force.
+//
+// A graceful close flushes what was sent, then closes by force: the peer sees the same
+// disconnect, and sends still pending (a rendezvous payload the receiver has not taken yet) are
+// cancelled. UCX's own graceful close is not used because it cannot be cut short: a worker
+// closed while one is in flight could neither close that endpoint again nor be destroyed (UCX
+// aborts in both cases). A forced close, by the worker or by close(id, true), cancels the flush.
 Napi::Value UcxWorker::CloseEndpoint(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   size_t id;
@@ -518,25 +547,36 @@ Napi::Value UcxWorker::CloseEndpoint(const Napi::CallbackInfo& info) {
   }
   auto deferred = Napi::Promise::Deferred::New(env);
   auto it = endpoints_.find(static_cast<uint32_t>(id));
-  if (closed_ || it == endpoints_.end() || it->second->closing) {
+  bool force = info[1].ToBoolean();
+  if (closed_ || it == endpoints_.end() || it->second->ucx_closed || (it->second->closing && !force)) {
     deferred.Resolve(env.Undefined());  // closing twice is harmless
     return deferred.Promise();
   }
   UcxEndpoint* state = it->second.get();
+  force = force || state->failed || state->closing;
   state->closing = true;
-  bool force = info[1].ToBoolean() || state->failed;
-  ucp_request_param_t param;
-  memset(&param, 0, sizeof(param));
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   auto op = std::make_unique<UcxOp>(env);
   op->worker = this;
   op->id = next_op_++;
   op->what = "close";
   op->endpoint = state->id;
-  param.cb.send = SendCallback;
-  param.user_data = op.get();
-  ucs_status_ptr_t request = ucp_ep_close_nbx(state->ep, &param);
+  Napi::Promise promise = op->deferred.Promise();
+  if (!force) {
+    ucp_request_param_t param;
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = SendCallback;
+    param.user_data = op.get();
+    ucs_status_ptr_t request = ucp_ep_flush_nbx(state->ep, &param);
+    if (UCS_PTR_IS_PTR(request)) {
+      op->flushing = true;
+      op->request = request;
+      ops_[op->id] = std::move(op);
+      return promise;
+    }
+    // Flushed already (or failed: closed by force either way).
+  }
+  ucs_status_ptr_t request = ForceClose(state, op.get());
   if (!UCS_PTR_IS_PTR(request)) {
     // Done now (or failed: the endpoint is gone either way).
     endpoint_ids_.erase(state->ep);
@@ -544,9 +584,20 @@ Napi::Value UcxWorker::CloseEndpoint(const Napi::CallbackInfo& info) {
     deferred.Resolve(env.Undefined());
     return deferred.Promise();
   }
-  Napi::Promise promise = op->deferred.Promise();
+  op->request = request;
   ops_[op->id] = std::move(op);
   return promise;
+}
+
+ucs_status_ptr_t UcxWorker::ForceClose(UcxEndpoint* state, UcxOp* op) {
+  ucp_request_param_t param;
+  memset(&param, 0, sizeof(param));
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  param.cb.send = SendCallback;
+  param.user_data = op;
+  state->ucx_closed = true;
+  return ucp_ep_close_nbx(state->ep, &param);
 }
 
 // endpointInfo(id): UCX's description of the endpoint (transports and lanes in use).
@@ -580,7 +631,8 @@ Napi::Value UcxWorker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("operations", static_cast<double>(ops_.size()));
   stats.Set("descriptors", static_cast<double>(descs_.size()));
   stats.Set("registrations", static_cast<double>(registrations_.size()));
-  stats.Set("closed", closed_);
+  // A close asked for while pumping is carried out when the pump returns; it is closed already.
+  stats.Set("closed", closed_ || close_requested_);
   return stats;
 }
 
@@ -609,29 +661,39 @@ Napi::Value UcxWorker::Close(const Napi::CallbackInfo& info) {
     close_requested_ = true;  // finished when the current pump returns
     return info.Env().Undefined();
   }
-  napi_remove_env_cleanup_hook(env_, CleanupHook, this);
   Teardown(true);
   return info.Env().Undefined();
 }
 
 void UcxWorker::Teardown(bool js_allowed) {
   if (closed_) return;
+  // Closed from here on: JS that runs while pending operations are settled (promise reactions)
+  // gets ERR_UCX_CLOSED instead of reaching a worker that is being destroyed.
+  closed_ = true;
   close_requested_ = false;
+  if (js_allowed) napi_remove_env_cleanup_hook(env_, CleanupHook, this);
   for (auto& [id, listener] : listeners_) ucp_listener_destroy(listener);
   listeners_.clear();
   for (auto& [id, desc] : descs_) ucp_am_data_release(worker_, desc);
   descs_.clear();
   std::vector<void*> closing;
   for (auto& [id, state] : endpoints_) {
+    // An endpoint whose close is in flight is not closed again (its close is in ops_); one being
+    // flushed for a graceful close is: that cancels the flush.
+    if (state->ucx_closed) continue;
     ucp_request_param_t param;
     memset(&param, 0, sizeof(param));
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    state->ucx_closed = true;
     ucs_status_ptr_t request = ucp_ep_close_nbx(state->ep, &param);
     if (UCS_PTR_IS_PTR(request)) closing.push_back(request);
   }
-  // Forced closes finish locally; progress until they have (and cancelled sends have called back).
-  for (int spins = 0; spins < 100000 && !closing.empty(); spins++) {
+  // Forced closes finish locally, and cancel the endpoints' pending sends and receives from
+  // callbacks that UCX runs in later progress calls: progress until the closes are done and every
+  // tracked operation has called back, so that UCX holds no request of ours when the worker goes.
+  uint64_t deadline = NowNs() + 500000000ull;
+  while ((!closing.empty() || completed_.size() < ops_.size()) && NowNs() < deadline) {
     ucp_worker_progress(worker_);
     std::vector<void*> still;
     for (void* request : closing) {
@@ -643,30 +705,26 @@ void UcxWorker::Teardown(bool js_allowed) {
     }
     closing.swap(still);
   }
+  for (void* request : closing) ucp_request_free(request);
+  // What has still not called back (a graceful close or a send waiting on an unresponsive peer)
+  // is handed back to UCX: it calls no callback for a freed request, and the worker's destruction
+  // requires every request to be released.
+  for (auto& [id, op] : ops_) {
+    if (op->request != nullptr) ucp_request_free(op->request);
+    op->request = nullptr;
+  }
   endpoints_.clear();
   endpoint_ids_.clear();
   for (auto& [region, registration] : registrations_) ucp_mem_unmap(context_, registration.memh);
   registrations_.clear();
   registration_ids_.clear();
   events_.clear();
-  if (js_allowed && !ops_.empty()) {
-    Napi::HandleScope scope(env_);
-    Napi::CallbackScope callback_scope(env_, *async_context_);
-    for (auto& [id, op] : ops_) {
-      if (op->endpoint != 0) {
-        op->deferred.Resolve(env_.Undefined());
-      } else {
-        op->deferred.Reject(MakeError(env_, "ERR_UCX_CLOSED", "ucx", std::string(op->what) + ": the worker was closed"));
-      }
-    }
-  }
-  // Operations still known to UCX hold our pointers as user data: the worker is destroyed below,
-  // which completes them, so the ops are dropped only after that.
-  completed_.clear();
+  // Settled only once the worker is destroyed, so that no JS runs against a half-destroyed worker.
+  auto ops = std::move(ops_);
+  ops_.clear();
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   worker_ = nullptr;
   completed_.clear();
-  ops_.clear();
   if (context_ != nullptr) ucp_cleanup(context_);
   context_ = nullptr;
   if (poll_ != nullptr) {
@@ -681,7 +739,20 @@ void UcxWorker::Teardown(bool js_allowed) {
     prepare_ = nullptr;
     idle_ = nullptr;
   }
-  closed_ = true;
+  if (!js_allowed) return;
+  // The handler closes over the JS wrapper of this worker: a strong reference to it would keep a
+  // closed worker from ever being collected.
+  handler_.Reset();
+  if (ops.empty()) return;
+  Napi::HandleScope scope(env_);
+  Napi::CallbackScope callback_scope(env_, *async_context_);
+  for (auto& [id, op] : ops) {
+    if (op->endpoint != 0) {
+      op->deferred.Resolve(env_.Undefined());
+    } else {
+      op->deferred.Reject(MakeError(env_, "ERR_UCX_CLOSED", "ucx", std::string(op->what) + ": the worker was closed"));
+    }
+  }
 }
 
 }  // namespace laminar

@@ -40,6 +40,7 @@ struct UcxEndpoint {
   ucp_ep_h ep = nullptr;
   bool failed = false;   // the error handler fired: only a forced close is allowed now
   bool closing = false;
+  bool ucx_closed = false;  // ucp_ep_close_nbx was called: UCX aborts on a second call
   std::string peer;      // "address:port" as far as we know it
 };
 
@@ -53,6 +54,8 @@ struct UcxOp {
   Napi::ObjectReference buffer;    // keeps a JS buffer alive while UCX uses it
   std::vector<uint8_t> header;     // an AM header must stay valid until the send completes
   uint32_t endpoint = 0;           // close: the endpoint to forget once closed
+  void* request = nullptr;         // UCX's request while in flight (cleared when it calls back)
+  bool flushing = false;           // the flush of a graceful close: the close itself follows
   explicit UcxOp(Napi::Env env) : deferred(Napi::Promise::Deferred::New(env)) {}
 };
 
@@ -104,6 +107,7 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   bool CheckOpen(Napi::Env env);
   UcxEndpoint* FindEndpoint(Napi::Env env, Napi::Value id);
   uint32_t AddEndpoint(ucp_ep_h ep, std::unique_ptr<UcxEndpoint> state);
+  ucs_status_ptr_t ForceClose(UcxEndpoint* state, UcxOp* op);
   ucs_status_t CreateAcceptedEndpoint(UcxEvent& event);
   ucp_mem_h MemoryHandleFor(const Region* region) const;
   // Turns a nbx return value into a promise: settled now (NULL or error) or on completion.
@@ -117,7 +121,7 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
 
   // Event-loop integration.
   void Pump();
-  void Deliver();
+  bool Deliver();  // false when there was nothing to deliver
   void StartHandles(Napi::Env env);
   void Teardown(bool js_allowed);
   static void OnPoll(uv_poll_t* handle, int status, int events);

@@ -50,12 +50,19 @@ export class Endpoint {
     else this.closeHandlers.push(handler);
   }
 
-  /** Sends a header and an optional payload; resolves when the payload memory may be reused. */
+  /**
+   * Sends a header and an optional payload; resolves when the payload memory may be reused.
+   * Every failure, bad arguments included, is a rejection: callers chain .then/.catch on it.
+   */
   send(header: Uint8Array, payload?: Payload): Promise<void> {
     if (this.state !== 'open') return Promise.reject(this.failure ?? new ClosedError('the endpoint is closed'));
-    if (payload === undefined) return this.worker.send(this.id, header, null, 0, 0, 0);
-    const flags = payload.rendezvous === false ? 0 : SEND_RENDEZVOUS;
-    return this.worker.send(this.id, header, payload.source, payload.offset, payload.length, flags);
+    try {
+      if (payload === undefined) return this.worker.send(this.id, header, null, 0, 0, 0);
+      const flags = payload.rendezvous === false ? 0 : SEND_RENDEZVOUS;
+      return this.worker.send(this.id, header, payload.source, payload.offset, payload.length, flags);
+    } catch (err) {
+      return Promise.reject(err);
+    }
   }
 
   /** UCX's description of the lanes and transports this endpoint uses. */
@@ -63,8 +70,15 @@ export class Endpoint {
     return this.state === 'open' ? this.worker.endpointInfo(this.id) : '';
   }
 
-  /** Closes the endpoint (flushing unless `force`); pending sends are cancelled. */
+  /**
+   * Closes the endpoint (flushing unless `force`); pending sends are cancelled. A forced close
+   * also cuts short a graceful close in flight.
+   */
   async close(force = false): Promise<void> {
+    if (this.state === 'closing' && force) {
+      await this.worker.closeEndpoint(this.id, true).catch(() => undefined);
+      return;
+    }
     if (this.state !== 'open') return;
     this.state = 'closing';
     try {

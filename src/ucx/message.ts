@@ -1,5 +1,4 @@
-import type { Mapping } from '../native/index.js';
-import type { UcxNativeWorker } from '../native/index.js';
+import { Mapping as MappingClass, type Mapping, type UcxNativeWorker } from '../native/index.js';
 import { LaminarError } from '../common/errors.js';
 
 /**
@@ -28,26 +27,39 @@ export class IncomingMessage {
     return this.desc !== undefined && !this.settled;
   }
 
-  /** Places the payload at `offset` of `target` (a writable mapping or a buffer). */
+  /**
+   * Places the payload at `offset` of `target` (a writable mapping or a buffer). A target that is
+   * refused (read-only, too small, not a mapping) takes nothing: the payload is still pending.
+   */
   async receiveInto(target: Mapping | Uint8Array, offset: number): Promise<void> {
     if (this.settled) throw new LaminarError('ERR_UCX_PAYLOAD_TAKEN', 'the payload was already received or released');
-    this.settled = true;
     if (this.desc !== undefined) {
-      await this.worker.receive(this.desc, target, offset, this.length);
+      const receiving = this.worker.receive(this.desc, target, offset, this.length);  // throws on a bad target
+      this.settled = true;
+      await receiving;
       return;
     }
     if (this.data === undefined) {
-      if (this.length === 0) return;
+      if (this.length === 0) {
+        this.settled = true;
+        return;
+      }
       throw new LaminarError('ERR_UCX_PAYLOAD_DROPPED', `an inline payload of ${this.length} bytes was dropped`);
+    }
+    if (!Number.isSafeInteger(offset) || offset < 0) {
+      throw new LaminarError('ERR_INVALID_ARG', 'offset must be a non-negative integer');
     }
     if (target instanceof Uint8Array) {
       if (offset + this.data.length > target.length) {
         throw new LaminarError('ERR_OUT_OF_RANGE', 'payload does not fit the target buffer');
       }
       target.set(this.data, offset);
-    } else {
+    } else if (target instanceof MappingClass) {
       target.write(offset, this.data);
+    } else {
+      throw new LaminarError('ERR_INVALID_ARG', 'the target must be a Mapping or a Uint8Array');
     }
+    this.settled = true;
   }
 
   /** Declines the payload (no-op when there is none or it was taken). */
