@@ -64,7 +64,10 @@ describe('chain broadcast under faults (netns testbed)', () => {
       ['--id', `r${i}`, '--peers', peers, '--secret-file', secretFile, '--no-pin', '--chunk-size', String(CHUNK), '--keep-versions', '0',
         '--peer-timeout', '2s', '--retry-interval', '1s', '--handshake-timeout', '2s', '--log-level', 'info'],
       ['ip', 'netns', 'exec', bed.hosts[i]!.netns],
-    );
+    ).catch((err: unknown) => {
+      rmSync(root, { recursive: true, force: true });
+      throw err;
+    });
     const client = await RelayClient.connect({ socketPath: process.socketPath });
     return { id: `r${i}`, root, process, client };
   }
