@@ -514,6 +514,11 @@ export class Broadcaster {
         if (result === 'complete') {
           this.metrics.transferSeconds.observe({ direction: 'out' }, (performance.now() - session.startedAt) / 1e3);
           this.log.info({ peer: d.member.id, model: source.model, version: source.version, chunksSent: session.sentChunks }, 'version delivered downstream');
+        } else if (session.declined?.code === 'ERR_BUSY') {
+          // Another offer of the same version is being set up there: offer again shortly.
+          setTimeout(() => this.offer(source), 250).unref();
+        } else if (session.declined && session.declined.code !== 'ERR_VERSION_EXISTS' && session.declined.code !== 'ERR_STALE_VERSION') {
+          this.log.error({ peer: d.member.id, model: source.model, version: source.version, ...session.declined }, 'downstream relay declined the version');
         }
       },
       (err: LaminarError) => {
