@@ -76,6 +76,7 @@ describe('sampler rejects impossible requests at once', () => {
       message: expect.stringMatching(/larger than the buffer's capacity of 10/),
     });
     await expect(ExperienceSampler.open({ nc, buffer: `bad${k}`, batchSize: 0, registry })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS });
+    await expect(ExperienceSampler.open({ nc, buffer: `bad${k}`, batchSize: 1, orphanChunkAgeMs: -1, registry })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS });
     await expect(ExperienceSampler.open({ nc, buffer: `bad${k}`, batchSize: 2, rateLimit: { minSizeToSample: 50 }, eviction: { maxItems: 10 }, registry })).rejects.toMatchObject({
       code: DataErrorCodes.BATCH_IMPOSSIBLE,
     });

@@ -30,16 +30,18 @@ export interface Batch {
   prefetched: boolean;
 }
 
-export function summarizeStaleness(values: readonly number[]): StalenessSummary {
+/** Summary of the items' `staleness` (one pass, no intermediate array). */
+export function summarizeStaleness(items: readonly { staleness: number }[]): StalenessSummary {
   const histogram: Record<number, number> = {};
   let sum = 0;
   let min = Infinity;
   let max = -Infinity;
-  for (const s of values) {
+  for (let i = 0; i < items.length; i++) {
+    const s = items[i]!.staleness;
     histogram[s] = (histogram[s] ?? 0) + 1;
     sum += s;
     if (s < min) min = s;
     if (s > max) max = s;
   }
-  return values.length === 0 ? { min: 0, max: 0, mean: 0, histogram } : { min, max, mean: sum / values.length, histogram };
+  return items.length === 0 ? { min: 0, max: 0, mean: 0, histogram } : { min, max, mean: sum / items.length, histogram };
 }

@@ -9,6 +9,8 @@ export class BufferIndex {
   private readonly byId = new Map<string, BufferEntry>();
   readonly groups = new Map<string, GroupState>();
   private readonly reserved = new Set<number>();
+  /** Indexed entries whose payload is in chunks (claim check). */
+  private readonly chunked = new Set<BufferEntry>();
   bytes = 0;
 
   get size(): number {
@@ -27,6 +29,7 @@ export class BufferIndex {
     g.members.set(e.sampleIndex, e);
     this.bySeq.set(e.seq, e);
     this.byId.set(e.id, e);
+    if (e.chunkSeqs.length > 0) this.chunked.add(e);
     this.bytes += e.bytes;
     return true;
   }
@@ -34,11 +37,17 @@ export class BufferIndex {
   remove(e: BufferEntry): void {
     if (!this.bySeq.delete(e.seq)) return;
     this.byId.delete(e.id);
+    this.chunked.delete(e);
     this.reserved.delete(e.seq);
     this.bytes -= e.bytes;
     const g = this.groups.get(e.groupId);
     g?.members.delete(e.sampleIndex);
     if (g && g.members.size === 0) this.groups.delete(e.groupId);
+  }
+
+  /** Whether this very entry is indexed (not removed, not replaced). */
+  holds(e: BufferEntry): boolean {
+    return this.bySeq.get(e.seq) === e;
   }
 
   get(id: string): BufferEntry | undefined {
@@ -48,6 +57,13 @@ export class BufferIndex {
   /** The oldest sequence still indexed, or undefined when empty. */
   firstSeq(): number | undefined {
     return this.bySeq.keys().next().value;
+  }
+
+  /** The oldest chunk sequence of an indexed entry, or undefined when none has chunks. */
+  oldestChunk(): number | undefined {
+    let min: number | undefined;
+    for (const e of this.chunked) for (const c of e.chunkSeqs) if (min === undefined || c < min) min = c;
+    return min;
   }
 
   reserve(entries: readonly BufferEntry[]): void {

@@ -1,16 +1,21 @@
 /**
- * Feeds the sampler's index from the stream: an ordered, headers-only consumer over the record
- * subjects, from the first message on. It transfers metadata only (payload bytes stay on the
- * server), survives server restarts (the ordered consumer recreates itself at the next
- * sequence) and reports when it has caught up with what was in the stream at open.
+ * Feeds the sampler's index from the stream: an ordered, headers-only consumer over every
+ * subject of the buffer, from the first message on. Records carry the metadata; chunk messages
+ * are reported by sequence and server time only, so that the sampler can tell chunks that a
+ * record will claim from chunks that no record ever will (a writer that crashed mid-write).
+ * It transfers headers only (payload bytes stay on the server), survives server restarts (the
+ * ordered consumer recreates itself at the next sequence) and reports when it has caught up
+ * with what was in the stream at open.
  */
 import type { JetStreamClient, ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import { DeliverPolicy } from '@nats-io/jetstream';
 import type { Logger } from '../../common/logger.js';
 import { META_HEADER, decodeMeta, type RecordMeta } from '../codec/record-meta.js';
+import type { BufferNames } from './stream.js';
 
 export interface IndexFeedHandlers {
-  record(seq: number, meta: RecordMeta): void;
+  record(seq: number, meta: RecordMeta, timeMs: number): void;
+  chunk(seq: number, timeMs: number): void;
   corrupt(seq: number, err: unknown): void;
 }
 
@@ -20,17 +25,21 @@ export class IndexFeed {
   lastSeq = 0;
   private caughtUp!: () => void;
   readonly ready: Promise<void> = new Promise((r) => (this.caughtUp = r));
+  private readonly recordPrefix: string;
+  private readonly chunkPrefix: string;
 
   constructor(
     private readonly js: JetStreamClient,
-    private readonly stream: string,
-    private readonly filter: string,
+    private readonly names: BufferNames,
     private readonly handlers: IndexFeedHandlers,
     private readonly logger: Logger,
-  ) {}
+  ) {
+    this.recordPrefix = `${names.recordPrefix}.`;
+    this.chunkPrefix = `${names.chunkPrefix}.`;
+  }
 
   async start(): Promise<void> {
-    const consumer = await this.js.consumers.get(this.stream, { filter_subjects: this.filter, headers_only: true, deliver_policy: DeliverPolicy.All });
+    const consumer = await this.js.consumers.get(this.names.stream, { filter_subjects: this.names.allFilter, headers_only: true, deliver_policy: DeliverPolicy.All });
     const info = await consumer.info(true);
     if (info.num_pending === 0) this.caughtUp();
     this.messages = await consumer.consume({ max_messages: 4096 });
@@ -47,12 +56,16 @@ export class IndexFeed {
 
   private handle(m: JsMsg): void {
     this.lastSeq = m.seq;
-    const header = m.headers?.get(META_HEADER);
-    try {
-      if (!header) throw new Error(`record without ${META_HEADER} header`);
-      this.handlers.record(m.seq, decodeMeta(header));
-    } catch (err) {
-      this.handlers.corrupt(m.seq, err);
+    const timeMs = m.info.timestampNanos / 1e6;
+    if (m.subject.startsWith(this.chunkPrefix)) this.handlers.chunk(m.seq, timeMs);
+    else if (m.subject.startsWith(this.recordPrefix)) {
+      const header = m.headers?.get(META_HEADER);
+      try {
+        if (!header) throw new Error(`record without ${META_HEADER} header`);
+        this.handlers.record(m.seq, decodeMeta(header), timeMs);
+      } catch (err) {
+        this.handlers.corrupt(m.seq, err);
+      }
     }
     if (m.info.pending === 0) this.caughtUp();
   }

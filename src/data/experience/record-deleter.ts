@@ -1,7 +1,11 @@
 /**
- * Removes sampled-out and evicted records from the stream in the background. When the oldest
- * records go (FIFO with maxTimesSampled = 1, oldest-first eviction), one purge of the record
- * subjects below the oldest live record replaces thousands of single deletes.
+ * Removes sampled-out and evicted records (with their chunks), and orphan chunks, from the
+ * stream in the background. The sampler gives a bound below which every message is garbage
+ * (older than the oldest indexed record, than every chunk an indexed or coming record needs,
+ * and than anything the index feed has not seen yet). Everything below it goes in one purge
+ * of the stream's head, which the server does block by block (a purge filtered by subject
+ * removes message by message and costs the server several times as much); what lies above it
+ * is deleted message by message.
  */
 import type { JetStreamManager } from '@nats-io/jetstream';
 import type { Logger } from '../../common/logger.js';
@@ -9,7 +13,7 @@ import type { BufferEntry } from './entry.js';
 import { mapLimit } from '../../common/concurrency.js';
 
 export class RecordDeleter {
-  private pending: BufferEntry[] = [];
+  private pending: number[] = [];
   private running: Promise<void> = Promise.resolve();
   private purgedBelow = 0;
   errors = 0;
@@ -17,15 +21,24 @@ export class RecordDeleter {
   constructor(
     private readonly jsm: JetStreamManager,
     private readonly stream: string,
-    private readonly recordFilter: string,
     private readonly logger: Logger,
   ) {}
 
-  /** Queues entries already removed from the index; `firstLiveSeq` is the oldest still indexed. */
-  delete(entries: readonly BufferEntry[], firstLiveSeq: () => number): void {
+  /** Queues entries already removed from the index (their records and chunks). */
+  delete(entries: readonly BufferEntry[], bound: () => number): void {
     if (entries.length === 0) return;
-    this.pending.push(...entries);
-    this.running = this.running.then(() => this.flush(firstLiveSeq()));
+    for (const e of entries) {
+      this.pending.push(e.seq);
+      for (const c of e.chunkSeqs) this.pending.push(c);
+    }
+    this.schedule(bound);
+  }
+
+  /** Queues single messages (orphan chunks). */
+  deleteSeqs(seqs: readonly number[], bound: () => number): void {
+    if (seqs.length === 0) return;
+    for (const s of seqs) this.pending.push(s);
+    this.schedule(bound);
   }
 
   /** Resolves when everything queued so far is deleted. */
@@ -33,21 +46,24 @@ export class RecordDeleter {
     await this.running;
   }
 
-  private async flush(firstLive: number): Promise<void> {
-    const batch = this.pending;
+  private schedule(bound: () => number): void {
+    this.running = this.running.then(() => this.flush(bound()));
+  }
+
+  private async flush(bound: number): Promise<void> {
+    const seqs = this.pending;
     this.pending = [];
-    if (batch.length === 0) return;
+    if (seqs.length === 0) return;
     const single: number[] = [];
     let purge = false;
-    for (const e of batch) {
-      if (e.seq < firstLive) purge = true;
-      else single.push(e.seq);
-      single.push(...e.chunkSeqs);
+    for (const s of seqs) {
+      if (s < bound) purge = true;
+      else single.push(s);
     }
     try {
-      if (purge && firstLive > this.purgedBelow) {
-        await this.jsm.streams.purge(this.stream, { filter: this.recordFilter, seq: firstLive });
-        this.purgedBelow = firstLive;
+      if (purge && bound > this.purgedBelow) {
+        await this.jsm.streams.purge(this.stream, { seq: bound });
+        this.purgedBelow = bound;
       }
       await mapLimit(single, 64, (seq) =>
         this.jsm.streams.deleteMessage(this.stream, seq, false).catch((err: unknown) => {
@@ -57,7 +73,7 @@ export class RecordDeleter {
       );
     } catch (err) {
       this.errors++;
-      this.logger.warn({ err: (err as Error).message, count: batch.length }, 'could not delete records; they will be re-indexed after a restart');
+      this.logger.warn({ err: (err as Error).message, count: seqs.length }, 'could not delete records; they will be re-indexed after a restart');
     }
   }
 }

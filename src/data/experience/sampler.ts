@@ -12,11 +12,11 @@ import { createRegistry } from '../../common/metrics.js';
 import { silentLogger, type Logger } from '../../common/logger.js';
 import { ClosedError, TimeoutError } from '../../common/errors.js';
 import { DataErrorCodes, DataInputError, ImpossibleRequestError } from '../errors.js';
-import { RejectionCounter, counter, gauge, histogram } from '../metrics.js';
+import { DeferredHistogram, RejectionCounter, counter, gauge, histogram, onCollect } from '../metrics.js';
 import { ChangeNotifier } from '../waiter.js';
 import type { RecordMeta } from '../codec/record-meta.js';
 import { BufferIndex } from './buffer-index.js';
-import type { BufferEntry } from './entry.js';
+import { entryOf, type BufferEntry } from './entry.js';
 import { resolveEviction, type EvictionOptions, type ResolvedEviction } from './eviction.js';
 import { RateLimiter, type RateLimitOptions } from './rate-limiter.js';
 import { fifo } from './strategies/basic.js';
@@ -25,6 +25,7 @@ import { ensureBufferStream, type BufferNames, type BufferStreamOptions } from '
 import { IndexFeed } from './index-feed.js';
 import { PayloadLoader } from './payload-loader.js';
 import { RecordDeleter } from './record-deleter.js';
+import { ChunkTracker } from './chunk-tracker.js';
 import { summarizeStaleness, type Batch, type SampledTrajectory } from './batch.js';
 
 export interface SamplerOptions extends BufferStreamOptions {
@@ -42,6 +43,12 @@ export interface SamplerOptions extends BufferStreamOptions {
   seed?: number;
   /** Direct gets in flight while loading a batch. Default 64. */
   fetchConcurrency?: number;
+  /**
+   * A chunk that no record has claimed this long after it was stored (server time) is an orphan
+   * of a writer that crashed mid-write, and is deleted (counted). Keep it well above the
+   * longest a writer may take between its first chunk and its record. Default 15 min.
+   */
+  orphanChunkAgeMs?: number;
   /** Called with what each eviction removed and why (also counted in metrics). */
   onEvict?: (entries: readonly BufferEntry[], reason: string) => void;
   registry?: Registry;
@@ -62,12 +69,21 @@ export interface SamplerStats {
   samples: number;
   evicted: Record<string, number>;
   corrupt: number;
+  /** Orphan chunks (left by writers that crashed mid-write) found and deleted. */
+  orphanChunks: number;
   readyBatches: number;
   trainerVersion: number;
 }
 
 interface Picked {
   entries: BufferEntry[];
+}
+
+/** A batch assembled ahead of sample(), with its entries (still reserved) and the version its staleness was computed at. */
+interface Assembled {
+  batch: Batch;
+  entries: BufferEntry[];
+  version: number;
 }
 
 const STALENESS_BUCKETS = [0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64];
@@ -83,9 +99,15 @@ export class ExperienceSampler {
   private readonly loader: PayloadLoader;
   private readonly deleter: RecordDeleter;
   private readonly feed: IndexFeed;
+  private readonly chunks: ChunkTracker;
+  private orphanChunks = 0;
   private readonly rejections: RejectionCounter;
   private readonly logger: Logger;
-  private readonly ready: Batch[] = [];
+  private readonly ready: Assembled[] = [];
+  /** Index bookkeeping of handed-over batches, applied after sample() returns (see settle()). */
+  private unsettled: Array<{ entries: BufferEntry[]; spent: BufferEntry[] }> = [];
+  private settleScheduled = false;
+  private readonly unhookSettle: () => void;
   private prefetchLoop: Promise<void> = Promise.resolve();
   private trainerVersion: number;
   private inserts = 0;
@@ -100,7 +122,8 @@ export class ExperienceSampler {
     sampled: Counter<string>;
     evicted: Counter<string>;
     evictedBytes: Counter<string>;
-    staleness: Histogram<string>;
+    orphanChunks: Counter<string>;
+    staleness: DeferredHistogram;
     latency: Histogram<string>;
   };
 
@@ -119,8 +142,25 @@ export class ExperienceSampler {
     this.random = seededRandom(options.seed ?? 0x1a31a5);
     this.trainerVersion = options.trainerVersion ?? 0;
     this.loader = new PayloadLoader(jetstream(options.nc), jsm, names.stream, names.recordFilter, options.fetchConcurrency ?? 64);
-    this.deleter = new RecordDeleter(jsm, names.stream, names.recordFilter, this.logger);
-    this.feed = new IndexFeed(jetstream(options.nc), names.stream, names.recordFilter, { record: (s, m) => this.onRecord(s, m), corrupt: (s, e) => this.onCorrupt(s, e) }, this.logger);
+    this.deleter = new RecordDeleter(jsm, names.stream, this.logger);
+    this.chunks = new ChunkTracker(options.orphanChunkAgeMs ?? 15 * 60_000);
+    this.feed = new IndexFeed(
+      jetstream(options.nc),
+      names,
+      {
+        record: (seq, meta, timeMs) => {
+          this.chunks.claim(meta.chunkSeqs, timeMs);
+          this.onRecord(seq, meta);
+          this.collectOrphans();
+        },
+        chunk: (seq, timeMs) => {
+          this.chunks.chunk(seq, timeMs);
+          this.collectOrphans();
+        },
+        corrupt: (seq, err) => this.onCorrupt(seq, err),
+      },
+      this.logger,
+    );
     const b = { buffer: names.buffer };
     this.m = {
       items: gauge(registry, 'laminar_buffer_items', 'Trajectories in the experience buffer (indexed by the sampler)', ['buffer']),
@@ -129,16 +169,25 @@ export class ExperienceSampler {
       sampled: counter(registry, 'laminar_buffer_sampled_total', 'Trajectories handed to the trainer', ['buffer']),
       evicted: counter(registry, 'laminar_buffer_evicted_total', 'Trajectories removed from the buffer, by reason (capacity, sampled, stale, ...)', ['buffer', 'reason']),
       evictedBytes: counter(registry, 'laminar_buffer_evicted_bytes_total', 'Payload bytes removed from the buffer, by reason', ['buffer', 'reason']),
-      staleness: histogram(registry, 'laminar_buffer_staleness', 'Staleness (trainer version - trajectory version) of sampled trajectories', STALENESS_BUCKETS, ['buffer']),
+      orphanChunks: counter(registry, 'laminar_buffer_orphan_chunks_total', 'Chunks that no record claimed (a writer crashed mid-write), deleted', ['buffer']),
+      staleness: new DeferredHistogram(
+        histogram(registry, 'laminar_buffer_staleness', 'Staleness (trainer version - trajectory version) of sampled trajectories', STALENESS_BUCKETS, ['buffer']),
+        b,
+      ),
       latency: histogram(registry, 'laminar_buffer_sample_seconds', 'Time sample() took, by whether the batch was prefetched', [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], ['buffer', 'prefetched']),
     };
     this.m.items.set(b, 0);
     this.m.bytes.set(b, 0);
+    // A scrape sees the index with the bookkeeping of handed-over batches applied.
+    this.unhookSettle = onCollect(this.m.items, () => this.settle());
   }
 
   /** Opens the sampler: rebuilds the index from the stream, then keeps following it. */
   static async open(options: SamplerOptions): Promise<ExperienceSampler> {
     if (!Number.isInteger(options.batchSize) || options.batchSize < 1) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `batchSize must be an integer >= 1, got ${options.batchSize}`);
+    if (options.orphanChunkAgeMs !== undefined && !(options.orphanChunkAgeMs >= 0)) {
+      throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `orphanChunkAgeMs must be a number >= 0, got ${options.orphanChunkAgeMs}`);
+    }
     const jsm = await jetstreamManager(options.nc);
     const names = await ensureBufferStream(jsm, options);
     const s = new ExperienceSampler(options, jsm, names, options.registry ?? createRegistry({ defaultMetrics: false }));
@@ -163,6 +212,7 @@ export class ExperienceSampler {
 
   /** Sets the priority of a trajectory still in the buffer (prioritized strategy). */
   updatePriority(id: string, priority: number): boolean {
+    this.settle();
     const e = this.index.get(id);
     if (!e || !(priority >= 0) || !Number.isFinite(priority)) return false;
     e.priority = priority;
@@ -216,6 +266,7 @@ export class ExperienceSampler {
   }
 
   stats(): SamplerStats {
+    this.settle();
     return {
       items: this.index.size,
       bytes: this.index.bytes,
@@ -224,6 +275,7 @@ export class ExperienceSampler {
       samples: this.samples,
       evicted: { ...this.evicted },
       corrupt: this.corrupt,
+      orphanChunks: this.orphanChunks,
       readyBatches: this.ready.length,
       trainerVersion: this.trainerVersion,
     };
@@ -231,11 +283,13 @@ export class ExperienceSampler {
 
   /** Metadata of every indexed trajectory, oldest first (for tools and tests). */
   entries(): readonly BufferEntry[] {
+    this.settle();
     return this.index.all();
   }
 
   /** Waits for pending stream deletions (tests, shutdown). */
   async flush(): Promise<void> {
+    this.settle();
     await this.deleter.idle();
   }
 
@@ -245,15 +299,18 @@ export class ExperienceSampler {
     this.changed.notify();
     await this.feed.stop();
     await this.prefetchLoop;
-    for (const b of this.ready.splice(0)) this.index.release(b.items.map((i) => this.index.get(i.id)!).filter(Boolean));
+    for (const a of this.ready.splice(0)) this.index.release(a.entries);
+    this.settle();
+    this.unhookSettle();
+    this.m.staleness.dispose();
     await this.deleter.idle();
   }
 
   // ---- index maintenance ----
 
   private onRecord(seq: number, meta: RecordMeta): void {
-    const { v: _v, ...rest } = meta;
-    const entry: BufferEntry = { ...rest, seq, timesSampled: 0, indexedAt: Date.now() };
+    this.settle();
+    const entry = entryOf(seq, meta, Date.now());
     if (!this.index.add(entry)) {
       // A second record of an indexed id or group slot (possible only after eviction and re-submission).
       this.rejections.count(DataErrorCodes.CORRUPT_RECORD);
@@ -300,9 +357,27 @@ export class ExperienceSampler {
     this.evicted[reason] = (this.evicted[reason] ?? 0) + entries.length;
     this.m.evicted.inc({ buffer: this.names.buffer, reason }, entries.length);
     this.m.evictedBytes.inc({ buffer: this.names.buffer, reason }, bytes);
-    this.deleter.delete(entries, () => this.index.firstSeq() ?? this.feed.lastSeq + 1);
+    this.deleter.delete(entries, () => this.garbageBound());
     this.options.onEvict?.(entries, reason);
     this.updateGauges();
+  }
+
+  /**
+   * Every message below this sequence is garbage: older than the oldest indexed record, than
+   * every chunk of an indexed record, than every chunk a record may still claim, and already
+   * seen by the index feed.
+   */
+  private garbageBound(): number {
+    return Math.min(this.index.firstSeq() ?? Infinity, this.index.oldestChunk() ?? Infinity, this.chunks.oldestUnclaimed() ?? Infinity, this.feed.lastSeq + 1);
+  }
+
+  private collectOrphans(): void {
+    const orphans = this.chunks.takeOrphans();
+    if (orphans.length === 0) return;
+    this.orphanChunks += orphans.length;
+    this.m.orphanChunks.inc({ buffer: this.names.buffer }, orphans.length);
+    this.logger.warn({ count: orphans.length, first: orphans[0] }, 'deleting orphan chunks (a writer crashed mid-write)');
+    this.deleter.deleteSeqs(orphans, () => this.garbageBound());
   }
 
   private updateGauges(): void {
@@ -337,6 +412,7 @@ export class ExperienceSampler {
 
   /** Chooses and reserves the entries of a batch, or undefined when not possible yet. */
   private pick(count: number): Picked | undefined {
+    this.settle();
     const state = { size: this.index.size, inserts: this.inserts, samples: this.samples };
     if (!this.limiter.allows(count, state)) return undefined;
     const chosen = this.strategy.select(this.index.candidates(), count, this.context());
@@ -347,7 +423,7 @@ export class ExperienceSampler {
     return { entries };
   }
 
-  private async assemble(picked: Picked, prefetched: boolean): Promise<Batch> {
+  private async assemble(picked: Picked, prefetched: boolean): Promise<Assembled> {
     const payloads = await this.loader.load(picked.entries);
     const items: SampledTrajectory[] = [];
     const missing: BufferEntry[] = [];
@@ -359,6 +435,7 @@ export class ExperienceSampler {
         return;
       }
       bytes += e.bytes;
+      // One literal, one hidden class for every item (see entryOf).
       items.push({
         id: e.id,
         promptId: e.promptId,
@@ -373,9 +450,9 @@ export class ExperienceSampler {
         responseLength: e.responseLength,
         createdAt: e.createdAt,
         completedAt: e.completedAt,
-        ...(e.rolloutId !== undefined ? { rolloutId: e.rolloutId } : {}),
+        rolloutId: e.rolloutId,
         priority: e.priority,
-        ...(e.info !== undefined ? { info: e.info } : {}),
+        info: e.info,
         seq: e.seq,
         staleness: 0,
         timesSampled: e.timesSampled,
@@ -389,42 +466,84 @@ export class ExperienceSampler {
       this.remove(missing, 'missing');
       throw new RecordsMissing();
     }
-    return { items, trainerVersion: this.trainerVersion, staleness: summarizeStaleness([]), groups: [], bytes, prefetched };
+    // Everything that does not depend on the trainer version at hand-over is done here, so
+    // that handing over a prefetched batch is a few field updates per item.
+    const version = this.trainerVersion;
+    const groups = new Set<string>();
+    for (const it of items) {
+      it.staleness = Math.max(0, version - it.weightVersion);
+      groups.add(it.groupId);
+    }
+    const batch: Batch = { items, trainerVersion: version, staleness: summarizeStaleness(items), groups: [...groups], bytes, prefetched };
+    return { batch, entries: picked.entries, version };
   }
 
   /**
-   * Finalises a batch at hand-over: staleness against the current trainer version, the
-   * strategy's accept() re-check (undefined when it failed: the batch is released), sample
-   * counts and the maxTimesSampled removal.
+   * Finalises a batch at hand-over: the strategy's accept() re-check (undefined when it failed:
+   * the batch is released), staleness against the current trainer version (recomputed only if
+   * it moved since the batch was assembled) and sample counts. This is on the trainer's critical
+   * path, so it touches each item once; releasing the entries and removing the spent ones from
+   * the index happen right after sample() returns (settle()).
    */
-  private handOver(batch: Batch): Batch | undefined {
-    const ctx = this.context();
-    const entries = batch.items.map((it) => this.index.get(it.id)).filter((e): e is BufferEntry => e !== undefined);
-    if (entries.length !== batch.items.length || (this.strategy.accept && !entries.every((e) => this.strategy.accept!(e, ctx)))) {
+  private handOver(a: Assembled): Batch | undefined {
+    const { batch, entries } = a;
+    const { items } = batch;
+    let intact = true;
+    for (let i = 0; i < entries.length; i++) if (!this.index.holds(entries[i]!)) intact = false;
+    const accept = this.strategy.accept;
+    const ctx = accept ? this.context() : undefined;
+    if (!intact || (accept && !entries.every((e) => accept.call(this.strategy, e, ctx!)))) {
       // Rejected (e.g. beyond max staleness after a version change): release and drop what failed.
-      this.samples -= batch.items.length;
-      this.index.release(entries);
-      this.remove(entries.filter((e) => this.strategy.accept && !this.strategy.accept(e, ctx)), 'stale');
+      const held = entries.filter((e) => this.index.holds(e));
+      this.samples -= items.length;
+      this.index.release(held);
+      if (accept) this.remove(held.filter((e) => !accept.call(this.strategy, e, ctx!)), 'stale');
       this.changed.notify();
       return undefined;
     }
-    const staleness: number[] = [];
-    const groups = new Set<string>();
-    const spent: BufferEntry[] = [];
-    batch.items.forEach((it, i) => {
+    const version = this.trainerVersion;
+    let staleness = batch.staleness;
+    if (version !== a.version) {
+      for (let i = 0; i < items.length; i++) {
+        const it = items[i]!;
+        it.staleness = Math.max(0, version - it.weightVersion);
+      }
+      staleness = summarizeStaleness(items);
+    }
+    const max = this.eviction.maxTimesSampled;
+    let allSpent = true;
+    for (let i = 0; i < entries.length; i++) {
       const e = entries[i]!;
-      e.timesSampled++;
-      it.timesSampled = e.timesSampled;
-      it.staleness = ctx.staleness(e);
-      staleness.push(it.staleness);
-      this.m.staleness.observe({ buffer: this.names.buffer }, it.staleness);
-      groups.add(e.groupId);
-      if (e.timesSampled >= this.eviction.maxTimesSampled) spent.push(e);
-    });
-    this.index.release(entries);
-    this.remove(spent, 'sampled');
-    this.m.sampled.inc({ buffer: this.names.buffer }, batch.items.length);
-    return { ...batch, trainerVersion: this.trainerVersion, staleness: summarizeStaleness(staleness), groups: [...groups] };
+      const times = ++e.timesSampled;
+      items[i]!.timesSampled = times;
+      if (times < max) allSpent = false;
+    }
+    for (const [value, count] of Object.entries(staleness.histogram)) this.m.staleness.observe(Number(value), count);
+    this.m.sampled.inc({ buffer: this.names.buffer }, items.length);
+    this.unsettled.push({ entries, spent: allSpent ? entries : entries.filter((e) => e.timesSampled >= max) });
+    if (!this.settleScheduled) {
+      this.settleScheduled = true;
+      setImmediate(() => this.settle());
+    }
+    return { ...batch, trainerVersion: version, staleness };
+  }
+
+  /**
+   * Applies the index bookkeeping of handed-over batches: their entries are released and those
+   * sampled maxTimesSampled times are removed (counted, deleted from the stream). Runs on the
+   * turn after sample() returns, and before anything that reads the index (pick, stats, a new
+   * record), so nobody ever sees the index without it. Until then the entries stay reserved,
+   * so no other batch can take them.
+   */
+  private settle(): void {
+    this.settleScheduled = false;
+    if (this.unsettled.length === 0) return;
+    const work = this.unsettled;
+    this.unsettled = [];
+    for (const { entries, spent } of work) {
+      this.index.release(entries);
+      this.remove(spent, 'sampled');
+    }
   }
 
   private async runPrefetch(): Promise<void> {
@@ -435,9 +554,9 @@ export class ExperienceSampler {
         continue;
       }
       try {
-        const batch = await this.assemble(picked, true);
+        const assembled = await this.assemble(picked, true);
         if (this.closed) this.index.release(picked.entries);
-        else this.ready.push(batch);
+        else this.ready.push(assembled);
       } catch (err) {
         if (!(err instanceof RecordsMissing)) {
           this.index.release(picked.entries);

@@ -29,6 +29,8 @@ export interface BufferNames {
   recordPrefix: string;
   chunkPrefix: string;
   recordFilter: string;
+  /** Every subject of the buffer: records and chunks. */
+  allFilter: string;
   recordSubject(id: string): string;
   chunkSubject(id: string): string;
 }
@@ -43,6 +45,7 @@ export function bufferNames(buffer = 'default'): BufferNames {
     recordPrefix,
     chunkPrefix,
     recordFilter: `${recordPrefix}.*`,
+    allFilter: `laminar.exp.${buffer}.>`,
     recordSubject: (id) => `${recordPrefix}.${idToken(id)}`,
     chunkSubject: (id) => `${chunkPrefix}.${idToken(id)}`,
   };
@@ -55,7 +58,7 @@ export async function ensureBufferStream(jsm: JetStreamManager, options: BufferS
   if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `replicas must be 1..5, got ${replicas}`);
   const config: Partial<StreamConfig> & { name: string } = {
     name: names.stream,
-    subjects: [`laminar.exp.${names.buffer}.>`],
+    subjects: [names.allFilter],
     storage: StorageType.File,
     retention: RetentionPolicy.Limits,
     discard: DiscardPolicy.New,
