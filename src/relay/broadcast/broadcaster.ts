@@ -15,7 +15,7 @@ import { LaminarError, type LaminarError as LaminarErrorType } from '../../commo
 import { MAX_HEADER_BYTES } from '../../safetensors/header.js';
 import { UcxWorker, type IncomingMessage, type Listener, type Registration } from '../../ucx/index.js';
 import type { StoredVersion, VersionStore } from '../store.js';
-import { IncomingTransfer } from './incoming.js';
+import { IncomingTransfer, PullLane } from './incoming.js';
 import { acceptPeer, connectPeer, PeerRefusedError, type PeerLink, type PeerRole } from './link.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
 import { BroadcastMetrics } from './metrics.js';
@@ -79,6 +79,7 @@ export class Broadcaster {
   private readonly arrivals = new Map<string, Arrival>();
   private readonly offersInProgress = new Set<string>();
   private readonly upstreams = new Set<PeerLink>();
+  private readonly lanes = new WeakMap<PeerLink, PullLane>();
   private readonly registrations = new Map<object, Registration>();
   private readonly timer: NodeJS.Timeout;
   private readonly log: Logger;
@@ -352,7 +353,12 @@ export class Broadcaster {
       this.reject(link, 'ERR_CHUNK_LENGTH', `chunk ${chunk.index} carries ${incoming.length} bytes, expected ${expected} by rendezvous`);
       return;
     }
-    void transfer.receive(chunk.index, incoming, link.endpoint.id).then((outcome) => {
+    let lane = this.lanes.get(link);
+    if (lane === undefined) {
+      lane = new PullLane();
+      this.lanes.set(link, lane);
+    }
+    void transfer.receive(chunk.index, incoming, link.endpoint.id, lane).then((outcome) => {
       if (outcome === 'corrupt' || outcome === 'failed') {
         void link.send({ t: 'nack', model: chunk.model, version: chunk.version, index: chunk.index }).catch(() => undefined);
       }

@@ -14,6 +14,26 @@ import type { ChunkSource } from './source.js';
 
 export type ChunkOutcome = 'verified' | 'duplicate' | 'corrupt' | 'failed';
 
+/**
+ * Chunks from one link are pulled one at a time, in the order they were announced. With several
+ * pulls at once the transport interleaves them and they all finish late, so each hop would add a
+ * whole window of delay to the pipeline; one at a time, the first chunk is forwarded after one
+ * chunk time. The announcements (small) still arrive ahead, so the link never idles.
+ */
+export class PullLane {
+  private tail: Promise<void> = Promise.resolve();
+
+  /** Runs `pull` after every pull queued before it on this lane. */
+  run<T>(pull: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(pull);
+    this.tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    return result;
+  }
+}
+
 export class IncomingTransfer implements ChunkSource {
   private readonly verified: Uint8Array;
   /** Per chunk: the link whose copy is landing now (0: none), and a generation to spot late ones. */
@@ -45,6 +65,24 @@ export class IncomingTransfer implements ChunkSource {
       this.rejectDone = reject;
     });
     this.done.catch(() => undefined);
+    void this.prefault();
+  }
+
+  /**
+   * Faults the new segment's pages in ahead of the data, on the thread pool, front to back: a
+   * page fault per 4 KiB on the receive path would otherwise cost a large share of a fast link.
+   */
+  private async prefault(): Promise<void> {
+    const step = 64 * 1024 * 1024;
+    for (let offset = 0; offset < this.v.layout.totalSize; offset += step) {
+      const mapping = this.v.mapping;
+      if (this.abandoned || this.v.state !== 'writing' || mapping === null) return;
+      try {
+        await mapping.populate(offset, Math.min(step, this.v.layout.totalSize - offset), true);
+      } catch {
+        return; // an optimisation only (older kernels lack MADV_POPULATE_WRITE)
+      }
+    }
   }
 
   get model(): string {
@@ -100,7 +138,7 @@ export class IncomingTransfer implements ChunkSource {
    * Takes chunk `index` from a message: validates it, pulls the bytes into place, verifies them.
    * Never throws: the outcome says what happened (the caller nacks a corrupt chunk).
    */
-  async receive(index: number, incoming: IncomingMessage, linkId: number): Promise<ChunkOutcome> {
+  async receive(index: number, incoming: IncomingMessage, linkId: number, lane: PullLane): Promise<ChunkOutcome> {
     this.lastActivity = Date.now();
     if (this.abandoned || this.v.state !== 'writing') {
       incoming.release();
@@ -121,7 +159,7 @@ export class IncomingTransfer implements ChunkSource {
     const superseded = (): boolean => this.generation[index] !== generation;
     try {
       const mapping = this.v.mapping!;
-      await incoming.receiveInto(mapping, offset);
+      await lane.run(() => (superseded() ? Promise.resolve(incoming.release()) : incoming.receiveInto(mapping, offset)));
       if (superseded()) return 'duplicate';
       const sum = checksumHex(await mapping.checksumAsync(offset, length));
       this.metrics.chunkBytesReceived.inc(length);
