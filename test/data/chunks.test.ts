@@ -9,7 +9,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { headers } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { startNatsServer, type NatsServer } from '../../src/services/index.js';
-import { ExperienceSampler, ExperienceWriter, bufferNames, validateTrajectory } from '../../src/data/index.js';
+import { ExperienceSampler, ExperienceWriter, bufferNames, uniform, validateTrajectory } from '../../src/data/index.js';
 import { META_HEADER, encodeMeta, metaOf } from '../../src/data/codec/record-meta.js';
 import { encodePayload } from '../../src/data/codec/payload.js';
 import { metricValue, natsClient, trajectory } from './helpers.js';
@@ -97,6 +97,25 @@ describe('claim-check chunks', () => {
     expect(Array.from(c.tokens.subarray(99_990))).toEqual(Array.from(t.tokens.subarray(99_990)));
     await s.flush();
     expect(await streamMessages()).toBe(0);
+    await s.close();
+  });
+
+  it('chunked payloads sampled at random are assembled intact, a few direct gets at a time', async () => {
+    const w = await ExperienceWriter.open({ nc, buffer, registry });
+    const sizes = [40_000, 90_000, 33_000, 120_000, 70_000, 65_536];
+    for (const [i, tokens] of sizes.entries()) expect((await w.write(trajectory({ id: `r${i}` }, tokens))).chunks).toBe(Math.ceil((tokens * 8) / CHUNK));
+    await w.write(trajectory({ id: 'small' }));
+    const s = await ExperienceSampler.open({ nc, buffer, registry, batchSize: 5, strategy: uniform(), seed: 3, fetchConcurrency: 2, prefetch: false });
+    const b = await s.sample({ timeoutMs: 10_000 });
+    expect(b.items).toHaveLength(5);
+    for (const it of b.items) {
+      const tokens = it.id === 'small' ? 12 : sizes[Number(it.id.slice(1))]!;
+      const want = validateTrajectory(trajectory({ id: it.id }, tokens));
+      expect(it.tokens.length).toBe(tokens);
+      expect(Buffer.from(it.tokens.buffer, it.tokens.byteOffset, it.tokens.byteLength).equals(Buffer.from(want.tokens.buffer))).toBe(true);
+      expect(Buffer.from(it.logprobs.buffer, it.logprobs.byteOffset, it.logprobs.byteLength).equals(Buffer.from(want.logprobs.buffer))).toBe(true);
+    }
+    expect(b.bytes).toBe(b.items.reduce((n, it) => n + it.tokens.length * 8, 0));
     await s.close();
   });
 });

@@ -7,7 +7,7 @@
  * scattered records (uniform, prioritized) and chunked payloads use direct gets by sequence,
  * many in flight.
  */
-import { DeliverPolicy, type JetStreamClient, type JetStreamManager, type JsMsg } from '@nats-io/jetstream';
+import { DeliverPolicy, type JetStreamClient, type JetStreamManager, type JsMsg, type StoredMsg } from '@nats-io/jetstream';
 import { mapLimit } from '../../common/concurrency.js';
 import { retryTransient } from '../retry.js';
 import { Arena } from './arena.js';
@@ -25,8 +25,26 @@ const MAX_GAP = 8;
 const PULL_MESSAGES = 1024;
 const PULL_BYTES = 64 * 1024 * 1024;
 
-/** Copies a payload into the batch's arena; a promise when it must wait for population. */
-type Place = (e: BufferEntry, parts: readonly Uint8Array[]) => Promise<void> | undefined;
+/** Copies a record's body into the batch's arena; a promise when it must wait for population. */
+type Place = (e: BufferEntry, data: Uint8Array) => Promise<void> | undefined;
+
+/** `fn` with at most `n` calls in flight; the others wait in call order. */
+function limiter<A, R>(n: number, fn: (a: A) => Promise<R>): (a: A) => Promise<R> {
+  let active = 0;
+  const queue: Array<() => void> = [];
+  return async (a) => {
+    // A finished call hands its slot straight to the next waiter.
+    if (active >= n) await new Promise<void>((r) => queue.push(r));
+    else active++;
+    try {
+      return await fn(a);
+    } finally {
+      const next = queue.shift();
+      if (next) next();
+      else active--;
+    }
+  };
+}
 
 export class PayloadLoader {
   constructor(
@@ -45,39 +63,71 @@ export class PayloadLoader {
     const out = new Array<LoadedPayload | undefined>(entries.length);
     const indexOf = new Map<BufferEntry, number>();
     entries.forEach((e, i) => indexOf.set(e, i));
-    const copy = (e: BufferEntry, parts: readonly Uint8Array[], at: number): void => {
-      const view = new Uint8Array(arena.buffer, at, e.bytes);
-      let o = 0;
-      for (const p of parts) {
-        view.set(p, o);
-        o += p.byteLength;
-      }
+    const done = (e: BufferEntry, at: number): void => {
       out[indexOf.get(e)!] = { tokens: new Int32Array(arena.buffer, at, e.tokenCount), logprobs: new Float32Array(arena.buffer, at + e.tokenCount * 4, e.tokenCount) };
     };
     /**
-     * Copies an entry's parts into the arena (a payload of the wrong size counts as missing).
+     * Copies a record's body into the arena (a payload of the wrong size counts as missing).
      * Returns a promise only when the arena's pages are not populated that far yet.
      */
-    const place: Place = (e, parts) => {
-      let size = 0;
-      for (const p of parts) size += p.byteLength;
-      if (size !== e.bytes) return undefined;
-      const at = arena.allocate(size)!;
-      if (arena.ready(at + size)) {
-        copy(e, parts, at);
+    const place: Place = (e, data) => {
+      if (data.byteLength !== e.bytes) return undefined;
+      const at = arena.allocate(e.bytes)!;
+      if (arena.ready(at + e.bytes)) {
+        new Uint8Array(arena.buffer, at, e.bytes).set(data);
+        done(e, at);
         return undefined;
       }
-      return arena.whenReady(at + size).then(() => copy(e, parts, at));
+      return arena.whenReady(at + e.bytes).then(() => {
+        new Uint8Array(arena.buffer, at, e.bytes).set(data);
+        done(e, at);
+      });
     };
     const { runs, scattered } = this.plan(entries);
+    // One limit on direct gets for the whole batch: a batch of big chunked payloads holds at
+    // most `concurrency` messages while it loads, not every chunk of every payload in flight.
+    const get = limiter(this.concurrency, (seq: number) => retryTransient(() => this.jsm.direct.getMessage(this.stream, { seq })));
     await Promise.all([
       mapLimit(runs, 2, (run) => this.streamRun(run, place)),
       mapLimit(scattered, this.concurrency, async (e) => {
-        const parts = await Promise.all((e.chunkSeqs.length > 0 ? e.chunkSeqs : [e.seq]).map((seq) => retryTransient(() => this.jsm.direct.getMessage(this.stream, { seq }))));
-        if (parts.every((p) => p !== null)) await place(e, parts.map((p) => p!.data));
+        if (e.chunkSeqs.length === 0) {
+          const m = await get(e.seq);
+          if (m) await place(e, m.data);
+          return;
+        }
+        const at = await this.loadChunks(e, arena, get);
+        if (at !== undefined) done(e, at);
       }),
     ]);
     return out;
+  }
+
+  /**
+   * A claim-check payload: its first chunk gives the chunk size (the writer cuts every chunk
+   * but the last to the same size), then every chunk is copied to its place in the arena as it
+   * arrives. The arena offset, or undefined when a chunk is gone or the sizes do not add up.
+   */
+  private async loadChunks(e: BufferEntry, arena: Arena, get: (seq: number) => Promise<StoredMsg | null>): Promise<number | undefined> {
+    const seqs = e.chunkSeqs;
+    const first = await get(seqs[0]!);
+    if (!first) return undefined;
+    const size = first.data.byteLength;
+    const lastSize = e.bytes - (seqs.length - 1) * size;
+    if (size === 0 || lastSize <= 0 || lastSize > size) return undefined;
+    const at = arena.allocate(e.bytes)!;
+    if (!arena.ready(at + e.bytes)) await arena.whenReady(at + e.bytes);
+    const view = new Uint8Array(arena.buffer, at, e.bytes);
+    view.set(first.data, 0);
+    let intact = true;
+    await Promise.all(
+      seqs.slice(1).map(async (seq, i) => {
+        const m = await get(seq);
+        const expected = i === seqs.length - 2 ? lastSize : size;
+        if (!m || m.data.byteLength !== expected) intact = false;
+        else view.set(m.data, (i + 1) * size);
+      }),
+    );
+    return intact ? at : undefined;
   }
 
   private plan(entries: readonly BufferEntry[]): { runs: BufferEntry[][]; scattered: BufferEntry[] } {
@@ -121,7 +171,7 @@ export class PayloadLoader {
             seen = m.seq;
             const e = bySeq.get(m.seq);
             if (e) {
-              const waiting = place(e, [m.data]);
+              const waiting = place(e, m.data);
               if (waiting) await waiting;
             }
             if (m.seq >= last) break;
