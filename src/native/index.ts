@@ -108,6 +108,24 @@ function findAddon(): string {
   );
 }
 
+/**
+ * Our defaults for UCX, put into the environment before the addon (and with it UCX) is loaded,
+ * each only where the user has not set that variable:
+ * - no memory-event hooks: UCX would patch mmap/munmap/brk in the running process, racing V8's
+ *   own threads (we register the big buffers, the shm segments, explicitly instead);
+ * - no UCX signal handlers: SIGSEGV and friends stay Node's and V8's;
+ * - a listener may rebind its port at once after a restart (instead of failing while the old
+ *   connections sit in TIME_WAIT).
+ */
+export const UCX_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({
+  UCX_MEM_EVENTS: 'no',
+  UCX_MEM_MALLOC_HOOKS: 'no',
+  UCX_MEM_MMAP_HOOK_MODE: 'none',
+  UCX_ERROR_SIGNALS: '',
+  UCX_TCP_CM_REUSEADDR: 'y',
+});
+for (const [name, value] of Object.entries(UCX_DEFAULTS)) process.env[name] ??= value;
+
 const require = createRequire(import.meta.url);
 export const native: NativeAddon = require(findAddon()) as NativeAddon;
 native.setErrorClass(NativeError);

@@ -1,4 +1,4 @@
-import { native, type Mapping, type UcxNativeEvent, type UcxNativeStats, type UcxNativeWorker } from '../native/index.js';
+import { native, UCX_DEFAULTS, type Mapping, type UcxNativeEvent, type UcxNativeStats, type UcxNativeWorker } from '../native/index.js';
 import { InvalidInputError, type LaminarError } from '../common/errors.js';
 import { Endpoint } from './endpoint.js';
 import { IncomingMessage } from './message.js';
@@ -12,18 +12,6 @@ export interface UcxWorkerOptions {
   onStray?: (message: IncomingMessage) => void;
 }
 
-/**
- * Our defaults for UCX, applied to the environment UCX reads its configuration from, each only
- * where the user has not set that variable: a listener may rebind its port at once after a
- * restart (instead of failing while the old connections sit in TIME_WAIT).
- */
-export const UCX_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({
-  UCX_TCP_CM_REUSEADDR: 'y',
-});
-
-function applyUcxDefaults(): void {
-  for (const [name, value] of Object.entries(UCX_DEFAULTS)) process.env[name] ??= value;
-}
 
 export interface Listener {
   readonly port: number;
@@ -41,6 +29,8 @@ export interface Registration {
  * UCX_NET_DEVICES): TCP on loopback and between network namespaces, RDMA verbs on InfiniBand or
  * RoCE. The worker keeps the process alive while open (like a server); unref() to not.
  */
+export { UCX_DEFAULTS };
+
 export class UcxWorker {
   private readonly handle: UcxNativeWorker;
   private readonly endpoints = new Map<number, Endpoint>();
@@ -48,7 +38,6 @@ export class UcxWorker {
   private closedFlag = false;
 
   constructor(private readonly options: UcxWorkerOptions = {}) {
-    applyUcxDefaults();
     const nativeOptions: { maxEagerBytes?: number; budgetMs?: number } = {};
     if (options.maxEagerBytes !== undefined) nativeOptions.maxEagerBytes = options.maxEagerBytes;
     if (options.budgetMs !== undefined) nativeOptions.budgetMs = options.budgetMs;
