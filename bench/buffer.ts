@@ -7,9 +7,12 @@
  *   latency: sample() with prefetch on (the next batch assembled while "training") and off
  *   memory : peak RSS of the sampler process (a child process, like a trainer) / batch bytes
  *   partial: CPU of streaming `inflight` trajectories at 50 tokens/s to the partial pool
+ *   cost   : CPU seconds and page faults of the cold sample and of the raw fetch (and of
+ *            nats-server meanwhile), to tell where their time went on a shared machine
  * Prints a table, then one JSON line (last line of stdout).
  */
 import { fork } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
@@ -51,6 +54,35 @@ function makeTrajectory(i: number, tokens: number, version: number): TrajectoryI
 
 const seconds = (t0: bigint): number => Number(process.hrtime.bigint() - t0) / 1e9;
 
+/** CPU seconds (user + system, all threads) and minor page faults of a process so far (Linux). */
+interface Usage {
+  cpuS: number;
+  faults: number;
+}
+function usage(pid: number | 'self' = 'self'): Usage | undefined {
+  try {
+    // Fields after the command name: state(3) ... minflt(10) ... utime(14) stime(15), in ticks.
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return { cpuS: (Number(f[11]) + Number(f[12])) / 100, faults: Number(f[7]) };
+  } catch {
+    return undefined;
+  }
+}
+const since = (a: Usage | undefined, b: Usage | undefined): Usage | undefined => (a && b ? { cpuS: +(b.cpuS - a.cpuS).toFixed(2), faults: b.faults - a.faults } : undefined);
+
+/** What a measured step cost: its own process, and the nats-server beside it. */
+interface Cost {
+  client?: Usage;
+  server?: Usage;
+}
+
+/** Starts counting a step's cost; the returned function ends it. */
+function costMeter(serverPid: number | undefined): () => Cost {
+  const c0 = usage();
+  const s0 = serverPid === undefined ? undefined : usage(serverPid);
+  return () => ({ client: since(c0, usage()), server: serverPid === undefined ? undefined : since(s0, usage(serverPid)) });
+}
+
 /** Raw JetStream publish of `count` messages of `bytes`, `window` acks outstanding. */
 async function rawPublish(nc: NatsConnection, count: number, bytes: number, window: number): Promise<number> {
   const jsm = await jetstreamManager(nc);
@@ -63,10 +95,11 @@ async function rawPublish(nc: NatsConnection, count: number, bytes: number, wind
 }
 
 /** Raw pull-consumer fetch of everything in RAW. */
-async function rawFetch(nc: NatsConnection, count: number): Promise<number> {
+async function rawFetch(nc: NatsConnection, count: number, serverPid: number | undefined): Promise<{ s: number; cost: Cost }> {
   const jsm = await jetstreamManager(nc);
   await jsm.consumers.add('RAW', { durable_name: 'bench', ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.All });
   const consumer = await jetstream(nc).consumers.get('RAW', 'bench');
+  const meter = costMeter(serverPid);
   const t0 = process.hrtime.bigint();
   let got = 0;
   let bytes = 0;
@@ -78,8 +111,9 @@ async function rawFetch(nc: NatsConnection, count: number): Promise<number> {
     }
   }
   const s = seconds(t0);
+  const cost = meter();
   if (bytes === 0) throw new Error('raw fetch got nothing');
-  return s;
+  return { s, cost };
 }
 
 async function ourWrite(nc: NatsConnection, buffer: string, from: number, count: number, tokens: number, window: number): Promise<number> {
@@ -132,6 +166,7 @@ interface ChildResult {
   sampleS: number;
   peakRssBytes: number;
   batchBytes: number;
+  cost: Cost;
 }
 
 /**
@@ -139,7 +174,7 @@ interface ChildResult {
  * assembled inside sample(). 'prefetch': the first call waits; "training" on that batch lets
  * the next one assemble, and the timed call hands it over.
  */
-async function samplerChild(url: string, buffer: string, batch: number, mode: 'cold' | 'prefetch'): Promise<ChildResult> {
+async function samplerChild(url: string, buffer: string, batch: number, mode: 'cold' | 'prefetch', serverPid: number | undefined): Promise<ChildResult> {
   const nc = await connect({ servers: url });
   const s = await ExperienceSampler.open({ nc, buffer, batchSize: batch, prefetch: mode === 'prefetch' });
   if (mode === 'prefetch') {
@@ -149,19 +184,21 @@ async function samplerChild(url: string, buffer: string, batch: number, mode: 'c
     if (training.items.length !== batch) throw new Error('short batch');
     training = undefined as never; // the training step is done with it
   }
+  const meter = costMeter(serverPid);
   const t0 = process.hrtime.bigint();
   const b = await s.sample();
   const sampleS = seconds(t0);
+  const cost = meter();
   if (b.prefetched !== (mode === 'prefetch')) throw new Error(`expected prefetched=${mode === 'prefetch'}`);
-  const result = { sampleS, peakRssBytes: process.resourceUsage().maxRSS * 1024, batchBytes: b.bytes };
+  const result = { sampleS, peakRssBytes: process.resourceUsage().maxRSS * 1024, batchBytes: b.bytes, cost };
   await s.close();
   await nc.close();
   return result;
 }
 
-function runChild(url: string, buffer: string, batch: number, mode: 'cold' | 'prefetch'): Promise<ChildResult> {
+function runChild(url: string, buffer: string, batch: number, mode: 'cold' | 'prefetch', serverPid: number | undefined): Promise<ChildResult> {
   return new Promise((resolve, reject) => {
-    const child = fork(fileURLToPath(import.meta.url), ['--sampler-child', url, buffer, String(batch), mode], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const child = fork(fileURLToPath(import.meta.url), ['--sampler-child', url, buffer, String(batch), mode, String(serverPid ?? '')], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     child.once('message', (m) => resolve(m as ChildResult));
     child.once('exit', (code) => (code === 0 ? undefined : reject(new Error(`sampler child exited with ${code}`))));
   });
@@ -180,16 +217,16 @@ export async function run(argv: string[]): Promise<void> {
     log(`raw publish of ${a.batch} x ${formatBytes(itemBytes)}`);
     const rawPubS = await rawPublish(nc, a.batch, itemBytes, a.window);
     log('raw fetch');
-    const rawFetchS = await rawFetch(nc, a.batch);
+    const { s: rawFetchS, cost: rawCost } = await rawFetch(nc, a.batch, nats.pid);
     await (await jetstreamManager(nc)).streams.delete('RAW');
     log('experience writer (3 batches: cold sample, then two with prefetch)');
     const writeS = await ourWrite(nc, 'bench', 0, a.batch, a.tokens, a.window);
     await ourWrite(nc, 'bench', a.batch, 2 * a.batch, a.tokens, a.window);
     await nc.close();
     log('sampler, cold (child process)');
-    const cold = await runChild(nats.url, 'bench', a.batch, 'cold');
+    const cold = await runChild(nats.url, 'bench', a.batch, 'cold', nats.pid);
     log('sampler, prefetch (child process)');
-    const warm = await runChild(nats.url, 'bench', a.batch, 'prefetch');
+    const warm = await runChild(nats.url, 'bench', a.batch, 'prefetch', nats.pid);
 
     const gbs = (s: number): number => batchBytes / s / 1e9;
     const result = {
@@ -212,12 +249,26 @@ export async function run(argv: string[]): Promise<void> {
       partial_appends: partial.appends,
       critical_path_s: +warm.sampleS.toFixed(4),
       paper_critical_path_s: PAPER_OVERHEAD_S,
+      // Where the time of the cold sample and of the raw fetch went (Linux /proc): CPU seconds of
+      // the measuring process (all its threads) and of nats-server, and minor page faults of the
+      // measuring process (first touches of fresh memory).
+      raw_fetch_cpu_s: rawCost.client?.cpuS,
+      raw_fetch_page_faults: rawCost.client?.faults,
+      raw_fetch_server_cpu_s: rawCost.server?.cpuS,
+      sample_cold_cpu_s: cold.cost.client?.cpuS,
+      sample_cold_page_faults: cold.cost.client?.faults,
+      sample_cold_server_cpu_s: cold.cost.server?.cpuS,
     };
     const rows: Array<[string, string, string]> = [
       ['write throughput', `${result.write_gbps} GB/s`, `raw publish ${result.raw_publish_gbps} GB/s -> ratio ${result.write_over_raw} (goal >= 0.7)`],
       ['sample throughput (cold)', `${result.sample_gbps} GB/s`, `raw fetch ${result.raw_fetch_gbps} GB/s -> ratio ${result.sample_over_raw} (goal >= 0.7)`],
       ['sample() prefetch on', `${result.sample_ms_prefetch} ms`, 'goal <= 50 ms'],
       ['sample() prefetch off', `${result.sample_ms_cold} ms`, `one batch of ${formatBytes(batchBytes)}`],
+      [
+        'cold sample vs raw fetch, CPU',
+        `${result.sample_cold_cpu_s ?? '?'} s, ${result.sample_cold_page_faults ?? '?'} page faults`,
+        `raw fetch ${result.raw_fetch_cpu_s ?? '?'} s, ${result.raw_fetch_page_faults ?? '?'} page faults; nats-server ${result.sample_cold_server_cpu_s ?? '?'} s vs ${result.raw_fetch_server_cpu_s ?? '?'} s`,
+      ],
       ['sampler peak RSS, prefetch', formatBytes(warm.peakRssBytes), `${result.sampler_rss_over_batch} x batch (goal <= 2): one batch training + one prefetched`],
       ['sampler peak RSS, cold', formatBytes(cold.peakRssBytes), `${(cold.peakRssBytes / batchBytes).toFixed(3)} x batch`],
       ['partial pool CPU', `${result.partial_cpu_pct} % of a core`, `${a.inflight} in flight x 50 tok/s, ${partial.appends} appends (goal < 5 %)`],
@@ -234,8 +285,8 @@ export async function run(argv: string[]): Promise<void> {
 }
 
 if (process.argv[2] === '--sampler-child') {
-  const [url, buffer, batch, mode] = process.argv.slice(3);
-  samplerChild(url!, buffer!, Number(batch), mode === 'cold' ? 'cold' : 'prefetch').then(
+  const [url, buffer, batch, mode, serverPid] = process.argv.slice(3);
+  samplerChild(url!, buffer!, Number(batch), mode === 'cold' ? 'cold' : 'prefetch', serverPid ? Number(serverPid) : undefined).then(
     (r) => process.send!(r, () => process.exit(0)),
     (err: unknown) => {
       process.stderr.write(`sampler child failed: ${(err as Error).stack}\n`);
