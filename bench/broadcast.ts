@@ -765,11 +765,8 @@ function report(r: Results): void {
   const MB = 1e6;
   const model = (p: number): number => broadcastTime(p, r.chunks, r.size, r.link);
   const starModel = (p: number): number => (p - 1) * broadcastTime(2, r.chunks, r.size, r.link);
-  // Observed on this testbed: the `window` chunks in flight on a link complete together (they
-  // share the one TCP stream, and each one's rendezvous completion queues behind the data of the
-  // others), so a chunk reaches the next hop window chunk-times later, not one: the pipeline fill
-  // is (p-2)*window chunk steps instead of p-2. Shown beside the paper's model; window 1 = model.
-  const windowModel = (p: number): number => (r.chunks + (p - 2) * r.window) * (r.size / r.chunks / r.link.bandwidth + r.link.startup);
+  // One chunk step of the model: what each hop beyond the first should add to the chain.
+  const chunkStep = r.size / r.chunks / r.link.bandwidth + r.link.startup;
   const chainStat = new Map([...r.chain].map(([p, rounds]) => [p, stat(rounds.map((x) => x.seconds))]));
   const starStat = new Map([...r.star].map(([p, rounds]) => [p, stat(rounds.map((x) => x.seconds))]));
   const p2p = chainStat.get(2) ?? null;
@@ -790,20 +787,20 @@ function report(r: Results): void {
     ['T_start (tag_lat, 8 B, median one-way)', `${r.lat.median.toFixed(1)} us (${rangeText(r.lat, 1)})`, `average ${r.latAvg.median.toFixed(1)} us`, LATENCY_ARGS.join(' ')],
   ]);
 
-  const rows: string[][] = [['broadcast', 'p (relays incl. master)', 'hops', 'median s', 'range s', 'size/T MB/s', 'model s', 'meas/model', 'model+window s', 'CPU during the broadcast (median; 100% = one core)']];
+  const rows: string[][] = [['broadcast', 'p (relays incl. master)', 'hops', 'median s', 'range s', 'size/T MB/s', 'model s', 'meas/model', 's per extra hop', 'CPU during the broadcast (median; 100% = one core)']];
   for (const p of r.ps) {
     const s = chainStat.get(p)!;
-    rows.push([p === 2 ? 'chain (p=2: T_p2p)' : 'chain', String(p), String(p - 1), s.median.toFixed(3), rangeText(s, 3), (r.size / s.median / MB).toFixed(1), model(p).toFixed(3), (s.median / model(p)).toFixed(2), windowModel(p).toFixed(3), cpuText(r.chain.get(p)!)]);
+    rows.push([p === 2 ? 'chain (p=2: T_p2p)' : 'chain', String(p), String(p - 1), s.median.toFixed(3), rangeText(s, 3), (r.size / s.median / MB).toFixed(1), model(p).toFixed(3), (s.median / model(p)).toFixed(2), p > 2 && p2p ? ((s.median - p2p.median) / (p - 2)).toFixed(3) : '-', cpuText(r.chain.get(p)!)]);
   }
   for (const p of r.ps) {
     const s = starStat.get(p);
     if (s === undefined) continue;
-    rows.push(['star (one after the other)', String(p), String(p - 1), s.median.toFixed(3), rangeText(s, 3), (r.size / s.median / MB).toFixed(1), starModel(p).toFixed(3), (s.median / starModel(p)).toFixed(2), starModel(p).toFixed(3), cpuText(r.star.get(p)!)]);
+    rows.push(['star (one after the other)', String(p), String(p - 1), s.median.toFixed(3), rangeText(s, 3), (r.size / s.median / MB).toFixed(1), starModel(p).toFixed(3), (s.median / starModel(p)).toFixed(2), p > 2 && p2p ? ((s.median - p2p.median) / (p - 2)).toFixed(3) : '-', cpuText(r.star.get(p)!)]);
   }
   printTable(
     `broadcast of ${formatBytes(r.size)} in k=${r.chunks} chunks of ${formatBytes(r.chunkSize)}, window ${r.window}; p counts the master (p=2 is one hop); ` +
       `model T(p,k) = (p+k-2)(M/k T_byte + T_start) with T_byte = 1/${(r.link.bandwidth / MB).toFixed(1)} MB/s, T_start = ${(r.link.startup * 1e6).toFixed(1)} us; ` +
-      `model+window = (k+(p-2)W)(M/k T_byte + T_start), W = window`,
+      `each hop beyond the first should add one chunk step M/k T_byte + T_start = ${chunkStep.toFixed(3)} s`,
     rows,
   );
 
@@ -869,7 +866,8 @@ function report(r: Results): void {
     t_star_s: byP((p) => (starStat.has(p) ? round(starStat.get(p)!.median) : undefined)),
     model_s: byP((p) => round(model(p))),
     model_star_s: byP((p) => round(starModel(p))),
-    model_window_s: byP((p) => round(windowModel(p))),
+    model_chunk_step_s: round(chunkStep),
+    extra_hop_s: byP((p) => (p > 2 && p2p ? round((chainStat.get(p)!.median - p2p.median) / (p - 2)) : undefined)),
     t_chain_range_s: byP((p) => [round(chainStat.get(p)!.min), round(chainStat.get(p)!.max)]),
     t_star_range_s: byP((p) => (starStat.has(p) ? [round(starStat.get(p)!.min), round(starStat.get(p)!.max)] : undefined)),
     arrivals_s: byP((p) => medianRound(r.chain.get(p)!).arrivals.map((a) => round(a))),
