@@ -6,6 +6,8 @@
 import { open, readdir, readFile, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { InvalidInputError, ErrorCodes } from '../common/errors.js';
+import { mapLimit } from '../common/concurrency.js';
+import type { Mapping } from '../native/index.js';
 import { parseHeader, readHeaderLength, type TensorSpec } from '../safetensors/header.js';
 
 export interface CheckpointShard {
@@ -80,4 +82,33 @@ export async function readCheckpoint(path: string): Promise<Checkpoint> {
     shards.push(shard);
   }
   return { shards, totalBytes };
+}
+
+/**
+ * Reads a checkpoint's tensor bytes into `mapping` at `dataOffset`. Shards are laid out back to
+ * back in file order, so each is one contiguous copy; big shards are split so that progress moves
+ * and several threads read at once.
+ */
+export async function copyCheckpoint(
+  checkpoint: Checkpoint,
+  mapping: Mapping,
+  dataOffset: number,
+  options: { concurrency: number; onProgress?: (done: number, total: number) => void },
+): Promise<void> {
+  const piece = 256 * 1024 * 1024;
+  const jobs: { path: string; fileOffset: number; target: number; length: number }[] = [];
+  let target = dataOffset;
+  for (const shard of checkpoint.shards) {
+    for (let done = 0; done < shard.dataLength; done += piece) {
+      jobs.push({ path: shard.path, fileOffset: shard.dataOffset + done, target: target + done, length: Math.min(piece, shard.dataLength - done) });
+    }
+    target += shard.dataLength;
+  }
+  let copied = 0;
+  options.onProgress?.(0, checkpoint.totalBytes);
+  await mapLimit(jobs, options.concurrency, async (job) => {
+    await mapping.readFile(job.path, job.fileOffset, job.target, job.length);
+    copied += job.length;
+    options.onProgress?.(copied, checkpoint.totalBytes);
+  });
 }

@@ -27,7 +27,6 @@ import { mapLimit } from '../common/concurrency.js';
 import { formatBytes } from '../common/units.js';
 import { Mapping, checksumHex, createSegmentAsync } from '../native/index.js';
 import {
-  chunkRange,
   encodeHeader,
   parseHeader,
   planLayout,
@@ -36,7 +35,8 @@ import {
   type TensorEntry,
   type VersionLayout,
 } from '../safetensors/header.js';
-import { readCheckpoint } from './checkpoint.js';
+import { copyCheckpoint, readCheckpoint } from './checkpoint.js';
+import { chunkChecksums } from './chunk-checksums.js';
 import type { RelayMetrics } from './metrics.js';
 import { COMPLETE_SUFFIX, WRITING_SUFFIX, segmentBaseName, validateModelId, validateVersion } from './segments.js';
 
@@ -545,13 +545,9 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   }
 
   private async computeChunkChecksums(v: StoredVersion): Promise<string[]> {
-    const indices = Array.from({ length: v.layout.chunkCount }, (_, i) => i);
-    const sums = await mapLimit(indices, this.options.verifyConcurrency, (i) => {
-      const { offset, length } = chunkRange(v.layout, i);
-      return v.mapping!.checksumAsync(offset, length);
-    });
+    const sums = await chunkChecksums(v.mapping!, v.layout, this.options.verifyConcurrency);
     this.options.metrics.checksumBytes.inc(v.layout.dataLength);
-    return sums.map(checksumHex);
+    return sums;
   }
 
   /** Chunk indices whose bytes do not match `expected`. */
@@ -626,23 +622,9 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     const layout = planLayout(specs, { model, version, chunkSize: request.chunkSize ?? this.options.chunkSize, extraMetadata: metadata });
     const v = await this.allocate(model, version, layout, metadata, null);
     try {
-      // Shards are laid out back to back in file order, so each is one contiguous copy; big
-      // shards are split so that progress moves and several threads read at once.
-      const piece = 256 * 1024 * 1024;
-      const jobs: { path: string; fileOffset: number; target: number; length: number }[] = [];
-      let target = layout.dataOffset;
-      for (const shard of checkpoint.shards) {
-        for (let done = 0; done < shard.dataLength; done += piece) {
-          jobs.push({ path: shard.path, fileOffset: shard.dataOffset + done, target: target + done, length: Math.min(piece, shard.dataLength - done) });
-        }
-        target += shard.dataLength;
-      }
-      let copied = 0;
-      onProgress?.(0, layout.dataLength);
-      await mapLimit(jobs, this.options.verifyConcurrency, async (job) => {
-        await v.mapping!.readFile(job.path, job.fileOffset, job.target, job.length);
-        copied += job.length;
-        onProgress?.(copied, layout.dataLength);
+      await copyCheckpoint(checkpoint, v.mapping!, layout.dataOffset, {
+        concurrency: this.options.verifyConcurrency,
+        ...(onProgress ? { onProgress } : {}),
       });
       await this.complete(v, await this.computeChunkChecksums(v));
       return v;

@@ -11,33 +11,21 @@
  */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import { LaminarError, type LaminarError as LaminarErrorType } from '../../common/errors.js';
+import { LaminarError } from '../../common/errors.js';
 import { MAX_HEADER_BYTES } from '../../safetensors/header.js';
 import { UcxWorker, type IncomingMessage, type Listener, type Registration } from '../../ucx/index.js';
+import type { BroadcastOptions } from '../options.js';
 import type { StoredVersion, VersionStore } from '../store.js';
 import { IncomingTransfer, PullLane } from './incoming.js';
-import { acceptPeer, connectPeer, PeerRefusedError, type PeerLink, type PeerRole } from './link.js';
+import { acceptPeer, connectPeer, type PeerLink, type PeerRole } from './link.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
 import { BroadcastMetrics } from './metrics.js';
 import { OutgoingTransfer } from './outgoing.js';
 import { downstreamOf, positionOf, type ChainMember, type ChainPlan } from './plan.js';
 import { StoredSource, type ChunkSource } from './source.js';
 
-export interface BroadcasterOptions {
+export interface BroadcasterOptions extends BroadcastOptions {
   relayId: string;
-  /** Where the UCX listener binds; null: no listener (a relay that only sends). */
-  listen: { host: string; port: number } | null;
-  plan: ChainPlan | null;
-  secret: Buffer;
-  /** Chunks in flight per downstream link. */
-  window: number;
-  /** A downstream peer that takes nothing for this long is skipped. */
-  stallMs: number;
-  handshakeTimeoutMs: number;
-  /** How soon a skipped relay is tried again. */
-  retryMs: number;
-  /** A partial version nobody sends to for this long is dropped. */
-  partialTtlMs: number;
   logger: Logger;
   registry: Registry;
 }
@@ -141,7 +129,7 @@ export class Broadcaster {
           admit: (peerId, role) => this.admit(peerId, role),
         }).then(
           (link) => this.upstreamJoined(link),
-          (err: LaminarErrorType) => {
+          (err: LaminarError) => {
             this.metrics.refusedPeers.inc({ code: err.code ?? 'ERR_PEER_HANDSHAKE' });
             this.log.warn({ peer: endpoint.peer, code: err.code, err: err.message }, 'peer refused');
           },
@@ -481,7 +469,7 @@ export class Broadcaster {
     for (const { transfer } of [...this.arrivals.values()]) {
       if (transfer.model === v.model && transfer.version < v.version) void transfer.abandon(`version ${v.version} is complete`);
     }
-    if (this.store.latest(v.model) === v && !this.downstream?.sessions.has(key(v.model, v.version))) this.offer(new StoredSource(v));
+    if (this.store.latest(v.model) === v) this.offer(new StoredSource(v));
   }
 
   private versionRetired(v: StoredVersion): void {
@@ -551,4 +539,3 @@ export class Broadcaster {
   }
 }
 
-export { PeerRefusedError };

@@ -5,12 +5,12 @@
  */
 import type { Logger } from 'pino';
 import { LaminarError } from '../../common/errors.js';
-import { checksumHex, type Mapping } from '../../native/index.js';
-import { chunkRange, type VersionLayout } from '../../safetensors/header.js';
+import { checksumHex } from '../../native/index.js';
+import { chunkRange } from '../../safetensors/header.js';
 import type { IncomingMessage } from '../../ucx/index.js';
 import type { StoredVersion, VersionStore } from '../store.js';
 import type { BroadcastMetrics } from './metrics.js';
-import type { ChunkSource } from './source.js';
+import { VersionSource } from './source.js';
 
 export type ChunkOutcome = 'verified' | 'duplicate' | 'corrupt' | 'failed';
 
@@ -34,7 +34,7 @@ export class PullLane {
   }
 }
 
-export class IncomingTransfer implements ChunkSource {
+export class IncomingTransfer extends VersionSource {
   private readonly verified: Uint8Array;
   /** Per chunk: the link whose copy is landing now (0: none), and a generation to spot late ones. */
   private readonly landingFrom: Uint32Array;
@@ -52,11 +52,12 @@ export class IncomingTransfer implements ChunkSource {
 
   constructor(
     private readonly store: VersionStore,
-    readonly v: StoredVersion,
+    v: StoredVersion,
     private readonly checksums: string[],
     private readonly metrics: BroadcastMetrics,
     private readonly log: Logger,
   ) {
+    super(v);
     this.verified = new Uint8Array(v.layout.chunkCount);
     this.landingFrom = new Uint32Array(v.layout.chunkCount);
     this.generation = new Uint32Array(v.layout.chunkCount);
@@ -85,18 +86,8 @@ export class IncomingTransfer implements ChunkSource {
     }
   }
 
-  get model(): string {
-    return this.v.model;
-  }
-  get version(): number {
-    return this.v.version;
-  }
-  get layout(): VersionLayout {
-    return this.v.layout;
-  }
-  get mapping(): Mapping {
-    if (this.v.mapping === null) throw this.abandoned ?? new LaminarError('ERR_TRANSFER_ABANDONED', 'the version is gone');
-    return this.v.mapping;
+  protected override gone(): LaminarError {
+    return this.abandoned ?? super.gone();
   }
   get hwm(): number {
     return this.hwmValue;

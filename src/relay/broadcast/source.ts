@@ -2,6 +2,7 @@
  * What a sender reads chunks from: a version complete in the store, one still arriving from
  * upstream (chunks become available as they are verified), or a publisher's local buffer.
  */
+import { LaminarError } from '../../common/errors.js';
 import type { Mapping } from '../../native/index.js';
 import type { VersionLayout } from '../../safetensors/header.js';
 import type { StoredVersion } from '../store.js';
@@ -17,9 +18,9 @@ export interface ChunkSource {
   whenAvailable(index: number): Promise<void>;
 }
 
-/** A complete version of the store, leased for as long as it is being sent. */
-export class StoredSource implements ChunkSource {
-  constructor(private readonly v: StoredVersion) {}
+/** A version of the store as a source; subclasses say which chunks are there. */
+export abstract class VersionSource implements ChunkSource {
+  constructor(readonly v: StoredVersion) {}
   get model(): string {
     return this.v.model;
   }
@@ -30,9 +31,19 @@ export class StoredSource implements ChunkSource {
     return this.v.layout;
   }
   get mapping(): Mapping {
-    if (this.v.mapping === null) throw new Error(`version ${this.v.version} of ${this.v.model} is no longer mapped`);
+    if (this.v.mapping === null) throw this.gone();
     return this.v.mapping;
   }
+  /** The error for a version whose segment is no longer mapped. */
+  protected gone(): LaminarError {
+    return new LaminarError('ERR_TRANSFER_ABANDONED', `version ${this.v.version} of ${this.v.model} is no longer mapped`);
+  }
+  abstract available(index: number): boolean;
+  abstract whenAvailable(index: number): Promise<void>;
+}
+
+/** A complete version of the store, leased for as long as it is being sent. */
+export class StoredSource extends VersionSource {
   available(): boolean {
     return true;
   }

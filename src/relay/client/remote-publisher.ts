@@ -9,10 +9,9 @@
  */
 import { hostname } from 'node:os';
 import { ConflictError, LaminarError } from '../../common/errors.js';
-import { mapLimit } from '../../common/concurrency.js';
 import { silentLogger } from '../../common/logger.js';
-import { Mapping, checksumHex } from '../../native/index.js';
-import { chunkRange, encodeHeader, planLayout, type VersionLayout } from '../../safetensors/header.js';
+import { Mapping } from '../../native/index.js';
+import { encodeHeader, planLayout, type VersionLayout } from '../../safetensors/header.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
 import { UcxWorker } from '../../ucx/index.js';
 import { loadSecret } from '../broadcast/auth.js';
@@ -20,7 +19,8 @@ import { connectPeer, type PeerLink } from '../broadcast/link.js';
 import { BroadcastMetrics } from '../broadcast/metrics.js';
 import { OutgoingTransfer } from '../broadcast/outgoing.js';
 import type { ChunkSource } from '../broadcast/source.js';
-import { readCheckpoint } from '../checkpoint.js';
+import { copyCheckpoint, readCheckpoint } from '../checkpoint.js';
+import { chunkChecksums } from '../chunk-checksums.js';
 import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE } from '../options.js';
 import { validateModelId, validateVersion } from '../segments.js';
 import { Registry } from 'prom-client';
@@ -52,6 +52,9 @@ export interface RemotePublishResult {
   stallSeconds: number;
   transferSeconds: number;
 }
+
+/** Threads reading the checkpoint and checksumming chunks at once (the libuv pool has 4). */
+const CHECKSUM_CONCURRENCY = 4;
 
 class LocalSource implements ChunkSource {
   constructor(
@@ -139,11 +142,7 @@ export class RemotePublisher {
     const layout = this.layout(request.model, request.version, specs, metadata);
     const mapping = new Mapping(null, { size: layout.totalSize });
     try {
-      let target = layout.dataOffset;
-      for (const shard of checkpoint.shards) {
-        await mapping.readFile(shard.path, shard.dataOffset, target, shard.dataLength);
-        target += shard.dataLength;
-      }
+      await copyCheckpoint(checkpoint, mapping, layout.dataOffset, { concurrency: CHECKSUM_CONCURRENCY });
       return await this.push(request.model, request.version, layout, mapping, metadata, started, request.onProgress);
     } finally {
       mapping.close();
@@ -171,12 +170,8 @@ export class RemotePublisher {
     started: number,
     onProgress?: (done: number, total: number) => void,
   ): Promise<RemotePublishResult> {
-    const indices = Array.from({ length: layout.chunkCount }, (_, i) => i);
-    const sums = await mapLimit(indices, 4, (i) => {
-      const { offset, length } = chunkRange(layout, i);
-      return mapping.checksumAsync(offset, length);
-    });
-    const header = encodeHeader(layout, { model, version, chunkSize: layout.chunkSize, checksums: sums.map(checksumHex) }, metadata);
+    const checksums = await chunkChecksums(mapping, layout, CHECKSUM_CONCURRENCY);
+    const header = encodeHeader(layout, { model, version, chunkSize: layout.chunkSize, checksums }, metadata);
     mapping.write(0, header);
     const registration = this.worker.register(mapping);
     const transferStarted = performance.now();
