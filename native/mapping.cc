@@ -329,12 +329,14 @@ bool Mapping::CheckRange(const Napi::CallbackInfo& info, size_t arg, size_t* off
     ThrowCode(env, "ERR_INVALID_ARG", "offset and length must be non-negative integers");
     return false;
   }
-  if (*offset > region_->size || *length > region_->size - *offset) {
-    ThrowCode(env, "ERR_OUT_OF_RANGE", "range [" + std::to_string(*offset) + ", +" + std::to_string(*length) +
-                                           ") is outside the mapping of " + std::to_string(region_->size) + " bytes");
-    return false;
-  }
-  return true;
+  return CheckSpan(env, *offset, *length);
+}
+
+bool Mapping::CheckSpan(Napi::Env env, size_t offset, size_t length) {
+  if (offset <= region_->size && length <= region_->size - offset) return true;
+  ThrowCode(env, "ERR_OUT_OF_RANGE", "range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                                         ") is outside the mapping of " + std::to_string(region_->size) + " bytes");
+  return false;
 }
 
 Napi::Value Mapping::Size(const Napi::CallbackInfo& info) {
@@ -408,11 +410,7 @@ Napi::Value Mapping::Write(const Napi::CallbackInfo& info) {
     ThrowCode(env, "ERR_INVALID_ARG", "source must be an ArrayBuffer or a view of one");
     return env.Undefined();
   }
-  if (offset > region_->size || length > region_->size - offset) {
-    ThrowCode(env, "ERR_OUT_OF_RANGE", "write of " + std::to_string(length) + " bytes at " + std::to_string(offset) +
-                                           " is outside the mapping of " + std::to_string(region_->size) + " bytes");
-    return env.Undefined();
-  }
+  if (!CheckSpan(env, offset, length)) return env.Undefined();
   return Napi::BigInt::New(env, static_cast<uint64_t>(CopyAndChecksum(region_->at(offset), src, length)));
 }
 
@@ -427,10 +425,7 @@ Napi::Value Mapping::WriteAsync(const Napi::CallbackInfo& info) {
     ThrowCode(env, "ERR_INVALID_ARG", "writeAsync(offset, source, pieceSize > 0)");
     return env.Undefined();
   }
-  if (offset > region_->size || length > region_->size - offset) {
-    ThrowCode(env, "ERR_OUT_OF_RANGE", "write is outside the mapping");
-    return env.Undefined();
-  }
+  if (!CheckSpan(env, offset, length)) return env.Undefined();
   auto* worker = new WriteWorker(env, region_, info[1].As<Napi::Object>(), src, length, offset, piece);
   auto promise = worker->Promise();
   worker->Queue();
@@ -466,11 +461,7 @@ Napi::Value Mapping::CopyFrom(const Napi::CallbackInfo& info) {
     ThrowCode(env, "ERR_INVALID_ARG", "offsets and length must be non-negative integers");
     return env.Undefined();
   }
-  if (src_off > source->region_->size || length > source->region_->size - src_off ||
-      dst_off > region_->size || length > region_->size - dst_off) {
-    ThrowCode(env, "ERR_OUT_OF_RANGE", "copy range is outside one of the mappings");
-    return env.Undefined();
-  }
+  if (!source->CheckSpan(env, src_off, length) || !CheckSpan(env, dst_off, length)) return env.Undefined();
   auto* worker = new CopyWorker(env, region_, source->region_, src_off, dst_off, length);
   auto promise = worker->Promise();
   worker->Queue();

@@ -53,6 +53,8 @@ class Mapping : public Napi::ObjectWrap<Mapping> {
 
   // Validates that [offset, offset+length) lies in the region; throws and returns false if not.
   bool CheckRange(const Napi::CallbackInfo& info, size_t arg, size_t* offset, size_t* length);
+  // Validates that [offset, offset+length) lies in the (open) region; throws ERR_OUT_OF_RANGE if not.
+  bool CheckSpan(Napi::Env env, size_t offset, size_t length);
   bool CheckOpen(Napi::Env env);
   bool CheckWritable(Napi::Env env);
   void PruneViews();

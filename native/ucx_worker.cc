@@ -636,21 +636,23 @@ Napi::Value UcxWorker::Stats(const Napi::CallbackInfo& info) {
   return stats;
 }
 
-Napi::Value UcxWorker::Ref(const Napi::CallbackInfo& info) {
-  referenced_ = true;
-  if (poll_ != nullptr) {
-    uv_ref(reinterpret_cast<uv_handle_t*>(poll_));
-    uv_ref(reinterpret_cast<uv_handle_t*>(idle_));
+// ref()/unref(): whether the worker's handles keep the event loop alive.
+void UcxWorker::SetReferenced(bool referenced) {
+  referenced_ = referenced;
+  if (poll_ == nullptr) return;
+  for (auto* handle : {reinterpret_cast<uv_handle_t*>(poll_), reinterpret_cast<uv_handle_t*>(idle_)}) {
+    if (referenced) uv_ref(handle);
+    else uv_unref(handle);
   }
+}
+
+Napi::Value UcxWorker::Ref(const Napi::CallbackInfo& info) {
+  SetReferenced(true);
   return info.Env().Undefined();
 }
 
 Napi::Value UcxWorker::Unref(const Napi::CallbackInfo& info) {
-  referenced_ = false;
-  if (poll_ != nullptr) {
-    uv_unref(reinterpret_cast<uv_handle_t*>(poll_));
-    uv_unref(reinterpret_cast<uv_handle_t*>(idle_));
-  }
+  SetReferenced(false);
   return info.Env().Undefined();
 }
 

@@ -96,6 +96,7 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   Napi::Value Stats(const Napi::CallbackInfo& info);
   Napi::Value Ref(const Napi::CallbackInfo& info);
   Napi::Value Unref(const Napi::CallbackInfo& info);
+  void SetReferenced(bool referenced);
   Napi::Value Close(const Napi::CallbackInfo& info);
   // JS methods (ucx_transfer.cc)
   Napi::Value Send(const Napi::CallbackInfo& info);
