@@ -7,9 +7,15 @@
 #   scripts/testbed.sh down <bed>
 #   scripts/testbed.sh list <bed>                  # one line per host: <netns> <address>
 #   scripts/testbed.sh link <bed> <host> up|down   # take one host's link down mid-test
+#   scripts/testbed.sh stall <bed> <host> <port>[/<mask>] on|off [--rate R]
+#                                                  # starve one host's TCP traffic to/from <port>
+#                                                  # (a block of ports with a mask, e.g. 13312/0xffc0)
+#                                                  # (a link that stops carrying one service while
+#                                                  # the host's other traffic flows)
 #
 # <bed> is a short name (letters/digits, <= 6 chars) so that interface names fit in 15 bytes.
-# Host i (1-based) is namespace lmr-<bed>-<i> with address <net>.<i>/24 on its eth0.
+# Host i (1-based) is namespace lmr-<bed>-<i> with address <net>.<i>/24 on its eth0. The bridge
+# itself has <net>.254: services of the root namespace (nats-server, the manager) are reached there.
 # Needs root (CAP_NET_ADMIN). `down` is idempotent and removes everything `up` made.
 set -euo pipefail
 
@@ -53,6 +59,7 @@ case "$cmd" in
     down
     trap 'down; exit 1' ERR
     ip link add "$bridge" type bridge
+    ip addr add "$net.254/24" dev "$bridge"
     ip link set "$bridge" up
     for i in $(seq 1 "$hosts"); do
       ns="lmr-$bed-$i" root_if="lmr$bed$i" host_if="lmr$bed${i}h"
@@ -64,7 +71,9 @@ case "$cmd" in
       ip -n "$ns" link set "$host_if" name eth0
       ip -n "$ns" addr add "$net.$i/24" dev eth0
       ip -n "$ns" link set eth0 up
-      # Egress shaping on the host side: each host sends at most <rate>, like a NIC.
+      # Both directions shaped, like a full-duplex NIC: the host side limits what the host sends,
+      # the bridge side what it receives (from the root namespace too).
+      tc qdisc add dev "$root_if" root tbf rate "$rate" burst 1mb latency 100ms
       if [ "$delay" != "0ms" ]; then
         ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: netem delay "$delay"
         ip netns exec "$ns" tc qdisc add dev eth0 parent 1: handle 2: tbf rate "$rate" burst 1mb latency 100ms
@@ -86,6 +95,27 @@ case "$cmd" in
   link)
     host=${1:?host number} state=${2:?up or down}
     ip -n "lmr-$bed-$host" link set eth0 "$state"
+    ;;
+  stall)
+    host=${1:?host number} spec=${2:?port} state=${3:?on or off}
+    port=${spec%%/*} mask=0xffff
+    [[ $spec == */* ]] && mask=${spec#*/}
+    shift 3
+    rate=2gbit
+    [ "${1:-}" = "--rate" ] && rate=$2
+    ns="lmr-$bed-$host"
+    ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
+    if [ "$state" = on ]; then
+      # htb: class 1:10 (8 bit/s) takes the port's packets, 1:20 everything else at <rate>.
+      ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: htb default 20 r2q 1000
+      ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:10 htb rate 8bit ceil 8bit 2>/dev/null
+      ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:20 htb rate "$rate"
+      for dir in dport sport; do
+        ip netns exec "$ns" tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip "$dir" "$port" "$mask" flowid 1:10
+      done
+    else
+      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 1mb latency 100ms
+    fi
     ;;
   *)
     die "unknown command $cmd"

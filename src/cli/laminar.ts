@@ -3,6 +3,8 @@
 import { Command, CommanderError } from 'commander';
 import { LaminarError } from '../common/errors.js';
 import { chunkSizeCommand } from './chunk-size.js';
+import { managerCommand } from './manager.js';
+import { statusCommand } from './status.js';
 import { publishCommand } from './publish.js';
 import { relayCommand } from './relay.js';
 import { versionsCommand } from './versions.js';
@@ -12,6 +14,8 @@ const program = new Command('laminar')
   .showHelpAfterError()
   .exitOverride()
   .addCommand(relayCommand())
+  .addCommand(managerCommand())
+  .addCommand(statusCommand())
   .addCommand(publishCommand())
   .addCommand(versionsCommand())
   .addCommand(chunkSizeCommand());

@@ -4,9 +4,14 @@ import { createLogger } from '../common/logger.js';
 import { startRelay } from '../relay/daemon.js';
 import { DEFAULT_SHM_DIR } from '../relay/options.js';
 import { applyConfigFile } from './config.js';
+import { addControlFlags, controlInput } from './control-flags.js';
 
 export function relayCommand(): Command {
-  return new Command('relay')
+  return addControlFlags(new Command('relay'))
+    .addOption(new Option('--host <name>', 'host name reported to the manager (a trainer on the same host writes into shared memory)').env('LAMINAR_HOST'))
+    .addOption(new Option('--labels <k=v,...>', 'labels for the chain order, e.g. rack=r12 (equal labels sit together)').env('LAMINAR_LABELS'))
+    .addOption(new Option('--heartbeat <duration>', 'heartbeat period to the manager').env('LAMINAR_HEARTBEAT').default('1s'))
+    .addOption(new Option('--advertise <address:port>', 'UCX address other relays reach this one at (default: --listen, or this host\'s first IPv4)').env('LAMINAR_ADVERTISE'))
     .description('run the relay daemon of this host: holds weight versions in pinned shared memory and serves local trainers and rollouts')
     .addOption(new Option('--id <name>', 'name of this relay in the job (default: host name)').env('LAMINAR_RELAY_ID'))
     .addOption(new Option('--shm-dir <dir>', 'directory of the version segments (a tmpfs)').env('LAMINAR_SHM_DIR').default(DEFAULT_SHM_DIR))
@@ -21,7 +26,7 @@ export function relayCommand(): Command {
     .addOption(new Option('--metrics-host <host>', 'address of /metrics').env('LAMINAR_METRICS_HOST').default('127.0.0.1'))
     .addOption(new Option('--metrics-port <port>', 'port of /metrics (0: any free port, -1: disabled)').env('LAMINAR_METRICS_PORT').default('9470'))
     .addOption(new Option('--verify-concurrency <n>', 'checksum jobs run in parallel').env('LAMINAR_VERIFY_CONCURRENCY').default('4'))
-    .addOption(new Option('--listen <address:port>', 'UCX listener for the broadcast (default: this relay\'s address in the plan)').env('LAMINAR_LISTEN'))
+    .addOption(new Option('--listen <address:port>', 'UCX listener for the broadcast (default: this relay\'s address in the plan; 0.0.0.0:13337 with --nats)').env('LAMINAR_LISTEN'))
     .addOption(new Option('--peers <list>', 'static chain plan, master first: id@address:port,id@address:port,...').env('LAMINAR_PEERS'))
     .addOption(new Option('--plan-file <file>', 'chain plan as JSON: { "epoch": 1, "relays": [{ "id", "address" }] }').env('LAMINAR_PLAN_FILE'))
     .addOption(new Option('--secret-file <file>', 'file holding the job secret relays authenticate each other with (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'))
@@ -59,6 +64,11 @@ export function relayCommand(): Command {
         handshakeTimeout: opts.handshakeTimeout as string,
         retryInterval: opts.retryInterval as string,
         partialTtl: opts.partialTtl as string,
+        ...(controlInput(opts) ?? {}),
+        ...(opts.host ? { host: opts.host as string } : {}),
+        ...(opts.labels ? { labels: opts.labels as string } : {}),
+        heartbeat: opts.heartbeat as string,
+        ...(opts.advertise ? { advertise: opts.advertise as string } : {}),
       };
       process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the relay keeps running)'));
       const relay = await startRelay(options, logger);

@@ -10,6 +10,7 @@ import { parseRelayOptions, type RelayOptions, type RelayOptionsInput } from './
 import { RelayServer } from './server.js';
 import { VersionStore, lockDirectory } from './store.js';
 import { Broadcaster } from './broadcast/broadcaster.js';
+import { RelayControl } from './control.js';
 import type { Registry } from 'prom-client';
 
 export interface Relay {
@@ -59,10 +60,22 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
   storeRef = store;
   let metricsServer: MetricsServer | null = null;
   let broadcaster: Broadcaster | null = null;
+  let control: RelayControl | null = null;
   try {
     const { recovered, discarded } = await store.init();
-    if (options.broadcast) broadcaster = await Broadcaster.start(store, { ...options.broadcast, relayId: options.relayId, logger: log, registry });
-    const { broadcast: _broadcastOptions, ...serverOptions } = options;
+    if (options.broadcast) {
+      broadcaster = await Broadcaster.start(store, {
+        ...options.broadcast,
+        relayId: options.relayId,
+        logger: log,
+        registry,
+        onPeerFailure: (peer, direction, code) => control?.peerFailed(peer, direction, code),
+      });
+    }
+    if (options.control && broadcaster) {
+      control = await RelayControl.start(store, broadcaster, options.relayId, options.socketPath, options.control, registry, log);
+    }
+    const { broadcast: _broadcastOptions, control: _controlOptions, ...serverOptions } = options;
     server = new RelayServer(store, { ...serverOptions, logger: log, metrics, ...(broadcaster ? { broadcast: broadcaster } : {}) });
     await server.listen();
     if (options.metricsPort >= 0) {
@@ -75,12 +88,14 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
         metricsPort: metricsServer?.port ?? null,
         ucxPort: broadcaster?.port ?? null,
         epoch: broadcaster?.epoch ?? null,
+        manager: options.control ? options.control.servers.join(',') : null,
         recovered,
         discarded,
       },
       'relay ready',
     );
   } catch (err) {
+    await control?.close();
     await server?.close();
     await broadcaster?.close();
     await store.close();
@@ -98,6 +113,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     metricsPort: metricsServer?.port ?? null,
     close() {
       closed ??= (async () => {
+        await control?.close();
         await broadcaster?.close();
         await srv.close();
         await metricsServer?.close();

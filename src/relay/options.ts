@@ -2,7 +2,7 @@
  * The relay's options: defaults, and one parse into a frozen object at the entry point.
  * The CLI (src/cli/relay.ts) maps flags > environment > config file onto these names.
  */
-import { hostname } from 'node:os';
+import { hostname, networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { InvalidInputError, ErrorCodes } from '../common/errors.js';
 import { readFileSync } from 'node:fs';
@@ -11,6 +11,7 @@ import { parseAddress } from '../ucx/worker.js';
 import { loadSecret } from './broadcast/auth.js';
 import { parsePeerList, positionOf, validatePlan, validateRelayId, type ChainPlan } from './broadcast/plan.js';
 import { DEFAULT_MAX_FRAME_BYTES } from './protocol/frame.js';
+import { parseControlOptions, type ControlOptions, type ControlOptionsInput } from '../control/nats-options.js';
 
 export const DEFAULT_SHM_DIR = '/dev/shm/laminar';
 export const DEFAULT_CHUNK_SIZE = 32 * 1024 * 1024;
@@ -34,6 +35,20 @@ export interface RelayOptions {
   verifyConcurrency: number;
   /** The broadcast between relays; null when this relay takes no part in one. */
   broadcast: BroadcastOptions | null;
+  /** The control plane (the rollout manager orders the chain); null with a static plan. */
+  control: RelayControlOptions | null;
+}
+
+export const DEFAULT_BROADCAST_PORT = 13337;
+
+export interface RelayControlOptions extends ControlOptions {
+  /** Host name the manager groups members by (and a trainer compares with its own). */
+  host: string;
+  /** Labels such as rack=r12: relays with equal labels sit next to each other in the chain. */
+  labels: Record<string, string>;
+  heartbeatMs: number;
+  /** The UCX address other relays reach this one at. */
+  advertise: string;
 }
 
 export const DEFAULT_BROADCAST_WINDOW = 4;
@@ -53,7 +68,8 @@ export function defaultSocketPath(shmDir: string): string {
   return join(shmDir, 'relay.sock');
 }
 
-export interface RelayOptionsInput {
+/** `nats` (and its credentials) puts the relay under a manager, which supplies the chain plan. */
+export interface RelayOptionsInput extends Partial<ControlOptionsInput> {
   relayId?: string;
   shmDir?: string;
   socketPath?: string;
@@ -80,6 +96,12 @@ export interface RelayOptionsInput {
   handshakeTimeout?: string | number;
   retryInterval?: string | number;
   partialTtl?: string | number;
+  host?: string;
+  /** "key=value,key=value". */
+  labels?: string | Record<string, string>;
+  heartbeat?: string | number;
+  /** "address:port" other relays connect to (default: the listen address, or this host's first IPv4). */
+  advertise?: string;
 }
 
 function int(name: string, value: string | number, min: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -100,6 +122,7 @@ export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<Relay
   const shmDir = input.shmDir ?? DEFAULT_SHM_DIR;
   const budget = input.memoryBudget === undefined || input.memoryBudget === 'none' ? Number.POSITIVE_INFINITY : parseBytes(input.memoryBudget);
   const chunkSize = parseBytes(input.chunkSize ?? DEFAULT_CHUNK_SIZE);
+  const broadcast = parseBroadcastOptions(input, input.relayId ?? hostname());
   if (chunkSize < 4096 || chunkSize > 2 ** 31) throw new InvalidInputError(ErrorCodes.INVALID_ARG, 'chunk size must be between 4 KiB and 2 GiB');
   return Object.freeze({
     relayId: input.relayId ?? hostname(),
@@ -115,12 +138,49 @@ export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<Relay
     metricsHost: input.metricsHost ?? '127.0.0.1',
     metricsPort: int('metrics port', input.metricsPort ?? 9470, -1, 65535),
     verifyConcurrency: int('verify concurrency', input.verifyConcurrency ?? 4, 1, 64),
-    broadcast: parseBroadcastOptions(input, input.relayId ?? hostname()),
+    broadcast,
+    control: parseRelayControl(input, broadcast),
   });
 }
 
+function parseRelayControl(input: RelayOptionsInput, broadcast: BroadcastOptions | null): RelayControlOptions | null {
+  if (input.nats === undefined) return null;
+  if (input.peers !== undefined || input.planFile !== undefined) {
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, 'with --nats the manager supplies the chain: drop --peers / --plan-file');
+  }
+  const listen = broadcast?.listen;
+  if (!listen) throw new InvalidInputError(ErrorCodes.INVALID_ARG, 'a relay under a manager needs a UCX listener (--listen)');
+  const advertise = input.advertise ?? `${listen.host === '0.0.0.0' ? firstIPv4() : listen.host}:${listen.port}`;
+  parseAddress(advertise);
+  return {
+    ...parseControlOptions(input as ControlOptionsInput),
+    host: input.host ?? hostname(),
+    labels: parseLabels(input.labels ?? {}),
+    heartbeatMs: parseDuration(input.heartbeat ?? '1s'),
+    advertise,
+  };
+}
+
+export function parseLabels(input: string | Record<string, string>): Record<string, string> {
+  if (typeof input !== 'string') return { ...input };
+  const labels: Record<string, string> = {};
+  for (const part of input.split(',').map((p) => p.trim()).filter((p) => p.length > 0)) {
+    const eq = part.indexOf('=');
+    if (eq <= 0) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `labels are key=value pairs separated by commas, got ${JSON.stringify(part)}`);
+    labels[part.slice(0, eq)] = part.slice(eq + 1);
+  }
+  return labels;
+}
+
+function firstIPv4(): string {
+  for (const list of Object.values(networkInterfaces())) {
+    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
+  }
+  return '127.0.0.1';
+}
+
 function parseBroadcastOptions(input: RelayOptionsInput, relayId: string): BroadcastOptions | null {
-  if (input.listen === undefined && input.peers === undefined && input.planFile === undefined) return null;
+  if (input.listen === undefined && input.peers === undefined && input.planFile === undefined && input.nats === undefined) return null;
   validateRelayId(relayId);
   let plan: ChainPlan | null = null;
   if (input.peers !== undefined && input.planFile !== undefined) {
@@ -139,6 +199,8 @@ function parseBroadcastOptions(input: RelayOptionsInput, relayId: string): Broad
   let listen: { host: string; port: number } | null = null;
   if (input.listen !== undefined) {
     listen = input.listen === 'none' ? null : parseListen(input.listen);
+  } else if (input.nats !== undefined) {
+    listen = { host: '0.0.0.0', port: DEFAULT_BROADCAST_PORT };
   } else if (plan !== null) {
     const at = positionOf(plan, relayId);
     if (at < 0) {

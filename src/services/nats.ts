@@ -19,6 +19,8 @@ export interface NatsServerOptions {
   /** Largest message the server accepts (nats-server default 1 MiB; it warns above 8 MiB). */
   maxPayload?: number;
   port?: number;
+  /** Address to listen on (default 127.0.0.1; 0.0.0.0 for clients in other namespaces). */
+  host?: string;
   startTimeoutMs?: number;
 }
 
@@ -52,7 +54,7 @@ export async function startNatsServer(options: NatsServerOptions = {}): Promise<
   const monitorPort = await freePort();
   const maxPayload = options.maxPayload ?? DEFAULT_MAX_PAYLOAD;
   const config = [
-    `listen: "127.0.0.1:${port}"`,
+    `listen: "${options.host ?? '127.0.0.1'}:${port}"`,
     `http: "127.0.0.1:${monitorPort}"`,
     `max_payload: ${maxPayload}`,
     // Room for a batch of large messages in flight to a slow consumer (tests, benches).

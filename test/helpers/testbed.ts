@@ -32,12 +32,21 @@ export interface TestHost {
 
 export interface Testbed {
   name: string;
+  /** The root namespace's address on the bridge (where hosts reach root-side services). */
+  gateway: string;
   hosts: TestHost[];
   destroy(): void;
 }
 
-export function createTestbed(name: string, hosts: number, options: { rate?: string; delay?: string } = {}): Testbed {
-  const args = ['up', name, String(hosts), '--rate', options.rate ?? '2gbit', '--delay', options.delay ?? '0ms'];
+/** A /24 per testbed name, so that testbeds up at the same time never share a subnet. */
+function subnetFor(name: string): string {
+  let h = 0;
+  for (const c of name) h = (Math.imul(h, 31) + c.charCodeAt(0)) >>> 0;
+  return `10.${100 + (h % 100)}.${(h >>> 8) % 250}`;
+}
+
+export function createTestbed(name: string, hosts: number, options: { rate?: string; delay?: string; net?: string } = {}): Testbed {
+  const args = ['up', name, String(hosts), '--rate', options.rate ?? '2gbit', '--delay', options.delay ?? '0ms', '--net', options.net ?? subnetFor(name)];
   try {
     execFileSync(SCRIPT, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   } catch (err) {
@@ -45,8 +54,10 @@ export function createTestbed(name: string, hosts: number, options: { rate?: str
   }
   live.add(name);
   const listing = execFileSync(SCRIPT, ['list', name], { encoding: 'utf8' }).trim().split('\n');
+  const first = listing[0]!.split(' ')[1]!;
   return {
     name,
+    gateway: `${first.split('.').slice(0, 3).join('.')}.254`,
     hosts: listing.map((line, i) => {
       const [netns, address] = line.split(' ') as [string, string];
       return {

@@ -10,7 +10,7 @@ const SEND = (addr: string, bytes: number) =>
 describe('multi-host testbed (network namespaces, veth, tc)', () => {
   let bed: Testbed;
   beforeAll(() => {
-    bed = createTestbed('tbtest', 3, { rate: '100mbit' });
+    bed = createTestbed('tbtest', 3, { rate: '100mbit', net: '10.77.0' });
   });
   afterAll(() => bed.destroy());
 

@@ -17,7 +17,7 @@ import { UcxWorker, type IncomingMessage, type Listener, type Registration } fro
 import type { BroadcastOptions } from '../options.js';
 import type { StoredVersion, VersionStore } from '../store.js';
 import { IncomingTransfer, PullLane } from './incoming.js';
-import { acceptPeer, connectPeer, type PeerLink, type PeerRole } from './link.js';
+import { PeerRefusedError, acceptPeer, connectPeer, type PeerLink, type PeerRole } from './link.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
 import { BroadcastMetrics } from './metrics.js';
 import { OutgoingTransfer } from './outgoing.js';
@@ -28,6 +28,8 @@ export interface BroadcasterOptions extends BroadcastOptions {
   relayId: string;
   logger: Logger;
   registry: Registry;
+  /** Told of every transport failure with a neighbour (the control plane reports it to the manager). */
+  onPeerFailure?: (peerId: string, direction: 'downstream' | 'upstream', code: string) => void;
 }
 
 interface Downstream {
@@ -42,6 +44,9 @@ interface Arrival {
 }
 
 const key = (model: string, version: number): string => `${model}\u0000${version}`;
+
+/** The code of the 'error' message a relay sends before closing a downstream link on purpose. */
+const GOODBYE = 'ERR_RETARGETED';
 
 export interface BroadcastStatus {
   relayId: string;
@@ -68,6 +73,8 @@ export class Broadcaster {
   private readonly offersInProgress = new Set<string>();
   private readonly upstreams = new Set<PeerLink>();
   private readonly lanes = new WeakMap<PeerLink, PullLane>();
+  /** Upstream links whose sender said it was leaving (retarget, shutdown): their close is no failure. */
+  private readonly leftOnPurpose = new WeakSet<PeerLink>();
   private readonly registrations = new Map<object, Registration>();
   private readonly timer: NodeJS.Timeout;
   private readonly log: Logger;
@@ -126,7 +133,7 @@ export class Broadcaster {
           selfId: options.relayId,
           secret: options.secret,
           timeoutMs: options.handshakeTimeoutMs,
-          admit: (peerId, role) => this.admit(peerId, role),
+          admit: (peerId, role, epoch) => this.admit(peerId, role, epoch),
         }).then(
           (link) => this.upstreamJoined(link),
           (err: LaminarError) => {
@@ -198,9 +205,12 @@ export class Broadcaster {
 
   // ---- upstream side -----------------------------------------------------------------------
 
-  private admit(peerId: string, role: PeerRole): [string, string] | null {
+  private admit(peerId: string, role: PeerRole, epoch: number): [string, string] | null {
     if (this.closed) return ['ERR_RELAY_STOPPING', 'the relay is stopping'];
     if (role === 'publisher') return null;
+    // A peer (authenticated with the job secret) that already follows a newer plan than ours:
+    // the plan reaches us a moment later; refusing would only delay the new link by a retry.
+    if (epoch > (this.plan?.epoch ?? 0)) return null;
     if (this.plan === null || positionOf(this.plan, peerId) < 0) {
       return ['ERR_NOT_IN_PLAN', `relay ${peerId} is not in the chain plan (epoch ${this.plan?.epoch ?? 'none'})`];
     }
@@ -219,6 +229,7 @@ export class Broadcaster {
       this.upstreams.delete(link);
       for (const arrival of this.arrivals.values()) arrival.upstreams.delete(link);
       this.log.info({ peer: link.peerId, code: err?.code }, 'upstream peer gone');
+      if (err && link.role === 'relay' && !this.closed && !this.leftOnPurpose.has(link)) this.options.onPeerFailure?.(link.peerId, 'upstream', err.code);
     });
     link.setHandler((message, incoming) => this.upstreamMessage(link, message, incoming));
   }
@@ -233,6 +244,11 @@ export class Broadcaster {
         return;
       case 'error':
         incoming.release();
+        if (message.code === GOODBYE) {
+          this.leftOnPurpose.add(link);
+          this.log.info({ peer: link.peerId, reason: message.message }, 'upstream peer retargets');
+          return;
+        }
         this.log.warn({ peer: link.peerId, code: message.code, message: message.message }, 'upstream reported an error');
         return;
       default:
@@ -385,8 +401,10 @@ export class Broadcaster {
     }).then(
       (link) => {
         this.connecting = false;
-        if (this.closed || this.plan?.epoch !== epoch) {
-          void link.close();
+        // A new plan may have come during the handshake: keep the link if it still names this relay first.
+        const stillFirst = this.plan !== null && downstreamOf(this.plan, this.options.relayId)[0]?.id === better.id;
+        if (this.closed || (this.plan?.epoch !== epoch && !stillFirst)) {
+          this.sayGoodbye(link, 'plan changed during the handshake');
           this.ensureDownstream();
           return;
         }
@@ -399,6 +417,9 @@ export class Broadcaster {
         this.connecting = false;
         this.cooldown.set(better.id, Date.now() + this.options.retryMs);
         this.metrics.peerFailures.inc({ reason: err.code ?? 'connect' });
+        // A refusal comes from a live relay (not in its plan yet, say): not a failure to report.
+        const refused = err instanceof PeerRefusedError && err.code !== 'ERR_PEER_CLOSED';
+        if (!this.closed && !refused) this.options.onPeerFailure?.(better.id, 'downstream', err.code ?? 'connect');
         const level = this.unreachableLogged.has(better.id) ? 'debug' : 'warn';
         this.unreachableLogged.add(better.id);
         this.log[level]({ peer: better.id, address: better.address, code: err.code, err: err.message }, 'cannot reach the next relay: skipping it for now (retrying)');
@@ -433,6 +454,7 @@ export class Broadcaster {
     if (this.downstream !== d) return;
     this.metrics.peerFailures.inc({ reason: err.code ?? 'unknown' });
     this.log.warn({ peer: d.member.id, code: err.code, err: err.message }, 'downstream relay lost: skipping to the next one');
+    this.options.onPeerFailure?.(d.member.id, 'downstream', err.code ?? 'unknown');
     this.cooldown.set(d.member.id, Date.now() + this.options.retryMs);
     this.dropDownstream(err.message);
     this.ensureDownstream();
@@ -444,7 +466,18 @@ export class Broadcaster {
     this.downstream = null;
     for (const session of d.sessions.values()) session.cancel(new LaminarError('ERR_RETARGETED', reason));
     d.sessions.clear();
-    void d.link.close();
+    this.sayGoodbye(d.link, reason);
+  }
+
+  /**
+   * Closes a downstream link on purpose, saying so first: the receiver must not mistake a
+   * retarget for a failure of this relay (and report it dead to the manager).
+   */
+  private sayGoodbye(link: PeerLink, reason: string): void {
+    void link
+      .send({ t: 'error', code: GOODBYE, message: reason })
+      .catch(() => undefined)
+      .finally(() => void link.close());
   }
 
   /** The newest version of each model this relay has or is receiving. */

@@ -105,28 +105,13 @@ export class RemotePublisher {
   }
 
   /** Publishes tensors given in memory. */
-  async publish(request: {
-    model: string;
-    version: number;
-    tensors: { name: string; dtype: Dtype; shape: number[]; data: TensorData }[];
-    metadata?: Record<string, string>;
-    onProgress?: (done: number, total: number) => void;
-  }): Promise<RemotePublishResult> {
+  async publish(request: TensorVersion & { onProgress?: (done: number, total: number) => void }): Promise<RemotePublishResult> {
     const started = performance.now();
-    const layout = this.layout(request.model, request.version, request.tensors, request.metadata ?? {});
-    const mapping = new Mapping(null, { size: layout.totalSize });
+    const prepared = await prepareVersion(request, this.options.chunkSize ?? DEFAULT_CHUNK_SIZE);
     try {
-      request.tensors.forEach((t, i) => {
-        const entry = layout.tensors[i]!;
-        const bytes = ArrayBuffer.isView(t.data) ? new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength) : new Uint8Array(t.data);
-        if (bytes.byteLength !== entry.byteLength) {
-          throw new LaminarError('ERR_BAD_TENSOR', `tensor ${t.name} has ${bytes.byteLength} bytes, ${entry.byteLength} expected for ${t.dtype}[${t.shape.join(',')}]`);
-        }
-        mapping.write(entry.offset, bytes);
-      });
-      return await this.push(request.model, request.version, layout, mapping, request.metadata ?? {}, started, request.onProgress);
+      return await this.push(prepared, started, request.onProgress);
     } finally {
-      mapping.close();
+      prepared.close();
     }
   }
 
@@ -136,16 +121,11 @@ export class RemotePublisher {
     request: { model: string; version: number; onProgress?: (done: number, total: number) => void },
   ): Promise<RemotePublishResult> {
     const started = performance.now();
-    const checkpoint = await readCheckpoint(path);
-    const specs = checkpoint.shards.flatMap((s) => s.tensors);
-    const metadata = { ...checkpoint.shards[0]?.metadata, 'laminar.source': path };
-    const layout = this.layout(request.model, request.version, specs, metadata);
-    const mapping = new Mapping(null, { size: layout.totalSize });
+    const prepared = await prepareCheckpoint(path, request.model, request.version, this.options.chunkSize ?? DEFAULT_CHUNK_SIZE);
     try {
-      await copyCheckpoint(checkpoint, mapping, layout.dataOffset, { concurrency: CHECKSUM_CONCURRENCY });
-      return await this.push(request.model, request.version, layout, mapping, metadata, started, request.onProgress);
+      return await this.push(prepared, started, request.onProgress);
     } finally {
-      mapping.close();
+      prepared.close();
     }
   }
 
@@ -154,25 +134,12 @@ export class RemotePublisher {
     this.worker.close();
   }
 
-  private layout(model: string, version: number, specs: { name: string; dtype: Dtype; shape: number[] }[], metadata: Record<string, string>): VersionLayout {
-    return planLayout(
-      specs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
-      { model: validateModelId(model), version: validateVersion(version), chunkSize: this.options.chunkSize ?? DEFAULT_CHUNK_SIZE, extraMetadata: metadata },
-    );
-  }
-
-  private async push(
-    model: string,
-    version: number,
-    layout: VersionLayout,
-    mapping: Mapping,
-    metadata: Record<string, string>,
-    started: number,
-    onProgress?: (done: number, total: number) => void,
-  ): Promise<RemotePublishResult> {
-    const checksums = await chunkChecksums(mapping, layout, CHECKSUM_CONCURRENCY);
-    const header = encodeHeader(layout, { model, version, chunkSize: layout.chunkSize, checksums }, metadata);
-    mapping.write(0, header);
+  /**
+   * Streams a prepared version to the relay; resolves when the relay holds and verified it.
+   * `started` is when the caller began waiting (the stall reported includes preparation).
+   */
+  async push(prepared: PreparedVersion, started = performance.now(), onProgress?: (done: number, total: number) => void): Promise<RemotePublishResult> {
+    const { model, version, layout, mapping } = prepared;
     const registration = this.worker.register(mapping);
     const transferStarted = performance.now();
     try {
@@ -208,5 +175,73 @@ export class RemotePublisher {
       stallSeconds: (now - started) / 1e3,
       transferSeconds: (now - transferStarted) / 1e3,
     };
+  }
+}
+
+export interface TensorVersion {
+  model: string;
+  version: number;
+  tensors: { name: string; dtype: Dtype; shape: number[]; data: TensorData }[];
+  metadata?: Record<string, string>;
+}
+
+/**
+ * A version laid out in local memory exactly as it will sit in a relay's shared memory (header
+ * with chunk checksums, then the tensors), ready to be pushed once or, after a master change,
+ * again to another relay without copying it again.
+ */
+export interface PreparedVersion {
+  readonly model: string;
+  readonly version: number;
+  readonly layout: VersionLayout;
+  readonly mapping: Mapping;
+  close(): void;
+}
+
+function planFor(model: string, version: number, specs: { name: string; dtype: Dtype; shape: number[] }[], metadata: Record<string, string>, chunkSize: number): VersionLayout {
+  return planLayout(
+    specs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
+    { model: validateModelId(model), version: validateVersion(version), chunkSize, extraMetadata: metadata },
+  );
+}
+
+async function seal(model: string, version: number, layout: VersionLayout, mapping: Mapping, metadata: Record<string, string>): Promise<PreparedVersion> {
+  const checksums = await chunkChecksums(mapping, layout, CHECKSUM_CONCURRENCY);
+  mapping.write(0, encodeHeader(layout, { model, version, chunkSize: layout.chunkSize, checksums }, metadata));
+  return { model, version, layout, mapping, close: () => mapping.close() };
+}
+
+export async function prepareVersion(request: TensorVersion, chunkSize = DEFAULT_CHUNK_SIZE): Promise<PreparedVersion> {
+  const metadata = request.metadata ?? {};
+  const layout = planFor(request.model, request.version, request.tensors, metadata, chunkSize);
+  const mapping = new Mapping(null, { size: layout.totalSize });
+  try {
+    request.tensors.forEach((t, i) => {
+      const entry = layout.tensors[i]!;
+      const bytes = ArrayBuffer.isView(t.data) ? new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength) : new Uint8Array(t.data);
+      if (bytes.byteLength !== entry.byteLength) {
+        throw new LaminarError('ERR_BAD_TENSOR', `tensor ${t.name} has ${bytes.byteLength} bytes, ${entry.byteLength} expected for ${t.dtype}[${t.shape.join(',')}]`);
+      }
+      mapping.write(entry.offset, bytes);
+    });
+    return await seal(request.model, request.version, layout, mapping, metadata);
+  } catch (err) {
+    mapping.close();
+    throw err;
+  }
+}
+
+export async function prepareCheckpoint(path: string, model: string, version: number, chunkSize = DEFAULT_CHUNK_SIZE): Promise<PreparedVersion> {
+  const checkpoint = await readCheckpoint(path);
+  const specs = checkpoint.shards.flatMap((s) => s.tensors);
+  const metadata = { ...checkpoint.shards[0]?.metadata, 'laminar.source': path };
+  const layout = planFor(model, version, specs, metadata, chunkSize);
+  const mapping = new Mapping(null, { size: layout.totalSize });
+  try {
+    await copyCheckpoint(checkpoint, mapping, layout.dataOffset, { concurrency: CHECKSUM_CONCURRENCY });
+    return await seal(model, version, layout, mapping, metadata);
+  } catch (err) {
+    mapping.close();
+    throw err;
   }
 }

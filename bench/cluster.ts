@@ -1,0 +1,286 @@
+/**
+ * A laminar cluster on the network-namespace testbed (scripts/testbed.sh): nats-server and the
+ * manager(s) in the root namespace (reached on the bridge's address), one relay process per host
+ * namespace started with only the NATS address, and a trainer client. Used by the manager fault
+ * tests and by `npm run bench -- failover`.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { checksumHex, Mapping } from '../src/native/index.js';
+import { startNatsServer, type NatsServer } from '../src/services/nats.js';
+import { RelayClient } from '../src/relay/client/relay-client.js';
+import { TrainerClient } from '../src/trainer/trainer-client.js';
+import { controlNames } from '../src/control/subjects.js';
+import type { ManagerStatus } from '../src/manager/manager.js';
+
+const REPO = fileURLToPath(new URL(import.meta.url.includes('/dist/') ? '../..' : '..', import.meta.url));
+const CLI = join(REPO, 'dist/src/cli/laminar.js');
+const TESTBED = join(REPO, 'scripts/testbed.sh');
+export const BROADCAST_PORT = 13337;
+/**
+ * UCX's TCP transport moves data on its own sockets, not on the listener's port: relays here
+ * take those ports from a 64-port block that holds the listener too (13312-13375), so that one
+ * tc match (port & 0xffc0) catches all of a relay's broadcast traffic.
+ */
+const UCX_PORT_BLOCK = '13312/0xffc0';
+const UCX_DATA_PORTS = '13340-13375';
+const SECRET = 'cluster-job-secret-0123456789abcdef';
+
+export interface Daemon {
+  name: string;
+  child: ChildProcess;
+  logs: string[];
+  exited: Promise<number | string>;
+  /** Value of the first JSON log line with msg === ready message. */
+  ready: Record<string, unknown>;
+  kill(signal?: NodeJS.Signals): Promise<number | string>;
+}
+
+/** Spawns a laminar daemon and resolves once it logs `readyMsg` (its JSON line is kept). */
+export async function spawnDaemon(name: string, argv: string[], readyMsg: string, wrap: string[] = [], env: NodeJS.ProcessEnv = process.env): Promise<Daemon> {
+  const all = [...wrap, process.execPath, CLI, ...argv];
+  const child = spawn(all[0]!, all.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env });
+  const logs: string[] = [];
+  const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
+    let buffered = '';
+    const timer = setTimeout(() => reject(new Error(`${name} did not start:\n${logs.slice(-20).join('\n')}`)), 30_000);
+    child.stderr!.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const lines = buffered.split('\n');
+      buffered = lines.pop()!;
+      for (const line of lines) {
+        logs.push(line);
+        if (logs.length > 2000) logs.splice(0, 1000);
+        try {
+          const entry = JSON.parse(line) as Record<string, unknown>;
+          if (entry.msg === readyMsg) {
+            clearTimeout(timer);
+            resolve(entry);
+          }
+        } catch {
+          // not JSON (a crash trace): kept in logs
+        }
+      }
+    });
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`${name} exited (${code}) before it was ready:\n${logs.slice(-20).join('\n')}`));
+    });
+  });
+  return {
+    name,
+    child,
+    logs,
+    exited,
+    ready,
+    kill(signal = 'SIGKILL') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+export interface ClusterRelay {
+  id: string;
+  host: number;
+  root: string;
+  daemon: Daemon;
+  client: RelayClient;
+}
+
+export interface ClusterOptions {
+  bed: string;
+  hosts: number;
+  rate?: string;
+  net: string;
+  chunkSize?: string;
+  relayArgs?: string[];
+  managerArgs?: string[];
+}
+
+export class NetnsCluster {
+  readonly relays = new Map<string, ClusterRelay>();
+  readonly managers: Daemon[] = [];
+  private readonly killedRoots: string[] = [];
+  readonly secretFile: string;
+  readonly gateway: string;
+  private readonly scratch: string;
+  private nc: NatsConnection | null = null;
+  private constructor(
+    readonly options: ClusterOptions,
+    readonly nats: NatsServer,
+    readonly hostNs: { ns: string; address: string }[],
+    scratch: string,
+  ) {
+    this.scratch = scratch;
+    this.gateway = `${options.net}.254`;
+    this.secretFile = join(scratch, 'secret');
+    writeFileSync(this.secretFile, `${SECRET}\n`, { mode: 0o600 });
+  }
+
+  static async create(options: ClusterOptions): Promise<NetnsCluster> {
+    try {
+      execFileSync(TESTBED, ['up', options.bed, String(options.hosts), '--rate', options.rate ?? '1gbit', '--net', options.net], { stdio: ['ignore', 'ignore', 'pipe'] });
+    } catch (err) {
+      throw new Error(`this machine refused to build the network-namespace testbed (root and CAP_NET_ADMIN are needed): ${String((err as { stderr?: Buffer }).stderr ?? err)}`);
+    }
+    process.once('exit', () => {
+      try {
+        execFileSync(TESTBED, ['down', options.bed], { stdio: 'ignore' });
+      } catch {
+        // best effort
+      }
+    });
+    const hosts = execFileSync(TESTBED, ['list', options.bed], { encoding: 'utf8' })
+      .trim()
+      .split('\n')
+      .map((line) => {
+        const [ns, address] = line.split(' ') as [string, string];
+        return { ns, address };
+      });
+    const nats = await startNatsServer({ host: '0.0.0.0' });
+    return new NetnsCluster(options, nats, hosts, mkdtempSync('/dev/shm/laminar-cluster-'));
+  }
+
+  get natsUrl(): string {
+    return `nats://${this.gateway}:${this.nats.port}`;
+  }
+
+  async control(): Promise<NatsConnection> {
+    this.nc ??= await connect({ servers: this.nats.url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+    return this.nc;
+  }
+
+  async startManager(name: string, extra: string[] = []): Promise<Daemon> {
+    const daemon = await spawnDaemon(
+      name,
+      ['manager', '--nats', this.natsUrl, '--id', name, '--http-port', '0', '--lease', '2s', '--dead-after', '3s', '--suspect-after', '1500ms', '--stall-timeout', '2s', ...(this.options.managerArgs ?? []), ...extra],
+      'manager started',
+    );
+    this.managers.push(daemon);
+    return daemon;
+  }
+
+  /** Starts relay r<i> on host i (0-based) with only the NATS address (and its own listen address). */
+  async startRelay(i: number, options: { root?: string; labels?: string; extra?: string[] } = {}): Promise<ClusterRelay> {
+    const host = this.hostNs[i]!;
+    const root = options.root ?? mkdtempSync(join(this.scratch, `r${i}-`));
+    const socket = join(root, 'relay.sock');
+    const daemon = await spawnDaemon(
+      `r${i}`,
+      [
+        'relay', '--nats', this.natsUrl, '--id', `r${i}`, '--host', `h${i}`, '--listen', `${host.address}:${BROADCAST_PORT}`,
+        '--shm-dir', join(root, 'segments'), '--socket', socket, '--metrics-port', '0', '--metrics-host', '0.0.0.0', '--no-pin', '--secret-file', this.secretFile,
+        '--chunk-size', this.options.chunkSize ?? '4MiB', '--keep-versions', '0', '--heartbeat', '500ms',
+        '--peer-timeout', '3s', '--retry-interval', '1s', '--handshake-timeout', '2s', '--log-level', 'info',
+        ...(options.labels ? ['--labels', options.labels] : []),
+        ...(this.options.relayArgs ?? []), ...(options.extra ?? []),
+      ],
+      'relay ready',
+      ['ip', 'netns', 'exec', host.ns],
+      { ...process.env, UCX_TLS: 'tcp', UCX_TCP_PORT_RANGE: UCX_DATA_PORTS },
+    );
+    const client = await RelayClient.connect({ socketPath: socket });
+    const relay = { id: `r${i}`, host: i, root, daemon, client };
+    this.relays.set(relay.id, relay);
+    return relay;
+  }
+
+  /** Starves (or restores) host i's broadcast traffic while its other traffic (NATS) flows. */
+  stall(i: number, on: boolean): void {
+    execFileSync(TESTBED, ['stall', this.options.bed, String(i + 1), UCX_PORT_BLOCK, on ? 'on' : 'off', '--rate', this.options.rate ?? '1gbit'], { stdio: 'ignore' });
+  }
+
+  async kill(id: string): Promise<void> {
+    const r = this.relays.get(id);
+    if (!r) return;
+    r.client.close();
+    await r.daemon.kill('SIGKILL');
+    this.relays.delete(id);
+    this.killedRoots.push(r.root);
+  }
+
+  trainer(options: { host?: string; forceRemote?: boolean } = {}): Promise<TrainerClient> {
+    return TrainerClient.connect({
+      nats: { servers: [this.nats.url], job: 'laminar', connection: { maxReconnectAttempts: -1, reconnectTimeWait: 100 } },
+      secretFile: this.secretFile,
+      chunkSize: Number.parseInt(this.options.chunkSize ?? '4', 10) * 1024 * 1024,
+      host: options.host ?? 'trainer-host',
+      ...(options.forceRemote ? { forceRemote: true } : {}),
+      masterWaitMs: 60_000,
+    });
+  }
+
+  async status(): Promise<ManagerStatus> {
+    const nc = await this.control();
+    const reply = await nc.request(controlNames('laminar').status, undefined, { timeout: 3000 });
+    return JSON.parse(new TextDecoder().decode(reply.data)) as ManagerStatus;
+  }
+
+  /** Chunks of model/version verified on a relay (all of them once complete). */
+  async progress(id: string, model: string, version: number): Promise<{ hwm: number; complete: boolean; path?: string }> {
+    const r = this.relays.get(id)!;
+    const status = await r.client.status();
+    const held = status.versions.find((v) => v.model === model && v.version === version && v.state === 'complete');
+    if (held) return { hwm: Number.MAX_SAFE_INTEGER, complete: true, path: held.path };
+    return { hwm: status.broadcast?.receiving.find((p) => p.model === model && p.version === version)?.hwm ?? 0, complete: false };
+  }
+
+  async digest(id: string, model: string, version: number): Promise<string> {
+    const p = await this.progress(id, model, version);
+    if (!p.path) throw new Error(`${id} does not hold ${model} v${version}`);
+    const m = new Mapping(p.path, { writable: false });
+    try {
+      return checksumHex(m.checksum(0, m.size));
+    } finally {
+      m.close();
+    }
+  }
+
+  /** Counts from a relay's /metrics. */
+  async relayMetric(id: string, name: string): Promise<number> {
+    const relay = this.relays.get(id)!;
+    const port = relay.daemon.ready.metricsPort as number;
+    const text = await (await fetch(`http://${this.hostNs[relay.host]!.address}:${port}/metrics`)).text();
+    let total = 0;
+    for (const line of text.split('\n')) if (line.startsWith(name)) total += Number(line.split(' ').pop());
+    return total;
+  }
+
+  /** Stops every relay and manager; the relays' shared memory goes with them. */
+  async stopAll(): Promise<void> {
+    for (const [id, relay] of [...this.relays]) {
+      await this.kill(id);
+      rmSync(relay.root, { recursive: true, force: true });
+    }
+    for (const root of this.killedRoots.splice(0)) rmSync(root, { recursive: true, force: true });
+    for (const m of this.managers.splice(0)) await m.kill('SIGKILL');
+  }
+
+  async destroy(): Promise<void> {
+    await this.stopAll();
+    await this.nc?.close().catch(() => undefined);
+    await this.nats.stop();
+    execFileSync(TESTBED, ['down', this.options.bed], { stdio: 'ignore' });
+    rmSync(this.scratch, { recursive: true, force: true });
+  }
+}
+
+export async function waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 60_000, everyMs = 50): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+/** A deterministic U8 tensor of `bytes` bytes. */
+export function pattern(bytes: number, seed: number): Uint8Array {
+  const data = new Uint8Array(bytes);
+  for (let i = 0; i < bytes; i += 4099) data[i] = (Math.imul(i, 13) + seed) & 0xff;
+  return data;
+}

@@ -1,0 +1,61 @@
+/** `laminar manager`: the rollout manager's control plane (chain scheduler, failure detection). */
+import { Command, Option } from 'commander';
+import { createLogger } from '../common/logger.js';
+import { createRegistry, serveMetrics } from '../common/metrics.js';
+import { parseDuration } from '../common/units.js';
+import { connectControl, parseControlOptions } from '../control/nats-options.js';
+import { Manager } from '../manager/manager.js';
+import { addControlFlags, controlInput } from './control-flags.js';
+
+export function managerCommand(): Command {
+  return addControlFlags(new Command('manager'), true)
+    .description('run the rollout manager: orders relays into the broadcast chain, detects failures and repairs the chain (one active per job, others stand by)')
+    .addOption(new Option('--id <name>', 'name of this manager (default: manager@host:pid)').env('LAMINAR_MANAGER_ID'))
+    .addOption(new Option('--http-host <host>', 'address of /metrics and /status').env('LAMINAR_HTTP_HOST').default('127.0.0.1'))
+    .addOption(new Option('--http-port <port>', 'port of /metrics and /status (0: any, -1: off)').env('LAMINAR_HTTP_PORT').default('9480'))
+    .addOption(new Option('--lease <duration>', 'leader lease: a standby takes over this long after the leader stops renewing').env('LAMINAR_LEASE').default('5s'))
+    .addOption(new Option('--suspect-after <duration>', 'silence after which a member is suspected').env('LAMINAR_SUSPECT_AFTER').default('3s'))
+    .addOption(new Option('--dead-after <duration>', 'silence after which a member is declared dead').env('LAMINAR_DEAD_AFTER').default('6s'))
+    .addOption(new Option('--stall-timeout <duration>', 'a chain link without progress this long is repaired').env('LAMINAR_STALL_TIMEOUT').default('3s'))
+    .addOption(new Option('--group-label <key>', 'relays with equal values of this label sit together in the chain').env('LAMINAR_GROUP_LABEL').default('rack'))
+    .addOption(new Option('--replicas <n>', 'replicas of the control bucket (3 on a NATS cluster)').env('LAMINAR_REPLICAS').default('1'))
+    .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
+    .action(async (opts: Record<string, string | undefined>) => {
+      const logger = createLogger({ level: opts.logLevel as 'info', name: 'laminar-manager' });
+      const control = parseControlOptions(controlInput(opts)!);
+      const nc = await connectControl(control, `manager ${opts.id ?? process.pid}`);
+      const registry = createRegistry();
+      const manager = new Manager({
+        nc,
+        job: control.job,
+        ...(opts.id ? { id: opts.id } : {}),
+        registry,
+        logger,
+        leaseMs: parseDuration(opts.lease!),
+        suspectAfterMs: parseDuration(opts.suspectAfter!),
+        deadAfterMs: parseDuration(opts.deadAfter!),
+        stallMs: parseDuration(opts.stallTimeout!),
+        groupLabel: opts.groupLabel!,
+        replicas: Number(opts.replicas),
+      });
+      process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the manager keeps running)'));
+      await manager.start();
+      const port = Number(opts.httpPort);
+      const http = port >= 0 ? await serveMetrics(registry, { host: opts.httpHost!, port, status: () => manager.status() }) : null;
+      logger.info({ manager: manager.id, job: control.job, nats: control.servers, httpPort: http?.port ?? null, leader: manager.isLeader }, 'manager started');
+      let stopping = false;
+      const stop = (signal: string): void => {
+        if (stopping) process.exit(1);
+        stopping = true;
+        logger.info({ signal }, 'stopping (handing the lease over)');
+        void (async () => {
+          await manager.close();
+          await http?.close();
+          await nc.drain().catch(() => undefined);
+          process.exit(0);
+        })();
+      };
+      process.on('SIGTERM', () => stop('SIGTERM'));
+      process.on('SIGINT', () => stop('SIGINT'));
+    });
+}

@@ -1,0 +1,146 @@
+/**
+ * The control plane's wire schema: every message and KV value is a msgpack map carrying the
+ * schema version `v`, validated with zod on receipt. A decoding or validation failure is a
+ * ControlError with a stable code, never an exception that reaches an event loop.
+ *
+ * Schema version 1 (README: "Control plane"):
+ *   register   member -> manager (request)   who I am, where my UCX listener is, what I hold
+ *   registered / refused                     the manager's answer
+ *   heartbeat  member -> manager             every --heartbeat, with broadcast progress
+ *   report     member -> manager             a transport error about a neighbour
+ *   command    manager -> member             reregister | load (a checkpoint)
+ *   plan       KV "plan"                     the chain, master first, under an epoch
+ *   lease      KV "leader"                   the active manager's lease
+ *   member     KV "member.<id>"              a registration, kept for a restarted manager
+ *   announce   KV "version.<model>"          the trainer's newest version and its checkpoint
+ */
+import { pack, unpack } from 'msgpackr';
+import { z } from 'zod';
+import { LaminarError } from '../common/errors.js';
+
+export const SCHEMA_VERSION = 1;
+
+export class ControlError extends LaminarError {}
+
+export const ControlCodes = {
+  DECODE: 'ERR_CONTROL_DECODE',
+  SCHEMA: 'ERR_CONTROL_SCHEMA',
+  SCHEMA_VERSION: 'ERR_CONTROL_SCHEMA_VERSION',
+  STALE_EPOCH: 'ERR_STALE_EPOCH',
+  ID_TAKEN: 'ERR_ID_TAKEN',
+  UNKNOWN_MEMBER: 'ERR_UNKNOWN_MEMBER',
+  NO_MANAGER: 'ERR_NO_MANAGER',
+  NO_MASTER: 'ERR_NO_MASTER',
+} as const;
+
+const id = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/);
+const model = z.string().min(1).max(256);
+const version = z.number().int().nonnegative();
+const epoch = z.number().int().nonnegative();
+const incarnation = z.string().regex(/^[0-9a-f]{8,64}$/);
+const address = z.string().max(64);
+
+export const memberKinds = ['relay', 'rollout', 'trainer'] as const;
+export type MemberKind = (typeof memberKinds)[number];
+
+const holding = z.object({ model, version });
+const progress = z.object({ model, version, hwm: z.number().int().nonnegative(), chunks: z.number().int().positive() });
+
+export const registerSchema = z.object({
+  v: z.literal(SCHEMA_VERSION),
+  t: z.literal('register'),
+  id,
+  kind: z.enum(memberKinds),
+  incarnation,
+  host: z.string().min(1).max(255),
+  labels: z.record(z.string().max(64), z.string().max(256)).default({}),
+  address: address.nullable(),
+  socket: z.string().max(4096).nullable(),
+  holds: z.array(holding).max(1024).default([]),
+});
+
+export const registerReplySchema = z.discriminatedUnion('t', [
+  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('registered'), epoch: epoch.nullable(), manager: z.string() }),
+  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('refused'), code: z.string(), message: z.string() }),
+]);
+
+export const heartbeatSchema = z.object({
+  v: z.literal(SCHEMA_VERSION),
+  t: z.literal('heartbeat'),
+  id,
+  incarnation,
+  seq: z.number().int().nonnegative(),
+  epoch: epoch.nullable(),
+  holds: z.array(holding).max(1024),
+  receiving: z.array(progress).max(1024),
+  downstream: id.nullable(),
+});
+
+export const reportSchema = z.object({
+  v: z.literal(SCHEMA_VERSION),
+  t: z.literal('report'),
+  id,
+  incarnation,
+  epoch,
+  peer: id,
+  direction: z.enum(['downstream', 'upstream']),
+  code: z.string().max(64),
+});
+
+export const commandSchema = z.discriminatedUnion('t', [
+  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('reregister'), reason: z.string() }),
+  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('load'), model, version, path: z.string().min(1).max(4096) }),
+]);
+
+export const planSchema = z.object({
+  v: z.literal(SCHEMA_VERSION),
+  epoch,
+  relays: z.array(z.object({ id, address })).min(1).max(65536),
+  manager: z.string(),
+  at: z.number(),
+});
+
+export const leaseSchema = z.object({ v: z.literal(SCHEMA_VERSION), holder: z.string(), ttlMs: z.number().int().positive(), at: z.number() });
+
+export const memberRecordSchema = registerSchema.omit({ t: true, holds: true }).extend({ registeredAt: z.number(), admittedEpoch: epoch });
+
+export const announceSchema = z.object({ v: z.literal(SCHEMA_VERSION), model, version, checkpoint: z.string().max(4096).nullable(), at: z.number() });
+
+export type Register = z.infer<typeof registerSchema>;
+export type RegisterReply = z.infer<typeof registerReplySchema>;
+export type Heartbeat = z.infer<typeof heartbeatSchema>;
+export type Report = z.infer<typeof reportSchema>;
+export type Command = z.infer<typeof commandSchema>;
+export type PlanRecord = z.infer<typeof planSchema>;
+export type Lease = z.infer<typeof leaseSchema>;
+export type MemberRecord = z.infer<typeof memberRecordSchema>;
+export type Announcement = z.infer<typeof announceSchema>;
+export type Holding = z.infer<typeof holding>;
+export type Progress = z.infer<typeof progress>;
+
+export function encode(value: object): Uint8Array {
+  return pack(value);
+}
+
+/** Decodes and validates; throws ControlError (DECODE, SCHEMA_VERSION or SCHEMA). */
+export function decode<S extends z.ZodType>(schema: S, bytes: Uint8Array, what: string): z.infer<S> {
+  let raw: unknown;
+  try {
+    raw = unpack(bytes);
+  } catch (err) {
+    throw new ControlError(ControlCodes.DECODE, `${what}: not msgpack (${(err as Error).message})`);
+  }
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new ControlError(ControlCodes.DECODE, `${what}: not a map`);
+  }
+  const v = (raw as { v?: unknown }).v;
+  if (v !== SCHEMA_VERSION) {
+    throw new ControlError(ControlCodes.SCHEMA_VERSION, `${what}: schema version ${JSON.stringify(v)}, this build speaks ${SCHEMA_VERSION}`);
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new ControlError(ControlCodes.SCHEMA, `${what}: ${issue ? `${issue.path.join('.') || '(root)'}: ${issue.message}` : 'invalid'}`);
+  }
+  return parsed.data;
+}

@@ -1,0 +1,44 @@
+/** The manager's Prometheus metrics (README: "Metrics"). */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+
+export class ManagerMetrics {
+  readonly leader: Gauge;
+  readonly members: Gauge;
+  readonly suspicions: Counter;
+  readonly deaths: Counter;
+  readonly detectionSeconds: Histogram;
+  readonly epoch: Gauge;
+  readonly plans: Counter;
+  readonly repairSeconds: Histogram;
+  readonly stalls: Counter;
+  readonly rejected: Counter;
+  readonly relayProgress: Gauge;
+  readonly checkpointLoads: Counter;
+
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.leader = new Gauge({ name: 'laminar_manager_leader', help: '1 while this manager holds the leader lease', registers });
+    this.members = new Gauge({ name: 'laminar_manager_members', help: 'registered members by kind and health', labelNames: ['kind', 'state'], registers });
+    this.suspicions = new Counter({ name: 'laminar_manager_suspicions_total', help: 'members suspected after missed heartbeats', labelNames: ['kind'], registers });
+    this.deaths = new Counter({ name: 'laminar_manager_deaths_total', help: 'members declared dead, by cause (heartbeat, report)', labelNames: ['kind', 'cause'], registers });
+    this.detectionSeconds = new Histogram({
+      name: 'laminar_manager_detection_seconds',
+      help: 'from the last heartbeat of a member to its declaration as dead, by cause',
+      labelNames: ['cause'],
+      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30],
+      registers,
+    });
+    this.epoch = new Gauge({ name: 'laminar_manager_epoch', help: 'epoch of the chain plan in force', registers });
+    this.plans = new Counter({ name: 'laminar_manager_plans_total', help: 'chain plans published, by reason', labelNames: ['reason'], registers });
+    this.repairSeconds = new Histogram({
+      name: 'laminar_manager_repair_seconds',
+      help: 'from a fault being known to the manager to the repaired plan being published',
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2],
+      registers,
+    });
+    this.stalls = new Counter({ name: 'laminar_manager_stalled_links_total', help: 'chain links found without progress', registers });
+    this.rejected = new Counter({ name: 'laminar_manager_rejected_total', help: 'control messages rejected, by code', labelNames: ['code'], registers });
+    this.relayProgress = new Gauge({ name: 'laminar_manager_relay_progress', help: 'fraction of the newest version of a model each relay holds', labelNames: ['relay', 'model'], registers });
+    this.checkpointLoads = new Counter({ name: 'laminar_manager_checkpoint_loads_total', help: 'relays told to load a version from the trainer checkpoint', registers });
+  }
+}

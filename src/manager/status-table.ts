@@ -1,0 +1,47 @@
+/** `laminar status`: the manager's status as tables a person reads. */
+import type { ManagerStatus } from './manager.js';
+
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
+  return rows.map((r) => r.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd()).join('\n');
+}
+
+function versions(list: { model: string; version: number }[]): string {
+  return list.length === 0 ? '-' : list.map((h) => `${h.model} v${h.version}`).join(', ');
+}
+
+export function formatStatus(s: ManagerStatus): string {
+  const lines: string[] = [];
+  lines.push(`job ${s.job}   manager ${s.manager}${s.leader ? '' : ' (standby)'}   epoch ${s.epoch ?? '-'}   master ${s.master ?? '-'}`);
+  lines.push(`newest: ${versions(s.newest)}`);
+  lines.push('');
+  lines.push('chain:');
+  if (s.chain.length === 0) lines.push('  (no plan yet: no relay registered)');
+  else {
+    const rows = [['#', 'relay', 'address', 'host', 'labels', 'health', 'heard', 'holds', 'receiving', 'newest']];
+    for (const r of s.chain) {
+      rows.push([
+        String(r.position),
+        r.id,
+        r.address,
+        r.host,
+        Object.entries(r.labels).map(([k, v]) => `${k}=${v}`).join(',') || '-',
+        r.health,
+        r.heardMsAgo < 0 ? '-' : `${(r.heardMsAgo / 1000).toFixed(1)}s`,
+        versions(r.holds),
+        r.receiving.length === 0 ? '-' : r.receiving.map((p) => `${p.model} v${p.version} ${p.hwm}/${p.chunks}`).join(', '),
+        `${Math.round(r.progress * 100)}%`,
+      ]);
+    }
+    lines.push(table(rows).replace(/^/gm, '  '));
+  }
+  const others = s.members.filter((m) => !m.inChain);
+  if (others.length > 0) {
+    lines.push('');
+    lines.push('other members:');
+    const rows = [['member', 'kind', 'host', 'health', 'heard']];
+    for (const m of others) rows.push([m.id, m.kind, m.host, m.health, `${(m.heardMsAgo / 1000).toFixed(1)}s`]);
+    lines.push(table(rows).replace(/^/gm, '  '));
+  }
+  return `${lines.join('\n')}\n`;
+}

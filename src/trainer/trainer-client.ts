@@ -1,0 +1,215 @@
+/**
+ * The trainer's side of the weight path: `publish()` hands a version to the master relay and
+ * returns as soon as the master holds it (verified), with the time the trainer was stalled.
+ *
+ * The master comes from the manager's chain plan in the control bucket. When the master runs on
+ * this host (same host name as registered), the tensors are written straight into its shared
+ * memory through the local socket; otherwise the version is laid out once in local memory and
+ * pushed over UCX. If the master dies during a push, the client waits for the manager's next
+ * plan and repeats the push to the new master (which resumes from what it already has); the
+ * caller sees one slower publish, not an error.
+ *
+ *   const trainer = await TrainerClient.connect({ nats: parseControlOptions({ nats: url }), secretFile });
+ *   const { stallSeconds } = await trainer.publish({ model, version, tensors });
+ */
+import { hostname } from 'node:os';
+import type { KV } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { Logger } from 'pino';
+import { ConflictError, LaminarError, TimeoutError } from '../common/errors.js';
+import { silentLogger } from '../common/logger.js';
+import { MemberAgent } from '../control/member-agent.js';
+import { connectControl, type ControlOptions } from '../control/nats-options.js';
+import { ControlCodes, SCHEMA_VERSION, decode, encode, memberRecordSchema, type PlanRecord } from '../control/schema.js';
+import { Keys } from '../control/subjects.js';
+import { RelayClient } from '../relay/client/relay-client.js';
+import { prepareVersion, type PreparedVersion, type TensorVersion } from '../relay/client/remote-publisher.js';
+
+export interface TrainerClientOptions {
+  /** The control plane (connected here) or an open connection (left open by close()). */
+  nats: ControlOptions | { nc: NatsConnection; job: string };
+  /** This trainer's member id (default trainer@<host>). */
+  id?: string;
+  /** Host name compared with the master's registration to choose shared memory over UCX. */
+  host?: string;
+  secret?: string;
+  secretFile?: string;
+  chunkSize?: number;
+  /** How long publish() waits for a master (at start, or after the master died). */
+  masterWaitMs?: number;
+  /** Never write into shared memory, even when the master is on this host. */
+  forceRemote?: boolean;
+  logger?: Logger;
+}
+
+export interface TrainerPublishResult {
+  model: string;
+  version: number;
+  /** The relay that holds the version now. */
+  master: string;
+  mode: 'local' | 'remote';
+  /** Time publish() blocked the caller. */
+  stallSeconds: number;
+  /** Pushes tried (more than 1 when the master changed during the publish). */
+  attempts: number;
+}
+
+export class TrainerClient {
+  private plan: PlanRecord | null = null;
+  private readonly planWaiters = new Set<() => void>();
+  private readonly host: string;
+  private readonly log: Logger;
+
+  private constructor(
+    private readonly nc: NatsConnection,
+    private readonly ownsConnection: boolean,
+    private readonly agent: MemberAgent,
+    private readonly options: TrainerClientOptions,
+  ) {
+    this.host = options.host ?? hostname();
+    this.log = (options.logger ?? silentLogger).child({ component: 'trainer-client' });
+  }
+
+  static async connect(options: TrainerClientOptions): Promise<TrainerClient> {
+    const owns = !('nc' in options.nats);
+    const nc = 'nc' in options.nats ? options.nats.nc : await connectControl(options.nats, `trainer ${options.id ?? hostname()}`);
+    const job = options.nats.job;
+    let client: TrainerClient | null = null;
+    const agent = new MemberAgent({
+      nc,
+      job,
+      id: options.id ?? `trainer-${(options.host ?? hostname()).replace(/[^A-Za-z0-9._:-]/g, '-')}`,
+      kind: 'trainer',
+      ...(options.host ? { host: options.host } : {}),
+      state: () => ({ epoch: client?.plan?.epoch ?? null, holds: [], receiving: [], downstream: null }),
+      onPlan: (plan) => client?.planArrived(plan),
+      ...(options.logger ? { logger: options.logger } : {}),
+    });
+    client = new TrainerClient(nc, owns, agent, options);
+    agent.start();
+    return client;
+  }
+
+  /** The master relay in the newest plan seen, or null before the first plan. */
+  get master(): { id: string; address: string } | null {
+    return this.plan?.relays[0] ?? null;
+  }
+
+  async publish(request: TensorVersion & { checkpoint?: string }): Promise<TrainerPublishResult> {
+    const started = performance.now();
+    const deadline = Date.now() + (this.options.masterWaitMs ?? 60_000);
+    let prepared: PreparedVersion | null = null;
+    let attempts = 0;
+    try {
+      for (;;) {
+        const plan = await this.waitForPlan(deadline, -1);
+        const master = plan.relays[0]!;
+        attempts++;
+        try {
+          const mode = await this.pushTo(master, request, () => prepareVersion(request, this.options.chunkSize).then((p) => (prepared = p)), prepared);
+          await this.announce(request.model, request.version, request.checkpoint ?? null);
+          return { model: request.model, version: request.version, master: master.id, mode, stallSeconds: (performance.now() - started) / 1e3, attempts };
+        } catch (err) {
+          const code = (err as LaminarError).code;
+          if (code === 'ERR_VERSION_EXISTS') {
+            await this.announce(request.model, request.version, request.checkpoint ?? null);
+            return { model: request.model, version: request.version, master: master.id, mode: 'remote', stallSeconds: (performance.now() - started) / 1e3, attempts };
+          }
+          if (err instanceof ConflictError || code === 'ERR_BAD_TENSOR' || code === 'ERR_VERSION_STALE' || code === 'ERR_STALE_VERSION') throw err;
+          this.log.warn({ master: master.id, code, err: (err as Error).message, epoch: plan.epoch }, 'push to the master failed: waiting for the next plan');
+          await this.waitForPlan(deadline, plan.epoch).catch((waitErr: unknown) => {
+            throw new LaminarError(ControlCodes.NO_MASTER, `push of ${request.model} v${request.version} to ${master.id} failed (${code}) and no new master came: ${(waitErr as Error).message}`, { cause: err });
+          });
+        }
+      }
+    } finally {
+      (prepared as PreparedVersion | null)?.close();
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.agent.close();
+    if (this.ownsConnection) await this.nc.close().catch(() => undefined);
+  }
+
+  private async pushTo(
+    master: { id: string; address: string },
+    request: TensorVersion,
+    prepare: () => Promise<PreparedVersion>,
+    prepared: PreparedVersion | null,
+  ): Promise<'local' | 'remote'> {
+    const record = this.options.forceRemote ? null : await this.memberRecord(master.id);
+    if (record !== null && record.host === this.host && record.socket !== null) {
+      const relay = await RelayClient.connect({ socketPath: record.socket, name: 'trainer' });
+      try {
+        await relay.publish(request);
+        return 'local';
+      } finally {
+        relay.close();
+      }
+    }
+    const version = prepared ?? (await prepare());
+    const publisher = await RelayClient.remote({
+      address: master.address,
+      relayId: master.id,
+      ...(this.options.secret !== undefined ? { secret: this.options.secret } : {}),
+      ...(this.options.secretFile !== undefined ? { secretFile: this.options.secretFile } : {}),
+      ...(this.options.chunkSize !== undefined ? { chunkSize: this.options.chunkSize } : {}),
+      timeoutMs: 5000,
+      stallMs: 10_000,
+    });
+    try {
+      await publisher.push(version);
+      return 'remote';
+    } finally {
+      await publisher.close();
+    }
+  }
+
+  private async memberRecord(id: string): Promise<{ host: string; socket: string | null } | null> {
+    const kv: KV = await this.agent.bucket();
+    const entry = await kv.get(Keys.member(id)).catch(() => null);
+    if (!entry || entry.operation !== 'PUT') return null;
+    try {
+      const record = decode(memberRecordSchema, entry.value, 'member record');
+      return { host: record.host, socket: record.socket };
+    } catch {
+      return null;
+    }
+  }
+
+  /** Records the newest version (and where its checkpoint is) for relays that have none. */
+  private async announce(model: string, version: number, checkpoint: string | null): Promise<void> {
+    const kv = await this.agent.bucket();
+    await kv.put(Keys.announce(model), encode({ v: SCHEMA_VERSION, model, version, checkpoint, at: Date.now() })).catch((err: Error) => {
+      this.log.warn({ err: err.message }, 'cannot record the version in the control bucket');
+    });
+  }
+
+  private planArrived(plan: PlanRecord): void {
+    if (this.plan !== null && plan.epoch <= this.plan.epoch) return;
+    this.plan = plan;
+    for (const wake of this.planWaiters) wake();
+  }
+
+  /** A plan newer than `afterEpoch` (any plan for -1). */
+  private async waitForPlan(deadline: number, afterEpoch: number): Promise<PlanRecord> {
+    for (;;) {
+      if (this.plan !== null && this.plan.epoch > afterEpoch) return this.plan;
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        throw new TimeoutError(afterEpoch < 0 ? 'no chain plan yet: is a manager running and a relay registered?' : `no plan after epoch ${afterEpoch}`);
+      }
+      await new Promise<void>((resolve) => {
+        const wake = (): void => {
+          clearTimeout(timer);
+          this.planWaiters.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, Math.min(left, 1000));
+        this.planWaiters.add(wake);
+      });
+    }
+  }
+}
+
