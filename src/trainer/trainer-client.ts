@@ -162,7 +162,9 @@ export class TrainerClient {
       await publisher.push(version);
       return 'remote';
     } finally {
-      await publisher.close();
+      // The master holds the version (or the push failed for its own reason): a reset while
+      // closing the link changes neither.
+      await publisher.close().catch(() => undefined);
     }
   }
 

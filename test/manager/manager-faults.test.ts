@@ -195,8 +195,9 @@ describe('rollout manager: chain scheduling and repair (netns testbed)', () => {
     await startChain();
     trainer = await cluster.trainer();
     await trainer.publish(tensors(1));
-    await waitFor('r2 receiving', async () => (await hwm('r2')) >= 3);
+    await waitFor('r2 receiving', async () => (await hwm('r2')) >= 1, 60_000, 10);
     cluster.stall(2, true);
+    expect((await cluster.progress('r2', MODEL, 1)).complete, 'the version arrived before the link was starved').toBe(false);
     try {
       await waitFor('r2 moved to the tail', async () => (await chainIds()).at(-1) === 'r2', 20_000, 100);
       await expectIdentical(['r0', 'r1', 'r3', 'r4']);
