@@ -1,9 +1,9 @@
 import { defineConfig } from 'vitest/config';
 
-// Files that build a network-namespace testbed start many relays each and time repairs in
-// seconds: two of them at once on a 2-core machine starve each other's links and timers. They
-// run one at a time, after everything else.
-const testbedFiles = ['test/testbed/**/*.test.ts', 'test/manager/**/*.test.ts'];
+// Files that build a network-namespace testbed, and the whole-job demo, start many daemons each
+// and time repairs in seconds: two of them at once on a 2-core machine starve each other's links
+// and timers. They run one at a time, after everything else.
+const exclusiveFiles = ['test/testbed/**/*.test.ts', 'test/manager/**/*.test.ts', 'test/demo.test.ts'];
 
 const shared = {
   testTimeout: 60_000,
@@ -20,7 +20,7 @@ export default defineConfig({
           ...shared,
           name: 'suite',
           include: ['test/**/*.test.ts'],
-          exclude: testbedFiles,
+          exclude: exclusiveFiles,
           // Tests start real daemons and servers and use most of the machine's memory bandwidth:
           // two files at a time fit a 2-core CI machine.
           maxWorkers: 2,
@@ -30,8 +30,8 @@ export default defineConfig({
       {
         test: {
           ...shared,
-          name: 'testbed',
-          include: testbedFiles,
+          name: 'exclusive',
+          include: exclusiveFiles,
           fileParallelism: false,
           sequence: { groupOrder: 1 },
         },

@@ -4,7 +4,7 @@
  * namespace started with only the NATS address, and a trainer client. Used by the manager fault
  * tests and by `npm run bench -- failover`.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,7 +17,6 @@ import { controlNames } from '../src/control/subjects.js';
 import type { ManagerStatus } from '../src/manager/manager.js';
 
 const REPO = fileURLToPath(new URL(import.meta.url.includes('/dist/') ? '../..' : '..', import.meta.url));
-const CLI = join(REPO, 'dist/src/cli/laminar.js');
 const TESTBED = join(REPO, 'scripts/testbed.sh');
 export const BROADCAST_PORT = 13337;
 /**
@@ -29,60 +28,8 @@ const UCX_PORT_BLOCK = '13312/0xffc0';
 const UCX_DATA_PORTS = '13340-13375';
 const SECRET = 'cluster-job-secret-0123456789abcdef';
 
-export interface Daemon {
-  name: string;
-  child: ChildProcess;
-  logs: string[];
-  exited: Promise<number | string>;
-  /** Value of the first JSON log line with msg === ready message. */
-  ready: Record<string, unknown>;
-  kill(signal?: NodeJS.Signals): Promise<number | string>;
-}
-
-/** Spawns a laminar daemon and resolves once it logs `readyMsg` (its JSON line is kept). */
-export async function spawnDaemon(name: string, argv: string[], readyMsg: string, wrap: string[] = [], env: NodeJS.ProcessEnv = process.env): Promise<Daemon> {
-  const all = [...wrap, process.execPath, CLI, ...argv];
-  const child = spawn(all[0]!, all.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env });
-  const logs: string[] = [];
-  const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
-  const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
-    let buffered = '';
-    const timer = setTimeout(() => reject(new Error(`${name} did not start:\n${logs.slice(-20).join('\n')}`)), 30_000);
-    child.stderr!.on('data', (chunk: Buffer) => {
-      buffered += chunk.toString();
-      const lines = buffered.split('\n');
-      buffered = lines.pop()!;
-      for (const line of lines) {
-        logs.push(line);
-        if (logs.length > 2000) logs.splice(0, 1000);
-        try {
-          const entry = JSON.parse(line) as Record<string, unknown>;
-          if (entry.msg === readyMsg) {
-            clearTimeout(timer);
-            resolve(entry);
-          }
-        } catch {
-          // not JSON (a crash trace): kept in logs
-        }
-      }
-    });
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`${name} exited (${code}) before it was ready:\n${logs.slice(-20).join('\n')}`));
-    });
-  });
-  return {
-    name,
-    child,
-    logs,
-    exited,
-    ready,
-    kill(signal = 'SIGKILL') {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-      return exited;
-    },
-  };
-}
+export { spawnDaemon, type Daemon } from '../src/demo/daemons.js';
+import { spawnDaemon, type Daemon } from '../src/demo/daemons.js';
 
 export interface ClusterRelay {
   id: string;
@@ -98,6 +45,8 @@ export interface ClusterOptions {
   rate?: string;
   net: string;
   chunkSize?: string;
+  /** Ctrl-C / SIGTERM stop the cluster and exit (a benchmark run from a terminal; not in tests). */
+  stopOnSignals?: boolean;
   relayArgs?: string[];
   managerArgs?: string[];
 }
@@ -143,7 +92,17 @@ export class NetnsCluster {
         return { ns, address };
       });
     const nats = await startNatsServer({ host: '0.0.0.0' });
-    return new NetnsCluster(options, nats, hosts, mkdtempSync('/dev/shm/laminar-cluster-'));
+    const cluster = new NetnsCluster(options, nats, hosts, mkdtempSync('/dev/shm/laminar-cluster-'));
+    // Ctrl-C of a long run: stop every daemon and server (the exit hook removes the bed).
+    const interrupted = (signal: NodeJS.Signals): void => {
+      process.stderr.write(`\n${signal}: stopping the cluster\n`);
+      void cluster.destroy().finally(() => process.exit(130));
+    };
+    if (options.stopOnSignals) {
+      process.once('SIGINT', interrupted);
+      process.once('SIGTERM', interrupted);
+    }
+    return cluster;
   }
 
   get natsUrl(): string {

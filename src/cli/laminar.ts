@@ -7,6 +7,8 @@ import { managerCommand } from './manager.js';
 import { statusCommand } from './status.js';
 import { publishCommand } from './publish.js';
 import { relayCommand } from './relay.js';
+import { simRolloutCommand } from './sim-rollout.js';
+import { simTrainerCommand } from './sim-trainer.js';
 import { versionsCommand } from './versions.js';
 
 const program = new Command('laminar')
@@ -18,7 +20,9 @@ const program = new Command('laminar')
   .addCommand(statusCommand())
   .addCommand(publishCommand())
   .addCommand(versionsCommand())
-  .addCommand(chunkSizeCommand());
+  .addCommand(chunkSizeCommand())
+  .addCommand(simRolloutCommand())
+  .addCommand(simTrainerCommand());
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   if (err instanceof CommanderError) {

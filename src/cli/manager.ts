@@ -4,7 +4,10 @@ import { createLogger } from '../common/logger.js';
 import { createRegistry, serveMetrics } from '../common/metrics.js';
 import { parseDuration } from '../common/units.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
+import { Redis } from 'ioredis';
+import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
 import { Manager } from '../manager/manager.js';
+import { validateRepackLimits } from '../manager/repack/planner.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 
 export function managerCommand(): Command {
@@ -19,12 +22,29 @@ export function managerCommand(): Command {
     .addOption(new Option('--stall-timeout <duration>', 'a chain link without progress this long is repaired').env('LAMINAR_STALL_TIMEOUT').default('3s'))
     .addOption(new Option('--group-label <key>', 'relays with equal values of this label sit together in the chain').env('LAMINAR_GROUP_LABEL').default('rack'))
     .addOption(new Option('--replicas <n>', 'replicas of the control bucket (3 on a NATS cluster)').env('LAMINAR_REPLICAS').default('1'))
+    .addOption(new Option('--redis <url>', 'Redis of the prompt pool (rollout failover returns samples there)').env('LAMINAR_REDIS'))
+    .addOption(new Option('--prompt-pool <name>', 'prompt pool name').env('LAMINAR_PROMPT_POOL').default('default'))
+    .addOption(new Option('--partial-pool <name>', 'partial-response pool name (repack and failover move trajectories through it)').env('LAMINAR_PARTIAL_POOL').default('default'))
+    .addOption(new Option('--buffer <name>', 'experience buffer name (a taken-over trajectory already there is not resumed)').env('LAMINAR_BUFFER').default('default'))
+    .addOption(new Option('--model <name>', 'model the rollouts generate with').env('LAMINAR_MODEL'))
+    .addOption(new Option('--repack-interval <duration>', 'period of the repack check (0: repack off); it also runs after each new weight version').env('LAMINAR_REPACK_INTERVAL').default('5s'))
+    .addOption(new Option('--kv-max <fraction>', 'C_max: KV-cache use at which a rollout counts as full').env('LAMINAR_KV_MAX').default('0.99'))
+    .addOption(new Option('--roofline-batch <n>', 'B: largest decode batch still memory-bound (per model profile)').env('LAMINAR_ROOFLINE_BATCH').default('256'))
+    .addOption(new Option('--orphan-wait <duration>', 'how long a dead rollout\'s trajectories wait for a rollout of their weight version before their samples return to the prompt pool').env('LAMINAR_ORPHAN_WAIT').default('30s'))
+    .addOption(new Option('--command-timeout <duration>', 'limit on a rollout carrying out a repack or failover command').env('LAMINAR_COMMAND_TIMEOUT').default('30s'))
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
     .action(async (opts: Record<string, string | undefined>) => {
       const logger = createLogger({ level: opts.logLevel as 'info', name: 'laminar-manager' });
       const control = parseControlOptions(controlInput(opts)!);
       const nc = await connectControl(control, `manager ${opts.id ?? process.pid}`);
       const registry = createRegistry();
+      const limits = { cMax: Number(opts.kvMax), rooflineBatch: Number(opts.rooflineBatch) };
+      validateRepackLimits(limits);
+      const redis = opts.redis ? new Redis(opts.redis, { maxRetriesPerRequest: null }) : null;
+      redis?.on('error', (err) => logger.warn({ err: err.message }, 'redis'));
+      const prompts = redis ? await PromptPool.open({ redis, name: opts.promptPool!, registry, logger }) : null;
+      const writer = await ExperienceWriter.open({ nc, buffer: opts.buffer!, registry, logger });
+      const partials = await PartialPool.open({ nc, pool: opts.partialPool!, writer, registry, logger });
       const manager = new Manager({
         nc,
         job: control.job,
@@ -37,6 +57,15 @@ export function managerCommand(): Command {
         stallMs: parseDuration(opts.stallTimeout!),
         groupLabel: opts.groupLabel!,
         replicas: Number(opts.replicas),
+        rollouts: {
+          partials,
+          prompts,
+          limits,
+          ...(opts.model ? { model: opts.model } : {}),
+          repackIntervalMs: parseDuration(opts.repackInterval!),
+          orphanWaitMs: parseDuration(opts.orphanWait!),
+          commandTimeoutMs: parseDuration(opts.commandTimeout!),
+        },
       });
       process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the manager keeps running)'));
       await manager.start();
@@ -50,6 +79,8 @@ export function managerCommand(): Command {
         logger.info({ signal }, 'stopping (handing the lease over)');
         void (async () => {
           await manager.close();
+          await partials.close();
+          redis?.disconnect();
           await http?.close();
           await nc.drain().catch(() => undefined);
           process.exit(0);

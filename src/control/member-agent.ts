@@ -10,7 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { KV } from '@nats-io/kv';
-import type { NatsConnection, Subscription } from '@nats-io/transport-node';
+import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import { silentLogger } from '../common/logger.js';
 import { openControlBucket } from './bucket.js';
@@ -23,7 +23,9 @@ import {
   planSchema,
   registerReplySchema,
   type Command,
+  type CommandReply,
   type Heartbeat,
+  type RolloutLoad,
   type Holding,
   type MemberKind,
   type PlanRecord,
@@ -53,7 +55,13 @@ export interface MemberAgentOptions {
   replicas?: number;
   state: () => MemberState;
   onPlan?: (plan: PlanRecord) => void;
-  onCommand?: (command: Command) => void;
+  /**
+   * A command from the manager. When the manager sent it as a request, what this returns (or
+   * throws) is the reply: `done` with the returned fields, or `failed` with the error's code.
+   */
+  onCommand?: (command: Command) => void | Partial<Omit<Extract<CommandReply, { t: 'done' }>, 'v' | 't'>> | Promise<void | Partial<Omit<Extract<CommandReply, { t: 'done' }>, 'v' | 't'>>>;
+  /** Extra heartbeat fields of a rollout (its engine load). */
+  rolloutLoad?: () => RolloutLoad;
   /** Called for control input that failed validation (counted by the owner). */
   onBadInput?: (code: string) => void;
   logger?: Logger;
@@ -102,7 +110,7 @@ export class MemberAgent {
           this.registered = false;
           void this.register();
         }
-        this.options.onCommand?.(command);
+        void this.answer(msg, command);
       },
     });
     this.subscriptions.push(sub);
@@ -122,6 +130,24 @@ export class MemberAgent {
     this.heartbeatTimer.unref();
     void this.openBucket().then(() => this.watchPlan());
     void this.register();
+  }
+
+  private async answer(msg: Msg, command: Command): Promise<void> {
+    let reply: CommandReply;
+    try {
+      const result = await this.options.onCommand?.(command);
+      reply = { v: SCHEMA_VERSION, t: 'done', moved: [], taken: 0, completed: 0, lost: 0, ...(result ?? {}) };
+    } catch (err) {
+      const e = err as Error & { code?: string };
+      this.log.warn({ command: command.t, code: e.code, err: e.message }, 'command failed');
+      reply = { v: SCHEMA_VERSION, t: 'failed', code: e.code ?? 'ERR_INTERNAL', message: e.message };
+    }
+    if (!msg.reply) return;
+    try {
+      msg.respond(encode(reply));
+    } catch {
+      // Disconnected: the manager's request times out and it decides again.
+    }
   }
 
   /** The control bucket, once open (waits for it). */
@@ -205,6 +231,7 @@ export class MemberAgent {
       holds: state.holds,
       receiving: state.receiving,
       downstream: state.downstream,
+      ...(this.options.rolloutLoad ? { rollout: this.options.rolloutLoad() } : {}),
     };
     this.publish(this.names.heartbeat, heartbeat);
     const kv = this.kv;

@@ -6,9 +6,12 @@
  * Schema version 1 (README: "Control plane"):
  *   register   member -> manager (request)   who I am, where my UCX listener is, what I hold
  *   registered / refused                     the manager's answer
- *   heartbeat  member -> manager             every --heartbeat, with broadcast progress
+ *   heartbeat  member -> manager             every --heartbeat, with broadcast progress (relays)
+ *                                            or engine load (rollouts: `rollout`)
  *   report     member -> manager             a transport error about a neighbour
- *   command    manager -> member             reregister | load (a checkpoint)
+ *   command    manager -> member             reregister | load (a checkpoint) | repack-out |
+ *                                            repack-in | update-weights | reinitialise
+ *   reply      member -> manager             done | failed (answer to a command sent as a request)
  *   plan       KV "plan"                     the chain, master first, under an epoch
  *   lease      KV "leader"                   the active manager's lease
  *   member     KV "member.<id>"              a registration, kept for a restarted manager
@@ -64,6 +67,23 @@ export const registerReplySchema = z.discriminatedUnion('t', [
   z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('refused'), code: z.string(), message: z.string() }),
 ]);
 
+/** What a rollout reports about its engine each heartbeat (the repack planner's input). */
+export const rolloutLoadSchema = z.object({
+  state: z.enum(['idle', 'loading', 'generating', 'reinitialising']),
+  model: model.nullable(),
+  /** Weight version in use; null before the first load. */
+  weightVersion: version.nullable(),
+  /** KV-cache utilisation now and at the previous report, fractions of the cache. */
+  kvUsed: z.number().min(0).max(1),
+  kvPrev: z.number().min(0).max(1),
+  /** Requests in the engine's decode batch, and admitted-but-waiting ones. */
+  running: z.number().int().nonnegative(),
+  waiting: z.number().int().nonnegative(),
+  /** Trajectories this rollout owns in the partial pool. */
+  owned: z.number().int().nonnegative(),
+  tokensPerSecond: z.number().nonnegative(),
+});
+
 export const heartbeatSchema = z.object({
   v: z.literal(SCHEMA_VERSION),
   t: z.literal('heartbeat'),
@@ -74,6 +94,7 @@ export const heartbeatSchema = z.object({
   holds: z.array(holding).max(1024),
   receiving: z.array(progress).max(1024),
   downstream: id.nullable(),
+  rollout: rolloutLoadSchema.optional(),
 });
 
 export const reportSchema = z.object({
@@ -90,6 +111,17 @@ export const reportSchema = z.object({
 export const commandSchema = z.discriminatedUnion('t', [
   z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('reregister'), reason: z.string() }),
   z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('load'), model, version, path: z.string().min(1).max(4096) }),
+  // Repack (rollouts of one weight version): the source stops and flushes everything it owns,
+  // then the destination takes those trajectories over from the partial pool and resumes them.
+  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('repack-out'), repack: z.string().max(64), to: id, version }),
+  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('repack-in'), repack: z.string().max(64), from: id, version, trajectories: z.array(z.string().min(1).max(512)).max(65536) }),
+  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('update-weights'), model: model.nullable(), version: version.nullable() }),
+  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('reinitialise'), reason: z.string().max(256) }),
+]);
+
+export const commandReplySchema = z.discriminatedUnion('t', [
+  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('done'), moved: z.array(z.string()).max(65536).default([]), taken: z.number().int().nonnegative().default(0), completed: z.number().int().nonnegative().default(0), lost: z.number().int().nonnegative().default(0) }),
+  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('failed'), code: z.string().max(64), message: z.string().max(4096) }),
 ]);
 
 export const planSchema = z.object({
@@ -111,6 +143,8 @@ export type RegisterReply = z.infer<typeof registerReplySchema>;
 export type Heartbeat = z.infer<typeof heartbeatSchema>;
 export type Report = z.infer<typeof reportSchema>;
 export type Command = z.infer<typeof commandSchema>;
+export type CommandReply = z.infer<typeof commandReplySchema>;
+export type RolloutLoad = z.infer<typeof rolloutLoadSchema>;
 export type PlanRecord = z.infer<typeof planSchema>;
 export type Lease = z.infer<typeof leaseSchema>;
 export type MemberRecord = z.infer<typeof memberRecordSchema>;

@@ -1,204 +1,297 @@
 /**
- * `npm run demo`: the weight path on one host, end to end.
+ * `npm run demo`: the whole of laminar on this machine.
  *
- * Starts --relays real `laminar relay` processes on temporary shm directories, chained over UCX
- * (loopback TCP) as rollout hosts would be, a publisher that plays the trainer (a new weight
- * version every --interval, at the master), and --pullers rollout-like clients spread over the
- * relays that each follow the latest version (watch -> acquire -> copy every byte out -> verify
- * -> release).
- * Prints live progress and a summary; stops everything it started at the end or on Ctrl-C.
+ * Starts its own nats-server (JetStream) and redis-server in temporary directories on free
+ * ports, loads a synthetic prompt set, then runs as separate processes: the rollout manager,
+ * --relays relays (one per simulated host, chained by the manager over UCX on loopback), a
+ * simulated trainer (samples batches, "trains", publishes a new weight version to the master
+ * relay after each step) and --rollouts simulated rollouts (each pulls weights from its host's
+ * relay, claims prompts, streams partial responses, completes trajectories; stragglers are
+ * repacked by the manager).
+ *
+ * It shows live progress, can kill a rollout and a relay midway (--kill-a-rollout,
+ * --kill-a-relay) to show failover, and ends with a summary and a ledger: every trajectory a
+ * rollout started is in the experience buffer or still in the partial pool, none was written
+ * twice, and every live relay holds the newest version. Every process it started is stopped at
+ * the end and on Ctrl-C.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
-import { Mapping } from '../native/index.js';
-import { RelayClient } from '../relay/client/relay-client.js';
-import { formatBytes, parseBytes, parseDuration } from '../common/units.js';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { Redis } from 'ioredis';
+import { formatBytes, parseDuration } from '../common/units.js';
+import { PartialPool, PromptPool } from '../data/index.js';
+import { KIND_HEADER } from '../data/partial/log-codec.js';
+import { tokenToId } from '../data/ids.js';
+import type { ManagerStatus } from '../manager/manager.js';
+import { freePort, startNatsServer, startRedisServer } from '../services/index.js';
+import { spawnDaemon, type Daemon } from './daemons.js';
+import { renderProgress, type DemoSnapshot } from './display.js';
 
 interface DemoOptions {
-  relays: string;
   duration: string;
-  interval: string;
+  rollouts: string;
+  relays: string;
   size: string;
-  pullers: string;
-  tensors: string;
+  timeScale: string;
+  trainTime: string;
+  batchSize: string;
+  n: string;
+  killARollout?: boolean;
+  killARelay?: boolean;
+  logs?: string;
 }
 
-interface PullerStats {
-  id: number;
-  relay: number;
-  pulls: number;
-  lastVersion: number;
-  bytes: number;
-  seconds: number;
-  lagMs: number[];
-}
-
-const CLI = fileURLToPath(new URL('../cli/laminar.js', import.meta.url));
+const MODEL = 'demo/policy';
 
 async function main(): Promise<void> {
-  const program = new Command('demo')
-    .description('run a relay, a publishing trainer and pulling rollouts on this host, and summarise the weight path')
-    .option('--duration <time>', 'how long to publish', '10s')
-    .option('--interval <time>', 'time between versions (the "training step")', '1s')
-    .option('--size <bytes>', 'size of each weight version', '256MiB')
-    .option('--pullers <n>', 'rollout clients pulling every version', '3')
-    .option('--tensors <n>', 'tensors per version', '8')
-    .option('--relays <n>', 'relays on this host, chained over UCX (the first is the master; pullers are spread over them)', '2')
-    .parse(process.argv);
-  const opts = program.opts<DemoOptions>();
+  const opts = new Command('demo')
+    .description('run a laminar job on this machine: manager, relays, a simulated trainer and simulated rollouts on embedded NATS and Redis')
+    .option('--duration <time>', 'how long the job runs', '40s')
+    .option('--rollouts <n>', 'simulated rollouts', '12')
+    .option('--relays <n>', 'relays, one per simulated host (rollouts are spread over them)', '3')
+    .option('--size <bytes>', 'size of each weight version', '32MiB')
+    .option('--time-scale <x>', 'simulated seconds per wall second (rollouts and trainer)', '10')
+    .option('--train-time <time>', 'simulated time of one training step', '60s')
+    .option('--batch-size <n>', 'trajectories per training batch', '256')
+    .option('--n <n>', 'samples per prompt (GRPO group size)', '4')
+    .option('--kill-a-rollout', 'SIGKILL a busy rollout at 40% of the run (its trajectories resume elsewhere)')
+    .option('--kill-a-relay', 'SIGKILL a middle relay at 60% of the run (the chain is repaired)')
+    .option('--logs <dir>', 'write each process\'s log (pino JSON) to <dir>/<name>.log at the end')
+    .parse(process.argv)
+    .opts<DemoOptions>();
   const durationMs = parseDuration(opts.duration);
-  const intervalMs = parseDuration(opts.interval);
-  const size = parseBytes(opts.size);
-  const pullerCount = Number(opts.pullers);
-  const tensorCount = Number(opts.tensors);
-
-  const relayCount = Number(opts.relays);
-  if (!Number.isInteger(relayCount) || relayCount < 1 || relayCount > 16) throw new Error('--relays must be 1..16');
+  const rolloutCount = intIn('rollouts', opts.rollouts, 1, 64);
+  const relayCount = intIn('relays', opts.relays, 1, 16);
+  const n = intIn('n', opts.n, 1, 64);
+  const timeScale = Number(opts.timeScale);
+  if (!(timeScale > 0)) throw new Error('--time-scale must be > 0');
+  const scaled = (simMs: number): string => `${Math.max(20, Math.round(simMs / timeScale))}ms`;
 
   const root = mkdtempSync('/dev/shm/laminar-demo-');
   const secretFile = join(root, 'secret');
   writeFileSync(secretFile, `${randomBytes(24).toString('hex')}\n`, { mode: 0o600 });
-  const ports = await Promise.all(Array.from({ length: relayCount }, () => freePort()));
-  const peers = ports.map((port, i) => `r${i}@127.0.0.1:${port}`).join(',');
-  const sockets = ports.map((_, i) => join(root, `relay${i}.sock`));
-  // Loopback TCP: the transport the relays would use between hosts without RDMA.
-  const env = { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp' };
-  const relays: ChildProcess[] = sockets.map((socketPath, i) =>
-    spawn(
-      process.execPath,
-      [CLI, 'relay', '--id', `r${i}`, '--shm-dir', join(root, `segments${i}`), '--socket', socketPath, '--metrics-port', '0', '--log-level', 'warn',
-        ...(relayCount > 1 ? ['--peers', peers, '--secret-file', secretFile, '--retry-interval', '200ms'] : [])],
-      { stdio: ['ignore', 'inherit', 'inherit'], env },
-    ),
-  );
+  const daemons: Daemon[] = [];
+  const events: string[] = [];
+  let started = performance.now();
+  const at = (): string => `${((performance.now() - started) / 1e3).toFixed(1)}s`;
   const stop = new AbortController();
-  const cleanup = (): void => {
-    for (const relay of relays) relay.kill('SIGTERM');
-    rmSync(root, { recursive: true, force: true });
-  };
+  let interrupted = false;
   process.once('SIGINT', () => {
-    process.stdout.write('\ninterrupted: stopping\n');
+    interrupted = true;
+    process.stdout.write('\ninterrupted: stopping every process\n');
     stop.abort();
   });
 
+  console.log('starting nats-server (JetStream) and redis-server ...');
+  const [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer({ appendonly: true })]);
+  const nc = await connect({ servers: nats.url, name: 'demo' });
+  const redis = new Redis(redisServer.port, '127.0.0.1', { maxRetriesPerRequest: null });
+  const ledger = watchLedger(nc);
+  const shutdown = async (): Promise<void> => {
+    await Promise.all(daemons.map((d) => d.kill('SIGTERM')));
+    if (opts.logs) {
+      mkdirSync(opts.logs, { recursive: true });
+      for (const d of daemons) writeFileSync(join(opts.logs, `${d.name.replace(/\s+/g, '-')}.log`), `${d.logs.join('\n')}\n`);
+      console.log(`logs of every process in ${opts.logs}`);
+    }
+    ledger.stop();
+    redis.disconnect();
+    await nc.close().catch(() => undefined);
+    await Promise.all([nats.stop(), redisServer.stop()]);
+    rmSync(root, { recursive: true, force: true });
+  };
+
   try {
-    const trainer = await connectWithRetry(sockets[0]!);
-    for (const socketPath of sockets.slice(1)) (await connectWithRetry(socketPath)).close();
-    console.log(`${relayCount} relay(s) up (pids ${relays.map((r) => r.pid).join(', ')})${relayCount > 1 ? `, chained over UCX: ${peers}` : ''}`);
-    console.log(`publishing ${formatBytes(size)} versions every ${opts.interval} for ${opts.duration} to ${pullerCount} pulling clients\n`);
+    const prompts = await PromptPool.open({ redis, epochs: 0 });
+    await prompts.load(Array.from({ length: 4096 }, (_, i) => ({ id: `q${i}`, payload: { question: `synthetic prompt ${i}` }, n })));
+    const common = ['--nats', nats.url, '--log-level', 'info'];
+    // Daemon logs (pino JSON on stderr) are kept in memory, off the screen.
+    const spawnQuiet = async (name: string, argv: string[], ready: string, onStdout?: (line: string) => void): Promise<Daemon> => {
+      const d = await spawnDaemon(name, argv, ready, [], { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp' }, onStdout);
+      daemons.push(d);
+      return d;
+    };
 
-    const published = new Map<number, number>(); // version -> time it became visible
-    const pullers = await Promise.all(
-      Array.from({ length: pullerCount }, (_, i) => startPuller(i + 1, i % relayCount, sockets[i % relayCount]!, size, published, stop.signal)),
+    const managerPort = await freePort();
+    await spawnQuiet('manager', ['manager', ...common, '--http-port', String(managerPort), '--redis', redisServer.url, '--model', MODEL, '--suspect-after', '1500ms', '--dead-after', '3s', '--orphan-wait', '10s', '--repack-interval', scaled(5000)], 'manager started');
+    const relays: { id: string; daemon: Daemon; socket: string; metricsPort: number }[] = [];
+    for (let i = 0; i < relayCount; i++) {
+      const socket = join(root, `r${i}.sock`);
+      const port = await freePort();
+      const d = await spawnQuiet(`relay r${i}`, ['relay', ...common, '--id', `r${i}`, '--host', `host${i}`, '--listen', `127.0.0.1:${port}`, '--shm-dir', join(root, `r${i}`), '--socket', socket, '--no-pin', '--secret-file', secretFile, '--heartbeat', '500ms', '--metrics-port', '0', '--keep-versions', '1', '--chunk-size', '4MiB', '--peer-timeout', '3s', '--retry-interval', '500ms'], 'relay ready');
+      relays.push({ id: `r${i}`, daemon: d, socket, metricsPort: d.ready.metricsPort as number });
+    }
+    console.log(`manager on :${managerPort}, ${relayCount} relays (${relays.map((r) => r.id).join(', ')}), chained by the manager over UCX`);
+
+    const trainer = { version: -1, steps: 0, staleness: [] as { p50: number; max: number; mean: number }[], trajectories: 0, stallMs: [] as number[] };
+    const trainerDaemon = await spawnQuiet(
+      'sim-trainer',
+      ['sim-trainer', ...common, '--model', MODEL, '--size', opts.size, '--tensors', '8', '--batch-size', opts.batchSize, '--strategy', 'groups', '--train-time', opts.trainTime, '--time-scale', String(timeScale), '--host', 'host0', '--secret-file', secretFile, '--chunk-size', '4MiB', '--json', '--metrics-port', '0'],
+      'simulated trainer started',
+      (line) => {
+        try {
+          const step = JSON.parse(line) as { version: number; batch: number; staleness: { p50: number; max: number; mean: number }; publish_stall_ms: number };
+          trainer.version = step.version;
+          trainer.steps++;
+          trainer.trajectories += step.batch;
+          trainer.staleness.push(step.staleness);
+          trainer.stallMs.push(step.publish_stall_ms);
+        } catch {
+          // not a step line
+        }
+      },
     );
+    void trainerDaemon;
 
-    const perTensor = Math.floor(size / tensorCount / 4) * 4;
-    const specs = Array.from({ length: tensorCount }, (_, i) => ({ name: `model.layers.${i}.weight`, dtype: 'F32' as const, shape: [perTensor / 4] }));
-    const stalls: number[] = [];
-    const started = performance.now();
-    let version = 0;
+    const rollouts: { id: string; daemon: Daemon; metricsPort: number; relay: number; killed: boolean }[] = [];
+    for (let i = 0; i < rolloutCount; i++) {
+      const relay = i % relayCount;
+      const d = await spawnQuiet(`rollout ro${i}`, ['sim-rollout', ...common, '--id', `ro${i}`, '--redis', redisServer.url, '--relay-socket', relays[relay]!.socket, '--host', `host${relay}`, '--model', MODEL, '--time-scale', String(timeScale), '--heartbeat', scaled(1000), '--batch-prompts', '16', '--kv-capacity', '32768', '--roofline-batch', '64', '--output-median', '256', '--output-max', '3072', '--seed', String(i + 1), '--metrics-port', '0'], 'sim-rollout started');
+      rollouts.push({ id: `ro${i}`, daemon: d, metricsPort: d.ready.metricsPort as number, relay, killed: false });
+    }
+    console.log(`${rolloutCount} simulated rollouts and a simulated trainer (x${timeScale} time) started; running for ${opts.duration}\n`);
+    started = performance.now();
+
+    let killedRollout = false;
+    let killedRelay = false;
+    let lastSnapshot: DemoSnapshot | null = null;
     while (performance.now() - started < durationMs && !stop.signal.aborted) {
-      version++;
-      const stepStart = performance.now();
-      const pub = await trainer.beginPublish({ model: 'demo/policy', version, tensors: specs });
-      const t0 = performance.now();
-      for (const s of specs) (pub.tensor(s.name) as Float32Array).fill(version);
-      for (const s of specs) pub.markWritten(s.name);
-      await pub.commit();
-      published.set(version, performance.now());
-      stalls.push(performance.now() - t0);
-      const line = pullers.map((p) => `${p.id}@r${p.relay}:v${p.lastVersion}`).join(' ');
-      process.stdout.write(`  v${String(version).padEnd(3)} published in ${(performance.now() - t0).toFixed(0).padStart(4)} ms   rollouts ${line}\n`);
-      const wait = intervalMs - (performance.now() - stepStart);
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-    }
-    // Let every rollout take the last version (through the chain for the farther relays).
-    const deadline = performance.now() + 15_000;
-    while (pullers.some((p) => p.lastVersion !== version) && performance.now() < deadline && !stop.signal.aborted) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    stop.abort();
-    const status = await trainer.status();
-    trainer.close();
-
-    const lags = pullers.flatMap((p) => p.lagMs).sort((a, b) => a - b);
-    const pct = (q: number): number => lags[Math.min(lags.length - 1, Math.floor(q * lags.length))] ?? 0;
-    console.log('\nsummary');
-    console.log(`  versions published        ${version} x ${formatBytes(size)}`);
-    console.log(`  trainer stall per publish  median ${median(stalls).toFixed(0)} ms (write + commit with verification)`);
-    for (const p of pullers) {
-      console.log(
-        `  rollout ${p.id} on relay r${p.relay}       ${p.pulls} pulls, last v${p.lastVersion}, read ${formatBytes(p.bytes)} at ${formatBytes(p.bytes / Math.max(p.seconds, 1e-9))}/s`,
-      );
-    }
-    console.log(`  publish -> rollout has it  p50 ${pct(0.5).toFixed(1)} ms, p99 ${pct(0.99).toFixed(1)} ms`);
-    for (let r = 0; r < relayCount; r++) {
-      const own = pullers.filter((p) => p.relay === r).flatMap((p) => p.lagMs);
-      if (own.length > 0) console.log(`    via relay r${r}${r === 0 ? ' (master)' : ` (${r} hop${r > 1 ? 's' : ''})`}      median ${median(own).toFixed(1)} ms`);
-    }
-    console.log(`  relay holds                ${status.versions.map((v) => `v${v.version}`).join(' ')} (${formatBytes(status.usedBytes)}, pinning ${status.pinning ? 'on' : 'off'})`);
-    const missed = pullers.filter((p) => p.lastVersion !== version).length;
-    if (missed > 0) {
-      process.exitCode = 1;
-      console.log(`  ${missed} rollout(s) did not reach the last version`);
-    }
-  } finally {
-    cleanup();
-  }
-}
-
-async function connectWithRetry(socketPath: string): Promise<RelayClient> {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await RelayClient.connect({ socketPath, name: 'demo' });
-    } catch (err) {
-      if (attempt > 100) throw err;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-}
-
-/** A rollout-like client: on each new version, acquire it, copy it out (a GPU upload's stand-in), verify, release. */
-async function startPuller(
-  id: number,
-  relay: number,
-  socketPath: string,
-  size: number,
-  published: Map<number, number>,
-  signal: AbortSignal,
-): Promise<PullerStats> {
-  const client = await connectWithRetry(socketPath);
-  const stats: PullerStats = { id, relay, pulls: 0, lastVersion: 0, bytes: 0, seconds: 0, lagMs: [] };
-  const staging = new Mapping(null, { size: size + 1024 * 1024, populate: true });
-  void (async () => {
-    try {
-      for await (const event of client.watch({ model: 'demo/policy', signal })) {
-        const t0 = performance.now();
-        const lease = await client.acquire({ model: 'demo/policy', atLeast: event.version });
-        await lease.copyTo(staging, 0, 0, lease.size);
-        const first = (lease.tensor(lease.tensors[0]!.name) as Float32Array)[0];
-        if (first !== lease.version) throw new Error(`rollout ${id} read ${first} in version ${lease.version}`);
-        stats.seconds += (performance.now() - t0) / 1e3;
-        stats.bytes += lease.size;
-        stats.pulls++;
-        stats.lastVersion = lease.version;
-        const at = published.get(lease.version);
-        if (at !== undefined) stats.lagMs.push(performance.now() - at);
-        await lease.release();
+      await sleep(2000, stop.signal);
+      const fraction = (performance.now() - started) / durationMs;
+      const status = await managerStatus(managerPort);
+      if (opts.killARollout && !killedRollout && fraction >= 0.4) {
+        const busy = status?.rollouts.filter((r) => (r.owned ?? 0) > 0 && r.health === 'alive').sort((a, b) => (b.owned ?? 0) - (a.owned ?? 0))[0];
+        const victim = rollouts.find((r) => r.id === busy?.id) ?? rollouts[0]!;
+        await victim.daemon.kill('SIGKILL');
+        victim.killed = true;
+        killedRollout = true;
+        events.push(`${at()} SIGKILL rollout ${victim.id} (it owned ${busy?.owned ?? '?'} trajectories)`);
       }
-    } catch (err) {
-      if (!signal.aborted) console.error(`rollout ${id}: ${(err as Error).message}`);
-    } finally {
-      client.close();
-      staging.close();
+      if (opts.killARelay && !killedRelay && fraction >= 0.6 && relayCount >= 3) {
+        const chain = status?.chain ?? [];
+        const middle = chain.length >= 3 ? chain[1]! : null;
+        const victim = relays.find((r) => r.id === middle?.id);
+        if (victim) {
+          await victim.daemon.kill('SIGKILL');
+          killedRelay = true;
+          events.push(`${at()} SIGKILL relay ${victim.id} (position 1 of the chain)`);
+        }
+      }
+      lastSnapshot = {
+        at: at(),
+        status,
+        trainer: { ...trainer, staleness: trainer.staleness.at(-1) ?? null },
+        started: ledger.started.size,
+        completed: ledger.completed.size,
+        bytesBroadcast: await sumMetric(relays.map((r) => r.metricsPort), 'laminar_relay_broadcast_bytes_received_total'),
+        repackMoves: await metricOf(managerPort, 'laminar_manager_repack_moves_total{result="done"}'),
+        orphans: await metricOf(managerPort, 'laminar_manager_orphans_total'),
+        events,
+      };
+      process.stdout.write(renderProgress(lastSnapshot));
     }
-  })();
-  return stats;
+
+    // ---- the end: stop the producers, then read the books ---------------------------------
+    console.log('\nstopping the trainer and the rollouts ...');
+    const alive = rollouts.filter((r) => !r.killed);
+    const tokens = await sumMetric(alive.map((r) => r.metricsPort), 'laminar_partial_append_bytes_total');
+    await trainerDaemon.kill('SIGTERM');
+    await Promise.all(alive.map((r) => r.daemon.kill('SIGTERM')));
+    await sleep(500);
+    const partials = await PartialPool.open({ nc });
+    const inPool = new Set((await partials.list()).map((s) => s.trajectoryId));
+    await partials.close();
+    const status = await managerStatus(managerPort);
+    const newest = status?.newest.find((h) => h.model === MODEL)?.version ?? null;
+    const liveRelays = (status?.chain ?? []).filter((r) => r.health === 'alive');
+    const lagging = liveRelays.filter((r) => newest !== null && !r.holds.some((h) => h.model === MODEL && h.version >= newest));
+    const lost = [...ledger.started].filter((id) => !ledger.completed.has(id) && !inPool.has(id));
+    const seconds = (performance.now() - started) / 1e3;
+    const staleness = trainer.staleness;
+    console.log('\nsummary');
+    console.log(`  ran for                      ${seconds.toFixed(1)} s wall, ${(seconds * timeScale).toFixed(0)} s simulated`);
+    console.log(`  weight versions published    ${trainer.version + 1} x ${opts.size} (trainer stall median ${median(trainer.stallMs).toFixed(0)} ms), ${formatBytes(lastSnapshot?.bytesBroadcast ?? 0)} broadcast between relays`);
+    console.log(`  trajectories                 ${ledger.started.size} started, ${ledger.completed.size} completed (${(ledger.completed.size / seconds).toFixed(1)}/s wall), ${inPool.size} in flight, ${trainer.trajectories} trained on`);
+    console.log(`  tokens streamed              ${Math.round(tokens / 8)} to the partial pool by the surviving rollouts (${Math.round(tokens / 8 / seconds)}/s wall)`);
+    console.log(`  staleness per batch          p50 ${median(staleness.map((s) => s.p50))}, max ${Math.max(0, ...staleness.map((s) => s.max))}, mean ${(staleness.reduce((a, s) => a + s.mean, 0) / Math.max(1, staleness.length)).toFixed(2)}`);
+    console.log(`  repack moves                 ${lastSnapshot?.repackMoves ?? 0}`);
+    const orphan = (outcome: string): Promise<number> => metricOf(managerPort, `laminar_manager_orphans_total{outcome="${outcome}"}`);
+    console.log(`  failover                     orphaned trajectories: ${await orphan('resumed')} resumed on a rollout of their version, ${await orphan('completed')} already complete, ${await orphan('returned')} returned to the prompt pool`);
+    for (const e of events) console.log(`  event                        ${e}`);
+    console.log(`  ledger                       ${lost.length} trajectories lost, ${ledger.writtenTwice} written twice, ${lagging.length} live relays without v${newest ?? '?'}`);
+    if (lost.length > 0 || ledger.writtenTwice > 0 || lagging.length > 0 || ledger.completed.size === 0) process.exitCode = 1;
+  } finally {
+    await shutdown();
+    if (interrupted) process.exitCode = 130;
+  }
+}
+
+/**
+ * The books of the run, from the data plane's own subjects: every partial-pool 'start' marker is
+ * a trajectory a rollout started; every experience record, one completed. Plain subscriptions
+ * see each publish once, so a record published twice for one id shows as written twice.
+ */
+function watchLedger(nc: NatsConnection): { started: Set<string>; completed: Set<string>; writtenTwice: number; stop(): void } {
+  const ledger = { started: new Set<string>(), completed: new Set<string>(), writtenTwice: 0, stop: () => undefined as void };
+  const starts = nc.subscribe('laminar.partial.default.d.*', {
+    callback: (err, msg) => {
+      if (!err && msg.headers?.get(KIND_HEADER) === 'start') ledger.started.add(tokenToId(msg.subject.split('.').pop()!));
+    },
+  });
+  const records = nc.subscribe('laminar.exp.default.t.*', {
+    callback: (err, msg) => {
+      if (err) return;
+      const id = tokenToId(msg.subject.split('.').pop()!);
+      if (ledger.completed.has(id)) ledger.writtenTwice++;
+      ledger.completed.add(id);
+    },
+  });
+  ledger.stop = () => {
+    starts.unsubscribe();
+    records.unsubscribe();
+  };
+  return ledger;
+}
+
+async function managerStatus(port: number): Promise<ManagerStatus | null> {
+  try {
+    return (await (await fetch(`http://127.0.0.1:${port}/status`)).json()) as ManagerStatus;
+  } catch {
+    return null;
+  }
+}
+
+async function metricOf(port: number, name: string): Promise<number> {
+  return sumMetric([port], name);
+}
+
+/** Sum of a metric (a name, or a name with its label set) over the /metrics of several daemons. */
+async function sumMetric(ports: number[], name: string): Promise<number> {
+  let total = 0;
+  await Promise.all(
+    ports.map(async (port) => {
+      try {
+        const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+        for (const line of text.split('\n')) {
+          if (line.startsWith('#')) continue;
+          const key = line.slice(0, line.lastIndexOf(' '));
+          if (key === name || (!name.includes('{') && key.startsWith(`${name}{`))) total += Number(line.slice(line.lastIndexOf(' ') + 1)) || 0;
+        }
+      } catch {
+        // a killed daemon has no metrics
+      }
+    }),
+  );
+  return total;
+}
+
+function intIn(name: string, value: string, min: number, max: number): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be an integer in ${min}..${max}, got ${JSON.stringify(value)}`);
+  return n;
 }
 
 function median(xs: number[]): number {
@@ -206,17 +299,17 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)] ?? 0;
 }
 
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
+}
+
 main().catch((err: unknown) => {
   console.error(`demo failed: ${(err as Error).stack ?? String(err)}`);
   process.exit(1);
 });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-    server.once('error', reject);
-  });
-}

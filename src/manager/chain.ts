@@ -98,7 +98,7 @@ export function arrangeChain(input: ArrangeInput): string[] {
   const master =
     previousMaster !== undefined && byId.has(previousMaster) && !demoted.has(previousMaster)
       ? byId.get(previousMaster)!
-      : electMaster(relays.filter((r) => !demoted.has(r.id)).length > 0 ? relays.filter((r) => !demoted.has(r.id)) : relays, newest, previous)!;
+      : electAmong(relays, demoted, newest, previous);
   const rest = (ids: string[]): string[] => ids.filter((id) => id !== master.id);
   if (previous.length === 0) return groupByLabel([master.id, ...rest(sortByJoin(relays).map((r) => r.id))], groupOf);
   const kept = rest(previous.filter((id) => byId.has(id) && !demoted.has(id)));
@@ -110,6 +110,19 @@ export function arrangeChain(input: ArrangeInput): string[] {
     if (crossGroupHops(grouped, groupOf) < crossGroupHops(order, groupOf)) return grouped;
   }
   return order;
+}
+
+/**
+ * The master among relays that are not demoted, unless a demoted one holds strictly more of the
+ * newest versions: a master that lacks what another relay has would leave the chain with no
+ * source of those bytes at all, which is worse than a slow sender.
+ */
+function electAmong(relays: RelayView[], demoted: ReadonlySet<string>, newest: Map<string, number>, previous: string[]): RelayView {
+  const best = electMaster(relays, newest, previous)!;
+  const eligible = relays.filter((r) => !demoted.has(r.id));
+  if (eligible.length === 0) return best;
+  const candidate = electMaster(eligible, newest, previous)!;
+  return progressScore(candidate, newest) + 1e-9 >= progressScore(best, newest) ? candidate : best;
 }
 
 function sortByJoin(relays: RelayView[]): RelayView[] {

@@ -47,11 +47,14 @@ import {
   type PlanRecord,
   type Progress,
   type RegisterReply,
+  type RolloutLoad,
 } from '../control/schema.js';
 import { Keys, controlNames, type ControlNames } from '../control/subjects.js';
 import { StallWatch, arrangeChain, newestVersions, progressScore, type RelayView } from './chain.js';
 import { LeaderLease } from './leader-lease.js';
 import { ManagerMetrics } from './metrics.js';
+import { RolloutCoordinator, type CoordinatorStatus, type RolloutCoordinatorOptions, type RolloutView } from './rollouts/coordinator.js';
+import { RolloutCoordinatorMetrics } from './rollouts/metrics.js';
 
 export interface ManagerOptions {
   nc: NatsConnection;
@@ -68,6 +71,8 @@ export interface ManagerOptions {
   groupLabel?: string;
   replicas?: number;
   tickMs?: number;
+  /** Repack and rollout failover (the data-plane connections and the planner's limits). */
+  rollouts?: Omit<RolloutCoordinatorOptions, 'nc' | 'memberSubject' | 'metrics' | 'log'>;
 }
 
 export type MemberHealth = 'alive' | 'suspected' | 'dead';
@@ -81,6 +86,8 @@ interface Member {
   downstream: string | null;
   epoch: number | null;
   lastReregisterAsk: number;
+  /** A rollout's engine load, from its last heartbeat. */
+  rollout: RolloutLoad | null;
 }
 
 export interface ManagerStatus {
@@ -103,6 +110,8 @@ export interface ManagerStatus {
   }[];
   members: { id: string; kind: MemberKind; host: string; health: MemberHealth; heardMsAgo: number; inChain: boolean }[];
   newest: Holding[];
+  rollouts: ({ id: string; host: string; health: MemberHealth } & Partial<RolloutLoad>)[];
+  repack: CoordinatorStatus;
 }
 
 const TRANSPORT_STALL = 'ERR_TIMEOUT';
@@ -111,6 +120,7 @@ export class Manager {
   readonly id: string;
   readonly metrics: ManagerMetrics;
   private readonly names: ControlNames;
+  private readonly coordinator: RolloutCoordinator;
   private readonly log: Logger;
   private readonly leaseMs: number;
   private readonly suspectAfterMs: number;
@@ -122,8 +132,13 @@ export class Manager {
   private plan: PlanRecord | null = null;
   private planRevision = 0;
   private readonly demoted = new Set<string>();
-  /** Per sender, the successors whose link from it stalled (two distinct ones blame the sender). */
-  private readonly stalledSuccessors = new Map<string, Set<string>>();
+  /**
+   * Per sender, the successors whose link from it stalled recently, and when (two distinct ones
+   * within a few stall periods blame the sender; older stalls are forgotten, or every long-lived
+   * sender would collect two over a job's lifetime).
+   */
+  private readonly stalledSuccessors = new Map<string, Map<string, number>>();
+  private readonly stallMs: number;
   private readonly announced = new Map<string, Announcement>();
   private readonly loadAsked = new Map<string, number>();
   /** When the fault the next plan repairs became known (for the repair-time metric). */
@@ -144,7 +159,16 @@ export class Manager {
     this.leaseMs = options.leaseMs ?? 5000;
     this.suspectAfterMs = options.suspectAfterMs ?? 3000;
     this.deadAfterMs = options.deadAfterMs ?? 6000;
-    this.stallWatch = new StallWatch(options.stallMs ?? 3000);
+    this.stallMs = options.stallMs ?? 3000;
+    this.stallWatch = new StallWatch(this.stallMs);
+    this.coordinator = new RolloutCoordinator({
+      ...(options.rollouts ?? { partials: null, prompts: null }),
+      nc: options.nc,
+      memberSubject: (id) => this.names.member(id),
+      metrics: new RolloutCoordinatorMetrics(options.registry),
+      log: this.log.child({ component: 'rollouts' }),
+      startupGraceMs: options.rollouts?.startupGraceMs ?? this.deadAfterMs,
+    });
   }
 
   get isLeader(): boolean {
@@ -226,6 +250,10 @@ export class Manager {
         inChain: inChain.has(m.record.id),
       })),
       newest: [...newest].map(([model, version]) => ({ model, version })),
+      rollouts: [...this.members.values()]
+        .filter((m) => m.record.kind === 'rollout')
+        .map((m) => ({ id: m.record.id, host: m.record.host, health: m.health, ...(m.rollout ?? {}) })),
+      repack: this.coordinator.status(),
     };
   }
 
@@ -268,7 +296,7 @@ export class Manager {
       try {
         const record = decode(memberRecordSchema, entry.value, 'member record');
         // A fresh grace period: members have been heartbeating to whoever held the lease.
-        this.members.set(record.id, { record, health: 'alive', lastHeard: now, holds: [], receiving: [], downstream: null, epoch: null, lastReregisterAsk: 0 });
+        this.members.set(record.id, { record, health: 'alive', lastHeard: now, holds: [], receiving: [], downstream: null, epoch: null, lastReregisterAsk: 0, rollout: null });
       } catch (err) {
         this.metrics.rejected.inc({ code: (err as ControlError).code });
       }
@@ -298,6 +326,7 @@ export class Manager {
       on(this.names.status, (msg) => msg.respond(JSON.stringify(this.status()))),
     ];
     void this.watchAnnouncements();
+    this.coordinator.reset();
     this.tickTimer = setInterval(() => this.tick(), this.options.tickMs ?? 100);
     this.tickTimer.unref();
     this.log.info({ epoch: this.plan?.epoch ?? null, members: this.members.size }, 'leader: managing the job');
@@ -348,6 +377,7 @@ export class Manager {
       const a = decode(announceSchema, bytes, 'announcement');
       const current = this.announced.get(a.model);
       if (!current || current.version <= a.version) this.announced.set(a.model, a);
+      if (current && current.version < a.version) this.coordinator.newVersion();
     } catch (err) {
       this.metrics.rejected.inc({ code: (err as ControlError).code });
     }
@@ -410,6 +440,7 @@ export class Manager {
       downstream: null,
       epoch: null,
       lastReregisterAsk: 0,
+      rollout: existing?.record.incarnation === request.incarnation ? existing.rollout : null,
     });
     if (rejoin) this.demoted.delete(record.id);
     void this.kv!.put(Keys.member(record.id), encode(record)).catch((err: Error) => this.log.warn({ err: err.message }, 'cannot store a registration'));
@@ -454,6 +485,11 @@ export class Manager {
     member.receiving = hb.receiving;
     member.downstream = hb.downstream;
     member.epoch = hb.epoch;
+    if (hb.rollout) {
+      const before = member.rollout?.weightVersion ?? null;
+      member.rollout = hb.rollout;
+      if (hb.rollout.weightVersion !== null && before !== null && hb.rollout.weightVersion > before) this.coordinator.newVersion();
+    }
   }
 
   private onReport(msg: Msg): void {
@@ -515,6 +551,7 @@ export class Manager {
     this.log.warn({ member: member.record.id, kind: member.record.kind, cause, silentMs: now - member.lastHeard, wasSuspected }, 'member dead');
     void this.kv?.delete(Keys.member(member.record.id)).catch(() => undefined);
     if (member.record.kind === 'relay') this.noteFault(cause, now);
+    if (member.record.kind === 'rollout') this.coordinator.dead(member.record.id);
   }
 
   private demote(id: string, now: number): void {
@@ -531,6 +568,10 @@ export class Manager {
     }
     // Decide at once rather than at the next tick: this is the repair path.
     queueMicrotask(() => this.tick());
+  }
+
+  private rolloutViews(): RolloutView[] {
+    return [...this.members.values()].filter((m) => m.record.kind === 'rollout').map((m) => ({ id: m.record.id, health: m.health, load: m.rollout }));
   }
 
   private relayViews(): RelayView[] {
@@ -551,25 +592,46 @@ export class Manager {
         member.health = 'suspected';
         this.metrics.suspicions.inc({ kind: member.record.kind });
         this.log.warn({ member: member.record.id, silentMs: silent }, 'member suspected (missed heartbeats)');
+        if (member.record.kind === 'rollout') this.coordinator.suspected(member.record.id);
       }
     }
+    this.coordinator.tick(this.rolloutViews(), now);
     const relays = this.relayViews();
     const views = new Map(relays.map((r) => [r.id, r]));
     if (this.plan) {
       const order = this.plan.relays.map((m) => m.id).filter((id) => views.has(id) && !this.demoted.has(id));
       for (const stall of this.stallWatch.check(order, views, now)) {
-        const earlier = this.stalledSuccessors.get(stall.from) ?? new Set<string>();
-        earlier.add(stall.to);
+        const earlier = this.stalledSuccessors.get(stall.from) ?? new Map<string, number>();
+        for (const [id, at] of earlier) if (now - at > 4 * this.stallMs) earlier.delete(id);
+        earlier.set(stall.to, now);
         this.stalledSuccessors.set(stall.from, earlier);
         const culprit = earlier.size >= 2 ? stall.from : stall.to;
+        if (culprit === stall.from) this.stalledSuccessors.delete(stall.from);
         this.log.warn({ from: stall.from, to: stall.to, model: stall.model, version: stall.version, culprit }, 'chain link without progress: moving a relay to the tail');
         this.demote(culprit, now);
       }
     }
+    this.forgiveCaughtUp(relays);
     this.updateProgress(relays);
     this.loadFromCheckpoint(relays, now);
     this.replan(relays, now);
     this.updateMemberGauge();
+  }
+
+  /**
+   * A demoted relay that holds every newest version again is forgiven: it stays where it is (at
+   * the tail) but may be master or sender again. Demotion is a repair of one broadcast, not a
+   * sentence; a relay once slow under load would otherwise never leave the tail.
+   */
+  private forgiveCaughtUp(relays: RelayView[]): void {
+    if (this.demoted.size === 0) return;
+    const newest = newestVersions(relays, [...this.announced.values()]);
+    for (const r of relays) {
+      if (this.demoted.has(r.id) && r.receiving.length === 0 && progressScore(r, newest) >= newest.size) {
+        this.demoted.delete(r.id);
+        this.log.info({ relay: r.id }, 'demoted relay holds the newest versions again: forgiven');
+      }
+    }
   }
 
   private replan(relays: RelayView[], now: number): void {

@@ -3,9 +3,9 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { REPO } from '../helpers/relay.js';
 
-describe('npm run demo', () => {
+describe('the weight-path demo', () => {
   it('runs chained relays, a publisher and pullers, and every puller reaches the last version', async () => {
-    const { stdout } = await promisify(execFile)(process.execPath, ['dist/src/demo/main.js', '--duration', '2s', '--interval', '300ms', '--size', '16MiB', '--pullers', '2'], {
+    const { stdout } = await promisify(execFile)(process.execPath, ['dist/src/demo/weight-path.js', '--duration', '2s', '--interval', '300ms', '--size', '16MiB', '--pullers', '2'], {
       cwd: REPO,
     });
     const published = Number(/versions published\s+(\d+)/.exec(stdout)?.[1]);

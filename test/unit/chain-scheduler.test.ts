@@ -35,6 +35,20 @@ describe('chain order', () => {
     expect(electMaster(relays, newestVersions(relays))?.id).toBe('r2');
   });
 
+  it('never makes a master of a relay that lacks what a demoted relay holds', () => {
+    const full = { holds: [{ model: 'm', version: 1 }] };
+    const relays = [relay('r0', full), relay('r1', full), relay('r6', { receiving: [{ model: 'm', version: 1, hwm: 1, chunks: 32 }] }), relay('r7')];
+    // The master and the other holder were demoted (their links stalled under load), then the
+    // master died: the new master must still be a relay that holds the version.
+    const order = arrangeChain({ previous: ['rX', 'r6', 'r7', 'r0', 'r1'], relays, demoted: new Set(['r0', 'r1']) });
+    expect(order[0]).toBe('r0');
+    expect(order.slice(1)).toEqual(['r6', 'r7', 'r1']);
+    // A demoted master that is the only holder stays master.
+    expect(arrangeChain({ previous: ['r0', 'r6', 'r7'], relays: [relays[0]!, relays[2]!, relays[3]!], demoted: new Set(['r0']) })[0]).toBe('r0');
+    // Among equals, a relay that is not demoted is preferred.
+    expect(arrangeChain({ previous: ['rX', 'r0', 'r1', 'r6'], relays, demoted: new Set(['r0']) })[0]).toBe('r1');
+  });
+
   it('regroups by rack only while idle, and never to more cross-rack hops', () => {
     const relays = [relay('r0', { labels: { rack: 'a' } }), relay('r1', { labels: { rack: 'b' } }), relay('r2', { labels: { rack: 'a' } })];
     expect(arrangeChain({ previous: ['r0', 'r1'], relays, idle: false })).toEqual(['r0', 'r1', 'r2']);

@@ -23,6 +23,10 @@ export interface PartialStart {
   weightVersion: number;
   /** Prompt tokens, when the rollout wants them kept for a resume elsewhere. */
   promptLength?: number;
+  /** The prompt's token ids (int32, little-endian): what another rollout re-prefills on resume. */
+  promptTokens?: Uint8Array;
+  /** The prompt's payload from the prompt pool (what the reward needs), for a resume elsewhere. */
+  payload?: unknown;
   createdAt?: number;
 }
 
@@ -45,6 +49,8 @@ const startSchema = z.object({
   groupSize: z.number().int().positive(),
   weightVersion: z.number().int().nonnegative(),
   promptLength: z.number().int().nonnegative().optional(),
+  promptTokens: z.instanceof(Uint8Array).refine((b) => b.byteLength % 4 === 0, 'int32 token ids').optional(),
+  payload: z.unknown().optional(),
   createdAt: z.number().optional(),
 });
 

@@ -5,6 +5,11 @@
  * begins when every prompt of this one is complete. All state transitions are Lua scripts
  * (scripts.ts), so any number of rollouts and managers can share the pool.
  *
+ * Returned samples: the manager's failover can send some samples of an already-claimed group
+ * back for regeneration (`returnSamples`). They wait in a FIFO of their own, are claimed before
+ * fresh prompts, keep the group id and epoch they were issued with, and have their own tokens
+ * and leases: they never count towards (or block) an epoch of the fresh prompts.
+ *
  * Persistence: run redis-server with `appendonly yes` (see docs/data.md); every key of a pool
  * lives in one hash slot (`{pool}`), so the pool also works on Redis Cluster.
  */
@@ -38,12 +43,33 @@ export interface PromptPoolOptions {
 export interface PromptClaim extends Prompt {
   /** Identifies this claim; completion and give-back need it. */
   token: string;
+  /** Epoch of the group; for a returned claim, the epoch the group was first issued in. */
   epoch: number;
-  /** GRPO group of this claim: trajectories of its n samples carry it. */
+  /** GRPO group of this claim: trajectories of its n samples carry it (unchanged on a returned claim). */
   groupId: string;
   /** Lease deadline, epoch ms (Redis clock). */
   deadline: number;
+  /**
+   * Sample indices (ascending, each in [0, n)) to generate. Absent on a fresh claim, which
+   * means all of 0..n-1; set on a returned claim, which generates only these.
+   */
+  samples?: number[];
+  /** Set on a claim of returned samples (see `PromptPool.returnSamples`). */
+  returned?: true;
 }
+
+/** Samples of an issued group sent back for regeneration (the manager's failover). */
+export interface ReturnSamplesRequest {
+  /** Group id as issued by `claim()` (`<promptId>#<epoch>`). */
+  groupId: string;
+  /** Sample indices to regenerate: non-empty, unique integers in [0, n). */
+  samples: readonly number[];
+  /** Metric label of `laminar_prompt_pool_returned_samples_total`: [a-z0-9_], default 'failover'. */
+  reason?: string;
+}
+
+/** What complete/giveBack/extend need of a claim; `returned` picks the returned-samples path. */
+export type ClaimRef = Pick<PromptClaim, 'id' | 'token'> & { returned?: boolean | undefined };
 
 export interface LoadReport {
   loaded: number;
@@ -61,16 +87,44 @@ export interface PoolProgress {
   claims: number;
   completions: number;
   expired: number;
+  /** Fresh claims given back (one or a whole rollout's). */
   returned: number;
   duplicates: number;
-  /** Every epoch is complete. */
+  /** Returned-sample entries waiting to be claimed (served before fresh prompts). */
+  returnedPending: number;
+  /** Returned-sample entries under a lease. */
+  returnedLeased: number;
+  /** Entries and samples ever appended by returnSamples(). */
+  returnedEntries: number;
+  returnedSamples: number;
+  /** Returned-sample claims handed out, completed (exactly once), and their samples completed. */
+  returnedClaims: number;
+  returnedCompletions: number;
+  returnedSamplesCompleted: number;
+  /** Returned-sample claims whose lease ran out, or that were given back (one or a whole rollout's). */
+  returnedExpired: number;
+  returnedGivenBack: number;
+  returnedDuplicates: number;
+  /** Every epoch is complete and no returned samples are pending or leased. */
   finished: boolean;
 }
 
 export type CompleteResult = 'ok' | 'duplicate';
 
 const LOAD_BATCH = 500;
+const REASON = /^[a-z][a-z0-9_]{0,31}$/;
+/** Token of a returned claim: `<entry>:<seq>` (a fresh claim's token is a bare number). */
+const RETURNED_TOKEN = /^(\d+):\d+$/;
+/** A returned claim: flagged, or recognised by its token (a claim that lost its flag in transit). */
+const isReturned = (claim: ClaimRef): boolean => claim.returned === true || RETURNED_TOKEN.test(String(claim.token));
 const SHAS = new Map<string, string>();
+/** A returned-samples entry as stored (returned:entries): prompt id, epoch, samples, reason. */
+interface ReturnedEntry {
+  id: string;
+  e: number;
+  s: number[];
+  r: string;
+}
 /** A single item or a broken line to report. */
 type LoadItem = { line: number; value: unknown } | { line: number; error: string };
 
@@ -98,6 +152,13 @@ export class PromptPool {
       claims: counter(registry, 'laminar_prompt_pool_claims_total', 'Prompts claimed by rollouts', ['pool']),
       completions: counter(registry, 'laminar_prompt_pool_completions_total', 'Claims completed (exactly once)', ['pool']),
       returned: counter(registry, 'laminar_prompt_pool_returned_total', 'Claims given back or expired', ['pool', 'reason']),
+      returnedSamples: counter(registry, 'laminar_prompt_pool_returned_samples_total', 'Samples of issued groups sent back for regeneration', ['pool', 'reason']),
+      returnedClaims: counter(
+        registry,
+        'laminar_prompt_pool_returned_claims_total',
+        'Claims of returned samples: claimed, completed, expired, given_back, failover',
+        ['pool', 'event'],
+      ),
       epoch: gauge(registry, 'laminar_prompt_pool_epoch', 'Current epoch (pass over the dataset)', ['pool']),
     };
     if (!Number.isInteger(this.defaultN) || this.defaultN < 1) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, 'defaultGroupSize must be an integer >= 1');
@@ -172,22 +233,69 @@ export class PromptPool {
   async claim(rolloutId: string, count = 1, leaseMs = this.leaseMs): Promise<PromptClaim[]> {
     if (!Number.isInteger(count) || count < 1) throw this.rejections.record(new DataInputError(DataErrorCodes.BAD_OPTIONS, `claim count must be an integer >= 1, got ${count}`));
     const res = (await this.call(() => this.script(S.CLAIM, Math.ceil(leaseMs), rolloutId, count))) as unknown[];
-    const [epoch, , expired] = res as [number, number, number];
-    const claims = (res.slice(3) as Array<[string, number, string, number]>).map(([id, token, json, deadline]) => {
+    const [epoch, , expired, returnedExpired, returnedClaimed] = res as [number, number, number, number, number];
+    const items = res.slice(5) as Array<[string, number | string, string, number, string?]>;
+    const claims: PromptClaim[] = items.map(([id, token, json, deadline, entryJson], i) => {
       const stored = JSON.parse(json) as { p: unknown; n: number };
-      return { id, payload: stored.p, n: stored.n, token: String(token), epoch, groupId: groupIdOf(id, epoch), deadline };
+      if (i >= returnedClaimed) return { id, payload: stored.p, n: stored.n, token: String(token), epoch, groupId: groupIdOf(id, epoch), deadline };
+      const entry = JSON.parse(entryJson!) as ReturnedEntry;
+      return { id, payload: stored.p, n: stored.n, token: String(token), epoch: entry.e, groupId: groupIdOf(id, entry.e), deadline, samples: entry.s, returned: true };
     });
     this.m.epoch.set({ pool: this.name }, epoch);
     if (expired > 0) this.m.returned.inc({ pool: this.name, reason: 'expired' }, expired);
-    this.m.claims.inc({ pool: this.name }, claims.length);
+    if (returnedExpired > 0) this.m.returnedClaims.inc({ pool: this.name, event: 'expired' }, returnedExpired);
+    if (returnedClaimed > 0) this.m.returnedClaims.inc({ pool: this.name, event: 'claimed' }, returnedClaimed);
+    this.m.claims.inc({ pool: this.name }, claims.length - returnedClaimed);
     return claims;
   }
 
   /**
-   * Marks a claim complete. 'duplicate' for a claim already completed (a retried call);
-   * ERR_LEASE_LOST when the prompt was given back or claimed again by someone else.
+   * Sends samples of an issued group back for regeneration: the rollout manager's failover
+   * gives up on them (say, generated with a weight version no live rollout has any more). The
+   * entry goes to the back of the returned FIFO, which claim() serves before fresh prompts, as
+   * a claim with the same group id and epoch and `samples` set. The group may be of an earlier
+   * epoch; it is not checked to be complete, nor the samples to be pending elsewhere.
+   *
+   * Not idempotent: each call appends one entry, so a call retried after an ambiguous failure
+   * (ERR_STORE) can queue the samples twice. The duplicate regeneration carries the same
+   * trajectory ids: the partial pool refuses it while the first is in flight, and the
+   * experience writer drops it as a duplicate once the first is in the buffer.
+   *
+   * Errors (DataInputError, counted in laminar_data_rejections_total): ERR_UNKNOWN_GROUP for a
+   * malformed group id or one this pool never issued; ERR_BAD_DATA_OPTIONS for empty, non-integer
+   * or repeated sample indices or a bad reason; ERR_GROUP_MISMATCH for an index outside [0, n).
    */
-  async complete(claim: Pick<PromptClaim, 'id' | 'token' | 'epoch'>): Promise<CompleteResult> {
+  async returnSamples(request: ReturnSamplesRequest): Promise<void> {
+    const { groupId, samples, reason = 'failover' } = (request ?? {}) as Partial<ReturnSamplesRequest>;
+    const bad = (code: string, message: string, details?: Record<string, unknown>): DataInputError =>
+      this.rejections.record(new DataInputError(code, message, { groupId, ...details }));
+    const g = typeof groupId === 'string' ? parseGroupId(groupId) : undefined;
+    // Only the canonical form that claim() issues: "q1#007" or "q1#1.0" are not groups of this pool.
+    if (!g || groupIdOf(g.promptId, g.epoch) !== groupId) throw bad(DataErrorCodes.UNKNOWN_GROUP, `malformed group id ${JSON.stringify(groupId)} (expected <promptId>#<epoch>)`);
+    if (typeof reason !== 'string' || !REASON.test(reason)) throw bad(DataErrorCodes.BAD_OPTIONS, `reason must match ${REASON}, got ${JSON.stringify(reason)}`);
+    if (!Array.isArray(samples) || samples.length === 0) throw bad(DataErrorCodes.BAD_OPTIONS, 'samples must be a non-empty array of sample indices');
+    for (const i of samples) {
+      if (!Number.isSafeInteger(i)) throw bad(DataErrorCodes.BAD_OPTIONS, `sample index ${JSON.stringify(i)} is not an integer`);
+      if (i < 0) throw bad(DataErrorCodes.GROUP_MISMATCH, `sample index ${i} is outside the group`, { sampleIndex: i });
+    }
+    const sorted = [...samples].sort((a, b) => a - b);
+    if (sorted.some((v, k) => k > 0 && v === sorted[k - 1])) throw bad(DataErrorCodes.BAD_OPTIONS, `sample indices repeat: ${JSON.stringify(samples)}`);
+    const entry: ReturnedEntry = { id: g.promptId, e: g.epoch, s: sorted, r: reason };
+    const max = sorted[sorted.length - 1]!;
+    const [r, n] = (await this.call(() => this.script(S.RETURN_SAMPLES, g.promptId, g.epoch, max, sorted.length, JSON.stringify(entry)))) as [string, number];
+    if (r === 'unknown') throw bad(DataErrorCodes.UNKNOWN_GROUP, `unknown group id ${JSON.stringify(groupId)}: not issued by prompt pool ${this.name}`);
+    if (r === 'range') throw bad(DataErrorCodes.GROUP_MISMATCH, `sample index ${max} is outside the group of ${n}`, { sampleIndex: max, groupSize: n });
+    this.m.returnedSamples.inc({ pool: this.name, reason }, sorted.length);
+    this.logger.info({ groupId, samples: sorted, reason }, 'samples returned for regeneration');
+  }
+
+  /**
+   * Marks a claim complete. 'duplicate' for a claim already completed (a retried call);
+   * ERR_LEASE_LOST when the prompt was given back or claimed again by someone else. A returned
+   * claim (`claim.returned`) completes its own entry, never the prompt's epoch.
+   */
+  async complete(claim: Pick<PromptClaim, 'id' | 'token' | 'epoch' | 'returned'>): Promise<CompleteResult> {
+    if (isReturned(claim)) return this.completeReturned(claim);
     const r = (await this.call(() => this.script(S.COMPLETE, claim.id, claim.token, claim.epoch))) as string;
     if (r === 'ok') this.m.completions.inc({ pool: this.name });
     if (r === 'ok' || r === 'duplicate') return r;
@@ -195,25 +303,51 @@ export class PromptPool {
     throw this.rejections.record(new OwnershipError(DataErrorCodes.LEASE_LOST, `the claim of prompt ${JSON.stringify(claim.id)} was given back or taken by another rollout`, { details: { id: claim.id } }));
   }
 
-  /** Returns a claim to the pool (the rollout will not finish it). */
-  async giveBack(claim: Pick<PromptClaim, 'id' | 'token'>): Promise<void> {
-    const r = (await this.call(() => this.script(S.GIVE_BACK, claim.id, claim.token))) as string;
-    if (r !== 'ok') throw this.rejections.record(new OwnershipError(DataErrorCodes.LEASE_LOST, `the claim of prompt ${JSON.stringify(claim.id)} is no longer held`));
-    this.m.returned.inc({ pool: this.name, reason: 'given_back' });
+  private async completeReturned(claim: ClaimRef): Promise<CompleteResult> {
+    const entry = this.entryOf(claim);
+    const r = (await this.call(() => this.script(S.COMPLETE_RETURNED, entry, claim.token))) as string;
+    if (r === 'ok') this.m.returnedClaims.inc({ pool: this.name, event: 'completed' });
+    if (r === 'ok' || r === 'duplicate') return r;
+    if (r === 'unknown') throw this.rejections.record(new DataNotFoundError(DataErrorCodes.UNKNOWN_CLAIM, `no returned claim of prompt ${JSON.stringify(claim.id)} with token ${JSON.stringify(claim.token)} exists`));
+    throw this.rejections.record(new OwnershipError(DataErrorCodes.LEASE_LOST, `the returned claim of prompt ${JSON.stringify(claim.id)} was given back or taken by another rollout`, { details: { id: claim.id } }));
   }
 
-  /** Failover: returns every claim held by `rolloutId`. */
+  /** Returns a claim to the pool (the rollout will not finish it); a returned claim goes back to the front of the returned FIFO. */
+  async giveBack(claim: ClaimRef): Promise<void> {
+    const returned = isReturned(claim);
+    const r = (await this.call(() =>
+      returned ? this.script(S.GIVE_BACK_RETURNED, this.entryOf(claim), claim.token) : this.script(S.GIVE_BACK, claim.id, claim.token),
+    )) as string;
+    if (r !== 'ok') throw this.rejections.record(new OwnershipError(DataErrorCodes.LEASE_LOST, `the ${returned ? 'returned ' : ''}claim of prompt ${JSON.stringify(claim.id)} is no longer held`));
+    if (returned) this.m.returnedClaims.inc({ pool: this.name, event: 'given_back' });
+    else this.m.returned.inc({ pool: this.name, reason: 'given_back' });
+  }
+
+  /** Failover: returns every claim held by `rolloutId`, fresh and returned; the number of both. */
   async giveBackRollout(rolloutId: string): Promise<number> {
-    const n = (await this.call(() => this.script(S.GIVE_BACK_ROLLOUT, rolloutId))) as number;
+    const [n, rn] = (await this.call(() => this.script(S.GIVE_BACK_ROLLOUT, rolloutId))) as [number, number];
     this.m.returned.inc({ pool: this.name, reason: 'failover' }, n);
-    return n;
+    if (rn > 0) this.m.returnedClaims.inc({ pool: this.name, event: 'failover' }, rn);
+    return n + rn;
   }
 
   /** Extends a lease (a heartbeat for long generations); returns the new deadline. */
-  async extend(claim: Pick<PromptClaim, 'id' | 'token'>, leaseMs = this.leaseMs): Promise<number> {
-    const d = (await this.call(() => this.script(S.EXTEND, claim.id, claim.token, Math.ceil(leaseMs)))) as number;
-    if (d < 0) throw this.rejections.record(new OwnershipError(DataErrorCodes.LEASE_LOST, `the lease of prompt ${JSON.stringify(claim.id)} is lost`));
+  async extend(claim: ClaimRef, leaseMs = this.leaseMs): Promise<number> {
+    const returned = isReturned(claim);
+    const d = (await this.call(() =>
+      returned
+        ? this.script(S.EXTEND_RETURNED, this.entryOf(claim), claim.token, Math.ceil(leaseMs))
+        : this.script(S.EXTEND, claim.id, claim.token, Math.ceil(leaseMs)),
+    )) as number;
+    if (d < 0) throw this.rejections.record(new OwnershipError(DataErrorCodes.LEASE_LOST, `the lease of ${returned ? 'returned ' : ''}prompt ${JSON.stringify(claim.id)} is lost`));
     return d;
+  }
+
+  /** Entry id of a returned claim: its token is `<entry>:<seq>`. */
+  private entryOf(claim: ClaimRef): string {
+    const m = RETURNED_TOKEN.exec(String(claim.token));
+    if (!m) throw this.rejections.record(new DataNotFoundError(DataErrorCodes.UNKNOWN_CLAIM, `${JSON.stringify(claim.token)} is not the token of a returned claim`));
+    return m[1]!;
   }
 
   /** Group size of a group id issued by this pool, or undefined when the group does not exist. */
@@ -226,9 +360,10 @@ export class PromptPool {
   }
 
   async progress(): Promise<PoolProgress> {
-    const [k0, k1, k2, k3, , , k6, k7] = this.keys as [string, string, string, string, string, string, string, string];
+    const k = (name: (typeof S.KEY_NAMES)[number]): string => this.keys[S.KEY_NAMES.indexOf(name)]!;
+    const [k1, k2, k3, k6, k7, k8, k10] = [k('order'), k('pending'), k('leases'), k('done'), k('state'), k('returned'), k('returned:leases')];
     const r = await this.call(() =>
-      this.redis.multi().hgetall(k7).llen(k1).llen(k2).zcard(k3).scard(k6).hlen(k0).exec(),
+      this.redis.multi().hgetall(k7).llen(k1).llen(k2).zcard(k3).scard(k6).llen(k8).zcard(k10).exec(),
     );
     const val = (i: number): unknown => r?.[i]?.[1];
     const state = (val(0) ?? {}) as Record<string, string>;
@@ -239,6 +374,8 @@ export class PromptPool {
     const doneThisEpoch = Number(val(4));
     const epochs = Number(state.maxEpochs ?? 1);
     const epoch = num('epoch');
+    const returnedPending = Number(val(5));
+    const returnedLeased = Number(val(6));
     return {
       epoch,
       epochs,
@@ -251,7 +388,18 @@ export class PromptPool {
       expired: num('expired'),
       returned: num('returned'),
       duplicates: num('duplicates'),
-      finished: total > 0 && pending === 0 && leased === 0 && doneThisEpoch >= total && epochs !== 0 && epoch + 1 >= epochs,
+      returnedPending,
+      returnedLeased,
+      returnedEntries: num('returnedEntries'),
+      returnedSamples: num('returnedSamples'),
+      returnedClaims: num('returnedClaims'),
+      returnedCompletions: num('returnedCompletions'),
+      returnedSamplesCompleted: num('returnedSamplesCompleted'),
+      returnedExpired: num('returnedExpired'),
+      returnedGivenBack: num('returnedGivenBack'),
+      returnedDuplicates: num('returnedDuplicates'),
+      finished:
+        total > 0 && pending === 0 && leased === 0 && doneThisEpoch >= total && epochs !== 0 && epoch + 1 >= epochs && returnedPending === 0 && returnedLeased === 0,
     };
   }
 

@@ -6,8 +6,30 @@
  * KEYS (all in one hash slot, `{pool}`): 1 prompts (hash id -> json), 2 order (list),
  * 3 pending (list), 4 leases (zset id -> deadline ms), 5 holders (hash id -> rollout),
  * 6 tokens (hash id -> latest claim token), 7 done (set, this epoch), 8 state (hash).
+ *
+ * Returned samples (samples of an already-claimed group sent back for regeneration) have keys
+ * of their own, so that they never touch the fresh prompts' leases, tokens or epoch counting:
+ * 9 returned (list of entry ids, FIFO: the front is served first), 10 returned:entries (hash
+ * entry -> json {id, e, s, r}: prompt id, epoch, sample indices, reason), 11 returned:leases
+ * (zset entry -> deadline ms), 12 returned:holders (hash entry -> rollout), 13 returned:tokens
+ * (hash entry -> latest claim token `<entry>:<seq>`; '0' once given back, '-<token>' once
+ * completed by that token). An entry id is a number from the state field `returnSeq`.
  */
-export const KEY_NAMES = ['prompts', 'order', 'pending', 'leases', 'holders', 'tokens', 'done', 'state'] as const;
+export const KEY_NAMES = [
+  'prompts',
+  'order',
+  'pending',
+  'leases',
+  'holders',
+  'tokens',
+  'done',
+  'state',
+  'returned',
+  'returned:entries',
+  'returned:leases',
+  'returned:holders',
+  'returned:tokens',
+] as const;
 
 const NOW = `local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
 
@@ -25,9 +47,13 @@ end
 return out`;
 
 /**
- * ARGV: leaseMs, rolloutId, count -> { epoch, finished(0/1), expired, {id, token, json, deadline}... }.
- * First returns expired leases to the front of the queue, then starts the next epoch if this
- * one is complete (and epochs remain), then claims.
+ * ARGV: leaseMs, rolloutId, count -> { epoch, finished(0/1), expired, returnedExpired,
+ * returnedClaimed, {id, token, json, deadline, entryJson} x returnedClaimed,
+ * {id, token, json, deadline}... }.
+ * First returns expired leases to the front of their queues (fresh and returned), then starts
+ * the next epoch if this one is complete (and epochs remain), then claims: returned entries
+ * first, then fresh prompts for the rest of `count`. Returned entries never enter the epoch
+ * test (they are not in pending, leases or done).
  */
 export const CLAIM = `
 ${NOW}
@@ -39,6 +65,16 @@ for _, id in ipairs(expired) do
   redis.call('LPUSH', KEYS[3], id)
 end
 if #expired > 0 then redis.call('HINCRBY', KEYS[8], 'expired', #expired) end
+-- Returned entries whose lease ran out go back to the front of the returned FIFO, the one
+-- that ran out first ending up first.
+local rexpired = redis.call('ZRANGEBYSCORE', KEYS[11], '-inf', now)
+for i = #rexpired, 1, -1 do
+  local e = rexpired[i]
+  redis.call('ZREM', KEYS[11], e)
+  redis.call('HDEL', KEYS[12], e)
+  redis.call('LPUSH', KEYS[9], e)
+end
+if #rexpired > 0 then redis.call('HINCRBY', KEYS[8], 'returnedExpired', #rexpired) end
 local epoch = tonumber(redis.call('HGET', KEYS[8], 'epoch') or '0')
 local maxEpochs = tonumber(redis.call('HGET', KEYS[8], 'maxEpochs') or '1')
 local total = redis.call('LLEN', KEYS[2])
@@ -53,9 +89,29 @@ if redis.call('LLEN', KEYS[3]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 and to
     finished = 1
   end
 end
-local out = { epoch, finished, #expired }
+local out = { epoch, finished, #expired, #rexpired, 0 }
 local deadline = now + leaseMs
-for i = 1, count do
+local served = 0
+while served < count do
+  local e = redis.call('LPOP', KEYS[9])
+  if not e then break end
+  local entry = redis.call('HGET', KEYS[10], e)
+  local id = entry and cjson.decode(entry).id
+  local json = id and redis.call('HGET', KEYS[1], id)
+  -- An entry without its descriptor or prompt (a destroyed pool) is dropped.
+  if json then
+    local token = e .. ':' .. redis.call('HINCRBY', KEYS[8], 'tokenSeq', 1)
+    redis.call('ZADD', KEYS[11], deadline, e)
+    redis.call('HSET', KEYS[12], e, rollout)
+    redis.call('HSET', KEYS[13], e, token)
+    out[#out + 1] = { id, token, json, deadline, entry }
+    served = served + 1
+  end
+end
+out[5] = served
+if served > 0 then redis.call('HINCRBY', KEYS[8], 'returnedClaims', served) end
+local fresh = 0
+for i = served + 1, count do
   local id = redis.call('LPOP', KEYS[3])
   if not id then break end
   local token = redis.call('HINCRBY', KEYS[8], 'tokenSeq', 1)
@@ -63,8 +119,9 @@ for i = 1, count do
   redis.call('HSET', KEYS[5], id, rollout)
   redis.call('HSET', KEYS[6], id, token)
   out[#out + 1] = { id, token, redis.call('HGET', KEYS[1], id), deadline }
+  fresh = fresh + 1
 end
-redis.call('HINCRBY', KEYS[8], 'claims', #out - 3)
+redis.call('HINCRBY', KEYS[8], 'claims', fresh)
 return out`;
 
 /**
@@ -106,7 +163,10 @@ redis.call('LPUSH', KEYS[3], id)
 redis.call('HINCRBY', KEYS[8], 'returned', 1)
 return 'ok'`;
 
-/** ARGV: rolloutId -> number of claims returned (failover of a whole rollout). */
+/**
+ * ARGV: rolloutId -> { fresh claims returned, returned-sample claims returned } (failover of a
+ * whole rollout). Each goes back to the front of its own queue, fenced.
+ */
 export const GIVE_BACK_ROLLOUT = `
 local all = redis.call('HGETALL', KEYS[5])
 local n = 0
@@ -121,7 +181,20 @@ for i = 1, #all, 2 do
   end
 end
 redis.call('HINCRBY', KEYS[8], 'returned', n)
-return n`;
+local rall = redis.call('HGETALL', KEYS[12])
+local rn = 0
+for i = 1, #rall, 2 do
+  if rall[i + 1] == ARGV[1] then
+    local e = rall[i]
+    redis.call('ZREM', KEYS[11], e)
+    redis.call('HDEL', KEYS[12], e)
+    redis.call('HSET', KEYS[13], e, '0')
+    redis.call('LPUSH', KEYS[9], e)
+    rn = rn + 1
+  end
+end
+if rn > 0 then redis.call('HINCRBY', KEYS[8], 'returnedGivenBack', rn) end
+return { n, rn }`;
 
 /** ARGV: id, token, leaseMs -> new deadline, or -1 when the lease is lost. */
 export const EXTEND = `
@@ -130,4 +203,70 @@ local id = ARGV[1]
 if redis.call('HGET', KEYS[6], id) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[4], id) then return -1 end
 local deadline = now + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[4], 'XX', deadline, id)
+return deadline`;
+
+
+/**
+ * ARGV: promptId, epoch, maxSampleIndex, sampleCount, entryJson -> { 'ok', entryId } |
+ * { 'unknown', 0 } | { 'range', n }. Appends returned samples of group <promptId>#<epoch> to the
+ * back of the returned FIFO. The group must exist: a loaded prompt, an epoch not after the
+ * current one, and every sample index below the prompt's n.
+ */
+export const RETURN_SAMPLES = `
+local json = redis.call('HGET', KEYS[1], ARGV[1])
+if not json then return { 'unknown', 0 } end
+if tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[8], 'epoch') or '0') then return { 'unknown', 0 } end
+-- The stored json is {"p":<payload>,"n":<n>}: n is last.
+local n = tonumber(string.match(json, '"n":(%d+)}$') or cjson.decode(json).n)
+if tonumber(ARGV[3]) >= n then return { 'range', n } end
+local e = redis.call('HINCRBY', KEYS[8], 'returnSeq', 1)
+redis.call('HSET', KEYS[10], e, ARGV[5])
+redis.call('RPUSH', KEYS[9], e)
+redis.call('HINCRBY', KEYS[8], 'returnedEntries', 1)
+redis.call('HINCRBY', KEYS[8], 'returnedSamples', tonumber(ARGV[4]))
+return { 'ok', e }`;
+
+/**
+ * ARGV: entryId, token -> 'ok' | 'duplicate' | 'lost' | 'unknown'. Completes a returned claim
+ * exactly once: accepted only from the latest claim of the entry (a lease that ran out but was
+ * not claimed again still completes); a retry by the token that completed it is a duplicate.
+ */
+export const COMPLETE_RETURNED = `
+local e = ARGV[1]; local token = ARGV[2]
+local current = redis.call('HGET', KEYS[13], e)
+if not current then return 'unknown' end
+if current == '-' .. token then
+  redis.call('HINCRBY', KEYS[8], 'returnedDuplicates', 1)
+  return 'duplicate'
+end
+if current ~= token then return 'lost' end
+if redis.call('ZREM', KEYS[11], e) == 0 then
+  -- The lease had expired and the entry went back to the FIFO: take it out again.
+  redis.call('LREM', KEYS[9], 1, e)
+end
+redis.call('HDEL', KEYS[12], e)
+redis.call('HSET', KEYS[13], e, '-' .. token)
+local entry = redis.call('HGET', KEYS[10], e)
+redis.call('HDEL', KEYS[10], e)
+redis.call('HINCRBY', KEYS[8], 'returnedCompletions', 1)
+if entry then redis.call('HINCRBY', KEYS[8], 'returnedSamplesCompleted', #cjson.decode(entry).s) end
+return 'ok'`;
+
+/** ARGV: entryId, token -> 'ok' | 'lost'. Returns a returned claim to the front of the returned FIFO. */
+export const GIVE_BACK_RETURNED = `
+local e = ARGV[1]; local token = ARGV[2]
+if redis.call('HGET', KEYS[13], e) ~= token or redis.call('ZREM', KEYS[11], e) == 0 then return 'lost' end
+redis.call('HDEL', KEYS[12], e)
+redis.call('HSET', KEYS[13], e, '0')
+redis.call('LPUSH', KEYS[9], e)
+redis.call('HINCRBY', KEYS[8], 'returnedGivenBack', 1)
+return 'ok'`;
+
+/** ARGV: entryId, token, leaseMs -> new deadline, or -1 when the lease is lost. */
+export const EXTEND_RETURNED = `
+${NOW}
+local e = ARGV[1]
+if redis.call('HGET', KEYS[13], e) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[11], e) then return -1 end
+local deadline = now + tonumber(ARGV[3])
+redis.call('ZADD', KEYS[11], 'XX', deadline, e)
 return deadline`;

@@ -27,14 +27,4 @@ export interface SamplingStrategy {
   accept?(e: BufferEntry, ctx: StrategyContext): boolean;
 }
 
-/** mulberry32: a small seeded PRNG, good enough for sampling. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { seededRandom } from '../../../common/random.js';

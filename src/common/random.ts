@@ -1,0 +1,14 @@
+/**
+ * mulberry32: a small seeded PRNG (32 bits of state, fast, good enough for sampling and workload
+ * shapes; not for cryptography). Floats in [0, 1); the same seed always gives the same sequence.
+ */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

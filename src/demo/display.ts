@@ -1,0 +1,54 @@
+/** The demo's live progress block: trainer, chain, rollouts, data plane, events. */
+import { formatBytes } from '../common/units.js';
+import type { ManagerStatus } from '../manager/manager.js';
+
+export interface DemoSnapshot {
+  at: string;
+  status: ManagerStatus | null;
+  trainer: { version: number; steps: number; trajectories: number; staleness: { p50: number; max: number; mean: number } | null };
+  started: number;
+  completed: number;
+  bytesBroadcast: number;
+  repackMoves: number;
+  orphans: number;
+  events: string[];
+}
+
+let lastCompleted = 0;
+let lastAt = 0;
+
+export function renderProgress(s: DemoSnapshot): string {
+  const now = Number.parseFloat(s.at);
+  const rate = lastAt > 0 && now > lastAt ? (s.completed - lastCompleted) / (now - lastAt) : 0;
+  lastCompleted = s.completed;
+  lastAt = now;
+  const st = s.status;
+  const stale = s.trainer.staleness;
+  const lines = [
+    `[${s.at}] trainer v${Math.max(0, s.trainer.version)} after ${s.trainer.steps} steps` +
+      (stale ? ` (last batch staleness p50 ${stale.p50}, max ${stale.max})` : '') +
+      `   trajectories ${s.completed}/${s.started} done (${rate.toFixed(1)}/s)   repacks ${s.repackMoves}   orphans handled ${s.orphans}   broadcast ${formatBytes(s.bytesBroadcast)}`,
+  ];
+  if (st) {
+    const chain = st.chain.map((r) => {
+      const held = r.holds.map((h) => h.version).sort((a, b) => b - a)[0];
+      const recv = r.receiving[0];
+      return `${r.id}${r.health === 'alive' ? '' : `(${r.health})`}:${held === undefined ? '-' : `v${held}`}${recv ? `+v${recv.version} ${Math.round((100 * recv.hwm) / recv.chunks)}%` : ''}`;
+    });
+    lines.push(`  chain e${st.epoch ?? '-'}: ${chain.join(' -> ')}`);
+    const rollouts = [...st.rollouts].sort((a, b) => a.id.localeCompare(b.id, undefined, { numeric: true }));
+    for (let i = 0; i < rollouts.length; i += 6) {
+      lines.push(
+        '  ' +
+          rollouts
+            .slice(i, i + 6)
+            .map((r) => `${r.id.padEnd(5)} ${r.health === 'alive' ? `v${r.weightVersion ?? '-'}`.padEnd(4) : r.health.slice(0, 4).padEnd(4)} kv ${String(Math.round((r.kvUsed ?? 0) * 100)).padStart(3)}% ${String(r.owned ?? 0).padStart(3)}`)
+            .join(' | '),
+      );
+    }
+  } else {
+    lines.push('  (manager status unavailable)');
+  }
+  for (const e of s.events.slice(-3)) lines.push(`  ! ${e}`);
+  return `${lines.join('\n')}\n`;
+}

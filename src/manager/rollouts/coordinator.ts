@@ -1,0 +1,370 @@
+/**
+ * The rollout side of the manager (paper §3.3, §5): repacking long-tail trajectories within each
+ * weight-version group, and rollout failover.
+ *
+ * Repack: every `repackIntervalMs` and right after a new weight version, the rollouts' reported
+ * loads go through the planner (Algorithm 1, repack/planner.ts) per version group; each move runs
+ * asynchronously through the partial pool: the source stops, stores every token and lets go
+ * (repack-out), the destination takes the trajectories over and resumes them (repack-in), and
+ * the emptied source is told to pull the newest weights. Nobody waits for a move but the two
+ * rollouts in it, and a rollout is in at most one move at a time.
+ *
+ * Failover: a suspected rollout (missed heartbeats) is asked to reinitialise; a dead one's
+ * trajectories (whatever the partial pool says it owns) resume on a live rollout of the same
+ * weight version; with none, they wait up to `orphanWaitMs`, then are parked (taken over by the
+ * manager, which fences the dead owner) and their samples go back to the prompt pool. The same
+ * scan finds the orphans of rollouts that died while no manager was running.
+ */
+import { randomBytes } from 'node:crypto';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { Logger } from 'pino';
+import { ControlError, SCHEMA_VERSION, commandReplySchema, decode, encode, type Command, type CommandReply, type RolloutLoad } from '../../control/schema.js';
+import type { PartialPool, PromptPool } from '../../data/index.js';
+import { PARKED_OWNER } from '../../rollout/ids.js';
+import { DEFAULT_REPACK_LIMITS, groupByWeightVersion, planRepack, validateRepackLimits, type RepackLimits } from '../repack/planner.js';
+import type { RolloutCoordinatorMetrics } from './metrics.js';
+
+export interface RolloutView {
+  id: string;
+  health: 'alive' | 'suspected' | 'dead';
+  load: RolloutLoad | null;
+}
+
+export interface RolloutCoordinatorOptions {
+  nc: NatsConnection;
+  memberSubject: (id: string) => string;
+  model?: string;
+  /** Needed for failover (who owns what); without it only repack runs. */
+  partials: PartialPool | null;
+  /** Needed to return samples nobody can resume. */
+  prompts: PromptPool | null;
+  limits?: RepackLimits;
+  /** 0 turns repack off. Default 5 s (the paper's period). */
+  repackIntervalMs?: number;
+  commandTimeoutMs?: number;
+  /** How long orphans wait for a rollout of their weight version. Default 30 s. */
+  orphanWaitMs?: number;
+  /** How often the partial pool is scanned for trajectories of owners that are gone. Default 5 s. */
+  orphanScanMs?: number;
+  /** No scan before this much time as leader (members re-register meanwhile). */
+  startupGraceMs?: number;
+  metrics: RolloutCoordinatorMetrics;
+  log: Logger;
+}
+
+interface Orphan {
+  trajectoryId: string;
+  from: string;
+  version: number;
+  groupId: string;
+  sampleIndex: number;
+  since: number;
+}
+
+export interface CoordinatorStatus {
+  busy: string[];
+  orphansWaiting: number;
+  moves: { done: number; failed: number };
+}
+
+export class RolloutCoordinator {
+  private readonly limits: RepackLimits;
+  private readonly repackIntervalMs: number;
+  private readonly commandTimeoutMs: number;
+  private readonly orphanWaitMs: number;
+  private readonly orphanScanMs: number;
+  private readonly startupGraceMs: number;
+  private readonly busy = new Set<string>();
+  /** KV use of each rollout at the previous repack round (the planner's C_prev). */
+  private readonly kvAtLastRound = new Map<string, number>();
+  private readonly orphans = new Map<string, Orphan>();
+  private lastRepack = 0;
+  private repackTrigger: 'interval' | 'version' | null = null;
+  private lastScan = 0;
+  private scanning = false;
+  private placing = false;
+  private leaderSince = Date.now();
+  private movesDone = 0;
+  private movesFailed = 0;
+  private warnedNoPrompts = false;
+
+  constructor(private readonly options: RolloutCoordinatorOptions) {
+    this.limits = options.limits ?? DEFAULT_REPACK_LIMITS;
+    validateRepackLimits(this.limits);
+    this.repackIntervalMs = options.repackIntervalMs ?? 5000;
+    this.commandTimeoutMs = options.commandTimeoutMs ?? 30_000;
+    this.orphanWaitMs = options.orphanWaitMs ?? 30_000;
+    this.orphanScanMs = options.orphanScanMs ?? 5000;
+    this.startupGraceMs = options.startupGraceMs ?? 6000;
+  }
+
+  /** Called when this manager becomes leader: a fresh start of every timer. */
+  reset(now = Date.now()): void {
+    this.leaderSince = now;
+    this.lastRepack = now;
+    this.lastScan = 0;
+    this.kvAtLastRound.clear();
+    this.orphans.clear();
+    this.options.metrics.orphansWaiting.set(0);
+  }
+
+  status(): CoordinatorStatus {
+    return { busy: [...this.busy], orphansWaiting: this.orphans.size, moves: { done: this.movesDone, failed: this.movesFailed } };
+  }
+
+  /** A new weight version exists: repack at the next tick (paper §5.1). */
+  newVersion(): void {
+    if (this.repackIntervalMs > 0) this.repackTrigger = 'version';
+  }
+
+  /** A rollout missed heartbeats: ask it to rebuild its engine (same devices). */
+  suspected(id: string): void {
+    this.request(id, { v: SCHEMA_VERSION, t: 'reinitialise', reason: 'missed heartbeats' }).then(
+      () => this.options.metrics.reinitialise.inc({ result: 'done' }),
+      (err: Error & { code?: string }) => this.options.metrics.reinitialise.inc({ result: err.code ?? 'failed' }),
+    );
+  }
+
+  /** A rollout was declared dead: look for its trajectories now. */
+  dead(id: string): void {
+    this.busy.delete(id);
+    this.lastScan = 0;
+  }
+
+  tick(rollouts: RolloutView[], now = Date.now()): void {
+    for (const r of rollouts) {
+      if (r.load && r.health !== 'dead') {
+        this.options.metrics.rolloutKv.set({ rollout: r.id }, r.load.kvUsed);
+        if (r.load.weightVersion !== null) this.options.metrics.rolloutVersion.set({ rollout: r.id }, r.load.weightVersion);
+      }
+    }
+    if (this.repackIntervalMs > 0 && (this.repackTrigger !== null || now - this.lastRepack >= this.repackIntervalMs)) {
+      this.repackRound(rollouts, this.repackTrigger ?? 'interval', now);
+    }
+    if (this.options.partials && now - this.leaderSince >= this.startupGraceMs && now - this.lastScan >= this.orphanScanMs && !this.scanning) {
+      this.lastScan = now;
+      void this.scan(rollouts);
+    }
+    if (this.orphans.size > 0 && !this.placing) void this.placeOrphans(rollouts, now);
+  }
+
+  // ---- repack ------------------------------------------------------------------------------
+
+  private repackRound(rollouts: RolloutView[], trigger: 'interval' | 'version', now: number): void {
+    this.lastRepack = now;
+    this.repackTrigger = null;
+    this.options.metrics.repackRounds.inc({ trigger });
+    const eligible = rollouts.filter(
+      (r): r is RolloutView & { load: RolloutLoad & { weightVersion: number } } =>
+        r.health === 'alive' && r.load !== null && r.load.weightVersion !== null && r.load.state === 'generating' && !this.busy.has(r.id),
+    );
+    const inputs = eligible.map((r) => ({
+      id: r.id,
+      weightVersion: r.load.weightVersion,
+      kvUsed: r.load.kvUsed,
+      kvPrev: this.kvAtLastRound.get(r.id) ?? r.load.kvPrev,
+      running: r.load.owned,
+    }));
+    this.kvAtLastRound.clear();
+    for (const r of eligible) this.kvAtLastRound.set(r.id, r.load.kvUsed);
+    for (const [version, group] of groupByWeightVersion(inputs)) {
+      if (group.length < 2) continue;
+      const started = performance.now();
+      const plan = planRepack(group, this.limits);
+      this.options.metrics.plannerSeconds.observe((performance.now() - started) / 1e3);
+      if (plan.length === 0) continue;
+      this.options.log.info({ version, trigger, moves: plan.map((m) => `${m.source}->${m.destination}`) }, 'repack plan');
+      const owned = new Map(group.map((g) => [g.id, g.running]));
+      for (const move of plan) {
+        if ((owned.get(move.source) ?? 0) === 0) {
+          // Nothing to hand over: the source is simply free for the newest weights.
+          this.options.metrics.repackMoves.inc({ result: 'empty' });
+          this.fireAndForget(move.source, { v: SCHEMA_VERSION, t: 'update-weights', model: this.options.model ?? null, version: null });
+          continue;
+        }
+        void this.move(move.source, move.destination, version);
+      }
+    }
+  }
+
+  private async move(source: string, destination: string, version: number): Promise<void> {
+    const repack = randomBytes(4).toString('hex');
+    this.busy.add(source);
+    this.busy.add(destination);
+    const started = performance.now();
+    try {
+      const out = await this.request(source, { v: SCHEMA_VERSION, t: 'repack-out', repack, to: destination, version });
+      const moved = out.moved;
+      if (moved.length === 0) {
+        this.options.metrics.repackMoves.inc({ result: 'empty' });
+        return;
+      }
+      let reply: Extract<CommandReply, { t: 'done' }>;
+      try {
+        reply = await this.request(destination, { v: SCHEMA_VERSION, t: 'repack-in', repack, from: source, version, trajectories: moved });
+      } catch (err) {
+        // The destination could not take them: back to the source, or, failing that, to
+        // whichever rollout of the version can (the orphan path).
+        this.options.log.warn({ repack, source, destination, err: (err as Error).message }, 'repack destination failed: giving the trajectories back');
+        reply = await this.request(source, { v: SCHEMA_VERSION, t: 'repack-in', repack, from: source, version, trajectories: moved }).catch((e: Error) => {
+          this.options.log.warn({ repack, source, err: e.message }, 'the source cannot take them back either: they go the orphan way');
+          const now = Date.now();
+          for (const id of moved) this.orphans.set(id, { trajectoryId: id, from: source, version, groupId: '', sampleIndex: -1, since: now });
+          return { v: SCHEMA_VERSION, t: 'done', moved: [], taken: 0, completed: 0, lost: 0 } as const;
+        });
+        throw err;
+      }
+      this.movesDone++;
+      this.options.metrics.repackMoves.inc({ result: 'done' });
+      this.options.metrics.repackTrajectories.inc({ outcome: 'resumed' }, reply.taken);
+      this.options.metrics.repackTrajectories.inc({ outcome: 'completed' }, reply.completed);
+      this.options.metrics.repackTrajectories.inc({ outcome: 'lost' }, reply.lost);
+      this.options.metrics.repackSeconds.observe((performance.now() - started) / 1e3);
+      this.options.log.info({ repack, source, destination, version, taken: reply.taken, ms: Math.round(performance.now() - started) }, 'repack move done');
+      // The emptied source generates with the newest weights from now on.
+      this.fireAndForget(source, { v: SCHEMA_VERSION, t: 'update-weights', model: this.options.model ?? null, version: null });
+    } catch (err) {
+      this.movesFailed++;
+      this.options.metrics.repackMoves.inc({ result: (err as { code?: string }).code ?? 'failed' });
+    } finally {
+      this.busy.delete(source);
+      this.busy.delete(destination);
+    }
+  }
+
+  // ---- failover ----------------------------------------------------------------------------
+
+  /** Finds trajectories whose owner is no live rollout. */
+  private async scan(rollouts: RolloutView[]): Promise<void> {
+    const partials = this.options.partials!;
+    this.scanning = true;
+    try {
+      const live = new Set(rollouts.filter((r) => r.health !== 'dead').map((r) => r.id));
+      const now = Date.now();
+      for (const s of await partials.list()) {
+        if (live.has(s.owner) || s.owner === PARKED_OWNER || this.orphans.has(s.trajectoryId)) continue;
+        const state = await partials.read(s.trajectoryId).catch(() => undefined);
+        if (!state || live.has(state.owner) || state.owner === PARKED_OWNER) continue;
+        this.orphans.set(s.trajectoryId, {
+          trajectoryId: s.trajectoryId,
+          from: state.owner,
+          version: state.start.weightVersion,
+          groupId: state.start.groupId,
+          sampleIndex: state.start.sampleIndex,
+          since: now,
+        });
+        this.options.log.warn({ trajectory: s.trajectoryId, owner: state.owner, version: state.start.weightVersion, tokens: state.tokens.length }, 'orphaned trajectory (its rollout is gone)');
+      }
+      this.options.metrics.orphansWaiting.set(this.orphans.size);
+    } catch (err) {
+      this.options.log.warn({ err: (err as Error).message }, 'partial pool scan failed (retrying)');
+    } finally {
+      this.scanning = false;
+    }
+  }
+
+  private async placeOrphans(rollouts: RolloutView[], now: number): Promise<void> {
+    this.placing = true;
+    try {
+      const live = new Map(rollouts.filter((r) => r.health === 'alive').map((r) => [r.id, r]));
+      const batches = new Map<string, Orphan[]>();
+      for (const o of this.orphans.values()) {
+        if (live.has(o.from) && o.sampleIndex >= 0) {
+          // The owner came back (re-admitted): its trajectories are its own again.
+          this.orphans.delete(o.trajectoryId);
+          continue;
+        }
+        const key = `${o.version}\u0000${o.from}`;
+        batches.set(key, [...(batches.get(key) ?? []), o]);
+      }
+      for (const batch of batches.values()) {
+        const { version, from } = batch[0]!;
+        const destination = this.destinationFor(version, [...live.values()]);
+        if (destination) {
+          await this.resumeOn(destination, from, version, batch);
+          continue;
+        }
+        const expired = batch.filter((o) => now - o.since >= this.orphanWaitMs);
+        if (expired.length > 0) await this.returnToPrompts(expired);
+      }
+      this.options.metrics.orphansWaiting.set(this.orphans.size);
+    } finally {
+      this.placing = false;
+    }
+  }
+
+  private destinationFor(version: number, live: RolloutView[]): RolloutView | undefined {
+    return live
+      .filter((r) => r.load?.weightVersion === version && r.load.state !== 'reinitialising' && !this.busy.has(r.id))
+      .sort((a, b) => a.load!.owned - b.load!.owned || a.load!.kvUsed - b.load!.kvUsed || (a.id < b.id ? -1 : 1))[0];
+  }
+
+  private async resumeOn(destination: RolloutView, from: string, version: number, batch: Orphan[]): Promise<void> {
+    this.busy.add(destination.id);
+    try {
+      const reply = await this.request(destination.id, {
+        v: SCHEMA_VERSION,
+        t: 'repack-in',
+        repack: `failover-${randomBytes(3).toString('hex')}`,
+        from,
+        version,
+        trajectories: batch.map((o) => o.trajectoryId),
+      });
+      for (const o of batch) this.orphans.delete(o.trajectoryId);
+      this.options.metrics.orphans.inc({ outcome: 'resumed' }, reply.taken);
+      this.options.metrics.orphans.inc({ outcome: 'completed' }, reply.completed);
+      this.options.metrics.orphans.inc({ outcome: 'lost' }, reply.lost);
+      this.options.log.warn({ from, to: destination.id, version, taken: reply.taken, completed: reply.completed, lost: reply.lost }, 'orphaned trajectories resumed');
+    } catch (err) {
+      this.options.log.warn({ from, to: destination.id, err: (err as Error).message }, 'cannot resume orphans there (retrying)');
+    } finally {
+      this.busy.delete(destination.id);
+    }
+  }
+
+  /** Parks orphans nobody can resume and gives their samples back to the prompt pool. */
+  private async returnToPrompts(expired: Orphan[]): Promise<void> {
+    const { partials, prompts } = this.options;
+    if (!prompts) {
+      if (!this.warnedNoPrompts) this.options.log.error('orphans cannot be returned: this manager has no prompt pool (--redis); they keep waiting');
+      this.warnedNoPrompts = true;
+      return;
+    }
+    for (const o of expired) {
+      try {
+        const result = await partials!.takeOver(o.trajectoryId, PARKED_OWNER, { from: o.from });
+        if (result.status === 'completed') {
+          this.options.metrics.orphans.inc({ outcome: 'completed' });
+        } else {
+          result.trajectory.release();
+          const start = result.state.start;
+          await prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason: 'failover' });
+          this.options.metrics.orphans.inc({ outcome: 'returned' });
+          this.options.log.warn({ trajectory: o.trajectoryId, version: o.version, waitedMs: Date.now() - o.since }, 'no rollout of its weight version: sample returned to the prompt pool');
+        }
+        this.orphans.delete(o.trajectoryId);
+      } catch (err) {
+        const code = (err as { code?: string }).code;
+        if (code === 'ERR_NOT_OWNER' || code === 'ERR_UNKNOWN_TRAJECTORY') {
+          this.options.metrics.orphans.inc({ outcome: 'lost' });
+          this.orphans.delete(o.trajectoryId);
+        } else {
+          this.options.log.warn({ trajectory: o.trajectoryId, err: (err as Error).message }, 'cannot return an orphan yet (retrying)');
+        }
+      }
+    }
+  }
+
+  // ---- commands ----------------------------------------------------------------------------
+
+  private async request(id: string, command: Command): Promise<Extract<CommandReply, { t: 'done' }>> {
+    const msg = await this.options.nc.request(this.options.memberSubject(id), encode(command), { timeout: this.commandTimeoutMs });
+    const reply = decode(commandReplySchema, msg.data, `${command.t} reply`);
+    if (reply.t === 'failed') throw new ControlError(reply.code, `${id} could not ${command.t}: ${reply.message}`);
+    return reply;
+  }
+
+  private fireAndForget(id: string, command: Command): void {
+    this.request(id, command).catch((err: Error) => this.options.log.debug({ rollout: id, command: command.t, err: err.message }, 'command not carried out'));
+  }
+}

@@ -1,0 +1,39 @@
+/** The manager's rollout metrics: repack and rollout failover (README: "Manager options and metrics"). */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+
+export class RolloutCoordinatorMetrics {
+  readonly repackRounds: Counter;
+  readonly repackMoves: Counter;
+  readonly repackTrajectories: Counter;
+  readonly repackSeconds: Histogram;
+  readonly plannerSeconds: Histogram;
+  readonly reinitialise: Counter;
+  readonly orphans: Counter;
+  readonly orphansWaiting: Gauge;
+  readonly rolloutKv: Gauge;
+  readonly rolloutVersion: Gauge;
+
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.repackRounds = new Counter({ name: 'laminar_manager_repack_rounds_total', help: 'repack planning rounds, by trigger (interval, version)', labelNames: ['trigger'], registers });
+    this.repackMoves = new Counter({ name: 'laminar_manager_repack_moves_total', help: 'source -> destination moves, by result (done, empty, failed code)', labelNames: ['result'], registers });
+    this.repackTrajectories = new Counter({ name: 'laminar_manager_repack_trajectories_total', help: 'trajectories moved by repack, by outcome (resumed, completed, lost)', labelNames: ['outcome'], registers });
+    this.repackSeconds = new Histogram({
+      name: 'laminar_manager_repack_seconds',
+      help: 'overhead of one move: repack-out sent to the destination resuming',
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10],
+      registers,
+    });
+    this.plannerSeconds = new Histogram({ name: 'laminar_manager_repack_planner_seconds', help: 'time to plan one weight-version group', buckets: [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05], registers });
+    this.reinitialise = new Counter({ name: 'laminar_manager_reinitialise_total', help: 'rollouts asked to reinitialise after missed heartbeats, by result', labelNames: ['result'], registers });
+    this.orphans = new Counter({
+      name: 'laminar_manager_orphans_total',
+      help: 'trajectories of dead rollouts, by outcome (resumed on a rollout of the same version, completed already, returned to the prompt pool, lost a race)',
+      labelNames: ['outcome'],
+      registers,
+    });
+    this.orphansWaiting = new Gauge({ name: 'laminar_manager_orphans_waiting', help: 'orphaned trajectories waiting for a rollout of their weight version', registers });
+    this.rolloutKv = new Gauge({ name: 'laminar_manager_rollout_kv_used', help: 'KV-cache utilisation each rollout reports', labelNames: ['rollout'], registers });
+    this.rolloutVersion = new Gauge({ name: 'laminar_manager_rollout_weight_version', help: 'weight version each rollout generates with', labelNames: ['rollout'], registers });
+  }
+}

@@ -1,0 +1,15 @@
+/**
+ * Trajectory ids are a function of the claim: the group (prompt and epoch) and the sample index.
+ * So a prompt claimed twice (an expired lease) names the same trajectories, and the partial
+ * pool's exclusive start and the buffer's deduplication keep each sample produced once.
+ */
+export function trajectoryIdOf(groupId: string, sampleIndex: number): string {
+  return `${groupId}/${sampleIndex}`;
+}
+
+/**
+ * Owner of trajectories the manager took from a dead rollout and could not place: the take-over
+ * fences the dead rollout should it come back, and a rollout that claims the returned sample
+ * restarts a parked log from scratch.
+ */
+export const PARKED_OWNER = 'laminar:parked';

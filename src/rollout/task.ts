@@ -1,0 +1,199 @@
+/**
+ * One trajectory a rollout generates: what the engine needs to start or resume it, and the calls
+ * that stream its tokens to the partial pool and complete it into the experience buffer.
+ *
+ * The task keeps the whole response in memory (a trajectory is at most tens of thousands of
+ * tokens) because completion writes prompt + response in one record.
+ */
+import type { PartialPool, PartialTrajectory, WriteResult } from '../data/index.js';
+import { DataErrorCodes } from '../data/errors.js';
+
+export interface TaskInit {
+  trajectoryId: string;
+  promptId: string;
+  groupId: string;
+  sampleIndex: number;
+  groupSize: number;
+  weightVersion: number;
+  payload: unknown;
+  promptTokens: Int32Array;
+  /** Response generated so far (a resumed task), with its logprobs. */
+  generatedTokens?: Int32Array;
+  generatedLogprobs?: Float32Array;
+  createdAt: number;
+}
+
+export type TaskOutcome = 'completed' | 'duplicate' | 'lost';
+
+export interface CompleteInput {
+  reward: number;
+  priority?: number;
+  info?: Record<string, string | number | boolean>;
+}
+
+interface TaskHost {
+  readonly rolloutId: string;
+  readonly partials: PartialPool;
+  /** The task left this rollout (completed, handed over, or taken by another). */
+  released(task: GenerationTask, outcome: TaskOutcome | 'handed-over'): void;
+}
+
+export class GenerationTask {
+  readonly trajectoryId: string;
+  readonly promptId: string;
+  readonly groupId: string;
+  readonly sampleIndex: number;
+  readonly groupSize: number;
+  /** The weight version this trajectory is generated with, from its first token to its last. */
+  readonly weightVersion: number;
+  readonly payload: unknown;
+  readonly promptTokens: Int32Array;
+  readonly createdAt: number;
+  /** Tokens generated before this rollout got the task (a resume); the engine re-prefills them. */
+  readonly resumedFrom: number;
+  private tokens: Int32Array;
+  private logprobs: Float32Array;
+  private length: number;
+  private state: 'active' | 'completing' | 'done' = 'active';
+
+  constructor(
+    private readonly host: TaskHost,
+    private readonly partial: PartialTrajectory,
+    init: TaskInit,
+  ) {
+    this.trajectoryId = init.trajectoryId;
+    this.promptId = init.promptId;
+    this.groupId = init.groupId;
+    this.sampleIndex = init.sampleIndex;
+    this.groupSize = init.groupSize;
+    this.weightVersion = init.weightVersion;
+    this.payload = init.payload;
+    this.promptTokens = init.promptTokens;
+    this.createdAt = init.createdAt;
+    const resumed = init.generatedTokens ?? new Int32Array(0);
+    this.resumedFrom = resumed.length;
+    this.length = resumed.length;
+    this.tokens = new Int32Array(Math.max(64, resumed.length * 2));
+    this.logprobs = new Float32Array(this.tokens.length);
+    this.tokens.set(resumed);
+    this.logprobs.set(init.generatedLogprobs ?? new Float32Array(resumed.length));
+  }
+
+  /** Response tokens so far (resumed + generated here). */
+  get generatedTokens(): Int32Array {
+    return this.tokens.subarray(0, this.length);
+  }
+
+  get generatedLogprobs(): Float32Array {
+    return this.logprobs.subarray(0, this.length);
+  }
+
+  get generated(): number {
+    return this.length;
+  }
+
+  /** False once the task left this rollout: the engine must drop it. */
+  get active(): boolean {
+    return this.state === 'active';
+  }
+
+  /**
+   * Records newly generated tokens (buffered, streamed to the partial pool every K tokens or
+   * T ms). Returns false when another rollout has taken the trajectory: drop it, its tokens are
+   * that rollout's now.
+   */
+  append(tokens: ArrayLike<number>, logprobs: ArrayLike<number>): boolean {
+    if (this.state !== 'active') return false;
+    try {
+      this.partial.append(tokens, logprobs);
+    } catch (err) {
+      if ((err as { code?: string }).code !== DataErrorCodes.NOT_OWNER) throw err;
+      this.finish('lost');
+      return false;
+    }
+    this.grow(this.length + tokens.length);
+    for (let i = 0; i < tokens.length; i++) {
+      this.tokens[this.length] = tokens[i]!;
+      this.logprobs[this.length++] = logprobs[i]!;
+    }
+    return true;
+  }
+
+  /**
+   * Moves the finished trajectory to the experience buffer (prompt + response, one record) and
+   * out of the partial pool, in one logical step. 'lost' when another rollout took it meanwhile
+   * (nothing was written by this call).
+   */
+  async complete(input: CompleteInput): Promise<TaskOutcome> {
+    if (this.state !== 'active') return 'lost';
+    // From here the task is no longer this rollout's to hand over: it is on its way to the buffer.
+    this.state = 'completing';
+    const tokens = new Int32Array(this.promptTokens.length + this.length);
+    tokens.set(this.promptTokens);
+    tokens.set(this.generatedTokens, this.promptTokens.length);
+    // Prompt positions carry no sampling logprob; 0 keeps one entry per token as the buffer wants.
+    const logprobs = new Float32Array(tokens.length);
+    logprobs.set(this.generatedLogprobs, this.promptTokens.length);
+    let result: WriteResult;
+    try {
+      result = await this.host.partials.complete(this.partial, {
+        id: this.trajectoryId,
+        promptId: this.promptId,
+        groupId: this.groupId,
+        sampleIndex: this.sampleIndex,
+        groupSize: this.groupSize,
+        weightVersion: this.weightVersion,
+        reward: input.reward,
+        tokens,
+        logprobs,
+        promptLength: this.promptTokens.length,
+        responseLength: this.length,
+        createdAt: this.createdAt,
+        rolloutId: this.host.rolloutId,
+        ...(input.priority !== undefined ? { priority: input.priority } : {}),
+        ...(input.info !== undefined ? { info: input.info } : {}),
+      });
+    } catch (err) {
+      if ((err as { code?: string }).code !== DataErrorCodes.NOT_OWNER) {
+        // Transient (the store is away): the task is still ours; completing again retries.
+        this.state = 'active';
+        throw err;
+      }
+      this.finish('lost');
+      return 'lost';
+    }
+    const outcome = result.duplicate ? 'duplicate' : 'completed';
+    this.finish(outcome);
+    return outcome;
+  }
+
+  /** Stores every buffered token (before a hand-over). */
+  flush(): Promise<void> {
+    return this.partial.flush();
+  }
+
+  /** @internal The SDK hands the task to another rollout: stop tracking it here. */
+  handOver(): void {
+    if (this.state !== 'active') return;
+    this.state = 'done';
+    this.partial.release();
+    this.host.released(this, 'handed-over');
+  }
+
+  private finish(outcome: TaskOutcome): void {
+    if (this.state === 'done') return;
+    this.state = 'done';
+    this.host.released(this, outcome);
+  }
+
+  private grow(needed: number): void {
+    if (needed <= this.tokens.length) return;
+    const size = Math.max(needed, this.tokens.length * 2);
+    const tokens = new Int32Array(size);
+    const logprobs = new Float32Array(size);
+    tokens.set(this.tokens.subarray(0, this.length));
+    logprobs.set(this.logprobs.subarray(0, this.length));
+    this.tokens = tokens;
+    this.logprobs = logprobs;
+  }
+}

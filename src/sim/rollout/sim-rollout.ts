@@ -1,0 +1,86 @@
+/**
+ * One simulated rollout, wired to real services: the SDK (control plane on NATS, prompt pool on
+ * Redis, partial pool and experience buffer on JetStream, weights from the local relay) around a
+ * SimRolloutEngine. Used by `laminar sim-rollout`, the demo and the repack benchmark.
+ */
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import { silentLogger } from '../../common/logger.js';
+import { createRegistry } from '../../common/metrics.js';
+import { ExperienceWriter, PartialPool, PromptPool } from '../../data/index.js';
+import { RolloutClient } from '../../rollout/rollout-client.js';
+import { SimRolloutEngine, type SimEngineOptions } from './sim-engine.js';
+
+export interface SimRolloutOptions extends SimEngineOptions {
+  nc: NatsConnection;
+  redis: Redis;
+  job: string;
+  id: string;
+  model: string;
+  relaySocket: string | null;
+  host?: string;
+  labels?: Record<string, string>;
+  heartbeatMs?: number;
+  promptPool?: string;
+  partialPool?: string;
+  buffer?: string;
+  /** Partial-pool flush policy (every K tokens or T ms). */
+  flushTokens?: number;
+  flushMs?: number;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+export interface SimRollout {
+  client: RolloutClient;
+  engine: SimRolloutEngine;
+  close(): Promise<void>;
+}
+
+export async function startSimRollout(options: SimRolloutOptions): Promise<SimRollout> {
+  const registry = options.registry ?? createRegistry({ defaultMetrics: false });
+  const logger = options.logger ?? silentLogger;
+  const prompts = await PromptPool.open({ redis: options.redis, name: options.promptPool ?? 'default', registry, logger });
+  const writer = await ExperienceWriter.open({ nc: options.nc, buffer: options.buffer ?? 'default', groups: prompts, registry, logger });
+  const partials = await PartialPool.open({
+    nc: options.nc,
+    pool: options.partialPool ?? 'default',
+    writer,
+    ...(options.flushTokens !== undefined ? { flushTokens: options.flushTokens } : {}),
+    ...(options.flushMs !== undefined ? { flushMs: options.flushMs } : {}),
+    registry,
+    logger,
+  });
+  const engine = new SimRolloutEngine({ ...options, logger });
+  const client = await RolloutClient.connect({
+    nc: options.nc,
+    job: options.job,
+    id: options.id,
+    model: options.model,
+    engine,
+    prompts,
+    partials,
+    writer,
+    relaySocket: options.relaySocket,
+    ...(options.host ? { host: options.host } : {}),
+    ...(options.labels ? { labels: options.labels } : {}),
+    ...(options.heartbeatMs ? { heartbeatMs: options.heartbeatMs } : {}),
+    registry,
+    logger,
+  });
+  engine.start(client);
+  let closed = false;
+  return {
+    client,
+    engine,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await engine.close();
+      await client.close();
+      await partials.close();
+    },
+  };
+}

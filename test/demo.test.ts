@@ -1,0 +1,28 @@
+/**
+ * `npm run demo` as the README runs it, shortened: the whole job on embedded services, with a
+ * rollout and a relay SIGKILLed midway, ends with a clean ledger.
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { REPO } from './helpers/relay.js';
+
+describe('npm run demo', () => {
+  it('runs manager, relays, trainer and rollouts; a killed rollout and relay lose no trajectory and no version', async () => {
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ['dist/src/demo/main.js', '--duration', '14s', '--rollouts', '5', '--relays', '3', '--size', '8MiB', '--kill-a-rollout', '--kill-a-relay'],
+      { cwd: REPO, timeout: 120_000 },
+    );
+    expect(stdout).toMatch(/ledger +0 trajectories lost, 0 written twice, 0 live relays without v\d+/);
+    expect(stdout).toMatch(/SIGKILL rollout ro\d+/);
+    expect(stdout).toMatch(/SIGKILL relay r1/);
+    const completed = Number(/(\d+) completed/.exec(stdout)?.[1]);
+    expect(completed).toBeGreaterThan(100);
+    const versions = Number(/weight versions published +(\d+)/.exec(stdout)?.[1]);
+    expect(versions).toBeGreaterThanOrEqual(2);
+    const failover = /orphaned trajectories: (\d+) resumed on a rollout of their version, (\d+) already complete, (\d+) returned/.exec(stdout);
+    expect(failover, stdout).not.toBeNull();
+    expect(Number(failover![1]) + Number(failover![2]) + Number(failover![3]), 'the killed rollout owned trajectories and none was handled').toBeGreaterThan(0);
+  }, 150_000);
+});
