@@ -9,6 +9,7 @@ export class RolloutMetrics {
   readonly weightVersion: Gauge;
   readonly weightLoadSeconds: Histogram;
   readonly kvUsed: Gauge;
+  readonly rejected: Counter;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -24,5 +25,6 @@ export class RolloutMetrics {
     this.weightVersion = new Gauge({ name: 'laminar_rollout_weight_version', help: 'weight version the engine generates with', registers });
     this.weightLoadSeconds = new Histogram({ name: 'laminar_rollout_weight_load_seconds', help: 'acquire from the local relay to the engine holding the weights', buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10], registers });
     this.kvUsed = new Gauge({ name: 'laminar_rollout_kv_used', help: 'KV-cache utilisation reported by the engine', registers });
+    this.rejected = new Counter({ name: 'laminar_rollout_control_rejected_total', help: 'control messages rejected, by code', labelNames: ['code'], registers });
   }
 }

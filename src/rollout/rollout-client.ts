@@ -121,6 +121,7 @@ export class RolloutClient {
       state: () => ({ epoch: null, holds: [], receiving: [], downstream: null }),
       rolloutLoad: () => this.load(),
       onCommand: (command) => this.onCommand(command),
+      onBadInput: (code) => this.metrics.rejected.inc({ code }),
       logger: this.log,
     });
   }
