@@ -35,7 +35,28 @@ export function formatStatus(s: ManagerStatus): string {
     }
     lines.push(table(rows).replace(/^/gm, '  '));
   }
-  const others = s.members.filter((m) => !m.inChain);
+  const rollouts = s.rollouts ?? [];
+  if (rollouts.length > 0) {
+    lines.push('');
+    lines.push(`rollouts (repack: ${s.repack.moves.done} moves done, ${s.repack.moves.failed} failed, ${s.repack.orphansWaiting} orphans waiting):`);
+    const rows = [['rollout', 'host', 'health', 'state', 'version', 'kv', 'running', 'waiting', 'owned', 'tokens/s']];
+    for (const r of rollouts) {
+      rows.push([
+        r.id,
+        r.host,
+        r.health,
+        r.state ?? '-',
+        r.weightVersion === undefined || r.weightVersion === null ? '-' : `v${r.weightVersion}`,
+        r.kvUsed === undefined ? '-' : `${Math.round(r.kvUsed * 100)}%`,
+        String(r.running ?? '-'),
+        String(r.waiting ?? '-'),
+        String(r.owned ?? '-'),
+        r.tokensPerSecond === undefined ? '-' : String(Math.round(r.tokensPerSecond)),
+      ]);
+    }
+    lines.push(table(rows).replace(/^/gm, '  '));
+  }
+  const others = s.members.filter((m) => !m.inChain && m.kind !== 'rollout');
   if (others.length > 0) {
     lines.push('');
     lines.push('other members:');
