@@ -10,7 +10,9 @@
  * - stall_remote_over_link: the trainer's stall for a remote push over the time a plain TCP
  *   stream carries the same bytes on the same path (measured in this run);
  * - stall_local_over_memcpy: a publish into the shared memory of a master on the trainer's host
- *   over a memcpy of the same bytes into fresh memory.
+ *   over a memcpy of the same bytes between faulted-in buffers, in the steady state: the second
+ *   publish, whose segment the client prepared while the trainer "trained" (the first, which
+ *   allocates its segment on the critical path, is reported too).
  */
 import { spawn } from 'node:child_process';
 import { connect as tcpConnect } from 'node:net';
@@ -128,7 +130,10 @@ export async function run(args: string[]): Promise<void> {
     // After the master kill the master is another relay: the trainer goes to its host.
     const masterHost = (await cluster.status()).chain[0]!.host;
     trainer = await cluster.trainer({ host: masterHost });
-    const local = await trainer.publish(tensors(2));
+    const firstLocal = await trainer.publish(tensors(2));
+    // The training step: the next version's segment is prepared at the master meanwhile.
+    await allHold(ids.slice(1), 2);
+    const local = await trainer.publish(tensors(3));
     await trainer.close();
     // The raw limit: a copy between two buffers already faulted in (as the relay bench measures
     // it); the relay's own page population is part of what the trainer's stall pays.
@@ -156,6 +161,7 @@ export async function run(args: string[]): Promise<void> {
       resent_chunks_max: resentMax,
       stall_remote_s: round(clean.stallSeconds),
       stall_remote_over_link: round(clean.stallSeconds / linkSeconds),
+      stall_local_first_s: round(firstLocal.stallSeconds),
       stall_local_s: round(local.stallSeconds),
       memcpy_s: round(memcpySeconds),
       stall_local_over_memcpy: round(local.stallSeconds / memcpySeconds),
@@ -173,7 +179,8 @@ export async function run(args: string[]): Promise<void> {
         ['master kill -> new master (s)', result.master_recovery_s, ''],
         ['master kill -> push complete (s)', result.push_after_master_kill_s, `${result.push_attempts} attempts`],
         ['trainer stall, remote (s)', result.stall_remote_s, `TCP ${result.link_s} s: x${result.stall_remote_over_link} (goal <= 1.1)`],
-        ['trainer stall, local (s)', result.stall_local_s, `memcpy ${result.memcpy_s} s: x${result.stall_local_over_memcpy} (goal <= 1.1)`],
+        ['trainer stall, local, first publish (s)', result.stall_local_first_s, 'allocates the segment'],
+        ['trainer stall, local, next publish (s)', result.stall_local_s, `memcpy ${result.memcpy_s} s: x${result.stall_local_over_memcpy} (goal <= 1.1)`],
       ].map((r) => r.map(String)),
     );
     process.stdout.write(`${JSON.stringify(result)}\n`);

@@ -22,7 +22,8 @@ import { MemberAgent } from '../control/member-agent.js';
 import { connectControl, type ControlOptions } from '../control/nats-options.js';
 import { ControlCodes, SCHEMA_VERSION, decode, encode, memberRecordSchema, type PlanRecord } from '../control/schema.js';
 import { Keys } from '../control/subjects.js';
-import { RelayClient } from '../relay/client/relay-client.js';
+import type { Publication } from '../relay/client/publication.js';
+import { RelayClient, type BeginOptions } from '../relay/client/relay-client.js';
 import { prepareVersion, type PreparedVersion, type TensorVersion } from '../relay/client/remote-publisher.js';
 
 export interface TrainerClientOptions {
@@ -39,6 +40,13 @@ export interface TrainerClientOptions {
   masterWaitMs?: number;
   /** Never write into shared memory, even when the master is on this host. */
   forceRemote?: boolean;
+  /**
+   * After a local publish of version v, begin version v + 1 with the same layout in the master's
+   * shared memory at once (default true), so that the next publish only writes and commits: the
+   * allocation and page population of the segment happen while the trainer trains. Costs one
+   * segment of memory at the master between publishes.
+   */
+  prepareNext?: boolean;
   logger?: Logger;
 }
 
@@ -54,8 +62,19 @@ export interface TrainerPublishResult {
   attempts: number;
 }
 
+/** The next version's segment, begun at the master after a local publish. */
+interface NextSegment {
+  master: string;
+  model: string;
+  version: number;
+  layout: string;
+  relay: RelayClient;
+  publication: Promise<Publication | null>;
+}
+
 export class TrainerClient {
   private plan: PlanRecord | null = null;
+  private next: NextSegment | null = null;
   private readonly planWaiters = new Set<() => void>();
   private readonly host: string;
   private readonly log: Logger;
@@ -128,6 +147,7 @@ export class TrainerClient {
   }
 
   async close(): Promise<void> {
+    await this.discardNext();
     await this.agent.close();
     if (this.ownsConnection) await this.nc.close().catch(() => undefined);
   }
@@ -140,13 +160,8 @@ export class TrainerClient {
   ): Promise<'local' | 'remote'> {
     const record = this.options.forceRemote ? null : await this.memberRecord(master.id);
     if (record !== null && record.host === this.host && record.socket !== null) {
-      const relay = await RelayClient.connect({ socketPath: record.socket, name: 'trainer' });
-      try {
-        await relay.publish(request);
-        return 'local';
-      } finally {
-        relay.close();
-      }
+      await this.publishLocal(master.id, record.socket, request);
+      return 'local';
     }
     const version = prepared ?? (await prepare());
     const publisher = await RelayClient.remote({
@@ -166,6 +181,52 @@ export class TrainerClient {
       // closing the link changes neither.
       await publisher.close().catch(() => undefined);
     }
+  }
+
+  /** Writes into the master's shared memory, in the segment begun after the last publish when it fits. */
+  private async publishLocal(masterId: string, socket: string, request: TensorVersion): Promise<void> {
+    const layout = layoutOf(request);
+    const next = this.next;
+    this.next = null;
+    let relay: RelayClient;
+    let publication: Publication | null = null;
+    if (next && next.master === masterId && next.model === request.model && next.version === request.version && next.layout === layout) {
+      relay = next.relay;
+      publication = await next.publication;
+    } else {
+      if (next) await this.discard(next);
+      relay = await RelayClient.connect({ socketPath: socket, name: 'trainer' });
+    }
+    try {
+      publication ??= await relay.beginPublish(beginOptions(request, request.version));
+      for (const t of request.tensors) publication.write(t.name, t.data);
+      await publication.commit();
+    } catch (err) {
+      await publication?.abort().catch(() => undefined);
+      relay.close();
+      throw err;
+    }
+    if (this.options.prepareNext === false) {
+      relay.close();
+      return;
+    }
+    const begun = relay.beginPublish(beginOptions(request, request.version + 1)).catch((err: Error & { code?: string }) => {
+      this.log.debug({ code: err.code, err: err.message }, 'cannot prepare the next version\'s segment');
+      return null;
+    });
+    this.next = { master: masterId, model: request.model, version: request.version + 1, layout, relay, publication: begun };
+  }
+
+  private async discardNext(): Promise<void> {
+    const next = this.next;
+    this.next = null;
+    if (next) await this.discard(next);
+  }
+
+  private async discard(next: NextSegment): Promise<void> {
+    const publication = await next.publication;
+    await publication?.abort().catch(() => undefined);
+    next.relay.close();
   }
 
   private async memberRecord(id: string): Promise<{ host: string; socket: string | null } | null> {
@@ -215,3 +276,15 @@ export class TrainerClient {
   }
 }
 
+function layoutOf(request: TensorVersion): string {
+  return JSON.stringify([request.tensors.map((t) => [t.name, t.dtype, t.shape]), request.metadata ?? null]);
+}
+
+function beginOptions(request: TensorVersion, version: number): BeginOptions {
+  return {
+    model: request.model,
+    version,
+    tensors: request.tensors.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
+    ...(request.metadata ? { metadata: request.metadata } : {}),
+  };
+}
