@@ -214,7 +214,7 @@ async function main(): Promise<void> {
     console.log('\nsummary');
     console.log(`  ran for                      ${seconds.toFixed(1)} s wall, ${(seconds * timeScale).toFixed(0)} s simulated`);
     console.log(`  weight versions published    ${trainer.version + 1} x ${opts.size} (trainer stall median ${median(trainer.stallMs).toFixed(0)} ms), ${formatBytes(lastSnapshot?.bytesBroadcast ?? 0)} broadcast between relays`);
-    console.log(`  trajectories                 ${ledger.started.size} started, ${ledger.completed.size} completed (${(ledger.completed.size / seconds).toFixed(1)}/s wall), ${inPool.size} in flight, ${trainer.trajectories} trained on`);
+    console.log(`  trajectories                 ${ledger.started.size} started, ${ledger.completed.size} completed (${(ledger.completed.size / seconds).toFixed(1)}/s wall), ${[...inPool].filter((id) => !ledger.completed.has(id)).length} in flight, ${trainer.trajectories} trained on`);
     console.log(`  tokens streamed              ${Math.round(tokens / 8)} to the partial pool by the surviving rollouts (${Math.round(tokens / 8 / seconds)}/s wall)`);
     console.log(`  staleness per batch          p50 ${median(staleness.map((s) => s.p50))}, max ${Math.max(0, ...staleness.map((s) => s.max))}, mean ${(staleness.reduce((a, s) => a + s.mean, 0) / Math.max(1, staleness.length)).toFixed(2)}`);
     console.log(`  repack moves                 ${lastSnapshot?.repackMoves ?? 0}`);
