@@ -23,7 +23,7 @@ let run = 0;
 const cleanup: Array<() => Promise<void>> = [];
 
 beforeAll(async () => {
-  [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer()]);
+  [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer({ appendonly: true, appendfsync: 'always' })]);
   nc = await natsClient(nats.url);
   redis = redisClient(redisServer.port);
 });
@@ -159,6 +159,48 @@ describe('rollouts: repack and failover (real NATS and Redis)', () => {
     await expectLedger(j, 16, 4);
     expect(await metricValue(j.registry, 'laminar_manager_orphans_total', { outcome: 'resumed' })).toBeGreaterThan(0);
     expect(await metricValue(j.registry, 'laminar_manager_deaths_total', { kind: 'rollout', cause: 'heartbeat' })).toBe(1);
+  }, 120_000);
+
+  it('loses and duplicates nothing when nats-server and redis-server are SIGKILLed and restarted mid-run (repack on)', async () => {
+    const j = await job({ prompts: 24, n: 4 });
+    for (let i = 0; i < 3; i++) await addRollout(j, `ro${i}`, 31 + i);
+    await expect.poll(async () => (await Promise.all([...j.rollouts.values()].map((r) => metricValue(r.registry, 'laminar_buffer_writes_total', { result: 'ok' })))).reduce((a, b) => a + b, 0), { timeout: 30_000 }).toBeGreaterThan(10);
+    await nats.restart({ kill: true });
+    // And the prompt pool's redis-server (AOF on), while rollouts claim.
+    await redisServer.restart({ kill: true });
+    await expectLedger(j, 24, 4);
+  }, 150_000);
+
+  it('a manager that takes over mid-run finds a dead rollout\'s trajectories and resumes them', async () => {
+    const j = await job({ prompts: 16, n: 4, repackIntervalMs: 0 });
+    const victim = await addRollout(j, 'ro0', 41);
+    await addRollout(j, 'ro1', 42);
+    await expect.poll(() => victim.client.owned.size, { timeout: 20_000 }).toBeGreaterThan(0);
+    // The active manager stops; the rollout dies while no manager runs; a new one takes over.
+    await j.manager.close();
+    await victim.engine.close();
+    await j.rollouts.get('ro0')!.nc.close();
+    j.rollouts.delete('ro0');
+    const registry = new Registry();
+    const nc2 = await natsClient(nats.url);
+    const successor = new Manager({
+      nc: nc2,
+      job: j.job,
+      registry,
+      leaseMs: 1000,
+      suspectAfterMs: 800,
+      deadAfterMs: 1500,
+      tickMs: 50,
+      rollouts: { partials: j.partials, prompts: j.prompts, repackIntervalMs: 0, orphanScanMs: 300, commandTimeoutMs: 10_000 },
+    });
+    cleanup.push(async () => {
+      await successor.close();
+      await nc2.close();
+    });
+    await successor.start();
+    await successor.whenLeader(10_000);
+    await expectLedger(j, 16, 4);
+    expect(await metricValue(registry, 'laminar_manager_orphans_total', { outcome: 'resumed' })).toBeGreaterThan(0);
   }, 120_000);
 
   it('returns samples to the prompt pool when no rollout has their weight version, and they are generated again', async () => {
