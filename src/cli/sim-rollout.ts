@@ -53,6 +53,9 @@ export function simRolloutCommand(): Command {
         throw new InvalidInputError(ErrorCodes.INVALID_ARG, 'give --relay-socket (weights from the local relay) or --fixed-version');
       }
       const fixed = opts.fixedVersion !== undefined ? Number(opts.fixedVersion) : null;
+      if (fixed !== null && !(Number.isSafeInteger(fixed) && fixed >= 0)) {
+        throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--fixed-version must be a version number (an integer >= 0), got ${JSON.stringify(opts.fixedVersion)}`);
+      }
       const engineOptions = {
         profile: {
           kvCapacityTokens: positive('kv-capacity', opts.kvCapacity!),

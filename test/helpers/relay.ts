@@ -2,11 +2,12 @@
  * Test helpers for relays: temp shm directories, relays in-process (startRelay) or as real
  * child processes (for kills and restarts), and raw socket access for protocol abuse.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { spawnDaemon } from '../../src/demo/daemons.js';
 import { startRelay, type Relay } from '../../src/relay/daemon.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
 import { encodeFrame, FrameDecoder, decodePayload } from '../../src/relay/protocol/frame.js';
@@ -43,47 +44,15 @@ export async function spawnRelay(
 ): Promise<RelayProcess> {
   const shmDir = join(root, 'segments');
   const socketPath = join(root, 'relay.sock');
-  const args = [CLI, 'relay', '--shm-dir', shmDir, '--socket', socketPath, '--metrics-port', '0', ...extraArgs];
-  const [cmd, ...rest] = wrap.length > 0 ? [...wrap, process.execPath, ...args] : [process.execPath, ...args];
-  const child = spawn(cmd!, rest, { stdio: ['ignore', 'ignore', 'pipe'] });
-  const logs: string[] = [];
-  const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
-  const metricsPort = await new Promise<number>((resolve, reject) => {
-    let buffered = '';
-    const timer = setTimeout(() => reject(new Error(`relay did not start:\n${logs.join('\n')}`)), 20_000);
-    child.stderr!.on('data', (chunk: Buffer) => {
-      buffered += chunk.toString();
-      const lines = buffered.split('\n');
-      buffered = lines.pop()!;
-      for (const line of lines) {
-        logs.push(line);
-        try {
-          const entry = JSON.parse(line) as { msg?: string; metricsPort?: number };
-          if (entry.msg === 'relay ready') {
-            clearTimeout(timer);
-            resolve(entry.metricsPort ?? -1);
-          }
-        } catch {
-          // not JSON (e.g. a crash trace): kept in logs
-        }
-      }
-    });
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`relay exited (${code}) before it was ready:\n${logs.join('\n')}`));
-    });
-  });
+  const daemon = await spawnDaemon('relay', ['relay', '--shm-dir', shmDir, '--socket', socketPath, '--metrics-port', '0', ...extraArgs], 'relay ready', wrap);
   return {
-    child,
+    child: daemon.child,
     socketPath,
     shmDir,
-    metricsPort,
-    logs,
-    exited,
-    stop(signal = 'SIGTERM') {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-      return exited;
-    },
+    metricsPort: (daemon.ready.metricsPort as number | null) ?? -1,
+    logs: daemon.logs,
+    exited: daemon.exited,
+    stop: (signal = 'SIGTERM') => daemon.kill(signal),
   };
 }
 
