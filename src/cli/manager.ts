@@ -7,7 +7,8 @@ import { connectControl, parseControlOptions } from '../control/nats-options.js'
 import { Redis } from 'ioredis';
 import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
 import { Manager } from '../manager/manager.js';
-import { validateRepackLimits } from '../manager/repack/planner.js';
+import { DEFAULT_REPACK_LIMITS, REPACK_LIMITS_CODE, validateRepackLimits } from '../manager/repack/planner.js';
+import { InvalidInputError } from '../common/errors.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 
 export function managerCommand(): Command {
@@ -29,7 +30,7 @@ export function managerCommand(): Command {
     .addOption(new Option('--model <name>', 'model the rollouts generate with').env('LAMINAR_MODEL'))
     .addOption(new Option('--repack-interval <duration>', 'period of the repack check (0: repack off); it also runs after each new weight version').env('LAMINAR_REPACK_INTERVAL').default('5s'))
     .addOption(new Option('--kv-max <fraction>', 'C_max: KV-cache use at which a rollout counts as full').env('LAMINAR_KV_MAX').default('0.99'))
-    .addOption(new Option('--roofline-batch <n>', 'B: largest decode batch still memory-bound (per model profile)').env('LAMINAR_ROOFLINE_BATCH').default('256'))
+    .addOption(new Option('--roofline-batch <n[,model=n...]>', 'B: largest decode batch still memory-bound; a default and per-model values, e.g. 256,qwen-7b=512,qwen-72b=64').env('LAMINAR_ROOFLINE_BATCH').default('256'))
     .addOption(new Option('--orphan-wait <duration>', 'how long a dead rollout\'s trajectories wait for a rollout of their weight version before their samples return to the prompt pool').env('LAMINAR_ORPHAN_WAIT').default('30s'))
     .addOption(new Option('--command-timeout <duration>', 'limit on a rollout carrying out a repack or failover command').env('LAMINAR_COMMAND_TIMEOUT').default('30s'))
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
@@ -38,7 +39,8 @@ export function managerCommand(): Command {
       const control = parseControlOptions(controlInput(opts)!);
       const nc = await connectControl(control, `manager ${opts.id ?? process.pid}`);
       const registry = createRegistry();
-      const limits = { cMax: Number(opts.kvMax), rooflineBatch: Number(opts.rooflineBatch) };
+      const roofline = parseRooflineBatch(opts.rooflineBatch!);
+      const limits = { cMax: Number(opts.kvMax), rooflineBatch: roofline.default };
       validateRepackLimits(limits);
       const redis = opts.redis ? new Redis(opts.redis, { maxRetriesPerRequest: null }) : null;
       redis?.on('error', (err) => logger.warn({ err: err.message }, 'redis'));
@@ -61,6 +63,7 @@ export function managerCommand(): Command {
           partials,
           prompts,
           limits,
+          rooflineBatchByModel: roofline.byModel,
           ...(opts.model ? { model: opts.model } : {}),
           repackIntervalMs: parseDuration(opts.repackInterval!),
           orphanWaitMs: parseDuration(opts.orphanWait!),
@@ -89,4 +92,18 @@ export function managerCommand(): Command {
       process.on('SIGTERM', () => stop('SIGTERM'));
       process.on('SIGINT', () => stop('SIGINT'));
     });
+}
+
+/** "256" or "256,qwen-7b=512,qwen-72b=64": B for every model, and for the models named. */
+export function parseRooflineBatch(text: string): { default: number; byModel: Record<string, number> } {
+  let fallback = DEFAULT_REPACK_LIMITS.rooflineBatch;
+  const byModel: Record<string, number> = {};
+  for (const part of text.split(',').map((p) => p.trim()).filter((p) => p.length > 0)) {
+    const eq = part.lastIndexOf('=');
+    const value = Number(eq < 0 ? part : part.slice(eq + 1));
+    if (!Number.isSafeInteger(value) || value <= 0) throw new InvalidInputError(REPACK_LIMITS_CODE, `--roofline-batch: ${JSON.stringify(part)} is not a positive integer (or model=integer)`);
+    if (eq < 0) fallback = value;
+    else byModel[part.slice(0, eq)] = value;
+  }
+  return { default: fallback, byModel };
 }

@@ -10,6 +10,9 @@ export class RolloutMetrics {
   readonly weightLoadSeconds: Histogram;
   readonly kvUsed: Gauge;
   readonly rejected: Counter;
+  readonly running: Gauge;
+  readonly waiting: Gauge;
+  readonly tokensPerSecond: Gauge;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -25,6 +28,9 @@ export class RolloutMetrics {
     this.weightVersion = new Gauge({ name: 'laminar_rollout_weight_version', help: 'weight version the engine generates with', registers });
     this.weightLoadSeconds = new Histogram({ name: 'laminar_rollout_weight_load_seconds', help: 'acquire from the local relay to the engine holding the weights', buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10], registers });
     this.kvUsed = new Gauge({ name: 'laminar_rollout_kv_used', help: 'KV-cache utilisation reported by the engine', registers });
+    this.running = new Gauge({ name: 'laminar_rollout_running', help: 'requests in the engine\'s decode batch', registers });
+    this.waiting = new Gauge({ name: 'laminar_rollout_waiting', help: 'requests admitted but waiting for KV space', registers });
+    this.tokensPerSecond = new Gauge({ name: 'laminar_rollout_tokens_per_second', help: 'generated tokens per second, recent', registers });
     this.rejected = new Counter({ name: 'laminar_rollout_control_rejected_total', help: 'control messages rejected, by code', labelNames: ['code'], registers });
   }
 }

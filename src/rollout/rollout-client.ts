@@ -489,6 +489,9 @@ export class RolloutClient {
     };
     this.kvPrev = kvUsed;
     this.metrics.kvUsed.set(kvUsed);
+    this.metrics.running.set(report.running);
+    this.metrics.waiting.set(report.waiting);
+    this.metrics.tokensPerSecond.set(report.tokensPerSecond);
     return report;
   }
 }

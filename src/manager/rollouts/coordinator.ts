@@ -39,6 +39,8 @@ export interface RolloutCoordinatorOptions {
   /** Needed to return samples nobody can resume. */
   prompts: PromptPool | null;
   limits?: RepackLimits;
+  /** B per model profile (the rollouts' reported model), where it differs from `limits`. */
+  rooflineBatchByModel?: Record<string, number>;
   /** 0 turns repack off. Default 5 s (the paper's period). */
   repackIntervalMs?: number;
   commandTimeoutMs?: number;
@@ -91,6 +93,7 @@ export class RolloutCoordinator {
   constructor(private readonly options: RolloutCoordinatorOptions) {
     this.limits = options.limits ?? DEFAULT_REPACK_LIMITS;
     validateRepackLimits(this.limits);
+    for (const rooflineBatch of Object.values(options.rooflineBatchByModel ?? {})) validateRepackLimits({ ...this.limits, rooflineBatch });
     this.repackIntervalMs = options.repackIntervalMs ?? 5000;
     this.commandTimeoutMs = options.commandTimeoutMs ?? 30_000;
     this.orphanWaitMs = options.orphanWaitMs ?? 30_000;
@@ -160,6 +163,7 @@ export class RolloutCoordinator {
     );
     const inputs = eligible.map((r) => ({
       id: r.id,
+      model: r.load.model ?? '',
       weightVersion: r.load.weightVersion,
       kvUsed: r.load.kvUsed,
       kvPrev: this.kvAtLastRound.get(r.id) ?? r.load.kvPrev,
@@ -167,13 +171,21 @@ export class RolloutCoordinator {
     }));
     this.kvAtLastRound.clear();
     for (const r of eligible) this.kvAtLastRound.set(r.id, r.load.kvUsed);
+    const byModel = new Map<string, typeof inputs>();
+    for (const input of inputs) byModel.set(input.model, [...(byModel.get(input.model) ?? []), input]);
+    for (const [model, ofModel] of byModel) this.planGroups(model, ofModel, trigger);
+  }
+
+  private planGroups(model: string, inputs: { id: string; weightVersion: number; kvUsed: number; kvPrev: number; running: number }[], trigger: string): void {
+    const rooflineBatch = this.options.rooflineBatchByModel?.[model] ?? this.limits.rooflineBatch;
+    const limits = { cMax: this.limits.cMax, rooflineBatch };
     for (const [version, group] of groupByWeightVersion(inputs)) {
       if (group.length < 2) continue;
       const started = performance.now();
-      const plan = planRepack(group, this.limits);
+      const plan = planRepack(group, limits);
       this.options.metrics.plannerSeconds.observe((performance.now() - started) / 1e3);
       if (plan.length === 0) continue;
-      this.options.log.info({ version, trigger, moves: plan.map((m) => `${m.source}->${m.destination}`) }, 'repack plan');
+      this.options.log.info({ model, version, trigger, moves: plan.map((m) => `${m.source}->${m.destination}`) }, 'repack plan');
       const owned = new Map(group.map((g) => [g.id, g.running]));
       for (const move of plan) {
         if ((owned.get(move.source) ?? 0) === 0) {
