@@ -3,6 +3,7 @@
  * its ready log line (pino JSON on stderr), keep its recent logs, kill it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
 /** The compiled CLI: next to this file in dist/, or in dist/ when this runs from source (tests). */
@@ -29,36 +30,22 @@ export async function spawnDaemon(
 ): Promise<Daemon> {
   const all = [...wrap, process.execPath, CLI, ...argv];
   const child = spawn(all[0]!, all.slice(1), { stdio: ['ignore', onStdoutLine ? 'pipe' : 'ignore', 'pipe'], env });
-  if (onStdoutLine) {
-    let pending = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      pending += chunk.toString();
-      const lines = pending.split('\n');
-      pending = lines.pop()!;
-      for (const line of lines) onStdoutLine(line);
-    });
-  }
+  if (onStdoutLine) onLines(child.stdout!, onStdoutLine);
   const logs: string[] = [];
   const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
   const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
-    let buffered = '';
     const timer = setTimeout(() => reject(new Error(`${name} did not start:\n${logs.slice(-20).join('\n')}`)), 30_000);
-    child.stderr!.on('data', (chunk: Buffer) => {
-      buffered += chunk.toString();
-      const lines = buffered.split('\n');
-      buffered = lines.pop()!;
-      for (const line of lines) {
-        logs.push(line);
-        if (logs.length > 2000) logs.splice(0, 1000);
-        try {
-          const entry = JSON.parse(line) as Record<string, unknown>;
-          if (entry.msg === readyMsg) {
-            clearTimeout(timer);
-            resolve(entry);
-          }
-        } catch {
-          // not JSON (a crash trace): kept in logs
+    onLines(child.stderr!, (line) => {
+      logs.push(line);
+      if (logs.length > 2000) logs.splice(0, 1000);
+      try {
+        const entry = JSON.parse(line) as Record<string, unknown>;
+        if (entry.msg === readyMsg) {
+          clearTimeout(timer);
+          resolve(entry);
         }
+      } catch {
+        // not JSON (a crash trace): kept in logs
       }
     });
     void exited.then((code) => {
@@ -79,3 +66,13 @@ export async function spawnDaemon(
   };
 }
 
+/** Calls `fn` with each complete line the stream yields. */
+function onLines(stream: Readable, fn: (line: string) => void): void {
+  let pending = '';
+  stream.on('data', (chunk: Buffer) => {
+    pending += chunk.toString();
+    const lines = pending.split('\n');
+    pending = lines.pop()!;
+    for (const line of lines) fn(line);
+  });
+}

@@ -22,7 +22,7 @@ import { Command } from 'commander';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
 import { formatBytes, parseDuration } from '../common/units.js';
-import { PartialPool, PromptPool } from '../data/index.js';
+import { PartialPool, PromptPool, bufferNames, partialNames } from '../data/index.js';
 import { KIND_HEADER } from '../data/partial/log-codec.js';
 import { tokenToId } from '../data/ids.js';
 import type { ManagerStatus } from '../manager/manager.js';
@@ -144,7 +144,6 @@ async function main(): Promise<void> {
         }
       },
     );
-    void trainerDaemon;
 
     const rollouts: { id: string; daemon: Daemon; metricsPort: number; relay: number; killed: boolean }[] = [];
     for (let i = 0; i < rolloutCount; i++) {
@@ -236,12 +235,12 @@ async function main(): Promise<void> {
  */
 function watchLedger(nc: NatsConnection): { started: Set<string>; completed: Set<string>; writtenTwice: number; stop(): void } {
   const ledger = { started: new Set<string>(), completed: new Set<string>(), writtenTwice: 0, stop: () => undefined as void };
-  const starts = nc.subscribe('laminar.partial.default.d.*', {
+  const starts = nc.subscribe(partialNames().filter, {
     callback: (err, msg) => {
       if (!err && msg.headers?.get(KIND_HEADER) === 'start') ledger.started.add(tokenToId(msg.subject.split('.').pop()!));
     },
   });
-  const records = nc.subscribe('laminar.exp.default.t.*', {
+  const records = nc.subscribe(bufferNames().recordFilter, {
     callback: (err, msg) => {
       if (err) return;
       const id = tokenToId(msg.subject.split('.').pop()!);

@@ -25,6 +25,7 @@ import type { KV } from '@nats-io/kv';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import type { z } from 'zod';
 import { silentLogger } from '../common/logger.js';
 import { openControlBucket } from '../control/bucket.js';
 import {
@@ -391,14 +392,19 @@ export class Manager {
     if (msg?.reply) msg.respond(encode({ v: SCHEMA_VERSION, t: 'refused', code, message } satisfies RegisterReply));
   }
 
-  private onRegister(msg: Msg): void {
-    let request;
+  /** The message validated against `schema`, or null after rejecting it (answered when it is a request). */
+  private accept<S extends z.ZodType>(schema: S, msg: Msg, what: string): z.infer<S> | null {
     try {
-      request = decode(registerSchema, msg.data, 'register');
+      return decode(schema, msg.data, what);
     } catch (err) {
       this.reject((err as ControlError).code, (err as Error).message, msg);
-      return;
+      return null;
     }
+  }
+
+  private onRegister(msg: Msg): void {
+    const request = this.accept(registerSchema, msg, 'register');
+    if (!request) return;
     const existing = this.members.get(request.id);
     const now = Date.now();
     if (existing && existing.record.incarnation !== request.incarnation && existing.health !== 'dead') {
@@ -450,13 +456,8 @@ export class Manager {
   }
 
   private onHeartbeat(msg: Msg): void {
-    let hb;
-    try {
-      hb = decode(heartbeatSchema, msg.data, 'heartbeat');
-    } catch (err) {
-      this.reject((err as ControlError).code, (err as Error).message);
-      return;
-    }
+    const hb = this.accept(heartbeatSchema, msg, 'heartbeat');
+    if (!hb) return;
     const member = this.members.get(hb.id);
     const now = Date.now();
     if (!member || member.record.incarnation !== hb.incarnation || member.health === 'dead') {
@@ -493,13 +494,8 @@ export class Manager {
   }
 
   private onReport(msg: Msg): void {
-    let report;
-    try {
-      report = decode(reportSchema, msg.data, 'report');
-    } catch (err) {
-      this.reject((err as ControlError).code, (err as Error).message);
-      return;
-    }
+    const report = this.accept(reportSchema, msg, 'report');
+    if (!report) return;
     const reporter = this.members.get(report.id);
     if (!reporter || reporter.record.incarnation !== report.incarnation || reporter.health === 'dead') {
       this.reject(ControlCodes.UNKNOWN_MEMBER, `report from ${report.id}, which is not a live member`);

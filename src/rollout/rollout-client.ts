@@ -332,48 +332,9 @@ export class RolloutClient {
     if (this.weightVersion !== version) {
       throw new RolloutError(RolloutErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} generates with ${this.weightVersion}`);
     }
-    const resumed: GenerationTask[] = [];
-    let completed = 0;
-    let lost = 0;
-    // Take-overs are independent round trips (read the log, conditional marker): run several at once.
-    await mapLimit(ids, TAKEOVER_CONCURRENCY, async (trajectoryId) => {
-      try {
-        const result = await this.options.partials.takeOver(trajectoryId, this.id, { from });
-        if (result.status === 'completed') {
-          completed++;
-          return;
-        }
-        if (result.state.start.weightVersion !== version) {
-          // Never resume a trajectory with other weights (the manager groups by version; a
-          // mismatch is a bug somewhere): park it and return its sample to the prompt pool.
-          result.trajectory.release();
-          this.log.error({ trajectory: trajectoryId, version: result.state.start.weightVersion, mine: version }, 'repack-in of a trajectory of another weight version: returned to the prompt pool');
-          const parked = await this.options.partials.takeOver(trajectoryId, PARKED_OWNER, { from: this.id });
-          if (parked.status === 'taken') {
-            parked.trajectory.release();
-            await this.options.prompts.returnSamples({ groupId: result.state.start.groupId, samples: [result.state.start.sampleIndex], reason: 'version_mismatch' });
-          }
-          lost++;
-          return;
-        }
-        resumed.push(this.adopt(result.trajectory, result.state));
-      } catch (err) {
-        // One trajectory that cannot be taken (another owner, completed meanwhile, a read that
-        // raced with its purge, a store error) never stops the others from being resumed; if it
-        // is still the source's, the source's reconciliation or the manager's scan finds it.
-        const code = (err as { code?: string }).code;
-        lost++;
-        if (code !== DataErrorCodes.NOT_OWNER && code !== DataErrorCodes.UNKNOWN_TRAJECTORY) {
-          this.log.warn({ trajectory: trajectoryId, from, code, err: (err as Error).message }, 'repack-in: trajectory not taken');
-        }
-      }
-    });
-    if (resumed.length > 0) {
-      this.state = 'generating';
-      await this.options.engine.resume(resumed);
-    }
-    this.log.info({ from, taken: resumed.length, completed, lost }, 'repack-in: trajectories resumed');
-    return { taken: resumed.length, completed, lost };
+    const { taken, completed, lost, returned } = await this.takeOverAndResume(ids, from, 'version_mismatch');
+    this.log.info({ from, taken, completed, lost: lost + returned }, 'repack-in: trajectories resumed');
+    return { taken, completed, lost: lost + returned };
   }
 
   /** Rebuilds the engine on the same devices and resumes what this rollout still owns. */
@@ -386,19 +347,10 @@ export class RolloutClient {
     for (const t of tasks) t.handOver();
     await this.options.engine.reinitialise();
     // Resume from what the partial pool holds: it is the truth after a hiccup.
-    const resumed: GenerationTask[] = [];
-    let lost = 0;
-    await mapLimit(await this.options.partials.list(this.id), TAKEOVER_CONCURRENCY, async (s) => {
-      try {
-        const result = await this.options.partials.takeOver(s.trajectoryId, this.id, { from: this.id });
-        if (result.status === 'taken') resumed.push(this.adopt(result.trajectory, result.state));
-      } catch {
-        lost++;
-      }
-    });
-    this.state = resumed.length > 0 ? 'generating' : 'idle';
-    if (resumed.length > 0) await this.options.engine.resume(resumed);
-    return { taken: resumed.length, lost };
+    const owned = (await this.options.partials.list(this.id)).map((t) => t.trajectoryId);
+    const { taken, lost, returned } = await this.takeOverAndResume(owned, this.id, 'version_mismatch');
+    if (taken === 0) this.state = 'idle';
+    return { taken, lost: lost + returned };
   }
 
   /** Resumes (or returns) trajectories the partial pool says are ours but nobody generates. */
@@ -415,34 +367,59 @@ export class RolloutClient {
     const confirmed = [...stray].filter((id) => this.strays.has(id));
     this.strays = new Set([...stray].filter((id) => !this.strays.has(id)));
     if (confirmed.length === 0) return;
+    const { taken, returned } = await this.takeOverAndResume(confirmed, this.id, 'stranded');
+    this.metrics.tasks.inc({ outcome: 'reconciled' }, taken);
+    this.metrics.tasks.inc({ outcome: 'returned' }, returned);
+    this.log.warn({ resumed: taken, returned }, 'stranded trajectories of this rollout picked up');
+  }
+
+  /**
+   * Takes trajectories over from `from` (another rollout, or this one after a hiccup) and resumes
+   * those of this rollout's weight version. One that is started with other weights is never
+   * resumed: it is parked and its sample goes back to the prompt pool (`reason`). One that cannot
+   * be taken (another owner, completed meanwhile, a read that raced its purge, a store error)
+   * never stops the others; if it is still someone's, their reconciliation or the manager's scan
+   * finds it.
+   */
+  private async takeOverAndResume(ids: readonly string[], from: string, reason: string): Promise<{ taken: number; completed: number; lost: number; returned: number }> {
     const resumed: GenerationTask[] = [];
+    let completed = 0;
+    let lost = 0;
     let returned = 0;
-    await mapLimit(confirmed, TAKEOVER_CONCURRENCY, async (trajectoryId) => {
+    // Take-overs are independent round trips (read the log, conditional marker): run several at once.
+    await mapLimit(ids, TAKEOVER_CONCURRENCY, async (trajectoryId) => {
       try {
-        const result = await this.options.partials.takeOver(trajectoryId, this.id, { from: this.id });
-        if (result.status === 'completed') return;
-        if (result.state.start.weightVersion === this.weightVersion) {
+        const result = await this.options.partials.takeOver(trajectoryId, this.id, { from });
+        if (result.status === 'completed') {
+          completed++;
+          return;
+        }
+        const start = result.state.start;
+        if (start.weightVersion === this.weightVersion) {
           resumed.push(this.adopt(result.trajectory, result.state));
           return;
         }
         result.trajectory.release();
+        this.log.warn({ trajectory: trajectoryId, version: start.weightVersion, mine: this.weightVersion, reason }, 'trajectory of another weight version: returned to the prompt pool');
         const parked = await this.options.partials.takeOver(trajectoryId, PARKED_OWNER, { from: this.id });
         if (parked.status === 'taken') {
           parked.trajectory.release();
-          await this.options.prompts.returnSamples({ groupId: parked.state.start.groupId, samples: [parked.state.start.sampleIndex], reason: 'stranded' });
+          await this.options.prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason });
           returned++;
         }
       } catch (err) {
-        this.log.debug({ trajectory: trajectoryId, err: (err as Error).message }, 'reconcile: not taken');
+        const code = (err as { code?: string }).code;
+        lost++;
+        if (code !== DataErrorCodes.NOT_OWNER && code !== DataErrorCodes.UNKNOWN_TRAJECTORY) {
+          this.log.warn({ trajectory: trajectoryId, from, code, err: (err as Error).message }, 'trajectory not taken over');
+        }
       }
     });
-    this.metrics.tasks.inc({ outcome: 'reconciled' }, resumed.length);
-    this.metrics.tasks.inc({ outcome: 'returned' }, returned);
     if (resumed.length > 0) {
       this.state = 'generating';
       await this.options.engine.resume(resumed);
     }
-    this.log.warn({ resumed: resumed.length, returned }, 'stranded trajectories of this rollout picked up');
+    return { taken: resumed.length, completed, lost, returned };
   }
 
   private adopt(partial: PartialTrajectory, state: PartialState): GenerationTask {

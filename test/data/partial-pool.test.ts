@@ -49,6 +49,17 @@ describe('PartialPool', () => {
     expect(await metricValue(registry, 'laminar_partial_appends_total')).toBe(1);
   });
 
+  it('reads a trajectory\'s start and current owner without its log', async () => {
+    const p = await pool({ flushTokens: 2 });
+    const t = await p.start('r1', start('startof'));
+    t.append([1, 2, 3], [-1, -2, -3]);
+    await t.flush();
+    expect(await p.startOf('startof')).toEqual({ start: expect.objectContaining({ trajectoryId: 'startof', weightVersion: 3 }), owner: 'r1' });
+    await p.takeOver('startof', 'r2');
+    expect((await p.startOf('startof'))?.owner).toBe('r2');
+    expect(await p.startOf('nope')).toBeUndefined();
+  });
+
   it('flushes every T ms when fewer than K tokens arrive', async () => {
     const p = await pool({ flushTokens: 1000, flushMs: 50 });
     const t = await p.start('r1', start('slow'));

@@ -15,11 +15,11 @@ import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, t
 import type { Registry } from 'prom-client';
 import { createRegistry } from '../../common/metrics.js';
 import { silentLogger, type Logger } from '../../common/logger.js';
-import { DataErrorCodes, DataInputError, DataNotFoundError, OwnershipError, StoreError } from '../errors.js';
+import { CorruptRecordError, DataErrorCodes, DataInputError, DataNotFoundError, OwnershipError, StoreError } from '../errors.js';
 import { RejectionCounter, counter, gauge } from '../metrics.js';
 import type { ExperienceWriter, WriteResult } from '../experience/writer.js';
 import type { TrajectoryInput } from '../codec/trajectory.js';
-import { encodeLog, KIND_HEADER, LOG_VERSION, OWNER_HEADER, TOKENS_HEADER, partialStartSchema, type LogKind, type PartialStart } from './log-codec.js';
+import { decodeLog, encodeLog, KIND_HEADER, LOG_VERSION, OWNER_HEADER, TOKENS_HEADER, partialStartSchema, type LogKind, type PartialStart } from './log-codec.js';
 import { listLogs, readLog, type PartialState, type PartialSummary } from './log-reader.js';
 import { retryTransient } from '../retry.js';
 import { ensurePartialStream, type PartialNames, type PartialStreamOptions } from './partial-stream.js';
@@ -127,6 +127,22 @@ export class PartialPool {
   /** The stored state of one trajectory (tokens and logprobs so far), or undefined. */
   async read(trajectoryId: string): Promise<PartialState | undefined> {
     return this.store(() => readLog(this.js, this.names.stream, this.names.subject(trajectoryId)));
+  }
+
+  /**
+   * What a trajectory's rollout said when it started it (its weight version, group, sample), and
+   * who owns it now: two direct reads (first and last message of its log), not the whole log.
+   * Undefined when the trajectory is not in the pool.
+   */
+  async startOf(trajectoryId: string): Promise<{ start: PartialStart; owner: string } | undefined> {
+    const subject = this.names.subject(trajectoryId);
+    const [first, last] = await this.store(() =>
+      Promise.all([this.jsm.direct.getMessage(this.names.stream, { seq: 0, next_by_subj: subject }), this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject })]),
+    );
+    if (!first || !last) return undefined;
+    const start = decodeLog(first.data).start;
+    if (!start) throw this.rejections.record(new CorruptRecordError(`partial log of ${subject} has no start message`));
+    return { start, owner: last.header.get(OWNER_HEADER) };
   }
 
   /**

@@ -19,16 +19,20 @@ export interface PartialNames {
   subject(trajectoryId: string): string;
 }
 
-export async function ensurePartialStream(jsm: JetStreamManager, options: PartialStreamOptions): Promise<PartialNames> {
-  const pool = checkName('partial pool', options.pool ?? 'default');
-  const replicas = options.replicas ?? 1;
-  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `replicas must be 1..5, got ${replicas}`);
-  const names: PartialNames = {
+export function partialNames(pool = 'default'): PartialNames {
+  checkName('partial pool', pool);
+  return {
     pool,
     stream: `LAMINAR_PARTIAL_${pool}`,
     filter: `laminar.partial.${pool}.d.*`,
     subject: (id) => `laminar.partial.${pool}.d.${idToken(id)}`,
   };
+}
+
+export async function ensurePartialStream(jsm: JetStreamManager, options: PartialStreamOptions): Promise<PartialNames> {
+  const names = partialNames(options.pool);
+  const replicas = options.replicas ?? 1;
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `replicas must be 1..5, got ${replicas}`);
   try {
     await jsm.streams.info(names.stream);
   } catch (err) {
@@ -36,7 +40,7 @@ export async function ensurePartialStream(jsm: JetStreamManager, options: Partia
     await jsm.streams
       .add({
         name: names.stream,
-        subjects: [`laminar.partial.${pool}.>`],
+        subjects: [`laminar.partial.${names.pool}.>`],
         storage: StorageType.File,
         retention: RetentionPolicy.Limits,
         discard: DiscardPolicy.New,

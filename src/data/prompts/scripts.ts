@@ -168,31 +168,25 @@ return 'ok'`;
  * whole rollout). Each goes back to the front of its own queue, fenced.
  */
 export const GIVE_BACK_ROLLOUT = `
-local all = redis.call('HGETALL', KEYS[5])
-local n = 0
-for i = 1, #all, 2 do
-  if all[i + 1] == ARGV[1] then
-    local id = all[i]
-    redis.call('ZREM', KEYS[4], id)
-    redis.call('HDEL', KEYS[5], id)
-    redis.call('HSET', KEYS[6], id, '0')
-    redis.call('LPUSH', KEYS[3], id)
-    n = n + 1
+-- Every claim in holders held by the rollout: off its lease, fenced, back to the front of queue.
+local function giveBack(holders, leases, tokens, queue)
+  local all = redis.call('HGETALL', holders)
+  local n = 0
+  for i = 1, #all, 2 do
+    if all[i + 1] == ARGV[1] then
+      local id = all[i]
+      redis.call('ZREM', leases, id)
+      redis.call('HDEL', holders, id)
+      redis.call('HSET', tokens, id, '0')
+      redis.call('LPUSH', queue, id)
+      n = n + 1
+    end
   end
+  return n
 end
+local n = giveBack(KEYS[5], KEYS[4], KEYS[6], KEYS[3])
 redis.call('HINCRBY', KEYS[8], 'returned', n)
-local rall = redis.call('HGETALL', KEYS[12])
-local rn = 0
-for i = 1, #rall, 2 do
-  if rall[i + 1] == ARGV[1] then
-    local e = rall[i]
-    redis.call('ZREM', KEYS[11], e)
-    redis.call('HDEL', KEYS[12], e)
-    redis.call('HSET', KEYS[13], e, '0')
-    redis.call('LPUSH', KEYS[9], e)
-    rn = rn + 1
-  end
-end
+local rn = giveBack(KEYS[12], KEYS[11], KEYS[13], KEYS[9])
 if rn > 0 then redis.call('HINCRBY', KEYS[8], 'returnedGivenBack', rn) end
 return { n, rn }`;
 

@@ -56,11 +56,15 @@ export interface RolloutCoordinatorOptions {
 
 interface Orphan {
   trajectoryId: string;
+  /** The owner in the partial pool, which take-overs are conditional on. */
   from: string;
   version: number;
-  groupId: string;
-  sampleIndex: number;
   since: number;
+  /**
+   * Owned by a live rollout that no longer generates it (a repack whose destination and source
+   * both failed); otherwise the owner is gone, and dropped from here if it comes back.
+   */
+  stranded: boolean;
 }
 
 export interface CoordinatorStatus {
@@ -221,7 +225,7 @@ export class RolloutCoordinator {
         reply = await this.request(source, { v: SCHEMA_VERSION, t: 'repack-in', repack, from: source, version, trajectories: moved }).catch((e: Error) => {
           this.options.log.warn({ repack, source, err: e.message }, 'the source cannot take them back either: they go the orphan way');
           const now = Date.now();
-          for (const id of moved) this.orphans.set(id, { trajectoryId: id, from: source, version, groupId: '', sampleIndex: -1, since: now });
+          for (const id of moved) this.orphans.set(id, { trajectoryId: id, from: source, version, since: now, stranded: true });
           return { v: SCHEMA_VERSION, t: 'done', moved: [], taken: 0, completed: 0, lost: 0 } as const;
         });
         throw err;
@@ -255,17 +259,16 @@ export class RolloutCoordinator {
       const now = Date.now();
       for (const s of await partials.list()) {
         if (live.has(s.owner) || s.owner === PARKED_OWNER || this.orphans.has(s.trajectoryId)) continue;
-        const state = await partials.read(s.trajectoryId).catch(() => undefined);
+        const state = await partials.startOf(s.trajectoryId).catch(() => undefined);
         if (!state || live.has(state.owner) || state.owner === PARKED_OWNER) continue;
         this.orphans.set(s.trajectoryId, {
           trajectoryId: s.trajectoryId,
           from: state.owner,
           version: state.start.weightVersion,
-          groupId: state.start.groupId,
-          sampleIndex: state.start.sampleIndex,
           since: now,
+          stranded: false,
         });
-        this.options.log.warn({ trajectory: s.trajectoryId, owner: state.owner, version: state.start.weightVersion, tokens: state.tokens.length }, 'orphaned trajectory (its rollout is gone)');
+        this.options.log.warn({ trajectory: s.trajectoryId, owner: state.owner, version: state.start.weightVersion, tokens: s.tokens }, 'orphaned trajectory (its rollout is gone)');
       }
       this.options.metrics.orphansWaiting.set(this.orphans.size);
     } catch (err) {
@@ -281,7 +284,7 @@ export class RolloutCoordinator {
       const live = new Map(rollouts.filter((r) => r.health === 'alive').map((r) => [r.id, r]));
       const batches = new Map<string, Orphan[]>();
       for (const o of this.orphans.values()) {
-        if (live.has(o.from) && o.sampleIndex >= 0) {
+        if (live.has(o.from) && !o.stranded) {
           // The owner came back (re-admitted): its trajectories are its own again.
           this.orphans.delete(o.trajectoryId);
           continue;

@@ -71,7 +71,6 @@ export class SimRolloutEngine implements RolloutEngine {
   private wallStart = 0;
   private stopping = false;
   private refilling = false;
-  private wantWeights = false;
   private paused = false;
   private readonly recent: { at: number; tokens: number }[] = [];
   readonly stats: SimEngineStats = { tokens: 0, completed: 0, lost: 0, batches: 0, busySimSeconds: 0, kvSeconds: 0, simSeconds: 0 };
@@ -112,8 +111,8 @@ export class SimRolloutEngine implements RolloutEngine {
   }
 
   async updateWeights(): Promise<void> {
-    // Taken at the next batch boundary: an engine does not swap weights under running requests.
-    this.wantWeights = true;
+    // Nothing to do now: an engine does not swap weights under running requests, and this one
+    // takes the newest weights before every batch but its first (refill) anyway.
   }
 
   async reinitialise(): Promise<void> {
@@ -234,16 +233,14 @@ export class SimRolloutEngine implements RolloutEngine {
     this.refilling = true;
     try {
       const client = this.client;
-      const newer = this.wantWeights || client.version === null || this.stats.batches > 0;
+      const newer = client.version === null || this.stats.batches > 0;
       if (newer && this.options.weightVersion) {
         client.setWeightVersion(this.options.weightVersion());
-        this.wantWeights = false;
       } else if (newer) {
         try {
           const { lease } = await client.acquireWeights({ atLeast: client.version ?? 0, timeoutMs: 5000 });
           // The simulated load of the weights into the engine: the tensors are read from shared memory.
           await lease.release();
-          this.wantWeights = false;
         } catch (err) {
           if (client.version === null) {
             this.log.debug({ err: (err as Error).message }, 'no weights yet');
