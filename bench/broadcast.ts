@@ -16,8 +16,11 @@
  *               tag bandwidth and T_start = perftest's tag latency (median one-way), k = chunks.
  * Every time runs from the moment publish() returns (the version is committed at the master) to
  * the moment the last relay reports the version complete (a watch on each relay's own socket).
- * Each round starts fresh relays (empty shared memory), so that at most one version per relay is
- * held; rounds give the median and the range, as the machine may be shared.
+ * Each chain round starts fresh relays (empty shared memory) and times two versions: the first,
+ * whose segments every relay must allocate, and the second, which arrives (as every version
+ * after the first in training) into the spare segment each relay prepared while idle. The
+ * steady state is the headline figure; the first version is shown beside it. Rounds give the
+ * median and the range, as the machine may be shared.
  *
  * UCX_TLS=tcp for every relay and every ucx_perftest: between network namespaces of one machine
  * UCX otherwise picks its shared-memory transports (posix/sysv/cma), which bypass the shaped
@@ -42,6 +45,8 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomFillSync } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { setMaxListeners } from 'node:events';
+import { totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -76,6 +81,9 @@ const USAGE = `usage: npm run bench -- broadcast [options]   (root; needs ucx_pe
                         relay's default)
   --rounds <n>          rounds of each measurement; median and range are reported (default 3)
   --skip <list>         parts to leave out: star, loopback (default none)
+  --shm <huge|plain>    where relays keep their segments: a tmpfs mounted with huge=within_size
+                        (2 MiB pages, as recommended for production; default) or /dev/shm
+                        (4 KiB pages). With huge, the loopback hop is also measured on /dev/shm.
 
 Every relay and ucx_perftest runs with UCX_TLS=tcp (shared memory would bypass the shaped
 links); other UCX_* variables of the environment pass through.
@@ -87,6 +95,7 @@ class Resources {
   readonly children = new Set<ChildProcess>();
   readonly dirs = new Set<string>();
   readonly beds = new Set<string>();
+  readonly mounts = new Set<string>();
 
   /** Synchronous, so that signal and exit handlers can use it. */
   releaseAll(): void {
@@ -104,6 +113,26 @@ class Resources {
     this.dirs.clear();
     for (const bed of this.beds) spawnSync('bash', [TESTBED, 'down', bed], { stdio: 'ignore' });
     this.beds.clear();
+    for (const mount of this.mounts) {
+      spawnSync('umount', ['-l', mount], { stdio: 'ignore' });
+      rmSync(mount, { recursive: true, force: true });
+    }
+    this.mounts.clear();
+  }
+
+  /**
+   * A tmpfs with 2 MiB pages where the file fits them (huge=within_size), as README recommends
+   * for the relays' shm directory; null when the kernel or the machine refuses the mount.
+   */
+  hugeTmpfs(): string | null {
+    const dir = mkdtempSync('/tmp/laminar-bench-huge-');
+    const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${totalmem()},huge=within_size,mode=0755`, 'tmpfs', dir], { encoding: 'utf8' });
+    if (mounted.status !== 0) {
+      rmSync(dir, { recursive: true, force: true });
+      return null;
+    }
+    this.mounts.add(dir);
+    return dir;
   }
 
   spawn(command: string, args: string[], env: NodeJS.ProcessEnv, stdio: 'pipe' | 'ignore' = 'pipe'): ChildProcess {
@@ -233,6 +262,8 @@ interface RelaySettings {
   chunkSize: number;
   window: number;
   secretFile: string;
+  /** Directory (a tmpfs) the relays' shm directories are made in. */
+  shmBase: string;
 }
 
 async function startRelay(
@@ -241,7 +272,7 @@ async function startRelay(
   member: { id: string; address: string; ns: string | null },
   peers: { id: string; address: string }[],
 ): Promise<RelayProc> {
-  const root = res.tempDir('/dev/shm/laminar-bench-bcast-');
+  const root = res.tempDir(join(settings.shmBase, 'laminar-bench-bcast-'));
   const socketPath = join(root, 'relay.sock');
   const args = [
     CLI, 'relay',
@@ -371,8 +402,10 @@ function makeSource(size: number): Source {
 }
 
 interface Round {
-  /** Seconds from publish() returning to the last relay complete. */
+  /** Seconds from publish() returning to the last relay complete (chain: the second version). */
   seconds: number;
+  /** Chain rounds: the same for the first version, into relays that never held one. */
+  firstSeconds?: number;
   /** Per receiving relay (r1, r2, ...): seconds from publish() returning to complete. */
   arrivals: number[];
   cpu: CpuUse;
@@ -390,27 +423,44 @@ function freshPorts(hosts: Host[]): Host[] {
   return hosts.map((h) => (h.ns === null ? h : { ...h, address: `${h.address}:${port}` }));
 }
 
-/** One chain broadcast over `hosts` (master first), on fresh relays. */
+/**
+ * Chain broadcasts over `hosts` (master first), on fresh relays: version 1 into relays that
+ * never held a version, then, once every relay is idle with its spare segment ready, version 2
+ * (the steady state of training, where a version of the same size arrives every step).
+ */
 async function chainRound(res: Resources, settings: RelaySettings, hostsIn: Host[], source: Source, timeoutMs: number): Promise<Round> {
   const hosts = freshPorts(hostsIn);
   const peers = hosts.map(({ id, address }) => ({ id, address }));
   const relays = await Promise.all(hosts.map((h) => startRelay(res, settings, h, peers)));
   const abort = new AbortController();
+  setMaxListeners(0, abort.signal); // one watch per relay and version
   try {
     await waitForChain(relays);
-    const watches = relays.slice(1).map((r) => watchFor(r, 1, abort.signal));
-    await Promise.all(watches.map((w) => w.ready));
-    await relays[0]!.client.publish({ model: MODEL, version: 1, tensors: source.tensors });
-    const t0 = performance.now();
-    const sample = cpuSampler(relays.map((r) => r.child.pid));
-    const ends = await withTimeout(Promise.all(watches.map((w) => w.done)), timeoutMs, 'the chain broadcast', relays);
-    const cpu = sample();
-    const arrivals = ends.map((t) => (t - t0) / 1e3);
-    return { seconds: Math.max(...arrivals), arrivals, cpu };
+    const first = await timedVersion(relays, 1, source, timeoutMs, abort.signal);
+    await waitUntil('every relay idle with a spare segment', timeoutMs, async () => {
+      const statuses = await Promise.all(relays.map((r) => r.client.status()));
+      return statuses.every((s) => s.spares.count >= 1 && s.spares.warming === 0 && !s.broadcast?.receiving.length && !s.broadcast?.downstream?.sending.length);
+    }, relays);
+    const steady = await timedVersion(relays, 2, source, timeoutMs, abort.signal);
+    return { ...steady, firstSeconds: first.seconds };
   } finally {
     abort.abort();
     await stopRelays(res, relays);
   }
+}
+
+/** Publishes `version` at the master and times it to the last relay (the bytes differ per version). */
+async function timedVersion(relays: RelayProc[], version: number, source: Source, timeoutMs: number, signal: AbortSignal): Promise<Round> {
+  const watches = relays.slice(1).map((r) => watchFor(r, version, signal));
+  await Promise.all(watches.map((w) => w.ready));
+  for (const t of source.tensors) t.data[0] = version;
+  await relays[0]!.client.publish({ model: MODEL, version, tensors: source.tensors });
+  const t0 = performance.now();
+  const sample = cpuSampler(relays.map((r) => r.child.pid));
+  const ends = await withTimeout(Promise.all(watches.map((w) => w.done)), timeoutMs, `the chain broadcast of version ${version}`, relays);
+  const cpu = sample();
+  const arrivals = ends.map((t) => (t - t0) / 1e3);
+  return { seconds: Math.max(...arrivals), arrivals, cpu };
 }
 
 /**
@@ -608,6 +658,7 @@ export async function run(args: string[]): Promise<void> {
       window: { type: 'string', default: '4' },
       rounds: { type: 'string', default: '3' },
       skip: { type: 'string', default: '' },
+      shm: { type: 'string', default: 'huge' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -623,6 +674,7 @@ export async function run(args: string[]): Promise<void> {
   const window = Number(values.window);
   const rounds = Number(values.rounds);
   if (!(Number.isInteger(window) && window >= 1) || !(Number.isInteger(rounds) && rounds >= 1)) throw new Error('--window and --rounds are positive integers');
+  if (values.shm !== 'huge' && values.shm !== 'plain') throw new Error(`--shm is huge or plain, got ${values.shm}`);
   const skip = new Set(values.skip!.split(',').map((s) => s.trim()).filter((s) => s.length > 0));
   const problem = checkEnvironment();
   if (problem !== null) {
@@ -679,7 +731,10 @@ export async function run(args: string[]): Promise<void> {
     const link: LinkModel = { bandwidth: bw.median, startup: lat.median * 1e-6 };
     const chunkSize = chunkOption === 'auto' ? optimalChunkSize(maxP, size, link, 64 * 2 ** 20) : parseBytes(chunkOption);
     const chunks = Math.ceil(size / chunkSize);
-    const settings: RelaySettings = { chunkSize, window, secretFile };
+    const hugeBase = values.shm === 'huge' ? res.hugeTmpfs() : null;
+    if (values.shm === 'huge' && hugeBase === null) say('could not mount a tmpfs with huge=within_size: relays use /dev/shm (4 KiB pages)');
+    const shm = hugeBase === null ? 'plain' : 'huge';
+    const settings: RelaySettings = { chunkSize, window, secretFile, shmBase: hugeBase ?? '/dev/shm' };
     const source = makeSource(size);
     // Generous: ten times the transfer at the nominal rate, plus start-up.
     const timeoutFor = (hops: number): number => 60_000 + (10 * hops * size * 1e3) / linkRate;
@@ -704,36 +759,55 @@ export async function run(args: string[]): Promise<void> {
     res.beds.delete(bed);
 
     // Loopback: no namespaces, no shaping, UCX over TCP on 127.0.0.1.
-    let loop: { relay: Stat; perftest: Stat; tcp: Stat } | null = null;
+    let loop: Loopback | null = null;
     if (!skip.has('loopback')) {
       const relayBw: number[] = [];
+      const firstBw: number[] = [];
+      const plainBw: number[] = [];
       const perfBw: number[] = [];
       const tcpBw: number[] = [];
       const loArgs = bandwidthArgs(size, Math.min(chunkSize, size), window);
-      for (let r = 0; r < rounds; r++) {
-        say(`loopback relay hop, round ${r + 1}/${rounds}`);
-        const hop = await retried('loopback', crashes, say, async () => {
+      const hop = async (hopSettings: RelaySettings): Promise<Round> =>
+        retried('loopback', crashes, say, async () => {
           const [a, b] = [await freePort(), await freePort()];
           const loHosts: Host[] = [
             { id: 'r0', address: `127.0.0.1:${a}`, ns: null },
             { id: 'r1', address: `127.0.0.1:${b === a ? b + 1 : b}`, ns: null },
           ];
-          return chainRound(res, settings, loHosts, source, timeoutFor(1));
+          return chainRound(res, hopSettings, loHosts, source, timeoutFor(1));
         });
-        relayBw.push(size / hop.seconds);
+      for (let r = 0; r < rounds; r++) {
+        say(`loopback relay hop (${shm} shm), round ${r + 1}/${rounds}`);
+        const main = await hop(settings);
+        relayBw.push(size / main.seconds);
+        firstBw.push(size / main.firstSeconds!);
+        if (shm === 'huge') {
+          say(`loopback relay hop (/dev/shm), round ${r + 1}/${rounds}`);
+          plainBw.push(size / (await hop({ ...settings, shmBase: '/dev/shm' })).seconds);
+        }
         say(`loopback ucx_perftest, round ${r + 1}/${rounds}: ${loArgs.join(' ')}`);
         perfBw.push((await perftest(res, null, null, '127.0.0.1', await freePort(), loArgs)).bandwidth);
         tcpBw.push(await tcpStream(res, null, null, '127.0.0.1', await freePort(), size));
       }
-      loop = { relay: stat(relayBw), perftest: stat(perfBw), tcp: stat(tcpBw) };
+      loop = { relay: stat(relayBw), first: stat(firstBw), plain: plainBw.length ? stat(plainBw) : null, perftest: stat(perfBw), tcp: stat(tcpBw) };
     }
 
-    report({ size, linkRate, rate: values.rate!, delay: values.delay!, ps, rounds, window, chunkSize, chunks, perftestMessage, bwArgs, bw, tcp: stat(linkTcp), lat, latAvg: stat(linkLatAvg), link, chain, star, loop, crashes, wallS: (performance.now() - started) / 1e3 });
+    report({ shm, size, linkRate, rate: values.rate!, delay: values.delay!, ps, rounds, window, chunkSize, chunks, perftestMessage, bwArgs, bw, tcp: stat(linkTcp), lat, latAvg: stat(linkLatAvg), link, chain, star, loop, crashes, wallS: (performance.now() - started) / 1e3 });
   } finally {
     res.releaseAll();
     for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.off(s, onSignal);
     process.off('exit', onExit);
   }
+}
+
+interface Loopback {
+  /** Steady state (second version) on the shm of the run, and its first version. */
+  relay: Stat;
+  first: Stat;
+  /** Steady state on /dev/shm, when the run used a huge-page tmpfs. */
+  plain: Stat | null;
+  perftest: Stat;
+  tcp: Stat;
 }
 
 interface Results {
@@ -755,7 +829,9 @@ interface Results {
   link: LinkModel;
   chain: Map<number, Round[]>;
   star: Map<number, Round[]>;
-  loop: { relay: Stat; perftest: Stat; tcp: Stat } | null;
+  loop: Loopback | null;
+  /** huge: the relays' segments on a tmpfs with huge=within_size; plain: /dev/shm. */
+  shm: 'huge' | 'plain';
   /** Relays that died at start-up (rounds run again). */
   crashes: string[];
   wallS: number;
@@ -768,6 +844,8 @@ function report(r: Results): void {
   // One chunk step of the model: what each hop beyond the first should add to the chain.
   const chunkStep = r.size / r.chunks / r.link.bandwidth + r.link.startup;
   const chainStat = new Map([...r.chain].map(([p, rounds]) => [p, stat(rounds.map((x) => x.seconds))]));
+  const firstStat = new Map([...r.chain].map(([p, rounds]) => [p, stat(rounds.map((x) => x.firstSeconds!))]));
+  const p2pFirst = firstStat.get(2) ?? null;
   const starStat = new Map([...r.star].map(([p, rounds]) => [p, stat(rounds.map((x) => x.seconds))]));
   const p2p = chainStat.get(2) ?? null;
   const maxP = r.ps[r.ps.length - 1]!;
@@ -790,7 +868,11 @@ function report(r: Results): void {
   const rows: string[][] = [['broadcast', 'p (relays incl. master)', 'hops', 'median s', 'range s', 'size/T MB/s', 'model s', 'meas/model', 's per extra hop', 'CPU during the broadcast (median; 100% = one core)']];
   for (const p of r.ps) {
     const s = chainStat.get(p)!;
-    rows.push([p === 2 ? 'chain (p=2: T_p2p)' : 'chain', String(p), String(p - 1), s.median.toFixed(3), rangeText(s, 3), (r.size / s.median / MB).toFixed(1), model(p).toFixed(3), (s.median / model(p)).toFixed(2), p > 2 && p2p ? ((s.median - p2p.median) / (p - 2)).toFixed(3) : '-', cpuText(r.chain.get(p)!)]);
+    rows.push([p === 2 ? 'chain, steady (p=2: T_p2p)' : 'chain, steady', String(p), String(p - 1), s.median.toFixed(3), rangeText(s, 3), (r.size / s.median / MB).toFixed(1), model(p).toFixed(3), (s.median / model(p)).toFixed(2), p > 2 && p2p ? ((s.median - p2p.median) / (p - 2)).toFixed(3) : '-', cpuText(r.chain.get(p)!)]);
+  }
+  for (const p of r.ps) {
+    const s = firstStat.get(p)!;
+    rows.push(['chain, first version', String(p), String(p - 1), s.median.toFixed(3), rangeText(s, 3), (r.size / s.median / MB).toFixed(1), model(p).toFixed(3), (s.median / model(p)).toFixed(2), p > 2 && p2pFirst ? ((s.median - p2pFirst.median) / (p - 2)).toFixed(3) : '-', '']);
   }
   for (const p of r.ps) {
     const s = starStat.get(p);
@@ -800,7 +882,8 @@ function report(r: Results): void {
   printTable(
     `broadcast of ${formatBytes(r.size)} in k=${r.chunks} chunks of ${formatBytes(r.chunkSize)}, window ${r.window}; p counts the master (p=2 is one hop); ` +
       `model T(p,k) = (p+k-2)(M/k T_byte + T_start) with T_byte = 1/${(r.link.bandwidth / MB).toFixed(1)} MB/s, T_start = ${(r.link.startup * 1e6).toFixed(1)} us; ` +
-      `each hop beyond the first should add one chunk step M/k T_byte + T_start = ${chunkStep.toFixed(3)} s`,
+      `each hop beyond the first should add one chunk step M/k T_byte + T_start = ${chunkStep.toFixed(3)} s; ` +
+      'steady: the second version, into relays that hold a spare segment (as every step of training); first: version 1 into fresh relays',
     rows,
   );
 
@@ -820,20 +903,27 @@ function report(r: Results): void {
   const chainOverP2p = p2p ? chainMax.median / p2p.median : null;
   const linkEfficiency = p2p ? r.size / p2p.median / r.bw.median : null;
   const starMax = starStat.get(maxP);
-  const starOverChain = starMax ? starMax.median / chainMax.median : null;
+  // The star runs on fresh relays: compare it with the chain's first version.
+  const starOverChain = starMax ? starMax.median / firstStat.get(maxP)!.median : null;
   const loopRatio = r.loop ? r.loop.relay.median / r.loop.perftest.median : null;
+  const loopFirstRatio = r.loop ? r.loop.first.median / r.loop.perftest.median : null;
+  const firstOverP2p = p2pFirst ? firstStat.get(maxP)!.median / p2pFirst.median : null;
   const fmt = (x: number | null, d = 2): string => (x === null ? 'n/a' : x.toFixed(d));
   const met = (ok: boolean | null): string => (ok === null ? 'not measured' : ok ? 'met' : 'MISSED');
   const goalRows: string[][] = [
-    [`T_chain(${maxP}) / T_p2p`, fmt(chainOverP2p), '<= 1.10', met(chainOverP2p === null ? null : chainOverP2p <= 1.1)],
+    [`T_chain(${maxP}) / T_p2p, steady state`, fmt(chainOverP2p), '<= 1.10', met(chainOverP2p === null ? null : chainOverP2p <= 1.1)],
+    [`T_chain(${maxP}) / T_p2p, first version`, fmt(firstOverP2p), '(shown)', '-'],
     ['link efficiency: size / T_p2p / perftest bandwidth', fmt(linkEfficiency), '>= 0.90', met(linkEfficiency === null ? null : linkEfficiency >= 0.9)],
-    [`T_star(${maxP}) / T_chain(${maxP})`, fmt(starOverChain), `~${maxP - 1} (shown)`, '-'],
-    ['loopback: relay hop / perftest (UCX_TLS=tcp, 127.0.0.1)', fmt(loopRatio), '>= 0.80', met(loopRatio === null ? null : loopRatio >= 0.8)],
+    [`T_star(${maxP}) / T_chain(${maxP}), both on fresh relays`, fmt(starOverChain), `~${maxP - 1} (shown)`, '-'],
+    ['loopback: relay hop / perftest (UCX_TLS=tcp, 127.0.0.1), steady state', fmt(loopRatio), '>= 0.80', met(loopRatio === null ? null : loopRatio >= 0.8)],
+    ['loopback: relay hop / perftest, first version', fmt(loopFirstRatio), '(shown)', '-'],
   ];
   printTable('goals (medians)', goalRows);
   if (r.loop) {
-    printTable(`loopback (127.0.0.1, UCX_TLS=tcp, no shaping); median (range) of ${r.rounds}`, [
-      ['relay hop (size / time)', `${(r.loop.relay.median / MB).toFixed(1)} MB/s (${rangeText(r.loop.relay, 1, 1 / MB)})`],
+    printTable(`loopback (127.0.0.1, UCX_TLS=tcp, no shaping, relay segments on ${r.shm === 'huge' ? 'a huge=within_size tmpfs' : '/dev/shm'}); median (range) of ${r.rounds}`, [
+      ['relay hop (size / time), steady state', `${(r.loop.relay.median / MB).toFixed(1)} MB/s (${rangeText(r.loop.relay, 1, 1 / MB)})`],
+      ['relay hop, first version', `${(r.loop.first.median / MB).toFixed(1)} MB/s (${rangeText(r.loop.first, 1, 1 / MB)})`],
+      ...(r.loop.plain ? [['relay hop, steady state, segments on /dev/shm (4 KiB pages)', `${(r.loop.plain.median / MB).toFixed(1)} MB/s (${rangeText(r.loop.plain, 1, 1 / MB)})`]] : []),
       ['ucx_perftest tag_bw, same messages and window', `${(r.loop.perftest.median / MB).toFixed(1)} MB/s (${rangeText(r.loop.perftest, 1, 1 / MB)})`],
       ['plain TCP stream (Node net)', `${(r.loop.tcp.median / MB).toFixed(1)} MB/s (${rangeText(r.loop.tcp, 1, 1 / MB)})`],
     ]);
@@ -863,6 +953,7 @@ function report(r: Results): void {
     tstart_us: round(r.lat.median, 1),
     t_p2p_s: p2p ? round(p2p.median) : null,
     t_chain_s: byP((p) => round(chainStat.get(p)!.median)),
+    t_chain_first_s: byP((p) => round(firstStat.get(p)!.median)),
     t_star_s: byP((p) => (starStat.has(p) ? round(starStat.get(p)!.median) : undefined)),
     model_s: byP((p) => round(model(p))),
     model_star_s: byP((p) => round(starModel(p))),
@@ -873,11 +964,15 @@ function report(r: Results): void {
     arrivals_s: byP((p) => medianRound(r.chain.get(p)!).arrivals.map((a) => round(a))),
     chain8_over_p2p: chainStat.has(8) && p2p ? round(chainStat.get(8)!.median / p2p.median) : null,
     chain_max_over_p2p: chainOverP2p === null ? null : round(chainOverP2p),
+    chain_max_over_p2p_first: firstOverP2p === null ? null : round(firstOverP2p),
     star_over_chain: starOverChain === null ? null : round(starOverChain, 2),
     link_efficiency: linkEfficiency === null ? null : round(linkEfficiency),
     loopback_relay_MBps: r.loop ? round(r.loop.relay.median / MB, 1) : null,
     loopback_perftest_MBps: r.loop ? round(r.loop.perftest.median / MB, 1) : null,
     loopback_over_perftest: loopRatio === null ? null : round(loopRatio),
+    loopback_first_over_perftest: loopFirstRatio === null ? null : round(loopFirstRatio),
+    loopback_plain_shm_over_perftest: r.loop?.plain ? round(r.loop.plain.median / r.loop.perftest.median) : null,
+    shm: r.shm,
     loopback_tcp_MBps: r.loop ? round(r.loop.tcp.median / MB, 1) : null,
     cpu_machine_busy: byP((p) => round(median(r.chain.get(p)!.map((x) => x.cpu.machineBusy)), 2)),
     cpu_machine_sys: byP((p) => round(median(r.chain.get(p)!.map((x) => x.cpu.machineSystem)), 2)),

@@ -246,11 +246,26 @@ Napi::Value UcxWorker::Unregister(const Napi::CallbackInfo& info) {
   if (key == registration_ids_.end() || closed_) return info.Env().Undefined();
   auto it = registrations_.find(key->second);
   if (it != registrations_.end()) {
-    ucp_mem_unmap(context_, it->second.memh);
+    retiring_.push_back(std::move(it->second));
     registrations_.erase(it);
+    UnmapRetired();
   }
   registration_ids_.erase(key);
   return info.Env().Undefined();
+}
+
+void UcxWorker::UnmapRetired() {
+  for (size_t i = 0; i < retiring_.size();) {
+    const Region* region = retiring_[i].region.get();
+    bool in_use = false;
+    for (auto& [id, op] : ops_) in_use = in_use || op->region.get() == region;
+    if (in_use) {
+      ++i;
+      continue;
+    }
+    ucp_mem_unmap(context_, retiring_[i].memh);
+    retiring_.erase(retiring_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
 }
 
 }  // namespace laminar

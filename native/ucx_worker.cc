@@ -278,6 +278,7 @@ bool UcxWorker::Deliver() {
     }
   }
 
+  if (!retiring_.empty() && !completed.empty()) UnmapRetired();
   if (events_.empty()) return true;
   auto events = std::move(events_);
   events_.clear();
@@ -719,6 +720,8 @@ void UcxWorker::Teardown(bool js_allowed) {
   endpoint_ids_.clear();
   for (auto& [region, registration] : registrations_) ucp_mem_unmap(context_, registration.memh);
   registrations_.clear();
+  for (auto& registration : retiring_) ucp_mem_unmap(context_, registration.memh);
+  retiring_.clear();
   registration_ids_.clear();
   events_.clear();
   // Settled only once the worker is destroyed, so that no JS runs against a half-destroyed worker.

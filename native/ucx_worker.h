@@ -164,6 +164,10 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   uint64_t next_registration_ = 1;
   std::unordered_map<const Region*, Registration> registrations_;
   std::unordered_map<uint64_t, const Region*> registration_ids_;
+  // Unregistered while a transfer still used the region: unmapped once no operation holds it
+  // (UCX requires a memory handle to outlive every request that uses it).
+  std::vector<Registration> retiring_;
+  void UnmapRetired();
 
   std::vector<UcxEvent> events_;
   std::vector<std::pair<UcxOp*, ucs_status_t>> completed_;

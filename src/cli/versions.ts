@@ -21,7 +21,8 @@ export function versionsCommand(): Command {
         const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
         const line = (cells: string[]): string => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
         process.stdout.write(`relay ${status.relay}  shm ${status.shmDir}  used ${formatBytes(status.usedBytes)}` +
-          `${status.memoryBudget !== null ? ` of ${formatBytes(status.memoryBudget)}` : ''}  pinning ${status.pinning ? 'on' : 'OFF'}  ` +
+          `${status.memoryBudget !== null ? ` of ${formatBytes(status.memoryBudget)}` : ''}` +
+          `${status.spares.count > 0 ? ` (spare ${formatBytes(status.spares.bytes)})` : ''}  pinning ${status.pinning ? 'on' : 'OFF'}  ` +
           `leases ${status.leases}  clients ${status.connections}\n`);
         process.stdout.write(`${line(header)}\n${rows.map(line).join('\n')}${rows.length ? '\n' : ''}`);
         const b = status.broadcast;

@@ -45,6 +45,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
             return {
               versions: [...versions.values()],
               bytes: storeRef!.usedBytes(),
+              spareBytes: storeRef!.spareInfo().bytes,
               pinnedBytes: storeRef!.pinnedBytes(),
               leases: server!.leaseCount,
               budget: options.memoryBudget,
@@ -71,6 +72,8 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
         registry,
         onPeerFailure: (peer, direction, code) => control?.peerFailed(peer, direction, code),
       });
+      const b = broadcaster;
+      store.busy = () => b.busy;
     }
     if (options.control && broadcaster) {
       control = await RelayControl.start(store, broadcaster, options.relayId, options.socketPath, options.control, registry, log);

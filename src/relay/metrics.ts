@@ -5,6 +5,7 @@ export interface RelayGaugeSource {
   gaugeSnapshot(): {
     versions: { model: string; state: string; count: number }[];
     bytes: number;
+    spareBytes: number;
     pinnedBytes: number;
     leases: number;
     budget: number;
@@ -22,6 +23,7 @@ export class RelayMetrics {
   readonly checksumBytes: Counter;
   readonly commitSeconds: Histogram;
   readonly badFrames: Counter<'code'>;
+  readonly spareSegments: Counter<'event'>;
 
   constructor(registry: Registry, source: () => RelayGaugeSource | null) {
     const snap = (): ReturnType<RelayGaugeSource['gaugeSnapshot']> | null => source()?.gaugeSnapshot() ?? null;
@@ -46,7 +48,8 @@ export class RelayMetrics {
         },
       });
     };
-    simple('laminar_relay_bytes', 'Bytes of shared memory held by versions (writing and complete)', (s) => s.bytes);
+    simple('laminar_relay_bytes', 'Bytes of shared memory held: versions (writing and complete) and spare segments', (s) => s.bytes);
+    simple('laminar_relay_spare_bytes', 'Bytes of spare segments kept allocated for the next versions', (s) => s.spareBytes);
     simple('laminar_relay_pinned_bytes', 'Bytes of version memory locked in RAM (mlock)', (s) => s.pinnedBytes);
     simple('laminar_relay_pinned', '1 when versions are pinned, 0 when the memlock limit made the relay run unpinned', (s) => (s.pinned ? 1 : 0));
     simple('laminar_relay_leases', 'Leases held by clients', (s) => s.leases);
@@ -58,6 +61,12 @@ export class RelayMetrics {
     this.badFrames = new Counter({ name: 'laminar_relay_bad_frames_total', help: 'Connections closed for malformed frames, by code', labelNames: ['code'], registers: [registry] });
     this.pinFailures = new Counter({ name: 'laminar_relay_pin_failures_total', help: 'Versions that could not be mlocked', registers: [registry] });
     this.recovered = new Counter({ name: 'laminar_relay_recovered_versions_total', help: 'Segments found at start-up, by outcome', labelNames: ['result'], registers: [registry] });
+    this.spareSegments = new Counter({
+      name: 'laminar_relay_spare_segments_total',
+      help: 'Spare segments by event: prepared (allocated while idle), kept (a retired version), reused (by a new version), dropped (for room)',
+      labelNames: ['event'],
+      registers: [registry],
+    });
     this.checksumBytes = new Counter({ name: 'laminar_relay_checksum_bytes_total', help: 'Bytes checksummed', registers: [registry] });
     this.commitSeconds = new Histogram({
       name: 'laminar_relay_commit_seconds',

@@ -16,6 +16,7 @@ import { parseControlOptions, type ControlOptions, type ControlOptionsInput } fr
 export const DEFAULT_SHM_DIR = '/dev/shm/laminar';
 export const DEFAULT_CHUNK_SIZE = 32 * 1024 * 1024;
 export const DEFAULT_KEEP_VERSIONS = 2;
+export const DEFAULT_SPARE_SEGMENTS = 1;
 
 export interface RelayOptions {
   /** Unique name of this relay in the job (default: the host name). */
@@ -26,6 +27,8 @@ export interface RelayOptions {
   fileMode: number;
   chunkSize: number;
   keepVersions: number;
+  /** Segments kept allocated for the next versions (0: every version allocates afresh). */
+  spareSegments: number;
   memoryBudget: number;
   pin: boolean;
   maxFrameBytes: number;
@@ -77,6 +80,7 @@ export interface RelayOptionsInput extends Partial<ControlOptionsInput> {
   fileMode?: string | number;
   chunkSize?: string | number;
   keepVersions?: string | number;
+  spareSegments?: string | number;
   memoryBudget?: string | number;
   pin?: boolean;
   maxFrameBytes?: string | number;
@@ -132,6 +136,7 @@ export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<Relay
     fileMode: mode('file mode', input.fileMode ?? '640'),
     chunkSize,
     keepVersions: int('keep-versions', input.keepVersions ?? DEFAULT_KEEP_VERSIONS, 0, 1000),
+    spareSegments: int('spare-segments', input.spareSegments ?? DEFAULT_SPARE_SEGMENTS, 0, 16),
     memoryBudget: budget,
     pin: input.pin ?? true,
     maxFrameBytes: parseBytes(input.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES),

@@ -319,6 +319,7 @@ class Connection {
           relay: this.relay.options.relayId,
           shmDir: store.options.shmDir,
           usedBytes: store.usedBytes(),
+          spares: store.spareInfo(),
           memoryBudget: Number.isFinite(store.options.memoryBudget) ? store.options.memoryBudget : null,
           pinning: store.pinningEnabled,
           pinnedBytes: store.pinnedBytes(),

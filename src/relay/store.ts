@@ -39,6 +39,7 @@ import { copyCheckpoint, readCheckpoint } from './checkpoint.js';
 import { chunkChecksums } from './chunk-checksums.js';
 import type { RelayMetrics } from './metrics.js';
 import { COMPLETE_SUFFIX, WRITING_SUFFIX, segmentBaseName, validateModelId, validateVersion } from './segments.js';
+import { SparePool } from './spare-segments.js';
 
 export type VersionState = 'writing' | 'complete' | 'retired';
 
@@ -66,6 +67,8 @@ export interface StoreOptions {
   fileMode: number;
   /** Concurrent checksum jobs on the libuv pool. */
   verifyConcurrency: number;
+  /** Segments kept allocated for the next versions (spare-segments.ts); 0 disables recycling. */
+  spareSegments: number;
   logger: Logger;
   metrics: RelayMetrics;
 }
@@ -159,10 +162,26 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   private pinQueue: Promise<void> = Promise.resolve();
   private pinningWorks = true;
   private readonly log: Logger;
+  private readonly spares: SparePool;
+  private spareTimer: NodeJS.Timeout | null = null;
+  private spareWanted = 0;
+  private closed = false;
+  /**
+   * Whether the relay is moving bytes right now (receiving or forwarding a version): a spare is
+   * prepared only when it is not, so that allocating one never competes with a transfer.
+   */
+  busy: () => boolean = () => false;
 
   constructor(readonly options: StoreOptions) {
     super();
     this.log = options.logger;
+    this.spares = new SparePool({
+      dir: options.shmDir,
+      capacity: options.spareSegments,
+      fileMode: options.fileMode,
+      log: options.logger,
+      events: options.metrics.spareSegments,
+    });
   }
 
   // ---- start-up and shutdown ------------------------------------------------------------
@@ -187,6 +206,10 @@ export class VersionStore extends EventEmitter<StoreEvents> {
         this.options.metrics.recovered.inc({ result: 'partial_deleted' });
         this.log.warn({ segment: name }, 'deleted a partial segment left by an earlier run');
         discarded++;
+        continue;
+      }
+      if (SparePool.isSpareName(name)) {
+        await this.spares.adopt(name);
         continue;
       }
       if (!name.endsWith(COMPLETE_SUFFIX)) continue;
@@ -233,6 +256,8 @@ export class VersionStore extends EventEmitter<StoreEvents> {
 
   /** Closes mappings. Complete versions stay on disk for the next start; partial ones go. */
   async close(): Promise<void> {
+    this.closed = true;
+    if (this.spareTimer) clearTimeout(this.spareTimer);
     for (const versions of this.models.values()) {
       for (const v of versions.values()) {
         if (v.state === 'writing') await this.discard(v, 'relay shutting down');
@@ -282,10 +307,16 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     return [...this.models.values()].flatMap((m) => [...m.values()]).sort((a, b) => a.model.localeCompare(b.model) || a.version - b.version);
   }
 
+  /** Shared memory held: versions (writing and complete) and spare segments. */
   usedBytes(): number {
-    let total = 0;
+    let total = this.spares.bytes;
     for (const v of this.list()) total += v.layout.totalSize;
     return total;
+  }
+
+  /** Spare segments kept for the next versions: how many, their bytes, and how many are still being touched. */
+  spareInfo(): { count: number; bytes: number; warming: number } {
+    return { count: this.spares.count, bytes: this.spares.bytes, warming: this.spares.warming };
   }
 
   // ---- publishing -----------------------------------------------------------------------
@@ -360,7 +391,9 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     owner: Requester,
     header?: Uint8Array,
   ): Promise<StoredVersion> {
-    this.makeRoom(layout.totalSize, model);
+    // A spare holds at least these bytes already: taking it leaves the memory held unchanged.
+    const spare = this.spares.claim(layout.totalSize);
+    if (!spare) this.makeRoom(layout.totalSize, model);
     const baseName = segmentBaseName(model, version);
     const path = join(this.options.shmDir, baseName + WRITING_SUFFIX);
     // Registered before the first await so that a racing begin of the same version conflicts.
@@ -368,7 +401,9 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     this.versionsOf(model, true).set(version, v);
     try {
       try {
-        await createSegmentAsync(path, layout.totalSize, this.options.fileMode);
+        if (!(spare && (await this.spares.moveInto(spare, path, layout.totalSize)))) {
+          await createSegmentAsync(path, layout.totalSize, this.options.fileMode);
+        }
       } catch (err) {
         if ((err as LaminarError).code === 'ENOSPC' || (err as LaminarError).code === 'ENOMEM') {
           throw new CapacityError(
@@ -404,13 +439,16 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     const budget = this.options.memoryBudget;
     let used = this.usedBytes();
     if (used + bytes <= budget) return;
+    // Spares are the cheapest room: they hold no version anyone can ask for.
+    used -= this.spares.dropAll();
+    if (used + bytes <= budget) return;
     const candidates = this.list()
       .filter((v) => v.state === 'complete' && v.leases === 0 && this.latest(v.model) !== v)
       .sort((a, b) => (a.completedAt ?? 0) - (b.completedAt ?? 0));
     for (const v of candidates) {
       if (used + bytes <= budget) break;
       used -= v.layout.totalSize;
-      void this.retire(v, 'memory budget');
+      void this.retire(v, 'memory budget', false);
     }
     if (used + bytes > budget) {
       throw new CapacityError(
@@ -575,6 +613,31 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     this.wakeWaiters(v);
     this.applyRetention(v.model);
     this.pin(v);
+    this.wantSpare(v.layout.totalSize);
+  }
+
+  /**
+   * Asks for a spare segment of `size` bytes for the next version, prepared once the relay is
+   * idle (checked every SPARE_IDLE_CHECK_MS) and only within the memory budget.
+   */
+  private wantSpare(size: number): void {
+    if (this.options.spareSegments === 0 || this.closed) return;
+    this.spareWanted = Math.max(this.spareWanted, size);
+    if (this.spareTimer) return;
+    this.spareTimer = setTimeout(() => {
+      this.spareTimer = null;
+      void this.prepareSpareWhenIdle();
+    }, SPARE_IDLE_CHECK_MS);
+    this.spareTimer.unref();
+  }
+
+  private async prepareSpareWhenIdle(): Promise<void> {
+    const size = this.spareWanted;
+    if (this.closed || size === 0) return;
+    if (this.busy() || this.list().some((v) => v.committing)) return this.wantSpare(size);
+    this.spareWanted = 0;
+    if (this.spares.covers(size) || this.usedBytes() + size > this.options.memoryBudget) return;
+    await this.spares.prepare(size, () => this.busy());
   }
 
   async abort(v: StoredVersion, requester: Requester, reason: string): Promise<void> {
@@ -719,22 +782,31 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     });
   }
 
-  private async retire(v: StoredVersion, reason: string): Promise<void> {
+  /**
+   * Retires a complete version nobody leases. Its file becomes a spare for the next version
+   * when `recycle` and the pool has room, else it is unlinked.
+   */
+  private async retire(v: StoredVersion, reason: string, recycle = true): Promise<void> {
     if (v.state !== 'complete') return;
     v.state = 'retired';
     this.versionsOf(v.model).delete(v.version);
+    // Listeners release what they hold on the mapping (UCX registrations) before it closes.
+    this.emit('retired', v);
     v.mapping?.close();
     v.mapping = null;
-    // Clients that still have it mapped keep their pages; the name is gone at once.
-    await unlink(v.path).catch((err: unknown) => this.log.warn({ err, path: v.path }, 'could not unlink a retired segment'));
-    this.log.info({ model: v.model, version: v.version, reason }, 'version retired');
-    this.emit('retired', v);
+    const kept = recycle && (await this.spares.keep(v.path, v.layout.totalSize));
+    // Unlinked: clients that still have it mapped keep their pages; the name is gone at once.
+    if (!kept) await unlink(v.path).catch((err: unknown) => this.log.warn({ err, path: v.path }, 'could not unlink a retired segment'));
+    this.log.info({ model: v.model, version: v.version, reason, recycled: kept }, 'version retired');
   }
 
   pinnedBytes(): number {
     return this.list().reduce((s, v) => s + (v.pinned ? v.layout.totalSize : 0), 0);
   }
 }
+
+/** How often a wanted spare checks whether the relay has become idle. */
+const SPARE_IDLE_CHECK_MS = 250;
 
 function describe(r: AcquireRequest): string {
   if (r.version !== undefined) return `version ${r.version}`;

@@ -87,6 +87,26 @@ describe('chain broadcast on loopback', () => {
     }
   });
 
+  it('releases the UCX registrations of versions it forwarded while they arrived and of those it retired', async () => {
+    const client = await RelayClient.connect({ socketPath: relays[0]!.options.socketPath });
+    try {
+      const regions = (i: number): Promise<number> => metric(relays[i]!, 'laminar_relay_ucx_registered_regions');
+      const before = [await regions(0), await regions(1)];
+      const data = new Uint8Array(3 * 1024 * 1024 + 7);
+      for (let v = 1; v <= 6; v++) {
+        data[0] = v;
+        const arrived = new Promise<void>((resolve) => relays[2]!.store.on('complete', (x) => x.model === 'org/regions' && x.version === v && resolve()));
+        await client.publish({ model: 'org/regions', version: v, tensors: [{ name: 'w', dtype: 'U8', shape: [data.length], data }] });
+        await arrived;
+      }
+      // Retention keeps the latest and 2 more (the default): at most 3 of the 6 stay registered.
+      await waitUntil('retired versions to be unregistered', async () => (await regions(0)) <= before[0]! + 3 && (await regions(1)) <= before[1]! + 3, 10_000);
+      expect(relays[0]!.store.list().filter((x) => x.model === 'org/regions').length).toBe(3);
+    } finally {
+      client.close();
+    }
+  });
+
   it('takes a remote push at the master and forwards it; the push returns once the master holds it', async () => {
     const publisher = await RelayClient.remote({ address: address(0), secret: SECRET, relayId: 'r0', chunkSize: 1 << 20 });
     try {

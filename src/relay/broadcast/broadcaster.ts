@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { LaminarError } from '../../common/errors.js';
 import { MAX_HEADER_BYTES } from '../../safetensors/header.js';
+import type { Mapping } from '../../native/index.js';
 import { UcxWorker, type IncomingMessage, type Listener, type Registration } from '../../ucx/index.js';
 import type { BroadcastOptions } from '../options.js';
 import type { StoredVersion, VersionStore } from '../store.js';
@@ -75,7 +76,7 @@ export class Broadcaster {
   private readonly lanes = new WeakMap<PeerLink, PullLane>();
   /** Upstream links whose sender said it was leaving (retarget, shutdown): their close is no failure. */
   private readonly leftOnPurpose = new WeakSet<PeerLink>();
-  private readonly registrations = new Map<object, Registration>();
+  private readonly registrations = new Map<Mapping, Registration>();
   private readonly timer: NodeJS.Timeout;
   private readonly log: Logger;
   private closed = false;
@@ -87,12 +88,12 @@ export class Broadcaster {
     private readonly options: BroadcasterOptions,
   ) {
     this.log = options.logger.child({ component: 'broadcast' });
-    this.metrics = new BroadcastMetrics(options.registry);
-    this.plan = options.plan;
-    if (this.plan) this.metrics.epoch.set(this.plan.epoch);
     this.worker = new UcxWorker({
       onStray: () => this.metrics.badMessages.inc({ code: 'ERR_PEER_STRAY' }),
     });
+    this.metrics = new BroadcastMetrics(options.registry, () => (this.closed ? 0 : this.worker.stats().registrations));
+    this.plan = options.plan;
+    if (this.plan) this.metrics.epoch.set(this.plan.epoch);
     store.on('complete', this.onComplete);
     store.on('retired', this.onRetired);
     this.timer = setInterval(() => this.tick(), Math.max(50, Math.min(options.retryMs, 1000)));
@@ -492,6 +493,13 @@ export class Broadcaster {
     return [...newest.values()];
   }
 
+  /** True while a version is arriving here or being sent downstream. */
+  get busy(): boolean {
+    if (this.arrivals.size > 0) return true;
+    for (const s of this.downstream?.sessions.values() ?? []) if (!s.done) return true;
+    return false;
+  }
+
   private findVersion(model: string, version: number): StoredVersion | undefined {
     return this.store.list().find((v) => v.model === model && v.version === version);
   }
@@ -509,6 +517,20 @@ export class Broadcaster {
     const mapping = v.mapping;
     if (mapping) {
       this.registrations.get(mapping)?.release();
+      this.registrations.delete(mapping);
+    }
+  }
+
+  /**
+   * Releases the registrations of mappings that are closed: a version forwarded while it
+   * arrived was sent from its writable mapping, which the store replaces by a read-only one
+   * when the version completes. Each registration holds its mapping open, so one left behind
+   * would keep a whole version's memory mapped for the life of the relay.
+   */
+  private releaseClosedRegistrations(): void {
+    for (const [mapping, registration] of this.registrations) {
+      if (!mapping.closed) continue;
+      registration.release();
       this.registrations.delete(mapping);
     }
   }
@@ -558,6 +580,7 @@ export class Broadcaster {
     ).finally(() => {
       if (d.sessions.get(k) === session) d.sessions.delete(k);
       if (stored) this.store.unlease(stored);
+      this.releaseClosedRegistrations();
     });
   }
 

@@ -17,7 +17,8 @@ export class BroadcastMetrics {
   readonly epoch: Gauge;
   readonly retargets: Counter;
 
-  constructor(registry: Registry) {
+  /** `registeredRegions` reads how many memory regions the UCX worker holds registered. */
+  constructor(registry: Registry, registeredRegions: () => number) {
     const counter = <L extends string = never>(name: string, help: string, labelNames: L[] = []): Counter<L> =>
       new Counter<L>({ name, help, labelNames, registers: [registry] });
     this.chunksSent = counter('laminar_relay_broadcast_chunks_sent_total', 'Chunks sent downstream (resends included)');
@@ -38,6 +39,14 @@ export class BroadcastMetrics {
       labelNames: ['direction'],
       buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128],
       registers: [registry],
+    });
+    new Gauge({
+      name: 'laminar_relay_ucx_registered_regions',
+      help: 'Segments registered with UCX for sending (one per version being or recently sent; released on retirement)',
+      registers: [registry],
+      collect() {
+        this.set(registeredRegions());
+      },
     });
     this.epoch = new Gauge({ name: 'laminar_relay_plan_epoch', help: 'Epoch of the chain plan in force', registers: [registry] });
   }

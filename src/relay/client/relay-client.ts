@@ -54,7 +54,10 @@ export interface AcquireOptions {
 export interface RelayStatus {
   relay: string;
   shmDir: string;
+  /** Versions and spare segments. */
   usedBytes: number;
+  /** Segments kept allocated for the next versions (their bytes are in usedBytes). */
+  spares: { count: number; bytes: number; warming: number };
   memoryBudget: number | null;
   pinning: boolean;
   pinnedBytes: number;

@@ -92,7 +92,7 @@ export class RemotePublisher {
         epoch: 0,
         timeoutMs: options.timeoutMs ?? 10_000,
       });
-      return new RemotePublisher(worker, link, options, new BroadcastMetrics(new Registry()));
+      return new RemotePublisher(worker, link, options, new BroadcastMetrics(new Registry(), () => worker.stats().registrations));
     } catch (err) {
       worker.close();
       throw err;
