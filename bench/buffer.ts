@@ -5,7 +5,11 @@
  *   write  : ExperienceWriter.write() of `batch` trajectories vs raw js.publish of the same bytes
  *   sample : a cold sample() of one batch vs a raw pull-consumer fetch of the same bytes
  *   latency: sample() with prefetch on (the next batch assembled while "training") and off
- *   memory : peak RSS of the sampler process (a child process, like a trainer) / batch bytes
+ *   memory : peak RSS of the sampler process (a child process, like a trainer) / batch bytes,
+ *            with a trainer that holds each batch through training (prefetch on) and with one
+ *            that releases it after its device copy (prefetch 'after-release', 3 batches)
+ *   reuse  : the background assembly of a batch in fresh memory and in a released batch's
+ *            (time, CPU seconds, page faults)
  *   partial: CPU of streaming `inflight` trajectories at 50 tokens/s to the partial pool
  *   cost   : CPU seconds and page faults of the cold sample and of the raw fetch (and of
  *            nats-server meanwhile), to tell where their time went on a shared machine
@@ -17,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
 import { startNatsServer } from '../src/services/index.js';
-import { ExperienceSampler, ExperienceWriter, PartialPool, type TrajectoryInput } from '../src/data/index.js';
+import { ExperienceSampler, ExperienceWriter, PartialPool, type Batch, type TrajectoryInput } from '../src/data/index.js';
 import { mapLimit } from '../src/common/concurrency.js';
 import { formatBytes } from '../src/common/units.js';
 
@@ -162,41 +166,112 @@ async function partialCpu(nc: NatsConnection, inflight: number, secs: number): P
   return { pct: Math.max(0, withPool - baseline) * 100, appends };
 }
 
+const CHILD_MODES = ['cold', 'prefetch', 'released'] as const;
+type ChildMode = (typeof CHILD_MODES)[number];
+/** Batches the releasing trainer goes through (its peak RSS is over all of them). */
+const RELEASED_BATCHES = 3;
+
 interface ChildResult {
+  /** The timed sample() (released: the slowest hand-over of a prefetched batch). */
   sampleS: number;
   peakRssBytes: number;
   batchBytes: number;
   cost: Cost;
+  /** prefetch, released: the last batch's assembly in the background, the trainer idle. */
+  assembleS?: number;
+  assembleCost?: Cost;
+  /** Of the bytes the trainer read, so that the reads are not optimised away. */
+  checksum?: number;
+}
+
+/** A training step that outlasts the assembly: waits until the next batch is ready. */
+async function untilPrefetched(s: ExperienceSampler, serverPid: number | undefined): Promise<{ seconds: number; cost: Cost }> {
+  const meter = costMeter(serverPid);
+  const t0 = process.hrtime.bigint();
+  const t = Date.now();
+  while (s.stats().readyBatches === 0) {
+    if (Date.now() - t > 300_000) throw new Error('no batch prefetched within 300 s');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return { seconds: seconds(t0), cost: meter() };
+}
+
+/**
+ * Stands in for the trainer's copy of the batch to the GPU, which this machine does not have:
+ * reads every payload byte once (a checksum). A device copy keeps no second host copy either,
+ * so the RSS is what a trainer's would be; the copy's own time is not simulated.
+ */
+function deviceCopy(b: Batch): number {
+  let sum = 0;
+  for (const it of b.items) {
+    for (const a of [it.tokens, new Int32Array(it.logprobs.buffer, it.logprobs.byteOffset, it.logprobs.length)]) {
+      for (let k = 0; k < a.length; k++) sum = (sum + a[k]!) | 0;
+    }
+  }
+  return sum;
+}
+
+/**
+ * prefetch 'after-release': each batch is copied to the "device" and released, which starts
+ * the next one in its memory; "training" lasts until that one is ready, then sample() hands it
+ * over (timed).
+ */
+async function releasingTrainer(s: ExperienceSampler, serverPid: number | undefined): Promise<Omit<ChildResult, 'peakRssBytes'>> {
+  let b = await s.sample();
+  let checksum = 0;
+  let slowest: { sampleS: number; cost: Cost } | undefined;
+  let assembled: { seconds: number; cost: Cost } | undefined;
+  for (let i = 1; i < RELEASED_BATCHES; i++) {
+    checksum ^= deviceCopy(b);
+    b.release();
+    assembled = await untilPrefetched(s, serverPid);
+    const meter = costMeter(serverPid);
+    const t0 = process.hrtime.bigint();
+    b = await s.sample();
+    const sampleS = seconds(t0);
+    const cost = meter();
+    if (!b.prefetched) throw new Error('expected a prefetched batch');
+    if (!slowest || sampleS > slowest.sampleS) slowest = { sampleS, cost };
+  }
+  checksum ^= deviceCopy(b);
+  b.release();
+  return { ...slowest!, batchBytes: b.bytes, assembleS: assembled!.seconds, assembleCost: assembled!.cost, checksum };
 }
 
 /**
  * The trainer side, in its own process so that its RSS is the sampler's. 'cold': one batch
  * assembled inside sample(). 'prefetch': the first call waits; "training" on that batch lets
- * the next one assemble, and the timed call hands it over.
+ * the next one assemble (in fresh memory: nothing is released), and the timed call hands it
+ * over. 'released': see releasingTrainer().
  */
-async function samplerChild(url: string, buffer: string, batch: number, mode: 'cold' | 'prefetch', serverPid: number | undefined): Promise<ChildResult> {
+async function samplerChild(url: string, buffer: string, batch: number, mode: ChildMode, serverPid: number | undefined): Promise<ChildResult> {
   const nc = await connect({ servers: url });
-  const s = await ExperienceSampler.open({ nc, buffer, batchSize: batch, prefetch: mode === 'prefetch' });
-  if (mode === 'prefetch') {
-    let training = await s.sample();
-    const t = Date.now();
-    while (s.stats().readyBatches === 0 && Date.now() - t < 300_000) await new Promise((r) => setTimeout(r, 20));
-    if (training.items.length !== batch) throw new Error('short batch');
-    training = undefined as never; // the training step is done with it
+  const s = await ExperienceSampler.open({ nc, buffer, batchSize: batch, prefetch: { cold: false, prefetch: true, released: 'after-release' as const }[mode] });
+  let result: ChildResult;
+  if (mode === 'released') {
+    result = { ...(await releasingTrainer(s, serverPid)), peakRssBytes: process.resourceUsage().maxRSS * 1024 };
+  } else {
+    let assembled: { seconds: number; cost: Cost } | undefined;
+    if (mode === 'prefetch') {
+      let training = await s.sample();
+      assembled = await untilPrefetched(s, serverPid);
+      if (training.items.length !== batch) throw new Error('short batch');
+      training = undefined as never; // the training step is done with it
+    }
+    const meter = costMeter(serverPid);
+    const t0 = process.hrtime.bigint();
+    const b = await s.sample();
+    const sampleS = seconds(t0);
+    const cost = meter();
+    if (b.prefetched !== (mode === 'prefetch')) throw new Error(`expected prefetched=${mode === 'prefetch'}`);
+    result = { sampleS, peakRssBytes: process.resourceUsage().maxRSS * 1024, batchBytes: b.bytes, cost, assembleS: assembled?.seconds, assembleCost: assembled?.cost };
   }
-  const meter = costMeter(serverPid);
-  const t0 = process.hrtime.bigint();
-  const b = await s.sample();
-  const sampleS = seconds(t0);
-  const cost = meter();
-  if (b.prefetched !== (mode === 'prefetch')) throw new Error(`expected prefetched=${mode === 'prefetch'}`);
-  const result = { sampleS, peakRssBytes: process.resourceUsage().maxRSS * 1024, batchBytes: b.bytes, cost };
   await s.close();
   await nc.close();
   return result;
 }
 
-function runChild(url: string, buffer: string, batch: number, mode: 'cold' | 'prefetch', serverPid: number | undefined): Promise<ChildResult> {
+function runChild(url: string, buffer: string, batch: number, mode: ChildMode, serverPid: number | undefined): Promise<ChildResult> {
   return new Promise((resolve, reject) => {
     const child = fork(fileURLToPath(import.meta.url), ['--sampler-child', url, buffer, String(batch), mode, String(serverPid ?? '')], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     child.once('message', (m) => resolve(m as ChildResult));
@@ -222,11 +297,16 @@ export async function run(argv: string[]): Promise<void> {
     log('experience writer (3 batches: cold sample, then two with prefetch)');
     const writeS = await ourWrite(nc, 'bench', 0, a.batch, a.tokens, a.window);
     await ourWrite(nc, 'bench', a.batch, 2 * a.batch, a.tokens, a.window);
-    await nc.close();
     log('sampler, cold (child process)');
     const cold = await runChild(nats.url, 'bench', a.batch, 'cold', nats.pid);
     log('sampler, prefetch (child process)');
     const warm = await runChild(nats.url, 'bench', a.batch, 'prefetch', nats.pid);
+    // Written only now, so that the prefetch child finds no batch to prefetch after its last.
+    log(`experience writer (${RELEASED_BATCHES} more batches for the releasing trainer)`);
+    await ourWrite(nc, 'bench', 3 * a.batch, RELEASED_BATCHES * a.batch, a.tokens, a.window);
+    await nc.close();
+    log("sampler, prefetch 'after-release', the trainer releasing each batch (child process)");
+    const released = await runChild(nats.url, 'bench', a.batch, 'released', nats.pid);
 
     const gbs = (s: number): number => batchBytes / s / 1e9;
     const result = {
@@ -258,6 +338,20 @@ export async function run(argv: string[]): Promise<void> {
       sample_cold_cpu_s: cold.cost.client?.cpuS,
       sample_cold_page_faults: cold.cost.client?.faults,
       sample_cold_server_cpu_s: cold.cost.server?.cpuS,
+      // A trainer that releases each batch after its device copy, prefetch 'after-release':
+      // peak RSS over RELEASED_BATCHES batches, and its slowest sample() of a prefetched batch.
+      released_batches: RELEASED_BATCHES,
+      sampler_peak_rss_bytes_released: released.peakRssBytes,
+      sampler_rss_over_batch_released: +(released.peakRssBytes / batchBytes).toFixed(3),
+      sample_ms_prefetch_released: +(released.sampleS * 1000).toFixed(2),
+      // The background assembly of a batch in fresh memory (the prefetch child's second batch)
+      // and in a released batch's memory (the releasing trainer's last batch).
+      assemble_fresh_s: warm.assembleS === undefined ? undefined : +warm.assembleS.toFixed(3),
+      assemble_fresh_cpu_s: warm.assembleCost?.client?.cpuS,
+      assemble_fresh_page_faults: warm.assembleCost?.client?.faults,
+      assemble_reused_s: released.assembleS === undefined ? undefined : +released.assembleS.toFixed(3),
+      assemble_reused_cpu_s: released.assembleCost?.client?.cpuS,
+      assemble_reused_page_faults: released.assembleCost?.client?.faults,
     };
     const rows: Array<[string, string, string]> = [
       ['write throughput', `${result.write_gbps} GB/s`, `raw publish ${result.raw_publish_gbps} GB/s -> ratio ${result.write_over_raw} (goal >= 0.7)`],
@@ -270,6 +364,22 @@ export async function run(argv: string[]): Promise<void> {
         `raw fetch ${result.raw_fetch_cpu_s ?? '?'} s, ${result.raw_fetch_page_faults ?? '?'} page faults; nats-server ${result.sample_cold_server_cpu_s ?? '?'} s vs ${result.raw_fetch_server_cpu_s ?? '?'} s`,
       ],
       ['sampler peak RSS, prefetch', formatBytes(warm.peakRssBytes), `${result.sampler_rss_over_batch} x batch (goal <= 2): one batch training + one prefetched`],
+      [
+        "sampler peak RSS, 'after-release'",
+        formatBytes(released.peakRssBytes),
+        `${result.sampler_rss_over_batch_released} x batch (goal <= 2): each batch released after its device copy, ${RELEASED_BATCHES} batches`,
+      ],
+      ["sample() 'after-release'", `${result.sample_ms_prefetch_released} ms`, 'the slowest hand-over of a prefetched batch (goal <= 50 ms)'],
+      [
+        'assembling a batch, fresh memory',
+        `${result.assemble_fresh_s ?? '?'} s, ${result.assemble_fresh_cpu_s ?? '?'} s CPU, ${result.assemble_fresh_page_faults ?? '?'} page faults`,
+        'in the background, second batch of the process',
+      ],
+      [
+        'assembling a batch, reused memory',
+        `${result.assemble_reused_s ?? '?'} s, ${result.assemble_reused_cpu_s ?? '?'} s CPU, ${result.assemble_reused_page_faults ?? '?'} page faults`,
+        `in the background, in a released batch's arena (batch ${RELEASED_BATCHES})`,
+      ],
       ['sampler peak RSS, cold', formatBytes(cold.peakRssBytes), `${(cold.peakRssBytes / batchBytes).toFixed(3)} x batch`],
       ['partial pool CPU', `${result.partial_cpu_pct} % of a core`, `${a.inflight} in flight x 50 tok/s, ${partial.appends} appends (goal < 5 %)`],
       ['data plane on critical path', `${result.critical_path_s} s / iteration`, `paper (Laminar, §8.1): ${PAPER_OVERHEAD_S} s`],
@@ -286,7 +396,8 @@ export async function run(argv: string[]): Promise<void> {
 
 if (process.argv[2] === '--sampler-child') {
   const [url, buffer, batch, mode, serverPid] = process.argv.slice(3);
-  samplerChild(url!, buffer!, Number(batch), mode === 'cold' ? 'cold' : 'prefetch', serverPid ? Number(serverPid) : undefined).then(
+  if (!CHILD_MODES.includes(mode as ChildMode)) throw new Error(`unknown sampler child mode ${mode}`);
+  samplerChild(url!, buffer!, Number(batch), mode as ChildMode, serverPid ? Number(serverPid) : undefined).then(
     (r) => process.send!(r, () => process.exit(0)),
     (err: unknown) => {
       process.stderr.write(`sampler child failed: ${(err as Error).stack}\n`);

@@ -1,59 +1,28 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Registry } from 'prom-client';
-import type { NatsConnection } from '@nats-io/transport-node';
+import { describe, expect, it } from 'vitest';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { startNatsServer, type NatsServer } from '../../src/services/index.js';
 import {
   DataErrorCodes,
-  ExperienceSampler,
   ExperienceWriter,
   fifo,
   prioritized,
   stalenessBounded,
   uniform,
   wholeGroups,
-  type SamplerOptions,
   type SamplingStrategy,
   type TrajectoryInput,
 } from '../../src/data/index.js';
-import { metricValue, natsClient, trajectory } from './helpers.js';
+import { bufferFixture, metricValue, trajectory } from './helpers.js';
 
-let nats: NatsServer;
-let nc: NatsConnection;
-let registry: Registry;
-let n = 0;
-let buffer: string;
-const open: ExperienceSampler[] = [];
+const fx = bufferFixture('b');
+const { writer, sampler } = fx;
 
-beforeAll(async () => {
-  nats = await startNatsServer({ jetstream: true });
-  nc = await natsClient(nats.url);
-});
-afterAll(async () => {
-  for (const s of open) await s.close();
-  await nc.close();
-  await nats.stop();
-});
-beforeEach(() => {
-  registry = new Registry();
-  buffer = `b${++n}`;
-});
-
-async function writer(over: Partial<Parameters<typeof ExperienceWriter.open>[0]> = {}): Promise<ExperienceWriter> {
-  return ExperienceWriter.open({ nc, buffer, registry, ...over });
-}
-async function sampler(over: Partial<SamplerOptions> = {}): Promise<ExperienceSampler> {
-  const s = await ExperienceSampler.open({ nc, buffer, registry, batchSize: 4, ...over });
-  open.push(s);
-  return s;
-}
 async function writeAll(w: ExperienceWriter, ts: TrajectoryInput[]): Promise<void> {
   for (const t of ts) await w.write(t);
 }
 const ids = (b: { items: Array<{ id: string }> }): string[] => b.items.map((i) => i.id);
 async function streamMessages(): Promise<number> {
-  const jsm = await jetstreamManager(nc);
-  return (await jsm.streams.info(`LAMINAR_EXP_${buffer}`)).state.messages;
+  const jsm = await jetstreamManager(fx.nc);
+  return (await jsm.streams.info(`LAMINAR_EXP_${fx.buffer}`)).state.messages;
 }
 
 describe('experience buffer: writer + FIFO sampler', () => {
@@ -87,8 +56,8 @@ describe('experience buffer: writer + FIFO sampler', () => {
     const b2 = await s.sample({ timeoutMs: 5000 });
     expect(b2.prefetched).toBe(true);
     expect([...ids(b1), ...ids(b2)]).toEqual(Array.from({ length: 8 }, (_, i) => `p${i}`));
-    const cold = await sampler({ batchSize: 4, prefetch: false, buffer: `${buffer}x` });
-    await writeAll(await writer({ buffer: `${buffer}x` }), Array.from({ length: 4 }, (_, i) => trajectory({ id: `c${i}` })));
+    const cold = await sampler({ batchSize: 4, prefetch: false, buffer: `${fx.buffer}x` });
+    await writeAll(await writer({ buffer: `${fx.buffer}x` }), Array.from({ length: 4 }, (_, i) => trajectory({ id: `c${i}` })));
     expect((await cold.sample({ timeoutMs: 5000 })).prefetched).toBe(false);
   });
 
@@ -101,7 +70,7 @@ describe('experience buffer: writer + FIFO sampler', () => {
     const again = await w.write(t);
     expect(again.duplicate).toBe(true);
     expect(await streamMessages()).toBe(1);
-    expect(await metricValue(registry, 'laminar_buffer_writes_total', { result: 'duplicate' })).toBe(2);
+    expect(await metricValue(fx.registry, 'laminar_buffer_writes_total', { result: 'duplicate' })).toBe(2);
   });
 
   it('stores payloads larger than the max payload as chunks behind a record (claim check)', async () => {
@@ -156,7 +125,7 @@ describe('sampling strategies', () => {
     expect(b.staleness.max).toBeLessThanOrEqual(2);
     await expect.poll(() => s.stats().evicted.stale).toBe(3);
     expect(evicted).toEqual(expect.arrayContaining(['s0:stale', 's1:stale', 's2:stale']));
-    expect(await metricValue(registry, 'laminar_buffer_evicted_total', { reason: 'stale' })).toBe(3);
+    expect(await metricValue(fx.registry, 'laminar_buffer_evicted_total', { reason: 'stale' })).toBe(3);
   });
 
   it('staleness-bounded re-checks a prefetched batch when the trainer version moves', async () => {
@@ -213,7 +182,7 @@ describe('eviction', () => {
     await expect.poll(() => s.stats().inserts).toBe(5);
     expect(gone).toEqual(['e0:capacity', 'e1:capacity']);
     expect(s.entries().map((e) => e.id)).toEqual(['e2', 'e3', 'e4']);
-    expect(await metricValue(registry, 'laminar_buffer_evicted_total', { reason: 'capacity' })).toBe(2);
+    expect(await metricValue(fx.registry, 'laminar_buffer_evicted_total', { reason: 'capacity' })).toBe(2);
     await s.flush();
     expect(await streamMessages()).toBe(3);
   });
@@ -252,7 +221,7 @@ describe('rate limiting', () => {
     await expect(blocked).rejects.toMatchObject({ code: DataErrorCodes.ABORTED });
     await w.write(trajectory({ id: 'l3' }));
     await expect(s.sample({ timeoutMs: 5000 })).resolves.toBeDefined();
-    expect(await metricValue(registry, 'laminar_data_rejections_total', { code: 'ERR_TIMEOUT' })).toBe(1);
+    expect(await metricValue(fx.registry, 'laminar_data_rejections_total', { code: 'ERR_TIMEOUT' })).toBe(1);
   });
 });
 
@@ -263,11 +232,11 @@ describe('metrics', () => {
     const s = await sampler({ batchSize: 4, trainerVersion: 3 });
     const b = await s.sample({ timeoutMs: 5000 });
     expect(b.staleness.histogram).toEqual({ 3: 1, 2: 2, 0: 1 });
-    const text = await registry.metrics();
-    expect(text).toMatch(new RegExp(`laminar_buffer_staleness_bucket\\{le="0",buffer="${buffer}"\\} 1`));
-    expect(text).toMatch(new RegExp(`laminar_buffer_staleness_bucket\\{le="2",buffer="${buffer}"\\} 3`));
-    expect(text).toMatch(new RegExp(`laminar_buffer_staleness_count\\{buffer="${buffer}"\\} 4`));
+    const text = await fx.registry.metrics();
+    expect(text).toMatch(new RegExp(`laminar_buffer_staleness_bucket\\{le="0",buffer="${fx.buffer}"\\} 1`));
+    expect(text).toMatch(new RegExp(`laminar_buffer_staleness_bucket\\{le="2",buffer="${fx.buffer}"\\} 3`));
+    expect(text).toMatch(new RegExp(`laminar_buffer_staleness_count\\{buffer="${fx.buffer}"\\} 4`));
     expect(text).toContain('laminar_buffer_sample_seconds_bucket');
-    expect(text).toMatch(new RegExp(`laminar_buffer_items\\{buffer="${buffer}"\\} 0`));
+    expect(text).toMatch(new RegExp(`laminar_buffer_items\\{buffer="${fx.buffer}"\\} 0`));
   });
 });

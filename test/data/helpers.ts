@@ -1,8 +1,10 @@
 /** Shared fixtures for the data-module tests: real servers, clients, trajectories. */
+import { afterAll, beforeAll, beforeEach } from 'vitest';
 import { Redis } from 'ioredis';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Registry } from 'prom-client';
-import type { TrajectoryInput } from '../../src/data/index.js';
+import { startNatsServer, type NatsServer } from '../../src/services/index.js';
+import { ExperienceSampler, ExperienceWriter, type SamplerOptions, type TrajectoryInput, type WriterOptions } from '../../src/data/index.js';
 
 export function redisClient(port: number): Redis {
   // Retry quickly through a server restart; commands wait for the reconnection.
@@ -11,6 +13,53 @@ export function redisClient(port: number): Redis {
 
 export async function natsClient(url: string): Promise<NatsConnection> {
   return connect({ servers: url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+}
+
+/** An experience-buffer test file's world: see bufferFixture(). */
+export interface BufferFixture {
+  nc: NatsConnection;
+  /** Fresh for each test. */
+  registry: Registry;
+  /** A new buffer name for each test. */
+  buffer: string;
+  writer(over?: Partial<WriterOptions>): Promise<ExperienceWriter>;
+  /** A sampler (batches of 4 unless told) on the test's buffer, closed after the file's tests. */
+  sampler(over?: Partial<SamplerOptions>): Promise<ExperienceSampler>;
+}
+
+/**
+ * Registers the hooks of an experience-buffer test file: one real nats-server (JetStream) and
+ * client for the file, and a fresh registry and buffer name (`<prefix><n>`) for each test.
+ */
+export function bufferFixture(prefix: string): BufferFixture {
+  let nats: NatsServer;
+  let n = 0;
+  const open: ExperienceSampler[] = [];
+  const fx: BufferFixture = {
+    nc: undefined as unknown as NatsConnection,
+    registry: new Registry(),
+    buffer: '',
+    writer: (over = {}) => ExperienceWriter.open({ nc: fx.nc, buffer: fx.buffer, registry: fx.registry, ...over }),
+    sampler: async (over = {}) => {
+      const s = await ExperienceSampler.open({ nc: fx.nc, buffer: fx.buffer, registry: fx.registry, batchSize: 4, ...over });
+      open.push(s);
+      return s;
+    },
+  };
+  beforeAll(async () => {
+    nats = await startNatsServer({ jetstream: true });
+    fx.nc = await natsClient(nats.url);
+  });
+  afterAll(async () => {
+    for (const s of open) await s.close();
+    await fx.nc.close();
+    await nats.stop();
+  });
+  beforeEach(() => {
+    fx.registry = new Registry();
+    fx.buffer = `${prefix}${++n}`;
+  });
+  return fx;
 }
 
 /** Value of a counter/gauge sample in a registry, by metric name and labels. */

@@ -8,6 +8,11 @@
  * bytes. So a large arena is populated ahead of the writes on the libuv pool (a read() of
  * /dev/zero into the next few MiB, two steps in flight), and a writer waits only when it catches
  * up with the populated prefix. Where /dev/zero cannot be opened the pages fault in place.
+ *
+ * An arena can also be built over the buffer of a batch the trainer released (arena-pool.ts),
+ * possibly larger than needed. Its pages are resident already, so it skips population. It is
+ * not zeroed either: the loader overwrites every byte of every payload it hands out, and a
+ * batch with a payload that did not arrive whole is never handed out.
  */
 import { openSync, read } from 'node:fs';
 
@@ -40,12 +45,18 @@ export class Arena {
   private inFlight = 0;
   private readonly done = new Map<number, number>();
   private readonly waiters: Array<{ end: number; wake: () => void }> = [];
-  private failed = false;
+  /** Set when population ends early (a failed read, or stop()): pages then fault in place. */
+  private populating = true;
+  private readonly idle: Array<() => void> = [];
   private readonly fd: number | null;
 
-  constructor(readonly size: number) {
-    this.buffer = new ArrayBuffer(size);
-    this.fd = size >= POPULATE_MIN_BYTES ? devZero() : null;
+  /** `reused`: a released batch's buffer of at least `size` bytes, written over as it is. */
+  constructor(
+    readonly size: number,
+    reused?: ArrayBuffer,
+  ) {
+    this.buffer = reused ?? new ArrayBuffer(size);
+    this.fd = reused === undefined && size >= POPULATE_MIN_BYTES ? devZero() : null;
     this.populated = this.fd === null ? size : 0;
     this.requested = this.populated;
     this.pump(0);
@@ -78,10 +89,20 @@ export class Arena {
     return new Promise((wake) => this.waiters.push({ end, wake }));
   }
 
+  /**
+   * Ends population and resolves once no read is in flight, after which nothing writes into the
+   * buffer behind its next owner's back (a batch given up half loaded goes back to the pool).
+   */
+  stop(): Promise<void> {
+    this.endPopulation();
+    if (this.inFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idle.push(resolve));
+  }
+
   /** Issues population reads up to AHEAD bytes past `position`, at most IN_FLIGHT at a time. */
   private pump(position: number): void {
     const fd = this.fd;
-    if (fd === null || this.failed) return;
+    if (fd === null || !this.populating) return;
     const target = Math.min(this.size, position + AHEAD);
     while (this.inFlight < IN_FLIGHT && this.requested < target) {
       const at = this.requested;
@@ -97,11 +118,9 @@ export class Arena {
     read(fd, new Uint8Array(this.buffer, at + from, len - from), 0, len - from, null, (err, n) => {
       if (!err && n > 0 && from + n < len) return this.zero(fd, at, len, from + n);
       this.inFlight--;
-      if (err || n === 0) {
-        // Population is only an optimisation: from here on, pages fault in place.
-        this.failed = true;
-        this.populated = this.size;
-      } else {
+      // Population is only an optimisation: after a failed read, pages fault in place.
+      if (err || n === 0) this.endPopulation();
+      else if (this.populating) {
         this.done.set(at, len);
         let next = this.done.get(this.populated);
         while (next !== undefined) {
@@ -110,14 +129,25 @@ export class Arena {
           next = this.done.get(this.populated);
         }
       }
-      for (let i = this.waiters.length - 1; i >= 0; i--) {
-        const w = this.waiters[i]!;
-        if (w.end <= this.populated) {
-          this.waiters.splice(i, 1);
-          w.wake();
-        }
-      }
+      this.wakeWriters();
+      if (this.inFlight === 0) for (const resolve of this.idle.splice(0)) resolve();
       this.pump(this.used);
     });
+  }
+
+  private endPopulation(): void {
+    this.populating = false;
+    this.populated = this.size;
+    this.wakeWriters();
+  }
+
+  private wakeWriters(): void {
+    for (let i = this.waiters.length - 1; i >= 0; i--) {
+      const w = this.waiters[i]!;
+      if (w.end <= this.populated) {
+        this.waiters.splice(i, 1);
+        w.wake();
+      }
+    }
   }
 }

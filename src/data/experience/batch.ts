@@ -28,6 +28,14 @@ export interface Batch {
   bytes: number;
   /** True when the batch was assembled ahead of the call (prefetch). */
   prefetched: boolean;
+  /**
+   * The trainer is done with the payload bytes (typically once they are on the device). The
+   * batch's memory goes back to the sampler for a later batch, and every `tokens` and
+   * `logprobs` view of this batch (and anything else over its ArrayBuffer) reads as length 0
+   * from then on. Metadata stays readable. With `prefetch: 'after-release'` this is also what
+   * starts assembling the next batch. Idempotent; harmless after the sampler is closed.
+   */
+  release(): void;
 }
 
 /** Summary of the items' `staleness` (one pass, no intermediate array). */

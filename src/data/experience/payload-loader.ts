@@ -1,16 +1,16 @@
 /**
- * Loads the payloads of chosen entries into one arena per batch (arena.ts: an ArrayBuffer of
- * exactly the batch's payload bytes, filled front to back in arrival order, its pages populated
- * off the JS thread ahead of the writes). Each received message is copied once, into the arena,
- * and is garbage right away. Runs of nearby records (FIFO batches are mostly contiguous) stream
- * through one ordered consumer from the run's first sequence, like a raw JetStream fetch;
- * scattered records (uniform, prioritized) and chunked payloads use direct gets by sequence,
- * many in flight.
+ * Loads the payloads of chosen entries into the batch's arena (arena.ts: an ArrayBuffer of at
+ * least the batch's payload bytes, filled front to back in arrival order, its pages populated
+ * off the JS thread ahead of the writes unless it is reused memory). Each received message is
+ * copied once, into the arena, and is garbage right away. Runs of nearby records (FIFO batches
+ * are mostly contiguous) stream through one ordered consumer from the run's first sequence,
+ * like a raw JetStream fetch; scattered records (uniform, prioritized) and chunked payloads use
+ * direct gets by sequence, many in flight.
  */
 import { DeliverPolicy, type JetStreamClient, type JetStreamManager, type JsMsg, type StoredMsg } from '@nats-io/jetstream';
 import { mapLimit } from '../../common/concurrency.js';
 import { retryTransient } from '../retry.js';
-import { Arena } from './arena.js';
+import type { Arena } from './arena.js';
 import type { BufferEntry } from './entry.js';
 
 export interface LoadedPayload {
@@ -55,11 +55,13 @@ export class PayloadLoader {
     private readonly concurrency: number,
   ) {}
 
-  /** undefined for an entry whose record (or a chunk) is gone from the stream. */
-  async load(entries: readonly BufferEntry[]): Promise<Array<LoadedPayload | undefined>> {
-    let total = 0;
-    for (const e of entries) total += e.bytes;
-    const arena = new Arena(total);
+  /**
+   * Fills `arena` (of the entries' total bytes) with their payloads; undefined for an entry
+   * whose record (or a chunk) is gone from the stream. Every byte behind a returned payload is
+   * written here, so the arena needs no zeroing. When this resolves nothing writes into the
+   * arena any more, except population reads when a payload was missing (see Arena.stop()).
+   */
+  async load(entries: readonly BufferEntry[], arena: Arena): Promise<Array<LoadedPayload | undefined>> {
     const out = new Array<LoadedPayload | undefined>(entries.length);
     const indexOf = new Map<BufferEntry, number>();
     entries.forEach((e, i) => indexOf.set(e, i));

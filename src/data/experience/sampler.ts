@@ -3,7 +3,8 @@
  * applies the eviction policy and the rate limiter, lets the sampling strategy choose each
  * batch and, with prefetch on, assembles the next batch while the current one trains, so that
  * sample() of a ready batch returns at once. Memory: the index (a few hundred bytes per
- * trajectory) plus the payloads of the batches being prefetched.
+ * trajectory) plus the payloads of the batches being prefetched; the memory of a batch the
+ * trainer released (Batch.release()) is kept for the next one (arena-pool.ts).
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
@@ -27,6 +28,7 @@ import { PayloadLoader } from './payload-loader.js';
 import { RecordDeleter } from './record-deleter.js';
 import { ChunkTracker } from './chunk-tracker.js';
 import { summarizeStaleness, type Batch, type SampledTrajectory } from './batch.js';
+import { ArenaPool, detach } from './arena-pool.js';
 
 export interface SamplerOptions extends BufferStreamOptions {
   nc: NatsConnection;
@@ -35,8 +37,17 @@ export interface SamplerOptions extends BufferStreamOptions {
   strategy?: SamplingStrategy;
   eviction?: EvictionOptions;
   rateLimit?: RateLimitOptions;
-  /** Assemble the next batch ahead of sample(). Default true. */
-  prefetch?: boolean;
+  /**
+   * When the next batch is assembled. true (default): as soon as the current one is handed
+   * over, so that it is ready by the next sample(); the trainer's batch and the next one are
+   * both in memory. 'after-release': once the trainer releases the current batch
+   * (Batch.release()), into its memory, or at the next sample() if it never does; a trainer that
+   * releases after its device copy holds about one batch, and the next batch has the rest of
+   * the training step to assemble. false: inside sample().
+   */
+  prefetch?: boolean | 'after-release';
+  /** Buffers of released batches kept for later batches (arena-pool.ts). Default 1; 0 never reuses. */
+  spareArenas?: number;
   /** The trainer's weight version at start (staleness = trainer - trajectory version). */
   trainerVersion?: number;
   /** Seed of the random source used by strategies. */
@@ -72,6 +83,8 @@ export interface SamplerStats {
   /** Orphan chunks (left by writers that crashed mid-write) found and deleted. */
   orphanChunks: number;
   readyBatches: number;
+  /** Memory of released batches kept for the next ones. */
+  spareArenaBytes: number;
   trainerVersion: number;
 }
 
@@ -79,11 +92,20 @@ interface Picked {
   entries: BufferEntry[];
 }
 
-/** A batch assembled ahead of sample(), with its entries (still reserved) and the version its staleness was computed at. */
+/** The memory behind a batch's payloads, until the trainer releases it. */
+interface Holding {
+  buffer: ArrayBuffer | undefined;
+}
+
+/**
+ * A batch assembled ahead of sample(), with its entries (still reserved), the version its
+ * staleness was computed at and its memory.
+ */
 interface Assembled {
   batch: Batch;
   entries: BufferEntry[];
   version: number;
+  holding: Holding;
 }
 
 const STALENESS_BUCKETS = [0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64];
@@ -104,6 +126,9 @@ export class ExperienceSampler {
   private readonly rejections: RejectionCounter;
   private readonly logger: Logger;
   private readonly ready: Assembled[] = [];
+  private readonly arenas: ArenaPool;
+  /** prefetch 'after-release': the batch handed over last, until the trainer releases it. */
+  private awaitingRelease: Holding | undefined;
   /** Index bookkeeping of handed-over batches, applied after sample() returns (see settle()). */
   private unsettled: Array<{ entries: BufferEntry[]; spent: BufferEntry[] }> = [];
   private settleScheduled = false;
@@ -125,6 +150,7 @@ export class ExperienceSampler {
     orphanChunks: Counter<string>;
     staleness: DeferredHistogram;
     latency: Histogram<string>;
+    spareBytes: Gauge<string>;
   };
 
   private constructor(
@@ -175,9 +201,12 @@ export class ExperienceSampler {
         b,
       ),
       latency: histogram(registry, 'laminar_buffer_sample_seconds', 'Time sample() took, by whether the batch was prefetched', [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], ['buffer', 'prefetched']),
+      spareBytes: gauge(registry, 'laminar_buffer_spare_arena_bytes', 'Memory of batches the trainer released, kept for the next batches', ['buffer']),
     };
     this.m.items.set(b, 0);
     this.m.bytes.set(b, 0);
+    this.m.spareBytes.set(b, 0);
+    this.arenas = new ArenaPool(options.spareArenas ?? 1, (bytes) => this.m.spareBytes.set(b, bytes));
     // A scrape sees the index with the bookkeeping of handed-over batches applied.
     this.unhookSettle = onCollect(this.m.items, () => this.settle());
   }
@@ -187,6 +216,12 @@ export class ExperienceSampler {
     if (!Number.isInteger(options.batchSize) || options.batchSize < 1) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `batchSize must be an integer >= 1, got ${options.batchSize}`);
     if (options.orphanChunkAgeMs !== undefined && !(options.orphanChunkAgeMs >= 0)) {
       throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `orphanChunkAgeMs must be a number >= 0, got ${options.orphanChunkAgeMs}`);
+    }
+    if (options.prefetch !== undefined && typeof options.prefetch !== 'boolean' && options.prefetch !== 'after-release') {
+      throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `prefetch must be true, false or 'after-release', got ${String(options.prefetch)}`);
+    }
+    if (options.spareArenas !== undefined && !(Number.isInteger(options.spareArenas) && options.spareArenas >= 0)) {
+      throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `spareArenas must be an integer >= 0, got ${options.spareArenas}`);
     }
     const jsm = await jetstreamManager(options.nc);
     const names = await ensureBufferStream(jsm, options);
@@ -236,7 +271,11 @@ export class ExperienceSampler {
         // Room for the next prefetch; woken after this call returns, so that assembling the
         // next batch does not delay the hand-over of this one.
         if (batch) setImmediate(() => this.changed.notify());
-        else if (this.options.prefetch === false) {
+        else if (this.awaitingRelease) {
+          // 'after-release': the trainer wants the next batch without releasing the last one.
+          this.awaitingRelease = undefined;
+          this.changed.notify();
+        } else if (this.options.prefetch === false) {
           const picked = this.pick(this.options.batchSize);
           if (picked) {
             try {
@@ -252,6 +291,7 @@ export class ExperienceSampler {
         if (batch) {
           const handed = this.handOver(batch);
           if (handed) {
+            if (this.options.prefetch === 'after-release') this.awaitingRelease = batch.holding;
             this.m.latency.observe({ buffer: this.names.buffer, prefetched: String(handed.prefetched) }, (performance.now() - started) / 1000);
             return handed;
           }
@@ -277,6 +317,7 @@ export class ExperienceSampler {
       corrupt: this.corrupt,
       orphanChunks: this.orphanChunks,
       readyBatches: this.ready.length,
+      spareArenaBytes: this.arenas.spareBytes,
       trainerVersion: this.trainerVersion,
     };
   }
@@ -300,6 +341,7 @@ export class ExperienceSampler {
     await this.feed.stop();
     await this.prefetchLoop;
     for (const a of this.ready.splice(0)) this.index.release(a.entries);
+    this.arenas.close();
     this.settle();
     this.unhookSettle();
     this.m.staleness.dispose();
@@ -424,7 +466,11 @@ export class ExperienceSampler {
   }
 
   private async assemble(picked: Picked, prefetched: boolean): Promise<Assembled> {
-    const payloads = await this.loader.load(picked.entries);
+    let total = 0;
+    for (const e of picked.entries) total += e.bytes;
+    const arena = this.arenas.arena(total);
+    // If the load fails, its writes may still be under way: the memory is left to the GC.
+    const payloads = await this.loader.load(picked.entries, arena);
     const items: SampledTrajectory[] = [];
     const missing: BufferEntry[] = [];
     let bytes = 0;
@@ -464,6 +510,9 @@ export class ExperienceSampler {
       this.samples -= picked.entries.length;
       this.index.release(picked.entries);
       this.remove(missing, 'missing');
+      // Nothing was handed out: the retry may reuse the memory once population has stopped.
+      await arena.stop();
+      this.arenas.give(arena.buffer);
       throw new RecordsMissing();
     }
     // Everything that does not depend on the trainer version at hand-over is done here, so
@@ -474,8 +523,10 @@ export class ExperienceSampler {
       it.staleness = Math.max(0, version - it.weightVersion);
       groups.add(it.groupId);
     }
-    const batch: Batch = { items, trainerVersion: version, staleness: summarizeStaleness(items), groups: [...groups], bytes, prefetched };
-    return { batch, entries: picked.entries, version };
+    const holding: Holding = { buffer: arena.buffer };
+    const release = (): void => this.releaseMemory(holding);
+    const batch: Batch = { items, trainerVersion: version, staleness: summarizeStaleness(items), groups: [...groups], bytes, prefetched, release };
+    return { batch, entries: picked.entries, version, holding };
   }
 
   /**
@@ -497,6 +548,7 @@ export class ExperienceSampler {
       const held = entries.filter((e) => this.index.holds(e));
       this.samples -= items.length;
       this.index.release(held);
+      this.releaseMemory(a.holding);
       if (accept) this.remove(held.filter((e) => !accept.call(this.strategy, e, ctx!)), 'stale');
       this.changed.notify();
       return undefined;
@@ -546,9 +598,25 @@ export class ExperienceSampler {
     }
   }
 
+  /**
+   * Batch.release(): the batch's memory goes to the arena pool under a new ArrayBuffer, so that
+   * the trainer's views of it read as empty rather than as the next batch. A buffer the trainer
+   * detached itself (transferred elsewhere) is gone and is not kept.
+   */
+  private releaseMemory(holding: Holding): void {
+    const buffer = holding.buffer;
+    if (buffer === undefined) return;
+    holding.buffer = undefined;
+    if (buffer.byteLength > 0) this.arenas.give(detach(buffer));
+    if (this.awaitingRelease === holding) {
+      this.awaitingRelease = undefined;
+      this.changed.notify();
+    }
+  }
+
   private async runPrefetch(): Promise<void> {
     while (!this.closed) {
-      const picked = this.ready.length === 0 ? this.pickSafely() : undefined;
+      const picked = this.ready.length === 0 && this.awaitingRelease === undefined ? this.pickSafely() : undefined;
       if (!picked) {
         await this.changed.wait().catch(() => undefined);
         continue;

@@ -366,6 +366,9 @@ export class SimTrainer {
     }
     const sampleMs = performance.now() - sampleStarted;
     this.events.emit('sampled', { step: n, batch });
+    // A real trainer copies the batch to its GPUs here; the host bytes are then free for the
+    // next batch (the simulated step only needs the batch's metadata from now on).
+    batch.release();
     this.events.emit('phase', { step: n, phase: 'training' });
     const trainStarted = performance.now();
     try {
