@@ -21,6 +21,7 @@ export function relayCommand(): Command {
     .addOption(new Option('--chunk-size <bytes>', 'chunk size of new versions (checksum and broadcast unit)').env('LAMINAR_CHUNK_SIZE').default('32MiB'))
     .addOption(new Option('--keep-versions <n>', 'complete versions kept besides the latest and the leased ones').env('LAMINAR_KEEP_VERSIONS').default('2'))
     .addOption(new Option('--spare-segments <n>', 'segments kept allocated for the next versions (their pages are reused; 0: none)').env('LAMINAR_SPARE_SEGMENTS').default('1'))
+    .addOption(new Option('--spare-quiet <duration>', 'how long nothing must move through the relay before it prepares a spare').env('LAMINAR_SPARE_QUIET').default('5s'))
     .addOption(new Option('--memory-budget <bytes>', 'shared memory the relay may hold, e.g. 200GiB (default: none)').env('LAMINAR_MEMORY_BUDGET'))
     .addOption(new Option('--no-pin', 'do not mlock versions'))
     .addOption(new Option('--max-frame <bytes>', 'largest protocol frame accepted').env('LAMINAR_MAX_FRAME').default('16MiB'))
@@ -50,6 +51,7 @@ export function relayCommand(): Command {
         chunkSize: opts.chunkSize as string,
         keepVersions: opts.keepVersions as string,
         spareSegments: opts.spareSegments as string,
+        spareQuiet: opts.spareQuiet as string,
         ...(opts.memoryBudget ? { memoryBudget: opts.memoryBudget as string } : {}),
         pin: opts.pin !== false,
         maxFrameBytes: opts.maxFrame as string,

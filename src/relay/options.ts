@@ -29,6 +29,8 @@ export interface RelayOptions {
   keepVersions: number;
   /** Segments kept allocated for the next versions (0: every version allocates afresh). */
   spareSegments: number;
+  /** Quiet time (no bytes moving through the relay) before a spare is prepared. */
+  spareQuietMs: number;
   memoryBudget: number;
   pin: boolean;
   maxFrameBytes: number;
@@ -81,6 +83,7 @@ export interface RelayOptionsInput extends Partial<ControlOptionsInput> {
   chunkSize?: string | number;
   keepVersions?: string | number;
   spareSegments?: string | number;
+  spareQuiet?: string | number;
   memoryBudget?: string | number;
   pin?: boolean;
   maxFrameBytes?: string | number;
@@ -137,6 +140,7 @@ export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<Relay
     chunkSize,
     keepVersions: int('keep-versions', input.keepVersions ?? DEFAULT_KEEP_VERSIONS, 0, 1000),
     spareSegments: int('spare-segments', input.spareSegments ?? DEFAULT_SPARE_SEGMENTS, 0, 16),
+    spareQuietMs: parseDuration(input.spareQuiet ?? '5s'),
     memoryBudget: budget,
     pin: input.pin ?? true,
     maxFrameBytes: parseBytes(input.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES),

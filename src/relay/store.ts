@@ -69,6 +69,8 @@ export interface StoreOptions {
   verifyConcurrency: number;
   /** Segments kept allocated for the next versions (spare-segments.ts); 0 disables recycling. */
   spareSegments: number;
+  /** Quiet time before a spare is prepared (see wantSpare). */
+  spareQuietMs: number;
   logger: Logger;
   metrics: RelayMetrics;
 }
@@ -165,6 +167,8 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   private readonly spares: SparePool;
   private spareTimer: NodeJS.Timeout | null = null;
   private spareWanted = 0;
+  /** When bytes last moved through the relay (a spare waits for `spareQuietMs` of quiet). */
+  private lastActive = 0;
   private closed = false;
   /**
    * Whether the relay is moving bytes right now (receiving or forwarding a version): a spare is
@@ -613,12 +617,16 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     this.wakeWaiters(v);
     this.applyRetention(v.model);
     this.pin(v);
+    this.lastActive = Date.now();
     this.wantSpare(v.layout.totalSize);
   }
 
   /**
-   * Asks for a spare segment of `size` bytes for the next version, prepared once the relay is
-   * idle (checked every SPARE_IDLE_CHECK_MS) and only within the memory budget.
+   * Asks for a spare segment of `size` bytes for the next version, prepared once nothing has
+   * moved through the relay for `spareQuietMs` (checked every SPARE_IDLE_CHECK_MS), and only
+   * within the memory budget. The quiet period matters where relays share cores (the testbed,
+   * one machine for many hosts): a relay that has its version must not slow those still
+   * receiving theirs. Training publishes a version every step, far more than that apart.
    */
   private wantSpare(size: number): void {
     if (this.options.spareSegments === 0 || this.closed) return;
@@ -634,10 +642,20 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   private async prepareSpareWhenIdle(): Promise<void> {
     const size = this.spareWanted;
     if (this.closed || size === 0) return;
-    if (this.busy() || this.list().some((v) => v.committing)) return this.wantSpare(size);
+    if (this.movingBytes()) this.lastActive = Date.now();
+    if (Date.now() - this.lastActive < this.options.spareQuietMs) return this.wantSpare(size);
     this.spareWanted = 0;
     if (this.spares.covers(size) || this.usedBytes() + size > this.options.memoryBudget) return;
-    await this.spares.prepare(size, () => this.busy());
+    await this.spares.prepare(size, () => this.movingBytes());
+  }
+
+  /**
+   * Whether bytes are moving through this relay: a version being written (by a local writer or
+   * a sender) or verified, or the broadcaster forwarding one. Touching a spare's pages meanwhile
+   * would take CPU and memory bandwidth from the transfer.
+   */
+  private movingBytes(): boolean {
+    return this.busy() || this.list().some((v) => v.state === 'writing' || v.committing);
   }
 
   async abort(v: StoredVersion, requester: Requester, reason: string): Promise<void> {

@@ -34,7 +34,7 @@ describe('relay: spare segments (pages of retired versions reused)', () => {
 
   async function start(options: RelayOptionsInput): Promise<{ relay: Relay; client: RelayClient; dir: string }> {
     tmp ??= tempShmDir();
-    relay = await inProcessRelay(tmp.dir, { chunkSize: 64 * 1024, ...options });
+    relay = await inProcessRelay(tmp.dir, { chunkSize: 64 * 1024, spareQuiet: '200ms', ...options });
     client = await RelayClient.connect({ socketPath: relay.options.socketPath });
     return { relay, client, dir: relay.options.shmDir };
   }
