@@ -15,5 +15,5 @@ export { RateLimiter, type RateLimitOptions } from './experience/rate-limiter.js
 export { PartialPool, type PartialPoolOptions, type TakeoverResult } from './partial/partial-pool.js';
 export { partialNames, type PartialNames } from './partial/partial-stream.js';
 export { PartialTrajectory } from './partial/partial-trajectory.js';
-export { type PartialStart } from './partial/log-codec.js';
+export { type PartialStart, type TrajectoryIdentity } from './partial/log-codec.js';
 export { type PartialState, type PartialSummary } from './partial/log-reader.js';

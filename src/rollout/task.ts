@@ -5,16 +5,10 @@
  * The task keeps the whole response in memory (a trajectory is at most tens of thousands of
  * tokens) because completion writes prompt + response in one record.
  */
-import type { PartialPool, PartialTrajectory, WriteResult } from '../data/index.js';
+import type { PartialPool, PartialTrajectory, TrajectoryIdentity, WriteResult } from '../data/index.js';
 import { DataErrorCodes } from '../data/errors.js';
 
-export interface TaskInit {
-  trajectoryId: string;
-  promptId: string;
-  groupId: string;
-  sampleIndex: number;
-  groupSize: number;
-  weightVersion: number;
+export interface TaskInit extends TrajectoryIdentity {
   payload: unknown;
   promptTokens: Int32Array;
   /** Response generated so far (a resumed task), with its logprobs. */

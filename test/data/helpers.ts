@@ -3,8 +3,8 @@ import { afterAll, beforeAll, beforeEach } from 'vitest';
 import { Redis } from 'ioredis';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Registry } from 'prom-client';
-import { startNatsServer, type NatsServer } from '../../src/services/index.js';
-import { ExperienceSampler, ExperienceWriter, type SamplerOptions, type TrajectoryInput, type WriterOptions } from '../../src/data/index.js';
+import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../../src/services/index.js';
+import { ExperienceSampler, ExperienceWriter, PromptPool, type SamplerOptions, type TrajectoryInput, type WriterOptions } from '../../src/data/index.js';
 
 export function redisClient(port: number): Redis {
   // Retry quickly through a server restart; commands wait for the reconnection.
@@ -13,6 +13,40 @@ export function redisClient(port: number): Redis {
 
 export async function natsClient(url: string): Promise<NatsConnection> {
   return connect({ servers: url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+}
+
+/** A prompt-pool test file's world: see promptPoolFixture(). */
+export interface PromptPoolFixture {
+  /** One redis-server (AOF on, fsync always) for the file. */
+  server: RedisServer;
+  /** Fresh for each test. */
+  registry: Registry;
+  /** A pool with a new name (`<prefix><n>`): 1 epoch, 60 s leases, groups of 4 unless told. */
+  open(opts?: { epochs?: number; leaseMs?: number; n?: number }): Promise<PromptPool>;
+}
+
+/** Registers the hooks of a prompt-pool test file: one real redis-server and client for the file. */
+export function promptPoolFixture(prefix: string): PromptPoolFixture {
+  let redis: Redis;
+  let n = 0;
+  const fx: PromptPoolFixture = {
+    server: undefined as unknown as RedisServer,
+    registry: new Registry(),
+    open: (opts = {}) =>
+      PromptPool.open({ redis, name: `${prefix}${++n}`, epochs: opts.epochs ?? 1, leaseMs: opts.leaseMs ?? 60_000, defaultGroupSize: opts.n ?? 4, registry: fx.registry }),
+  };
+  beforeAll(async () => {
+    fx.server = await startRedisServer({ appendonly: true, appendfsync: 'always' });
+    redis = redisClient(fx.server.port);
+  });
+  afterAll(async () => {
+    redis.disconnect();
+    await fx.server.stop();
+  });
+  beforeEach(() => {
+    fx.registry = new Registry();
+  });
+  return fx;
 }
 
 /** An experience-buffer test file's world: see bufferFixture(). */

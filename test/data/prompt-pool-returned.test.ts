@@ -3,33 +3,15 @@
  * regeneration. They are claimed before fresh prompts, keep their group id and epoch, complete
  * exactly once under their own tokens and leases, and never touch the fresh prompts' epochs.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Registry } from 'prom-client';
-import type { Redis } from 'ioredis';
-import { startRedisServer, type RedisServer } from '../../src/services/index.js';
+import { describe, expect, it } from 'vitest';
 import { PromptPool, DataErrorCodes, type PromptClaim } from '../../src/data/index.js';
 import { DataInputError } from '../../src/data/errors.js';
-import { metricValue, redisClient } from './helpers.js';
+import { metricValue, promptPoolFixture } from './helpers.js';
 
-let server: RedisServer;
-let redis: Redis;
-let registry: Registry;
-let poolSeq = 0;
-
-beforeAll(async () => {
-  server = await startRedisServer({ appendonly: true, appendfsync: 'always' });
-  redis = redisClient(server.port);
-});
-afterAll(async () => {
-  redis.disconnect();
-  await server.stop();
-});
-beforeEach(() => {
-  registry = new Registry();
-});
+const fx = promptPoolFixture('r');
 
 async function pool(opts: { epochs?: number; leaseMs?: number; n?: number; prompts?: number } = {}): Promise<PromptPool> {
-  const p = await PromptPool.open({ redis, name: `r${++poolSeq}`, epochs: opts.epochs ?? 1, leaseMs: opts.leaseMs ?? 60_000, defaultGroupSize: opts.n ?? 4, registry });
+  const p = await fx.open(opts);
   await p.load(Array.from({ length: opts.prompts ?? 2 }, (_, i) => ({ id: `q${i}`, payload: { text: `question ${i}` } })));
   return p;
 }
@@ -62,10 +44,10 @@ describe('PromptPool returned samples', () => {
     expect(await p.groupSize('q1#0')).toBe(4);
 
     expect(await p.progress()).toMatchObject({ epoch: 1, returnedPending: 0, returnedLeased: 2, leased: 2, claims: 4, returnedClaims: 2 });
-    expect(await metricValue(registry, 'laminar_prompt_pool_returned_samples_total', { reason: 'failover' })).toBe(2);
-    expect(await metricValue(registry, 'laminar_prompt_pool_returned_samples_total', { reason: 'stale_weights' })).toBe(1);
-    expect(await metricValue(registry, 'laminar_prompt_pool_claims_total')).toBe(4); // fresh claims only
-    expect(await metricValue(registry, 'laminar_prompt_pool_returned_claims_total', { event: 'claimed' })).toBe(2);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_samples_total', { reason: 'failover' })).toBe(2);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_samples_total', { reason: 'stale_weights' })).toBe(1);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_claims_total')).toBe(4); // fresh claims only
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_claims_total', { event: 'claimed' })).toBe(2);
   });
 
   it('a fresh claim of the same prompt in a later epoch does not collide with a returned claim', async () => {
@@ -123,8 +105,8 @@ describe('PromptPool returned samples', () => {
     expect(results.filter((r) => r === 'ok')).toHaveLength(1);
     expect(results.filter((r) => r === 'duplicate')).toHaveLength(9);
     expect(await p.progress()).toMatchObject({ returnedCompletions: 1, returnedDuplicates: 9, returnedSamplesCompleted: 2, returnedLeased: 0, returnedPending: 0, completions: 0, doneThisEpoch: 0 });
-    expect(await metricValue(registry, 'laminar_prompt_pool_returned_claims_total', { event: 'completed' })).toBe(1);
-    expect(await metricValue(registry, 'laminar_prompt_pool_completions_total')).toBe(0);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_claims_total', { event: 'completed' })).toBe(1);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_completions_total')).toBe(0);
     await expect(p.giveBack(c!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
     await expect(p.extend(c!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
     // Tokens that were never issued.
@@ -151,7 +133,7 @@ describe('PromptPool returned samples', () => {
     await expect(p.extend(slow!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
     expect(await p.complete(fast!)).toBe('ok');
     expect(await p.progress()).toMatchObject({ returnedExpired: 1, expired: 0, returnedLeased: 1 });
-    expect(await metricValue(registry, 'laminar_prompt_pool_returned_claims_total', { event: 'expired' })).toBe(1);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_claims_total', { event: 'expired' })).toBe(1);
   });
 
   it('an expired returned lease not yet claimed again still completes, once, and leaves the FIFO', async () => {
@@ -194,9 +176,9 @@ describe('PromptPool returned samples', () => {
     expect(await p.giveBackRollout('dead')).toBe(3); // 2 returned + 1 fresh
     for (const c of mine.slice(1)) await expect(p.complete(c)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
     expect(await p.progress()).toMatchObject({ returnedGivenBack: 3, returned: 1, returnedPending: 4, returnedLeased: 0, pending: 4, leased: 0 });
-    expect(await metricValue(registry, 'laminar_prompt_pool_returned_claims_total', { event: 'given_back' })).toBe(1);
-    expect(await metricValue(registry, 'laminar_prompt_pool_returned_claims_total', { event: 'failover' })).toBe(2);
-    expect(await metricValue(registry, 'laminar_prompt_pool_returned_total', { reason: 'failover' })).toBe(1);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_claims_total', { event: 'given_back' })).toBe(1);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_claims_total', { event: 'failover' })).toBe(2);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_total', { reason: 'failover' })).toBe(1);
 
     const again = await p.claim('alive', 10);
     const returned = again.filter((c) => c.returned);
@@ -233,12 +215,12 @@ describe('PromptPool returned samples', () => {
       expect(err, what).toBeInstanceOf(DataInputError);
       expect((err as DataInputError).code, what).toBe(code);
     }
-    const rejected = (code: string): Promise<number> => metricValue(registry, 'laminar_data_rejections_total', { component: 'prompt-pool', code });
+    const rejected = (code: string): Promise<number> => metricValue(fx.registry, 'laminar_data_rejections_total', { component: 'prompt-pool', code });
     expect(await rejected(DataErrorCodes.BAD_OPTIONS)).toBe(5);
     expect(await rejected(DataErrorCodes.GROUP_MISMATCH)).toBe(2);
     expect(await rejected(DataErrorCodes.UNKNOWN_GROUP)).toBe(7);
     expect(await p.progress()).toMatchObject({ returnedPending: 0, returnedEntries: 0, returnedSamples: 0 });
-    expect(await metricValue(registry, 'laminar_prompt_pool_returned_samples_total', { reason: 'failover' })).toBe(0);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_samples_total', { reason: 'failover' })).toBe(0);
     // The boundary that is fine: index n-1, and a group id with '#' inside its prompt id part.
     await p.returnSamples({ groupId: 'q0#0', samples: [3] });
     await p.load([{ id: 'a#b', payload: 1, n: 2 }]);
@@ -257,9 +239,9 @@ describe('PromptPool returned samples', () => {
     const [held] = await p.claim('r', 1);
     const before = await p.progress();
     expect(before).toMatchObject({ returnedPending: 2, returnedLeased: 1, returnedSamples: 4 });
-    await server.restart();
+    await fx.server.restart();
     expect(await p.progress()).toEqual(before);
-    await server.restart({ kill: true });
+    await fx.server.restart({ kill: true });
     expect(await p.progress()).toEqual(before);
     expect(await p.complete(held!)).toBe('ok');
     const rest = await p.claim('r', 5);
@@ -270,7 +252,7 @@ describe('PromptPool returned samples', () => {
       ['q1#0', undefined, undefined],
       ['q2#0', undefined, undefined],
     ]);
-    await server.restart({ kill: true });
+    await fx.server.restart({ kill: true });
     expect(await p.complete(rest[0]!)).toBe('ok');
     expect(await p.complete(held!)).toBe('duplicate');
     expect(await p.progress()).toMatchObject({ returnedCompletions: 2, returnedLeased: 1, leased: 3 });

@@ -1,33 +1,12 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Registry } from 'prom-client';
-import type { Redis } from 'ioredis';
-import { startRedisServer, type RedisServer } from '../../src/services/index.js';
-import { PromptPool, DataErrorCodes } from '../../src/data/index.js';
-import { metricValue, redisClient } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { DataErrorCodes } from '../../src/data/index.js';
+import { metricValue, promptPoolFixture } from './helpers.js';
 
-let server: RedisServer;
-let redis: Redis;
-let registry: Registry;
-let poolSeq = 0;
-
-beforeAll(async () => {
-  server = await startRedisServer({ appendonly: true, appendfsync: 'always' });
-  redis = redisClient(server.port);
-});
-afterAll(async () => {
-  redis.disconnect();
-  await server.stop();
-});
-beforeEach(() => {
-  registry = new Registry();
-});
-
-async function pool(opts: { epochs?: number; leaseMs?: number; n?: number } = {}): Promise<PromptPool> {
-  return PromptPool.open({ redis, name: `p${++poolSeq}`, epochs: opts.epochs ?? 1, leaseMs: opts.leaseMs ?? 60_000, defaultGroupSize: opts.n ?? 4, registry });
-}
+const fx = promptPoolFixture('p');
+const pool = fx.open;
 
 const prompts = (k: number): Array<{ id: string; payload: unknown; n?: number }> => Array.from({ length: k }, (_, i) => ({ id: `q${i}`, payload: { text: `question ${i}` } }));
 
@@ -55,7 +34,7 @@ describe('PromptPool', () => {
     expect(await p.complete(c!)).toBe('duplicate');
     const prog = await p.progress();
     expect(prog).toMatchObject({ completions: 1, duplicates: 1, doneThisEpoch: 1, pending: 1, leased: 0 });
-    expect(await metricValue(registry, 'laminar_prompt_pool_completions_total')).toBe(1);
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_completions_total')).toBe(1);
   });
 
   it('an expired lease returns the prompt; the old holder then loses it to the new one', async () => {
@@ -143,7 +122,7 @@ describe('PromptPool', () => {
       [7, DataErrorCodes.DUPLICATE_PROMPT],
     ]);
     expect(report.rejected[0]!.message).toMatch(/^line 2: not JSON/);
-    expect(await metricValue(registry, 'laminar_data_rejections_total', { code: DataErrorCodes.BAD_PROMPT })).toBe(3);
+    expect(await metricValue(fx.registry, 'laminar_data_rejections_total', { code: DataErrorCodes.BAD_PROMPT })).toBe(3);
     const claims = await p.claim('r', 10);
     expect(claims.map((c) => [c.id, c.n])).toEqual([
       ['a', 2],
@@ -158,10 +137,10 @@ describe('PromptPool', () => {
     const claims = await p.claim('r', 4);
     await p.complete(claims[0]!);
     const before = await p.progress();
-    await server.restart();
+    await fx.server.restart();
     expect(await p.progress()).toEqual(before);
     await p.complete(claims[1]!);
-    await server.restart({ kill: true });
+    await fx.server.restart({ kill: true });
     const after = await p.progress();
     expect(after).toMatchObject({ completions: 2, leased: 2, pending: 6, epochs: 3 });
     expect(await p.complete(claims[1]!)).toBe('duplicate');

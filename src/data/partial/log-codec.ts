@@ -13,14 +13,18 @@ export const LOG_VERSION = 1;
 
 export type LogKind = 'start' | 'delta' | 'takeover' | 'completing';
 
-/** What a rollout says about a trajectory when it starts generating it. */
-export interface PartialStart {
+/** Which trajectory: its id, its place in a GRPO group and the weight version generating it. */
+export interface TrajectoryIdentity {
   trajectoryId: string;
   promptId: string;
   groupId: string;
   sampleIndex: number;
   groupSize: number;
   weightVersion: number;
+}
+
+/** What a rollout says about a trajectory when it starts generating it. */
+export interface PartialStart extends TrajectoryIdentity {
   /** Prompt tokens, when the rollout wants them kept for a resume elsewhere. */
   promptLength?: number;
   /** The prompt's token ids (int32, little-endian): what another rollout re-prefills on resume. */
