@@ -21,9 +21,15 @@ export interface LoadedPayload {
 /** A run: wanted records whose sequences are close enough to stream the stretch between them. */
 const MIN_RUN = 32;
 const MAX_GAP = 8;
-/** One pull of a run: at most this many messages, and about this many bytes, from the server. */
+/**
+ * One pull of a run: at most this many messages, and about this many bytes, from the server.
+ * Each received message is an ArrayBuffer of its own, counted by V8 as external memory until a
+ * scavenge frees it; a pull's worth arrives faster than it is copied out, and once about 64 MiB
+ * is outstanding V8 starts a full mark of the heap (the sampler's index included). 16 MiB pulls
+ * stay under that: in a 1 GiB batch, about half the full GCs of 64 MiB pulls.
+ */
 const PULL_MESSAGES = 1024;
-const PULL_BYTES = 64 * 1024 * 1024;
+const PULL_BYTES = 16 * 1024 * 1024;
 
 /** Copies a record's body into the batch's arena; a promise when it must wait for population. */
 type Place = (e: BufferEntry, data: Uint8Array) => Promise<void> | undefined;
