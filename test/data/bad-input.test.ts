@@ -1,30 +1,19 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
-import type { NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { headers } from '@nats-io/transport-node';
-import { startNatsServer, type NatsServer } from '../../src/services/index.js';
 import { DataErrorCodes, ExperienceSampler, ExperienceWriter, wholeGroups, type GroupRegistry } from '../../src/data/index.js';
-import { metricValue, natsClient, trajectory } from './helpers.js';
+import { metricValue, natsFixture, trajectory } from './helpers.js';
 
-let nats: NatsServer;
-let nc: NatsConnection;
+const nats = natsFixture();
 let registry: Registry;
 let w: ExperienceWriter;
 let k = 0;
 const groups: GroupRegistry = { groupSize: async (g) => (g === 'known' ? 2 : undefined) };
 
-beforeAll(async () => {
-  nats = await startNatsServer({ jetstream: true });
-  nc = await natsClient(nats.url);
-});
-afterAll(async () => {
-  await nc.close();
-  await nats.stop();
-});
 beforeEach(async () => {
   registry = new Registry();
-  w = await ExperienceWriter.open({ nc, buffer: `bad${++k}`, registry, maxWeightVersion: () => 10, maxTrajectoryBytes: 64 * 1024 });
+  w = await ExperienceWriter.open({ nc: nats.nc, buffer: `bad${++k}`, registry, maxWeightVersion: () => 10, maxTrajectoryBytes: 64 * 1024 });
 });
 
 const rejected = (code: string): Promise<number> => metricValue(registry, 'laminar_data_rejections_total', { component: 'writer', code });
@@ -55,7 +44,7 @@ describe('writer rejects bad trajectories with typed, counted errors', () => {
   });
 
   it('an unknown group id, and a group size that does not match', async () => {
-    const gw = await ExperienceWriter.open({ nc, buffer: `bad${k}`, registry, groups });
+    const gw = await ExperienceWriter.open({ nc: nats.nc, buffer: `bad${k}`, registry, groups });
     await expect(gw.write(trajectory({ groupId: 'ghost', groupSize: 2 }))).rejects.toMatchObject({ code: DataErrorCodes.UNKNOWN_GROUP });
     await expect(gw.write(trajectory({ groupId: 'known', groupSize: 3 }))).rejects.toMatchObject({ code: DataErrorCodes.GROUP_MISMATCH });
     await expect(gw.write(trajectory({ groupId: 'known', groupSize: 2 }))).resolves.toMatchObject({ duplicate: false });
@@ -64,26 +53,26 @@ describe('writer rejects bad trajectories with typed, counted errors', () => {
 
   it('nothing rejected reaches the stream', async () => {
     await w.write(trajectory({ weightVersion: 99 })).catch(() => undefined);
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(nats.nc);
     expect((await jsm.streams.info(`LAMINAR_EXP_bad${k}`)).state.messages).toBe(0);
   });
 });
 
 describe('sampler rejects impossible requests at once', () => {
   it('a batch larger than the capacity fails at open, not a hang', async () => {
-    await expect(ExperienceSampler.open({ nc, buffer: `bad${k}`, batchSize: 11, eviction: { maxItems: 10 }, registry })).rejects.toMatchObject({
+    await expect(ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 11, eviction: { maxItems: 10 }, registry })).rejects.toMatchObject({
       code: DataErrorCodes.BATCH_IMPOSSIBLE,
       message: expect.stringMatching(/larger than the buffer's capacity of 10/),
     });
-    await expect(ExperienceSampler.open({ nc, buffer: `bad${k}`, batchSize: 0, registry })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS });
-    await expect(ExperienceSampler.open({ nc, buffer: `bad${k}`, batchSize: 1, orphanChunkAgeMs: -1, registry })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS });
-    await expect(ExperienceSampler.open({ nc, buffer: `bad${k}`, batchSize: 2, rateLimit: { minSizeToSample: 50 }, eviction: { maxItems: 10 }, registry })).rejects.toMatchObject({
+    await expect(ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 0, registry })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS });
+    await expect(ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 1, orphanChunkAgeMs: -1, registry })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS });
+    await expect(ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 2, rateLimit: { minSizeToSample: 50 }, eviction: { maxItems: 10 }, registry })).rejects.toMatchObject({
       code: DataErrorCodes.BATCH_IMPOSSIBLE,
     });
   });
 
   it('whole groups that cannot add up to the batch size fail even while waiting', async () => {
-    const s = await ExperienceSampler.open({ nc, buffer: `bad${k}`, batchSize: 6, strategy: wholeGroups(), registry });
+    const s = await ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 6, strategy: wholeGroups(), registry });
     const waiting = s.sample({ timeoutMs: 10_000 });
     await w.write(trajectory({ id: 'g0', groupId: 'G', sampleIndex: 0, groupSize: 4 }));
     await expect(waiting).rejects.toMatchObject({ code: DataErrorCodes.BATCH_IMPOSSIBLE, message: expect.stringMatching(/whole groups of sizes 4/) });
@@ -92,13 +81,13 @@ describe('sampler rejects impossible requests at once', () => {
   });
 
   it('a corrupt record in the stream is skipped and counted, not fatal', async () => {
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(nats.nc);
     const h = headers();
     h.set('Laminar-Meta', 'bm90IG1zZ3BhY2s=');
     await jsm.jetstream().publish(`laminar.exp.bad${k}.t.junk`, new Uint8Array(8), { headers: h });
     await jsm.jetstream().publish(`laminar.exp.bad${k}.t.nohdr`, new Uint8Array(8));
     await w.write(trajectory({ id: 'fine' }));
-    const s = await ExperienceSampler.open({ nc, buffer: `bad${k}`, batchSize: 1, registry });
+    const s = await ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 1, registry });
     expect((await s.sample({ timeoutMs: 5000 })).items[0]!.id).toBe('fine');
     expect(s.stats().corrupt).toBe(2);
     expect(await metricValue(registry, 'laminar_data_rejections_total', { component: 'sampler', code: DataErrorCodes.CORRUPT_RECORD })).toBe(2);

@@ -15,6 +15,30 @@ export async function natsClient(url: string): Promise<NatsConnection> {
   return connect({ servers: url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
 }
 
+/** A test file's nats-server (JetStream) and client: see natsFixture(). */
+export interface NatsFixture {
+  server: NatsServer;
+  nc: NatsConnection;
+}
+
+/**
+ * Registers the hooks of a test file that needs NATS: one real nats-server (JetStream) and one
+ * client for the whole file. Hooks registered after it run their afterAll first (vitest's
+ * 'stack' order), so a file's own clean-up still has the connection.
+ */
+export function natsFixture(): NatsFixture {
+  const fx: NatsFixture = { server: undefined as unknown as NatsServer, nc: undefined as unknown as NatsConnection };
+  beforeAll(async () => {
+    fx.server = await startNatsServer({ jetstream: true });
+    fx.nc = await natsClient(fx.server.url);
+  });
+  afterAll(async () => {
+    await fx.nc?.close();
+    await fx.server?.stop();
+  });
+  return fx;
+}
+
 /** A prompt-pool test file's world: see promptPoolFixture(). */
 export interface PromptPoolFixture {
   /** One redis-server (AOF on, fsync always) for the file. */
@@ -66,11 +90,13 @@ export interface BufferFixture {
  * client for the file, and a fresh registry and buffer name (`<prefix><n>`) for each test.
  */
 export function bufferFixture(prefix: string): BufferFixture {
-  let nats: NatsServer;
+  const nats = natsFixture();
   let n = 0;
   const open: ExperienceSampler[] = [];
   const fx: BufferFixture = {
-    nc: undefined as unknown as NatsConnection,
+    get nc() {
+      return nats.nc;
+    },
     registry: new Registry(),
     buffer: '',
     writer: (over = {}) => ExperienceWriter.open({ nc: fx.nc, buffer: fx.buffer, registry: fx.registry, ...over }),
@@ -80,14 +106,8 @@ export function bufferFixture(prefix: string): BufferFixture {
       return s;
     },
   };
-  beforeAll(async () => {
-    nats = await startNatsServer({ jetstream: true });
-    fx.nc = await natsClient(nats.url);
-  });
   afterAll(async () => {
     for (const s of open) await s.close();
-    await fx.nc.close();
-    await nats.stop();
   });
   beforeEach(() => {
     fx.registry = new Registry();

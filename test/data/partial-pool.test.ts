@@ -1,25 +1,16 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
-import type { NatsConnection } from '@nats-io/transport-node';
-import { startNatsServer, type NatsServer } from '../../src/services/index.js';
 import { DataErrorCodes, ExperienceSampler, ExperienceWriter, PartialPool, type PartialStart } from '../../src/data/index.js';
-import { metricValue, natsClient, trajectory } from './helpers.js';
+import { metricValue, natsFixture, trajectory } from './helpers.js';
 
-let nats: NatsServer;
-let nc: NatsConnection;
+const nats = natsFixture();
 let registry: Registry;
 let k = 0;
 let name: string;
 const closers: Array<() => Promise<void>> = [];
 
-beforeAll(async () => {
-  nats = await startNatsServer({ jetstream: true });
-  nc = await natsClient(nats.url);
-});
 afterAll(async () => {
   for (const c of closers) await c();
-  await nc.close();
-  await nats.stop();
 });
 beforeEach(() => {
   registry = new Registry();
@@ -27,7 +18,7 @@ beforeEach(() => {
 });
 
 async function pool(over: { flushTokens?: number; flushMs?: number; writer?: ExperienceWriter } = {}): Promise<PartialPool> {
-  const p = await PartialPool.open({ nc, pool: name, registry, flushTokens: over.flushTokens ?? 4, flushMs: over.flushMs ?? 60_000, writer: over.writer });
+  const p = await PartialPool.open({ nc: nats.nc, pool: name, registry, flushTokens: over.flushTokens ?? 4, flushMs: over.flushMs ?? 60_000, writer: over.writer });
   closers.push(() => p.close());
   return p;
 }
@@ -119,7 +110,7 @@ describe('PartialPool', () => {
   });
 
   it('completion moves the trajectory to the experience buffer: never both, never neither', async () => {
-    const writer = await ExperienceWriter.open({ nc, buffer: name, registry });
+    const writer = await ExperienceWriter.open({ nc: nats.nc, buffer: name, registry });
     const p = await pool({ writer });
     const t = await p.start('r1', start('done-1'));
     t.append(range(100, 108), range(0, 8).map(() => -1));
@@ -142,7 +133,7 @@ describe('PartialPool', () => {
     expect(await p.takeOver('done-3', 'r2')).toEqual({ status: 'completed' });
     expect(await p.read('done-3')).toBeUndefined();
 
-    const s = await ExperienceSampler.open({ nc, buffer: name, batchSize: 2, registry, prefetch: false });
+    const s = await ExperienceSampler.open({ nc: nats.nc, buffer: name, batchSize: 2, registry, prefetch: false });
     closers.push(() => s.close());
     expect((await s.sample({ timeoutMs: 5000 })).items.map((i) => i.id)).toEqual(['done-1', 'done-3']);
   });

@@ -1,7 +1,5 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
-import type { NatsConnection } from '@nats-io/transport-node';
-import { startNatsServer, type NatsServer } from '../../src/services/index.js';
 import { ExperienceWriter, type TrajectoryInput } from '../../src/data/index.js';
 import {
   SimTrainer,
@@ -15,21 +13,12 @@ import {
   type WeightPublisher,
   type WeightTensor,
 } from '../../src/sim/trainer/index.js';
-import { metricValue, natsClient, trajectory } from '../data/helpers.js';
+import { metricValue, natsFixture, trajectory } from '../data/helpers.js';
 
-let nats: NatsServer;
-let nc: NatsConnection;
+const nats = natsFixture();
 let buffer: string;
 let n = 0;
 
-beforeAll(async () => {
-  nats = await startNatsServer({ jetstream: true });
-  nc = await natsClient(nats.url);
-});
-afterAll(async () => {
-  await nc?.close();
-  await nats?.stop();
-});
 beforeEach(() => {
   buffer = `sim${++n}`;
 });
@@ -57,11 +46,11 @@ class FakePublisher implements WeightPublisher {
 }
 
 async function writer(): Promise<ExperienceWriter> {
-  return ExperienceWriter.open({ nc, buffer });
+  return ExperienceWriter.open({ nc: nats.nc, buffer });
 }
 
 async function open(over: Partial<SimTrainerOptions> & { publisher: WeightPublisher }): Promise<SimTrainer> {
-  return SimTrainer.open({ nc, buffer, size: '64KiB', tensors: 4, trainTime: '20ms', ...over });
+  return SimTrainer.open({ nc: nats.nc, buffer, size: '64KiB', tensors: 4, trainTime: '20ms', ...over });
 }
 
 function collect(trainer: SimTrainer): SimTrainerStep[] {
@@ -117,7 +106,7 @@ describe('sim-trainer: sample, train, publish', () => {
     // Stopped cleanly: publisher and sampler closed, the caller's connection left open.
     expect(publisher.closed).toBe(1);
     await expect(trainer.sampler.sample({ timeoutMs: 10 })).rejects.toMatchObject({ code: 'ERR_CLOSED' });
-    expect(nc.isClosed()).toBe(false);
+    expect(nats.nc.isClosed()).toBe(false);
     expect(trainer.running).toBe(false);
     await trainer.close(); // idempotent
     expect(publisher.closed).toBe(1);

@@ -3,29 +3,19 @@
  * version's segment while the trainer trains, uses it when the next publish fits it and throws
  * it away when it does not, and leaves no half-written segment behind when closed.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { NatsConnection } from '@nats-io/transport-node';
+import { describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
-import { startNatsServer, freePort, type NatsServer } from '../../src/services/index.js';
+import { freePort } from '../../src/services/index.js';
 import { Manager } from '../../src/manager/manager.js';
 import { TrainerClient } from '../../src/trainer/trainer-client.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
 import { inProcessRelay, tempShmDir } from '../helpers/relay.js';
-import { natsClient } from '../data/helpers.js';
+import { natsFixture } from '../data/helpers.js';
 
 const SECRET = 'trainer-local-test-secret-0123456789';
-let nats: NatsServer;
-let nc: NatsConnection;
+const nats = natsFixture();
 
-beforeAll(async () => {
-  nats = await startNatsServer({ jetstream: true });
-  nc = await natsClient(nats.url);
-});
-afterAll(async () => {
-  await nc.close();
-  await nats.stop();
-});
 
 function tensors(version: number, rows = 1024): { name: string; dtype: 'F32'; shape: number[]; data: Float32Array }[] {
   return [
@@ -37,12 +27,12 @@ function tensors(version: number, rows = 1024): { name: string; dtype: 'F32'; sh
 describe('TrainerClient, local mode', () => {
   it('publishes into the master\'s shared memory and prepares the next version\'s segment', async () => {
     const shm = tempShmDir();
-    const manager = new Manager({ nc, job: 'tl', registry: new Registry(), leaseMs: 1000, tickMs: 50 });
+    const manager = new Manager({ nc: nats.nc, job: 'tl', registry: new Registry(), leaseMs: 1000, tickMs: 50 });
     await manager.start();
     await manager.whenLeader();
     const port = await freePort();
-    const relay: Relay = await inProcessRelay(shm.dir, { nats: nats.url, job: 'tl', host: 'hostA', listen: `127.0.0.1:${port}`, secret: SECRET, heartbeatMs: 200 });
-    const trainer = await TrainerClient.connect({ nats: { nc, job: 'tl' }, host: 'hostA', secret: SECRET, masterWaitMs: 10_000 });
+    const relay: Relay = await inProcessRelay(shm.dir, { nats: nats.server.url, job: 'tl', host: 'hostA', listen: `127.0.0.1:${port}`, secret: SECRET, heartbeat: '200ms' });
+    const trainer = await TrainerClient.connect({ nats: { nc: nats.nc, job: 'tl' }, host: 'hostA', secret: SECRET, masterWaitMs: 10_000 });
     const reader = await RelayClient.connect({ socketPath: `${shm.dir}/relay.sock` });
     const held = async (version: number): Promise<number[]> => {
       const lease = await reader.acquire({ model: 'm', version });

@@ -190,14 +190,22 @@ local rn = giveBack(KEYS[12], KEYS[11], KEYS[13], KEYS[9])
 if rn > 0 then redis.call('HINCRBY', KEYS[8], 'returnedGivenBack', rn) end
 return { n, rn }`;
 
-/** ARGV: id, token, leaseMs -> new deadline, or -1 when the lease is lost. */
-export const EXTEND = `
+/**
+ * ARGV: id, token, leaseMs -> new deadline, or -1 when the lease is lost. `tokens` and `leases`
+ * are the KEYS indexes of the claim tokens (hash) and lease deadlines (sorted set).
+ */
+function extendLease(tokens: number, leases: number): string {
+  return `
 ${NOW}
 local id = ARGV[1]
-if redis.call('HGET', KEYS[6], id) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[4], id) then return -1 end
+if redis.call('HGET', KEYS[${tokens}], id) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[${leases}], id) then return -1 end
 local deadline = now + tonumber(ARGV[3])
-redis.call('ZADD', KEYS[4], 'XX', deadline, id)
+redis.call('ZADD', KEYS[${leases}], 'XX', deadline, id)
 return deadline`;
+}
+
+/** Extends the lease of a claimed sample (see extendLease). */
+export const EXTEND = extendLease(6, 4);
 
 
 /**
@@ -256,11 +264,5 @@ redis.call('LPUSH', KEYS[9], e)
 redis.call('HINCRBY', KEYS[8], 'returnedGivenBack', 1)
 return 'ok'`;
 
-/** ARGV: entryId, token, leaseMs -> new deadline, or -1 when the lease is lost. */
-export const EXTEND_RETURNED = `
-${NOW}
-local e = ARGV[1]
-if redis.call('HGET', KEYS[13], e) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[11], e) then return -1 end
-local deadline = now + tonumber(ARGV[3])
-redis.call('ZADD', KEYS[11], 'XX', deadline, e)
-return deadline`;
+/** Extends the lease of a claimed returned entry (ARGV[1] is the entry id; see extendLease). */
+export const EXTEND_RETURNED = extendLease(13, 11);
