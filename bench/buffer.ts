@@ -1,11 +1,13 @@
 /**
- * `npm run bench -- buffer [--batch 8192] [--tokens 16384] [--inflight 1000] [--partial-s 10]`
+ * `npm run bench -- buffer [--batch 8192] [--tokens 16384] [--inflight 1000] [--partial-s 10] [--train-s 4]
+ *                          [--deletion-delay-ms N]`
  *
  * Experience buffer against raw JetStream, in the same run, on a real nats-server (file storage):
  *   write  : ExperienceWriter.write() of `batch` trajectories vs raw js.publish of the same bytes
  *   sample : the assembly of each batch after a trainer's first (in the memory the trainer
  *            released: the steady state of training; median over RELEASED_BATCHES - 1 batches)
- *            vs a raw pull-consumer fetch of the same bytes (median of RAW_FETCHES); the cold
+ *            (each trainer step lasts --train-s from the release, or until the next batch is
+ *            ready if that takes longer) vs a raw pull-consumer fetch of the same bytes (median of RAW_FETCHES); the cold
  *            sample() of a process's first batch (memory touched for the first time) beside it
  *   latency: sample() with prefetch on (the next batch assembled while "training") and off
  *   memory : peak RSS of the sampler process (a child process, like a trainer) / batch bytes,
@@ -37,17 +39,20 @@ interface Args {
   inflight: number;
   partialSeconds: number;
   window: number;
+  trainSeconds: number;
+  /** The samplers' maxDeletionDelayMs (0: delete at once, beside a running assembly). */
+  deletionDelayMs: number | undefined;
 }
 
 function parseArgs(argv: string[]): Args {
-  const get = (name: string, def: number): number => {
+  const get = <D extends number | undefined>(name: string, def: D, min = Number.MIN_VALUE): number | D => {
     const i = argv.indexOf(`--${name}`);
     if (i < 0) return def;
     const v = Number(argv[i + 1]);
-    if (!Number.isFinite(v) || v <= 0) throw new Error(`--${name} needs a positive number`);
+    if (!Number.isFinite(v) || v < min) throw new Error(`--${name} needs a number >= ${min === Number.MIN_VALUE ? 'above 0' : min}`);
     return v;
   };
-  return { batch: get('batch', 8192), tokens: get('tokens', 16384), inflight: get('inflight', 1000), partialSeconds: get('partial-s', 10), window: get('window', 64) };
+  return { batch: get('batch', 8192), tokens: get('tokens', 16384), inflight: get('inflight', 1000), partialSeconds: get('partial-s', 10), window: get('window', 64), trainSeconds: get('train-s', 4), deletionDelayMs: get('deletion-delay-ms', undefined, 0) };
 }
 
 const PAPER_OVERHEAD_S = 1.9;
@@ -234,10 +239,13 @@ function deviceCopy(b: Batch): number {
 
 /**
  * prefetch 'after-release': each batch is copied to the "device" and released, which starts
- * the next one in its memory; "training" lasts until that one is ready, then sample() hands it
- * over (timed).
+ * the next one in its memory; "training" lasts `trainSeconds` from the release (longer if the
+ * next batch is not ready by then), then sample() hands the next batch over (timed). A real
+ * step on a 1 GiB batch (134 M tokens) takes far longer; what matters here is that the sampler
+ * has time after the assembly for its background work (deleting the batch before), as it has
+ * in training.
  */
-async function releasingTrainer(s: ExperienceSampler, serverPid: number | undefined): Promise<Omit<ChildResult, 'peakRssBytes'>> {
+async function releasingTrainer(s: ExperienceSampler, serverPid: number | undefined, trainSeconds: number): Promise<Omit<ChildResult, 'peakRssBytes'>> {
   let b = await s.sample();
   let checksum = 0;
   let slowest: { sampleS: number; cost: Cost } | undefined;
@@ -246,8 +254,10 @@ async function releasingTrainer(s: ExperienceSampler, serverPid: number | undefi
   for (let i = 1; i < RELEASED_BATCHES; i++) {
     checksum ^= deviceCopy(b);
     b.release();
+    const trainUntil = Date.now() + trainSeconds * 1000;
     assembled = await untilPrefetched(s, serverPid);
     assembleEachS.push(assembled.seconds);
+    await new Promise((r) => setTimeout(r, Math.max(0, trainUntil - Date.now())));
     const meter = costMeter(serverPid);
     const t0 = process.hrtime.bigint();
     b = await s.sample();
@@ -267,12 +277,20 @@ async function releasingTrainer(s: ExperienceSampler, serverPid: number | undefi
  * the next one assemble (in fresh memory: nothing is released), and the timed call hands it
  * over. 'released': see releasingTrainer().
  */
-async function samplerChild(url: string, buffer: string, batch: number, mode: ChildMode, serverPid: number | undefined): Promise<ChildResult> {
-  const nc = await connect({ servers: url });
-  const s = await ExperienceSampler.open({ nc, buffer, batchSize: batch, prefetch: { cold: false, prefetch: true, released: 'after-release' as const }[mode] });
+async function samplerChild(c: ChildSettings): Promise<ChildResult> {
+  const { mode, serverPid } = c;
+  const nc = await connect({ servers: c.url });
+  const batch = c.batch;
+  const s = await ExperienceSampler.open({
+    nc,
+    buffer: c.buffer,
+    batchSize: batch,
+    prefetch: { cold: false, prefetch: true, released: 'after-release' as const }[mode],
+    maxDeletionDelayMs: c.deletionDelayMs,
+  });
   let result: ChildResult;
   if (mode === 'released') {
-    result = { ...(await releasingTrainer(s, serverPid)), peakRssBytes: process.resourceUsage().maxRSS * 1024 };
+    result = { ...(await releasingTrainer(s, serverPid, c.trainSeconds)), peakRssBytes: process.resourceUsage().maxRSS * 1024 };
   } else {
     let assembled: { seconds: number; cost: Cost } | undefined;
     if (mode === 'prefetch') {
@@ -294,10 +312,21 @@ async function samplerChild(url: string, buffer: string, batch: number, mode: Ch
   return result;
 }
 
-function runChild(url: string, buffer: string, batch: number, mode: ChildMode, serverPid: number | undefined): Promise<ChildResult> {
+/** What a sampler child is told (one JSON argument). */
+interface ChildSettings {
+  url: string;
+  buffer: string;
+  batch: number;
+  mode: ChildMode;
+  serverPid: number | undefined;
+  trainSeconds: number;
+  deletionDelayMs: number | undefined;
+}
+
+function runChild(settings: ChildSettings): Promise<ChildResult> {
   flushDirtyPages();
   return new Promise((resolve, reject) => {
-    const child = fork(fileURLToPath(import.meta.url), ['--sampler-child', url, buffer, String(batch), mode, String(serverPid ?? '')], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const child = fork(fileURLToPath(import.meta.url), ['--sampler-child', JSON.stringify(settings)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     child.once('message', (m) => resolve(m as ChildResult));
     child.once('exit', (code) => (code === 0 ? undefined : reject(new Error(`sampler child exited with ${code}`))));
   });
@@ -324,16 +353,17 @@ export async function run(argv: string[]): Promise<void> {
     log('experience writer (3 batches: cold sample, then two with prefetch)');
     const writeS = await ourWrite(nc, 'bench', 0, a.batch, a.tokens, a.window);
     await ourWrite(nc, 'bench', a.batch, 2 * a.batch, a.tokens, a.window);
+    const child = { url: nats.url, buffer: 'bench', batch: a.batch, serverPid: nats.pid, trainSeconds: a.trainSeconds, deletionDelayMs: a.deletionDelayMs };
     log('sampler, cold (child process)');
-    const cold = await runChild(nats.url, 'bench', a.batch, 'cold', nats.pid);
+    const cold = await runChild({ ...child, mode: 'cold' });
     log('sampler, prefetch (child process)');
-    const warm = await runChild(nats.url, 'bench', a.batch, 'prefetch', nats.pid);
+    const warm = await runChild({ ...child, mode: 'prefetch' });
     // Written only now, so that the prefetch child finds no batch to prefetch after its last.
     log(`experience writer (${RELEASED_BATCHES} more batches for the releasing trainer)`);
     await ourWrite(nc, 'bench', 3 * a.batch, RELEASED_BATCHES * a.batch, a.tokens, a.window);
     await nc.close();
     log("sampler, prefetch 'after-release', the trainer releasing each batch (child process)");
-    const released = await runChild(nats.url, 'bench', a.batch, 'released', nats.pid);
+    const released = await runChild({ ...child, mode: 'released' });
 
     const gbs = (s: number): number => batchBytes / s / 1e9;
     // Sample throughput once training is under way: every batch after a trainer's first is
@@ -358,6 +388,8 @@ export async function run(argv: string[]): Promise<void> {
       sample_over_raw: +(rawFetchS / steadyS).toFixed(3),
       sample_over_raw_range: [+(rawFetchS / Math.max(...steady)).toFixed(3), +(rawFetchS / Math.min(...steady)).toFixed(3)],
       steady_batches: steady.length,
+      train_step_s: a.trainSeconds,
+      max_deletion_delay_ms: a.deletionDelayMs ?? null,
       sample_cold_gbps: +gbs(cold.sampleS).toFixed(3),
       sample_over_raw_cold: +(rawFetchS / cold.sampleS).toFixed(3),
       sample_ms_prefetch: +(warm.sampleS * 1000).toFixed(2),
@@ -440,9 +472,9 @@ export async function run(argv: string[]): Promise<void> {
 }
 
 if (process.argv[2] === '--sampler-child') {
-  const [url, buffer, batch, mode, serverPid] = process.argv.slice(3);
-  if (!CHILD_MODES.includes(mode as ChildMode)) throw new Error(`unknown sampler child mode ${mode}`);
-  samplerChild(url!, buffer!, Number(batch), mode as ChildMode, serverPid ? Number(serverPid) : undefined).then(
+  const settings = JSON.parse(process.argv[3]!) as ChildSettings;
+  if (!CHILD_MODES.includes(settings.mode)) throw new Error(`unknown sampler child mode ${settings.mode}`);
+  samplerChild(settings).then(
     (r) => process.send!(r, () => process.exit(0)),
     (err: unknown) => {
       process.stderr.write(`sampler child failed: ${(err as Error).stack}\n`);

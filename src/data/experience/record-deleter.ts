@@ -6,22 +6,43 @@
  * of the stream's head, which the server does block by block (a purge filtered by subject
  * removes message by message and costs the server several times as much); what lies above it
  * is deleted message by message.
+ *
+ * Deletions wait until the sampler is not reading the stream (read-activity.ts), for at most
+ * `maxDelayMs`: while nats-server purges, a batch's fetch stalls, so a purge that overlaps the
+ * assembly of the next batch slows it down by more than the purge costs the server. Between two
+ * assemblies (the trainer's step) the purge is free. The bound keeps a trainer that samples back
+ * to back, with an assembly always under way, from growing the stream without end.
  */
 import type { JetStreamManager } from '@nats-io/jetstream';
 import type { Logger } from '../../common/logger.js';
 import type { BufferEntry } from './entry.js';
+import type { ReadActivity } from './read-activity.js';
 import { mapLimit } from '../../common/concurrency.js';
+
+export interface RecordDeleterOptions {
+  /** The sampler's reads: deletions wait until none is under way. */
+  reads?: ReadActivity;
+  /** The longest deletions wait for a quiet moment. Default 10 s. */
+  maxDelayMs?: number;
+  /** Told how many messages are queued for deletion whenever that changes. */
+  onPending?: (messages: number) => void;
+}
 
 export class RecordDeleter {
   private pending: number[] = [];
   private running: Promise<void> = Promise.resolve();
   private purgedBelow = 0;
+  /** Ends the current wait for a quiet moment (idle(): delete now). */
+  private hurry: (() => void) | undefined;
+  /** idle() calls in progress: while any is, deletions do not wait. */
+  private urgent = 0;
   errors = 0;
 
   constructor(
     private readonly jsm: JetStreamManager,
     private readonly stream: string,
     private readonly logger: Logger,
+    private readonly options: RecordDeleterOptions = {},
   ) {}
 
   /** Queues entries already removed from the index (their records and chunks). */
@@ -31,6 +52,7 @@ export class RecordDeleter {
       this.pending.push(e.seq);
       for (const c of e.chunkSeqs) this.pending.push(c);
     }
+    this.options.onPending?.(this.pending.length);
     this.schedule(bound);
   }
 
@@ -38,22 +60,46 @@ export class RecordDeleter {
   deleteSeqs(seqs: readonly number[], bound: () => number): void {
     if (seqs.length === 0) return;
     for (const s of seqs) this.pending.push(s);
+    this.options.onPending?.(this.pending.length);
     this.schedule(bound);
   }
 
-  /** Resolves when everything queued so far is deleted. */
+  /** Deletes everything queued so far now, without waiting for a quiet moment. */
   async idle(): Promise<void> {
-    await this.running;
+    this.urgent++;
+    this.hurry?.();
+    try {
+      await this.running;
+    } finally {
+      this.urgent--;
+    }
   }
 
   private schedule(bound: () => number): void {
-    this.running = this.running.then(() => this.flush(bound()));
+    // The bound is read once the wait is over: by then it may have moved up.
+    this.running = this.running.then(async () => {
+      await this.quietMoment();
+      await this.flush(bound());
+    });
+  }
+
+  private async quietMoment(): Promise<void> {
+    const reads = this.options.reads;
+    if (!reads || this.urgent > 0 || this.pending.length === 0) return;
+    const wait = reads.whenQuiet(this.options.maxDelayMs ?? 10_000);
+    this.hurry = wait.hurry;
+    try {
+      await wait.done;
+    } finally {
+      this.hurry = undefined;
+    }
   }
 
   private async flush(bound: number): Promise<void> {
     const seqs = this.pending;
     this.pending = [];
     if (seqs.length === 0) return;
+    this.options.onPending?.(0);
     const single: number[] = [];
     let purge = false;
     for (const s of seqs) {

@@ -26,6 +26,7 @@ import { ensureBufferStream, type BufferNames, type BufferStreamOptions } from '
 import { IndexFeed } from './index-feed.js';
 import { PayloadLoader } from './payload-loader.js';
 import { RecordDeleter } from './record-deleter.js';
+import { ReadActivity } from './read-activity.js';
 import { ChunkTracker } from './chunk-tracker.js';
 import { summarizeStaleness, type Batch, type SampledTrajectory } from './batch.js';
 import { ArenaPool, detach } from './arena-pool.js';
@@ -60,6 +61,12 @@ export interface SamplerOptions extends BufferStreamOptions {
    * longest a writer may take between its first chunk and its record. Default 15 min.
    */
   orphanChunkAgeMs?: number;
+  /**
+   * Sampled-out and evicted records are deleted from the stream between two batch assemblies
+   * (a deletion slows down a batch's fetch that runs beside it), waiting at most this long for
+   * such a moment. Default 10 s.
+   */
+  maxDeletionDelayMs?: number;
   /** Called with what each eviction removed and why (also counted in metrics). */
   onEvict?: (entries: readonly BufferEntry[], reason: string) => void;
   registry?: Registry;
@@ -85,6 +92,8 @@ export interface SamplerStats {
   readyBatches: number;
   /** Memory of released batches kept for the next ones. */
   spareArenaBytes: number;
+  /** Stream messages (records and chunks) waiting to be deleted. */
+  pendingDeletions: number;
   trainerVersion: number;
 }
 
@@ -120,6 +129,8 @@ export class ExperienceSampler {
   private readonly random: () => number;
   private readonly loader: PayloadLoader;
   private readonly deleter: RecordDeleter;
+  private readonly reads = new ReadActivity();
+  private pendingDeletions = 0;
   private readonly feed: IndexFeed;
   private readonly chunks: ChunkTracker;
   private orphanChunks = 0;
@@ -127,8 +138,11 @@ export class ExperienceSampler {
   private readonly logger: Logger;
   private readonly ready: Assembled[] = [];
   private readonly arenas: ArenaPool;
-  /** prefetch 'after-release': the batch handed over last, until the trainer releases it. */
-  private awaitingRelease: Holding | undefined;
+  /**
+   * prefetch 'after-release': the batch handed over last, until the trainer releases it (its
+   * release starts the next assembly: a read about to start, see ReadActivity).
+   */
+  private awaitingRelease: { holding: Holding; endRead: () => void } | undefined;
   /** Index bookkeeping of handed-over batches, applied after sample() returns (see settle()). */
   private unsettled: Array<{ entries: BufferEntry[]; spent: BufferEntry[] }> = [];
   private settleScheduled = false;
@@ -151,6 +165,7 @@ export class ExperienceSampler {
     staleness: DeferredHistogram;
     latency: Histogram<string>;
     spareBytes: Gauge<string>;
+    pendingDeletions: Gauge<string>;
   };
 
   private constructor(
@@ -168,7 +183,14 @@ export class ExperienceSampler {
     this.random = seededRandom(options.seed ?? 0x1a31a5);
     this.trainerVersion = options.trainerVersion ?? 0;
     this.loader = new PayloadLoader(jetstream(options.nc), jsm, names.stream, names.recordFilter, options.fetchConcurrency ?? 64);
-    this.deleter = new RecordDeleter(jsm, names.stream, this.logger);
+    this.deleter = new RecordDeleter(jsm, names.stream, this.logger, {
+      reads: this.reads,
+      maxDelayMs: options.maxDeletionDelayMs,
+      onPending: (n) => {
+        this.pendingDeletions = n;
+        this.m.pendingDeletions.set({ buffer: names.buffer }, n);
+      },
+    });
     this.chunks = new ChunkTracker(options.orphanChunkAgeMs ?? 15 * 60_000);
     this.feed = new IndexFeed(
       jetstream(options.nc),
@@ -202,10 +224,12 @@ export class ExperienceSampler {
       ),
       latency: histogram(registry, 'laminar_buffer_sample_seconds', 'Time sample() took, by whether the batch was prefetched', [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], ['buffer', 'prefetched']),
       spareBytes: gauge(registry, 'laminar_buffer_spare_arena_bytes', 'Memory of batches the trainer released, kept for the next batches', ['buffer']),
+      pendingDeletions: gauge(registry, 'laminar_buffer_pending_deletions', 'Stream messages of removed trajectories waiting for a moment between batch assemblies to be deleted', ['buffer']),
     };
     this.m.items.set(b, 0);
     this.m.bytes.set(b, 0);
     this.m.spareBytes.set(b, 0);
+    this.m.pendingDeletions.set(b, 0);
     this.arenas = new ArenaPool(options.spareArenas ?? 1, (bytes) => this.m.spareBytes.set(b, bytes));
     // A scrape sees the index with the bookkeeping of handed-over batches applied.
     this.unhookSettle = onCollect(this.m.items, () => this.settle());
@@ -222,6 +246,9 @@ export class ExperienceSampler {
     }
     if (options.spareArenas !== undefined && !(Number.isInteger(options.spareArenas) && options.spareArenas >= 0)) {
       throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `spareArenas must be an integer >= 0, got ${options.spareArenas}`);
+    }
+    if (options.maxDeletionDelayMs !== undefined && !(options.maxDeletionDelayMs >= 0 && Number.isFinite(options.maxDeletionDelayMs))) {
+      throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `maxDeletionDelayMs must be a finite number >= 0, got ${options.maxDeletionDelayMs}`);
     }
     const jsm = await jetstreamManager(options.nc);
     const names = await ensureBufferStream(jsm, options);
@@ -273,8 +300,8 @@ export class ExperienceSampler {
         if (batch) setImmediate(() => this.changed.notify());
         else if (this.awaitingRelease) {
           // 'after-release': the trainer wants the next batch without releasing the last one.
-          this.awaitingRelease = undefined;
           this.changed.notify();
+          this.stopAwaitingRelease();
         } else if (this.options.prefetch === false) {
           const picked = this.pick(this.options.batchSize);
           if (picked) {
@@ -291,7 +318,7 @@ export class ExperienceSampler {
         if (batch) {
           const handed = this.handOver(batch);
           if (handed) {
-            if (this.options.prefetch === 'after-release') this.awaitingRelease = batch.holding;
+            if (this.options.prefetch === 'after-release') this.awaitingRelease = { holding: batch.holding, endRead: this.reads.begin() };
             this.m.latency.observe({ buffer: this.names.buffer, prefetched: String(handed.prefetched) }, (performance.now() - started) / 1000);
             return handed;
           }
@@ -318,6 +345,7 @@ export class ExperienceSampler {
       orphanChunks: this.orphanChunks,
       readyBatches: this.ready.length,
       spareArenaBytes: this.arenas.spareBytes,
+      pendingDeletions: this.pendingDeletions,
       trainerVersion: this.trainerVersion,
     };
   }
@@ -341,6 +369,7 @@ export class ExperienceSampler {
     await this.feed.stop();
     await this.prefetchLoop;
     for (const a of this.ready.splice(0)) this.index.release(a.entries);
+    this.stopAwaitingRelease();
     this.arenas.close();
     this.settle();
     this.unhookSettle();
@@ -470,7 +499,13 @@ export class ExperienceSampler {
     for (const e of picked.entries) total += e.bytes;
     const arena = this.arenas.arena(total);
     // If the load fails, its writes may still be under way: the memory is left to the GC.
-    const payloads = await this.loader.load(picked.entries, arena);
+    const endRead = this.reads.begin();
+    let payloads: Awaited<ReturnType<PayloadLoader['load']>>;
+    try {
+      payloads = await this.loader.load(picked.entries, arena);
+    } finally {
+      endRead();
+    }
     const items: SampledTrajectory[] = [];
     const missing: BufferEntry[] = [];
     let bytes = 0;
@@ -608,10 +643,17 @@ export class ExperienceSampler {
     if (buffer === undefined) return;
     holding.buffer = undefined;
     if (buffer.byteLength > 0) this.arenas.give(detach(buffer));
-    if (this.awaitingRelease === holding) {
-      this.awaitingRelease = undefined;
+    if (this.awaitingRelease?.holding === holding) {
       this.changed.notify();
+      this.stopAwaitingRelease();
     }
+  }
+
+  /** The handed-over batch no longer holds back the next assembly. */
+  private stopAwaitingRelease(): void {
+    const awaiting = this.awaitingRelease;
+    this.awaitingRelease = undefined;
+    awaiting?.endRead();
   }
 
   private async runPrefetch(): Promise<void> {
