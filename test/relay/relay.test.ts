@@ -132,7 +132,7 @@ describe('relay: local publish and acquire', () => {
     const pub = await client.beginPublish({ model: MODEL, version: 6, tensors: specs.map(({ name, dtype, shape }) => ({ name, dtype, shape })) });
     for (const t of specs) pub.write(t.name, t.data);
     await pub.flush();
-    pub.bytes('embed')[100] ^= 0xff; // a stray write after the checksum was taken
+    pub.bytes('embed')[100]! ^= 0xff; // a stray write after the checksum was taken
     await expect(pub.commit()).rejects.toMatchObject({ code: 'ERR_CHECKSUM_MISMATCH', details: { mismatched: ['embed'] } });
     await expect(client.acquire({ model: MODEL })).rejects.toMatchObject({ code: 'ERR_UNKNOWN_VERSION' });
     // The writer can repair the tensor and commit again.
@@ -147,7 +147,7 @@ describe('relay: local publish and acquire', () => {
     const pub = await client.beginPublish({ model: MODEL, version: 8, tensors: [{ name: 'big', dtype: 'U8', shape: [big.length] }, { name: 'empty', dtype: 'F32', shape: [0] }] });
     await Promise.all([pub.writeAsync('big', big), pub.writeAsync('empty', new Float32Array(0))]);
     await pub.flush();
-    pub.bytes('big')[piece + 7] ^= 1; // lands in the second piece
+    pub.bytes('big')[piece + 7]! ^= 1; // lands in the second piece
     await expect(pub.commit()).rejects.toMatchObject({ code: 'ERR_CHECKSUM_MISMATCH', details: { mismatched: ['big'] } });
     await pub.writeAsync('big', big);
     await pub.commit();

@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { checkProof, loadSecret, newNonce, proof } from '../../src/relay/broadcast/auth.js';
 import { broadcastTime, optimalChunkCount, optimalChunkSize } from '../../src/relay/broadcast/chunk-model.js';
-import { decodePeerMessage, encodePeerMessage } from '../../src/relay/broadcast/messages.js';
+import { decodePeerMessage, encodePeerMessage, type PeerMessage } from '../../src/relay/broadcast/messages.js';
 import { downstreamOf, parsePeerList, validatePlan } from '../../src/relay/broadcast/plan.js';
 import { parseBandwidth, parseLatency } from '../../src/common/units.js';
 
@@ -69,7 +69,7 @@ describe('peer messages', () => {
       { t: 'accept', model: 'm', version: 2, from: 5, have: [7, 9] },
       { t: 'chunk', model: 'm', version: 2, index: 4 },
       { t: 'progress', model: 'm', version: 2, hwm: 10, complete: true },
-    ] as const) {
+    ] satisfies PeerMessage[]) {
       expect(decodePeerMessage(encodePeerMessage(m))).toEqual(m);
     }
   });
