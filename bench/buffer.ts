@@ -5,10 +5,11 @@
  * Experience buffer against raw JetStream, in the same run, on a real nats-server (file storage):
  *   write  : ExperienceWriter.write() of `batch` trajectories vs raw js.publish of the same bytes
  *   sample : the assembly of each batch after a trainer's first (in the memory the trainer
- *            released: the steady state of training; median over RELEASED_BATCHES - 1 batches)
- *            (each trainer step lasts --train-s from the release, or until the next batch is
- *            ready if that takes longer) vs a raw pull-consumer fetch of the same bytes (median of RAW_FETCHES); the cold
- *            sample() of a process's first batch (memory touched for the first time) beside it
+ *            released: the steady state of training; median over RELEASED_BATCHES - 1 batches;
+ *            each trainer step lasts --train-s from the release, or until the next batch is
+ *            ready if that takes longer) vs a raw pull-consumer fetch of the same bytes (median
+ *            of RAW_FETCHES); the cold sample() of a process's first batch (memory touched for
+ *            the first time) beside it
  *   latency: sample() with prefetch on (the next batch assembled while "training") and off
  *   memory : peak RSS of the sampler process (a child process, like a trainer) / batch bytes,
  *            with a trainer that holds each batch through training (prefetch on) and with one
@@ -45,14 +46,14 @@ interface Args {
 }
 
 function parseArgs(argv: string[]): Args {
-  const get = <D extends number | undefined>(name: string, def: D, min = Number.MIN_VALUE): number | D => {
+  const get = <D extends number | undefined>(name: string, def: D, zeroAllowed = false): number | D => {
     const i = argv.indexOf(`--${name}`);
     if (i < 0) return def;
     const v = Number(argv[i + 1]);
-    if (!Number.isFinite(v) || v < min) throw new Error(`--${name} needs a number >= ${min === Number.MIN_VALUE ? 'above 0' : min}`);
+    if (!Number.isFinite(v) || v < 0 || (v === 0 && !zeroAllowed)) throw new Error(`--${name} needs a ${zeroAllowed ? 'non-negative' : 'positive'} number`);
     return v;
   };
-  return { batch: get('batch', 8192), tokens: get('tokens', 16384), inflight: get('inflight', 1000), partialSeconds: get('partial-s', 10), window: get('window', 64), trainSeconds: get('train-s', 4), deletionDelayMs: get('deletion-delay-ms', undefined, 0) };
+  return { batch: get('batch', 8192), tokens: get('tokens', 16384), inflight: get('inflight', 1000), partialSeconds: get('partial-s', 10), window: get('window', 64), trainSeconds: get('train-s', 4), deletionDelayMs: get('deletion-delay-ms', undefined, true) };
 }
 
 const PAPER_OVERHEAD_S = 1.9;
@@ -278,9 +279,8 @@ async function releasingTrainer(s: ExperienceSampler, serverPid: number | undefi
  * over. 'released': see releasingTrainer().
  */
 async function samplerChild(c: ChildSettings): Promise<ChildResult> {
-  const { mode, serverPid } = c;
+  const { mode, serverPid, batch } = c;
   const nc = await connect({ servers: c.url });
-  const batch = c.batch;
   const s = await ExperienceSampler.open({
     nc,
     buffer: c.buffer,

@@ -27,17 +27,18 @@ async function streamOf(count: number): Promise<{ name: string; messages: () => 
   };
 }
 
-async function deleterOn(stream: string, reads: ReadActivity, maxDelayMs = 60_000): Promise<{ deleter: RecordDeleter; pending: () => number }> {
+/** A stream of `count` messages, and a deleter on it that waits for `reads` to be quiet. */
+async function deleterOn(count: number, maxDelayMs = 60_000) {
+  const s = await streamOf(count);
+  const reads = new ReadActivity();
   let pending = 0;
-  const deleter = new RecordDeleter(await jetstreamManager(fx.nc), stream, silentLogger, { reads, maxDelayMs, onPending: (n) => (pending = n) });
-  return { deleter, pending: () => pending };
+  const deleter = new RecordDeleter(await jetstreamManager(fx.nc), s.name, silentLogger, { reads, maxDelayMs, onPending: (n) => (pending = n) });
+  return { s, reads, deleter, pending: () => pending };
 }
 
 describe('record deleter: deletions between reads', () => {
   it('keeps records while a read is under way and deletes them once it ends (purge and single deletes)', async () => {
-    const s = await streamOf(10);
-    const reads = new ReadActivity();
-    const { deleter, pending } = await deleterOn(s.name, reads);
+    const { s, reads, deleter, pending } = await deleterOn(10);
     const endRead = reads.begin();
     // 1..4 lie below the bound (one purge), 7 and 9 above it (deleted one by one).
     deleter.deleteSeqs([1, 2, 3, 4, 7, 9], () => 5);
@@ -52,9 +53,7 @@ describe('record deleter: deletions between reads', () => {
   });
 
   it('one read taking over from another on the same turn is not a quiet moment', async () => {
-    const s = await streamOf(4);
-    const reads = new ReadActivity();
-    const { deleter } = await deleterOn(s.name, reads);
+    const { s, reads, deleter } = await deleterOn(4);
     const first = reads.begin();
     deleter.deleteSeqs([1, 2], () => 3);
     await sleep(50);
@@ -67,9 +66,7 @@ describe('record deleter: deletions between reads', () => {
   });
 
   it('a deletion queued on the turn a read starts waits for that read', async () => {
-    const s = await streamOf(4);
-    const reads = new ReadActivity();
-    const { deleter } = await deleterOn(s.name, reads);
+    const { s, reads, deleter } = await deleterOn(4);
     // As when a trainer's release queues the last batch's deletion and starts the next assembly.
     deleter.deleteSeqs([1, 2], () => 3);
     const endRead = reads.begin();
@@ -80,9 +77,7 @@ describe('record deleter: deletions between reads', () => {
   });
 
   it('deletes after maxDelayMs even if reads never stop', async () => {
-    const s = await streamOf(5);
-    const reads = new ReadActivity();
-    const { deleter } = await deleterOn(s.name, reads, 400);
+    const { s, reads, deleter } = await deleterOn(5, 400);
     reads.begin(); // never ends: a trainer sampling back to back
     const t0 = Date.now();
     deleter.deleteSeqs([1, 2, 3], () => 4);
@@ -93,9 +88,7 @@ describe('record deleter: deletions between reads', () => {
   });
 
   it('idle() deletes at once, reads or not', async () => {
-    const s = await streamOf(3);
-    const reads = new ReadActivity();
-    const { deleter } = await deleterOn(s.name, reads);
+    const { s, reads, deleter } = await deleterOn(3);
     reads.begin();
     deleter.deleteSeqs([2], () => 1);
     const t0 = Date.now();

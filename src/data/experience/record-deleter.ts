@@ -24,7 +24,7 @@ export interface RecordDeleterOptions {
   reads?: ReadActivity;
   /** The longest deletions wait for a quiet moment. Default 10 s. */
   maxDelayMs?: number;
-  /** Told how many messages are queued for deletion whenever that changes. */
+  /** Told the number of messages queued for deletion (`queued`) whenever it changes. */
   onPending?: (messages: number) => void;
 }
 
@@ -45,15 +45,14 @@ export class RecordDeleter {
     private readonly options: RecordDeleterOptions = {},
   ) {}
 
+  /** Stream messages queued for deletion, not yet sent to the server. */
+  get queued(): number {
+    return this.pending.length;
+  }
+
   /** Queues entries already removed from the index (their records and chunks). */
   delete(entries: readonly BufferEntry[], bound: () => number): void {
-    if (entries.length === 0) return;
-    for (const e of entries) {
-      this.pending.push(e.seq);
-      for (const c of e.chunkSeqs) this.pending.push(c);
-    }
-    this.options.onPending?.(this.pending.length);
-    this.schedule(bound);
+    this.deleteSeqs(entries.flatMap((e) => [e.seq, ...e.chunkSeqs]), bound);
   }
 
   /** Queues single messages (orphan chunks). */

@@ -130,7 +130,6 @@ export class ExperienceSampler {
   private readonly loader: PayloadLoader;
   private readonly deleter: RecordDeleter;
   private readonly reads = new ReadActivity();
-  private pendingDeletions = 0;
   private readonly feed: IndexFeed;
   private readonly chunks: ChunkTracker;
   private orphanChunks = 0;
@@ -186,10 +185,7 @@ export class ExperienceSampler {
     this.deleter = new RecordDeleter(jsm, names.stream, this.logger, {
       reads: this.reads,
       maxDelayMs: options.maxDeletionDelayMs,
-      onPending: (n) => {
-        this.pendingDeletions = n;
-        this.m.pendingDeletions.set({ buffer: names.buffer }, n);
-      },
+      onPending: (n) => this.m.pendingDeletions.set({ buffer: names.buffer }, n),
     });
     this.chunks = new ChunkTracker(options.orphanChunkAgeMs ?? 15 * 60_000);
     this.feed = new IndexFeed(
@@ -300,7 +296,6 @@ export class ExperienceSampler {
         if (batch) setImmediate(() => this.changed.notify());
         else if (this.awaitingRelease) {
           // 'after-release': the trainer wants the next batch without releasing the last one.
-          this.changed.notify();
           this.stopAwaitingRelease();
         } else if (this.options.prefetch === false) {
           const picked = this.pick(this.options.batchSize);
@@ -345,7 +340,7 @@ export class ExperienceSampler {
       orphanChunks: this.orphanChunks,
       readyBatches: this.ready.length,
       spareArenaBytes: this.arenas.spareBytes,
-      pendingDeletions: this.pendingDeletions,
+      pendingDeletions: this.deleter.queued,
       trainerVersion: this.trainerVersion,
     };
   }
@@ -500,12 +495,7 @@ export class ExperienceSampler {
     const arena = this.arenas.arena(total);
     // If the load fails, its writes may still be under way: the memory is left to the GC.
     const endRead = this.reads.begin();
-    let payloads: Awaited<ReturnType<PayloadLoader['load']>>;
-    try {
-      payloads = await this.loader.load(picked.entries, arena);
-    } finally {
-      endRead();
-    }
+    const payloads = await this.loader.load(picked.entries, arena).finally(endRead);
     const items: SampledTrajectory[] = [];
     const missing: BufferEntry[] = [];
     let bytes = 0;
@@ -643,17 +633,16 @@ export class ExperienceSampler {
     if (buffer === undefined) return;
     holding.buffer = undefined;
     if (buffer.byteLength > 0) this.arenas.give(detach(buffer));
-    if (this.awaitingRelease?.holding === holding) {
-      this.changed.notify();
-      this.stopAwaitingRelease();
-    }
+    if (this.awaitingRelease?.holding === holding) this.stopAwaitingRelease();
   }
 
-  /** The handed-over batch no longer holds back the next assembly. */
+  /** The handed-over batch no longer holds back the next assembly: the prefetch loop may start it. */
   private stopAwaitingRelease(): void {
     const awaiting = this.awaitingRelease;
+    if (!awaiting) return;
     this.awaitingRelease = undefined;
-    awaiting?.endRead();
+    awaiting.endRead();
+    this.changed.notify();
   }
 
   private async runPrefetch(): Promise<void> {
