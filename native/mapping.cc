@@ -204,6 +204,16 @@ class WriteWorker : public RegionWorker {
   std::vector<uint64_t> sums_;
 };
 
+// Drops a reference to the region on the pool: when it is the last one, the munmap runs there.
+// Unmapping a large mapping the caller has written costs a walk of every page-table entry (with
+// 4 KiB pages, ~0.1 s per GiB), which must not block the event loop of a trainer going back to
+// its step.
+class UnmapWorker : public RegionWorker {
+ public:
+  UnmapWorker(Napi::Env env, std::shared_ptr<Region> r) : RegionWorker(env, std::move(r), "munmap") {}
+  void Execute() override { region_.reset(); }
+};
+
 }  // namespace
 
 // Resolves a TypedArray/DataView/ArrayBuffer to its bytes; false if it is none of them.
@@ -243,6 +253,7 @@ Napi::Function Mapping::Init(Napi::Env env) {
       InstanceMethod<&Mapping::ReadFile>("readFile"),
       InstanceMethod<&Mapping::Populate>("populate"),
       InstanceMethod<&Mapping::Close>("close"),
+      InstanceMethod<&Mapping::CloseAsync>("closeAsync"),
   });
 }
 
@@ -499,15 +510,36 @@ Napi::Value Mapping::Populate(const Napi::CallbackInfo& info) {
   return promise;
 }
 
-Napi::Value Mapping::Close(const Napi::CallbackInfo& info) {
-  if (!region_) return info.Env().Undefined();
+void Mapping::DetachViews() {
   for (auto& ref : views_) {
     Napi::ArrayBuffer view = ref.Value();
     if (!view.IsEmpty() && !view.IsDetached()) view.Detach();
   }
   views_.clear();
+}
+
+Napi::Value Mapping::Close(const Napi::CallbackInfo& info) {
+  if (!region_) return info.Env().Undefined();
+  DetachViews();
   region_.reset();  // unmapped now, or when the last async operation on it finishes
   return info.Env().Undefined();
+}
+
+// closeAsync(): Promise<void>. Closes at once, as close() does (views detached, no further use),
+// but the unmapping itself runs on the pool; resolves once this mapping's reference is gone.
+Napi::Value Mapping::CloseAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto deferred = Napi::Promise::Deferred::New(env);
+  if (!region_) {
+    deferred.Resolve(env.Undefined());
+    return deferred.Promise();
+  }
+  DetachViews();
+  auto* worker = new UnmapWorker(env, std::move(region_));
+  region_.reset();
+  auto promise = worker->Promise();
+  worker->Queue();
+  return promise;
 }
 
 }  // namespace laminar

@@ -50,6 +50,7 @@ class Mapping : public Napi::ObjectWrap<Mapping> {
   Napi::Value ReadFile(const Napi::CallbackInfo& info);
   Napi::Value Populate(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
+  Napi::Value CloseAsync(const Napi::CallbackInfo& info);
 
   // Validates that [offset, offset+length) lies in the region; throws and returns false if not.
   bool CheckRange(const Napi::CallbackInfo& info, size_t arg, size_t* offset, size_t* length);
@@ -58,6 +59,7 @@ class Mapping : public Napi::ObjectWrap<Mapping> {
   bool CheckOpen(Napi::Env env);
   bool CheckWritable(Napi::Env env);
   void PruneViews();
+  void DetachViews();
 
   std::shared_ptr<Region> region_;
   std::vector<Napi::Reference<Napi::ArrayBuffer>> views_;

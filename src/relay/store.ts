@@ -337,7 +337,13 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     const metadata = request.metadata ?? {};
     this.checkNewVersion(model, version);
     const layout = planLayout(specs, { model, version, chunkSize, extraMetadata: metadata });
-    return this.allocate(model, version, layout, metadata, owner);
+    const v = await this.allocate(model, version, layout, metadata, owner);
+    // The writer fills the segment through its own mapping, and commit then reads every byte
+    // through the relay's: mapping the pages into the relay now, while the writer writes (or,
+    // for a segment begun ahead, while the trainer trains), spares commit a page fault per
+    // 64 KiB. Best effort: commit faults in whatever is not mapped yet.
+    void v.mapping!.populate(0, layout.totalSize, false).catch(() => undefined);
+    return v;
   }
 
   private checkNewVersion(model: string, version: number): void {
@@ -605,7 +611,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     // Read-only from now on: a stale writer mapping cannot be reopened for writing.
     await chmod(finalPath, this.options.fileMode & 0o444).catch(() => undefined);
     v.path = finalPath;
-    v.mapping!.close();
+    void v.mapping!.closeAsync();
     v.mapping = new Mapping(finalPath, { writable: false });
     v.checksums = checksums;
     v.state = 'complete';
@@ -678,7 +684,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
 
   private async discard(v: StoredVersion, reason: string): Promise<void> {
     if (this.models.get(v.model)?.get(v.version) === v) this.versionsOf(v.model).delete(v.version);
-    v.mapping?.close();
+    void v.mapping?.closeAsync();
     v.mapping = null;
     v.state = 'retired';
     await unlink(v.path).catch(() => undefined);
@@ -810,7 +816,9 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     this.versionsOf(v.model).delete(v.version);
     // Listeners release what they hold on the mapping (UCX registrations) before it closes.
     this.emit('retired', v);
-    v.mapping?.close();
+    // Unmapping a pinned gigabyte (munlock, then the page tables) takes ~0.2 s: on the pool, so
+    // that a commit that retires the oldest version does not hold up the event loop.
+    void v.mapping?.closeAsync();
     v.mapping = null;
     const kept = recycle && (await this.spares.keep(v.path, v.layout.totalSize));
     // Unlinked: clients that still have it mapped keep their pages; the name is gone at once.

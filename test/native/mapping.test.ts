@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { NativeError } from '../../src/common/errors.js';
@@ -74,6 +74,31 @@ describe('native segments and mappings', () => {
     await expect(b.readFile(file, 6, 0, 50)).rejects.toMatchObject({ code: 'EIO' });
     await expect(b.readFile(join(tmp.dir, 'nope'), 0, 0, 1)).rejects.toMatchObject({ code: 'ENOENT' });
     b.close();
+  });
+
+  it('closeAsync closes at once and unmaps on the pool, after any operation in flight', async () => {
+    const mapped = (path: string): boolean => readFileSync('/proc/self/maps', 'utf8').includes(path);
+    const path = join(tmp.dir, 'unmap-me');
+    createSegment(path, 32 << 20);
+    const m = new Mapping(path, { writable: true });
+    await m.populate(0, m.size, true);
+    const view = m.view(0, 4096);
+    expect(mapped(path)).toBe(true);
+
+    const sum = m.checksumAsync(0, m.size);
+    const closing = m.closeAsync();
+    // Closed for the caller straight away, exactly as close() is.
+    expect(m.closed).toBe(true);
+    expect(view.byteLength).toBe(0);
+    expect(() => m.view(0, 1)).toThrow(expect.objectContaining({ code: 'ERR_MAPPING_CLOSED' }));
+    await closing;
+    // The checksum in flight still held the pages and read them all (zero-filled segment).
+    expect(await sum).toBe(checksumBuffer(Buffer.alloc(32 << 20)));
+    expect(mapped(path)).toBe(false);
+
+    // Closing again, either way, is a no-op.
+    await m.closeAsync();
+    m.close();
   });
 
   it('pins pages, and reports the memlock limit', () => {
