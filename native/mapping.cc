@@ -535,8 +535,7 @@ Napi::Value Mapping::CloseAsync(const Napi::CallbackInfo& info) {
     return deferred.Promise();
   }
   DetachViews();
-  auto* worker = new UnmapWorker(env, std::move(region_));
-  region_.reset();
+  auto* worker = new UnmapWorker(env, std::move(region_));  // leaves region_ empty
   auto promise = worker->Promise();
   worker->Queue();
   return promise;

@@ -36,6 +36,14 @@ async function deleterOn(count: number, maxDelayMs = 60_000) {
   return { s, reads, deleter, pending: () => pending };
 }
 
+/** The stream keeps `held` messages while a read is under way, and `left` once `endRead` ends it. */
+async function expectHeldUntil(s: { messages: () => Promise<number> }, endRead: () => void, held: number, left: number): Promise<void> {
+  await sleep(300);
+  expect(await s.messages()).toBe(held);
+  endRead();
+  await expect.poll(() => s.messages(), { timeout: 5000 }).toBe(left);
+}
+
 describe('record deleter: deletions between reads', () => {
   it('keeps records while a read is under way and deletes them once it ends (purge and single deletes)', async () => {
     const { s, reads, deleter, pending } = await deleterOn(10);
@@ -58,22 +66,14 @@ describe('record deleter: deletions between reads', () => {
     deleter.deleteSeqs([1, 2], () => 3);
     await sleep(50);
     first();
-    const second = reads.begin();
-    await sleep(300);
-    expect(await s.messages()).toBe(4);
-    second();
-    await expect.poll(() => s.messages(), { timeout: 5000 }).toBe(2);
+    await expectHeldUntil(s, reads.begin(), 4, 2);
   });
 
   it('a deletion queued on the turn a read starts waits for that read', async () => {
     const { s, reads, deleter } = await deleterOn(4);
     // As when a trainer's release queues the last batch's deletion and starts the next assembly.
     deleter.deleteSeqs([1, 2], () => 3);
-    const endRead = reads.begin();
-    await sleep(300);
-    expect(await s.messages()).toBe(4);
-    endRead();
-    await expect.poll(() => s.messages(), { timeout: 5000 }).toBe(2);
+    await expectHeldUntil(s, reads.begin(), 4, 2);
   });
 
   it('deletes after maxDelayMs even if reads never stop', async () => {
