@@ -80,6 +80,23 @@ class ChecksumWorker : public RegionWorker {
   uint64_t sum_ = 0;
 };
 
+class ChecksumPartsWorker : public RegionWorker {
+ public:
+  ChecksumPartsWorker(Napi::Env env, std::shared_ptr<Region> r, size_t off, size_t len, std::vector<size_t> cuts)
+      : RegionWorker(env, std::move(r), "checksum"), off_(off), len_(len), cuts_(std::move(cuts)) {}
+  void Execute() override { ChecksumParts(region_->at(off_), len_, cuts_, &sums_); }
+  Napi::Value Result() override {
+    auto out = Napi::Array::New(Env(), sums_.size());
+    for (size_t i = 0; i < sums_.size(); i++) out.Set(static_cast<uint32_t>(i), Napi::BigInt::New(Env(), sums_[i]));
+    return out;
+  }
+
+ private:
+  size_t off_, len_;
+  std::vector<size_t> cuts_;
+  std::vector<uint64_t> sums_;
+};
+
 class CopyWorker : public RegionWorker {
  public:
   CopyWorker(Napi::Env env, std::shared_ptr<Region> dst, std::shared_ptr<Region> src,
@@ -249,6 +266,7 @@ Napi::Function Mapping::Init(Napi::Env env) {
       InstanceMethod<&Mapping::WriteAsync>("writeAsync"),
       InstanceMethod<&Mapping::Checksum>("checksum"),
       InstanceMethod<&Mapping::ChecksumAsync>("checksumAsync"),
+      InstanceMethod<&Mapping::ChecksumPartsAsync>("checksumPartsAsync"),
       InstanceMethod<&Mapping::CopyFrom>("copyFrom"),
       InstanceMethod<&Mapping::ReadFile>("readFile"),
       InstanceMethod<&Mapping::Populate>("populate"),
@@ -453,6 +471,32 @@ Napi::Value Mapping::ChecksumAsync(const Napi::CallbackInfo& info) {
   size_t offset, length;
   if (!CheckRange(info, 0, &offset, &length)) return info.Env().Undefined();
   auto* worker = new ChecksumWorker(info.Env(), region_, offset, length);
+  auto promise = worker->Promise();
+  worker->Queue();
+  return promise;
+}
+
+// checksumPartsAsync(offset, length, cuts: number[]): Promise<bigint[]>, the checksum of the range
+// and then of each part the cuts (offsets relative to the range, increasing, in (0, length))
+// divide it into, from one read of the bytes.
+Napi::Value Mapping::ChecksumPartsAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t offset, length;
+  if (!CheckRange(info, 0, &offset, &length)) return env.Undefined();
+  if (!info[2].IsArray()) {
+    ThrowCode(env, "ERR_INVALID_ARG", "cuts must be an array of offsets");
+    return env.Undefined();
+  }
+  auto array = info[2].As<Napi::Array>();
+  std::vector<size_t> cuts(array.Length());
+  for (uint32_t i = 0; i < array.Length(); i++) {
+    size_t previous = i == 0 ? 0 : cuts[i - 1];
+    if (!ToSize(array.Get(i), &cuts[i]) || cuts[i] <= previous || cuts[i] >= length) {
+      ThrowCode(env, "ERR_INVALID_ARG", "cuts must increase strictly and lie inside (0, length)");
+      return env.Undefined();
+    }
+  }
+  auto* worker = new ChecksumPartsWorker(env, region_, offset, length, std::move(cuts));
   auto promise = worker->Promise();
   worker->Queue();
   return promise;

@@ -46,6 +46,7 @@ class Mapping : public Napi::ObjectWrap<Mapping> {
   Napi::Value WriteAsync(const Napi::CallbackInfo& info);
   Napi::Value Checksum(const Napi::CallbackInfo& info);
   Napi::Value ChecksumAsync(const Napi::CallbackInfo& info);
+  Napi::Value ChecksumPartsAsync(const Napi::CallbackInfo& info);
   Napi::Value CopyFrom(const Napi::CallbackInfo& info);
   Napi::Value ReadFile(const Napi::CallbackInfo& info);
   Napi::Value Populate(const Napi::CallbackInfo& info);

@@ -34,6 +34,11 @@ export interface Mapping {
   writeAsync(offset: number, source: ArrayBufferView | ArrayBuffer, pieceSize: number): Promise<bigint[]>;
   checksum(offset: number, length: number): bigint;
   checksumAsync(offset: number, length: number): Promise<bigint>;
+  /**
+   * One read of [offset, offset+length) on the libuv pool: its checksum, then the checksum of each
+   * part that `cuts` (offsets relative to `offset`, increasing, inside (0, length)) divide it into.
+   */
+  checksumPartsAsync(offset: number, length: number, cuts: readonly number[]): Promise<bigint[]>;
   copyFrom(source: Mapping, sourceOffset: number, targetOffset: number, length: number): Promise<void>;
   readFile(path: string, fileOffset: number, targetOffset: number, length: number): Promise<void>;
   populate(offset: number, length: number, write: boolean): Promise<void>;

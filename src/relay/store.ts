@@ -23,10 +23,10 @@ import {
   NotFoundError,
   TimeoutError,
 } from '../common/errors.js';
-import { mapLimit } from '../common/concurrency.js';
 import { formatBytes } from '../common/units.js';
-import { Mapping, checksumHex, createSegmentAsync } from '../native/index.js';
+import { Mapping, createSegmentAsync } from '../native/index.js';
 import {
+  chunkAlignedParts,
   encodeHeader,
   parseHeader,
   planLayout,
@@ -37,23 +37,24 @@ import {
 } from '../safetensors/header.js';
 import { copyCheckpoint, readCheckpoint } from './checkpoint.js';
 import { chunkChecksums } from './chunk-checksums.js';
+import { checkPublication, type WriterPiece } from './commit-check.js';
 import type { RelayMetrics } from './metrics.js';
 import { COMPLETE_SUFFIX, WRITING_SUFFIX, segmentBaseName, validateModelId, validateVersion } from './segments.js';
 import { SparePool } from './spare-segments.js';
 
 export type VersionState = 'writing' | 'complete' | 'retired';
 
-/** What a writer says its bytes hash to: one XXH3 per tensor, or one per piece of it. */
-export interface WriterChecksum {
-  pieceSize: number; // the tensor's length for a whole-tensor checksum
-  sums: string[];
-}
-
+/**
+ * What a writer reports for a tensor: one XXH3 of the whole tensor (checksum), one per pieceSize
+ * bytes of it, or one per part of it in each chunk it spans (chunkAligned: what laminar's own
+ * writers send, checked in commit's single read).
+ */
 export interface WrittenReport {
   name: string;
   checksum?: string | null | undefined;
   pieceSize?: number | undefined;
   pieces?: string[] | undefined;
+  chunkAligned?: boolean | undefined;
 }
 
 export interface StoreOptions {
@@ -95,7 +96,7 @@ export class StoredVersion {
   state: VersionState = 'writing';
   checksums: string[] | null = null;
   /** Tensors reported written, with the writer's checksums of their bytes when it gave them. */
-  readonly written = new Map<string, WriterChecksum | null>();
+  readonly written = new Map<string, WriterPiece[] | null>();
   leases = 0;
   pinned = false;
   committing = false;
@@ -524,20 +525,34 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     for (const [name, sums] of parsed) v.written.set(name, sums);
   }
 
-  private writerChecksum(v: StoredVersion, t: WrittenReport): WriterChecksum | null {
+  private writerChecksum(v: StoredVersion, t: WrittenReport): WriterPiece[] | null {
     const entry = v.tensor(t.name);
     if (!entry) throw new InvalidInputError(ErrorCodes.UNKNOWN_TENSOR, `version ${v.version} of ${v.model} has no tensor ${JSON.stringify(t.name)}`);
     const sums = t.pieces ?? (t.checksum != null ? [t.checksum] : null);
     if (sums === null) return null;
-    const pieceSize = t.pieces ? (t.pieceSize ?? 0) : Math.max(entry.byteLength, 1);
-    const expected = entry.byteLength === 0 ? 1 : Math.ceil(entry.byteLength / pieceSize);
-    if (!(pieceSize > 0) || sums.length !== expected || !sums.every((s) => /^[0-9a-f]{16}$/.test(s))) {
+    let ranges: { offset: number; length: number }[];
+    let unit: string;
+    if (t.pieces && t.chunkAligned) {
+      if (t.pieceSize !== undefined) throw new InvalidInputError(ErrorCodes.BAD_REQUEST, `checksums of ${JSON.stringify(t.name)} are either chunkAligned or per pieceSize, not both`);
+      ranges = chunkAlignedParts(v.layout, entry.offset, entry.byteLength);
+      unit = 'part in each chunk the tensor spans';
+    } else {
+      const pieceSize = t.pieces ? (t.pieceSize ?? 0) : Math.max(entry.byteLength, 1);
+      if (!(pieceSize > 0)) throw new InvalidInputError(ErrorCodes.BAD_REQUEST, `checksums of ${JSON.stringify(t.name)} need a pieceSize (or chunkAligned)`);
+      const count = entry.byteLength === 0 ? 1 : Math.ceil(entry.byteLength / pieceSize);
+      ranges = Array.from({ length: count }, (_, i) => ({
+        offset: entry.offset + i * pieceSize,
+        length: Math.min(pieceSize, entry.byteLength - i * pieceSize),
+      }));
+      unit = `${pieceSize} bytes`;
+    }
+    if (sums.length !== ranges.length || !sums.every((s) => /^[0-9a-f]{16}$/.test(s))) {
       throw new InvalidInputError(
         ErrorCodes.BAD_REQUEST,
-        `checksums of ${JSON.stringify(t.name)} must be 16 hex digits, one per ${pieceSize > 0 ? pieceSize : '?'} bytes (${expected})`,
+        `checksums of ${JSON.stringify(t.name)} must be 16 hex digits, one per ${unit} (${ranges.length})`,
       );
     }
-    return { pieceSize, sums };
+    return ranges.map((r, i) => ({ offset: r.offset, length: r.length, sum: sums[i]! }));
   }
 
   /**
@@ -559,7 +574,9 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     const started = performance.now();
     v.committing = true;
     try {
-      const mismatched = await this.verifyTensors(v);
+      const check = await checkPublication(v.mapping!, v.layout, v.written, this.options.verifyConcurrency);
+      this.options.metrics.checksumBytes.inc(check.bytesRead);
+      const mismatched = v.layout.tensors.filter((t) => check.mismatched.has(t.name)).map((t) => t.name);
       if (mismatched.length > 0) {
         for (const name of mismatched) v.written.delete(name);
         throw new IntegrityError(
@@ -568,28 +585,13 @@ export class VersionStore extends EventEmitter<StoreEvents> {
           { details: { mismatched: mismatched.slice(0, 100) } },
         );
       }
-      await this.complete(v, await this.computeChunkChecksums(v));
+      await this.complete(v, check.checksums);
       this.options.metrics.commitSeconds.observe((performance.now() - started) / 1e3);
       return v;
     } finally {
       v.committing = false;
       if (v.state === 'writing' && v.owner === null) await this.discard(v, 'owner disconnected during commit');
     }
-  }
-
-  private async verifyTensors(v: StoredVersion): Promise<string[]> {
-    const pieces: { name: string; offset: number; length: number; expected: string }[] = [];
-    for (const t of v.layout.tensors) {
-      const reported = v.written.get(t.name);
-      if (!reported) continue;
-      reported.sums.forEach((expected, i) => {
-        const begin = i * reported.pieceSize;
-        pieces.push({ name: t.name, offset: t.offset + begin, length: Math.min(reported.pieceSize, t.byteLength - begin), expected });
-      });
-    }
-    const sums = await mapLimit(pieces, this.options.verifyConcurrency, (p) => v.mapping!.checksumAsync(p.offset, p.length));
-    this.options.metrics.checksumBytes.inc(pieces.reduce((s, p) => s + p.length, 0));
-    return [...new Set(pieces.filter((p, i) => checksumHex(sums[i]!) !== p.expected).map((p) => p.name))];
   }
 
   private async computeChunkChecksums(v: StoredVersion): Promise<string[]> {

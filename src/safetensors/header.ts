@@ -130,6 +130,28 @@ export function chunkRange(layout: Pick<VersionLayout, 'dataOffset' | 'dataLengt
   return { offset: layout.dataOffset + begin, length: Math.min(layout.chunkSize, layout.dataLength - begin) };
 }
 
+/**
+ * [offset, offset+length) cut where it crosses a chunk boundary: its parts in consecutive chunks,
+ * in order. A writer that checksums its tensors in these parts lets commit check them in the same
+ * read that computes the chunk checksums. An empty range is one empty part.
+ */
+export function chunkAlignedParts(
+  grid: Pick<VersionLayout, 'dataOffset' | 'chunkSize'>,
+  offset: number,
+  length: number,
+): { offset: number; length: number }[] {
+  const parts: { offset: number; length: number }[] = [];
+  const end = offset + length;
+  let at = offset;
+  do {
+    const chunkEnd = grid.dataOffset + (Math.floor((at - grid.dataOffset) / grid.chunkSize) + 1) * grid.chunkSize;
+    const partEnd = Math.min(end, chunkEnd);
+    parts.push({ offset: at, length: partEnd - at });
+    at = partEnd;
+  } while (at < end);
+  return parts;
+}
+
 function headerObject(tensors: readonly TensorEntry[], dataOffset: number, meta: Record<string, string>): Record<string, unknown> {
   // No prototype: a tensor may legitimately be named "__proto__" or "constructor".
   const header = Object.create(null) as Record<string, unknown>;

@@ -31,6 +31,29 @@ describe('native segments and mappings', () => {
     r.close();
   });
 
+  it('checksums a range and the parts it is cut into from one read', async () => {
+    const m = new Mapping(null, { size: 1 << 20 });
+    const bytes = new Uint8Array(m.view(0, 1 << 20));
+    for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7919) % 251;
+    const offset = 4096 + 3;
+    const length = 600_001; // parts of 1, ~300 KB (over several internal blocks) and the rest
+    const cuts = [1, 300_000, 450_017];
+    const sums = await m.checksumPartsAsync(offset, length, cuts);
+    const edges = [0, ...cuts, length];
+    expect(sums).toEqual([
+      m.checksum(offset, length),
+      ...edges.slice(1).map((end, i) => checksumBuffer(bytes.subarray(offset + edges[i]!, offset + end))),
+    ]);
+    // No cuts: the one part is the range itself.
+    const whole = m.checksum(offset, length);
+    expect(await m.checksumPartsAsync(offset, length, [])).toEqual([whole, whole]);
+    for (const bad of [[0], [length], [5, 5], [7, 3], [-1], [1.5]]) {
+      expect(() => m.checksumPartsAsync(offset, length, bad)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    }
+    expect(() => m.checksumPartsAsync(offset, 1 << 20, [])).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
+    m.close();
+  });
+
   it('raises the project error class with errno codes', () => {
     const path = join(tmp.dir, 'seg');
     createSegment(path, 4096);

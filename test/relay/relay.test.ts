@@ -1,6 +1,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Relay } from '../../src/relay/daemon.js';
+import { checksumBuffer, checksumHex } from '../../src/native/index.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { inProcessRelay, metricValue, metricsText, tempShmDir } from '../helpers/relay.js';
 
@@ -141,7 +142,7 @@ describe('relay: local publish and acquire', () => {
     expect((await client.acquire({ model: MODEL })).version).toBe(6);
   });
 
-  it('writes big tensors on the thread pool with per-piece checksums, and catches a changed piece', async () => {
+  it('writes big tensors on the thread pool with per-chunk checksums, and catches a changed piece', async () => {
     const piece = 16 * 1024 * 1024;
     const big = new Uint8Array(2 * piece + 12345).map((_, i) => i % 251);
     const pub = await client.beginPublish({ model: MODEL, version: 8, tensors: [{ name: 'big', dtype: 'U8', shape: [big.length] }, { name: 'empty', dtype: 'F32', shape: [0] }] });
@@ -154,11 +155,31 @@ describe('relay: local publish and acquire', () => {
     const lease = await client.acquire({ model: MODEL, version: 8 });
     expect(Buffer.from(lease.bytes('big')).equals(Buffer.from(big))).toBe(true);
     await lease.release();
-    // A report with the wrong number of pieces is refused.
-    await client.beginPublish({ model: MODEL, version: 9, tensors: [{ name: 'big', dtype: 'U8', shape: [big.length] }] });
-    await expect(
-      client.request('written', { model: MODEL, version: 9, tensors: [{ name: 'big', pieceSize: piece, pieces: ['0'.repeat(16)] }] }),
-    ).rejects.toMatchObject({ code: 'ERR_BAD_REQUEST' });
+    // A report with the wrong number of pieces is refused, in either form.
+    const v9 = await client.beginPublish({ model: MODEL, version: 9, tensors: [{ name: 'big', dtype: 'U8', shape: [big.length] }] });
+    for (const report of [
+      { pieceSize: piece, pieces: ['0'.repeat(16)] },
+      { chunkAligned: true, pieces: ['0'.repeat(16)] },
+      { chunkAligned: true, pieceSize: piece, pieces: ['0'.repeat(16), '0'.repeat(16), '0'.repeat(16)] },
+      { pieces: ['0'.repeat(16)] },
+    ]) {
+      await expect(client.request('written', { model: MODEL, version: 9, tensors: [{ name: 'big', ...report }] })).rejects.toMatchObject({
+        code: 'ERR_BAD_REQUEST',
+      });
+    }
+    // A writer of its own (raw protocol) may checksum per pieceSize bytes: pieces that straddle
+    // chunks are read on their own at commit, and a wrong one is caught.
+    v9.bytes('big').set(big);
+    const sums = [0, 1, 2].map((i) => checksumHex(checksumBuffer(big.subarray(i * piece, (i + 1) * piece))));
+    const report = (pieces: string[]): Promise<unknown> =>
+      client.request('written', { model: MODEL, version: 9, tensors: [{ name: 'big', pieceSize: piece, pieces }] });
+    await report([sums[0]!, sums[2]!, sums[1]!]);
+    await expect(v9.commit()).rejects.toMatchObject({ code: 'ERR_CHECKSUM_MISMATCH', details: { mismatched: ['big'] } });
+    await report(sums);
+    await v9.commit();
+    const lease9 = await client.acquire({ model: MODEL, version: 9 });
+    await lease9.verify();
+    await lease9.release();
   });
 
   it('gives one of two racing publishers the version and the other a conflict', async () => {

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { DTYPE_SIZES, type Dtype } from '../../src/safetensors/dtypes.js';
 import {
   DATA_ALIGNMENT,
+  chunkAlignedParts,
   chunkRange,
   encodeHeader,
   parseHeader,
@@ -91,5 +92,29 @@ describe('safetensors layout', () => {
     const text = header.toString('latin1').replace('"laminar.chunks":"', '"laminar.chunks":"zz');
     const n = readHeaderLength(header, layout.totalSize);
     expect(() => parseHeader(Buffer.from(text, 'latin1').subarray(8, 8 + n), layout.totalSize)).toThrow(expect.objectContaining({ code: 'ERR_BAD_SAFETENSORS' }));
+  });
+  it('cuts a range at the chunk grid into parts that tile it, one per chunk it spans', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 4 }), fc.integer({ min: 1, max: 64 }), fc.nat(5000), fc.nat(5000), (pages, chunkSize, begin, length) => {
+        const grid = { dataOffset: pages * 4096, chunkSize };
+        const offset = grid.dataOffset + begin;
+        const parts = chunkAlignedParts(grid, offset, length);
+        const chunkOf = (at: number): number => Math.floor((at - grid.dataOffset) / chunkSize);
+        if (length === 0) {
+          expect(parts).toEqual([{ offset, length: 0 }]);
+          return;
+        }
+        expect(parts.length).toBe(chunkOf(offset + length - 1) - chunkOf(offset) + 1);
+        let at = offset;
+        for (const [i, part] of parts.entries()) {
+          expect(part.offset).toBe(at);
+          expect(part.length).toBeGreaterThan(0);
+          expect(chunkOf(part.offset)).toBe(chunkOf(offset) + i);
+          expect(chunkOf(part.offset + part.length - 1)).toBe(chunkOf(part.offset));
+          at += part.length;
+        }
+        expect(at).toBe(offset + length);
+      }),
+    );
   });
 });

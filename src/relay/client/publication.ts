@@ -1,26 +1,34 @@
 /**
  * Writing one version in place. The segment is mapped into the writer (nothing is sent over
  * the socket but names and checksums); several writers, even in several processes, may fill
- * disjoint tensors of the same publication. Each write is reported to the relay with a
- * checksum of the bytes as they landed, computed on the libuv pool while the next tensor is
- * being copied; at commit the relay checks those against the segment before it serves it.
+ * disjoint tensors of the same publication. Each write is reported to the relay with checksums
+ * of the bytes as they landed, one per part of the tensor in each chunk it spans (computed in
+ * the copy's own pass, or on the libuv pool); at commit the relay checks those against the
+ * segment before it serves it, in the same read that computes the chunk checksums.
  */
 import { ErrorCodes, InvalidInputError, LaminarError } from '../../common/errors.js';
+import { mapLimit } from '../../common/concurrency.js';
 import { Mapping, checksumHex } from '../../native/index.js';
+import { chunkAlignedParts } from '../../safetensors/header.js';
 import type { SegmentDescription, TensorInfo } from '../protocol/messages.js';
 import type { FrameConnection } from './connection.js';
 import { tensorArray, tensorBytes, type TensorArray } from './tensor-view.js';
 
 export type TensorData = ArrayBufferView | ArrayBuffer;
 
-/** Checksum granularity of writeAsync: small enough to spread one big tensor over threads. */
-export const WRITE_PIECE_BYTES = 16 * 1024 * 1024;
+/**
+ * writeAsync hands the libuv pool runs of whole chunks of about this many bytes: small enough to
+ * spread one big tensor over threads, large enough for each job to amortise its dispatch.
+ */
+export const WRITE_JOB_BYTES = 64 * 1024 * 1024;
+
+/** Checksum jobs in flight for markWritten (the pool has 4 threads unless UV_THREADPOOL_SIZE says). */
+const CHECKSUM_JOBS = 8;
 
 interface Report {
   name: string;
-  checksum?: string;
-  pieceSize?: number;
-  pieces?: string[];
+  chunkAligned: true;
+  pieces: string[];
 }
 
 export class Publication {
@@ -75,15 +83,15 @@ export class Publication {
       throw new InvalidInputError(ErrorCodes.BAD_TENSOR, `tensor ${name} needs ${t.byteLength} bytes, got ${src.byteLength}`);
     }
     this.checkOpen();
-    // One native pass copies and checksums: no second read of the bytes competing for memory
-    // bandwidth with the next tensor's copy.
-    const checksum = checksumHex(this.mapping.write(t.offset, src));
-    this.reports.push(Promise.resolve({ name, checksum }));
+    // One native pass per part copies and checksums: no second read of the bytes competing for
+    // memory bandwidth with the next tensor's copy.
+    const pieces = this.parts(t).map((p) => checksumHex(this.mapping.write(p.offset, src.subarray(p.offset - t.offset, p.offset - t.offset + p.length))));
+    this.reports.push(Promise.resolve({ name, chunkAligned: true, pieces }));
   }
 
   /**
-   * Copies `data` into the tensor on the libuv pool (with its checksums, one per
-   * WRITE_PIECE_BYTES). Writes of several tensors started together run on several cores; the
+   * Copies `data` into the tensor on the libuv pool, in runs of whole chunks (WRITE_JOB_BYTES)
+   * that run on several threads at once, as do writes of several tensors started together. The
    * source must not change until the promise resolves.
    */
   async writeAsync(name: string, data: TensorData): Promise<void> {
@@ -93,9 +101,22 @@ export class Publication {
       throw new InvalidInputError(ErrorCodes.BAD_TENSOR, `tensor ${name} needs ${t.byteLength} bytes, got ${data.byteLength}`);
     }
     if (t.byteLength === 0) return this.write(name, data);
-    const report = this.mapping
-      .writeAsync(t.offset, data, WRITE_PIECE_BYTES)
-      .then((sums) => ({ name, pieceSize: WRITE_PIECE_BYTES, pieces: sums.map(checksumHex) }));
+    const src = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    const parts = this.parts(t);
+    // A job is a run of consecutive parts; native writeAsync cuts its run every chunkSize bytes,
+    // so a run starts on a chunk boundary (all but the first part do) and covers whole chunks
+    // but for the tensor's end.
+    const perJob = Math.max(1, Math.floor(WRITE_JOB_BYTES / this.description.chunkSize));
+    const jobs: Promise<bigint[]>[] = [];
+    for (let first = 0; first < parts.length; ) {
+      const count = first === 0 && parts[0]!.length < this.description.chunkSize ? 1 : Math.min(perJob, parts.length - first);
+      const begin = parts[first]!.offset - t.offset;
+      const last = parts[first + count - 1]!;
+      const end = last.offset + last.length - t.offset;
+      jobs.push(this.mapping.writeAsync(t.offset + begin, src.subarray(begin, end), this.description.chunkSize));
+      first += count;
+    }
+    const report = Promise.all(jobs).then((sums) => ({ name, chunkAligned: true as const, pieces: sums.flat().map(checksumHex) }));
     this.reports.push(report);
     await report;
   }
@@ -120,7 +141,8 @@ export class Publication {
   markWritten(name: string): void {
     this.checkOpen();
     const t = this.info(name);
-    this.reports.push(this.mapping.checksumAsync(t.offset, t.byteLength).then((sum) => ({ name, checksum: checksumHex(sum) })));
+    const pieces = mapLimit(this.parts(t), CHECKSUM_JOBS, (p) => this.mapping.checksumAsync(p.offset, p.length));
+    this.reports.push(pieces.then((sums) => ({ name, chunkAligned: true, pieces: sums.map(checksumHex) })));
   }
 
   /** Sends the reports gathered so far (commit does this too). */
@@ -161,6 +183,11 @@ export class Publication {
     // Unmapping a written gigabyte walks its page tables (~0.1 s): on the pool, not in the
     // writer's way (a trainer returns to its step as soon as commit resolves).
     void this.mapping.closeAsync();
+  }
+
+  /** The tensor's parts in each chunk it spans: the unit of the checksums a writer reports. */
+  private parts(t: TensorInfo): { offset: number; length: number }[] {
+    return chunkAlignedParts(this.description, t.offset, t.byteLength);
   }
 
   private checkOpen(): void {

@@ -37,6 +37,9 @@ export const requestSchemas = {
           // Or one checksum per pieceSize bytes of the tensor (parallel writers).
           pieceSize: z.number().int().positive().optional(),
           pieces: z.array(z.string()).max(1_000_000).optional(),
+          // Or one checksum per part of the tensor in each chunk it spans (chunkAlignedParts):
+          // commit checks those in the read that computes the chunk checksums.
+          chunkAligned: z.boolean().optional(),
         }),
       )
       .max(1_000_000),
