@@ -1,5 +1,5 @@
-import { existsSync, readdirSync } from 'node:fs';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Relay } from '../../src/relay/daemon.js';
 import { checksumBuffer, checksumHex } from '../../src/native/index.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
@@ -41,6 +41,21 @@ describe('relay: local publish and acquire', () => {
     await lease.verify();
     const status = await client.status();
     expect(status.versions).toMatchObject([{ model: MODEL, version: 1, state: 'complete', leases: 1 }]);
+  });
+
+  it('release detaches the lease\'s views at once and unmaps the segment off the event loop', async () => {
+    await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
+    // The relay runs in this process and maps the segment too: count the mappings of the file.
+    const path = (await client.status()).versions[0]!.path;
+    const mappings = (): number => readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.endsWith(path)).length;
+    const before = mappings();
+    const lease = await client.acquire({ model: MODEL });
+    const view = lease.tensor('embed') as Float32Array;
+    expect(view.length).toBe(64 * 32);
+    expect(mappings()).toBe(before + 1);
+    await lease.release();
+    expect(view.length).toBe(0);
+    await vi.waitFor(() => expect(mappings()).toBe(before));
   });
 
   it('acquires latest, exact and at-least versions, and waits for one to arrive', async () => {

@@ -208,7 +208,8 @@ function planFor(model: string, version: number, specs: { name: string; dtype: D
 async function seal(model: string, version: number, layout: VersionLayout, mapping: Mapping, metadata: Record<string, string>): Promise<PreparedVersion> {
   const checksums = await chunkChecksums(mapping, layout, CHECKSUM_CONCURRENCY);
   mapping.write(0, encodeHeader(layout, { model, version, chunkSize: layout.chunkSize, checksums }, metadata));
-  return { model, version, layout, mapping, close: () => mapping.close() };
+  // Freeing a pushed gigabyte of private pages takes a while: on the pool, not in the trainer's way.
+  return { model, version, layout, mapping, close: () => void mapping.closeAsync() };
 }
 
 export async function prepareVersion(request: TensorVersion, chunkSize = DEFAULT_CHUNK_SIZE): Promise<PreparedVersion> {
