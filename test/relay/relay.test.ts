@@ -43,19 +43,22 @@ describe('relay: local publish and acquire', () => {
     expect(status.versions).toMatchObject([{ model: MODEL, version: 1, state: 'complete', leases: 1 }]);
   });
 
-  it('release detaches the lease\'s views at once and unmaps the segment off the event loop', async () => {
+  it('release detaches the lease\'s views at once and resolves once the segment is unmapped (off the event loop)', async () => {
     await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
-    // The relay runs in this process and maps the segment too: count the mappings of the file.
+    // The relay runs in this process and maps the segment too: count the mappings of the file,
+    // once the writer's and the relay's writable ones (unmapped on the pool) are gone.
     const path = (await client.status()).versions[0]!.path;
     const mappings = (): number => readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.endsWith(path)).length;
+    await vi.waitFor(() => expect(mappings()).toBe(1));
     const before = mappings();
     const lease = await client.acquire({ model: MODEL });
     const view = lease.tensor('embed') as Float32Array;
     expect(view.length).toBe(64 * 32);
     expect(mappings()).toBe(before + 1);
-    await lease.release();
+    const released = lease.release();
     expect(view.length).toBe(0);
-    await vi.waitFor(() => expect(mappings()).toBe(before));
+    await released;
+    expect(mappings()).toBe(before);
   });
 
   it('acquires latest, exact and at-least versions, and waits for one to arrive', async () => {

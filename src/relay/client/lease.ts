@@ -89,10 +89,12 @@ export class Lease implements AsyncDisposable {
   async release(): Promise<void> {
     if (this.released) return;
     this.released = true;
-    // Views are detached at once; the unmap (a walk of every page table entry the reader
-    // faulted in, ~0.05-0.1 s per GiB) runs on the libuv pool, off the rollout's event loop.
-    void this.mapping.closeAsync();
+    // Views are detached at once; the unmap (a walk of every page-table entry the reader
+    // faulted in, ~0.05-0.1 s per GiB) runs on the libuv pool, off the rollout's event loop, and
+    // release resolves after it: an mmap started meanwhile (the next acquire) would wait for it.
+    const unmapped = this.mapping.closeAsync();
     if (!this.connection.closed) await this.connection.request('release', { lease: this.id });
+    await unmapped;
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -10,17 +10,12 @@ import { ErrorCodes, InvalidInputError, LaminarError } from '../../common/errors
 import { mapLimit } from '../../common/concurrency.js';
 import { Mapping, checksumHex } from '../../native/index.js';
 import { chunkAlignedParts } from '../../safetensors/header.js';
+import { writeChunkAligned } from './chunk-aligned-write.js';
 import type { SegmentDescription, TensorInfo } from '../protocol/messages.js';
 import type { FrameConnection } from './connection.js';
 import { tensorArray, tensorBytes, type TensorArray } from './tensor-view.js';
 
 export type TensorData = ArrayBufferView | ArrayBuffer;
-
-/**
- * writeAsync hands the libuv pool runs of whole chunks of about this many bytes: small enough to
- * spread one big tensor over threads, large enough for each job to amortise its dispatch.
- */
-export const WRITE_JOB_BYTES = 64 * 1024 * 1024;
 
 /** Checksum jobs in flight for markWritten (the pool has 4 threads unless UV_THREADPOOL_SIZE says). */
 const CHECKSUM_JOBS = 8;
@@ -90,9 +85,9 @@ export class Publication {
   }
 
   /**
-   * Copies `data` into the tensor on the libuv pool, in runs of whole chunks (WRITE_JOB_BYTES)
-   * that run on several threads at once, as do writes of several tensors started together. The
-   * source must not change until the promise resolves.
+   * Copies `data` into the tensor on the libuv pool, in runs of whole chunks that run on several
+   * threads at once, as do writes of several tensors started together. The source must not
+   * change until the promise resolves.
    */
   async writeAsync(name: string, data: TensorData): Promise<void> {
     this.checkOpen();
@@ -100,23 +95,12 @@ export class Publication {
     if (data.byteLength !== t.byteLength) {
       throw new InvalidInputError(ErrorCodes.BAD_TENSOR, `tensor ${name} needs ${t.byteLength} bytes, got ${data.byteLength}`);
     }
-    if (t.byteLength === 0) return this.write(name, data);
     const src = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-    const parts = this.parts(t);
-    // A job is a run of consecutive parts; native writeAsync cuts its run every chunkSize bytes,
-    // so a run starts on a chunk boundary (all but the first part do) and covers whole chunks
-    // but for the tensor's end.
-    const perJob = Math.max(1, Math.floor(WRITE_JOB_BYTES / this.description.chunkSize));
-    const jobs: Promise<bigint[]>[] = [];
-    for (let first = 0; first < parts.length; ) {
-      const count = first === 0 && parts[0]!.length < this.description.chunkSize ? 1 : Math.min(perJob, parts.length - first);
-      const begin = parts[first]!.offset - t.offset;
-      const last = parts[first + count - 1]!;
-      const end = last.offset + last.length - t.offset;
-      jobs.push(this.mapping.writeAsync(t.offset + begin, src.subarray(begin, end), this.description.chunkSize));
-      first += count;
-    }
-    const report = Promise.all(jobs).then((sums) => ({ name, chunkAligned: true as const, pieces: sums.flat().map(checksumHex) }));
+    const report = writeChunkAligned(this.mapping, this.description, t.offset, src).then((sums) => ({
+      name,
+      chunkAligned: true as const,
+      pieces: sums.map(checksumHex),
+    }));
     this.reports.push(report);
     await report;
   }

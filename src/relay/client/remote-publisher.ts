@@ -10,8 +10,9 @@
 import { hostname } from 'node:os';
 import { ConflictError, LaminarError } from '../../common/errors.js';
 import { silentLogger } from '../../common/logger.js';
-import { Mapping } from '../../native/index.js';
-import { encodeHeader, planLayout, type VersionLayout } from '../../safetensors/header.js';
+import { mapLimit } from '../../common/concurrency.js';
+import { Mapping, checksumHex } from '../../native/index.js';
+import { chunkAlignedParts, chunkRange, encodeHeader, planLayout, type VersionLayout } from '../../safetensors/header.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
 import { UcxWorker } from '../../ucx/index.js';
 import { loadSecret } from '../broadcast/auth.js';
@@ -20,10 +21,11 @@ import { BroadcastMetrics } from '../broadcast/metrics.js';
 import { OutgoingTransfer } from '../broadcast/outgoing.js';
 import type { ChunkSource } from '../broadcast/source.js';
 import { copyCheckpoint, readCheckpoint } from '../checkpoint.js';
-import { chunkChecksums } from '../chunk-checksums.js';
 import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE } from '../options.js';
 import { validateModelId, validateVersion } from '../segments.js';
 import { Registry } from 'prom-client';
+import { writeChunkAligned } from './chunk-aligned-write.js';
+import { StagingBuffer } from './staging.js';
 import type { TensorData } from './publication.js';
 
 export interface RemoteOptions {
@@ -72,6 +74,9 @@ class LocalSource implements ChunkSource {
 }
 
 export class RemotePublisher {
+  /** The last version's private memory, reused by the next publish of the same size. */
+  private readonly staging = new StagingBuffer();
+
   private constructor(
     private readonly worker: UcxWorker,
     private readonly link: PeerLink,
@@ -107,7 +112,7 @@ export class RemotePublisher {
   /** Publishes tensors given in memory. */
   async publish(request: TensorVersion & { onProgress?: (done: number, total: number) => void }): Promise<RemotePublishResult> {
     const started = performance.now();
-    const prepared = await prepareVersion(request, this.options.chunkSize ?? DEFAULT_CHUNK_SIZE);
+    const prepared = await prepareVersion(request, this.options.chunkSize ?? DEFAULT_CHUNK_SIZE, this.staging);
     try {
       return await this.push(prepared, started, request.onProgress);
     } finally {
@@ -130,6 +135,7 @@ export class RemotePublisher {
   }
 
   async close(): Promise<void> {
+    this.staging.close();
     await this.link.close();
     this.worker.close();
   }
@@ -205,29 +211,62 @@ function planFor(model: string, version: number, specs: { name: string; dtype: D
   );
 }
 
-async function seal(model: string, version: number, layout: VersionLayout, mapping: Mapping, metadata: Record<string, string>): Promise<PreparedVersion> {
-  const checksums = await chunkChecksums(mapping, layout, CHECKSUM_CONCURRENCY);
+/**
+ * Writes the header with every chunk's checksum; `known` holds those the copy already computed
+ * (a chunk filled by one tensor's part), the others are read here.
+ */
+async function seal(
+  model: string,
+  version: number,
+  layout: VersionLayout,
+  mapping: Mapping,
+  metadata: Record<string, string>,
+  release: () => void,
+  known: ReadonlyMap<number, bigint> = new Map(),
+): Promise<PreparedVersion> {
+  const indices = Array.from({ length: layout.chunkCount }, (_, i) => i);
+  const sums = await mapLimit(indices, CHECKSUM_CONCURRENCY, async (i) => {
+    const { offset, length } = chunkRange(layout, i);
+    return known.get(i) ?? (await mapping.checksumAsync(offset, length));
+  });
+  const checksums = sums.map(checksumHex);
   mapping.write(0, encodeHeader(layout, { model, version, chunkSize: layout.chunkSize, checksums }, metadata));
-  // Freeing a pushed gigabyte of private pages takes a while: on the pool, not in the trainer's way.
-  return { model, version, layout, mapping, close: () => void mapping.closeAsync() };
+  return { model, version, layout, mapping, close: release };
 }
 
-export async function prepareVersion(request: TensorVersion, chunkSize = DEFAULT_CHUNK_SIZE): Promise<PreparedVersion> {
+/**
+ * Lays `request` out in private memory: a new mapping, or the one `staging` kept from the last
+ * publish (close() gives it back to `staging` then).
+ */
+export async function prepareVersion(request: TensorVersion, chunkSize = DEFAULT_CHUNK_SIZE, staging?: StagingBuffer): Promise<PreparedVersion> {
   const metadata = request.metadata ?? {};
   const layout = planFor(request.model, request.version, request.tensors, metadata, chunkSize);
-  const mapping = new Mapping(null, { size: layout.totalSize });
+  const sources = request.tensors.map((t, i) => {
+    const entry = layout.tensors[i]!;
+    const bytes = ArrayBuffer.isView(t.data) ? new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength) : new Uint8Array(t.data);
+    if (bytes.byteLength !== entry.byteLength) {
+      throw new LaminarError('ERR_BAD_TENSOR', `tensor ${t.name} has ${bytes.byteLength} bytes, ${entry.byteLength} expected for ${t.dtype}[${t.shape.join(',')}]`);
+    }
+    return bytes;
+  });
+  const mapping = staging ? staging.take(layout.totalSize) : new Mapping(null, { size: layout.totalSize });
+  const release = staging ? () => staging.give(mapping) : () => void mapping.closeAsync();
   try {
-    request.tensors.forEach((t, i) => {
-      const entry = layout.tensors[i]!;
-      const bytes = ArrayBuffer.isView(t.data) ? new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength) : new Uint8Array(t.data);
-      if (bytes.byteLength !== entry.byteLength) {
-        throw new LaminarError('ERR_BAD_TENSOR', `tensor ${t.name} has ${bytes.byteLength} bytes, ${entry.byteLength} expected for ${t.dtype}[${t.shape.join(',')}]`);
-      }
-      mapping.write(entry.offset, bytes);
+    // Every tensor at once, in runs of whole chunks over the pool's threads; a chunk that one
+    // tensor fills gets its checksum from the copy's own pass, so only chunks where tensors meet
+    // are read again.
+    const partSums = await Promise.all(sources.map((bytes, i) => writeChunkAligned(mapping, layout, layout.tensors[i]!.offset, bytes)));
+    const known = new Map<number, bigint>();
+    layout.tensors.forEach((entry, i) => {
+      chunkAlignedParts(layout, entry.offset, entry.byteLength).forEach((part, j) => {
+        const index = Math.floor((part.offset - layout.dataOffset) / layout.chunkSize);
+        const chunk = index < layout.chunkCount ? chunkRange(layout, index) : null;
+        if (chunk && part.offset === chunk.offset && part.length === chunk.length) known.set(index, partSums[i]![j]!);
+      });
     });
-    return await seal(request.model, request.version, layout, mapping, metadata);
+    return await seal(request.model, request.version, layout, mapping, metadata, release, known);
   } catch (err) {
-    mapping.close();
+    release();
     throw err;
   }
 }
@@ -240,7 +279,8 @@ export async function prepareCheckpoint(path: string, model: string, version: nu
   const mapping = new Mapping(null, { size: layout.totalSize });
   try {
     await copyCheckpoint(checkpoint, mapping, layout.dataOffset, { concurrency: CHECKSUM_CONCURRENCY });
-    return await seal(model, version, layout, mapping, metadata);
+    // Freeing a pushed gigabyte of private pages takes a while: on the pool, not in the caller's way.
+    return await seal(model, version, layout, mapping, metadata, () => void mapping.closeAsync());
   } catch (err) {
     mapping.close();
     throw err;
