@@ -12,18 +12,26 @@ import { chunkAlignedParts, type VersionLayout } from '../../safetensors/header.
  */
 export const WRITE_JOB_BYTES = 64 * 1024 * 1024;
 
+/** A part of a written range inside one chunk, and the XXH3-64 of its bytes. */
+export interface WrittenPart {
+  offset: number;
+  length: number;
+  sum: bigint;
+}
+
 /**
- * Copies `src` to [offset, offset + src.byteLength) of `mapping` and resolves to the XXH3-64 of
- * each part of that range in consecutive chunks, in order. `src` must not change until then.
+ * Copies `src` to [offset, offset + src.byteLength) of `mapping` and resolves to the parts of
+ * that range in consecutive chunks, in order, with their checksums. `src` must not change until
+ * then.
  */
 export async function writeChunkAligned(
   mapping: Mapping,
   grid: Pick<VersionLayout, 'dataOffset' | 'chunkSize'>,
   offset: number,
   src: Uint8Array,
-): Promise<bigint[]> {
+): Promise<WrittenPart[]> {
   const parts = chunkAlignedParts(grid, offset, src.byteLength);
-  if (src.byteLength === 0) return [mapping.write(offset, src)];
+  if (src.byteLength === 0) return [{ offset, length: 0, sum: mapping.write(offset, src) }];
   // Native writeAsync cuts its range every chunkSize bytes, so a job starts on a chunk boundary
   // (every part but the first does) and covers whole chunks but for the range's end.
   const perJob = Math.max(1, Math.floor(WRITE_JOB_BYTES / grid.chunkSize));
@@ -35,5 +43,6 @@ export async function writeChunkAligned(
     jobs.push(mapping.writeAsync(offset + begin, src.subarray(begin, last.offset + last.length - offset), grid.chunkSize));
     first += count;
   }
-  return (await Promise.all(jobs)).flat();
+  const sums = (await Promise.all(jobs)).flat();
+  return parts.map((part, i) => ({ ...part, sum: sums[i]! }));
 }

@@ -4,8 +4,8 @@
  */
 import { ErrorCodes, IntegrityError, InvalidInputError } from '../../common/errors.js';
 import { mapLimit } from '../../common/concurrency.js';
-import { Mapping, checksumHex } from '../../native/index.js';
-import { chunkRange } from '../../safetensors/header.js';
+import { Mapping } from '../../native/index.js';
+import { chunkChecksums } from '../chunk-checksums.js';
 import type { AcquireResult, TensorInfo } from '../protocol/messages.js';
 import type { FrameConnection } from './connection.js';
 import { tensorArray, tensorBytes, tensorChunks, type TensorArray } from './tensor-view.js';
@@ -77,12 +77,10 @@ export class Lease implements AsyncDisposable {
   async verify(): Promise<void> {
     const sums = this.description.checksums;
     if (!sums) return;
-    const layout = { dataOffset: this.description.dataOffset, dataLength: this.size - this.description.dataOffset, chunkSize: this.description.chunkSize };
-    const actual = await mapLimit(sums, COPY_THREADS, (_, i) => {
-      const r = chunkRange(layout, i);
-      return this.mapping.checksumAsync(r.offset, r.length);
-    });
-    const bad = actual.flatMap((s, i) => (checksumHex(s) === sums[i] ? [] : [i]));
+    const { dataOffset, chunkSize } = this.description;
+    const layout = { dataOffset, dataLength: this.size - dataOffset, chunkSize, chunkCount: sums.length };
+    const actual = await chunkChecksums(this.mapping, layout, COPY_THREADS);
+    const bad = actual.flatMap((s, i) => (s === sums[i] ? [] : [i]));
     if (bad.length > 0) throw new IntegrityError(ErrorCodes.CHECKSUM_MISMATCH, `chunks ${bad.join(', ')} of ${this.model} v${this.version} fail verification`);
   }
 

@@ -13,7 +13,7 @@ import { chunkAlignedParts } from '../../safetensors/header.js';
 import { writeChunkAligned } from './chunk-aligned-write.js';
 import type { SegmentDescription, TensorInfo } from '../protocol/messages.js';
 import type { FrameConnection } from './connection.js';
-import { tensorArray, tensorBytes, type TensorArray } from './tensor-view.js';
+import { asBytes, tensorArray, tensorBytes, type TensorArray } from './tensor-view.js';
 
 export type TensorData = ArrayBufferView | ArrayBuffer;
 
@@ -73,7 +73,7 @@ export class Publication {
   /** Copies `data` into the tensor and reports it written. */
   write(name: string, data: TensorData): void {
     const t = this.info(name);
-    const src = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    const src = asBytes(data);
     if (src.byteLength !== t.byteLength) {
       throw new InvalidInputError(ErrorCodes.BAD_TENSOR, `tensor ${name} needs ${t.byteLength} bytes, got ${src.byteLength}`);
     }
@@ -95,11 +95,10 @@ export class Publication {
     if (data.byteLength !== t.byteLength) {
       throw new InvalidInputError(ErrorCodes.BAD_TENSOR, `tensor ${name} needs ${t.byteLength} bytes, got ${data.byteLength}`);
     }
-    const src = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-    const report = writeChunkAligned(this.mapping, this.description, t.offset, src).then((sums) => ({
+    const report = writeChunkAligned(this.mapping, this.description, t.offset, asBytes(data)).then((parts) => ({
       name,
       chunkAligned: true as const,
-      pieces: sums.map(checksumHex),
+      pieces: parts.map((p) => checksumHex(p.sum)),
     }));
     this.reports.push(report);
     await report;

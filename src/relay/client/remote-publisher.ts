@@ -10,9 +10,8 @@
 import { hostname } from 'node:os';
 import { ConflictError, LaminarError } from '../../common/errors.js';
 import { silentLogger } from '../../common/logger.js';
-import { mapLimit } from '../../common/concurrency.js';
-import { Mapping, checksumHex } from '../../native/index.js';
-import { chunkAlignedParts, chunkRange, encodeHeader, planLayout, type VersionLayout } from '../../safetensors/header.js';
+import { Mapping } from '../../native/index.js';
+import { chunkRange, encodeHeader, planLayout, type VersionLayout } from '../../safetensors/header.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
 import { UcxWorker } from '../../ucx/index.js';
 import { loadSecret } from '../broadcast/auth.js';
@@ -21,11 +20,13 @@ import { BroadcastMetrics } from '../broadcast/metrics.js';
 import { OutgoingTransfer } from '../broadcast/outgoing.js';
 import type { ChunkSource } from '../broadcast/source.js';
 import { copyCheckpoint, readCheckpoint } from '../checkpoint.js';
+import { chunkChecksums } from '../chunk-checksums.js';
 import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE } from '../options.js';
 import { validateModelId, validateVersion } from '../segments.js';
 import { Registry } from 'prom-client';
 import { writeChunkAligned } from './chunk-aligned-write.js';
 import { StagingBuffer } from './staging.js';
+import { asBytes } from './tensor-view.js';
 import type { TensorData } from './publication.js';
 
 export interface RemoteOptions {
@@ -224,12 +225,7 @@ async function seal(
   release: () => void,
   known: ReadonlyMap<number, bigint> = new Map(),
 ): Promise<PreparedVersion> {
-  const indices = Array.from({ length: layout.chunkCount }, (_, i) => i);
-  const sums = await mapLimit(indices, CHECKSUM_CONCURRENCY, async (i) => {
-    const { offset, length } = chunkRange(layout, i);
-    return known.get(i) ?? (await mapping.checksumAsync(offset, length));
-  });
-  const checksums = sums.map(checksumHex);
+  const checksums = await chunkChecksums(mapping, layout, CHECKSUM_CONCURRENCY, known);
   mapping.write(0, encodeHeader(layout, { model, version, chunkSize: layout.chunkSize, checksums }, metadata));
   return { model, version, layout, mapping, close: release };
 }
@@ -243,7 +239,7 @@ export async function prepareVersion(request: TensorVersion, chunkSize = DEFAULT
   const layout = planFor(request.model, request.version, request.tensors, metadata, chunkSize);
   const sources = request.tensors.map((t, i) => {
     const entry = layout.tensors[i]!;
-    const bytes = ArrayBuffer.isView(t.data) ? new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength) : new Uint8Array(t.data);
+    const bytes = asBytes(t.data);
     if (bytes.byteLength !== entry.byteLength) {
       throw new LaminarError('ERR_BAD_TENSOR', `tensor ${t.name} has ${bytes.byteLength} bytes, ${entry.byteLength} expected for ${t.dtype}[${t.shape.join(',')}]`);
     }
@@ -255,18 +251,17 @@ export async function prepareVersion(request: TensorVersion, chunkSize = DEFAULT
     // Every tensor at once, in runs of whole chunks over the pool's threads; a chunk that one
     // tensor fills gets its checksum from the copy's own pass, so only chunks where tensors meet
     // are read again.
-    const partSums = await Promise.all(sources.map((bytes, i) => writeChunkAligned(mapping, layout, layout.tensors[i]!.offset, bytes)));
+    const written = await Promise.all(sources.map((bytes, i) => writeChunkAligned(mapping, layout, layout.tensors[i]!.offset, bytes)));
     const known = new Map<number, bigint>();
-    layout.tensors.forEach((entry, i) => {
-      chunkAlignedParts(layout, entry.offset, entry.byteLength).forEach((part, j) => {
-        const index = Math.floor((part.offset - layout.dataOffset) / layout.chunkSize);
-        const chunk = index < layout.chunkCount ? chunkRange(layout, index) : null;
-        if (chunk && part.offset === chunk.offset && part.length === chunk.length) known.set(index, partSums[i]![j]!);
-      });
-    });
+    for (const part of written.flat()) {
+      // A part lies inside one chunk: it fills it when it is as long.
+      const index = Math.floor((part.offset - layout.dataOffset) / layout.chunkSize);
+      if (part.length > 0 && part.length === chunkRange(layout, index).length) known.set(index, part.sum);
+    }
     return await seal(request.model, request.version, layout, mapping, metadata, release, known);
   } catch (err) {
-    release();
+    // Not given back for reuse: after a failed write, other writes may still be landing in it.
+    void mapping.closeAsync();
     throw err;
   }
 }

@@ -21,7 +21,7 @@ export class StagingBuffer {
   /** Keeps `mapping` for the next take (its bytes are overwritten then); one is kept at most. */
   give(mapping: Mapping): void {
     if (this.closed || mapping.closed) {
-      if (!mapping.closed) void mapping.closeAsync();
+      void mapping.closeAsync();
       return;
     }
     if (this.kept !== null) void this.kept.closeAsync();

@@ -19,6 +19,11 @@ export type TensorArray =
   | BigInt64Array
   | BigUint64Array;
 
+/** The bytes of a tensor given as an ArrayBuffer or a view of one (no copy). */
+export function asBytes(data: ArrayBufferView | ArrayBuffer): Uint8Array {
+  return data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}
+
 export function tensorBytes(mapping: Mapping, t: TensorInfo): Uint8Array {
   if (t.byteLength > MAX_VIEW_BYTES) {
     throw new InvalidInputError(
