@@ -33,7 +33,7 @@ export function relayCommand(): Command {
     .addOption(new Option('--plan-file <file>', 'chain plan as JSON: { "epoch": 1, "relays": [{ "id", "address" }] }').env('LAMINAR_PLAN_FILE'))
     .addOption(new Option('--secret-file <file>', 'file holding the job secret relays authenticate each other with (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'))
     .addOption(new Option('--broadcast-window <n>', 'chunks in flight per downstream link').env('LAMINAR_BROADCAST_WINDOW').default('4'))
-    .addOption(new Option('--peer-timeout <duration>', 'a downstream relay that takes nothing for this long is skipped').env('LAMINAR_PEER_TIMEOUT').default('10s'))
+    .addOption(new Option('--peer-timeout <duration>', 'a downstream relay that takes nothing, or a peer relay that answers no ping, for this long is skipped').env('LAMINAR_PEER_TIMEOUT').default('10s'))
     .addOption(new Option('--handshake-timeout <duration>', 'limit on connecting and authenticating to a peer').env('LAMINAR_HANDSHAKE_TIMEOUT').default('5s'))
     .addOption(new Option('--retry-interval <duration>', 'how soon a skipped relay is tried again').env('LAMINAR_RETRY_INTERVAL').default('2s'))
     .addOption(new Option('--partial-ttl <duration>', 'a partly received version nobody sends to for this long is dropped').env('LAMINAR_PARTIAL_TTL').default('10m'))

@@ -89,8 +89,12 @@ export class Endpoint {
     this.finish(undefined);
   }
 
-  /** @internal The native layer reported a failure of this endpoint. */
-  fail(error: LaminarError): void {
+  /**
+   * Closes at once and reports `error` to the close handlers, as a transport failure would. The
+   * native layer calls it when UCX reports the peer failed; an owner calls it for failures only
+   * it can see (a peer that went silent).
+   */
+  abort(error: LaminarError): void {
     if (this.state === 'closed') return;
     this.failure = error;
     this.state = 'closing';

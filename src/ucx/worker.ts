@@ -152,7 +152,7 @@ export class UcxWorker {
         return;
       }
       case 'error': {
-        this.endpoints.get(event.endpoint)?.fail(event.error as LaminarError);
+        this.endpoints.get(event.endpoint)?.abort(event.error as LaminarError);
         return;
       }
     }

@@ -28,6 +28,11 @@ export interface TestHost {
   spawn(cmd: string, args: string[], options?: SpawnOptions): ChildProcess;
   /** Takes this host's link down or up (a dropped link, not a dead process). */
   link(state: 'up' | 'down'): void;
+  /**
+   * Starves (on) or restores (off) what this host sends from or to `port`: its TCP
+   * acknowledgements too, so its peers' sends on that port stall as well.
+   */
+  stall(port: number, on: boolean): void;
 }
 
 export interface Testbed {
@@ -46,7 +51,8 @@ function subnetFor(name: string): string {
 }
 
 export function createTestbed(name: string, hosts: number, options: { rate?: string; delay?: string; net?: string } = {}): Testbed {
-  const args = ['up', name, String(hosts), '--rate', options.rate ?? '2gbit', '--delay', options.delay ?? '0ms', '--net', options.net ?? subnetFor(name)];
+  const rate = options.rate ?? '2gbit';
+  const args = ['up', name, String(hosts), '--rate', rate, '--delay', options.delay ?? '0ms', '--net', options.net ?? subnetFor(name)];
   try {
     execFileSync(SCRIPT, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   } catch (err) {
@@ -66,6 +72,7 @@ export function createTestbed(name: string, hosts: number, options: { rate?: str
         address,
         spawn: (cmd, cmdArgs, spawnOptions = {}) => spawn('ip', ['netns', 'exec', netns, cmd, ...cmdArgs], spawnOptions),
         link: (state) => execFileSync(SCRIPT, ['link', name, String(i + 1), state]),
+        stall: (port, on) => execFileSync(SCRIPT, ['stall', name, String(i + 1), String(port), on ? 'on' : 'off', '--rate', rate]),
       };
     }),
     destroy() {

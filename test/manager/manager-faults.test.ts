@@ -14,6 +14,7 @@ import { prepareVersion } from '../../src/relay/client/remote-publisher.js';
 import { controlNames } from '../../src/control/subjects.js';
 import { decode, encode, registerReplySchema, SCHEMA_VERSION } from '../../src/control/schema.js';
 import type { TrainerClient } from '../../src/trainer/trainer-client.js';
+import { printLogsIfFailed } from '../helpers/failure-logs.js';
 
 const HOSTS = 5;
 const MODEL = 'org/managed';
@@ -32,11 +33,10 @@ describe('rollout manager: chain scheduling and repair (netns testbed)', () => {
   });
 
   afterEach(async (context) => {
-    if (context.task.result?.state === 'fail') {
-      const { appendFileSync } = await import("node:fs");
-      for (const m of cluster.managers) appendFileSync("/tmp/mgr-fail.log", `--- ${context.task.name} ${m.name}\n${m.logs.slice(-60).join("\n")}\n`);
-      for (const r of cluster.relays.values()) appendFileSync("/tmp/mgr-fail.log", `--- ${r.id}\n${r.daemon.logs.slice(-30).join("\n")}\n`);
-    }
+    printLogsIfFailed(context, [
+      ...cluster.managers.map((m) => ({ name: m.name, logs: m.logs })),
+      ...[...cluster.relays.values()].map((r) => ({ name: r.id, logs: r.daemon.logs })),
+    ]);
     baseline.clear();
     await trainer?.close();
     trainer = null;

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
 import { UcxWorker } from '../../src/ucx/index.js';
-import { decodePeerMessage, encodePeerMessage, type PeerMessage } from '../../src/relay/broadcast/messages.js';
+import { PEER_PROTOCOL_VERSION, decodePeerMessage, encodePeerMessage, type PeerMessage } from '../../src/relay/broadcast/messages.js';
 import { SECRET, RoguePeer, buildVersion, segmentDigest, type BuiltVersion } from '../helpers/broadcast.js';
 import { CLI, inProcessRelay, metricValue, tempShmDir } from '../helpers/relay.js';
 
@@ -148,7 +148,7 @@ describe('chain broadcast on loopback', () => {
         m.release();
         replies.push(decodePeerMessage(m.header));
       };
-      await ep.send(encodePeerMessage({ t: 'hello', p: 1, from: 'r1', role: 'relay', nonce: Buffer.alloc(16, 1), epoch: 1 }));
+      await ep.send(encodePeerMessage({ t: 'hello', p: PEER_PROTOCOL_VERSION, from: 'r1', role: 'relay', nonce: Buffer.alloc(16, 1), epoch: 1 }));
       await waitUntil('the challenge', () => replies.length === 1);
       await ep.send(encodePeerMessage({ t: 'auth', proof: Buffer.alloc(32, 7) }));
       await waitUntil('the refusal', () => replies.length === 2);

@@ -11,6 +11,7 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { SECRET, segmentDigest } from '../helpers/broadcast.js';
 import { spawnRelay, type RelayProcess } from '../helpers/relay.js';
 import { createTestbed, type Testbed } from '../helpers/testbed.js';
+import { printLogsIfFailed } from '../helpers/failure-logs.js';
 
 // Between namespaces of one machine UCX would pick shared memory; TCP is what crosses the links.
 process.env.UCX_TLS = 'tcp';
@@ -44,7 +45,8 @@ describe('chain broadcast under faults (netns testbed)', () => {
     peers = bed.hosts.map((h, i) => `r${i}@${h.address}:${PORT}`).join(',');
   });
 
-  afterEach(async () => {
+  afterEach(async (context) => {
+    printLogsIfFailed(context, members.map((m) => ({ name: m.id, logs: m.process.logs })));
     for (const m of members) {
       m.client.close();
       await m.process.stop('SIGKILL');
@@ -173,5 +175,57 @@ describe('chain broadcast under faults (netns testbed)', () => {
       bed.hosts[2]!.link('up');
     }
     await expectIdentical([members[2]!], reference);
+  }, 120_000);
+
+  it('connects past a relay that never answers: the handshake has a deadline', async () => {
+    // r2's relay traffic is black-holed (its host still answers ARP): a connect to it gets no
+    // answer and no reset, and the transport retries for minutes, so only the handshake's
+    // deadline moves r1 on to r3. r1 starts last, so that its first attempt (the one it logs)
+    // meets the black hole.
+    for (const i of [2, 3]) members.push(await start(i));
+    bed.hosts[2]!.stall(PORT, true);
+    let stalled = true;
+    try {
+      for (const i of [0, 1]) members.push(await start(i));
+      members.sort((a, b) => a.id.localeCompare(b.id));
+      await publish();
+      const reference = await masterDigest();
+      await expectIdentical([members[0]!, members[1]!, members[3]!], reference);
+      const status = await members[1]!.client.status();
+      expect(status.broadcast?.downstream?.id).toBe('r3');
+      const unreachable = members[1]!.process.logs.filter((line) => line.includes('cannot reach the next relay')).map((line) => JSON.parse(line) as unknown);
+      expect(unreachable).toContainEqual(expect.objectContaining({ peer: 'r2', code: 'ERR_TIMEOUT' }));
+      await expectNothingPartial(members[2]!);
+      bed.hosts[2]!.stall(PORT, false);
+      stalled = false;
+      await expectIdentical([members[2]!], reference);
+    } finally {
+      if (stalled) bed.hosts[2]!.stall(PORT, false);
+    }
+  }, 120_000);
+
+  it('skips a relay that went dark after it took everything: its successor gets the version from the one before', async () => {
+    // r3 is starved, so r2 holds the whole version while r3 holds none of it. Then r2's link
+    // drops: r1 has nothing left to send r2 and no chunk in flight, so only the keepalive can
+    // tell it that r2 is gone and r3 must be served from r1.
+    await startAll();
+    bed.hosts[3]!.stall(PORT, true);
+    let stalled = true;
+    try {
+      await publish();
+      const reference = await masterDigest();
+      await waitFor('r2 to hold the version', async () => (await receivedBy(members[2]!)) === CHUNKS);
+      expect(await receivedBy(members[3]!)).toBeLessThan(CHUNKS);
+      bed.hosts[2]!.link('down');
+      bed.hosts[3]!.stall(PORT, false);
+      stalled = false;
+      await expectIdentical([members[0]!, members[1]!, members[3]!], reference);
+      // (The relays' metrics listen inside their namespaces; r1's log says why it moved on.)
+      const gaveUp = members[1]!.process.logs.filter((line) => line.includes('downstream relay lost')).map((line) => JSON.parse(line) as unknown);
+      expect(gaveUp).toContainEqual(expect.objectContaining({ peer: 'r2', code: 'ERR_PEER_SILENT' }));
+    } finally {
+      if (stalled) bed.hosts[3]!.stall(PORT, false);
+      bed.hosts[2]!.link('up');
+    }
   }, 120_000);
 });

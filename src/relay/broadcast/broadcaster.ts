@@ -134,6 +134,7 @@ export class Broadcaster {
           selfId: options.relayId,
           secret: options.secret,
           timeoutMs: options.handshakeTimeoutMs,
+          silenceMs: options.stallMs,
           admit: (peerId, role, epoch) => this.admit(peerId, role, epoch),
         }).then(
           (link) => this.upstreamJoined(link),
@@ -399,6 +400,7 @@ export class Broadcaster {
       secret: this.options.secret,
       epoch,
       timeoutMs: this.options.handshakeTimeoutMs,
+      silenceMs: this.options.stallMs,
     }).then(
       (link) => {
         this.connecting = false;

@@ -1,6 +1,11 @@
 /**
  * An authenticated connection to another relay (or a remote publisher): the handshake of both
  * sides, then typed messages. Nothing but the handshake is accepted before it succeeds.
+ *
+ * A link also notices a peer that went silent without closing: a host whose network dropped
+ * sends no reset, so the transport reports nothing for minutes (TCP retransmits). Each side that
+ * asks for it pings a peer it has not heard from lately; every link answers pings; a peer that
+ * stays silent past the limit is dropped with ERR_PEER_SILENT, as if the transport had failed.
  */
 import { LaminarError, ProtocolError, TimeoutError } from '../../common/errors.js';
 import type { Endpoint, IncomingMessage, Payload, UcxWorker } from '../../ucx/index.js';
@@ -18,18 +23,43 @@ export class PeerRefusedError extends LaminarError {}
 /** Messages that arrive before the owner attaches its handler wait here (bounded). */
 const MAX_EARLY_MESSAGES = 256;
 
+/** How often a quiet peer is pinged, as a share of the silence allowed (bounded both ways). */
+const pingIntervalFor = (silenceMs: number): number => Math.min(2000, Math.max(50, Math.floor(silenceMs / 4)));
+
 export class PeerLink {
   private handler: LinkMessageHandler | undefined;
   private early: [PeerMessage, IncomingMessage][] = [];
   /** Called with the code of each message that had to be dropped (bad header, ...). */
   onBadMessage: ((code: string) => void) | undefined;
 
+  private lastHeard = Date.now();
+
+  /**
+   * `silenceMs` (0: off) starts the keepalive: the peer is pinged when quiet, and dropped with
+   * ERR_PEER_SILENT when nothing at all came from it for that long.
+   */
   constructor(
     readonly endpoint: Endpoint,
     readonly peerId: string,
     readonly role: PeerRole,
+    silenceMs = 0,
   ) {
     endpoint.onMessage = (incoming) => this.dispatch(incoming);
+    if (silenceMs > 0) this.keepAlive(silenceMs);
+  }
+
+  private keepAlive(silenceMs: number): void {
+    const interval = pingIntervalFor(silenceMs);
+    const timer = setInterval(() => {
+      const quiet = Date.now() - this.lastHeard;
+      if (quiet > silenceMs) {
+        this.endpoint.abort(new LaminarError('ERR_PEER_SILENT', `${this.peerId} sent nothing for ${quiet} ms, not even an answer to a ping`));
+      } else if (quiet >= interval) {
+        void this.send({ t: 'ping' }).catch(() => undefined);
+      }
+    }, interval);
+    timer.unref();
+    this.endpoint.onClose(() => clearInterval(timer));
   }
 
   /** Attaches the message handler; messages that came first are delivered now, in order. */
@@ -59,6 +89,7 @@ export class PeerLink {
   }
 
   private dispatch(incoming: IncomingMessage): void {
+    this.lastHeard = Date.now();
     let message: PeerMessage;
     try {
       message = decodePeerMessage(incoming.header);
@@ -67,6 +98,11 @@ export class PeerLink {
       this.onBadMessage?.((err as LaminarError).code);
       // Garbage from an authenticated peer means it is broken: drop the link, keep the relay.
       void this.fail((err as LaminarError).code, (err as Error).message);
+      return;
+    }
+    if (message.t === 'ping' || message.t === 'pong') {
+      incoming.release();
+      if (message.t === 'ping') void this.send({ t: 'pong' }).catch(() => undefined);
       return;
     }
     if (this.handler !== undefined) {
@@ -81,17 +117,13 @@ export class PeerLink {
 }
 
 /**
- * Waits for the next message on an endpoint during the handshake. The promise is marked handled
- * (the caller may fail on a send before it awaits this).
+ * Waits for the next message on an endpoint during the handshake (the handshake's deadline
+ * bounds the wait). The promise is marked handled: the caller may fail on a send before it
+ * awaits this.
  */
-function nextMessage(endpoint: Endpoint, timeoutMs: number, what: string): Promise<PeerMessage> {
+function nextMessage(endpoint: Endpoint): Promise<PeerMessage> {
   const promise = new Promise<PeerMessage>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      endpoint.onMessage = undefined;
-      reject(new TimeoutError(`no ${what} from ${endpoint.peer} within ${timeoutMs} ms`));
-    }, timeoutMs);
     endpoint.onMessage = (incoming) => {
-      clearTimeout(timer);
       endpoint.onMessage = undefined;
       incoming.release();
       try {
@@ -101,7 +133,6 @@ function nextMessage(endpoint: Endpoint, timeoutMs: number, what: string): Promi
       }
     };
     endpoint.onClose((error) => {
-      clearTimeout(timer);
       reject(error ?? new PeerRefusedError('ERR_PEER_CLOSED', `${endpoint.peer} closed the connection during the handshake`));
     });
   });
@@ -109,12 +140,35 @@ function nextMessage(endpoint: Endpoint, timeoutMs: number, what: string): Promi
   return promise;
 }
 
+/**
+ * Runs a handshake under one deadline for all its steps. Sends wait too, not only receives: to a
+ * host that went dark even the first send never completes (the transport retries the connection
+ * for minutes). At the deadline the endpoint is closed, which ends every pending step.
+ */
+async function withinDeadline<T>(endpoint: Endpoint, timeoutMs: number, expired: () => LaminarError, handshake: () => Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      reject(expired());
+      void endpoint.close(true);
+    }, timeoutMs);
+  });
+  try {
+    return await Promise.race([handshake(), deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export interface ConnectOptions {
   selfId: string;
   role: PeerRole;
   secret: Buffer;
   epoch: number;
+  /** The whole handshake must finish within this. */
   timeoutMs: number;
+  /** Keepalive of the link (see PeerLink); 0 or absent: this side never pings. */
+  silenceMs?: number;
 }
 
 /**
@@ -124,60 +178,75 @@ export interface ConnectOptions {
 export async function connectPeer(worker: UcxWorker, peerId: string | null, address: string, options: ConnectOptions): Promise<PeerLink> {
   const { host, port } = parseAddress(address);
   const endpoint = worker.connect(host, port);
+  const expired = (): LaminarError => new TimeoutError(`no handshake with ${peerId ?? 'a relay'} at ${address} within ${options.timeoutMs} ms`);
   try {
-    const myNonce = newNonce();
-    const challengeP = nextMessage(endpoint, options.timeoutMs, 'challenge');
-    await endpoint.send(encodePeerMessage({ t: 'hello', p: PEER_PROTOCOL_VERSION, from: options.selfId, role: options.role, nonce: myNonce, epoch: options.epoch }));
-    const challenge = await challengeP;
-    if (challenge.t === 'refuse') throw new PeerRefusedError(challenge.code, `${peerId} refused us: ${challenge.message}`);
-    if (challenge.t !== 'challenge') throw new ProtocolError('ERR_PEER_HANDSHAKE', `expected a challenge, got ${challenge.t}`);
-    if ((peerId !== null && challenge.id !== peerId) || !checkProof(options.secret, 'acceptor', myNonce, challenge.id, challenge.proof)) {
-      throw new PeerRefusedError('ERR_PEER_AUTH', `the relay at ${address} is not ${peerId ?? 'a relay'} of this job (bad proof)`);
-    }
-    const welcomeP = nextMessage(endpoint, options.timeoutMs, 'welcome');
-    await endpoint.send(encodePeerMessage({ t: 'auth', proof: proof(options.secret, 'connector', challenge.nonce, options.selfId) }));
-    const welcome = await welcomeP;
-    if (welcome.t === 'refuse') throw new PeerRefusedError(welcome.code, `${peerId} refused us: ${welcome.message}`);
-    if (welcome.t !== 'welcome') throw new ProtocolError('ERR_PEER_HANDSHAKE', `expected welcome, got ${welcome.t}`);
-    return new PeerLink(endpoint, challenge.id, 'relay');
+    return await withinDeadline(endpoint, options.timeoutMs, expired, () => connectHandshake(endpoint, peerId, address, options));
   } catch (err) {
     void endpoint.close(true);
     throw err;
   }
 }
 
+async function connectHandshake(endpoint: Endpoint, peerId: string | null, address: string, options: ConnectOptions): Promise<PeerLink> {
+  const myNonce = newNonce();
+  const challengeP = nextMessage(endpoint);
+  await endpoint.send(encodePeerMessage({ t: 'hello', p: PEER_PROTOCOL_VERSION, from: options.selfId, role: options.role, nonce: myNonce, epoch: options.epoch }));
+  const challenge = await challengeP;
+  if (challenge.t === 'refuse') throw new PeerRefusedError(challenge.code, `${peerId} refused us: ${challenge.message}`);
+  if (challenge.t !== 'challenge') throw new ProtocolError('ERR_PEER_HANDSHAKE', `expected a challenge, got ${challenge.t}`);
+  if ((peerId !== null && challenge.id !== peerId) || !checkProof(options.secret, 'acceptor', myNonce, challenge.id, challenge.proof)) {
+    throw new PeerRefusedError('ERR_PEER_AUTH', `the relay at ${address} is not ${peerId ?? 'a relay'} of this job (bad proof)`);
+  }
+  const welcomeP = nextMessage(endpoint);
+  await endpoint.send(encodePeerMessage({ t: 'auth', proof: proof(options.secret, 'connector', challenge.nonce, options.selfId) }));
+  const welcome = await welcomeP;
+  if (welcome.t === 'refuse') throw new PeerRefusedError(welcome.code, `${peerId} refused us: ${welcome.message}`);
+  if (welcome.t !== 'welcome') throw new ProtocolError('ERR_PEER_HANDSHAKE', `expected welcome, got ${welcome.t}`);
+  return new PeerLink(endpoint, challenge.id, 'relay', options.silenceMs);
+}
+
 export interface AcceptOptions {
   selfId: string;
   secret: Buffer;
+  /** The whole handshake must finish within this. */
   timeoutMs: number;
+  /** Keepalive of links from relays (see PeerLink); 0 or absent: this side never pings. */
+  silenceMs?: number;
   /** Null to admit the peer, or a refusal [code, message]. Checked after authentication. */
   admit(peerId: string, role: PeerRole, epoch: number): [string, string] | null;
 }
 
-/** Runs the acceptor side of the handshake on a fresh endpoint. */
+/** Runs the acceptor side of the handshake on a fresh endpoint, within `timeoutMs` in all. */
 export async function acceptPeer(endpoint: Endpoint, options: AcceptOptions): Promise<PeerLink> {
+  const expired = (): LaminarError => new PeerRefusedError('ERR_PEER_HANDSHAKE', `no handshake from ${endpoint.peer} within ${options.timeoutMs} ms`);
+  try {
+    return await withinDeadline(endpoint, options.timeoutMs, expired, () => acceptHandshake(endpoint, options));
+  } catch (err) {
+    void endpoint.close(true);
+    throw err;
+  }
+}
+
+async function acceptHandshake(endpoint: Endpoint, options: AcceptOptions): Promise<PeerLink> {
   const refuse = async (code: string, message: string): Promise<never> => {
     await endpoint.send(encodePeerMessage({ t: 'refuse', code, message })).catch(() => undefined);
-    void endpoint.close(true);
     throw new PeerRefusedError(code, message);
   };
   let hello: PeerMessage;
   try {
-    hello = await nextMessage(endpoint, options.timeoutMs, 'hello');
+    hello = await nextMessage(endpoint);
   } catch (err) {
-    void endpoint.close(true);
-    throw err instanceof LaminarError && err.code !== 'ERR_TIMEOUT' ? err : new PeerRefusedError('ERR_PEER_HANDSHAKE', (err as Error).message);
+    throw err instanceof LaminarError ? err : new PeerRefusedError('ERR_PEER_HANDSHAKE', (err as Error).message);
   }
   if (hello.t !== 'hello') return refuse('ERR_PEER_HANDSHAKE', `expected hello, got ${hello.t}`);
   if (hello.p !== PEER_PROTOCOL_VERSION) return refuse('ERR_PROTOCOL_VERSION', `peer protocol ${hello.p}, this relay speaks ${PEER_PROTOCOL_VERSION}`);
   const myNonce = newNonce();
-  const authP = nextMessage(endpoint, options.timeoutMs, 'auth');
+  const authP = nextMessage(endpoint);
   await endpoint.send(encodePeerMessage({ t: 'challenge', id: options.selfId, nonce: myNonce, proof: proof(options.secret, 'acceptor', hello.nonce, options.selfId) }));
   let auth: PeerMessage;
   try {
     auth = await authP;
   } catch (err) {
-    void endpoint.close(true);
     throw new PeerRefusedError('ERR_PEER_HANDSHAKE', (err as Error).message);
   }
   if (auth.t !== 'auth' || !checkProof(options.secret, 'connector', myNonce, hello.from, auth.proof)) {
@@ -186,7 +255,9 @@ export async function acceptPeer(endpoint: Endpoint, options: AcceptOptions): Pr
   const refusal = options.admit(hello.from, hello.role, hello.epoch);
   if (refusal !== null) return refuse(refusal[0], refusal[1]);
   // The link exists before the welcome leaves, so that nothing the peer sends next is lost.
-  const link = new PeerLink(endpoint, hello.from, hello.role);
+  // Relays are held to the keepalive; a publisher is only answered: between its pushes it may
+  // sit idle for long, busy with training, and dropping it would gain nothing.
+  const link = new PeerLink(endpoint, hello.from, hello.role, hello.role === 'relay' ? options.silenceMs : 0);
   await endpoint.send(encodePeerMessage({ t: 'welcome', epoch: hello.epoch }));
   return link;
 }

@@ -1,5 +1,5 @@
 /**
- * The relay-to-relay protocol (version 1): msgpack headers on UCX active messages, validated with
+ * The relay-to-relay protocol (version 2): msgpack headers on UCX active messages, validated with
  * zod. Weight bytes never go through msgpack: a header that carries bytes (offer: the safetensors
  * header; chunk: the chunk) announces them as the message payload, which the receiver pulls
  * straight into its segment.
@@ -14,12 +14,13 @@
  *   receiver  -> sender    nack {model, version, index}           (failed its checksum: send again)
  *   receiver  -> sender    progress {model, version, hwm, complete}
  *   either                 error {code, message}
+ *   either                 ping {} -> pong {}                    (keepalive of a quiet link)
  */
 import { Packr } from 'msgpackr';
 import { z } from 'zod';
 import { ProtocolError } from '../../common/errors.js';
 
-export const PEER_PROTOCOL_VERSION = 1;
+export const PEER_PROTOCOL_VERSION = 2;
 export const MAX_PEER_HEADER_BYTES = 64 * 1024;
 
 const bytes = z.custom<Uint8Array>((value) => value instanceof Uint8Array, { message: "expected bytes" });
@@ -40,6 +41,8 @@ export const peerMessageSchema = z.discriminatedUnion('t', [
   z.object({ t: z.literal('nack'), model, version, index }),
   z.object({ t: z.literal('progress'), model, version, hwm: index, complete: z.boolean() }),
   z.object({ t: z.literal('error'), code: z.string().max(64), message: z.string().max(1024) }),
+  z.object({ t: z.literal('ping') }),
+  z.object({ t: z.literal('pong') }),
 ]);
 
 export type PeerMessage = z.infer<typeof peerMessageSchema>;

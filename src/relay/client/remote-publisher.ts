@@ -41,7 +41,7 @@ export interface RemoteOptions {
   relayId?: string;
   chunkSize?: number;
   window?: number;
-  /** A relay that takes nothing for this long fails the push. */
+  /** A relay that takes nothing (or answers no ping) for this long fails the push. */
   stallMs?: number;
   timeoutMs?: number;
 }
@@ -97,6 +97,8 @@ export class RemotePublisher {
         secret,
         epoch: 0,
         timeoutMs: options.timeoutMs ?? 10_000,
+        // A master that went dark fails the push (and the trainer moves on) instead of hanging it.
+        silenceMs: options.stallMs ?? 30_000,
       });
       return new RemotePublisher(worker, link, options, new BroadcastMetrics(new Registry(), () => worker.stats().registrations));
     } catch (err) {

@@ -1,0 +1,96 @@
+/**
+ * The peer link's own fault detection on loopback: the keepalive that tells a dead-quiet peer
+ * (a link that went dark sends no reset) from an idle one, and the handshake's deadline.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { acceptPeer, connectPeer, type PeerLink, type PeerRole } from '../../src/relay/broadcast/link.js';
+import { PEER_PROTOCOL_VERSION, encodePeerMessage } from '../../src/relay/broadcast/messages.js';
+import { Workers, outcome, sleep, whenClosed, withTimeout } from '../helpers/ucx.js';
+
+const SECRET = Buffer.from('peer-link-test-secret-0123456789');
+const SILENCE_MS = 300;
+
+describe('peer link', () => {
+  const workers = new Workers();
+  afterEach(() => workers.closeAll());
+
+  /** A connected, authenticated pair; `silence` per side (0: that side never pings). */
+  async function pair(role: PeerRole, silence: { connector: number; acceptor: number }): Promise<{ connector: PeerLink; acceptor: PeerLink }> {
+    const server = workers.create();
+    const client = workers.create();
+    let accepted!: Promise<PeerLink>;
+    const listener = server.listen('127.0.0.1', 0, (endpoint) => {
+      accepted = acceptPeer(endpoint, { selfId: 'b', secret: SECRET, timeoutMs: 5000, silenceMs: silence.acceptor, admit: () => null });
+    });
+    const connector = await connectPeer(client, 'b', `127.0.0.1:${listener.port}`, { selfId: 'a', role, secret: SECRET, epoch: 1, timeoutMs: 5000, silenceMs: silence.connector });
+    return { connector, acceptor: await accepted };
+  }
+
+  /** Makes a link deaf and mute: it still holds its connection, but answers nothing. */
+  function silence(link: PeerLink): void {
+    link.endpoint.onMessage = (message) => message.release();
+  }
+
+  it('keeps an idle link up far past the silence limit: pings are answered', async () => {
+    const { connector, acceptor } = await pair('relay', { connector: SILENCE_MS, acceptor: SILENCE_MS });
+    await sleep(6 * SILENCE_MS);
+    expect(connector.closed).toBe(false);
+    expect(acceptor.closed).toBe(false);
+    // And messages still flow both ways after all that pinging.
+    const got = new Promise((resolve) => acceptor.setHandler((message, incoming) => resolve((incoming.release(), message))));
+    await connector.send({ t: 'error', code: 'ERR_TEST', message: 'still there?' });
+    await expect(withTimeout(got, 5000, 'the message')).resolves.toMatchObject({ t: 'error', code: 'ERR_TEST' });
+  });
+
+  // (A silenced side keeps no keepalive of its own: deaf, it would hear nothing and drop the link itself.)
+  it('drops a peer that answers nothing with ERR_PEER_SILENT, on both sides of a relay link', async () => {
+    const { connector, acceptor } = await pair('relay', { connector: SILENCE_MS, acceptor: 0 });
+    silence(acceptor);
+    const closed = whenClosed(connector.endpoint);
+    const error = await withTimeout(closed, 10 * SILENCE_MS, 'the silent peer to be dropped');
+    expect(error?.code).toBe('ERR_PEER_SILENT');
+    // A send on the dropped link fails with the same reason instead of hanging.
+    expect(await outcome(connector.send({ t: 'ping' }))).toBe('ERR_PEER_SILENT');
+
+    const other = await pair('relay', { connector: 0, acceptor: SILENCE_MS });
+    silence(other.connector);
+    expect((await withTimeout(whenClosed(other.acceptor.endpoint), 10 * SILENCE_MS, 'the silent connector to be dropped'))?.code).toBe('ERR_PEER_SILENT');
+  });
+
+  it('never drops a publisher for silence (it may be busy training between pushes), but answers its pings', async () => {
+    const { connector, acceptor } = await pair('publisher', { connector: 0, acceptor: SILENCE_MS });
+    silence(connector);
+    await sleep(6 * SILENCE_MS);
+    expect(acceptor.closed).toBe(false);
+
+    // The publisher does hold the relay to the keepalive.
+    const other = await pair('publisher', { connector: SILENCE_MS, acceptor: 0 });
+    silence(other.acceptor);
+    expect((await withTimeout(whenClosed(other.connector.endpoint), 10 * SILENCE_MS, 'the silent relay to be dropped'))?.code).toBe('ERR_PEER_SILENT');
+  });
+
+  it('fails a handshake the other side never answers within its deadline, on either side', async () => {
+    const server = workers.create();
+    const client = workers.create();
+    const mute = server.listen('127.0.0.1', 0, (endpoint) => {
+      endpoint.onMessage = (message) => message.release();
+    });
+    const started = Date.now();
+    const attempt = connectPeer(client, null, `127.0.0.1:${mute.port}`, { selfId: 'a', role: 'relay', secret: SECRET, epoch: 1, timeoutMs: 500 });
+    await expect(attempt).rejects.toMatchObject({ code: 'ERR_TIMEOUT' });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(450);
+    for (let i = 0; i < 100 && client.stats().tracked > 0; i++) await sleep(20);
+    expect(client.stats().tracked).toBe(0);
+
+    // A connector that says hello and then nothing more is turned away by the acceptor's deadline.
+    let accepting!: Promise<string>;
+    const listener = server.listen('127.0.0.1', 0, (endpoint) => {
+      accepting = outcome(acceptPeer(endpoint, { selfId: 'b', secret: SECRET, timeoutMs: 300, admit: () => null }));
+    });
+    const quiet = client.connect('127.0.0.1', listener.port);
+    quiet.onMessage = (message) => message.release();
+    await quiet.send(encodePeerMessage({ t: 'hello', p: PEER_PROTOCOL_VERSION, from: 'a', role: 'relay', nonce: Buffer.alloc(16, 3), epoch: 1 }));
+    for (let i = 0; i < 100 && accepting === undefined; i++) await sleep(20);
+    expect(await withTimeout(accepting, 5000, 'the acceptor to give up')).toBe('ERR_PEER_HANDSHAKE');
+  });
+});
