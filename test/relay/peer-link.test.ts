@@ -69,6 +69,16 @@ describe('peer link', () => {
     expect((await withTimeout(whenClosed(other.connector.endpoint), 10 * SILENCE_MS, 'the silent relay to be dropped'))?.code).toBe('ERR_PEER_SILENT');
   });
 
+  it('says why before closing a link on purpose', async () => {
+    const { connector, acceptor } = await pair('relay', { connector: SILENCE_MS, acceptor: SILENCE_MS });
+    const said = new Promise((resolve) => acceptor.setHandler((message, incoming) => resolve((incoming.release(), message))));
+    const closed = whenClosed(acceptor.endpoint);
+    await connector.closeWith('ERR_RETARGETED', 'plan changed');
+    expect(connector.closed).toBe(true);
+    await expect(withTimeout(said, 5000, 'the reason')).resolves.toEqual({ t: 'error', code: 'ERR_RETARGETED', message: 'plan changed' });
+    await withTimeout(closed, 5000, 'the close to reach the peer');
+  });
+
   it('fails a handshake the other side never answers within its deadline, on either side', async () => {
     const server = workers.create();
     const client = workers.create();

@@ -477,10 +477,7 @@ export class Broadcaster {
    * retarget for a failure of this relay (and report it dead to the manager).
    */
   private sayGoodbye(link: PeerLink, reason: string): void {
-    void link
-      .send({ t: 'error', code: GOODBYE, message: reason })
-      .catch(() => undefined)
-      .finally(() => void link.close());
+    void link.closeWith(GOODBYE, reason);
   }
 
   /** The newest version of each model this relay has or is receiving. */

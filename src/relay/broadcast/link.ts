@@ -23,6 +23,9 @@ export class PeerRefusedError extends LaminarError {}
 /** Messages that arrive before the owner attaches its handler wait here (bounded). */
 const MAX_EARLY_MESSAGES = 256;
 
+/** How long a closing link waits for its last word (the error message saying why) to leave. */
+const CLOSE_GRACE_MS = 1000;
+
 /** How often a quiet peer is pinged, as a share of the silence allowed (bounded both ways). */
 const pingIntervalFor = (silenceMs: number): number => Math.min(2000, Math.max(50, Math.floor(silenceMs / 4)));
 
@@ -78,9 +81,15 @@ export class PeerLink {
     return this.endpoint.send(encodePeerMessage(message), payload);
   }
 
-  /** Sends an error message (best effort) and closes. */
-  async fail(code: string, message: string): Promise<void> {
-    await this.send({ t: 'error', code, message }).catch(() => undefined);
+  /**
+   * Says why in an error message, then closes. The message is best effort: over a link that went
+   * dark its send never completes, so the close comes after `graceMs` at the latest.
+   */
+  async closeWith(code: string, message: string, graceMs = CLOSE_GRACE_MS): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)));
+    await Promise.race([this.send({ t: 'error', code, message }).catch(() => undefined), grace]);
+    clearTimeout(timer);
     await this.endpoint.close(true);
   }
 
@@ -97,7 +106,7 @@ export class PeerLink {
       incoming.release();
       this.onBadMessage?.((err as LaminarError).code);
       // Garbage from an authenticated peer means it is broken: drop the link, keep the relay.
-      void this.fail((err as LaminarError).code, (err as Error).message);
+      void this.closeWith((err as LaminarError).code, (err as Error).message);
       return;
     }
     if (message.t === 'ping' || message.t === 'pong') {
