@@ -24,7 +24,7 @@ import { ControlCodes, SCHEMA_VERSION, decode, encode, memberRecordSchema, type 
 import { Keys } from '../control/subjects.js';
 import type { Publication } from '../relay/client/publication.js';
 import { RelayClient, type BeginOptions } from '../relay/client/relay-client.js';
-import { prepareVersion, type PreparedVersion, type TensorVersion } from '../relay/client/remote-publisher.js';
+import { prepareVersion, type PreparedVersion, type RemotePublisher, type TensorVersion } from '../relay/client/remote-publisher.js';
 import { StagingBuffer } from '../relay/client/staging.js';
 
 export interface TrainerClientOptions {
@@ -84,6 +84,12 @@ export class TrainerClient {
   private next: NextSegment | null = null;
   private readonly planWaiters = new Set<() => void>();
   private readonly staging: StagingBuffer | undefined;
+  /**
+   * The link to the master for remote pushes, kept while the plan names the same master: a UCX
+   * worker, a handshake and (on RDMA) pinning the staging memory per publish would each cost
+   * the trainer again at every step.
+   */
+  private remote: { masterId: string; address: string; publisher: Promise<RemotePublisher> } | null = null;
   private readonly host: string;
   private readonly log: Logger;
 
@@ -156,6 +162,7 @@ export class TrainerClient {
   }
 
   async close(): Promise<void> {
+    await this.dropRemote();
     this.staging?.close();
     await this.discardNext();
     await this.agent.close();
@@ -174,7 +181,30 @@ export class TrainerClient {
       return 'local';
     }
     const version = prepared ?? (await prepare());
-    const publisher = await RelayClient.remote({
+    const publisher = await this.remoteTo(master);
+    try {
+      await publisher.push(version);
+      return 'remote';
+    } catch (err) {
+      // A decline leaves the link as it was. After any other failure, whatever the link's state
+      // (chunks in flight, a relay on its way out), the next push starts on a fresh one.
+      if (!(err instanceof ConflictError)) await this.dropRemote();
+      throw err;
+    }
+  }
+
+  /** The kept link to `master`, or a new one when the master changed or its link is gone. */
+  private async remoteTo(master: { id: string; address: string }): Promise<RemotePublisher> {
+    // Other publishes may replace the link while this one waits: look again after every wait.
+    for (let kept = this.remote; kept !== null; kept = this.remote) {
+      if (kept.masterId === master.id && kept.address === master.address) {
+        const publisher = await kept.publisher.catch(() => null);
+        if (publisher !== null && !publisher.closed) return publisher;
+      }
+      if (this.remote === kept) await this.dropRemote();
+    }
+    // Held as a promise, so that publishes at the same time share one connection attempt.
+    const publisher = RelayClient.remote({
       address: master.address,
       relayId: master.id,
       ...(this.options.secret !== undefined ? { secret: this.options.secret } : {}),
@@ -183,14 +213,16 @@ export class TrainerClient {
       timeoutMs: 5000,
       stallMs: 10_000,
     });
-    try {
-      await publisher.push(version);
-      return 'remote';
-    } finally {
-      // The master holds the version (or the push failed for its own reason): a reset while
-      // closing the link changes neither.
-      await publisher.close().catch(() => undefined);
-    }
+    this.remote = { masterId: master.id, address: master.address, publisher };
+    return publisher;
+  }
+
+  private async dropRemote(): Promise<void> {
+    const kept = this.remote;
+    this.remote = null;
+    // A failed connect or a reset while closing changes nothing: the link is given up either way.
+    const publisher = await kept?.publisher.catch(() => null);
+    await publisher?.close().catch(() => undefined);
   }
 
   /** Writes into the master's shared memory, in the segment begun after the last publish when it fits. */

@@ -112,6 +112,15 @@ describe('rollout manager: chain scheduling and repair (netns testbed)', () => {
     const printed = await spawnDaemonOutput(['status', '--nats', cluster.nats.url]);
     expect(printed).toMatch(/master r0/);
     expect(printed).toMatch(/r4\s+10\.88\.0\.5:13337/);
+    // The next version goes over the same link to the master: the trainer keeps it (and its
+    // memory registration) while the master stays.
+    await markBaseline();
+    expect(await trainer.publish(tensors(2))).toMatchObject({ master: 'r0', mode: 'remote', attempts: 1 });
+    await expectIdentical(['r0', 'r1', 'r2', 'r3', 'r4'], 2);
+    const master = cluster.relays.get('r0')!;
+    const publisherLinks = master.daemon.logs.filter((line) => line.includes('upstream peer connected') && line.includes('"role":"publisher"'));
+    expect(publisherLinks).toHaveLength(1);
+    expect((await master.client.status()).broadcast?.upstreams.filter((u) => u.role === 'publisher')).toHaveLength(1);
   }, 120_000);
 
   it('splices out a middle relay killed mid-broadcast, and a tail relay', async () => {

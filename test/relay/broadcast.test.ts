@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
+import { prepareVersion } from '../../src/relay/client/remote-publisher.js';
 import type { Relay } from '../../src/relay/daemon.js';
 import { UcxWorker } from '../../src/ucx/index.js';
 import { PEER_PROTOCOL_VERSION, decodePeerMessage, encodePeerMessage, type PeerMessage } from '../../src/relay/broadcast/messages.js';
@@ -131,6 +132,35 @@ describe('chain broadcast on loopback', () => {
     } finally {
       await publisher.close();
     }
+  });
+
+  it('pushes several versions at once over one remote link, registering the kept memory once', async () => {
+    const publisher = await RelayClient.remote({ address: address(0), secret: SECRET, relayId: 'r0', chunkSize: 1 << 20 });
+    try {
+      const tensorsOf = (seed: number, bytes: number): { name: string; dtype: 'U8'; shape: number[]; data: Uint8Array }[] => [
+        { name: 'w', dtype: 'U8', shape: [bytes], data: new Uint8Array(bytes).map((_, i) => (i * seed) & 0xff) },
+      ];
+      // Two models at the same time: the relay's answers find their own push.
+      const oneOff = await prepareVersion({ model: 'org/remote-b', version: 1, tensors: tensorsOf(5, 2 << 20) }, 1 << 20);
+      const [a, b] = await Promise.all([
+        publisher.publish({ model: 'org/remote-a', version: 1, tensors: tensorsOf(3, 3 << 20) }),
+        publisher.push(oneOff).finally(() => oneOff.close()),
+      ]);
+      expect([a.chunks, b.chunks]).toEqual([3, 2]);
+      expect(relays[0]!.store.latest('org/remote-a')?.state).toBe('complete');
+      expect(relays[0]!.store.latest('org/remote-b')?.state).toBe('complete');
+      // The staging buffer's memory stays registered for the next publish; a one-off is released.
+      expect(publisher.registeredRegions).toBe(1);
+      for (const version of [2, 3]) await publisher.publish({ model: 'org/remote-a', version, tensors: tensorsOf(version, 3 << 20) });
+      expect(publisher.registeredRegions).toBe(1);
+      // A new size replaces the kept memory, and its registration with it.
+      await publisher.publish({ model: 'org/remote-a', version: 4, tensors: tensorsOf(4, 5 << 20) });
+      expect(publisher.registeredRegions).toBe(1);
+      expect(relays[0]!.store.latest('org/remote-a')?.version).toBe(4);
+    } finally {
+      await publisher.close();
+    }
+    expect(publisher.closed).toBe(true);
   });
 
   it('refuses a peer without the job secret, and counts it', async () => {

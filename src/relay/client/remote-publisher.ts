@@ -13,7 +13,7 @@ import { silentLogger } from '../../common/logger.js';
 import { Mapping } from '../../native/index.js';
 import { chunkRange, encodeHeader, planLayout, type VersionLayout } from '../../safetensors/header.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
-import { UcxWorker } from '../../ucx/index.js';
+import { UcxWorker, type Registration } from '../../ucx/index.js';
 import { loadSecret } from '../broadcast/auth.js';
 import { connectPeer, type PeerLink } from '../broadcast/link.js';
 import { BroadcastMetrics } from '../broadcast/metrics.js';
@@ -74,16 +74,36 @@ class LocalSource implements ChunkSource {
   }
 }
 
+const sessionKey = (model: string, version: number): string => `${model}\u0000${version}`;
+
 export class RemotePublisher {
   /** The last version's private memory, reused by the next publish of the same size. */
   private readonly staging = new StagingBuffer();
+  /** Pushes under way, by model and version: the relay's answers name theirs. */
+  private readonly sessions = new Map<string, OutgoingTransfer>();
+  /**
+   * The registration of memory that is pushed again and again (a staging buffer's): on RDMA,
+   * registering pins every page, seconds for a large model, so it is done once, not per push.
+   */
+  private kept: { mapping: Mapping; registration: Registration } | null = null;
+  /** Rejects when the link closes: every push in flight fails with the reason. */
+  private readonly linkClosed: Promise<never>;
 
   private constructor(
     private readonly worker: UcxWorker,
     private readonly link: PeerLink,
     private readonly options: RemoteOptions,
     private readonly metrics: BroadcastMetrics,
-  ) {}
+  ) {
+    link.setHandler((message, incoming) => {
+      incoming.release();
+      if ('model' in message && 'version' in message) this.sessions.get(sessionKey(message.model, message.version))?.handle(message);
+    });
+    this.linkClosed = new Promise<never>((_, reject) =>
+      link.endpoint.onClose((err) => reject(err ?? new LaminarError('ERR_PEER_CLOSED', `${link.peerId} closed the connection`))),
+    );
+    this.linkClosed.catch(() => undefined);
+  }
 
   static async connect(options: RemoteOptions): Promise<RemotePublisher> {
     const secret = Buffer.isBuffer(options.secret)
@@ -110,6 +130,16 @@ export class RemotePublisher {
   /** The relay this publisher is connected to. */
   get relayId(): string {
     return this.link.peerId;
+  }
+
+  /** Memory regions registered with UCX now: the kept staging buffer's between pushes, at most. */
+  get registeredRegions(): number {
+    return this.worker.stats().registrations;
+  }
+
+  /** True once the link to the relay is gone (closed, or failed: the relay died or went silent). */
+  get closed(): boolean {
+    return this.link.closed;
   }
 
   /** Publishes tensors given in memory. */
@@ -139,6 +169,8 @@ export class RemotePublisher {
 
   async close(): Promise<void> {
     this.staging.close();
+    this.kept?.registration.release();
+    this.kept = null;
     await this.link.close();
     this.worker.close();
   }
@@ -149,31 +181,28 @@ export class RemotePublisher {
    */
   async push(prepared: PreparedVersion, started = performance.now(), onProgress?: (done: number, total: number) => void): Promise<RemotePublishResult> {
     const { model, version, layout, mapping } = prepared;
-    const registration = this.worker.register(mapping);
+    const key = sessionKey(model, version);
+    if (this.sessions.has(key)) throw new ConflictError('ERR_PUSH_IN_PROGRESS', `${model} v${version} is being pushed already`);
+    const registration = prepared.kept ? this.keptRegistration(mapping) : this.worker.register(mapping);
     const transferStarted = performance.now();
+    const transfer = new OutgoingTransfer(this.link, new LocalSource(model, version, layout, mapping), {
+      window: this.options.window ?? DEFAULT_BROADCAST_WINDOW,
+      stallMs: this.options.stallMs ?? 30_000,
+      metrics: this.metrics,
+      log: silentLogger,
+      ...(onProgress ? { onChunk: (sent: number, total: number) => onProgress(Math.min(sent, total) * layout.chunkSize, layout.dataLength) } : {}),
+    });
+    this.sessions.set(key, transfer);
     try {
-      const transfer = new OutgoingTransfer(this.link, new LocalSource(model, version, layout, mapping), {
-        window: this.options.window ?? DEFAULT_BROADCAST_WINDOW,
-        stallMs: this.options.stallMs ?? 30_000,
-        metrics: this.metrics,
-        log: silentLogger,
-        ...(onProgress ? { onChunk: (sent: number, total: number) => onProgress(Math.min(sent, total) * layout.chunkSize, layout.dataLength) } : {}),
-      });
-      this.link.setHandler((message, incoming) => {
-        incoming.release();
-        transfer.handle(message);
-      });
-      const closed = new Promise<never>((_, reject) =>
-        this.link.endpoint.onClose((err) => reject(err ?? new LaminarError('ERR_PEER_CLOSED', `${this.link.peerId} closed the connection`))),
-      );
-      closed.catch(() => undefined);
-      const result = await Promise.race([transfer.start(), closed]);
+      const result = await Promise.race([transfer.start(), this.linkClosed]);
       if (result === 'declined') {
         const reason = transfer.declined ?? { code: 'ERR_DECLINED', message: 'the relay declined the version' };
         throw new ConflictError(reason.code, `${this.link.peerId} declined ${model} v${version}: ${reason.message}`);
       }
     } finally {
-      registration.release();
+      this.sessions.delete(key);
+      transfer.cancel(new LaminarError('ERR_ABORTED', 'the push ended'));
+      if (!prepared.kept) registration.release();
     }
     const now = performance.now();
     return {
@@ -184,6 +213,14 @@ export class RemotePublisher {
       stallSeconds: (now - started) / 1e3,
       transferSeconds: (now - transferStarted) / 1e3,
     };
+  }
+
+  /** The registration of `mapping`, made on its first push; the one of a replaced mapping is released. */
+  private keptRegistration(mapping: Mapping): Registration {
+    if (this.kept?.mapping === mapping) return this.kept.registration;
+    this.kept?.registration.release();
+    this.kept = { mapping, registration: this.worker.register(mapping) };
+    return this.kept.registration;
   }
 }
 
@@ -204,6 +241,8 @@ export interface PreparedVersion {
   readonly version: number;
   readonly layout: VersionLayout;
   readonly mapping: Mapping;
+  /** close() keeps the memory for the next version (a StagingBuffer): its registration may stay. */
+  readonly kept: boolean;
   close(): void;
 }
 
@@ -225,11 +264,12 @@ async function seal(
   mapping: Mapping,
   metadata: Record<string, string>,
   release: () => void,
+  kept: boolean,
   known: ReadonlyMap<number, bigint> = new Map(),
 ): Promise<PreparedVersion> {
   const checksums = await chunkChecksums(mapping, layout, CHECKSUM_CONCURRENCY, known);
   mapping.write(0, encodeHeader(layout, { model, version, chunkSize: layout.chunkSize, checksums }, metadata));
-  return { model, version, layout, mapping, close: release };
+  return { model, version, layout, mapping, kept, close: release };
 }
 
 /**
@@ -260,7 +300,7 @@ export async function prepareVersion(request: TensorVersion, chunkSize = DEFAULT
       const index = Math.floor((part.offset - layout.dataOffset) / layout.chunkSize);
       if (part.length > 0 && part.length === chunkRange(layout, index).length) known.set(index, part.sum);
     }
-    return await seal(request.model, request.version, layout, mapping, metadata, release, known);
+    return await seal(request.model, request.version, layout, mapping, metadata, release, staging !== undefined, known);
   } catch (err) {
     // Not given back for reuse: after a failed write, other writes may still be landing in it.
     void mapping.closeAsync();
@@ -277,7 +317,7 @@ export async function prepareCheckpoint(path: string, model: string, version: nu
   try {
     await copyCheckpoint(checkpoint, mapping, layout.dataOffset, { concurrency: CHECKSUM_CONCURRENCY });
     // Freeing a pushed gigabyte of private pages takes a while: on the pool, not in the caller's way.
-    return await seal(model, version, layout, mapping, metadata, () => void mapping.closeAsync());
+    return await seal(model, version, layout, mapping, metadata, () => void mapping.closeAsync(), false);
   } catch (err) {
     mapping.close();
     throw err;
