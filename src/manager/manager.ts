@@ -27,6 +27,7 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { z } from 'zod';
 import { silentLogger } from '../common/logger.js';
+import { watchdog, type Watchdog } from '../common/watchdog.js';
 import { openControlBucket } from '../control/bucket.js';
 import {
   ControlCodes,
@@ -147,7 +148,7 @@ export class Manager {
   private faultReason = 'join';
   private subscriptions: Subscription[] = [];
   private leaseTimer: NodeJS.Timeout | null = null;
-  private tickTimer: NodeJS.Timeout | null = null;
+  private tickTimer: Watchdog | null = null;
   private disconnectedSince: number | null = null;
   private publishing = false;
   private closed = false;
@@ -328,13 +329,16 @@ export class Manager {
     ];
     void this.watchAnnouncements();
     this.coordinator.reset();
-    this.tickTimer = setInterval(() => this.tick(), this.options.tickMs ?? 100);
-    this.tickTimer.unref();
+    // A tick that comes late (this process was held up) would judge members by heartbeats
+    // still unread: it is skipped, and the next one, after they are in, judges.
+    this.tickTimer = watchdog(this.options.tickMs ?? 100, (heldUp) => {
+      if (!heldUp) this.tick();
+    });
     this.log.info({ epoch: this.plan?.epoch ?? null, members: this.members.size }, 'leader: managing the job');
   }
 
   private stepDown(reason: string): void {
-    if (this.tickTimer) clearInterval(this.tickTimer);
+    this.tickTimer?.stop();
     this.tickTimer = null;
     for (const sub of this.subscriptions) sub.unsubscribe();
     this.subscriptions = [];

@@ -42,6 +42,20 @@ describe('peer link', () => {
     await expect(withTimeout(got, 5000, 'the message')).resolves.toMatchObject({ t: 'error', code: 'ERR_TEST' });
   });
 
+  it('does not blame the peer for its own event loop being held up', async () => {
+    const { connector, acceptor } = await pair('relay', { connector: SILENCE_MS, acceptor: SILENCE_MS });
+    await sleep(SILENCE_MS);
+    // A long synchronous stretch (both sides share this thread): the pings and answers of that
+    // time wait unread while the keepalive timers are due.
+    const until = Date.now() + 4 * SILENCE_MS;
+    while (Date.now() < until) {
+      // busy
+    }
+    await sleep(4 * SILENCE_MS);
+    expect(connector.closed).toBe(false);
+    expect(acceptor.closed).toBe(false);
+  });
+
   // (A silenced side keeps no keepalive of its own: deaf, it would hear nothing and drop the link itself.)
   it('drops a peer that answers nothing with ERR_PEER_SILENT, on both sides of a relay link', async () => {
     const { connector, acceptor } = await pair('relay', { connector: SILENCE_MS, acceptor: 0 });

@@ -33,6 +33,21 @@ afterAll(async () => {
   await Promise.all([nats.stop(), redisServer.stop()]);
 });
 
+/** A leading manager (on its own connection) that declares members dead after 1 s of silence. */
+async function quickManager(job: string, registry: Registry, leaseMs: number): Promise<{ manager: Manager; stop(): Promise<void> }> {
+  const managerNc = await natsClient(nats.url);
+  const manager = new Manager({ nc: managerNc, job, registry, leaseMs, suspectAfterMs: 500, deadAfterMs: 1000, tickMs: 50, rollouts: { partials: null, prompts: null, repackIntervalMs: 0 } });
+  await manager.start();
+  await manager.whenLeader();
+  return {
+    manager,
+    stop: async () => {
+      await manager.close();
+      await managerNc.close();
+    },
+  };
+}
+
 async function rollout(job: string, id: string, registry: Registry, rnc: NatsConnection): Promise<SimRollout> {
   return startSimRollout({
     nc: rnc,
@@ -108,13 +123,41 @@ describe('rollout commands', () => {
     }
   }, 60_000);
 
+  it('does not declare members dead when its own event loop was held up past the limit', async () => {
+    const job = 'held';
+    const registry = new Registry();
+    // (A lease longer than the hold-up: the manager stays the leader throughout.)
+    const { manager, stop } = await quickManager(job, registry, 10_000);
+    const rnc = await natsClient(nats.url);
+    const sim = await rollout(job, 'ro-h', new Registry(), rnc);
+    try {
+      await expect.poll(() => manager.status().rollouts.find((r) => r.id === 'ro-h')?.health, { timeout: 10_000 }).toBe('alive');
+      // 1.5 s without a turn of the event loop, in its check phase: timers come next, before the
+      // I/O (the rollout's heartbeats) that arrived meanwhile is read.
+      await new Promise<void>((resolve) =>
+        setImmediate(() => {
+          const until = Date.now() + 1500;
+          while (Date.now() < until) {
+            // held up
+          }
+          resolve();
+        }),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(manager.status().rollouts.find((r) => r.id === 'ro-h')?.health).toBe('alive');
+      // Not even for a moment (a member heard again after being declared dead is alive again).
+      expect(await metricValue(registry, 'laminar_manager_deaths_total', { kind: 'rollout' })).toBe(0);
+    } finally {
+      await sim.close();
+      await rnc.close();
+      await stop();
+    }
+  }, 60_000);
+
   it('admits a rollout that comes back under its id after being declared dead', async () => {
     const job = 'back';
     const registry = new Registry();
-    const managerNc = await natsClient(nats.url);
-    const manager = new Manager({ nc: managerNc, job, registry, leaseMs: 1000, suspectAfterMs: 500, deadAfterMs: 1000, tickMs: 50, rollouts: { partials: null, prompts: null, repackIntervalMs: 0 } });
-    await manager.start();
-    await manager.whenLeader();
+    const { manager, stop } = await quickManager(job, registry, 1000);
     const prompts = await PromptPool.open({ redis, name: job });
     await prompts.load([{ id: 'a', payload: 1, n: 1 }]);
     let rnc = await natsClient(nats.url);
@@ -131,8 +174,7 @@ describe('rollout commands', () => {
     } finally {
       await sim.close();
       await rnc.close();
-      await manager.close();
-      await managerNc.close();
+      await stop();
     }
   }, 60_000);
 });

@@ -8,6 +8,7 @@
  * stays silent past the limit is dropped with ERR_PEER_SILENT, as if the transport had failed.
  */
 import { LaminarError, ProtocolError, TimeoutError } from '../../common/errors.js';
+import { watchdog } from '../../common/watchdog.js';
 import type { Endpoint, IncomingMessage, Payload, UcxWorker } from '../../ucx/index.js';
 import { parseAddress } from '../../ucx/index.js';
 import { checkProof, newNonce, proof } from './auth.js';
@@ -53,16 +54,19 @@ export class PeerLink {
 
   private keepAlive(silenceMs: number): void {
     const interval = pingIntervalFor(silenceMs);
-    const timer = setInterval(() => {
-      const quiet = Date.now() - this.lastHeard;
+    const dog = watchdog(interval, (heldUp) => {
+      const now = Date.now();
+      // Our own hold-up is not the peer's silence: its clock starts again (less an interval, so
+      // that it is pinged at once).
+      if (heldUp) this.lastHeard = Math.max(this.lastHeard, now - interval);
+      const quiet = now - this.lastHeard;
       if (quiet > silenceMs) {
         this.endpoint.abort(new LaminarError('ERR_PEER_SILENT', `${this.peerId} sent nothing for ${quiet} ms, not even an answer to a ping`));
       } else if (quiet >= interval) {
         void this.send({ t: 'ping' }).catch(() => undefined);
       }
-    }, interval);
-    timer.unref();
-    this.endpoint.onClose(() => clearInterval(timer));
+    });
+    this.endpoint.onClose(() => dog.stop());
   }
 
   /** Attaches the message handler; messages that came first are delivered now, in order. */

@@ -6,6 +6,7 @@
  */
 import type { Logger } from 'pino';
 import { LaminarError, TimeoutError } from '../../common/errors.js';
+import { watchdog, type Watchdog } from '../../common/watchdog.js';
 import { chunkRange } from '../../safetensors/header.js';
 import type { PeerLink } from './link.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
@@ -32,7 +33,7 @@ export class OutgoingTransfer {
   private accepted = false;
   private finished = false;
   private lastProgress = Date.now();
-  private stallTimer: NodeJS.Timeout | null = null;
+  private stallWatch: Watchdog | null = null;
   private resolve!: (result: OutgoingResult) => void;
   private reject!: (err: Error) => void;
   readonly result: Promise<OutgoingResult>;
@@ -73,8 +74,7 @@ export class OutgoingTransfer {
         { source: mapping, offset: 0, length: layout.dataOffset },
       )
       .catch((err: unknown) => this.fail(err as Error));
-    this.stallTimer = setInterval(() => this.checkStall(), Math.max(50, Math.floor(this.options.stallMs / 4)));
-    this.stallTimer.unref();
+    this.stallWatch = watchdog(Math.max(50, Math.floor(this.options.stallMs / 4)), (heldUp) => this.checkStall(heldUp));
     return this.result;
   }
 
@@ -172,8 +172,10 @@ export class OutgoingTransfer {
       );
   }
 
-  private checkStall(): void {
+  /** `heldUp`: our own event loop was blocked, which is not the peer's stall: its clock starts again. */
+  private checkStall(heldUp: boolean): void {
     if (this.finished) return;
+    if (heldUp) this.lastProgress = Math.max(this.lastProgress, Date.now());
     const waitingOnPeer = !this.accepted || this.inflight > 0;
     if (waitingOnPeer && Date.now() - this.lastProgress > this.options.stallMs) {
       this.fail(new TimeoutError(`${this.link.peerId} took nothing for ${this.options.stallMs} ms`, { peer: this.link.peerId }));
@@ -183,14 +185,14 @@ export class OutgoingTransfer {
   private finish(result: OutgoingResult): void {
     if (this.finished) return;
     this.finished = true;
-    if (this.stallTimer) clearInterval(this.stallTimer);
+    this.stallWatch?.stop();
     this.resolve(result);
   }
 
   private fail(err: Error): void {
     if (this.finished) return;
     this.finished = true;
-    if (this.stallTimer) clearInterval(this.stallTimer);
+    this.stallWatch?.stop();
     this.reject(err);
   }
 }
