@@ -6,9 +6,18 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Registry, collectDefaultMetrics } from 'prom-client';
 
+/**
+ * How often the event-loop lag is sampled. prom-client's default (10 ms) is a timer that wakes
+ * an idle daemon 100 times a second, and every wake also polls the UCX worker: about 1 % of a
+ * core per idle relay. Once a second still catches any hold-up (the late sample is the lag).
+ */
+const EVENT_LOOP_SAMPLE_MS = 1000;
+
 export function createRegistry(options: { prefix?: string; defaultMetrics?: boolean } = {}): Registry {
   const registry = new Registry();
-  if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry, prefix: options.prefix ?? 'laminar_' });
+  if (options.defaultMetrics !== false) {
+    collectDefaultMetrics({ register: registry, prefix: options.prefix ?? 'laminar_', eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+  }
   return registry;
 }
 
