@@ -190,6 +190,19 @@ describe('chain broadcast on loopback', () => {
     await waitUntil('the refusal to be counted', async () => (await metric(relays[0]!, 'laminar_relay_peer_refused_total', 'code="ERR_PEER_AUTH"')) === 1);
   });
 
+  it('drops an upstream relay that answers no ping within --peer-timeout, and counts it', async () => {
+    const rogue = await RoguePeer.connect(address(2), { id: 'r0', role: 'relay', relayId: 'r2' });
+    try {
+      // Connected and authenticated, then deaf and mute, like a host whose network dropped.
+      rogue.link.endpoint.onMessage = (message) => message.release();
+      const dropped = new Promise((resolve) => rogue.link.endpoint.onClose(resolve));
+      await waitUntil('r2 to drop the silent upstream', async () => (await metric(relays[2]!, 'laminar_relay_upstream_failures_total', 'reason="ERR_PEER_SILENT"')) === 1, 10_000);
+      await dropped;
+    } finally {
+      await rogue.close();
+    }
+  });
+
   it('refuses a relay that is not in the plan', async () => {
     await expect(RoguePeer.connect(address(1), { id: 'stranger', role: 'relay' })).rejects.toMatchObject({ code: 'ERR_NOT_IN_PLAN' });
   });

@@ -231,7 +231,10 @@ export class Broadcaster {
       this.upstreams.delete(link);
       for (const arrival of this.arrivals.values()) arrival.upstreams.delete(link);
       this.log.info({ peer: link.peerId, code: err?.code }, 'upstream peer gone');
-      if (err && link.role === 'relay' && !this.closed && !this.leftOnPurpose.has(link)) this.options.onPeerFailure?.(link.peerId, 'upstream', err.code);
+      if (err && link.role === 'relay' && !this.closed && !this.leftOnPurpose.has(link)) {
+        this.metrics.upstreamFailures.inc({ reason: err.code });
+        this.options.onPeerFailure?.(link.peerId, 'upstream', err.code);
+      }
     });
     link.setHandler((message, incoming) => this.upstreamMessage(link, message, incoming));
   }

@@ -12,6 +12,7 @@ export class BroadcastMetrics {
   readonly badMessages: Counter<'code'>;
   readonly refusedPeers: Counter<'code'>;
   readonly peerFailures: Counter<'reason'>;
+  readonly upstreamFailures: Counter<'reason'>;
   readonly transfers: Counter<'direction' | 'result'>;
   readonly transferSeconds: Histogram<'direction'>;
   readonly epoch: Gauge;
@@ -31,6 +32,11 @@ export class BroadcastMetrics {
     this.badMessages = counter('laminar_relay_peer_bad_messages_total', 'Peer messages dropped as malformed or invalid, by code', ['code']);
     this.refusedPeers = counter('laminar_relay_peer_refused_total', 'Peer connections refused or dropped during the handshake, by code', ['code']);
     this.peerFailures = counter('laminar_relay_peer_failures_total', 'Downstream peers given up on, by reason', ['reason']);
+    this.upstreamFailures = counter(
+      'laminar_relay_upstream_failures_total',
+      'Links from upstream relays that failed (died, reset, went silent: ERR_PEER_SILENT), by reason; closes on purpose are not counted',
+      ['reason'],
+    );
     this.transfers = counter('laminar_relay_broadcast_transfers_total', 'Version transfers by direction and result', ['direction', 'result']);
     this.retargets = counter('laminar_relay_broadcast_retargets_total', 'Changes of the downstream relay this relay sends to');
     this.transferSeconds = new Histogram({
