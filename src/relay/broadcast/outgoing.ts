@@ -155,6 +155,9 @@ export class OutgoingTransfer {
       this.fail(err as Error);
       return;
     }
+    // The stall clock runs while the peer has work: time spent before this send waiting on our
+    // own upstream (nothing in flight) is not the peer's, however long it was.
+    if (this.inflight === 0) this.lastProgress = Date.now();
     this.inflight++;
     this.sentChunks++;
     this.link

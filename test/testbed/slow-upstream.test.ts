@@ -1,0 +1,88 @@
+/**
+ * A sender that waits on its own upstream longer than --peer-timeout, then goes on: the wait is
+ * not its successor's stall. Over a slow shaped link a chunk takes longer than a stall check's
+ * period, so a stall clock that kept running through the wait would fire before the chunk lands.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../src/common/logger.js';
+import { BroadcastMetrics } from '../../src/relay/broadcast/metrics.js';
+import { OutgoingTransfer } from '../../src/relay/broadcast/outgoing.js';
+import type { ChunkSource } from '../../src/relay/broadcast/source.js';
+import { RelayClient } from '../../src/relay/client/relay-client.js';
+import { Registry } from 'prom-client';
+import { RoguePeer, SECRET, buildVersion, segmentDigest } from '../helpers/broadcast.js';
+import { spawnRelay, type RelayProcess } from '../helpers/relay.js';
+import { createTestbed, type Testbed } from '../helpers/testbed.js';
+
+process.env.UCX_TLS = 'tcp';
+
+const PORT = 13337;
+const CHUNK = 4 * 1024 * 1024; // 0.34 s at 100 Mbit/s: longer than a stall check's period
+const STALL_MS = 1000;
+
+describe('stall detection across a wait on the upstream (netns testbed, 100 Mbit/s)', () => {
+  let bed: Testbed;
+  let root: string;
+  let relay: RelayProcess;
+
+  beforeAll(async () => {
+    bed = createTestbed('slw', 1, { rate: '100mbit' });
+    root = mkdtempSync('/dev/shm/laminar-slw-');
+    const secretFile = join(root, 'secret');
+    writeFileSync(secretFile, `${SECRET}\n`, { mode: 0o600 });
+    const host = bed.hosts[0]!;
+    relay = await spawnRelay(
+      join(root, 'r0'),
+      ['--id', 'r0', '--peers', `r0@${host.address}:${PORT}`, '--secret-file', secretFile, '--no-pin', '--chunk-size', String(CHUNK), '--log-level', 'info'],
+      ['ip', 'netns', 'exec', host.netns],
+    );
+  }, 60_000);
+
+  afterAll(async () => {
+    await relay?.stop('SIGKILL');
+    bed?.destroy();
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  it('does not count the time spent waiting on its own upstream against the successor', async () => {
+    const built = buildVersion('org/slow', 1, 3 * CHUNK, CHUNK);
+    // Chunk 0 at once; the rest only after a wait longer than the stall limit, as when this
+    // relay's own predecessor is being repaired.
+    let release!: () => void;
+    const later = new Promise<void>((resolve) => (release = resolve));
+    let released = false;
+    const source: ChunkSource = {
+      model: 'org/slow',
+      version: 1,
+      layout: built.layout,
+      mapping: built.mapping,
+      available: (index) => index === 0 || released,
+      whenAvailable: (index) => (index === 0 || released ? Promise.resolve() : later),
+    };
+    setTimeout(() => {
+      released = true;
+      release();
+    }, STALL_MS + 1000);
+    const peer = await RoguePeer.connect(`${bed.hosts[0]!.address}:${PORT}`, { id: 'upstream', role: 'publisher', relayId: 'r0' });
+    try {
+      const transfer = new OutgoingTransfer(peer.link, source, { window: 4, stallMs: STALL_MS, metrics: new BroadcastMetrics(new Registry(), () => 0), log: silentLogger });
+      peer.link.setHandler((message, incoming) => {
+        incoming.release();
+        transfer.handle(message);
+      });
+      await expect(transfer.start()).resolves.toBe('complete');
+      const client = await RelayClient.connect({ socketPath: relay.socketPath });
+      try {
+        const held = (await client.status()).versions.find((v) => v.model === 'org/slow');
+        expect(held?.state).toBe('complete');
+      } finally {
+        client.close();
+      }
+    } finally {
+      await peer.close();
+      built.mapping.close();
+    }
+  }, 60_000);
+});
