@@ -187,8 +187,9 @@ export class TrainerClient {
       return 'remote';
     } catch (err) {
       // A decline leaves the link as it was. After any other failure, whatever the link's state
-      // (chunks in flight, a relay on its way out), the next push starts on a fresh one.
-      if (!(err instanceof ConflictError)) await this.dropRemote();
+      // (chunks in flight, a relay on its way out), it is closed: the next push sees that and
+      // connects afresh (another publish may have replaced the kept link meanwhile).
+      if (!(err instanceof ConflictError)) await publisher.close().catch(() => undefined);
       throw err;
     }
   }

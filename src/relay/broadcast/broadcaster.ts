@@ -21,7 +21,7 @@ import { IncomingTransfer, PullLane } from './incoming.js';
 import { PeerRefusedError, acceptPeer, connectPeer, type PeerLink, type PeerRole } from './link.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
 import { BroadcastMetrics } from './metrics.js';
-import { OutgoingTransfer } from './outgoing.js';
+import { OutgoingTransfer, transferKey } from './outgoing.js';
 import { downstreamOf, positionOf, type ChainMember, type ChainPlan } from './plan.js';
 import { StoredSource, type ChunkSource } from './source.js';
 
@@ -43,8 +43,6 @@ interface Arrival {
   transfer: IncomingTransfer;
   upstreams: Set<PeerLink>;
 }
-
-const key = (model: string, version: number): string => `${model}\u0000${version}`;
 
 /** The code of the 'error' message a relay sends before closing a downstream link on purpose. */
 const GOODBYE = 'ERR_RETARGETED';
@@ -270,7 +268,7 @@ export class Broadcaster {
   }
 
   private async handleOffer(link: PeerLink, offer: PeerMessageOf<'offer'>, incoming: IncomingMessage): Promise<void> {
-    const k = key(offer.model, offer.version);
+    const k = transferKey(offer.model, offer.version);
     const decline = (code: string, message: string): void => {
       incoming.release();
       void link.send({ t: 'decline', model: offer.model, version: offer.version, code, message }).catch(() => undefined);
@@ -344,7 +342,7 @@ export class Broadcaster {
   }
 
   private handleChunk(link: PeerLink, chunk: PeerMessageOf<'chunk'>, incoming: IncomingMessage): void {
-    const arrival = this.arrivals.get(key(chunk.model, chunk.version));
+    const arrival = this.arrivals.get(transferKey(chunk.model, chunk.version));
     if (arrival === undefined) {
       incoming.release();
       this.reject(link, 'ERR_UNKNOWN_TRANSFER', `chunk ${chunk.index} of ${chunk.model} v${chunk.version}, which was not offered`);
@@ -447,7 +445,7 @@ export class Broadcaster {
         this.log.warn({ peer: member.id, code: message.code, message: message.message }, 'downstream reported an error');
         return;
       }
-      if ('model' in message && 'version' in message) d.sessions.get(key(message.model, message.version))?.handle(message);
+      if ('model' in message && 'version' in message) d.sessions.get(transferKey(message.model, message.version))?.handle(message);
     });
     link.endpoint.onClose((err) => {
       if (this.downstream !== d) return;
@@ -541,7 +539,7 @@ export class Broadcaster {
   private offer(source: ChunkSource): void {
     const d = this.downstream;
     if (d === null || this.closed) return;
-    const k = key(source.model, source.version);
+    const k = transferKey(source.model, source.version);
     if (d.sessions.has(k)) return;
     for (const [otherKey, other] of d.sessions) {
       if (other.source.model === source.model && other.source.version < source.version) {

@@ -15,6 +15,9 @@ import type { ChunkSource } from './source.js';
 
 export type OutgoingResult = 'complete' | 'declined';
 
+/** What a sender keys its transfers by: the peer's answers name the model and version. */
+export const transferKey = (model: string, version: number): string => `${model}\u0000${version}`;
+
 export interface OutgoingOptions {
   window: number;
   stallMs: number;
@@ -53,10 +56,6 @@ export class OutgoingTransfer {
       this.reject = reject;
     });
     this.result.catch(() => undefined);
-  }
-
-  get key(): string {
-    return `${this.source.model}\u0000${this.source.version}`;
   }
 
   get done(): boolean {
@@ -178,7 +177,7 @@ export class OutgoingTransfer {
   /** `heldUp`: our own event loop was blocked, which is not the peer's stall: its clock starts again. */
   private checkStall(heldUp: boolean): void {
     if (this.finished) return;
-    if (heldUp) this.lastProgress = Math.max(this.lastProgress, Date.now());
+    if (heldUp) this.lastProgress = Date.now();
     const waitingOnPeer = !this.accepted || this.inflight > 0;
     if (waitingOnPeer && Date.now() - this.lastProgress > this.options.stallMs) {
       this.fail(new TimeoutError(`${this.link.peerId} took nothing for ${this.options.stallMs} ms`, { peer: this.link.peerId }));

@@ -17,7 +17,7 @@ import { UcxWorker, type Registration } from '../../ucx/index.js';
 import { loadSecret } from '../broadcast/auth.js';
 import { connectPeer, type PeerLink } from '../broadcast/link.js';
 import { BroadcastMetrics } from '../broadcast/metrics.js';
-import { OutgoingTransfer } from '../broadcast/outgoing.js';
+import { OutgoingTransfer, transferKey } from '../broadcast/outgoing.js';
 import type { ChunkSource } from '../broadcast/source.js';
 import { copyCheckpoint, readCheckpoint } from '../checkpoint.js';
 import { chunkChecksums } from '../chunk-checksums.js';
@@ -74,8 +74,6 @@ class LocalSource implements ChunkSource {
   }
 }
 
-const sessionKey = (model: string, version: number): string => `${model}\u0000${version}`;
-
 export class RemotePublisher {
   /** The last version's private memory, reused by the next publish of the same size. */
   private readonly staging = new StagingBuffer();
@@ -97,7 +95,7 @@ export class RemotePublisher {
   ) {
     link.setHandler((message, incoming) => {
       incoming.release();
-      if ('model' in message && 'version' in message) this.sessions.get(sessionKey(message.model, message.version))?.handle(message);
+      if ('model' in message && 'version' in message) this.sessions.get(transferKey(message.model, message.version))?.handle(message);
     });
     this.linkClosed = new Promise<never>((_, reject) =>
       link.endpoint.onClose((err) => reject(err ?? new LaminarError('ERR_PEER_CLOSED', `${link.peerId} closed the connection`))),
@@ -181,7 +179,7 @@ export class RemotePublisher {
    */
   async push(prepared: PreparedVersion, started = performance.now(), onProgress?: (done: number, total: number) => void): Promise<RemotePublishResult> {
     const { model, version, layout, mapping } = prepared;
-    const key = sessionKey(model, version);
+    const key = transferKey(model, version);
     if (this.sessions.has(key)) throw new ConflictError('ERR_PUSH_IN_PROGRESS', `${model} v${version} is being pushed already`);
     const registration = prepared.kept ? this.keptRegistration(mapping) : this.worker.register(mapping);
     const transferStarted = performance.now();
