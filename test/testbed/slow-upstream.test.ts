@@ -1,10 +1,14 @@
 /**
- * A sender that waits on its own upstream longer than --peer-timeout, then goes on: the wait is
- * not its successor's stall. Over a slow shaped link a chunk takes longer than a stall check's
- * period, so a stall clock that kept running through the wait would fire before the chunk lands.
+ * Stall detection over a slow shaped link, where one chunk takes a good share of the limit.
+ * - A sender that waits on its own upstream longer than --peer-timeout, then goes on: the wait is
+ *   not its successor's stall. A chunk takes longer than a stall check's period, so a stall
+ *   clock that kept running through the wait would fire before the chunk lands.
+ * - Chunks that each take more than half the limit: the peer is healthy and the version goes
+ *   through, but the sender counts and says that it is close to dropping it.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/common/logger.js';
 import { BroadcastMetrics } from '../../src/relay/broadcast/metrics.js';
@@ -84,5 +88,44 @@ describe('stall detection across a wait on the upstream (netns testbed, 100 Mbit
       await peer.close();
       built.mapping.close();
     }
+  }, 60_000);
+
+  it('counts and says so when the peer takes more than half of the limit for each chunk', async () => {
+    // 6 MiB at 100 Mbit/s: ~0.5 s a chunk (the receiver pulls one at a time), against a limit of 0.9 s.
+    const chunk = 6 * 1024 * 1024;
+    const stallMs = 900;
+    const built = buildVersion('org/near-stall', 1, 3 * chunk, chunk);
+    const source: ChunkSource = {
+      model: 'org/near-stall',
+      version: 1,
+      layout: built.layout,
+      mapping: built.mapping,
+      available: () => true,
+      whenAvailable: () => Promise.resolve(),
+    };
+    const warnings: { msg: string; waitedMs: number; stallMs: number }[] = [];
+    const log = pino({ level: 'warn' }, { write: (line: string) => void warnings.push(JSON.parse(line)) });
+    const registry = new Registry();
+    const metrics = new BroadcastMetrics(registry, () => 0);
+    const peer = await RoguePeer.connect(`${bed.hosts[0]!.address}:${PORT}`, { id: 'upstream', role: 'publisher', relayId: 'r0' });
+    try {
+      const transfer = new OutgoingTransfer(peer.link, source, { window: 4, stallMs, metrics, log });
+      peer.link.setHandler((message, incoming) => {
+        incoming.release();
+        transfer.handle(message);
+      });
+      await expect(transfer.start()).resolves.toBe('complete');
+    } finally {
+      await peer.close();
+      built.mapping.close();
+    }
+    const nearStalls = (await registry.getSingleMetric('laminar_relay_broadcast_near_stalls_total')!.get()).values[0]!.value;
+    expect(nearStalls).toBeGreaterThanOrEqual(2);
+    expect(nearStalls).toBeLessThanOrEqual(built.layout.chunkCount);
+    // Said once for the transfer, with the figures and what to change.
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]!.waitedMs).toBeGreaterThan(stallMs / 2);
+    expect(warnings[0]!.stallMs).toBe(stallMs);
+    expect(warnings[0]!.msg).toMatch(/--peer-timeout.*--chunk-size/);
   }, 60_000);
 });

@@ -9,6 +9,7 @@ export class BroadcastMetrics {
   readonly duplicateChunks: Counter;
   readonly corruptChunks: Counter;
   readonly nacks: Counter;
+  readonly nearStalls: Counter;
   readonly badMessages: Counter<'code'>;
   readonly refusedPeers: Counter<'code'>;
   readonly peerFailures: Counter<'reason'>;
@@ -29,6 +30,10 @@ export class BroadcastMetrics {
     this.duplicateChunks = counter('laminar_relay_broadcast_duplicate_chunks_total', 'Chunks declined because they were already here or on their way');
     this.corruptChunks = counter('laminar_relay_broadcast_corrupt_chunks_total', 'Chunks that failed their checksum (asked for again)');
     this.nacks = counter('laminar_relay_broadcast_nacks_total', 'Chunks a downstream relay asked for again');
+    this.nearStalls = counter(
+      'laminar_relay_broadcast_near_stalls_total',
+      'Times a downstream peer took more than half of --peer-timeout to accept an offer or take a chunk (healthy, but close to being dropped as stalled)',
+    );
     this.badMessages = counter('laminar_relay_peer_bad_messages_total', 'Peer messages dropped as malformed or invalid, by code', ['code']);
     this.refusedPeers = counter('laminar_relay_peer_refused_total', 'Peer connections refused or dropped during the handshake, by code', ['code']);
     this.peerFailures = counter('laminar_relay_peer_failures_total', 'Downstream peers given up on, by reason', ['reason']);

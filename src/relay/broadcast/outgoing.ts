@@ -2,7 +2,9 @@
  * Sending one version to one downstream peer: offer it, start where the peer says (its
  * high-water mark), keep `window` chunks in flight, send again what fails verification, and
  * finish when the peer reports the version complete. A peer that stops taking chunks for
- * `stallMs` is treated as dead, like one whose connection broke.
+ * `stallMs` is treated as dead, like one whose connection broke. A peer that takes more than half
+ * of that for one step is healthy but close to the limit (big chunks on a slow link): that is
+ * counted and said, since the next slower moment would drop it.
  */
 import type { Logger } from 'pino';
 import { LaminarError, TimeoutError } from '../../common/errors.js';
@@ -36,6 +38,7 @@ export class OutgoingTransfer {
   private accepted = false;
   private finished = false;
   private lastProgress = Date.now();
+  private warnedNearStall = false;
   private stallWatch: Watchdog | null = null;
   private resolve!: (result: OutgoingResult) => void;
   private reject!: (err: Error) => void;
@@ -95,7 +98,8 @@ export class OutgoingTransfer {
         }
         return;
       case 'progress':
-        this.lastProgress = Date.now();
+        if (this.inflight > 0) this.progressed('to take a chunk');
+        else this.lastProgress = Date.now();
         if (message.complete) this.finish('complete');
         return;
       default:
@@ -110,7 +114,7 @@ export class OutgoingTransfer {
   private onAccept(message: PeerMessageOf<'accept'>): void {
     if (this.accepted) return;
     this.accepted = true;
-    this.lastProgress = Date.now();
+    this.progressed('to accept the offer');
     this.next = Math.min(message.from, this.source.layout.chunkCount);
     for (const i of message.have) this.skip.add(i);
     this.options.log.debug({ peer: this.link.peerId, model: this.source.model, version: this.source.version, from: this.next }, 'offer accepted');
@@ -163,8 +167,8 @@ export class OutgoingTransfer {
       .send({ t: 'chunk', model: this.source.model, version: this.source.version, index }, { source: mapping, offset, length })
       .then(
         () => {
+          this.progressed('to take a chunk');
           this.inflight--;
-          this.lastProgress = Date.now();
           this.options.metrics.chunksSent.inc();
           this.options.metrics.chunkBytesSent.inc(length);
           this.options.onChunk?.(this.sentChunks, this.source.layout.chunkCount);
@@ -172,6 +176,21 @@ export class OutgoingTransfer {
         },
         (err: Error) => this.fail(err),
       );
+  }
+
+  /** The peer moved while we waited on it: its stall clock starts again, after a look at how long it took. */
+  private progressed(what: string): void {
+    const now = Date.now();
+    const waited = now - this.lastProgress;
+    this.lastProgress = now;
+    if (2 * waited <= this.options.stallMs) return;
+    this.options.metrics.nearStalls.inc();
+    if (this.warnedNearStall) return;
+    this.warnedNearStall = true;
+    this.options.log.warn(
+      { peer: this.link.peerId, model: this.source.model, version: this.source.version, waitedMs: waited, stallMs: this.options.stallMs },
+      `${this.link.peerId} took ${waited} ms ${what}, more than half of the ${this.options.stallMs} ms allowed (--peer-timeout): a slower moment would drop it as stalled; raise --peer-timeout or lower --chunk-size`,
+    );
   }
 
   /** `heldUp`: our own event loop was blocked, which is not the peer's stall: its clock starts again. */
