@@ -14,7 +14,7 @@ import type { Registry } from 'prom-client';
 import { LaminarError } from '../../common/errors.js';
 import { MAX_HEADER_BYTES } from '../../safetensors/header.js';
 import type { Mapping } from '../../native/index.js';
-import { UcxWorker, type IncomingMessage, type Listener, type Registration } from '../../ucx/index.js';
+import { UcxWorker, assertAddressUp, type IncomingMessage, type Listener, type Registration } from '../../ucx/index.js';
 import type { BroadcastOptions } from '../options.js';
 import type { StoredVersion, VersionStore } from '../store.js';
 import { IncomingTransfer, PullLane } from './incoming.js';
@@ -103,6 +103,8 @@ export class Broadcaster {
    * free again, as after a crash) and starts sending downstream.
    */
   static async start(store: VersionStore, options: BroadcasterOptions, listenWaitMs = 30_000): Promise<Broadcaster> {
+    // Before the UCX context exists: it takes the interfaces that are up now, for good.
+    if (options.listen) assertAddressUp(options.listen.host);
     const broadcaster = new Broadcaster(store, options);
     try {
       const deadline = Date.now() + listenWaitMs;
