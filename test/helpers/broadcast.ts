@@ -6,12 +6,16 @@ import { Mapping, checksumHex } from '../../src/native/index.js';
 import { chunkRange, encodeHeader, planLayout, type VersionLayout } from '../../src/safetensors/header.js';
 import { connectPeer, type PeerLink, type PeerRole } from '../../src/relay/broadcast/link.js';
 import type { PeerMessage } from '../../src/relay/broadcast/messages.js';
+import { OutgoingTransfer, type OutgoingOptions, type OutgoingResult } from '../../src/relay/broadcast/outgoing.js';
+import type { ChunkSource } from '../../src/relay/broadcast/source.js';
 import type { IncomingMessage } from '../../src/ucx/index.js';
 import { UcxWorker } from '../../src/ucx/index.js';
 
 export const SECRET = 'test-job-secret-0123456789';
 
 export interface BuiltVersion {
+  model: string;
+  version: number;
   layout: VersionLayout;
   mapping: Mapping;
   checksums: string[];
@@ -30,7 +34,29 @@ export function buildVersion(model: string, version: number, bytes: number, chun
     return checksumHex(mapping.checksum(offset, length));
   });
   mapping.write(0, encodeHeader(layout, { model, version, chunkSize, checksums }));
-  return { layout, mapping, checksums, digest: checksumHex(mapping.checksum(0, layout.totalSize)) };
+  return { model, version, layout, mapping, checksums, digest: checksumHex(mapping.checksum(0, layout.totalSize)) };
+}
+
+/** A built version as a sender's source: every chunk at hand, unless `gate` holds some back. */
+export function builtSource(built: BuiltVersion, gate?: Pick<ChunkSource, 'available' | 'whenAvailable'>): ChunkSource {
+  return {
+    model: built.model,
+    version: built.version,
+    layout: built.layout,
+    mapping: built.mapping,
+    available: gate?.available ?? (() => true),
+    whenAvailable: gate?.whenAvailable ?? (() => Promise.resolve()),
+  };
+}
+
+/** Sends `source` over `link` as a relay would (offer, window, resends), with the peer's answers fed back. */
+export function sendOver(link: PeerLink, source: ChunkSource, options: OutgoingOptions): Promise<OutgoingResult> {
+  const transfer = new OutgoingTransfer(link, source, options);
+  link.setHandler((message, incoming) => {
+    incoming.release();
+    transfer.handle(message);
+  });
+  return transfer.start();
 }
 
 /** The XXH3 of a whole segment file. */

@@ -12,11 +12,9 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/common/logger.js';
 import { BroadcastMetrics } from '../../src/relay/broadcast/metrics.js';
-import { OutgoingTransfer } from '../../src/relay/broadcast/outgoing.js';
-import type { ChunkSource } from '../../src/relay/broadcast/source.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { Registry } from 'prom-client';
-import { RoguePeer, SECRET, buildVersion, segmentDigest } from '../helpers/broadcast.js';
+import { RoguePeer, SECRET, buildVersion, builtSource, sendOver } from '../helpers/broadcast.js';
 import { spawnRelay, type RelayProcess } from '../helpers/relay.js';
 import { createTestbed, type Testbed } from '../helpers/testbed.js';
 
@@ -57,26 +55,18 @@ describe('stall detection across a wait on the upstream (netns testbed, 100 Mbit
     let release!: () => void;
     const later = new Promise<void>((resolve) => (release = resolve));
     let released = false;
-    const source: ChunkSource = {
-      model: 'org/slow',
-      version: 1,
-      layout: built.layout,
-      mapping: built.mapping,
+    const source = builtSource(built, {
       available: (index) => index === 0 || released,
       whenAvailable: (index) => (index === 0 || released ? Promise.resolve() : later),
-    };
+    });
     setTimeout(() => {
       released = true;
       release();
     }, STALL_MS + 1000);
     const peer = await RoguePeer.connect(`${bed.hosts[0]!.address}:${PORT}`, { id: 'upstream', role: 'publisher', relayId: 'r0' });
     try {
-      const transfer = new OutgoingTransfer(peer.link, source, { window: 4, stallMs: STALL_MS, metrics: new BroadcastMetrics(new Registry(), () => 0), log: silentLogger });
-      peer.link.setHandler((message, incoming) => {
-        incoming.release();
-        transfer.handle(message);
-      });
-      await expect(transfer.start()).resolves.toBe('complete');
+      const metrics = new BroadcastMetrics(new Registry(), () => 0);
+      await expect(sendOver(peer.link, source, { window: 4, stallMs: STALL_MS, metrics, log: silentLogger })).resolves.toBe('complete');
       const client = await RelayClient.connect({ socketPath: relay.socketPath });
       try {
         const held = (await client.status()).versions.find((v) => v.model === 'org/slow');
@@ -95,26 +85,13 @@ describe('stall detection across a wait on the upstream (netns testbed, 100 Mbit
     const chunk = 6 * 1024 * 1024;
     const stallMs = 900;
     const built = buildVersion('org/near-stall', 1, 3 * chunk, chunk);
-    const source: ChunkSource = {
-      model: 'org/near-stall',
-      version: 1,
-      layout: built.layout,
-      mapping: built.mapping,
-      available: () => true,
-      whenAvailable: () => Promise.resolve(),
-    };
     const warnings: { msg: string; waitedMs: number; stallMs: number }[] = [];
     const log = pino({ level: 'warn' }, { write: (line: string) => void warnings.push(JSON.parse(line)) });
     const registry = new Registry();
     const metrics = new BroadcastMetrics(registry, () => 0);
     const peer = await RoguePeer.connect(`${bed.hosts[0]!.address}:${PORT}`, { id: 'upstream', role: 'publisher', relayId: 'r0' });
     try {
-      const transfer = new OutgoingTransfer(peer.link, source, { window: 4, stallMs, metrics, log });
-      peer.link.setHandler((message, incoming) => {
-        incoming.release();
-        transfer.handle(message);
-      });
-      await expect(transfer.start()).resolves.toBe('complete');
+      await expect(sendOver(peer.link, builtSource(built), { window: 4, stallMs, metrics, log })).resolves.toBe('complete');
     } finally {
       await peer.close();
       built.mapping.close();

@@ -18,7 +18,7 @@ import { UcxWorker, assertAddressUp, type IncomingMessage, type Listener, type R
 import type { BroadcastOptions } from '../options.js';
 import type { StoredVersion, VersionStore } from '../store.js';
 import { IncomingTransfer, PullLane } from './incoming.js';
-import { PeerRefusedError, acceptPeer, connectPeer, type PeerLink, type PeerRole } from './link.js';
+import { PeerRefusedError, acceptPeer, connectPeer, keepaliveIntervalFor, type PeerLink, type PeerRole } from './link.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
 import { BroadcastMetrics } from './metrics.js';
 import { OutgoingTransfer, transferKey } from './outgoing.js';
@@ -306,10 +306,18 @@ export class Broadcaster {
       return;
     }
     this.offersInProgress.add(k);
+    // Setting the segment up (every page of it allocated) can outlast the sender's stall limit,
+    // which runs from its offer on: most of a minute for a 145 GB model on 4 KiB pages. Until we
+    // accept, a progress message with nothing received says that we are at it.
+    const settingUp = setInterval(
+      () => void link.send({ t: 'progress', model: offer.model, version: offer.version, hwm: 0, complete: false }).catch(() => undefined),
+      keepaliveIntervalFor(this.options.stallMs),
+    );
     try {
       const header = Buffer.allocUnsafe(offer.headerBytes);
       await incoming.receiveInto(header, 0);
-      const { version: v, checksums } = await this.store.beginReceive(header, offer.size, { model: offer.model, version: offer.version });
+      const received = this.store.beginReceive(header, offer.size, { model: offer.model, version: offer.version });
+      const { version: v, checksums } = await received.finally(() => clearInterval(settingUp));
       const transfer = new IncomingTransfer(this.store, v, checksums, this.metrics, this.log);
       transfer.setUpstream(link.endpoint.id);
       const arrival: Arrival = { transfer, upstreams: new Set([link]) };
@@ -339,6 +347,7 @@ export class Broadcaster {
       this.log.warn({ peer: link.peerId, model: offer.model, version: offer.version, code, err: (err as Error).message }, 'offer declined');
       decline(code, (err as Error).message);
     } finally {
+      clearInterval(settingUp);
       this.offersInProgress.delete(k);
     }
   }

@@ -27,8 +27,11 @@ const MAX_EARLY_MESSAGES = 256;
 /** How long a closing link waits for its last word (the error message saying why) to leave. */
 const CLOSE_GRACE_MS = 1000;
 
-/** How often a quiet peer is pinged, as a share of the silence allowed (bounded both ways). */
-const pingIntervalFor = (silenceMs: number): number => Math.min(2000, Math.max(50, Math.floor(silenceMs / 4)));
+/**
+ * How often a quiet peer is pinged, as a share of the silence allowed (bounded both ways); also
+ * how often a relay tells a sender it is still setting up an offered version.
+ */
+export const keepaliveIntervalFor = (silenceMs: number): number => Math.min(2000, Math.max(50, Math.floor(silenceMs / 4)));
 
 export class PeerLink {
   private handler: LinkMessageHandler | undefined;
@@ -53,7 +56,7 @@ export class PeerLink {
   }
 
   private keepAlive(silenceMs: number): void {
-    const interval = pingIntervalFor(silenceMs);
+    const interval = keepaliveIntervalFor(silenceMs);
     const dog = watchdog(interval, (heldUp) => {
       const now = Date.now();
       // Our own hold-up is not the peer's silence: its clock starts again (less an interval, so

@@ -1,0 +1,44 @@
+/**
+ * A receiver setting up a big segment for an offered version: allocating it takes a while (about
+ * 0.4 s per GiB on /dev/shm's 4 KiB pages on the development VM, so most of a minute for a 145 GB
+ * model), longer than the sender's stall limit, which runs from the offer on. The receiver says
+ * it is at it, so a healthy relay is not skipped as stalled while it prepares.
+ */
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { silentLogger } from '../../src/common/logger.js';
+import { freePort } from '../../src/services/index.js';
+import { BroadcastMetrics } from '../../src/relay/broadcast/metrics.js';
+import { RoguePeer, SECRET, buildVersion, builtSource, segmentDigest, sendOver } from '../helpers/broadcast.js';
+import { inProcessRelay, tempShmDir } from '../helpers/relay.js';
+
+process.env.UCX_TLS ??= 'tcp';
+
+const GiB = 2 ** 30;
+const STALL_MS = 300;
+
+describe('a receiver that takes longer than the stall limit to set up the segment', () => {
+  it('is not dropped as stalled, and the version arrives whole', async () => {
+    const shm = tempShmDir();
+    const address = `127.0.0.1:${await freePort()}`;
+    const relay = await inProcessRelay(shm.dir, { relayId: 'r0', peers: `r0@${address}`, secret: SECRET, pin: false, peerTimeout: `${STALL_MS}ms` });
+    // 1.5 GiB in 64 MiB chunks: allocating the segment takes about twice the limit here.
+    const built = buildVersion('org/big-setup', 1, 1.5 * GiB, 64 * 1024 * 1024);
+    try {
+      const peer = await RoguePeer.connect(address, { id: 'trainer', role: 'publisher', relayId: 'r0' });
+      try {
+        const metrics = new BroadcastMetrics(new Registry(), () => 0);
+        await expect(sendOver(peer.link, builtSource(built), { window: 4, stallMs: STALL_MS, metrics, log: silentLogger })).resolves.toBe('complete');
+      } finally {
+        await peer.close();
+      }
+      const held = relay.store.latest('org/big-setup');
+      expect(held?.state).toBe('complete');
+      expect(segmentDigest(held!.path)).toBe(built.digest);
+    } finally {
+      built.mapping.close();
+      await relay.close();
+      shm.cleanup();
+    }
+  }, 120_000);
+});
