@@ -30,7 +30,7 @@ export function versionsCommand(): Command {
           const sending = b.downstream
             ? `sending to ${b.downstream.id} (${b.downstream.address})${b.downstream.sending.map((s) => ` ${s.model} v${s.version}`).join(',')}`
             : 'no successor';
-          const receiving = b.receiving.map((r) => `${r.model} v${r.version} ${r.hwm}/${r.chunks} chunks`).join(', ');
+          const receiving = b.receiving.map((r) => `${r.model} v${r.version} ${r.settingUp ? '(setting up its segment)' : `${r.hwm}/${r.chunks} chunks`}`).join(', ');
           process.stdout.write(
             `broadcast: epoch ${b.epoch ?? '-'}, position ${b.position}, port ${b.port ?? '-'}; ${sending}` +
               `${b.upstreams.length ? `; upstream ${b.upstreams.map((u) => u.id).join(', ')}` : ''}` +

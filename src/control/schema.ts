@@ -47,7 +47,8 @@ export const memberKinds = ['relay', 'rollout', 'trainer'] as const;
 export type MemberKind = (typeof memberKinds)[number];
 
 const holding = z.object({ model, version });
-const progress = z.object({ model, version, hwm: z.number().int().nonnegative(), chunks: z.number().int().positive() });
+/** A version arriving at a relay; `settingUp`: its segment is still being allocated (optional: older relays leave it out). */
+const progress = z.object({ model, version, hwm: z.number().int().nonnegative(), chunks: z.number().int().positive(), settingUp: z.boolean().optional() });
 
 export const registerSchema = z.object({
   v: z.literal(SCHEMA_VERSION),

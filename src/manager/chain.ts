@@ -151,7 +151,10 @@ export function crossGroupHops(order: string[], groupOf: (id: string) => string)
 
 /**
  * Watches each link of the chain for lack of progress: link a->b has stalled when a has more of
- * a version than b, and b's high-water mark on it has not moved for `stallMs`.
+ * a version than b, and b's high-water mark on it has not moved for `stallMs`. A b that is still
+ * setting the version's segment up is busy, not stalled: allocating a big segment takes longer
+ * than the limit (most of a minute for a 145 GB model on 4 KiB pages), and the clock starts when
+ * it accepts.
  */
 export class StallWatch {
   private readonly links = new Map<string, { version: number; model: string; hwm: number; since: number }>();
@@ -174,11 +177,11 @@ export class StallWatch {
         continue;
       }
       const record = this.links.get(key);
-      if (!record || record.model !== gap.model || record.version !== gap.version || record.hwm !== gap.hwm) {
-        this.links.set(key, { ...gap, since: now });
+      if (!record || gap.settingUp || record.model !== gap.model || record.version !== gap.version || record.hwm !== gap.hwm) {
+        this.links.set(key, { model: gap.model, version: gap.version, hwm: gap.hwm, since: now });
       } else if (now - record.since >= this.stallMs) {
         stalled.push({ from: a.id, to: b.id, model: gap.model, version: gap.version });
-        this.links.set(key, { ...gap, since: now });
+        this.links.set(key, { model: gap.model, version: gap.version, hwm: gap.hwm, since: now });
       }
     }
     for (const key of [...this.links.keys()]) if (!seen.has(key)) this.links.delete(key);
@@ -190,8 +193,8 @@ export class StallWatch {
   }
 }
 
-/** The first version a has more of than b: the model, version and b's high-water mark on it. */
-function firstGap(a: RelayView, b: RelayView): { model: string; version: number; hwm: number } | null {
+/** The first version a has more of than b: the model, version, b's high-water mark on it and whether b is setting it up. */
+function firstGap(a: RelayView, b: RelayView): { model: string; version: number; hwm: number; settingUp: boolean } | null {
   const models = new Set([...a.holds.map((h) => h.model), ...a.receiving.map((p) => p.model)]);
   for (const model of models) {
     const aHeld = a.holds.find((h) => h.model === model)?.version ?? -1;
@@ -201,7 +204,7 @@ function firstGap(a: RelayView, b: RelayView): { model: string; version: number;
     const bPartial = b.receiving.find((p) => p.model === model && p.version === version);
     const bHwm = bPartial?.hwm ?? 0;
     const aHas = aHeld >= version ? Number.MAX_SAFE_INTEGER : (aPartial?.hwm ?? 0);
-    if (aHas > bHwm) return { model, version, hwm: bHwm };
+    if (aHas > bHwm) return { model, version, hwm: bHwm, settingUp: bPartial?.settingUp === true };
   }
   return null;
 }

@@ -29,7 +29,7 @@ export function formatStatus(s: ManagerStatus): string {
         r.health,
         r.heardMsAgo < 0 ? '-' : `${(r.heardMsAgo / 1000).toFixed(1)}s`,
         versions(r.holds),
-        r.receiving.length === 0 ? '-' : r.receiving.map((p) => `${p.model} v${p.version} ${p.hwm}/${p.chunks}`).join(', '),
+        r.receiving.length === 0 ? '-' : r.receiving.map((p) => `${p.model} v${p.version} ${p.settingUp ? 'setting up' : `${p.hwm}/${p.chunks}`}`).join(', '),
         `${Math.round(r.progress * 100)}%`,
       ]);
     }

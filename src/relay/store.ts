@@ -359,29 +359,13 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   }
 
   /**
-   * Starts receiving a version from another relay: `header` is the sender's safetensors header
-   * (the first dataOffset bytes of its segment), written here verbatim so that the segments
-   * end byte-identical. Returns the version (writing) and the chunk checksums to verify against.
+   * Starts receiving a version from another relay, parsed with `parseOffered`: its header is
+   * written here verbatim so that the segments end byte-identical. Returns the version (writing);
+   * its chunks are verified against `offered.checksums`.
    */
-  async beginReceive(
-    header: Uint8Array,
-    size: number,
-    expect: { model: string; version: number },
-  ): Promise<{ version: StoredVersion; checksums: string[] }> {
-    const n = readHeaderLength(header, size);
-    if (8 + n !== header.byteLength) {
-      throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, `header of ${header.byteLength} bytes announces ${8 + n}`);
-    }
-    const parsed = parseHeader(header.subarray(8), size);
-    if (!parsed.laminar) throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, 'the offered version has no laminar metadata');
-    const { model, version, checksums } = parsed.laminar;
-    if (model !== expect.model || version !== expect.version) {
-      throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, `the offered header is ${model} v${version}, not ${expect.model} v${expect.version}`);
-    }
-    validateModelId(model);
-    this.checkNewVersion(model, version);
-    const v = await this.allocate(model, version, parsed.layout, parsed.metadata, null, header);
-    return { version: v, checksums };
+  async beginReceive(offered: OfferedVersion): Promise<StoredVersion> {
+    this.checkNewVersion(offered.model, offered.version);
+    return this.allocate(offered.model, offered.version, offered.layout, offered.metadata, null, offered.header);
   }
 
   /** Completes a received version whose chunks were each verified as they arrived. */
@@ -871,4 +855,31 @@ function isAlive(pid: number): boolean {
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
+}
+
+/** A version another relay offered: its header, parsed and checked, before any memory is set aside. */
+export interface OfferedVersion {
+  model: string;
+  version: number;
+  layout: VersionLayout;
+  metadata: Record<string, string>;
+  checksums: string[];
+  /** The sender's safetensors header (the first dataOffset bytes of its segment). */
+  header: Uint8Array;
+}
+
+/** Parses and checks the header of an offered version (`size` bytes in all, said to be `expect`). */
+export function parseOffered(header: Uint8Array, size: number, expect: { model: string; version: number }): OfferedVersion {
+  const n = readHeaderLength(header, size);
+  if (8 + n !== header.byteLength) {
+    throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, `header of ${header.byteLength} bytes announces ${8 + n}`);
+  }
+  const parsed = parseHeader(header.subarray(8), size);
+  if (!parsed.laminar) throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, 'the offered version has no laminar metadata');
+  const { model, version, checksums } = parsed.laminar;
+  if (model !== expect.model || version !== expect.version) {
+    throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, `the offered header is ${model} v${version}, not ${expect.model} v${expect.version}`);
+  }
+  validateModelId(model);
+  return { model, version, layout: parsed.layout, metadata: parsed.metadata, checksums, header };
 }

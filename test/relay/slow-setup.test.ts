@@ -27,8 +27,14 @@ describe('a receiver that takes longer than the stall limit to set up the segmen
     try {
       const peer = await RoguePeer.connect(address, { id: 'trainer', role: 'publisher', relayId: 'r0' });
       try {
+        // The relay's status (what its heartbeats tell the manager) shows the setup meanwhile.
+        const shown: unknown[] = [];
+        const look = setInterval(() => shown.push(...relay.broadcaster!.status().receiving.filter((r) => r.settingUp)), 5);
         const metrics = new BroadcastMetrics(new Registry(), () => 0);
-        await expect(sendOver(peer.link, builtSource(built), { window: 4, stallMs: STALL_MS, metrics, log: silentLogger })).resolves.toBe('complete');
+        await expect(sendOver(peer.link, builtSource(built), { window: 4, stallMs: STALL_MS, metrics, log: silentLogger }))
+          .resolves.toBe('complete')
+          .finally(() => clearInterval(look));
+        expect(shown[0]).toEqual({ model: 'org/big-setup', version: 1, hwm: 0, chunks: built.layout.chunkCount, settingUp: true });
       } finally {
         await peer.close();
       }

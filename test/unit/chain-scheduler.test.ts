@@ -98,6 +98,27 @@ describe('stall watch', () => {
     b = relay('r1', { holds: [{ model: 'm', version: 1 }] });
     expect(watch.check(['r0', 'r1'], views(), 9000)).toEqual([]);
   });
+
+  it('lets a receiver set a big segment up for longer than the limit, then holds it to the limit from its accept', () => {
+    const watch = new StallWatch(1000);
+    const a = relay('r0', { holds: [{ model: 'm', version: 2 }] });
+    let b = relay('r1', { holds: [{ model: 'm', version: 1 }], receiving: [{ model: 'm', version: 2, hwm: 0, chunks: 4000, settingUp: true }] });
+    const views = (): Map<string, RelayView> => new Map([[a.id, a], [b.id, b]]);
+    for (let now = 0; now <= 30_000; now += 500) expect(watch.check(['r0', 'r1'], views(), now)).toEqual([]);
+    // Accepted, then nothing arrives: the clock ran from the last look at the setup.
+    b = relay('r1', { holds: [{ model: 'm', version: 1 }], receiving: [{ model: 'm', version: 2, hwm: 0, chunks: 4000 }] });
+    expect(watch.check(['r0', 'r1'], views(), 30_500)).toEqual([]);
+    expect(watch.check(['r0', 'r1'], views(), 31_100)).toEqual([{ from: 'r0', to: 'r1', model: 'm', version: 2 }]);
+  });
+
+  it('flags a receiver that shows nothing of the version while its sender has it (no setup under way)', () => {
+    const watch = new StallWatch(1000);
+    const a = relay('r0', { holds: [{ model: 'm', version: 2 }] });
+    const b = relay('r1', { holds: [{ model: 'm', version: 1 }] });
+    const views = new Map([[a.id, a], [b.id, b]]);
+    expect(watch.check(['r0', 'r1'], views, 0)).toEqual([]);
+    expect(watch.check(['r0', 'r1'], views, 1100)).toEqual([{ from: 'r0', to: 'r1', model: 'm', version: 2 }]);
+  });
 });
 
 describe('control schema', () => {
@@ -117,6 +138,12 @@ describe('control schema', () => {
     expect(code(pack([1, 2]))).toBe('ERR_CONTROL_DECODE');
     expect(code(pack({ v: 7 }))).toBe('ERR_CONTROL_SCHEMA_VERSION');
     expect(code(pack({ v: SCHEMA_VERSION, t: 'heartbeat', id: 'r0' }))).toBe('ERR_CONTROL_SCHEMA');
+    // A version being set up is reported with a flag that older relays leave out.
+    const heartbeat = { v: SCHEMA_VERSION, t: 'heartbeat', id: 'r1', incarnation: '0123abcd', seq: 1, epoch: 2, holds: [], downstream: null };
+    const settingUp = { model: 'm', version: 2, hwm: 0, chunks: 4000, settingUp: true };
+    expect(decode(heartbeatSchema, encode({ ...heartbeat, receiving: [settingUp] }), 'heartbeat').receiving).toEqual([settingUp]);
+    const { settingUp: _left, ...older } = settingUp;
+    expect(decode(heartbeatSchema, encode({ ...heartbeat, receiving: [older] }), 'heartbeat').receiving).toEqual([older]);
     fc.assert(
       fc.property(fc.uint8Array({ maxLength: 64 }), (bytes) => {
         expect(code(bytes)).not.toBe('none');

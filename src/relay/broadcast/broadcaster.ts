@@ -16,7 +16,7 @@ import { MAX_HEADER_BYTES } from '../../safetensors/header.js';
 import type { Mapping } from '../../native/index.js';
 import { UcxWorker, assertAddressUp, type IncomingMessage, type Listener, type Registration } from '../../ucx/index.js';
 import type { BroadcastOptions } from '../options.js';
-import type { StoredVersion, VersionStore } from '../store.js';
+import { parseOffered, type StoredVersion, type VersionStore } from '../store.js';
 import { IncomingTransfer, PullLane } from './incoming.js';
 import { PeerRefusedError, acceptPeer, connectPeer, keepaliveIntervalFor, type PeerLink, type PeerRole } from './link.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
@@ -54,7 +54,8 @@ export interface BroadcastStatus {
   port: number | null;
   downstream: { id: string; address: string; sending: { model: string; version: number; chunksSent: number }[] } | null;
   upstreams: { id: string; role: PeerRole }[];
-  receiving: { model: string; version: number; hwm: number; chunks: number }[];
+  /** Versions arriving; `settingUp`: its segment is being allocated, the offer not yet accepted. */
+  receiving: { model: string; version: number; hwm: number; chunks: number; settingUp?: boolean }[];
   skipped: string[];
 }
 
@@ -70,6 +71,8 @@ export class Broadcaster {
   private readonly unreachableLogged = new Set<string>();
   private readonly arrivals = new Map<string, Arrival>();
   private readonly offersInProgress = new Set<string>();
+  /** Offered versions whose segment is being allocated, before the offer is accepted. */
+  private readonly settingUp = new Map<string, { model: string; version: number; chunks: number }>();
   private readonly upstreams = new Set<PeerLink>();
   private readonly lanes = new WeakMap<PeerLink, PullLane>();
   /** Upstream links whose sender said it was leaving (retarget, shutdown): their close is no failure. */
@@ -186,7 +189,10 @@ export class Broadcaster {
         sending: [...d.sessions.values()].map((s) => ({ model: s.source.model, version: s.source.version, chunksSent: s.sentChunks })),
       },
       upstreams: [...this.upstreams].map((l) => ({ id: l.peerId, role: l.role })),
-      receiving: [...this.arrivals.values()].map(({ transfer: t }) => ({ model: t.model, version: t.version, hwm: t.hwm, chunks: t.chunkCount })),
+      receiving: [
+        ...[...this.settingUp.values()].map((p) => ({ ...p, hwm: 0, settingUp: true })),
+        ...[...this.arrivals.values()].map(({ transfer: t }) => ({ model: t.model, version: t.version, hwm: t.hwm, chunks: t.chunkCount })),
+      ],
       skipped: [...this.cooldown.keys()],
     };
   }
@@ -309,16 +315,21 @@ export class Broadcaster {
     // Setting the segment up (every page of it allocated) can outlast the sender's stall limit,
     // which runs from its offer on: most of a minute for a 145 GB model on 4 KiB pages. Until we
     // accept, a progress message with nothing received says that we are at it.
-    const settingUp = setInterval(
+    // Our status (and so the manager) shows the version as being set up meanwhile.
+    const beat = setInterval(
       () => void link.send({ t: 'progress', model: offer.model, version: offer.version, hwm: 0, complete: false }).catch(() => undefined),
       keepaliveIntervalFor(this.options.stallMs),
     );
     try {
       const header = Buffer.allocUnsafe(offer.headerBytes);
       await incoming.receiveInto(header, 0);
-      const received = this.store.beginReceive(header, offer.size, { model: offer.model, version: offer.version });
-      const { version: v, checksums } = await received.finally(() => clearInterval(settingUp));
-      const transfer = new IncomingTransfer(this.store, v, checksums, this.metrics, this.log);
+      const offered = parseOffered(header, offer.size, { model: offer.model, version: offer.version });
+      this.settingUp.set(k, { model: offered.model, version: offered.version, chunks: offered.layout.chunkCount });
+      const v = await this.store.beginReceive(offered).finally(() => {
+        clearInterval(beat);
+        this.settingUp.delete(k);
+      });
+      const transfer = new IncomingTransfer(this.store, v, offered.checksums, this.metrics, this.log);
       transfer.setUpstream(link.endpoint.id);
       const arrival: Arrival = { transfer, upstreams: new Set([link]) };
       this.arrivals.set(k, arrival);
@@ -347,7 +358,8 @@ export class Broadcaster {
       this.log.warn({ peer: link.peerId, model: offer.model, version: offer.version, code, err: (err as Error).message }, 'offer declined');
       decline(code, (err as Error).message);
     } finally {
-      clearInterval(settingUp);
+      clearInterval(beat);
+      this.settingUp.delete(k);
       this.offersInProgress.delete(k);
     }
   }
