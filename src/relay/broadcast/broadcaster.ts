@@ -314,8 +314,8 @@ export class Broadcaster {
     this.offersInProgress.add(k);
     // Setting the segment up (every page of it allocated) can outlast the sender's stall limit,
     // which runs from its offer on: most of a minute for a 145 GB model on 4 KiB pages. Until we
-    // accept, a progress message with nothing received says that we are at it.
-    // Our status (and so the manager) shows the version as being set up meanwhile.
+    // accept, a progress message with nothing received tells the sender that we are at it, and
+    // our status (so the manager's stall watch too) shows the version as being set up.
     const beat = setInterval(
       () => void link.send({ t: 'progress', model: offer.model, version: offer.version, hwm: 0, complete: false }).catch(() => undefined),
       keepaliveIntervalFor(this.options.stallMs),
