@@ -16,7 +16,7 @@ import { MAX_HEADER_BYTES } from '../../safetensors/header.js';
 import type { Mapping } from '../../native/index.js';
 import { UcxWorker, assertAddressUp, type IncomingMessage, type Listener, type Registration } from '../../ucx/index.js';
 import type { BroadcastOptions } from '../options.js';
-import { parseOffered, type StoredVersion, type VersionStore } from '../store.js';
+import { parseOffered, type OfferedVersion, type StoredVersion, type VersionStore } from '../store.js';
 import { IncomingTransfer, PullLane } from './incoming.js';
 import { PeerRefusedError, acceptPeer, connectPeer, keepaliveIntervalFor, type PeerLink, type PeerRole } from './link.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
@@ -312,23 +312,8 @@ export class Broadcaster {
       return;
     }
     this.offersInProgress.add(k);
-    // Setting the segment up (every page of it allocated) can outlast the sender's stall limit,
-    // which runs from its offer on: most of a minute for a 145 GB model on 4 KiB pages. Until we
-    // accept, a progress message with nothing received tells the sender that we are at it, and
-    // our status (so the manager's stall watch too) shows the version as being set up.
-    const beat = setInterval(
-      () => void link.send({ t: 'progress', model: offer.model, version: offer.version, hwm: 0, complete: false }).catch(() => undefined),
-      keepaliveIntervalFor(this.options.stallMs),
-    );
     try {
-      const header = Buffer.allocUnsafe(offer.headerBytes);
-      await incoming.receiveInto(header, 0);
-      const offered = parseOffered(header, offer.size, { model: offer.model, version: offer.version });
-      this.settingUp.set(k, { model: offered.model, version: offered.version, chunks: offered.layout.chunkCount });
-      const v = await this.store.beginReceive(offered).finally(() => {
-        clearInterval(beat);
-        this.settingUp.delete(k);
-      });
+      const { v, offered } = await this.setUp(link, offer, incoming, k);
       const transfer = new IncomingTransfer(this.store, v, offered.checksums, this.metrics, this.log);
       transfer.setUpstream(link.endpoint.id);
       const arrival: Arrival = { transfer, upstreams: new Set([link]) };
@@ -358,9 +343,30 @@ export class Broadcaster {
       this.log.warn({ peer: link.peerId, model: offer.model, version: offer.version, code, err: (err as Error).message }, 'offer declined');
       decline(code, (err as Error).message);
     } finally {
+      this.offersInProgress.delete(k);
+    }
+  }
+
+  /**
+   * Takes the offered header and sets the version's segment up. That (every page allocated) can
+   * outlast the sender's stall limit, which runs from its offer on: most of a minute for a 145 GB
+   * model on 4 KiB pages. Meanwhile a progress message with nothing received tells the sender
+   * that we are at it, and our status (so the manager's stall watch too) shows the setup.
+   */
+  private async setUp(link: PeerLink, offer: PeerMessageOf<'offer'>, incoming: IncomingMessage, k: string): Promise<{ v: StoredVersion; offered: OfferedVersion }> {
+    const beat = setInterval(
+      () => void link.send({ t: 'progress', model: offer.model, version: offer.version, hwm: 0, complete: false }).catch(() => undefined),
+      keepaliveIntervalFor(this.options.stallMs),
+    );
+    try {
+      const header = Buffer.allocUnsafe(offer.headerBytes);
+      await incoming.receiveInto(header, 0);
+      const offered = parseOffered(header, offer.size, { model: offer.model, version: offer.version });
+      this.settingUp.set(k, { model: offered.model, version: offered.version, chunks: offered.layout.chunkCount });
+      return { v: await this.store.beginReceive(offered), offered };
+    } finally {
       clearInterval(beat);
       this.settingUp.delete(k);
-      this.offersInProgress.delete(k);
     }
   }
 
