@@ -1,6 +1,7 @@
 /**
  * `npm run demo` as the README runs it, shortened: the whole job on embedded services, with a
- * rollout and a relay SIGKILLed midway, ends with a clean ledger.
+ * rollout and a relay SIGKILLed midway (the relay started again 3 s later, as systemd would),
+ * ends with a clean ledger and the relay back in the chain.
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -8,15 +9,18 @@ import { describe, expect, it } from 'vitest';
 import { REPO } from './helpers/relay.js';
 
 describe('npm run demo', () => {
-  it('runs manager, relays, trainer and rollouts; a killed rollout and relay lose no trajectory and no version', async () => {
+  it('runs manager, relays, trainer and rollouts; a killed rollout and relay lose no trajectory and no version, and the relay comes back', async () => {
     const { stdout } = await promisify(execFile)(
       process.execPath,
-      ['dist/src/demo/main.js', '--duration', '14s', '--rollouts', '5', '--relays', '3', '--size', '8MiB', '--kill-a-rollout', '--kill-a-relay'],
+      ['dist/src/demo/main.js', '--duration', '16s', '--rollouts', '5', '--relays', '3', '--size', '8MiB', '--kill-a-rollout', '--kill-a-relay'],
       { cwd: REPO, timeout: 120_000 },
     );
     expect(stdout).toMatch(/ledger +0 trajectories lost, 0 written twice, 0 live relays without v\d+/);
     expect(stdout).toMatch(/SIGKILL rollout ro\d+/);
     expect(stdout).toMatch(/SIGKILL relay r1/);
+    expect(stdout).toMatch(/restarted relay r1/);
+    // Back in the chain, and (by the ledger above) holding the newest version.
+    expect(stdout).toMatch(/relay restart +r1 back in the chain holding v\d+/);
     const completed = Number(/(\d+) completed/.exec(stdout)?.[1]);
     expect(completed).toBeGreaterThan(100);
     const versions = Number(/weight versions published +(\d+)/.exec(stdout)?.[1]);

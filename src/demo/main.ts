@@ -10,7 +10,8 @@
  * repacked by the manager).
  *
  * It shows live progress, can kill a rollout and a relay midway (--kill-a-rollout,
- * --kill-a-relay) to show failover, and ends with a summary and a ledger: every trajectory a
+ * --kill-a-relay, the relay restarted after --restart-relay-after as a service manager would) to
+ * show failover and recovery, and ends with a summary and a ledger: every trajectory a
  * rollout started is in the experience buffer or still in the partial pool, none was written
  * twice, and every live relay holds the newest version. Every process it started is stopped at
  * the end and on Ctrl-C.
@@ -41,6 +42,7 @@ interface DemoOptions {
   n: string;
   killARollout?: boolean;
   killARelay?: boolean;
+  restartRelayAfter: string;
   logs?: string;
 }
 
@@ -58,11 +60,13 @@ async function main(): Promise<void> {
     .option('--batch-size <n>', 'trajectories per training batch', '256')
     .option('--n <n>', 'samples per prompt (GRPO group size)', '4')
     .option('--kill-a-rollout', 'SIGKILL a busy rollout at 40% of the run (its trajectories resume elsewhere)')
-    .option('--kill-a-relay', 'SIGKILL a middle relay at 60% of the run (the chain is repaired)')
+    .option('--kill-a-relay', 'SIGKILL a middle relay at 50% of the run (the chain is repaired)')
+    .option('--restart-relay-after <time>', 'start the killed relay again after this long, as systemd would (0: leave it dead)', '3s')
     .option('--logs <dir>', 'write each process\'s log (pino JSON) to <dir>/<name>.log at the end')
     .parse(process.argv)
     .opts<DemoOptions>();
   const durationMs = parseDuration(opts.duration);
+  const restartRelayMs = parseDuration(opts.restartRelayAfter);
   const rolloutCount = intIn('rollouts', opts.rollouts, 1, 64);
   const relayCount = intIn('relays', opts.relays, 1, 16);
   const n = intIn('n', opts.n, 1, 64);
@@ -117,12 +121,13 @@ async function main(): Promise<void> {
 
     const managerPort = await freePort();
     await spawnQuiet('manager', ['manager', ...common, '--http-port', String(managerPort), '--redis', redisServer.url, '--model', MODEL, '--suspect-after', '1500ms', '--dead-after', '3s', '--orphan-wait', '10s', '--repack-interval', scaled(5000)], 'manager started');
-    const relays: { id: string; daemon: Daemon; socket: string; metricsPort: number }[] = [];
+    const relays: { id: string; daemon: Daemon; argv: string[]; socket: string; metricsPort: number }[] = [];
     for (let i = 0; i < relayCount; i++) {
       const socket = join(root, `r${i}.sock`);
       const port = await freePort();
-      const d = await spawnQuiet(`relay r${i}`, ['relay', ...common, '--id', `r${i}`, '--host', `host${i}`, '--listen', `127.0.0.1:${port}`, '--shm-dir', join(root, `r${i}`), '--socket', socket, '--no-pin', '--secret-file', secretFile, '--heartbeat', '500ms', '--metrics-port', '0', '--keep-versions', '1', '--chunk-size', '4MiB', '--peer-timeout', '3s', '--retry-interval', '500ms'], 'relay ready');
-      relays.push({ id: `r${i}`, daemon: d, socket, metricsPort: d.ready.metricsPort as number });
+      const argv = ['relay', ...common, '--id', `r${i}`, '--host', `host${i}`, '--listen', `127.0.0.1:${port}`, '--shm-dir', join(root, `r${i}`), '--socket', socket, '--no-pin', '--secret-file', secretFile, '--heartbeat', '500ms', '--metrics-port', '0', '--keep-versions', '1', '--chunk-size', '4MiB', '--peer-timeout', '3s', '--retry-interval', '500ms'];
+      const d = await spawnQuiet(`relay r${i}`, argv, 'relay ready');
+      relays.push({ id: `r${i}`, daemon: d, argv, socket, metricsPort: d.ready.metricsPort as number });
     }
     console.log(`manager on :${managerPort}, ${relayCount} relays (${relays.map((r) => r.id).join(', ')}), chained by the manager over UCX`);
 
@@ -155,8 +160,9 @@ async function main(): Promise<void> {
     started = performance.now();
 
     let killedRollout = false;
-    let killedRelay = false;
+    let killedRelay: { relay: (typeof relays)[number]; at: number; rolloutVersions: Map<string, number | null>; restartedAt: string | null } | null = null;
     let lastSnapshot: DemoSnapshot | null = null;
+    let bytesOfGoneRelays = 0;
     while (performance.now() - started < durationMs && !stop.signal.aborted) {
       await sleep(2000, stop.signal);
       const fraction = (performance.now() - started) / durationMs;
@@ -169,15 +175,28 @@ async function main(): Promise<void> {
         killedRollout = true;
         events.push(`${at()} SIGKILL rollout ${victim.id} (it owned ${busy?.owned ?? '?'} trajectories)`);
       }
-      if (opts.killARelay && !killedRelay && fraction >= 0.6 && relayCount >= 3) {
+      if (opts.killARelay && !killedRelay && fraction >= 0.5 && relayCount >= 3) {
         const chain = status?.chain ?? [];
         const middle = chain.length >= 3 ? chain[1]! : null;
         const victim = relays.find((r) => r.id === middle?.id);
         if (victim) {
+          // Its counter starts again from 0 if it comes back: what it received so far is kept here.
+          bytesOfGoneRelays += await sumMetric([victim.metricsPort], 'laminar_relay_broadcast_bytes_received_total');
           await victim.daemon.kill('SIGKILL');
-          killedRelay = true;
+          const hosted = rollouts.filter((r) => r.relay === relays.indexOf(victim) && !r.killed);
+          const rolloutVersions = new Map(hosted.map((r) => [r.id, status?.rollouts.find((s) => s.id === r.id)?.weightVersion ?? null]));
+          killedRelay = { relay: victim, at: performance.now(), rolloutVersions, restartedAt: null };
           events.push(`${at()} SIGKILL relay ${victim.id} (position 1 of the chain)`);
         }
+      }
+      if (killedRelay && killedRelay.restartedAt === null && restartRelayMs > 0 && performance.now() - killedRelay.at >= restartRelayMs) {
+        // As a service manager would: the same command on the same shared memory. The relay
+        // re-adopts its complete versions, registers, and the manager puts it back in the chain.
+        const back = killedRelay.relay;
+        back.daemon = await spawnQuiet(`relay ${back.id} restarted`, back.argv, 'relay ready');
+        back.metricsPort = back.daemon.ready.metricsPort as number;
+        killedRelay.restartedAt = at();
+        events.push(`${killedRelay.restartedAt} restarted relay ${back.id}`);
       }
       lastSnapshot = {
         at: at(),
@@ -185,7 +204,7 @@ async function main(): Promise<void> {
         trainer: { ...trainer, staleness: trainer.staleness.at(-1) ?? null },
         started: ledger.started.size,
         completed: ledger.completed.size,
-        bytesBroadcast: await sumMetric(relays.map((r) => r.metricsPort), 'laminar_relay_broadcast_bytes_received_total'),
+        bytesBroadcast: bytesOfGoneRelays + (await sumMetric(relays.map((r) => r.metricsPort), 'laminar_relay_broadcast_bytes_received_total')),
         repackMoves: await metricOf(managerPort, 'laminar_manager_repack_moves_total{result="done"}'),
         orphans: await metricOf(managerPort, 'laminar_manager_orphans_total'),
         events,
@@ -220,6 +239,12 @@ async function main(): Promise<void> {
     const orphan = (outcome: string): Promise<number> => metricOf(managerPort, `laminar_manager_orphans_total{outcome="${outcome}"}`);
     console.log(`  failover                     orphaned trajectories: ${await orphan('resumed')} resumed on a rollout of their version, ${await orphan('completed')} already complete, ${await orphan('returned')} returned to the prompt pool`);
     for (const e of events) console.log(`  event                        ${e}`);
+    if (killedRelay?.restartedAt) {
+      const back = liveRelays.find((r) => r.id === killedRelay!.relay.id);
+      const held = back?.holds.filter((h) => h.model === MODEL).map((h) => h.version).sort((a, b) => b - a)[0];
+      const moved = [...killedRelay.rolloutVersions].map(([id, before]) => `${id} v${before ?? '-'} -> v${status?.rollouts.find((r) => r.id === id)?.weightVersion ?? '-'}`);
+      console.log(`  relay restart                ${killedRelay.relay.id} ${back ? `back in the chain holding v${held ?? '-'}` : 'not back in the chain'}; its rollouts (weights at the kill -> now): ${moved.join(', ') || 'none'}`);
+    }
     console.log(`  ledger                       ${lost.length} trajectories lost, ${ledger.writtenTwice} written twice, ${lagging.length} live relays without v${newest ?? '?'}`);
     if (lost.length > 0 || ledger.writtenTwice > 0 || lagging.length > 0 || ledger.completed.size === 0) process.exitCode = 1;
   } finally {

@@ -8,6 +8,7 @@ export class RolloutMetrics {
   readonly commandSeconds: Histogram;
   readonly weightVersion: Gauge;
   readonly weightLoadSeconds: Histogram;
+  readonly weightAcquireFailures: Counter;
   readonly kvUsed: Gauge;
   readonly rejected: Counter;
   readonly running: Gauge;
@@ -27,6 +28,7 @@ export class RolloutMetrics {
     this.commandSeconds = new Histogram({ name: 'laminar_rollout_command_seconds', help: 'time to carry out a manager command', labelNames: ['command'], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10], registers });
     this.weightVersion = new Gauge({ name: 'laminar_rollout_weight_version', help: 'weight version the engine generates with', registers });
     this.weightLoadSeconds = new Histogram({ name: 'laminar_rollout_weight_load_seconds', help: 'acquire from the local relay to the engine holding the weights', buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10], registers });
+    this.weightAcquireFailures = new Counter({ name: 'laminar_rollout_weight_acquire_failures_total', help: 'acquires from the local relay that failed, by code (ERR_CLOSED: the relay is away; each acquire tries to connect again)', labelNames: ['code'], registers });
     this.kvUsed = new Gauge({ name: 'laminar_rollout_kv_used', help: 'KV-cache utilisation reported by the engine', registers });
     this.running = new Gauge({ name: 'laminar_rollout_running', help: 'requests in the engine\'s decode batch', registers });
     this.waiting = new Gauge({ name: 'laminar_rollout_waiting', help: 'requests admitted but waiting for KV space', registers });

@@ -19,7 +19,7 @@ import { hostname } from 'node:os';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import { LaminarError } from '../common/errors.js';
+import { ErrorCodes, LaminarError } from '../common/errors.js';
 import { mapLimit } from '../common/concurrency.js';
 import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
@@ -86,6 +86,8 @@ export class RolloutClient {
   private readonly tasks = new Map<string, GenerationTask>();
   private readonly log: Logger;
   private relay: RelayClient | null = null;
+  /** The last acquire found the relay gone (ERR_CLOSED); cleared by the next one that succeeds. */
+  private relayAway = false;
   private weightVersion: number | null = null;
   private state: RolloutState = 'idle';
   private kvPrev = 0;
@@ -167,12 +169,28 @@ export class RolloutClient {
     if (!this.relay) throw new RolloutError(RolloutErrorCodes.NO_WEIGHTS, 'this rollout has no local relay (relaySocket); use setWeightVersion() after loading weights yourself');
     const started = performance.now();
     this.state = 'loading';
-    const lease = await this.relay.acquire({
-      model: this.options.model,
-      atLeast: options.atLeast ?? 0,
-      timeoutMs: options.timeoutMs ?? 60_000,
-      ...(options.signal ? { signal: options.signal } : {}),
-    });
+    let lease: Lease;
+    try {
+      lease = await this.relay.acquire({
+        model: this.options.model,
+        atLeast: options.atLeast ?? 0,
+        timeoutMs: options.timeoutMs ?? 60_000,
+        ...(options.signal ? { signal: options.signal } : {}),
+      });
+    } catch (err) {
+      const code = (err as LaminarError).code ?? 'ERR_UNKNOWN';
+      this.metrics.weightAcquireFailures.inc({ code });
+      if (code === ErrorCodes.CLOSED && !this.relayAway) {
+        // Said once per outage: the engine goes on with the weights it has meanwhile.
+        this.relayAway = true;
+        this.log.warn({ version: this.weightVersion, err: (err as Error).message }, 'the local relay is away: keeping the weights in use; every acquire tries to connect again');
+      }
+      throw err;
+    }
+    if (this.relayAway) {
+      this.relayAway = false;
+      this.log.info({ version: lease.version, relay: this.relay.relayId }, 'the local relay is back');
+    }
     this.setWeightVersion(lease.version);
     this.metrics.weightLoadSeconds.observe((performance.now() - started) / 1e3);
     return { version: lease.version, lease };

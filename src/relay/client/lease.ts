@@ -2,7 +2,7 @@
  * A version leased from the relay and mapped read-only into this process. The relay keeps the
  * segment while the lease lives; release() (or dropping the connection) gives it back.
  */
-import { ErrorCodes, IntegrityError, InvalidInputError } from '../../common/errors.js';
+import { ClosedError, ErrorCodes, IntegrityError, InvalidInputError } from '../../common/errors.js';
 import { mapLimit } from '../../common/concurrency.js';
 import { Mapping } from '../../native/index.js';
 import { chunkChecksums } from '../chunk-checksums.js';
@@ -91,7 +91,13 @@ export class Lease implements AsyncDisposable {
     // faulted in, ~0.05-0.1 s per GiB) runs on the libuv pool, off the rollout's event loop, and
     // release resolves after it: an mmap started meanwhile (the next acquire) would wait for it.
     const unmapped = this.mapping.closeAsync();
-    if (!this.connection.closed) await this.connection.request('release', { lease: this.id });
+    // A lost connection took the lease with it (the relay drops a connection's leases), even
+    // when it is lost while the release is on its way.
+    if (!this.connection.closed) {
+      await this.connection.request('release', { lease: this.id }).catch((err: unknown) => {
+        if (!(err instanceof ClosedError)) throw err;
+      });
+    }
     await unmapped;
   }
 

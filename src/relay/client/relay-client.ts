@@ -9,10 +9,14 @@
  *   const w = lease.tensor('w');                       // zero-copy view of shared memory
  *
  *   for await (const v of relay.watch({ model })) ...  // each version as it completes
+ *
+ * The client outlives the relay process: when the relay goes away (a crash, a restart, an
+ * upgrade), the next request connects to the socket again and watches subscribe again. What
+ * belonged to the old connection (leases, publications) went with it, as the relay gave it up.
  */
 import type { BroadcastStatus } from '../broadcast/broadcaster.js';
 import type { ChainPlan } from '../broadcast/plan.js';
-import { ErrorCodes, LaminarError } from '../../common/errors.js';
+import { ClosedError, ErrorCodes, LaminarError } from '../../common/errors.js';
 import { Mapping } from '../../native/index.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
 import { defaultSocketPath, DEFAULT_SHM_DIR } from '../options.js';
@@ -28,6 +32,11 @@ export interface ConnectOptions {
   socketPath?: string;
   /** Shown in the relay's logs. */
   name?: string;
+  /**
+   * After the connection is lost, connect again on the next request and resubscribe watches
+   * (default true). With false, a lost connection fails every later request with ERR_CLOSED.
+   */
+  reconnect?: boolean;
 }
 
 export interface BeginOptions {
@@ -69,27 +78,60 @@ export interface RelayStatus {
 }
 
 const WATCH_QUEUE_LIMIT = 1024;
+/** Backoff between a watch's attempts to subscribe again while the relay is away. */
+const RESUBSCRIBE_FIRST_MS = 100;
+const RESUBSCRIBE_MAX_MS = 2000;
 
-export class RelayClient implements AsyncDisposable {
-  private readonly watchers = new Map<number, (event: VersionEvent) => void>();
+/**
+ * One connection to the relay and what lives on it. Watch ids are the relay's, so they mean
+ * nothing on another connection (a restarted relay numbers from 1 again).
+ */
+interface Session {
+  connection: FrameConnection;
+  relayId: string;
+  shmDir: string;
+  watchers: Map<number, (event: VersionEvent) => void>;
   /**
    * Events that arrive in the same read as the watch's own response reach us before the
    * watcher is registered: they wait here (bounded) instead of being lost.
    */
-  private readonly early = new Map<number, VersionEvent[]>();
+  early: Map<number, VersionEvent[]>;
+}
+
+async function openSession(socketPath: string, name: string): Promise<Session> {
+  const connection = await FrameConnection.connect(socketPath);
+  try {
+    const hello = await connection.request<{ relay: string; shmDir: string }>('hello', { protocol: PROTOCOL_VERSION, client: name }, { timeoutMs: 10_000 });
+    const session: Session = { connection, relayId: hello.relay, shmDir: hello.shmDir, watchers: new Map(), early: new Map() };
+    connection.onVersionEvent = (event) => {
+      const watcher = session.watchers.get(event.watch);
+      if (watcher) return watcher(event);
+      const queue = session.early.get(event.watch) ?? [];
+      if (queue.length < WATCH_QUEUE_LIMIT) queue.push(event);
+      session.early.set(event.watch, queue);
+    };
+    return session;
+  } catch (err) {
+    connection.close();
+    throw err;
+  }
+}
+
+export class RelayClient implements AsyncDisposable {
+  private session: Session;
+  private reopening: Promise<Session> | null = null;
+  private closedByUser = false;
+  /** Aborted by close(): ends the waits of watches between attempts. */
+  private readonly closing = new AbortController();
+  private reconnectCount = 0;
 
   private constructor(
-    private readonly connection: FrameConnection,
-    readonly relayId: string,
-    readonly shmDir: string,
+    session: Session,
+    private readonly socketPath: string,
+    private readonly name: string,
+    private readonly reconnect: boolean,
   ) {
-    connection.onVersionEvent = (event) => {
-      const watcher = this.watchers.get(event.watch);
-      if (watcher) return watcher(event);
-      const queue = this.early.get(event.watch) ?? [];
-      if (queue.length < WATCH_QUEUE_LIMIT) queue.push(event);
-      this.early.set(event.watch, queue);
-    };
+    this.session = session;
   }
 
   /**
@@ -102,47 +144,88 @@ export class RelayClient implements AsyncDisposable {
 
   static async connect(options: ConnectOptions = {}): Promise<RelayClient> {
     const socketPath = options.socketPath ?? process.env.LAMINAR_RELAY_SOCKET ?? defaultSocketPath(DEFAULT_SHM_DIR);
-    const connection = await FrameConnection.connect(socketPath);
-    try {
-      const hello = await connection.request<{ relay: string; shmDir: string }>(
-        'hello',
-        { protocol: PROTOCOL_VERSION, client: options.name ?? `pid ${process.pid}` },
-        { timeoutMs: 10_000 },
-      );
-      return new RelayClient(connection, hello.relay, hello.shmDir);
-    } catch (err) {
-      connection.close();
-      throw err;
-    }
+    const name = options.name ?? `pid ${process.pid}`;
+    return new RelayClient(await openSession(socketPath, name), socketPath, name, options.reconnect ?? true);
+  }
+
+  /** The relay's id (after a reconnect, the one now serving the socket). */
+  get relayId(): string {
+    return this.session.relayId;
+  }
+
+  get shmDir(): string {
+    return this.session.shmDir;
+  }
+
+  /** Whether the connection is up now (false while the relay is away, until the next request). */
+  get connected(): boolean {
+    return !this.session.connection.closed;
+  }
+
+  /** How many times the client connected again after losing the relay. */
+  get reconnects(): number {
+    return this.reconnectCount;
+  }
+
+  /**
+   * The session to send on: the current one while it is up; otherwise, unless the client was
+   * closed or reconnection is off, a new one (concurrent callers share one attempt). A relay
+   * that is not back yet rejects with ERR_CLOSED at once: connecting to a unix socket nobody
+   * listens on fails immediately, so nothing here waits or retries on a timer.
+   */
+  private async live(): Promise<Session> {
+    const current = this.session;
+    if (!current.connection.closed || this.closedByUser || !this.reconnect) return current;
+    this.reopening ??= openSession(this.socketPath, this.name)
+      .then((session) => {
+        if (this.closedByUser) {
+          session.connection.close();
+          throw new ClosedError('the relay client was closed');
+        }
+        this.session = session;
+        this.reconnectCount++;
+        return session;
+      })
+      .finally(() => {
+        this.reopening = null;
+      });
+    return this.reopening;
+  }
+
+  private async send<T>(op: string, args: Record<string, unknown>, options?: RequestOptions): Promise<T> {
+    return (await this.live()).connection.request<T>(op, args, options);
   }
 
   /** Sends a raw request (operations not wrapped below, tests, tools). */
   request<T>(op: string, args: Record<string, unknown> = {}, options?: RequestOptions): Promise<T> {
-    return this.connection.request<T>(op, args, options);
+    return this.send<T>(op, args, options);
   }
 
   async beginPublish(options: BeginOptions): Promise<Publication> {
     const { populate = true, ...args } = options;
-    const description = await this.connection.request<SegmentDescription>('begin', { ...args });
-    return this.openPublication(description, true, populate);
+    const { connection } = await this.live();
+    const description = await connection.request<SegmentDescription>('begin', { ...args });
+    return this.openPublication(connection, description, true, populate);
   }
 
   /** Joins a publication another writer began (e.g. rank 0 of a trainer), by segment name. */
   async attach(segment: string, options: { populate?: boolean } = {}): Promise<Publication> {
-    const description = await this.connection.request<SegmentDescription>('attach', { segment });
-    return this.openPublication(description, false, options.populate ?? true);
+    const { connection } = await this.live();
+    const description = await connection.request<SegmentDescription>('attach', { segment });
+    return this.openPublication(connection, description, false, options.populate ?? true);
   }
 
-  private async openPublication(description: SegmentDescription, owner: boolean, populate: boolean): Promise<Publication> {
+  /** The publication lives on the connection that began it: the relay drops it with that connection. */
+  private async openPublication(connection: FrameConnection, description: SegmentDescription, owner: boolean, populate: boolean): Promise<Publication> {
     let mapping: Mapping;
     try {
       mapping = new Mapping(description.path, { writable: true });
       if (populate) await mapping.populate(0, mapping.size, true);
     } catch (err) {
-      if (owner) await this.connection.request('abort', { model: description.model, version: description.version }).catch(() => undefined);
+      if (owner) await connection.request('abort', { model: description.model, version: description.version }).catch(() => undefined);
       throw err;
     }
-    return new Publication(this.connection, description, mapping, owner);
+    return new Publication(connection, description, mapping, owner);
   }
 
   /** One-call publish: lays out, writes and commits the given tensors. */
@@ -176,49 +259,85 @@ export class RelayClient implements AsyncDisposable {
     options: { model: string; version: number; chunkSize?: number; onProgress?: (done: number, total: number) => void; signal?: AbortSignal },
   ): Promise<SegmentDescription> {
     const { onProgress, signal, ...args } = options;
-    return this.connection.request<SegmentDescription>('adopt', { path, ...args }, { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) });
+    return this.send<SegmentDescription>('adopt', { path, ...args }, { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) });
   }
 
   async acquire(options: AcquireOptions): Promise<Lease> {
     const { signal, ...args } = options;
-    const result = await this.connection.request<AcquireResult>('acquire', { ...args }, signal ? { signal } : {});
+    const { connection } = await this.live();
+    const result = await connection.request<AcquireResult>('acquire', { ...args }, signal ? { signal } : {});
     let mapping: Mapping;
     try {
       mapping = new Mapping(result.path, { writable: false });
     } catch (err) {
-      await this.connection.request('release', { lease: result.lease }).catch(() => undefined);
+      await connection.request('release', { lease: result.lease }).catch(() => undefined);
       throw err;
     }
-    return new Lease(this.connection, result, mapping);
+    return new Lease(connection, result, mapping);
   }
 
   /**
    * Versions as they complete on the relay. With `replay`, the latest complete version of each
-   * model is delivered first. Ends when the signal aborts or the loop breaks.
+   * model is delivered first. Ends when the signal aborts, the loop breaks or the client is
+   * closed. If the relay goes away, the watch subscribes again once it is back (retrying every
+   * 0.1-2 s) and is first given the latest complete version of each model, when it is newer
+   * than the last one delivered: versions completed meanwhile besides the latest are not
+   * replayed. With `reconnect: false`, the watch ends with the connection.
    */
   async *watch(options: { model?: string; replay?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<VersionEvent> {
+    const stop = options.signal ? AbortSignal.any([options.signal, this.closing.signal]) : this.closing.signal;
+    const delivered = new Map<string, number>();
+    let replay = options.replay ?? false;
+    let backoffMs = RESUBSCRIBE_FIRST_MS;
+    while (!stop.aborted) {
+      let session: Session;
+      let watch: number;
+      try {
+        session = await this.live();
+        ({ watch } = await session.connection.request<{ watch: number }>('watch', {
+          ...(options.model !== undefined ? { model: options.model } : {}),
+          replay,
+        }));
+      } catch (err) {
+        // A lost or refused connection is waited out; the relay's own answer (bad arguments) is not.
+        if (!(err instanceof ClosedError)) throw err;
+        if (this.closedByUser || !this.reconnect) return;
+        await sleepUnless(backoffMs, stop);
+        backoffMs = Math.min(RESUBSCRIBE_MAX_MS, backoffMs * 2);
+        continue;
+      }
+      backoffMs = RESUBSCRIBE_FIRST_MS;
+      for await (const event of this.subscription(session, watch, stop)) {
+        // After a resubscription the replay repeats the version delivered last: skip it.
+        if ((delivered.get(event.model) ?? -1) >= event.version) continue;
+        delivered.set(event.model, event.version);
+        yield event;
+      }
+      if (!this.reconnect) return;
+      replay = true;
+    }
+  }
+
+  /** The events of one watch on one connection, until the connection ends or `stop` aborts. */
+  private async *subscription(session: Session, watch: number, stop: AbortSignal): AsyncGenerator<VersionEvent> {
     const queue: VersionEvent[] = [];
     let wake: (() => void) | null = null;
     let overflow = false;
-    const { watch } = await this.connection.request<{ watch: number }>('watch', {
-      ...(options.model !== undefined ? { model: options.model } : {}),
-      replay: options.replay ?? false,
-    });
-    this.watchers.set(watch, (event) => {
+    session.watchers.set(watch, (event) => {
       if (queue.length >= WATCH_QUEUE_LIMIT) overflow = true;
       else queue.push(event);
       wake?.();
     });
-    queue.push(...(this.early.get(watch) ?? []));
-    this.early.delete(watch);
-    const onAbort = (): void => wake?.();
-    options.signal?.addEventListener('abort', onAbort);
-    const unsubscribe = this.connection.onClosed(() => wake?.());
+    queue.push(...(session.early.get(watch) ?? []));
+    session.early.delete(watch);
+    const onStop = (): void => wake?.();
+    stop.addEventListener('abort', onStop);
+    const unsubscribe = session.connection.onClosed(() => wake?.());
     try {
       for (;;) {
         while (queue.length > 0) yield queue.shift()!;
         if (overflow) throw new LaminarError('ERR_WATCH_OVERFLOW', `more than ${WATCH_QUEUE_LIMIT} version events were not consumed`);
-        if (options.signal?.aborted || this.connection.closed) return;
+        if (stop.aborted || session.connection.closed) return;
         await new Promise<void>((resolve) => {
           wake = resolve;
         });
@@ -226,14 +345,14 @@ export class RelayClient implements AsyncDisposable {
       }
     } finally {
       unsubscribe();
-      options.signal?.removeEventListener('abort', onAbort);
-      this.watchers.delete(watch);
-      if (!this.connection.closed) await this.connection.request('unwatch', { watch }).catch(() => undefined);
+      stop.removeEventListener('abort', onStop);
+      session.watchers.delete(watch);
+      if (!session.connection.closed) await session.connection.request('unwatch', { watch }).catch(() => undefined);
     }
   }
 
   status(): Promise<RelayStatus> {
-    return this.connection.request<RelayStatus>('status', {});
+    return this.send<RelayStatus>('status', {});
   }
 
   /**
@@ -241,20 +360,37 @@ export class RelayClient implements AsyncDisposable {
    * than the one in force; `applied` says whether it was.
    */
   setPlan(plan: ChainPlan): Promise<{ applied: boolean; status: BroadcastStatus }> {
-    return this.connection.request('plan', { plan });
+    return this.send('plan', { plan });
   }
 
+  /** True once close() was called, or once the connection is lost when reconnection is off. */
   get closed(): boolean {
-    return this.connection.closed;
+    return this.closedByUser || (!this.reconnect && this.session.connection.closed);
   }
 
   close(): void {
-    this.connection.close();
+    this.closedByUser = true;
+    this.closing.abort();
+    this.session.connection.close();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     this.close();
   }
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function sleepUnless(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = (): void => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
 }
 
 export { Lease, Publication, ErrorCodes, RemotePublisher };

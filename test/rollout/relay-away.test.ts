@@ -1,0 +1,96 @@
+/**
+ * A rollout whose host's relay dies keeps generating with the weights it has, says so once, counts
+ * every failed acquire, and takes newer weights as soon as the relay is started again: no restart
+ * of the rollout is needed. Real nats-server, redis-server and relay process.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../../src/services/index.js';
+import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
+import { RelayClient } from '../../src/relay/client/relay-client.js';
+import { RolloutClient } from '../../src/rollout/rollout-client.js';
+import type { RolloutEngine } from '../../src/rollout/engine.js';
+import { metricValue, natsClient, redisClient } from '../data/helpers.js';
+import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+
+const MODEL = 'org/away';
+const weights = (v: number) => [{ name: 'w', dtype: 'F32' as const, shape: [1024], data: new Float32Array(1024).fill(v) }];
+
+/** An engine that generates nothing: this test is about the weight path alone. */
+const idleEngine: RolloutEngine = {
+  load: () => ({ kvUsed: 0, running: 0, waiting: 0, tokensPerSecond: 0 }),
+  tokenize: () => new Int32Array(0),
+  stop: async () => undefined,
+  resume: async () => undefined,
+  updateWeights: async () => undefined,
+  reinitialise: async () => undefined,
+};
+
+let nats: NatsServer;
+let redisServer: RedisServer;
+let nc: NatsConnection;
+let redis: Redis;
+
+beforeAll(async () => {
+  [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer()]);
+  nc = await natsClient(nats.url);
+  redis = redisClient(redisServer.port);
+});
+afterAll(async () => {
+  redis.disconnect();
+  await nc.close();
+  await Promise.all([nats.stop(), redisServer.stop()]);
+});
+
+describe('rollout: its relay dies and comes back', () => {
+  it('keeps its weights, counts the failed acquires, and pulls newer ones from the restarted relay', async () => {
+    const tmp = tempShmDir();
+    const relays: RelayProcess[] = [];
+    const registry = new Registry();
+    const logs: { msg: string; level: number }[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line)) });
+    const prompts = await PromptPool.open({ redis, name: 'away', registry });
+    const writer = await ExperienceWriter.open({ nc, buffer: 'away', groups: prompts, registry });
+    const partials = await PartialPool.open({ nc, pool: 'away', writer, registry });
+    let rollout: RolloutClient | null = null;
+    try {
+      const args = ['--keep-versions', '3', '--no-pin'];
+      relays.push(await spawnRelay(tmp.dir, args));
+      const trainer = await RelayClient.connect({ socketPath: relays[0]!.socketPath, reconnect: false });
+      await trainer.publish({ model: MODEL, version: 1, tensors: weights(1) });
+      trainer.close();
+
+      rollout = await RolloutClient.connect({ nc, job: 'away', id: 'ro-away', model: MODEL, engine: idleEngine, prompts, partials, writer, relaySocket: relays[0]!.socketPath, registry, logger, reconcileMs: 0 });
+      const first = await rollout.acquireWeights();
+      expect(first.version).toBe(1);
+      await first.lease.release();
+
+      relays[0]!.child.kill('SIGKILL');
+      await relays[0]!.exited;
+      for (let i = 0; i < 3; i++) await expect(rollout.acquireWeights({ atLeast: 1 })).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+      expect(rollout.version).toBe(1);
+      expect(await metricValue(registry, 'laminar_rollout_weight_acquire_failures_total', { code: 'ERR_CLOSED' })).toBe(3);
+      expect(logs.filter((l) => l.msg.startsWith('the local relay is away')).length).toBe(1);
+
+      relays.push(await spawnRelay(tmp.dir, args));
+      const again = await RelayClient.connect({ socketPath: relays[1]!.socketPath, reconnect: false });
+      await again.publish({ model: MODEL, version: 2, tensors: weights(2) });
+      again.close();
+      const second = await rollout.acquireWeights({ atLeast: 2 });
+      expect(second.version).toBe(2);
+      expect((second.lease.tensor('w') as Float32Array)[0]).toBe(2);
+      await second.lease.release();
+      expect(rollout.version).toBe(2);
+      expect(await metricValue(registry, 'laminar_rollout_weight_version')).toBe(2);
+      expect(logs.filter((l) => l.msg === 'the local relay is back').length).toBe(1);
+    } finally {
+      await rollout?.close();
+      await partials.close();
+      await Promise.all(relays.map((r) => r.stop('SIGKILL')));
+      tmp.cleanup();
+    }
+  });
+});
