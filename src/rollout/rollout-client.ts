@@ -88,6 +88,7 @@ export class RolloutClient {
   private relay: RelayClient | null = null;
   /** The last acquire found the relay gone (ERR_CLOSED); cleared by the next one that succeeds. */
   private relayAway = false;
+  private relayConnecting: Promise<RelayClient> | null = null;
   private weightVersion: number | null = null;
   private state: RolloutState = 'idle';
   private kvPrev = 0;
@@ -130,7 +131,15 @@ export class RolloutClient {
 
   static async connect(options: RolloutClientOptions): Promise<RolloutClient> {
     const client = new RolloutClient(options);
-    if (options.relaySocket) client.relay = await RelayClient.connect({ socketPath: options.relaySocket, name: `rollout ${options.id}` });
+    if (options.relaySocket) {
+      // A relay not up yet (services started in any order) is the same as one that went away:
+      // the rollout starts, and acquireWeights() connects once the relay is there.
+      client.relay = await client.connectRelay(options.relaySocket).catch((err: LaminarError) => {
+        if (err.code !== ErrorCodes.CLOSED) throw err;
+        client.relayAwayNow(err);
+        return null;
+      });
+    }
     client.agent.start();
     const every = options.reconcileMs ?? 15_000;
     if (every > 0) {
@@ -166,12 +175,15 @@ export class RolloutClient {
    * and releases it.
    */
   async acquireWeights(options: { atLeast?: number; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<AcquiredWeights> {
-    if (!this.relay) throw new RolloutError(RolloutErrorCodes.NO_WEIGHTS, 'this rollout has no local relay (relaySocket); use setWeightVersion() after loading weights yourself');
+    const socket = this.options.relaySocket;
+    if (!socket) throw new RolloutError(RolloutErrorCodes.NO_WEIGHTS, 'this rollout has no local relay (relaySocket); use setWeightVersion() after loading weights yourself');
     const started = performance.now();
     this.state = 'loading';
     let lease: Lease;
+    let relay: RelayClient;
     try {
-      lease = await this.relay.acquire({
+      relay = await this.localRelay(socket);
+      lease = await relay.acquire({
         model: this.options.model,
         atLeast: options.atLeast ?? 0,
         timeoutMs: options.timeoutMs ?? 60_000,
@@ -180,20 +192,42 @@ export class RolloutClient {
     } catch (err) {
       const code = (err as LaminarError).code ?? 'ERR_UNKNOWN';
       this.metrics.weightAcquireFailures.inc({ code });
-      if (code === ErrorCodes.CLOSED && !this.relayAway) {
-        // Said once per outage: the engine goes on with the weights it has meanwhile.
-        this.relayAway = true;
-        this.log.warn({ version: this.weightVersion, err: (err as Error).message }, 'the local relay is away: keeping the weights in use; every acquire tries to connect again');
-      }
+      if (code === ErrorCodes.CLOSED) this.relayAwayNow(err as Error);
       throw err;
     }
     if (this.relayAway) {
       this.relayAway = false;
-      this.log.info({ version: lease.version, relay: this.relay.relayId }, 'the local relay is back');
+      this.log.info({ version: lease.version, relay: relay.relayId }, 'the local relay is back');
     }
     this.setWeightVersion(lease.version);
     this.metrics.weightLoadSeconds.observe((performance.now() - started) / 1e3);
     return { version: lease.version, lease };
+  }
+
+  private connectRelay(socketPath: string): Promise<RelayClient> {
+    return RelayClient.connect({ socketPath, name: `rollout ${this.id}` });
+  }
+
+  /** The relay client, connected on first use when the relay was not up at start (one attempt at a time). */
+  private async localRelay(socketPath: string): Promise<RelayClient> {
+    if (this.relay) return this.relay;
+    this.relayConnecting ??= this.connectRelay(socketPath).finally(() => {
+      this.relayConnecting = null;
+    });
+    const relay = await this.relayConnecting;
+    if (this.closed) {
+      relay.close();
+      throw new RolloutError(ErrorCodes.CLOSED, 'the rollout client is closed');
+    }
+    this.relay ??= relay;
+    return this.relay;
+  }
+
+  /** Said once per outage: the engine goes on with the weights it has meanwhile. */
+  private relayAwayNow(err: Error): void {
+    if (this.relayAway) return;
+    this.relayAway = true;
+    this.log.warn({ version: this.weightVersion, err: err.message }, 'the local relay is away: keeping the weights in use; every acquire tries to connect again');
   }
 
   /** Records the weight version the engine now generates with (reported to the manager). */

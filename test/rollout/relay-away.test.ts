@@ -3,7 +3,7 @@
  * every failed acquire, and takes newer weights as soon as the relay is started again: no restart
  * of the rollout is needed. Real nats-server, redis-server and relay process.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Redis } from 'ioredis';
 import { pino } from 'pino';
@@ -90,6 +90,39 @@ describe('rollout: its relay dies and comes back', () => {
       await rollout?.close();
       await partials.close();
       await Promise.all(relays.map((r) => r.stop('SIGKILL')));
+      tmp.cleanup();
+    }
+  });
+
+  it('starts before its relay does, and takes weights once the relay is up', async () => {
+    const tmp = tempShmDir();
+    let relay: RelayProcess | null = null;
+    const registry = new Registry();
+    const prompts = await PromptPool.open({ redis, name: 'early', registry });
+    const writer = await ExperienceWriter.open({ nc, buffer: 'early', groups: prompts, registry });
+    const partials = await PartialPool.open({ nc, pool: 'early', writer, registry });
+    const socketPath = `${tmp.dir}/relay.sock`;
+    let rollout: RolloutClient | null = null;
+    try {
+      rollout = await RolloutClient.connect({ nc, job: 'early', id: 'ro-early', model: MODEL, engine: idleEngine, prompts, partials, writer, relaySocket: socketPath, registry, reconcileMs: 0 });
+      await expect(rollout.acquireWeights()).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+      relay = await spawnRelay(tmp.dir, ['--no-pin']);
+      expect(relay.socketPath).toBe(socketPath);
+      const trainer = await RelayClient.connect({ socketPath, reconnect: false });
+      await trainer.publish({ model: MODEL, version: 4, tensors: weights(4) });
+      trainer.close();
+      // Two acquires at once share one connection to the relay.
+      const [a, b] = await Promise.all([rollout.acquireWeights(), rollout.acquireWeights()]);
+      expect([a.version, b.version]).toEqual([4, 4]);
+      await Promise.all([a.lease.release(), b.lease.release()]);
+      const observer = await RelayClient.connect({ socketPath, reconnect: false });
+      // The rollout's connection and this one (the trainer's is gone once the relay has seen it close).
+      await vi.waitFor(async () => expect((await observer.status()).connections).toBe(2));
+      observer.close();
+    } finally {
+      await rollout?.close();
+      await partials.close();
+      await relay?.stop('SIGKILL');
       tmp.cleanup();
     }
   });
