@@ -254,6 +254,10 @@ export class RolloutClient {
     this.closed = true;
     if (this.reconcileTimer) clearInterval(this.reconcileTimer);
     await this.agent.close();
+    // A completion on its way (record to the buffer, then out of the partial pool) finishes
+    // before close returns: the caller closes the pools and drains NATS next, which would cut
+    // it between its steps and leave the trajectory for the manager to sort out.
+    await Promise.allSettled([...this.tasks.values()].map((t) => t.settled()));
     await Promise.allSettled([...this.tasks.values()].map((t) => t.flush()));
     this.relay?.close();
   }

@@ -49,6 +49,8 @@ export class GenerationTask {
   private logprobs: Float32Array;
   private length: number;
   private state: 'active' | 'completing' | 'done' = 'active';
+  /** The completion on its way, if any (the client's close waits for it). */
+  private completion: Promise<TaskOutcome> | null = null;
 
   constructor(
     private readonly host: TaskHost,
@@ -118,10 +120,25 @@ export class GenerationTask {
    * out of the partial pool, in one logical step. 'lost' when another rollout took it meanwhile
    * (nothing was written by this call).
    */
-  async complete(input: CompleteInput): Promise<TaskOutcome> {
-    if (this.state !== 'active') return 'lost';
+  complete(input: CompleteInput): Promise<TaskOutcome> {
+    if (this.state !== 'active') return Promise.resolve('lost');
     // From here the task is no longer this rollout's to hand over: it is on its way to the buffer.
     this.state = 'completing';
+    const completion = this.completeNow(input);
+    this.completion = completion;
+    const clear = (): void => {
+      if (this.completion === completion) this.completion = null;
+    };
+    completion.then(clear, clear);
+    return completion;
+  }
+
+  /** Resolves once no completion of this task is on its way, whatever its outcome. */
+  async settled(): Promise<void> {
+    await this.completion?.catch(() => undefined);
+  }
+
+  private async completeNow(input: CompleteInput): Promise<TaskOutcome> {
     const tokens = new Int32Array(this.promptTokens.length + this.length);
     tokens.set(this.promptTokens);
     tokens.set(this.generatedTokens, this.promptTokens.length);

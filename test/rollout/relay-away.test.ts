@@ -12,22 +12,13 @@ import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } 
 import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { RolloutClient } from '../../src/rollout/rollout-client.js';
-import type { RolloutEngine } from '../../src/rollout/engine.js';
+import { inertEngine } from '../helpers/engine.js';
 import { metricValue, natsClient, redisClient } from '../data/helpers.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 
 const MODEL = 'org/away';
 const weights = (v: number) => [{ name: 'w', dtype: 'F32' as const, shape: [1024], data: new Float32Array(1024).fill(v) }];
 
-/** An engine that generates nothing: this test is about the weight path alone. */
-const idleEngine: RolloutEngine = {
-  load: () => ({ kvUsed: 0, running: 0, waiting: 0, tokensPerSecond: 0 }),
-  tokenize: () => new Int32Array(0),
-  stop: async () => undefined,
-  resume: async () => undefined,
-  updateWeights: async () => undefined,
-  reinitialise: async () => undefined,
-};
 
 let nats: NatsServer;
 let redisServer: RedisServer;
@@ -63,7 +54,7 @@ describe('rollout: its relay dies and comes back', () => {
       await trainer.publish({ model: MODEL, version: 1, tensors: weights(1) });
       trainer.close();
 
-      rollout = await RolloutClient.connect({ nc, job: 'away', id: 'ro-away', model: MODEL, engine: idleEngine, prompts, partials, writer, relaySocket: relays[0]!.socketPath, registry, logger, reconcileMs: 0 });
+      rollout = await RolloutClient.connect({ nc, job: 'away', id: 'ro-away', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: relays[0]!.socketPath, registry, logger, reconcileMs: 0 });
       const first = await rollout.acquireWeights();
       expect(first.version).toBe(1);
       await first.lease.release();
@@ -104,7 +95,7 @@ describe('rollout: its relay dies and comes back', () => {
     const socketPath = `${tmp.dir}/relay.sock`;
     let rollout: RolloutClient | null = null;
     try {
-      rollout = await RolloutClient.connect({ nc, job: 'early', id: 'ro-early', model: MODEL, engine: idleEngine, prompts, partials, writer, relaySocket: socketPath, registry, reconcileMs: 0 });
+      rollout = await RolloutClient.connect({ nc, job: 'early', id: 'ro-early', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: socketPath, registry, reconcileMs: 0 });
       await expect(rollout.acquireWeights()).rejects.toMatchObject({ code: 'ERR_CLOSED' });
       relay = await spawnRelay(tmp.dir, ['--no-pin']);
       expect(relay.socketPath).toBe(socketPath);

@@ -1,0 +1,66 @@
+/**
+ * A rollout stopping (SIGTERM: close the client, close the pools, drain NATS) while completions
+ * are on their way: each finishes, in the buffer and out of the partial pool, before the
+ * connection drains. Real nats-server (JetStream) and redis-server.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { Redis } from 'ioredis';
+import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../../src/services/index.js';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { ExperienceWriter, PartialPool, PromptPool, bufferNames } from '../../src/data/index.js';
+import { RolloutClient } from '../../src/rollout/rollout-client.js';
+import { inertEngine } from '../helpers/engine.js';
+import { natsClient, redisClient } from '../data/helpers.js';
+
+
+let nats: NatsServer;
+let redisServer: RedisServer;
+let redis: Redis;
+
+beforeAll(async () => {
+  [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer()]);
+  redis = redisClient(redisServer.port);
+});
+afterAll(async () => {
+  redis.disconnect();
+  await Promise.all([nats.stop(), redisServer.stop()]);
+});
+
+describe('rollout: close with completions in flight', () => {
+  it('lets every completion on its way finish before it returns', async () => {
+    const job = 'closing';
+    const nc: NatsConnection = await natsClient(nats.url);
+    const prompts = await PromptPool.open({ redis, name: job });
+    await prompts.load(Array.from({ length: 8 }, (_, i) => ({ id: `p${i}`, payload: i, n: 4 })));
+    const writer = await ExperienceWriter.open({ nc, buffer: job, groups: prompts });
+    const partials = await PartialPool.open({ nc, pool: job, writer });
+    const rollout = await RolloutClient.connect({ nc, job, id: 'ro-closing', model: 'm', engine: inertEngine(), prompts, partials, writer, relaySocket: null, reconcileMs: 0 });
+    rollout.setWeightVersion(3);
+    const tasks = await rollout.claim(8);
+    expect(tasks.length).toBe(32);
+    for (const t of tasks) expect(t.append(Int32Array.of(1, 2, 3, 4), Float32Array.of(-0.1, -0.2, -0.3, -0.4))).toBe(true);
+
+    // What a SIGTERM handler does, started while the completions are in flight.
+    const completions = tasks.map((t) => t.complete({ reward: 1 }));
+    await rollout.close();
+    await partials.close();
+    await nc.drain();
+    const outcomes = await Promise.allSettled(completions);
+    expect(outcomes.filter((o) => o.status === 'rejected').map((o) => String((o as PromiseRejectedResult).reason))).toEqual([]);
+    expect(outcomes.map((o) => (o as PromiseFulfilledResult<string>).value)).toEqual(tasks.map(() => 'completed'));
+
+    // Seen from another connection: nothing left in the partial pool, one record per trajectory.
+    const other = await natsClient(nats.url);
+    try {
+      const pool = await PartialPool.open({ nc: other, pool: job });
+      expect(await pool.list()).toEqual([]);
+      await pool.close();
+      const names = bufferNames(job);
+      const info = await (await jetstreamManager(other)).streams.info(names.stream, { subjects_filter: names.recordFilter });
+      expect(Object.keys(info.state.subjects ?? {}).length).toBe(32);
+    } finally {
+      await other.close();
+    }
+  });
+});
