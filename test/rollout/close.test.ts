@@ -13,7 +13,6 @@ import { RolloutClient } from '../../src/rollout/rollout-client.js';
 import { inertEngine } from '../helpers/engine.js';
 import { natsClient, redisClient } from '../data/helpers.js';
 
-
 let nats: NatsServer;
 let redisServer: RedisServer;
 let redis: Redis;

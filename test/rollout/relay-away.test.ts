@@ -19,7 +19,6 @@ import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 const MODEL = 'org/away';
 const weights = (v: number) => [{ name: 'w', dtype: 'F32' as const, shape: [1024], data: new Float32Array(1024).fill(v) }];
 
-
 let nats: NatsServer;
 let redisServer: RedisServer;
 let nc: NatsConnection;

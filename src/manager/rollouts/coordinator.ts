@@ -24,6 +24,13 @@ import { PARKED_OWNER } from '../../rollout/ids.js';
 import { DEFAULT_REPACK_LIMITS, groupByWeightVersion, planRepack, validateRepackLimits, type RepackLimits } from '../repack/planner.js';
 import type { RolloutCoordinatorMetrics } from './metrics.js';
 
+/**
+ * A rollout that did not answer a command (nobody subscribed: it is on its way out; or the
+ * request timed out) is no destination for this long, so that the orphans and moves meant for it
+ * go elsewhere at once instead of being retried at it on every tick until heartbeats say it died.
+ */
+const UNREACHABLE_MS = 2000;
+
 export interface RolloutView {
   id: string;
   health: 'alive' | 'suspected' | 'dead';
@@ -84,6 +91,8 @@ export class RolloutCoordinator {
   /** KV use of each rollout at the previous repack round (the planner's C_prev). */
   private readonly kvAtLastRound = new Map<string, number>();
   private readonly orphans = new Map<string, Orphan>();
+  /** Rollouts that did not answer a command, until when they are passed over (UNREACHABLE_MS). */
+  private readonly unreachableUntil = new Map<string, number>();
   private lastRepack = 0;
   private repackTrigger: 'interval' | 'version' | null = null;
   private lastScan = 0;
@@ -112,6 +121,7 @@ export class RolloutCoordinator {
     this.lastScan = 0;
     this.kvAtLastRound.clear();
     this.orphans.clear();
+    this.unreachableUntil.clear();
     this.options.metrics.orphansWaiting.set(0);
   }
 
@@ -135,6 +145,7 @@ export class RolloutCoordinator {
   /** A rollout was declared dead: look for its trajectories now. */
   dead(id: string): void {
     this.busy.delete(id);
+    this.unreachableUntil.delete(id);
     this.lastScan = 0;
   }
 
@@ -163,7 +174,7 @@ export class RolloutCoordinator {
     this.options.metrics.repackRounds.inc({ trigger });
     const eligible = rollouts.filter(
       (r): r is RolloutView & { load: RolloutLoad & { weightVersion: number } } =>
-        r.health === 'alive' && r.load !== null && r.load.weightVersion !== null && r.load.state === 'generating' && !this.busy.has(r.id),
+        r.health === 'alive' && r.load !== null && r.load.weightVersion !== null && r.load.state === 'generating' && !this.busy.has(r.id) && this.reachable(r.id, now),
     );
     const inputs = eligible.map((r) => ({
       id: r.id,
@@ -294,7 +305,7 @@ export class RolloutCoordinator {
       }
       for (const batch of batches.values()) {
         const { version, from } = batch[0]!;
-        const destination = this.destinationFor(version, [...live.values()]);
+        const destination = this.destinationFor(version, [...live.values()], now);
         if (destination) {
           await this.resumeOn(destination, from, version, batch);
           continue;
@@ -308,9 +319,9 @@ export class RolloutCoordinator {
     }
   }
 
-  private destinationFor(version: number, live: RolloutView[]): RolloutView | undefined {
+  private destinationFor(version: number, live: RolloutView[], now: number): RolloutView | undefined {
     return live
-      .filter((r) => r.load?.weightVersion === version && r.load.state !== 'reinitialising' && !this.busy.has(r.id))
+      .filter((r) => r.load?.weightVersion === version && r.load.state !== 'reinitialising' && !this.busy.has(r.id) && this.reachable(r.id, now))
       .sort((a, b) => a.load!.owned - b.load!.owned || a.load!.kvUsed - b.load!.kvUsed || (a.id < b.id ? -1 : 1))[0];
   }
 
@@ -373,10 +384,25 @@ export class RolloutCoordinator {
   // ---- commands ----------------------------------------------------------------------------
 
   private async request(id: string, command: Command): Promise<Extract<CommandReply, { t: 'done' }>> {
-    const msg = await this.options.nc.request(this.options.memberSubject(id), encode(command), { timeout: this.commandTimeoutMs });
+    let msg: Awaited<ReturnType<NatsConnection['request']>>;
+    try {
+      msg = await this.options.nc.request(this.options.memberSubject(id), encode(command), { timeout: this.commandTimeoutMs });
+    } catch (err) {
+      // No answer at all (an answer that refuses is the rollout's own business, below).
+      this.unreachableUntil.set(id, Date.now() + UNREACHABLE_MS);
+      throw err;
+    }
     const reply = decode(commandReplySchema, msg.data, `${command.t} reply`);
     if (reply.t === 'failed') throw new ControlError(reply.code, `${id} could not ${command.t}: ${reply.message}`);
     return reply;
+  }
+
+  private reachable(id: string, now: number): boolean {
+    const until = this.unreachableUntil.get(id);
+    if (until === undefined) return true;
+    if (until > now) return false;
+    this.unreachableUntil.delete(id);
+    return true;
   }
 
   private fireAndForget(id: string, command: Command): void {

@@ -1,0 +1,84 @@
+/**
+ * The manager's rollout coordinator on real NATS: a rollout that still looks alive but answers
+ * nothing (on its way out: nobody subscribes to its subject) is passed over after one failed
+ * command, so a dead rollout's trajectories go to a rollout that answers at once, instead of
+ * being sent to the silent one on every tick until heartbeats declare it dead.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { SCHEMA_VERSION, commandSchema, decode, encode } from '../../src/control/schema.js';
+import { PartialPool } from '../../src/data/index.js';
+import { RolloutCoordinator, type RolloutView } from '../../src/manager/rollouts/coordinator.js';
+import { RolloutCoordinatorMetrics } from '../../src/manager/rollouts/metrics.js';
+import { startNatsServer, type NatsServer } from '../../src/services/index.js';
+import { natsClient } from '../data/helpers.js';
+
+let nats: NatsServer;
+let nc: NatsConnection;
+
+beforeAll(async () => {
+  nats = await startNatsServer({ jetstream: true });
+  nc = await natsClient(nats.url);
+});
+afterAll(async () => {
+  await nc.close();
+  await nats.stop();
+});
+
+const view = (id: string, owned: number): RolloutView => ({
+  id,
+  health: 'alive',
+  load: { state: 'generating', model: 'm', weightVersion: 2, kvUsed: 0.2, kvPrev: 0.2, running: owned, waiting: 0, owned, tokensPerSecond: 100 },
+});
+
+describe('rollout coordinator: a destination that does not answer', () => {
+  it('sends the orphans to the next rollout of their version after one failed command', async () => {
+    const partials = await PartialPool.open({ nc, pool: 'unreachable' });
+    for (let i = 0; i < 3; i++) {
+      const t = await partials.start('ro-dead', { trajectoryId: `g${i}/0`, promptId: `p${i}`, groupId: `g${i}`, sampleIndex: 0, groupSize: 1, weightVersion: 2 });
+      t.release();
+    }
+    // ro-answers takes what it is sent; ro-silent (fewest owned: the first choice) has no subscriber.
+    const received: string[][] = [];
+    const sub = nc.subscribe('test.member.ro-answers', {
+      callback: (_err, msg) => {
+        const command = decode(commandSchema, msg.data, 'command');
+        if (command.t !== 'repack-in') return;
+        received.push(command.trajectories);
+        msg.respond(encode({ v: SCHEMA_VERSION, t: 'done', moved: [], taken: command.trajectories.length, completed: 0, lost: 0 }));
+      },
+    });
+    const warnings: { msg: string; to?: string }[] = [];
+    const coordinator = new RolloutCoordinator({
+      nc,
+      memberSubject: (id) => `test.member.${id}`,
+      model: 'm',
+      partials,
+      prompts: null,
+      repackIntervalMs: 0,
+      commandTimeoutMs: 1000,
+      orphanScanMs: 60_000,
+      startupGraceMs: 0,
+      metrics: new RolloutCoordinatorMetrics(new Registry()),
+      log: pino({ level: 'warn' }, { write: (line: string) => void warnings.push(JSON.parse(line)) }),
+    });
+    coordinator.reset(Date.now() - 1);
+    try {
+      const rollouts = [view('ro-silent', 0), view('ro-answers', 7)];
+      // The manager ticks every 100 ms; the silent rollout stays "alive" throughout.
+      const deadline = Date.now() + 3000;
+      while (received.length === 0 && Date.now() < deadline) {
+        coordinator.tick(rollouts);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(received.map((ids) => ids.sort())).toEqual([['g0/0', 'g1/0', 'g2/0']]);
+      expect(warnings.filter((w) => w.msg === 'cannot resume orphans there (retrying)').map((w) => w.to)).toEqual(['ro-silent']);
+      expect(coordinator.status().orphansWaiting).toBe(0);
+    } finally {
+      sub.unsubscribe();
+      await partials.close();
+    }
+  });
+});
