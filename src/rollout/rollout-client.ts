@@ -89,6 +89,13 @@ export class RolloutClient {
   /** The last acquire found the relay gone (ERR_CLOSED); cleared by the next one that succeeds. */
   private relayAway = false;
   private relayConnecting: Promise<RelayClient> | null = null;
+  /**
+   * A weight version change and a resume of trajectories never overlap (a trajectory keeps one
+   * version from its first token to its last): an acquire waits for a resume in flight, and a
+   * repack-in that arrives during an acquire is refused.
+   */
+  private resuming: Promise<unknown> | null = null;
+  private loadingWeights = false;
   private weightVersion: number | null = null;
   private state: RolloutState = 'idle';
   private kvPrev = 0;
@@ -177,8 +184,19 @@ export class RolloutClient {
   async acquireWeights(options: { atLeast?: number; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<AcquiredWeights> {
     const socket = this.options.relaySocket;
     if (!socket) throw new RolloutError(RolloutErrorCodes.NO_WEIGHTS, 'this rollout has no local relay (relaySocket); use setWeightVersion() after loading weights yourself');
+    const resuming = this.resuming;
+    if (resuming) {
+      await resuming.catch(() => undefined);
+      if (this.tasks.size > 0) {
+        throw new RolloutError(
+          RolloutErrorCodes.BUSY,
+          `${this.tasks.size} trajectories of version ${this.weightVersion} were resumed here while new weights were asked for: generate them first`,
+        );
+      }
+    }
     const started = performance.now();
     this.state = 'loading';
+    this.loadingWeights = true;
     let lease: Lease;
     let relay: RelayClient;
     try {
@@ -194,6 +212,8 @@ export class RolloutClient {
       this.metrics.weightAcquireFailures.inc({ code });
       if (code === ErrorCodes.CLOSED) this.relayAwayNow(err as Error);
       throw err;
+    } finally {
+      this.loadingWeights = false;
     }
     if (this.relayAway) {
       this.relayAway = false;
@@ -388,6 +408,9 @@ export class RolloutClient {
     if (this.weightVersion !== version) {
       throw new RolloutError(RolloutErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} generates with ${this.weightVersion}`);
     }
+    if (this.loadingWeights) {
+      throw new RolloutError(RolloutErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} is loading new weights`);
+    }
     const { taken, completed, lost, returned } = await this.takeOverAndResume(ids, from, 'version_mismatch');
     this.log.info({ from, taken, completed, lost: lost + returned }, 'repack-in: trajectories resumed');
     return { taken, completed, lost: lost + returned };
@@ -437,7 +460,17 @@ export class RolloutClient {
    * never stops the others; if it is still someone's, their reconciliation or the manager's scan
    * finds it.
    */
-  private async takeOverAndResume(ids: readonly string[], from: string, reason: string): Promise<{ taken: number; completed: number; lost: number; returned: number }> {
+  private takeOverAndResume(ids: readonly string[], from: string, reason: string): Promise<{ taken: number; completed: number; lost: number; returned: number }> {
+    const work = this.takeOverAndResumeNow(ids, from, reason);
+    this.resuming = work;
+    const clear = (): void => {
+      if (this.resuming === work) this.resuming = null;
+    };
+    work.then(clear, clear);
+    return work;
+  }
+
+  private async takeOverAndResumeNow(ids: readonly string[], from: string, reason: string): Promise<{ taken: number; completed: number; lost: number; returned: number }> {
     const resumed: GenerationTask[] = [];
     let completed = 0;
     let lost = 0;

@@ -39,6 +39,30 @@ export function natsFixture(): NatsFixture {
   return fx;
 }
 
+/** A test file's nats-server (JetStream) and redis-server with a client each: see servicesFixture(). */
+export interface ServicesFixture {
+  nats: NatsServer;
+  redisServer: RedisServer;
+  nc: NatsConnection;
+  redis: Redis;
+}
+
+/** Registers the hooks of a test file that needs both servers (the rollout SDK's tests), for the whole file. */
+export function servicesFixture(): ServicesFixture {
+  const fx = {} as ServicesFixture;
+  beforeAll(async () => {
+    [fx.nats, fx.redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer()]);
+    fx.nc = await natsClient(fx.nats.url);
+    fx.redis = redisClient(fx.redisServer.port);
+  });
+  afterAll(async () => {
+    fx.redis?.disconnect();
+    await fx.nc?.close();
+    await Promise.all([fx.nats?.stop(), fx.redisServer?.stop()]);
+  });
+  return fx;
+}
+
 /** A prompt-pool test file's world: see promptPoolFixture(). */
 export interface PromptPoolFixture {
   /** One redis-server (AOF on, fsync always) for the file. */

@@ -3,34 +3,21 @@
  * are on their way: each finishes, in the buffer and out of the partial pool, before the
  * connection drains. Real nats-server (JetStream) and redis-server.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { NatsConnection } from '@nats-io/transport-node';
-import type { Redis } from 'ioredis';
-import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../../src/services/index.js';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { ExperienceWriter, PartialPool, PromptPool, bufferNames } from '../../src/data/index.js';
 import { RolloutClient } from '../../src/rollout/rollout-client.js';
 import { inertEngine } from '../helpers/engine.js';
-import { natsClient, redisClient } from '../data/helpers.js';
+import { natsClient, servicesFixture } from '../data/helpers.js';
 
-let nats: NatsServer;
-let redisServer: RedisServer;
-let redis: Redis;
-
-beforeAll(async () => {
-  [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer()]);
-  redis = redisClient(redisServer.port);
-});
-afterAll(async () => {
-  redis.disconnect();
-  await Promise.all([nats.stop(), redisServer.stop()]);
-});
+const services = servicesFixture();
 
 describe('rollout: close with completions in flight', () => {
   it('lets every completion on its way finish before it returns', async () => {
     const job = 'closing';
-    const nc: NatsConnection = await natsClient(nats.url);
-    const prompts = await PromptPool.open({ redis, name: job });
+    const nc: NatsConnection = await natsClient(services.nats.url);
+    const prompts = await PromptPool.open({ redis: services.redis, name: job });
     await prompts.load(Array.from({ length: 8 }, (_, i) => ({ id: `p${i}`, payload: i, n: 4 })));
     const writer = await ExperienceWriter.open({ nc, buffer: job, groups: prompts });
     const partials = await PartialPool.open({ nc, pool: job, writer });
@@ -50,7 +37,7 @@ describe('rollout: close with completions in flight', () => {
     expect(outcomes.map((o) => (o as PromiseFulfilledResult<string>).value)).toEqual(tasks.map(() => 'completed'));
 
     // Seen from another connection: nothing left in the partial pool, one record per trajectory.
-    const other = await natsClient(nats.url);
+    const other = await natsClient(services.nats.url);
     try {
       const pool = await PartialPool.open({ nc: other, pool: job });
       expect(await pool.list()).toEqual([]);

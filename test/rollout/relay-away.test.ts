@@ -3,37 +3,20 @@
  * every failed acquire, and takes newer weights as soon as the relay is started again: no restart
  * of the rollout is needed. Real nats-server, redis-server and relay process.
  */
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import type { NatsConnection } from '@nats-io/transport-node';
-import type { Redis } from 'ioredis';
+import { describe, expect, it, vi } from 'vitest';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
-import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../../src/services/index.js';
 import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { RolloutClient } from '../../src/rollout/rollout-client.js';
 import { inertEngine } from '../helpers/engine.js';
-import { metricValue, natsClient, redisClient } from '../data/helpers.js';
+import { metricValue, servicesFixture } from '../data/helpers.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 
 const MODEL = 'org/away';
 const weights = (v: number) => [{ name: 'w', dtype: 'F32' as const, shape: [1024], data: new Float32Array(1024).fill(v) }];
 
-let nats: NatsServer;
-let redisServer: RedisServer;
-let nc: NatsConnection;
-let redis: Redis;
-
-beforeAll(async () => {
-  [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer()]);
-  nc = await natsClient(nats.url);
-  redis = redisClient(redisServer.port);
-});
-afterAll(async () => {
-  redis.disconnect();
-  await nc.close();
-  await Promise.all([nats.stop(), redisServer.stop()]);
-});
+const services = servicesFixture();
 
 describe('rollout: its relay dies and comes back', () => {
   it('keeps its weights, counts the failed acquires, and pulls newer ones from the restarted relay', async () => {
@@ -42,9 +25,9 @@ describe('rollout: its relay dies and comes back', () => {
     const registry = new Registry();
     const logs: { msg: string; level: number }[] = [];
     const logger = pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line)) });
-    const prompts = await PromptPool.open({ redis, name: 'away', registry });
-    const writer = await ExperienceWriter.open({ nc, buffer: 'away', groups: prompts, registry });
-    const partials = await PartialPool.open({ nc, pool: 'away', writer, registry });
+    const prompts = await PromptPool.open({ redis: services.redis, name: 'away', registry });
+    const writer = await ExperienceWriter.open({ nc: services.nc, buffer: 'away', groups: prompts, registry });
+    const partials = await PartialPool.open({ nc: services.nc, pool: 'away', writer, registry });
     let rollout: RolloutClient | null = null;
     try {
       const args = ['--keep-versions', '3', '--no-pin'];
@@ -53,7 +36,7 @@ describe('rollout: its relay dies and comes back', () => {
       await trainer.publish({ model: MODEL, version: 1, tensors: weights(1) });
       trainer.close();
 
-      rollout = await RolloutClient.connect({ nc, job: 'away', id: 'ro-away', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: relays[0]!.socketPath, registry, logger, reconcileMs: 0 });
+      rollout = await RolloutClient.connect({ nc: services.nc, job: 'away', id: 'ro-away', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: relays[0]!.socketPath, registry, logger, reconcileMs: 0 });
       const first = await rollout.acquireWeights();
       expect(first.version).toBe(1);
       await first.lease.release();
@@ -88,13 +71,13 @@ describe('rollout: its relay dies and comes back', () => {
     const tmp = tempShmDir();
     let relay: RelayProcess | null = null;
     const registry = new Registry();
-    const prompts = await PromptPool.open({ redis, name: 'early', registry });
-    const writer = await ExperienceWriter.open({ nc, buffer: 'early', groups: prompts, registry });
-    const partials = await PartialPool.open({ nc, pool: 'early', writer, registry });
+    const prompts = await PromptPool.open({ redis: services.redis, name: 'early', registry });
+    const writer = await ExperienceWriter.open({ nc: services.nc, buffer: 'early', groups: prompts, registry });
+    const partials = await PartialPool.open({ nc: services.nc, pool: 'early', writer, registry });
     const socketPath = `${tmp.dir}/relay.sock`;
     let rollout: RolloutClient | null = null;
     try {
-      rollout = await RolloutClient.connect({ nc, job: 'early', id: 'ro-early', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: socketPath, registry, reconcileMs: 0 });
+      rollout = await RolloutClient.connect({ nc: services.nc, job: 'early', id: 'ro-early', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: socketPath, registry, reconcileMs: 0 });
       await expect(rollout.acquireWeights()).rejects.toMatchObject({ code: 'ERR_CLOSED' });
       relay = await spawnRelay(tmp.dir, ['--no-pin']);
       expect(relay.socketPath).toBe(socketPath);

@@ -246,6 +246,8 @@ export class SimRolloutEngine implements RolloutEngine {
             this.log.debug({ err: (err as Error).message }, 'no weights yet');
             return;
           }
+          // Trajectories were resumed here meanwhile (a repack-in): generating them comes first.
+          if (!this.core.idle) return;
         }
       }
       const tasks = await client.claim(this.options.batchPrompts ?? 32);
