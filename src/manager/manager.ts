@@ -343,7 +343,9 @@ export class Manager {
     for (const sub of this.subscriptions) sub.unsubscribe();
     this.subscriptions = [];
     this.metrics.leader.set(0);
-    if (this.members.size > 0 || this.plan) this.log.warn({ reason }, 'no longer the leader: standing by');
+    // Losing the lease while running is worth a warning; handing it back on the way out is not.
+    if (reason === 'stopping') this.log.info('stopping: leadership given up');
+    else if (this.members.size > 0 || this.plan) this.log.warn({ reason }, 'no longer the leader: standing by');
     this.members.clear();
     this.plan = null;
     this.stallWatch.reset();
