@@ -91,11 +91,11 @@ export class RolloutClient {
   private relayConnecting: Promise<RelayClient> | null = null;
   /**
    * A weight version change and a resume of trajectories never overlap (a trajectory keeps one
-   * version from its first token to its last): an acquire waits for a resume in flight, and a
-   * repack-in that arrives during an acquire is refused.
+   * version from its first token to its last): an acquire waits for a resume in flight; during
+   * an acquire a repack-in is refused, a reconciliation skipped, and a reinitialise waits.
    */
   private resuming: Promise<unknown> | null = null;
-  private loadingWeights = false;
+  private readonly loads = new Set<Promise<unknown>>();
   private weightVersion: number | null = null;
   private state: RolloutState = 'idle';
   private kvPrev = 0;
@@ -196,24 +196,28 @@ export class RolloutClient {
     }
     const started = performance.now();
     this.state = 'loading';
-    this.loadingWeights = true;
-    let lease: Lease;
-    let relay: RelayClient;
-    try {
-      relay = await this.localRelay(socket);
-      lease = await relay.acquire({
+    const load = (async () => {
+      const relay = await this.localRelay(socket);
+      const lease = await relay.acquire({
         model: this.options.model,
         atLeast: options.atLeast ?? 0,
         timeoutMs: options.timeoutMs ?? 60_000,
         ...(options.signal ? { signal: options.signal } : {}),
       });
+      return { relay, lease };
+    })();
+    this.loads.add(load);
+    let relay: RelayClient;
+    let lease: Lease;
+    try {
+      ({ relay, lease } = await load);
     } catch (err) {
       const code = (err as LaminarError).code ?? 'ERR_UNKNOWN';
       this.metrics.weightAcquireFailures.inc({ code });
       if (code === ErrorCodes.CLOSED) this.relayAwayNow(err as Error);
       throw err;
     } finally {
-      this.loadingWeights = false;
+      this.loads.delete(load);
     }
     if (this.relayAway) {
       this.relayAway = false;
@@ -408,7 +412,7 @@ export class RolloutClient {
     if (this.weightVersion !== version) {
       throw new RolloutError(RolloutErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} generates with ${this.weightVersion}`);
     }
-    if (this.loadingWeights) {
+    if (this.loads.size > 0) {
       throw new RolloutError(RolloutErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} is loading new weights`);
     }
     const { taken, completed, lost, returned } = await this.takeOverAndResume(ids, from, 'version_mismatch');
@@ -425,6 +429,8 @@ export class RolloutClient {
     await Promise.allSettled(tasks.map((t) => t.flush()));
     for (const t of tasks) t.handOver();
     await this.options.engine.reinitialise();
+    // New weights being loaded land first: what is resumed below is checked against them.
+    await Promise.allSettled([...this.loads]);
     // Resume from what the partial pool holds: it is the truth after a hiccup.
     const owned = (await this.options.partials.list(this.id)).map((t) => t.trajectoryId);
     const { taken, lost, returned } = await this.takeOverAndResume(owned, this.id, 'version_mismatch');
@@ -434,7 +440,8 @@ export class RolloutClient {
 
   /** Resumes (or returns) trajectories the partial pool says are ours but nobody generates. */
   private async reconcile(): Promise<void> {
-    if (this.closed) return;
+    // During a weight load the engine is between versions: the next round looks again.
+    if (this.closed || this.loads.size > 0) return;
     let owned;
     try {
       owned = await this.options.partials.list(this.id);

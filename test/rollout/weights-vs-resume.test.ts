@@ -48,14 +48,14 @@ describe('rollout: weight changes and resumes do not overlap', () => {
     trainer.close();
   }
 
-  /** Two trajectories of version 1 left by 'ro-src', and the rollout under test ('ro-dst'). */
-  async function setUp(engine = inertEngine()): Promise<{ ids: string[]; subject: string }> {
+  /** Two trajectories of version 1 owned by `owner` ('ro-src' unless told), and the rollout under test ('ro-dst'). */
+  async function setUp(engine = inertEngine(), owner = 'ro-src'): Promise<{ ids: string[]; subject: string }> {
     const prompts = await PromptPool.open({ redis: services.redis, name: job });
     const writer = await ExperienceWriter.open({ nc: services.nc, buffer: job, groups: prompts });
     partials = await PartialPool.open({ nc: services.nc, pool: job, writer });
     const ids = ['g/0', 'g/1'];
     for (const [i, trajectoryId] of ids.entries()) {
-      const t = await partials.start('ro-src', { trajectoryId, promptId: 'p', groupId: 'g', sampleIndex: i, groupSize: 2, weightVersion: 1, promptTokens: new Uint8Array(Int32Array.of(5, 6).buffer) });
+      const t = await partials.start(owner, { trajectoryId, promptId: 'p', groupId: 'g', sampleIndex: i, groupSize: 2, weightVersion: 1, promptTokens: new Uint8Array(Int32Array.of(5, 6).buffer) });
       t.append(Int32Array.of(1, 2), Float32Array.of(-0.5, -0.5));
       await t.flush();
       t.release();
@@ -103,6 +103,27 @@ describe('rollout: weight changes and resumes do not overlap', () => {
     expect(rollout!.version).toBe(1);
     expect(resumed.map((t) => t.weightVersion)).toEqual([1, 1]);
     expect(rollout!.owned.size).toBe(2);
+  });
+
+  it('a reinitialise during a load resumes only what matches the new weights', async () => {
+    await publish(1);
+    // The trajectories are ro-dst's own: after a reinitialise it resumes what the partial pool says it owns.
+    const { subject } = await setUp(inertEngine(), 'ro-dst');
+    const first = await rollout!.acquireWeights();
+    await first.lease.release();
+    const acquiring = rollout!.acquireWeights({ atLeast: 2, timeoutMs: 10_000 });
+    await new Promise((r) => setTimeout(r, 100));
+    const reply = services.nc
+      .request(subject, encode({ v: SCHEMA_VERSION, t: 'reinitialise', reason: 'test' }), { timeout: 10_000 })
+      .then((msg) => decode(commandReplySchema, msg.data, 'reply'));
+    await new Promise((r) => setTimeout(r, 200));
+    await publish(2);
+    const second = await acquiring;
+    await second.lease.release();
+    expect(await reply).toMatchObject({ t: 'done', taken: 0 });
+    expect(rollout!.version).toBe(2);
+    // Nothing of version 1 is generated with version 2's weights.
+    expect([...rollout!.owned.values()].map((t) => t.weightVersion)).toEqual([]);
   });
 
   it('a repack-in that arrives while new weights are being loaded is refused, and nothing moves', async () => {
