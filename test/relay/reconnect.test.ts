@@ -3,6 +3,7 @@
  * requests connect again, watches subscribe again without repeating what they delivered, and
  * leases of the lost connection are released without an error (the relay gave them up).
  */
+import { createServer } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
@@ -110,6 +111,17 @@ describe('relay client across relay restarts', () => {
     expect(await ended).toEqual([1]);
     expect(performance.now() - closedAt).toBeLessThan(500);
     await expect(c.status()).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+  });
+
+  it('a relay that accepts but never answers is unreachable (ERR_CLOSED), not a hang', async () => {
+    const socketPath = `${tmp.dir}/stuck.sock`;
+    const server = createServer(() => undefined);
+    await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+    try {
+      await expect(RelayClient.connect({ socketPath, connectTimeoutMs: 200 })).rejects.toMatchObject({ code: 'ERR_CLOSED', message: expect.stringContaining('did not answer hello within 200 ms') });
+    } finally {
+      server.close();
+    }
   });
 
   it('a watch of a client without reconnection ends with its connection', async () => {

@@ -37,6 +37,8 @@ export interface ConnectOptions {
    * (default true). With false, a lost connection fails every later request with ERR_CLOSED.
    */
   reconnect?: boolean;
+  /** How long the relay may take to answer a new connection's hello (default 10 s). */
+  connectTimeoutMs?: number;
 }
 
 export interface BeginOptions {
@@ -98,10 +100,16 @@ interface Session {
   early: Map<number, VersionEvent[]>;
 }
 
-async function openSession(socketPath: string, name: string): Promise<Session> {
+interface SessionOptions {
+  socketPath: string;
+  name: string;
+  connectTimeoutMs: number;
+}
+
+async function openSession({ socketPath, name, connectTimeoutMs }: SessionOptions): Promise<Session> {
   const connection = await FrameConnection.connect(socketPath);
   try {
-    const hello = await connection.request<{ relay: string; shmDir: string }>('hello', { protocol: PROTOCOL_VERSION, client: name }, { timeoutMs: 10_000 });
+    const hello = await connection.request<{ relay: string; shmDir: string }>('hello', { protocol: PROTOCOL_VERSION, client: name }, { timeoutMs: connectTimeoutMs });
     const session: Session = { connection, relayId: hello.relay, shmDir: hello.shmDir, watchers: new Map(), early: new Map() };
     connection.onVersionEvent = (event) => {
       const watcher = session.watchers.get(event.watch);
@@ -113,6 +121,9 @@ async function openSession(socketPath: string, name: string): Promise<Session> {
     return session;
   } catch (err) {
     connection.close();
+    // A relay that accepts but does not answer (stuck, or still starting) is as unreachable as one
+    // that is not there: same code, so that callers and watches wait it out alike.
+    if ((err as LaminarError).code === ErrorCodes.TIMEOUT) throw new ClosedError(`the relay at ${socketPath} did not answer hello within ${connectTimeoutMs} ms`);
     throw err;
   }
 }
@@ -127,8 +138,7 @@ export class RelayClient implements AsyncDisposable {
 
   private constructor(
     session: Session,
-    private readonly socketPath: string,
-    private readonly name: string,
+    private readonly sessionOptions: SessionOptions,
     private readonly reconnect: boolean,
   ) {
     this.session = session;
@@ -144,8 +154,8 @@ export class RelayClient implements AsyncDisposable {
 
   static async connect(options: ConnectOptions = {}): Promise<RelayClient> {
     const socketPath = options.socketPath ?? process.env.LAMINAR_RELAY_SOCKET ?? defaultSocketPath(DEFAULT_SHM_DIR);
-    const name = options.name ?? `pid ${process.pid}`;
-    return new RelayClient(await openSession(socketPath, name), socketPath, name, options.reconnect ?? true);
+    const sessionOptions = { socketPath, name: options.name ?? `pid ${process.pid}`, connectTimeoutMs: options.connectTimeoutMs ?? 10_000 };
+    return new RelayClient(await openSession(sessionOptions), sessionOptions, options.reconnect ?? true);
   }
 
   /** The relay's id (after a reconnect, the one now serving the socket). */
@@ -176,7 +186,7 @@ export class RelayClient implements AsyncDisposable {
   private async live(): Promise<Session> {
     const current = this.session;
     if (!current.connection.closed || this.closedByUser || !this.reconnect) return current;
-    this.reopening ??= openSession(this.socketPath, this.name)
+    this.reopening ??= openSession(this.sessionOptions)
       .then((session) => {
         if (this.closedByUser) {
           session.connection.close();
