@@ -7,7 +7,10 @@
  *            the two back to back are a local trainer's stall; a remote trainer's layout of the
  *            version in private memory before it sends it;
  *   pull:    a client acquires the latest version (time to mapped) and copies every byte out;
- *   memory:  the relay process's own memory (RSS without the shm segments) holding 4 versions.
+ *   memory:  the relay process's own memory (RSS without the shm segments) holding 4 versions;
+ *   restart: from stopping the relay to the restarted one answering, holding those 4 versions:
+ *            after SIGTERM (a clean stop: unchanged versions are adopted without being read)
+ *            and after SIGKILL (every version is read and verified again), median of 3 each.
  * Prints a table, then one JSON line.
  */
 import { readFileSync } from 'node:fs';
@@ -107,6 +110,13 @@ export async function run(args: string[]): Promise<void> {
   const relayRssMB = (kb('RssAnon') + kb('RssFile')) / 1024;
   const rssShmemMB = kb('RssShmem') / 1024;
   client.close();
+  const heldBytes = status.versions.reduce((sum, v) => sum + v.size, 0);
+  const restartClean: number[] = [];
+  const restartCrash: number[] = [];
+  for (let r = 0; r < 3; r++) {
+    restartClean.push(await relay.restart('SIGTERM'));
+    restartCrash.push(await relay.restart('SIGKILL'));
+  }
   await relay.stop();
   src.close();
   dst.close();
@@ -131,6 +141,11 @@ export async function run(args: string[]): Promise<void> {
     remote_prepare_over_memcpy: round(median(remotePrepare.slice(1)) / memcpyS),
     checksum_GBps: round(checksumGBps),
     relay_rss_MB: round(relayRssMB, 1),
+    restart_held_bytes: heldBytes,
+    restart_clean_s: round(median(restartClean), 3),
+    restart_crash_s: round(median(restartCrash), 3),
+    // The crash restart reads every byte held once more: at best bytes / checksum rate per thread.
+    restart_crash_verify_model_s: round(heldBytes / (checksumGBps * 1e9), 3),
     versions_held: status.versions.length,
     rounds,
   };
@@ -143,6 +158,7 @@ export async function run(args: string[]): Promise<void> {
     ['publish: commit (verify + checksums)', `${result.commit_ms} ms`, `checksum ${result.checksum_GBps} GB/s/thread`],
     ['publish: write + commit (a local trainer\'s stall)', `${result.publish_stall_over_memcpy} x memcpy`, 'goal <= 1.1'],
     ['remote push: lay out + checksum in private memory', `${result.remote_prepare_over_memcpy} x memcpy (first: ${result.remote_prepare_first_over_memcpy})`, 'before the transfer'],
+    [`restart holding ${formatBytes(heldBytes)}: after SIGTERM / SIGKILL`, `${result.restart_clean_s} s / ${result.restart_crash_s} s`, `re-reading ${formatBytes(heldBytes)}: ${result.restart_crash_verify_model_s} s at one thread's checksum rate`],
     ['relay RSS without shm', `${result.relay_rss_MB} MB (${result.versions_held} versions, ${round(rssShmemMB, 0)} MB shm mapped)`, 'goal <= 100 MB'],
   ]);
   process.stdout.write(`${JSON.stringify(result)}\n`);

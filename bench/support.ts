@@ -33,6 +33,8 @@ export function printTable(title: string, rows: string[][]): void {
 export interface BenchRelay {
   child: ChildProcess;
   socketPath: string;
+  /** Stops the relay with `signal` and starts it again on the same directory; seconds until it answers. */
+  restart(signal: 'SIGTERM' | 'SIGKILL'): Promise<number>;
   stop(): Promise<void>;
 }
 
@@ -40,27 +42,39 @@ export interface BenchRelay {
 export async function spawnBenchRelay(args: string[] = []): Promise<BenchRelay> {
   const root = mkdtempSync('/dev/shm/laminar-bench-');
   const socketPath = join(root, 'relay.sock');
-  const child = spawn(process.execPath, [CLI, 'relay', '--shm-dir', join(root, 'segments'), '--socket', socketPath, '--metrics-port', '-1', '--log-level', 'warn', ...args], {
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const { RelayClient } = await import('../src/relay/client/relay-client.js');
-  for (let i = 0; ; i++) {
-    try {
-      (await RelayClient.connect({ socketPath })).close();
-      break;
-    } catch (err) {
-      if (i > 200 || child.exitCode !== null) throw err;
-      await new Promise((r) => setTimeout(r, 50));
+  const start = async (): Promise<{ child: ChildProcess; exited: Promise<void> }> => {
+    const child = spawn(process.execPath, [CLI, 'relay', '--shm-dir', join(root, 'segments'), '--socket', socketPath, '--metrics-port', '-1', '--log-level', 'warn', ...args], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    for (let i = 0; ; i++) {
+      try {
+        (await RelayClient.connect({ socketPath, reconnect: false })).close();
+        return { child, exited };
+      } catch (err) {
+        if (i > 2000 || child.exitCode !== null) throw err;
+        await new Promise((r) => setTimeout(r, 10));
+      }
     }
-  }
-  return {
-    child,
+  };
+  let current = await start();
+  const relay: BenchRelay = {
+    child: current.child,
     socketPath,
+    async restart(signal) {
+      current.child.kill(signal);
+      await current.exited;
+      const t = performance.now();
+      current = await start();
+      relay.child = current.child;
+      return (performance.now() - t) / 1e3;
+    },
     async stop() {
-      child.kill('SIGTERM');
-      await exited;
+      current.child.kill('SIGTERM');
+      await current.exited;
       rmSync(root, { recursive: true, force: true });
     },
   };
+  return relay;
 }

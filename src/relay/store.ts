@@ -35,6 +35,7 @@ import {
   type TensorEntry,
   type VersionLayout,
 } from '../safetensors/header.js';
+import { takeCleanShutdown, writeCleanShutdown } from './clean-shutdown.js';
 import { copyCheckpoint, readCheckpoint } from './checkpoint.js';
 import { chunkChecksums } from './chunk-checksums.js';
 import { checkPublication, type WriterPiece } from './commit-check.js';
@@ -204,6 +205,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   private async recover(): Promise<{ recovered: number; discarded: number }> {
     let recovered = 0;
     let discarded = 0;
+    const unchangedSinceCleanStop = await takeCleanShutdown(this.options.shmDir);
     for (const name of (await readdir(this.options.shmDir)).sort()) {
       const path = join(this.options.shmDir, name);
       if (name.endsWith(WRITING_SUFFIX)) {
@@ -219,8 +221,9 @@ export class VersionStore extends EventEmitter<StoreEvents> {
       }
       if (!name.endsWith(COMPLETE_SUFFIX)) continue;
       try {
-        await this.adoptExistingSegment(path, name);
-        this.options.metrics.recovered.inc({ result: 'adopted' });
+        const trusted = await unchangedSinceCleanStop(name);
+        await this.adoptExistingSegment(path, name, trusted);
+        this.options.metrics.recovered.inc({ result: trusted ? 'adopted_clean' : 'adopted' });
         recovered++;
       } catch (err) {
         await unlink(path).catch(() => undefined);
@@ -233,7 +236,8 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     return { recovered, discarded };
   }
 
-  private async adoptExistingSegment(path: string, name: string): Promise<void> {
+  /** `trusted`: the file is the one a clean stop recorded, so its chunks are not read again. */
+  private async adoptExistingSegment(path: string, name: string, trusted: boolean): Promise<void> {
     const mapping = new Mapping(path, { writable: false });
     try {
       const n = readHeaderLength(new Uint8Array(mapping.view(0, Math.min(8, mapping.size))), mapping.size);
@@ -245,14 +249,16 @@ export class VersionStore extends EventEmitter<StoreEvents> {
       }
       if (this.models.get(model)?.has(version)) throw new ConflictError(ErrorCodes.VERSION_EXISTS, 'duplicate segment');
       const v = new StoredVersion(model, version, parsed.layout, parsed.metadata, segmentBaseName(model, version), path, mapping, null);
-      const bad = await this.verifyChunks(v, checksums);
-      if (bad.length > 0) throw new IntegrityError(ErrorCodes.CHECKSUM_MISMATCH, `chunks ${bad.join(', ')} fail their checksums`);
+      if (!trusted) {
+        const bad = await this.verifyChunks(v, checksums);
+        if (bad.length > 0) throw new IntegrityError(ErrorCodes.CHECKSUM_MISMATCH, `chunks ${bad.join(', ')} fail their checksums`);
+      }
       v.checksums = checksums;
       v.state = 'complete';
       v.completedAt = Date.now();
       this.pin(v);
       this.versionsOf(model, true).set(version, v);
-      this.log.info({ model, version, size: v.layout.totalSize }, 'recovered a complete version');
+      this.log.info({ model, version, size: v.layout.totalSize, verified: !trusted }, trusted ? 'recovered a complete version (unchanged since a clean stop)' : 'recovered a complete version');
     } catch (err) {
       mapping.close();
       throw err;
@@ -263,13 +269,17 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   async close(): Promise<void> {
     this.closed = true;
     if (this.spareTimer) clearTimeout(this.spareTimer);
+    const complete: string[] = [];
     for (const versions of this.models.values()) {
       for (const v of versions.values()) {
         if (v.state === 'writing') await this.discard(v, 'relay shutting down');
         else v.mapping?.close();
+        if (v.state === 'complete') complete.push(v.segment);
       }
     }
     this.models.clear();
+    // The next start adopts these without reading them again if their files stay untouched.
+    await writeCleanShutdown(this.options.shmDir, complete).catch((err: Error) => this.log.warn({ err: err.message }, 'cannot record the clean stop: the next start verifies every version'));
     for (const set of this.waiters.values()) set.clear();
   }
 

@@ -1,4 +1,4 @@
-import { openSync, readdirSync, writeSync, closeSync, existsSync, statSync } from 'node:fs';
+import { chmodSync, openSync, readdirSync, writeSync, closeSync, existsSync, statSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -68,8 +68,51 @@ describe('relay process: crashes and restarts', () => {
     expect(await relay.stop('SIGTERM')).toBe(0);
     client.close();
     const files = readdirSync(relay.shmDir).sort();
-    expect(files).toEqual(['m.v1.safetensors']);
+    expect(files).toEqual(['clean-shutdown.json', 'm.v1.safetensors']);
     expect(existsSync(relay.socketPath)).toBe(false);
+  });
+
+  it('after a clean stop, adopts the versions left untouched without reading them, and verifies any other', async () => {
+    const args = ['--keep-versions', '5', '--chunk-size', '16KiB'];
+    const first = await spawnRelay(tmp.dir, args);
+    relays.push(first);
+    const client = await RelayClient.connect({ socketPath: first.socketPath, reconnect: false });
+    for (const v of [1, 2]) await client.publish({ model: 'm', version: v, tensors: weights(v) });
+    client.close();
+    expect(await first.stop('SIGTERM')).toBe(0);
+    const record = join(first.shmDir, 'clean-shutdown.json');
+    expect(existsSync(record)).toBe(true);
+
+    // While no relay runs, v1's bytes change (its file must be made writable first).
+    const v1 = join(first.shmDir, 'm.v1.safetensors');
+    chmodSync(v1, 0o640);
+    const fd = openSync(v1, 'r+');
+    writeSync(fd, Buffer.from([0xee]), 0, 1, statSync(v1).size - 5);
+    closeSync(fd);
+
+    const second = await spawnRelay(tmp.dir, args);
+    relays.push(second);
+    expect(existsSync(record)).toBe(false); // taken at start: a crash from here on leaves none
+    let text = await metricsText(second.metricsPort);
+    expect(metricValue(text, 'laminar_relay_recovered_versions_total', 'result="adopted_clean"')).toBe(1);
+    expect(metricValue(text, 'laminar_relay_recovered_versions_total', 'result="corrupt_deleted"')).toBe(1);
+    expect(metricValue(text, 'laminar_relay_recovered_versions_total', 'result="adopted"')).toBe(0);
+    expect(second.logs.some((l) => l.includes('unchanged since a clean stop'))).toBe(true);
+    const again = await RelayClient.connect({ socketPath: second.socketPath, reconnect: false });
+    expect((await again.status()).versions.map((v) => v.version)).toEqual([2]);
+    const lease = await again.acquire({ model: 'm' });
+    await lease.verify();
+    await lease.release();
+    again.close();
+
+    // A crash leaves no record: the next start reads every version again.
+    second.child.kill('SIGKILL');
+    await second.exited;
+    const third = await spawnRelay(tmp.dir, args);
+    relays.push(third);
+    text = await metricsText(third.metricsPort);
+    expect(metricValue(text, 'laminar_relay_recovered_versions_total', 'result="adopted"')).toBe(1);
+    expect(metricValue(text, 'laminar_relay_recovered_versions_total', 'result="adopted_clean"')).toBe(0);
   });
 
   it('refuses to run two relays on one shm directory', async () => {
