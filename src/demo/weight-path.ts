@@ -77,8 +77,9 @@ async function main(): Promise<void> {
     ),
   );
   const stop = new AbortController();
-  const cleanup = (): void => {
-    for (const relay of relays) relay.kill('SIGTERM');
+  const cleanup = async (): Promise<void> => {
+    // The relays finish their clean stop (they write into their directories) before it goes.
+    await Promise.all(relays.map((relay) => stopChild(relay)));
     rmSync(root, { recursive: true, force: true });
   };
   process.once('SIGINT', () => {
@@ -148,8 +149,18 @@ async function main(): Promise<void> {
       console.log(`  ${missed} rollout(s) did not reach the last version`);
     }
   } finally {
-    cleanup();
+    await cleanup();
   }
+}
+
+/** SIGTERM, then SIGKILL if the process has not exited 10 s later. */
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
 }
 
 async function connectWithRetry(socketPath: string): Promise<RelayClient> {
