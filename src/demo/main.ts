@@ -20,6 +20,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command } from 'commander';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
 import { formatBytes, parseDuration } from '../common/units.js';
@@ -94,6 +95,11 @@ async function main(): Promise<void> {
   const nc = await connect({ servers: nats.url, name: 'demo' });
   const redis = new Redis(redisServer.port, '127.0.0.1', { maxRetriesPerRequest: null });
   const ledger = watchLedger(nc);
+  // Disconnects of the demo's own connection: the live ledger misses what was published meanwhile.
+  let ledgerGaps = 0;
+  void (async () => {
+    for await (const s of nc.status()) if (s.type === 'disconnect' || s.type === 'slowConsumer') ledgerGaps++;
+  })().catch(() => undefined);
   const shutdown = async (): Promise<void> => {
     await Promise.all(daemons.map((d) => d.kill('SIGTERM')));
     if (opts.logs) {
@@ -226,7 +232,11 @@ async function main(): Promise<void> {
     const newest = status?.newest.find((h) => h.model === MODEL)?.version ?? null;
     const liveRelays = (status?.chain ?? []).filter((r) => r.health === 'alive');
     const lagging = liveRelays.filter((r) => newest !== null && !r.holds.some((h) => h.model === MODEL && h.version >= newest));
-    const lost = [...ledger.started].filter((id) => !ledger.completed.has(id) && !inPool.has(id));
+    const unseen = [...ledger.started].filter((id) => !ledger.completed.has(id) && !inPool.has(id));
+    // The live subscription can miss records (a client too slow for the server is cut off and
+    // reconnects); the buffer's stream is the record of truth for those.
+    const inBuffer = await recordsInBuffer(nc, unseen);
+    const lost = unseen.filter((id) => !inBuffer.has(id));
     const seconds = (performance.now() - started) / 1e3;
     const staleness = trainer.staleness;
     console.log('\nsummary');
@@ -245,7 +255,13 @@ async function main(): Promise<void> {
       const moved = [...killedRelay.rolloutVersions].map(([id, before]) => `${id} v${before ?? '-'} -> v${status?.rollouts.find((r) => r.id === id)?.weightVersion ?? '-'}`);
       console.log(`  relay restart                ${killedRelay.relay.id} ${back ? `back in the chain holding v${held ?? '-'}` : 'not back in the chain'}; its rollouts (weights at the kill -> now): ${moved.join(', ') || 'none'}`);
     }
-    console.log(`  ledger                       ${lost.length} trajectories lost, ${ledger.writtenTwice} written twice, ${lagging.length} live relays without v${newest ?? '?'}`);
+    console.log(`  ledger                       ${lost.length} trajectories lost, ${ledger.writtenTwice} written twice, ${lagging.length} live relays without v${newest ?? '?'}${inBuffer.size > 0 ? ` (${inBuffer.size} records found in the buffer that the live subscription missed${ledgerGaps > 0 ? `: ${ledgerGaps} disconnects or slow-consumer events` : ''})` : ''}`);
+    if (lost.length > 0) console.log(`  lost                         ${lost.slice(0, 20).join(' ')}${lost.length > 20 ? ' ...' : ''}`);
+    const slow = nats.logTail().split('\n').filter((l) => /slow consumer/i.test(l));
+    if (ledgerGaps > 0 || slow.length > 0) {
+      // The live ledger misses what is published while its connection is cut off.
+      console.log(`  the demo's NATS connection   ${ledgerGaps} disconnects or slow-consumer events; nats-server logged ${slow.length} slow consumers${slow.length > 0 ? ` (last: ${slow.at(-1)!.trim()})` : ''}`);
+    }
     if (lost.length > 0 || ledger.writtenTwice > 0 || lagging.length > 0 || ledger.completed.size === 0) process.exitCode = 1;
   } finally {
     await shutdown();
@@ -278,6 +294,19 @@ function watchLedger(nc: NatsConnection): { started: Set<string>; completed: Set
     records.unsubscribe();
   };
   return ledger;
+}
+
+/** Which of `ids` have a record in the experience buffer's stream. */
+async function recordsInBuffer(nc: NatsConnection, ids: string[]): Promise<Set<string>> {
+  const found = new Set<string>();
+  if (ids.length === 0) return found;
+  const names = bufferNames();
+  const jsm = await jetstreamManager(nc);
+  for (const id of ids) {
+    const msg = await jsm.streams.getMessage(names.stream, { last_by_subj: names.recordSubject(id) }).catch(() => null);
+    if (msg) found.add(id);
+  }
+  return found;
 }
 
 async function managerStatus(port: number): Promise<ManagerStatus | null> {

@@ -89,6 +89,8 @@ export class RolloutClient {
   /** The last acquire found the relay gone (ERR_CLOSED); cleared by the next one that succeeds. */
   private relayAway = false;
   private relayConnecting: Promise<RelayClient> | null = null;
+  /** Claims on their way (close waits for them). */
+  private readonly claiming = new Set<Promise<unknown>>();
   /**
    * A weight version change and a resume of trajectories never overlap (a trajectory keeps one
    * version from its first token to its last): an acquire waits for a resume in flight; during
@@ -266,10 +268,19 @@ export class RolloutClient {
    * skipped. Returns the tasks to generate.
    */
   async claim(prompts: number): Promise<GenerationTask[]> {
+    if (this.closed) throw new RolloutError(ErrorCodes.CLOSED, 'the rollout client is closed');
     const version = this.weightVersion;
     if (version === null) throw new RolloutError(RolloutErrorCodes.NO_WEIGHTS, 'acquire weights before claiming prompts');
-    const claims = await this.options.prompts.claim(this.id, prompts, this.options.claimLeaseMs ?? 60_000);
-    return (await Promise.all(claims.map((claim) => this.startClaim(claim, version)))).flat();
+    const work = (async () => {
+      const claims = await this.options.prompts.claim(this.id, prompts, this.options.claimLeaseMs ?? 60_000);
+      return (await Promise.all(claims.map((claim) => this.startClaim(claim, version)))).flat();
+    })();
+    this.claiming.add(work);
+    try {
+      return await work;
+    } finally {
+      this.claiming.delete(work);
+    }
   }
 
   /** Stops, hands over and closes; the tasks stay in the partial pool for the manager to move. */
@@ -278,6 +289,10 @@ export class RolloutClient {
     this.closed = true;
     if (this.reconcileTimer) clearInterval(this.reconcileTimer);
     await this.agent.close();
+    // A claim on its way starts its samples and completes before close returns: cut between the
+    // two steps of a returned sample's restart (the parked log removed, the new one not yet
+    // started) it would be in neither pool until the claim's lease ran out.
+    await Promise.allSettled([...this.claiming]);
     // A completion on its way (record to the buffer, then out of the partial pool) finishes
     // before close returns: the caller closes the pools and drains NATS next, which would cut
     // it between its steps and leave the trajectory for the manager to sort out.

@@ -1,7 +1,8 @@
 /**
- * A rollout stopping (SIGTERM: close the client, close the pools, drain NATS) while completions
- * are on their way: each finishes, in the buffer and out of the partial pool, before the
- * connection drains. Real nats-server (JetStream) and redis-server.
+ * A rollout stopping (SIGTERM: close the client, close the pools, drain NATS) while claims and
+ * completions are on their way: each finishes before the connection drains (a claim's samples
+ * started and the claim completed; a completion in the buffer and out of the partial pool).
+ * Real nats-server (JetStream) and redis-server.
  */
 import { describe, expect, it } from 'vitest';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -13,7 +14,7 @@ import { natsClient, servicesFixture } from '../data/helpers.js';
 
 const services = servicesFixture();
 
-describe('rollout: close with completions in flight', () => {
+describe('rollout: close with work in flight', () => {
   it('lets every completion on its way finish before it returns', async () => {
     const job = 'closing';
     const nc: NatsConnection = await natsClient(services.nats.url);
@@ -48,5 +49,40 @@ describe('rollout: close with completions in flight', () => {
     } finally {
       await other.close();
     }
+  });
+
+  it('lets a claim on its way start its samples and complete before it returns', async () => {
+    const job = 'closing-claim';
+    const nc = await natsClient(services.nats.url);
+    const prompts = await PromptPool.open({ redis: services.redis, name: job });
+    await prompts.load(Array.from({ length: 8 }, (_, i) => ({ id: `p${i}`, payload: i, n: 4 })));
+    const writer = await ExperienceWriter.open({ nc, buffer: job, groups: prompts });
+    const partials = await PartialPool.open({ nc, pool: job, writer });
+    const rollout = await RolloutClient.connect({ nc, job, id: 'ro-claiming', model: 'm', engine: inertEngine(), prompts, partials, writer, relaySocket: null, reconcileMs: 0 });
+    rollout.setWeightVersion(3);
+    const claiming = rollout.claim(8).then(
+      (tasks) => tasks.length,
+      (err: Error) => err.message,
+    );
+    await rollout.close();
+    await partials.close();
+    await nc.drain();
+    expect(await claiming).toBe(32);
+    await expect(rollout.claim(1)).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+
+    // Every sample is in the partial pool under this rollout, and no prompt is left leased.
+    const other = await natsClient(services.nats.url);
+    try {
+      const pool = await PartialPool.open({ nc: other, pool: job });
+      const listed = await pool.list();
+      expect(listed.length).toBe(32);
+      expect(new Set(listed.map((s) => s.owner))).toEqual(new Set(['ro-claiming']));
+      await pool.close();
+    } finally {
+      await other.close();
+    }
+    const progress = await prompts.progress();
+    expect(progress.leased).toBe(0);
+    expect(progress.completions).toBe(8);
   });
 });
