@@ -96,7 +96,7 @@ export class RolloutClient {
    * version from its first token to its last): an acquire waits for a resume in flight; during
    * an acquire a repack-in is refused, a reconciliation skipped, and a reinitialise waits.
    */
-  private resuming: Promise<unknown> | null = null;
+  private resuming: Promise<{ taken: number }> | null = null;
   private readonly loads = new Set<Promise<unknown>>();
   private weightVersion: number | null = null;
   private state: RolloutState = 'idle';
@@ -188,11 +188,11 @@ export class RolloutClient {
     if (!socket) throw new RolloutError(RolloutErrorCodes.NO_WEIGHTS, 'this rollout has no local relay (relaySocket); use setWeightVersion() after loading weights yourself');
     const resuming = this.resuming;
     if (resuming) {
-      await resuming.catch(() => undefined);
-      if (this.tasks.size > 0) {
+      const resumed = (await resuming.catch(() => null))?.taken ?? 0;
+      if (resumed > 0) {
         throw new RolloutError(
           RolloutErrorCodes.BUSY,
-          `${this.tasks.size} trajectories of version ${this.weightVersion} were resumed here while new weights were asked for: generate them first`,
+          `${resumed} trajectories of version ${this.weightVersion} were resumed here while new weights were asked for: generate them first`,
         );
       }
     }
