@@ -5,7 +5,8 @@
  * tests and by `npm run bench -- failover`.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { pino, type Logger } from 'pino';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
@@ -55,6 +56,8 @@ export class NetnsCluster {
   readonly relays = new Map<string, ClusterRelay>();
   readonly managers: Daemon[] = [];
   private readonly killedRoots: string[] = [];
+  /** Every daemon started, kept for LAMINAR_BENCH_LOGS (a killed one's logs tell most). */
+  private readonly started: Daemon[] = [];
   readonly secretFile: string;
   readonly gateway: string;
   private readonly scratch: string;
@@ -121,6 +124,7 @@ export class NetnsCluster {
       'manager started',
     );
     this.managers.push(daemon);
+    this.started.push(daemon);
     return daemon;
   }
 
@@ -143,6 +147,7 @@ export class NetnsCluster {
       ['ip', 'netns', 'exec', host.ns],
       { ...process.env, UCX_TLS: 'tcp', UCX_TCP_PORT_RANGE: UCX_DATA_PORTS },
     );
+    this.started.push(daemon);
     const client = await RelayClient.connect({ socketPath: socket });
     const relay = { id: `r${i}`, host: i, root, daemon, client };
     this.relays.set(relay.id, relay);
@@ -171,6 +176,7 @@ export class NetnsCluster {
       host: options.host ?? 'trainer-host',
       ...(options.forceRemote ? { forceRemote: true } : {}),
       masterWaitMs: 60_000,
+      ...(process.env.LAMINAR_BENCH_LOGS ? { logger: benchTrainerLogger(process.env.LAMINAR_BENCH_LOGS) } : {}),
     });
   }
 
@@ -222,6 +228,12 @@ export class NetnsCluster {
 
   async destroy(): Promise<void> {
     await this.stopAll();
+    const logDir = process.env.LAMINAR_BENCH_LOGS;
+    if (logDir) {
+      // Daemons of the same name (restarts, fresh rounds) get numbered files.
+      mkdirSync(logDir, { recursive: true });
+      this.started.forEach((d, i) => writeFileSync(join(logDir, `${String(i).padStart(3, '0')}-${d.name}.log`), `${d.logs.join('\n')}\n`));
+    }
     await this.nc?.close().catch(() => undefined);
     await this.nats.stop();
     execFileSync(TESTBED, ['down', this.options.bed], { stdio: 'ignore' });
@@ -235,6 +247,12 @@ export async function waitFor(what: string, check: () => Promise<boolean> | bool
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
+}
+
+/** The in-process trainers' log, appended to <dir>/trainer.log. */
+function benchTrainerLogger(dir: string): Logger {
+  mkdirSync(dir, { recursive: true });
+  return pino({ level: 'debug' }, pino.destination({ dest: join(dir, 'trainer.log'), append: true, sync: true }));
 }
 
 /** A deterministic U8 tensor of `bytes` bytes. */
