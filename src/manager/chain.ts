@@ -4,7 +4,10 @@
  * which link of the chain has stalled.
  *
  * Ordering rules (paper §4.3):
- * - the master first; when it dies, the relay holding the most of the newest version;
+ * - the master first; when it dies, the relay holding the most of the newest version; and while
+ *   it lives, it stays master unless another relay (even a demoted one) holds strictly more of the
+ *   newest versions: a version published into a master that was then declared dead (a missed
+ *   heartbeat under load) reaches it at the tail, and would go no further from there;
  * - stable: surviving relays keep their order, so a death is a splice (its predecessor now sends
  *   to its successor) and nobody else's predecessor changes;
  * - new relays join at the tail (they catch up from their predecessor without slowing anyone);
@@ -94,11 +97,12 @@ export function arrangeChain(input: ArrangeInput): string[] {
   const byId = new Map(relays.map((r) => [r.id, r]));
   const groupOf = (id: string): string => byId.get(id)?.labels[input.groupLabel ?? 'rack'] ?? '';
   const newest = newestVersions(relays, input.announced);
-  const previousMaster = previous[0];
-  const master =
-    previousMaster !== undefined && byId.has(previousMaster) && !demoted.has(previousMaster)
-      ? byId.get(previousMaster)!
-      : electAmong(relays, demoted, newest, previous);
+  const previousMaster = previous[0] !== undefined ? byId.get(previous[0]) : undefined;
+  const keepMaster =
+    previousMaster !== undefined &&
+    !demoted.has(previousMaster.id) &&
+    !relays.some((r) => progressScore(r, newest) > progressScore(previousMaster, newest) + 1e-9);
+  const master = keepMaster ? previousMaster : electAmong(relays, demoted, newest, previous);
   const rest = (ids: string[]): string[] => ids.filter((id) => id !== master.id);
   if (previous.length === 0) return groupByLabel([master.id, ...rest(sortByJoin(relays).map((r) => r.id))], groupOf);
   const kept = rest(previous.filter((id) => byId.has(id) && !demoted.has(id)));

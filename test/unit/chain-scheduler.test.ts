@@ -49,6 +49,22 @@ describe('chain order', () => {
     expect(arrangeChain({ previous: ['rX', 'r0', 'r1', 'r6'], relays, demoted: new Set(['r0']) })[0]).toBe('r1');
   });
 
+  it('hands the master role to a relay that holds more of the newest versions than the master', () => {
+    const v1 = { model: 'm', version: 1 };
+    const v2 = { model: 'm', version: 2 };
+    // r1 was master, was declared dead (missed heartbeats) while the trainer published v2 into
+    // it, came back at the tail, and holds v2; r2, master since, does not.
+    const relays = [relay('r2', { holds: [v1] }), relay('r3', { holds: [v1] }), relay('r1', { holds: [v1, v2] })];
+    expect(arrangeChain({ previous: ['r2', 'r3', 'r1'], relays })).toEqual(['r1', 'r2', 'r3']);
+    // Equal holdings, or the master receiving what nobody else has yet: the master stays.
+    const equal = [relay('r2', { holds: [v2] }), relay('r3', { holds: [v1] }), relay('r1', { holds: [v2] })];
+    expect(arrangeChain({ previous: ['r2', 'r3', 'r1'], relays: equal })[0]).toBe('r2');
+    const pushing = [relay('r2', { holds: [v1], receiving: [{ model: 'm', version: 2, hwm: 3, chunks: 8 }] }), relay('r3', { holds: [v1] })];
+    expect(arrangeChain({ previous: ['r2', 'r3'], relays: pushing })[0]).toBe('r2');
+    // Even a demoted holder: without it as master nobody would send v2 at all.
+    expect(arrangeChain({ previous: ['r2', 'r3', 'r1'], relays, demoted: new Set(['r1']) })[0]).toBe('r1');
+  });
+
   it('regroups by rack only while idle, and never to more cross-rack hops', () => {
     const relays = [relay('r0', { labels: { rack: 'a' } }), relay('r1', { labels: { rack: 'b' } }), relay('r2', { labels: { rack: 'a' } })];
     expect(arrangeChain({ previous: ['r0', 'r1'], relays, idle: false })).toEqual(['r0', 'r1', 'r2']);
@@ -68,7 +84,8 @@ describe('chain order', () => {
           const order = arrangeChain({ previous: prev, relays, demoted: new Set(demoted.map((n) => `r${n}`)), idle });
           // Every live relay exactly once, nobody else.
           expect([...order].sort()).toEqual(relays.map((r) => r.id).sort());
-          // A surviving master stays master unless demoted.
+          // A surviving master stays master unless demoted (nobody holds anything here, so no
+          // relay holds more of the newest versions than it).
           const master = prev[0];
           if (master && alive.includes(Number(master.slice(1))) && !demoted.includes(Number(master.slice(1)))) expect(order[0]).toBe(master);
           // Survivors not demoted keep their relative order when nothing is regrouped.
