@@ -5,9 +5,10 @@
  *
  * Ordering rules (paper §4.3):
  * - the master first; when it dies, the relay holding the most of the newest version; and while
- *   it lives, it stays master unless another relay (even a demoted one) holds strictly more of the
- *   newest versions: a version published into a master that was then declared dead (a missed
- *   heartbeat under load) reaches it at the tail, and would go no further from there;
+ *   it lives, it stays master unless the manager says it has been behind for a while (see
+ *   `masterBehind`): a version published into a master that was then declared dead (a missed
+ *   heartbeat under load) completes there after it rejoined at the tail, and would go no
+ *   further from there;
  * - stable: surviving relays keep their order, so a death is a splice (its predecessor now sends
  *   to its successor) and nobody else's predecessor changes;
  * - new relays join at the tail (they catch up from their predecessor without slowing anyone);
@@ -88,6 +89,11 @@ export interface ArrangeInput {
   /** Label whose equal values sit together (default "rack"). */
   groupLabel?: string;
   announced?: Holding[];
+  /**
+   * The live master has been behind another relay for long enough (`masterBehind`, held for a
+   * while by the manager so that heartbeats seen out of order never move it): elect again.
+   */
+  replaceMaster?: boolean;
 }
 
 export function arrangeChain(input: ArrangeInput): string[] {
@@ -98,10 +104,7 @@ export function arrangeChain(input: ArrangeInput): string[] {
   const groupOf = (id: string): string => byId.get(id)?.labels[input.groupLabel ?? 'rack'] ?? '';
   const newest = newestVersions(relays, input.announced);
   const previousMaster = previous[0] !== undefined ? byId.get(previous[0]) : undefined;
-  const keepMaster =
-    previousMaster !== undefined &&
-    !demoted.has(previousMaster.id) &&
-    !relays.some((r) => progressScore(r, newest) > progressScore(previousMaster, newest) + 1e-9);
+  const keepMaster = previousMaster !== undefined && !demoted.has(previousMaster.id) && input.replaceMaster !== true;
   const master = keepMaster ? previousMaster : electAmong(relays, demoted, newest, previous);
   const rest = (ids: string[]): string[] => ids.filter((id) => id !== master.id);
   if (previous.length === 0) return groupByLabel([master.id, ...rest(sortByJoin(relays).map((r) => r.id))], groupOf);
@@ -114,6 +117,18 @@ export function arrangeChain(input: ArrangeInput): string[] {
     if (crossGroupHops(grouped, groupOf) < crossGroupHops(order, groupOf)) return grouped;
   }
   return order;
+}
+
+/**
+ * Whether another relay holds, complete, a version of some model newer than anything the master
+ * holds or receives of it: the master can never send that version down the chain. (A relay
+ * receiving what the master has is normal, and so is one that completed a version a moment
+ * before the master's own heartbeat says so: the manager holds this for a while before acting.)
+ */
+export function masterBehind(master: RelayView, relays: RelayView[]): boolean {
+  const masterHas = new Map<string, number>();
+  for (const h of [...master.holds, ...master.receiving]) masterHas.set(h.model, Math.max(masterHas.get(h.model) ?? -1, h.version));
+  return relays.some((r) => r.id !== master.id && r.holds.some((h) => h.version > (masterHas.get(h.model) ?? -1)));
 }
 
 /**

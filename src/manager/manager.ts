@@ -52,7 +52,7 @@ import {
   type RolloutLoad,
 } from '../control/schema.js';
 import { Keys, controlNames, type ControlNames } from '../control/subjects.js';
-import { StallWatch, arrangeChain, newestVersions, progressScore, type RelayView } from './chain.js';
+import { StallWatch, arrangeChain, masterBehind, newestVersions, progressScore, type RelayView } from './chain.js';
 import { LeaderLease } from './leader-lease.js';
 import { ManagerMetrics } from './metrics.js';
 import { RolloutCoordinator, type CoordinatorStatus, type RolloutCoordinatorOptions, type RolloutView } from './rollouts/coordinator.js';
@@ -141,6 +141,8 @@ export class Manager {
    */
   private readonly stalledSuccessors = new Map<string, Map<string, number>>();
   private readonly stallMs: number;
+  /** Since when the master has lacked a version another relay holds (see chain.ts masterBehind). */
+  private masterBehindSince: number | null = null;
   private readonly announced = new Map<string, Announcement>();
   private readonly loadAsked = new Map<string, number>();
   /** When the fault the next plan repairs became known (for the repair-time metric). */
@@ -640,6 +642,10 @@ export class Manager {
     if (this.publishing) return;
     const previous = this.plan?.relays.map((m) => m.id) ?? [];
     const idle = relays.every((r) => r.receiving.length === 0);
+    const master = relays.find((r) => r.id === previous[0]);
+    if (master && masterBehind(master, relays)) this.masterBehindSince ??= now;
+    else this.masterBehindSince = null;
+    const replaceMaster = this.masterBehindSince !== null && now - this.masterBehindSince >= this.stallMs;
     const order = arrangeChain({
       previous,
       relays,
@@ -647,7 +653,12 @@ export class Manager {
       idle,
       groupLabel: this.options.groupLabel ?? 'rack',
       announced: [...this.announced.values()],
+      replaceMaster,
     });
+    if (replaceMaster && order[0] !== previous[0]) {
+      this.log.warn({ master: previous[0], next: order[0], behindMs: now - this.masterBehindSince! }, 'the master lacks a version another relay holds: that relay becomes master');
+      this.faultReason = 'master-behind';
+    }
     const byId = new Map(relays.map((r) => [r.id, r]));
     const next = order.map((id) => ({ id, address: byId.get(id)!.address }));
     const same = this.plan !== null && next.length === this.plan.relays.length && next.every((m, i) => m.id === this.plan!.relays[i]!.id && m.address === this.plan!.relays[i]!.address);

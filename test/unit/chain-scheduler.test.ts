@@ -2,7 +2,7 @@
 import fc from 'fast-check';
 import { pack } from 'msgpackr';
 import { describe, expect, it } from 'vitest';
-import { StallWatch, arrangeChain, crossGroupHops, electMaster, newestVersions, type RelayView } from '../../src/manager/chain.js';
+import { StallWatch, arrangeChain, crossGroupHops, electMaster, masterBehind, newestVersions, type RelayView } from '../../src/manager/chain.js';
 import { ControlError, SCHEMA_VERSION, decode, encode, heartbeatSchema, planSchema } from '../../src/control/schema.js';
 
 function relay(id: string, extra: Partial<RelayView> = {}): RelayView {
@@ -49,20 +49,26 @@ describe('chain order', () => {
     expect(arrangeChain({ previous: ['rX', 'r0', 'r1', 'r6'], relays, demoted: new Set(['r0']) })[0]).toBe('r1');
   });
 
-  it('hands the master role to a relay that holds more of the newest versions than the master', () => {
+  it('sees a master that lacks a version another relay holds, and elects again when told to', () => {
     const v1 = { model: 'm', version: 1 };
     const v2 = { model: 'm', version: 2 };
     // r1 was master, was declared dead (missed heartbeats) while the trainer published v2 into
     // it, came back at the tail, and holds v2; r2, master since, does not.
     const relays = [relay('r2', { holds: [v1] }), relay('r3', { holds: [v1] }), relay('r1', { holds: [v1, v2] })];
-    expect(arrangeChain({ previous: ['r2', 'r3', 'r1'], relays })).toEqual(['r1', 'r2', 'r3']);
-    // Equal holdings, or the master receiving what nobody else has yet: the master stays.
-    const equal = [relay('r2', { holds: [v2] }), relay('r3', { holds: [v1] }), relay('r1', { holds: [v2] })];
-    expect(arrangeChain({ previous: ['r2', 'r3', 'r1'], relays: equal })[0]).toBe('r2');
-    const pushing = [relay('r2', { holds: [v1], receiving: [{ model: 'm', version: 2, hwm: 3, chunks: 8 }] }), relay('r3', { holds: [v1] })];
-    expect(arrangeChain({ previous: ['r2', 'r3'], relays: pushing })[0]).toBe('r2');
+    expect(masterBehind(relays[0]!, relays)).toBe(true);
+    // Not alone: the manager decides when it has lasted (heartbeats arrive out of order).
+    expect(arrangeChain({ previous: ['r2', 'r3', 'r1'], relays })[0]).toBe('r2');
+    expect(arrangeChain({ previous: ['r2', 'r3', 'r1'], relays, replaceMaster: true })).toEqual(['r1', 'r2', 'r3']);
     // Even a demoted holder: without it as master nobody would send v2 at all.
-    expect(arrangeChain({ previous: ['r2', 'r3', 'r1'], relays, demoted: new Set(['r1']) })[0]).toBe('r1');
+    expect(arrangeChain({ previous: ['r2', 'r3', 'r1'], relays, demoted: new Set(['r1']), replaceMaster: true })[0]).toBe('r1');
+    // Not behind: a relay receiving what the master sends, or holding what the master receives.
+    const sending = [relay('r2', { holds: [v2] }), relay('r3', { holds: [v1], receiving: [{ model: 'm', version: 2, hwm: 3, chunks: 8 }] })];
+    expect(masterBehind(sending[0]!, sending)).toBe(false);
+    const pushed = [relay('r2', { holds: [v1], receiving: [{ model: 'm', version: 2, hwm: 7, chunks: 8 }] }), relay('r3', { holds: [v1] })];
+    expect(masterBehind(pushed[0]!, pushed)).toBe(false);
+    // Another model counts on its own.
+    const other = [relay('r2', { holds: [v2] }), relay('r3', { holds: [{ model: 'n', version: 1 }] })];
+    expect(masterBehind(other[0]!, other)).toBe(true);
   });
 
   it('regroups by rack only while idle, and never to more cross-rack hops', () => {
@@ -84,8 +90,7 @@ describe('chain order', () => {
           const order = arrangeChain({ previous: prev, relays, demoted: new Set(demoted.map((n) => `r${n}`)), idle });
           // Every live relay exactly once, nobody else.
           expect([...order].sort()).toEqual(relays.map((r) => r.id).sort());
-          // A surviving master stays master unless demoted (nobody holds anything here, so no
-          // relay holds more of the newest versions than it).
+          // A surviving master stays master unless demoted.
           const master = prev[0];
           if (master && alive.includes(Number(master.slice(1))) && !demoted.includes(Number(master.slice(1)))) expect(order[0]).toBe(master);
           // Survivors not demoted keep their relative order when nothing is regrouped.
