@@ -29,3 +29,25 @@ export function delay(ms: number, signal?: AbortSignal): Promise<void> {
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
+
+/** Work on its way that a close must wait for (claims, loads): tracked from start to settle. */
+export class InFlight {
+  private readonly pending = new Set<Promise<unknown>>();
+
+  get size(): number {
+    return this.pending.size;
+  }
+
+  /** Tracks `work` until it settles; returns it. */
+  track<T>(work: Promise<T>): Promise<T> {
+    this.pending.add(work);
+    const done = (): void => void this.pending.delete(work);
+    work.then(done, done);
+    return work;
+  }
+
+  /** Resolves once everything tracked now has settled, whatever its outcome. */
+  async settled(): Promise<void> {
+    await Promise.allSettled([...this.pending]);
+  }
+}

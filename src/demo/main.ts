@@ -20,11 +20,10 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command } from 'commander';
-import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
 import { formatBytes, parseDuration } from '../common/units.js';
-import { PartialPool, PromptPool, bufferNames, partialNames } from '../data/index.js';
+import { ExperienceWriter, PartialPool, PromptPool, bufferNames, partialNames } from '../data/index.js';
 import { KIND_HEADER } from '../data/partial/log-codec.js';
 import { tokenToId } from '../data/ids.js';
 import type { ManagerStatus } from '../manager/manager.js';
@@ -255,7 +254,7 @@ async function main(): Promise<void> {
       const moved = [...killedRelay.rolloutVersions].map(([id, before]) => `${id} v${before ?? '-'} -> v${status?.rollouts.find((r) => r.id === id)?.weightVersion ?? '-'}`);
       console.log(`  relay restart                ${killedRelay.relay.id} ${back ? `back in the chain holding v${held ?? '-'}` : 'not back in the chain'}; its rollouts (weights at the kill -> now): ${moved.join(', ') || 'none'}`);
     }
-    console.log(`  ledger                       ${lost.length} trajectories lost, ${ledger.writtenTwice} written twice, ${lagging.length} live relays without v${newest ?? '?'}${inBuffer.size > 0 ? ` (${inBuffer.size} records found in the buffer that the live subscription missed${ledgerGaps > 0 ? `: ${ledgerGaps} disconnects or slow-consumer events` : ''})` : ''}`);
+    console.log(`  ledger                       ${lost.length} trajectories lost, ${ledger.writtenTwice} written twice, ${lagging.length} live relays without v${newest ?? '?'}${inBuffer.size > 0 ? ` (${inBuffer.size} records found in the buffer that the live subscription missed)` : ''}`);
     if (lost.length > 0) console.log(`  lost                         ${lost.slice(0, 20).join(' ')}${lost.length > 20 ? ' ...' : ''}`);
     const slow = nats.logTail().split('\n').filter((l) => /slow consumer/i.test(l));
     if (ledgerGaps > 0 || slow.length > 0) {
@@ -296,16 +295,12 @@ function watchLedger(nc: NatsConnection): { started: Set<string>; completed: Set
   return ledger;
 }
 
-/** Which of `ids` have a record in the experience buffer's stream. */
+/** Which of `ids` have a record in the experience buffer (the writer's own check). */
 async function recordsInBuffer(nc: NatsConnection, ids: string[]): Promise<Set<string>> {
   const found = new Set<string>();
   if (ids.length === 0) return found;
-  const names = bufferNames();
-  const jsm = await jetstreamManager(nc);
-  for (const id of ids) {
-    const msg = await jsm.streams.getMessage(names.stream, { last_by_subj: names.recordSubject(id) }).catch(() => null);
-    if (msg) found.add(id);
-  }
+  const writer = await ExperienceWriter.open({ nc });
+  for (const id of ids) if (await writer.has(id)) found.add(id);
   return found;
 }
 

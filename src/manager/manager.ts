@@ -351,6 +351,7 @@ export class Manager {
     this.members.clear();
     this.plan = null;
     this.stallWatch.reset();
+    this.masterBehindSince = null;
   }
 
   private reconnected(): void {

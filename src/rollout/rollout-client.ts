@@ -20,7 +20,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { ErrorCodes, LaminarError } from '../common/errors.js';
-import { mapLimit } from '../common/concurrency.js';
+import { InFlight, mapLimit } from '../common/concurrency.js';
 import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
 import { MemberAgent } from '../control/member-agent.js';
@@ -90,14 +90,14 @@ export class RolloutClient {
   private relayAway = false;
   private relayConnecting: Promise<RelayClient> | null = null;
   /** Claims on their way (close waits for them). */
-  private readonly claiming = new Set<Promise<unknown>>();
+  private readonly claiming = new InFlight();
   /**
    * A weight version change and a resume of trajectories never overlap (a trajectory keeps one
    * version from its first token to its last): an acquire waits for a resume in flight; during
    * an acquire a repack-in is refused, a reconciliation skipped, and a reinitialise waits.
    */
   private resuming: Promise<{ taken: number }> | null = null;
-  private readonly loads = new Set<Promise<unknown>>();
+  private readonly loads = new InFlight();
   private weightVersion: number | null = null;
   private state: RolloutState = 'idle';
   private kvPrev = 0;
@@ -208,18 +208,15 @@ export class RolloutClient {
       });
       return { relay, lease };
     })();
-    this.loads.add(load);
     let relay: RelayClient;
     let lease: Lease;
     try {
-      ({ relay, lease } = await load);
+      ({ relay, lease } = await this.loads.track(load));
     } catch (err) {
       const code = (err as LaminarError).code ?? 'ERR_UNKNOWN';
       this.metrics.weightAcquireFailures.inc({ code });
       if (code === ErrorCodes.CLOSED) this.relayAwayNow(err as Error);
       throw err;
-    } finally {
-      this.loads.delete(load);
     }
     if (this.relayAway) {
       this.relayAway = false;
@@ -271,16 +268,12 @@ export class RolloutClient {
     if (this.closed) throw new RolloutError(ErrorCodes.CLOSED, 'the rollout client is closed');
     const version = this.weightVersion;
     if (version === null) throw new RolloutError(RolloutErrorCodes.NO_WEIGHTS, 'acquire weights before claiming prompts');
-    const work = (async () => {
-      const claims = await this.options.prompts.claim(this.id, prompts, this.options.claimLeaseMs ?? 60_000);
-      return (await Promise.all(claims.map((claim) => this.startClaim(claim, version)))).flat();
-    })();
-    this.claiming.add(work);
-    try {
-      return await work;
-    } finally {
-      this.claiming.delete(work);
-    }
+    return this.claiming.track(
+      (async () => {
+        const claims = await this.options.prompts.claim(this.id, prompts, this.options.claimLeaseMs ?? 60_000);
+        return (await Promise.all(claims.map((claim) => this.startClaim(claim, version)))).flat();
+      })(),
+    );
   }
 
   /** Stops, hands over and closes; the tasks stay in the partial pool for the manager to move. */
@@ -292,7 +285,7 @@ export class RolloutClient {
     // A claim on its way starts its samples and completes before close returns: cut between the
     // two steps of a returned sample's restart (the parked log removed, the new one not yet
     // started) it would be in neither pool until the claim's lease ran out.
-    await Promise.allSettled([...this.claiming]);
+    await this.claiming.settled();
     // A completion on its way (record to the buffer, then out of the partial pool) finishes
     // before close returns: the caller closes the pools and drains NATS next, which would cut
     // it between its steps and leave the trajectory for the manager to sort out.
@@ -445,7 +438,7 @@ export class RolloutClient {
     for (const t of tasks) t.handOver();
     await this.options.engine.reinitialise();
     // New weights being loaded land first: what is resumed below is checked against them.
-    await Promise.allSettled([...this.loads]);
+    await this.loads.settled();
     // Resume from what the partial pool holds: it is the truth after a hiccup.
     const owned = (await this.options.partials.list(this.id)).map((t) => t.trajectoryId);
     const { taken, lost, returned } = await this.takeOverAndResume(owned, this.id, 'version_mismatch');

@@ -14,16 +14,25 @@ import { natsClient, servicesFixture } from '../data/helpers.js';
 
 const services = servicesFixture();
 
+/**
+ * A rollout client of job `job` (8 prompts of 4 samples loaded, weights at version 3) on a NATS
+ * connection of its own, which the test drains as a stopping rollout process would.
+ */
+async function rolloutOnItsOwnConnection(job: string, id: string): Promise<{ nc: NatsConnection; prompts: PromptPool; partials: PartialPool; rollout: RolloutClient }> {
+  const nc = await natsClient(services.nats.url);
+  const prompts = await PromptPool.open({ redis: services.redis, name: job });
+  await prompts.load(Array.from({ length: 8 }, (_, i) => ({ id: `p${i}`, payload: i, n: 4 })));
+  const writer = await ExperienceWriter.open({ nc, buffer: job, groups: prompts });
+  const partials = await PartialPool.open({ nc, pool: job, writer });
+  const rollout = await RolloutClient.connect({ nc, job, id, model: 'm', engine: inertEngine(), prompts, partials, writer, relaySocket: null, reconcileMs: 0 });
+  rollout.setWeightVersion(3);
+  return { nc, prompts, partials, rollout };
+}
+
 describe('rollout: close with work in flight', () => {
   it('lets every completion on its way finish before it returns', async () => {
     const job = 'closing';
-    const nc: NatsConnection = await natsClient(services.nats.url);
-    const prompts = await PromptPool.open({ redis: services.redis, name: job });
-    await prompts.load(Array.from({ length: 8 }, (_, i) => ({ id: `p${i}`, payload: i, n: 4 })));
-    const writer = await ExperienceWriter.open({ nc, buffer: job, groups: prompts });
-    const partials = await PartialPool.open({ nc, pool: job, writer });
-    const rollout = await RolloutClient.connect({ nc, job, id: 'ro-closing', model: 'm', engine: inertEngine(), prompts, partials, writer, relaySocket: null, reconcileMs: 0 });
-    rollout.setWeightVersion(3);
+    const { nc, partials, rollout } = await rolloutOnItsOwnConnection(job, 'ro-closing');
     const tasks = await rollout.claim(8);
     expect(tasks.length).toBe(32);
     for (const t of tasks) expect(t.append(Int32Array.of(1, 2, 3, 4), Float32Array.of(-0.1, -0.2, -0.3, -0.4))).toBe(true);
@@ -53,13 +62,7 @@ describe('rollout: close with work in flight', () => {
 
   it('lets a claim on its way start its samples and complete before it returns', async () => {
     const job = 'closing-claim';
-    const nc = await natsClient(services.nats.url);
-    const prompts = await PromptPool.open({ redis: services.redis, name: job });
-    await prompts.load(Array.from({ length: 8 }, (_, i) => ({ id: `p${i}`, payload: i, n: 4 })));
-    const writer = await ExperienceWriter.open({ nc, buffer: job, groups: prompts });
-    const partials = await PartialPool.open({ nc, pool: job, writer });
-    const rollout = await RolloutClient.connect({ nc, job, id: 'ro-claiming', model: 'm', engine: inertEngine(), prompts, partials, writer, relaySocket: null, reconcileMs: 0 });
-    rollout.setWeightVersion(3);
+    const { nc, prompts, partials, rollout } = await rolloutOnItsOwnConnection(job, 'ro-claiming');
     const claiming = rollout.claim(8).then(
       (tasks) => tasks.length,
       (err: Error) => err.message,

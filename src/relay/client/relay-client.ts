@@ -16,6 +16,7 @@
  */
 import type { BroadcastStatus } from '../broadcast/broadcaster.js';
 import type { ChainPlan } from '../broadcast/plan.js';
+import { delay } from '../../common/concurrency.js';
 import { ClosedError, ErrorCodes, LaminarError } from '../../common/errors.js';
 import { Mapping } from '../../native/index.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
@@ -202,13 +203,9 @@ export class RelayClient implements AsyncDisposable {
     return this.reopening;
   }
 
-  private async send<T>(op: string, args: Record<string, unknown>, options?: RequestOptions): Promise<T> {
-    return (await this.live()).connection.request<T>(op, args, options);
-  }
-
   /** Sends a raw request (operations not wrapped below, tests, tools). */
-  request<T>(op: string, args: Record<string, unknown> = {}, options?: RequestOptions): Promise<T> {
-    return this.send<T>(op, args, options);
+  async request<T>(op: string, args: Record<string, unknown> = {}, options?: RequestOptions): Promise<T> {
+    return (await this.live()).connection.request<T>(op, args, options);
   }
 
   async beginPublish(options: BeginOptions): Promise<Publication> {
@@ -269,7 +266,7 @@ export class RelayClient implements AsyncDisposable {
     options: { model: string; version: number; chunkSize?: number; onProgress?: (done: number, total: number) => void; signal?: AbortSignal },
   ): Promise<SegmentDescription> {
     const { onProgress, signal, ...args } = options;
-    return this.send<SegmentDescription>('adopt', { path, ...args }, { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) });
+    return this.request<SegmentDescription>('adopt', { path, ...args }, { ...(onProgress ? { onProgress } : {}), ...(signal ? { signal } : {}) });
   }
 
   async acquire(options: AcquireOptions): Promise<Lease> {
@@ -312,7 +309,7 @@ export class RelayClient implements AsyncDisposable {
         // A lost or refused connection is waited out; the relay's own answer (bad arguments) is not.
         if (!(err instanceof ClosedError)) throw err;
         if (this.closedByUser || !this.reconnect) return;
-        await sleepUnless(backoffMs, stop);
+        await delay(backoffMs, stop).catch(() => undefined);
         backoffMs = Math.min(RESUBSCRIBE_MAX_MS, backoffMs * 2);
         continue;
       }
@@ -362,7 +359,7 @@ export class RelayClient implements AsyncDisposable {
   }
 
   status(): Promise<RelayStatus> {
-    return this.send<RelayStatus>('status', {});
+    return this.request<RelayStatus>('status', {});
   }
 
   /**
@@ -370,7 +367,7 @@ export class RelayClient implements AsyncDisposable {
    * than the one in force; `applied` says whether it was.
    */
   setPlan(plan: ChainPlan): Promise<{ applied: boolean; status: BroadcastStatus }> {
-    return this.send('plan', { plan });
+    return this.request('plan', { plan });
   }
 
   /** True once close() was called, or once the connection is lost when reconnection is off. */
@@ -387,20 +384,6 @@ export class RelayClient implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     this.close();
   }
-}
-
-/** Resolves after `ms`, or at once when `signal` aborts. */
-function sleepUnless(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = (): void => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
 }
 
 export { Lease, Publication, ErrorCodes, RemotePublisher };
