@@ -7,20 +7,25 @@
  *            the two back to back are a local trainer's stall; a remote trainer's layout of the
  *            version in private memory before it sends it;
  *   pull:    a client acquires the latest version (time to mapped) and copies every byte out;
+ *   answers: the relay's status round trip, timed from another process every 10 ms while the
+ *            publishes run (worst and 99th percentile), beside its median when the relay is idle:
+ *            a relay whose event loop is held up answers neither rollouts nor its manager;
  *   memory:  the relay process's own memory (RSS without the shm segments) holding 4 versions;
  *   restart: from stopping the relay to the restarted one answering, holding those 4 versions:
  *            after SIGTERM (a clean stop: unchanged versions are adopted without being read)
  *            and after SIGKILL (every version is read and verified again), median of 3 each.
  * Prints a table, then one JSON line.
  */
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { Mapping } from '../src/native/index.js';
 import { RelayClient } from '../src/relay/client/relay-client.js';
 import { prepareVersion } from '../src/relay/client/remote-publisher.js';
 import { StagingBuffer } from '../src/relay/client/staging.js';
 import { formatBytes, parseBytes } from '../src/common/units.js';
-import { spawnBenchRelay, median, printTable, timed } from './support.js';
+import { spawnBenchRelay, median, percentile, printTable, timed } from './support.js';
 
 const TENSORS = 16;
 
@@ -52,6 +57,13 @@ export async function run(args: string[]): Promise<void> {
   const sources = Array.from({ length: TENSORS }, (_, i) => new Uint8Array(src.view(i * tensorBytes, tensorBytes)));
   const specs = sources.map((_, i) => ({ name: `layer.${i}.weight`, dtype: 'U8' as const, shape: [tensorBytes] }));
 
+  // The relay's round trips are timed from a process of their own: this one plays the trainer,
+  // and its own event loop (V8 and the allocator waiting on its address space while its pool
+  // threads write a gigabyte) would be counted as the relay's.
+  const pinger = await startPinger(relay.socketPath);
+  const idleRtt = await pinger.measure(50);
+  pinger.start();
+
   const prepare: number[] = [];
   const fill: number[] = [];
   const commit: number[] = [];
@@ -69,6 +81,7 @@ export async function run(args: string[]): Promise<void> {
     await pub.commit();
     commit.push((performance.now() - t) / 1e3);
   }
+  const busyRtt = await pinger.stop();
 
   const mapMs: number[] = [];
   const readS: number[] = [];
@@ -140,6 +153,9 @@ export async function run(args: string[]): Promise<void> {
     remote_prepare_first_over_memcpy: round(remotePrepare[0]! / memcpyS),
     remote_prepare_over_memcpy: round(median(remotePrepare.slice(1)) / memcpyS),
     checksum_GBps: round(checksumGBps),
+    idle_rtt_ms: round(median(idleRtt), 2),
+    busy_rtt_p99_ms: round(percentile(busyRtt, 0.99), 1),
+    busy_rtt_max_ms: round(Math.max(...busyRtt), 1),
     relay_rss_MB: round(relayRssMB, 1),
     restart_held_bytes: heldBytes,
     restart_clean_s: round(median(restartClean), 3),
@@ -159,9 +175,48 @@ export async function run(args: string[]): Promise<void> {
     ['publish: write + commit (a local trainer\'s stall)', `${result.publish_stall_over_memcpy} x memcpy`, 'goal <= 1.1'],
     ['remote push: lay out + checksum in private memory', `${result.remote_prepare_over_memcpy} x memcpy (first: ${result.remote_prepare_first_over_memcpy})`, 'before the transfer'],
     [`restart holding ${formatBytes(heldBytes)}: after SIGTERM / SIGKILL`, `${result.restart_clean_s} s / ${result.restart_crash_s} s`, `re-reading ${formatBytes(heldBytes)}: ${result.restart_crash_verify_model_s} s at one thread's checksum rate`],
+    ['relay answers while publishing: status round trip p99 / worst', `${result.busy_rtt_p99_ms} ms / ${result.busy_rtt_max_ms} ms`, `idle: ${result.idle_rtt_ms} ms`],
     ['relay RSS without shm', `${result.relay_rss_MB} MB (${result.versions_held} versions, ${round(rssShmemMB, 0)} MB shm mapped)`, 'goal <= 100 MB'],
   ]);
   process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+/**
+ * A child process that times `status` round trips to the relay: `measure(n)` n back to back,
+ * `start()` one every 10 ms until `stop()`, which resolves with those round trips (ms).
+ */
+async function startPinger(socketPath: string): Promise<{ measure(n: number): Promise<number[]>; start(): void; stop(): Promise<number[]> }> {
+  const clientModule = new URL('../src/relay/client/relay-client.js', import.meta.url).href;
+  const script = `
+    import { RelayClient } from ${JSON.stringify(clientModule)};
+    import { createInterface } from 'node:readline';
+    const client = await RelayClient.connect({ socketPath: ${JSON.stringify(socketPath)}, name: 'bench-pinger' });
+    const once = async () => { const t = performance.now(); await client.status(); return performance.now() - t; };
+    let running = false;
+    let loop = Promise.resolve([]);
+    for await (const line of createInterface({ input: process.stdin })) {
+      const [cmd, n] = line.split(' ');
+      if (cmd === 'measure') { const out = []; for (let i = 0; i < Number(n); i++) out.push(await once()); console.log(JSON.stringify(out)); }
+      if (cmd === 'start') { running = true; loop = (async () => { const out = []; while (running) { out.push(await once()); await new Promise((r) => setTimeout(r, 10)); } return out; })(); }
+      if (cmd === 'stop') { running = false; console.log(JSON.stringify(await loop)); client.close(); process.stdin.destroy(); break; }
+    }`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  const reply = async (command: string): Promise<number[]> => {
+    child.stdin.write(`${command}\n`);
+    const next = await lines.next();
+    if (next.done) throw new Error('the pinger process exited');
+    return JSON.parse(next.value as string) as number[];
+  };
+  return {
+    measure: (n) => reply(`measure ${n}`),
+    start: () => void child.stdin.write('start\n'),
+    stop: async () => {
+      const out = await reply('stop');
+      child.stdin.end();
+      return out;
+    },
+  };
 }
 
 function round(x: number, digits = 2): number {

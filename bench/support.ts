@@ -23,6 +23,12 @@ export function median(xs: number[]): number {
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
+/** The q-quantile (0..1) of xs, nearest rank. */
+export function percentile(xs: number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.max(0, Math.ceil(s.length * q) - 1)]!;
+}
+
 export function printTable(title: string, rows: string[][]): void {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   process.stdout.write(`\n${title}\n`);

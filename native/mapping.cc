@@ -21,11 +21,54 @@
 
 namespace laminar {
 
+namespace {
+
+// Page population, mlock and munlock of a large mapping go in steps of this many bytes. Each
+// such call holds the process's mmap lock (shared) for as long as it works, and a thread that
+// needs it exclusively (any mmap or munmap: the allocator, V8, a new mapping) waits for it,
+// while every page fault behind that waiter waits too. One call over a fresh gigabyte of tmpfs,
+// whose pages the kernel zeroes at first touch, held the relay's event loop for seconds. A
+// step costs a few milliseconds at worst, and lets the waiter in between.
+constexpr size_t kMmapLockStep = 8u << 20;
+
+// Calls `op(addr, length)` over [begin, end) in kMmapLockStep pieces; stops at the first
+// failure and returns its errno (0 when every piece succeeded). `*done` is how far it got.
+template <typename Op>
+int InSteps(uint8_t* begin, uint8_t* end, Op op, size_t* done = nullptr) {
+  uint8_t* at = begin;
+  int err = 0;
+  while (at < end) {
+    size_t n = static_cast<size_t>(end - at) < kMmapLockStep ? static_cast<size_t>(end - at) : kMmapLockStep;
+    if (op(at, n) != 0) {
+      err = errno;
+      break;
+    }
+    at += n;
+  }
+  if (done != nullptr) *done = static_cast<size_t>(at - begin);
+  return err;
+}
+
+}  // namespace
+
 Region::~Region() {
   if (addr != nullptr && addr != MAP_FAILED) {
-    if (locked) munlock(addr, size);
-    munmap(addr, size);
+    uint8_t* base = static_cast<uint8_t*>(addr);
+    if (locked) InSteps(base, base + size, [](void* a, size_t n) { return munlock(a, n); });
+    InSteps(base, base + size, [](void* a, size_t n) { return munmap(a, n); });
   }
+}
+
+int Region::LockInSteps() {
+  uint8_t* base = static_cast<uint8_t*>(addr);
+  size_t done = 0;
+  int err = InSteps(base, base + size, [](void* a, size_t n) { return mlock(a, n); }, &done);
+  if (err != 0) {
+    InSteps(base, base + done, [](void* a, size_t n) { return munlock(a, n); });
+    return err;
+  }
+  locked = true;
+  return 0;
 }
 
 bool ToSize(Napi::Value value, size_t* out) {
@@ -152,8 +195,10 @@ class PopulateWorker : public RegionWorker {
     size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     size_t start = off_ & ~(page - 1);
     size_t end = off_ + len_;
-    if (madvise(region_->at(start), end - start, write_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0) return;
-    if (errno != EINVAL) return Fail(errno, "populate");
+    int advice = write_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+    int err = InSteps(region_->at(start), region_->at(end), [advice](void* a, size_t n) { return madvise(a, n, advice); });
+    if (err == 0) return;
+    if (err != EINVAL) return Fail(err, "populate");
     // Kernels before 5.14: touch one byte per page instead.
     volatile uint8_t sink = 0;
     for (size_t p = start; p < end; p += page) {
@@ -178,8 +223,7 @@ class LockWorker : public RegionWorker {
   LockWorker(Napi::Env env, std::shared_ptr<Region> r) : RegionWorker(env, std::move(r), "mlock") {}
   void Execute() override {
     if (region_->locked) return;
-    if (mlock(region_->addr, region_->size) == 0) region_->locked = true;
-    else refused_ = errno;
+    refused_ = region_->LockInSteps();
   }
   Napi::Value Result() override {
     return refused_ == 0 ? Env().Null() : Napi::String::New(Env(), ErrnoName(refused_));
@@ -407,9 +451,8 @@ Napi::Value Mapping::Lock(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!CheckOpen(env)) return env.Undefined();
   if (region_->locked) return env.Null();
-  if (mlock(region_->addr, region_->size) != 0) return Napi::String::New(env, ErrnoName(errno));
-  region_->locked = true;
-  return env.Null();
+  int refused = region_->LockInSteps();
+  return refused == 0 ? env.Null() : Napi::String::New(env, ErrnoName(refused));
 }
 
 Napi::Value Mapping::LockAsync(const Napi::CallbackInfo& info) {

@@ -23,6 +23,8 @@ struct Region {
   bool writable = false;            // PROT_WRITE: writing into a read-only mapping would SIGSEGV
   std::atomic<bool> locked{false};  // set by a pool thread (lockAsync), read on the JS thread
   ~Region();
+  // mlock of the whole region, in steps; on a refusal unlocks what it locked and returns errno.
+  int LockInSteps();
   uint8_t* at(size_t offset) const { return static_cast<uint8_t*>(addr) + offset; }
 };
 

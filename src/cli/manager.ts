@@ -1,6 +1,7 @@
 /** `laminar manager`: the rollout manager's control plane (chain scheduler, failure detection). */
 import { Command, Option } from 'commander';
 import { createLogger } from '../common/logger.js';
+import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics } from '../common/metrics.js';
 import { parseDuration } from '../common/units.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
@@ -72,6 +73,7 @@ export function managerCommand(): Command {
       });
       process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the manager keeps running)'));
       await manager.start();
+      watchEventLoop({ registry, log: logger });
       const port = Number(opts.httpPort);
       const http = port >= 0 ? await serveMetrics(registry, { host: opts.httpHost!, port, status: () => manager.status() }) : null;
       logger.info({ manager: manager.id, job: control.job, nats: control.servers, httpPort: http?.port ?? null, leader: manager.isLeader }, 'manager started');

@@ -3,6 +3,7 @@ import { Command, Option } from 'commander';
 import { Redis } from 'ioredis';
 import { InvalidInputError, ErrorCodes } from '../common/errors.js';
 import { createLogger } from '../common/logger.js';
+import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics } from '../common/metrics.js';
 import { parseDuration } from '../common/units.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
@@ -93,6 +94,7 @@ export function simRolloutCommand(): Command {
         registry,
         logger,
       });
+      watchEventLoop({ registry, log: logger });
       const port = Number(opts.metricsPort);
       const http = port >= 0 ? await serveMetrics(registry, { host: opts.metricsHost!, port, status: () => ({ id: opts.id, version: rollout.client.version, owned: rollout.client.owned.size, ...rollout.engine.stats }) }) : null;
       logger.info({ rollout: opts.id, job: control.job, metricsPort: http?.port ?? null }, 'sim-rollout started');

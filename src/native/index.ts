@@ -137,7 +137,13 @@ export const UCX_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({
 for (const [name, value] of Object.entries(UCX_DEFAULTS)) process.env[name] ??= value;
 
 const require = createRequire(import.meta.url);
-export const native: NativeAddon = require(findAddon()) as NativeAddon;
+const ADDON_PATH = findAddon();
+export const native: NativeAddon = require(ADDON_PATH) as NativeAddon;
+
+/** Where the loaded addon lives (tests load it into child processes with other limits). */
+export function addonPath(): string {
+  return ADDON_PATH;
+}
 native.setErrorClass(NativeError);
 
 export const Mapping = native.Mapping;

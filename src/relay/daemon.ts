@@ -3,6 +3,7 @@
  * `laminar relay` command runs, and what tests embed.
  */
 import type { Logger } from 'pino';
+import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics, type MetricsServer } from '../common/metrics.js';
 import { silentLogger } from '../common/logger.js';
 import { RelayMetrics } from './metrics.js';
@@ -105,6 +106,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     await unlock();
     throw err;
   }
+  const loop = watchEventLoop({ registry, log });
   let closed: Promise<void> | null = null;
   const srv = server;
   return {
@@ -116,6 +118,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     metricsPort: metricsServer?.port ?? null,
     close() {
       closed ??= (async () => {
+        loop.stop();
         await control?.close();
         await broadcaster?.close();
         await srv.close();
