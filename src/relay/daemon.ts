@@ -64,7 +64,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
   let broadcaster: Broadcaster | null = null;
   let control: RelayControl | null = null;
   try {
-    const { recovered, discarded } = await store.init();
+    const { recovered, discarded, verifying } = await store.init();
     if (options.broadcast) {
       broadcaster = await Broadcaster.start(store, {
         ...options.broadcast,
@@ -95,6 +95,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
         manager: options.control ? options.control.servers.join(',') : null,
         recovered,
         discarded,
+        verifying,
       },
       'relay ready',
     );

@@ -60,7 +60,7 @@ export class RelayMetrics {
     this.errors = new Counter({ name: 'laminar_relay_errors_total', help: 'Errors returned to clients, by code', labelNames: ['code'], registers: [registry] });
     this.badFrames = new Counter({ name: 'laminar_relay_bad_frames_total', help: 'Connections closed for malformed frames, by code', labelNames: ['code'], registers: [registry] });
     this.pinFailures = new Counter({ name: 'laminar_relay_pin_failures_total', help: 'Versions that could not be mlocked', registers: [registry] });
-    this.recovered = new Counter({ name: 'laminar_relay_recovered_versions_total', help: 'Segments found at start-up, by outcome: adopted (verified), adopted_clean (unchanged since a clean stop, not read), corrupt_deleted, partial_deleted', labelNames: ['result'], registers: [registry] });
+    this.recovered = new Counter({ name: 'laminar_relay_recovered_versions_total', help: 'Segments found at start-up, by outcome: adopted (verified), adopted_clean (unchanged since a clean stop, not read), corrupt_deleted, partial_deleted, beyond_retention (older than --keep-versions allows: not read)', labelNames: ['result'], registers: [registry] });
     this.spareSegments = new Counter({
       name: 'laminar_relay_spare_segments_total',
       help: 'Spare segments by event: prepared (allocated while idle), kept (a retired version), reused (by a new version), dropped (for room)',

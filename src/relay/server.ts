@@ -326,6 +326,7 @@ class Connection {
           leases: this.relay.leaseCount,
           connections: this.relay.connectionCount,
           versions: store.list().map((v) => v.info()),
+          verifying: store.verifyingVersions(),
           broadcast: this.relay.options.broadcast?.status() ?? null,
         };
       case 'plan': {

@@ -172,6 +172,9 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   /** When bytes last moved through the relay (a spare waits for `spareQuietMs` of quiet). */
   private lastActive = 0;
   private closed = false;
+  /** Older versions found at start-up, mapped and waiting for verification (recover()). */
+  private readonly verifying = new Map<string, StoredVersion>();
+  private recovering: Promise<void> = Promise.resolve();
   /**
    * Whether the relay is moving bytes right now (receiving or forwarding a version): a spare is
    * prepared only when it is not, so that allocating one never competes with a transfer.
@@ -192,20 +195,31 @@ export class VersionStore extends EventEmitter<StoreEvents> {
 
   // ---- start-up and shutdown ------------------------------------------------------------
 
-  async init(): Promise<{ recovered: number; discarded: number }> {
+  /**
+   * Adopts what an earlier run left in the directory (see recover()). Resolves once the newest
+   * version of each model is served; `verifying` older ones follow in the background.
+   */
+  async init(): Promise<{ recovered: number; discarded: number; verifying: number }> {
     await mkdir(this.options.shmDir, { recursive: true, mode: 0o750 });
     return this.recover();
   }
 
   /**
-   * Re-adopts the complete segments found in the directory (after a restart, clean or not),
-   * verifying every chunk; deletes partial and corrupt ones. Files that do not look like ours
-   * are left alone.
+   * Re-adopts the complete segments found in the directory (after a restart, clean or not) and
+   * deletes partial and corrupt ones; files that do not look like ours are left alone.
+   *
+   * A segment is served only after every chunk was read and checked, unless a clean stop
+   * recorded it and its file is unchanged since. Reading is what makes a crash restart slow
+   * (every byte held, a few hundred GB for a large model with kept versions), and rollouts and
+   * the chain want the newest version only: so per model the newest is verified before the
+   * relay starts, the older kept ones afterwards in the background (acquirable once verified;
+   * an acquire of one waits for it), and those retention would retire at once are not read.
    */
-  private async recover(): Promise<{ recovered: number; discarded: number }> {
+  private async recover(): Promise<{ recovered: number; discarded: number; verifying: number }> {
     let recovered = 0;
     let discarded = 0;
     const unchangedSinceCleanStop = await takeCleanShutdown(this.options.shmDir);
+    const byModel = new Map<string, FoundSegment[]>();
     for (const name of (await readdir(this.options.shmDir)).sort()) {
       const path = join(this.options.shmDir, name);
       if (name.endsWith(WRITING_SUFFIX)) {
@@ -221,23 +235,53 @@ export class VersionStore extends EventEmitter<StoreEvents> {
       }
       if (!name.endsWith(COMPLETE_SUFFIX)) continue;
       try {
-        const trusted = await unchangedSinceCleanStop(name);
-        await this.adoptExistingSegment(path, name, trusted);
-        this.options.metrics.recovered.inc({ result: trusted ? 'adopted_clean' : 'adopted' });
-        recovered++;
+        const found = this.openFoundSegment(path, name, await unchangedSinceCleanStop(name));
+        const list = byModel.get(found.v.model) ?? [];
+        byModel.set(found.v.model, list);
+        list.push(found);
       } catch (err) {
-        await unlink(path).catch(() => undefined);
-        this.options.metrics.recovered.inc({ result: 'corrupt_deleted' });
-        this.log.error({ segment: name, err }, 'deleted a segment that failed verification at start-up');
+        await this.deleteCorrupt(path, err);
         discarded++;
       }
     }
-    for (const model of this.models.keys()) this.applyRetention(model);
-    return { recovered, discarded };
+    const background: FoundSegment[] = [];
+    for (const list of byModel.values()) {
+      list.sort((a, b) => b.v.version - a.v.version);
+      for (const beyond of list.splice(1 + this.options.keepVersions)) await this.dropUnread(beyond.v);
+      // The newest that passes is served from the start (an older one if the newest is corrupt).
+      while (list.length > 0) {
+        if (await this.adoptFound(list.shift()!)) {
+          recovered++;
+          break;
+        }
+        discarded++;
+      }
+      for (const older of list) {
+        if (older.trusted) recovered += (await this.adoptFound(older)) ? 1 : 0;
+        else background.push(older);
+      }
+    }
+    for (const found of background) this.verifying.set(versionKey(found.v.model, found.v.version), found.v);
+    this.recovering = this.verifyInBackground(background);
+    return { recovered, discarded, verifying: background.length };
   }
 
-  /** `trusted`: the file is the one a clean stop recorded, so its chunks are not read again. */
-  private async adoptExistingSegment(path: string, name: string, trusted: boolean): Promise<void> {
+  /** Verifies the older versions found at start-up one after another, newest first. */
+  private async verifyInBackground(found: FoundSegment[]): Promise<void> {
+    const started = Date.now();
+    let adopted = 0;
+    for (const f of found) {
+      if (this.closed) return;
+      if (await this.adoptFound(f)) adopted++;
+      this.verifying.delete(versionKey(f.v.model, f.v.version));
+      if (this.closed) return;
+      this.applyRetention(f.v.model); // a newer version may have arrived meanwhile
+    }
+    if (found.length > 0) this.log.info({ adopted, deleted: found.length - adopted, seconds: (Date.now() - started) / 1e3 }, 'verified the older versions found at start-up');
+  }
+
+  /** Maps a complete segment found at start-up and reads its header; nothing is verified yet. */
+  private openFoundSegment(path: string, name: string, trusted: boolean): FoundSegment {
     const mapping = new Mapping(path, { writable: false });
     try {
       const n = readHeaderLength(new Uint8Array(mapping.view(0, Math.min(8, mapping.size))), mapping.size);
@@ -247,22 +291,72 @@ export class VersionStore extends EventEmitter<StoreEvents> {
       if (`${segmentBaseName(model, version)}${COMPLETE_SUFFIX}` !== name) {
         throw new IntegrityError(ErrorCodes.BAD_SAFETENSORS, `segment name does not match its header (${model} v${version})`);
       }
-      if (this.models.get(model)?.has(version)) throw new ConflictError(ErrorCodes.VERSION_EXISTS, 'duplicate segment');
       const v = new StoredVersion(model, version, parsed.layout, parsed.metadata, segmentBaseName(model, version), path, mapping, null);
-      if (!trusted) {
-        const bad = await this.verifyChunks(v, checksums);
-        if (bad.length > 0) throw new IntegrityError(ErrorCodes.CHECKSUM_MISMATCH, `chunks ${bad.join(', ')} fail their checksums`);
-      }
-      v.checksums = checksums;
-      v.state = 'complete';
-      v.completedAt = Date.now();
-      this.pin(v);
-      this.versionsOf(model, true).set(version, v);
-      this.log.info({ model, version, size: v.layout.totalSize, verified: !trusted }, trusted ? 'recovered a complete version (unchanged since a clean stop)' : 'recovered a complete version');
+      return { v, checksums, trusted };
     } catch (err) {
       mapping.close();
       throw err;
     }
+  }
+
+  /**
+   * Makes a found segment a complete version after verifying its chunks (`trusted`: the file is
+   * the one a clean stop recorded, so they are not read again). False when it failed (the file
+   * is deleted) or the store closed meanwhile (the file stays for the next start).
+   */
+  private async adoptFound({ v, checksums, trusted }: FoundSegment): Promise<boolean> {
+    let bad: number[] = [];
+    if (!trusted) {
+      try {
+        bad = await this.verifyChunks(v, checksums);
+      } catch (err) {
+        if (this.closed) return false;
+        v.mapping?.close();
+        await this.deleteCorrupt(v.path, err);
+        return false;
+      }
+    }
+    if (this.closed) return false;
+    if (bad.length > 0) {
+      v.mapping?.close();
+      await this.deleteCorrupt(v.path, new IntegrityError(ErrorCodes.CHECKSUM_MISMATCH, `chunks ${bad.join(', ')} fail their checksums`));
+      return false;
+    }
+    v.checksums = checksums;
+    v.state = 'complete';
+    v.completedAt = Date.now();
+    this.pin(v);
+    this.versionsOf(v.model, true).set(v.version, v);
+    this.options.metrics.recovered.inc({ result: trusted ? 'adopted_clean' : 'adopted' });
+    this.log.info({ model: v.model, version: v.version, size: v.layout.totalSize, verified: !trusted }, trusted ? 'recovered a complete version (unchanged since a clean stop)' : 'recovered a complete version');
+    this.wakeWaiters(v);
+    return true;
+  }
+
+  private async deleteCorrupt(path: string, err: unknown): Promise<void> {
+    await unlink(path).catch(() => undefined);
+    this.options.metrics.recovered.inc({ result: 'corrupt_deleted' });
+    this.log.error({ segment: path.slice(path.lastIndexOf('/') + 1), err }, 'deleted a segment that failed verification at start-up');
+  }
+
+  /** A found version older than retention keeps: its file becomes a spare or goes, unread. */
+  private async dropUnread(v: StoredVersion): Promise<void> {
+    v.mapping?.close();
+    v.mapping = null;
+    const kept = await this.spares.keep(v.path, v.layout.totalSize);
+    if (!kept) await unlink(v.path).catch(() => undefined);
+    this.options.metrics.recovered.inc({ result: 'beyond_retention' });
+    this.log.info({ model: v.model, version: v.version, recycled: kept }, 'did not adopt a version older than --keep-versions allows');
+  }
+
+  /** Older versions found at start-up and still being verified. */
+  verifyingVersions(): { model: string; version: number; size: number }[] {
+    return [...this.verifying.values()].map((v) => ({ model: v.model, version: v.version, size: v.layout.totalSize }));
+  }
+
+  /** Resolves when the background verification of start-up versions is over (tests). */
+  recovered(): Promise<void> {
+    return this.recovering;
   }
 
   /** Closes mappings. Complete versions stay on disk for the next start; partial ones go. */
@@ -278,6 +372,9 @@ export class VersionStore extends EventEmitter<StoreEvents> {
       }
     }
     this.models.clear();
+    // Not recorded: the next start verifies them (as it would have here).
+    for (const v of this.verifying.values()) v.mapping?.close();
+    this.verifying.clear();
     // The next start adopts these without reading them again if their files stay untouched.
     await writeCleanShutdown(this.options.shmDir, complete).catch((err: Error) => this.log.warn({ err: err.message }, 'cannot record the clean stop: the next start verifies every version'));
     for (const set of this.waiters.values()) set.clear();
@@ -326,6 +423,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   usedBytes(): number {
     let total = this.spares.bytes;
     for (const v of this.list()) total += v.layout.totalSize;
+    for (const v of this.verifying.values()) total += v.layout.totalSize;
     return total;
   }
 
@@ -358,6 +456,11 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   }
 
   private checkNewVersion(model: string, version: number): void {
+    if (this.verifying.has(versionKey(model, version))) {
+      throw new ConflictError(ErrorCodes.VERSION_EXISTS, `model ${JSON.stringify(model)} version ${version} is held (being verified after a restart)`, {
+        details: { model, version, state: 'verifying' },
+      });
+    }
     const existing = this.models.get(model)?.get(version);
     if (existing) {
       throw new ConflictError(
@@ -744,7 +847,12 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     if (found) return found;
     const timeoutMs = request.timeoutMs ?? 0;
     const latest = this.latest(model);
-    const unreachable = request.version !== undefined && latest !== null && request.version < latest.version && !this.models.get(model)?.has(request.version);
+    const unreachable =
+      request.version !== undefined &&
+      latest !== null &&
+      request.version < latest.version &&
+      !this.models.get(model)?.has(request.version) &&
+      !this.verifying.has(versionKey(model, request.version));
     if (timeoutMs <= 0 || unreachable) {
       if (!this.models.has(model)) throw new NotFoundError(ErrorCodes.UNKNOWN_MODEL, `no versions of model ${JSON.stringify(model)}`);
       throw new NotFoundError(ErrorCodes.UNKNOWN_VERSION, `no complete version of ${model} matches ${describe(request)}`, {
@@ -825,6 +933,19 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   pinnedBytes(): number {
     return this.list().reduce((s, v) => s + (v.pinned ? v.layout.totalSize : 0), 0);
   }
+}
+
+/** A complete segment found at start-up, before it is verified. */
+interface FoundSegment {
+  v: StoredVersion;
+  /** From its header: what its chunks must hash to. */
+  checksums: string[];
+  /** Unchanged since a clean stop recorded it: not read again. */
+  trusted: boolean;
+}
+
+function versionKey(model: string, version: number): string {
+  return `${model}\u0000${version}`;
 }
 
 /** How often a wanted spare checks whether the relay has become idle. */

@@ -10,6 +10,15 @@ const weights = (v: number) => [
   { name: 'b', dtype: 'U8' as const, shape: [10000], data: new Uint8Array(10000).fill(v) },
 ];
 
+/** The relay's status once the versions it found at start-up are all verified. */
+async function verified(client: RelayClient): Promise<Awaited<ReturnType<RelayClient['status']>>> {
+  for (;;) {
+    const status = await client.status();
+    if (status.verifying.length === 0) return status;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 describe('relay process: crashes and restarts', () => {
   let tmp: ReturnType<typeof tempShmDir>;
   let relays: RelayProcess[] = [];
@@ -44,7 +53,7 @@ describe('relay process: crashes and restarts', () => {
     const second = await spawnRelay(tmp.dir, ['--keep-versions', '5']);
     relays.push(second);
     const again = await RelayClient.connect({ socketPath: second.socketPath });
-    const status = await again.status();
+    const status = await verified(again); // v1 is older: verified after the relay started
     expect(status.versions.map((v) => [v.version, v.state])).toEqual([[2, 'complete']]);
     expect(existsSync(v1)).toBe(false);
     expect(readdirSync(second.shmDir).some((f) => f.endsWith('.writing'))).toBe(false);
@@ -93,12 +102,13 @@ describe('relay process: crashes and restarts', () => {
     const second = await spawnRelay(tmp.dir, args);
     relays.push(second);
     expect(existsSync(record)).toBe(false); // taken at start: a crash from here on leaves none
+    const again = await RelayClient.connect({ socketPath: second.socketPath, reconnect: false });
+    await verified(again); // v1 changed: verified (and found corrupt) after the relay started
     let text = await metricsText(second.metricsPort);
     expect(metricValue(text, 'laminar_relay_recovered_versions_total', 'result="adopted_clean"')).toBe(1);
     expect(metricValue(text, 'laminar_relay_recovered_versions_total', 'result="corrupt_deleted"')).toBe(1);
     expect(metricValue(text, 'laminar_relay_recovered_versions_total', 'result="adopted"')).toBe(0);
     expect(second.logs.some((l) => l.includes('unchanged since a clean stop'))).toBe(true);
-    const again = await RelayClient.connect({ socketPath: second.socketPath, reconnect: false });
     expect((await again.status()).versions.map((v) => v.version)).toEqual([2]);
     const lease = await again.acquire({ model: 'm' });
     await lease.verify();

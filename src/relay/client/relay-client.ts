@@ -76,6 +76,8 @@ export interface RelayStatus {
   leases: number;
   connections: number;
   versions: VersionInfo[];
+  /** Older versions found at a restart and not verified yet (not acquirable until they are). */
+  verifying: { model: string; version: number; size: number }[];
   /** The relay's part in the broadcast, or null when it takes none. */
   broadcast: BroadcastStatus | null;
 }
