@@ -16,7 +16,11 @@ export function versionsCommand(): Command {
           process.stdout.write(`${JSON.stringify(status)}\n`);
           return;
         }
-        const rows = status.versions.map((v) => [v.model, String(v.version), v.state, formatBytes(v.size), String(v.leases), v.pinned ? 'yes' : 'no']);
+        const rows = [
+          ...status.versions.map((v) => [v.model, String(v.version), v.state, formatBytes(v.size), String(v.leases), v.pinned ? 'yes' : 'no']),
+          // Found at a restart, checked in the background: not handed out yet.
+          ...status.verifying.map((v) => [v.model, String(v.version), 'verifying', formatBytes(v.size), '0', 'no']),
+        ].sort((a, b) => a[0]!.localeCompare(b[0]!) || Number(a[1]) - Number(b[1]));
         const header = ['MODEL', 'VERSION', 'STATE', 'SIZE', 'LEASES', 'PINNED'];
         const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
         const line = (cells: string[]): string => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();

@@ -22,6 +22,7 @@ import { join } from 'node:path';
 import { Command } from 'commander';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
+import { delay } from '../common/concurrency.js';
 import { formatBytes, parseDuration } from '../common/units.js';
 import { ExperienceWriter, PartialPool, PromptPool, bufferNames, partialNames } from '../data/index.js';
 import { KIND_HEADER } from '../data/partial/log-codec.js';
@@ -347,14 +348,9 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)] ?? 0;
 }
 
+/** Resolves after ms, or at once when `signal` aborts (the demo's progress loop stopping). */
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
-  });
+  return delay(ms, signal).catch(() => undefined);
 }
 
 main().catch((err: unknown) => {
