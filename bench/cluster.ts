@@ -5,7 +5,7 @@
  * tests and by `npm run bench -- failover`.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { pino, type Logger } from 'pino';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -28,6 +28,63 @@ export const BROADCAST_PORT = 13337;
 const UCX_PORT_BLOCK = '13312/0xffc0';
 const UCX_DATA_PORTS = '13340-13375';
 const SECRET = 'cluster-job-secret-0123456789abcdef';
+const SCRATCH_PREFIX = 'laminar-cluster-';
+/** In each cluster's scratch directory: the process that owns it, its testbed and nats-server. */
+const OWNER_FILE = 'owner.json';
+
+interface ClusterOwner {
+  pid: number;
+  bed: string;
+  natsPid: number | undefined;
+  natsDir: string;
+}
+
+/**
+ * Removes what clusters of processes that are gone left behind: a SIGKILLed or OOM-killed run
+ * cannot clean up, and its scratch directory holds a gigabyte or more of segments per relay (in
+ * RAM: the next run would start short of memory), its testbed makes the next `up` of the same
+ * bed fail, and its nats-server and relays run on (`testbed.sh down` stops what runs in the
+ * hosts). A cluster whose process still runs is left alone.
+ */
+function sweepAbandonedClusters(): void {
+  for (const name of readdirSync('/dev/shm').filter((n) => n.startsWith(SCRATCH_PREFIX))) {
+    const dir = join('/dev/shm', name);
+    let owner: ClusterOwner;
+    try {
+      owner = JSON.parse(readFileSync(join(dir, OWNER_FILE), 'utf8')) as ClusterOwner;
+    } catch {
+      continue; // not one of ours, or still being created
+    }
+    if (processAlive(owner.pid)) continue;
+    try {
+      execFileSync(TESTBED, ['down', owner.bed], { stdio: 'ignore' });
+    } catch {
+      // best effort: `up` says what is in the way
+    }
+    if (owner.natsPid !== undefined && processAlive(owner.natsPid) && commandOf(owner.natsPid).includes('nats-server')) process.kill(owner.natsPid, 'SIGKILL');
+    rmSync(owner.natsDir, { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true });
+    process.stderr.write(`cluster: removed ${dir} and testbed ${owner.bed}, left by process ${owner.pid} (gone)\n`);
+  }
+}
+
+function commandOf(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** Running (a zombie, killed but not reaped by its new parent, is not). */
+export function processAlive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
 
 export { spawnDaemon, type Daemon } from '../src/demo/daemons.js';
 import { spawnDaemon, type Daemon } from '../src/demo/daemons.js';
@@ -75,6 +132,7 @@ export class NetnsCluster {
   }
 
   static async create(options: ClusterOptions): Promise<NetnsCluster> {
+    sweepAbandonedClusters();
     try {
       execFileSync(TESTBED, ['up', options.bed, String(options.hosts), '--rate', options.rate ?? '1gbit', '--net', options.net], { stdio: ['ignore', 'ignore', 'pipe'] });
     } catch (err) {
@@ -95,7 +153,9 @@ export class NetnsCluster {
         return { ns, address };
       });
     const nats = await startNatsServer({ host: '0.0.0.0' });
-    const cluster = new NetnsCluster(options, nats, hosts, mkdtempSync('/dev/shm/laminar-cluster-'));
+    const scratch = mkdtempSync(join('/dev/shm', SCRATCH_PREFIX));
+    writeFileSync(join(scratch, OWNER_FILE), JSON.stringify({ pid: process.pid, bed: options.bed, natsPid: nats.pid, natsDir: nats.dataDir } satisfies ClusterOwner));
+    const cluster = new NetnsCluster(options, nats, hosts, scratch);
     // Ctrl-C of a long run: stop every daemon and server (the exit hook removes the bed).
     const interrupted = (signal: NodeJS.Signals): void => {
       process.stderr.write(`\n${signal}: stopping the cluster\n`);

@@ -28,6 +28,9 @@ bridge="lmrb-$bed"
 
 down() {
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^lmr-$bed-[0-9]+$" || true); do
+    # Whatever still runs in a host (daemons of a run that was killed before it could stop them)
+    # would keep its memory and retry a network that is gone: it goes with the host.
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
