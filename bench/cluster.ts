@@ -10,6 +10,7 @@ import { pino, type Logger } from 'pino';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { processRunning } from '../src/common/process.js';
 import { checksumHex, Mapping } from '../src/native/index.js';
 import { startNatsServer, type NatsServer } from '../src/services/nats.js';
 import { RelayClient } from '../src/relay/client/relay-client.js';
@@ -55,13 +56,13 @@ function sweepAbandonedClusters(): void {
     } catch {
       continue; // not one of ours, or still being created
     }
-    if (processAlive(owner.pid)) continue;
+    if (processRunning(owner.pid)) continue;
     try {
       execFileSync(TESTBED, ['down', owner.bed], { stdio: 'ignore' });
     } catch {
       // best effort: `up` says what is in the way
     }
-    if (owner.natsPid !== undefined && processAlive(owner.natsPid) && commandOf(owner.natsPid).includes('nats-server')) process.kill(owner.natsPid, 'SIGKILL');
+    if (owner.natsPid !== undefined && processRunning(owner.natsPid) && commandOf(owner.natsPid).includes('nats-server')) process.kill(owner.natsPid, 'SIGKILL');
     rmSync(owner.natsDir, { recursive: true, force: true });
     rmSync(dir, { recursive: true, force: true });
     process.stderr.write(`cluster: removed ${dir} and testbed ${owner.bed}, left by process ${owner.pid} (gone)\n`);
@@ -76,15 +77,6 @@ function commandOf(pid: number): string {
   }
 }
 
-/** Running (a zombie, killed but not reaped by its new parent, is not). */
-export function processAlive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return false;
-  }
-}
 
 export { spawnDaemon, type Daemon } from '../src/demo/daemons.js';
 import { spawnDaemon, type Daemon } from '../src/demo/daemons.js';

@@ -23,6 +23,7 @@ import {
   NotFoundError,
   TimeoutError,
 } from '../common/errors.js';
+import { processRunning } from '../common/process.js';
 import { formatBytes } from '../common/units.js';
 import { Mapping, createSegmentAsync } from '../native/index.js';
 import {
@@ -305,21 +306,18 @@ export class VersionStore extends EventEmitter<StoreEvents> {
    * is deleted) or the store closed meanwhile (the file stays for the next start).
    */
   private async adoptFound({ v, checksums, trusted }: FoundSegment): Promise<boolean> {
-    let bad: number[] = [];
+    let failure: unknown = null;
     if (!trusted) {
-      try {
-        bad = await this.verifyChunks(v, checksums);
-      } catch (err) {
-        if (this.closed) return false;
-        v.mapping?.close();
-        await this.deleteCorrupt(v.path, err);
-        return false;
-      }
+      const bad = await this.verifyChunks(v, checksums).catch((err: unknown) => {
+        failure = err;
+        return [];
+      });
+      if (bad.length > 0) failure = new IntegrityError(ErrorCodes.CHECKSUM_MISMATCH, `chunks ${bad.join(', ')} fail their checksums`);
     }
     if (this.closed) return false;
-    if (bad.length > 0) {
+    if (failure !== null) {
       v.mapping?.close();
-      await this.deleteCorrupt(v.path, new IntegrityError(ErrorCodes.CHECKSUM_MISMATCH, `chunks ${bad.join(', ')} fail their checksums`));
+      await this.deleteCorrupt(v.path, failure);
       return false;
     }
     v.checksums = checksums;
@@ -970,22 +968,13 @@ export async function lockDirectory(dir: string): Promise<() => Promise<void>> {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       const pid = Number((await readFile(file, 'utf8').catch(() => '')).trim());
-      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && isAlive(pid)) {
+      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && processRunning(pid)) {
         throw new ConflictError('ERR_SHM_DIR_IN_USE', `relay pid ${pid} already manages ${dir}`);
       }
       await unlink(file).catch(() => undefined); // stale: its relay is gone
     }
   }
   throw new ConflictError('ERR_SHM_DIR_IN_USE', `could not lock ${dir}`);
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /** A version another relay offered: its header, parsed and checked, before any memory is set aside. */

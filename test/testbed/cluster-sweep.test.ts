@@ -6,7 +6,8 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { execFileSync, spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { NetnsCluster, processAlive } from '../../bench/cluster.js';
+import { NetnsCluster } from '../../bench/cluster.js';
+import { processRunning } from '../../src/common/process.js';
 import { REPO } from '../helpers/relay.js';
 
 const BED = 'swp';
@@ -43,13 +44,13 @@ describe('cluster clean-up after a killed run', () => {
     child.kill('SIGKILL');
     await new Promise((resolve) => child.once('exit', resolve));
     // Its nats-server and relay outlive it, as after a real crash.
-    expect(processAlive(natsPid)).toBe(true);
+    expect(processRunning(natsPid)).toBe(true);
     const again = await NetnsCluster.create({ bed: BED, hosts: 2, net: NET });
     try {
       expect(existsSync(scratch)).toBe(false);
       expect(again.hostNs.map((h) => h.ns)).toEqual([`lmr-${BED}-1`, `lmr-${BED}-2`]);
-      expect(relayPid === null || !processAlive(relayPid), 'the killed run\'s relay still runs').toBe(true);
-      expect(processAlive(natsPid), 'the killed run\'s nats-server still runs').toBe(false);
+      expect(relayPid === null || !processRunning(relayPid), 'the killed run\'s relay still runs').toBe(true);
+      expect(processRunning(natsPid), 'the killed run\'s nats-server still runs').toBe(false);
     } finally {
       await again.destroy();
     }
