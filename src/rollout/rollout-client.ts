@@ -282,9 +282,8 @@ export class RolloutClient {
     this.closed = true;
     if (this.reconcileTimer) clearInterval(this.reconcileTimer);
     await this.agent.close();
-    // A claim on its way starts its samples and completes before close returns: cut between the
-    // two steps of a returned sample's restart (the parked log removed, the new one not yet
-    // started) it would be in neither pool until the claim's lease ran out.
+    // A claim on its way starts its samples and completes its prompt claim before close returns:
+    // cut in between, the prompt would wait for its lease to run out before it is claimed again.
     await this.claiming.settled();
     // A completion on its way (record to the buffer, then out of the partial pool) finishes
     // before close returns: the caller closes the pools and drains NATS next, which would cut
@@ -342,15 +341,16 @@ export class RolloutClient {
       partial = await this.options.partials.start(this.id, start);
     } catch (err) {
       if ((err as { code?: string }).code !== DataErrorCodes.TRAJECTORY_EXISTS) throw err;
-      const parked = await this.options.partials.read(trajectoryId);
-      if (parked?.owner !== PARKED_OWNER) {
+      try {
+        // The manager gave up on this sample's old version and parked it: start it afresh, in
+        // one step (a crash cannot leave it in neither pool).
+        partial = await this.options.partials.restart(this.id, start, { from: PARKED_OWNER });
+      } catch (err2) {
+        if ((err2 as { code?: string }).code !== DataErrorCodes.NOT_OWNER) throw err2;
         // Another rollout generates it (this prompt was claimed before): not ours.
         this.metrics.tasks.inc({ outcome: 'skipped' });
         return null;
       }
-      // The manager gave up on this sample's old version and returned it: start it afresh.
-      await this.options.partials.remove(trajectoryId);
-      partial = await this.options.partials.start(this.id, start);
     }
     const task = new GenerationTask(this.taskHost, partial, { ...start, promptTokens });
     this.tasks.set(trajectoryId, task);

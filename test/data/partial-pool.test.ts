@@ -1,5 +1,6 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
+import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { DataErrorCodes, ExperienceSampler, ExperienceWriter, PartialPool, type PartialStart } from '../../src/data/index.js';
 import { metricValue, natsFixture, trajectory } from './helpers.js';
 
@@ -136,5 +137,99 @@ describe('PartialPool', () => {
     const s = await ExperienceSampler.open({ nc: nats.nc, buffer: name, batchSize: 2, registry, prefetch: false });
     closers.push(() => s.close());
     expect((await s.sample({ timeoutMs: 5000 })).items.map((i) => i.id)).toEqual(['done-1', 'done-3']);
+  });
+  /** How many messages the trajectory's log holds in the stream. */
+  async function logLength(p: PartialPool, id: string): Promise<number> {
+    const jsm = (p as unknown as { jsm: JetStreamManager }).jsm;
+    const info = await jsm.streams.info(p.names.stream, { subjects_filter: p.names.subject(id) });
+    return info.state.subjects?.[p.names.subject(id)] ?? 0;
+  }
+
+  it('a parked trajectory starts again in its own log in one step: one rollout wins, readers see only the new start', async () => {
+    const p = await pool({ flushTokens: 2 });
+    const t = await p.start('r1', start('again'));
+    t.append([1, 2, 3, 4], [-1, -1, -1, -1]);
+    await t.flush();
+    const parked = await p.takeOver('again', 'parked');
+    if (parked.status === 'taken') parked.trajectory.release();
+    const fresh: PartialStart = { ...start('again'), weightVersion: 4 };
+
+    // Only from the holder named.
+    await expect(p.restart('r2', fresh, { from: 'someone-else' })).rejects.toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    // Two rollouts at once: one restarts it, the other is told it is not its own.
+    const results = await Promise.allSettled([p.restart('r2', fresh, { from: 'parked' }), p.restart('r3', fresh, { from: 'parked' })]);
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    expect((results.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason).toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    const won = (results.find((r) => r.status === 'fulfilled') as PromiseFulfilledResult<Awaited<ReturnType<PartialPool['restart']>>>).value;
+    expect(won.tokenCount).toBe(0);
+    won.append([7, 8], [-2, -2]);
+    await won.flush();
+
+    const s = (await p.read('again'))!;
+    expect(Array.from(s.tokens)).toEqual([7, 8]);
+    expect(s).toMatchObject({ owner: won.owner, start: { weightVersion: 4 } });
+    expect(await p.startOf('again')).toEqual({ start: expect.objectContaining({ weightVersion: 4 }), owner: won.owner });
+    expect((await p.list()).find((x) => x.trajectoryId === 'again')).toMatchObject({ owner: won.owner, tokens: 2 });
+    // The superseded messages are gone: the new start and one delta remain.
+    expect(await logLength(p, 'again')).toBe(2);
+    expect(await metricValue(registry, 'laminar_partial_restarts_total')).toBe(1);
+    // The losing rollout's attempt left nothing behind, and a log that is gone is simply started.
+    await p.remove('again');
+    const anew = await p.restart('r3', fresh, { from: 'parked' });
+    expect(anew.owner).toBe('r3');
+    expect((await p.startOf('again'))?.owner).toBe('r3');
+  });
+
+  it('a restart cut off before its clean-up (a crash) leaves old messages that no reader takes for the trajectory', async () => {
+    const p = await pool({ flushTokens: 2 });
+    const t = await p.start('r1', start('cut'));
+    t.append([1, 2, 3, 4, 5, 6], [-1, -1, -1, -1, -1, -1]);
+    await t.flush();
+    const parked = await p.takeOver('cut', 'parked');
+    if (parked.status === 'taken') parked.trajectory.release();
+    const jsm = (p as unknown as { jsm: JetStreamManager }).jsm;
+    const purge = jsm.streams.purge.bind(jsm.streams);
+    jsm.streams.purge = () => Promise.reject(new Error('killed before the purge'));
+    const restarted = await p.restart('r2', { ...start('cut'), weightVersion: 5 }, { from: 'parked' }).finally(() => {
+      jsm.streams.purge = purge;
+    });
+    restarted.append([9], [-9]);
+    await restarted.flush();
+    expect(await logLength(p, 'cut')).toBe(5); // start, delta, takeover, then the new start and its delta
+    expect(await p.startOf('cut')).toEqual({ start: expect.objectContaining({ weightVersion: 5 }), owner: 'r2' });
+    // A takeover (failover of r2) resumes the new generation, not the old one.
+    const taken = await p.takeOver('cut', 'r3', { from: 'r2' });
+    if (taken.status !== 'taken') throw new Error('expected taken');
+    expect(Array.from(taken.state.tokens)).toEqual([9]);
+    expect(taken.state.start.weightVersion).toBe(5);
+    taken.trajectory.append([10], [-10]);
+    await taken.trajectory.flush();
+    expect(Array.from((await p.read('cut'))!.tokens)).toEqual([9, 10]);
+    expect(await p.startOf('cut')).toEqual({ start: expect.objectContaining({ weightVersion: 5 }), owner: 'r3' });
+  });
+
+  it('a start whose ack was lost is adopted by its retry, not reported as a clash', async () => {
+    const p = await pool();
+    const js = (p as unknown as { js: JetStreamClient }).js;
+    const publish = js.publish.bind(js);
+    let calls = 0;
+    js.publish = (async (...args: Parameters<JetStreamClient['publish']>) => {
+      const first = ++calls === 1;
+      const ack = await publish(...args);
+      // The first publish is stored, but its ack never arrives: the caller sees a timeout and retries.
+      if (first) throw Object.assign(new Error('timeout'), { name: 'TimeoutError' });
+      return ack;
+    }) as JetStreamClient['publish'];
+    try {
+      const t = await p.start('r1', start('lost-ack'));
+      expect(calls).toBe(2); // the retry met the stored start and adopted it
+      t.append([1, 2, 3, 4], [0, 0, 0, 0]);
+      await t.flush();
+      expect((await p.read('lost-ack'))!.owner).toBe('r1');
+      // Someone else's start of the same id is still a clash.
+      await expect(p.start('r2', start('lost-ack'))).rejects.toMatchObject({ code: DataErrorCodes.TRAJECTORY_EXISTS });
+    } finally {
+      js.publish = publish;
+    }
   });
 });

@@ -2,6 +2,12 @@
  * Messages of a partial trajectory's log (one subject per trajectory). The body is versioned
  * msgpack; the owner, kind and token count are also headers, so that listing who owns what
  * reads only the last message's headers per trajectory.
+ *
+ * A log may hold more than one 'start': a returned sample is started again in place, by a start
+ * message conditional on the parked log's last one (one atomic step, so that a crash cannot
+ * leave the sample in neither pool). The last start is the one in force: every other message
+ * names it in a header (its stream sequence), readers ignore what came before it, and the older
+ * messages are purged once the new start is stored.
  */
 import { pack, unpack } from 'msgpackr';
 import { z } from 'zod';
@@ -9,6 +15,8 @@ import { z } from 'zod';
 export const OWNER_HEADER = 'Laminar-Owner';
 export const KIND_HEADER = 'Laminar-Kind';
 export const TOKENS_HEADER = 'Laminar-Tokens';
+/** On every message but a start: the stream sequence of the start in force. */
+export const START_SEQ_HEADER = 'Laminar-Start-Seq';
 export const LOG_VERSION = 1;
 
 export type LogKind = 'start' | 'delta' | 'takeover' | 'completing';

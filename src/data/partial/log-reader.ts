@@ -18,6 +18,8 @@ export interface PartialState {
   logprobs: Float32Array;
   /** Stream sequence of the last message (ownership changes are conditional on it). */
   lastSeq: number;
+  /** Stream sequence of the start in force (later messages name it). */
+  startSeq: number;
 }
 
 export interface PartialSummary {
@@ -41,11 +43,19 @@ export async function readLog(js: JetStreamClient, stream: string, subject: stri
   let owner = '';
   let state: LogKind = 'start';
   let lastSeq = 0;
+  let startSeq = 0;
   let count = 0;
   const messages = await consumer.fetch({ max_messages: info.num_pending, expires: 10_000 });
   for await (const m of messages) {
     const msg = decodeLog(m.data);
-    if (msg.kind === 'start') start = msg.start;
+    if (msg.kind === 'start') {
+      // A later start (a returned sample started again) supersedes everything before it.
+      start = msg.start;
+      startSeq = m.seq;
+      tokenParts.length = 0;
+      logprobParts.length = 0;
+      count = 0;
+    }
     if (msg.tokens && msg.logprobs) {
       // Deltas are contiguous by construction (each append is conditional on the previous).
       if (msg.offset !== count) throw new CorruptRecordError(`partial log of ${subject} has a gap at token ${count}`);
@@ -62,7 +72,7 @@ export async function readLog(js: JetStreamClient, stream: string, subject: stri
   if (!start) throw new CorruptRecordError(`partial log of ${subject} has no start message`);
   const payload = joinChunks([...tokenParts, ...logprobParts], count * 8);
   const { tokens, logprobs } = decodePayload(payload, count);
-  return { start, owner, state, tokens, logprobs, lastSeq };
+  return { start, owner, state, tokens, logprobs, lastSeq, startSeq };
 }
 
 /** The last message of every trajectory log under `filter` (headers only). */

@@ -19,7 +19,7 @@ import { CorruptRecordError, DataErrorCodes, DataInputError, DataNotFoundError, 
 import { RejectionCounter, counter, gauge } from '../metrics.js';
 import type { ExperienceWriter, WriteResult } from '../experience/writer.js';
 import type { TrajectoryInput } from '../codec/trajectory.js';
-import { decodeLog, encodeLog, KIND_HEADER, LOG_VERSION, OWNER_HEADER, TOKENS_HEADER, partialStartSchema, type LogKind, type PartialStart } from './log-codec.js';
+import { decodeLog, encodeLog, KIND_HEADER, LOG_VERSION, OWNER_HEADER, START_SEQ_HEADER, TOKENS_HEADER, partialStartSchema, type LogKind, type PartialStart } from './log-codec.js';
 import { listLogs, readLog, type PartialState, type PartialSummary } from './log-reader.js';
 import { retryTransient } from '../retry.js';
 import { ensurePartialStream, type PartialNames, type PartialStreamOptions } from './partial-stream.js';
@@ -67,6 +67,7 @@ export class PartialPool {
       appends: counter(registry, 'laminar_partial_appends_total', 'Messages appended to partial-trajectory logs', ['pool']),
       bytes: counter(registry, 'laminar_partial_append_bytes_total', 'Token and logprob bytes appended to partial-trajectory logs', ['pool']),
       takeovers: counter(registry, 'laminar_partial_takeovers_total', 'Trajectories taken over by another rollout (failover, repack)', ['pool']),
+      restarts: counter(registry, 'laminar_partial_restarts_total', 'Returned samples started again from their first token in their own log', ['pool']),
       fenced: counter(registry, 'laminar_partial_fenced_total', 'Appends refused because another rollout took the trajectory', ['pool']),
       completed: counter(registry, 'laminar_partial_completed_total', 'Trajectories moved to the experience buffer', ['pool']),
       inflight: gauge(registry, 'laminar_partial_tracked', 'In-flight trajectories tracked by this process', ['pool']),
@@ -104,18 +105,47 @@ export class PartialPool {
 
   /** Starts streaming a new trajectory owned by `rolloutId`. ERR_TRAJECTORY_EXISTS if its id is in use. */
   async start(rolloutId: string, start: PartialStart): Promise<PartialTrajectory> {
-    const parsed = partialStartSchema.safeParse(start);
-    if (!parsed.success) throw this.rejections.record(new DataInputError(DataErrorCodes.BAD_TRAJECTORY, `invalid partial trajectory: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`));
-    const s: PartialStart = { ...parsed.data, createdAt: parsed.data.createdAt ?? Date.now() };
+    const s = this.parseStart(start);
     try {
-      const seq = await this.publishMarker(s.trajectoryId, 'start', rolloutId, 0, 0, s);
-      return this.track(new PartialTrajectory(this.host, s, rolloutId, seq, 0));
+      const seq = await this.publishStart(s, rolloutId, 0);
+      return this.track(new PartialTrajectory(this.host, s, rolloutId, seq, 0, seq));
     } catch (err) {
       if (err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE) {
         throw this.rejections.record(new OwnershipError(DataErrorCodes.TRAJECTORY_EXISTS, `trajectory ${s.trajectoryId} is already in the partial pool`, { details: { id: s.trajectoryId } }));
       }
       throw this.rejections.record(new StoreError(`jetstream: ${(err as Error).message}`, err));
     }
+  }
+
+  /**
+   * Starts a trajectory that `from` holds (a returned sample, parked) again from its first token,
+   * for `rolloutId`, in one atomic step: a start message conditional on the log's last message.
+   * When two rollouts try, one gets ERR_NOT_OWNER; so does one that finds another owner. A log
+   * that is gone meanwhile is started anew. The superseded messages are purged afterwards (a
+   * crash before that leaves them to be ignored by readers, and purged by the next restart or
+   * the completion).
+   */
+  async restart(rolloutId: string, start: PartialStart, options: { from: string }): Promise<PartialTrajectory> {
+    const s = this.parseStart(start);
+    const subject = this.names.subject(s.trajectoryId);
+    const last = await this.store(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject }));
+    if (!last) return this.start(rolloutId, s);
+    const owner = last.header.get(OWNER_HEADER);
+    const notOwner = (): OwnershipError =>
+      this.rejections.record(new OwnershipError(DataErrorCodes.NOT_OWNER, `trajectory ${s.trajectoryId} is owned by ${owner}, not ${options.from}`, { details: { id: s.trajectoryId, owner } }));
+    if (owner !== options.from) throw notOwner();
+    let seq: number;
+    try {
+      seq = await this.publishStart(s, rolloutId, last.seq);
+    } catch (err) {
+      if (err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE) throw notOwner();
+      throw this.rejections.record(new StoreError(`jetstream: ${(err as Error).message}`, err));
+    }
+    this.m.restarts.inc({ pool: this.names.pool });
+    await this.jsm.streams.purge(this.names.stream, { filter: subject, seq }).catch((err: unknown) => {
+      this.logger.debug({ err: (err as Error).message, id: s.trajectoryId }, 'superseded messages of a restarted trajectory not purged');
+    });
+    return this.track(new PartialTrajectory(this.host, s, rolloutId, seq, 0, seq));
   }
 
   /** Everything in the pool (the last message of each log), or what `rolloutId` owns. */
@@ -131,18 +161,25 @@ export class PartialPool {
 
   /**
    * What a trajectory's rollout said when it started it (its weight version, group, sample), and
-   * who owns it now: two direct reads (first and last message of its log), not the whole log.
-   * Undefined when the trajectory is not in the pool.
+   * who owns it now: two direct reads (the last message of its log, and the start it names), not
+   * the whole log. Undefined when the trajectory is not in the pool.
    */
   async startOf(trajectoryId: string): Promise<{ start: PartialStart; owner: string } | undefined> {
     const subject = this.names.subject(trajectoryId);
-    const [first, last] = await this.store(() =>
-      Promise.all([this.jsm.direct.getMessage(this.names.stream, { seq: 0, next_by_subj: subject }), this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject })]),
-    );
-    if (!first || !last) return undefined;
-    const start = decodeLog(first.data).start;
-    if (!start) throw this.rejections.record(new CorruptRecordError(`partial log of ${subject} has no start message`));
-    return { start, owner: last.header.get(OWNER_HEADER) };
+    // A restart or a completion between the two reads removes the start the first one named: read again.
+    for (let attempt = 0; ; attempt++) {
+      const last = await this.store(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject }));
+      if (!last) return undefined;
+      const owner = last.header.get(OWNER_HEADER);
+      if (last.header.get(KIND_HEADER) === 'start') return { start: this.startIn(last.data, subject), owner };
+      const named = Number(last.header.get(START_SEQ_HEADER));
+      // Logs written before the header existed were never restarted: their start is their first message.
+      const first = await this.store(() =>
+        this.jsm.direct.getMessage(this.names.stream, named > 0 ? { seq: named } : { seq: 0, next_by_subj: subject }),
+      );
+      if (first && first.subject === subject && first.header.get(KIND_HEADER) === 'start') return { start: this.startIn(first.data, subject), owner };
+      if (attempt === 2) throw this.rejections.record(new CorruptRecordError(`partial log of ${subject} names start ${named}, which is not there`));
+    }
   }
 
   /**
@@ -161,9 +198,9 @@ export class PartialPool {
       throw this.rejections.record(new OwnershipError(DataErrorCodes.NOT_OWNER, `trajectory ${trajectoryId} is owned by ${state.owner}, not ${options.from}`, { details: { id: trajectoryId, owner: state.owner } }));
     }
     try {
-      const seq = await this.publishMarker(trajectoryId, 'takeover', rolloutId, state.lastSeq, state.tokens.length);
+      const seq = await this.publishTakeover(trajectoryId, rolloutId, state);
       this.m.takeovers.inc({ pool: this.names.pool });
-      const t = this.track(new PartialTrajectory(this.host, state.start, rolloutId, seq, state.tokens.length));
+      const t = this.track(new PartialTrajectory(this.host, state.start, rolloutId, seq, state.tokens.length, state.startSeq));
       return { status: 'taken', trajectory: t, state: { ...state, owner: rolloutId, state: 'takeover', lastSeq: seq } };
     } catch (err) {
       if (err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE) {
@@ -233,14 +270,51 @@ export class PartialPool {
     }
   }
 
-  private async publishMarker(trajectoryId: string, kind: LogKind, owner: string, expectSeq: number, tokens: number, start?: PartialStart): Promise<number> {
+  private parseStart(start: PartialStart): PartialStart {
+    const parsed = partialStartSchema.safeParse(start);
+    if (!parsed.success) throw this.rejections.record(new DataInputError(DataErrorCodes.BAD_TRAJECTORY, `invalid partial trajectory: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`));
+    return { ...parsed.data, createdAt: parsed.data.createdAt ?? Date.now() };
+  }
+
+  private startIn(data: Uint8Array, subject: string): PartialStart {
+    const start = decodeLog(data).start;
+    if (!start) throw this.rejections.record(new CorruptRecordError(`partial log of ${subject} has a start message without its start`));
+    return start;
+  }
+
+  /**
+   * A start message, conditional on the log's last sequence being `expectSeq` (0: no log yet).
+   * Retried through outages; when an ack was lost and the retry finds its own start already
+   * stored (same owner and createdAt), that one is adopted instead of reporting a race.
+   */
+  private async publishStart(s: PartialStart, owner: string, expectSeq: number): Promise<number> {
+    const subject = this.names.subject(s.trajectoryId);
+    try {
+      return await this.publishMessage(subject, 'start', owner, 0, expectSeq, undefined, s);
+    } catch (err) {
+      if (!(err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE)) throw err;
+      const last = await retryTransient(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject })).catch(() => null);
+      if (last && last.seq > expectSeq && last.header.get(OWNER_HEADER) === owner && last.header.get(KIND_HEADER) === 'start') {
+        const stored = decodeLog(last.data).start;
+        if (stored?.createdAt === s.createdAt) return last.seq;
+      }
+      throw err;
+    }
+  }
+
+  private publishTakeover(trajectoryId: string, owner: string, state: PartialState): Promise<number> {
+    // A lost ack shows up as a wrong last sequence, as after a race.
+    return this.publishMessage(this.names.subject(trajectoryId), 'takeover', owner, state.tokens.length, state.lastSeq, state.startSeq);
+  }
+
+  private async publishMessage(subject: string, kind: LogKind, owner: string, tokens: number, expectSeq: number, startSeq: number | undefined, start?: PartialStart): Promise<number> {
     const h = headers();
     h.set(OWNER_HEADER, owner);
     h.set(KIND_HEADER, kind);
     h.set(TOKENS_HEADER, String(tokens));
+    if (startSeq !== undefined) h.set(START_SEQ_HEADER, String(startSeq));
     const body = encodeLog({ v: LOG_VERSION, kind, owner, offset: tokens, start });
-    // Retried through outages; a lost ack shows up as a wrong last sequence, as after a race.
-    const ack = await retryTransient(() => this.js.publish(this.names.subject(trajectoryId), body, { headers: h, expect: { lastSubjectSequence: expectSeq } }));
+    const ack = await retryTransient(() => this.js.publish(subject, body, { headers: h, expect: { lastSubjectSequence: expectSeq } }));
     return ack.seq;
   }
 

@@ -9,7 +9,7 @@ import { headers } from '@nats-io/transport-node';
 import { JetStreamApiError, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { DataErrorCodes, DataInputError, OwnershipError } from '../errors.js';
 import { retryTransient } from '../retry.js';
-import { encodeLog, KIND_HEADER, LOG_VERSION, OWNER_HEADER, TOKENS_HEADER, type LogKind, type PartialStart } from './log-codec.js';
+import { encodeLog, KIND_HEADER, LOG_VERSION, OWNER_HEADER, START_SEQ_HEADER, TOKENS_HEADER, type LogKind, type PartialStart } from './log-codec.js';
 
 export const WRONG_LAST_SEQUENCE = 10071;
 
@@ -44,6 +44,8 @@ export class PartialTrajectory {
     readonly owner: string,
     private lastSeq: number,
     tokensSoFar: number,
+    /** Stream sequence of the start in force: every message of ours names it. */
+    private readonly startSeq: number,
   ) {
     this.sentTokens = tokensSoFar;
   }
@@ -117,6 +119,7 @@ export class PartialTrajectory {
     h.set(OWNER_HEADER, this.owner);
     h.set(KIND_HEADER, kind);
     h.set(TOKENS_HEADER, String(count));
+    h.set(START_SEQ_HEADER, String(this.startSeq));
     const body = encodeLog({ v: LOG_VERSION, kind, owner: this.owner, offset: this.sentTokens, tokens: tokens && toBytes(tokens), logprobs: logprobs && toBytes(logprobs) });
     const subject = this.host.subject(this.trajectoryId);
     try {

@@ -1,0 +1,83 @@
+/**
+ * A sample the manager returned (its trajectory parked: it was started with weights no rollout
+ * holds any more) is started again by the rollout that claims it, in the same log, in one step:
+ * its new start replaces the parked one, and the old tokens are neither resumed nor kept.
+ * Real nats-server, redis-server and relay process.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Registry } from 'prom-client';
+import type { JetStreamManager } from '@nats-io/jetstream';
+import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
+import { RelayClient } from '../../src/relay/client/relay-client.js';
+import { RolloutClient } from '../../src/rollout/rollout-client.js';
+import { PARKED_OWNER, trajectoryIdOf } from '../../src/rollout/ids.js';
+import { metricValue, servicesFixture } from '../data/helpers.js';
+import { inertEngine } from '../helpers/engine.js';
+import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+
+const MODEL = 'org/returned';
+const services = servicesFixture();
+
+describe('rollout: a returned sample starts again in its own log', () => {
+  let tmp: ReturnType<typeof tempShmDir>;
+  let relay: RelayProcess;
+  const closers: Array<() => Promise<unknown>> = [];
+
+  beforeEach(async () => {
+    tmp = tempShmDir();
+    relay = await spawnRelay(tmp.dir, ['--no-pin']);
+  });
+  afterEach(async () => {
+    for (const close of closers.splice(0).reverse()) await close();
+    await relay.stop('SIGKILL');
+    tmp.cleanup();
+  });
+
+  it('the claiming rollout restarts the parked trajectory with its own weights, atomically', async () => {
+    const job = 'returned1';
+    const trainer = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
+    await trainer.publish({ model: MODEL, version: 2, tensors: [{ name: 'w', dtype: 'F32', shape: [16], data: new Float32Array(16) }] });
+    trainer.close();
+
+    const registry = new Registry();
+    const prompts = await PromptPool.open({ redis: services.redis, name: job });
+    await prompts.load([{ id: 'q0', payload: { text: 'q' }, n: 2 }]);
+    const writer = await ExperienceWriter.open({ nc: services.nc, buffer: job, groups: prompts });
+    const partials = await PartialPool.open({ nc: services.nc, pool: job, writer, registry });
+    closers.push(() => partials.close());
+
+    // A rollout of version 1 started both samples and generated some tokens, then went away;
+    // the manager parked sample 1 (no rollout holds version 1 any more) and returned it.
+    const [claim] = await prompts.claim('ro-old', 1);
+    const ids = [0, 1].map((i) => trajectoryIdOf(claim!.groupId, i));
+    for (const [i, trajectoryId] of ids.entries()) {
+      const t = await partials.start('ro-old', { trajectoryId, promptId: 'q0', groupId: claim!.groupId, sampleIndex: i, groupSize: 2, weightVersion: 1 });
+      t.append(Int32Array.of(11, 12, 13), Float32Array.of(-1, -1, -1));
+      await t.flush();
+      t.release();
+    }
+    await prompts.complete(claim!);
+    const parked = await partials.takeOver(ids[1]!, PARKED_OWNER, { from: 'ro-old' });
+    if (parked.status === 'taken') parked.trajectory.release();
+    await prompts.returnSamples({ groupId: claim!.groupId, samples: [1] });
+
+    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-new', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: relay.socketPath, reconcileMs: 0 });
+    closers.push(() => rollout.close());
+    const weights = await rollout.acquireWeights();
+    await weights.lease.release();
+    const tasks = await rollout.claim(1);
+    expect(tasks.map((t) => [t.trajectoryId, t.weightVersion])).toEqual([[ids[1], 2]]);
+
+    // The log now holds only the new start: version 2, owned by ro-new, no tokens.
+    expect(await partials.startOf(ids[1]!)).toEqual({ start: expect.objectContaining({ weightVersion: 2, sampleIndex: 1 }), owner: 'ro-new' });
+    const state = (await partials.read(ids[1]!))!;
+    expect(state.tokens.length).toBe(0);
+    const jsm = (partials as unknown as { jsm: JetStreamManager }).jsm;
+    const subject = partials.names.subject(ids[1]!);
+    expect((await jsm.streams.info(partials.names.stream, { subjects_filter: subject })).state.subjects?.[subject]).toBe(1);
+    expect(await metricValue(registry, 'laminar_partial_restarts_total')).toBe(1);
+    // Sample 0 was not returned: it stays ro-old's, with its tokens, for failover to resume.
+    expect((await partials.read(ids[0]!))!).toMatchObject({ owner: 'ro-old', state: 'delta' });
+    expect((await prompts.progress()).leased).toBe(0);
+  });
+});
