@@ -10,7 +10,8 @@
         "native/checksum.cc",
         "native/ucx_status.cc",
         "native/ucx_worker.cc",
-        "native/ucx_transfer.cc"
+        "native/ucx_transfer.cc",
+        "native/ucx_registration.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": [

@@ -1,6 +1,7 @@
 // UcxWorker: messages and their payloads. A payload is sent straight from, and received straight
 // into, a shared-memory mapping (or a JS buffer for small ones): no staging copy. Mappings used
-// repeatedly are registered once (register) so that RDMA transports need not pin per operation.
+// repeatedly are registered once (register, ucx_registration.cc) so that RDMA transports need
+// not pin per operation.
 #include <string.h>
 
 #include "errors.h"
@@ -201,71 +202,6 @@ Napi::Value UcxWorker::Release(const Napi::CallbackInfo& info) {
     descs_.erase(desc);
   }
   return info.Env().Undefined();
-}
-
-// register(mapping): registration id. Registers the whole mapping with every transport once
-// (RDMA pinning); later sends and receives in it use the registration. The registration keeps
-// the pages mapped until unregister(id), even if the mapping is closed meanwhile.
-Napi::Value UcxWorker::Register(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!CheckOpen(env)) return env.Undefined();
-  Mapping* mapping = Mapping::Unwrap(info[0]);
-  std::shared_ptr<Region> region = mapping != nullptr ? mapping->region() : nullptr;
-  if (!region) {
-    ThrowCode(env, "ERR_INVALID_ARG", "register takes an open Mapping");
-    return env.Undefined();
-  }
-  auto existing = registrations_.find(region.get());
-  if (existing != registrations_.end()) return Napi::Number::New(env, static_cast<double>(existing->second.id));
-  ucp_mem_map_params_t params;
-  memset(&params, 0, sizeof(params));
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-  params.address = region->addr;
-  params.length = region->size;
-  ucp_mem_h memh = nullptr;
-  ucs_status_t status = ucp_mem_map(context_, &params, &memh);
-  if (status != UCS_OK) {
-    ThrowUcs(env, status, "registering " + std::to_string(region->size) + " bytes");
-    return env.Undefined();
-  }
-  const Region* key = region.get();
-  uint64_t id = next_registration_++;
-  registrations_[key] = Registration{std::move(region), memh, id};
-  registration_ids_[id] = key;
-  return Napi::Number::New(env, static_cast<double>(id));
-}
-
-// unregister(id): drops a registration; unknown ids are ignored.
-Napi::Value UcxWorker::Unregister(const Napi::CallbackInfo& info) {
-  size_t id;
-  if (!ToSize(info[0], &id)) {
-    ThrowCode(info.Env(), "ERR_INVALID_ARG", "registration id must be a non-negative integer");
-    return info.Env().Undefined();
-  }
-  auto key = registration_ids_.find(id);
-  if (key == registration_ids_.end() || closed_) return info.Env().Undefined();
-  auto it = registrations_.find(key->second);
-  if (it != registrations_.end()) {
-    retiring_.push_back(std::move(it->second));
-    registrations_.erase(it);
-    UnmapRetired();
-  }
-  registration_ids_.erase(key);
-  return info.Env().Undefined();
-}
-
-void UcxWorker::UnmapRetired() {
-  for (size_t i = 0; i < retiring_.size();) {
-    const Region* region = retiring_[i].region.get();
-    bool in_use = false;
-    for (auto& [id, op] : ops_) in_use = in_use || op->region.get() == region;
-    if (in_use) {
-      ++i;
-      continue;
-    }
-    ucp_mem_unmap(context_, retiring_[i].memh);
-    retiring_.erase(retiring_.begin() + static_cast<std::ptrdiff_t>(i));
-  }
 }
 
 }  // namespace laminar

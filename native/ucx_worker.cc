@@ -109,9 +109,12 @@ UcxWorker::UcxWorker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UcxWorke
   if (status != UCS_OK) { ThrowUcs(env, status, "ucp_config_read"); return; }
   ucp_params_t params;
   memset(&params, 0, sizeof(params));
-  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.name = "laminar";
+  // Memory registration runs on the libuv pool while the worker progresses on the JS thread:
+  // this makes UCX lock the context's memory routines.
+  params.mt_workers_shared = 1;
   status = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   if (status != UCS_OK) { ThrowUcs(env, status, "ucp_init"); return; }
@@ -632,6 +635,10 @@ Napi::Value UcxWorker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("operations", static_cast<double>(ops_.size()));
   stats.Set("descriptors", static_cast<double>(descs_.size()));
   stats.Set("registrations", static_cast<double>(registrations_.size()));
+  size_t registering = 0;
+  for (auto& [region, registration] : registrations_) registering += registration.memh == nullptr ? 1 : 0;
+  stats.Set("registering", static_cast<double>(registering));
+  stats.Set("memoryJobs", static_cast<double>(mem_jobs_));
   // A close asked for while pumping is carried out when the pump returns; it is closed already.
   stats.Set("closed", closed_ || close_requested_);
   return stats;
@@ -718,7 +725,13 @@ void UcxWorker::Teardown(bool js_allowed) {
   }
   endpoints_.clear();
   endpoint_ids_.clear();
-  for (auto& [region, registration] : registrations_) ucp_mem_unmap(context_, registration.memh);
+  // Registrations still being made on the pool are undone when they are done (OnMapped); whoever
+  // waits for them is told the worker closed, below.
+  std::vector<Napi::Promise::Deferred> registration_waiters;
+  for (auto& [region, registration] : registrations_) {
+    if (registration.memh != nullptr) ucp_mem_unmap(context_, registration.memh);
+    for (auto& deferred : registration.waiting) registration_waiters.push_back(std::move(deferred));
+  }
   registrations_.clear();
   for (auto& registration : retiring_) ucp_mem_unmap(context_, registration.memh);
   retiring_.clear();
@@ -730,8 +743,11 @@ void UcxWorker::Teardown(bool js_allowed) {
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   worker_ = nullptr;
   completed_.clear();
-  if (context_ != nullptr) ucp_cleanup(context_);
-  context_ = nullptr;
+  // With registrations running on the pool, the last of them cleans the context up (FinishMemJob).
+  if (context_ != nullptr && mem_jobs_ == 0) {
+    ucp_cleanup(context_);
+    context_ = nullptr;
+  }
   if (poll_ != nullptr) {
     poll_->data = nullptr;
     prepare_->data = nullptr;
@@ -748,9 +764,10 @@ void UcxWorker::Teardown(bool js_allowed) {
   // The handler closes over the JS wrapper of this worker: a strong reference to it would keep a
   // closed worker from ever being collected.
   handler_.Reset();
-  if (ops.empty()) return;
+  if (ops.empty() && registration_waiters.empty()) return;
   Napi::HandleScope scope(env_);
   Napi::CallbackScope callback_scope(env_, *async_context_);
+  for (auto& deferred : registration_waiters) deferred.Reject(MakeError(env_, "ERR_UCX_CLOSED", "ucx", "register: the worker was closed"));
   for (auto& [id, op] : ops) {
     if (op->endpoint != 0) {
       op->deferred.Resolve(env_.Undefined());

@@ -2,7 +2,11 @@
 //
 // One UcxWorker owns a ucp context and a single-threaded ucp worker, and everything created on
 // it: listeners, endpoints (peer error handling on), memory registrations, received-message
-// descriptors and in-flight operations. All UCX calls happen on the JS thread.
+// descriptors and in-flight operations. All UCX calls happen on the JS thread but memory
+// registration (ucp_mem_map/ucp_mem_unmap), which runs on the libuv pool: pinning a large version
+// for RDMA (every page, for ibv_reg_mr) takes seconds, and a relay's event loop answers
+// heartbeats. The context is created with mt_workers_shared, so UCX locks its memory routines
+// against the worker; a send of a region still being registered goes unregistered meanwhile.
 //
 // Event-loop integration: libuv watches the worker's event fd (ucp_worker_get_efd). When it
 // fires, and before every time libuv is about to block (a prepare handle), the worker is
@@ -158,8 +162,9 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   std::unordered_map<uint64_t, std::unique_ptr<UcxOp>> ops_;
   struct Registration {
     std::shared_ptr<Region> region;
-    ucp_mem_h memh;
-    uint64_t id;
+    ucp_mem_h memh = nullptr;  // null while ucp_mem_map runs on the pool
+    uint64_t id = 0;
+    std::vector<Napi::Promise::Deferred> waiting;  // register() calls to settle when it is done
   };
   uint64_t next_registration_ = 1;
   std::unordered_map<const Region*, Registration> registrations_;
@@ -168,6 +173,14 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   // (UCX requires a memory handle to outlive every request that uses it).
   std::vector<Registration> retiring_;
   void UnmapRetired();
+  // Registrations and unregistrations on the pool (ucx_registration.cc). The context outlives a
+  // close() until the last of them is done.
+  friend class MemMapJob;
+  friend class MemUnmapJob;
+  int mem_jobs_ = 0;
+  void OnMapped(uint64_t id, ucp_mem_h memh, ucs_status_t status, size_t length, std::shared_ptr<Region> region);
+  void QueueUnmap(ucp_mem_h memh, std::shared_ptr<Region> region);
+  void FinishMemJob();  // one job done (each settles its count here)
 
   std::vector<UcxEvent> events_;
   std::vector<std::pair<UcxOp*, ucs_status_t>> completed_;

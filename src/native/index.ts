@@ -62,10 +62,17 @@ export interface UcxNativeStats {
   operations: number;
   descriptors: number;
   registrations: number;
+  /** Registrations still being made on the thread pool (sends from their regions go unregistered). */
+  registering: number;
+  /** Registrations and unregistrations running on the thread pool. */
+  memoryJobs: number;
   closed: boolean;
 }
 
-/** The native UCX worker; every method runs on the JS thread. Use src/ucx instead. */
+/**
+ * The native UCX worker; every method runs on the JS thread (memory registration is then carried
+ * out on the libuv pool). Use src/ucx instead.
+ */
 export interface UcxNativeWorker {
   listen(host: string, port: number): { id: number; port: number };
   closeListener(id: number): void;
@@ -82,7 +89,8 @@ export interface UcxNativeWorker {
   ): Promise<void>;
   receive(desc: number, target: Mapping | ArrayBufferView, offset: number, length: number): Promise<void>;
   release(desc: number): void;
-  register(mapping: Mapping): number;
+  /** `ready` settles once UCX has registered the mapping (rejects with the UCS status if it could not). */
+  register(mapping: Mapping): { id: number; ready: Promise<void> };
   unregister(id: number): void;
   progress(): void;
   stats(): UcxNativeStats;

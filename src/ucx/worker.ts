@@ -18,8 +18,15 @@ export interface Listener {
   close(): void;
 }
 
-/** A registration of a whole mapping with UCX (RDMA pinning); release it when done. */
+/**
+ * A registration of a whole mapping with UCX (RDMA pinning); release it when done. UCX registers
+ * on the thread pool (pinning a large version takes seconds on RDMA): until `ready` resolves,
+ * sends from the mapping go unregistered, which works, registered per operation. `ready` rejects
+ * (with the UCS status as its code) when UCX could not register it, and the mapping stays usable
+ * the same way; it is never an unhandled rejection.
+ */
 export interface Registration {
+  readonly ready: Promise<void>;
   release(): void;
 }
 
@@ -68,9 +75,11 @@ export class UcxWorker {
   }
 
   register(mapping: Mapping): Registration {
-    const id = this.handle.register(mapping);
+    const { id, ready } = this.handle.register(mapping);
+    ready.catch(() => undefined);
     let released = false;
     return {
+      ready,
       release: () => {
         if (released || this.closedFlag) return;
         released = true;

@@ -427,6 +427,56 @@ describe('UCX binding: errors', () => {
     mapping.close();
   });
 
+  it('registers on the thread pool: ready settles later; a release or a close before it is done undoes it', async () => {
+    const worker = workers.create();
+    const mapping = new Mapping(null, { size: 64 * MiB });
+    const memoryJobsDone = async (w: typeof worker): Promise<void> => {
+      for (let i = 0; i < 200 && w.stats().memoryJobs > 0; i++) await sleep(5);
+      expect(w.stats().memoryJobs).toBe(0);
+    };
+    // Nothing ran on the JS thread: the registration is in flight until a later loop turn.
+    const registration = worker.register(mapping);
+    expect(worker.stats()).toMatchObject({ registrations: 1, registering: 1, memoryJobs: 1 });
+    await withTimeout(registration.ready, 10_000, 'the registration');
+    expect(worker.stats()).toMatchObject({ registrations: 1, registering: 0, memoryJobs: 0 });
+    const again = worker.register(mapping); // the same registration
+    await again.ready;
+    expect(worker.stats().registrations).toBe(1);
+    registration.release();
+    expect(worker.stats()).toMatchObject({ registrations: 0, memoryJobs: 1 }); // unregistered on the pool too
+    await memoryJobsDone(worker);
+
+    // Released before it was done: the caller is told, and the registration is undone when it lands.
+    const early = worker.register(mapping);
+    early.release();
+    await expect(early.ready).rejects.toMatchObject({ code: 'ERR_UCX_UNREGISTERED' });
+    await memoryJobsDone(worker);
+    expect(worker.stats()).toMatchObject({ registrations: 0, registering: 0 });
+    // Sends from a mapping being registered go unregistered meanwhile.
+    const other = workers.create();
+    const { client: ep, inbox } = await connect(other, worker);
+    fillPattern(mapping, 0, 8 * MiB, 5);
+    const sending = worker.register(mapping);
+    expect(worker.stats().registering).toBe(1);
+    const sent = ep.send(Buffer.from('meanwhile'), { source: mapping, offset: 0, length: 8 * MiB });
+    const message = await inbox.next();
+    const target = new Mapping(null, { size: 8 * MiB });
+    await message.receiveInto(target, 0);
+    await sent;
+    expect(target.checksum(0, 8 * MiB)).toBe(mapping.checksum(0, 8 * MiB));
+    await sending.ready;
+    sending.release();
+    target.close();
+
+    // A worker closed while it registers: the caller is told; the context goes when the job is done.
+    const closing = workers.create();
+    const cut = closing.register(mapping);
+    closing.close();
+    await expect(cut.ready).rejects.toMatchObject({ code: 'ERR_UCX_CLOSED' });
+    await sleep(50);
+    mapping.close();
+  });
+
   it('a closed worker refuses work with ERR_UCX_CLOSED and has closed its endpoints', async () => {
     const server = workers.create();
     const client = workers.create();

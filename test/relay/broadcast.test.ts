@@ -102,6 +102,9 @@ describe('chain broadcast on loopback', () => {
       }
       // Retention keeps the latest and 2 more (the default): at most 3 of the 6 stay registered.
       await waitUntil('retired versions to be unregistered', async () => (await regions(0)) <= before[0]! + 3 && (await regions(1)) <= before[1]! + 3, 10_000);
+      // Registered on the thread pool, timed, none failed.
+      expect(await metric(relays[0]!, 'laminar_relay_ucx_register_seconds_count')).toBeGreaterThanOrEqual(1);
+      expect(await relays[0]!.registry.metrics()).not.toContain('laminar_relay_ucx_register_failures_total{');
       expect(relays[0]!.store.list().filter((x) => x.model === 'org/regions').length).toBe(3);
     } finally {
       client.close();

@@ -613,14 +613,32 @@ export class Broadcaster {
     });
   }
 
+  /**
+   * Registers a version's mapping with UCX for its sends, once. Registration is an optimisation
+   * for RDMA (without it UCX registers each send's range on the fly) and runs on the thread pool:
+   * the chunks sent meanwhile go unregistered.
+   */
   private registerOnce(source: ChunkSource): void {
+    const mapping = source.mapping;
+    if (this.registrations.has(mapping)) return;
+    const started = performance.now();
+    let registration: Registration;
     try {
-      const mapping = source.mapping;
-      if (!this.registrations.has(mapping)) this.registrations.set(mapping, this.worker.register(mapping));
+      registration = this.worker.register(mapping);
     } catch (err) {
-      // Registration is an optimisation for RDMA; without it UCX registers on the fly.
-      this.log.debug({ err }, 'memory registration failed');
+      this.log.debug({ err }, 'memory registration refused');
+      return;
     }
+    this.registrations.set(mapping, registration);
+    registration.ready.then(
+      () => this.metrics.registerSeconds.observe((performance.now() - started) / 1e3),
+      (err: LaminarError) => {
+        // Released (the version retired) or the worker closed before it was done: nothing failed.
+        if (err.code === 'ERR_UCX_UNREGISTERED' || err.code === 'ERR_UCX_CLOSED') return;
+        this.metrics.registerFailures.inc({ code: err.code ?? 'ERR_UCX' });
+        this.log.warn({ code: err.code, err: err.message, bytes: mapping.size }, 'memory registration failed: the version is sent unregistered');
+      },
+    );
   }
 }
 

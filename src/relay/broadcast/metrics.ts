@@ -18,6 +18,8 @@ export class BroadcastMetrics {
   readonly transferSeconds: Histogram<'direction'>;
   readonly epoch: Gauge;
   readonly retargets: Counter;
+  readonly registerSeconds: Histogram;
+  readonly registerFailures: Counter<'code'>;
 
   /** `registeredRegions` reads how many memory regions the UCX worker holds registered. */
   constructor(registry: Registry, registeredRegions: () => number) {
@@ -59,6 +61,13 @@ export class BroadcastMetrics {
         this.set(registeredRegions());
       },
     });
+    this.registerSeconds = new Histogram({
+      name: 'laminar_relay_ucx_register_seconds',
+      help: 'Time UCX took to register a version for sending (RDMA pinning; on the thread pool, sends go unregistered meanwhile)',
+      buckets: [0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60],
+      registers: [registry],
+    });
+    this.registerFailures = counter('laminar_relay_ucx_register_failures_total', 'Versions UCX could not register for sending (sent unregistered), by UCS code', ['code']);
     this.epoch = new Gauge({ name: 'laminar_relay_plan_epoch', help: 'Epoch of the chain plan in force', registers: [registry] });
   }
 }
