@@ -173,11 +173,13 @@ describe('PartialPool', () => {
     // The superseded messages are gone: the new start and one delta remain.
     expect(await logLength(p, 'again')).toBe(2);
     expect(await metricValue(registry, 'laminar_partial_restarts_total')).toBe(1);
-    // The losing rollout's attempt left nothing behind, and a log that is gone is simply started.
+    // A log that is gone meanwhile is simply started, by one of two rollouts.
     await p.remove('again');
-    const anew = await p.restart('r3', fresh, { from: 'parked' });
-    expect(anew.owner).toBe('r3');
-    expect((await p.startOf('again'))?.owner).toBe('r3');
+    const anew = await Promise.allSettled([p.restart('r3', fresh, { from: 'parked' }), p.restart('r4', fresh, { from: 'parked' })]);
+    const started = anew.filter((r): r is PromiseFulfilledResult<Awaited<ReturnType<PartialPool['restart']>>> => r.status === 'fulfilled');
+    expect(started).toHaveLength(1);
+    expect((anew.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason).toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    expect((await p.startOf('again'))?.owner).toBe(started[0]!.value.owner);
   });
 
   it('a restart cut off before its clean-up (a crash) leaves old messages that no reader takes for the trajectory', async () => {

@@ -129,7 +129,13 @@ export class PartialPool {
     const s = this.parseStart(start);
     const subject = this.names.subject(s.trajectoryId);
     const last = await this.store(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject }));
-    if (!last) return this.start(rolloutId, s);
+    if (!last) {
+      // Gone meanwhile (completed and purged, or removed): start it, unless someone else just did.
+      return this.start(rolloutId, s).catch((err: unknown) => {
+        if ((err as { code?: string }).code !== DataErrorCodes.TRAJECTORY_EXISTS) throw err;
+        throw new OwnershipError(DataErrorCodes.NOT_OWNER, `trajectory ${s.trajectoryId} was started by another rollout meanwhile`, { details: { id: s.trajectoryId } });
+      });
+    }
     const owner = last.header.get(OWNER_HEADER);
     const notOwner = (): OwnershipError =>
       this.rejections.record(new OwnershipError(DataErrorCodes.NOT_OWNER, `trajectory ${s.trajectoryId} is owned by ${owner}, not ${options.from}`, { details: { id: s.trajectoryId, owner } }));
