@@ -9,7 +9,8 @@
  *   pull:    a client acquires the latest version (time to mapped) and copies every byte out;
  *   answers: the relay's status round trip, timed from another process every 10 ms while the
  *            publishes run (worst and 99th percentile), beside its median when the relay is idle:
- *            a relay whose event loop is held up answers neither rollouts nor its manager;
+ *            a relay whose event loop is held up answers neither rollouts nor its manager; and
+ *            the publishing process's own event-loop delay (a trainer heartbeats from there);
  *   memory:  the relay process's own memory (RSS without the shm segments) holding 4 versions;
  *   restart: from stopping the relay to the restarted one answering, holding those 4 versions:
  *            after SIGTERM (a clean stop: unchanged versions are adopted without being read)
@@ -21,6 +22,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Mapping } from '../src/native/index.js';
 import { RelayClient } from '../src/relay/client/relay-client.js';
 import { prepareVersion } from '../src/relay/client/remote-publisher.js';
@@ -68,6 +70,9 @@ export async function run(args: string[]): Promise<void> {
   const prepare: number[] = [];
   const fill: number[] = [];
   const commit: number[] = [];
+  // The trainer's own event loop while it publishes (its heartbeats and NATS traffic run there).
+  const trainerLoop = monitorEventLoopDelay({ resolution: 10 });
+  trainerLoop.enable();
   let version = 0;
   for (let r = 0; r < rounds; r++) {
     version++;
@@ -83,6 +88,7 @@ export async function run(args: string[]): Promise<void> {
     commit.push((performance.now() - t) / 1e3);
   }
   const busyRtt = await pinger.stop();
+  trainerLoop.disable();
 
   const mapMs: number[] = [];
   const readS: number[] = [];
@@ -160,6 +166,8 @@ export async function run(args: string[]): Promise<void> {
     idle_rtt_ms: round(median(idleRtt), 2),
     busy_rtt_p99_ms: round(percentile(busyRtt, 0.99), 1),
     busy_rtt_max_ms: round(Math.max(...busyRtt), 1),
+    trainer_loop_delay_p99_ms: round(trainerLoop.percentile(99) / 1e6, 1),
+    trainer_loop_delay_max_ms: round(trainerLoop.max / 1e6, 1),
     relay_rss_MB: round(relayRssMB, 1),
     restart_held_bytes: heldBytes,
     restart_clean_s: round(median(restartClean), 3),
@@ -181,6 +189,7 @@ export async function run(args: string[]): Promise<void> {
     ['remote push: lay out + checksum in private memory', `${result.remote_prepare_over_memcpy} x memcpy (first: ${result.remote_prepare_first_over_memcpy})`, 'before the transfer'],
     [`restart holding ${formatBytes(heldBytes)}: after SIGTERM / SIGKILL`, `${result.restart_clean_s} s / ${result.restart_crash_s} s (all verified: ${result.restart_crash_all_verified_s} s)`, `re-reading ${formatBytes(heldBytes)}: ${result.restart_crash_verify_model_s} s at one thread's checksum rate`],
     ['relay answers while publishing: status round trip p99 / worst', `${result.busy_rtt_p99_ms} ms / ${result.busy_rtt_max_ms} ms`, `idle: ${result.idle_rtt_ms} ms`],
+    ['trainer\'s event loop while publishing: delay p99 / worst', `${result.trainer_loop_delay_p99_ms} ms / ${result.trainer_loop_delay_max_ms} ms`, 'its heartbeats run there'],
     ['relay RSS without shm', `${result.relay_rss_MB} MB (${result.versions_held} versions, ${round(rssShmemMB, 0)} MB shm mapped)`, 'goal <= 100 MB'],
   ]);
   process.stdout.write(`${JSON.stringify(result)}\n`);
