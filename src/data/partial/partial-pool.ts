@@ -184,7 +184,7 @@ export class PartialPool {
         this.jsm.direct.getMessage(this.names.stream, named > 0 ? { seq: named } : { seq: 0, next_by_subj: subject }),
       );
       if (first && first.subject === subject && first.header.get(KIND_HEADER) === 'start') return { start: this.startIn(first.data, subject), owner };
-      if (attempt === 2) throw this.rejections.record(new CorruptRecordError(`partial log of ${subject} names start ${named}, which is not there`));
+      if (attempt === 2) throw this.rejections.record(new CorruptRecordError(`partial log of ${subject} has no start message${named > 0 ? ` at the sequence its last message names (${named})` : ''}`));
     }
   }
 
