@@ -92,7 +92,7 @@ describe('chain broadcast on loopback', () => {
     const client = await RelayClient.connect({ socketPath: relays[0]!.options.socketPath });
     try {
       const regions = (i: number): Promise<number> => metric(relays[i]!, 'laminar_relay_ucx_registered_regions');
-      const before = [await regions(0), await regions(1)];
+      const before = [await regions(0), await regions(1), await regions(2)];
       const data = new Uint8Array(3 * 1024 * 1024 + 7);
       for (let v = 1; v <= 6; v++) {
         data[0] = v;
@@ -102,9 +102,15 @@ describe('chain broadcast on loopback', () => {
       }
       // Retention keeps the latest and 2 more (the default): at most 3 of the 6 stay registered.
       await waitUntil('retired versions to be unregistered', async () => (await regions(0)) <= before[0]! + 3 && (await regions(1)) <= before[1]! + 3, 10_000);
-      // Registered on the thread pool, timed, none failed.
+      // The tail sends nothing: it registered each version only to receive it, and let the
+      // registration go with the writable mapping when the version completed.
+      await waitUntil('the tail to let its receive registrations go', async () => (await regions(2)) === before[2], 10_000);
+      // Registered on the thread pool, timed, none failed: the master for its sends, the middle
+      // relay for its receives and forwards (one registration per arriving version), the tail too.
       expect(await metric(relays[0]!, 'laminar_relay_ucx_register_seconds_count')).toBeGreaterThanOrEqual(1);
-      expect(await relays[0]!.registry.metrics()).not.toContain('laminar_relay_ucx_register_failures_total{');
+      expect(await metric(relays[1]!, 'laminar_relay_ucx_register_seconds_count')).toBeGreaterThanOrEqual(6);
+      expect(await metric(relays[2]!, 'laminar_relay_ucx_register_seconds_count')).toBeGreaterThanOrEqual(6);
+      for (const relay of relays) expect(await relay.registry.metrics()).not.toContain('laminar_relay_ucx_register_failures_total{');
       expect(relays[0]!.store.list().filter((x) => x.model === 'org/regions').length).toBe(3);
     } finally {
       client.close();

@@ -318,9 +318,15 @@ export class Broadcaster {
       transfer.setUpstream(link.endpoint.id);
       const arrival: Arrival = { transfer, upstreams: new Set([link]) };
       this.arrivals.set(k, arrival);
+      // Chunks are received straight into the segment: registered, an RDMA transport need not pin
+      // each chunk's pages as it arrives. The writable mapping closes when the version completes
+      // (or is abandoned), and its registration goes with it.
+      const receiving = v.mapping;
+      if (receiving !== null) this.registerOnce(receiving);
       const started = performance.now();
       transfer.done.then(
         () => {
+          if (receiving !== null) this.releaseRegistration(receiving);
           this.metrics.transfers.inc({ direction: 'in', result: 'complete' });
           this.metrics.transferSeconds.observe({ direction: 'in' }, (performance.now() - started) / 1e3);
           this.arrivals.delete(k);
@@ -329,6 +335,7 @@ export class Broadcaster {
           }
         },
         () => {
+          if (receiving !== null) this.releaseRegistration(receiving);
           this.metrics.transfers.inc({ direction: 'in', result: 'abandoned' });
           this.arrivals.delete(k);
         },
@@ -543,11 +550,12 @@ export class Broadcaster {
   }
 
   private versionRetired(v: StoredVersion): void {
-    const mapping = v.mapping;
-    if (mapping) {
-      this.registrations.get(mapping)?.release();
-      this.registrations.delete(mapping);
-    }
+    if (v.mapping) this.releaseRegistration(v.mapping);
+  }
+
+  private releaseRegistration(mapping: Mapping): void {
+    this.registrations.get(mapping)?.release();
+    this.registrations.delete(mapping);
   }
 
   /**
@@ -576,7 +584,11 @@ export class Broadcaster {
         d.sessions.delete(otherKey);
       }
     }
-    this.registerOnce(source);
+    try {
+      this.registerOnce(source.mapping);
+    } catch {
+      // No mapping left (the version retired meanwhile): the session below fails on its own.
+    }
     const stored = source instanceof StoredSource ? this.findVersion(source.model, source.version) : undefined;
     if (stored) this.store.lease(stored);
     const session = new OutgoingTransfer(d.link, source, {
@@ -614,12 +626,11 @@ export class Broadcaster {
   }
 
   /**
-   * Registers a version's mapping with UCX for its sends, once. Registration is an optimisation
-   * for RDMA (without it UCX registers each send's range on the fly) and runs on the thread pool:
-   * the chunks sent meanwhile go unregistered.
+   * Registers a version's mapping with UCX, once, for the chunks sent from it or received into
+   * it. Registration is an optimisation for RDMA (without it UCX registers each chunk's range on
+   * the fly) and runs on the thread pool: the chunks moved meanwhile go unregistered.
    */
-  private registerOnce(source: ChunkSource): void {
-    const mapping = source.mapping;
+  private registerOnce(mapping: Mapping): void {
     if (this.registrations.has(mapping)) return;
     const started = performance.now();
     let registration: Registration;
