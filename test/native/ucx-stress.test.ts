@@ -340,6 +340,81 @@ describe('UCX binding: lifetime', () => {
     expect(growth).toBeLessThan(10);
   }, 90_000);
 
+  it('random registrations, releases, sends, mapping closes and worker closes: every ready settles, nothing crashes', async () => {
+    // Registration runs on the thread pool; this interleaves it with what can happen to its
+    // mapping and worker meanwhile: releases, sends from the mapping (registered or not yet),
+    // the mapping closed and replaced, the registering worker closed. A seeded sequence, so that a
+    // failure can be replayed. (Connections stay up: churning them is the 1000-cycle test's job.)
+    const seed = 20261122;
+    const child = spawnChild(`
+      let state = ${seed};
+      const random = (n) => { state = (state * 1103515245 + 12345) % 2147483648; return state % n; };
+      const size = ${4 * MiB};
+      const receiver = new UcxWorker();
+      const target = Buffer.alloc(size);
+      const listener = receiver.listen('127.0.0.1', 0, (ep) => {
+        ep.onMessage = (msg) => { if (msg.pending) msg.receiveInto(target, 0).catch(() => undefined); };
+      });
+      const sender = new UcxWorker();
+      const ep = sender.connect('127.0.0.1', listener.port);
+      let other = new UcxWorker();
+      const mappings = [0, 1, 2].map(() => new Mapping(null, { size }));
+      const held = [];
+      const counts = { registered: 0, settled: 0, sends: 0, refused: 0, recycled: 0 };
+      const outcomes = {};
+      const settle = (code) => { counts.settled++; outcomes[code] = (outcomes[code] ?? 0) + 1; };
+      for (let i = 0; i < 2000; i++) {
+        const m = random(mappings.length);
+        const worker = random(2) === 0 ? sender : other;
+        switch (random(7)) {
+          case 0: case 1:
+            try {
+              const r = worker.register(mappings[m]);
+              counts.registered++;
+              r.ready.then(() => settle('ok'), (e) => settle(e.code));
+              held.push({ worker, r });
+            } catch (e) { counts.refused++; }
+            break;
+          case 2:
+            if (held.length > 0) held.splice(random(held.length), 1)[0].r.release();
+            break;
+          case 3:
+            try {
+              counts.sends++;
+              ep.send(Buffer.from('x'), { source: mappings[m], offset: 0, length: 1 + random(size) }).catch(() => undefined);
+            } catch (e) { counts.refused++; }
+            break;
+          case 4:
+            if (random(4) === 0) { mappings[m].close(); mappings[m] = new Mapping(null, { size }); }
+            break;
+          case 5:
+            if (random(6) === 0) { other.close(); other = new UcxWorker(); counts.recycled++; }
+            break;
+          default:
+            await new Promise((r) => setTimeout(r, random(2)));
+        }
+        if (i % 100 === 0) globalThis.gc();
+      }
+      for (const { r } of held) r.release();
+      for (let i = 0; i < 200 && counts.settled < counts.registered; i++) await new Promise((r) => setTimeout(r, 10));
+      other.close();
+      sender.close();
+      receiver.close();
+      for (const mapping of mappings) mapping.close();
+      globalThis.gc();
+      console.log('result ' + JSON.stringify({ ...counts, outcomes }));
+    `, ['--expose-gc']);
+    const result = JSON.parse(await child.line('result ', 60_000)) as { registered: number; settled: number; recycled: number; outcomes: Record<string, number> };
+    expect(await child.exited).toEqual({ code: 0, signal: null });
+    expect(result.registered).toBeGreaterThan(300);
+    expect(result.recycled).toBeGreaterThan(10);
+    // Every register() call was answered: done, released before it landed, or its worker closed.
+    expect(result.settled).toBe(result.registered);
+    expect(Object.keys(result.outcomes).every((code) => ['ok', 'ERR_UCX_UNREGISTERED', 'ERR_UCX_CLOSED'].includes(code))).toBe(true);
+    expect(result.outcomes.ok).toBeGreaterThan(0);
+    expect(child.stderr()).not.toMatch(/not returned to mpool|callbacks remain|Assertion|already been closed|double free|Segmentation/);
+  }, 90_000);
+
   it('a worker keeps the process alive until unref() or close()', async () => {
     const referenced = spawnChild(`
       const worker = new UcxWorker();
