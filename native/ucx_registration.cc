@@ -13,14 +13,37 @@
 
 namespace laminar {
 
-// ucp_mem_map of one region on the pool. The job holds the region (its pages stay mapped while
-// UCX pins them, whatever JS does with the mapping) and the JS worker object (the UcxWorker and
-// its context cannot be collected under it).
-class MemMapJob : public Napi::AsyncWorker {
+// A registration job on the pool. It holds the region (its pages stay mapped while UCX works on
+// them, whatever JS does with the mapping) and the JS worker object (the UcxWorker and its
+// context cannot be collected under it), and counts in the worker's mem_jobs_ from its creation
+// to its completion: the context outlives a close() until the last job is done.
+class MemJob : public Napi::AsyncWorker {
+ protected:
+  MemJob(UcxWorker* worker, const char* name, std::shared_ptr<Region> region)
+      : Napi::AsyncWorker(worker->Env(), name), worker_(worker), self_(Napi::Persistent(worker->Value())),
+        context_(worker->context_), region_(std::move(region)) {
+    worker_->mem_jobs_++;
+  }
+  // On the JS thread, once Execute() is done.
+  virtual void Done() = 0;
+  // UCX failures are not job failures: Done() deals with the UCS status.
+  void OnOK() override {
+    Done();
+    worker_->FinishMemJob();
+    self_.Reset();
+  }
+
+  UcxWorker* worker_;
+  Napi::ObjectReference self_;
+  ucp_context_h context_;
+  std::shared_ptr<Region> region_;
+};
+
+// ucp_mem_map of one region.
+class MemMapJob : public MemJob {
  public:
-  MemMapJob(UcxWorker* worker, ucp_context_h context, uint64_t id, std::shared_ptr<Region> region)
-      : Napi::AsyncWorker(worker->Env(), "laminar:ucx-register"), worker_(worker),
-        self_(Napi::Persistent(worker->Value())), context_(context), id_(id), region_(std::move(region)) {}
+  MemMapJob(UcxWorker* worker, uint64_t id, std::shared_ptr<Region> region)
+      : MemJob(worker, "laminar:ucx-register", std::move(region)), id_(id), length_(region_->size) {}
 
   void Execute() override {
     ucp_mem_map_params_t params;
@@ -28,51 +51,34 @@ class MemMapJob : public Napi::AsyncWorker {
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     params.address = region_->addr;
     params.length = region_->size;
-    length_ = region_->size;
     status_ = ucp_mem_map(context_, &params, &memh_);
     // If ours is the last reference (the mapping closed meanwhile), the munmap happens here.
     if (status_ != UCS_OK) region_.reset();
   }
-  // UCX failures are not job failures: OnMapped settles the callers with the UCS status.
-  void OnOK() override {
-    worker_->OnMapped(id_, memh_, status_, length_, std::move(region_));
-    self_.Reset();
-  }
+  void Done() override { worker_->OnMapped(id_, memh_, status_, length_, std::move(region_)); }
 
  private:
-  UcxWorker* worker_;
-  Napi::ObjectReference self_;
-  ucp_context_h context_;
   uint64_t id_;
-  std::shared_ptr<Region> region_;
-  size_t length_ = 0;
+  size_t length_;
   ucp_mem_h memh_ = nullptr;
   ucs_status_t status_ = UCS_OK;
 };
 
-// ucp_mem_unmap on the pool (unpinning is as long as pinning), then the job's hold on the region
-// goes, there too: when it is the last one, the munmap of the mapping runs on the pool as well.
-class MemUnmapJob : public Napi::AsyncWorker {
+// ucp_mem_unmap (unpinning is as long as pinning), then the job's hold on the region goes, on
+// the pool too: when it is the last one, the munmap of the mapping runs there as well.
+class MemUnmapJob : public MemJob {
  public:
-  MemUnmapJob(UcxWorker* worker, ucp_context_h context, ucp_mem_h memh, std::shared_ptr<Region> region)
-      : Napi::AsyncWorker(worker->Env(), "laminar:ucx-unregister"), worker_(worker),
-        self_(Napi::Persistent(worker->Value())), context_(context), memh_(memh), region_(std::move(region)) {}
+  MemUnmapJob(UcxWorker* worker, ucp_mem_h memh, std::shared_ptr<Region> region)
+      : MemJob(worker, "laminar:ucx-unregister", std::move(region)), memh_(memh) {}
 
   void Execute() override {
     ucp_mem_unmap(context_, memh_);
     region_.reset();
   }
-  void OnOK() override {
-    worker_->FinishMemJob();
-    self_.Reset();
-  }
+  void Done() override {}
 
  private:
-  UcxWorker* worker_;
-  Napi::ObjectReference self_;
-  ucp_context_h context_;
   ucp_mem_h memh_;
-  std::shared_ptr<Region> region_;
 };
 
 // register(mapping): { id, ready }. `ready` resolves once the registration is in place, or
@@ -102,21 +108,19 @@ Napi::Value UcxWorker::Register(const Napi::CallbackInfo& info) {
   }
   const Region* key = region.get();
   uint64_t id = next_registration_++;
-  auto* job = new MemMapJob(this, context_, id, region);
+  auto* job = new MemMapJob(this, id, region);
   Registration registration;
   registration.region = std::move(region);
   registration.id = id;
   registration.waiting.push_back(std::move(deferred));
   registrations_[key] = std::move(registration);
   registration_ids_[id] = key;
-  mem_jobs_++;
   job->Queue();
   result.Set("id", static_cast<double>(id));
   return result;
 }
 
 void UcxWorker::OnMapped(uint64_t id, ucp_mem_h memh, ucs_status_t status, size_t length, std::shared_ptr<Region> region) {
-  Napi::HandleScope scope(env_);
   auto key = closed_ ? registration_ids_.end() : registration_ids_.find(id);
   std::vector<Napi::Promise::Deferred> waiting;
   if (key != registration_ids_.end()) {
@@ -143,12 +147,10 @@ void UcxWorker::OnMapped(uint64_t id, ucp_mem_h memh, ucs_status_t status, size_
       deferred.Reject(MakeUcsError(env_, status, "registering " + std::to_string(length) + " bytes"));
     }
   }
-  FinishMemJob();
 }
 
 void UcxWorker::QueueUnmap(ucp_mem_h memh, std::shared_ptr<Region> region) {
-  mem_jobs_++;
-  (new MemUnmapJob(this, context_, memh, std::move(region)))->Queue();
+  (new MemUnmapJob(this, memh, std::move(region)))->Queue();
 }
 
 void UcxWorker::FinishMemJob() {

@@ -175,12 +175,12 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   void UnmapRetired();
   // Registrations and unregistrations on the pool (ucx_registration.cc). The context outlives a
   // close() until the last of them is done.
+  friend class MemJob;
   friend class MemMapJob;
-  friend class MemUnmapJob;
-  int mem_jobs_ = 0;
+  int mem_jobs_ = 0;  // counted by the jobs themselves, from creation to completion
   void OnMapped(uint64_t id, ucp_mem_h memh, ucs_status_t status, size_t length, std::shared_ptr<Region> region);
   void QueueUnmap(ucp_mem_h memh, std::shared_ptr<Region> region);
-  void FinishMemJob();  // one job done (each settles its count here)
+  void FinishMemJob();
 
   std::vector<UcxEvent> events_;
   std::vector<std::pair<UcxOp*, ucs_status_t>> completed_;

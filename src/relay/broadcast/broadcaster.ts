@@ -318,9 +318,10 @@ export class Broadcaster {
       transfer.setUpstream(link.endpoint.id);
       const arrival: Arrival = { transfer, upstreams: new Set([link]) };
       this.arrivals.set(k, arrival);
-      // Chunks are received straight into the segment: registered, an RDMA transport need not pin
-      // each chunk's pages as it arrives. The writable mapping closes when the version completes
-      // (or is abandoned), and its registration goes with it.
+      // Chunks are received straight into the segment (and forwarded from it while they arrive):
+      // registered, an RDMA transport need not pin each chunk's pages. The writable mapping closes
+      // when the version completes or is abandoned, and its registration must go with it: a
+      // registration holds its memory, so one left behind would keep a whole version mapped.
       const receiving = v.mapping;
       if (receiving !== null) this.registerOnce(receiving);
       const started = performance.now();
@@ -558,20 +559,6 @@ export class Broadcaster {
     this.registrations.delete(mapping);
   }
 
-  /**
-   * Releases the registrations of mappings that are closed: a version forwarded while it
-   * arrived was sent from its writable mapping, which the store replaces by a read-only one
-   * when the version completes. Each registration holds its mapping open, so one left behind
-   * would keep a whole version's memory mapped for the life of the relay.
-   */
-  private releaseClosedRegistrations(): void {
-    for (const [mapping, registration] of this.registrations) {
-      if (!mapping.closed) continue;
-      registration.release();
-      this.registrations.delete(mapping);
-    }
-  }
-
   /** Starts sending `source` downstream (unless it is already on its way there). */
   private offer(source: ChunkSource): void {
     const d = this.downstream;
@@ -621,7 +608,6 @@ export class Broadcaster {
     ).finally(() => {
       if (d.sessions.get(k) === session) d.sessions.delete(k);
       if (stored) this.store.unlease(stored);
-      this.releaseClosedRegistrations();
     });
   }
 
