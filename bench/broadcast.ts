@@ -53,7 +53,7 @@ import { parseArgs } from 'node:util';
 import { broadcastTime, optimalChunkSize, type LinkModel } from '../src/relay/broadcast/chunk-model.js';
 import { RelayClient } from '../src/relay/client/relay-client.js';
 import { formatBytes, parseBytes } from '../src/common/units.js';
-import { median, printTable } from './support.js';
+import { median, printTable, round } from './support.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/laminar.js', import.meta.url));
 const TESTBED = fileURLToPath(new URL('../../scripts/testbed.sh', import.meta.url));
@@ -631,9 +631,6 @@ function stat(xs: number[]): Stat {
   return { median: median(xs), min: Math.min(...xs), max: Math.max(...xs), all: xs };
 }
 
-function round(x: number, digits = 3): number {
-  return Number(x.toFixed(digits));
-}
 
 function rangeText(s: Stat, digits = 2, scale = 1): string {
   return `${(s.min * scale).toFixed(digits)}-${(s.max * scale).toFixed(digits)}`;

@@ -10,7 +10,7 @@
  */
 import { parseArgs } from 'node:util';
 import { DEFAULT_REPACK_LIMITS, planRepack, repackCandidates, type RolloutLoad } from '../src/manager/repack/planner.js';
-import { median, percentile, printTable } from './support.js';
+import { median, percentile, printTable, round } from './support.js';
 import { seededRandom } from '../src/common/random.js';
 
 const WARMUP = 50;
@@ -81,6 +81,3 @@ export async function run(args: string[]): Promise<void> {
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }
 
-function round(x: number, digits = 3): number {
-  return Number(x.toFixed(digits));
-}

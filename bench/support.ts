@@ -92,3 +92,8 @@ export async function spawnBenchRelay(args: string[] = []): Promise<BenchRelay> 
   };
   return relay;
 }
+
+/** x to `digits` decimals, as a number (for tables and JSON lines). */
+export function round(x: number, digits = 3): number {
+  return Number(x.toFixed(digits));
+}

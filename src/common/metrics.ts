@@ -4,7 +4,8 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Registry, collectDefaultMetrics } from 'prom-client';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 
 /**
  * How often the event-loop lag is sampled. prom-client's default (10 ms) is a timer that wakes
@@ -13,12 +14,56 @@ import { Registry, collectDefaultMetrics } from 'prom-client';
  */
 const EVENT_LOOP_SAMPLE_MS = 1000;
 
-export function createRegistry(options: { prefix?: string; defaultMetrics?: boolean } = {}): Registry {
+/** The lag statistics prom-client derives from Node's event-loop delay histogram. */
+const LAG_STATISTICS = ['min', 'max', 'mean', 'stddev', 'p50', 'p90', 'p99'] as const;
+
+export function createRegistry(options: { prefix?: string; defaultMetrics?: boolean; eventLoopSampleMs?: number } = {}): Registry {
   const registry = new Registry();
   if (options.defaultMetrics !== false) {
-    collectDefaultMetrics({ register: registry, prefix: options.prefix ?? 'laminar_', eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+    const prefix = options.prefix ?? 'laminar_';
+    const sampleMs = options.eventLoopSampleMs ?? EVENT_LOOP_SAMPLE_MS;
+    collectDefaultMetrics({ register: registry, prefix, eventLoopMonitoringPrecision: sampleMs });
+    exportEventLoopLag(registry, prefix, sampleMs);
   }
   return registry;
+}
+
+/**
+ * Node's event-loop delay histogram records the time between two of its timer's runs, so every
+ * sample is the sampling period plus the lag; prom-client publishes those samples as they are.
+ * With a 1 s period an idle daemon would show a p99 "lag" of 1 s. These gauges, under
+ * prom-client's names, publish the lag alone (sample minus period), over the time since the
+ * previous scrape.
+ */
+function exportEventLoopLag(registry: Registry, prefix: string, sampleMs: number): void {
+  const histogram = monitorEventLoopDelay({ resolution: sampleMs });
+  histogram.enable();
+  const periodNs = sampleMs * 1e6;
+  const lagSeconds = (ns: number): number => Math.max(0, ns - periodNs) / 1e9;
+  const read: Record<(typeof LAG_STATISTICS)[number], () => number> = {
+    min: () => lagSeconds(histogram.min),
+    max: () => lagSeconds(histogram.max),
+    mean: () => lagSeconds(histogram.mean),
+    stddev: () => histogram.stddev / 1e9,
+    p50: () => lagSeconds(histogram.percentile(50)),
+    p90: () => lagSeconds(histogram.percentile(90)),
+    p99: () => lagSeconds(histogram.percentile(99)),
+  };
+  const gauges = new Map<(typeof LAG_STATISTICS)[number], Gauge>();
+  // The first gauge's collect sets them all from one snapshot of the histogram (the registry
+  // reads metrics in the order they were registered), then starts a new one. A scrape between
+  // two samples keeps the previous values.
+  const collectAll = (): void => {
+    if (histogram.count === 0) return;
+    for (const [statistic, gauge] of gauges) gauge.set(read[statistic]());
+    histogram.reset();
+  };
+  for (const statistic of LAG_STATISTICS) {
+    const name = `${prefix}nodejs_eventloop_lag_${statistic}_seconds`;
+    registry.removeSingleMetric(name);
+    const help = `The ${statistic} of the event loop's lag since the last scrape (each sample less the ${sampleMs} ms sampling period)`;
+    gauges.set(statistic, new Gauge({ name, help, registers: [registry], ...(gauges.size === 0 ? { collect: collectAll } : {}) }));
+  }
 }
 
 export interface MetricsServer {

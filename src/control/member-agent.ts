@@ -54,6 +54,7 @@ export interface MemberAgentOptions {
   heartbeatMs?: number;
   replicas?: number;
   state: () => MemberState;
+  /** Called with each newer chain plan; a member without it does not follow the plan at all. */
   onPlan?: (plan: PlanRecord) => void;
   /**
    * A command from the manager. When the manager sent it as a request, what this returns (or
@@ -128,7 +129,10 @@ export class MemberAgent {
     })().catch(() => undefined);
     this.heartbeatTimer = setInterval(() => this.tick(), this.heartbeatMs);
     this.heartbeatTimer.unref();
-    void this.openBucket().then(() => this.watchPlan());
+    // Only a member that acts on the plan follows it: at a thousand rollouts, a watch (a consumer
+    // on the server) and a read every heartbeat each would cost nats-server more than everything
+    // else the control plane does (README: "Control plane at scale").
+    if (this.options.onPlan) void this.openBucket().then(() => this.watchPlan());
     void this.register();
   }
 
@@ -235,7 +239,7 @@ export class MemberAgent {
     };
     this.publish(this.names.heartbeat, heartbeat);
     const kv = this.kv;
-    if (kv) {
+    if (kv && this.options.onPlan) {
       kv.get(Keys.plan).then(
         (entry) => {
           if (entry && entry.operation === 'PUT') this.planBytes(entry.value);

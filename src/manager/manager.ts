@@ -159,7 +159,14 @@ export class Manager {
     this.id = options.id ?? `manager@${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     this.names = controlNames(options.job);
     this.log = (options.logger ?? silentLogger).child({ component: 'manager', manager: this.id });
-    this.metrics = new ManagerMetrics(options.registry);
+    this.metrics = new ManagerMetrics(options.registry, {
+      memberCounts: () => this.memberCounts(),
+      relayProgress: () => this.relayProgressRows(),
+      rolloutLoads: () =>
+        this.rolloutViews()
+          .filter((r) => r.load !== null && r.health !== 'dead')
+          .map((r) => ({ rollout: r.id, kvUsed: r.load!.kvUsed, weightVersion: r.load!.weightVersion })),
+    });
     this.leaseMs = options.leaseMs ?? 5000;
     this.suspectAfterMs = options.suspectAfterMs ?? 3000;
     this.deadAfterMs = options.deadAfterMs ?? 6000;
@@ -617,10 +624,8 @@ export class Manager {
       }
     }
     this.forgiveCaughtUp(relays);
-    this.updateProgress(relays);
     this.loadFromCheckpoint(relays, now);
     this.replan(relays, now);
-    this.updateMemberGauge();
   }
 
   /**
@@ -724,19 +729,20 @@ export class Manager {
     }
   }
 
-  private updateProgress(relays: RelayView[]): void {
+  private relayProgressRows(): Array<{ relay: string; model: string; fraction: number }> {
+    const relays = this.relayViews();
     const newest = newestVersions(relays, [...this.announced.values()]);
-    this.metrics.relayProgress.reset();
-    for (const r of relays) {
-      for (const [model, version] of newest) {
-        const fraction = progressScore(r, new Map([[model, version]]));
-        this.metrics.relayProgress.set({ relay: r.id, model }, fraction);
-      }
-    }
+    return relays.flatMap((r) => [...newest].map(([model, version]) => ({ relay: r.id, model, fraction: progressScore(r, new Map([[model, version]])) })));
   }
 
-  private updateMemberGauge(): void {
-    this.metrics.members.reset();
-    for (const m of this.members.values()) this.metrics.members.inc({ kind: m.record.kind, state: m.health });
+  private memberCounts(): Array<{ kind: string; state: string; count: number }> {
+    const counts = new Map<string, { kind: string; state: string; count: number }>();
+    for (const m of this.members.values()) {
+      const key = `${m.record.kind}/${m.health}`;
+      const row = counts.get(key) ?? { kind: m.record.kind, state: m.health, count: 0 };
+      row.count++;
+      counts.set(key, row);
+    }
+    return [...counts.values()];
   }
 }

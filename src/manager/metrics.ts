@@ -1,6 +1,19 @@
 /** The manager's Prometheus metrics (README: "Metrics"). */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
+/**
+ * What the gauges that describe the fleet read at scrape time (not on every tick: at a thousand
+ * members, setting a gauge per member ten times a second was most of the manager's work).
+ */
+export interface ManagerGaugeSource {
+  /** Members by kind and health. */
+  memberCounts(): Array<{ kind: string; state: string; count: number }>;
+  /** The share of the newest version of each model each live relay holds. */
+  relayProgress(): Array<{ relay: string; model: string; fraction: number }>;
+  /** What each live rollout last reported. */
+  rolloutLoads(): Array<{ rollout: string; kvUsed: number; weightVersion: number | null }>;
+}
+
 export class ManagerMetrics {
   readonly leader: Gauge;
   readonly members: Gauge;
@@ -14,11 +27,22 @@ export class ManagerMetrics {
   readonly rejected: Counter;
   readonly relayProgress: Gauge;
   readonly checkpointLoads: Counter;
+  readonly rolloutKv: Gauge;
+  readonly rolloutVersion: Gauge;
 
-  constructor(registry: Registry) {
+  constructor(registry: Registry, source: ManagerGaugeSource) {
     const registers = [registry];
     this.leader = new Gauge({ name: 'laminar_manager_leader', help: '1 while this manager holds the leader lease', registers });
-    this.members = new Gauge({ name: 'laminar_manager_members', help: 'registered members by kind and health', labelNames: ['kind', 'state'], registers });
+    this.members = new Gauge({
+      name: 'laminar_manager_members',
+      help: 'registered members by kind and health',
+      labelNames: ['kind', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { kind, state, count } of source.memberCounts()) this.set({ kind, state }, count);
+      },
+    });
     this.suspicions = new Counter({ name: 'laminar_manager_suspicions_total', help: 'members suspected after missed heartbeats', labelNames: ['kind'], registers });
     this.deaths = new Counter({ name: 'laminar_manager_deaths_total', help: 'members declared dead, by cause (heartbeat, report)', labelNames: ['kind', 'cause'], registers });
     this.detectionSeconds = new Histogram({
@@ -38,7 +62,37 @@ export class ManagerMetrics {
     });
     this.stalls = new Counter({ name: 'laminar_manager_stalled_links_total', help: 'chain links found without progress', registers });
     this.rejected = new Counter({ name: 'laminar_manager_rejected_total', help: 'control messages rejected, by code', labelNames: ['code'], registers });
-    this.relayProgress = new Gauge({ name: 'laminar_manager_relay_progress', help: 'fraction of the newest version of a model each relay holds', labelNames: ['relay', 'model'], registers });
+    this.relayProgress = new Gauge({
+      name: 'laminar_manager_relay_progress',
+      help: 'fraction of the newest version of a model each relay holds',
+      labelNames: ['relay', 'model'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { relay, model, fraction } of source.relayProgress()) this.set({ relay, model }, fraction);
+      },
+    });
     this.checkpointLoads = new Counter({ name: 'laminar_manager_checkpoint_loads_total', help: 'relays told to load a version from the trainer checkpoint', registers });
+    // Rollouts that are gone drop out of these at the next scrape rather than keep their last value.
+    this.rolloutKv = new Gauge({
+      name: 'laminar_manager_rollout_kv_used',
+      help: 'KV-cache utilisation each live rollout reports',
+      labelNames: ['rollout'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { rollout, kvUsed } of source.rolloutLoads()) this.set({ rollout }, kvUsed);
+      },
+    });
+    this.rolloutVersion = new Gauge({
+      name: 'laminar_manager_rollout_weight_version',
+      help: 'weight version each live rollout generates with',
+      labelNames: ['rollout'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { rollout, weightVersion } of source.rolloutLoads()) if (weightVersion !== null) this.set({ rollout }, weightVersion);
+      },
+    });
   }
 }

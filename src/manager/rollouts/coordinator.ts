@@ -150,12 +150,6 @@ export class RolloutCoordinator {
   }
 
   tick(rollouts: RolloutView[], now = Date.now()): void {
-    for (const r of rollouts) {
-      if (r.load && r.health !== 'dead') {
-        this.options.metrics.rolloutKv.set({ rollout: r.id }, r.load.kvUsed);
-        if (r.load.weightVersion !== null) this.options.metrics.rolloutVersion.set({ rollout: r.id }, r.load.weightVersion);
-      }
-    }
     if (this.repackIntervalMs > 0 && (this.repackTrigger !== null || now - this.lastRepack >= this.repackIntervalMs)) {
       this.repackRound(rollouts, this.repackTrigger ?? 'interval', now);
     }

@@ -10,8 +10,6 @@ export class RolloutCoordinatorMetrics {
   readonly reinitialise: Counter;
   readonly orphans: Counter;
   readonly orphansWaiting: Gauge;
-  readonly rolloutKv: Gauge;
-  readonly rolloutVersion: Gauge;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -33,7 +31,5 @@ export class RolloutCoordinatorMetrics {
       registers,
     });
     this.orphansWaiting = new Gauge({ name: 'laminar_manager_orphans_waiting', help: 'orphaned trajectories waiting for a rollout of their weight version', registers });
-    this.rolloutKv = new Gauge({ name: 'laminar_manager_rollout_kv_used', help: 'KV-cache utilisation each rollout reports', labelNames: ['rollout'], registers });
-    this.rolloutVersion = new Gauge({ name: 'laminar_manager_rollout_weight_version', help: 'weight version each rollout generates with', labelNames: ['rollout'], registers });
   }
 }

@@ -1,0 +1,150 @@
+/**
+ * The manager with a fleet of members on a real nats-server: the fleet gauges are read at scrape
+ * time (a member that is gone drops out), only members that act on the chain plan follow it
+ * (a KV watch is a consumer on the server), and a few hundred members ride out a nats-server
+ * restart without anyone being declared dead. `npm run bench -- control` measures the same at a
+ * thousand-GPU scale.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { Registry } from 'prom-client';
+import { MemberAgent } from '../../src/control/member-agent.js';
+import { controlNames } from '../../src/control/subjects.js';
+import { Manager } from '../../src/manager/manager.js';
+import { startNatsServer, type NatsServer } from '../../src/services/index.js';
+import { metricValue, natsClient } from '../data/helpers.js';
+
+let nats: NatsServer;
+
+beforeAll(async () => {
+  nats = await startNatsServer({ jetstream: true });
+});
+afterAll(async () => {
+  await nats.stop();
+});
+
+interface Fleet {
+  manager: Manager;
+  registry: Registry;
+  agents: Map<string, MemberAgent>;
+  stop(): Promise<void>;
+}
+
+async function fleet(job: string, relays: number, rollouts: number, options: { deadAfterMs?: number; connections?: number } = {}): Promise<Fleet> {
+  const connections: NatsConnection[] = [];
+  const managerNc = await natsClient(nats.url);
+  connections.push(managerNc);
+  const registry = new Registry();
+  const deadAfterMs = options.deadAfterMs ?? 6000;
+  const manager = new Manager({ nc: managerNc, job, registry, leaseMs: 1000, suspectAfterMs: deadAfterMs / 2, deadAfterMs, tickMs: 50, rollouts: { partials: null, prompts: null, repackIntervalMs: 0 } });
+  await manager.start();
+  await manager.whenLeader();
+  // Members share a few connections (a test process does not need one per member).
+  for (let i = 0; i < (options.connections ?? 4); i++) connections.push(await natsClient(nats.url));
+  const agents = new Map<string, MemberAgent>();
+  const total = relays + rollouts;
+  for (let i = 0; i < total; i++) {
+    const nc = connections[1 + (i % (connections.length - 1))]!;
+    const relay = i < relays;
+    const id = relay ? `relay-${i}` : `rollout-${i - relays}`;
+    const agent = new MemberAgent({
+      nc,
+      job,
+      id,
+      kind: relay ? 'relay' : 'rollout',
+      host: `host-${relay ? i : Math.floor((i - relays) / 8)}`,
+      address: relay ? `10.0.0.${i + 1}:13337` : null,
+      heartbeatMs: 200,
+      state: () => ({ epoch: null, holds: relay ? [{ model: 'm', version: 1 }] : [], receiving: [], downstream: null }),
+      ...(relay
+        ? { onPlan: () => undefined }
+        : { rolloutLoad: () => ({ state: 'generating' as const, model: 'm', weightVersion: 1, kvUsed: 0.25 + (i % 4) / 10, kvPrev: 0.9, running: 8, waiting: 0, owned: 8, tokensPerSecond: 100 }) }),
+    });
+    agents.set(id, agent);
+    agent.start();
+  }
+  return {
+    manager,
+    registry,
+    agents,
+    stop: async () => {
+      for (const a of agents.values()) await a.close();
+      await manager.close();
+      await Promise.all(connections.map((c) => c.close()));
+    },
+  };
+}
+
+async function eventually(check: () => Promise<boolean> | boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`${what} within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function alive(manager: Manager): number {
+  return manager.status().members.filter((m) => m.health === 'alive').length;
+}
+
+describe('manager and a fleet of members', () => {
+  it('reads the fleet gauges at scrape time: a rollout that died leaves them', async () => {
+    const f = await fleet('gauges', 3, 4, { deadAfterMs: 800 });
+    try {
+      await eventually(() => alive(f.manager) === 7 && f.manager.status().rollouts.every((r) => 'kvUsed' in r), 10_000, 'the fleet did not join');
+      expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'relay', state: 'alive' })).toBe(3);
+      expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'rollout', state: 'alive' })).toBe(4);
+      expect(await metricValue(f.registry, 'laminar_manager_rollout_kv_used', { rollout: 'rollout-2' })).toBeCloseTo(0.25 + ((3 + 2) % 4) / 10);
+      expect(await metricValue(f.registry, 'laminar_manager_rollout_weight_version', { rollout: 'rollout-2' })).toBe(1);
+      expect(await metricValue(f.registry, 'laminar_manager_relay_progress', { relay: 'relay-1', model: 'm' })).toBe(1);
+
+      await f.agents.get('rollout-2')!.close();
+      await eventually(() => f.manager.status().members.some((m) => m.id === 'rollout-2' && m.health === 'dead'), 10_000, 'the silent rollout was not declared dead');
+      expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'rollout', state: 'dead' })).toBe(1);
+      expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'rollout', state: 'alive' })).toBe(3);
+      const kv = (await f.registry.getSingleMetric('laminar_manager_rollout_kv_used')!.get()).values;
+      expect(kv.map((v) => v.labels.rollout).sort()).toEqual(['rollout-0', 'rollout-1', 'rollout-3']);
+    } finally {
+      await f.stop();
+    }
+  });
+
+  it('has only the members that act on the plan follow it (one KV consumer each)', async () => {
+    const f = await fleet('watchers', 3, 12);
+    try {
+      await eventually(() => alive(f.manager) === 15 && f.manager.status().chain.length === 3, 10_000, 'the fleet did not join');
+      const probe = await natsClient(nats.url);
+      const jsm = await jetstreamManager(probe);
+      const stream = `KV_${controlNames('watchers').bucket}`;
+      // Each relay watches the plan; the rollouts, which never use it, do not (15 watchers if they did).
+      const planWatchers = async (): Promise<number> => (await jsm.consumers.list(stream).next()).filter((c) => c.config.filter_subject === `$KV.${controlNames('watchers').bucket}.plan`).length;
+      await eventually(async () => (await planWatchers()) === 3, 5000, 'three plan watchers');
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(await planWatchers()).toBe(3);
+      await probe.close();
+    } finally {
+      await f.stop();
+    }
+  });
+
+  it('declares nobody dead when 20 relays and 200 rollouts ride out a nats-server restart', async () => {
+    const f = await fleet('restart', 20, 200, { connections: 8 });
+    try {
+      await eventually(() => alive(f.manager) === 220 && f.manager.status().chain.length === 20, 30_000, 'the fleet did not join');
+      const epoch = f.manager.status().epoch;
+      await nats.restart({ kill: true });
+      // Back: every member registered again and heard from since the restart.
+      await eventually(() => [...f.agents.values()].every((a) => a.isRegistered) && f.manager.status().members.every((m) => m.health === 'alive' && m.heardMsAgo < 1000), 30_000, 'the fleet did not come back');
+      // A death would come within dead-after (6 s) of the silence.
+      await new Promise((r) => setTimeout(r, 7000));
+      expect(await metricValue(f.registry, 'laminar_manager_deaths_total', { kind: 'relay', cause: 'heartbeat' })).toBe(0);
+      expect(await metricValue(f.registry, 'laminar_manager_deaths_total', { kind: 'rollout', cause: 'heartbeat' })).toBe(0);
+      expect(alive(f.manager)).toBe(220);
+      // The chain was not rebuilt for a restart nobody died in.
+      expect(f.manager.status().epoch).toBe(epoch);
+    } finally {
+      await f.stop();
+    }
+  });
+});
