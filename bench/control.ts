@@ -19,6 +19,8 @@
  *    the repaired plan, against a bare KV put seen by a KV watch;
  * 5. nats-server SIGKILLed and restarted: time until every member has registered and heartbeats
  *    again, and members wrongly declared dead (must be 0).
+ * Before these, the manager's scan for orphaned trajectories (what each rollout death costs it)
+ * over 50,000 trajectories in flight, in a partial pool of its own.
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -27,7 +29,9 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Kvm, type KV } from '@nats-io/kv';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { MemberAgent } from '../src/control/member-agent.js';
+import { PartialPool } from '../src/data/index.js';
 import type { PlanRecord } from '../src/control/schema.js';
 import { Keys, controlNames } from '../src/control/subjects.js';
 import { parseDuration } from '../src/common/units.js';
@@ -64,6 +68,7 @@ export async function run(args: string[]): Promise<void> {
       heartbeat: { type: 'string', default: '1s' },
       steady: { type: 'string', default: '20' },
       'killed-rollouts': { type: 'string', default: '8' },
+      trajectories: { type: 'string', default: '50000' },
       help: { type: 'boolean', default: false },
     },
   });
@@ -75,6 +80,7 @@ export async function run(args: string[]): Promise<void> {
   const rolloutCount = positiveInt(values.rollouts, '--rollouts');
   const steadySeconds = positiveInt(values.steady, '--steady');
   const killedRollouts = Math.min(rolloutCount, Number(values['killed-rollouts']));
+  const trajectoryCount = positiveInt(values.trajectories, '--trajectories');
   const heartbeatMs = parseDuration(values.heartbeat!);
   if (relayCount < 4) throw new Error('--relays needs at least 4 (a middle relay and a reporting pair are killed)');
   const deadAfterMs = 6000;
@@ -93,6 +99,9 @@ export async function run(args: string[]): Promise<void> {
     const plans = new PlanWatch(kv);
     cleanups.unshift(async () => plans.stop());
     await until(async () => (await httpJson(httpPort, '/status').catch(() => null)) !== null, 30_000, 'the manager did not answer /status');
+
+    // ---- 0. what one orphan scan costs ---------------------------------------------------------
+    const scan = await timeOrphanScan(probe, nats.pid!, trajectoryCount, rolloutCount);
 
     // ---- 1. join --------------------------------------------------------------------------
     const rawStorm = await requestStorm(nats.url, memberCount);
@@ -215,6 +224,10 @@ export async function run(args: string[]): Promise<void> {
       manager_repair_s: round(repair, 4),
       raw_kv_s: round(rawKv, 4),
       report_over_raw_kv: round(reportToPlan / rawKv, 1),
+      scan_trajectories: trajectoryCount,
+      scan_s: round(scan.seconds),
+      scan_cpu_s: round(scan.cpuSeconds),
+      scan_nats_cpu_s: round(scan.natsCpuSeconds),
       nats_server_restart_s: round(serverBack),
       nats_restart_recovery_s: round(restartRecovery),
       false_deaths: falseDeaths,
@@ -233,6 +246,7 @@ export async function run(args: string[]): Promise<void> {
       ['report: fault known -> plan written (manager)', `${round(repair * 1e3, 1)} ms`, '', ''],
       ['nats-server SIGKILL + restart: all registered and heartbeating again', `${result.nats_restart_recovery_s} s after the server is back`, `server back in ${result.nats_server_restart_s} s`, ''],
       ['members wrongly declared dead after the restart', String(falseDeaths), '', 'must be 0'],
+      [`orphan scan of ${trajectoryCount} trajectories in flight (per rollout death)`, `${result.scan_s} s, ${result.scan_cpu_s} CPU-s`, `nats-server ${result.scan_nats_cpu_s} CPU-s`, ''],
     ]);
     process.stdout.write(`${JSON.stringify(result)}\n`);
     if (falseDeaths > 0) process.exitCode = 1;
@@ -308,6 +322,41 @@ async function stopMember(m: Member): Promise<void> {
 
 async function closeMembers(members: Member[]): Promise<void> {
   await Promise.all(members.map((m) => stopMember(m).catch(() => undefined)));
+}
+
+// ---- the orphan scan ----------------------------------------------------------------------------
+
+/**
+ * The manager's search for trajectories whose rollout is gone (`PartialPool.list`, the last
+ * message of every log) over `count` trajectories in flight, in a pool of its own: the median of
+ * 3 scans, with this process's CPU and nats-server's.
+ */
+async function timeOrphanScan(nc: NatsConnection, natsPid: number, count: number, rollouts: number): Promise<{ seconds: number; cpuSeconds: number; natsCpuSeconds: number }> {
+  const pool = await PartialPool.open({ nc, pool: 'bench-scan' });
+  for (let at = 0; at < count; at += 1000) {
+    await Promise.all(
+      Array.from({ length: Math.min(1000, count - at) }, async (_, k) => {
+        const i = at + k;
+        const t = await pool.start(`rollout-${pad(i % rollouts)}`, { trajectoryId: `traj-${i}`, promptId: `p${i >> 3}`, groupId: `g${i >> 3}`, sampleIndex: i & 7, groupSize: 8, weightVersion: 1 });
+        t.release();
+      }),
+    );
+  }
+  const runs: Array<{ seconds: number; cpuSeconds: number }> = [];
+  const nats0 = cpuSeconds(natsPid);
+  for (let r = 0; r < 3; r++) {
+    const cpu0 = process.cpuUsage();
+    const t = performance.now();
+    const found = (await pool.list()).length;
+    if (found !== count) throw new Error(`the scan found ${found} trajectories of ${count}`);
+    const cpu = process.cpuUsage(cpu0);
+    runs.push({ seconds: (performance.now() - t) / 1e3, cpuSeconds: (cpu.user + cpu.system) / 1e6 });
+  }
+  const natsCpuSeconds = (cpuSeconds(natsPid) - nats0) / 3;
+  await pool.close();
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.delete('LAMINAR_PARTIAL_bench-scan');
+  return { seconds: median(runs.map((r) => r.seconds)), cpuSeconds: median(runs.map((r) => r.cpuSeconds)), natsCpuSeconds };
 }
 
 // ---- raw limits -------------------------------------------------------------------------------

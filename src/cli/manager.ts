@@ -33,6 +33,7 @@ export function managerCommand(): Command {
     .addOption(new Option('--kv-max <fraction>', 'C_max: KV-cache use at which a rollout counts as full').env('LAMINAR_KV_MAX').default('0.99'))
     .addOption(new Option('--roofline-batch <n[,model=n...]>', 'B: largest decode batch still memory-bound; a default and per-model values, e.g. 256,qwen-7b=512,qwen-72b=64').env('LAMINAR_ROOFLINE_BATCH').default('256'))
     .addOption(new Option('--orphan-wait <duration>', 'how long a dead rollout\'s trajectories wait for a rollout of their weight version before their samples return to the prompt pool').env('LAMINAR_ORPHAN_WAIT').default('30s'))
+    .addOption(new Option('--orphan-scan <duration>', 'backstop period of the scan for trajectories whose rollout is gone (it also runs when a rollout is declared dead and when this manager becomes leader)').env('LAMINAR_ORPHAN_SCAN').default('60s'))
     .addOption(new Option('--command-timeout <duration>', 'limit on a rollout carrying out a repack or failover command').env('LAMINAR_COMMAND_TIMEOUT').default('30s'))
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
     .action(async (opts: Record<string, string | undefined>) => {
@@ -68,6 +69,7 @@ export function managerCommand(): Command {
           ...(opts.model ? { model: opts.model } : {}),
           repackIntervalMs: parseDuration(opts.repackInterval!),
           orphanWaitMs: parseDuration(opts.orphanWait!),
+          orphanScanMs: parseDuration(opts.orphanScan!),
           commandTimeoutMs: parseDuration(opts.commandTimeout!),
         },
       });

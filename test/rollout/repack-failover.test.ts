@@ -70,7 +70,6 @@ async function job(options: { prompts: number; n: number; repackIntervalMs?: num
       limits: { cMax: 0.99, rooflineBatch: 64 },
       repackIntervalMs: options.repackIntervalMs ?? 400,
       orphanWaitMs: options.orphanWaitMs ?? 30_000,
-      orphanScanMs: 300,
       startupGraceMs: 0,
       commandTimeoutMs: 10_000,
     },
@@ -156,8 +155,9 @@ describe('rollouts: repack and failover (real NATS and Redis)', () => {
     await victim.engine.close();
     await j.rollouts.get('ro0')!.nc.close();
     j.rollouts.delete('ro0');
+    // The death itself sends the manager looking (dead-after is 1.5 s here), not its once-a-minute backstop scan.
+    await expect.poll(() => metricValue(j.registry, 'laminar_manager_orphans_total', { outcome: 'resumed' }), { timeout: 15_000 }).toBeGreaterThan(0);
     await expectLedger(j, 16, 4);
-    expect(await metricValue(j.registry, 'laminar_manager_orphans_total', { outcome: 'resumed' })).toBeGreaterThan(0);
     expect(await metricValue(j.registry, 'laminar_manager_deaths_total', { kind: 'rollout', cause: 'heartbeat' })).toBe(1);
   }, 120_000);
 
@@ -191,7 +191,7 @@ describe('rollouts: repack and failover (real NATS and Redis)', () => {
       suspectAfterMs: 800,
       deadAfterMs: 1500,
       tickMs: 50,
-      rollouts: { partials: j.partials, prompts: j.prompts, repackIntervalMs: 0, orphanScanMs: 300, commandTimeoutMs: 10_000 },
+      rollouts: { partials: j.partials, prompts: j.prompts, repackIntervalMs: 0, commandTimeoutMs: 10_000 },
     });
     cleanup.push(async () => {
       await successor.close();
