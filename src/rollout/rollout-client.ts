@@ -25,7 +25,7 @@ import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
 import { MemberAgent } from '../control/member-agent.js';
 import type { Command, RolloutLoad } from '../control/schema.js';
-import { DataErrorCodes, type ExperienceWriter, type PartialPool, type PartialState, type PartialTrajectory, type PromptClaim, type PromptPool } from '../data/index.js';
+import { DataErrorCodes, type ExperienceWriter, type PartialPool, type PartialState, type PartialSummary, type PartialTrajectory, type PromptClaim, type PromptPool } from '../data/index.js';
 import { RelayClient } from '../relay/client/relay-client.js';
 import type { Lease } from '../relay/client/lease.js';
 import type { EngineLoad, RolloutEngine } from './engine.js';
@@ -107,6 +107,17 @@ export class RolloutClient {
   private reconcileTimer: NodeJS.Timeout | null = null;
   /** Trajectories owned here but not generated at the last reconciliation. */
   private strays = new Set<string>();
+  /**
+   * Every trajectory this process has made (or tried to make) its own and not seen leave: what a
+   * reconciliation checks, one direct read each, instead of reading the whole partial pool (at a
+   * thousand rollouts with 50 trajectories each, every rollout reading the pool every 15 s would
+   * cost nats-server some twenty cores). Only the first reconciliation reads the pool, for what
+   * an earlier process under this id left behind.
+   */
+  private readonly mayOwn = new Set<string>();
+  /** Of those, the ones with an ownership write in flight (not judged until it is answered). */
+  private readonly ownershipWrites = new Set<string>();
+  private reconciledOnce = false;
   private readonly taskHost: ConstructorParameters<typeof GenerationTask>[0];
 
   private constructor(private readonly options: RolloutClientOptions) {
@@ -116,6 +127,10 @@ export class RolloutClient {
       partials: options.partials,
       released: (task: GenerationTask, outcome: TaskOutcome | 'handed-over'): void => {
         this.tasks.delete(task.trajectoryId);
+        // Completed (purged) or taken by another rollout: gone. Handed over: ours until the
+        // destination's take-over shows in the pool, which the next reconciliation checks.
+        if (outcome === 'handed-over') this.mayOwn.add(task.trajectoryId);
+        else this.mayOwn.delete(task.trajectoryId);
         this.metrics.tasks.inc({ outcome });
         this.metrics.owned.set(this.tasks.size);
       },
@@ -338,16 +353,17 @@ export class RolloutClient {
     };
     let partial;
     try {
-      partial = await this.options.partials.start(this.id, start);
+      partial = await this.ownershipWrite(trajectoryId, () => this.options.partials.start(this.id, start));
     } catch (err) {
       if ((err as { code?: string }).code !== DataErrorCodes.TRAJECTORY_EXISTS) throw err;
       try {
         // The manager gave up on this sample's old version and parked it: start it afresh, in
         // one step (a crash cannot leave it in neither pool).
-        partial = await this.options.partials.restart(this.id, start, { from: PARKED_OWNER });
+        partial = await this.ownershipWrite(trajectoryId, () => this.options.partials.restart(this.id, start, { from: PARKED_OWNER }));
       } catch (err2) {
         if ((err2 as { code?: string }).code !== DataErrorCodes.NOT_OWNER) throw err2;
         // Another rollout generates it (this prompt was claimed before): not ours.
+        this.mayOwn.delete(trajectoryId);
         this.metrics.tasks.inc({ outcome: 'skipped' });
         return null;
       }
@@ -450,12 +466,14 @@ export class RolloutClient {
   private async reconcile(): Promise<void> {
     // During a weight load the engine is between versions: the next round looks again.
     if (this.closed || this.loads.size > 0) return;
-    let owned;
+    let owned: PartialSummary[];
     try {
-      owned = await this.options.partials.list(this.id);
+      owned = this.reconciledOnce ? await this.ownedNotGenerated() : await this.options.partials.list(this.id);
     } catch {
       return;
     }
+    if (!this.reconciledOnce) for (const s of owned) this.mayOwn.add(s.trajectoryId);
+    this.reconciledOnce = true;
     const stray = new Set(owned.filter((s) => s.state !== 'completing' && !this.tasks.has(s.trajectoryId)).map((s) => s.trajectoryId));
     // Seen stray twice in a row: not a trajectory between its start and its task, nor a hand-over in progress.
     const confirmed = [...stray].filter((id) => this.strays.has(id));
@@ -465,6 +483,34 @@ export class RolloutClient {
     this.metrics.tasks.inc({ outcome: 'reconciled' }, taken);
     this.metrics.tasks.inc({ outcome: 'returned' }, returned);
     this.log.warn({ resumed: taken, returned }, 'stranded trajectories of this rollout picked up');
+  }
+
+  /**
+   * An ownership write (start, restart, take-over) for `trajectoryId`. The trajectory may be ours
+   * from before the write: one whose answer is lost may still have made it ours.
+   */
+  private async ownershipWrite<T>(trajectoryId: string, write: () => Promise<T>): Promise<T> {
+    this.mayOwn.add(trajectoryId);
+    this.ownershipWrites.add(trajectoryId);
+    try {
+      return await write();
+    } finally {
+      this.ownershipWrites.delete(trajectoryId);
+    }
+  }
+
+  /** Of the trajectories this process may own and does not generate, those the pool says it owns. */
+  private async ownedNotGenerated(): Promise<PartialSummary[]> {
+    const candidates = [...this.mayOwn].filter((id) => !this.tasks.has(id) && !this.ownershipWrites.has(id));
+    const summaries = await mapLimit(candidates, TAKEOVER_CONCURRENCY, (id) => this.options.partials.summary(id));
+    const owned: PartialSummary[] = [];
+    candidates.forEach((id, i) => {
+      const s = summaries[i];
+      if (s?.owner === this.id) owned.push(s);
+      // Purged, or someone else's (a hand-over that landed): nothing to watch any more.
+      else this.mayOwn.delete(id);
+    });
+    return owned;
   }
 
   /**
@@ -493,8 +539,9 @@ export class RolloutClient {
     // Take-overs are independent round trips (read the log, conditional marker): run several at once.
     await mapLimit(ids, TAKEOVER_CONCURRENCY, async (trajectoryId) => {
       try {
-        const result = await this.options.partials.takeOver(trajectoryId, this.id, { from });
+        const result = await this.ownershipWrite(trajectoryId, () => this.options.partials.takeOver(trajectoryId, this.id, { from }));
         if (result.status === 'completed') {
+          this.mayOwn.delete(trajectoryId);
           completed++;
           return;
         }
@@ -507,6 +554,7 @@ export class RolloutClient {
         this.log.warn({ trajectory: trajectoryId, version: start.weightVersion, mine: this.weightVersion, reason }, 'trajectory of another weight version: returned to the prompt pool');
         const parked = await this.options.partials.takeOver(trajectoryId, PARKED_OWNER, { from: this.id });
         if (parked.status === 'taken') {
+          this.mayOwn.delete(trajectoryId);
           parked.trajectory.release();
           await this.options.prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason });
           returned++;
@@ -514,7 +562,8 @@ export class RolloutClient {
       } catch (err) {
         const code = (err as { code?: string }).code;
         lost++;
-        if (code !== DataErrorCodes.NOT_OWNER && code !== DataErrorCodes.UNKNOWN_TRAJECTORY) {
+        if (code === DataErrorCodes.NOT_OWNER || code === DataErrorCodes.UNKNOWN_TRAJECTORY) this.mayOwn.delete(trajectoryId);
+        else {
           this.log.warn({ trajectory: trajectoryId, from, code, err: (err as Error).message }, 'trajectory not taken over');
         }
       }

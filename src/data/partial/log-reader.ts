@@ -83,16 +83,20 @@ export async function listLogs(js: JetStreamClient, stream: string, filter: stri
   if (info.num_pending === 0) return out;
   const messages = await consumer.fetch({ max_messages: info.num_pending, expires: 10_000 });
   for await (const m of messages) {
-    const token = m.subject.slice(m.subject.lastIndexOf('.') + 1);
-    out.push({
-      trajectoryId: tokenToId(token),
-      owner: m.headers?.get(OWNER_HEADER) ?? '',
-      state: (m.headers?.get(KIND_HEADER) ?? 'delta') as LogKind,
-      tokens: Number(m.headers?.get(TOKENS_HEADER) ?? 0),
-      lastSeq: m.seq,
-    });
+    out.push(summaryOf(m.subject, m.headers, m.seq));
     if (m.info.pending === 0) break;
   }
   await messages.close();
   return out;
+}
+
+/** A log's summary from its last message's subject, headers and stream sequence. */
+export function summaryOf(subject: string, headers: { get(key: string): string } | undefined, seq: number): PartialSummary {
+  return {
+    trajectoryId: tokenToId(subject.slice(subject.lastIndexOf('.') + 1)),
+    owner: headers?.get(OWNER_HEADER) ?? '',
+    state: (headers?.get(KIND_HEADER) || 'delta') as LogKind,
+    tokens: Number(headers?.get(TOKENS_HEADER) ?? 0),
+    lastSeq: seq,
+  };
 }

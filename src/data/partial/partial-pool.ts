@@ -20,7 +20,7 @@ import { RejectionCounter, counter, gauge } from '../metrics.js';
 import type { ExperienceWriter, WriteResult } from '../experience/writer.js';
 import type { TrajectoryInput } from '../codec/trajectory.js';
 import { decodeLog, encodeLog, KIND_HEADER, LOG_VERSION, OWNER_HEADER, START_SEQ_HEADER, TOKENS_HEADER, partialStartSchema, type LogKind, type PartialStart } from './log-codec.js';
-import { listLogs, readLog, type PartialState, type PartialSummary } from './log-reader.js';
+import { listLogs, readLog, summaryOf, type PartialState, type PartialSummary } from './log-reader.js';
 import { retryTransient } from '../retry.js';
 import { ensurePartialStream, type PartialNames, type PartialStreamOptions } from './partial-stream.js';
 import { PartialTrajectory, WRONG_LAST_SEQUENCE, type TrajectoryHost } from './partial-trajectory.js';
@@ -158,6 +158,17 @@ export class PartialPool {
   async list(rolloutId?: string): Promise<PartialSummary[]> {
     const all = await this.store(() => listLogs(this.js, this.names.stream, this.names.filter));
     return rolloutId === undefined ? all : all.filter((s) => s.owner === rolloutId);
+  }
+
+  /**
+   * One trajectory's summary (owner, state, tokens), as `list` gives it, from one direct read of
+   * its last message: what a rollout checks for a trajectory it may own without reading the
+   * whole pool. Undefined when the trajectory is not in the pool.
+   */
+  async summary(trajectoryId: string): Promise<PartialSummary | undefined> {
+    const subject = this.names.subject(trajectoryId);
+    const last = await this.store(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject }));
+    return last ? summaryOf(subject, last.header, last.seq) : undefined;
   }
 
   /** The stored state of one trajectory (tokens and logprobs so far), or undefined. */

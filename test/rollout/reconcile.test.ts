@@ -1,0 +1,119 @@
+/**
+ * A rollout's reconciliation: trajectories the partial pool says it owns but it does not
+ * generate are resumed. The first round reads the pool (what an earlier process under the same
+ * id left); later rounds read only the trajectories this process may own, one direct read each,
+ * so that a thousand rollouts do not each read the whole pool every 15 s. Real nats-server,
+ * redis-server and relay process.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { Registry } from 'prom-client';
+import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
+import { RelayClient } from '../../src/relay/client/relay-client.js';
+import type { RolloutEngine } from '../../src/rollout/engine.js';
+import { RolloutClient } from '../../src/rollout/rollout-client.js';
+import type { GenerationTask } from '../../src/rollout/task.js';
+import { metricValue, servicesFixture } from '../data/helpers.js';
+import { inertEngine } from '../helpers/engine.js';
+import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+
+const MODEL = 'org/reconcile';
+const services = servicesFixture();
+
+describe('rollout reconciliation', () => {
+  let tmp: ReturnType<typeof tempShmDir>;
+  let relay: RelayProcess;
+  const closers: Array<() => Promise<unknown>> = [];
+
+  beforeEach(async () => {
+    tmp = tempShmDir();
+    relay = await spawnRelay(tmp.dir, ['--no-pin']);
+  });
+  afterEach(async () => {
+    for (const close of closers.splice(0).reverse()) await close();
+    await relay.stop('SIGKILL');
+    tmp.cleanup();
+  });
+
+  it('adopts what an earlier process left, then picks up a stranded hand-over without reading the whole pool again', async () => {
+    const job = 'reconcile1';
+    const trainer = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
+    await trainer.publish({ model: MODEL, version: 3, tensors: [{ name: 'w', dtype: 'F32', shape: [16], data: new Float32Array(16) }] });
+    trainer.close();
+    const registry = new Registry();
+    const prompts = await PromptPool.open({ redis: services.redis, name: job });
+    await prompts.load([{ id: 'q0', payload: { text: 'q' }, n: 2 }]);
+    const writer = await ExperienceWriter.open({ nc: services.nc, buffer: job, groups: prompts });
+    const partials = await PartialPool.open({ nc: services.nc, pool: job, writer });
+    closers.push(() => partials.close());
+    const start = (i: number) => ({ trajectoryId: `t-${i}`, promptId: `p${i}`, groupId: `g${i}`, sampleIndex: 0, groupSize: 1, weightVersion: 3 });
+    // An earlier process under this id left one trajectory; 40 belong to other rollouts.
+    const left = await partials.start('ro-r', start(0));
+    left.append(Int32Array.of(5, 6), Float32Array.of(-1, -1));
+    await left.flush();
+    left.release();
+    for (let i = 1; i <= 40; i++) (await partials.start(`ro-other-${i % 4}`, start(i))).release();
+
+    const resumed: string[] = [];
+    const engine: RolloutEngine = { ...inertEngine(), resume: async (tasks: GenerationTask[]) => void resumed.push(...tasks.map((t) => t.trajectoryId)) };
+    const list = vi.spyOn(partials, 'list');
+    const summary = vi.spyOn(partials, 'summary');
+    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-r', model: MODEL, engine, prompts, partials, writer, relaySocket: relay.socketPath, reconcileMs: 150, registry });
+    closers.push(() => rollout.close());
+    const weights = await rollout.acquireWeights();
+    await weights.lease.release();
+
+    // Seen stray in two rounds in a row, then resumed with its tokens.
+    await expect.poll(() => resumed, { timeout: 10_000 }).toEqual(['t-0']);
+    expect(rollout.owned.get('t-0')!.generated).toBe(2);
+    expect(list).toHaveBeenCalledTimes(1);
+
+    // A trajectory handed over (a repack-out) whose destination never took it: still this
+    // rollout's in the pool, so it comes back here.
+    const [task] = await rollout.claim(1);
+    task!.append(Int32Array.of(1, 2, 3), Float32Array.of(-1, -1, -1));
+    await task!.flush();
+    task!.handOver();
+    expect(rollout.owned.has(task!.trajectoryId)).toBe(false);
+    await expect.poll(() => resumed, { timeout: 10_000 }).toEqual(['t-0', task!.trajectoryId]);
+    expect(rollout.owned.get(task!.trajectoryId)!.generated).toBe(3);
+    expect(await metricValue(registry, 'laminar_rollout_tasks_total', { outcome: 'reconciled' })).toBe(2);
+
+    // Several rounds on, the pool was still read once: every later round read only what this
+    // rollout may own and does not generate (the two strays until they were resumed; then
+    // nothing), never the other rollouts' 40.
+    const reads = summary.mock.calls.length;
+    await new Promise((r) => setTimeout(r, 600));
+    expect(list).toHaveBeenCalledTimes(1);
+    expect(summary.mock.calls.length).toBe(reads);
+    expect(new Set(summary.mock.calls.map(([id]) => id))).toEqual(new Set(['t-0', task!.trajectoryId]));
+  });
+
+  it('forgets a handed-over trajectory once its destination holds it', async () => {
+    const job = 'reconcile2';
+    const trainer = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
+    await trainer.publish({ model: MODEL, version: 1, tensors: [{ name: 'w', dtype: 'F32', shape: [16], data: new Float32Array(16) }] });
+    trainer.close();
+    const prompts = await PromptPool.open({ redis: services.redis, name: job });
+    await prompts.load([{ id: 'q0', payload: { text: 'q' }, n: 1 }]);
+    const writer = await ExperienceWriter.open({ nc: services.nc, buffer: job, groups: prompts });
+    const partials = await PartialPool.open({ nc: services.nc, pool: job, writer });
+    closers.push(() => partials.close());
+    const summary = vi.spyOn(partials, 'summary');
+    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-src', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: relay.socketPath, reconcileMs: 150 });
+    closers.push(() => rollout.close());
+    const weights = await rollout.acquireWeights();
+    await weights.lease.release();
+    const [task] = await rollout.claim(1);
+    await task!.flush();
+    task!.handOver();
+    const taken = await partials.takeOver(task!.trajectoryId, 'ro-dst', { from: 'ro-src' });
+    if (taken.status === 'taken') taken.trajectory.release();
+    // Read once after the take-over, seen to be another's, and never read again.
+    await expect.poll(() => summary.mock.calls.length, { timeout: 10_000 }).toBeGreaterThan(0);
+    await new Promise((r) => setTimeout(r, 600));
+    const reads = summary.mock.calls.length;
+    await new Promise((r) => setTimeout(r, 600));
+    expect(summary.mock.calls.length).toBe(reads);
+    expect((await partials.summary(task!.trajectoryId))!.owner).toBe('ro-dst');
+  });
+});
