@@ -7,7 +7,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { afterEach, beforeEach } from 'vitest';
 import { spawnDaemon } from '../../src/demo/daemons.js';
+import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { startRelay, type Relay } from '../../src/relay/daemon.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
 import { encodeFrame, FrameDecoder, decodePayload } from '../../src/relay/protocol/frame.js';
@@ -53,6 +55,42 @@ export async function spawnRelay(
     logs: daemon.logs,
     exited: daemon.exited,
     stop: (signal = 'SIGTERM') => daemon.kill(signal),
+  };
+}
+
+export interface RelayEachTest {
+  /** This test's relay. */
+  readonly relay: RelayProcess;
+  /** Run after the test, last first, before the relay is killed. */
+  readonly closers: Array<() => Promise<unknown>>;
+  /** Publishes a one-tensor version at this test's relay. */
+  publish(model: string, version: number): Promise<void>;
+}
+
+/** A `laminar relay` process on a fresh shm directory for each test of the calling file. */
+export function relayEachTest(args: string[] = ['--no-pin']): RelayEachTest {
+  let tmp: ReturnType<typeof tempShmDir>;
+  let relay: RelayProcess;
+  const closers: Array<() => Promise<unknown>> = [];
+  beforeEach(async () => {
+    tmp = tempShmDir();
+    relay = await spawnRelay(tmp.dir, args);
+  });
+  afterEach(async () => {
+    for (const close of closers.splice(0).reverse()) await close();
+    await relay.stop('SIGKILL');
+    tmp.cleanup();
+  });
+  return {
+    get relay() {
+      return relay;
+    },
+    closers,
+    async publish(model, version) {
+      const trainer = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
+      await trainer.publish({ model, version, tensors: [{ name: 'w', dtype: 'F32', shape: [16], data: new Float32Array(16) }] });
+      trainer.close();
+    },
   };
 }
 

@@ -5,40 +5,26 @@
  * so that a thousand rollouts do not each read the whole pool every 15 s. Real nats-server,
  * redis-server and relay process.
  */
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { Registry } from 'prom-client';
 import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
-import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { RolloutEngine } from '../../src/rollout/engine.js';
 import { RolloutClient } from '../../src/rollout/rollout-client.js';
 import type { GenerationTask } from '../../src/rollout/task.js';
 import { metricValue, servicesFixture } from '../data/helpers.js';
 import { inertEngine } from '../helpers/engine.js';
-import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { relayEachTest } from '../helpers/relay.js';
 
 const MODEL = 'org/reconcile';
 const services = servicesFixture();
+const fx = relayEachTest();
 
 describe('rollout reconciliation', () => {
-  let tmp: ReturnType<typeof tempShmDir>;
-  let relay: RelayProcess;
-  const closers: Array<() => Promise<unknown>> = [];
-
-  beforeEach(async () => {
-    tmp = tempShmDir();
-    relay = await spawnRelay(tmp.dir, ['--no-pin']);
-  });
-  afterEach(async () => {
-    for (const close of closers.splice(0).reverse()) await close();
-    await relay.stop('SIGKILL');
-    tmp.cleanup();
-  });
+  const { closers, publish } = fx;
 
   it('adopts what an earlier process left, then picks up a stranded hand-over without reading the whole pool again', async () => {
     const job = 'reconcile1';
-    const trainer = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
-    await trainer.publish({ model: MODEL, version: 3, tensors: [{ name: 'w', dtype: 'F32', shape: [16], data: new Float32Array(16) }] });
-    trainer.close();
+    await publish(MODEL, 3);
     const registry = new Registry();
     const prompts = await PromptPool.open({ redis: services.redis, name: job });
     await prompts.load([{ id: 'q0', payload: { text: 'q' }, n: 2 }]);
@@ -57,7 +43,7 @@ describe('rollout reconciliation', () => {
     const engine: RolloutEngine = { ...inertEngine(), resume: async (tasks: GenerationTask[]) => void resumed.push(...tasks.map((t) => t.trajectoryId)) };
     const list = vi.spyOn(partials, 'list');
     const summary = vi.spyOn(partials, 'summary');
-    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-r', model: MODEL, engine, prompts, partials, writer, relaySocket: relay.socketPath, reconcileMs: 150, registry });
+    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-r', model: MODEL, engine, prompts, partials, writer, relaySocket: fx.relay.socketPath, reconcileMs: 150, registry });
     closers.push(() => rollout.close());
     const weights = await rollout.acquireWeights();
     await weights.lease.release();
@@ -90,16 +76,14 @@ describe('rollout reconciliation', () => {
 
   it('forgets a handed-over trajectory once its destination holds it', async () => {
     const job = 'reconcile2';
-    const trainer = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
-    await trainer.publish({ model: MODEL, version: 1, tensors: [{ name: 'w', dtype: 'F32', shape: [16], data: new Float32Array(16) }] });
-    trainer.close();
+    await publish(MODEL, 1);
     const prompts = await PromptPool.open({ redis: services.redis, name: job });
     await prompts.load([{ id: 'q0', payload: { text: 'q' }, n: 1 }]);
     const writer = await ExperienceWriter.open({ nc: services.nc, buffer: job, groups: prompts });
     const partials = await PartialPool.open({ nc: services.nc, pool: job, writer });
     closers.push(() => partials.close());
     const summary = vi.spyOn(partials, 'summary');
-    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-src', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: relay.socketPath, reconcileMs: 150 });
+    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-src', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: fx.relay.socketPath, reconcileMs: 150 });
     closers.push(() => rollout.close());
     const weights = await rollout.acquireWeights();
     await weights.lease.release();

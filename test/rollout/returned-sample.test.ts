@@ -4,40 +4,26 @@
  * its new start replaces the parked one, and the old tokens are neither resumed nor kept.
  * Real nats-server, redis-server and relay process.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import type { JetStreamManager } from '@nats-io/jetstream';
 import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
-import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { RolloutClient } from '../../src/rollout/rollout-client.js';
 import { PARKED_OWNER, trajectoryIdOf } from '../../src/rollout/ids.js';
 import { metricValue, servicesFixture } from '../data/helpers.js';
 import { inertEngine } from '../helpers/engine.js';
-import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { relayEachTest } from '../helpers/relay.js';
 
 const MODEL = 'org/returned';
 const services = servicesFixture();
+const fx = relayEachTest();
 
 describe('rollout: a returned sample starts again in its own log', () => {
-  let tmp: ReturnType<typeof tempShmDir>;
-  let relay: RelayProcess;
-  const closers: Array<() => Promise<unknown>> = [];
-
-  beforeEach(async () => {
-    tmp = tempShmDir();
-    relay = await spawnRelay(tmp.dir, ['--no-pin']);
-  });
-  afterEach(async () => {
-    for (const close of closers.splice(0).reverse()) await close();
-    await relay.stop('SIGKILL');
-    tmp.cleanup();
-  });
+  const { closers, publish } = fx;
 
   it('the claiming rollout restarts the parked trajectory with its own weights, atomically', async () => {
     const job = 'returned1';
-    const trainer = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
-    await trainer.publish({ model: MODEL, version: 2, tensors: [{ name: 'w', dtype: 'F32', shape: [16], data: new Float32Array(16) }] });
-    trainer.close();
+    await publish(MODEL, 2);
 
     const registry = new Registry();
     const prompts = await PromptPool.open({ redis: services.redis, name: job });
@@ -61,7 +47,7 @@ describe('rollout: a returned sample starts again in its own log', () => {
     if (parked.status === 'taken') parked.trajectory.release();
     await prompts.returnSamples({ groupId: claim!.groupId, samples: [1] });
 
-    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-new', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: relay.socketPath, reconcileMs: 0 });
+    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-new', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: fx.relay.socketPath, reconcileMs: 0 });
     closers.push(() => rollout.close());
     const weights = await rollout.acquireWeights();
     await weights.lease.release();
