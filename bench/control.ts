@@ -32,7 +32,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { MemberAgent } from '../src/control/member-agent.js';
 import { PartialPool } from '../src/data/index.js';
-import type { PlanRecord } from '../src/control/schema.js';
+import { decode, planSchema, type PlanRecord } from '../src/control/schema.js';
 import { Keys, controlNames } from '../src/control/subjects.js';
 import { parseDuration } from '../src/common/units.js';
 import { freePort, startNatsServer } from '../src/services/index.js';
@@ -485,7 +485,6 @@ class PlanWatch {
   }
 
   private async follow(kv: KV): Promise<void> {
-    const { decode, planSchema } = await import('../src/control/schema.js');
     while (!this.stopped) {
       try {
         const watch = await kv.watch({ key: Keys.plan });

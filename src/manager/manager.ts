@@ -153,6 +153,7 @@ export class Manager {
   private tickTimer: Watchdog | null = null;
   private disconnectedSince: number | null = null;
   private publishing = false;
+  private tickQueued = false;
   private closed = false;
 
   constructor(private readonly options: ManagerOptions) {
@@ -578,8 +579,15 @@ export class Manager {
       this.faultAt = now;
       this.faultReason = reason;
     }
-    // Decide at once rather than at the next tick: this is the repair path.
-    queueMicrotask(() => this.tick());
+    // Decide at once rather than at the next tick: this is the repair path. Faults that arrive
+    // together (a rack of relays registering, or failing, in one read from the socket) share
+    // one decision: a tick per fault would make a join of n relays O(n^2).
+    if (this.tickQueued) return;
+    this.tickQueued = true;
+    queueMicrotask(() => {
+      this.tickQueued = false;
+      this.tick();
+    });
   }
 
   private rolloutViews(): RolloutView[] {

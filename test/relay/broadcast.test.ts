@@ -76,11 +76,13 @@ describe('chain broadcast on loopback', () => {
       const digests = relays.map((r) => segmentDigest(r.store.latest('org/chain')!.path));
       expect(new Set(digests).size).toBe(1);
       expect(relays[2]!.store.latest('org/chain')!.checksums).toEqual(relays[0]!.store.latest('org/chain')!.checksums);
-      // Each chunk crossed each hop once. A send is counted when the sender's UCX request
-      // completes, which can come after the receiver has the whole version: wait for the count.
-      expect(await metric(relays[1]!, 'laminar_relay_broadcast_chunks_received_total')).toBe(25);
-      await waitUntil('r1 has counted its sends', async () => (await metric(relays[1]!, 'laminar_relay_broadcast_chunks_sent_total')) >= 25, 10_000);
-      expect(await metric(relays[1]!, 'laminar_relay_broadcast_chunks_sent_total')).toBe(25);
+      // Each chunk crossed each hop once, counted where it landed. (Not by the senders' counts:
+      // a send is counted when its UCX request completes, and a link dropped under load after
+      // the bytes arrived leaves a completion uncounted with nothing sent again.)
+      for (const r of relays.slice(1)) {
+        expect(await metric(r, 'laminar_relay_broadcast_chunks_received_total')).toBe(25);
+        expect(await metric(r, 'laminar_relay_broadcast_duplicate_chunks_total')).toBe(0);
+      }
       const status = await client.status();
       expect(status.broadcast).toMatchObject({ relayId: 'r0', epoch: 1, position: 0, downstream: { id: 'r1' } });
     } finally {
