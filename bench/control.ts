@@ -18,7 +18,9 @@
  * 4. report: a relay's successor dies and the relay reports it at once; time from the report to
  *    the repaired plan, against a bare KV put seen by a KV watch;
  * 5. nats-server SIGKILLed and restarted: time until every member has registered and heartbeats
- *    again, and members wrongly declared dead (must be 0).
+ *    again, and members wrongly declared dead (must be 0);
+ * 6. the manager SIGKILLed: time until a standby leads and knows and hears every member, and
+ *    members it declares dead and plans it publishes (both must be 0: nothing changed).
  * Before these, the manager's scan for orphaned trajectories (what each rollout death costs it)
  * over 50,000 trajectories in flight, in a partial pool of its own.
  */
@@ -195,6 +197,27 @@ export async function run(args: string[]): Promise<void> {
     await sleep(deadAfterMs + 2000);
     const falseDeaths = sum(parseMetrics(await httpText(httpPort, '/metrics')), 'laminar_manager_deaths_total') - deathsBefore;
 
+    // ---- 6. the manager SIGKILLed: the standby takes over ------------------------------------
+    const standbyPort = await freePort();
+    const standby = spawnManager(nats.url, standbyPort, deadAfterMs);
+    cleanups.unshift(() => standby.stop());
+    await until(async () => (await httpJson(standbyPort, '/status').catch(() => null)) !== null, 30_000, 'the standby did not answer /status');
+    const epochBeforeFailover = plans.latest!.epoch;
+    const killAt = performance.now();
+    await manager.kill();
+    let leaderAt = 0;
+    await until(async () => {
+      const status = (await httpJson(standbyPort, '/status').catch(() => null)) as { leader: boolean } | null;
+      if (!status?.leader) return false;
+      leaderAt ||= performance.now();
+      const summary = await managerStatus(standbyPort);
+      return summary.alive === live.length && summary.heardWithinMs(2 * heartbeatMs) === live.length;
+    }, 60_000, 'the standby did not take over with every member');
+    const failoverSeconds = (performance.now() - killAt) / 1e3;
+    await sleep(deadAfterMs + 2000);
+    const failoverDeaths = sum(parseMetrics(await httpText(standbyPort, '/metrics')), 'laminar_manager_deaths_total');
+    const failoverEpochs = plans.latest!.epoch - epochBeforeFailover;
+
     const result = {
       bench: 'control',
       relays: relayCount,
@@ -231,6 +254,10 @@ export async function run(args: string[]): Promise<void> {
       nats_server_restart_s: round(serverBack),
       nats_restart_recovery_s: round(restartRecovery),
       false_deaths: falseDeaths,
+      manager_failover_s: round(failoverSeconds),
+      manager_failover_leader_s: round((leaderAt - killAt) / 1e3),
+      failover_false_deaths: failoverDeaths,
+      failover_plans: failoverEpochs,
     };
     printTable(`control plane: ${relayCount} relays + ${rolloutCount} rollouts, heartbeat every ${heartbeatMs} ms, one manager`, [
       ['figure', 'measured', 'raw limit (same run)', 'ratio'],
@@ -246,10 +273,12 @@ export async function run(args: string[]): Promise<void> {
       ['report: fault known -> plan written (manager)', `${round(repair * 1e3, 1)} ms`, '', ''],
       ['nats-server SIGKILL + restart: all registered and heartbeating again', `${result.nats_restart_recovery_s} s after the server is back`, `server back in ${result.nats_server_restart_s} s`, ''],
       ['members wrongly declared dead after the restart', String(falseDeaths), '', 'must be 0'],
+      ['manager SIGKILL: standby leads / knows and hears every member', `${result.manager_failover_leader_s} / ${result.manager_failover_s} s`, 'the lease: 5 s', ''],
+      ['after the failover: members declared dead / plans published', `${failoverDeaths} / ${failoverEpochs}`, '', 'must be 0 / 0'],
       [`orphan scan of ${trajectoryCount} trajectories in flight (per rollout death)`, `${result.scan_s} s, ${result.scan_cpu_s} CPU-s`, `nats-server ${result.scan_nats_cpu_s} CPU-s`, ''],
     ]);
     process.stdout.write(`${JSON.stringify(result)}\n`);
-    if (falseDeaths > 0) process.exitCode = 1;
+    if (falseDeaths > 0 || failoverDeaths > 0 || failoverEpochs > 0) process.exitCode = 1;
   } finally {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
   }
@@ -436,6 +465,7 @@ async function startRawSubscriber(url: string, subject: string): Promise<RawSubs
 interface ManagerProcess {
   pid: number;
   stop(): Promise<void>;
+  kill(): Promise<void>;
 }
 
 function spawnManager(url: string, httpPort: number, deadAfterMs: number): ManagerProcess {
@@ -444,15 +474,13 @@ function spawnManager(url: string, httpPort: number, deadAfterMs: number): Manag
     [CLI, 'manager', '--nats', url, '--job', JOB, '--http-port', String(httpPort), '--dead-after', `${deadAfterMs}ms`, '--suspect-after', `${Math.round(deadAfterMs / 2)}ms`, '--log-level', 'error'],
     { stdio: ['ignore', 'ignore', 'inherit'] },
   );
-  return {
-    pid: child.pid!,
-    stop: async () => {
-      if (child.exitCode !== null) return;
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      await exited;
-    },
+  const signal = async (name: NodeJS.Signals): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill(name);
+    await exited;
   };
+  return { pid: child.pid!, stop: () => signal('SIGTERM'), kill: () => signal('SIGKILL') };
 }
 
 interface StatusSummary {
