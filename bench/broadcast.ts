@@ -53,7 +53,8 @@ import { parseArgs } from 'node:util';
 import { broadcastTime, optimalChunkSize, type LinkModel } from '../src/relay/broadcast/chunk-model.js';
 import { RelayClient } from '../src/relay/client/relay-client.js';
 import { formatBytes, parseBytes } from '../src/common/units.js';
-import { median, printTable, round } from './support.js';
+import { median, printTable, processCpuSeconds, round } from './support.js';
+import { delay } from '../src/common/concurrency.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/laminar.js', import.meta.url));
 const TESTBED = fileURLToPath(new URL('../../scripts/testbed.sh', import.meta.url));
@@ -159,9 +160,6 @@ function ucxEnv(): NodeJS.ProcessEnv {
   return { ...process.env, UCX_TLS: 'tcp' };
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
 
 function exited(child: ChildProcess, timeoutMs: number): Promise<boolean> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(true);
@@ -191,20 +189,6 @@ function parseRate(text: string): number {
 
 // ---- CPU accounting ---------------------------------------------------------------------------
 
-const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
-
-/** CPU seconds (user + system) a process has used. */
-function processCpu(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-  } catch {
-    return 0;
-  }
-}
-
 interface MachineCpu {
   total: number;
   idle: number;
@@ -233,7 +217,7 @@ interface CpuUse {
 function cpuSampler(pids: (number | undefined)[]): () => CpuUse {
   const t0 = performance.now();
   const m0 = machineCpu();
-  const p0 = pids.map(processCpu);
+  const p0 = pids.map(processCpuSeconds);
   return () => {
     const wall = (performance.now() - t0) / 1e3;
     const m1 = machineCpu();
@@ -242,7 +226,7 @@ function cpuSampler(pids: (number | undefined)[]): () => CpuUse {
       machineBusy: 1 - (m1.idle - m0.idle) / total,
       machineSystem: (m1.system - m0.system) / total,
       machineSoftirq: (m1.softirq - m0.softirq) / total,
-      relays: pids.map((pid, i) => (processCpu(pid) - p0[i]!) / wall),
+      relays: pids.map((pid, i) => (processCpuSeconds(pid) - p0[i]!) / wall),
     };
   };
 }
@@ -307,7 +291,7 @@ async function startRelay(
         const exit = child.exitCode ?? child.signalCode;
         throw new RelayStartError(`relay ${member.id} did not start (exit ${exit ?? 'none'}): ${(err as Error).message}\n${log.join('\n')}`);
       }
-      await sleep(50);
+      await delay(50);
     }
   }
 }
@@ -349,7 +333,7 @@ async function waitUntil(what: string, timeoutMs: number, check: () => Promise<b
       const logs = relays.map((r) => `--- ${r.id}\n${r.log.slice(-10).join('\n')}`).join('\n');
       throw new Error(`timed out waiting for ${what}\n${logs}`);
     }
-    await sleep(50);
+    await delay(50);
   }
 }
 
@@ -540,7 +524,7 @@ async function perftest(res: Resources, serverNs: string | null, clientNs: strin
   for (let attempt = 0; attempt < 5; attempt++) {
     const [scmd, sargs] = inNamespace(serverNs, 'ucx_perftest', ['-p', String(port)]);
     const server = res.spawn(scmd, sargs, ucxEnv(), 'ignore');
-    await sleep(300 + attempt * 300);
+    await delay(300 + attempt * 300);
     const [ccmd, cargs] = inNamespace(clientNs, 'ucx_perftest', [host, '-p', String(port), ...args]);
     const client = res.spawn(ccmd, cargs, ucxEnv());
     let out = '';
@@ -606,7 +590,7 @@ async function tcpStream(res: Resources, serverNs: string | null, clientNs: stri
       if (out.includes('listening')) resolve();
     });
   });
-  await Promise.race([listening, sleep(10_000)]);
+  await Promise.race([listening, delay(10_000)]);
   const [ccmd, cargs] = inNamespace(clientNs, process.execPath, ['-e', TCP_CLIENT, host, String(port), String(bytes)]);
   const client = res.spawn(ccmd, cargs, process.env, 'ignore');
   if (!(await exited(server, 300_000))) server.kill('SIGKILL');

@@ -25,7 +25,6 @@
  * over 50,000 trajectories in flight, in a partial pool of its own.
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { get } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -38,7 +37,8 @@ import { decode, planSchema, type PlanRecord } from '../src/control/schema.js';
 import { Keys, controlNames } from '../src/control/subjects.js';
 import { parseDuration } from '../src/common/units.js';
 import { freePort, startNatsServer } from '../src/services/index.js';
-import { median, printTable, round } from './support.js';
+import { median, printTable, processCpuSeconds, round } from './support.js';
+import { delay } from '../src/common/concurrency.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/laminar.js', import.meta.url));
 const RAW_SUBSCRIBER = fileURLToPath(new URL('./control-subscriber.js', import.meta.url));
@@ -119,16 +119,16 @@ export async function run(args: string[]): Promise<void> {
     const joinSeconds = (performance.now() - joinStart) / 1e3;
     const plansDuringJoin = (plans.latest?.epoch ?? 0) - epochBefore;
     // Let the join's registrations and plans settle before measuring the steady state.
-    await sleep(3000);
+    await delay(3000);
 
     // ---- 2. steady state --------------------------------------------------------------------
     const raw = await startRawSubscriber(nats.url, names.heartbeat);
     cleanups.unshift(() => raw.stop());
-    await sleep(1000);
+    await delay(1000);
     await httpText(httpPort, '/metrics'); // resets the event-loop lag histogram
-    const cpu0 = { manager: cpuSeconds(manager.pid), nats: cpuSeconds(nats.pid!), raw: cpuSeconds(raw.pid), count: await raw.count() };
-    await sleep(steadySeconds * 1000);
-    const cpu1 = { manager: cpuSeconds(manager.pid), nats: cpuSeconds(nats.pid!), raw: cpuSeconds(raw.pid), count: await raw.count() };
+    const cpu0 = { manager: processCpuSeconds(manager.pid), nats: processCpuSeconds(nats.pid!), raw: processCpuSeconds(raw.pid), count: await raw.count() };
+    await delay(steadySeconds * 1000);
+    const cpu1 = { manager: processCpuSeconds(manager.pid), nats: processCpuSeconds(nats.pid!), raw: processCpuSeconds(raw.pid), count: await raw.count() };
     const steadyMetrics = parseMetrics(await httpText(httpPort, '/metrics'));
     const heartbeats = cpu1.count - cpu0.count;
     const managerCpu = (cpu1.manager - cpu0.manager) / steadySeconds;
@@ -179,7 +179,7 @@ export async function run(args: string[]): Promise<void> {
 
     // ---- 5. nats-server killed and restarted -------------------------------------------------
     const live = members.filter((m) => m !== victim && !silent.includes(m));
-    await sleep(2000);
+    await delay(2000);
     const deathsBefore = sum(parseMetrics(await httpText(httpPort, '/metrics')), 'laminar_manager_deaths_total');
     const killedAt = performance.now();
     await nats.restart({ kill: true });
@@ -194,7 +194,7 @@ export async function run(args: string[]): Promise<void> {
     }, 120_000, 'the members did not all come back after the nats-server restart');
     const restartRecovery = (performance.now() - restartStart) / 1e3;
     // Deaths wrongly declared after a restart would come within dead-after: wait that long.
-    await sleep(deadAfterMs + 2000);
+    await delay(deadAfterMs + 2000);
     const falseDeaths = sum(parseMetrics(await httpText(httpPort, '/metrics')), 'laminar_manager_deaths_total') - deathsBefore;
 
     // ---- 6. the manager SIGKILLed: the standby takes over ------------------------------------
@@ -214,7 +214,7 @@ export async function run(args: string[]): Promise<void> {
       return summary.alive === live.length && summary.heardWithinMs(2 * heartbeatMs) === live.length;
     }, 60_000, 'the standby did not take over with every member');
     const failoverSeconds = (performance.now() - killAt) / 1e3;
-    await sleep(deadAfterMs + 2000);
+    await delay(deadAfterMs + 2000);
     const failoverDeaths = sum(parseMetrics(await httpText(standbyPort, '/metrics')), 'laminar_manager_deaths_total');
     const failoverEpochs = plans.latest!.epoch - epochBeforeFailover;
 
@@ -372,7 +372,7 @@ async function timeOrphanScan(nc: NatsConnection, natsPid: number, count: number
     );
   }
   const runs: Array<{ seconds: number; cpuSeconds: number }> = [];
-  const nats0 = cpuSeconds(natsPid);
+  const nats0 = processCpuSeconds(natsPid);
   for (let r = 0; r < 3; r++) {
     const cpu0 = process.cpuUsage();
     const t = performance.now();
@@ -381,7 +381,7 @@ async function timeOrphanScan(nc: NatsConnection, natsPid: number, count: number
     const cpu = process.cpuUsage(cpu0);
     runs.push({ seconds: (performance.now() - t) / 1e3, cpuSeconds: (cpu.user + cpu.system) / 1e6 });
   }
-  const natsCpuSeconds = (cpuSeconds(natsPid) - nats0) / 3;
+  const natsCpuSeconds = (processCpuSeconds(natsPid) - nats0) / 3;
   await pool.close();
   const jsm = await jetstreamManager(nc);
   await jsm.streams.delete('LAMINAR_PARTIAL_bench-scan');
@@ -526,12 +526,26 @@ class PlanWatch {
       } catch {
         // The server restarts in phase 5: watch again.
       }
-      await sleep(200);
+      await delay(200);
     }
   }
 
-  async until(test: (plan: PlanRecord) => boolean, timeoutMs: number, what: string): Promise<void> {
-    await until(async () => this.latest !== null && test(this.latest), timeoutMs, what, 1);
+  /** Resolves when a plan that passes `test` arrives (or is already here). */
+  until(test: (plan: PlanRecord) => boolean, timeoutMs: number, what: string): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const check = (): void => {
+        if (this.latest === null || !test(this.latest)) return;
+        clearTimeout(timer);
+        this.waiters.delete(check);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.waiters.delete(check);
+        reject(new Error(`${what} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiters.add(check);
+      check();
+    });
   }
 
   stop(): void {
@@ -541,16 +555,6 @@ class PlanWatch {
 }
 
 // ---- small helpers ------------------------------------------------------------------------------
-
-/** Linux reports /proc CPU times in USER_HZ, 100 on every architecture it runs on. */
-const TICKS_PER_SECOND = 100;
-
-/** user + system CPU seconds of a process, from /proc. */
-function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND;
-}
 
 type Samples = Array<{ name: string; labels: Record<string, string>; value: number }>;
 
@@ -605,12 +609,8 @@ async function until(test: () => Promise<boolean>, timeoutMs: number, what: stri
   const deadline = performance.now() + timeoutMs;
   while (!(await test())) {
     if (performance.now() > deadline) throw new Error(`${what} within ${timeoutMs} ms`);
-    await sleep(everyMs);
+    await delay(everyMs);
   }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }
 
 function pad(i: number): string {

@@ -1,6 +1,6 @@
 /** Shared pieces of the benchmarks: timing, tables, and a relay process to measure. */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -96,4 +96,19 @@ export async function spawnBenchRelay(args: string[] = []): Promise<BenchRelay> 
 /** x to `digits` decimals, as a number (for tables and JSON lines). */
 export function round(x: number, digits = 3): number {
   return Number(x.toFixed(digits));
+}
+
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+
+/** CPU seconds (user + system) a process has used, from /proc; 0 for one that is gone. */
+export function processCpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return 0;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // "pid (comm) state ...": comm may hold spaces; utime and stime are fields 14 and 15.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+  } catch {
+    return 0;
+  }
 }

@@ -164,7 +164,7 @@ export class Manager {
     this.names = controlNames(options.job);
     this.log = (options.logger ?? silentLogger).child({ component: 'manager', manager: this.id });
     this.metrics = new ManagerMetrics(options.registry, {
-      memberCounts: () => this.memberCounts(),
+      members: () => [...this.members.values()].map((m) => ({ kind: m.record.kind, state: m.health })),
       relayProgress: () => this.relayProgressRows(),
       rolloutLoads: () =>
         this.rolloutViews()
@@ -747,16 +747,5 @@ export class Manager {
     const relays = this.relayViews();
     const newest = newestVersions(relays, [...this.announced.values()]);
     return relays.flatMap((r) => [...newest].map(([model, version]) => ({ relay: r.id, model, fraction: progressScore(r, new Map([[model, version]])) })));
-  }
-
-  private memberCounts(): Array<{ kind: string; state: string; count: number }> {
-    const counts = new Map<string, { kind: string; state: string; count: number }>();
-    for (const m of this.members.values()) {
-      const key = `${m.record.kind}/${m.health}`;
-      const row = counts.get(key) ?? { kind: m.record.kind, state: m.health, count: 0 };
-      row.count++;
-      counts.set(key, row);
-    }
-    return [...counts.values()];
   }
 }

@@ -6,8 +6,8 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
  * members, setting a gauge per member ten times a second was most of the manager's work).
  */
 export interface ManagerGaugeSource {
-  /** Members by kind and health. */
-  memberCounts(): Array<{ kind: string; state: string; count: number }>;
+  /** Each member's kind and health. */
+  members(): Array<{ kind: string; state: string }>;
   /** The share of the newest version of each model each live relay holds. */
   relayProgress(): Array<{ relay: string; model: string; fraction: number }>;
   /** What each live rollout last reported. */
@@ -16,7 +16,6 @@ export interface ManagerGaugeSource {
 
 export class ManagerMetrics {
   readonly leader: Gauge;
-  readonly members: Gauge;
   readonly suspicions: Counter;
   readonly deaths: Counter;
   readonly detectionSeconds: Histogram;
@@ -25,23 +24,13 @@ export class ManagerMetrics {
   readonly repairSeconds: Histogram;
   readonly stalls: Counter;
   readonly rejected: Counter;
-  readonly relayProgress: Gauge;
   readonly checkpointLoads: Counter;
-  readonly rolloutKv: Gauge;
-  readonly rolloutVersion: Gauge;
 
   constructor(registry: Registry, source: ManagerGaugeSource) {
     const registers = [registry];
     this.leader = new Gauge({ name: 'laminar_manager_leader', help: '1 while this manager holds the leader lease', registers });
-    this.members = new Gauge({
-      name: 'laminar_manager_members',
-      help: 'registered members by kind and health',
-      labelNames: ['kind', 'state'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { kind, state, count } of source.memberCounts()) this.set({ kind, state }, count);
-      },
+    scrapedGauge(registry, 'laminar_manager_members', 'registered members by kind and health', ['kind', 'state'], (g) => {
+      for (const { kind, state } of source.members()) g.inc({ kind, state });
     });
     this.suspicions = new Counter({ name: 'laminar_manager_suspicions_total', help: 'members suspected after missed heartbeats', labelNames: ['kind'], registers });
     this.deaths = new Counter({ name: 'laminar_manager_deaths_total', help: 'members declared dead, by cause (heartbeat, report)', labelNames: ['kind', 'cause'], registers });
@@ -62,37 +51,30 @@ export class ManagerMetrics {
     });
     this.stalls = new Counter({ name: 'laminar_manager_stalled_links_total', help: 'chain links found without progress', registers });
     this.rejected = new Counter({ name: 'laminar_manager_rejected_total', help: 'control messages rejected, by code', labelNames: ['code'], registers });
-    this.relayProgress = new Gauge({
-      name: 'laminar_manager_relay_progress',
-      help: 'fraction of the newest version of a model each relay holds',
-      labelNames: ['relay', 'model'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { relay, model, fraction } of source.relayProgress()) this.set({ relay, model }, fraction);
-      },
+    scrapedGauge(registry, 'laminar_manager_relay_progress', 'fraction of the newest version of a model each relay holds', ['relay', 'model'], (g) => {
+      for (const { relay, model, fraction } of source.relayProgress()) g.set({ relay, model }, fraction);
     });
     this.checkpointLoads = new Counter({ name: 'laminar_manager_checkpoint_loads_total', help: 'relays told to load a version from the trainer checkpoint', registers });
     // Rollouts that are gone drop out of these at the next scrape rather than keep their last value.
-    this.rolloutKv = new Gauge({
-      name: 'laminar_manager_rollout_kv_used',
-      help: 'KV-cache utilisation each live rollout reports',
-      labelNames: ['rollout'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { rollout, kvUsed } of source.rolloutLoads()) this.set({ rollout }, kvUsed);
-      },
+    scrapedGauge(registry, 'laminar_manager_rollout_kv_used', 'KV-cache utilisation each live rollout reports', ['rollout'], (g) => {
+      for (const { rollout, kvUsed } of source.rolloutLoads()) g.set({ rollout }, kvUsed);
     });
-    this.rolloutVersion = new Gauge({
-      name: 'laminar_manager_rollout_weight_version',
-      help: 'weight version each live rollout generates with',
-      labelNames: ['rollout'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { rollout, weightVersion } of source.rolloutLoads()) if (weightVersion !== null) this.set({ rollout }, weightVersion);
-      },
+    scrapedGauge(registry, 'laminar_manager_rollout_weight_version', 'weight version each live rollout generates with', ['rollout'], (g) => {
+      for (const { rollout, weightVersion } of source.rolloutLoads()) if (weightVersion !== null) g.set({ rollout }, weightVersion);
     });
   }
+}
+
+/** A gauge filled from the manager's state when it is scraped: emptied, then `fill`ed. */
+function scrapedGauge<L extends string>(registry: Registry, name: string, help: string, labelNames: L[], fill: (gauge: Gauge<L>) => void): Gauge<L> {
+  return new Gauge({
+    name,
+    help,
+    labelNames,
+    registers: [registry],
+    collect() {
+      this.reset();
+      fill(this);
+    },
+  });
 }

@@ -76,14 +76,6 @@ async function fleet(job: string, relays: number, rollouts: number, options: { d
   };
 }
 
-async function eventually(check: () => Promise<boolean> | boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`${what} within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 function alive(manager: Manager): number {
   return manager.status().members.filter((m) => m.health === 'alive').length;
 }
@@ -92,7 +84,7 @@ describe('manager and a fleet of members', () => {
   it('reads the fleet gauges at scrape time: a rollout that died leaves them', async () => {
     const f = await fleet('gauges', 3, 4, { deadAfterMs: 800 });
     try {
-      await eventually(() => alive(f.manager) === 7 && f.manager.status().rollouts.every((r) => 'kvUsed' in r), 10_000, 'the fleet did not join');
+      await expect.poll(() => alive(f.manager) === 7 && f.manager.status().rollouts.every((r) => 'kvUsed' in r), { timeout: 10_000, message: 'the fleet did not join' }).toBe(true);
       expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'relay', state: 'alive' })).toBe(3);
       expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'rollout', state: 'alive' })).toBe(4);
       expect(await metricValue(f.registry, 'laminar_manager_rollout_kv_used', { rollout: 'rollout-2' })).toBeCloseTo(0.25 + ((3 + 2) % 4) / 10);
@@ -100,7 +92,7 @@ describe('manager and a fleet of members', () => {
       expect(await metricValue(f.registry, 'laminar_manager_relay_progress', { relay: 'relay-1', model: 'm' })).toBe(1);
 
       await f.agents.get('rollout-2')!.close();
-      await eventually(() => f.manager.status().members.some((m) => m.id === 'rollout-2' && m.health === 'dead'), 10_000, 'the silent rollout was not declared dead');
+      await expect.poll(() => f.manager.status().members.some((m) => m.id === 'rollout-2' && m.health === 'dead'), { timeout: 10_000, message: 'the silent rollout was not declared dead' }).toBe(true);
       expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'rollout', state: 'dead' })).toBe(1);
       expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'rollout', state: 'alive' })).toBe(3);
       const kv = (await f.registry.getSingleMetric('laminar_manager_rollout_kv_used')!.get()).values;
@@ -113,13 +105,13 @@ describe('manager and a fleet of members', () => {
   it('has only the members that act on the plan follow it (one KV consumer each)', async () => {
     const f = await fleet('watchers', 3, 12);
     try {
-      await eventually(() => alive(f.manager) === 15 && f.manager.status().chain.length === 3, 10_000, 'the fleet did not join');
+      await expect.poll(() => alive(f.manager) === 15 && f.manager.status().chain.length === 3, { timeout: 10_000, message: 'the fleet did not join' }).toBe(true);
       const probe = await natsClient(nats.url);
       const jsm = await jetstreamManager(probe);
       const stream = `KV_${controlNames('watchers').bucket}`;
       // Each relay watches the plan; the rollouts, which never use it, do not (15 watchers if they did).
       const planWatchers = async (): Promise<number> => (await jsm.consumers.list(stream).next()).filter((c) => c.config.filter_subject === `$KV.${controlNames('watchers').bucket}.plan`).length;
-      await eventually(async () => (await planWatchers()) === 3, 5000, 'three plan watchers');
+      await expect.poll(async () => (await planWatchers()) === 3, { timeout: 5000, message: 'three plan watchers' }).toBe(true);
       await new Promise((r) => setTimeout(r, 1000));
       expect(await planWatchers()).toBe(3);
       await probe.close();
@@ -131,11 +123,11 @@ describe('manager and a fleet of members', () => {
   it('declares nobody dead when 20 relays and 200 rollouts ride out a nats-server restart', async () => {
     const f = await fleet('restart', 20, 200, { connections: 8 });
     try {
-      await eventually(() => alive(f.manager) === 220 && f.manager.status().chain.length === 20, 30_000, 'the fleet did not join');
+      await expect.poll(() => alive(f.manager) === 220 && f.manager.status().chain.length === 20, { timeout: 30_000, message: 'the fleet did not join' }).toBe(true);
       const epoch = f.manager.status().epoch;
       await nats.restart({ kill: true });
       // Back: every member registered again and heard from since the restart.
-      await eventually(() => [...f.agents.values()].every((a) => a.isRegistered) && f.manager.status().members.every((m) => m.health === 'alive' && m.heardMsAgo < 1000), 30_000, 'the fleet did not come back');
+      await expect.poll(() => [...f.agents.values()].every((a) => a.isRegistered) && f.manager.status().members.every((m) => m.health === 'alive' && m.heardMsAgo < 1000), { timeout: 30_000, message: 'the fleet did not come back' }).toBe(true);
       // A death would come within dead-after (6 s) of the silence.
       await new Promise((r) => setTimeout(r, 7000));
       expect(await metricValue(f.registry, 'laminar_manager_deaths_total', { kind: 'relay', cause: 'heartbeat' })).toBe(0);
