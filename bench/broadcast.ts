@@ -1,6 +1,7 @@
 /**
  * `npm run bench -- broadcast [--size 1GiB] [--rate 2gbit] [--relays 2,4,8] [--chunk-size 32MiB]
- *                             [--window 4] [--rounds 3] [--delay 0ms] [--skip star,loopback]`
+ *                             [--window 4] [--rounds 3] [--delay 0ms] [--mtu 1500]
+ *                             [--skip star,loopback]`
  *
  * The chain-pipelined broadcast between relays, on the multi-host testbed (scripts/testbed.sh:
  * one network namespace per host, each host's egress shaped with tc to --rate), against the raw
@@ -21,6 +22,10 @@
  * after the first in training) into the spare segment each relay prepared while idle. The
  * steady state is the headline figure; the first version is shown beside it. Rounds give the
  * median and the range, as the machine may be shared.
+ *
+ * Every host's kernel here shares the machine's cores, and a veth link does in software, per
+ * packet, what a real NIC offloads: --mtu (default 1500) sets the links' MTU, to see how much of
+ * a chain's cost on a small machine is per-packet kernel work (jumbo frames: 9000).
  *
  * UCX_TLS=tcp for every relay and every ucx_perftest: between network namespaces of one machine
  * UCX otherwise picks its shared-memory transports (posix/sysv/cma), which bypass the shaped
@@ -73,6 +78,7 @@ const USAGE = `usage: npm run bench -- broadcast [options]   (root; needs ucx_pe
   --size <bytes>        version size (default 1GiB)
   --rate <bandwidth>    link rate of each testbed host, tc syntax (default 2gbit)
   --delay <ms>          one-way delay added to each link (default 0ms)
+  --mtu <bytes>         MTU of the testbed's links (default 1500; jumbo frames: 9000)
   --relays <list>       chain lengths p to measure; p counts the master (p=2: one hop)
                         (default 2,4,8)
   --chunk-size <bytes>  chunk size of the version (relay --chunk-size), or "auto": the model's
@@ -634,6 +640,7 @@ export async function run(args: string[]): Promise<void> {
       size: { type: 'string', default: '1GiB' },
       rate: { type: 'string', default: '2gbit' },
       delay: { type: 'string', default: '0ms' },
+      mtu: { type: 'string', default: '1500' },
       relays: { type: 'string', default: '2,4,8' },
       'chunk-size': { type: 'string', default: '32MiB' },
       window: { type: 'string', default: '4' },
@@ -655,6 +662,8 @@ export async function run(args: string[]): Promise<void> {
   const window = Number(values.window);
   const rounds = Number(values.rounds);
   if (!(Number.isInteger(window) && window >= 1) || !(Number.isInteger(rounds) && rounds >= 1)) throw new Error('--window and --rounds are positive integers');
+  const mtu = Number(values.mtu);
+  if (!(Number.isInteger(mtu) && mtu >= 576 && mtu <= 65535)) throw new Error(`--mtu: an integer 576..65535, got ${values.mtu}`);
   if (values.shm !== 'huge' && values.shm !== 'plain') throw new Error(`--shm is huge or plain, got ${values.shm}`);
   const skip = new Set(values.skip!.split(',').map((s) => s.trim()).filter((s) => s.length > 0));
   const problem = checkEnvironment();
@@ -680,8 +689,8 @@ export async function run(args: string[]): Promise<void> {
     const maxP = ps[ps.length - 1]!;
     const bed = `bc${process.pid % 10000}`;
     res.beds.add(bed);
-    say(`testbed ${bed}: ${maxP} hosts, ${values.rate}, delay ${values.delay}`);
-    const up = spawnSync('bash', [TESTBED, 'up', bed, String(maxP), '--rate', values.rate!, '--delay', values.delay!], { encoding: 'utf8' });
+    say(`testbed ${bed}: ${maxP} hosts, ${values.rate}, delay ${values.delay}, mtu ${values.mtu}`);
+    const up = spawnSync('bash', [TESTBED, 'up', bed, String(maxP), '--rate', values.rate!, '--delay', values.delay!, '--mtu', String(mtu)], { encoding: 'utf8' });
     if (up.status !== 0) throw new Error(`testbed up failed: ${up.stderr}`);
     const hosts: Host[] = Array.from({ length: maxP }, (_, i) => ({ id: `r${i}`, address: `10.77.0.${i + 1}`, ns: `lmr-${bed}-${i + 1}` }));
 
@@ -773,7 +782,7 @@ export async function run(args: string[]): Promise<void> {
       loop = { relay: stat(relayBw), first: stat(firstBw), plain: plainBw.length ? stat(plainBw) : null, perftest: stat(perfBw), tcp: stat(tcpBw) };
     }
 
-    report({ shm, size, linkRate, rate: values.rate!, delay: values.delay!, ps, rounds, window, chunkSize, chunks, perftestMessage, bwArgs, bw, tcp: stat(linkTcp), lat, latAvg: stat(linkLatAvg), link, chain, star, loop, crashes, wallS: (performance.now() - started) / 1e3 });
+    report({ shm, size, linkRate, rate: values.rate!, delay: values.delay!, mtu, ps, rounds, window, chunkSize, chunks, perftestMessage, bwArgs, bw, tcp: stat(linkTcp), lat, latAvg: stat(linkLatAvg), link, chain, star, loop, crashes, wallS: (performance.now() - started) / 1e3 });
   } finally {
     res.releaseAll();
     for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.off(s, onSignal);
@@ -796,6 +805,7 @@ interface Results {
   linkRate: number;
   rate: string;
   delay: string;
+  mtu: number;
   ps: number[];
   rounds: number;
   window: number;
@@ -840,7 +850,7 @@ function report(r: Results): void {
     return `machine ${(busy * 100).toFixed(0)}% (sys ${(sys * 100).toFixed(0)}%, softirq ${(soft * 100).toFixed(0)}%), master ${(master * 100).toFixed(0)}%, busiest relay ${(others * 100).toFixed(0)}%`;
   };
 
-  printTable(`link: ucx_perftest (UCX_TLS=tcp) ${formatBytes(r.perftestMessage)} messages, ${r.window} in flight, host 2 -> host 1, tc rate ${r.rate}; median (range) of ${r.rounds}`, [
+  printTable(`link: ucx_perftest (UCX_TLS=tcp) ${formatBytes(r.perftestMessage)} messages, ${r.window} in flight, host 2 -> host 1, tc rate ${r.rate}, MTU ${r.mtu}; median (range) of ${r.rounds}`, [
     ['bandwidth (tag_bw overall)', `${(r.bw.median / MB).toFixed(1)} MB/s (${rangeText(r.bw, 1, 1 / MB)})`, `nominal ${(r.linkRate / MB).toFixed(0)} MB/s`, r.bwArgs.join(' ')],
     ['plain TCP stream (Node net), same bytes', `${(r.tcp.median / MB).toFixed(1)} MB/s (${rangeText(r.tcp, 1, 1 / MB)})`, 'the kernel\'s limit under UCX', ''],
     ['T_start (tag_lat, 8 B, median one-way)', `${r.lat.median.toFixed(1)} us (${rangeText(r.lat, 1)})`, `average ${r.latAvg.median.toFixed(1)} us`, LATENCY_ARGS.join(' ')],
@@ -926,6 +936,7 @@ function report(r: Results): void {
     size_bytes: r.size,
     link_gbit: round((r.linkRate * 8) / 1e9, 3),
     delay: r.delay,
+    mtu: r.mtu,
     perftest_MBps: round(r.bw.median / MB, 1),
     perftest_MBps_range: [round(r.bw.min / MB, 1), round(r.bw.max / MB, 1)],
     perftest_args: r.bwArgs.join(' '),

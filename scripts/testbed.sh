@@ -3,7 +3,7 @@
 # through veth links whose egress is rate-limited (and optionally delayed) with tc. UCX over TCP
 # between these namespaces runs the same code path as between real hosts.
 #
-#   scripts/testbed.sh up   <bed> <hosts> [--rate 2gbit] [--delay 0ms] [--net 10.77.0]
+#   scripts/testbed.sh up   <bed> <hosts> [--rate 2gbit] [--delay 0ms] [--net 10.77.0] [--mtu 1500]
 #   scripts/testbed.sh down <bed>
 #   scripts/testbed.sh list <bed>                  # one line per host: <netns> <address>
 #   scripts/testbed.sh link <bed> <host> up|down   # take one host's link down mid-test
@@ -48,16 +48,18 @@ case "$cmd" in
   up)
     hosts=${1:?number of hosts}
     shift
-    rate=2gbit delay=0ms net=10.77.0
+    rate=2gbit delay=0ms net=10.77.0 mtu=1500
     while [ $# -gt 0 ]; do
       case "$1" in
         --rate) rate=$2; shift 2 ;;
         --delay) delay=$2; shift 2 ;;
         --net) net=$2; shift 2 ;;
+        --mtu) mtu=$2; shift 2 ;;
         *) die "unknown option $1" ;;
       esac
     done
     [[ $hosts =~ ^[0-9]+$ ]] && [ "$hosts" -ge 1 ] && [ "$hosts" -le 64 ] || die "hosts must be 1-64"
+    [[ $mtu =~ ^[0-9]+$ ]] && [ "$mtu" -ge 576 ] && [ "$mtu" -le 65535 ] || die "mtu must be 576-65535"
     [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces)"
     down
     trap 'down; exit 1' ERR
@@ -67,7 +69,7 @@ case "$cmd" in
     for i in $(seq 1 "$hosts"); do
       ns="lmr-$bed-$i" root_if="lmr$bed$i" host_if="lmr$bed${i}h"
       ip netns add "$ns"
-      ip link add "$root_if" type veth peer name "$host_if"
+      ip link add "$root_if" mtu "$mtu" type veth peer name "$host_if" mtu "$mtu"
       ip link set "$host_if" netns "$ns"
       ip link set "$root_if" master "$bridge" up
       ip -n "$ns" link set lo up

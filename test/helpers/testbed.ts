@@ -50,9 +50,9 @@ function subnetFor(name: string): string {
   return `10.${100 + (h % 100)}.${(h >>> 8) % 250}`;
 }
 
-export function createTestbed(name: string, hosts: number, options: { rate?: string; delay?: string; net?: string } = {}): Testbed {
+export function createTestbed(name: string, hosts: number, options: { rate?: string; delay?: string; net?: string; mtu?: number } = {}): Testbed {
   const rate = options.rate ?? '2gbit';
-  const args = ['up', name, String(hosts), '--rate', rate, '--delay', options.delay ?? '0ms', '--net', options.net ?? subnetFor(name)];
+  const args = ['up', name, String(hosts), '--rate', rate, '--delay', options.delay ?? '0ms', '--net', options.net ?? subnetFor(name), '--mtu', String(options.mtu ?? 1500)];
   try {
     execFileSync(SCRIPT, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   } catch (err) {

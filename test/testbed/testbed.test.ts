@@ -47,6 +47,30 @@ describe('multi-host testbed (network namespaces, veth, tc)', () => {
     expect(probe()).toBe('ECONNREFUSED');
   });
 
+  it('builds links with the MTU asked for (jumbo frames) that carry a stream, and refuses a bad one', async () => {
+    const jumbo = createTestbed('tbmtu', 2, { rate: '1gbit', mtu: 9000 });
+    try {
+      const mtuOf = (args: string[]): number => Number(/ mtu (\d+) /.exec(execFileSync('ip', args, { encoding: 'utf8' }))?.[1]);
+      for (const host of jumbo.hosts) expect(mtuOf(['-n', host.netns, '-o', 'link', 'show', 'eth0'])).toBe(9000);
+      expect(mtuOf(['-o', 'link', 'show', 'lmrb-tbmtu'])).toBe(9000);
+      // Both ends of every veth must agree, or frames over 1500 bytes would be dropped and the
+      // stream below would stall.
+      const sink = jumbo.hosts[0]!.spawn(process.execPath, ['-e', SINK], { stdio: ['ignore', 'pipe', 'inherit'] });
+      await new Promise<void>((resolve) => sink.stdout!.once('data', () => resolve()));
+      try {
+        const bytes = 8 * 1024 * 1024;
+        const out = execFileSync('ip', ['netns', 'exec', jumbo.hosts[1]!.netns, process.execPath, '-e', SEND(jumbo.hosts[0]!.address, bytes)], { encoding: 'utf8', timeout: 20_000 });
+        expect((JSON.parse(out) as { got: number }).got).toBe(bytes);
+      } finally {
+        sink.kill();
+      }
+    } finally {
+      jumbo.destroy();
+    }
+    expect(() => createTestbed('tbmtu', 2, { mtu: 100_000 })).toThrow(/mtu must be 576-65535/);
+    expect(execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' })).not.toMatch(/lmr-tbmtu-/);
+  });
+
   it('is removed completely by down', () => {
     const other = createTestbed('tbtmp', 2);
     other.destroy();
