@@ -5,15 +5,26 @@ import { LaminarError } from '../common/errors.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
 import { controlNames } from '../control/subjects.js';
 import type { ManagerStatus } from '../manager/manager.js';
-import { formatStatus } from '../manager/status-table.js';
+import { formatStatus, formatSummary } from '../manager/status-table.js';
+import { filterStatus, parseStatusFilter, summarizeStatus } from '../manager/status-view.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 
 export function statusCommand(): Command {
   return addControlFlags(new Command('status'))
     .description('print the broadcast chain, the versions each relay holds and member health (asks the active manager over NATS, or its HTTP /status with --url)')
     .addOption(new Option('--url <url>', 'the manager\'s HTTP endpoint, e.g. http://10.0.0.2:9480').env('LAMINAR_MANAGER_URL'))
-    .option('--json', 'print the status as JSON')
+    .option('--kind <kinds>', 'only members of these kinds: relay, rollout, trainer (comma-separated)')
+    .option('--health <states>', 'only members in these states: alive, suspected, dead (comma-separated)')
+    .option('--behind', 'only relays without every newest version and rollouts not on the newest weights')
+    .option('--summary', 'counts instead of one row per member (members by kind and health, relays behind, weight versions served)')
+    .option('--json', 'print the status (or the summary) as JSON')
     .action(async (opts: Record<string, string | boolean | undefined>) => {
+      // Checked before asking anyone, so that a typo fails at once.
+      const filter = parseStatusFilter({
+        ...(typeof opts.kind === 'string' ? { kind: opts.kind } : {}),
+        ...(typeof opts.health === 'string' ? { health: opts.health } : {}),
+        behind: opts.behind === true,
+      });
       let status: ManagerStatus;
       if (typeof opts.url === 'string') status = await fetchHttp(`${opts.url.replace(/\/$/, '')}/status`);
       else {
@@ -30,7 +41,11 @@ export function statusCommand(): Command {
           await nc.close();
         }
       }
-      process.stdout.write(opts.json ? `${JSON.stringify(status)}\n` : formatStatus(status));
+      const shown = filterStatus(status, filter);
+      if (opts.summary) {
+        const summary = summarizeStatus(shown);
+        process.stdout.write(opts.json ? `${JSON.stringify(summary)}\n` : formatSummary(summary));
+      } else process.stdout.write(opts.json ? `${JSON.stringify(shown)}\n` : formatStatus(shown, Object.keys(filter).length > 0));
     });
 }
 

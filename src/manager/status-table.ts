@@ -1,5 +1,6 @@
 /** `laminar status`: the manager's status as tables a person reads. */
 import type { ManagerStatus } from './manager.js';
+import type { StatusSummary } from './status-view.js';
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
@@ -10,13 +11,40 @@ function versions(list: { model: string; version: number }[]): string {
   return list.length === 0 ? '-' : list.map((h) => `${h.model} v${h.version}`).join(', ');
 }
 
-export function formatStatus(s: ManagerStatus): string {
-  const lines: string[] = [];
-  lines.push(`job ${s.job}   manager ${s.manager}${s.leader ? '' : ' (standby)'}   epoch ${s.epoch ?? '-'}   master ${s.master ?? '-'}`);
-  lines.push(`newest: ${versions(s.newest)}`);
+function header(s: Pick<ManagerStatus, 'job' | 'manager' | 'leader' | 'epoch' | 'master' | 'newest'>): string[] {
+  return [`job ${s.job}   manager ${s.manager}${s.leader ? '' : ' (standby)'}   epoch ${s.epoch ?? '-'}   master ${s.master ?? '-'}`, `newest: ${versions(s.newest)}`];
+}
+
+const percent = (fraction: number | null): string => (fraction === null ? '-' : `${Math.round(fraction * 100)}%`);
+
+/** `laminar status --summary`: counts, for a fleet too large to read member by member. */
+export function formatSummary(s: StatusSummary): string {
+  const lines = header(s);
+  lines.push('');
+  const rows = [['members', 'alive', 'suspected', 'dead']];
+  for (const [kind, byHealth] of Object.entries(s.members)) rows.push([kind, String(byHealth.alive), String(byHealth.suspected), String(byHealth.dead)]);
+  lines.push(table(rows).replace(/^/gm, '  '));
+  lines.push('');
+  const lagging = s.chain.relays - s.chain.holdNewest;
+  const named = s.chain.behind.join(', ') + (lagging > s.chain.behind.length ? `, ... (${lagging - s.chain.behind.length} more)` : '');
+  lines.push(`chain: ${s.chain.relays} relays, ${s.chain.holdNewest} hold the newest, ${s.chain.receiving} receiving${lagging > 0 ? `; behind: ${named}` : ''}`);
+  const versionsServed = Object.entries(s.rollouts.weightVersions)
+    .sort(([a], [b]) => b.localeCompare(a, undefined, { numeric: true }))
+    .map(([v, n]) => `${v} ${n}`)
+    .join(', ');
+  lines.push(
+    `rollouts: ${s.rollouts.total}${s.rollouts.total > 0 ? ` (weights: ${versionsServed}); kv used mean ${percent(s.rollouts.kvUsedMean)}, max ${percent(s.rollouts.kvUsedMax)}; ${Math.round(s.rollouts.tokensPerSecond)} tokens/s` : ''}`,
+  );
+  lines.push(`repack: ${s.repack.done} moves done, ${s.repack.failed} failed, ${s.repack.orphansWaiting} orphans waiting`);
+  return `${lines.join('\n')}\n`;
+}
+
+/** `filtered`: a filter chose the members shown, so an empty table means no match, not no plan. */
+export function formatStatus(s: ManagerStatus, filtered = false): string {
+  const lines: string[] = header(s);
   lines.push('');
   lines.push('chain:');
-  if (s.chain.length === 0) lines.push('  (no plan yet: no relay registered)');
+  if (s.chain.length === 0) lines.push(filtered ? '  (no relay matches)' : '  (no plan yet: no relay registered)');
   else {
     const rows = [['#', 'relay', 'address', 'host', 'labels', 'health', 'heard', 'holds', 'receiving', 'newest']];
     for (const r of s.chain) {

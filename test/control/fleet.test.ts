@@ -5,6 +5,8 @@
  * restart without anyone being declared dead. `npm run bench -- control` measures the same at a
  * thousand-GPU scale.
  */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -14,6 +16,7 @@ import { controlNames } from '../../src/control/subjects.js';
 import { Manager } from '../../src/manager/manager.js';
 import { startNatsServer, type NatsServer } from '../../src/services/index.js';
 import { metricValue, natsClient } from '../data/helpers.js';
+import { CLI } from '../helpers/relay.js';
 
 let nats: NatsServer;
 
@@ -97,6 +100,36 @@ describe('manager and a fleet of members', () => {
       expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'rollout', state: 'alive' })).toBe(3);
       const kv = (await f.registry.getSingleMetric('laminar_manager_rollout_kv_used')!.get()).values;
       expect(kv.map((v) => v.labels.rollout).sort()).toEqual(['rollout-0', 'rollout-1', 'rollout-3']);
+    } finally {
+      await f.stop();
+    }
+  });
+
+  it('`laminar status` filters the fleet by kind and health, summarises it, and refuses a bad filter before connecting', async () => {
+    const f = await fleet('cli', 3, 6, { deadAfterMs: 800 });
+    const laminar = async (...args: string[]): Promise<string> => (await promisify(execFile)(process.execPath, [CLI, 'status', '--nats', nats.url, '--job', 'cli', ...args], { encoding: 'utf8' })).stdout;
+    try {
+      await expect.poll(() => alive(f.manager) === 9 && f.manager.status().rollouts.every((r) => 'kvUsed' in r), { timeout: 10_000, message: 'the fleet did not join' }).toBe(true);
+      await f.agents.get('rollout-4')!.close();
+      await expect.poll(() => f.manager.status().members.some((m) => m.id === 'rollout-4' && m.health === 'dead'), { timeout: 10_000, message: 'the silent rollout was not declared dead' }).toBe(true);
+
+      const summary = JSON.parse(await laminar('--summary', '--json')) as { members: Record<string, Record<string, number>>; chain: { relays: number } };
+      expect(summary.members.relay).toEqual({ alive: 3, suspected: 0, dead: 0 });
+      expect(summary.members.rollout).toEqual({ alive: 5, suspected: 0, dead: 1 });
+      expect(summary.chain.relays).toBe(3);
+      expect(await laminar('--summary')).toMatch(/rollout\s+5\s+0\s+1/);
+
+      const dead = JSON.parse(await laminar('--kind', 'rollout', '--health', 'dead', '--json')) as { chain: unknown[]; members: { id: string }[]; rollouts: { id: string }[] };
+      expect(dead.chain).toEqual([]);
+      expect(dead.members.map((m) => m.id)).toEqual(['rollout-4']);
+      expect(dead.rollouts.map((r) => r.id)).toEqual(['rollout-4']);
+      const table = await laminar('--kind', 'relay');
+      expect(table).toMatch(/relay-2\s+10\.0\.0\.3:13337/);
+      expect(table).not.toContain('rollout-');
+
+      // A typo fails at once with its code, without waiting on any server.
+      const refused = await promisify(execFile)(process.execPath, [CLI, 'status', '--nats', 'nats://127.0.0.1:1', '--kind', 'relays'], { encoding: 'utf8' }).catch((err: { code: number; stderr: string }) => err);
+      expect(refused).toMatchObject({ code: 1, stderr: expect.stringContaining('ERR_INVALID_ARG: --kind: "relays" is not one of relay, rollout, trainer') });
     } finally {
       await f.stop();
     }

@@ -1,7 +1,59 @@
 /** `laminar status` output: the chain, the rollouts with their load, other members. */
 import { describe, expect, it } from 'vitest';
-import { formatStatus } from '../../src/manager/status-table.js';
+import { formatStatus, formatSummary } from '../../src/manager/status-table.js';
 import type { ManagerStatus } from '../../src/manager/manager.js';
+import { filterStatus, parseStatusFilter, summarizeStatus } from '../../src/manager/status-view.js';
+import { LaminarError } from '../../src/common/errors.js';
+
+/** A fleet of `relays` relays (the first `lagging` of them short of v4 after the master) and `rollouts` rollouts. */
+function fleetStatus(relays: number, lagging: number, rollouts: number): ManagerStatus {
+  const chain: ManagerStatus['chain'] = Array.from({ length: relays }, (_, i) => {
+    const behind = i > 0 && i <= lagging;
+    return {
+      position: i,
+      id: `r${i}`,
+      address: `10.0.0.${i + 1}:13337`,
+      host: `h${i}`,
+      labels: {},
+      health: i === relays - 1 ? 'suspected' : 'alive',
+      heardMsAgo: 100,
+      holds: behind ? [{ model: 'm', version: 3 }] : [{ model: 'm', version: 4 }],
+      receiving: behind ? [{ model: 'm', version: 4, hwm: 2, chunks: 8 }] : [],
+      progress: behind ? 0.25 : 1,
+    };
+  });
+  const rolloutRows: ManagerStatus['rollouts'] = Array.from({ length: rollouts }, (_, i) => ({
+    id: `ro${i}`,
+    host: `h${i % relays}`,
+    health: i === 0 ? 'dead' : 'alive',
+    state: 'generating',
+    model: i === 1 ? null : 'm',
+    weightVersion: i === 1 ? null : i % 2 === 0 ? 4 : 3,
+    kvUsed: 0.5 + i / 100,
+    kvPrev: 0.5,
+    running: 1,
+    waiting: 0,
+    owned: 1,
+    tokensPerSecond: 10,
+  }));
+  return {
+    manager: 'm1',
+    leader: true,
+    job: 'j',
+    epoch: 7,
+    master: 'r0',
+    chain,
+    members: [
+      ...chain.map((r) => ({ id: r.id, kind: 'relay' as const, host: r.host, health: r.health, heardMsAgo: 100, inChain: true })),
+      { id: 'spare', kind: 'relay' as const, host: 'hx', health: 'dead' as const, heardMsAgo: 9000, inChain: false },
+      ...rolloutRows.map((r) => ({ id: r.id, kind: 'rollout' as const, host: r.host, health: r.health, heardMsAgo: 100, inChain: false })),
+      { id: 'trainer', kind: 'trainer' as const, host: 'ht', health: 'alive' as const, heardMsAgo: 100, inChain: false },
+    ],
+    newest: [{ model: 'm', version: 4 }],
+    rollouts: rolloutRows,
+    repack: { busy: [], orphansWaiting: 1, moves: { done: 5, failed: 2 } },
+  };
+}
 
 describe('laminar status table', () => {
   it('shows the chain, each rollout\'s version and load, and the repack counters', () => {
@@ -32,5 +84,65 @@ describe('laminar status table', () => {
     // Rollouts have their own table; the trainer stays among the other members.
     expect(text).toMatch(/other members:\n.*\n\s+trainer-a\s+trainer/);
     expect(text.match(/ro1/g)).toHaveLength(1);
+  });
+
+  it('filters members by kind and health, and says "no relay matches" rather than "no plan"', () => {
+    const status = fleetStatus(6, 2, 8);
+    const dead = filterStatus(status, parseStatusFilter({ health: 'dead' }));
+    expect(dead.chain).toEqual([]);
+    expect(dead.rollouts.map((r) => r.id)).toEqual(['ro0']);
+    expect(dead.members.map((m) => m.id)).toEqual(['spare', 'ro0']);
+    expect(formatStatus(dead, true)).toContain('(no relay matches)');
+    expect(formatStatus({ ...status, chain: [] })).toContain('(no plan yet');
+
+    const relays = filterStatus(status, parseStatusFilter({ kind: 'relay', health: 'alive,suspected' }));
+    expect(relays.chain.map((r) => r.id)).toEqual(['r0', 'r1', 'r2', 'r3', 'r4', 'r5']);
+    expect(relays.rollouts).toEqual([]);
+    expect(relays.members.every((m) => m.kind === 'relay' && m.health !== 'dead')).toBe(true);
+    // The header and the job's newest versions stay whatever is filtered.
+    expect(formatStatus(relays, true)).toContain('epoch 7   master r0');
+  });
+
+  it('--behind keeps the relays short of the newest version and the rollouts on older weights', () => {
+    const behind = filterStatus(fleetStatus(6, 2, 8), { behind: true });
+    expect(behind.chain.map((r) => r.id)).toEqual(['r1', 'r2']);
+    // ro1 has loaded nothing yet; the odd ones serve v3.
+    expect(behind.rollouts.map((r) => r.id)).toEqual(['ro1', 'ro3', 'ro5', 'ro7']);
+    expect(behind.members.map((m) => m.id)).not.toContain('trainer');
+  });
+
+  it('summarises a fleet: members by kind and health, relays behind (ten named), versions served', () => {
+    const summary = summarizeStatus(fleetStatus(40, 14, 8));
+    expect(summary.members).toEqual({
+      relay: { alive: 39, suspected: 1, dead: 1 },
+      rollout: { alive: 7, suspected: 0, dead: 1 },
+      trainer: { alive: 1, suspected: 0, dead: 0 },
+    });
+    expect(summary.chain).toEqual({ relays: 40, holdNewest: 26, receiving: 14, behind: ['r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7', 'r8', 'r9', 'r10'] });
+    expect(summary.rollouts.weightVersions).toEqual({ v4: 4, v3: 3, none: 1 });
+    // The dead rollout (kv 0.50) counts in neither the load nor the throughput.
+    expect(summary.rollouts.kvUsedMean).toBeCloseTo((0.51 + 0.52 + 0.53 + 0.54 + 0.55 + 0.56 + 0.57) / 7);
+    expect(summary.rollouts.kvUsedMax).toBeCloseTo(0.57);
+    expect(summary.rollouts.tokensPerSecond).toBe(70);
+    const text = formatSummary(summary);
+    expect(text).toMatch(/relay\s+39\s+1\s+1/);
+    expect(text).toMatch(/rollout\s+7\s+0\s+1/);
+    expect(text).toContain('chain: 40 relays, 26 hold the newest, 14 receiving; behind: r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, ... (4 more)');
+    expect(text).toContain('rollouts: 8 (weights: v4 4, v3 3, none 1); kv used mean 54%, max 57%; 70 tokens/s');
+    expect(text).toContain('repack: 5 moves done, 2 failed, 1 orphans waiting');
+  });
+
+  it('refuses an unknown kind or health with ERR_INVALID_ARG naming the choices', () => {
+    const refused = (opts: { kind?: string; health?: string }): LaminarError => {
+      try {
+        parseStatusFilter(opts);
+      } catch (err) {
+        return err as LaminarError;
+      }
+      throw new Error('accepted');
+    };
+    expect(refused({ kind: 'relays' })).toMatchObject({ code: 'ERR_INVALID_ARG', message: expect.stringContaining('relay, rollout, trainer') });
+    expect(refused({ health: 'alive,gone' })).toMatchObject({ code: 'ERR_INVALID_ARG', message: expect.stringContaining('"gone"') });
+    expect(refused({ kind: ',' })).toMatchObject({ code: 'ERR_INVALID_ARG' });
   });
 });
