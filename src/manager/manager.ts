@@ -78,7 +78,8 @@ export interface ManagerOptions {
   rollouts?: Omit<RolloutCoordinatorOptions, 'nc' | 'memberSubject' | 'metrics' | 'log'>;
 }
 
-export type MemberHealth = 'alive' | 'suspected' | 'dead';
+export const memberHealths = ['alive', 'suspected', 'dead'] as const;
+export type MemberHealth = (typeof memberHealths)[number];
 
 interface Member {
   record: MemberRecord;

@@ -1,5 +1,5 @@
 /** `laminar status`: the manager's status as tables a person reads. */
-import type { ManagerStatus } from './manager.js';
+import { memberHealths, type ManagerStatus } from './manager.js';
 import type { StatusSummary } from './status-view.js';
 
 function table(rows: string[][]): string {
@@ -21,8 +21,8 @@ const percent = (fraction: number | null): string => (fraction === null ? '-' : 
 export function formatSummary(s: StatusSummary): string {
   const lines = header(s);
   lines.push('');
-  const rows = [['members', 'alive', 'suspected', 'dead']];
-  for (const [kind, byHealth] of Object.entries(s.members)) rows.push([kind, String(byHealth.alive), String(byHealth.suspected), String(byHealth.dead)]);
+  const rows = [['members', ...memberHealths]];
+  for (const [kind, byHealth] of Object.entries(s.members)) rows.push([kind, ...memberHealths.map((h) => String(byHealth[h]))]);
   lines.push(table(rows).replace(/^/gm, '  '));
   lines.push('');
   const lagging = s.chain.relays - s.chain.holdNewest;

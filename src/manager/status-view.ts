@@ -7,9 +7,7 @@
  */
 import { LaminarError } from '../common/errors.js';
 import { memberKinds, type MemberKind } from '../control/schema.js';
-import type { ManagerStatus, MemberHealth } from './manager.js';
-
-export const memberHealths: readonly MemberHealth[] = ['alive', 'suspected', 'dead'];
+import { memberHealths, type ManagerStatus, type MemberHealth } from './manager.js';
 
 export interface StatusFilter {
   /** Members of these kinds only (all when absent). */
@@ -41,17 +39,14 @@ export function parseStatusFilter(opts: { kind?: string; health?: string; behind
   };
 }
 
-/** The newest version of each model, by model name. */
-function newestByModel(status: ManagerStatus): Map<string, number> {
-  return new Map(status.newest.map((h) => [h.model, h.version]));
-}
+/** A relay in the chain that does not hold every newest version yet. */
+const relayBehind = (relay: ManagerStatus['chain'][number]): boolean => relay.progress < 1;
 
 /** The same status with only the members the filter keeps (header, newest and repack intact). */
 export function filterStatus(status: ManagerStatus, filter: StatusFilter): ManagerStatus {
   const kindOk = (kind: MemberKind): boolean => filter.kinds === undefined || filter.kinds.has(kind);
   const healthOk = (health: MemberHealth): boolean => filter.health === undefined || filter.health.has(health);
-  const newest = newestByModel(status);
-  const relayBehind = (progress: number): boolean => progress < 1;
+  const newest = new Map(status.newest.map((h) => [h.model, h.version]));
   const rolloutBehind = (r: ManagerStatus['rollouts'][number]): boolean => {
     // No weights loaded yet: behind as soon as there is something to load.
     if (r.model === undefined || r.model === null) return newest.size > 0;
@@ -60,7 +55,7 @@ export function filterStatus(status: ManagerStatus, filter: StatusFilter): Manag
   };
   return {
     ...status,
-    chain: status.chain.filter((r) => kindOk('relay') && healthOk(r.health) && (!filter.behind || relayBehind(r.progress))),
+    chain: status.chain.filter((r) => kindOk('relay') && healthOk(r.health) && (!filter.behind || relayBehind(r))),
     rollouts: status.rollouts.filter((r) => kindOk('rollout') && healthOk(r.health) && (!filter.behind || rolloutBehind(r))),
     // Members outside the chain and the rollout table (trainers, relays not in the plan) carry
     // no version to be behind on: --behind leaves them out.
@@ -93,9 +88,9 @@ export interface StatusSummary {
 const NAMED_BEHIND = 10;
 
 export function summarizeStatus(status: ManagerStatus): StatusSummary {
-  const members = Object.fromEntries(memberKinds.map((k) => [k, { alive: 0, suspected: 0, dead: 0 }])) as StatusSummary['members'];
+  const members = Object.fromEntries(memberKinds.map((k) => [k, Object.fromEntries(memberHealths.map((h) => [h, 0]))])) as StatusSummary['members'];
   for (const m of status.members) members[m.kind][m.health] += 1;
-  const behind = status.chain.filter((r) => r.progress < 1);
+  const behind = status.chain.filter(relayBehind);
   const weightVersions: Record<string, number> = {};
   let kvSum = 0;
   let kvCount = 0;
