@@ -28,5 +28,7 @@ describe('npm run demo', () => {
     const failover = /orphaned trajectories: (\d+) resumed on a rollout of their version, (\d+) already complete, (\d+) returned/.exec(stdout);
     expect(failover, stdout).not.toBeNull();
     expect(Number(failover![1]) + Number(failover![2]) + Number(failover![3]), 'the killed rollout owned trajectories and none was handled').toBeGreaterThan(0);
+    // The run waited for the failover to finish before reading the books.
+    expect(stdout).toMatch(/failover of ro\d+ settled: \d+ orphaned trajectories handled/);
   }, 150_000);
 });

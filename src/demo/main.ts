@@ -48,6 +48,15 @@ interface DemoOptions {
 }
 
 const MODEL = 'demo/policy';
+/** The manager's failure detector and orphan wait in the demo (short, so failover shows). */
+const DEAD_AFTER_MS = 3000;
+const ORPHAN_WAIT_MS = 10_000;
+/**
+ * How long past the kill of a rollout the run may go on for its failover to finish: death
+ * detected, its trajectories resumed elsewhere or, with no rollout of their version, returned
+ * after the orphan wait.
+ */
+const FAILOVER_SETTLE_MS = DEAD_AFTER_MS + ORPHAN_WAIT_MS + 5000;
 
 async function main(): Promise<void> {
   const opts = new Command('demo')
@@ -60,7 +69,7 @@ async function main(): Promise<void> {
     .option('--train-time <time>', 'simulated time of one training step', '60s')
     .option('--batch-size <n>', 'trajectories per training batch', '256')
     .option('--n <n>', 'samples per prompt (GRPO group size)', '4')
-    .option('--kill-a-rollout', 'SIGKILL a busy rollout at 40% of the run (its trajectories resume elsewhere)')
+    .option('--kill-a-rollout', 'SIGKILL the busiest rollout at 40% of the run (its trajectories resume elsewhere; the run waits for that to finish)')
     .option('--kill-a-relay', 'SIGKILL a middle relay at 50% of the run (the chain is repaired)')
     .option('--restart-relay-after <time>', 'start the killed relay again after this long, as systemd would (0: leave it dead)', '3s')
     .option('--logs <dir>', 'write each process\'s log (pino JSON) to <dir>/<name>.log at the end')
@@ -126,7 +135,7 @@ async function main(): Promise<void> {
     };
 
     const managerPort = await freePort();
-    await spawnQuiet('manager', ['manager', ...common, '--http-port', String(managerPort), '--redis', redisServer.url, '--model', MODEL, '--suspect-after', '1500ms', '--dead-after', '3s', '--orphan-wait', '10s', '--repack-interval', scaled(5000)], 'manager started');
+    await spawnQuiet('manager', ['manager', ...common, '--http-port', String(managerPort), '--redis', redisServer.url, '--model', MODEL, '--suspect-after', '1500ms', '--dead-after', `${DEAD_AFTER_MS}ms`, '--orphan-wait', `${ORPHAN_WAIT_MS}ms`, '--repack-interval', scaled(5000)], 'manager started');
     const relays: { id: string; daemon: Daemon; argv: string[]; socket: string; metricsPort: number }[] = [];
     for (let i = 0; i < relayCount; i++) {
       const socket = join(root, `r${i}.sock`);
@@ -165,21 +174,43 @@ async function main(): Promise<void> {
     console.log(`${rolloutCount} simulated rollouts and a simulated trainer (x${timeScale} time) started; running for ${opts.duration}\n`);
     started = performance.now();
 
-    let killedRollout = false;
+    let killedRollout: { id: string; at: number; settled: boolean } | null = null;
     let killedRelay: { relay: (typeof relays)[number]; at: number; rolloutVersions: Map<string, number | null>; restartedAt: string | null } | null = null;
     let lastSnapshot: DemoSnapshot | null = null;
     let bytesOfGoneRelays = 0;
-    while (performance.now() - started < durationMs && !stop.signal.aborted) {
+    // The run ends after --duration, or later while the failover of a killed rollout is still
+    // under way, so that the summary shows where its trajectories went.
+    const failoverPending = (): boolean => killedRollout !== null && !killedRollout.settled && performance.now() - killedRollout.at < FAILOVER_SETTLE_MS;
+    let saidWaiting = false;
+    while ((performance.now() - started < durationMs || failoverPending()) && !stop.signal.aborted) {
       await sleep(2000, stop.signal);
       const fraction = (performance.now() - started) / durationMs;
       const status = await managerStatus(managerPort);
       if (opts.killARollout && !killedRollout && fraction >= 0.4) {
+        // Only a rollout that owns trajectories shows failover; when none does at this tick
+        // (all of them between batches, or reloading weights), the next tick tries again.
         const busy = status?.rollouts.filter((r) => (r.owned ?? 0) > 0 && r.health === 'alive').sort((a, b) => (b.owned ?? 0) - (a.owned ?? 0))[0];
-        const victim = rollouts.find((r) => r.id === busy?.id) ?? rollouts[0]!;
-        await victim.daemon.kill('SIGKILL');
-        victim.killed = true;
-        killedRollout = true;
-        events.push(`${at()} SIGKILL rollout ${victim.id} (it owned ${busy?.owned ?? '?'} trajectories)`);
+        const victim = rollouts.find((r) => r.id === busy?.id && !r.killed);
+        if (victim) {
+          await victim.daemon.kill('SIGKILL');
+          victim.killed = true;
+          killedRollout = { id: victim.id, at: performance.now(), settled: false };
+          events.push(`${at()} SIGKILL rollout ${victim.id} (it owned ${busy!.owned} trajectories, weights v${busy!.weightVersion ?? '-'})`);
+        }
+      }
+      if (killedRollout && !killedRollout.settled) {
+        // Settled: the manager declared the rollout dead and has no orphan left waiting for a
+        // rollout of its version, having handled at least one.
+        const dead = status?.rollouts.find((r) => r.id === killedRollout!.id)?.health === 'dead';
+        const handled = await metricOf(managerPort, 'laminar_manager_orphans_total');
+        const waiting = await metricOf(managerPort, 'laminar_manager_orphans_waiting');
+        if (dead && handled > 0 && waiting === 0) {
+          killedRollout.settled = true;
+          events.push(`${at()} failover of ${killedRollout.id} settled: ${handled} orphaned trajectories handled`);
+        } else if (performance.now() - started >= durationMs && !saidWaiting) {
+          saidWaiting = true;
+          process.stdout.write(`\nwaiting up to ${Math.ceil((FAILOVER_SETTLE_MS - (performance.now() - killedRollout.at)) / 1e3)} s for the failover of ${killedRollout.id} to settle (${dead ? `${waiting} orphans waiting for a rollout of their version` : 'not yet declared dead'}) ...\n`);
+        }
       }
       if (opts.killARelay && !killedRelay && fraction >= 0.5 && relayCount >= 3) {
         const chain = status?.chain ?? [];
@@ -217,6 +248,8 @@ async function main(): Promise<void> {
       };
       process.stdout.write(renderProgress(lastSnapshot));
     }
+
+    if (killedRollout && !killedRollout.settled && !stop.signal.aborted) events.push(`${at()} failover of ${killedRollout.id} not settled ${FAILOVER_SETTLE_MS / 1e3} s after the kill`);
 
     // ---- the end: stop the producers, then read the books ---------------------------------
     console.log('\nstopping the trainer and the rollouts ...');
