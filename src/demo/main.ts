@@ -56,7 +56,7 @@ const ORPHAN_WAIT_MS = 10_000;
  * detected, its trajectories resumed elsewhere or, with no rollout of their version, returned
  * after the orphan wait.
  */
-const FAILOVER_SETTLE_MS = DEAD_AFTER_MS + ORPHAN_WAIT_MS + 5000;
+const FAILOVER_SETTLE_MS = DEAD_AFTER_MS + ORPHAN_WAIT_MS + 10_000;
 
 async function main(): Promise<void> {
   const opts = new Command('demo')
