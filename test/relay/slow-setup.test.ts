@@ -22,8 +22,11 @@ describe('a receiver that takes longer than the stall limit to set up the segmen
     const shm = tempShmDir();
     const address = `127.0.0.1:${await freePort()}`;
     const relay = await inProcessRelay(shm.dir, { relayId: 'r0', peers: `r0@${address}`, secret: SECRET, pin: false, peerTimeout: `${STALL_MS}ms` });
-    // 1.5 GiB in 64 MiB chunks: allocating the segment takes about twice the limit here.
-    const built = buildVersion('org/big-setup', 1, 1.5 * GiB, 64 * 1024 * 1024);
+    // 1.5 GiB: allocating the segment takes about twice the limit here (0.6 s). Small chunks,
+    // so that once the segment is up the limit is far above the time of a window of chunks even
+    // on a loaded machine: 64 MiB ones took more than 300 ms there, and the transfer was dropped
+    // as stalled after the setup this test is about.
+    const built = buildVersion('org/big-setup', 1, 1.5 * GiB, 4 * 1024 * 1024);
     try {
       const peer = await RoguePeer.connect(address, { id: 'trainer', role: 'publisher', relayId: 'r0' });
       try {
