@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- broadcast [--size 1GiB] [--rate 2gbit] [--relays 2,4,8] [--chunk-size 32MiB]
+ * `npm run bench -- broadcast [--size 1GiB] [--rate 2gbit] [--relays 2,4,8] [--chunk-size 32MiB|auto]
  *                             [--window 4] [--rounds 3] [--delay 0ms] [--mtu 1500]
  *                             [--skip star,loopback]`
  *
@@ -14,7 +14,11 @@
  *   T_star(p)   the naive way: the master sends the whole version to r1, then to r2, ... (plan
  *               [master, ri] applied at the master under a newer epoch once ri has it all);
  *   model       T(p, k) = (p + k - 2) * (M/k * T_byte + T_start), with T_byte = 1 / perftest's
- *               tag bandwidth and T_start = perftest's tag latency (median one-way), k = chunks.
+ *               tag bandwidth and T_start = perftest's tag latency (median one-way), k = chunks;
+ *               with --chunk-size auto, T_start also counts a relay's own cost per chunk,
+ *               probed first: one loopback hop of 1 GiB (at most --size) in 1 MiB and in
+ *               16 MiB chunks, the difference of the times over the difference of the chunk
+ *               counts.
  * Every time runs from the moment publish() returns (the version is committed at the master) to
  * the moment the last relay reports the version complete (a watch on each relay's own socket).
  * Each chain round starts fresh relays (empty shared memory) and times two versions: the first,
@@ -55,7 +59,7 @@ import { totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { broadcastTime, optimalChunkSize, type LinkModel } from '../src/relay/broadcast/chunk-model.js';
+import { broadcastTime, optimalChunkSize, perChunkCost, type LinkModel } from '../src/relay/broadcast/chunk-model.js';
 import { RelayClient } from '../src/relay/client/relay-client.js';
 import { formatBytes, parseBytes } from '../src/common/units.js';
 import { median, printTable, processCpuSeconds, round } from './support.js';
@@ -70,6 +74,13 @@ const MODEL = 'bench/broadcast';
  */
 let nextRelayPort = 13337;
 const PERFTEST_PORT = 14000;
+/**
+ * The per-chunk cost probe of --chunk-size auto: this many bytes (at most --size), in each of
+ * these chunk sizes. A whole GiB, as the transfer is a small part of a round (relays start in
+ * each) and more chunks average out a busy moment of the machine.
+ */
+const PROBE_BYTES = 2 ** 30;
+const PROBE_CHUNKS = [2 ** 20, 16 * 2 ** 20] as const;
 /** Tensors of the published version are at most this big (the version is split into several). */
 const MAX_TENSOR = 256 * 2 ** 20;
 
@@ -82,7 +93,10 @@ const USAGE = `usage: npm run bench -- broadcast [options]   (root; needs ucx_pe
   --relays <list>       chain lengths p to measure; p counts the master (p=2: one hop)
                         (default 2,4,8)
   --chunk-size <bytes>  chunk size of the version (relay --chunk-size), or "auto": the model's
-                        optimum for the longest chain with the link measured here
+                        optimum for the longest chain with the link measured here, T_start
+                        being perftest's latency plus a relay's own cost per chunk, probed
+                        first on loopback (one hop of 1 GiB, at most --size, in 1 MiB and
+                        in 16 MiB chunks)
                         (default 32MiB, the relay's default)
   --window <n>          chunks in flight per link (relay --broadcast-window; default 4, the
                         relay's default)
@@ -718,18 +732,47 @@ export async function run(args: string[]): Promise<void> {
     }
     const bw = stat(linkBw);
     const lat = stat(linkLat);
-    const link: LinkModel = { bandwidth: bw.median, startup: lat.median * 1e-6 };
-    const chunkSize = chunkOption === 'auto' ? optimalChunkSize(maxP, size, link, 64 * 2 ** 20) : parseBytes(chunkOption);
-    const chunks = Math.ceil(size / chunkSize);
     const hugeBase = values.shm === 'huge' ? res.hugeTmpfs() : null;
     if (values.shm === 'huge' && hugeBase === null) say('could not mount a tmpfs with huge=within_size: relays use /dev/shm (4 KiB pages)');
     const shm = hugeBase === null ? 'plain' : 'huge';
-    const settings: RelaySettings = { chunkSize, window, secretFile, shmBase: hugeBase ?? '/dev/shm' };
-    const source = makeSource(size);
     // Generous: ten times the transfer at the nominal rate, plus start-up.
     const timeoutFor = (hops: number): number => 60_000 + (10 * hops * size * 1e3) / linkRate;
-
     const crashes: string[] = [];
+    /** One relay hop over 127.0.0.1 (no namespaces, no shaping). */
+    const loopbackHop = async (hopSettings: RelaySettings, hopSource: Source): Promise<Round> =>
+      retried('loopback', crashes, say, async () => {
+        const [a, b] = [await freePort(), await freePort()];
+        const loHosts: Host[] = [
+          { id: 'r0', address: `127.0.0.1:${a}`, ns: null },
+          { id: 'r1', address: `127.0.0.1:${b === a ? b + 1 : b}`, ns: null },
+        ];
+        return chainRound(res, hopSettings, loHosts, hopSource, timeoutFor(1));
+      });
+
+    let probe: ChunkProbe | null = null;
+    if (chunkOption === 'auto') {
+      // A relay's own cost per chunk, which perftest's latency leaves out: the same bytes over one
+      // loopback hop in two chunk sizes (steady state, medians of the rounds).
+      const probeSource = makeSource(Math.min(size, PROBE_BYTES));
+      const timings = [];
+      for (const probeChunk of PROBE_CHUNKS) {
+        const seconds: number[] = [];
+        for (let r = 0; r < rounds; r++) {
+          say(`per-chunk cost probe: loopback hop of ${formatBytes(probeSource.bytes)} in ${formatBytes(probeChunk)} chunks, round ${r + 1}/${rounds}`);
+          seconds.push((await loopbackHop({ chunkSize: probeChunk, window, secretFile, shmBase: hugeBase ?? '/dev/shm' }, probeSource)).seconds);
+        }
+        timings.push({ chunkSize: probeChunk, chunks: Math.ceil(probeSource.bytes / probeChunk), seconds: stat(seconds) });
+      }
+      const [small, large] = timings as [ChunkProbe['timings'][number], ChunkProbe['timings'][number]];
+      probe = { bytes: probeSource.bytes, timings, perChunk: perChunkCost({ chunks: small.chunks, seconds: small.seconds.median }, { chunks: large.chunks, seconds: large.seconds.median }) };
+      say(`  a relay's cost per chunk: ${(probe.perChunk * 1e6).toFixed(0)} us`);
+    }
+    const link: LinkModel = { bandwidth: bw.median, startup: lat.median * 1e-6 + (probe?.perChunk ?? 0) };
+    const chunkSize = chunkOption === 'auto' ? optimalChunkSize(maxP, size, link, 64 * 2 ** 20) : parseBytes(chunkOption);
+    const chunks = Math.ceil(size / chunkSize);
+    const settings: RelaySettings = { chunkSize, window, secretFile, shmBase: hugeBase ?? '/dev/shm' };
+    const source = makeSource(size);
+
     const measure = async (kind: 'chain' | 'star', roundFn: typeof chainRound): Promise<Map<number, Round[]>> => {
       const out = new Map<number, Round[]>();
       for (const p of ps) {
@@ -757,15 +800,7 @@ export async function run(args: string[]): Promise<void> {
       const perfBw: number[] = [];
       const tcpBw: number[] = [];
       const loArgs = bandwidthArgs(size, Math.min(chunkSize, size), window);
-      const hop = async (hopSettings: RelaySettings): Promise<Round> =>
-        retried('loopback', crashes, say, async () => {
-          const [a, b] = [await freePort(), await freePort()];
-          const loHosts: Host[] = [
-            { id: 'r0', address: `127.0.0.1:${a}`, ns: null },
-            { id: 'r1', address: `127.0.0.1:${b === a ? b + 1 : b}`, ns: null },
-          ];
-          return chainRound(res, hopSettings, loHosts, source, timeoutFor(1));
-        });
+      const hop = (hopSettings: RelaySettings): Promise<Round> => loopbackHop(hopSettings, source);
       for (let r = 0; r < rounds; r++) {
         say(`loopback relay hop (${shm} shm), round ${r + 1}/${rounds}`);
         const main = await hop(settings);
@@ -782,12 +817,20 @@ export async function run(args: string[]): Promise<void> {
       loop = { relay: stat(relayBw), first: stat(firstBw), plain: plainBw.length ? stat(plainBw) : null, perftest: stat(perfBw), tcp: stat(tcpBw) };
     }
 
-    report({ shm, size, linkRate, rate: values.rate!, delay: values.delay!, mtu, ps, rounds, window, chunkSize, chunks, perftestMessage, bwArgs, bw, tcp: stat(linkTcp), lat, latAvg: stat(linkLatAvg), link, chain, star, loop, crashes, wallS: (performance.now() - started) / 1e3 });
+    report({ shm, size, linkRate, rate: values.rate!, delay: values.delay!, mtu, ps, rounds, window, chunkSize, chunks, perftestMessage, bwArgs, bw, tcp: stat(linkTcp), lat, latAvg: stat(linkLatAvg), link, probe, chain, star, loop, crashes, wallS: (performance.now() - started) / 1e3 });
   } finally {
     res.releaseAll();
     for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.off(s, onSignal);
     process.off('exit', onExit);
   }
+}
+
+/** The per-chunk cost probe of `--chunk-size auto`: one loopback hop in each of PROBE_CHUNKS. */
+interface ChunkProbe {
+  bytes: number;
+  timings: { chunkSize: number; chunks: number; seconds: Stat }[];
+  /** Seconds a chunk costs a relay beyond its bytes (added to the model's T_start). */
+  perChunk: number;
 }
 
 interface Loopback {
@@ -817,7 +860,9 @@ interface Results {
   tcp: Stat;
   lat: Stat;
   latAvg: Stat;
+  /** T_start = perftest's latency plus, with --chunk-size auto, the probed per-chunk cost. */
   link: LinkModel;
+  probe: ChunkProbe | null;
   chain: Map<number, Round[]>;
   star: Map<number, Round[]>;
   loop: Loopback | null;
@@ -853,7 +898,15 @@ function report(r: Results): void {
   printTable(`link: ucx_perftest (UCX_TLS=tcp) ${formatBytes(r.perftestMessage)} messages, ${r.window} in flight, host 2 -> host 1, tc rate ${r.rate}, MTU ${r.mtu}; median (range) of ${r.rounds}`, [
     ['bandwidth (tag_bw overall)', `${(r.bw.median / MB).toFixed(1)} MB/s (${rangeText(r.bw, 1, 1 / MB)})`, `nominal ${(r.linkRate / MB).toFixed(0)} MB/s`, r.bwArgs.join(' ')],
     ['plain TCP stream (Node net), same bytes', `${(r.tcp.median / MB).toFixed(1)} MB/s (${rangeText(r.tcp, 1, 1 / MB)})`, 'the kernel\'s limit under UCX', ''],
-    ['T_start (tag_lat, 8 B, median one-way)', `${r.lat.median.toFixed(1)} us (${rangeText(r.lat, 1)})`, `average ${r.latAvg.median.toFixed(1)} us`, LATENCY_ARGS.join(' ')],
+    ['latency (tag_lat, 8 B, median one-way)', `${r.lat.median.toFixed(1)} us (${rangeText(r.lat, 1)})`, `average ${r.latAvg.median.toFixed(1)} us`, LATENCY_ARGS.join(' ')],
+    ...(r.probe
+      ? [[
+          "a relay's cost per chunk (loopback hop probe)",
+          `${(r.probe.perChunk * 1e6).toFixed(0)} us`,
+          r.probe.timings.map((t) => `${formatBytes(r.probe!.bytes)} in ${t.chunks} x ${formatBytes(t.chunkSize)}: ${t.seconds.median.toFixed(3)} s (${rangeText(t.seconds, 3)})`).join('; '),
+          'T_start of the model = latency + this',
+        ]]
+      : []),
   ]);
 
   const rows: string[][] = [['broadcast', 'p (relays incl. master)', 'hops', 'median s', 'range s', 'size/T MB/s', 'model s', 'meas/model', 's per extra hop', 'CPU during the broadcast (median; 100% = one core)']];
@@ -872,7 +925,7 @@ function report(r: Results): void {
   }
   printTable(
     `broadcast of ${formatBytes(r.size)} in k=${r.chunks} chunks of ${formatBytes(r.chunkSize)}, window ${r.window}; p counts the master (p=2 is one hop); ` +
-      `model T(p,k) = (p+k-2)(M/k T_byte + T_start) with T_byte = 1/${(r.link.bandwidth / MB).toFixed(1)} MB/s, T_start = ${(r.link.startup * 1e6).toFixed(1)} us; ` +
+      `model T(p,k) = (p+k-2)(M/k T_byte + T_start) with T_byte = 1/${(r.link.bandwidth / MB).toFixed(1)} MB/s, T_start = ${(r.link.startup * 1e6).toFixed(1)} us${r.probe ? ' (latency + a relay\'s cost per chunk)' : ''}; ` +
       `each hop beyond the first should add one chunk step M/k T_byte + T_start = ${chunkStep.toFixed(3)} s; ` +
       'steady: the second version, into relays that hold a spare segment (as every step of training); first: version 1 into fresh relays',
     rows,
@@ -943,6 +996,8 @@ function report(r: Results): void {
     tcp_MBps: round(r.tcp.median / MB, 1),
     link_efficiency_vs_tcp: p2p ? round(r.size / p2p.median / r.tcp.median) : null,
     tstart_us: round(r.lat.median, 1),
+    per_chunk_us: r.probe ? round(r.probe.perChunk * 1e6, 1) : null,
+    model_tstart_us: round(r.link.startup * 1e6, 1),
     t_p2p_s: p2p ? round(p2p.median) : null,
     t_chain_s: byP((p) => round(chainStat.get(p)!.median)),
     t_chain_first_s: byP((p) => round(firstStat.get(p)!.median)),

@@ -10,13 +10,16 @@ export function chunkSizeCommand(): Command {
     .requiredOption('--size <bytes>', 'bytes of one version (M), e.g. 15GiB')
     .requiredOption('--relays <p>', 'relays in the chain, the master included (p)')
     .requiredOption('--bandwidth <rate>', 'measured bandwidth of one link, e.g. 100gbit or 11GB/s (ucx_perftest -t tag_bw)')
-    .requiredOption('--latency <time>', 'measured start-up latency of one message (T_start), e.g. 5us (ucx_perftest -t tag_lat)')
+    .requiredOption('--latency <time>', 'measured start-up latency of one message, e.g. 5us (ucx_perftest -t tag_lat)')
+    .option('--per-chunk <time>', "a relay's own cost per chunk, added to --latency in T_start (npm run bench -- broadcast --chunk-size auto measures it)", '0us')
     .option('--json', 'print the result as JSON')
-    .action((opts: { size: string; relays: string; bandwidth: string; latency: string; json?: boolean }) => {
+    .action((opts: { size: string; relays: string; bandwidth: string; latency: string; perChunk: string; json?: boolean }) => {
       const bytes = parseBytes(opts.size);
       const p = Number(opts.relays);
       if (!Number.isInteger(p) || p < 2) throw new Error('--relays must be an integer >= 2 (the master counts)');
-      const link = { bandwidth: parseBandwidth(opts.bandwidth), startup: parseLatency(opts.latency) };
+      const latency = parseLatency(opts.latency);
+      const perChunk = parseLatency(opts.perChunk);
+      const link = { bandwidth: parseBandwidth(opts.bandwidth), startup: latency + perChunk };
       const best = optimalChunkSize(p, bytes, link);
       const bestK = Math.ceil(bytes / best);
       const defaultK = Math.ceil(bytes / DEFAULT_CHUNK_SIZE);
@@ -24,6 +27,8 @@ export function chunkSizeCommand(): Command {
         size_bytes: bytes,
         relays: p,
         bandwidth_Bps: link.bandwidth,
+        latency_s: latency,
+        per_chunk_s: perChunk,
         tstart_s: link.startup,
         optimal_chunks_model: optimalChunkCount(p, bytes, link),
         optimal_chunk_bytes: best,
@@ -40,7 +45,8 @@ export function chunkSizeCommand(): Command {
         `optimal chunk: ${formatBytes(best)} (${bestK} chunks) -> T = ${result.t_optimal_s.toFixed(3)} s\n` +
           `default chunk: ${formatBytes(DEFAULT_CHUNK_SIZE)} (${defaultK} chunks) -> T = ${result.t_default_s.toFixed(3)} s\n` +
           `one link alone (M/B): ${result.t_one_link_s.toFixed(3)} s\n` +
-          `use it with: laminar relay --chunk-size ${best}\n`,
+          `use it with: laminar relay --chunk-size ${best}\n` +
+          (perChunk === 0 ? "note: T_start counts the link's latency alone; a relay's own cost per chunk (--per-chunk, which npm run bench -- broadcast --chunk-size auto measures) argues for larger chunks\n" : ''),
       );
     });
 }

@@ -334,6 +334,11 @@ describe('chain broadcast on loopback', () => {
     expect(r.optimal_chunk_bytes % 4096).toBe(0);
     expect(r.t_optimal_s).toBeLessThanOrEqual(r.t_default_s);
     expect(r.t_optimal_s).toBeGreaterThan(r.t_one_link_s);
+    // A relay's own per-chunk cost adds to the start-up: fewer, larger chunks.
+    const costly = JSON.parse((await run(process.execPath, [CLI, 'chunk-size', '--size', '1GiB', '--relays', '8', '--bandwidth', '2gbit', '--latency', '300us', '--per-chunk', '2ms', '--json'])).stdout) as { optimal_chunk_bytes: number; tstart_s: number; per_chunk_s: number };
+    expect(costly.per_chunk_s).toBeCloseTo(2e-3, 9);
+    expect(costly.tstart_s).toBeCloseTo(2.3e-3, 9);
+    expect(costly.optimal_chunk_bytes).toBeGreaterThan(r.optimal_chunk_bytes);
   });
 
   it('applies only newer plan epochs', async () => {

@@ -2,7 +2,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { checkProof, loadSecret, newNonce, proof } from '../../src/relay/broadcast/auth.js';
-import { broadcastTime, optimalChunkCount, optimalChunkSize } from '../../src/relay/broadcast/chunk-model.js';
+import { broadcastTime, optimalChunkCount, optimalChunkSize, perChunkCost } from '../../src/relay/broadcast/chunk-model.js';
 import { decodePeerMessage, encodePeerMessage, type PeerMessage } from '../../src/relay/broadcast/messages.js';
 import { downstreamOf, parsePeerList, validatePlan } from '../../src/relay/broadcast/plan.js';
 import { parseBandwidth, parseLatency } from '../../src/common/units.js';
@@ -32,6 +32,23 @@ describe('appendix C model', () => {
     expect(size % 4096).toBe(0);
     expect(size).toBeGreaterThan(1 << 20);
     expect(optimalChunkSize(2, 2 ** 30, link, 1 << 30)).toBe(2 ** 30);
+  });
+
+  it("recovers a relay's per-chunk cost from one hop in two chunk sizes, and never a negative one", () => {
+    // 256 MiB at 4 GB/s plus 200 us per chunk, in 256 and in 16 chunks.
+    const bytesTime = 2 ** 28 / 4e9;
+    const cost = perChunkCost({ chunks: 256, seconds: bytesTime + 256 * 200e-6 }, { chunks: 16, seconds: bytesTime + 16 * 200e-6 });
+    expect(cost).toBeCloseTo(200e-6, 12);
+    // Noise that makes the smaller chunks look faster gives 0, not a negative start-up.
+    expect(perChunkCost({ chunks: 256, seconds: 0.1 }, { chunks: 16, seconds: 0.11 })).toBe(0);
+    expect(() => perChunkCost({ chunks: 16, seconds: 1 }, { chunks: 16, seconds: 2 })).toThrow(RangeError);
+    // With that cost in T_start, 1 GiB on 8 relays over 2 Gbit/s wants chunks of a few MiB, not
+    // the sub-MiB ones that a perftest latency alone gives.
+    const withCost = optimalChunkSize(8, 2 ** 30, { bandwidth: 250e6, startup: 10e-6 + cost });
+    const latencyOnly = optimalChunkSize(8, 2 ** 30, { bandwidth: 250e6, startup: 10e-6 });
+    expect(latencyOnly).toBeLessThan(1 << 20);
+    expect(withCost).toBeGreaterThanOrEqual(2 << 20);
+    expect(withCost).toBeLessThanOrEqual(4 << 20);
   });
 
   it('parses bandwidths and latencies', () => {

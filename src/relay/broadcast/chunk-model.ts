@@ -6,12 +6,35 @@
  *   T(p, k) = (p + k - 2) * (M/k * T_byte + T_start)
  *
  * minimised at k* = sqrt((p - 2) * M * T_byte / T_start).
+ *
+ * T_start is everything a chunk costs besides its bytes. The paper takes it to be the link's
+ * message latency (`ucx_perftest -t tag_lat`), a few microseconds; a relay adds its own work per
+ * chunk (messages, checksum bookkeeping, JS, the rendezvous of a large message), which is tens
+ * to hundreds of microseconds on a host short of cores and then decides k*. `perChunkCost`
+ * measures it from one hop carrying the same bytes in two chunk sizes.
  */
 export interface LinkModel {
   /** Bytes per second of one link. */
   bandwidth: number;
-  /** Start-up latency of one message, seconds. */
+  /** Start-up time of one chunk, seconds: message latency plus the relay's per-chunk cost. */
   startup: number;
+}
+
+/** One hop carrying a version in `chunks` chunks took `seconds`. */
+export interface HopTiming {
+  chunks: number;
+  seconds: number;
+}
+
+/**
+ * A relay's cost per chunk beyond its bytes, from two hops of the same bytes in different chunk
+ * counts: T = bytes * T_byte + k * t_chunk, so t_chunk = (T_a - T_b) / (k_a - k_b). Never
+ * below 0 (two close timings can come out inverted).
+ */
+export function perChunkCost(a: HopTiming, b: HopTiming): number {
+  if (a.chunks === b.chunks) throw new RangeError('perChunkCost needs two different chunk counts');
+  if (!(a.seconds > 0 && b.seconds > 0)) throw new RangeError('perChunkCost needs positive timings');
+  return Math.max(0, (a.seconds - b.seconds) / (a.chunks - b.chunks));
 }
 
 /** T(p, k) in seconds. p counts the master; p = 2 is a single hop. */
