@@ -59,7 +59,8 @@ import { totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { broadcastTime, optimalChunkSize, perChunkCost, type LinkModel } from '../src/relay/broadcast/chunk-model.js';
+import { broadcastTime, optimalChunkSize, type LinkModel } from '../src/relay/broadcast/chunk-model.js';
+import { probeChunkCost, type ChunkProbeResult } from '../src/cli/chunk-probe.js';
 import { RelayClient } from '../src/relay/client/relay-client.js';
 import { formatBytes, parseBytes } from '../src/common/units.js';
 import { median, printTable, processCpuSeconds, round } from './support.js';
@@ -75,12 +76,11 @@ const MODEL = 'bench/broadcast';
 let nextRelayPort = 13337;
 const PERFTEST_PORT = 14000;
 /**
- * The per-chunk cost probe of --chunk-size auto: this many bytes (at most --size), in each of
- * these chunk sizes. A whole GiB, as the transfer is a small part of a round (relays start in
- * each) and more chunks average out a busy moment of the machine.
+ * The per-chunk cost probe of --chunk-size auto carries this many bytes (at most --size): a whole
+ * GiB, as the transfer is a small part of a round (relays start in each) and more chunks average
+ * out a busy moment of the machine.
  */
 const PROBE_BYTES = 2 ** 30;
-const PROBE_CHUNKS = [2 ** 20, 16 * 2 ** 20] as const;
 /** Tensors of the published version are at most this big (the version is split into several). */
 const MAX_TENSOR = 256 * 2 ** 20;
 
@@ -738,33 +738,19 @@ export async function run(args: string[]): Promise<void> {
     // Generous: ten times the transfer at the nominal rate, plus start-up.
     const timeoutFor = (hops: number): number => 60_000 + (10 * hops * size * 1e3) / linkRate;
     const crashes: string[] = [];
-    /** One relay hop over 127.0.0.1 (no namespaces, no shaping). */
-    const loopbackHop = async (hopSettings: RelaySettings, hopSource: Source): Promise<Round> =>
-      retried('loopback', crashes, say, async () => {
-        const [a, b] = [await freePort(), await freePort()];
-        const loHosts: Host[] = [
-          { id: 'r0', address: `127.0.0.1:${a}`, ns: null },
-          { id: 'r1', address: `127.0.0.1:${b === a ? b + 1 : b}`, ns: null },
-        ];
-        return chainRound(res, hopSettings, loHosts, hopSource, timeoutFor(1));
-      });
 
-    let probe: ChunkProbe | null = null;
+    let probe: ChunkProbeResult | null = null;
     if (chunkOption === 'auto') {
-      // A relay's own cost per chunk, which perftest's latency leaves out: the same bytes over one
-      // loopback hop in two chunk sizes (steady state, medians of the rounds).
-      const probeSource = makeSource(Math.min(size, PROBE_BYTES));
-      const timings = [];
-      for (const probeChunk of PROBE_CHUNKS) {
-        const seconds: number[] = [];
-        for (let r = 0; r < rounds; r++) {
-          say(`per-chunk cost probe: loopback hop of ${formatBytes(probeSource.bytes)} in ${formatBytes(probeChunk)} chunks, round ${r + 1}/${rounds}`);
-          seconds.push((await loopbackHop({ chunkSize: probeChunk, window, secretFile, shmBase: hugeBase ?? '/dev/shm' }, probeSource)).seconds);
-        }
-        timings.push({ chunkSize: probeChunk, chunks: Math.ceil(probeSource.bytes / probeChunk), seconds: stat(seconds) });
-      }
-      const [small, large] = timings as [ChunkProbe['timings'][number], ChunkProbe['timings'][number]];
-      probe = { bytes: probeSource.bytes, timings, perChunk: perChunkCost({ chunks: small.chunks, seconds: small.seconds.median }, { chunks: large.chunks, seconds: large.seconds.median }) };
+      // A relay's own cost per chunk, which perftest's latency leaves out (laminar chunk-size --probe).
+      probe = await probeChunkCost({
+        bytes: Math.min(size, PROBE_BYTES),
+        rounds,
+        window,
+        shmBase: hugeBase ?? '/dev/shm',
+        env: ucxEnv(),
+        onProgress: (text) => say(`per-chunk cost probe: ${text}`),
+        track: { child: (c) => res.children.add(c), dir: (d) => res.dirs.add(d) },
+      });
       say(`  a relay's cost per chunk: ${(probe.perChunk * 1e6).toFixed(0)} us`);
     }
     const link: LinkModel = { bandwidth: bw.median, startup: lat.median * 1e-6 + (probe?.perChunk ?? 0) };
@@ -800,7 +786,15 @@ export async function run(args: string[]): Promise<void> {
       const perfBw: number[] = [];
       const tcpBw: number[] = [];
       const loArgs = bandwidthArgs(size, Math.min(chunkSize, size), window);
-      const hop = (hopSettings: RelaySettings): Promise<Round> => loopbackHop(hopSettings, source);
+      const hop = async (hopSettings: RelaySettings): Promise<Round> =>
+        retried('loopback', crashes, say, async () => {
+          const [a, b] = [await freePort(), await freePort()];
+          const loHosts: Host[] = [
+            { id: 'r0', address: `127.0.0.1:${a}`, ns: null },
+            { id: 'r1', address: `127.0.0.1:${b === a ? b + 1 : b}`, ns: null },
+          ];
+          return chainRound(res, hopSettings, loHosts, source, timeoutFor(1));
+        });
       for (let r = 0; r < rounds; r++) {
         say(`loopback relay hop (${shm} shm), round ${r + 1}/${rounds}`);
         const main = await hop(settings);
@@ -823,14 +817,6 @@ export async function run(args: string[]): Promise<void> {
     for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.off(s, onSignal);
     process.off('exit', onExit);
   }
-}
-
-/** The per-chunk cost probe of `--chunk-size auto`: one loopback hop in each of PROBE_CHUNKS. */
-interface ChunkProbe {
-  bytes: number;
-  timings: { chunkSize: number; chunks: number; seconds: Stat }[];
-  /** Seconds a chunk costs a relay beyond its bytes (added to the model's T_start). */
-  perChunk: number;
 }
 
 interface Loopback {
@@ -862,7 +848,7 @@ interface Results {
   latAvg: Stat;
   /** T_start = perftest's latency plus, with --chunk-size auto, the probed per-chunk cost. */
   link: LinkModel;
-  probe: ChunkProbe | null;
+  probe: ChunkProbeResult | null;
   chain: Map<number, Round[]>;
   star: Map<number, Round[]>;
   loop: Loopback | null;
@@ -903,7 +889,7 @@ function report(r: Results): void {
       ? [[
           "a relay's cost per chunk (loopback hop probe)",
           `${(r.probe.perChunk * 1e6).toFixed(0)} us`,
-          r.probe.timings.map((t) => `${formatBytes(r.probe!.bytes)} in ${t.chunks} x ${formatBytes(t.chunkSize)}: ${t.seconds.median.toFixed(3)} s (${rangeText(t.seconds, 3)})`).join('; '),
+          r.probe.timings.map((t) => `${formatBytes(r.probe!.bytes)} in ${t.chunks} x ${formatBytes(t.chunkSize)}: ${t.median.toFixed(3)} s (${rangeText(stat(t.seconds), 3)})`).join('; '),
           'T_start of the model = latency + this',
         ]]
       : []),

@@ -17,11 +17,7 @@ export async function timed(rounds: number, fn: () => Promise<void>): Promise<nu
   return out;
 }
 
-export function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-}
+export { median } from '../src/common/stats.js';
 
 /** The q-quantile (0..1) of xs, nearest rank. */
 export function percentile(xs: number[], q: number): number {

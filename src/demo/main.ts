@@ -23,6 +23,7 @@ import { Command } from 'commander';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
 import { delay } from '../common/concurrency.js';
+import { median } from '../common/stats.js';
 import { formatBytes, parseDuration } from '../common/units.js';
 import { ExperienceWriter, PartialPool, PromptPool, bufferNames, partialNames } from '../data/index.js';
 import { KIND_HEADER } from '../data/partial/log-codec.js';
@@ -374,11 +375,6 @@ function intIn(name: string, value: string, min: number, max: number): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be an integer in ${min}..${max}, got ${JSON.stringify(value)}`);
   return n;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)] ?? 0;
 }
 
 /** Resolves after ms, or at once when `signal` aborts (the demo's progress loop stopping). */

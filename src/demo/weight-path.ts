@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { Mapping } from '../native/index.js';
 import { RelayClient } from '../relay/client/relay-client.js';
+import { median } from '../common/stats.js';
 import { formatBytes, parseBytes, parseDuration } from '../common/units.js';
 
 interface DemoOptions {
@@ -210,11 +211,6 @@ async function startPuller(
     }
   })();
   return stats;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)] ?? 0;
 }
 
 main().catch((err: unknown) => {
