@@ -1,6 +1,7 @@
 /**
- * Child laminar daemons for the demo, tests and benchmarks: spawn `laminar <command>`, wait for
- * its ready log line (pino JSON on stderr), keep its recent logs, kill it.
+ * Child laminar daemons for the demo, the chunk-size probe, tests and benchmarks: spawn
+ * `laminar <command>`, wait for its ready log line (pino JSON on stderr), keep its recent logs,
+ * kill it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Readable } from 'node:stream';
