@@ -51,7 +51,7 @@
  * Prints tables, then one JSON line (the last line of stdout).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { randomBytes, randomFillSync } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { setMaxListeners } from 'node:events';
@@ -60,7 +60,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { broadcastTime, optimalChunkSize, type LinkModel } from '../src/relay/broadcast/chunk-model.js';
-import { probeChunkCost, type ChunkProbeResult } from '../src/cli/chunk-probe.js';
+import { makeTensors, probeChunkCost, type ChunkProbeResult, type Tensors } from '../src/cli/chunk-probe.js';
 import { RelayClient } from '../src/relay/client/relay-client.js';
 import { formatBytes, parseBytes } from '../src/common/units.js';
 import { median, printTable, processCpuSeconds, round } from './support.js';
@@ -81,8 +81,6 @@ const PERFTEST_PORT = 14000;
  * out a busy moment of the machine.
  */
 const PROBE_BYTES = 2 ** 30;
-/** Tensors of the published version are at most this big (the version is split into several). */
-const MAX_TENSOR = 256 * 2 ** 20;
 
 const USAGE = `usage: npm run bench -- broadcast [options]   (root; needs ucx_perftest)
 
@@ -389,20 +387,12 @@ function watchFor(relay: RelayProc, version: number, signal: AbortSignal): { rea
 }
 
 interface Source {
-  tensors: { name: string; dtype: 'U8'; shape: number[]; data: Uint8Array }[];
+  tensors: Tensors;
   bytes: number;
 }
 
 function makeSource(size: number): Source {
-  const data = Buffer.allocUnsafe(size);
-  const block = randomFillSync(Buffer.allocUnsafe(Math.min(size, 16 * 2 ** 20)));
-  for (let at = 0; at < size; at += block.length) block.copy(data, at, 0, Math.min(block.length, size - at));
-  const tensors: Source['tensors'] = [];
-  for (let at = 0, i = 0; at < size; at += MAX_TENSOR, i++) {
-    const n = Math.min(MAX_TENSOR, size - at);
-    tensors.push({ name: `layer.${i}.weight`, dtype: 'U8', shape: [n], data: data.subarray(at, at + n) });
-  }
-  return { tensors, bytes: size };
+  return { tensors: makeTensors(size), bytes: size };
 }
 
 interface Round {

@@ -23,7 +23,7 @@ import { spawnDaemon, type Daemon } from '../demo/daemons.js';
 import { freePort } from '../services/index.js';
 
 const MODEL = 'laminar/chunk-probe';
-/** Tensors of the probe's version are at most this big. */
+/** Tensors of a synthetic version are at most this big. */
 const MAX_TENSOR = 256 * 2 ** 20;
 /** The two chunk sizes: far enough apart that the per-chunk term stands out of the noise. */
 export const PROBE_CHUNK_SIZES = [2 ** 20, 16 * 2 ** 20] as const;
@@ -77,17 +77,20 @@ export async function probeChunkCost(options: ChunkProbeOptions): Promise<ChunkP
   return { bytes: options.bytes, timings, perChunk: perChunkCost({ chunks: first.chunks, seconds: first.median }, { chunks: second.chunks, seconds: second.median }) };
 }
 
-type Tensors = { name: string; dtype: 'U8'; shape: number[]; data: Uint8Array }[];
+export type Tensors = { name: string; dtype: 'U8'; shape: number[]; data: Uint8Array }[];
 
-/** Random bytes (a block repeated: the checksums do not care), split into tensors. */
-function makeTensors(bytes: number): Tensors {
+/**
+ * A synthetic version of `bytes` random bytes (a block repeated: the checksums do not care),
+ * split into tensors of at most 256 MiB. Also the broadcast benchmark's version.
+ */
+export function makeTensors(bytes: number): Tensors {
   const data = Buffer.allocUnsafe(bytes);
   const block = randomFillSync(Buffer.allocUnsafe(Math.min(bytes, 16 * 2 ** 20)));
   for (let at = 0; at < bytes; at += block.length) block.copy(data, at, 0, Math.min(block.length, bytes - at));
   const tensors: Tensors = [];
   for (let at = 0, i = 0; at < bytes; at += MAX_TENSOR, i++) {
     const n = Math.min(MAX_TENSOR, bytes - at);
-    tensors.push({ name: `probe.${i}`, dtype: 'U8', shape: [n], data: data.subarray(at, at + n) });
+    tensors.push({ name: `layer.${i}.weight`, dtype: 'U8', shape: [n], data: data.subarray(at, at + n) });
   }
   return tensors;
 }

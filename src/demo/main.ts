@@ -187,6 +187,7 @@ async function main(): Promise<void> {
       await sleep(2000, stop.signal);
       const fraction = (performance.now() - started) / durationMs;
       const status = await managerStatus(managerPort);
+      const managerMetric = await scrape(managerPort);
       if (opts.killARollout && !killedRollout && fraction >= 0.4) {
         // Only a rollout that owns trajectories shows failover; when none does at this tick
         // (all of them between batches, or reloading weights), the next tick tries again.
@@ -203,8 +204,8 @@ async function main(): Promise<void> {
         // Settled: the manager declared the rollout dead and has no orphan left waiting for a
         // rollout of its version, having handled at least one.
         const dead = status?.rollouts.find((r) => r.id === killedRollout!.id)?.health === 'dead';
-        const handled = await metricOf(managerPort, 'laminar_manager_orphans_total');
-        const waiting = await metricOf(managerPort, 'laminar_manager_orphans_waiting');
+        const handled = managerMetric('laminar_manager_orphans_total');
+        const waiting = managerMetric('laminar_manager_orphans_waiting');
         if (dead && handled > 0 && waiting === 0) {
           killedRollout.settled = true;
           events.push(`${at()} failover of ${killedRollout.id} settled: ${handled} orphaned trajectories handled`);
@@ -243,8 +244,8 @@ async function main(): Promise<void> {
         started: ledger.started.size,
         completed: ledger.completed.size,
         bytesBroadcast: bytesOfGoneRelays + (await sumMetric(relays.map((r) => r.metricsPort), 'laminar_relay_broadcast_bytes_received_total')),
-        repackMoves: await metricOf(managerPort, 'laminar_manager_repack_moves_total{result="done"}'),
-        orphans: await metricOf(managerPort, 'laminar_manager_orphans_total'),
+        repackMoves: managerMetric('laminar_manager_repack_moves_total{result="done"}'),
+        orphans: managerMetric('laminar_manager_orphans_total'),
         events,
       };
       process.stdout.write(renderProgress(lastSnapshot));
@@ -280,8 +281,9 @@ async function main(): Promise<void> {
     console.log(`  tokens streamed              ${Math.round(tokens / 8)} to the partial pool by the surviving rollouts (${Math.round(tokens / 8 / seconds)}/s wall)`);
     console.log(`  staleness per batch          p50 ${median(staleness.map((s) => s.p50))}, max ${Math.max(0, ...staleness.map((s) => s.max))}, mean ${(staleness.reduce((a, s) => a + s.mean, 0) / Math.max(1, staleness.length)).toFixed(2)}`);
     console.log(`  repack moves                 ${lastSnapshot?.repackMoves ?? 0}`);
-    const orphan = (outcome: string): Promise<number> => metricOf(managerPort, `laminar_manager_orphans_total{outcome="${outcome}"}`);
-    console.log(`  failover                     orphaned trajectories: ${await orphan('resumed')} resumed on a rollout of their version, ${await orphan('completed')} already complete, ${await orphan('returned')} returned to the prompt pool`);
+    const finalMetric = await scrape(managerPort);
+    const orphan = (outcome: string): number => finalMetric(`laminar_manager_orphans_total{outcome="${outcome}"}`);
+    console.log(`  failover                     orphaned trajectories: ${orphan('resumed')} resumed on a rollout of their version, ${orphan('completed')} already complete, ${orphan('returned')} returned to the prompt pool`);
     for (const e of events) console.log(`  event                        ${e}`);
     if (killedRelay?.restartedAt) {
       const back = liveRelays.find((r) => r.id === killedRelay!.relay.id);
@@ -347,28 +349,32 @@ async function managerStatus(port: number): Promise<ManagerStatus | null> {
   }
 }
 
-async function metricOf(port: number, name: string): Promise<number> {
-  return sumMetric([port], name);
+/**
+ * One scrape of a daemon's /metrics, read as often as needed: the value of a metric (a name, or
+ * a name with its label set; a bare name sums its labelled series). A killed daemon reads 0.
+ */
+async function scrape(port: number): Promise<(name: string) => number> {
+  let text = '';
+  try {
+    text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  } catch {
+    // a killed daemon has no metrics
+  }
+  const lines = text.split('\n').filter((line) => !line.startsWith('#'));
+  return (name) => {
+    let total = 0;
+    for (const line of lines) {
+      const key = line.slice(0, line.lastIndexOf(' '));
+      if (key === name || (!name.includes('{') && key.startsWith(`${name}{`))) total += Number(line.slice(line.lastIndexOf(' ') + 1)) || 0;
+    }
+    return total;
+  };
 }
 
-/** Sum of a metric (a name, or a name with its label set) over the /metrics of several daemons. */
+/** Sum of a metric over the /metrics of several daemons. */
 async function sumMetric(ports: number[], name: string): Promise<number> {
-  let total = 0;
-  await Promise.all(
-    ports.map(async (port) => {
-      try {
-        const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-        for (const line of text.split('\n')) {
-          if (line.startsWith('#')) continue;
-          const key = line.slice(0, line.lastIndexOf(' '));
-          if (key === name || (!name.includes('{') && key.startsWith(`${name}{`))) total += Number(line.slice(line.lastIndexOf(' ') + 1)) || 0;
-        }
-      } catch {
-        // a killed daemon has no metrics
-      }
-    }),
-  );
-  return total;
+  const reads = await Promise.all(ports.map(scrape));
+  return reads.reduce((total, read) => total + read(name), 0);
 }
 
 function intIn(name: string, value: string, min: number, max: number): number {
