@@ -20,7 +20,6 @@ import { formatBytes } from '../common/units.js';
 import { perChunkCost } from '../relay/broadcast/chunk-model.js';
 import { RelayClient } from '../relay/client/relay-client.js';
 import { spawnDaemon, type Daemon } from '../demo/daemons.js';
-import { freePort } from '../services/index.js';
 
 const MODEL = 'laminar/chunk-probe';
 /** Tensors of a synthetic version are at most this big. */
@@ -108,12 +107,11 @@ async function timeOneHop(tensors: Tensors, chunkSize: number, options: ChunkPro
   try {
     const secretFile = join(root, 'secret');
     writeFileSync(secretFile, randomBytes(32).toString('hex'), { mode: 0o600 });
-    const ports = [await freePort(), await freePort()];
-    if (ports[1] === ports[0]) ports[1]! += 1;
-    const peers = ports.map((port, i) => `p${i}@127.0.0.1:${port}`).join(',');
+    // Each relay binds a port of the kernel's choosing (a port picked beforehand could be taken
+    // by another process before the relay binds it); the plan naming both follows.
     for (let i = 0; i < 2; i++) {
       const argv = [
-        'relay', '--id', `p${i}`, '--peers', peers, '--listen', `127.0.0.1:${ports[i]}`,
+        'relay', '--id', `p${i}`, '--listen', '127.0.0.1:0',
         '--shm-dir', join(root, `p${i}`), '--socket', join(root, `p${i}.sock`), '--secret-file', secretFile,
         '--chunk-size', String(chunkSize), '--broadcast-window', String(options.window ?? 4),
         '--no-pin', '--keep-versions', '0', '--metrics-port', '-1', '--retry-interval', '250ms', '--log-level', 'info',
@@ -123,6 +121,8 @@ async function timeOneHop(tensors: Tensors, chunkSize: number, options: ChunkPro
       clients.push(await RelayClient.connect({ socketPath: join(root, `p${i}.sock`), name: 'chunk-probe' }));
     }
     const [sender, receiver] = clients as [RelayClient, RelayClient];
+    const plan = { epoch: 1, relays: daemons.map((d, i) => ({ id: `p${i}`, address: `127.0.0.1:${d.ready.ucxPort as number}` })) };
+    await Promise.all(clients.map((c) => c.setPlan(plan)));
     await until('the two relays to connect', stop, async () => (await sender.status()).broadcast?.downstream?.id === 'p1');
     await carry(sender, receiver, tensors, 1, stop);
     await until('the receiver to prepare a spare segment', stop, async () => {

@@ -230,7 +230,10 @@ function parseBroadcastOptions(input: RelayOptionsInput, relayId: string): Broad
   };
 }
 
-/** "address:port", or ":port" / a bare port for every address. */
+/**
+ * "address:port", or ":port" / a bare port for every address; port 0 lets the kernel choose one
+ * (the relay reports it as ucxPort in its ready log line and in its status).
+ */
 function parseListen(text: string): { host: string; port: number } {
   const bare = /^:?(\d{1,5})$/.exec(text.trim());
   if (bare) {
@@ -238,5 +241,7 @@ function parseListen(text: string): { host: string; port: number } {
     if (port > 65535) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `bad port in --listen ${text}`);
     return { host: '0.0.0.0', port };
   }
+  const anyPort = /^(.+):0$/.exec(text.trim());
+  if (anyPort) return { host: parseAddress(`${anyPort[1]}:1`).host, port: 0 };
   return parseAddress(text);
 }
