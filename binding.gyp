@@ -6,10 +6,12 @@
         "native/addon.cc",
         "native/errors.cc",
         "native/mapping.cc",
+        "native/mapping_async.cc",
         "native/segment.cc",
         "native/checksum.cc",
         "native/ucx_status.cc",
         "native/ucx_worker.cc",
+        "native/ucx_connections.cc",
         "native/ucx_transfer.cc",
         "native/ucx_registration.cc"
       ],

@@ -53,7 +53,15 @@ function parseArgs(argv: string[]): Args {
     if (!Number.isFinite(v) || v < 0 || (v === 0 && !zeroAllowed)) throw new Error(`--${name} needs a ${zeroAllowed ? 'non-negative' : 'positive'} number`);
     return v;
   };
-  return { batch: get('batch', 8192), tokens: get('tokens', 16384), inflight: get('inflight', 1000), partialSeconds: get('partial-s', 10), window: get('window', 64), trainSeconds: get('train-s', 4), deletionDelayMs: get('deletion-delay-ms', undefined, true) };
+  return {
+    batch: get('batch', 8192),
+    tokens: get('tokens', 16384),
+    inflight: get('inflight', 1000),
+    partialSeconds: get('partial-s', 10),
+    window: get('window', 64),
+    trainSeconds: get('train-s', 4),
+    deletionDelayMs: get('deletion-delay-ms', undefined, true),
+  };
 }
 
 const PAPER_OVERHEAD_S = 1.9;
@@ -65,7 +73,19 @@ function makeTrajectory(i: number, tokens: number, version: number): TrajectoryI
     t[k] = (i + k) % 150_000;
     l[k] = -k / tokens;
   }
-  return { id: `traj-${i}`, promptId: `p${i >> 3}`, groupId: `g${i >> 3}`, sampleIndex: i & 7, groupSize: 8, weightVersion: version, reward: i % 2, tokens: t, logprobs: l, promptLength: 512, responseLength: tokens - 512 };
+  return {
+    id: `traj-${i}`,
+    promptId: `p${i >> 3}`,
+    groupId: `g${i >> 3}`,
+    sampleIndex: i & 7,
+    groupSize: 8,
+    weightVersion: version,
+    reward: i % 2,
+    tokens: t,
+    logprobs: l,
+    promptLength: 512,
+    responseLength: tokens - 512,
+  };
 }
 
 const seconds = (t0: bigint): number => Number(process.hrtime.bigint() - t0) / 1e9;
@@ -84,7 +104,8 @@ function usage(pid: number | 'self' = 'self'): Usage | undefined {
     return undefined;
   }
 }
-const since = (a: Usage | undefined, b: Usage | undefined): Usage | undefined => (a && b ? { cpuS: +(b.cpuS - a.cpuS).toFixed(2), faults: b.faults - a.faults } : undefined);
+const since = (a: Usage | undefined, b: Usage | undefined): Usage | undefined =>
+  a && b ? { cpuS: +(b.cpuS - a.cpuS).toFixed(2), faults: b.faults - a.faults } : undefined;
 
 /** What a measured step cost: its own process, and the nats-server beside it. */
 interface Cost {
@@ -102,11 +123,15 @@ function costMeter(serverPid: number | undefined): () => Cost {
 /** Raw JetStream publish of `count` messages of `bytes`, `window` acks outstanding. */
 async function rawPublish(nc: NatsConnection, count: number, bytes: number, window: number): Promise<number> {
   const jsm = await jetstreamManager(nc);
-  await jsm.streams.add({ name: 'RAW', subjects: ['raw.>'], storage: 'file' as never, allow_direct: true });
+  await jsm.streams.add({ name: 'RAW', subjects: ['raw.>'], storage: 'file', allow_direct: true });
   const js = jetstream(nc);
   const body = new Uint8Array(bytes).fill(7);
   const t0 = process.hrtime.bigint();
-  await mapLimit(Array.from({ length: count }, (_, i) => i), window, (i) => js.publish(`raw.${i}`, body));
+  await mapLimit(
+    Array.from({ length: count }, (_, i) => i),
+    window,
+    (i) => js.publish(`raw.${i}`, body),
+  );
   return seconds(t0);
 }
 
@@ -147,11 +172,15 @@ async function ourWrite(nc: NatsConnection, buffer: string, from: number, count:
   // Trajectories are built before the clock starts: we measure the writer, not the generator.
   const ts = Array.from({ length: Math.min(count, window * 4) }, (_, i) => makeTrajectory(from + i, tokens, 1));
   const t0 = process.hrtime.bigint();
-  await mapLimit(Array.from({ length: count }, (_, i) => i), window, (i) => {
-    const t = ts[i % ts.length]!;
-    const n = from + i;
-    return w.write({ ...t, id: `traj-${n}`, groupId: `g${n >> 3}`, sampleIndex: n & 7 });
-  });
+  await mapLimit(
+    Array.from({ length: count }, (_, i) => i),
+    window,
+    (i) => {
+      const t = ts[i % ts.length]!;
+      const n = from + i;
+      return w.write({ ...t, id: `traj-${n}`, groupId: `g${n >> 3}`, sampleIndex: n & 7 });
+    },
+  );
   return seconds(t0);
 }
 
@@ -178,8 +207,10 @@ async function partialCpu(nc: NatsConnection, inflight: number, secs: number): P
   };
   const baseline = await run(undefined);
   const pool = await PartialPool.open({ nc, pool: 'bench' });
-  const handles = await mapLimit(Array.from({ length: inflight }, (_, i) => i), 64, (i) =>
-    pool.start('bench-rollout', { trajectoryId: `pt-${i}`, promptId: 'p', groupId: 'g', sampleIndex: 0, groupSize: 1, weightVersion: 1 }),
+  const handles = await mapLimit(
+    Array.from({ length: inflight }, (_, i) => i),
+    64,
+    (i) => pool.start('bench-rollout', { trajectoryId: `pt-${i}`, promptId: 'p', groupId: 'g', sampleIndex: 0, groupSize: 1, weightVersion: 1 }),
   );
   const withPool = await run((i, t, l) => handles[i]!.append(t, l));
   await pool.close();
@@ -305,7 +336,14 @@ async function samplerChild(c: ChildSettings): Promise<ChildResult> {
     const sampleS = seconds(t0);
     const cost = meter();
     if (b.prefetched !== (mode === 'prefetch')) throw new Error(`expected prefetched=${mode === 'prefetch'}`);
-    result = { sampleS, peakRssBytes: process.resourceUsage().maxRSS * 1024, batchBytes: b.bytes, cost, assembleS: assembled?.seconds, assembleCost: assembled?.cost };
+    result = {
+      sampleS,
+      peakRssBytes: process.resourceUsage().maxRSS * 1024,
+      batchBytes: b.bytes,
+      cost,
+      assembleS: assembled?.seconds,
+      assembleCost: assembled?.cost,
+    };
   }
   await s.close();
   await nc.close();
@@ -432,7 +470,11 @@ export async function run(argv: string[]): Promise<void> {
         `${result.sample_gbps} GB/s`,
         `raw fetch ${result.raw_fetch_gbps} GB/s (median of ${RAW_FETCHES}) -> ratio ${result.sample_over_raw} (${result.sample_over_raw_range.join('-')} over ${steady.length} batches; goal >= 0.7)`,
       ],
-      ['sample throughput, cold', `${result.sample_cold_gbps} GB/s`, `ratio ${result.sample_over_raw_cold}: a process's first batch, in memory touched for the first time`],
+      [
+        'sample throughput, cold',
+        `${result.sample_cold_gbps} GB/s`,
+        `ratio ${result.sample_over_raw_cold}: a process's first batch, in memory touched for the first time`,
+      ],
       ['sample() prefetch on', `${result.sample_ms_prefetch} ms`, 'goal <= 50 ms'],
       ['sample() prefetch off', `${result.sample_ms_cold} ms`, `one batch of ${formatBytes(batchBytes)}`],
       [
@@ -440,7 +482,11 @@ export async function run(argv: string[]): Promise<void> {
         `${result.sample_cold_cpu_s ?? '?'} s, ${result.sample_cold_page_faults ?? '?'} page faults`,
         `raw fetch ${result.raw_fetch_cpu_s ?? '?'} s, ${result.raw_fetch_page_faults ?? '?'} page faults; nats-server ${result.sample_cold_server_cpu_s ?? '?'} s vs ${result.raw_fetch_server_cpu_s ?? '?'} s`,
       ],
-      ['sampler peak RSS, prefetch', formatBytes(warm.peakRssBytes), `${result.sampler_rss_over_batch} x batch (goal <= 2): one batch training + one prefetched`],
+      [
+        'sampler peak RSS, prefetch',
+        formatBytes(warm.peakRssBytes),
+        `${result.sampler_rss_over_batch} x batch (goal <= 2): one batch training + one prefetched`,
+      ],
       [
         "sampler peak RSS, 'after-release'",
         formatBytes(released.peakRssBytes),

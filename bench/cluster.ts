@@ -62,7 +62,8 @@ function sweepAbandonedClusters(): void {
     } catch {
       // best effort: `up` says what is in the way
     }
-    if (owner.natsPid !== undefined && processRunning(owner.natsPid) && commandOf(owner.natsPid).includes('nats-server')) process.kill(owner.natsPid, 'SIGKILL');
+    if (owner.natsPid !== undefined && processRunning(owner.natsPid) && commandOf(owner.natsPid).includes('nats-server'))
+      process.kill(owner.natsPid, 'SIGKILL');
     rmSync(owner.natsDir, { recursive: true, force: true });
     rmSync(dir, { recursive: true, force: true });
     process.stderr.write(`cluster: removed ${dir} and testbed ${owner.bed}, left by process ${owner.pid} (gone)\n`);
@@ -77,9 +78,8 @@ function commandOf(pid: number): string {
   }
 }
 
-
-export { spawnDaemon, type Daemon } from '../src/demo/daemons.js';
-import { spawnDaemon, type Daemon } from '../src/demo/daemons.js';
+export { spawnDaemon, type Daemon } from '../src/services/daemon-process.js';
+import { spawnDaemon, type Daemon } from '../src/services/daemon-process.js';
 
 export interface ClusterRelay {
   id: string;
@@ -126,9 +126,13 @@ export class NetnsCluster {
   static async create(options: ClusterOptions): Promise<NetnsCluster> {
     sweepAbandonedClusters();
     try {
-      execFileSync(TESTBED, ['up', options.bed, String(options.hosts), '--rate', options.rate ?? '1gbit', '--net', options.net], { stdio: ['ignore', 'ignore', 'pipe'] });
+      execFileSync(TESTBED, ['up', options.bed, String(options.hosts), '--rate', options.rate ?? '1gbit', '--net', options.net], {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
     } catch (err) {
-      throw new Error(`this machine refused to build the network-namespace testbed (root and CAP_NET_ADMIN are needed): ${String((err as { stderr?: Buffer }).stderr ?? err)}`);
+      throw new Error(
+        `this machine refused to build the network-namespace testbed (root and CAP_NET_ADMIN are needed): ${String((err as { stderr?: Buffer }).stderr ?? err)}`,
+      );
     }
     process.once('exit', () => {
       try {
@@ -146,7 +150,10 @@ export class NetnsCluster {
       });
     const nats = await startNatsServer({ host: '0.0.0.0' });
     const scratch = mkdtempSync(join('/dev/shm', SCRATCH_PREFIX));
-    writeFileSync(join(scratch, OWNER_FILE), JSON.stringify({ pid: process.pid, bed: options.bed, natsPid: nats.pid, natsDir: nats.dataDir } satisfies ClusterOwner));
+    writeFileSync(
+      join(scratch, OWNER_FILE),
+      JSON.stringify({ pid: process.pid, bed: options.bed, natsPid: nats.pid, natsDir: nats.dataDir } satisfies ClusterOwner),
+    );
     const cluster = new NetnsCluster(options, nats, hosts, scratch);
     // Ctrl-C of a long run: stop every daemon and server (the exit hook removes the bed).
     const interrupted = (signal: NodeJS.Signals): void => {
@@ -172,7 +179,25 @@ export class NetnsCluster {
   async startManager(name: string, extra: string[] = []): Promise<Daemon> {
     const daemon = await spawnDaemon(
       name,
-      ['manager', '--nats', this.natsUrl, '--id', name, '--http-port', '0', '--lease', '2s', '--dead-after', '3s', '--suspect-after', '1500ms', '--stall-timeout', '2s', ...(this.options.managerArgs ?? []), ...extra],
+      [
+        'manager',
+        '--nats',
+        this.natsUrl,
+        '--id',
+        name,
+        '--http-port',
+        '0',
+        '--lease',
+        '2s',
+        '--dead-after',
+        '3s',
+        '--suspect-after',
+        '1500ms',
+        '--stall-timeout',
+        '2s',
+        ...(this.options.managerArgs ?? []),
+        ...extra,
+      ],
       'manager started',
     );
     this.managers.push(daemon);
@@ -188,12 +213,43 @@ export class NetnsCluster {
     const daemon = await spawnDaemon(
       `r${i}`,
       [
-        'relay', '--nats', this.natsUrl, '--id', `r${i}`, '--host', `h${i}`, '--listen', `${host.address}:${BROADCAST_PORT}`,
-        '--shm-dir', join(root, 'segments'), '--socket', socket, '--metrics-port', '0', '--metrics-host', '0.0.0.0', '--no-pin', '--secret-file', this.secretFile,
-        '--chunk-size', this.options.chunkSize ?? '4MiB', '--keep-versions', '0', '--heartbeat', '500ms',
-        '--peer-timeout', '3s', '--retry-interval', '1s', '--handshake-timeout', '2s', '--log-level', 'info',
+        'relay',
+        '--nats',
+        this.natsUrl,
+        '--id',
+        `r${i}`,
+        '--host',
+        `h${i}`,
+        '--listen',
+        `${host.address}:${BROADCAST_PORT}`,
+        '--shm-dir',
+        join(root, 'segments'),
+        '--socket',
+        socket,
+        '--metrics-port',
+        '0',
+        '--metrics-host',
+        '0.0.0.0',
+        '--no-pin',
+        '--secret-file',
+        this.secretFile,
+        '--chunk-size',
+        this.options.chunkSize ?? '4MiB',
+        '--keep-versions',
+        '0',
+        '--heartbeat',
+        '500ms',
+        '--peer-timeout',
+        '3s',
+        '--retry-interval',
+        '1s',
+        '--handshake-timeout',
+        '2s',
+        '--log-level',
+        'info',
         ...(options.labels ? ['--labels', options.labels] : []),
-        ...(this.options.relayArgs ?? []), ...(options.extra ?? []),
+        ...(this.options.relayArgs ?? []),
+        ...(options.extra ?? []),
       ],
       'relay ready',
       ['ip', 'netns', 'exec', host.ns],
@@ -208,7 +264,9 @@ export class NetnsCluster {
 
   /** Starves (or restores) host i's broadcast traffic while its other traffic (NATS) flows. */
   stall(i: number, on: boolean): void {
-    execFileSync(TESTBED, ['stall', this.options.bed, String(i + 1), UCX_PORT_BLOCK, on ? 'on' : 'off', '--rate', this.options.rate ?? '1gbit'], { stdio: 'ignore' });
+    execFileSync(TESTBED, ['stall', this.options.bed, String(i + 1), UCX_PORT_BLOCK, on ? 'on' : 'off', '--rate', this.options.rate ?? '1gbit'], {
+      stdio: 'ignore',
+    });
   }
 
   async kill(id: string): Promise<void> {

@@ -48,7 +48,14 @@ export async function run(args: string[]): Promise<void> {
   const size = parseBytes(values.size);
   const chunk = parseBytes(values['chunk-size']);
   const chunks = Math.ceil(size / chunk);
-  const cluster = await NetnsCluster.create({ bed: 'fob', hosts, rate: values.rate, net: '10.89.0', stopOnSignals: true, chunkSize: `${chunk / 1024 / 1024}MiB` });
+  const cluster = await NetnsCluster.create({
+    bed: 'fob',
+    hosts,
+    rate: values.rate,
+    net: '10.89.0',
+    stopOnSignals: true,
+    chunkSize: `${chunk / 1024 / 1024}MiB`,
+  });
   const log = (m: string): void => void process.stderr.write(`failover: ${m}\n`);
   try {
     const tensors = (version: number): { model: string; version: number; tensors: { name: string; dtype: 'U8'; shape: number[]; data: Uint8Array }[] } => ({
@@ -69,7 +76,12 @@ export async function run(args: string[]): Promise<void> {
       }
     };
     const allHold = (who: string[], version: number): Promise<void> =>
-      waitFor(`v${version} everywhere`, async () => (await Promise.all(who.map((id) => cluster.progress(id, MODEL, version)))).every((p) => p.complete), 600_000, 20);
+      waitFor(
+        `v${version} everywhere`,
+        async () => (await Promise.all(who.map((id) => cluster.progress(id, MODEL, version)))).every((p) => p.complete),
+        600_000,
+        20,
+      );
     const hwm = async (id: string, version: number): Promise<number> => (await cluster.progress(id, MODEL, version)).hwm;
 
     // Raw limit: a plain TCP stream of the same bytes from this namespace to host 0.
@@ -116,17 +128,22 @@ export async function run(args: string[]): Promise<void> {
     await waitFor('r1 receiving', async () => (await hwm('r1', 1)) >= Math.max(1, chunks / 4), 600_000, 10);
     const masterKilledAt = performance.now();
     await cluster.kill('r0');
-    await waitFor('a new master', async () => {
-      const s = await cluster.status().catch(() => null);
-      return s !== null && s.master !== null && s.master !== 'r0';
-    }, 60_000, 10);
+    await waitFor(
+      'a new master',
+      async () => {
+        const s = await cluster.status().catch(() => null);
+        return s !== null && s.master !== null && s.master !== 'r0';
+      },
+      60_000,
+      10,
+    );
     const masterRecovery = (performance.now() - masterKilledAt) / 1e3;
     const repushed = await pushing;
     const pushAfterKill = (performance.now() - masterKilledAt) / 1e3;
     await allHold(ids.slice(1), 1);
     await trainer.close();
 
-    log('local publish (trainer on the master\'s host)');
+    log("local publish (trainer on the master's host)");
     // After the master kill the master is another relay: the trainer goes to its host.
     const masterHost = (await cluster.status()).chain[0]!.host;
     trainer = await cluster.trainer({ host: masterHost });

@@ -41,7 +41,7 @@ export async function run(args: string[]): Promise<void> {
     process.stdout.write('usage: npm run bench -- relay [--size 1GiB] [--rounds 5]\n');
     return;
   }
-  const size = parseBytes(values.size!);
+  const size = parseBytes(values.size);
   const rounds = Number(values.rounds);
   const tensorBytes = Math.floor(size / TENSORS / 4096) * 4096;
   const dataBytes = tensorBytes * TENSORS;
@@ -52,7 +52,12 @@ export async function run(args: string[]): Promise<void> {
   new Uint8Array(src.view(0, Math.min(dataBytes, 2 ** 32))).fill(0x5a);
   const memcpyS = median(await timed(rounds, () => dst.copyFrom(src, 0, 0, dataBytes)));
   const memcpyGBps = dataBytes / memcpyS / 1e9;
-  const checksumS = median(await timed(rounds, async () => void src.checksum(0, dataBytes)));
+  const checksumS = median(
+    await timed(rounds, () => {
+      src.checksum(0, dataBytes);
+      return Promise.resolve();
+    }),
+  );
   const checksumGBps = dataBytes / checksumS / 1e9;
 
   const relay = await spawnBenchRelay(['--keep-versions', '3']);
@@ -63,7 +68,7 @@ export async function run(args: string[]): Promise<void> {
   // The relay's round trips are timed from a process of their own: this one plays the trainer,
   // and its own event loop (V8 and the allocator waiting on its address space while its pool
   // threads write a gigabyte) would be counted as the relay's.
-  const pinger = await startPinger(relay.socketPath);
+  const pinger = startPinger(relay.socketPath);
   const idleRtt = await pinger.measure(50);
   pinger.start();
 
@@ -116,7 +121,11 @@ export async function run(args: string[]): Promise<void> {
   const staging = new StagingBuffer();
   for (let r = 0; r <= rounds; r++) {
     const t = performance.now();
-    const prepared = await prepareVersion({ model: 'bench/model', version: 1000 + r, tensors: specs.map((spec, i) => ({ ...spec, data: sources[i]! })) }, undefined, staging);
+    const prepared = await prepareVersion(
+      { model: 'bench/model', version: 1000 + r, tensors: specs.map((spec, i) => ({ ...spec, data: sources[i]! })) },
+      undefined,
+      staging,
+    );
     remotePrepare.push((performance.now() - t) / 1e3);
     prepared.close();
   }
@@ -185,11 +194,27 @@ export async function run(args: string[]): Promise<void> {
     ['publish: begin (allocate, pin, pre-fault)', `${result.publish_prepare_ms} ms`, 'off the critical path'],
     ['publish: write (copy + checksum, parallel)', `${result.publish_write_GBps} GB/s = ${result.publish_write_over_memcpy} x memcpy`, 'goal >= 0.8'],
     ['publish: commit (verify + checksums)', `${result.commit_ms} ms`, `checksum ${result.checksum_GBps} GB/s/thread`],
-    ['publish: write + commit (a local trainer\'s stall)', `${result.publish_stall_over_memcpy} x memcpy`, 'goal <= 1.1'],
-    ['remote push: lay out + checksum in private memory', `${result.remote_prepare_over_memcpy} x memcpy (first: ${result.remote_prepare_first_over_memcpy})`, 'before the transfer'],
-    [`restart holding ${formatBytes(heldBytes)}: after SIGTERM / SIGKILL`, `${result.restart_clean_s} s / ${result.restart_crash_s} s (all verified: ${result.restart_crash_all_verified_s} s)`, `re-reading ${formatBytes(heldBytes)}: ${result.restart_crash_verify_model_s} s at one thread's checksum rate`],
-    ['relay answers while publishing: status round trip p99 / worst', `${result.busy_rtt_p99_ms} ms / ${result.busy_rtt_max_ms} ms`, `idle: ${result.idle_rtt_ms} ms`],
-    ['trainer\'s event loop while publishing: delay p99 / worst', `${result.trainer_loop_delay_p99_ms} ms / ${result.trainer_loop_delay_max_ms} ms`, 'its heartbeats run there'],
+    ["publish: write + commit (a local trainer's stall)", `${result.publish_stall_over_memcpy} x memcpy`, 'goal <= 1.1'],
+    [
+      'remote push: lay out + checksum in private memory',
+      `${result.remote_prepare_over_memcpy} x memcpy (first: ${result.remote_prepare_first_over_memcpy})`,
+      'before the transfer',
+    ],
+    [
+      `restart holding ${formatBytes(heldBytes)}: after SIGTERM / SIGKILL`,
+      `${result.restart_clean_s} s / ${result.restart_crash_s} s (all verified: ${result.restart_crash_all_verified_s} s)`,
+      `re-reading ${formatBytes(heldBytes)}: ${result.restart_crash_verify_model_s} s at one thread's checksum rate`,
+    ],
+    [
+      'relay answers while publishing: status round trip p99 / worst',
+      `${result.busy_rtt_p99_ms} ms / ${result.busy_rtt_max_ms} ms`,
+      `idle: ${result.idle_rtt_ms} ms`,
+    ],
+    [
+      "trainer's event loop while publishing: delay p99 / worst",
+      `${result.trainer_loop_delay_p99_ms} ms / ${result.trainer_loop_delay_max_ms} ms`,
+      'its heartbeats run there',
+    ],
     ['relay RSS without shm', `${result.relay_rss_MB} MB (${result.versions_held} versions, ${round(rssShmemMB, 0)} MB shm mapped)`, 'goal <= 100 MB'],
   ]);
   process.stdout.write(`${JSON.stringify(result)}\n`);
@@ -199,7 +224,7 @@ export async function run(args: string[]): Promise<void> {
  * A child process that times `status` round trips to the relay: `measure(n)` n back to back,
  * `start()` one every 10 ms until `stop()`, which resolves with those round trips (ms).
  */
-async function startPinger(socketPath: string): Promise<{ measure(n: number): Promise<number[]>; start(): void; stop(): Promise<number[]> }> {
+function startPinger(socketPath: string): { measure(n: number): Promise<number[]>; start(): void; stop(): Promise<number[]> } {
   const clientModule = new URL('../src/relay/client/relay-client.js', import.meta.url).href;
   const script = `
     import { RelayClient } from ${JSON.stringify(clientModule)};
@@ -220,7 +245,7 @@ async function startPinger(socketPath: string): Promise<{ measure(n: number): Pr
     child.stdin.write(`${command}\n`);
     const next = await lines.next();
     if (next.done) throw new Error('the pinger process exited');
-    return JSON.parse(next.value as string) as number[];
+    return JSON.parse(next.value) as number[];
   };
   return {
     measure: (n) => reply(`measure ${n}`),

@@ -1,5 +1,6 @@
 /**
  * `npm run bench -- repack-planner [--rollouts 1024] [--iterations 200]`
+ * `npm run bench -- repack-planner --decode-steps <file|sim> [--tolerance 0.1]`
  *
  * One round of the repack planner (src/manager/repack/planner.ts, paper Algorithm 1) over a
  * seeded fleet in which most rollouts are ramping down, so nearly all of them are candidates:
@@ -7,9 +8,17 @@
  * The paper's periodic check runs every 5 s and its whole repack costs 0.69 s (§8.4); the plan
  * itself should be a few milliseconds at most. Prints a table, then one JSON line (the last line
  * of stdout).
+ *
+ * With --decode-steps it measures nothing: it reads an engine's decode step times by batch size
+ * (`batch step_ms` per line, see src/manager/repack/roofline.ts for how to measure them) and
+ * prints B, the planner's roofline batch, to pass as `laminar manager --roofline-batch`. `sim`
+ * reads the simulated engine's default profile instead (its B is 64 by construction).
  */
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { DEFAULT_REPACK_LIMITS, planRepack, repackCandidates, type RolloutLoad } from '../src/manager/repack/planner.js';
+import { ROOFLINE_TOLERANCE, parseDecodeSteps, rooflineBatchOf, type DecodeStep } from '../src/manager/repack/roofline.js';
+import { DEFAULT_ENGINE_PROFILE, decodeStepMs } from '../src/sim/engine-core.js';
 import { median, percentile, printTable, round } from './support.js';
 import { seededRandom } from '../src/common/random.js';
 
@@ -59,10 +68,21 @@ export async function timePlanner(rollouts = 1024, iterations = 200): Promise<{ 
 export async function run(args: string[]): Promise<void> {
   const { values } = parseArgs({
     args,
-    options: { rollouts: { type: 'string', default: '1024' }, iterations: { type: 'string', default: '200' }, help: { type: 'boolean' } },
+    options: {
+      rollouts: { type: 'string', default: '1024' },
+      iterations: { type: 'string', default: '200' },
+      'decode-steps': { type: 'string' },
+      tolerance: { type: 'string', default: String(ROOFLINE_TOLERANCE) },
+      help: { type: 'boolean' },
+    },
   });
   if (values.help) {
     process.stdout.write('usage: npm run bench -- repack-planner [--rollouts 1024] [--iterations 200]\n');
+    process.stdout.write('       npm run bench -- repack-planner --decode-steps <file|sim> [--tolerance 0.1]   (B from measured decode steps)\n');
+    return;
+  }
+  if (values['decode-steps'] !== undefined) {
+    printRooflineBatch(values['decode-steps'], Number(values.tolerance));
     return;
   }
   const rollouts = Number(values.rollouts);
@@ -81,3 +101,26 @@ export async function run(args: string[]): Promise<void> {
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }
 
+/** B from decode step times by batch size (a file of `batch step_ms` lines, or the simulated engine's profile). */
+function printRooflineBatch(source: string, tolerance: number): void {
+  const steps: DecodeStep[] =
+    source === 'sim'
+      ? [1, 8, 16, 32, 48, 64, 96, 128, 256].map((batch) => ({ batch, stepMs: decodeStepMs(DEFAULT_ENGINE_PROFILE, batch) }))
+      : parseDecodeSteps(readFileSync(source, 'utf8'));
+  const b = rooflineBatchOf(steps, tolerance);
+  const rows = [...steps]
+    .sort((x, y) => x.batch - y.batch)
+    .map((s) => [
+      `batch ${s.batch}`,
+      `${round(s.stepMs)} ms/step`,
+      `${round(s.stepMs / b.baselineMs, 2)}x fastest, ${Math.round((s.batch * 1000) / s.stepMs)} tokens/s${s.batch === b.batch ? '  <- B' : ''}`,
+    ]);
+  printTable(`decode steps from ${source}: B = ${b.batch}${b.reached ? '' : ' or more (no measured batch exceeded the limit: measure larger ones)'}`, [
+    ...rows,
+    ['limit', `${round(b.limitMs)} ms/step`, `fastest step + ${Math.round(tolerance * 100)}%`],
+  ]);
+  process.stdout.write(`pass it as: laminar manager --roofline-batch ${b.batch}   (or <default>,<model>=${b.batch} for one model)\n`);
+  process.stdout.write(
+    `${JSON.stringify({ bench: 'repack-planner', roofline_batch: b.batch, reached: b.reached, baseline_ms: round(b.baselineMs), limit_ms: round(b.limitMs), tolerance })}\n`,
+  );
+}

@@ -51,7 +51,9 @@ export async function run(args: string[]): Promise<void> {
     },
   });
   if (values.help) {
-    process.stdout.write('usage: npm run bench -- repack [--rollouts 16] [--batch-trajectories 512] [--n 8] [--sim-seconds 300] [--time-scale 3] [--train-step 60]\n');
+    process.stdout.write(
+      'usage: npm run bench -- repack [--rollouts 16] [--batch-trajectories 512] [--n 8] [--sim-seconds 300] [--time-scale 3] [--train-step 60]\n',
+    );
     return;
   }
   const rollouts = Number(values.rollouts);
@@ -70,7 +72,9 @@ export async function run(args: string[]): Promise<void> {
     const planner = await timePlanner(1024, 200);
     const runs: Record<'with' | 'without', RunResult> = {} as never;
     for (const mode of ['without', 'with'] as const) {
-      log(`${rollouts} rollouts, ${batchPrompts * n} trajectories per batch, ${simSeconds} simulated s at x${timeScale}, repack ${mode === 'with' ? 'on' : 'off'}`);
+      log(
+        `${rollouts} rollouts, ${batchPrompts * n} trajectories per batch, ${simSeconds} simulated s at x${timeScale}, repack ${mode === 'with' ? 'on' : 'off'}`,
+      );
       runs[mode] = await simulate({ nc, natsUrl: nats.url, redis, mode, rollouts, n, batchPrompts, simSeconds, timeScale, trainStep });
     }
     const w = runs.with;
@@ -101,11 +105,21 @@ export async function run(args: string[]): Promise<void> {
     };
     printTable(`repack: ${rollouts} simulated rollouts, ${batchPrompts * n} trajectories per batch, ${simSeconds} simulated s`, [
       ['measure', 'with repack', 'without', 'paper'],
-      ['generation throughput (tokens/s, simulated)', String(result.tokens_per_s_with), String(result.tokens_per_s_without), `+${Math.round(result.gen_throughput_gain * 100)}% (paper +26%)`],
+      [
+        'generation throughput (tokens/s, simulated)',
+        String(result.tokens_per_s_with),
+        String(result.tokens_per_s_without),
+        `+${Math.round(result.gen_throughput_gain * 100)}% (paper +26%)`,
+      ],
       ['mean KV-cache utilisation', pct(w.kvUtil), pct(wo.kvUtil), '82.2% vs 71.6%'],
       ['trajectories finished', String(w.completed), String(wo.completed), ''],
       ['repack moves / overhead per move (s, wall)', `${w.moves} / ${result.repack_overhead_s}`, '-', '0.69 s'],
-      ['staleness of finished trajectories p50 / p99 / max', `${result.staleness_p50} / ${result.staleness_p99} / ${result.staleness_max}`, '-', 'typically < 3'],
+      [
+        'staleness of finished trajectories p50 / p99 / max',
+        `${result.staleness_p50} / ${result.staleness_p99} / ${result.staleness_max}`,
+        '-',
+        'typically < 3',
+      ],
       ['simulated s per wall s', String(result.sim_speed_with), String(result.sim_speed_without), `target x${timeScale}`],
       ['event-loop delay p99 (ms, wall)', String(result.loop_delay_p99_ms), String(round(wo.loopDelayP99Ms)), ''],
       ['planner, 1,024 rollouts (ms, median / p99)', `${result.planner_1024_ms} / ${result.planner_1024_p99_ms}`, '', 'goal <= 5 ms'],
@@ -154,7 +168,13 @@ async function simulate(o: SimulateOptions): Promise<RunResult> {
     deadAfterMs: 60_000,
     tickMs: 50,
     ...(process.env.LAMINAR_BENCH_LOG ? { logger: pino({ level: 'info' }, pino.destination(`${process.env.LAMINAR_BENCH_LOG}.${o.mode}`)) } : {}),
-    rollouts: { partials, prompts: pool, limits: { cMax: 0.99, rooflineBatch: 128 }, repackIntervalMs: o.mode === 'with' ? 5000 * wallPerSim : 0, startupGraceMs: 60_000 },
+    rollouts: {
+      partials,
+      prompts: pool,
+      limits: { cMax: 0.99, rooflineBatch: 128 },
+      repackIntervalMs: o.mode === 'with' ? 5000 * wallPerSim : 0,
+      startupGraceMs: 60_000,
+    },
   });
   await manager.start();
   await manager.whenLeader();

@@ -50,9 +50,13 @@ export async function spawnBenchRelay(args: string[] = []): Promise<BenchRelay> 
   const socketPath = join(root, 'relay.sock');
   const { RelayClient } = await import('../src/relay/client/relay-client.js');
   const start = async (): Promise<{ child: ChildProcess; exited: Promise<void> }> => {
-    const child = spawn(process.execPath, [CLI, 'relay', '--shm-dir', join(root, 'segments'), '--socket', socketPath, '--metrics-port', '-1', '--log-level', 'warn', ...args], {
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      [CLI, 'relay', '--shm-dir', join(root, 'segments'), '--socket', socketPath, '--metrics-port', '-1', '--log-level', 'warn', ...args],
+      {
+        stdio: ['ignore', 'ignore', 'inherit'],
+      },
+    );
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     for (let i = 0; ; i++) {
       try {

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <uv.h>
+
 namespace laminar {
 
 namespace {
@@ -22,34 +24,15 @@ void SetErrorClass(Napi::Env env, Napi::Function ctor) {
   data->ctor = Napi::Persistent(ctor);
 }
 
-const char* ErrnoName(int err) {
-  switch (err) {
-    case ENOENT: return "ENOENT";
-    case EEXIST: return "EEXIST";
-    case EACCES: return "EACCES";
-    case EPERM: return "EPERM";
-    case ENOSPC: return "ENOSPC";
-    case ENOMEM: return "ENOMEM";
-    case EINVAL: return "EINVAL";
-    case EBADF: return "EBADF";
-    case EISDIR: return "EISDIR";
-    case ENOTDIR: return "ENOTDIR";
-    case EAGAIN: return "EAGAIN";
-    case EFBIG: return "EFBIG";
-    case EIO: return "EIO";
-    case EMFILE: return "EMFILE";
-    case ENFILE: return "ENFILE";
-    case ENAMETOOLONG: return "ENAMETOOLONG";
-    case EOVERFLOW: return "EOVERFLOW";
-    case EROFS: return "EROFS";
-    case EINTR: return "EINTR";
-    case EOPNOTSUPP: return "EOPNOTSUPP";
-    default: return "EUNKNOWN";
-  }
+std::string ErrnoName(int err) {
+  // libuv's table names every errno the platform defines (the names Node's own errors carry,
+  // e.g. "ENOSPC"); it answers "Unknown system error N" for a value it does not know.
+  char name[64];
+  uv_err_name_r(uv_translate_sys_error(err), name, sizeof name);
+  return std::strncmp(name, "Unknown", 7) == 0 ? std::string("EUNKNOWN") : std::string(name);
 }
 
-Napi::Object MakeError(Napi::Env env, const std::string& code, const std::string& syscall,
-                       const std::string& message) {
+Napi::Object MakeError(Napi::Env env, const std::string& code, const std::string& syscall, const std::string& message) {
   Napi::Object err;
   auto* data = GetData(env);
   if (data != nullptr && !data->ctor.IsEmpty()) {
@@ -62,8 +45,7 @@ Napi::Object MakeError(Napi::Env env, const std::string& code, const std::string
   return err;
 }
 
-Napi::Object MakeErrnoError(Napi::Env env, int err, const std::string& syscall,
-                            const std::string& context) {
+Napi::Object MakeErrnoError(Napi::Env env, int err, const std::string& syscall, const std::string& context) {
   std::string message = syscall + " failed: " + std::strerror(err);
   if (!context.empty()) message += " (" + context + ")";
   auto obj = MakeError(env, ErrnoName(err), syscall, message);

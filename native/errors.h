@@ -14,12 +14,10 @@ namespace laminar {
 void SetErrorClass(Napi::Env env, Napi::Function ctor);
 
 // Builds an error object (the project's class when registered, plain Error otherwise).
-Napi::Object MakeError(Napi::Env env, const std::string& code, const std::string& syscall,
-                       const std::string& message);
+Napi::Object MakeError(Napi::Env env, const std::string& code, const std::string& syscall, const std::string& message);
 
 // Builds an error from an errno value: code = errno name, message = strerror + context.
-Napi::Object MakeErrnoError(Napi::Env env, int err, const std::string& syscall,
-                            const std::string& context);
+Napi::Object MakeErrnoError(Napi::Env env, int err, const std::string& syscall, const std::string& context);
 
 inline void ThrowErrno(Napi::Env env, int err, const std::string& syscall, const std::string& context) {
   Napi::Error(env, MakeErrnoError(env, err, syscall, context)).ThrowAsJavaScriptException();
@@ -29,6 +27,7 @@ inline void ThrowCode(Napi::Env env, const std::string& code, const std::string&
   Napi::Error(env, MakeError(env, code, "", message)).ThrowAsJavaScriptException();
 }
 
-const char* ErrnoName(int err);
+// The errno name of `err` from libuv's table ("EUNKNOWN" for a value libuv does not know).
+std::string ErrnoName(int err);
 
 }  // namespace laminar

@@ -9,13 +9,41 @@
 
 #include <napi.h>
 
+#include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace laminar {
+
+// Page population, mlock and munlock of a large mapping go in steps of this many bytes. Each
+// such call holds the process's mmap lock (shared) for as long as it works, and a thread that
+// needs it exclusively (any mmap or munmap: the allocator, V8, a new mapping) waits for it,
+// while every page fault behind that waiter waits too. One call over a fresh gigabyte of tmpfs,
+// whose pages the kernel zeroes at first touch, held the relay's event loop for seconds. A
+// step costs a few milliseconds at worst, and lets the waiter in between.
+constexpr size_t kMmapLockStep = 8u << 20;
+
+// Calls `op(addr, length)` over [begin, end) in kMmapLockStep pieces; stops at the first
+// failure and returns its errno (0 when every piece succeeded). `*done` is how far it got.
+template <typename Op>
+int InSteps(uint8_t* begin, uint8_t* end, Op op, size_t* done = nullptr) {
+  uint8_t* at = begin;
+  int err = 0;
+  while (at < end) {
+    size_t n = static_cast<size_t>(end - at) < kMmapLockStep ? static_cast<size_t>(end - at) : kMmapLockStep;
+    if (op(at, n) != 0) {
+      err = errno;
+      break;
+    }
+    at += n;
+  }
+  if (done != nullptr) *done = static_cast<size_t>(at - begin);
+  return err;
+}
 
 struct Region {
   void* addr = nullptr;

@@ -53,8 +53,11 @@ bool ParseCreateArgs(const Napi::CallbackInfo& info, std::string* path, size_t* 
 class CreateWorker : public Napi::AsyncWorker {
  public:
   CreateWorker(Napi::Env env, std::string path, size_t size, size_t mode)
-      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), path_(std::move(path)),
-        size_(size), mode_(mode) {}
+      : Napi::AsyncWorker(env),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        path_(std::move(path)),
+        size_(size),
+        mode_(mode) {}
   Napi::Promise Promise() { return deferred_.Promise(); }
   void Execute() override {
     result_ = DoCreate(path_, size_, mode_);
@@ -62,7 +65,8 @@ class CreateWorker : public Napi::AsyncWorker {
   }
   void OnOK() override { deferred_.Resolve(Env().Undefined()); }
   void OnError(const Napi::Error&) override {
-    deferred_.Reject(MakeErrnoError(Env(), result_.err, result_.syscall, path_ + ", " + std::to_string(size_) + " bytes"));
+    deferred_.Reject(
+        MakeErrnoError(Env(), result_.err, result_.syscall, path_ + ", " + std::to_string(size_) + " bytes"));
   }
 
  private:

@@ -20,8 +20,11 @@ namespace laminar {
 class MemJob : public Napi::AsyncWorker {
  protected:
   MemJob(UcxWorker* worker, const char* name, std::shared_ptr<Region> region)
-      : Napi::AsyncWorker(worker->Env(), name), worker_(worker), self_(Napi::Persistent(worker->Value())),
-        context_(worker->context_), region_(std::move(region)) {
+      : Napi::AsyncWorker(worker->Env(), name),
+        worker_(worker),
+        self_(Napi::Persistent(worker->Value())),
+        context_(worker->context_),
+        region_(std::move(region)) {
     worker_->mem_jobs_++;
   }
   // On the JS thread, once Execute() is done.
@@ -120,7 +123,8 @@ Napi::Value UcxWorker::Register(const Napi::CallbackInfo& info) {
   return result;
 }
 
-void UcxWorker::OnMapped(uint64_t id, ucp_mem_h memh, ucs_status_t status, size_t length, std::shared_ptr<Region> region) {
+void UcxWorker::OnMapped(uint64_t id, ucp_mem_h memh, ucs_status_t status, size_t length,
+                         std::shared_ptr<Region> region) {
   auto key = closed_ ? registration_ids_.end() : registration_ids_.find(id);
   std::vector<Napi::Promise::Deferred> waiting;
   if (key != registration_ids_.end()) {
@@ -177,7 +181,9 @@ Napi::Value UcxWorker::Unregister(const Napi::CallbackInfo& info) {
     Registration registration = std::move(it->second);
     registrations_.erase(it);
     // Callers waiting on a registration being made learn that it is not there any more.
-    for (auto& deferred : registration.waiting) deferred.Reject(MakeError(info.Env(), "ERR_UCX_UNREGISTERED", "ucx", "unregistered before the registration was done"));
+    for (auto& deferred : registration.waiting)
+      deferred.Reject(
+          MakeError(info.Env(), "ERR_UCX_UNREGISTERED", "ucx", "unregistered before the registration was done"));
     registration.waiting.clear();
     if (registration.memh != nullptr) {
       retiring_.push_back(std::move(registration));

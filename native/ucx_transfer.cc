@@ -142,8 +142,8 @@ Napi::Value UcxWorker::Send(const Napi::CallbackInfo& info) {
       param.memh = memh;
     }
   }
-  ucs_status_ptr_t request = ucp_am_send_nbx(state->ep, kMessageId, op->header.data(), op->header.size(),
-                                             payload.data, payload.length, &param);
+  ucs_status_ptr_t request = ucp_am_send_nbx(state->ep, kMessageId, op->header.data(), op->header.size(), payload.data,
+                                             payload.length, &param);
   return Track(env, std::move(op), request);
 }
 

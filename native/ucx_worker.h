@@ -42,10 +42,10 @@ struct UcxEndpoint {
   UcxWorker* worker = nullptr;
   uint32_t id = 0;
   ucp_ep_h ep = nullptr;
-  bool failed = false;   // the error handler fired: only a forced close is allowed now
+  bool failed = false;  // the error handler fired: only a forced close is allowed now
   bool closing = false;
   bool ucx_closed = false;  // ucp_ep_close_nbx was called: UCX aborts on a second call
-  std::string peer;      // "address:port" as far as we know it
+  std::string peer;         // "address:port" as far as we know it
 };
 
 // One in-flight send, receive or close. Its promise settles on the JS thread.
@@ -70,8 +70,8 @@ struct UcxEvent {
   std::vector<uint8_t> header;
   std::vector<uint8_t> data;
   bool has_data = false;
-  bool dropped = false;     // an eager payload larger than we are willing to copy
-  uint64_t desc = 0;        // rendezvous payload waiting for receive()/release()
+  bool dropped = false;  // an eager payload larger than we are willing to copy
+  uint64_t desc = 0;     // rendezvous payload waiting for receive()/release()
   size_t length = 0;
   ucs_status_t status = UCS_OK;
   ucp_conn_request_h conn = nullptr;
@@ -121,8 +121,8 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   static void ReceiveCallback(void* request, ucs_status_t status, size_t length, void* user_data);
   static void ErrorHandler(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void ConnectionHandler(ucp_conn_request_h conn, void* arg);
-  static ucs_status_t MessageHandler(void* arg, const void* header, size_t header_length, void* data,
-                                     size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t MessageHandler(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                                     const ucp_am_recv_param_t* param);
 
   // Event-loop integration.
   void Pump();
@@ -145,7 +145,7 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   bool pumping_ = false;
   bool closed_ = false;
   bool close_requested_ = false;  // close() called from a handler while pumping
-  uint64_t budget_ns_ = 2000000;   // progress budget per loop turn
+  uint64_t budget_ns_ = 2000000;  // progress budget per loop turn
   size_t max_eager_copy_ = 16u << 20;
 
   Napi::FunctionReference handler_;

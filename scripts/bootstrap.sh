@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
-DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy libxxhash-dev pkg-config iproute2)
+DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy libxxhash-dev pkg-config iproute2 clang-format)
 
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do

@@ -18,8 +18,8 @@ import { TimeoutError } from '../common/errors.js';
 import { median } from '../common/stats.js';
 import { formatBytes } from '../common/units.js';
 import { perChunkCost } from '../relay/broadcast/chunk-model.js';
-import { RelayClient } from '../relay/client/relay-client.js';
-import { spawnDaemon, type Daemon } from '../demo/daemons.js';
+import { RelayClient } from '../relay/client/index.js';
+import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
 
 const MODEL = 'laminar/chunk-probe';
 /** Tensors of a synthetic version are at most this big. */
@@ -73,7 +73,11 @@ export async function probeChunkCost(options: ChunkProbeOptions): Promise<ChunkP
     timings.push({ chunkSize, chunks: Math.ceil(options.bytes / chunkSize), seconds, median: median(seconds) });
   }
   const [first, second] = timings as [ChunkProbeResult['timings'][number], ChunkProbeResult['timings'][number]];
-  return { bytes: options.bytes, timings, perChunk: perChunkCost({ chunks: first.chunks, seconds: first.median }, { chunks: second.chunks, seconds: second.median }) };
+  return {
+    bytes: options.bytes,
+    timings,
+    perChunk: perChunkCost({ chunks: first.chunks, seconds: first.median }, { chunks: second.chunks, seconds: second.median }),
+  };
 }
 
 export type Tensors = { name: string; dtype: 'U8'; shape: number[]; data: Uint8Array }[];
@@ -111,10 +115,30 @@ async function timeOneHop(tensors: Tensors, chunkSize: number, options: ChunkPro
     // by another process before the relay binds it); the plan naming both follows.
     for (let i = 0; i < 2; i++) {
       const argv = [
-        'relay', '--id', `p${i}`, '--listen', '127.0.0.1:0',
-        '--shm-dir', join(root, `p${i}`), '--socket', join(root, `p${i}.sock`), '--secret-file', secretFile,
-        '--chunk-size', String(chunkSize), '--broadcast-window', String(options.window ?? 4),
-        '--no-pin', '--keep-versions', '0', '--metrics-port', '-1', '--retry-interval', '250ms', '--log-level', 'info',
+        'relay',
+        '--id',
+        `p${i}`,
+        '--listen',
+        '127.0.0.1:0',
+        '--shm-dir',
+        join(root, `p${i}`),
+        '--socket',
+        join(root, `p${i}.sock`),
+        '--secret-file',
+        secretFile,
+        '--chunk-size',
+        String(chunkSize),
+        '--broadcast-window',
+        String(options.window ?? 4),
+        '--no-pin',
+        '--keep-versions',
+        '0',
+        '--metrics-port',
+        '-1',
+        '--retry-interval',
+        '250ms',
+        '--log-level',
+        'info',
       ];
       daemons.push(await spawnDaemon(`relay p${i}`, argv, 'relay ready', [], env));
       options.track?.child(daemons[i]!.child);
@@ -159,7 +183,7 @@ async function carry(sender: RelayClient, receiver: RelayClient, tensors: Tensor
   });
   timeout.catch(() => undefined);
   const end = await Promise.race([arrived, timeout]);
-  await watch.return?.(undefined);
+  await watch.return(undefined);
   return (end - started) / 1e3;
 }
 

@@ -27,7 +27,10 @@ export function chunkSizeCommand(): Command {
     .requiredOption('--bandwidth <rate>', 'measured bandwidth of one link, e.g. 100gbit or 11GB/s (ucx_perftest -t tag_bw)')
     .requiredOption('--latency <time>', 'measured start-up latency of one message, e.g. 5us (ucx_perftest -t tag_lat)')
     .option('--per-chunk <time>', "a relay's own cost per chunk, added to --latency in T_start (default 0; --probe measures it)")
-    .option('--probe', "measure a relay's cost per chunk on this host first: two relays on 127.0.0.1 carry --probe-size in 1 MiB and in 16 MiB chunks (UCX settings from the environment)")
+    .option(
+      '--probe',
+      "measure a relay's cost per chunk on this host first: two relays on 127.0.0.1 carry --probe-size in 1 MiB and in 16 MiB chunks (UCX settings from the environment)",
+    )
     .option('--probe-size <bytes>', 'bytes the probe carries in each round', '1GiB')
     .option('--probe-rounds <n>', 'rounds of the probe per chunk size (the median is used)', '3')
     .option('--shm-dir <dir>', "where the probe's relays keep their segments", '/dev/shm')
@@ -52,7 +55,10 @@ export function chunkSizeCommand(): Command {
         bandwidth_Bps: link.bandwidth,
         latency_s: latency,
         per_chunk_s: perChunk,
-        probe: probe && { bytes: probe.bytes, timings: probe.timings.map((t) => ({ chunk_bytes: t.chunkSize, chunks: t.chunks, seconds: t.seconds, median_s: t.median })) },
+        probe: probe && {
+          bytes: probe.bytes,
+          timings: probe.timings.map((t) => ({ chunk_bytes: t.chunkSize, chunks: t.chunks, seconds: t.seconds, median_s: t.median })),
+        },
         tstart_s: link.startup,
         optimal_chunks_model: optimalChunkCount(p, bytes, link),
         optimal_chunk_bytes: best,
@@ -74,7 +80,9 @@ export function chunkSizeCommand(): Command {
           `default chunk: ${formatBytes(DEFAULT_CHUNK_SIZE)} (${defaultK} chunks) -> T = ${result.t_default_s.toFixed(3)} s\n` +
           `one link alone (M/B): ${result.t_one_link_s.toFixed(3)} s\n` +
           `use it with: laminar relay --chunk-size ${best}\n` +
-          (perChunk === 0 && !probe ? "note: T_start counts the link's latency alone; a relay's own cost per chunk (--per-chunk, or --probe to measure it) argues for larger chunks\n" : ''),
+          (perChunk === 0 && !probe
+            ? "note: T_start counts the link's latency alone; a relay's own cost per chunk (--per-chunk, or --probe to measure it) argues for larger chunks\n"
+            : ''),
       );
     });
 }
@@ -82,8 +90,10 @@ export function chunkSizeCommand(): Command {
 async function runProbe(opts: ChunkSizeOptions): Promise<ChunkProbeResult> {
   const bytes = parseBytes(opts.probeSize);
   const rounds = Number(opts.probeRounds);
-  if (!Number.isInteger(rounds) || rounds < 1 || rounds > 20) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--probe-rounds must be an integer in 1..20, got ${JSON.stringify(opts.probeRounds)}`);
-  if (bytes < 2 * PROBE_CHUNK_SIZES[1]) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--probe-size must be at least ${formatBytes(2 * PROBE_CHUNK_SIZES[1])} (two of the larger chunks)`);
+  if (!Number.isInteger(rounds) || rounds < 1 || rounds > 20)
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--probe-rounds must be an integer in 1..20, got ${JSON.stringify(opts.probeRounds)}`);
+  if (bytes < 2 * PROBE_CHUNK_SIZES[1])
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--probe-size must be at least ${formatBytes(2 * PROBE_CHUNK_SIZES[1])} (two of the larger chunks)`);
   // Ctrl-C stops the probe's relays and removes their segments before the command ends.
   const abort = new AbortController();
   const onSignal = (): void => abort.abort(new LaminarError(ErrorCodes.ABORTED, 'the probe was interrupted'));

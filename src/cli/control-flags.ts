@@ -19,7 +19,7 @@ export function addControlFlags(command: Command, required = false): Command {
 
 export function controlInput(opts: Record<string, unknown>): ControlOptionsInput | null {
   if (typeof opts.nats !== 'string') return null;
-  const pick = (k: string): Record<string, string> => (typeof opts[k] === 'string' ? { [k]: opts[k] as string } : {});
+  const pick = (k: string): Record<string, string> => (typeof opts[k] === 'string' ? { [k]: opts[k] } : {});
   return {
     nats: opts.nats,
     ...pick('job'),

@@ -28,7 +28,7 @@ program.parseAsync(process.argv).catch((err: unknown) => {
   if (err instanceof CommanderError) {
     process.exit(err.exitCode);
   }
-  const e = err as LaminarError;
+  const e = err as Partial<LaminarError>;
   process.stderr.write(`laminar: ${e.code ? `${e.code}: ` : ''}${e.message ?? String(err)}\n`);
   process.exit(1);
 });

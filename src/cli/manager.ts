@@ -8,17 +8,22 @@ import { connectControl, parseControlOptions } from '../control/nats-options.js'
 import { Redis } from 'ioredis';
 import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
 import { Manager } from '../manager/manager.js';
-import { DEFAULT_REPACK_LIMITS, REPACK_LIMITS_CODE, validateRepackLimits } from '../manager/repack/planner.js';
+import { DEFAULT_REPACK_LIMITS, validateRepackLimits } from '../manager/repack/planner.js';
 import { InvalidInputError } from '../common/errors.js';
 import { addControlFlags, controlInput } from './control-flags.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 export function managerCommand(): Command {
   return addControlFlags(new Command('manager'), true)
-    .description('run the rollout manager: orders relays into the broadcast chain, detects failures and repairs the chain (one active per job, others stand by)')
+    .description(
+      'run the rollout manager: orders relays into the broadcast chain, detects failures and repairs the chain (one active per job, others stand by)',
+    )
     .addOption(new Option('--id <name>', 'name of this manager (default: manager@host:pid)').env('LAMINAR_MANAGER_ID'))
     .addOption(new Option('--http-host <host>', 'address of /metrics and /status').env('LAMINAR_HTTP_HOST').default('127.0.0.1'))
     .addOption(new Option('--http-port <port>', 'port of /metrics and /status (0: any, -1: off)').env('LAMINAR_HTTP_PORT').default('9480'))
-    .addOption(new Option('--lease <duration>', 'leader lease: a standby takes over this long after the leader stops renewing').env('LAMINAR_LEASE').default('5s'))
+    .addOption(
+      new Option('--lease <duration>', 'leader lease: a standby takes over this long after the leader stops renewing').env('LAMINAR_LEASE').default('5s'),
+    )
     .addOption(new Option('--suspect-after <duration>', 'silence after which a member is suspected').env('LAMINAR_SUSPECT_AFTER').default('3s'))
     .addOption(new Option('--dead-after <duration>', 'silence after which a member is declared dead').env('LAMINAR_DEAD_AFTER').default('6s'))
     .addOption(new Option('--stall-timeout <duration>', 'a chain link without progress this long is repaired').env('LAMINAR_STALL_TIMEOUT').default('3s'))
@@ -26,15 +31,50 @@ export function managerCommand(): Command {
     .addOption(new Option('--replicas <n>', 'replicas of the control bucket (3 on a NATS cluster)').env('LAMINAR_REPLICAS').default('1'))
     .addOption(new Option('--redis <url>', 'Redis of the prompt pool (rollout failover returns samples there)').env('LAMINAR_REDIS'))
     .addOption(new Option('--prompt-pool <name>', 'prompt pool name').env('LAMINAR_PROMPT_POOL').default('default'))
-    .addOption(new Option('--partial-pool <name>', 'partial-response pool name (repack and failover move trajectories through it)').env('LAMINAR_PARTIAL_POOL').default('default'))
-    .addOption(new Option('--buffer <name>', 'experience buffer name (a taken-over trajectory already there is not resumed)').env('LAMINAR_BUFFER').default('default'))
+    .addOption(
+      new Option('--partial-pool <name>', 'partial-response pool name (repack and failover move trajectories through it)')
+        .env('LAMINAR_PARTIAL_POOL')
+        .default('default'),
+    )
+    .addOption(
+      new Option('--buffer <name>', 'experience buffer name (a taken-over trajectory already there is not resumed)').env('LAMINAR_BUFFER').default('default'),
+    )
     .addOption(new Option('--model <name>', 'model the rollouts generate with').env('LAMINAR_MODEL'))
-    .addOption(new Option('--repack-interval <duration>', 'period of the repack check (0: repack off); it also runs after each new weight version').env('LAMINAR_REPACK_INTERVAL').default('5s'))
+    .addOption(
+      new Option('--repack-interval <duration>', 'period of the repack check (0: repack off); it also runs after each new weight version')
+        .env('LAMINAR_REPACK_INTERVAL')
+        .default('5s'),
+    )
     .addOption(new Option('--kv-max <fraction>', 'C_max: KV-cache use at which a rollout counts as full').env('LAMINAR_KV_MAX').default('0.99'))
-    .addOption(new Option('--roofline-batch <n[,model=n...]>', 'B: largest decode batch still memory-bound; a default and per-model values, e.g. 256,qwen-7b=512,qwen-72b=64').env('LAMINAR_ROOFLINE_BATCH').default('256'))
-    .addOption(new Option('--orphan-wait <duration>', 'how long a dead rollout\'s trajectories wait for a rollout of their weight version before their samples return to the prompt pool').env('LAMINAR_ORPHAN_WAIT').default('30s'))
-    .addOption(new Option('--orphan-scan <duration>', 'backstop period of the scan for trajectories whose rollout is gone (it also runs when a rollout is declared dead and when this manager becomes leader)').env('LAMINAR_ORPHAN_SCAN').default('60s'))
-    .addOption(new Option('--command-timeout <duration>', 'limit on a rollout carrying out a repack or failover command').env('LAMINAR_COMMAND_TIMEOUT').default('30s'))
+    .addOption(
+      new Option(
+        '--roofline-batch <n[,model=n...]>',
+        'B: the most trajectories a rollout decodes about as fast as one (decode still memory-bound); repack never fills a rollout beyond it. ' +
+          "Measure it on the rollouts' engine: decode step time at batch sizes 1 to 512, B = the largest batch within 10% of the fastest step " +
+          '(npm run bench -- repack-planner --decode-steps FILE). A default and per-model values, e.g. 256,qwen-7b=512,qwen-72b=64',
+      )
+        .env('LAMINAR_ROOFLINE_BATCH')
+        .default('256'),
+    )
+    .addOption(
+      new Option(
+        '--orphan-wait <duration>',
+        "how long a dead rollout's trajectories wait for a rollout of their weight version before their samples return to the prompt pool",
+      )
+        .env('LAMINAR_ORPHAN_WAIT')
+        .default('30s'),
+    )
+    .addOption(
+      new Option(
+        '--orphan-scan <duration>',
+        'backstop period of the scan for trajectories whose rollout is gone (it also runs when a rollout is declared dead and when this manager becomes leader)',
+      )
+        .env('LAMINAR_ORPHAN_SCAN')
+        .default('60s'),
+    )
+    .addOption(
+      new Option('--command-timeout <duration>', 'limit on a rollout carrying out a repack or failover command').env('LAMINAR_COMMAND_TIMEOUT').default('30s'),
+    )
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
     .action(async (opts: Record<string, string | undefined>) => {
       const logger = createLogger({ level: opts.logLevel as 'info', name: 'laminar-manager' });
@@ -102,10 +142,14 @@ export function managerCommand(): Command {
 export function parseRooflineBatch(text: string): { default: number; byModel: Record<string, number> } {
   let fallback = DEFAULT_REPACK_LIMITS.rooflineBatch;
   const byModel: Record<string, number> = {};
-  for (const part of text.split(',').map((p) => p.trim()).filter((p) => p.length > 0)) {
+  for (const part of text
+    .split(',')
+    .map((p) => p.trim())
+    .filter((p) => p.length > 0)) {
     const eq = part.lastIndexOf('=');
     const value = Number(eq < 0 ? part : part.slice(eq + 1));
-    if (!Number.isSafeInteger(value) || value <= 0) throw new InvalidInputError(REPACK_LIMITS_CODE, `--roofline-batch: ${JSON.stringify(part)} is not a positive integer (or model=integer)`);
+    if (!Number.isSafeInteger(value) || value <= 0)
+      throw new InvalidInputError(ErrorCodes.REPACK_LIMITS, `--roofline-batch: ${JSON.stringify(part)} is not a positive integer (or model=integer)`);
     if (eq < 0) fallback = value;
     else byModel[part.slice(0, eq)] = value;
   }

@@ -2,7 +2,7 @@
 import { formatBytes } from '../common/units.js';
 
 export function progressBar(label: string): { update(done: number, total: number): void; end(): void } {
-  const tty = process.stderr.isTTY === true;
+  const tty = process.stderr.isTTY;
   const started = performance.now();
   let lastDraw = 0;
   return {

@@ -11,7 +11,11 @@ export function relayCommand(): Command {
     .addOption(new Option('--host <name>', 'host name reported to the manager (a trainer on the same host writes into shared memory)').env('LAMINAR_HOST'))
     .addOption(new Option('--labels <k=v,...>', 'labels for the chain order, e.g. rack=r12 (equal labels sit together)').env('LAMINAR_LABELS'))
     .addOption(new Option('--heartbeat <duration>', 'heartbeat period to the manager').env('LAMINAR_HEARTBEAT').default('1s'))
-    .addOption(new Option('--advertise <address:port>', 'UCX address other relays reach this one at (default: --listen, or this host\'s first IPv4)').env('LAMINAR_ADVERTISE'))
+    .addOption(
+      new Option('--advertise <address:port>', "UCX address other relays reach this one at (default: --listen, or this host's first IPv4)").env(
+        'LAMINAR_ADVERTISE',
+      ),
+    )
     .description('run the relay daemon of this host: holds weight versions in pinned shared memory and serves local trainers and rollouts')
     .addOption(new Option('--id <name>', 'name of this relay in the job (default: host name)').env('LAMINAR_RELAY_ID'))
     .addOption(new Option('--shm-dir <dir>', 'directory of the version segments (a tmpfs)').env('LAMINAR_SHM_DIR').default(DEFAULT_SHM_DIR))
@@ -20,23 +24,43 @@ export function relayCommand(): Command {
     .addOption(new Option('--file-mode <octal>', 'permissions of segment files (read bits kept once complete)').env('LAMINAR_FILE_MODE').default('640'))
     .addOption(new Option('--chunk-size <bytes>', 'chunk size of new versions (checksum and broadcast unit)').env('LAMINAR_CHUNK_SIZE').default('32MiB'))
     .addOption(new Option('--keep-versions <n>', 'complete versions kept besides the latest and the leased ones').env('LAMINAR_KEEP_VERSIONS').default('2'))
-    .addOption(new Option('--spare-segments <n>', 'segments kept allocated for the next versions (their pages are reused; 0: none)').env('LAMINAR_SPARE_SEGMENTS').default('1'))
-    .addOption(new Option('--spare-quiet <duration>', 'how long nothing must move through the relay before it prepares a spare').env('LAMINAR_SPARE_QUIET').default('5s'))
+    .addOption(
+      new Option('--spare-segments <n>', 'segments kept allocated for the next versions (their pages are reused; 0: none)')
+        .env('LAMINAR_SPARE_SEGMENTS')
+        .default('1'),
+    )
+    .addOption(
+      new Option('--spare-quiet <duration>', 'how long nothing must move through the relay before it prepares a spare')
+        .env('LAMINAR_SPARE_QUIET')
+        .default('5s'),
+    )
     .addOption(new Option('--memory-budget <bytes>', 'shared memory the relay may hold, e.g. 200GiB (default: none)').env('LAMINAR_MEMORY_BUDGET'))
     .addOption(new Option('--no-pin', 'do not mlock versions'))
     .addOption(new Option('--max-frame <bytes>', 'largest protocol frame accepted').env('LAMINAR_MAX_FRAME').default('16MiB'))
     .addOption(new Option('--metrics-host <host>', 'address of /metrics').env('LAMINAR_METRICS_HOST').default('127.0.0.1'))
     .addOption(new Option('--metrics-port <port>', 'port of /metrics (0: any free port, -1: disabled)').env('LAMINAR_METRICS_PORT').default('9470'))
     .addOption(new Option('--verify-concurrency <n>', 'checksum jobs run in parallel').env('LAMINAR_VERIFY_CONCURRENCY').default('4'))
-    .addOption(new Option('--listen <address:port>', 'UCX listener for the broadcast (default: this relay\'s address in the plan; 0.0.0.0:13337 with --nats)').env('LAMINAR_LISTEN'))
+    .addOption(
+      new Option('--listen <address:port>', "UCX listener for the broadcast (default: this relay's address in the plan; 0.0.0.0:13337 with --nats)").env(
+        'LAMINAR_LISTEN',
+      ),
+    )
     .addOption(new Option('--peers <list>', 'static chain plan, master first: id@address:port,id@address:port,...').env('LAMINAR_PEERS'))
     .addOption(new Option('--plan-file <file>', 'chain plan as JSON: { "epoch": 1, "relays": [{ "id", "address" }] }').env('LAMINAR_PLAN_FILE'))
-    .addOption(new Option('--secret-file <file>', 'file holding the job secret relays authenticate each other with (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'))
+    .addOption(
+      new Option('--secret-file <file>', 'file holding the job secret relays authenticate each other with (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'),
+    )
     .addOption(new Option('--broadcast-window <n>', 'chunks in flight per downstream link').env('LAMINAR_BROADCAST_WINDOW').default('4'))
-    .addOption(new Option('--peer-timeout <duration>', 'a downstream relay that takes nothing, or a peer relay that answers no ping, for this long is skipped').env('LAMINAR_PEER_TIMEOUT').default('10s'))
+    .addOption(
+      new Option('--peer-timeout <duration>', 'a downstream relay that takes nothing, or a peer relay that answers no ping, for this long is skipped')
+        .env('LAMINAR_PEER_TIMEOUT')
+        .default('10s'),
+    )
     .addOption(new Option('--handshake-timeout <duration>', 'limit on connecting and authenticating to a peer').env('LAMINAR_HANDSHAKE_TIMEOUT').default('5s'))
     .addOption(new Option('--retry-interval <duration>', 'how soon a skipped relay is tried again').env('LAMINAR_RETRY_INTERVAL').default('2s'))
-    .addOption(new Option('--partial-ttl <duration>', 'a partly received version nobody sends to for this long is dropped').env('LAMINAR_PARTIAL_TTL').default('10m'))
+    .addOption(
+      new Option('--partial-ttl <duration>', 'a partly received version nobody sends to for this long is dropped').env('LAMINAR_PARTIAL_TTL').default('10m'),
+    )
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
     .addOption(new Option('--config <file>', 'JSON file of options (keys as in camelCase: shmDir, memoryBudget, ...)').env('LAMINAR_CONFIG'))
     .hook('preAction', (cmd) => applyConfigFile(cmd))

@@ -24,7 +24,7 @@ export function simRolloutCommand(): Command {
     .description('run a simulated rollout engine (continuous batching, KV cache, long-tail lengths) on the real rollout SDK')
     .addOption(new Option('--id <name>', 'rollout id in the job').env('LAMINAR_ROLLOUT_ID').makeOptionMandatory())
     .addOption(new Option('--redis <url>', 'Redis of the prompt pool').env('LAMINAR_REDIS').default('redis://127.0.0.1:6379'))
-    .addOption(new Option('--relay-socket <path>', 'the local relay\'s socket (weights); without it --fixed-version is used').env('LAMINAR_RELAY_SOCKET'))
+    .addOption(new Option('--relay-socket <path>', "the local relay's socket (weights); without it --fixed-version is used").env('LAMINAR_RELAY_SOCKET'))
     .addOption(new Option('--fixed-version <n>', 'generate with this weight version and no relay (tests)').env('LAMINAR_FIXED_VERSION'))
     .addOption(new Option('--model <name>', 'model whose weights the rollout pulls').env('LAMINAR_MODEL').default('sim/policy'))
     .addOption(new Option('--host <name>', 'host name reported to the manager').env('LAMINAR_HOST'))
@@ -55,7 +55,10 @@ export function simRolloutCommand(): Command {
       }
       const fixed = opts.fixedVersion !== undefined ? Number(opts.fixedVersion) : null;
       if (fixed !== null && !(Number.isSafeInteger(fixed) && fixed >= 0)) {
-        throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--fixed-version must be a version number (an integer >= 0), got ${JSON.stringify(opts.fixedVersion)}`);
+        throw new InvalidInputError(
+          ErrorCodes.INVALID_ARG,
+          `--fixed-version must be a version number (an integer >= 0), got ${JSON.stringify(opts.fixedVersion)}`,
+        );
       }
       const engineOptions = {
         profile: {
@@ -96,7 +99,14 @@ export function simRolloutCommand(): Command {
       });
       watchEventLoop({ registry, log: logger });
       const port = Number(opts.metricsPort);
-      const http = port >= 0 ? await serveMetrics(registry, { host: opts.metricsHost!, port, status: () => ({ id: opts.id, version: rollout.client.version, owned: rollout.client.owned.size, ...rollout.engine.stats }) }) : null;
+      const http =
+        port >= 0
+          ? await serveMetrics(registry, {
+              host: opts.metricsHost!,
+              port,
+              status: () => ({ id: opts.id, version: rollout.client.version, owned: rollout.client.owned.size, ...rollout.engine.stats }),
+            })
+          : null;
       logger.info({ rollout: opts.id, job: control.job, metricsPort: http?.port ?? null }, 'sim-rollout started');
       let stopping = false;
       const stop = (signal: string): void => {

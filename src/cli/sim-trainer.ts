@@ -19,31 +19,45 @@ export function simTrainerCommand(): Command {
     .addOption(new Option('--model <id>', 'model id of the published versions').env('LAMINAR_MODEL').default('sim/policy'))
     .addOption(new Option('--size <bytes>', 'bytes of one weight version (BF16), e.g. 64MiB, 14GB').env('LAMINAR_SIM_SIZE').default('64MiB'))
     .addOption(new Option('--tensors <n>', 'tensors a version is split into').env('LAMINAR_SIM_TENSORS').default('8'))
-    .addOption(new Option('--batch-size <n>', 'trajectories per batch (with --strategy groups: a sum of whole group sizes)').env('LAMINAR_BATCH_SIZE').default('64'))
-    .addOption(new Option('--strategy <name>', `sampling strategy: ${SIM_TRAINER_STRATEGIES.join(', ')} (groups: whole GRPO groups)`).env('LAMINAR_STRATEGY').default('fifo'))
-    .addOption(new Option('--max-staleness <n>', 'drop trajectories more than n versions behind the trainer (staleness-bounded sampling)').env('LAMINAR_MAX_STALENESS'))
+    .addOption(
+      new Option('--batch-size <n>', 'trajectories per batch (with --strategy groups: a sum of whole group sizes)').env('LAMINAR_BATCH_SIZE').default('64'),
+    )
+    .addOption(
+      new Option('--strategy <name>', `sampling strategy: ${SIM_TRAINER_STRATEGIES.join(', ')} (groups: whole GRPO groups)`)
+        .env('LAMINAR_STRATEGY')
+        .default('fifo'),
+    )
+    .addOption(
+      new Option('--max-staleness <n>', 'drop trajectories more than n versions behind the trainer (staleness-bounded sampling)').env('LAMINAR_MAX_STALENESS'),
+    )
     .addOption(new Option('--train-time <duration>', 'simulated time of one training step').env('LAMINAR_TRAIN_TIME').default('2s'))
     .addOption(new Option('--time-scale <x>', 'simulated seconds per wall-clock second (10: a 2s step takes 200ms)').env('LAMINAR_TIME_SCALE').default('1'))
     .addOption(new Option('--steps <n>', 'stop after n training steps (default: run until stopped)').env('LAMINAR_STEPS'))
     .addOption(new Option('--duration <duration>', 'stop after this much wall-clock time, e.g. 10m (the step in hand is finished)').env('LAMINAR_DURATION'))
     .addOption(new Option('--start-version <n>', 'weight version the trainer starts at').env('LAMINAR_START_VERSION').default('0'))
     .addOption(new Option('--no-initial-publish', 'do not publish the start version before the first step'))
-    .addOption(new Option('--buffer <name>', 'experience buffer to sample (stream LAMINAR_EXP_<name>), as the writers name it').env('LAMINAR_BUFFER').default('default'))
-    .addOption(new Option('--replicas <n>', 'replicas of the buffer stream if the trainer creates it (3 on a NATS cluster)').env('LAMINAR_BUFFER_REPLICAS').default('1'))
-    .addOption(new Option('--seed <n>', 'seed of the sampler\'s random source (uniform)').env('LAMINAR_SEED'))
+    .addOption(
+      new Option('--buffer <name>', 'experience buffer to sample (stream LAMINAR_EXP_<name>), as the writers name it').env('LAMINAR_BUFFER').default('default'),
+    )
+    .addOption(
+      new Option('--replicas <n>', 'replicas of the buffer stream if the trainer creates it (3 on a NATS cluster)').env('LAMINAR_BUFFER_REPLICAS').default('1'),
+    )
+    .addOption(new Option('--seed <n>', "seed of the sampler's random source (uniform)").env('LAMINAR_SEED'))
     .addOption(new Option('--no-prefetch', 'do not assemble the next batch while the current one trains'))
     .addOption(new Option('--id <name>', 'member id of this trainer (default: trainer-<host>)').env('LAMINAR_TRAINER_ID'))
-    .addOption(new Option('--host <name>', 'host name compared with the master relay\'s (same host: write into its shared memory)').env('LAMINAR_HOST'))
+    .addOption(new Option('--host <name>', "host name compared with the master relay's (same host: write into its shared memory)").env('LAMINAR_HOST'))
     .addOption(new Option('--secret-file <file>', 'file holding the job secret for pushes to a remote master (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'))
     .addOption(new Option('--chunk-size <bytes>', 'chunk size of remote pushes').env('LAMINAR_CHUNK_SIZE'))
     .addOption(new Option('--master-wait <duration>', 'how long a publish waits for a master relay').env('LAMINAR_MASTER_WAIT').default('60s'))
     .addOption(new Option('--force-remote', 'push over UCX even when the master runs on this host'))
     .addOption(new Option('--metrics-host <host>', 'address of /metrics').env('LAMINAR_METRICS_HOST').default('127.0.0.1'))
     .addOption(new Option('--metrics-port <port>', 'port of /metrics (0: any free port, -1: disabled)').env('LAMINAR_METRICS_PORT').default('-1'))
-    .addOption(new Option('--json', 'one JSON line per step on stdout: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean}}'))
+    .addOption(
+      new Option('--json', 'one JSON line per step on stdout: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean}}'),
+    )
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
     .action(async (opts: Opts) => {
-      const str = (k: string): string | undefined => (typeof opts[k] === 'string' ? (opts[k] as string) : undefined);
+      const str = (k: string): string | undefined => (typeof opts[k] === 'string' ? opts[k] : undefined);
       const logger = createLogger({ level: opts.logLevel as 'info', name: 'laminar-sim-trainer' });
       const metricsPort = Number(str('metricsPort'));
       if (!Number.isInteger(metricsPort) || metricsPort < -1 || metricsPort > 65535) {
@@ -114,7 +128,10 @@ export function simTrainerCommand(): Command {
       process.on('SIGTERM', onSignal);
       try {
         const summary = await sim.run();
-        if (!json) process.stderr.write(`stopped (${summary.reason}): ${summary.steps} steps, ${summary.trajectories} trajectories, newest version v${summary.version}\n`);
+        if (!json)
+          process.stderr.write(
+            `stopped (${summary.reason}): ${summary.steps} steps, ${summary.trajectories} trajectories, newest version v${summary.version}\n`,
+          );
       } finally {
         await http?.close();
       }

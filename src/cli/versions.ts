@@ -1,7 +1,7 @@
 /** `laminar versions`: what the local relay holds. */
 import { Command, Option } from 'commander';
 import { formatBytes } from '../common/units.js';
-import { RelayClient } from '../relay/client/relay-client.js';
+import { RelayClient } from '../relay/client/index.js';
 
 export function versionsCommand(): Command {
   return new Command('versions')
@@ -23,21 +23,29 @@ export function versionsCommand(): Command {
         ].sort((a, b) => a[0]!.localeCompare(b[0]!) || Number(a[1]) - Number(b[1]));
         const header = ['MODEL', 'VERSION', 'STATE', 'SIZE', 'LEASES', 'PINNED'];
         const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-        const line = (cells: string[]): string => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
-        process.stdout.write(`relay ${status.relay}  shm ${status.shmDir}  used ${formatBytes(status.usedBytes)}` +
-          `${status.memoryBudget !== null ? ` of ${formatBytes(status.memoryBudget)}` : ''}` +
-          `${status.spares.count > 0 ? ` (spare ${formatBytes(status.spares.bytes)})` : ''}  pinning ${status.pinning ? 'on' : 'OFF'}  ` +
-          `leases ${status.leases}  clients ${status.connections}\n`);
+        const line = (cells: string[]): string =>
+          cells
+            .map((c, i) => c.padEnd(widths[i]!))
+            .join('  ')
+            .trimEnd();
+        process.stdout.write(
+          `relay ${status.relay}  shm ${status.shmDir}  used ${formatBytes(status.usedBytes)}` +
+            (status.memoryBudget !== null ? ` of ${formatBytes(status.memoryBudget)}` : '') +
+            `${status.spares.count > 0 ? ` (spare ${formatBytes(status.spares.bytes)})` : ''}  pinning ${status.pinning ? 'on' : 'OFF'}  ` +
+            `leases ${status.leases}  clients ${status.connections}\n`,
+        );
         process.stdout.write(`${line(header)}\n${rows.map(line).join('\n')}${rows.length ? '\n' : ''}`);
         const b = status.broadcast;
         if (b) {
           const sending = b.downstream
             ? `sending to ${b.downstream.id} (${b.downstream.address})${b.downstream.sending.map((s) => ` ${s.model} v${s.version}`).join(',')}`
             : 'no successor';
-          const receiving = b.receiving.map((r) => `${r.model} v${r.version} ${r.settingUp ? '(setting up its segment)' : `${r.hwm}/${r.chunks} chunks`}`).join(', ');
+          const receiving = b.receiving
+            .map((r) => `${r.model} v${r.version} ${r.settingUp ? '(setting up its segment)' : `${r.hwm}/${r.chunks} chunks`}`)
+            .join(', ');
           process.stdout.write(
             `broadcast: epoch ${b.epoch ?? '-'}, position ${b.position}, port ${b.port ?? '-'}; ${sending}` +
-              `${b.upstreams.length ? `; upstream ${b.upstreams.map((u) => u.id).join(', ')}` : ''}` +
+              (b.upstreams.length ? `; upstream ${b.upstreams.map((u) => u.id).join(', ')}` : '') +
               `${receiving ? `; receiving ${receiving}` : ''}${b.skipped.length ? `; skipped ${b.skipped.join(', ')}` : ''}\n`,
           );
         }

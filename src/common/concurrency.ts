@@ -14,14 +14,28 @@ export async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (it
   return results;
 }
 
-/** Resolves after ms, or rejects with the signal's reason when aborted first. */
-export function delay(ms: number, signal?: AbortSignal): Promise<void> {
+export interface DelayOptions {
+  signal?: AbortSignal;
+  /** The timer does not keep the process alive (a retry loop of a component being shut down). */
+  unref?: boolean;
+}
+
+/**
+ * Resolves after ms, or rejects with the signal's reason when aborted first. The second argument
+ * is the signal itself or DelayOptions.
+ */
+export function delay(ms: number, options?: AbortSignal | DelayOptions): Promise<void> {
+  const { signal, unref = false } = options instanceof AbortSignal ? { signal: options } : (options ?? {});
   return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason as Error);
+    if (signal?.aborted) {
+      reject(signal.reason as Error);
+      return;
+    }
     const timer = setTimeout(() => {
       signal?.removeEventListener('abort', onAbort);
       resolve();
     }, ms);
+    if (unref) timer.unref();
     const onAbort = (): void => {
       clearTimeout(timer);
       reject(signal?.reason as Error);

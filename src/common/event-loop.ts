@@ -7,7 +7,8 @@
  * One timer tick a second (unref'd): an idle daemon wakes no more often than the default
  * metrics' own lag sampling already makes it.
  */
-import { Counter, type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
+import { counter } from './metric-factory.js';
 import type { Logger } from './logger.js';
 
 export interface EventLoopWatchOptions {
@@ -30,9 +31,7 @@ export function watchEventLoop(options: EventLoopWatchOptions): EventLoopWatch {
   const intervalMs = options.intervalMs ?? 1000;
   const name = 'laminar_event_loop_holdups_total';
   // Several daemons may share a process (tests, the demo): one counter per registry.
-  const counter =
-    (options.registry.getSingleMetric(name) as Counter | undefined) ??
-    new Counter({ name, help: `Times the event loop ran a timer more than ${thresholdMs} ms late`, registers: [options.registry] });
+  const holdupCounter = counter(options.registry, { name, help: `Times the event loop ran a timer more than ${thresholdMs} ms late` });
   let holdups = 0;
   let due = performance.now() + intervalMs;
   const timer = setInterval(() => {
@@ -41,7 +40,7 @@ export function watchEventLoop(options: EventLoopWatchOptions): EventLoopWatch {
     due = now + intervalMs;
     if (lateMs < thresholdMs) return;
     holdups++;
-    counter.inc();
+    holdupCounter.inc();
     options.log.warn({ heldUpMs: Math.round(lateMs) }, 'event loop held up: nothing was answered meanwhile');
   }, intervalMs);
   timer.unref();

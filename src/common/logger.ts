@@ -14,11 +14,8 @@ export interface LoggerOptions {
 }
 
 export function createLogger(options: LoggerOptions = {}): Logger {
-  const level = options.level ?? ((process.env.LAMINAR_LOG_LEVEL as LevelWithSilent | undefined) ?? 'info');
-  return pino(
-    { level, name: options.name ?? 'laminar', base: { pid: process.pid } },
-    pino.destination({ dest: options.destination ?? 2, sync: true }),
-  );
+  const level = options.level ?? (process.env.LAMINAR_LOG_LEVEL as LevelWithSilent | undefined) ?? 'info';
+  return pino({ level, name: options.name ?? 'laminar', base: { pid: process.pid } }, pino.destination({ dest: options.destination ?? 2, sync: true }));
 }
 
 /** A logger that drops everything (library default when the caller passes none). */

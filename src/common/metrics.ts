@@ -1,11 +1,13 @@
 /**
  * Prometheus metrics: each daemon owns one prom-client Registry (never the global one, so that
- * several components can live in one process, as in tests) and serves it on /metrics.
+ * several components can live in one process, as in tests) and serves it on /metrics. Metrics
+ * are defined with metric-factory.ts.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Registry, collectDefaultMetrics, type Gauge } from 'prom-client';
+import { gauge } from './metric-factory.js';
 
 /**
  * How often the event-loop lag is sampled. prom-client's default (10 ms) is a timer that wakes
@@ -55,14 +57,14 @@ function exportEventLoopLag(registry: Registry, prefix: string, sampleMs: number
   // two samples keeps the previous values.
   const collectAll = (): void => {
     if (histogram.count === 0) return;
-    for (const [statistic, gauge] of gauges) gauge.set(read[statistic]());
+    for (const [statistic, lag] of gauges) lag.set(read[statistic]());
     histogram.reset();
   };
   for (const statistic of LAG_STATISTICS) {
     const name = `${prefix}nodejs_eventloop_lag_${statistic}_seconds`;
     registry.removeSingleMetric(name);
     const help = `The ${statistic} of the event loop's lag since the last scrape (each sample less the ${sampleMs} ms sampling period)`;
-    gauges.set(statistic, new Gauge({ name, help, registers: [registry], ...(gauges.size === 0 ? { collect: collectAll } : {}) }));
+    gauges.set(statistic, gauge(registry, { name, help, ...(gauges.size === 0 ? { collect: collectAll } : {}) }));
   }
 }
 
@@ -75,10 +77,7 @@ export interface MetricsServer {
  * Serves GET /metrics (Prometheus text) and GET /status (JSON from `status`, when given) on
  * host:port. Port 0 picks a free port; the bound port is in the result.
  */
-export async function serveMetrics(
-  registry: Registry,
-  options: { host: string; port: number; status?: () => unknown },
-): Promise<MetricsServer> {
+export async function serveMetrics(registry: Registry, options: { host: string; port: number; status?: () => unknown }): Promise<MetricsServer> {
   const server: Server = createServer((req, res) => {
     const url = req.url ?? '/';
     if (req.method === 'GET' && url.startsWith('/metrics')) {

@@ -12,6 +12,7 @@ import { hostname } from 'node:os';
 import type { KV } from '@nats-io/kv';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
+import { delay } from '../common/concurrency.js';
 import { silentLogger } from '../common/logger.js';
 import { openControlBucket } from './bucket.js';
 import {
@@ -32,6 +33,7 @@ import {
   type Register,
 } from './schema.js';
 import { Keys, controlNames, type ControlNames } from './subjects.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 export interface MemberState {
   epoch: number | null;
@@ -60,7 +62,10 @@ export interface MemberAgentOptions {
    * A command from the manager. When the manager sent it as a request, what this returns (or
    * throws) is the reply: `done` with the returned fields, or `failed` with the error's code.
    */
-  onCommand?: (command: Command) => void | Partial<Omit<Extract<CommandReply, { t: 'done' }>, 'v' | 't'>> | Promise<void | Partial<Omit<Extract<CommandReply, { t: 'done' }>, 'v' | 't'>>>;
+  onCommand?: (
+    command: Command,
+    // eslint-disable-next-line @typescript-eslint/no-invalid-void-type -- handlers that return nothing (the relay's `command(): void`) are valid; `undefined` would refuse them
+  ) => void | Partial<Omit<Extract<CommandReply, { t: 'done' }>, 'v' | 't'>> | Promise<void | Partial<Omit<Extract<CommandReply, { t: 'done' }>, 'v' | 't'>>>;
   /** Extra heartbeat fields of a rollout (its engine load). */
   rolloutLoad?: () => RolloutLoad;
   /** Called for control input that failed validation (counted by the owner). */
@@ -131,7 +136,7 @@ export class MemberAgent {
     this.heartbeatTimer.unref();
     // Only a member that acts on the plan follows it: at a thousand rollouts, a watch (a consumer
     // on the server) and a read every heartbeat each would cost nats-server more than everything
-    // else the control plane does (README: "Control plane at scale").
+    // else the control plane does (docs/performance/control.md).
     if (this.options.onPlan) void this.openBucket().then(() => this.watchPlan());
     void this.register();
   }
@@ -144,7 +149,7 @@ export class MemberAgent {
     } catch (err) {
       const e = err as Error & { code?: string };
       this.log.warn({ command: command.t, code: e.code, err: e.message }, 'command failed');
-      reply = { v: SCHEMA_VERSION, t: 'failed', code: e.code ?? 'ERR_INTERNAL', message: e.message };
+      reply = { v: SCHEMA_VERSION, t: 'failed', code: e.code ?? ErrorCodes.INTERNAL, message: e.message };
     }
     if (!msg.reply) return;
     try {
@@ -157,7 +162,7 @@ export class MemberAgent {
   /** The control bucket, once open (waits for it). */
   async bucket(): Promise<KV> {
     const kv = this.kv ?? (await this.openBucket());
-    if (kv === null) throw new ControlError('ERR_CLOSED', 'the member agent is closed');
+    if (kv === null) throw new ControlError(ErrorCodes.CLOSED, 'the member agent is closed');
     return kv;
   }
 
@@ -167,11 +172,12 @@ export class MemberAgent {
     this.publish(this.names.report, { v: SCHEMA_VERSION, t: 'report', id: this.options.id, incarnation: this.incarnation, epoch, peer, direction, code });
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
+  close(): Promise<void> {
+    if (this.closed) return Promise.resolve();
     this.closed = true;
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     for (const sub of this.subscriptions) sub.unsubscribe();
+    return Promise.resolve();
   }
 
   private async openBucket(): Promise<KV | null> {
@@ -180,7 +186,7 @@ export class MemberAgent {
         this.kv = await openControlBucket(this.options.nc, this.names.bucket, { replicas: this.options.replicas ?? 1 });
       } catch (err) {
         this.log.debug({ err: (err as Error).message }, 'control bucket not available yet');
-        await sleep(Math.min(this.heartbeatMs, 1000));
+        await delay(Math.min(this.heartbeatMs, 1000), { unref: true });
       }
     }
     return this.kv;
@@ -194,13 +200,14 @@ export class MemberAgent {
         const watch = await this.kv.watch({ key: Keys.plan });
         this.subscriptions.push({ unsubscribe: () => watch.stop() } as unknown as Subscription);
         for await (const entry of watch) {
+          // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- close() may run while the watch awaits; TS keeps the narrowing from the loop condition across the await
           if (this.closed) break;
           if (entry.operation === 'PUT') this.planBytes(entry.value);
         }
       } catch (err) {
         this.log.debug({ err: (err as Error).message }, 'plan watch interrupted');
       }
-      await sleep(500);
+      await delay(500, { unref: true });
     }
   }
 
@@ -290,8 +297,4 @@ export class MemberAgent {
       this.registering = false;
     }
   }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }

@@ -3,7 +3,7 @@
  * schema version `v`, validated with zod on receipt. A decoding or validation failure is a
  * ControlError with a stable code, never an exception that reaches an event loop.
  *
- * Schema version 1 (README: "Control plane"):
+ * Schema version 1 (docs/reference/protocols.md, "Control plane"):
  *   register   member -> manager (request)   who I am, where my UCX listener is, what I hold
  *   registered / refused                     the manager's answer
  *   heartbeat  member -> manager             every --heartbeat, with broadcast progress (relays)
@@ -20,21 +20,11 @@
 import { pack, unpack } from 'msgpackr';
 import { z } from 'zod';
 import { LaminarError } from '../common/errors.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 export const SCHEMA_VERSION = 1;
 
 export class ControlError extends LaminarError {}
-
-export const ControlCodes = {
-  DECODE: 'ERR_CONTROL_DECODE',
-  SCHEMA: 'ERR_CONTROL_SCHEMA',
-  SCHEMA_VERSION: 'ERR_CONTROL_SCHEMA_VERSION',
-  STALE_EPOCH: 'ERR_STALE_EPOCH',
-  ID_TAKEN: 'ERR_ID_TAKEN',
-  UNKNOWN_MEMBER: 'ERR_UNKNOWN_MEMBER',
-  NO_MANAGER: 'ERR_NO_MANAGER',
-  NO_MASTER: 'ERR_NO_MASTER',
-} as const;
 
 const id = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/);
 const model = z.string().min(1).max(256);
@@ -115,13 +105,27 @@ export const commandSchema = z.discriminatedUnion('t', [
   // Repack (rollouts of one weight version): the source stops and flushes everything it owns,
   // then the destination takes those trajectories over from the partial pool and resumes them.
   z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('repack-out'), repack: z.string().max(64), to: id, version }),
-  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('repack-in'), repack: z.string().max(64), from: id, version, trajectories: z.array(z.string().min(1).max(512)).max(65536) }),
+  z.object({
+    v: z.literal(SCHEMA_VERSION),
+    t: z.literal('repack-in'),
+    repack: z.string().max(64),
+    from: id,
+    version,
+    trajectories: z.array(z.string().min(1).max(512)).max(65536),
+  }),
   z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('update-weights'), model: model.nullable(), version: version.nullable() }),
   z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('reinitialise'), reason: z.string().max(256) }),
 ]);
 
 export const commandReplySchema = z.discriminatedUnion('t', [
-  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('done'), moved: z.array(z.string()).max(65536).default([]), taken: z.number().int().nonnegative().default(0), completed: z.number().int().nonnegative().default(0), lost: z.number().int().nonnegative().default(0) }),
+  z.object({
+    v: z.literal(SCHEMA_VERSION),
+    t: z.literal('done'),
+    moved: z.array(z.string()).max(65536).default([]),
+    taken: z.number().int().nonnegative().default(0),
+    completed: z.number().int().nonnegative().default(0),
+    lost: z.number().int().nonnegative().default(0),
+  }),
   z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('failed'), code: z.string().max(64), message: z.string().max(4096) }),
 ]);
 
@@ -163,19 +167,19 @@ export function decode<S extends z.ZodType>(schema: S, bytes: Uint8Array, what: 
   try {
     raw = unpack(bytes);
   } catch (err) {
-    throw new ControlError(ControlCodes.DECODE, `${what}: not msgpack (${(err as Error).message})`);
+    throw new ControlError(ErrorCodes.CONTROL_DECODE, `${what}: not msgpack (${(err as Error).message})`);
   }
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
-    throw new ControlError(ControlCodes.DECODE, `${what}: not a map`);
+    throw new ControlError(ErrorCodes.CONTROL_DECODE, `${what}: not a map`);
   }
   const v = (raw as { v?: unknown }).v;
   if (v !== SCHEMA_VERSION) {
-    throw new ControlError(ControlCodes.SCHEMA_VERSION, `${what}: schema version ${JSON.stringify(v)}, this build speaks ${SCHEMA_VERSION}`);
+    throw new ControlError(ErrorCodes.CONTROL_SCHEMA_VERSION, `${what}: schema version ${JSON.stringify(v)}, this build speaks ${SCHEMA_VERSION}`);
   }
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    throw new ControlError(ControlCodes.SCHEMA, `${what}: ${issue ? `${issue.path.join('.') || '(root)'}: ${issue.message}` : 'invalid'}`);
+    throw new ControlError(ErrorCodes.CONTROL_SCHEMA, `${what}: ${issue ? `${issue.path.join('.') || '(root)'}: ${issue.message}` : 'invalid'}`);
   }
   return parsed.data;
 }

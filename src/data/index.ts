@@ -1,9 +1,11 @@
 /** Public API of the data module: prompt pool, partial-response pool, experience buffer. */
+export { LaminarError, ErrorCodes, type ErrorCode } from '../common/errors.js';
 export * from './errors.js';
 export { PromptPool, type PromptPoolOptions, type PromptClaim, type LoadReport, type PoolProgress } from './prompts/prompt-pool.js';
 export { type Prompt, groupIdOf, parseGroupId } from './prompts/prompt.js';
 export { type Trajectory, type TrajectoryInput, validateTrajectory } from './codec/trajectory.js';
 export { type RecordMeta } from './codec/record-meta.js';
+export { trajectoryIdOfSubject } from './ids.js';
 export { ExperienceWriter, type WriterOptions, type WriteResult, type GroupRegistry } from './experience/writer.js';
 export { ExperienceSampler, type SamplerOptions, type SampleOptions, type SamplerStats } from './experience/sampler.js';
 export { type Batch, type SampledTrajectory, type StalenessSummary } from './experience/batch.js';
@@ -15,5 +17,5 @@ export { RateLimiter, type RateLimitOptions } from './experience/rate-limiter.js
 export { PartialPool, type PartialPoolOptions, type TakeoverResult } from './partial/partial-pool.js';
 export { partialNames, type PartialNames } from './partial/partial-stream.js';
 export { PartialTrajectory } from './partial/partial-trajectory.js';
-export { type PartialStart, type TrajectoryIdentity } from './partial/log-codec.js';
+export { PARKED_OWNER, partialLogKind, type PartialStart, type TrajectoryIdentity } from './partial/log-codec.js';
 export { type PartialState, type PartialSummary } from './partial/log-reader.js';

@@ -1,49 +1,11 @@
 /**
- * Metric helpers for the data module. Components take a prom-client Registry (one per daemon,
- * see common/metrics.ts); two components of the same kind in one registry share the metric
- * objects instead of failing on a duplicate registration.
+ * Metric helpers for the data module: histogram observations deferred off hot paths, and the
+ * count of rejections by component and code. Metrics are defined with common/metric-factory.ts
+ * (counter, gauge, histogram: a second registration gets the first one's metric; onCollect).
  */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { Counter, Histogram, Registry } from 'prom-client';
 import { LaminarError } from '../common/errors.js';
-
-type MetricCtor<T> = new (config: { name: string; help: string; labelNames?: readonly string[]; registers: Registry[]; buckets?: number[]; collect?: () => void }) => T;
-
-/** Callbacks run right before a metric is read (scraped), by metric object: see onCollect(). */
-const collectHooks = new WeakMap<object, Set<() => void>>();
-
-function getOrCreate<T>(ctor: MetricCtor<T>, registry: Registry, name: string, help: string, labelNames: readonly string[] = [], buckets?: number[]): T {
-  const existing = registry.getSingleMetric(name);
-  if (existing) return existing as unknown as T;
-  const metric: T = new ctor({
-    name,
-    help,
-    labelNames,
-    registers: [registry],
-    ...(buckets ? { buckets } : {}),
-    collect: () => {
-      for (const hook of collectHooks.get(metric as object) ?? []) hook();
-    },
-  });
-  return metric;
-}
-
-/**
- * Runs `hook` right before `metric` is read by a scrape (for state that is brought up to date
- * lazily). Returns the function that removes the hook.
- */
-export function onCollect(metric: object, hook: () => void): () => void {
-  let hooks = collectHooks.get(metric);
-  if (!hooks) collectHooks.set(metric, (hooks = new Set()));
-  hooks.add(hook);
-  return () => hooks.delete(hook);
-}
-
-export const counter = (r: Registry, name: string, help: string, labels: readonly string[] = []): Counter<string> =>
-  getOrCreate(Counter as MetricCtor<Counter<string>>, r, name, help, labels);
-export const gauge = (r: Registry, name: string, help: string, labels: readonly string[] = []): Gauge<string> =>
-  getOrCreate(Gauge as MetricCtor<Gauge<string>>, r, name, help, labels);
-export const histogram = (r: Registry, name: string, help: string, buckets: number[], labels: readonly string[] = []): Histogram<string> =>
-  getOrCreate(Histogram as MetricCtor<Histogram<string>>, r, name, help, labels, buckets);
+import { counter, onCollect } from '../common/metric-factory.js';
 
 /**
  * Observations of one label set of a histogram, counted in place (value -> count) and handed to
@@ -57,7 +19,7 @@ export class DeferredHistogram {
   private readonly unhook: () => void;
 
   constructor(
-    private readonly hist: Histogram<string>,
+    private readonly hist: Histogram,
     private readonly labels: Record<string, string>,
   ) {
     this.unhook = onCollect(hist, () => this.flush());
@@ -90,9 +52,16 @@ export class DeferredHistogram {
 
 /** Counts every rejection by component and stable code, then rethrows it. */
 export class RejectionCounter {
-  private readonly counter: Counter<string>;
-  constructor(registry: Registry, private readonly component: string) {
-    this.counter = counter(registry, 'laminar_data_rejections_total', 'Inputs and requests rejected by the data module, by component and error code', ['component', 'code']);
+  private readonly counter: Counter;
+  constructor(
+    registry: Registry,
+    private readonly component: string,
+  ) {
+    this.counter = counter(registry, {
+      name: 'laminar_data_rejections_total',
+      help: 'Inputs and requests rejected by the data module, by component and error code',
+      labelNames: ['component', 'code'],
+    });
   }
 
   count(code: string, n = 1): void {

@@ -4,6 +4,7 @@
  * server (JetStreamApiError: "no") is returned to the caller at once.
  */
 import { JetStreamApiError } from '@nats-io/jetstream';
+import { delay } from '../common/concurrency.js';
 
 export interface RetryOptions {
   /** Give up after this long. Default 30 s. */
@@ -29,7 +30,7 @@ export async function retryTransient<T>(fn: () => Promise<T>, options: RetryOpti
       if (!isTransient(err) || Date.now() > deadline) throw err;
       options.onRetry?.(err, attempt);
       // Capped exponential backoff: 25 ms, 50 ms, ... 1 s.
-      await new Promise((r) => setTimeout(r, Math.min(1000, 25 * 2 ** attempt)));
+      await delay(Math.min(1000, 25 * 2 ** attempt));
     }
   }
 }

@@ -37,10 +37,13 @@ export class ChangeNotifier {
       this.waiters.add(wake);
       signal?.addEventListener('abort', onAbort, { once: true });
       if (deadline !== undefined && Number.isFinite(deadline)) {
-        timer = setTimeout(() => {
-          done();
-          reject(new TimeoutError(`${options.what ?? 'wait'} timed out`));
-        }, Math.max(0, deadline - Date.now()));
+        timer = setTimeout(
+          () => {
+            done();
+            reject(new TimeoutError(`${options.what ?? 'wait'} timed out`));
+          },
+          Math.max(0, deadline - Date.now()),
+        );
       }
     });
   }

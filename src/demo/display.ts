@@ -1,6 +1,6 @@
 /** The demo's live progress block: trainer, chain, rollouts, data plane, events. */
 import { formatBytes } from '../common/units.js';
-import type { ManagerStatus } from '../manager/manager.js';
+import type { ManagerStatus } from '../manager/index.js';
 
 export interface DemoSnapshot {
   at: string;
@@ -42,7 +42,10 @@ export function renderProgress(s: DemoSnapshot): string {
         '  ' +
           rollouts
             .slice(i, i + 6)
-            .map((r) => `${r.id.padEnd(5)} ${r.health === 'alive' ? `v${r.weightVersion ?? '-'}`.padEnd(4) : r.health.slice(0, 4).padEnd(4)} kv ${String(Math.round((r.kvUsed ?? 0) * 100)).padStart(3)}% ${String(r.owned ?? 0).padStart(3)}`)
+            .map(
+              (r) =>
+                `${r.id.padEnd(5)} ${r.health === 'alive' ? `v${r.weightVersion ?? '-'}`.padEnd(4) : r.health.slice(0, 4).padEnd(4)} kv ${String(Math.round((r.kvUsed ?? 0) * 100)).padStart(3)}% ${String(r.owned ?? 0).padStart(3)}`,
+            )
             .join(' | '),
       );
     }

@@ -25,12 +25,10 @@ import { Redis } from 'ioredis';
 import { delay } from '../common/concurrency.js';
 import { median } from '../common/stats.js';
 import { formatBytes, parseDuration } from '../common/units.js';
-import { ExperienceWriter, PartialPool, PromptPool, bufferNames, partialNames } from '../data/index.js';
-import { KIND_HEADER } from '../data/partial/log-codec.js';
-import { tokenToId } from '../data/ids.js';
-import type { ManagerStatus } from '../manager/manager.js';
+import { ExperienceWriter, PartialPool, PromptPool, bufferNames, partialLogKind, partialNames, trajectoryIdOfSubject } from '../data/index.js';
+import type { ManagerStatus } from '../manager/index.js';
 import { freePort, startNatsServer, startRedisServer } from '../services/index.js';
-import { spawnDaemon, type Daemon } from './daemons.js';
+import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
 import { renderProgress, type DemoSnapshot } from './display.js';
 
 interface DemoOptions {
@@ -73,7 +71,7 @@ async function main(): Promise<void> {
     .option('--kill-a-rollout', 'SIGKILL the busiest rollout at 40% of the run (its trajectories resume elsewhere; the run waits for that to finish)')
     .option('--kill-a-relay', 'SIGKILL a middle relay at 50% of the run (the chain is repaired)')
     .option('--restart-relay-after <time>', 'start the killed relay again after this long, as systemd would (0: leave it dead)', '3s')
-    .option('--logs <dir>', 'write each process\'s log (pino JSON) to <dir>/<name>.log at the end')
+    .option('--logs <dir>', "write each process's log (pino JSON) to <dir>/<name>.log at the end")
     .parse(process.argv)
     .opts<DemoOptions>();
   const durationMs = parseDuration(opts.duration);
@@ -136,12 +134,61 @@ async function main(): Promise<void> {
     };
 
     const managerPort = await freePort();
-    await spawnQuiet('manager', ['manager', ...common, '--http-port', String(managerPort), '--redis', redisServer.url, '--model', MODEL, '--suspect-after', '1500ms', '--dead-after', `${DEAD_AFTER_MS}ms`, '--orphan-wait', `${ORPHAN_WAIT_MS}ms`, '--repack-interval', scaled(5000)], 'manager started');
+    await spawnQuiet(
+      'manager',
+      [
+        'manager',
+        ...common,
+        '--http-port',
+        String(managerPort),
+        '--redis',
+        redisServer.url,
+        '--model',
+        MODEL,
+        '--suspect-after',
+        '1500ms',
+        '--dead-after',
+        `${DEAD_AFTER_MS}ms`,
+        '--orphan-wait',
+        `${ORPHAN_WAIT_MS}ms`,
+        '--repack-interval',
+        scaled(5000),
+      ],
+      'manager started',
+    );
     const relays: { id: string; daemon: Daemon; argv: string[]; socket: string; metricsPort: number }[] = [];
     for (let i = 0; i < relayCount; i++) {
       const socket = join(root, `r${i}.sock`);
       const port = await freePort();
-      const argv = ['relay', ...common, '--id', `r${i}`, '--host', `host${i}`, '--listen', `127.0.0.1:${port}`, '--shm-dir', join(root, `r${i}`), '--socket', socket, '--no-pin', '--secret-file', secretFile, '--heartbeat', '500ms', '--metrics-port', '0', '--keep-versions', '1', '--chunk-size', '4MiB', '--peer-timeout', '3s', '--retry-interval', '500ms'];
+      const argv = [
+        'relay',
+        ...common,
+        '--id',
+        `r${i}`,
+        '--host',
+        `host${i}`,
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--shm-dir',
+        join(root, `r${i}`),
+        '--socket',
+        socket,
+        '--no-pin',
+        '--secret-file',
+        secretFile,
+        '--heartbeat',
+        '500ms',
+        '--metrics-port',
+        '0',
+        '--keep-versions',
+        '1',
+        '--chunk-size',
+        '4MiB',
+        '--peer-timeout',
+        '3s',
+        '--retry-interval',
+        '500ms',
+      ];
       const d = await spawnQuiet(`relay r${i}`, argv, 'relay ready');
       relays.push({ id: `r${i}`, daemon: d, argv, socket, metricsPort: d.ready.metricsPort as number });
     }
@@ -150,7 +197,33 @@ async function main(): Promise<void> {
     const trainer = { version: -1, steps: 0, staleness: [] as { p50: number; max: number; mean: number }[], trajectories: 0, stallMs: [] as number[] };
     const trainerDaemon = await spawnQuiet(
       'sim-trainer',
-      ['sim-trainer', ...common, '--model', MODEL, '--size', opts.size, '--tensors', '8', '--batch-size', opts.batchSize, '--strategy', 'groups', '--train-time', opts.trainTime, '--time-scale', String(timeScale), '--host', 'host0', '--secret-file', secretFile, '--chunk-size', '4MiB', '--json', '--metrics-port', '0'],
+      [
+        'sim-trainer',
+        ...common,
+        '--model',
+        MODEL,
+        '--size',
+        opts.size,
+        '--tensors',
+        '8',
+        '--batch-size',
+        opts.batchSize,
+        '--strategy',
+        'groups',
+        '--train-time',
+        opts.trainTime,
+        '--time-scale',
+        String(timeScale),
+        '--host',
+        'host0',
+        '--secret-file',
+        secretFile,
+        '--chunk-size',
+        '4MiB',
+        '--json',
+        '--metrics-port',
+        '0',
+      ],
       'simulated trainer started',
       (line) => {
         try {
@@ -169,7 +242,42 @@ async function main(): Promise<void> {
     const rollouts: { id: string; daemon: Daemon; metricsPort: number; relay: number; killed: boolean }[] = [];
     for (let i = 0; i < rolloutCount; i++) {
       const relay = i % relayCount;
-      const d = await spawnQuiet(`rollout ro${i}`, ['sim-rollout', ...common, '--id', `ro${i}`, '--redis', redisServer.url, '--relay-socket', relays[relay]!.socket, '--host', `host${relay}`, '--model', MODEL, '--time-scale', String(timeScale), '--heartbeat', scaled(1000), '--batch-prompts', '16', '--kv-capacity', '32768', '--roofline-batch', '64', '--output-median', '256', '--output-max', '3072', '--seed', String(i + 1), '--metrics-port', '0'], 'sim-rollout started');
+      const d = await spawnQuiet(
+        `rollout ro${i}`,
+        [
+          'sim-rollout',
+          ...common,
+          '--id',
+          `ro${i}`,
+          '--redis',
+          redisServer.url,
+          '--relay-socket',
+          relays[relay]!.socket,
+          '--host',
+          `host${relay}`,
+          '--model',
+          MODEL,
+          '--time-scale',
+          String(timeScale),
+          '--heartbeat',
+          scaled(1000),
+          '--batch-prompts',
+          '16',
+          '--kv-capacity',
+          '32768',
+          '--roofline-batch',
+          '64',
+          '--output-median',
+          '256',
+          '--output-max',
+          '3072',
+          '--seed',
+          String(i + 1),
+          '--metrics-port',
+          '0',
+        ],
+        'sim-rollout started',
+      );
       rollouts.push({ id: `ro${i}`, daemon: d, metricsPort: d.ready.metricsPort as number, relay, killed: false });
     }
     console.log(`${rolloutCount} simulated rollouts and a simulated trainer (x${timeScale} time) started; running for ${opts.duration}\n`);
@@ -184,7 +292,8 @@ async function main(): Promise<void> {
     const failoverPending = (): boolean => killedRollout !== null && !killedRollout.settled && performance.now() - killedRollout.at < FAILOVER_SETTLE_MS;
     let saidWaiting = false;
     while ((performance.now() - started < durationMs || failoverPending()) && !stop.signal.aborted) {
-      await sleep(2000, stop.signal);
+      // Woken early when the run is stopped.
+      await delay(2000, stop.signal).catch(() => undefined);
       const fraction = (performance.now() - started) / durationMs;
       const status = await managerStatus(managerPort);
       const managerMetric = await scrape(managerPort);
@@ -211,7 +320,9 @@ async function main(): Promise<void> {
           events.push(`${at()} failover of ${killedRollout.id} settled: ${handled} orphaned trajectories handled`);
         } else if (performance.now() - started >= durationMs && !saidWaiting) {
           saidWaiting = true;
-          process.stdout.write(`\nwaiting up to ${Math.ceil((FAILOVER_SETTLE_MS - (performance.now() - killedRollout.at)) / 1e3)} s for the failover of ${killedRollout.id} to settle (${dead ? `${waiting} orphans waiting for a rollout of their version` : 'not yet declared dead'}) ...\n`);
+          process.stdout.write(
+            `\nwaiting up to ${Math.ceil((FAILOVER_SETTLE_MS - (performance.now() - killedRollout.at)) / 1e3)} s for the failover of ${killedRollout.id} to settle (${dead ? `${waiting} orphans waiting for a rollout of their version` : 'not yet declared dead'}) ...\n`,
+          );
         }
       }
       if (opts.killARelay && !killedRelay && fraction >= 0.5 && relayCount >= 3) {
@@ -243,7 +354,12 @@ async function main(): Promise<void> {
         trainer: { ...trainer, staleness: trainer.staleness.at(-1) ?? null },
         started: ledger.started.size,
         completed: ledger.completed.size,
-        bytesBroadcast: bytesOfGoneRelays + (await sumMetric(relays.map((r) => r.metricsPort), 'laminar_relay_broadcast_bytes_received_total')),
+        bytesBroadcast:
+          bytesOfGoneRelays +
+          (await sumMetric(
+            relays.map((r) => r.metricsPort),
+            'laminar_relay_broadcast_bytes_received_total',
+          )),
         repackMoves: managerMetric('laminar_manager_repack_moves_total{result="done"}'),
         orphans: managerMetric('laminar_manager_orphans_total'),
         events,
@@ -251,15 +367,19 @@ async function main(): Promise<void> {
       process.stdout.write(renderProgress(lastSnapshot));
     }
 
-    if (killedRollout && !killedRollout.settled && !stop.signal.aborted) events.push(`${at()} failover of ${killedRollout.id} not settled ${FAILOVER_SETTLE_MS / 1e3} s after the kill`);
+    if (killedRollout && !killedRollout.settled && !stop.signal.aborted)
+      events.push(`${at()} failover of ${killedRollout.id} not settled ${FAILOVER_SETTLE_MS / 1e3} s after the kill`);
 
     // ---- the end: stop the producers, then read the books ---------------------------------
     console.log('\nstopping the trainer and the rollouts ...');
     const alive = rollouts.filter((r) => !r.killed);
-    const tokens = await sumMetric(alive.map((r) => r.metricsPort), 'laminar_partial_append_bytes_total');
+    const tokens = await sumMetric(
+      alive.map((r) => r.metricsPort),
+      'laminar_partial_append_bytes_total',
+    );
     await trainerDaemon.kill('SIGTERM');
     await Promise.all(alive.map((r) => r.daemon.kill('SIGTERM')));
-    await sleep(500);
+    await delay(500);
     const partials = await PartialPool.open({ nc });
     const inPool = new Set((await partials.list()).map((s) => s.trajectoryId));
     await partials.close();
@@ -276,31 +396,56 @@ async function main(): Promise<void> {
     const staleness = trainer.staleness;
     console.log('\nsummary');
     console.log(`  ran for                      ${seconds.toFixed(1)} s wall, ${(seconds * timeScale).toFixed(0)} s simulated`);
-    console.log(`  weight versions published    ${trainer.version + 1} x ${opts.size} (trainer stall median ${median(trainer.stallMs).toFixed(0)} ms), ${formatBytes(lastSnapshot?.bytesBroadcast ?? 0)} broadcast between relays`);
-    console.log(`  trajectories                 ${ledger.started.size} started, ${ledger.completed.size} completed (${(ledger.completed.size / seconds).toFixed(1)}/s wall), ${[...inPool].filter((id) => !ledger.completed.has(id)).length} in flight, ${trainer.trajectories} trained on`);
-    console.log(`  tokens streamed              ${Math.round(tokens / 8)} to the partial pool by the surviving rollouts (${Math.round(tokens / 8 / seconds)}/s wall)`);
-    console.log(`  staleness per batch          p50 ${median(staleness.map((s) => s.p50))}, max ${Math.max(0, ...staleness.map((s) => s.max))}, mean ${(staleness.reduce((a, s) => a + s.mean, 0) / Math.max(1, staleness.length)).toFixed(2)}`);
+    console.log(
+      `  weight versions published    ${trainer.version + 1} x ${opts.size} (trainer stall median ${median(trainer.stallMs).toFixed(0)} ms), ${formatBytes(lastSnapshot?.bytesBroadcast ?? 0)} broadcast between relays`,
+    );
+    console.log(
+      `  trajectories                 ${ledger.started.size} started, ${ledger.completed.size} completed (${(ledger.completed.size / seconds).toFixed(1)}/s wall), ${[...inPool].filter((id) => !ledger.completed.has(id)).length} in flight, ${trainer.trajectories} trained on`,
+    );
+    console.log(
+      `  tokens streamed              ${Math.round(tokens / 8)} to the partial pool by the surviving rollouts (${Math.round(tokens / 8 / seconds)}/s wall)`,
+    );
+    console.log(
+      `  staleness per batch          p50 ${median(staleness.map((s) => s.p50))}, max ${Math.max(0, ...staleness.map((s) => s.max))}, mean ${(staleness.reduce((a, s) => a + s.mean, 0) / Math.max(1, staleness.length)).toFixed(2)}`,
+    );
     console.log(`  repack moves                 ${lastSnapshot?.repackMoves ?? 0}`);
     const finalMetric = await scrape(managerPort);
     const orphan = (outcome: string): number => finalMetric(`laminar_manager_orphans_total{outcome="${outcome}"}`);
-    console.log(`  failover                     orphaned trajectories: ${orphan('resumed')} resumed on a rollout of their version, ${orphan('completed')} already complete, ${orphan('returned')} returned to the prompt pool`);
+    console.log(
+      `  failover                     orphaned trajectories: ${orphan('resumed')} resumed on a rollout of their version, ${orphan('completed')} already complete, ${orphan('returned')} returned to the prompt pool`,
+    );
     for (const e of events) console.log(`  event                        ${e}`);
     if (killedRelay?.restartedAt) {
-      const back = liveRelays.find((r) => r.id === killedRelay!.relay.id);
-      const held = back?.holds.filter((h) => h.model === MODEL).map((h) => h.version).sort((a, b) => b - a)[0];
-      const moved = [...killedRelay.rolloutVersions].map(([id, before]) => `${id} v${before ?? '-'} -> v${status?.rollouts.find((r) => r.id === id)?.weightVersion ?? '-'}`);
-      console.log(`  relay restart                ${killedRelay.relay.id} ${back ? `back in the chain holding v${held ?? '-'}` : 'not back in the chain'}; its rollouts (weights at the kill -> now): ${moved.join(', ') || 'none'}`);
+      const back = liveRelays.find((r) => r.id === killedRelay.relay.id);
+      const held = back?.holds
+        .filter((h) => h.model === MODEL)
+        .map((h) => h.version)
+        .sort((a, b) => b - a)[0];
+      const moved = [...killedRelay.rolloutVersions].map(
+        ([id, before]) => `${id} v${before ?? '-'} -> v${status?.rollouts.find((r) => r.id === id)?.weightVersion ?? '-'}`,
+      );
+      console.log(
+        `  relay restart                ${killedRelay.relay.id} ${back ? `back in the chain holding v${held ?? '-'}` : 'not back in the chain'}; its rollouts (weights at the kill -> now): ${moved.join(', ') || 'none'}`,
+      );
     }
-    console.log(`  ledger                       ${lost.length} trajectories lost, ${ledger.writtenTwice} written twice, ${lagging.length} live relays without v${newest ?? '?'}${inBuffer.size > 0 ? ` (${inBuffer.size} records found in the buffer that the live subscription missed)` : ''}`);
+    console.log(
+      `  ledger                       ${lost.length} trajectories lost, ${ledger.writtenTwice} written twice, ${lagging.length} live relays without v${newest ?? '?'}${inBuffer.size > 0 ? ` (${inBuffer.size} records found in the buffer that the live subscription missed)` : ''}`,
+    );
     if (lost.length > 0) console.log(`  lost                         ${lost.slice(0, 20).join(' ')}${lost.length > 20 ? ' ...' : ''}`);
-    const slow = nats.logTail().split('\n').filter((l) => /slow consumer/i.test(l));
+    const slow = nats
+      .logTail()
+      .split('\n')
+      .filter((l) => /slow consumer/i.test(l));
     if (ledgerGaps > 0 || slow.length > 0) {
       // The live ledger misses what is published while its connection is cut off.
-      console.log(`  the demo's NATS connection   ${ledgerGaps} disconnects or slow-consumer events; nats-server logged ${slow.length} slow consumers${slow.length > 0 ? ` (last: ${slow.at(-1)!.trim()})` : ''}`);
+      console.log(
+        `  the demo's NATS connection   ${ledgerGaps} disconnects or slow-consumer events; nats-server logged ${slow.length} slow consumers${slow.length > 0 ? ` (last: ${slow.at(-1)!.trim()})` : ''}`,
+      );
     }
     if (lost.length > 0 || ledger.writtenTwice > 0 || lagging.length > 0 || ledger.completed.size === 0) process.exitCode = 1;
   } finally {
     await shutdown();
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the SIGINT handler sets it; TS does not see assignments made in callbacks
     if (interrupted) process.exitCode = 130;
   }
 }
@@ -311,16 +456,16 @@ async function main(): Promise<void> {
  * see each publish once, so a record published twice for one id shows as written twice.
  */
 function watchLedger(nc: NatsConnection): { started: Set<string>; completed: Set<string>; writtenTwice: number; stop(): void } {
-  const ledger = { started: new Set<string>(), completed: new Set<string>(), writtenTwice: 0, stop: () => undefined as void };
+  const ledger = { started: new Set<string>(), completed: new Set<string>(), writtenTwice: 0, stop: (): void => undefined };
   const starts = nc.subscribe(partialNames().filter, {
     callback: (err, msg) => {
-      if (!err && msg.headers?.get(KIND_HEADER) === 'start') ledger.started.add(tokenToId(msg.subject.split('.').pop()!));
+      if (!err && partialLogKind(msg.headers) === 'start') ledger.started.add(trajectoryIdOfSubject(msg.subject));
     },
   });
   const records = nc.subscribe(bufferNames().recordFilter, {
     callback: (err, msg) => {
       if (err) return;
-      const id = tokenToId(msg.subject.split('.').pop()!);
+      const id = trajectoryIdOfSubject(msg.subject);
       if (ledger.completed.has(id)) ledger.writtenTwice++;
       ledger.completed.add(id);
     },
@@ -381,11 +526,6 @@ function intIn(name: string, value: string, min: number, max: number): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be an integer in ${min}..${max}, got ${JSON.stringify(value)}`);
   return n;
-}
-
-/** Resolves after ms, or at once when `signal` aborts (the demo's progress loop stopping). */
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return delay(ms, signal).catch(() => undefined);
 }
 
 main().catch((err: unknown) => {

@@ -11,14 +11,14 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { Mapping } from '../native/index.js';
-import { RelayClient } from '../relay/client/relay-client.js';
+import { RelayClient } from '../relay/client/index.js';
 import { median } from '../common/stats.js';
 import { formatBytes, parseBytes, parseDuration } from '../common/units.js';
+import { freePort } from '../services/ports.js';
 
 interface DemoOptions {
   relays: string;
@@ -72,8 +72,21 @@ async function main(): Promise<void> {
   const relays: ChildProcess[] = sockets.map((socketPath, i) =>
     spawn(
       process.execPath,
-      [CLI, 'relay', '--id', `r${i}`, '--shm-dir', join(root, `segments${i}`), '--socket', socketPath, '--metrics-port', '0', '--log-level', 'warn',
-        ...(relayCount > 1 ? ['--peers', peers, '--secret-file', secretFile, '--retry-interval', '200ms'] : [])],
+      [
+        CLI,
+        'relay',
+        '--id',
+        `r${i}`,
+        '--shm-dir',
+        join(root, `segments${i}`),
+        '--socket',
+        socketPath,
+        '--metrics-port',
+        '0',
+        '--log-level',
+        'warn',
+        ...(relayCount > 1 ? ['--peers', peers, '--secret-file', secretFile, '--retry-interval', '200ms'] : []),
+      ],
       { stdio: ['ignore', 'inherit', 'inherit'], env },
     ),
   );
@@ -141,9 +154,12 @@ async function main(): Promise<void> {
     console.log(`  publish -> rollout has it  p50 ${pct(0.5).toFixed(1)} ms, p99 ${pct(0.99).toFixed(1)} ms`);
     for (let r = 0; r < relayCount; r++) {
       const own = pullers.filter((p) => p.relay === r).flatMap((p) => p.lagMs);
-      if (own.length > 0) console.log(`    via relay r${r}${r === 0 ? ' (master)' : ` (${r} hop${r > 1 ? 's' : ''})`}      median ${median(own).toFixed(1)} ms`);
+      if (own.length > 0)
+        console.log(`    via relay r${r}${r === 0 ? ' (master)' : ` (${r} hop${r > 1 ? 's' : ''})`}      median ${median(own).toFixed(1)} ms`);
     }
-    console.log(`  relay holds                ${status.versions.map((v) => `v${v.version}`).join(' ')} (${formatBytes(status.usedBytes)}, pinning ${status.pinning ? 'on' : 'off'})`);
+    console.log(
+      `  relay holds                ${status.versions.map((v) => `v${v.version}`).join(' ')} (${formatBytes(status.usedBytes)}, pinning ${status.pinning ? 'on' : 'off'})`,
+    );
     const missed = pullers.filter((p) => p.lastVersion !== version).length;
     if (missed > 0) {
       process.exitCode = 1;
@@ -217,13 +233,3 @@ main().catch((err: unknown) => {
   console.error(`demo failed: ${(err as Error).stack ?? String(err)}`);
   process.exit(1);
 });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-    server.once('error', reject);
-  });
-}

@@ -68,7 +68,8 @@ export function electMaster(relays: RelayView[], newest: Map<string, number>, or
     if (
       best === null ||
       score > bestScore + 1e-9 ||
-      (Math.abs(score - bestScore) <= 1e-9 && (rank(r) < rank(best) || (rank(r) === rank(best) && (r.registeredAt < best.registeredAt || (r.registeredAt === best.registeredAt && r.id < best.id)))))
+      (Math.abs(score - bestScore) <= 1e-9 &&
+        (rank(r) < rank(best) || (rank(r) === rank(best) && (r.registeredAt < best.registeredAt || (r.registeredAt === best.registeredAt && r.id < best.id)))))
     ) {
       best = r;
       bestScore = score;
@@ -110,7 +111,10 @@ export function arrangeChain(input: ArrangeInput): string[] {
   if (previous.length === 0) return groupByLabel([master.id, ...rest(sortByJoin(relays).map((r) => r.id))], groupOf);
   const kept = rest(previous.filter((id) => byId.has(id) && !demoted.has(id)));
   const joined = rest(sortByJoin(relays.filter((r) => !previous.includes(r.id) && !demoted.has(r.id))).map((r) => r.id));
-  const behind = rest([...previous.filter((id) => byId.has(id) && demoted.has(id)), ...sortByJoin(relays.filter((r) => !previous.includes(r.id) && demoted.has(r.id))).map((r) => r.id)]);
+  const behind = rest([
+    ...previous.filter((id) => byId.has(id) && demoted.has(id)),
+    ...sortByJoin(relays.filter((r) => !previous.includes(r.id) && demoted.has(r.id))).map((r) => r.id),
+  ]);
   const order = [master.id, ...kept, ...joined, ...behind];
   if (input.idle && behind.length === 0) {
     const grouped = groupByLabel(order, groupOf);

@@ -28,7 +28,9 @@ export class LeaderLease {
     const value = encode({ v: SCHEMA_VERSION, holder: this.holder, ttlMs: this.ttlMs, at: now });
     const entry = await this.kv.get(Keys.leader);
     if (entry === null || entry.operation !== 'PUT') {
-      this.state = (await this.attempt(() => (entry === null ? this.kv.create(Keys.leader, value) : this.kv.update(Keys.leader, value, entry.revision)))) ? 'leader' : 'standby';
+      this.state = (await this.attempt(() => (entry === null ? this.kv.create(Keys.leader, value) : this.kv.update(Keys.leader, value, entry.revision))))
+        ? 'leader'
+        : 'standby';
       return this.state;
     }
     let holder = '';

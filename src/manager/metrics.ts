@@ -1,5 +1,6 @@
-/** The manager's Prometheus metrics (README: "Metrics"). */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+/** The manager's Prometheus metrics (docs/reference/metrics.md, "Manager"). */
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { counter, gauge, histogram } from '../common/metric-factory.js';
 
 /**
  * What the gauges that describe the fleet read at scrape time (not on every tick: at a thousand
@@ -27,34 +28,38 @@ export class ManagerMetrics {
   readonly checkpointLoads: Counter;
 
   constructor(registry: Registry, source: ManagerGaugeSource) {
-    const registers = [registry];
-    this.leader = new Gauge({ name: 'laminar_manager_leader', help: '1 while this manager holds the leader lease', registers });
+    this.leader = gauge(registry, { name: 'laminar_manager_leader', help: '1 while this manager holds the leader lease' });
     scrapedGauge(registry, 'laminar_manager_members', 'registered members by kind and health', ['kind', 'state'], (g) => {
       for (const { kind, state } of source.members()) g.inc({ kind, state });
     });
-    this.suspicions = new Counter({ name: 'laminar_manager_suspicions_total', help: 'members suspected after missed heartbeats', labelNames: ['kind'], registers });
-    this.deaths = new Counter({ name: 'laminar_manager_deaths_total', help: 'members declared dead, by cause (heartbeat, report)', labelNames: ['kind', 'cause'], registers });
-    this.detectionSeconds = new Histogram({
+    this.suspicions = counter(registry, { name: 'laminar_manager_suspicions_total', help: 'members suspected after missed heartbeats', labelNames: ['kind'] });
+    this.deaths = counter(registry, {
+      name: 'laminar_manager_deaths_total',
+      help: 'members declared dead, by cause (heartbeat, report)',
+      labelNames: ['kind', 'cause'],
+    });
+    this.detectionSeconds = histogram(registry, {
       name: 'laminar_manager_detection_seconds',
       help: 'from the last heartbeat of a member to its declaration as dead, by cause',
       labelNames: ['cause'],
       buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30],
-      registers,
     });
-    this.epoch = new Gauge({ name: 'laminar_manager_epoch', help: 'epoch of the chain plan in force', registers });
-    this.plans = new Counter({ name: 'laminar_manager_plans_total', help: 'chain plans published, by reason', labelNames: ['reason'], registers });
-    this.repairSeconds = new Histogram({
+    this.epoch = gauge(registry, { name: 'laminar_manager_epoch', help: 'epoch of the chain plan in force' });
+    this.plans = counter(registry, { name: 'laminar_manager_plans_total', help: 'chain plans published, by reason', labelNames: ['reason'] });
+    this.repairSeconds = histogram(registry, {
       name: 'laminar_manager_repair_seconds',
       help: 'from a fault being known to the manager to the repaired plan being published',
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2],
-      registers,
     });
-    this.stalls = new Counter({ name: 'laminar_manager_stalled_links_total', help: 'chain links found without progress', registers });
-    this.rejected = new Counter({ name: 'laminar_manager_rejected_total', help: 'control messages rejected, by code', labelNames: ['code'], registers });
+    this.stalls = counter(registry, { name: 'laminar_manager_stalled_links_total', help: 'chain links found without progress' });
+    this.rejected = counter(registry, { name: 'laminar_manager_rejected_total', help: 'control messages rejected, by code', labelNames: ['code'] });
     scrapedGauge(registry, 'laminar_manager_relay_progress', 'fraction of the newest version of a model each relay holds', ['relay', 'model'], (g) => {
       for (const { relay, model, fraction } of source.relayProgress()) g.set({ relay, model }, fraction);
     });
-    this.checkpointLoads = new Counter({ name: 'laminar_manager_checkpoint_loads_total', help: 'relays told to load a version from the trainer checkpoint', registers });
+    this.checkpointLoads = counter(registry, {
+      name: 'laminar_manager_checkpoint_loads_total',
+      help: 'relays told to load a version from the trainer checkpoint',
+    });
     // Rollouts that are gone drop out of these at the next scrape rather than keep their last value.
     scrapedGauge(registry, 'laminar_manager_rollout_kv_used', 'KV-cache utilisation each live rollout reports', ['rollout'], (g) => {
       for (const { rollout, kvUsed } of source.rolloutLoads()) g.set({ rollout }, kvUsed);
@@ -67,11 +72,10 @@ export class ManagerMetrics {
 
 /** A gauge filled from the manager's state when it is scraped: emptied, then `fill`ed. */
 function scrapedGauge<L extends string>(registry: Registry, name: string, help: string, labelNames: L[], fill: (gauge: Gauge<L>) => void): Gauge<L> {
-  return new Gauge({
+  return gauge(registry, {
     name,
     help,
     labelNames,
-    registers: [registry],
     collect() {
       this.reset();
       fill(this);

@@ -1,10 +1,18 @@
 /** `laminar status`: the manager's status as tables a person reads. */
-import { memberHealths, type ManagerStatus } from './manager.js';
+import type { ManagerStatus } from './manager.js';
+import { memberHealths } from './membership.js';
 import type { StatusSummary } from './status-view.js';
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
-  return rows.map((r) => r.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd()).join('\n');
+  return rows
+    .map((r) =>
+      r
+        .map((cell, c) => cell.padEnd(widths[c]!))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 function versions(list: { model: string; version: number }[]): string {
@@ -12,7 +20,10 @@ function versions(list: { model: string; version: number }[]): string {
 }
 
 function header(s: Pick<ManagerStatus, 'job' | 'manager' | 'leader' | 'epoch' | 'master' | 'newest'>): string[] {
-  return [`job ${s.job}   manager ${s.manager}${s.leader ? '' : ' (standby)'}   epoch ${s.epoch ?? '-'}   master ${s.master ?? '-'}`, `newest: ${versions(s.newest)}`];
+  return [
+    `job ${s.job}   manager ${s.manager}${s.leader ? '' : ' (standby)'}   epoch ${s.epoch ?? '-'}   master ${s.master ?? '-'}`,
+    `newest: ${versions(s.newest)}`,
+  ];
 }
 
 const percent = (fraction: number | null): string => (fraction === null ? '-' : `${Math.round(fraction * 100)}%`);
@@ -27,7 +38,9 @@ export function formatSummary(s: StatusSummary): string {
   lines.push('');
   const lagging = s.chain.relays - s.chain.holdNewest;
   const named = s.chain.behind.join(', ') + (lagging > s.chain.behind.length ? `, ... (${lagging - s.chain.behind.length} more)` : '');
-  lines.push(`chain: ${s.chain.relays} relays, ${s.chain.holdNewest} hold the newest, ${s.chain.receiving} receiving${lagging > 0 ? `; behind: ${named}` : ''}`);
+  lines.push(
+    `chain: ${s.chain.relays} relays, ${s.chain.holdNewest} hold the newest, ${s.chain.receiving} receiving${lagging > 0 ? `; behind: ${named}` : ''}`,
+  );
   const versionsServed = Object.entries(s.rollouts.weightVersions)
     .sort(([a], [b]) => b.localeCompare(a, undefined, { numeric: true }))
     .map(([v, n]) => `${v} ${n}`)
@@ -53,7 +66,9 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
         r.id,
         r.address,
         r.host,
-        Object.entries(r.labels).map(([k, v]) => `${k}=${v}`).join(',') || '-',
+        Object.entries(r.labels)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(',') || '-',
         r.health,
         r.heardMsAgo < 0 ? '-' : `${(r.heardMsAgo / 1000).toFixed(1)}s`,
         versions(r.holds),
@@ -63,6 +78,7 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
     }
     lines.push(table(rows).replace(/^/gm, '  '));
   }
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- `laminar status` parses the manager's JSON unvalidated; keep reading a status without rollouts
   const rollouts = s.rollouts ?? [];
   if (rollouts.length > 0) {
     lines.push('');

@@ -7,7 +7,9 @@
  */
 import { LaminarError } from '../common/errors.js';
 import { memberKinds, type MemberKind } from '../control/schema.js';
-import { memberHealths, type ManagerStatus, type MemberHealth } from './manager.js';
+import type { ManagerStatus } from './manager.js';
+import { memberHealths, type MemberHealth } from './membership.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 export interface StatusFilter {
   /** Members of these kinds only (all when absent). */
@@ -21,13 +23,16 @@ export interface StatusFilter {
 /** Parses a comma-separated option against its allowed values; ERR_INVALID_ARG names them. */
 export function parseChoices<T extends string>(option: string, text: string, allowed: readonly T[]): Set<T> {
   const chosen = new Set<T>();
-  for (const part of text.split(',').map((s) => s.trim()).filter((s) => s.length > 0)) {
+  for (const part of text
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0)) {
     if (!(allowed as readonly string[]).includes(part)) {
-      throw new LaminarError('ERR_INVALID_ARG', `${option}: ${JSON.stringify(part)} is not one of ${allowed.join(', ')}`);
+      throw new LaminarError(ErrorCodes.INVALID_ARG, `${option}: ${JSON.stringify(part)} is not one of ${allowed.join(', ')}`);
     }
     chosen.add(part as T);
   }
-  if (chosen.size === 0) throw new LaminarError('ERR_INVALID_ARG', `${option}: give one or more of ${allowed.join(', ')}`);
+  if (chosen.size === 0) throw new LaminarError(ErrorCodes.INVALID_ARG, `${option}: give one or more of ${allowed.join(', ')}`);
   return chosen;
 }
 

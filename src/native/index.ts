@@ -7,6 +7,7 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LaminarError, NativeError } from '../common/errors.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 export interface MappingOptions {
   /** Map read-write (publishers); read-only otherwise. */
@@ -79,14 +80,7 @@ export interface UcxNativeWorker {
   connect(host: string, port: number): number;
   closeEndpoint(id: number, force: boolean): Promise<void>;
   endpointInfo(id: number): string;
-  send(
-    endpoint: number,
-    header: Uint8Array,
-    payload: Mapping | ArrayBufferView | null,
-    offset: number,
-    length: number,
-    flags: number,
-  ): Promise<void>;
+  send(endpoint: number, header: Uint8Array, payload: Mapping | ArrayBufferView | null, offset: number, length: number, flags: number): Promise<void>;
   receive(desc: number, target: Mapping | ArrayBufferView, offset: number, length: number): Promise<void>;
   release(desc: number): void;
   /** `ready` settles once UCX has registered the mapping (rejects with the UCS status if it could not). */
@@ -100,16 +94,14 @@ export interface UcxNativeWorker {
 }
 
 interface NativeAddon {
-  UcxWorker: new (
-    handler: (events: UcxNativeEvent[]) => void,
-    options?: { maxEagerBytes?: number; budgetMs?: number },
-  ) => UcxNativeWorker;
+  UcxWorker: new (handler: (events: UcxNativeEvent[]) => void, options?: { maxEagerBytes?: number; budgetMs?: number }) => UcxNativeWorker;
   setErrorClass(ctor: new (message: string, code: string) => Error): void;
   Mapping: new (path: string | null, options?: MappingOptions) => Mapping;
-  createSegment(path: string, size: number, mode?: number): void;
-  createSegmentAsync(path: string, size: number, mode?: number): Promise<void>;
-  memlockLimit(): { soft: number; hard: number };
-  checksumBuffer(data: ArrayBufferView | ArrayBuffer): bigint;
+  // Plain N-API functions: they do not use `this`, so they are re-exported on their own below.
+  createSegment: (path: string, size: number, mode?: number) => void;
+  createSegmentAsync: (path: string, size: number, mode?: number) => Promise<void>;
+  memlockLimit: () => { soft: number; hard: number };
+  checksumBuffer: (data: ArrayBufferView | ArrayBuffer) => bigint;
 }
 
 function findAddon(): string {
@@ -120,10 +112,7 @@ function findAddon(): string {
     if (existsSync(candidate)) return candidate;
     dir = dirname(dir);
   }
-  throw new LaminarError(
-    'ERR_NATIVE_MISSING',
-    'the native addon is not built: run `bash scripts/bootstrap.sh` (or `npm run build:native`)',
-  );
+  throw new LaminarError(ErrorCodes.NATIVE_MISSING, 'the native addon is not built: run `bash scripts/bootstrap.sh` (or `npm run build:native`)');
 }
 
 /**

@@ -51,7 +51,8 @@ export async function readShardHeader(path: string): Promise<CheckpointShard> {
 /** Lists the shard files of a checkpoint path, in a stable order. */
 async function shardPaths(path: string): Promise<string[]> {
   const abs = resolve(path);
-  const info = await stat(abs).catch((err: NodeJS.ErrnoException) => {
+  const info = await stat(abs).catch((reason: unknown) => {
+    const err = reason as NodeJS.ErrnoException;
     throw new InvalidInputError(ErrorCodes.BAD_SAFETENSORS, `cannot read checkpoint ${abs}: ${err.code ?? err.message}`);
   });
   if (info.isFile()) return [abs];

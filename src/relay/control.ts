@@ -6,13 +6,15 @@
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
-import { Counter, type Registry } from 'prom-client';
+import type { Counter, Registry } from 'prom-client';
 import { connectControl } from '../control/nats-options.js';
 import { MemberAgent, type MemberState } from '../control/member-agent.js';
 import type { Command } from '../control/schema.js';
 import type { Broadcaster } from './broadcast/broadcaster.js';
 import type { RelayControlOptions } from './options.js';
 import type { VersionStore } from './store.js';
+import { ErrorCodes } from '../common/error-codes.js';
+import { counter } from '../common/metric-factory.js';
 
 export class RelayControl {
   private readonly agent: MemberAgent;
@@ -29,8 +31,12 @@ export class RelayControl {
     registry: Registry,
     private readonly log: Logger,
   ) {
-    this.badInput = new Counter({ name: 'laminar_relay_control_rejected_total', help: 'control messages rejected, by code', labelNames: ['code'], registers: [registry] });
-    this.loads = new Counter({ name: 'laminar_relay_checkpoint_loads_total', help: 'versions loaded from a checkpoint at the manager\'s request, by result', labelNames: ['result'], registers: [registry] });
+    this.badInput = counter(registry, { name: 'laminar_relay_control_rejected_total', help: 'control messages rejected, by code', labelNames: ['code'] });
+    this.loads = counter(registry, {
+      name: 'laminar_relay_checkpoint_loads_total',
+      help: "versions loaded from a checkpoint at the manager's request, by result",
+      labelNames: ['result'],
+    });
     this.agent = new MemberAgent({
       nc,
       job: options.job,
@@ -44,7 +50,7 @@ export class RelayControl {
       state: () => this.state(),
       onPlan: (plan) => {
         if (!broadcaster.setPlan({ epoch: plan.epoch, relays: plan.relays })) {
-          this.badInput.inc({ code: 'ERR_STALE_EPOCH' });
+          this.badInput.inc({ code: ErrorCodes.STALE_EPOCH });
         }
       },
       onCommand: (command) => this.command(command),
@@ -99,7 +105,8 @@ export class RelayControl {
     this.log.info({ model: command.model, version: command.version, path: command.path }, 'loading a version from the trainer checkpoint (no relay holds it)');
     this.store.adopt({ model: command.model, version: command.version, path: command.path }).then(
       () => this.loads.inc({ result: 'loaded' }),
-      (err: Error & { code?: string }) => {
+      (reason: unknown) => {
+        const err = reason as Error & { code?: string };
         this.loads.inc({ result: err.code ?? 'failed' });
         this.log.error({ code: err.code, err: err.message, path: command.path }, 'cannot load the checkpoint');
       },

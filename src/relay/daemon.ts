@@ -79,6 +79,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     if (options.control && broadcaster) {
       control = await RelayControl.start(store, broadcaster, options.relayId, options.socketPath, options.control, registry, log);
     }
+    // eslint-disable-next-line @typescript-eslint/no-unused-vars -- the two are taken out only to leave the server's options in the rest
     const { broadcast: _broadcastOptions, control: _controlOptions, ...serverOptions } = options;
     server = new RelayServer(store, { ...serverOptions, logger: log, metrics, ...(broadcaster ? { broadcast: broadcaster } : {}) });
     await server.listen();

@@ -1,5 +1,6 @@
 /** The relay's Prometheus metrics. Gauges read the store when scraped; counters count events. */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { Counter, Histogram, Registry } from 'prom-client';
+import { counter, gauge, histogram } from '../common/metric-factory.js';
 
 export interface RelayGaugeSource {
   gaugeSnapshot(): {
@@ -27,21 +28,19 @@ export class RelayMetrics {
 
   constructor(registry: Registry, source: () => RelayGaugeSource | null) {
     const snap = (): ReturnType<RelayGaugeSource['gaugeSnapshot']> | null => source()?.gaugeSnapshot() ?? null;
-    new Gauge({
+    gauge(registry, {
       name: 'laminar_relay_versions',
       help: 'Weight versions held, by model and state (writing, complete)',
       labelNames: ['model', 'state'],
-      registers: [registry],
       collect() {
         this.reset();
         for (const v of snap()?.versions ?? []) this.set({ model: v.model, state: v.state }, v.count);
       },
     });
     const simple = (name: string, help: string, pick: (s: NonNullable<ReturnType<typeof snap>>) => number): void => {
-      new Gauge({
+      gauge(registry, {
         name,
         help,
-        registers: [registry],
         collect() {
           const s = snap();
           if (s) this.set(pick(s));
@@ -55,24 +54,30 @@ export class RelayMetrics {
     simple('laminar_relay_leases', 'Leases held by clients', (s) => s.leases);
     simple('laminar_relay_memory_budget_bytes', 'Configured memory budget (bytes; -1 = none)', (s) => (Number.isFinite(s.budget) ? s.budget : -1));
     simple('laminar_relay_connections', 'Open local client connections', (s) => s.connections);
-    this.publishes = new Counter({ name: 'laminar_relay_publishes_total', help: 'Publications by outcome', labelNames: ['result'], registers: [registry] });
-    this.acquires = new Counter({ name: 'laminar_relay_acquires_total', help: 'Acquire requests by outcome', labelNames: ['result'], registers: [registry] });
-    this.errors = new Counter({ name: 'laminar_relay_errors_total', help: 'Errors returned to clients, by code', labelNames: ['code'], registers: [registry] });
-    this.badFrames = new Counter({ name: 'laminar_relay_bad_frames_total', help: 'Connections closed for malformed frames, by code', labelNames: ['code'], registers: [registry] });
-    this.pinFailures = new Counter({ name: 'laminar_relay_pin_failures_total', help: 'Versions that could not be mlocked', registers: [registry] });
-    this.recovered = new Counter({ name: 'laminar_relay_recovered_versions_total', help: 'Segments found at start-up, by outcome: adopted (verified), adopted_clean (unchanged since a clean stop, not read), corrupt_deleted, partial_deleted, beyond_retention (older than --keep-versions allows: not read)', labelNames: ['result'], registers: [registry] });
-    this.spareSegments = new Counter({
+    this.publishes = counter(registry, { name: 'laminar_relay_publishes_total', help: 'Publications by outcome', labelNames: ['result'] });
+    this.acquires = counter(registry, { name: 'laminar_relay_acquires_total', help: 'Acquire requests by outcome', labelNames: ['result'] });
+    this.errors = counter(registry, { name: 'laminar_relay_errors_total', help: 'Errors returned to clients, by code', labelNames: ['code'] });
+    this.badFrames = counter(registry, {
+      name: 'laminar_relay_bad_frames_total',
+      help: 'Connections closed for malformed frames, by code',
+      labelNames: ['code'],
+    });
+    this.pinFailures = counter(registry, { name: 'laminar_relay_pin_failures_total', help: 'Versions that could not be mlocked' });
+    this.recovered = counter(registry, {
+      name: 'laminar_relay_recovered_versions_total',
+      help: 'Segments found at start-up, by outcome: adopted (verified), adopted_clean (unchanged since a clean stop, not read), corrupt_deleted, partial_deleted, beyond_retention (older than --keep-versions allows: not read)',
+      labelNames: ['result'],
+    });
+    this.spareSegments = counter(registry, {
       name: 'laminar_relay_spare_segments_total',
       help: 'Spare segments by event: prepared (allocated while idle), kept (a retired version), reused (by a new version), dropped (for room)',
       labelNames: ['event'],
-      registers: [registry],
     });
-    this.checksumBytes = new Counter({ name: 'laminar_relay_checksum_bytes_total', help: 'Bytes checksummed', registers: [registry] });
-    this.commitSeconds = new Histogram({
+    this.checksumBytes = counter(registry, { name: 'laminar_relay_checksum_bytes_total', help: 'Bytes checksummed' });
+    this.commitSeconds = histogram(registry, {
       name: 'laminar_relay_commit_seconds',
       help: 'Time from commit request to version complete (verification included)',
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
-      registers: [registry],
     });
   }
 }

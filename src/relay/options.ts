@@ -3,7 +3,6 @@
  * The CLI (src/cli/relay.ts) maps flags > environment > config file onto these names.
  */
 import { hostname, networkInterfaces } from 'node:os';
-import { join } from 'node:path';
 import { InvalidInputError, ErrorCodes } from '../common/errors.js';
 import { readFileSync } from 'node:fs';
 import { parseBytes, parseDuration } from '../common/units.js';
@@ -11,10 +10,11 @@ import { parseAddress } from '../ucx/worker.js';
 import { loadSecret } from './broadcast/auth.js';
 import { parsePeerList, positionOf, validatePlan, validateRelayId, type ChainPlan } from './broadcast/plan.js';
 import { DEFAULT_MAX_FRAME_BYTES } from './protocol/frame.js';
+import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE, DEFAULT_SHM_DIR, defaultSocketPath } from './protocol/defaults.js';
 import { parseControlOptions, type ControlOptions, type ControlOptionsInput } from '../control/nats-options.js';
 
-export const DEFAULT_SHM_DIR = '/dev/shm/laminar';
-export const DEFAULT_CHUNK_SIZE = 32 * 1024 * 1024;
+// Shared with the client library (protocol/defaults.ts); re-exported for the daemon's CLI.
+export { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE, DEFAULT_SHM_DIR, defaultSocketPath };
 export const DEFAULT_KEEP_VERSIONS = 2;
 export const DEFAULT_SPARE_SEGMENTS = 1;
 
@@ -56,8 +56,6 @@ export interface RelayControlOptions extends ControlOptions {
   advertise: string;
 }
 
-export const DEFAULT_BROADCAST_WINDOW = 4;
-
 export interface BroadcastOptions {
   listen: { host: string; port: number } | null;
   plan: ChainPlan | null;
@@ -67,10 +65,6 @@ export interface BroadcastOptions {
   handshakeTimeoutMs: number;
   retryMs: number;
   partialTtlMs: number;
-}
-
-export function defaultSocketPath(shmDir: string): string {
-  return join(shmDir, 'relay.sock');
 }
 
 /** `nats` (and its credentials) puts the relay under a manager, which supplies the chain plan. */
@@ -173,7 +167,10 @@ function parseRelayControl(input: RelayOptionsInput, broadcast: BroadcastOptions
 export function parseLabels(input: string | Record<string, string>): Record<string, string> {
   if (typeof input !== 'string') return { ...input };
   const labels: Record<string, string> = {};
-  for (const part of input.split(',').map((p) => p.trim()).filter((p) => p.length > 0)) {
+  for (const part of input
+    .split(',')
+    .map((p) => p.trim())
+    .filter((p) => p.length > 0)) {
     const eq = part.indexOf('=');
     if (eq <= 0) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `labels are key=value pairs separated by commas, got ${JSON.stringify(part)}`);
     labels[part.slice(0, eq)] = part.slice(eq + 1);
@@ -221,7 +218,10 @@ function parseBroadcastOptions(input: RelayOptionsInput, relayId: string): Broad
   return {
     listen,
     plan,
-    secret: loadSecret({ ...(input.secretFile !== undefined ? { file: input.secretFile } : {}), ...(input.secret !== undefined ? { value: input.secret } : {}) }),
+    secret: loadSecret({
+      ...(input.secretFile !== undefined ? { file: input.secretFile } : {}),
+      ...(input.secret !== undefined ? { value: input.secret } : {}),
+    }),
     window: int('broadcast window', input.broadcastWindow ?? DEFAULT_BROADCAST_WINDOW, 1, 1024),
     stallMs: parseDuration(input.peerTimeout ?? '10s'),
     handshakeTimeoutMs: parseDuration(input.handshakeTimeout ?? '5s'),

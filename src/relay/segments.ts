@@ -3,7 +3,6 @@
  * from clients as paths: anything a client sends as a segment name is checked to be a plain
  * file name, so that no request can reach outside the directory.
  */
-import { join } from 'node:path';
 import { InvalidInputError, ErrorCodes } from '../common/errors.js';
 
 export const COMPLETE_SUFFIX = '.safetensors';
@@ -12,11 +11,9 @@ const SEGMENT_NAME = /^[A-Za-z0-9_~-][A-Za-z0-9._~-]{0,254}$/;
 const MAX_MODEL_LENGTH = 256;
 
 export function validateModelId(model: unknown): string {
+  // eslint-disable-next-line no-control-regex -- the pattern matches control characters on purpose: a model id must not contain any
   if (typeof model !== 'string' || model.length === 0 || model.length > MAX_MODEL_LENGTH || /[\u0000-\u001f\u007f]/.test(model)) {
-    throw new InvalidInputError(
-      ErrorCodes.BAD_MODEL_ID,
-      `model id must be 1-${MAX_MODEL_LENGTH} printable characters, got ${JSON.stringify(model)}`,
-    );
+    throw new InvalidInputError(ErrorCodes.BAD_MODEL_ID, `model id must be 1-${MAX_MODEL_LENGTH} printable characters, got ${JSON.stringify(model)}`);
   }
   return model;
 }
@@ -47,8 +44,4 @@ export function validateSegmentName(name: unknown): string {
     throw new InvalidInputError(ErrorCodes.BAD_SEGMENT_NAME, `not a segment name: ${JSON.stringify(name)}`);
   }
   return name;
-}
-
-export function segmentPath(dir: string, name: string): string {
-  return join(dir, validateSegmentName(name));
 }

@@ -13,16 +13,7 @@ import type { Logger } from 'pino';
 import { ErrorCodes, LaminarError, NotFoundError, ProtocolError, ConflictError, toLaminarError } from '../common/errors.js';
 import type { RelayMetrics } from './metrics.js';
 import { FrameDecoder, decodePayload, encodeFrame } from './protocol/frame.js';
-import {
-  PROTOCOL_VERSION,
-  envelopeSchema,
-  isOp,
-  requestSchemas,
-  type ErrorBody,
-  type Op,
-  type Request,
-  type SegmentDescription,
-} from './protocol/messages.js';
+import { PROTOCOL_VERSION, envelopeSchema, isOp, requestSchemas, type ErrorBody, type Op, type Request, type SegmentDescription } from './protocol/messages.js';
 import { validateSegmentName } from './segments.js';
 import type { StoredVersion, VersionStore } from './store.js';
 import { validatePlan, type ChainPlan } from './broadcast/plan.js';
@@ -144,7 +135,7 @@ async function removeStaleSocket(path: string): Promise<void> {
     });
     probe.once('error', () => resolve(false));
   });
-  if (live) throw new ConflictError('ERR_SOCKET_IN_USE', `another relay is listening on ${path}`);
+  if (live) throw new ConflictError(ErrorCodes.SOCKET_IN_USE, `another relay is listening on ${path}`);
   await unlink(path).catch(() => undefined);
 }
 
@@ -178,23 +169,28 @@ class Connection {
     try {
       payloads = this.decoder.push(chunk);
     } catch (err) {
-      return this.fatal(toLaminarError(err));
+      this.fatal(toLaminarError(err));
+      return;
     }
     for (const payload of payloads) {
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- handle() below runs up to its first await and may close the connection; TS keeps the narrowing from the check above across those calls
       if (this.closing) return;
       let message: unknown;
       try {
         message = decodePayload(payload);
       } catch (err) {
-        return this.fatal(toLaminarError(err));
+        this.fatal(toLaminarError(err));
+        return;
       }
       const envelope = envelopeSchema.safeParse(message);
       if (!envelope.success) {
-        return this.fatal(new ProtocolError(ErrorCodes.BAD_FRAME, 'a request must be a map with an integer id and a string op'));
+        this.fatal(new ProtocolError(ErrorCodes.BAD_FRAME, 'a request must be a map with an integer id and a string op'));
+        return;
       }
       const { id, op } = envelope.data;
       if (!this.greeted && op !== 'hello') {
-        return this.fatal(new ProtocolError(ErrorCodes.HANDSHAKE_REQUIRED, `the first request must be hello, got ${JSON.stringify(op)}`));
+        this.fatal(new ProtocolError(ErrorCodes.HANDSHAKE_REQUIRED, `the first request must be hello, got ${JSON.stringify(op)}`));
+        return;
       }
       void this.handle(id, op, message as Record<string, unknown>);
     }
@@ -279,7 +275,7 @@ class Connection {
         try {
           v = await store.find(r, this.aborter.signal);
         } catch (err) {
-          this.relay.options.metrics.acquires.inc({ result: (err as LaminarError).code ?? 'error' });
+          this.relay.options.metrics.acquires.inc({ result: (err as { code?: string }).code ?? 'error' });
           throw err;
         }
         if (this.closing) throw new LaminarError(ErrorCodes.CLOSED, 'connection closed');
@@ -331,7 +327,7 @@ class Connection {
         };
       case 'plan': {
         const broadcast = this.relay.options.broadcast;
-        if (!broadcast) throw new ConflictError('ERR_NO_BROADCAST', 'this relay takes no part in a broadcast (start it with --listen or --peers)');
+        if (!broadcast) throw new ConflictError(ErrorCodes.NO_BROADCAST, 'this relay takes no part in a broadcast (start it with --listen or --peers)');
         const plan = validatePlan((req as Request<'plan'>).plan);
         return { applied: broadcast.setPlan(plan), status: broadcast.status() };
       }

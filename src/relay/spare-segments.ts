@@ -162,7 +162,7 @@ export class SparePool {
     let mapping: Mapping | null = null;
     try {
       mapping = new Mapping(path, { writable: true });
-      for (let at = 0; at < size && this.spares.includes(spare); ) {
+      for (let at = 0; at < size && this.spares.includes(spare);) {
         if (busy()) {
           await new Promise((r) => setTimeout(r, 100));
           continue;
@@ -183,7 +183,10 @@ export class SparePool {
   /** Adopts a spare found in the directory at start-up (pages survive a relay restart). */
   async adopt(name: string): Promise<void> {
     const path = join(this.options.dir, name);
-    const size = await stat(path).then((s) => s.size, () => 0);
+    const size = await stat(path).then(
+      (s) => s.size,
+      () => 0,
+    );
     if (size > 0 && !this.full) {
       this.spares.push({ path, size, ready: true });
       return;

@@ -6,10 +6,3 @@
 export function trajectoryIdOf(groupId: string, sampleIndex: number): string {
   return `${groupId}/${sampleIndex}`;
 }
-
-/**
- * Owner of trajectories the manager took from a dead rollout and could not place: the take-over
- * fences the dead rollout should it come back, and a rollout that claims the returned sample
- * restarts a parked log from scratch.
- */
-export const PARKED_OWNER = 'laminar:parked';

@@ -14,35 +14,40 @@
  * A claimed prompt becomes n trajectories started in the partial pool, after which the claim is
  * completed: from then on the partial pool is where the work lives, and failover or repack move
  * it from there. Trajectory ids derive from the claim (ids.ts), so nothing is generated twice.
+ *
+ * Parts: local-relay.ts (the connection to the host's relay, where weights come from),
+ * ownership.ts (what this rollout owns in the partial pool, take-overs and reconciliation),
+ * task.ts (one trajectory). This file holds the client's state (weight version, tasks, engine
+ * state), claims, and the manager's commands, which run one at a time.
  */
 import { hostname } from 'node:os';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { ErrorCodes, LaminarError } from '../common/errors.js';
-import { InFlight, mapLimit } from '../common/concurrency.js';
+import { InFlight } from '../common/concurrency.js';
 import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
 import { MemberAgent } from '../control/member-agent.js';
 import type { Command, RolloutLoad } from '../control/schema.js';
-import { DataErrorCodes, type ExperienceWriter, type PartialPool, type PartialState, type PartialSummary, type PartialTrajectory, type PromptClaim, type PromptPool } from '../data/index.js';
-import { RelayClient } from '../relay/client/relay-client.js';
-import type { Lease } from '../relay/client/lease.js';
+import {
+  PARKED_OWNER,
+  type ExperienceWriter,
+  type PartialPool,
+  type PartialState,
+  type PartialTrajectory,
+  type PromptClaim,
+  type PromptPool,
+} from '../data/index.js';
+import type { Lease, RelayClient } from '../relay/client/index.js';
 import type { EngineLoad, RolloutEngine } from './engine.js';
-import { PARKED_OWNER, trajectoryIdOf } from './ids.js';
+import { trajectoryIdOf } from './ids.js';
+import { LocalRelay } from './local-relay.js';
 import { RolloutMetrics } from './metrics.js';
+import { Ownership } from './ownership.js';
 import { GenerationTask, type TaskOutcome } from './task.js';
 
-export const RolloutErrorCodes = {
-  VERSION_MISMATCH: 'ERR_VERSION_MISMATCH',
-  NO_WEIGHTS: 'ERR_NO_WEIGHTS',
-  BUSY: 'ERR_ROLLOUT_BUSY',
-} as const;
-
 export class RolloutError extends LaminarError {}
-
-const TAKEOVER_CONCURRENCY = 16;
-
 
 export interface RolloutClientOptions {
   nc: NatsConnection;
@@ -85,18 +90,17 @@ export class RolloutClient {
   private readonly agent: MemberAgent;
   private readonly tasks = new Map<string, GenerationTask>();
   private readonly log: Logger;
-  private relay: RelayClient | null = null;
-  /** The last acquire found the relay gone (ERR_CLOSED); cleared by the next one that succeeds. */
-  private relayAway = false;
-  private relayConnecting: Promise<RelayClient> | null = null;
+  /** The host's relay (null: the engine gets weights itself). */
+  private readonly relay: LocalRelay | null;
+  private readonly ownership: Ownership;
   /** Claims on their way (close waits for them). */
   private readonly claiming = new InFlight();
   /**
    * A weight version change and a resume of trajectories never overlap (a trajectory keeps one
-   * version from its first token to its last): an acquire waits for a resume in flight; during
-   * an acquire a repack-in is refused, a reconciliation skipped, and a reinitialise waits.
+   * version from its first token to its last): an acquire waits for a resume in flight
+   * (ownership.resuming); during an acquire a repack-in is refused, a reconciliation skipped, and
+   * a reinitialise waits.
    */
-  private resuming: Promise<{ taken: number }> | null = null;
   private readonly loads = new InFlight();
   private weightVersion: number | null = null;
   private state: RolloutState = 'idle';
@@ -105,19 +109,6 @@ export class RolloutClient {
   private commandChain: Promise<unknown> = Promise.resolve();
   private closed = false;
   private reconcileTimer: NodeJS.Timeout | null = null;
-  /** Trajectories owned here but not generated at the last reconciliation. */
-  private strays = new Set<string>();
-  /**
-   * Every trajectory this process has made (or tried to make) its own and not seen leave: what a
-   * reconciliation checks, one direct read each, instead of reading the whole partial pool (at a
-   * thousand rollouts with 50 trajectories each, every rollout reading the pool every 15 s would
-   * cost nats-server some twenty cores). Only the first reconciliation reads the pool, for what
-   * an earlier process under this id left behind.
-   */
-  private readonly mayOwn = new Set<string>();
-  /** Of those, the ones with an ownership write in flight (not judged until it is answered). */
-  private readonly ownershipWrites = new Set<string>();
-  private reconciledOnce = false;
   private readonly taskHost: ConstructorParameters<typeof GenerationTask>[0];
 
   private constructor(private readonly options: RolloutClientOptions) {
@@ -127,16 +118,37 @@ export class RolloutClient {
       partials: options.partials,
       released: (task: GenerationTask, outcome: TaskOutcome | 'handed-over'): void => {
         this.tasks.delete(task.trajectoryId);
-        // Completed (purged) or taken by another rollout: gone. Handed over: ours until the
-        // destination's take-over shows in the pool, which the next reconciliation checks.
-        if (outcome === 'handed-over') this.mayOwn.add(task.trajectoryId);
-        else this.mayOwn.delete(task.trajectoryId);
+        this.ownership.taskLeft(task.trajectoryId, outcome === 'handed-over');
         this.metrics.tasks.inc({ outcome });
         this.metrics.owned.set(this.tasks.size);
       },
     };
     this.log = (options.logger ?? silentLogger).child({ component: 'rollout', rollout: options.id });
     this.metrics = new RolloutMetrics(options.registry ?? createRegistry({ defaultMetrics: false }));
+    this.relay = options.relaySocket
+      ? new LocalRelay({
+          socketPath: options.relaySocket,
+          name: `rollout ${options.id}`,
+          log: this.log,
+          closed: () => this.closed,
+          closedError: () => new RolloutError(ErrorCodes.CLOSED, 'the rollout client is closed'),
+          weightVersion: () => this.weightVersion,
+        })
+      : null;
+    this.ownership = new Ownership({
+      rolloutId: options.id,
+      partials: options.partials,
+      prompts: options.prompts,
+      metrics: this.metrics,
+      log: this.log,
+      tasks: this.tasks,
+      weightVersion: () => this.weightVersion,
+      adopt: (partial, state) => this.adopt(partial, state),
+      resume: async (tasks) => {
+        this.state = 'generating';
+        await this.options.engine.resume(tasks);
+      },
+    });
     this.agent = new MemberAgent({
       nc: options.nc,
       job: options.job,
@@ -155,15 +167,7 @@ export class RolloutClient {
 
   static async connect(options: RolloutClientOptions): Promise<RolloutClient> {
     const client = new RolloutClient(options);
-    if (options.relaySocket) {
-      // A relay not up yet (services started in any order) is the same as one that went away:
-      // the rollout starts, and acquireWeights() connects once the relay is there.
-      client.relay = await client.connectRelay(options.relaySocket).catch((err: LaminarError) => {
-        if (err.code !== ErrorCodes.CLOSED) throw err;
-        client.relayAwayNow(err);
-        return null;
-      });
-    }
+    await client.relay?.start();
     client.agent.start();
     const every = options.reconcileMs ?? 15_000;
     if (every > 0) {
@@ -199,73 +203,41 @@ export class RolloutClient {
    * and releases it.
    */
   async acquireWeights(options: { atLeast?: number; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<AcquiredWeights> {
-    const socket = this.options.relaySocket;
-    if (!socket) throw new RolloutError(RolloutErrorCodes.NO_WEIGHTS, 'this rollout has no local relay (relaySocket); use setWeightVersion() after loading weights yourself');
-    const resuming = this.resuming;
+    const local = this.relay;
+    if (!local)
+      throw new RolloutError(ErrorCodes.NO_WEIGHTS, 'this rollout has no local relay (relaySocket); use setWeightVersion() after loading weights yourself');
+    const resuming = this.ownership.resuming;
     if (resuming) {
       const resumed = (await resuming.catch(() => null))?.taken ?? 0;
       if (resumed > 0) {
         throw new RolloutError(
-          RolloutErrorCodes.BUSY,
+          ErrorCodes.ROLLOUT_BUSY,
           `${resumed} trajectories of version ${this.weightVersion} were resumed here while new weights were asked for: generate them first`,
         );
       }
     }
     const started = performance.now();
     this.state = 'loading';
-    const load = (async () => {
-      const relay = await this.localRelay(socket);
-      const lease = await relay.acquire({
-        model: this.options.model,
-        atLeast: options.atLeast ?? 0,
-        timeoutMs: options.timeoutMs ?? 60_000,
-        ...(options.signal ? { signal: options.signal } : {}),
-      });
-      return { relay, lease };
-    })();
+    const load = local.acquire({
+      model: this.options.model,
+      atLeast: options.atLeast ?? 0,
+      timeoutMs: options.timeoutMs ?? 60_000,
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
     let relay: RelayClient;
     let lease: Lease;
     try {
       ({ relay, lease } = await this.loads.track(load));
     } catch (err) {
-      const code = (err as LaminarError).code ?? 'ERR_UNKNOWN';
+      const code = (err as { code?: string }).code ?? ErrorCodes.INTERNAL;
       this.metrics.weightAcquireFailures.inc({ code });
-      if (code === ErrorCodes.CLOSED) this.relayAwayNow(err as Error);
+      local.failed(err as Error);
       throw err;
     }
-    if (this.relayAway) {
-      this.relayAway = false;
-      this.log.info({ version: lease.version, relay: relay.relayId }, 'the local relay is back');
-    }
+    local.succeeded(relay, lease.version);
     this.setWeightVersion(lease.version);
     this.metrics.weightLoadSeconds.observe((performance.now() - started) / 1e3);
     return { version: lease.version, lease };
-  }
-
-  private connectRelay(socketPath: string): Promise<RelayClient> {
-    return RelayClient.connect({ socketPath, name: `rollout ${this.id}` });
-  }
-
-  /** The relay client, connected on first use when the relay was not up at start (one attempt at a time). */
-  private async localRelay(socketPath: string): Promise<RelayClient> {
-    if (this.relay) return this.relay;
-    this.relayConnecting ??= this.connectRelay(socketPath).finally(() => {
-      this.relayConnecting = null;
-    });
-    const relay = await this.relayConnecting;
-    if (this.closed) {
-      relay.close();
-      throw new RolloutError(ErrorCodes.CLOSED, 'the rollout client is closed');
-    }
-    this.relay ??= relay;
-    return this.relay;
-  }
-
-  /** Said once per outage: the engine goes on with the weights it has meanwhile. */
-  private relayAwayNow(err: Error): void {
-    if (this.relayAway) return;
-    this.relayAway = true;
-    this.log.warn({ version: this.weightVersion, err: err.message }, 'the local relay is away: keeping the weights in use; every acquire tries to connect again');
   }
 
   /** Records the weight version the engine now generates with (reported to the manager). */
@@ -282,7 +254,7 @@ export class RolloutClient {
   async claim(prompts: number): Promise<GenerationTask[]> {
     if (this.closed) throw new RolloutError(ErrorCodes.CLOSED, 'the rollout client is closed');
     const version = this.weightVersion;
-    if (version === null) throw new RolloutError(RolloutErrorCodes.NO_WEIGHTS, 'acquire weights before claiming prompts');
+    if (version === null) throw new RolloutError(ErrorCodes.NO_WEIGHTS, 'acquire weights before claiming prompts');
     return this.claiming.track(
       (async () => {
         const claims = await this.options.prompts.claim(this.id, prompts, this.options.claimLeaseMs ?? 60_000);
@@ -326,14 +298,21 @@ export class RolloutClient {
       return started;
     }
     // Every sample lives in the partial pool now: the prompt's claim is done.
-    await this.options.prompts.complete(claim).catch((err: Error & { code?: string }) => {
+    await this.options.prompts.complete(claim).catch((err: unknown) => {
       // A lease lost meanwhile: whoever claims the prompt again skips these samples by id.
-      this.log.warn({ prompt: claim.id, code: err.code, err: err.message }, 'prompt claim not completed');
+      const e = err as Error & { code?: string };
+      this.log.warn({ prompt: claim.id, code: e.code, err: e.message }, 'prompt claim not completed');
     });
     return started;
   }
 
-  private async startSample(claim: PromptClaim, sampleIndex: number, version: number, promptTokens: Int32Array, createdAt: number): Promise<GenerationTask | null> {
+  private async startSample(
+    claim: PromptClaim,
+    sampleIndex: number,
+    version: number,
+    promptTokens: Int32Array,
+    createdAt: number,
+  ): Promise<GenerationTask | null> {
     const trajectoryId = trajectoryIdOf(claim.groupId, sampleIndex);
     if (await this.options.writer.has(trajectoryId)) {
       this.metrics.tasks.inc({ outcome: 'skipped' });
@@ -353,17 +332,17 @@ export class RolloutClient {
     };
     let partial;
     try {
-      partial = await this.ownershipWrite(trajectoryId, () => this.options.partials.start(this.id, start));
+      partial = await this.ownership.write(trajectoryId, () => this.options.partials.start(this.id, start));
     } catch (err) {
-      if ((err as { code?: string }).code !== DataErrorCodes.TRAJECTORY_EXISTS) throw err;
+      if ((err as { code?: string }).code !== ErrorCodes.TRAJECTORY_EXISTS) throw err;
       try {
         // The manager gave up on this sample's old version and parked it: start it afresh, in
         // one step (a crash cannot leave it in neither pool).
-        partial = await this.ownershipWrite(trajectoryId, () => this.options.partials.restart(this.id, start, { from: PARKED_OWNER }));
+        partial = await this.ownership.write(trajectoryId, () => this.options.partials.restart(this.id, start, { from: PARKED_OWNER }));
       } catch (err2) {
-        if ((err2 as { code?: string }).code !== DataErrorCodes.NOT_OWNER) throw err2;
+        if ((err2 as { code?: string }).code !== ErrorCodes.NOT_OWNER) throw err2;
         // Another rollout generates it (this prompt was claimed before): not ours.
-        this.mayOwn.delete(trajectoryId);
+        this.ownership.notOurs(trajectoryId);
         this.metrics.tasks.inc({ outcome: 'skipped' });
         return null;
       }
@@ -376,16 +355,16 @@ export class RolloutClient {
 
   // ---- commands ----------------------------------------------------------------------------
 
-  private onCommand(command: Command): Promise<Record<string, unknown> | void> | void {
+  private onCommand(command: Command): Promise<Record<string, unknown> | undefined> | undefined {
     if (command.t === 'reregister' || command.t === 'load') return;
-    const run = async (): Promise<Record<string, unknown> | void> => {
+    const run = async (): Promise<Record<string, unknown> | undefined> => {
       const started = performance.now();
       try {
         const result = await this.execute(command);
         this.metrics.commands.inc({ command: command.t, result: 'done' });
         return result;
       } catch (err) {
-        this.metrics.commands.inc({ command: command.t, result: (err as { code?: string }).code ?? 'ERR_INTERNAL' });
+        this.metrics.commands.inc({ command: command.t, result: (err as { code?: string }).code ?? ErrorCodes.INTERNAL });
         throw err;
       } finally {
         this.metrics.commandSeconds.observe({ command: command.t }, (performance.now() - started) / 1e3);
@@ -396,7 +375,7 @@ export class RolloutClient {
     return next;
   }
 
-  private async execute(command: Command): Promise<Record<string, unknown> | void> {
+  private async execute(command: Command): Promise<Record<string, unknown> | undefined> {
     switch (command.t) {
       case 'repack-out':
         return this.repackOut(command.to, command.version);
@@ -415,7 +394,7 @@ export class RolloutClient {
   /** Stops everything this rollout generates, stores every token, and lets go of it. */
   private async repackOut(to: string, version: number): Promise<{ moved: string[] }> {
     if (this.weightVersion !== version) {
-      throw new RolloutError(RolloutErrorCodes.VERSION_MISMATCH, `repack-out for version ${version}, but ${this.id} generates with ${this.weightVersion}`);
+      throw new RolloutError(ErrorCodes.VERSION_MISMATCH, `repack-out for version ${version}, but ${this.id} generates with ${this.weightVersion}`);
     }
     const tasks = [...this.tasks.values()];
     await this.options.engine.stop(tasks);
@@ -434,19 +413,19 @@ export class RolloutClient {
   /** Takes the listed trajectories over from `from` (or whoever the partial pool says) and resumes them. */
   private async repackIn(from: string, version: number, ids: string[]): Promise<{ taken: number; completed: number; lost: number }> {
     if (this.weightVersion !== version) {
-      throw new RolloutError(RolloutErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} generates with ${this.weightVersion}`);
+      throw new RolloutError(ErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} generates with ${this.weightVersion}`);
     }
     if (this.loads.size > 0) {
-      throw new RolloutError(RolloutErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} is loading new weights`);
+      throw new RolloutError(ErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} is loading new weights`);
     }
-    const { taken, completed, lost, returned } = await this.takeOverAndResume(ids, from, 'version_mismatch');
+    const { taken, completed, lost, returned } = await this.ownership.takeOverAndResume(ids, from, 'version_mismatch');
     this.log.info({ from, taken, completed, lost: lost + returned }, 'repack-in: trajectories resumed');
     return { taken, completed, lost: lost + returned };
   }
 
   /** Rebuilds the engine on the same devices and resumes what this rollout still owns. */
   private async reinitialise(reason: string): Promise<{ taken: number; lost: number }> {
-    this.log.warn({ reason }, 'reinitialising the engine at the manager\'s request');
+    this.log.warn({ reason }, "reinitialising the engine at the manager's request");
     this.state = 'reinitialising';
     const tasks = [...this.tasks.values()];
     await this.options.engine.stop(tasks);
@@ -457,128 +436,24 @@ export class RolloutClient {
     await this.loads.settled();
     // Resume from what the partial pool holds: it is the truth after a hiccup.
     const owned = (await this.options.partials.list(this.id)).map((t) => t.trajectoryId);
-    const { taken, lost, returned } = await this.takeOverAndResume(owned, this.id, 'version_mismatch');
+    const { taken, lost, returned } = await this.ownership.takeOverAndResume(owned, this.id, 'version_mismatch');
     if (taken === 0) this.state = 'idle';
     return { taken, lost: lost + returned };
   }
 
-  /** Resumes (or returns) trajectories the partial pool says are ours but nobody generates. */
+  /** The periodic reconciliation (ownership.ts), skipped while new weights load. */
   private async reconcile(): Promise<void> {
     // During a weight load the engine is between versions: the next round looks again.
     if (this.closed || this.loads.size > 0) return;
-    let owned: PartialSummary[];
-    try {
-      owned = this.reconciledOnce ? await this.ownedNotGenerated() : await this.options.partials.list(this.id);
-    } catch {
-      return;
-    }
-    if (!this.reconciledOnce) for (const s of owned) this.mayOwn.add(s.trajectoryId);
-    this.reconciledOnce = true;
-    const stray = new Set(owned.filter((s) => s.state !== 'completing' && !this.tasks.has(s.trajectoryId)).map((s) => s.trajectoryId));
-    // Seen stray twice in a row: not a trajectory between its start and its task, nor a hand-over in progress.
-    const confirmed = [...stray].filter((id) => this.strays.has(id));
-    this.strays = new Set([...stray].filter((id) => !this.strays.has(id)));
-    if (confirmed.length === 0) return;
-    const { taken, returned } = await this.takeOverAndResume(confirmed, this.id, 'stranded');
-    this.metrics.tasks.inc({ outcome: 'reconciled' }, taken);
-    this.metrics.tasks.inc({ outcome: 'returned' }, returned);
-    this.log.warn({ resumed: taken, returned }, 'stranded trajectories of this rollout picked up');
-  }
-
-  /**
-   * An ownership write (start, restart, take-over) for `trajectoryId`. The trajectory may be ours
-   * from before the write: one whose answer is lost may still have made it ours.
-   */
-  private async ownershipWrite<T>(trajectoryId: string, write: () => Promise<T>): Promise<T> {
-    this.mayOwn.add(trajectoryId);
-    this.ownershipWrites.add(trajectoryId);
-    try {
-      return await write();
-    } finally {
-      this.ownershipWrites.delete(trajectoryId);
-    }
-  }
-
-  /** Of the trajectories this process may own and does not generate, those the pool says it owns. */
-  private async ownedNotGenerated(): Promise<PartialSummary[]> {
-    const candidates = [...this.mayOwn].filter((id) => !this.tasks.has(id) && !this.ownershipWrites.has(id));
-    const summaries = await mapLimit(candidates, TAKEOVER_CONCURRENCY, (id) => this.options.partials.summary(id));
-    const owned: PartialSummary[] = [];
-    candidates.forEach((id, i) => {
-      const s = summaries[i];
-      if (s?.owner === this.id) owned.push(s);
-      // Purged, or someone else's (a hand-over that landed): nothing to watch any more.
-      else this.mayOwn.delete(id);
-    });
-    return owned;
-  }
-
-  /**
-   * Takes trajectories over from `from` (another rollout, or this one after a hiccup) and resumes
-   * those of this rollout's weight version. One that is started with other weights is never
-   * resumed: it is parked and its sample goes back to the prompt pool (`reason`). One that cannot
-   * be taken (another owner, completed meanwhile, a read that raced its purge, a store error)
-   * never stops the others; if it is still someone's, their reconciliation or the manager's scan
-   * finds it.
-   */
-  private takeOverAndResume(ids: readonly string[], from: string, reason: string): Promise<{ taken: number; completed: number; lost: number; returned: number }> {
-    const work = this.takeOverAndResumeNow(ids, from, reason);
-    this.resuming = work;
-    const clear = (): void => {
-      if (this.resuming === work) this.resuming = null;
-    };
-    work.then(clear, clear);
-    return work;
-  }
-
-  private async takeOverAndResumeNow(ids: readonly string[], from: string, reason: string): Promise<{ taken: number; completed: number; lost: number; returned: number }> {
-    const resumed: GenerationTask[] = [];
-    let completed = 0;
-    let lost = 0;
-    let returned = 0;
-    // Take-overs are independent round trips (read the log, conditional marker): run several at once.
-    await mapLimit(ids, TAKEOVER_CONCURRENCY, async (trajectoryId) => {
-      try {
-        const result = await this.ownershipWrite(trajectoryId, () => this.options.partials.takeOver(trajectoryId, this.id, { from }));
-        if (result.status === 'completed') {
-          this.mayOwn.delete(trajectoryId);
-          completed++;
-          return;
-        }
-        const start = result.state.start;
-        if (start.weightVersion === this.weightVersion) {
-          resumed.push(this.adopt(result.trajectory, result.state));
-          return;
-        }
-        result.trajectory.release();
-        this.log.warn({ trajectory: trajectoryId, version: start.weightVersion, mine: this.weightVersion, reason }, 'trajectory of another weight version: returned to the prompt pool');
-        const parked = await this.options.partials.takeOver(trajectoryId, PARKED_OWNER, { from: this.id });
-        if (parked.status === 'taken') {
-          this.mayOwn.delete(trajectoryId);
-          parked.trajectory.release();
-          await this.options.prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason });
-          returned++;
-        }
-      } catch (err) {
-        const code = (err as { code?: string }).code;
-        lost++;
-        if (code === DataErrorCodes.NOT_OWNER || code === DataErrorCodes.UNKNOWN_TRAJECTORY) this.mayOwn.delete(trajectoryId);
-        else {
-          this.log.warn({ trajectory: trajectoryId, from, code, err: (err as Error).message }, 'trajectory not taken over');
-        }
-      }
-    });
-    if (resumed.length > 0) {
-      this.state = 'generating';
-      await this.options.engine.resume(resumed);
-    }
-    return { taken: resumed.length, completed, lost, returned };
+    await this.ownership.reconcile();
   }
 
   private adopt(partial: PartialTrajectory, state: PartialState): GenerationTask {
     const s = state.start;
     const promptBytes = s.promptTokens;
-    const promptTokens = promptBytes ? new Int32Array(promptBytes.buffer.slice(promptBytes.byteOffset, promptBytes.byteOffset + promptBytes.byteLength)) : new Int32Array(s.promptLength ?? 0);
+    const promptTokens = promptBytes
+      ? new Int32Array(promptBytes.buffer.slice(promptBytes.byteOffset, promptBytes.byteOffset + promptBytes.byteLength))
+      : new Int32Array(s.promptLength ?? 0);
     const task = new GenerationTask(this.taskHost, partial, {
       trajectoryId: s.trajectoryId,
       promptId: s.promptId,

@@ -5,8 +5,8 @@
  * The task keeps the whole response in memory (a trajectory is at most tens of thousands of
  * tokens) because completion writes prompt + response in one record.
  */
-import type { PartialPool, PartialTrajectory, TrajectoryIdentity, WriteResult } from '../data/index.js';
-import { DataErrorCodes } from '../data/errors.js';
+import { type PartialPool, type PartialTrajectory, type TrajectoryIdentity, type WriteResult } from '../data/index.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 export interface TaskInit extends TrajectoryIdentity {
   payload: unknown;
@@ -103,7 +103,7 @@ export class GenerationTask {
     try {
       this.partial.append(tokens, logprobs);
     } catch (err) {
-      if ((err as { code?: string }).code !== DataErrorCodes.NOT_OWNER) throw err;
+      if ((err as { code?: string }).code !== ErrorCodes.NOT_OWNER) throw err;
       this.finish('lost');
       return false;
     }
@@ -165,7 +165,7 @@ export class GenerationTask {
         ...(input.info !== undefined ? { info: input.info } : {}),
       });
     } catch (err) {
-      if ((err as { code?: string }).code !== DataErrorCodes.NOT_OWNER) {
+      if ((err as { code?: string }).code !== ErrorCodes.NOT_OWNER) {
         // Transient (the store is away): the task is still ours; completing again retries.
         this.state = 'active';
         throw err;

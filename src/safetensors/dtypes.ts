@@ -24,7 +24,9 @@ export function isDtype(value: unknown): value is Dtype {
 }
 
 /** The typed-array constructor that views a dtype's elements, where JavaScript has one. */
-export function typedArrayFor(dtype: Dtype):
+export function typedArrayFor(
+  dtype: Dtype,
+):
   | Uint8ArrayConstructor
   | Int8ArrayConstructor
   | Int16ArrayConstructor

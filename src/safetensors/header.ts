@@ -122,7 +122,10 @@ export function chunkCountFor(dataLength: number, chunkSize: number): number {
 }
 
 /** The byte range [offset, offset+length) of chunk `index`, in file coordinates. */
-export function chunkRange(layout: Pick<VersionLayout, 'dataOffset' | 'dataLength' | 'chunkSize'>, index: number): {
+export function chunkRange(
+  layout: Pick<VersionLayout, 'dataOffset' | 'dataLength' | 'chunkSize'>,
+  index: number,
+): {
   offset: number;
   length: number;
 } {
@@ -135,11 +138,7 @@ export function chunkRange(layout: Pick<VersionLayout, 'dataOffset' | 'dataLengt
  * in order. A writer that checksums its tensors in these parts lets commit check them in the same
  * read that computes the chunk checksums. An empty range is one empty part.
  */
-export function chunkAlignedParts(
-  grid: Pick<VersionLayout, 'dataOffset' | 'chunkSize'>,
-  offset: number,
-  length: number,
-): { offset: number; length: number }[] {
+export function chunkAlignedParts(grid: Pick<VersionLayout, 'dataOffset' | 'chunkSize'>, offset: number, length: number): { offset: number; length: number }[] {
   const parts: { offset: number; length: number }[] = [];
   const end = offset + length;
   let at = offset;
@@ -197,7 +196,11 @@ export function planLayout(
   const placeholder = new Array<string>(chunkCount).fill(PLACEHOLDER_CHECKSUM);
   const draftTensors = relative.map(({ spec, begin, byteLength }) => ({ ...spec, offset: begin, byteLength }));
   const json = JSON.stringify(
-    headerObject(draftTensors, 0, laminarMeta({ model: options.model, version: options.version, chunkSize: options.chunkSize, checksums: placeholder }, options.extraMetadata ?? {})),
+    headerObject(
+      draftTensors,
+      0,
+      laminarMeta({ model: options.model, version: options.version, chunkSize: options.chunkSize, checksums: placeholder }, options.extraMetadata ?? {}),
+    ),
   );
   const jsonBytes = Buffer.byteLength(json);
   if (jsonBytes > MAX_HEADER_BYTES) bad(ErrorCodes.BAD_TENSOR, `the header would be ${jsonBytes} bytes (limit ${MAX_HEADER_BYTES})`);
@@ -217,11 +220,7 @@ export function planLayout(
  * Encodes the 8-byte length prefix and the padded JSON header for a layout and its checksums.
  * The result is exactly `layout.dataOffset` bytes long.
  */
-export function encodeHeader(
-  layout: VersionLayout,
-  meta: LaminarMetadata,
-  extraMetadata: Record<string, string> = {},
-): Buffer {
+export function encodeHeader(layout: VersionLayout, meta: LaminarMetadata, extraMetadata: Record<string, string> = {}): Buffer {
   if (meta.checksums.length !== layout.chunkCount) {
     bad(ErrorCodes.INVALID_ARG, `expected ${layout.chunkCount} chunk checksums, got ${meta.checksums.length}`);
   }
@@ -307,6 +306,7 @@ export function parseHeader(json: Uint8Array, fileSize: number, chunkSizeDefault
   if (cursor !== fileSize) bad(ErrorCodes.BAD_SAFETENSORS, `tensors cover ${cursor - dataOffset} bytes but the data section has ${dataLength}`);
 
   const laminar = readLaminarMetadata(metadata, dataLength);
+  // eslint-disable-next-line @typescript-eslint/no-dynamic-delete -- drops the fixed set of laminar.* keys (META) from the null-prototype record of the file's metadata
   for (const key of Object.values(META)) delete metadata[key];
   const chunkSize = laminar?.chunkSize ?? chunkSizeDefault;
   return {

@@ -1,7 +1,8 @@
 /** Finds a server binary: an env override, then PATH, then the Debian sbin directories. */
 import { accessSync, constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import { ServiceError, ServiceErrorCodes } from './errors.js';
+import { ServiceError } from './errors.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 // Debian installs nats-server in /usr/sbin, which is not on a normal user's PATH.
 const EXTRA_DIRS = ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'];
@@ -18,7 +19,7 @@ export function findBinary(name: string, envVar: string): string {
     }
   }
   throw new ServiceError(
-    ServiceErrorCodes.BINARY_MISSING,
+    ErrorCodes.SERVICE_BINARY_MISSING,
     `${name} not found (${override ? `${envVar}=${override} is not executable` : `looked on PATH and in ${EXTRA_DIRS.join(', ')}`}); ` +
       `install it with scripts/bootstrap.sh or set ${envVar}`,
     { details: { name, envVar } },

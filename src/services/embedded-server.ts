@@ -1,6 +1,7 @@
 /** The start/stop/restart/kill surface shared by the embedded servers. */
-import { ServiceError, ServiceErrorCodes } from './errors.js';
+import { ServiceError } from './errors.js';
 import { removeTempDir, type ManagedProcess } from './managed-process.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 export interface EmbeddedServer {
   readonly url: string;
@@ -20,7 +21,10 @@ export interface EmbeddedServer {
 }
 
 /** Wraps a ManagedProcess into the start/stop/restart/kill surface shared by both servers. */
-export function embeddedServer(proc: ManagedProcess, fields: { url: string; port: number; dataDir: string; ownsDir: boolean; rootDir: string }): EmbeddedServer {
+export function embeddedServer(
+  proc: ManagedProcess,
+  fields: { url: string; port: number; dataDir: string; ownsDir: boolean; rootDir: string },
+): EmbeddedServer {
   let stopped = false;
   const stop = async (): Promise<void> => {
     if (stopped) return;
@@ -37,7 +41,7 @@ export function embeddedServer(proc: ManagedProcess, fields: { url: string; port
     },
     stop,
     async restart(options = {}) {
-      if (stopped) throw new ServiceError(ServiceErrorCodes.STOPPED, 'the server was stopped with stop(); start a new one');
+      if (stopped) throw new ServiceError(ErrorCodes.SERVICE_STOPPED, 'the server was stopped with stop(); start a new one');
       await proc.terminate(options.kill ? 'SIGKILL' : 'SIGTERM');
       await proc.start();
     },
@@ -48,4 +52,3 @@ export function embeddedServer(proc: ManagedProcess, fields: { url: string; port
     [Symbol.asyncDispose]: stop,
   };
 }
-

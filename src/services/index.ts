@@ -1,5 +1,6 @@
 export { startNatsServer, type NatsServer, type NatsServerOptions } from './nats.js';
 export { startRedisServer, type RedisServer, type RedisServerOptions } from './redis.js';
-export { ServiceError, ServiceErrorCodes } from './errors.js';
+export { ServiceError } from './errors.js';
 export { freePort } from './ports.js';
 export type { EmbeddedServer } from './embedded-server.js';
+export { spawnDaemon, type Daemon } from './daemon-process.js';

@@ -9,7 +9,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ServiceError, ServiceErrorCodes } from './errors.js';
+import { ServiceError } from './errors.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 export interface ManagedProcessSpec {
   name: string;
@@ -87,8 +88,8 @@ export class ManagedProcess {
     live.add(child);
     let spawnError: Error | undefined;
     let exitCode: number | string | null | undefined;
-    child.stdout?.on('data', (b: Buffer) => this.output.push(b));
-    child.stderr?.on('data', (b: Buffer) => this.output.push(b));
+    child.stdout.on('data', (b: Buffer) => this.output.push(b));
+    child.stderr.on('data', (b: Buffer) => this.output.push(b));
     child.once('error', (err) => {
       spawnError = err;
     });
@@ -104,7 +105,7 @@ export class ManagedProcess {
     for (;;) {
       if (spawnError || exitCode !== undefined) {
         throw new ServiceError(
-          ServiceErrorCodes.START_FAILED,
+          ErrorCodes.SERVICE_START_FAILED,
           `${this.spec.name} exited during start (${spawnError?.message ?? `status ${String(exitCode)}`}): ${this.output.text().trim()}`,
           { cause: spawnError, details: { args: this.spec.args } },
         );
@@ -112,7 +113,10 @@ export class ManagedProcess {
       if (child.pid !== undefined && (await this.spec.isReady(child.pid).catch(() => false))) return;
       if (Date.now() > deadline) {
         await this.terminate('SIGKILL');
-        throw new ServiceError(ServiceErrorCodes.START_FAILED, `${this.spec.name} not ready after ${this.spec.startTimeoutMs ?? 20_000} ms: ${this.output.text().trim()}`);
+        throw new ServiceError(
+          ErrorCodes.SERVICE_START_FAILED,
+          `${this.spec.name} not ready after ${this.spec.startTimeoutMs ?? 20_000} ms: ${this.output.text().trim()}`,
+        );
       }
       await sleep(25);
     }

@@ -26,15 +26,23 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
   const dataDir = options.dataDir ?? rootDir;
   const port = options.port ?? (await freePort());
   const args = [
-    '--port', String(port),
-    '--bind', '127.0.0.1',
-    '--dir', dataDir,
-    '--appendonly', options.appendonly === false ? 'no' : 'yes',
-    '--appendfsync', options.appendfsync ?? 'everysec',
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--dir',
+    dataDir,
+    '--appendonly',
+    options.appendonly === false ? 'no' : 'yes',
+    '--appendfsync',
+    options.appendfsync ?? 'everysec',
     // No RDB snapshots: the AOF is the persistence we test and document.
-    '--save', '',
-    '--daemonize', 'no',
-    '--logfile', '',
+    '--save',
+    '',
+    '--daemonize',
+    'no',
+    '--logfile',
+    '',
   ];
   const proc = new ManagedProcess({
     name: 'redis-server',

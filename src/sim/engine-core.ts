@@ -37,6 +37,12 @@ export interface EngineProfile {
  * A 7B-class model on one GPU, roughly: 64 Ki tokens of KV, flat decode to 64 requests, 20 ms a
  * step, and twice that at 2B. Its 256-request limit is above what the KV holds for typical
  * reasoning lengths, so the KV binds, as in the paper.
+ *
+ * B = 64 is the paper's example of a batch that decodes about as fast as a small one (§2.4,
+ * Figure 4), below the manager's roofline estimate of 256 (manager/repack/planner.ts), as a
+ * measured knee is. A manager in front of these engines should be given the same B
+ * (`laminar manager --roofline-batch 64`); `npm run bench -- repack-planner --decode-steps sim`
+ * reads it back from the profile's step times the way it reads a real engine's.
  */
 export const DEFAULT_ENGINE_PROFILE: Readonly<EngineProfile> = Object.freeze({
   kvCapacityTokens: 65_536,
@@ -286,6 +292,7 @@ export class EngineCore {
         id: req.id,
         promptTokens: req.promptTokens,
         targetTokens: req.targetTokens,
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- check() validates requests from JavaScript callers: `generated` may be missing, which it then reports
         generated: req.generated?.length,
       });
     };

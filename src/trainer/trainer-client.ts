@@ -20,12 +20,19 @@ import { ConflictError, LaminarError, TimeoutError } from '../common/errors.js';
 import { silentLogger } from '../common/logger.js';
 import { MemberAgent } from '../control/member-agent.js';
 import { connectControl, type ControlOptions } from '../control/nats-options.js';
-import { ControlCodes, SCHEMA_VERSION, decode, encode, memberRecordSchema, type PlanRecord } from '../control/schema.js';
+import { SCHEMA_VERSION, decode, encode, memberRecordSchema, type PlanRecord } from '../control/schema.js';
 import { Keys } from '../control/subjects.js';
-import type { Publication } from '../relay/client/publication.js';
-import { RelayClient, type BeginOptions } from '../relay/client/relay-client.js';
-import { prepareVersion, type PreparedVersion, type RemotePublisher, type TensorVersion } from '../relay/client/remote-publisher.js';
-import { StagingBuffer } from '../relay/client/staging.js';
+import {
+  RelayClient,
+  StagingBuffer,
+  prepareVersion,
+  type BeginOptions,
+  type PreparedVersion,
+  type Publication,
+  type RemotePublisher,
+  type TensorVersion,
+} from '../relay/client/index.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 export interface TrainerClientOptions {
   /** The control plane (connected here) or an open connection (left open by close()). */
@@ -140,19 +147,35 @@ export class TrainerClient {
         const master = plan.relays[0]!;
         attempts++;
         try {
-          const mode = await this.pushTo(master, request, () => prepareVersion(request, this.options.chunkSize, this.staging).then((p) => (prepared = p)), prepared);
+          const mode = await this.pushTo(
+            master,
+            request,
+            () => prepareVersion(request, this.options.chunkSize, this.staging).then((p) => (prepared = p)),
+            prepared,
+          );
           await this.announce(request.model, request.version, request.checkpoint ?? null);
           return { model: request.model, version: request.version, master: master.id, mode, stallSeconds: (performance.now() - started) / 1e3, attempts };
         } catch (err) {
           const code = (err as LaminarError).code;
-          if (code === 'ERR_VERSION_EXISTS') {
+          if (code === ErrorCodes.VERSION_EXISTS) {
             await this.announce(request.model, request.version, request.checkpoint ?? null);
-            return { model: request.model, version: request.version, master: master.id, mode: 'remote', stallSeconds: (performance.now() - started) / 1e3, attempts };
+            return {
+              model: request.model,
+              version: request.version,
+              master: master.id,
+              mode: 'remote',
+              stallSeconds: (performance.now() - started) / 1e3,
+              attempts,
+            };
           }
-          if (err instanceof ConflictError || code === 'ERR_BAD_TENSOR' || code === 'ERR_VERSION_STALE' || code === 'ERR_STALE_VERSION') throw err;
+          if (err instanceof ConflictError || code === ErrorCodes.BAD_TENSOR || code === ErrorCodes.VERSION_STALE) throw err;
           this.log.warn({ master: master.id, code, err: (err as Error).message, epoch: plan.epoch }, 'push to the master failed: waiting for the next plan');
           await this.waitForPlan(deadline, plan.epoch).catch((waitErr: unknown) => {
-            throw new LaminarError(ControlCodes.NO_MASTER, `push of ${request.model} v${request.version} to ${master.id} failed (${code}) and no new master came: ${(waitErr as Error).message}`, { cause: err });
+            throw new LaminarError(
+              ErrorCodes.NO_MASTER,
+              `push of ${request.model} v${request.version} to ${master.id} failed (${code}) and no new master came: ${(waitErr as Error).message}`,
+              { cause: err },
+            );
           });
         }
       }
@@ -255,8 +278,9 @@ export class TrainerClient {
       relay.close();
       return;
     }
-    const begun = relay.beginPublish(beginOptions(request, request.version + 1)).catch((err: Error & { code?: string }) => {
-      this.log.debug({ code: err.code, err: err.message }, 'cannot prepare the next version\'s segment');
+    const begun = relay.beginPublish(beginOptions(request, request.version + 1)).catch((err: unknown) => {
+      const e = err as Error & { code?: string };
+      this.log.debug({ code: e.code, err: e.message }, "cannot prepare the next version's segment");
       return null;
     });
     this.next = { master: masterId, model: request.model, version: request.version + 1, layout, relay, publication: begun };
@@ -289,8 +313,8 @@ export class TrainerClient {
   /** Records the newest version (and where its checkpoint is) for relays that have none. */
   private async announce(model: string, version: number, checkpoint: string | null): Promise<void> {
     const kv = await this.agent.bucket();
-    await kv.put(Keys.announce(model), encode({ v: SCHEMA_VERSION, model, version, checkpoint, at: Date.now() })).catch((err: Error) => {
-      this.log.warn({ err: err.message }, 'cannot record the version in the control bucket');
+    await kv.put(Keys.announce(model), encode({ v: SCHEMA_VERSION, model, version, checkpoint, at: Date.now() })).catch((err: unknown) => {
+      this.log.warn({ err: (err as Error).message }, 'cannot record the version in the control bucket');
     });
   }
 

@@ -61,6 +61,7 @@ export class Endpoint {
       const flags = payload.rendezvous === false ? 0 : SEND_RENDEZVOUS;
       return this.worker.send(this.id, header, payload.source, payload.offset, payload.length, flags);
     } catch (err) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passes on what the native addon threw, unchanged, as the rejection
       return Promise.reject(err);
     }
   }
@@ -98,7 +99,10 @@ export class Endpoint {
     if (this.state === 'closed') return;
     this.failure = error;
     this.state = 'closing';
-    void this.worker.closeEndpoint(this.id, true).catch(() => undefined).finally(() => this.finish(error));
+    void this.worker
+      .closeEndpoint(this.id, true)
+      .catch(() => undefined)
+      .finally(() => this.finish(error));
   }
 
   /** @internal The worker closed under us. */

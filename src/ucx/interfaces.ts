@@ -8,6 +8,7 @@
 import { isIP } from 'node:net';
 import { networkInterfaces, type NetworkInterfaceInfo } from 'node:os';
 import { LaminarError } from '../common/errors.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 const WILDCARDS = new Set(['0.0.0.0', '::']);
 
@@ -18,7 +19,7 @@ export function assertAddressUp(host: string, interfaces: NodeJS.Dict<NetworkInt
     if (list?.some((a) => a.address === host)) return;
   }
   throw new LaminarError(
-    'ERR_ADDRESS_NOT_UP',
+    ErrorCodes.ADDRESS_NOT_UP,
     `${host} is on no network interface of this host that is up and running: either it is another host's address, or its interface is down or has no carrier yet. ` +
       'UCX takes the interfaces that are up when the relay starts and never looks again, so start the relay once the network is up (systemd: After=network-online.target)',
     { details: { address: host } },

@@ -1,5 +1,6 @@
 import { Mapping as MappingClass, type Mapping, type UcxNativeWorker } from '../native/index.js';
 import { LaminarError } from '../common/errors.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 /**
  * A message that arrived on an endpoint: a small header (the protocol's msgpack) and maybe a
@@ -32,9 +33,9 @@ export class IncomingMessage {
    * refused (read-only, too small, not a mapping) takes nothing: the payload is still pending.
    */
   async receiveInto(target: Mapping | Uint8Array, offset: number): Promise<void> {
-    if (this.settled) throw new LaminarError('ERR_UCX_PAYLOAD_TAKEN', 'the payload was already received or released');
+    if (this.settled) throw new LaminarError(ErrorCodes.UCX_PAYLOAD_TAKEN, 'the payload was already received or released');
     if (this.desc !== undefined) {
-      const receiving = this.worker.receive(this.desc, target, offset, this.length);  // throws on a bad target
+      const receiving = this.worker.receive(this.desc, target, offset, this.length); // throws on a bad target
       this.settled = true;
       await receiving;
       return;
@@ -44,20 +45,20 @@ export class IncomingMessage {
         this.settled = true;
         return;
       }
-      throw new LaminarError('ERR_UCX_PAYLOAD_DROPPED', `an inline payload of ${this.length} bytes was dropped`);
+      throw new LaminarError(ErrorCodes.UCX_PAYLOAD_DROPPED, `an inline payload of ${this.length} bytes was dropped`);
     }
     if (!Number.isSafeInteger(offset) || offset < 0) {
-      throw new LaminarError('ERR_INVALID_ARG', 'offset must be a non-negative integer');
+      throw new LaminarError(ErrorCodes.INVALID_ARG, 'offset must be a non-negative integer');
     }
     if (target instanceof Uint8Array) {
       if (offset + this.data.length > target.length) {
-        throw new LaminarError('ERR_OUT_OF_RANGE', 'payload does not fit the target buffer');
+        throw new LaminarError(ErrorCodes.OUT_OF_RANGE, 'payload does not fit the target buffer');
       }
       target.set(this.data, offset);
     } else if (target instanceof MappingClass) {
       target.write(offset, this.data);
     } else {
-      throw new LaminarError('ERR_INVALID_ARG', 'the target must be a Mapping or a Uint8Array');
+      throw new LaminarError(ErrorCodes.INVALID_ARG, 'the target must be a Mapping or a Uint8Array');
     }
     this.settled = true;
   }

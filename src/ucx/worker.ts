@@ -1,7 +1,8 @@
 import { native, UCX_DEFAULTS, type Mapping, type UcxNativeEvent, type UcxNativeStats, type UcxNativeWorker } from '../native/index.js';
-import { InvalidInputError, type LaminarError } from '../common/errors.js';
+import { InvalidInputError } from '../common/errors.js';
 import { Endpoint } from './endpoint.js';
 import { IncomingMessage } from './message.js';
+import { ErrorCodes } from '../common/error-codes.js';
 
 export interface UcxWorkerOptions {
   /** Largest inline (eager) payload copied for JS; bigger ones are dropped and flagged. */
@@ -11,7 +12,6 @@ export interface UcxWorkerOptions {
   /** Called for messages that arrive on an endpoint nobody knows (counted by the owner). */
   onStray?: (message: IncomingMessage) => void;
 }
-
 
 export interface Listener {
   readonly port: number;
@@ -132,14 +132,7 @@ export class UcxWorker {
   private dispatchOne(event: UcxNativeEvent): void {
     switch (event.type) {
       case 'message': {
-        const message = new IncomingMessage(
-          this.handle,
-          event.header,
-          event.length,
-          event.data,
-          event.desc,
-          event.dropped === true,
-        );
+        const message = new IncomingMessage(this.handle, event.header, event.length, event.data, event.desc, event.dropped === true);
         const endpoint = this.endpoints.get(event.endpoint);
         if (endpoint?.onMessage !== undefined) {
           endpoint.onMessage(message);
@@ -150,7 +143,7 @@ export class UcxWorker {
         return;
       }
       case 'accept': {
-        if (event.endpoint === undefined) return;  // UCX refused to create it; nothing to do
+        if (event.endpoint === undefined) return; // UCX refused to create it; nothing to do
         const endpoint = this.adopt(event.endpoint, event.address);
         const onConnection = this.listeners.get(event.listener);
         if (onConnection === undefined) {
@@ -161,7 +154,7 @@ export class UcxWorker {
         return;
       }
       case 'error': {
-        this.endpoints.get(event.endpoint)?.abort(event.error as LaminarError);
+        this.endpoints.get(event.endpoint)?.abort(event.error);
         return;
       }
     }
@@ -173,7 +166,7 @@ export function parseAddress(text: string): { host: string; port: number } {
   const match = /^(?:\[([0-9a-fA-F:.]+)\]|([0-9.]+)):(\d{1,5})$/.exec(text.trim());
   const port = match === null ? NaN : Number(match[3]);
   if (match === null || !(port > 0 && port < 65536)) {
-    throw new InvalidInputError('ERR_BAD_ADDRESS', `expected address:port with a numeric address, got "${text}"`);
+    throw new InvalidInputError(ErrorCodes.BAD_ADDRESS, `expected address:port with a numeric address, got "${text}"`);
   }
   return { host: (match[1] ?? match[2]) as string, port };
 }

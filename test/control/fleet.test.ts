@@ -40,7 +40,16 @@ async function fleet(job: string, relays: number, rollouts: number, options: { d
   connections.push(managerNc);
   const registry = new Registry();
   const deadAfterMs = options.deadAfterMs ?? 6000;
-  const manager = new Manager({ nc: managerNc, job, registry, leaseMs: 1000, suspectAfterMs: deadAfterMs / 2, deadAfterMs, tickMs: 50, rollouts: { partials: null, prompts: null, repackIntervalMs: 0 } });
+  const manager = new Manager({
+    nc: managerNc,
+    job,
+    registry,
+    leaseMs: 1000,
+    suspectAfterMs: deadAfterMs / 2,
+    deadAfterMs,
+    tickMs: 50,
+    rollouts: { partials: null, prompts: null, repackIntervalMs: 0 },
+  });
   await manager.start();
   await manager.whenLeader();
   // Members share a few connections (a test process does not need one per member).
@@ -62,7 +71,19 @@ async function fleet(job: string, relays: number, rollouts: number, options: { d
       state: () => ({ epoch: null, holds: relay ? [{ model: 'm', version: 1 }] : [], receiving: [], downstream: null }),
       ...(relay
         ? { onPlan: () => undefined }
-        : { rolloutLoad: () => ({ state: 'generating' as const, model: 'm', weightVersion: 1, kvUsed: 0.25 + (i % 4) / 10, kvPrev: 0.9, running: 8, waiting: 0, owned: 8, tokensPerSecond: 100 }) }),
+        : {
+            rolloutLoad: () => ({
+              state: 'generating' as const,
+              model: 'm',
+              weightVersion: 1,
+              kvUsed: 0.25 + (i % 4) / 10,
+              kvPrev: 0.9,
+              running: 8,
+              waiting: 0,
+              owned: 8,
+              tokensPerSecond: 100,
+            }),
+          }),
     });
     agents.set(id, agent);
     agent.start();
@@ -87,7 +108,9 @@ describe('manager and a fleet of members', () => {
   it('reads the fleet gauges at scrape time: a rollout that died leaves them', async () => {
     const f = await fleet('gauges', 3, 4, { deadAfterMs: 800 });
     try {
-      await expect.poll(() => alive(f.manager) === 7 && f.manager.status().rollouts.every((r) => 'kvUsed' in r), { timeout: 10_000, message: 'the fleet did not join' }).toBe(true);
+      await expect
+        .poll(() => alive(f.manager) === 7 && f.manager.status().rollouts.every((r) => 'kvUsed' in r), { timeout: 10_000, message: 'the fleet did not join' })
+        .toBe(true);
       expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'relay', state: 'alive' })).toBe(3);
       expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'rollout', state: 'alive' })).toBe(4);
       expect(await metricValue(f.registry, 'laminar_manager_rollout_kv_used', { rollout: 'rollout-2' })).toBeCloseTo(0.25 + ((3 + 2) % 4) / 10);
@@ -95,7 +118,12 @@ describe('manager and a fleet of members', () => {
       expect(await metricValue(f.registry, 'laminar_manager_relay_progress', { relay: 'relay-1', model: 'm' })).toBe(1);
 
       await f.agents.get('rollout-2')!.close();
-      await expect.poll(() => f.manager.status().members.some((m) => m.id === 'rollout-2' && m.health === 'dead'), { timeout: 10_000, message: 'the silent rollout was not declared dead' }).toBe(true);
+      await expect
+        .poll(() => f.manager.status().members.some((m) => m.id === 'rollout-2' && m.health === 'dead'), {
+          timeout: 10_000,
+          message: 'the silent rollout was not declared dead',
+        })
+        .toBe(true);
       expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'rollout', state: 'dead' })).toBe(1);
       expect(await metricValue(f.registry, 'laminar_manager_members', { kind: 'rollout', state: 'alive' })).toBe(3);
       const kv = (await f.registry.getSingleMetric('laminar_manager_rollout_kv_used')!.get()).values;
@@ -107,11 +135,19 @@ describe('manager and a fleet of members', () => {
 
   it('`laminar status` filters the fleet by kind and health, summarises it, and refuses a bad filter before connecting', async () => {
     const f = await fleet('cli', 3, 6, { deadAfterMs: 800 });
-    const laminar = async (...args: string[]): Promise<string> => (await promisify(execFile)(process.execPath, [CLI, 'status', '--nats', nats.url, '--job', 'cli', ...args], { encoding: 'utf8' })).stdout;
+    const laminar = async (...args: string[]): Promise<string> =>
+      (await promisify(execFile)(process.execPath, [CLI, 'status', '--nats', nats.url, '--job', 'cli', ...args], { encoding: 'utf8' })).stdout;
     try {
-      await expect.poll(() => alive(f.manager) === 9 && f.manager.status().rollouts.every((r) => 'kvUsed' in r), { timeout: 10_000, message: 'the fleet did not join' }).toBe(true);
+      await expect
+        .poll(() => alive(f.manager) === 9 && f.manager.status().rollouts.every((r) => 'kvUsed' in r), { timeout: 10_000, message: 'the fleet did not join' })
+        .toBe(true);
       await f.agents.get('rollout-4')!.close();
-      await expect.poll(() => f.manager.status().members.some((m) => m.id === 'rollout-4' && m.health === 'dead'), { timeout: 10_000, message: 'the silent rollout was not declared dead' }).toBe(true);
+      await expect
+        .poll(() => f.manager.status().members.some((m) => m.id === 'rollout-4' && m.health === 'dead'), {
+          timeout: 10_000,
+          message: 'the silent rollout was not declared dead',
+        })
+        .toBe(true);
 
       const summary = JSON.parse(await laminar('--summary', '--json')) as { members: Record<string, Record<string, number>>; chain: { relays: number } };
       expect(summary.members.relay).toEqual({ alive: 3, suspected: 0, dead: 0 });
@@ -119,7 +155,11 @@ describe('manager and a fleet of members', () => {
       expect(summary.chain.relays).toBe(3);
       expect(await laminar('--summary')).toMatch(/rollout\s+5\s+0\s+1/);
 
-      const dead = JSON.parse(await laminar('--kind', 'rollout', '--health', 'dead', '--json')) as { chain: unknown[]; members: { id: string }[]; rollouts: { id: string }[] };
+      const dead = JSON.parse(await laminar('--kind', 'rollout', '--health', 'dead', '--json')) as {
+        chain: unknown[];
+        members: { id: string }[];
+        rollouts: { id: string }[];
+      };
       expect(dead.chain).toEqual([]);
       expect(dead.members.map((m) => m.id)).toEqual(['rollout-4']);
       expect(dead.rollouts.map((r) => r.id)).toEqual(['rollout-4']);
@@ -128,8 +168,13 @@ describe('manager and a fleet of members', () => {
       expect(table).not.toContain('rollout-');
 
       // A typo fails at once with its code, without waiting on any server.
-      const refused = await promisify(execFile)(process.execPath, [CLI, 'status', '--nats', 'nats://127.0.0.1:1', '--kind', 'relays'], { encoding: 'utf8' }).catch((err: { code: number; stderr: string }) => err);
-      expect(refused).toMatchObject({ code: 1, stderr: expect.stringContaining('ERR_INVALID_ARG: --kind: "relays" is not one of relay, rollout, trainer') });
+      const refused = await promisify(execFile)(process.execPath, [CLI, 'status', '--nats', 'nats://127.0.0.1:1', '--kind', 'relays'], {
+        encoding: 'utf8',
+      }).catch((err: unknown) => err);
+      expect(refused).toMatchObject({
+        code: 1,
+        stderr: expect.stringContaining('ERR_INVALID_ARG: --kind: "relays" is not one of relay, rollout, trainer') as unknown,
+      });
     } finally {
       await f.stop();
     }
@@ -138,12 +183,15 @@ describe('manager and a fleet of members', () => {
   it('has only the members that act on the plan follow it (one KV consumer each)', async () => {
     const f = await fleet('watchers', 3, 12);
     try {
-      await expect.poll(() => alive(f.manager) === 15 && f.manager.status().chain.length === 3, { timeout: 10_000, message: 'the fleet did not join' }).toBe(true);
+      await expect
+        .poll(() => alive(f.manager) === 15 && f.manager.status().chain.length === 3, { timeout: 10_000, message: 'the fleet did not join' })
+        .toBe(true);
       const probe = await natsClient(nats.url);
       const jsm = await jetstreamManager(probe);
       const stream = `KV_${controlNames('watchers').bucket}`;
       // Each relay watches the plan; the rollouts, which never use it, do not (15 watchers if they did).
-      const planWatchers = async (): Promise<number> => (await jsm.consumers.list(stream).next()).filter((c) => c.config.filter_subject === `$KV.${controlNames('watchers').bucket}.plan`).length;
+      const planWatchers = async (): Promise<number> =>
+        (await jsm.consumers.list(stream).next()).filter((c) => c.config.filter_subject === `$KV.${controlNames('watchers').bucket}.plan`).length;
       await expect.poll(async () => (await planWatchers()) === 3, { timeout: 5000, message: 'three plan watchers' }).toBe(true);
       await new Promise((r) => setTimeout(r, 1000));
       expect(await planWatchers()).toBe(3);
@@ -156,11 +204,18 @@ describe('manager and a fleet of members', () => {
   it('declares nobody dead when 20 relays and 200 rollouts ride out a nats-server restart', async () => {
     const f = await fleet('restart', 20, 200, { connections: 8 });
     try {
-      await expect.poll(() => alive(f.manager) === 220 && f.manager.status().chain.length === 20, { timeout: 30_000, message: 'the fleet did not join' }).toBe(true);
+      await expect
+        .poll(() => alive(f.manager) === 220 && f.manager.status().chain.length === 20, { timeout: 30_000, message: 'the fleet did not join' })
+        .toBe(true);
       const epoch = f.manager.status().epoch;
       await nats.restart({ kill: true });
       // Back: every member registered again and heard from since the restart.
-      await expect.poll(() => [...f.agents.values()].every((a) => a.isRegistered) && f.manager.status().members.every((m) => m.health === 'alive' && m.heardMsAgo < 1000), { timeout: 30_000, message: 'the fleet did not come back' }).toBe(true);
+      await expect
+        .poll(
+          () => [...f.agents.values()].every((a) => a.isRegistered) && f.manager.status().members.every((m) => m.health === 'alive' && m.heardMsAgo < 1000),
+          { timeout: 30_000, message: 'the fleet did not come back' },
+        )
+        .toBe(true);
       // A death would come within dead-after (6 s) of the silence.
       await new Promise((r) => setTimeout(r, 7000));
       expect(await metricValue(f.registry, 'laminar_manager_deaths_total', { kind: 'relay', cause: 'heartbeat' })).toBe(0);

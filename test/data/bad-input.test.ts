@@ -2,14 +2,15 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { headers } from '@nats-io/transport-node';
-import { DataErrorCodes, ExperienceSampler, ExperienceWriter, wholeGroups, type GroupRegistry } from '../../src/data/index.js';
+import { ExperienceSampler, ExperienceWriter, wholeGroups, type GroupRegistry, type TrajectoryInput } from '../../src/data/index.js';
 import { metricValue, natsFixture, trajectory } from './helpers.js';
+import { ErrorCodes } from '../../src/common/error-codes.js';
 
 const nats = natsFixture();
 let registry: Registry;
 let w: ExperienceWriter;
 let k = 0;
-const groups: GroupRegistry = { groupSize: async (g) => (g === 'known' ? 2 : undefined) };
+const groups: GroupRegistry = { groupSize: (g) => Promise.resolve(g === 'known' ? 2 : undefined) };
 
 beforeEach(async () => {
   registry = new Registry();
@@ -20,35 +21,45 @@ const rejected = (code: string): Promise<number> => metricValue(registry, 'lamin
 
 describe('writer rejects bad trajectories with typed, counted errors', () => {
   const cases: Array<[string, unknown, string, RegExp]> = [
-    ['missing fields', (({ reward: _r, groupId: _g, ...rest }) => rest)(trajectory()), DataErrorCodes.BAD_TRAJECTORY, /reward.*|groupId/],
-    ['wrong types', { ...trajectory(), weightVersion: '3', tokens: 'abc' }, DataErrorCodes.BAD_TRAJECTORY, /weightVersion/],
-    ['a non-integer token', { ...trajectory(), tokens: [1.5, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] }, DataErrorCodes.BAD_TRAJECTORY, /tokens/],
-    ['a NaN reward', { ...trajectory(), reward: Number.NaN }, DataErrorCodes.BAD_TRAJECTORY, /reward/],
-    ['token/logprob length mismatch', { ...trajectory(), logprobs: new Float32Array(11) }, DataErrorCodes.LENGTH_MISMATCH, /12 tokens but 11 logprobs/],
-    ['lengths that do not add up', { ...trajectory(), promptLength: 5 }, DataErrorCodes.LENGTH_MISMATCH, /promptLength 5 \+ responseLength 8 != 12/],
-    ['a negative length', { ...trajectory(), promptLength: -4, responseLength: 16 }, DataErrorCodes.NEGATIVE_LENGTH, /promptLength is negative/],
-    ['a weight version from the future', trajectory({ weightVersion: 11 }), DataErrorCodes.FUTURE_VERSION, /version 11 is from the future \(newest is 10\)/],
-    ['a sample index outside its group', trajectory({ sampleIndex: 2, groupSize: 2 }), DataErrorCodes.GROUP_MISMATCH, /outside the group/],
-    ['not an object at all', 42, DataErrorCodes.BAD_TRAJECTORY, /invalid trajectory/],
+    [
+      'missing fields',
+      (() => {
+        const t: Partial<TrajectoryInput> = trajectory();
+        delete t.reward;
+        delete t.groupId;
+        return t;
+      })(),
+      ErrorCodes.BAD_TRAJECTORY,
+      /reward.*|groupId/,
+    ],
+    ['wrong types', { ...trajectory(), weightVersion: '3', tokens: 'abc' }, ErrorCodes.BAD_TRAJECTORY, /weightVersion/],
+    ['a non-integer token', { ...trajectory(), tokens: [1.5, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] }, ErrorCodes.BAD_TRAJECTORY, /tokens/],
+    ['a NaN reward', { ...trajectory(), reward: Number.NaN }, ErrorCodes.BAD_TRAJECTORY, /reward/],
+    ['token/logprob length mismatch', { ...trajectory(), logprobs: new Float32Array(11) }, ErrorCodes.LENGTH_MISMATCH, /12 tokens but 11 logprobs/],
+    ['lengths that do not add up', { ...trajectory(), promptLength: 5 }, ErrorCodes.LENGTH_MISMATCH, /promptLength 5 \+ responseLength 8 != 12/],
+    ['a negative length', { ...trajectory(), promptLength: -4, responseLength: 16 }, ErrorCodes.NEGATIVE_LENGTH, /promptLength is negative/],
+    ['a weight version from the future', trajectory({ weightVersion: 11 }), ErrorCodes.FUTURE_VERSION, /version 11 is from the future \(newest is 10\)/],
+    ['a sample index outside its group', trajectory({ sampleIndex: 2, groupSize: 2 }), ErrorCodes.GROUP_MISMATCH, /outside the group/],
+    ['not an object at all', 42, ErrorCodes.BAD_TRAJECTORY, /invalid trajectory/],
   ];
   for (const [what, input, code, message] of cases) {
     it(what, async () => {
-      await expect(w.write(input)).rejects.toMatchObject({ code, message: expect.stringMatching(message) });
+      await expect(w.write(input)).rejects.toMatchObject({ code, message: expect.stringMatching(message) as unknown });
       expect(await rejected(code)).toBe(1);
     });
   }
 
   it('a payload over the configured maximum', async () => {
-    await expect(w.write(trajectory({}, 9000))).rejects.toMatchObject({ code: DataErrorCodes.PAYLOAD_TOO_LARGE, details: { bytes: 72000, max: 65536 } });
-    expect(await rejected(DataErrorCodes.PAYLOAD_TOO_LARGE)).toBe(1);
+    await expect(w.write(trajectory({}, 9000))).rejects.toMatchObject({ code: ErrorCodes.PAYLOAD_TOO_LARGE, details: { bytes: 72000, max: 65536 } });
+    expect(await rejected(ErrorCodes.PAYLOAD_TOO_LARGE)).toBe(1);
   });
 
   it('an unknown group id, and a group size that does not match', async () => {
     const gw = await ExperienceWriter.open({ nc: nats.nc, buffer: `bad${k}`, registry, groups });
-    await expect(gw.write(trajectory({ groupId: 'ghost', groupSize: 2 }))).rejects.toMatchObject({ code: DataErrorCodes.UNKNOWN_GROUP });
-    await expect(gw.write(trajectory({ groupId: 'known', groupSize: 3 }))).rejects.toMatchObject({ code: DataErrorCodes.GROUP_MISMATCH });
+    await expect(gw.write(trajectory({ groupId: 'ghost', groupSize: 2 }))).rejects.toMatchObject({ code: ErrorCodes.UNKNOWN_GROUP });
+    await expect(gw.write(trajectory({ groupId: 'known', groupSize: 3 }))).rejects.toMatchObject({ code: ErrorCodes.GROUP_MISMATCH });
     await expect(gw.write(trajectory({ groupId: 'known', groupSize: 2 }))).resolves.toMatchObject({ duplicate: false });
-    expect(await rejected(DataErrorCodes.UNKNOWN_GROUP)).toBe(1);
+    expect(await rejected(ErrorCodes.UNKNOWN_GROUP)).toBe(1);
   });
 
   it('nothing rejected reaches the stream', async () => {
@@ -61,13 +72,19 @@ describe('writer rejects bad trajectories with typed, counted errors', () => {
 describe('sampler rejects impossible requests at once', () => {
   it('a batch larger than the capacity fails at open, not a hang', async () => {
     await expect(ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 11, eviction: { maxItems: 10 }, registry })).rejects.toMatchObject({
-      code: DataErrorCodes.BATCH_IMPOSSIBLE,
-      message: expect.stringMatching(/larger than the buffer's capacity of 10/),
+      code: ErrorCodes.BATCH_IMPOSSIBLE,
+      message: expect.stringMatching(/larger than the buffer's capacity of 10/) as unknown,
     });
-    await expect(ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 0, registry })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS });
-    await expect(ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 1, orphanChunkAgeMs: -1, registry })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS });
-    await expect(ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 2, rateLimit: { minSizeToSample: 50 }, eviction: { maxItems: 10 }, registry })).rejects.toMatchObject({
-      code: DataErrorCodes.BATCH_IMPOSSIBLE,
+    await expect(ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 0, registry })).rejects.toMatchObject({
+      code: ErrorCodes.BAD_DATA_OPTIONS,
+    });
+    await expect(ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 1, orphanChunkAgeMs: -1, registry })).rejects.toMatchObject({
+      code: ErrorCodes.BAD_DATA_OPTIONS,
+    });
+    await expect(
+      ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 2, rateLimit: { minSizeToSample: 50 }, eviction: { maxItems: 10 }, registry }),
+    ).rejects.toMatchObject({
+      code: ErrorCodes.BATCH_IMPOSSIBLE,
     });
   });
 
@@ -75,8 +92,8 @@ describe('sampler rejects impossible requests at once', () => {
     const s = await ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 6, strategy: wholeGroups(), registry });
     const waiting = s.sample({ timeoutMs: 10_000 });
     await w.write(trajectory({ id: 'g0', groupId: 'G', sampleIndex: 0, groupSize: 4 }));
-    await expect(waiting).rejects.toMatchObject({ code: DataErrorCodes.BATCH_IMPOSSIBLE, message: expect.stringMatching(/whole groups of sizes 4/) });
-    expect(await metricValue(registry, 'laminar_data_rejections_total', { component: 'sampler', code: DataErrorCodes.BATCH_IMPOSSIBLE })).toBe(1);
+    await expect(waiting).rejects.toMatchObject({ code: ErrorCodes.BATCH_IMPOSSIBLE, message: expect.stringMatching(/whole groups of sizes 4/) as unknown });
+    expect(await metricValue(registry, 'laminar_data_rejections_total', { component: 'sampler', code: ErrorCodes.BATCH_IMPOSSIBLE })).toBe(1);
     await s.close();
   });
 
@@ -90,7 +107,7 @@ describe('sampler rejects impossible requests at once', () => {
     const s = await ExperienceSampler.open({ nc: nats.nc, buffer: `bad${k}`, batchSize: 1, registry });
     expect((await s.sample({ timeoutMs: 5000 })).items[0]!.id).toBe('fine');
     expect(s.stats().corrupt).toBe(2);
-    expect(await metricValue(registry, 'laminar_data_rejections_total', { component: 'sampler', code: DataErrorCodes.CORRUPT_RECORD })).toBe(2);
+    expect(await metricValue(registry, 'laminar_data_rejections_total', { component: 'sampler', code: ErrorCodes.CORRUPT_RECORD })).toBe(2);
     await s.close();
   });
 });

@@ -5,8 +5,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { DataErrorCodes, ExperienceSampler, type Batch, type SamplerOptions } from '../../src/data/index.js';
+import { ExperienceSampler, type Batch } from '../../src/data/index.js';
 import { bufferFixture, metricValue, trajectory } from './helpers.js';
+import { ErrorCodes } from '../../src/common/error-codes.js';
 
 const fx = bufferFixture('mem');
 const { sampler } = fx;
@@ -149,10 +150,17 @@ describe("prefetch 'after-release'", () => {
   });
 
   it('other prefetch values are refused with ERR_BAD_DATA_OPTIONS, as is a bad spareArenas', async () => {
-    const bad = (over: Record<string, unknown>): Promise<unknown> => ExperienceSampler.open({ nc: fx.nc, buffer: fx.buffer, registry: fx.registry, batchSize: 1, ...over } as SamplerOptions);
-    await expect(bad({ prefetch: 'after-sample' })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS, message: expect.stringMatching(/prefetch/) });
-    await expect(bad({ prefetch: 1 })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS });
-    await expect(bad({ spareArenas: -1 })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS, message: expect.stringMatching(/spareArenas/) });
-    await expect(bad({ spareArenas: 1.5 })).rejects.toMatchObject({ code: DataErrorCodes.BAD_OPTIONS });
+    const bad = (over: Record<string, unknown>): Promise<unknown> =>
+      ExperienceSampler.open({ nc: fx.nc, buffer: fx.buffer, registry: fx.registry, batchSize: 1, ...over });
+    await expect(bad({ prefetch: 'after-sample' })).rejects.toMatchObject({
+      code: ErrorCodes.BAD_DATA_OPTIONS,
+      message: expect.stringMatching(/prefetch/) as unknown,
+    });
+    await expect(bad({ prefetch: 1 })).rejects.toMatchObject({ code: ErrorCodes.BAD_DATA_OPTIONS });
+    await expect(bad({ spareArenas: -1 })).rejects.toMatchObject({
+      code: ErrorCodes.BAD_DATA_OPTIONS,
+      message: expect.stringMatching(/spareArenas/) as unknown,
+    });
+    await expect(bad({ spareArenas: 1.5 })).rejects.toMatchObject({ code: ErrorCodes.BAD_DATA_OPTIONS });
   });
 });

@@ -1,17 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { jetstreamManager } from '@nats-io/jetstream';
-import {
-  DataErrorCodes,
-  ExperienceWriter,
-  fifo,
-  prioritized,
-  stalenessBounded,
-  uniform,
-  wholeGroups,
-  type SamplingStrategy,
-  type TrajectoryInput,
-} from '../../src/data/index.js';
+import { ExperienceWriter, prioritized, stalenessBounded, uniform, wholeGroups, type SamplingStrategy, type TrajectoryInput } from '../../src/data/index.js';
 import { bufferFixture, metricValue, trajectory } from './helpers.js';
+import { ErrorCodes } from '../../src/common/error-codes.js';
 
 const fx = bufferFixture('b');
 const { writer, sampler } = fx;
@@ -28,7 +19,10 @@ async function streamMessages(): Promise<number> {
 describe('experience buffer: writer + FIFO sampler', () => {
   it('round-trips trajectories in FIFO order and removes them once sampled', async () => {
     const w = await writer();
-    await writeAll(w, Array.from({ length: 10 }, (_, i) => trajectory({ id: `a${i}`, reward: i, weightVersion: 0, info: { adv: i / 2 } }, 16 + i)));
+    await writeAll(
+      w,
+      Array.from({ length: 10 }, (_, i) => trajectory({ id: `a${i}`, reward: i, weightVersion: 0, info: { adv: i / 2 } }, 16 + i)),
+    );
     const s = await sampler({ batchSize: 4, trainerVersion: 2 });
     const b1 = await s.sample({ timeoutMs: 5000 });
     expect(ids(b1)).toEqual(['a0', 'a1', 'a2', 'a3']);
@@ -49,7 +43,10 @@ describe('experience buffer: writer + FIFO sampler', () => {
 
   it('prefetches the next batch while the current one trains', async () => {
     const w = await writer();
-    await writeAll(w, Array.from({ length: 12 }, (_, i) => trajectory({ id: `p${i}` })));
+    await writeAll(
+      w,
+      Array.from({ length: 12 }, (_, i) => trajectory({ id: `p${i}` })),
+    );
     const s = await sampler({ batchSize: 4 });
     const b1 = await s.sample({ timeoutMs: 5000 });
     await expect.poll(() => s.stats().readyBatches).toBe(1);
@@ -57,7 +54,10 @@ describe('experience buffer: writer + FIFO sampler', () => {
     expect(b2.prefetched).toBe(true);
     expect([...ids(b1), ...ids(b2)]).toEqual(Array.from({ length: 8 }, (_, i) => `p${i}`));
     const cold = await sampler({ batchSize: 4, prefetch: false, buffer: `${fx.buffer}x` });
-    await writeAll(await writer({ buffer: `${fx.buffer}x` }), Array.from({ length: 4 }, (_, i) => trajectory({ id: `c${i}` })));
+    await writeAll(
+      await writer({ buffer: `${fx.buffer}x` }),
+      Array.from({ length: 4 }, (_, i) => trajectory({ id: `c${i}` })),
+    );
     expect((await cold.sample({ timeoutMs: 5000 })).prefetched).toBe(false);
   });
 
@@ -94,7 +94,10 @@ describe('experience buffer: writer + FIFO sampler', () => {
 describe('sampling strategies', () => {
   it('uniform picks distinct items at random (seeded)', async () => {
     const w = await writer();
-    await writeAll(w, Array.from({ length: 20 }, (_, i) => trajectory({ id: `u${i}` })));
+    await writeAll(
+      w,
+      Array.from({ length: 20 }, (_, i) => trajectory({ id: `u${i}` })),
+    );
     const s = await sampler({ batchSize: 8, strategy: uniform(), seed: 7 });
     const b = ids(await s.sample({ timeoutMs: 5000 }));
     expect(new Set(b).size).toBe(8);
@@ -103,7 +106,10 @@ describe('sampling strategies', () => {
 
   it('prioritized follows priority^exponent and never picks priority 0', async () => {
     const w = await writer();
-    await writeAll(w, Array.from({ length: 20 }, (_, i) => trajectory({ id: `q${i}`, priority: i < 10 ? 0 : i === 19 ? 1000 : 1 })));
+    await writeAll(
+      w,
+      Array.from({ length: 20 }, (_, i) => trajectory({ id: `q${i}`, priority: i < 10 ? 0 : i === 19 ? 1000 : 1 })),
+    );
     const s = await sampler({ batchSize: 5, strategy: prioritized({ exponent: 1 }), eviction: { maxTimesSampled: Infinity }, prefetch: false });
     for (let k = 0; k < 5; k++) {
       const b = ids(await s.sample({ timeoutMs: 5000 }));
@@ -117,9 +123,17 @@ describe('sampling strategies', () => {
 
   it('staleness-bounded drops (and counts) trajectories beyond max_staleness', async () => {
     const w = await writer();
-    await writeAll(w, [0, 1, 2, 3, 4, 5].map((v) => trajectory({ id: `s${v}`, weightVersion: v })));
+    await writeAll(
+      w,
+      [0, 1, 2, 3, 4, 5].map((v) => trajectory({ id: `s${v}`, weightVersion: v })),
+    );
     const evicted: string[] = [];
-    const s = await sampler({ batchSize: 2, trainerVersion: 5, strategy: stalenessBounded({ maxStaleness: 2 }), onEvict: (es, why) => evicted.push(...es.map((e) => `${e.id}:${why}`)) });
+    const s = await sampler({
+      batchSize: 2,
+      trainerVersion: 5,
+      strategy: stalenessBounded({ maxStaleness: 2 }),
+      onEvict: (es, why) => evicted.push(...es.map((e) => `${e.id}:${why}`)),
+    });
     const b = await s.sample({ timeoutMs: 5000 });
     expect(ids(b)).toEqual(['s3', 's4']);
     expect(b.staleness.max).toBeLessThanOrEqual(2);
@@ -130,7 +144,10 @@ describe('sampling strategies', () => {
 
   it('staleness-bounded re-checks a prefetched batch when the trainer version moves', async () => {
     const w = await writer();
-    await writeAll(w, [0, 0, 3, 3].map((v, i) => trajectory({ id: `r${i}`, weightVersion: v })));
+    await writeAll(
+      w,
+      [0, 0, 3, 3].map((v, i) => trajectory({ id: `r${i}`, weightVersion: v })),
+    );
     const s = await sampler({ batchSize: 2, trainerVersion: 0, strategy: stalenessBounded({ maxStaleness: 1 }) });
     await expect.poll(() => s.stats().readyBatches).toBe(1); // r0, r1 prefetched at version 0
     s.setTrainerVersion(3);
@@ -141,8 +158,16 @@ describe('sampling strategies', () => {
 
   it('staleness down-weighting prefers fresh trajectories but keeps stale ones', async () => {
     const w = await writer();
-    await writeAll(w, Array.from({ length: 10 }, (_, i) => trajectory({ id: `d${i}`, weightVersion: i < 5 ? 0 : 10 })));
-    const s = await sampler({ batchSize: 5, trainerVersion: 10, strategy: stalenessBounded({ maxStaleness: 1, mode: 'downweight', decay: 0.01 }), prefetch: false });
+    await writeAll(
+      w,
+      Array.from({ length: 10 }, (_, i) => trajectory({ id: `d${i}`, weightVersion: i < 5 ? 0 : 10 })),
+    );
+    const s = await sampler({
+      batchSize: 5,
+      trainerVersion: 10,
+      strategy: stalenessBounded({ maxStaleness: 1, mode: 'downweight', decay: 0.01 }),
+      prefetch: false,
+    });
     const b = await s.sample({ timeoutMs: 5000 });
     expect(ids(b).sort()).toEqual(['d5', 'd6', 'd7', 'd8', 'd9']);
     expect(s.stats().items).toBe(5);
@@ -163,7 +188,10 @@ describe('sampling strategies', () => {
 
   it('a custom strategy is a few lines', async () => {
     const w = await writer();
-    await writeAll(w, [3, 9, 1, 7].map((r, i) => trajectory({ id: `c${i}`, reward: r })));
+    await writeAll(
+      w,
+      [3, 9, 1, 7].map((r, i) => trajectory({ id: `c${i}`, reward: r })),
+    );
     const bestReward: SamplingStrategy = {
       name: 'best-reward',
       select: (candidates, count) => [...candidates].sort((a, b) => b.reward - a.reward).slice(0, count),
@@ -178,7 +206,10 @@ describe('eviction', () => {
     const w = await writer();
     const gone: string[] = [];
     const s = await sampler({ batchSize: 2, eviction: { maxItems: 3 }, onEvict: (es, why) => gone.push(...es.map((e) => `${e.id}:${why}`)), prefetch: false });
-    await writeAll(w, Array.from({ length: 5 }, (_, i) => trajectory({ id: `e${i}` })));
+    await writeAll(
+      w,
+      Array.from({ length: 5 }, (_, i) => trajectory({ id: `e${i}` })),
+    );
     await expect.poll(() => s.stats().inserts).toBe(5);
     expect(gone).toEqual(['e0:capacity', 'e1:capacity']);
     expect(s.entries().map((e) => e.id)).toEqual(['e2', 'e3', 'e4']);
@@ -190,7 +221,10 @@ describe('eviction', () => {
   it('evicts the most stale first, and by bytes', async () => {
     const w = await writer();
     const s = await sampler({ batchSize: 1, eviction: { maxBytes: 3 * 16 * 8, policy: 'most-stale' }, prefetch: false });
-    await writeAll(w, [5, 1, 7, 2].map((v, i) => trajectory({ id: `m${i}`, weightVersion: v }, 16)));
+    await writeAll(
+      w,
+      [5, 1, 7, 2].map((v, i) => trajectory({ id: `m${i}`, weightVersion: v }, 16)),
+    );
     await expect.poll(() => s.stats().inserts).toBe(4);
     expect(s.entries().map((e) => e.id)).toEqual(['m0', 'm2', 'm3']);
     expect(s.stats().bytes).toBe(3 * 16 * 8);
@@ -209,7 +243,12 @@ describe('eviction', () => {
 describe('rate limiting', () => {
   it('waits for min size, honours samples-per-insert, timeouts and abort', async () => {
     const w = await writer();
-    const s = await sampler({ batchSize: 2, rateLimit: { minSizeToSample: 3, samplesPerInsert: 1, errorBuffer: 0 }, eviction: { maxTimesSampled: Infinity }, prefetch: false });
+    const s = await sampler({
+      batchSize: 2,
+      rateLimit: { minSizeToSample: 3, samplesPerInsert: 1, errorBuffer: 0 },
+      eviction: { maxTimesSampled: Infinity },
+      prefetch: false,
+    });
     await writeAll(w, [trajectory({ id: 'l0' }), trajectory({ id: 'l1' })]);
     await expect(s.sample({ timeoutMs: 150 })).rejects.toMatchObject({ code: 'ERR_TIMEOUT' });
     await w.write(trajectory({ id: 'l2' }));
@@ -218,7 +257,7 @@ describe('rate limiting', () => {
     const ac = new AbortController();
     const blocked = s.sample({ signal: ac.signal });
     setTimeout(() => ac.abort(), 100);
-    await expect(blocked).rejects.toMatchObject({ code: DataErrorCodes.ABORTED });
+    await expect(blocked).rejects.toMatchObject({ code: ErrorCodes.ABORTED });
     await w.write(trajectory({ id: 'l3' }));
     await expect(s.sample({ timeoutMs: 5000 })).resolves.toBeDefined();
     expect(await metricValue(fx.registry, 'laminar_data_rejections_total', { code: 'ERR_TIMEOUT' })).toBe(1);
@@ -228,7 +267,10 @@ describe('rate limiting', () => {
 describe('metrics', () => {
   it('exposes a staleness histogram and buffer gauges', async () => {
     const w = await writer();
-    await writeAll(w, [0, 1, 1, 3].map((v, i) => trajectory({ id: `h${i}`, weightVersion: v })));
+    await writeAll(
+      w,
+      [0, 1, 1, 3].map((v, i) => trajectory({ id: `h${i}`, weightVersion: v })),
+    );
     const s = await sampler({ batchSize: 4, trainerVersion: 3 });
     const b = await s.sample({ timeoutMs: 5000 });
     expect(b.staleness.histogram).toEqual({ 3: 1, 2: 2, 0: 1 });

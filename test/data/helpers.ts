@@ -33,8 +33,9 @@ export function natsFixture(): NatsFixture {
     fx.nc = await natsClient(fx.server.url);
   });
   afterAll(async () => {
-    await fx.nc?.close();
-    await fx.server?.stop();
+    // Unset when beforeAll failed before assigning them.
+    await (fx.nc as NatsConnection | undefined)?.close();
+    await (fx.server as NatsServer | undefined)?.stop();
   });
   return fx;
 }
@@ -56,9 +57,11 @@ export function servicesFixture(): ServicesFixture {
     fx.redis = redisClient(fx.redisServer.port);
   });
   afterAll(async () => {
-    fx.redis?.disconnect();
-    await fx.nc?.close();
-    await Promise.all([fx.nats?.stop(), fx.redisServer?.stop()]);
+    // Unset when beforeAll failed before assigning them.
+    const started = fx as Partial<ServicesFixture>;
+    started.redis?.disconnect();
+    await started.nc?.close();
+    await Promise.all([started.nats?.stop(), started.redisServer?.stop()]);
   });
   return fx;
 }
@@ -70,7 +73,7 @@ export interface PromptPoolFixture {
   /** Fresh for each test. */
   registry: Registry;
   /** A pool with a new name (`<prefix><n>`): 1 epoch, 60 s leases, groups of 4 unless told. */
-  open(opts?: { epochs?: number; leaseMs?: number; n?: number }): Promise<PromptPool>;
+  open: (opts?: { epochs?: number; leaseMs?: number; n?: number }) => Promise<PromptPool>;
 }
 
 /** Registers the hooks of a prompt-pool test file: one real redis-server and client for the file. */
@@ -81,7 +84,14 @@ export function promptPoolFixture(prefix: string): PromptPoolFixture {
     server: undefined as unknown as RedisServer,
     registry: new Registry(),
     open: (opts = {}) =>
-      PromptPool.open({ redis, name: `${prefix}${++n}`, epochs: opts.epochs ?? 1, leaseMs: opts.leaseMs ?? 60_000, defaultGroupSize: opts.n ?? 4, registry: fx.registry }),
+      PromptPool.open({
+        redis,
+        name: `${prefix}${++n}`,
+        epochs: opts.epochs ?? 1,
+        leaseMs: opts.leaseMs ?? 60_000,
+        defaultGroupSize: opts.n ?? 4,
+        registry: fx.registry,
+      }),
   };
   beforeAll(async () => {
     fx.server = await startRedisServer({ appendonly: true, appendfsync: 'always' });
@@ -104,9 +114,9 @@ export interface BufferFixture {
   registry: Registry;
   /** A new buffer name for each test. */
   buffer: string;
-  writer(over?: Partial<WriterOptions>): Promise<ExperienceWriter>;
+  writer: (over?: Partial<WriterOptions>) => Promise<ExperienceWriter>;
   /** A sampler (batches of 4 unless told) on the test's buffer, closed after the file's tests. */
-  sampler(over?: Partial<SamplerOptions>): Promise<ExperienceSampler>;
+  sampler: (over?: Partial<SamplerOptions>) => Promise<ExperienceSampler>;
 }
 
 /**

@@ -18,10 +18,7 @@ afterAll(async () => {
   for (const close of closers) await close();
 });
 
-type Step =
-  | { t: 'append'; tokens: number }
-  | { t: 'takeover'; to: string }
-  | { t: 'restart'; to: string; version: number; cutOff: boolean };
+type Step = { t: 'append'; tokens: number } | { t: 'takeover'; to: string } | { t: 'restart'; to: string; version: number; cutOff: boolean };
 
 const rollouts = ['ro-a', 'ro-b', 'ro-c'];
 const step: fc.Arbitrary<Step> = fc.oneof(
@@ -29,7 +26,12 @@ const step: fc.Arbitrary<Step> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ t: fc.constant('takeover' as const), to: fc.constantFrom(...rollouts) }) },
   {
     weight: 1,
-    arbitrary: fc.record({ t: fc.constant('restart' as const), to: fc.constantFrom(...rollouts), version: fc.integer({ min: 1, max: 50 }), cutOff: fc.boolean() }),
+    arbitrary: fc.record({
+      t: fc.constant('restart' as const),
+      to: fc.constantFrom(...rollouts),
+      version: fc.integer({ min: 1, max: 50 }),
+      cutOff: fc.boolean(),
+    }),
   },
 );
 
@@ -45,7 +47,14 @@ describe('partial pool: one trajectory through random takeovers and restarts', (
     await fc.assert(
       fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 12 }), async (steps) => {
         const id = `traj-${runs++}`;
-        const start = (version: number): PartialStart => ({ trajectoryId: id, promptId: 'p', groupId: 'g', sampleIndex: 0, groupSize: 1, weightVersion: version });
+        const start = (version: number): PartialStart => ({
+          trajectoryId: id,
+          promptId: 'p',
+          groupId: 'g',
+          sampleIndex: 0,
+          groupSize: 1,
+          weightVersion: version,
+        });
         const model = { owner: 'ro-a', version: 0, tokens: [] as number[] };
         let handle: PartialTrajectory = await pool.start(model.owner, start(model.version));
         let next = 0;
@@ -53,7 +62,10 @@ describe('partial pool: one trajectory through random takeovers and restarts', (
         for (const s of steps) {
           if (s.t === 'append') {
             const tokens = Array.from({ length: s.tokens }, () => next++);
-            handle.append(tokens, tokens.map((x) => -x / 100));
+            handle.append(
+              tokens,
+              tokens.map((x) => -x / 100),
+            );
             await handle.flush();
             model.tokens.push(...tokens);
           } else if (s.t === 'takeover') {
@@ -79,7 +91,7 @@ describe('partial pool: one trajectory through random takeovers and restarts', (
           const read = await pool.read(id);
           expect(read && { owner: read.owner, version: read.start.weightVersion, tokens: Array.from(read.tokens) }).toEqual(model);
           expect(Array.from(read!.logprobs, (x) => Math.round(-x * 100))).toEqual(model.tokens);
-          expect(await pool.startOf(id)).toEqual({ start: expect.objectContaining({ weightVersion: model.version }), owner: model.owner });
+          expect(await pool.startOf(id)).toEqual({ start: expect.objectContaining({ weightVersion: model.version }) as unknown, owner: model.owner });
           const listed = (await pool.list()).find((x) => x.trajectoryId === id);
           expect(listed).toMatchObject({ owner: model.owner, tokens: model.tokens.length });
         }

@@ -1,8 +1,9 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
-import { DataErrorCodes, ExperienceSampler, ExperienceWriter, PartialPool, type PartialStart } from '../../src/data/index.js';
+import { ExperienceSampler, ExperienceWriter, PartialPool, type PartialStart } from '../../src/data/index.js';
 import { metricValue, natsFixture, trajectory } from './helpers.js';
+import { ErrorCodes } from '../../src/common/error-codes.js';
 
 const nats = natsFixture();
 let registry: Registry;
@@ -19,7 +20,14 @@ beforeEach(() => {
 });
 
 async function pool(over: { flushTokens?: number; flushMs?: number; writer?: ExperienceWriter } = {}): Promise<PartialPool> {
-  const p = await PartialPool.open({ nc: nats.nc, pool: name, registry, flushTokens: over.flushTokens ?? 4, flushMs: over.flushMs ?? 60_000, writer: over.writer });
+  const p = await PartialPool.open({
+    nc: nats.nc,
+    pool: name,
+    registry,
+    flushTokens: over.flushTokens ?? 4,
+    flushMs: over.flushMs ?? 60_000,
+    writer: over.writer,
+  });
   closers.push(() => p.close());
   return p;
 }
@@ -41,12 +49,12 @@ describe('PartialPool', () => {
     expect(await metricValue(registry, 'laminar_partial_appends_total')).toBe(1);
   });
 
-  it('reads a trajectory\'s start and current owner without its log', async () => {
+  it("reads a trajectory's start and current owner without its log", async () => {
     const p = await pool({ flushTokens: 2 });
     const t = await p.start('r1', start('startof'));
     t.append([1, 2, 3], [-1, -2, -3]);
     await t.flush();
-    expect(await p.startOf('startof')).toEqual({ start: expect.objectContaining({ trajectoryId: 'startof', weightVersion: 3 }), owner: 'r1' });
+    expect(await p.startOf('startof')).toEqual({ start: expect.objectContaining({ trajectoryId: 'startof', weightVersion: 3 }) as unknown, owner: 'r1' });
     await p.takeOver('startof', 'r2');
     expect((await p.startOf('startof'))?.owner).toBe('r2');
     expect(await p.startOf('nope')).toBeUndefined();
@@ -64,7 +72,10 @@ describe('PartialPool', () => {
     const a = await p.start('dead', start('x1'));
     const b = await p.start('dead', start('x2'));
     await p.start('alive', start('x3'));
-    a.append(range(0, 6), range(0, 6).map((i) => -i));
+    a.append(
+      range(0, 6),
+      range(0, 6).map((i) => -i),
+    );
     b.append([9], [-9]);
     await Promise.all([a.flush(), b.flush()]);
     expect((await p.list('dead')).map((s) => [s.trajectoryId, s.tokens]).sort()).toEqual([
@@ -79,8 +90,8 @@ describe('PartialPool', () => {
     expect((await p.list('rescuer')).length).toBe(2);
     // The old owner is fenced: its next append fails and is counted.
     a.append([100], [-1]);
-    await expect(a.flush()).rejects.toMatchObject({ code: DataErrorCodes.NOT_OWNER });
-    expect(() => a.append([101], [-1])).toThrow(expect.objectContaining({ code: DataErrorCodes.NOT_OWNER }));
+    await expect(a.flush()).rejects.toMatchObject({ code: ErrorCodes.NOT_OWNER });
+    expect(() => a.append([101], [-1])).toThrow(expect.objectContaining({ code: ErrorCodes.NOT_OWNER }));
     expect(await metricValue(registry, 'laminar_partial_fenced_total')).toBe(1);
   });
 
@@ -92,7 +103,7 @@ describe('PartialPool', () => {
     const results = await Promise.allSettled([p.takeOver('contested', 'r-a', { from: 'dead' }), p.takeOver('contested', 'r-b', { from: 'dead' })]);
     expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
     const lost = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
-    expect(lost.reason).toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    expect(lost.reason).toMatchObject({ code: ErrorCodes.NOT_OWNER });
     // The winner continues from where the dead rollout stopped.
     const win = (results.find((r) => r.status === 'fulfilled') as PromiseFulfilledResult<Awaited<ReturnType<PartialPool['takeOver']>>>).value;
     if (win.status !== 'taken') throw new Error('expected taken');
@@ -104,17 +115,20 @@ describe('PartialPool', () => {
   it('a trajectory id can be started once', async () => {
     const p = await pool();
     await p.start('r1', start('once'));
-    await expect(p.start('r2', start('once'))).rejects.toMatchObject({ code: DataErrorCodes.TRAJECTORY_EXISTS });
-    await expect(p.takeOver('never-started', 'r1')).rejects.toMatchObject({ code: DataErrorCodes.UNKNOWN_TRAJECTORY });
+    await expect(p.start('r2', start('once'))).rejects.toMatchObject({ code: ErrorCodes.TRAJECTORY_EXISTS });
+    await expect(p.takeOver('never-started', 'r1')).rejects.toMatchObject({ code: ErrorCodes.UNKNOWN_TRAJECTORY });
     const t = await p.start('r1', start('bad-append'));
-    expect(() => t.append([1, 2], [0])).toThrow(expect.objectContaining({ code: DataErrorCodes.BAD_APPEND }));
+    expect(() => t.append([1, 2], [0])).toThrow(expect.objectContaining({ code: ErrorCodes.BAD_APPEND }));
   });
 
   it('completion moves the trajectory to the experience buffer: never both, never neither', async () => {
     const writer = await ExperienceWriter.open({ nc: nats.nc, buffer: name, registry });
     const p = await pool({ writer });
     const t = await p.start('r1', start('done-1'));
-    t.append(range(100, 108), range(0, 8).map(() => -1));
+    t.append(
+      range(100, 108),
+      range(0, 8).map(() => -1),
+    );
     const final = trajectory({ id: 'done-1', weightVersion: 3 }, 12);
     await p.complete(t, final);
     expect(await p.read('done-1')).toBeUndefined();
@@ -124,7 +138,7 @@ describe('PartialPool', () => {
     const u = await p.start('r1', start('done-2'));
     await u.flush();
     await p.takeOver('done-2', 'r2');
-    await expect(p.complete(u, trajectory({ id: 'done-2' }))).rejects.toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    await expect(p.complete(u, trajectory({ id: 'done-2' }))).rejects.toMatchObject({ code: ErrorCodes.NOT_OWNER });
     expect(await writer.has('done-2')).toBe(false);
 
     // Crash after the experience write, before the purge: a takeover finishes the removal.
@@ -155,11 +169,11 @@ describe('PartialPool', () => {
     const fresh: PartialStart = { ...start('again'), weightVersion: 4 };
 
     // Only from the holder named.
-    await expect(p.restart('r2', fresh, { from: 'someone-else' })).rejects.toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    await expect(p.restart('r2', fresh, { from: 'someone-else' })).rejects.toMatchObject({ code: ErrorCodes.NOT_OWNER });
     // Two rollouts at once: one restarts it, the other is told it is not its own.
     const results = await Promise.allSettled([p.restart('r2', fresh, { from: 'parked' }), p.restart('r3', fresh, { from: 'parked' })]);
     expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
-    expect((results.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason).toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    expect((results.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason).toMatchObject({ code: ErrorCodes.NOT_OWNER });
     const won = (results.find((r) => r.status === 'fulfilled') as PromiseFulfilledResult<Awaited<ReturnType<PartialPool['restart']>>>).value;
     expect(won.tokenCount).toBe(0);
     won.append([7, 8], [-2, -2]);
@@ -168,7 +182,7 @@ describe('PartialPool', () => {
     const s = (await p.read('again'))!;
     expect(Array.from(s.tokens)).toEqual([7, 8]);
     expect(s).toMatchObject({ owner: won.owner, start: { weightVersion: 4 } });
-    expect(await p.startOf('again')).toEqual({ start: expect.objectContaining({ weightVersion: 4 }), owner: won.owner });
+    expect(await p.startOf('again')).toEqual({ start: expect.objectContaining({ weightVersion: 4 }) as unknown, owner: won.owner });
     expect((await p.list()).find((x) => x.trajectoryId === 'again')).toMatchObject({ owner: won.owner, tokens: 2 });
     // The superseded messages are gone: the new start and one delta remain.
     expect(await logLength(p, 'again')).toBe(2);
@@ -178,7 +192,7 @@ describe('PartialPool', () => {
     const anew = await Promise.allSettled([p.restart('r3', fresh, { from: 'parked' }), p.restart('r4', fresh, { from: 'parked' })]);
     const started = anew.filter((r): r is PromiseFulfilledResult<Awaited<ReturnType<PartialPool['restart']>>> => r.status === 'fulfilled');
     expect(started).toHaveLength(1);
-    expect((anew.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason).toMatchObject({ code: DataErrorCodes.NOT_OWNER });
+    expect((anew.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason).toMatchObject({ code: ErrorCodes.NOT_OWNER });
     expect((await p.startOf('again'))?.owner).toBe(started[0]!.value.owner);
   });
 
@@ -198,7 +212,7 @@ describe('PartialPool', () => {
     restarted.append([9], [-9]);
     await restarted.flush();
     expect(await logLength(p, 'cut')).toBe(5); // start, delta, takeover, then the new start and its delta
-    expect(await p.startOf('cut')).toEqual({ start: expect.objectContaining({ weightVersion: 5 }), owner: 'r2' });
+    expect(await p.startOf('cut')).toEqual({ start: expect.objectContaining({ weightVersion: 5 }) as unknown, owner: 'r2' });
     // A takeover (failover of r2) resumes the new generation, not the old one.
     const taken = await p.takeOver('cut', 'r3', { from: 'r2' });
     if (taken.status !== 'taken') throw new Error('expected taken');
@@ -207,7 +221,7 @@ describe('PartialPool', () => {
     taken.trajectory.append([10], [-10]);
     await taken.trajectory.flush();
     expect(Array.from((await p.read('cut'))!.tokens)).toEqual([9, 10]);
-    expect(await p.startOf('cut')).toEqual({ start: expect.objectContaining({ weightVersion: 5 }), owner: 'r3' });
+    expect(await p.startOf('cut')).toEqual({ start: expect.objectContaining({ weightVersion: 5 }) as unknown, owner: 'r3' });
   });
 
   it('a start whose ack was lost is adopted by its retry, not reported as a clash', async () => {
@@ -215,13 +229,13 @@ describe('PartialPool', () => {
     const js = (p as unknown as { js: JetStreamClient }).js;
     const publish = js.publish.bind(js);
     let calls = 0;
-    js.publish = (async (...args: Parameters<JetStreamClient['publish']>) => {
+    js.publish = async (...args: Parameters<JetStreamClient['publish']>) => {
       const first = ++calls === 1;
       const ack = await publish(...args);
       // The first publish is stored, but its ack never arrives: the caller sees a timeout and retries.
       if (first) throw Object.assign(new Error('timeout'), { name: 'TimeoutError' });
       return ack;
-    }) as JetStreamClient['publish'];
+    };
     try {
       const t = await p.start('r1', start('lost-ack'));
       expect(calls).toBe(2); // the retry met the stored start and adopted it
@@ -229,7 +243,7 @@ describe('PartialPool', () => {
       await t.flush();
       expect((await p.read('lost-ack'))!.owner).toBe('r1');
       // Someone else's start of the same id is still a clash.
-      await expect(p.start('r2', start('lost-ack'))).rejects.toMatchObject({ code: DataErrorCodes.TRAJECTORY_EXISTS });
+      await expect(p.start('r2', start('lost-ack'))).rejects.toMatchObject({ code: ErrorCodes.TRAJECTORY_EXISTS });
     } finally {
       js.publish = publish;
     }

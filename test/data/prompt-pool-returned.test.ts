@@ -4,9 +4,10 @@
  * exactly once under their own tokens and leases, and never touch the fresh prompts' epochs.
  */
 import { describe, expect, it } from 'vitest';
-import { PromptPool, DataErrorCodes, type PromptClaim } from '../../src/data/index.js';
+import { PromptPool, type PromptClaim } from '../../src/data/index.js';
 import { DataInputError } from '../../src/data/errors.js';
 import { metricValue, promptPoolFixture } from './helpers.js';
+import { ErrorCodes } from '../../src/common/error-codes.js';
 
 const fx = promptPoolFixture('r');
 
@@ -67,10 +68,18 @@ describe('PromptPool returned samples', () => {
     expect(await p.extend(fresh!, 5000)).toBeGreaterThan(0);
     expect(await p.extend(ret!, 5000)).toBeGreaterThan(0);
     expect(await p.complete(fresh!)).toBe('ok');
-    expect(await p.progress()).toMatchObject({ doneThisEpoch: 1, leased: 0, pending: 0, completions: 2, returnedLeased: 1, returnedPending: 1, finished: false });
+    expect(await p.progress()).toMatchObject({
+      doneThisEpoch: 1,
+      leased: 0,
+      pending: 0,
+      completions: 2,
+      returnedLeased: 1,
+      returnedPending: 1,
+      finished: false,
+    });
     expect(await p.complete(ret!)).toBe('ok');
     // The fresh token cannot complete the returned claim or the other way round.
-    await expect(p.complete({ ...fresh!, returned: true })).rejects.toMatchObject({ code: DataErrorCodes.UNKNOWN_CLAIM });
+    await expect(p.complete({ ...fresh!, returned: true })).rejects.toMatchObject({ code: ErrorCodes.UNKNOWN_CLAIM });
     // A returned claim that lost its flag in transit is still recognised by its token.
     expect(await p.complete({ ...ret!, returned: undefined })).toBe('duplicate');
     expect(await p.progress()).toMatchObject({ duplicates: 0, returnedDuplicates: 1 });
@@ -104,14 +113,22 @@ describe('PromptPool returned samples', () => {
     const results = await Promise.all(Array.from({ length: 10 }, () => p.complete(c!)));
     expect(results.filter((r) => r === 'ok')).toHaveLength(1);
     expect(results.filter((r) => r === 'duplicate')).toHaveLength(9);
-    expect(await p.progress()).toMatchObject({ returnedCompletions: 1, returnedDuplicates: 9, returnedSamplesCompleted: 2, returnedLeased: 0, returnedPending: 0, completions: 0, doneThisEpoch: 0 });
+    expect(await p.progress()).toMatchObject({
+      returnedCompletions: 1,
+      returnedDuplicates: 9,
+      returnedSamplesCompleted: 2,
+      returnedLeased: 0,
+      returnedPending: 0,
+      completions: 0,
+      doneThisEpoch: 0,
+    });
     expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_claims_total', { event: 'completed' })).toBe(1);
     expect(await metricValue(fx.registry, 'laminar_prompt_pool_completions_total')).toBe(0);
-    await expect(p.giveBack(c!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
-    await expect(p.extend(c!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
+    await expect(p.giveBack(c!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
+    await expect(p.extend(c!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
     // Tokens that were never issued.
-    await expect(p.complete({ id: 'q0', token: '999:1', epoch: 0, returned: true })).rejects.toMatchObject({ code: DataErrorCodes.UNKNOWN_CLAIM });
-    await expect(p.complete({ id: 'q0', token: 'forged', epoch: 0, returned: true })).rejects.toMatchObject({ code: DataErrorCodes.UNKNOWN_CLAIM });
+    await expect(p.complete({ id: 'q0', token: '999:1', epoch: 0, returned: true })).rejects.toMatchObject({ code: ErrorCodes.UNKNOWN_CLAIM });
+    await expect(p.complete({ id: 'q0', token: 'forged', epoch: 0, returned: true })).rejects.toMatchObject({ code: ErrorCodes.UNKNOWN_CLAIM });
     // Nothing else to claim of the returned work; the fresh prompts are untouched.
     expect((await p.claim('r', 5)).map((x) => [x.groupId, x.returned])).toEqual([
       ['q0#0', undefined],
@@ -129,8 +146,8 @@ describe('PromptPool returned samples', () => {
     const [fast, next] = await p.claim('fast', 2);
     expect([fast!.groupId, fast!.samples, next!.groupId]).toEqual(['q0#0', [1], 'q1#0']);
     expect(fast!.token).not.toBe(slow!.token);
-    await expect(p.complete(slow!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
-    await expect(p.extend(slow!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
+    await expect(p.complete(slow!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
+    await expect(p.extend(slow!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
     expect(await p.complete(fast!)).toBe('ok');
     expect(await p.progress()).toMatchObject({ returnedExpired: 1, expired: 0, returnedLeased: 1 });
     expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_claims_total', { event: 'expired' })).toBe(1);
@@ -146,7 +163,7 @@ describe('PromptPool returned samples', () => {
     const [x] = await p.claim('x', 1);
     expect([x!.groupId, x!.samples]).toEqual(['q0#0', [3]]);
     expect(await p.progress()).toMatchObject({ returnedPending: 1, returnedLeased: 1, returnedExpired: 2 });
-    await expect(p.complete(a!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
+    await expect(p.complete(a!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
     // b ran out but nobody claimed it again: its holder still completes it, once.
     expect(await p.complete(b!)).toBe('ok');
     expect(await p.complete(b!)).toBe('duplicate');
@@ -170,11 +187,11 @@ describe('PromptPool returned samples', () => {
     ]);
     await p.returnSamples({ groupId: 'q3#0', samples: [3] }); // waits behind the given-back ones
     await p.giveBack(mine[0]!);
-    await expect(p.complete(mine[0]!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
-    await expect(p.giveBack(mine[0]!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
-    await expect(p.extend(mine[0]!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
+    await expect(p.complete(mine[0]!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
+    await expect(p.giveBack(mine[0]!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
+    await expect(p.extend(mine[0]!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
     expect(await p.giveBackRollout('dead')).toBe(3); // 2 returned + 1 fresh
-    for (const c of mine.slice(1)) await expect(p.complete(c)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
+    for (const c of mine.slice(1)) await expect(p.complete(c)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
     expect(await p.progress()).toMatchObject({ returnedGivenBack: 3, returned: 1, returnedPending: 4, returnedLeased: 0, pending: 4, leased: 0 });
     expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_claims_total', { event: 'given_back' })).toBe(1);
     expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_claims_total', { event: 'failover' })).toBe(2);
@@ -192,20 +209,20 @@ describe('PromptPool returned samples', () => {
   it('refuses bad input with typed, counted errors and queues nothing', async () => {
     const p = await pool({ epochs: 2 });
     const cases: Array<[string, unknown, string]> = [
-      ['empty samples', { groupId: 'q0#0', samples: [] }, DataErrorCodes.BAD_OPTIONS],
-      ['samples not an array', { groupId: 'q0#0', samples: 1 }, DataErrorCodes.BAD_OPTIONS],
-      ['a fractional index', { groupId: 'q0#0', samples: [0.5] }, DataErrorCodes.BAD_OPTIONS],
-      ['a repeated index', { groupId: 'q0#0', samples: [1, 2, 1] }, DataErrorCodes.BAD_OPTIONS],
-      ['a bad reason', { groupId: 'q0#0', samples: [1], reason: 'Not A Label!' }, DataErrorCodes.BAD_OPTIONS],
-      ['an index = n', { groupId: 'q0#0', samples: [0, 4] }, DataErrorCodes.GROUP_MISMATCH],
-      ['a negative index', { groupId: 'q0#0', samples: [-1] }, DataErrorCodes.GROUP_MISMATCH],
-      ['an unknown prompt', { groupId: 'nope#0', samples: [0] }, DataErrorCodes.UNKNOWN_GROUP],
-      ['an epoch not reached yet', { groupId: 'q0#1', samples: [0] }, DataErrorCodes.UNKNOWN_GROUP],
-      ['no epoch', { groupId: 'q0', samples: [0] }, DataErrorCodes.UNKNOWN_GROUP],
-      ['a bad epoch', { groupId: 'q0#x', samples: [0] }, DataErrorCodes.UNKNOWN_GROUP],
-      ['a non-canonical epoch', { groupId: 'q0#00', samples: [0] }, DataErrorCodes.UNKNOWN_GROUP],
-      ['no prompt id', { groupId: '#0', samples: [0] }, DataErrorCodes.UNKNOWN_GROUP],
-      ['a non-string group id', { groupId: 7, samples: [0] }, DataErrorCodes.UNKNOWN_GROUP],
+      ['empty samples', { groupId: 'q0#0', samples: [] }, ErrorCodes.BAD_DATA_OPTIONS],
+      ['samples not an array', { groupId: 'q0#0', samples: 1 }, ErrorCodes.BAD_DATA_OPTIONS],
+      ['a fractional index', { groupId: 'q0#0', samples: [0.5] }, ErrorCodes.BAD_DATA_OPTIONS],
+      ['a repeated index', { groupId: 'q0#0', samples: [1, 2, 1] }, ErrorCodes.BAD_DATA_OPTIONS],
+      ['a bad reason', { groupId: 'q0#0', samples: [1], reason: 'Not A Label!' }, ErrorCodes.BAD_DATA_OPTIONS],
+      ['an index = n', { groupId: 'q0#0', samples: [0, 4] }, ErrorCodes.GROUP_MISMATCH],
+      ['a negative index', { groupId: 'q0#0', samples: [-1] }, ErrorCodes.GROUP_MISMATCH],
+      ['an unknown prompt', { groupId: 'nope#0', samples: [0] }, ErrorCodes.UNKNOWN_GROUP],
+      ['an epoch not reached yet', { groupId: 'q0#1', samples: [0] }, ErrorCodes.UNKNOWN_GROUP],
+      ['no epoch', { groupId: 'q0', samples: [0] }, ErrorCodes.UNKNOWN_GROUP],
+      ['a bad epoch', { groupId: 'q0#x', samples: [0] }, ErrorCodes.UNKNOWN_GROUP],
+      ['a non-canonical epoch', { groupId: 'q0#00', samples: [0] }, ErrorCodes.UNKNOWN_GROUP],
+      ['no prompt id', { groupId: '#0', samples: [0] }, ErrorCodes.UNKNOWN_GROUP],
+      ['a non-string group id', { groupId: 7, samples: [0] }, ErrorCodes.UNKNOWN_GROUP],
     ];
     for (const [what, req, code] of cases) {
       const err = await p.returnSamples(req as never).then(
@@ -216,9 +233,9 @@ describe('PromptPool returned samples', () => {
       expect((err as DataInputError).code, what).toBe(code);
     }
     const rejected = (code: string): Promise<number> => metricValue(fx.registry, 'laminar_data_rejections_total', { component: 'prompt-pool', code });
-    expect(await rejected(DataErrorCodes.BAD_OPTIONS)).toBe(5);
-    expect(await rejected(DataErrorCodes.GROUP_MISMATCH)).toBe(2);
-    expect(await rejected(DataErrorCodes.UNKNOWN_GROUP)).toBe(7);
+    expect(await rejected(ErrorCodes.BAD_DATA_OPTIONS)).toBe(5);
+    expect(await rejected(ErrorCodes.GROUP_MISMATCH)).toBe(2);
+    expect(await rejected(ErrorCodes.UNKNOWN_GROUP)).toBe(7);
     expect(await p.progress()).toMatchObject({ returnedPending: 0, returnedEntries: 0, returnedSamples: 0 });
     expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_samples_total', { reason: 'failover' })).toBe(0);
     // The boundary that is fine: index n-1, and a group id with '#' inside its prompt id part.
@@ -280,6 +297,12 @@ describe('PromptPool returned samples', () => {
     // Concurrent completions of all of them, twice each: exactly one 'ok' per claim.
     const done = await Promise.all([...returned, ...returned].map((c) => p.complete(c)));
     expect(done.filter((r) => r === 'ok')).toHaveLength(60);
-    expect(await p.progress()).toMatchObject({ returnedCompletions: 60, returnedSamplesCompleted: 90, returnedDuplicates: 60, returnedPending: 0, returnedLeased: 0 });
+    expect(await p.progress()).toMatchObject({
+      returnedCompletions: 60,
+      returnedSamplesCompleted: 90,
+      returnedDuplicates: 60,
+      returnedPending: 0,
+      returnedLeased: 0,
+    });
   });
 });

@@ -2,13 +2,14 @@ import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { describe, expect, it } from 'vitest';
-import { DataErrorCodes } from '../../src/data/index.js';
 import { metricValue, promptPoolFixture } from './helpers.js';
+import { ErrorCodes } from '../../src/common/error-codes.js';
 
 const fx = promptPoolFixture('p');
 const pool = fx.open;
 
-const prompts = (k: number): Array<{ id: string; payload: unknown; n?: number }> => Array.from({ length: k }, (_, i) => ({ id: `q${i}`, payload: { text: `question ${i}` } }));
+const prompts = (k: number): Array<{ id: string; payload: unknown; n?: number }> =>
+  Array.from({ length: k }, (_, i) => ({ id: `q${i}`, payload: { text: `question ${i}` } }));
 
 describe('PromptPool', () => {
   it('loads from an iterable and hands each prompt to exactly one claimer', async () => {
@@ -44,7 +45,7 @@ describe('PromptPool', () => {
     await new Promise((r) => setTimeout(r, 250));
     const [second] = await p.claim('fast', 1);
     expect(second!.id).toBe(first!.id);
-    await expect(p.complete(first!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
+    await expect(p.complete(first!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
     expect(await p.complete(second!)).toBe('ok');
     expect((await p.progress()).expired).toBe(1);
   });
@@ -66,13 +67,13 @@ describe('PromptPool', () => {
     const mine = await p.claim('dead', 3);
     const [a] = mine;
     await p.giveBack(a!);
-    await expect(p.complete(a!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
-    await expect(p.giveBack(a!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
+    await expect(p.complete(a!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
+    await expect(p.giveBack(a!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
     expect(await p.giveBackRollout('dead')).toBe(2);
     const again = await p.claim('alive', 10);
     expect(again.map((c) => c.id).sort()).toEqual(['q0', 'q1', 'q2', 'q3']);
     expect((await p.progress()).returned).toBe(3);
-    await expect(p.extend(mine[1]!)).rejects.toMatchObject({ code: DataErrorCodes.LEASE_LOST });
+    await expect(p.extend(mine[1]!)).rejects.toMatchObject({ code: ErrorCodes.LEASE_LOST });
     expect(await p.extend(again[0]!, 5000)).toBeGreaterThan(Date.now() - 60_000);
   });
 
@@ -116,13 +117,13 @@ describe('PromptPool', () => {
     const report = await p.loadJsonl(file).finally(() => rmSync(file, { force: true }));
     expect(report.loaded).toBe(3);
     expect(report.rejected.map((r) => [r.line, r.code])).toEqual([
-      [2, DataErrorCodes.BAD_PROMPT],
-      [5, DataErrorCodes.BAD_PROMPT],
-      [6, DataErrorCodes.BAD_PROMPT],
-      [7, DataErrorCodes.DUPLICATE_PROMPT],
+      [2, ErrorCodes.BAD_PROMPT],
+      [5, ErrorCodes.BAD_PROMPT],
+      [6, ErrorCodes.BAD_PROMPT],
+      [7, ErrorCodes.DUPLICATE_PROMPT],
     ]);
     expect(report.rejected[0]!.message).toMatch(/^line 2: not JSON/);
-    expect(await metricValue(fx.registry, 'laminar_data_rejections_total', { code: DataErrorCodes.BAD_PROMPT })).toBe(3);
+    expect(await metricValue(fx.registry, 'laminar_data_rejections_total', { code: ErrorCodes.BAD_PROMPT })).toBe(3);
     const claims = await p.claim('r', 10);
     expect(claims.map((c) => [c.id, c.n])).toEqual([
       ['a', 2],

@@ -74,7 +74,10 @@ describe('restarts', () => {
 describe('the trajectory path end to end', () => {
   it('claim -> stream partials -> complete -> sample whole groups, through a redis restart', async () => {
     const prompts = await PromptPool.open({ redis: rc, name: 'e2e', defaultGroupSize: 2 });
-    await prompts.load([{ id: 'q1', payload: 'one' }, { id: 'q2', payload: 'two' }]);
+    await prompts.load([
+      { id: 'q1', payload: 'one' },
+      { id: 'q2', payload: 'two' },
+    ]);
     const writer = await ExperienceWriter.open({ nc, buffer: 'e2e', groups: prompts, maxWeightVersion: () => 5 });
     const partial = await PartialPool.open({ nc, pool: 'e2e', writer, flushTokens: 8 });
     const sampler = await ExperienceSampler.open({ nc, buffer: 'e2e', batchSize: 2, strategy: wholeGroups(), trainerVersion: 5 });

@@ -8,9 +8,9 @@ export function inertEngine(promptTokens: Int32Array = Int32Array.of(7, 8, 9)): 
   return {
     load: () => ({ kvUsed: 0, running: 0, waiting: 0, tokensPerSecond: 0 }),
     tokenize: () => promptTokens,
-    stop: async () => undefined,
-    resume: async () => undefined,
-    updateWeights: async () => undefined,
-    reinitialise: async () => undefined,
+    stop: () => Promise.resolve(),
+    resume: () => Promise.resolve(),
+    updateWeights: () => Promise.resolve(),
+    reinitialise: () => Promise.resolve(),
   };
 }

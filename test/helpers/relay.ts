@@ -8,7 +8,7 @@ import { createConnection, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach } from 'vitest';
-import { spawnDaemon } from '../../src/demo/daemons.js';
+import { spawnDaemon } from '../../src/services/daemon-process.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { startRelay, type Relay } from '../../src/relay/daemon.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
@@ -39,11 +39,7 @@ export interface RelayProcess {
 }
 
 /** Starts `laminar relay` as a child process and waits until it logs "relay ready". */
-export async function spawnRelay(
-  root: string,
-  extraArgs: string[] = [],
-  wrap: string[] = [],
-): Promise<RelayProcess> {
+export async function spawnRelay(root: string, extraArgs: string[] = [], wrap: string[] = []): Promise<RelayProcess> {
   const shmDir = join(root, 'segments');
   const socketPath = join(root, 'relay.sock');
   const daemon = await spawnDaemon('relay', ['relay', '--shm-dir', shmDir, '--socket', socketPath, '--metrics-port', '0', ...extraArgs], 'relay ready', wrap);

@@ -52,11 +52,25 @@ function subnetFor(name: string): string {
 
 export function createTestbed(name: string, hosts: number, options: { rate?: string; delay?: string; net?: string; mtu?: number } = {}): Testbed {
   const rate = options.rate ?? '2gbit';
-  const args = ['up', name, String(hosts), '--rate', rate, '--delay', options.delay ?? '0ms', '--net', options.net ?? subnetFor(name), '--mtu', String(options.mtu ?? 1500)];
+  const args = [
+    'up',
+    name,
+    String(hosts),
+    '--rate',
+    rate,
+    '--delay',
+    options.delay ?? '0ms',
+    '--net',
+    options.net ?? subnetFor(name),
+    '--mtu',
+    String(options.mtu ?? 1500),
+  ];
   try {
     execFileSync(SCRIPT, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   } catch (err) {
-    throw new Error(`this machine refused to build the network-namespace testbed (root and CAP_NET_ADMIN are needed): ${String((err as { stderr?: Buffer }).stderr ?? err)}`);
+    throw new Error(
+      `this machine refused to build the network-namespace testbed (root and CAP_NET_ADMIN are needed): ${String((err as { stderr?: Buffer }).stderr ?? err)}`,
+    );
   }
   live.add(name);
   const listing = execFileSync(SCRIPT, ['list', name], { encoding: 'utf8' }).trim().split('\n');

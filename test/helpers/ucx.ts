@@ -15,6 +15,9 @@ export const REPO = fileURLToPath(new URL('../..', import.meta.url));
 export const DIST_UCX = join(REPO, 'dist/src/ucx/index.js');
 export const DIST_NATIVE = join(REPO, 'dist/src/native/index.js');
 
+/** Sizes in the UCX tests are in MiB. */
+export const MiB = 1 << 20;
+
 export function requireDist(): void {
   if (!existsSync(DIST_UCX) || !existsSync(DIST_NATIVE)) {
     throw new Error(`${DIST_UCX} is missing: build with \`npx tsc -p .\` (or bash scripts/bootstrap.sh)`);
@@ -153,7 +156,7 @@ export function nodeChild(script: string, nodeArgs: string[] = []): NodeChild {
   let err = '';
   let partial = '';
   let wake: (() => void)[] = [];
-  child.stdout!.on('data', (chunk: Buffer) => {
+  child.stdout.on('data', (chunk: Buffer) => {
     partial += chunk.toString();
     const parts = partial.split('\n');
     partial = parts.pop()!;
@@ -162,7 +165,7 @@ export function nodeChild(script: string, nodeArgs: string[] = []): NodeChild {
     wake = [];
     for (const w of waiting) w();
   });
-  child.stderr!.on('data', (chunk: Buffer) => {
+  child.stderr.on('data', (chunk: Buffer) => {
     err += chunk.toString();
   });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>

@@ -48,7 +48,7 @@ describe('rollout manager: chain scheduling and repair (netns testbed)', () => {
   });
 
   afterAll(async () => {
-    await cluster?.destroy();
+    await (cluster as typeof cluster | undefined)?.destroy(); // unset when beforeAll failed
   });
 
   async function startChain(managers = 1): Promise<void> {
@@ -105,7 +105,11 @@ describe('rollout manager: chain scheduling and repair (netns testbed)', () => {
     const result = await trainer.publish(tensors(1));
     expect(result).toMatchObject({ master: 'r0', mode: 'remote', attempts: 1 });
     await expectIdentical(['r0', 'r1', 'r2', 'r3', 'r4']);
-    await waitFor('the manager to see every relay holding v1', async () => (await cluster.status()).chain.every((r) => r.health === 'alive' && r.progress === 1), 5000);
+    await waitFor(
+      'the manager to see every relay holding v1',
+      async () => (await cluster.status()).chain.every((r) => r.health === 'alive' && r.progress === 1),
+      5000,
+    );
     const status = await cluster.status();
     expect(status.members.find((m) => m.kind === 'trainer')).toBeDefined();
     // `laminar status` prints it as a table.
@@ -193,7 +197,11 @@ describe('rollout manager: chain scheduling and repair (netns testbed)', () => {
     for (const id of ['r1', 'r2', 'r3', 'r4']) {
       expect(await cluster.relayMetric(id, 'laminar_relay_broadcast_transfers_total{direction="in",result="abandoned"}')).toBe(0);
     }
-    await waitFor('all members heard again', async () => (await cluster.status().catch(() => null))?.chain.every((r) => r.health === 'alive' && r.heardMsAgo < 2000) ?? false, 20_000);
+    await waitFor(
+      'all members heard again',
+      async () => (await cluster.status().catch(() => null))?.chain.every((r) => r.health === 'alive' && r.heardMsAgo < 2000) ?? false,
+      20_000,
+    );
     // A second version still flows through the same chain.
     await markBaseline();
     await trainer.publish(tensors(2));
@@ -250,11 +258,34 @@ describe('rollout manager: chain scheduling and repair (netns testbed)', () => {
       const names = controlNames('laminar');
       nc.publish(names.heartbeat, new Uint8Array([0xc1, 0xff, 0x00]));
       nc.publish(names.heartbeat, pack({ v: 99, t: 'heartbeat', id: 'r1' }));
-      nc.publish(names.report, pack({ v: SCHEMA_VERSION, t: 'report', id: 'r1', incarnation: 'deadbeefdeadbeef', epoch: 1, peer: 'r2', direction: 'downstream', code: 'UCS_ERR_CONNECTION_RESET' }));
+      nc.publish(
+        names.report,
+        pack({
+          v: SCHEMA_VERSION,
+          t: 'report',
+          id: 'r1',
+          incarnation: 'deadbeefdeadbeef',
+          epoch: 1,
+          peer: 'r2',
+          direction: 'downstream',
+          code: 'UCS_ERR_CONNECTION_RESET',
+        }),
+      );
       nc.publish(names.register, pack({ v: SCHEMA_VERSION, t: 'register', id: 'bad id with spaces' }));
       const reply = await nc.request(
         names.register,
-        encode({ v: SCHEMA_VERSION, t: 'register', id: 'r1', kind: 'relay', incarnation: '0123456789abcdef', host: 'elsewhere', labels: {}, address: '10.88.0.9:13337', socket: null, holds: [] }),
+        encode({
+          v: SCHEMA_VERSION,
+          t: 'register',
+          id: 'r1',
+          kind: 'relay',
+          incarnation: '0123456789abcdef',
+          host: 'elsewhere',
+          labels: {},
+          address: '10.88.0.9:13337',
+          socket: null,
+          holds: [],
+        }),
         { timeout: 3000 },
       );
       expect(decode(registerReplySchema, reply.data, 'reply')).toMatchObject({ t: 'refused', code: 'ERR_ID_TAKEN' });
@@ -278,6 +309,7 @@ async function spawnDaemonOutput(argv: string[]): Promise<string> {
   const { execFile } = await import('node:child_process');
   const { fileURLToPath } = await import('node:url');
   const cli = fileURLToPath(new URL('../../dist/src/cli/laminar.js', import.meta.url));
-  return new Promise((resolve, reject) => execFile(process.execPath, [cli, ...argv], (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout))));
+  return new Promise((resolve, reject) =>
+    execFile(process.execPath, [cli, ...argv], (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout))),
+  );
 }
-

@@ -37,7 +37,14 @@ describe('rollout coordinator: a destination that does not answer', () => {
   it('sends the orphans to the next rollout of their version after one failed command', async () => {
     const partials = await PartialPool.open({ nc, pool: 'unreachable' });
     for (let i = 0; i < 3; i++) {
-      const t = await partials.start('ro-dead', { trajectoryId: `g${i}/0`, promptId: `p${i}`, groupId: `g${i}`, sampleIndex: 0, groupSize: 1, weightVersion: 2 });
+      const t = await partials.start('ro-dead', {
+        trajectoryId: `g${i}/0`,
+        promptId: `p${i}`,
+        groupId: `g${i}`,
+        sampleIndex: 0,
+        groupSize: 1,
+        weightVersion: 2,
+      });
       t.release();
     }
     // ro-answers takes what it is sent; ro-silent (fewest owned: the first choice) has no subscriber.
@@ -62,7 +69,7 @@ describe('rollout coordinator: a destination that does not answer', () => {
       orphanScanMs: 60_000,
       startupGraceMs: 0,
       metrics: new RolloutCoordinatorMetrics(new Registry()),
-      log: pino({ level: 'warn' }, { write: (line: string) => void warnings.push(JSON.parse(line)) }),
+      log: pino({ level: 'warn' }, { write: (line: string) => void warnings.push(JSON.parse(line) as (typeof warnings)[number]) }),
     });
     coordinator.reset(Date.now() - 1);
     try {

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { NativeError } from '../../src/common/errors.js';
@@ -41,10 +41,7 @@ describe('native segments and mappings', () => {
     const cuts = [1, 300_000, 450_017];
     const sums = await m.checksumPartsAsync(offset, length, cuts);
     const edges = [0, ...cuts, length];
-    expect(sums).toEqual([
-      m.checksum(offset, length),
-      ...edges.slice(1).map((end, i) => checksumBuffer(bytes.subarray(offset + edges[i]!, offset + end))),
-    ]);
+    expect(sums).toEqual([m.checksum(offset, length), ...edges.slice(1).map((end, i) => checksumBuffer(bytes.subarray(offset + edges[i]!, offset + end)))]);
     // No cuts: the one part is the range itself.
     const whole = m.checksum(offset, length);
     expect(await m.checksumPartsAsync(offset, length, [])).toEqual([whole, whole]);
@@ -68,6 +65,16 @@ describe('native segments and mappings', () => {
     expect(err).toMatchObject({ code: 'EEXIST', syscall: 'open' });
     expect(() => new Mapping(join(tmp.dir, 'missing'))).toThrow(expect.objectContaining({ code: 'ENOENT' }));
     expect(() => createSegment(join(tmp.dir, 'zero'), 0)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+  });
+
+  it("names any errno from libuv's table, not from a short list of its own", () => {
+    // A symbolic link to itself: open(2) answers ELOOP, an errno the addon once called EUNKNOWN.
+    const loop = join(tmp.dir, 'loop');
+    symlinkSync(loop, loop);
+    expect(() => new Mapping(loop)).toThrow(expect.objectContaining({ code: 'ELOOP', errno: 40, syscall: 'open' }));
+    // A path through a regular file: ENOTDIR.
+    createSegment(join(tmp.dir, 'file'), 4096);
+    expect(() => new Mapping(join(tmp.dir, 'file', 'below'))).toThrow(expect.objectContaining({ code: 'ENOTDIR' }));
   });
 
   it('refuses out-of-range views and detaches views on close', () => {
@@ -150,7 +157,9 @@ describe('native segments and mappings', () => {
       const afterRefusal = vmlck();
       const small = new m.Mapping(null, { size: 8 << 20 });
       console.log(JSON.stringify({ refused, locked: big.locked, afterRefusal, small: small.lock(), afterSmall: vmlck() }));`;
-    const out = execFileSync('prlimit', [`--memlock=${8 << 20}:${8 << 20}`, 'setpriv', '--bounding-set', '-ipc_lock', process.execPath, '-e', script], { encoding: 'utf8' });
+    const out = execFileSync('prlimit', [`--memlock=${8 << 20}:${8 << 20}`, 'setpriv', '--bounding-set', '-ipc_lock', process.execPath, '-e', script], {
+      encoding: 'utf8',
+    });
     const r = JSON.parse(out) as { refused: string | null; locked: boolean; afterRefusal: number; small: string | null; afterSmall: number };
     expect(['ENOMEM', 'EAGAIN', 'EPERM']).toContain(r.refused);
     expect(r.locked).toBe(false);
@@ -159,7 +168,7 @@ describe('native segments and mappings', () => {
     expect(r.afterSmall).toBe(8 << 10);
   });
 
-  it('frees regions of views that are garbage collected', async () => {
+  it('frees regions of views that are garbage collected', () => {
     // Run where gc() is exposed: 100 closed mappings of 4 MiB, written through a view that
     // keeps each region mapped after close() until it is collected. After a gc, their pages must
     // be gone from the resident set (RssAnon: virtual size also counts malloc arenas of V8's

@@ -237,7 +237,7 @@ describe('UCX binding: a peer killed mid-transfer', () => {
     const back = again.connect('127.0.0.1', listener.port);
     const inbox = new Inbox(back);
     await withTimeout(back.send(Buffer.from('back')), 5_000, 'a new connection');
-    await until(() => serverEp !== undefined, 5_000, 'the new connection');
+    await until(() => (serverEp as Endpoint | undefined) !== undefined, 5_000, 'the new connection');
     await serverEp.send(Buffer.from('still here'));
     expect((await inbox.next()).header.toString()).toBe('still here');
     await stillWorks(server);
@@ -302,7 +302,15 @@ describe('UCX binding: lifetime', () => {
       ['--expose-gc'],
     );
     const { code, signal } = await withTimeout(child.exited, 30_000, 'the GC child to exit by itself');
-    expect({ code, signal, stderr: child.stderr().split('\n').filter((l) => !l.includes('invalid configurations')).join('\n') }).toMatchObject({ code: 0, signal: null });
+    expect({
+      code,
+      signal,
+      stderr: child
+        .stderr()
+        .split('\n')
+        .filter((l) => !l.includes('invalid configurations'))
+        .join('\n'),
+    }).toMatchObject({ code: 0, signal: null });
     const result = JSON.parse(await child.line('result ')) as { registered: number; collected: number };
     expect(result.registered).toBe(30);
     expect(result.collected).toBe(result.registered);
@@ -317,7 +325,8 @@ describe('UCX binding: lifetime', () => {
   it('a worker closed while it registers memory gives its UCX context up once the registration is done', async () => {
     // ucp_mem_map runs on the thread pool; a close() meanwhile leaves the context to the job.
     // Were it never cleaned up, 1000 of these would leak ~20 MB of UCX state.
-    const child = spawnChild(`
+    const child = spawnChild(
+      `
       const mapping = new Mapping(null, { size: ${MiB} });
       const rssMB = () => process.memoryUsage().rss / ${MiB};
       async function cycle() {
@@ -334,7 +343,9 @@ describe('UCX binding: lifetime', () => {
       globalThis.gc();
       console.log('growth ' + (rssMB() - before).toFixed(1));
       mapping.close();
-    `, ['--expose-gc']);
+    `,
+      ['--expose-gc'],
+    );
     const growth = Number(await child.line('growth ', 60_000));
     expect(await child.exited).toEqual({ code: 0, signal: null });
     expect(growth).toBeLessThan(10);
@@ -346,7 +357,8 @@ describe('UCX binding: lifetime', () => {
     // the mapping closed and replaced, the registering worker closed. A seeded sequence, so that a
     // failure can be replayed. (Connections stay up: churning them is the 1000-cycle test's job.)
     const seed = 20261122;
-    const child = spawnChild(`
+    const child = spawnChild(
+      `
       let state = ${seed};
       const random = (n) => { state = (state * 1103515245 + 12345) % 2147483648; return state % n; };
       const size = ${4 * MiB};
@@ -403,8 +415,15 @@ describe('UCX binding: lifetime', () => {
       for (const mapping of mappings) mapping.close();
       globalThis.gc();
       console.log('result ' + JSON.stringify({ ...counts, outcomes }));
-    `, ['--expose-gc']);
-    const result = JSON.parse(await child.line('result ', 60_000)) as { registered: number; settled: number; recycled: number; outcomes: Record<string, number> };
+    `,
+      ['--expose-gc'],
+    );
+    const result = JSON.parse(await child.line('result ', 60_000)) as {
+      registered: number;
+      settled: number;
+      recycled: number;
+      outcomes: Record<string, number>;
+    };
     expect(await child.exited).toEqual({ code: 0, signal: null });
     expect(result.registered).toBeGreaterThan(300);
     expect(result.recycled).toBeGreaterThan(10);

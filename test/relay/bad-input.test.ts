@@ -83,7 +83,18 @@ describe('relay: bad input never hurts the relay or other clients', () => {
       [{ op: 'begin', model: 'x', version: 1, tensors: [{ name: 'a', dtype: 'F99', shape: [1] }] }, 'ERR_BAD_DTYPE'],
       [{ op: 'begin', model: 'x', version: 1, tensors: [{ name: 'a', dtype: 'F32', shape: [-4] }] }, 'ERR_BAD_SHAPE'],
       [{ op: 'begin', model: 'x', version: 1, tensors: [{ name: 'a', dtype: 'F32', shape: [2 ** 31, 2 ** 31, 2 ** 31] }] }, 'ERR_BAD_SHAPE'],
-      [{ op: 'begin', model: 'x', version: 1, tensors: [{ name: 'a', dtype: 'F32', shape: [1] }, { name: 'a', dtype: 'F32', shape: [1] }] }, 'ERR_DUPLICATE_TENSOR'],
+      [
+        {
+          op: 'begin',
+          model: 'x',
+          version: 1,
+          tensors: [
+            { name: 'a', dtype: 'F32', shape: [1] },
+            { name: 'a', dtype: 'F32', shape: [1] },
+          ],
+        },
+        'ERR_DUPLICATE_TENSOR',
+      ],
       [{ op: 'begin', model: 'x', version: 1.5, tensors: [] }, 'ERR_BAD_VERSION'],
       [{ op: 'commit', model: 'm', version: 1 }, 'ERR_NOT_WRITING'],
       [{ op: 'written', model: 'nope', version: 1, tensors: [] }, 'ERR_UNKNOWN_MODEL'],
@@ -109,7 +120,9 @@ describe('relay: bad input never hurts the relay or other clients', () => {
   it('refuses writes for tensors the version does not have', async () => {
     const pub = await bystander.beginPublish({ model: 'm', version: 2, tensors: [{ name: 'w', dtype: 'U8', shape: [8] }] });
     await expect(bystander.request('written', { model: 'm', version: 2, tensors: [{ name: 'ghost' }] })).rejects.toMatchObject({ code: 'ERR_UNKNOWN_TENSOR' });
-    await expect(bystander.request('written', { model: 'm', version: 2, tensors: [{ name: 'w', checksum: 'xyz' }] })).rejects.toMatchObject({ code: 'ERR_BAD_REQUEST' });
+    await expect(bystander.request('written', { model: 'm', version: 2, tensors: [{ name: 'w', checksum: 'xyz' }] })).rejects.toMatchObject({
+      code: 'ERR_BAD_REQUEST',
+    });
     expect(() => pub.write('w', new Uint8Array(7))).toThrow(expect.objectContaining({ code: 'ERR_BAD_TENSOR' }));
     await pub.abort();
     await expectStillServing();

@@ -4,13 +4,13 @@
  */
 import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { prepareVersion } from '../../src/relay/client/remote-publisher.js';
 import type { Relay } from '../../src/relay/daemon.js';
+import { freePort } from '../../src/services/ports.js';
 import { UcxWorker } from '../../src/ucx/index.js';
 import { PEER_PROTOCOL_VERSION, decodePeerMessage, encodePeerMessage, type PeerMessage } from '../../src/relay/broadcast/messages.js';
 import { SECRET, RoguePeer, buildVersion, segmentDigest, type BuiltVersion } from '../helpers/broadcast.js';
@@ -19,15 +19,6 @@ import { CLI, inProcessRelay, metricValue, tempShmDir } from '../helpers/relay.j
 const run = promisify(execFile);
 
 process.env.UCX_TLS ??= 'tcp';
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 async function metric(relay: Relay, name: string, labels = ''): Promise<number> {
   return metricValue(await relay.registry.metrics(), name, labels);
@@ -178,7 +169,10 @@ describe('chain broadcast on loopback', () => {
     // With the wrong secret, the connector sees the relay's proof fail and hangs up first.
     const before = await metric(relays[0]!, 'laminar_relay_peer_refused_total', 'code="ERR_PEER_HANDSHAKE"');
     await expect(RoguePeer.connect(address(0), { secret: 'not-the-job-secret-at-all' })).rejects.toMatchObject({ code: 'ERR_PEER_AUTH' });
-    await waitUntil('the aborted handshake to be counted', async () => (await metric(relays[0]!, 'laminar_relay_peer_refused_total', 'code="ERR_PEER_HANDSHAKE"')) === before + 1);
+    await waitUntil(
+      'the aborted handshake to be counted',
+      async () => (await metric(relays[0]!, 'laminar_relay_peer_refused_total', 'code="ERR_PEER_HANDSHAKE"')) === before + 1,
+    );
     // A peer that answers the challenge with a made-up proof is refused by the relay.
     const worker = new UcxWorker();
     try {
@@ -207,7 +201,11 @@ describe('chain broadcast on loopback', () => {
       // Connected and authenticated, then deaf and mute, like a host whose network dropped.
       rogue.link.endpoint.onMessage = (message) => message.release();
       const dropped = new Promise((resolve) => rogue.link.endpoint.onClose(resolve));
-      await waitUntil('r2 to drop the silent upstream', async () => (await metric(relays[2]!, 'laminar_relay_upstream_failures_total', 'reason="ERR_PEER_SILENT"')) === 1, 10_000);
+      await waitUntil(
+        'r2 to drop the silent upstream',
+        async () => (await metric(relays[2]!, 'laminar_relay_upstream_failures_total', 'reason="ERR_PEER_SILENT"')) === 1,
+        10_000,
+      );
       await dropped;
     } finally {
       await rogue.close();
@@ -231,7 +229,10 @@ describe('chain broadcast on loopback', () => {
     } finally {
       worker.close();
     }
-    await waitUntil('handshake failures to be counted', async () => (await metric(relays[1]!, 'laminar_relay_peer_refused_total', 'code="ERR_PEER_BAD_MESSAGE"')) >= 2);
+    await waitUntil(
+      'handshake failures to be counted',
+      async () => (await metric(relays[1]!, 'laminar_relay_peer_refused_total', 'code="ERR_PEER_BAD_MESSAGE"')) >= 2,
+    );
     // After authentication: a garbage header drops the link and is counted.
     const rogue = await RoguePeer.connect(address(1));
     const closed = new Promise<void>((resolve) => rogue.link.endpoint.onClose(() => resolve()));
@@ -306,7 +307,22 @@ describe('chain broadcast on loopback', () => {
       const file = join(dir.dir, 'model.safetensors');
       writeFileSync(file, new Uint8Array(v.mapping.view(0, v.layout.totalSize)));
       writeFileSync(join(dir.dir, 'secret'), `${SECRET}\n`);
-      const { stdout } = await run(process.execPath, [CLI, 'publish', file, '--model', 'org/cli', '--version', '4', '--to', address(0), '--secret-file', join(dir.dir, 'secret'), '--chunk-size', '1MiB', '--json']);
+      const { stdout } = await run(process.execPath, [
+        CLI,
+        'publish',
+        file,
+        '--model',
+        'org/cli',
+        '--version',
+        '4',
+        '--to',
+        address(0),
+        '--secret-file',
+        join(dir.dir, 'secret'),
+        '--chunk-size',
+        '1MiB',
+        '--json',
+      ]);
       const result = JSON.parse(stdout.trim().split('\n').pop()!) as { version: number; chunks: number; relay: string; stallSeconds: number };
       expect(result).toMatchObject({ version: 4, chunks: 4, relay: 'r0' });
       await waitUntil('the tail to hold the pushed checkpoint', () => relays[2]!.store.latest('org/cli')?.state === 'complete');
@@ -320,8 +336,20 @@ describe('chain broadcast on loopback', () => {
       }
       // A wrong secret fails with a clear, coded message and a non-zero exit.
       writeFileSync(join(dir.dir, 'wrong'), 'the-wrong-job-secret-entirely\n');
-      const failed = await run(process.execPath, [CLI, 'publish', file, '--model', 'org/cli', '--version', '5', '--to', address(0), '--secret-file', join(dir.dir, 'wrong')]).catch((e: { code: number; stderr: string }) => e);
-      expect(failed).toMatchObject({ code: 1, stderr: expect.stringContaining('ERR_PEER_AUTH') });
+      const failed = await run(process.execPath, [
+        CLI,
+        'publish',
+        file,
+        '--model',
+        'org/cli',
+        '--version',
+        '5',
+        '--to',
+        address(0),
+        '--secret-file',
+        join(dir.dir, 'wrong'),
+      ]).catch((e: unknown) => e);
+      expect(failed).toMatchObject({ code: 1, stderr: expect.stringContaining('ERR_PEER_AUTH') as unknown });
     } finally {
       v.mapping.close();
       dir.cleanup();
@@ -329,13 +357,43 @@ describe('chain broadcast on loopback', () => {
   });
 
   it('prints the chunk size that minimises the model (laminar chunk-size)', async () => {
-    const { stdout } = await run(process.execPath, [CLI, 'chunk-size', '--size', '1GiB', '--relays', '8', '--bandwidth', '2gbit', '--latency', '300us', '--json']);
+    const { stdout } = await run(process.execPath, [
+      CLI,
+      'chunk-size',
+      '--size',
+      '1GiB',
+      '--relays',
+      '8',
+      '--bandwidth',
+      '2gbit',
+      '--latency',
+      '300us',
+      '--json',
+    ]);
     const r = JSON.parse(stdout) as { optimal_chunk_bytes: number; t_optimal_s: number; t_default_s: number; t_one_link_s: number };
     expect(r.optimal_chunk_bytes % 4096).toBe(0);
     expect(r.t_optimal_s).toBeLessThanOrEqual(r.t_default_s);
     expect(r.t_optimal_s).toBeGreaterThan(r.t_one_link_s);
     // A relay's own per-chunk cost adds to the start-up: fewer, larger chunks.
-    const costly = JSON.parse((await run(process.execPath, [CLI, 'chunk-size', '--size', '1GiB', '--relays', '8', '--bandwidth', '2gbit', '--latency', '300us', '--per-chunk', '2ms', '--json'])).stdout) as { optimal_chunk_bytes: number; tstart_s: number; per_chunk_s: number };
+    const costly = JSON.parse(
+      (
+        await run(process.execPath, [
+          CLI,
+          'chunk-size',
+          '--size',
+          '1GiB',
+          '--relays',
+          '8',
+          '--bandwidth',
+          '2gbit',
+          '--latency',
+          '300us',
+          '--per-chunk',
+          '2ms',
+          '--json',
+        ])
+      ).stdout,
+    ) as { optimal_chunk_bytes: number; tstart_s: number; per_chunk_s: number };
     expect(costly.per_chunk_s).toBeCloseTo(2e-3, 9);
     expect(costly.tstart_s).toBeCloseTo(2.3e-3, 9);
     expect(costly.optimal_chunk_bytes).toBeGreaterThan(r.optimal_chunk_bytes);

@@ -38,10 +38,17 @@ describe('laminar chunk-size --probe', () => {
   it("measures a relay's cost per chunk over one loopback hop and adds it to T_start", async () => {
     const shm = tempShmDir();
     try {
-      const { stdout, stderr } = await run(process.execPath, [CLI, ...MODEL_ARGS, '--probe', '--probe-size', '64MiB', '--probe-rounds', '1', '--shm-dir', shm.dir, '--json'], { timeout: 120_000 });
+      const { stdout, stderr } = await run(
+        process.execPath,
+        [CLI, ...MODEL_ARGS, '--probe', '--probe-size', '64MiB', '--probe-rounds', '1', '--shm-dir', shm.dir, '--json'],
+        { timeout: 120_000 },
+      );
       const r = JSON.parse(stdout) as ProbeJson;
       expect(r.probe.bytes).toBe(64 * 2 ** 20);
-      expect(r.probe.timings.map((t) => [t.chunk_bytes, t.chunks])).toEqual([[2 ** 20, 64], [16 * 2 ** 20, 4]]);
+      expect(r.probe.timings.map((t) => [t.chunk_bytes, t.chunks])).toEqual([
+        [2 ** 20, 64],
+        [16 * 2 ** 20, 4],
+      ]);
       for (const t of r.probe.timings) {
         expect(t.seconds).toHaveLength(1);
         expect(t.median_s).toBeGreaterThan(0);
@@ -59,10 +66,14 @@ describe('laminar chunk-size --probe', () => {
   }, 150_000);
 
   it('refuses --probe with --per-chunk, and a probe too small to tell the chunk sizes apart', async () => {
-    for (const extra of [['--probe', '--per-chunk', '1ms'], ['--probe', '--probe-size', '8MiB'], ['--probe', '--probe-rounds', '0']]) {
+    for (const extra of [
+      ['--probe', '--per-chunk', '1ms'],
+      ['--probe', '--probe-size', '8MiB'],
+      ['--probe', '--probe-rounds', '0'],
+    ]) {
       const failed = await run(process.execPath, [CLI, ...MODEL_ARGS, ...extra]).then(
         () => null,
-        (err: { code: number; stderr: string }) => err,
+        (err: unknown) => err as { code: number; stderr: string },
       );
       expect(failed?.code, extra.join(' ')).toBe(1);
       expect(failed?.stderr).toMatch(/ERR_INVALID_ARG/);
@@ -72,7 +83,9 @@ describe('laminar chunk-size --probe', () => {
   it('stops its relays and removes their segments when interrupted', async () => {
     const shm = tempShmDir();
     try {
-      const child = spawn(process.execPath, [CLI, ...MODEL_ARGS, '--probe', '--probe-size', '256MiB', '--probe-rounds', '3', '--shm-dir', shm.dir], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(process.execPath, [CLI, ...MODEL_ARGS, '--probe', '--probe-size', '256MiB', '--probe-rounds', '3', '--shm-dir', shm.dir], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let stderr = '';
       // Interrupted once the probe's first relays run.
       await new Promise<void>((resolve, reject) => {

@@ -31,7 +31,10 @@ describe('commit check: chunk checksums and writer checksums in one read', () =>
       chunkAlignedParts(layout, t.offset, t.byteLength).map((p) => ({ ...p, sum: sum(bytes, p.offset, p.length) })),
     ]);
     // Whole-tensor checksums: the pieces of t1 and t2 straddle chunks and are read on their own.
-    const whole = layout.tensors.map((t): [string, WriterPiece[]] => [t.name, [{ offset: t.offset, length: t.byteLength, sum: sum(bytes, t.offset, t.byteLength) }]]);
+    const whole = layout.tensors.map((t): [string, WriterPiece[]] => [
+      t.name,
+      [{ offset: t.offset, length: t.byteLength, sum: sum(bytes, t.offset, t.byteLength) }],
+    ]);
     const expected = await chunkChecksums(mapping, layout, 2);
     for (const reports of [aligned, whole, layout.tensors.map((t): [string, null] => [t.name, null])]) {
       const check = await checkPublication(mapping, layout, reports, 3);

@@ -5,9 +5,13 @@ import { REPO } from '../helpers/relay.js';
 
 describe('the weight-path demo', () => {
   it('runs chained relays, a publisher and pullers, and every puller reaches the last version', async () => {
-    const { stdout } = await promisify(execFile)(process.execPath, ['dist/src/demo/weight-path.js', '--duration', '2s', '--interval', '300ms', '--size', '16MiB', '--pullers', '2'], {
-      cwd: REPO,
-    });
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ['dist/src/demo/weight-path.js', '--duration', '2s', '--interval', '300ms', '--size', '16MiB', '--pullers', '2'],
+      {
+        cwd: REPO,
+      },
+    );
     const published = Number(/versions published\s+(\d+)/.exec(stdout)?.[1]);
     expect(published).toBeGreaterThanOrEqual(3);
     // Rollout 1 reads at the master, rollout 2 at the second relay, through the UCX chain.

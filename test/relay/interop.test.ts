@@ -86,9 +86,22 @@ describe('interop: what the relay holds is a safetensors file any framework can 
     expect(stdout).toMatch(/published org\/cli v2: 1 tensors/);
     const { stdout: listing } = await run(process.execPath, [CLI, 'versions', '--socket', relay.options.socketPath]);
     expect(listing).toMatch(/org\/cli\s+2\s+complete/);
-    const bad = await run(process.execPath, [CLI, 'publish', join(dir, 'nope.safetensors'), '--model', 'x', '--version', '1', '--socket', relay.options.socketPath]).then(
+    const bad = await run(process.execPath, [
+      CLI,
+      'publish',
+      join(dir, 'nope.safetensors'),
+      '--model',
+      'x',
+      '--version',
+      '1',
+      '--socket',
+      relay.options.socketPath,
+    ]).then(
       () => '',
-      (err: { stderr: string; code: number }) => `${err.code} ${err.stderr}`,
+      (err: unknown) => {
+        const e = err as { stderr: string; code: number };
+        return `${e.code} ${e.stderr}`;
+      },
     );
     expect(bad).toMatch(/^1 laminar: ERR_BAD_SAFETENSORS/);
   });

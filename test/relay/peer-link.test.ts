@@ -22,7 +22,14 @@ describe('peer link', () => {
     const listener = server.listen('127.0.0.1', 0, (endpoint) => {
       accepted = acceptPeer(endpoint, { selfId: 'b', secret: SECRET, timeoutMs: 5000, silenceMs: silence.acceptor, admit: () => null });
     });
-    const connector = await connectPeer(client, 'b', `127.0.0.1:${listener.port}`, { selfId: 'a', role, secret: SECRET, epoch: 1, timeoutMs: 5000, silenceMs: silence.connector });
+    const connector = await connectPeer(client, 'b', `127.0.0.1:${listener.port}`, {
+      selfId: 'a',
+      role,
+      secret: SECRET,
+      epoch: 1,
+      timeoutMs: 5000,
+      silenceMs: silence.connector,
+    });
     return { connector, acceptor: await accepted };
   }
 
@@ -38,8 +45,8 @@ describe('peer link', () => {
     expect(acceptor.closed).toBe(false);
     // And messages still flow both ways after all that pinging.
     const got = new Promise((resolve) => acceptor.setHandler((message, incoming) => resolve((incoming.release(), message))));
-    await connector.send({ t: 'error', code: 'ERR_TEST', message: 'still there?' });
-    await expect(withTimeout(got, 5000, 'the message')).resolves.toMatchObject({ t: 'error', code: 'ERR_TEST' });
+    await connector.send({ t: 'error', code: 'ERR_INTERNAL', message: 'still there?' });
+    await expect(withTimeout(got, 5000, 'the message')).resolves.toMatchObject({ t: 'error', code: 'ERR_INTERNAL' });
   });
 
   it('does not blame the peer for its own event loop being held up', async () => {
@@ -114,7 +121,7 @@ describe('peer link', () => {
     const quiet = client.connect('127.0.0.1', listener.port);
     quiet.onMessage = (message) => message.release();
     await quiet.send(encodePeerMessage({ t: 'hello', p: PEER_PROTOCOL_VERSION, from: 'a', role: 'relay', nonce: Buffer.alloc(16, 3), epoch: 1 }));
-    for (let i = 0; i < 100 && accepting === undefined; i++) await sleep(20);
+    for (let i = 0; i < 100 && (accepting as Promise<string> | undefined) === undefined; i++) await sleep(20);
     expect(await withTimeout(accepting, 5000, 'the acceptor to give up')).toBe('ERR_PEER_HANDSHAKE');
   });
 });

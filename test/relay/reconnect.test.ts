@@ -118,7 +118,10 @@ describe('relay client across relay restarts', () => {
     const server = createServer(() => undefined);
     await new Promise<void>((resolve) => server.listen(socketPath, resolve));
     try {
-      await expect(RelayClient.connect({ socketPath, connectTimeoutMs: 200 })).rejects.toMatchObject({ code: 'ERR_CLOSED', message: expect.stringContaining('did not answer hello within 200 ms') });
+      await expect(RelayClient.connect({ socketPath, connectTimeoutMs: 200 })).rejects.toMatchObject({
+        code: 'ERR_CLOSED',
+        message: expect.stringContaining('did not answer hello within 200 ms') as unknown,
+      });
     } finally {
       server.close();
     }
@@ -128,7 +131,10 @@ describe('relay client across relay restarts', () => {
     const r = await relay();
     const c = await client(r, { reconnect: false });
     const ended = (async () => {
-      for await (const _ of c.watch({ model: MODEL })) void _;
+      const watch = c.watch({ model: MODEL });
+      while (!(await watch.next()).done) {
+        // drain the versions until the watch ends
+      }
       return 'ended';
     })();
     await new Promise((res) => setTimeout(res, 100));

@@ -110,7 +110,11 @@ describe('relay start-up after a crash', () => {
     await store.init();
     await store.close();
     await store.recovered();
-    expect(readdirSync(segments).filter((f) => f.startsWith('m.v')).sort()).toEqual(['m.v1.safetensors', 'm.v2.safetensors', 'm.v3.safetensors']);
+    expect(
+      readdirSync(segments)
+        .filter((f) => f.startsWith('m.v'))
+        .sort(),
+    ).toEqual(['m.v1.safetensors', 'm.v2.safetensors', 'm.v3.safetensors']);
     // Only v3 was adopted: the record lets the next start skip reading it, and only it.
     const next = openStore(2);
     expect(await next.store.init()).toMatchObject({ recovered: 1, verifying: 2 });

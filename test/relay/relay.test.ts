@@ -43,12 +43,15 @@ describe('relay: local publish and acquire', () => {
     expect(status.versions).toMatchObject([{ model: MODEL, version: 1, state: 'complete', leases: 1 }]);
   });
 
-  it('release detaches the lease\'s views at once and resolves once the segment is unmapped (off the event loop)', async () => {
+  it("release detaches the lease's views at once and resolves once the segment is unmapped (off the event loop)", async () => {
     await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
     // The relay runs in this process and maps the segment too: count the mappings of the file,
     // once the writer's and the relay's writable ones (unmapped on the pool) are gone.
     const path = (await client.status()).versions[0]!.path;
-    const mappings = (): number => readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.endsWith(path)).length;
+    const mappings = (): number =>
+      readFileSync('/proc/self/maps', 'utf8')
+        .split('\n')
+        .filter((l) => l.endsWith(path)).length;
     await vi.waitFor(() => expect(mappings()).toBe(1));
     const before = mappings();
     const lease = await client.acquire({ model: MODEL });
@@ -163,7 +166,14 @@ describe('relay: local publish and acquire', () => {
   it('writes big tensors on the thread pool with per-chunk checksums, and catches a changed piece', async () => {
     const piece = 16 * 1024 * 1024;
     const big = new Uint8Array(2 * piece + 12345).map((_, i) => i % 251);
-    const pub = await client.beginPublish({ model: MODEL, version: 8, tensors: [{ name: 'big', dtype: 'U8', shape: [big.length] }, { name: 'empty', dtype: 'F32', shape: [0] }] });
+    const pub = await client.beginPublish({
+      model: MODEL,
+      version: 8,
+      tensors: [
+        { name: 'big', dtype: 'U8', shape: [big.length] },
+        { name: 'empty', dtype: 'F32', shape: [0] },
+      ],
+    });
     await Promise.all([pub.writeAsync('big', big), pub.writeAsync('empty', new Float32Array(0))]);
     await pub.flush();
     pub.bytes('big')[piece + 7]! ^= 1; // lands in the second piece

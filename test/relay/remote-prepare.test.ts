@@ -6,11 +6,16 @@ import { parseHeader, readHeaderLength } from '../../src/safetensors/header.js';
 
 const CHUNK = 4096;
 
-describe('a remote push\'s version, laid out in private memory', () => {
+describe("a remote push's version, laid out in private memory", () => {
   it('carries the checksum of every chunk, whether the copy computed it or a second read did', async () => {
     // A big tensor that fills whole chunks, small ones that share chunks, an empty one.
     const sizes = [10 * CHUNK + 100, 300, 0, 2 * CHUNK, 17];
-    const tensors = sizes.map((n, i) => ({ name: `t${i}`, dtype: 'U8' as const, shape: [n], data: Uint8Array.from({ length: n }, (_, j) => (j * 13 + i) % 256) }));
+    const tensors = sizes.map((n, i) => ({
+      name: `t${i}`,
+      dtype: 'U8' as const,
+      shape: [n],
+      data: Uint8Array.from({ length: n }, (_, j) => (j * 13 + i) % 256),
+    }));
     const prepared = await prepareVersion({ model: 'org/m', version: 3, tensors }, CHUNK);
     try {
       const { layout, mapping } = prepared;
@@ -20,7 +25,9 @@ describe('a remote push\'s version, laid out in private memory', () => {
       for (const [i, t] of layout.tensors.entries()) {
         expect(Buffer.from(mapping.view(t.offset, t.byteLength)).equals(Buffer.from(tensors[i]!.data))).toBe(true);
       }
-      await expect(prepareVersion({ model: 'org/m', version: 4, tensors: [{ ...tensors[0]!, shape: [5] }] }, CHUNK)).rejects.toMatchObject({ code: 'ERR_BAD_TENSOR' });
+      await expect(prepareVersion({ model: 'org/m', version: 4, tensors: [{ ...tensors[0]!, shape: [5] }] }, CHUNK)).rejects.toMatchObject({
+        code: 'ERR_BAD_TENSOR',
+      });
     } finally {
       prepared.close();
     }
@@ -33,7 +40,12 @@ describe('staging buffer of a remote publisher', () => {
     const request = (version: number, seed: number) => ({
       model: 'org/m',
       version,
-      tensors: [CHUNK * 3 + 5, 77].map((n, i) => ({ name: `t${i}`, dtype: 'U8' as const, shape: [n], data: Uint8Array.from({ length: n }, (_, j) => (j + seed * 7 + i) % 256) })),
+      tensors: [CHUNK * 3 + 5, 77].map((n, i) => ({
+        name: `t${i}`,
+        dtype: 'U8' as const,
+        shape: [n],
+        data: Uint8Array.from({ length: n }, (_, j) => (j + seed * 7 + i) % 256),
+      })),
     });
     const first = await prepareVersion(request(1, 1), CHUNK, staging);
     const mapping = first.mapping;

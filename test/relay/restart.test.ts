@@ -146,7 +146,7 @@ describe('relay process: crashes and restarts', () => {
       setInterval(() => {}, 1000);
     `;
     const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
-    await new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()));
+    await new Promise<void>((resolve) => child.stdout.once('data', () => resolve()));
     let status = await client.status();
     expect(status.leases).toBe(1);
     expect(status.versions.map((v) => v.state)).toEqual(['complete', 'writing']);

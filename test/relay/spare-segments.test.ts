@@ -52,7 +52,7 @@ describe('relay: spare segments (pages of retired versions reused)', () => {
     expect(Buffer.from(lease.bytes('w')).equals(Buffer.from(weights(version)[0]!.data))).toBe(true);
   }
 
-  it('prepares a spare while idle, and each next version takes the spare or a retired version\'s file', async () => {
+  it("prepares a spare while idle, and each next version takes the spare or a retired version's file", async () => {
     const { relay, client, dir } = await start({ keepVersions: 0 });
     await client.publish({ model: MODEL, version: 1, tensors: weights(1) });
     const spare = await until('a prepared spare', () => (spareFiles(dir).length === 1 ? spareFiles(dir)[0] : undefined));

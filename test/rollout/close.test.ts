@@ -18,7 +18,10 @@ const services = servicesFixture();
  * A rollout client of job `job` (8 prompts of 4 samples loaded, weights at version 3) on a NATS
  * connection of its own, which the test drains as a stopping rollout process would.
  */
-async function rolloutOnItsOwnConnection(job: string, id: string): Promise<{ nc: NatsConnection; prompts: PromptPool; partials: PartialPool; rollout: RolloutClient }> {
+async function rolloutOnItsOwnConnection(
+  job: string,
+  id: string,
+): Promise<{ nc: NatsConnection; prompts: PromptPool; partials: PartialPool; rollout: RolloutClient }> {
   const nc = await natsClient(services.nats.url);
   const prompts = await PromptPool.open({ redis: services.redis, name: job });
   await prompts.load(Array.from({ length: 8 }, (_, i) => ({ id: `p${i}`, payload: i, n: 4 })));
@@ -43,7 +46,7 @@ describe('rollout: close with work in flight', () => {
     await partials.close();
     await nc.drain();
     const outcomes = await Promise.allSettled(completions);
-    expect(outcomes.filter((o) => o.status === 'rejected').map((o) => String((o as PromiseRejectedResult).reason))).toEqual([]);
+    expect(outcomes.filter((o) => o.status === 'rejected').map((o) => String(o.reason))).toEqual([]);
     expect(outcomes.map((o) => (o as PromiseFulfilledResult<string>).value)).toEqual(tasks.map(() => 'completed'));
 
     // Seen from another connection: nothing left in the partial pool, one record per trajectory.
@@ -65,7 +68,7 @@ describe('rollout: close with work in flight', () => {
     const { nc, prompts, partials, rollout } = await rolloutOnItsOwnConnection(job, 'ro-claiming');
     const claiming = rollout.claim(8).then(
       (tasks) => tasks.length,
-      (err: Error) => err.message,
+      (err: unknown) => (err as Error).message,
     );
     await rollout.close();
     await partials.close();

@@ -34,9 +34,18 @@ afterAll(async () => {
 });
 
 /** A leading manager (on its own connection) that declares members dead after 1 s of silence. */
-async function quickManager(job: string, registry: Registry, leaseMs: number): Promise<{ manager: Manager; stop(): Promise<void> }> {
+async function quickManager(job: string, registry: Registry, leaseMs: number): Promise<{ manager: Manager; stop: () => Promise<void> }> {
   const managerNc = await natsClient(nats.url);
-  const manager = new Manager({ nc: managerNc, job, registry, leaseMs, suspectAfterMs: 500, deadAfterMs: 1000, tickMs: 50, rollouts: { partials: null, prompts: null, repackIntervalMs: 0 } });
+  const manager = new Manager({
+    nc: managerNc,
+    job,
+    registry,
+    leaseMs,
+    suspectAfterMs: 500,
+    deadAfterMs: 1000,
+    tickMs: 50,
+    rollouts: { partials: null, prompts: null, repackIntervalMs: 0 },
+  });
   await manager.start();
   await manager.whenLeader();
   return {
@@ -78,10 +87,13 @@ async function rollout(job: string, id: string, registry: Registry, rnc: NatsCon
 }
 
 describe('rollout commands', () => {
-  it('rejects bad commands, refuses another version\'s repack, and resumes everything after a reinitialise', async () => {
+  it("rejects bad commands, refuses another version's repack, and resumes everything after a reinitialise", async () => {
     const job = 'cmds';
     const prompts = await PromptPool.open({ redis, name: job });
-    await prompts.load([{ id: 'a', payload: 1, n: 3 }, { id: 'b', payload: 2, n: 3 }]);
+    await prompts.load([
+      { id: 'a', payload: 1, n: 3 },
+      { id: 'b', payload: 2, n: 3 },
+    ]);
     const writer = await ExperienceWriter.open({ nc, buffer: job, groups: prompts });
     const partials = await PartialPool.open({ nc, pool: job, writer });
     const registry = new Registry();
@@ -101,13 +113,21 @@ describe('rollout commands', () => {
       expect(await metricValue(registry, 'laminar_rollout_control_rejected_total', { code: 'ERR_CONTROL_SCHEMA' })).toBe(1);
 
       // A repack for a weight version this rollout does not generate with: refused, nothing moves.
-      const refused = decode(commandReplySchema, (await nc.request(subject, encode({ v: SCHEMA_VERSION, t: 'repack-out', repack: 'r1', to: 'ro-x', version: 3 }), { timeout: 5000 })).data, 'reply');
+      const refused = decode(
+        commandReplySchema,
+        (await nc.request(subject, encode({ v: SCHEMA_VERSION, t: 'repack-out', repack: 'r1', to: 'ro-x', version: 3 }), { timeout: 5000 })).data,
+        'reply',
+      );
       expect(refused).toMatchObject({ t: 'failed', code: 'ERR_VERSION_MISMATCH' });
       expect(sim.client.owned.size).toBe(6);
 
       // Reinitialise: the engine is rebuilt and every trajectory resumes from the partial pool.
       const before = new Map([...sim.client.owned.values()].map((t) => [t.trajectoryId, t.generated]));
-      const done = decode(commandReplySchema, (await nc.request(subject, encode({ v: SCHEMA_VERSION, t: 'reinitialise', reason: 'test' }), { timeout: 10_000 })).data, 'reply');
+      const done = decode(
+        commandReplySchema,
+        (await nc.request(subject, encode({ v: SCHEMA_VERSION, t: 'reinitialise', reason: 'test' }), { timeout: 10_000 })).data,
+        'reply',
+      );
       expect(done).toMatchObject({ t: 'done', taken: 6 });
       expect([...sim.client.owned.keys()].sort()).toEqual([...before.keys()].sort());
       for (const t of sim.client.owned.values()) {

@@ -20,11 +20,11 @@ const services = servicesFixture();
 const fx = relayEachTest();
 
 describe('rollout reconciliation', () => {
-  const { closers, publish } = fx;
+  const { closers } = fx;
 
   it('adopts what an earlier process left, then picks up a stranded hand-over without reading the whole pool again', async () => {
     const job = 'reconcile1';
-    await publish(MODEL, 3);
+    await fx.publish(MODEL, 3);
     const registry = new Registry();
     const prompts = await PromptPool.open({ redis: services.redis, name: job });
     await prompts.load([{ id: 'q0', payload: { text: 'q' }, n: 2 }]);
@@ -40,10 +40,28 @@ describe('rollout reconciliation', () => {
     for (let i = 1; i <= 40; i++) (await partials.start(`ro-other-${i % 4}`, start(i))).release();
 
     const resumed: string[] = [];
-    const engine: RolloutEngine = { ...inertEngine(), resume: async (tasks: GenerationTask[]) => void resumed.push(...tasks.map((t) => t.trajectoryId)) };
+    const engine: RolloutEngine = {
+      ...inertEngine(),
+      resume: (tasks: GenerationTask[]) => {
+        resumed.push(...tasks.map((t) => t.trajectoryId));
+        return Promise.resolve();
+      },
+    };
     const list = vi.spyOn(partials, 'list');
     const summary = vi.spyOn(partials, 'summary');
-    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-r', model: MODEL, engine, prompts, partials, writer, relaySocket: fx.relay.socketPath, reconcileMs: 150, registry });
+    const rollout = await RolloutClient.connect({
+      nc: services.nc,
+      job,
+      id: 'ro-r',
+      model: MODEL,
+      engine,
+      prompts,
+      partials,
+      writer,
+      relaySocket: fx.relay.socketPath,
+      reconcileMs: 150,
+      registry,
+    });
     closers.push(() => rollout.close());
     const weights = await rollout.acquireWeights();
     await weights.lease.release();
@@ -76,14 +94,25 @@ describe('rollout reconciliation', () => {
 
   it('forgets a handed-over trajectory once its destination holds it', async () => {
     const job = 'reconcile2';
-    await publish(MODEL, 1);
+    await fx.publish(MODEL, 1);
     const prompts = await PromptPool.open({ redis: services.redis, name: job });
     await prompts.load([{ id: 'q0', payload: { text: 'q' }, n: 1 }]);
     const writer = await ExperienceWriter.open({ nc: services.nc, buffer: job, groups: prompts });
     const partials = await PartialPool.open({ nc: services.nc, pool: job, writer });
     closers.push(() => partials.close());
     const summary = vi.spyOn(partials, 'summary');
-    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-src', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: fx.relay.socketPath, reconcileMs: 150 });
+    const rollout = await RolloutClient.connect({
+      nc: services.nc,
+      job,
+      id: 'ro-src',
+      model: MODEL,
+      engine: inertEngine(),
+      prompts,
+      partials,
+      writer,
+      relaySocket: fx.relay.socketPath,
+      reconcileMs: 150,
+    });
     closers.push(() => rollout.close());
     const weights = await rollout.acquireWeights();
     await weights.lease.release();

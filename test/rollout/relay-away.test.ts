@@ -24,7 +24,7 @@ describe('rollout: its relay dies and comes back', () => {
     const relays: RelayProcess[] = [];
     const registry = new Registry();
     const logs: { msg: string; level: number }[] = [];
-    const logger = pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line)) });
+    const logger = pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line) as (typeof logs)[number]) });
     const prompts = await PromptPool.open({ redis: services.redis, name: 'away', registry });
     const writer = await ExperienceWriter.open({ nc: services.nc, buffer: 'away', groups: prompts, registry });
     const partials = await PartialPool.open({ nc: services.nc, pool: 'away', writer, registry });
@@ -36,7 +36,20 @@ describe('rollout: its relay dies and comes back', () => {
       await trainer.publish({ model: MODEL, version: 1, tensors: weights(1) });
       trainer.close();
 
-      rollout = await RolloutClient.connect({ nc: services.nc, job: 'away', id: 'ro-away', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: relays[0]!.socketPath, registry, logger, reconcileMs: 0 });
+      rollout = await RolloutClient.connect({
+        nc: services.nc,
+        job: 'away',
+        id: 'ro-away',
+        model: MODEL,
+        engine: inertEngine(),
+        prompts,
+        partials,
+        writer,
+        relaySocket: relays[0]!.socketPath,
+        registry,
+        logger,
+        reconcileMs: 0,
+      });
       const first = await rollout.acquireWeights();
       expect(first.version).toBe(1);
       await first.lease.release();
@@ -77,7 +90,19 @@ describe('rollout: its relay dies and comes back', () => {
     const socketPath = `${tmp.dir}/relay.sock`;
     let rollout: RolloutClient | null = null;
     try {
-      rollout = await RolloutClient.connect({ nc: services.nc, job: 'early', id: 'ro-early', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: socketPath, registry, reconcileMs: 0 });
+      rollout = await RolloutClient.connect({
+        nc: services.nc,
+        job: 'early',
+        id: 'ro-early',
+        model: MODEL,
+        engine: inertEngine(),
+        prompts,
+        partials,
+        writer,
+        relaySocket: socketPath,
+        registry,
+        reconcileMs: 0,
+      });
       await expect(rollout.acquireWeights()).rejects.toMatchObject({ code: 'ERR_CLOSED' });
       relay = await spawnRelay(tmp.dir, ['--no-pin']);
       expect(relay.socketPath).toBe(socketPath);

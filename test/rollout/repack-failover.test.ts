@@ -124,9 +124,7 @@ async function addRollout(j: Job, id: string, seed: number): Promise<SimRollout>
 /** Every sample of every prompt is in the buffer, once; the partial pool is empty. */
 async function expectLedger(j: Job, prompts: number, n: number, timeoutMs = 90_000): Promise<void> {
   const ids = Array.from({ length: prompts }, (_, p) => Array.from({ length: n }, (_, s) => trajectoryIdOf(groupIdOf(`p${p}`, 0), s))).flat();
-  await expect
-    .poll(async () => (await Promise.all(ids.map((id) => j.writer.has(id)))).filter((x) => !x).length, { timeout: timeoutMs, interval: 250 })
-    .toBe(0);
+  await expect.poll(async () => (await Promise.all(ids.map((id) => j.writer.has(id)))).filter((x) => !x).length, { timeout: timeoutMs, interval: 250 }).toBe(0);
   await expect.poll(async () => (await j.partials.list()).length, { timeout: 10_000 }).toBe(0);
   let duplicates = 0;
   for (const r of j.rollouts.values()) duplicates += await metricValue(r.registry, 'laminar_buffer_writes_total', { result: 'duplicate' });
@@ -146,7 +144,7 @@ describe('rollouts: repack and failover (real NATS and Redis)', () => {
     expect(await metricValue(j.registry, 'laminar_manager_repack_moves_total', { result: 'failed' })).toBe(0);
   }, 120_000);
 
-  it('resumes a dead rollout\'s trajectories on a live rollout of the same weight version', async () => {
+  it("resumes a dead rollout's trajectories on a live rollout of the same weight version", async () => {
     const j = await job({ prompts: 16, n: 4, repackIntervalMs: 0 });
     const victim = await addRollout(j, 'ro0', 11);
     await addRollout(j, 'ro1', 12);
@@ -164,14 +162,23 @@ describe('rollouts: repack and failover (real NATS and Redis)', () => {
   it('loses and duplicates nothing when nats-server and redis-server are SIGKILLed and restarted mid-run (repack on)', async () => {
     const j = await job({ prompts: 24, n: 4 });
     for (let i = 0; i < 3; i++) await addRollout(j, `ro${i}`, 31 + i);
-    await expect.poll(async () => (await Promise.all([...j.rollouts.values()].map((r) => metricValue(r.registry, 'laminar_buffer_writes_total', { result: 'ok' })))).reduce((a, b) => a + b, 0), { timeout: 30_000 }).toBeGreaterThan(10);
+    await expect
+      .poll(
+        async () =>
+          (await Promise.all([...j.rollouts.values()].map((r) => metricValue(r.registry, 'laminar_buffer_writes_total', { result: 'ok' })))).reduce(
+            (a, b) => a + b,
+            0,
+          ),
+        { timeout: 30_000 },
+      )
+      .toBeGreaterThan(10);
     await nats.restart({ kill: true });
     // And the prompt pool's redis-server (AOF on), while rollouts claim.
     await redisServer.restart({ kill: true });
     await expectLedger(j, 24, 4);
   }, 150_000);
 
-  it('a manager that takes over mid-run finds a dead rollout\'s trajectories and resumes them', async () => {
+  it("a manager that takes over mid-run finds a dead rollout's trajectories and resumes them", async () => {
     const j = await job({ prompts: 16, n: 4, repackIntervalMs: 0 });
     const victim = await addRollout(j, 'ro0', 41);
     await addRollout(j, 'ro1', 42);

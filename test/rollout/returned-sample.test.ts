@@ -7,9 +7,9 @@
 import { describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import type { JetStreamManager } from '@nats-io/jetstream';
-import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
+import { ExperienceWriter, PARKED_OWNER, PartialPool, PromptPool } from '../../src/data/index.js';
 import { RolloutClient } from '../../src/rollout/rollout-client.js';
-import { PARKED_OWNER, trajectoryIdOf } from '../../src/rollout/ids.js';
+import { trajectoryIdOf } from '../../src/rollout/ids.js';
 import { metricValue, servicesFixture } from '../data/helpers.js';
 import { inertEngine } from '../helpers/engine.js';
 import { relayEachTest } from '../helpers/relay.js';
@@ -19,11 +19,11 @@ const services = servicesFixture();
 const fx = relayEachTest();
 
 describe('rollout: a returned sample starts again in its own log', () => {
-  const { closers, publish } = fx;
+  const { closers } = fx;
 
   it('the claiming rollout restarts the parked trajectory with its own weights, atomically', async () => {
     const job = 'returned1';
-    await publish(MODEL, 2);
+    await fx.publish(MODEL, 2);
 
     const registry = new Registry();
     const prompts = await PromptPool.open({ redis: services.redis, name: job });
@@ -47,7 +47,18 @@ describe('rollout: a returned sample starts again in its own log', () => {
     if (parked.status === 'taken') parked.trajectory.release();
     await prompts.returnSamples({ groupId: claim!.groupId, samples: [1] });
 
-    const rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-new', model: MODEL, engine: inertEngine(), prompts, partials, writer, relaySocket: fx.relay.socketPath, reconcileMs: 0 });
+    const rollout = await RolloutClient.connect({
+      nc: services.nc,
+      job,
+      id: 'ro-new',
+      model: MODEL,
+      engine: inertEngine(),
+      prompts,
+      partials,
+      writer,
+      relaySocket: fx.relay.socketPath,
+      reconcileMs: 0,
+    });
     closers.push(() => rollout.close());
     const weights = await rollout.acquireWeights();
     await weights.lease.release();
@@ -55,7 +66,7 @@ describe('rollout: a returned sample starts again in its own log', () => {
     expect(tasks.map((t) => [t.trajectoryId, t.weightVersion])).toEqual([[ids[1], 2]]);
 
     // The log now holds only the new start: version 2, owned by ro-new, no tokens.
-    expect(await partials.startOf(ids[1]!)).toEqual({ start: expect.objectContaining({ weightVersion: 2, sampleIndex: 1 }), owner: 'ro-new' });
+    expect(await partials.startOf(ids[1]!)).toEqual({ start: expect.objectContaining({ weightVersion: 2, sampleIndex: 1 }) as unknown, owner: 'ro-new' });
     const state = (await partials.read(ids[1]!))!;
     expect(state.tokens.length).toBe(0);
     const jsm = (partials as unknown as { jsm: JetStreamManager }).jsm;

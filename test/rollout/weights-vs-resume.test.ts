@@ -5,7 +5,7 @@
  * (the engine has work of the old version), and a repack-in that arrives while new weights are
  * being loaded is refused. Real nats-server, redis-server and relay process.
  */
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SCHEMA_VERSION, commandReplySchema, decode, encode } from '../../src/control/schema.js';
 import { controlNames } from '../../src/control/subjects.js';
 import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
@@ -37,7 +37,7 @@ describe('rollout: weight changes and resumes do not overlap', () => {
   });
   afterEach(async () => {
     await rollout?.close();
-    await partials?.close();
+    await (partials as PartialPool | undefined)?.close(); // unset when the test failed before opening it
     await relay.stop('SIGKILL');
     tmp.cleanup();
   });
@@ -55,12 +55,31 @@ describe('rollout: weight changes and resumes do not overlap', () => {
     partials = await PartialPool.open({ nc: services.nc, pool: job, writer });
     const ids = ['g/0', 'g/1'];
     for (const [i, trajectoryId] of ids.entries()) {
-      const t = await partials.start(owner, { trajectoryId, promptId: 'p', groupId: 'g', sampleIndex: i, groupSize: 2, weightVersion: 1, promptTokens: new Uint8Array(Int32Array.of(5, 6).buffer) });
+      const t = await partials.start(owner, {
+        trajectoryId,
+        promptId: 'p',
+        groupId: 'g',
+        sampleIndex: i,
+        groupSize: 2,
+        weightVersion: 1,
+        promptTokens: new Uint8Array(Int32Array.of(5, 6).buffer),
+      });
       t.append(Int32Array.of(1, 2), Float32Array.of(-0.5, -0.5));
       await t.flush();
       t.release();
     }
-    rollout = await RolloutClient.connect({ nc: services.nc, job, id: 'ro-dst', model: MODEL, engine, prompts, partials, writer, relaySocket: relay.socketPath, reconcileMs: 0 });
+    rollout = await RolloutClient.connect({
+      nc: services.nc,
+      job,
+      id: 'ro-dst',
+      model: MODEL,
+      engine,
+      prompts,
+      partials,
+      writer,
+      relaySocket: relay.socketPath,
+      reconcileMs: 0,
+    });
     return { ids, subject: controlNames(job).member('ro-dst') };
   }
 
@@ -95,7 +114,7 @@ describe('rollout: weight changes and resumes do not overlap', () => {
     await resumeEntered;
     const acquiring = rollout!.acquireWeights().then(
       () => 'acquired',
-      (err: { code?: string }) => err.code,
+      (err: unknown) => (err as { code?: string }).code,
     );
     release();
     expect(await reply).toMatchObject({ t: 'done', taken: 2 });

@@ -3,8 +3,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Redis } from 'ioredis';
-import { startNatsServer, startRedisServer, ServiceErrorCodes, type NatsServer, type RedisServer } from '../../src/services/index.js';
+import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../../src/services/index.js';
 import { probe } from '../../src/services/ports.js';
+import { ErrorCodes } from '../../src/common/error-codes.js';
 
 const cleanup: Array<() => Promise<void>> = [];
 afterAll(async () => {
@@ -53,14 +54,17 @@ describe('startNatsServer', () => {
     expect(existsSync(dir)).toBe(true);
     await s.stop();
     expect(existsSync(dir)).toBe(false);
-    await expect(s.restart()).rejects.toMatchObject({ code: ServiceErrorCodes.STOPPED });
+    await expect(s.restart()).rejects.toMatchObject({ code: ErrorCodes.SERVICE_STOPPED });
   });
 
   it('a missing binary gives a clear typed error', async () => {
     const saved = process.env.LAMINAR_NATS_SERVER;
     process.env.LAMINAR_NATS_SERVER = '/nonexistent/nats-server';
     try {
-      await expect(startNatsServer()).rejects.toMatchObject({ code: ServiceErrorCodes.BINARY_MISSING, message: expect.stringContaining('/nonexistent/nats-server') });
+      await expect(startNatsServer()).rejects.toMatchObject({
+        code: ErrorCodes.SERVICE_BINARY_MISSING,
+        message: expect.stringContaining('/nonexistent/nats-server') as unknown,
+      });
     } finally {
       if (saved === undefined) delete process.env.LAMINAR_NATS_SERVER;
       else process.env.LAMINAR_NATS_SERVER = saved;
@@ -75,8 +79,9 @@ describe('startRedisServer', () => {
     redis = await startRedisServer({ appendonly: true, appendfsync: 'always' });
     cleanup.push(() => redis.stop());
     const client = new Redis(redis.port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 50, retryStrategy: () => 50 });
-    cleanup.push(async () => {
+    cleanup.push(() => {
       client.disconnect();
+      return Promise.resolve();
     });
     await client.connect();
     await client.set('k', 'v1');
@@ -90,6 +95,6 @@ describe('startRedisServer', () => {
 
   it('a failing server reports its output', async () => {
     // Two servers on one port: the second cannot bind and says so.
-    await expect(startRedisServer({ port: redis.port, startTimeoutMs: 3000 })).rejects.toMatchObject({ code: ServiceErrorCodes.START_FAILED });
+    await expect(startRedisServer({ port: redis.port, startTimeoutMs: 3000 })).rejects.toMatchObject({ code: ErrorCodes.SERVICE_START_FAILED });
   });
 });

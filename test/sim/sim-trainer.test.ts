@@ -40,8 +40,9 @@ class FakePublisher implements WeightPublisher {
     await this.onPublish?.(version);
     return { stallMs: performance.now() - started };
   }
-  async close(): Promise<void> {
+  close(): Promise<void> {
     this.closed++;
+    return Promise.resolve();
   }
 }
 
@@ -130,7 +131,8 @@ describe('sim-trainer: sample, train, publish', () => {
       const gen = Math.max(0, version - 1);
       const groups = [`g${++g}`, `g${++g}`];
       const ts: TrajectoryInput[] = [];
-      for (let i = 0; i < 4; i++) for (const gid of groups) ts.push(trajectory({ id: `${gid}-${i}`, groupId: gid, promptId: gid, sampleIndex: i, groupSize: 4, weightVersion: gen }, 6));
+      for (let i = 0; i < 4; i++)
+        for (const gid of groups) ts.push(trajectory({ id: `${gid}-${i}`, groupId: gid, promptId: gid, sampleIndex: i, groupSize: 4, weightVersion: gen }, 6));
       for (const t of ts) await w.write(t);
     });
     const trainer = await open({ publisher, batchSize: 8, strategy: 'groups', steps: 3 });
@@ -208,11 +210,9 @@ describe('sim-trainer: stopping', () => {
     expect(publisher.versions).toEqual([]);
 
     const failing: WeightPublisher = {
-      publish: async (v) => {
-        if (v > 0) throw Object.assign(new Error('version 1 is older than the newest'), { code: 'ERR_VERSION_STALE' });
-        return { stallMs: 0 };
-      },
-      close: async () => undefined,
+      publish: (v) =>
+        v > 0 ? Promise.reject(Object.assign(new Error('version 1 is older than the newest'), { code: 'ERR_VERSION_STALE' })) : Promise.resolve({ stallMs: 0 }),
+      close: () => Promise.resolve(),
     };
     const w = await writer();
     for (let i = 0; i < 4; i++) await w.write(trajectory({ id: `f${i}` }, 6));

@@ -46,7 +46,10 @@ describe('chain broadcast under faults (netns testbed)', () => {
   });
 
   afterEach(async (context) => {
-    printLogsIfFailed(context, members.map((m) => ({ name: m.id, logs: m.process.logs })));
+    printLogsIfFailed(
+      context,
+      members.map((m) => ({ name: m.id, logs: m.process.logs })),
+    );
     for (const m of members) {
       m.client.close();
       await m.process.stop('SIGKILL');
@@ -63,8 +66,27 @@ describe('chain broadcast under faults (netns testbed)', () => {
   async function start(i: number, root = mkdtempSync('/dev/shm/laminar-bcf-r')): Promise<Member> {
     const process = await spawnRelay(
       root,
-      ['--id', `r${i}`, '--peers', peers, '--secret-file', secretFile, '--no-pin', '--chunk-size', String(CHUNK), '--keep-versions', '0',
-        '--peer-timeout', '2s', '--retry-interval', '1s', '--handshake-timeout', '2s', '--log-level', 'info'],
+      [
+        '--id',
+        `r${i}`,
+        '--peers',
+        peers,
+        '--secret-file',
+        secretFile,
+        '--no-pin',
+        '--chunk-size',
+        String(CHUNK),
+        '--keep-versions',
+        '0',
+        '--peer-timeout',
+        '2s',
+        '--retry-interval',
+        '1s',
+        '--handshake-timeout',
+        '2s',
+        '--log-level',
+        'info',
+      ],
       ['ip', 'netns', 'exec', bed.hosts[i]!.netns],
     ).catch((err: unknown) => {
       rmSync(root, { recursive: true, force: true });
@@ -122,7 +144,7 @@ describe('chain broadcast under faults (netns testbed)', () => {
   /** Nothing partial is visible to readers: acquiring on `m` finds no version until it is complete. */
   async function expectNothingPartial(m: Member): Promise<void> {
     if ((await receivedBy(m)) === CHUNKS) return;
-    await expect(m.client.acquire({ model: MODEL })).rejects.toMatchObject({ code: expect.stringMatching(/^ERR_UNKNOWN_(MODEL|VERSION)$/) });
+    await expect(m.client.acquire({ model: MODEL })).rejects.toMatchObject({ code: expect.stringMatching(/^ERR_UNKNOWN_(MODEL|VERSION)$/) as unknown });
   }
 
   it('skips a middle relay killed mid-broadcast; the next one resumes from its high-water mark', async () => {
@@ -148,7 +170,7 @@ describe('chain broadcast under faults (netns testbed)', () => {
     expect(members[2]!.process.child.exitCode).toBeNull();
   }, 120_000);
 
-  it('resumes from the relays\' marks when a killed master restarts with its shared memory', async () => {
+  it("resumes from the relays' marks when a killed master restarts with its shared memory", async () => {
     await startAll();
     await publish();
     const reference = await masterDigest();

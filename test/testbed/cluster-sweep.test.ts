@@ -12,7 +12,10 @@ import { REPO } from '../helpers/relay.js';
 
 const BED = 'swp';
 const NET = '10.91.0';
-const beds = (): string[] => execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n').filter((l) => l.startsWith(`lmr-${BED}-`));
+const beds = (): string[] =>
+  execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' })
+    .split('\n')
+    .filter((l) => l.startsWith(`lmr-${BED}-`));
 
 describe('cluster clean-up after a killed run', () => {
   it('removes the testbed and scratch directory of a cluster whose process is gone, and leaves a live one alone', async () => {
@@ -49,8 +52,8 @@ describe('cluster clean-up after a killed run', () => {
     try {
       expect(existsSync(scratch)).toBe(false);
       expect(again.hostNs.map((h) => h.ns)).toEqual([`lmr-${BED}-1`, `lmr-${BED}-2`]);
-      expect(relayPid === null || !processRunning(relayPid), 'the killed run\'s relay still runs').toBe(true);
-      expect(processRunning(natsPid), 'the killed run\'s nats-server still runs').toBe(false);
+      expect(relayPid === null || !processRunning(relayPid), "the killed run's relay still runs").toBe(true);
+      expect(processRunning(natsPid), "the killed run's nats-server still runs").toBe(false);
     } finally {
       await again.destroy();
     }

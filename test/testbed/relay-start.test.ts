@@ -28,7 +28,7 @@ describe('relay start-up on a host whose link is down (netns testbed)', () => {
   });
 
   afterAll(() => {
-    bed?.destroy();
+    (bed as Testbed | undefined)?.destroy(); // unset when beforeAll failed
     rmSync(root, { recursive: true, force: true });
   });
 
@@ -36,7 +36,9 @@ describe('relay start-up on a host whose link is down (netns testbed)', () => {
     const host = bed.hosts[0]!;
     const wrap = ['ip', 'netns', 'exec', host.netns];
     host.link('down');
-    await expect(spawnRelay(join(root, 'down'), args, wrap)).rejects.toThrow(/exited \(1\) before it was ready[\s\S]*ERR_ADDRESS_NOT_UP: 10\.\d+\.\d+\.\d+ is on no network interface/);
+    await expect(spawnRelay(join(root, 'down'), args, wrap)).rejects.toThrow(
+      /exited \(1\) before it was ready[\s\S]*ERR_ADDRESS_NOT_UP: 10\.\d+\.\d+\.\d+ is on no network interface/,
+    );
 
     host.link('up');
     const relay = await spawnRelay(join(root, 'up'), args, wrap);

@@ -43,8 +43,9 @@ describe('stall detection across a wait on the upstream (netns testbed, 100 Mbit
   }, 60_000);
 
   afterAll(async () => {
-    await relay?.stop('SIGKILL');
-    bed?.destroy();
+    // Unset when beforeAll failed before assigning them.
+    await (relay as RelayProcess | undefined)?.stop('SIGKILL');
+    (bed as Testbed | undefined)?.destroy();
     rmSync(root, { recursive: true, force: true });
   });
 
@@ -86,7 +87,7 @@ describe('stall detection across a wait on the upstream (netns testbed, 100 Mbit
     const stallMs = 900;
     const built = buildVersion('org/near-stall', 1, 3 * chunk, chunk);
     const warnings: { msg: string; waitedMs: number; stallMs: number }[] = [];
-    const log = pino({ level: 'warn' }, { write: (line: string) => void warnings.push(JSON.parse(line)) });
+    const log = pino({ level: 'warn' }, { write: (line: string) => void warnings.push(JSON.parse(line) as (typeof warnings)[number]) });
     const registry = new Registry();
     const metrics = new BroadcastMetrics(registry, () => 0);
     const peer = await RoguePeer.connect(`${bed.hosts[0]!.address}:${PORT}`, { id: 'upstream', role: 'publisher', relayId: 'r0' });

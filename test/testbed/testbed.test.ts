@@ -59,7 +59,10 @@ describe('multi-host testbed (network namespaces, veth, tc)', () => {
       await new Promise<void>((resolve) => sink.stdout!.once('data', () => resolve()));
       try {
         const bytes = 8 * 1024 * 1024;
-        const out = execFileSync('ip', ['netns', 'exec', jumbo.hosts[1]!.netns, process.execPath, '-e', SEND(jumbo.hosts[0]!.address, bytes)], { encoding: 'utf8', timeout: 20_000 });
+        const out = execFileSync('ip', ['netns', 'exec', jumbo.hosts[1]!.netns, process.execPath, '-e', SEND(jumbo.hosts[0]!.address, bytes)], {
+          encoding: 'utf8',
+          timeout: 20_000,
+        });
         expect((JSON.parse(out) as { got: number }).got).toBe(bytes);
       } finally {
         sink.kill();

@@ -16,7 +16,6 @@ import { natsFixture } from '../data/helpers.js';
 const SECRET = 'trainer-local-test-secret-0123456789';
 const nats = natsFixture();
 
-
 function tensors(version: number, rows = 1024): { name: string; dtype: 'F32'; shape: number[]; data: Float32Array }[] {
   return [
     { name: 'a', dtype: 'F32', shape: [rows, 64], data: new Float32Array(rows * 64).fill(version) },
@@ -25,13 +24,20 @@ function tensors(version: number, rows = 1024): { name: string; dtype: 'F32'; sh
 }
 
 describe('TrainerClient, local mode', () => {
-  it('publishes into the master\'s shared memory and prepares the next version\'s segment', async () => {
+  it("publishes into the master's shared memory and prepares the next version's segment", async () => {
     const shm = tempShmDir();
     const manager = new Manager({ nc: nats.nc, job: 'tl', registry: new Registry(), leaseMs: 1000, tickMs: 50 });
     await manager.start();
     await manager.whenLeader();
     const port = await freePort();
-    const relay: Relay = await inProcessRelay(shm.dir, { nats: nats.server.url, job: 'tl', host: 'hostA', listen: `127.0.0.1:${port}`, secret: SECRET, heartbeat: '200ms' });
+    const relay: Relay = await inProcessRelay(shm.dir, {
+      nats: nats.server.url,
+      job: 'tl',
+      host: 'hostA',
+      listen: `127.0.0.1:${port}`,
+      secret: SECRET,
+      heartbeat: '200ms',
+    });
     const trainer = await TrainerClient.connect({ nats: { nc: nats.nc, job: 'tl' }, host: 'hostA', secret: SECRET, masterWaitMs: 10_000 });
     const reader = await RelayClient.connect({ socketPath: `${shm.dir}/relay.sock` });
     const held = async (version: number): Promise<number[]> => {

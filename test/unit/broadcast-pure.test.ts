@@ -17,13 +17,18 @@ describe('appendix C model', () => {
 
   it('picks the chunk count no neighbour beats', () => {
     fc.assert(
-      fc.property(fc.integer({ min: 3, max: 2048 }), fc.integer({ min: 1 << 20, max: 2 ** 36 }), fc.double({ min: 1e-7, max: 1e-2, noNaN: true }), (p, bytes, startup) => {
-        const l = { bandwidth: 12.5e9, startup };
-        const k = optimalChunkCount(p, bytes, l);
-        const t = broadcastTime(p, k, bytes, l);
-        if (k > 1) expect(t).toBeLessThanOrEqual(broadcastTime(p, k - 1, bytes, l) * (1 + 1e-12));
-        if (k < Math.floor(bytes / 4096)) expect(t).toBeLessThanOrEqual(broadcastTime(p, k + 1, bytes, l) * (1 + 1e-12));
-      }),
+      fc.property(
+        fc.integer({ min: 3, max: 2048 }),
+        fc.integer({ min: 1 << 20, max: 2 ** 36 }),
+        fc.double({ min: 1e-7, max: 1e-2, noNaN: true }),
+        (p, bytes, startup) => {
+          const l = { bandwidth: 12.5e9, startup };
+          const k = optimalChunkCount(p, bytes, l);
+          const t = broadcastTime(p, k, bytes, l);
+          if (k > 1) expect(t).toBeLessThanOrEqual(broadcastTime(p, k - 1, bytes, l) * (1 + 1e-12));
+          if (k < Math.floor(bytes / 4096)) expect(t).toBeLessThanOrEqual(broadcastTime(p, k + 1, bytes, l) * (1 + 1e-12));
+        },
+      ),
     );
   });
 

@@ -46,7 +46,10 @@ describe('docs/deploy', () => {
   }
 
   it.skipIf(!hasSystemdAnalyze)(`systemd accepts the units${hasSystemdAnalyze ? '' : ' (not run: systemd-analyze is not installed here)'}`, () => {
-    const result = spawnSync('systemd-analyze', ['verify', '--man=no', 'laminar-relay.service', 'laminar-manager.service', 'dev-shm-laminar.mount'], { cwd: DEPLOY, encoding: 'utf8' });
+    const result = spawnSync('systemd-analyze', ['verify', '--man=no', 'laminar-relay.service', 'laminar-manager.service', 'dev-shm-laminar.mount'], {
+      cwd: DEPLOY,
+      encoding: 'utf8',
+    });
     // Unknown keys are only warned about, with status 0: any output is a failure here.
     expect(`${result.stdout}${result.stderr}`.trim()).toBe('');
     expect(result.status).toBe(0);

@@ -21,7 +21,7 @@ function holdLoop(ms: number): Promise<void> {
 describe('watchEventLoop', () => {
   it('logs and counts a hold-up with its length, and stays quiet when the loop is free', async () => {
     const lines: { heldUpMs?: number; msg: string }[] = [];
-    const log = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const log = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line) as (typeof lines)[number]) });
     const registry = new Registry();
     const watch = watchEventLoop({ registry, log, intervalMs: 100, thresholdMs: 500 });
     try {

@@ -2,8 +2,15 @@ import type { NetworkInterfaceInfo } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { assertAddressUp } from '../../src/ucx/interfaces.js';
 
-const iface = (address: string, family: 'IPv4' | 'IPv6' = 'IPv4'): NetworkInterfaceInfo =>
-  ({ address, family, netmask: '', mac: '00:00:00:00:00:00', internal: false, cidr: null, scopeid: 0 }) as NetworkInterfaceInfo;
+const iface = (address: string, family: 'IPv4' | 'IPv6' = 'IPv4'): NetworkInterfaceInfo => ({
+  address,
+  family,
+  netmask: '',
+  mac: '00:00:00:00:00:00',
+  internal: false,
+  cidr: null,
+  scopeid: 0,
+});
 
 describe('assertAddressUp (the listen address must be on an interface that is up)', () => {
   const up = { lo: [iface('127.0.0.1'), iface('::1', 'IPv6')], eth0: [iface('10.1.2.3'), iface('fd00::3', 'IPv6')] };

@@ -1,10 +1,9 @@
 /** The repack planner (paper §5.2, Algorithm 1): invariants, a worked example, and a literal transcription to compare with. */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { InvalidInputError } from '../../src/common/errors.js';
+import { ErrorCodes, InvalidInputError } from '../../src/common/errors.js';
 import {
   DEFAULT_REPACK_LIMITS,
-  REPACK_LIMITS_CODE,
   groupByWeightVersion,
   planRepack,
   projectLoads,
@@ -62,19 +61,26 @@ const limitsArb = (maxBatch = 512): fc.Arbitrary<RepackLimits> =>
   });
 /** Mostly rollouts in ramp-down (usage fell since the last sample), some still ramping or independent. */
 const rolloutArb = (b: number): fc.Arbitrary<RolloutLoad> =>
-  fc.record({
-    id: fc.string({ minLength: 1, maxLength: 6 }),
-    kv: fc.tuple(kvArb, kvArb).chain(([used, other]) =>
-      fc.oneof(
-        { weight: 3, arbitrary: fc.constant({ kvUsed: Math.min(used, other), kvPrev: Math.max(used, other) }) },
-        { weight: 1, arbitrary: fc.constant({ kvUsed: used, kvPrev: other }) },
-      ),
-    ),
-    running: fc.oneof({ weight: 3, arbitrary: fc.integer({ min: 0, max: b }) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 2 * b }) }),
-  }).map(({ id, kv, running }) => ({ id, ...kv, running }));
+  fc
+    .record({
+      id: fc.string({ minLength: 1, maxLength: 6 }),
+      kv: fc
+        .tuple(kvArb, kvArb)
+        .chain(([used, other]) =>
+          fc.oneof(
+            { weight: 3, arbitrary: fc.constant({ kvUsed: Math.min(used, other), kvPrev: Math.max(used, other) }) },
+            { weight: 1, arbitrary: fc.constant({ kvUsed: used, kvPrev: other }) },
+          ),
+        ),
+      running: fc.oneof({ weight: 3, arbitrary: fc.integer({ min: 0, max: b }) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 2 * b }) }),
+    })
+    .map(({ id, kv, running }) => ({ id, ...kv, running }));
 const fleetArb = (maxBatch?: number): fc.Arbitrary<{ limits: RepackLimits; rollouts: RolloutLoad[] }> =>
   limitsArb(maxBatch).chain((limits) =>
-    fc.record({ limits: fc.constant(limits), rollouts: fc.uniqueArray(rolloutArb(limits.rooflineBatch), { selector: (r) => r.id, maxLength: 64, size: 'max' }) }),
+    fc.record({
+      limits: fc.constant(limits),
+      rollouts: fc.uniqueArray(rolloutArb(limits.rooflineBatch), { selector: (r) => r.id, maxLength: 64, size: 'max' }),
+    }),
   );
 
 function load(id: string, kvUsed: number, running: number, kvPrev = kvUsed + 0.01): RolloutLoad {
@@ -134,7 +140,11 @@ describe('repack plan invariants', () => {
     fc.assert(
       fc.property(
         fleetArb().chain(({ limits, rollouts }) =>
-          fc.record({ limits: fc.constant(limits), rollouts: fc.constant(rollouts), shuffled: fc.shuffledSubarray(rollouts, { minLength: rollouts.length, maxLength: rollouts.length }) }),
+          fc.record({
+            limits: fc.constant(limits),
+            rollouts: fc.constant(rollouts),
+            shuffled: fc.shuffledSubarray(rollouts, { minLength: rollouts.length, maxLength: rollouts.length }),
+          }),
         ),
         ({ limits, rollouts, shuffled }) => {
           expect(planRepack(shuffled, limits)).toEqual(planRepack(rollouts, limits));
@@ -275,10 +285,10 @@ describe('repack inputs', () => {
           caught = err;
         }
         expect(caught).toBeInstanceOf(InvalidInputError);
-        expect((caught as InvalidInputError).code).toBe(REPACK_LIMITS_CODE);
+        expect((caught as InvalidInputError).code).toBe(ErrorCodes.REPACK_LIMITS);
       }
     }
-    expect(REPACK_LIMITS_CODE).toBe('ERR_REPACK_LIMITS');
+    expect(ErrorCodes.REPACK_LIMITS).toBe('ERR_REPACK_LIMITS');
     expect(() => validateRepackLimits({ cMax: 1, rooflineBatch: 1 })).not.toThrow();
     expect(() => validateRepackLimits(DEFAULT_REPACK_LIMITS)).not.toThrow();
     expect(DEFAULT_REPACK_LIMITS).toEqual({ cMax: 0.99, rooflineBatch: 256 });
@@ -290,16 +300,31 @@ describe('repack inputs', () => {
     for (const plan of [
       [{ source: 'a', destination: 'x' }],
       [{ source: 'a', destination: 'a' }],
-      [{ source: 'a', destination: 'b' }, { source: 'a', destination: 'c' }],
-      [{ source: 'a', destination: 'b' }, { source: 'b', destination: 'c' }],
-      [{ source: 'b', destination: 'c' }, { source: 'a', destination: 'b' }],
+      [
+        { source: 'a', destination: 'b' },
+        { source: 'a', destination: 'c' },
+      ],
+      [
+        { source: 'a', destination: 'b' },
+        { source: 'b', destination: 'c' },
+      ],
+      [
+        { source: 'b', destination: 'c' },
+        { source: 'a', destination: 'b' },
+      ],
     ]) {
       expect(() => projectLoads(rollouts, plan)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
     }
   });
 
   it('leaves rollouts with broken samples out of the candidates', () => {
-    const broken = [load('nan', Number.NaN, 1, 0.5), load('neg', -0.1, 1, 0.5), load('ninf', Number.NEGATIVE_INFINITY, 1, 0.5), load('n', 0.1, Number.NaN, 0.5), load('prev', 0.1, 1, Number.NaN)];
+    const broken = [
+      load('nan', Number.NaN, 1, 0.5),
+      load('neg', -0.1, 1, 0.5),
+      load('ninf', Number.NEGATIVE_INFINITY, 1, 0.5),
+      load('n', 0.1, Number.NaN, 0.5),
+      load('prev', 0.1, 1, Number.NaN),
+    ];
     expect(repackCandidates(broken, DEFAULT_REPACK_LIMITS)).toEqual([]);
     expect(planRepack([...broken, load('ok', 0.1, 1)], DEFAULT_REPACK_LIMITS)).toEqual([]);
   });

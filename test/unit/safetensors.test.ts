@@ -14,7 +14,11 @@ import {
 
 const dtypes = Object.keys(DTYPE_SIZES) as Dtype[];
 const specArb = fc.uniqueArray(
-  fc.record({ name: fc.string({ minLength: 1, maxLength: 20 }).filter((n) => n !== '__metadata__'), dtype: fc.constantFrom(...dtypes), shape: fc.array(fc.nat(50), { maxLength: 3 }) }),
+  fc.record({
+    name: fc.string({ minLength: 1, maxLength: 20 }).filter((n) => n !== '__metadata__'),
+    dtype: fc.constantFrom(...dtypes),
+    shape: fc.array(fc.nat(50), { maxLength: 3 }),
+  }),
   { selector: (s) => s.name, minLength: 1, maxLength: 20 },
 );
 
@@ -40,7 +44,9 @@ describe('safetensors layout', () => {
         // The same tensors at the same places. Among empty tensors at one offset the order is not
         // kept: the header is a JSON object, which lists integer-like names ("0") first.
         const placed = (tensors: typeof layout.tensors): [string, number, number][] =>
-          tensors.map((t): [string, number, number] => [t.name, t.offset, t.byteLength]).sort((a, b) => a[1] - b[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+          tensors
+            .map((t): [string, number, number] => [t.name, t.offset, t.byteLength])
+            .sort((a, b) => a[1] - b[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
         expect(placed(parsed.layout.tensors)).toEqual(placed(layout.tensors));
         let covered = 0;
         for (let i = 0; i < layout.chunkCount; i++) covered += chunkRange(layout, i).length;
@@ -63,7 +69,13 @@ describe('safetensors layout', () => {
     [[{ name: 'a', dtype: 'F32', shape: [1.5] }], 'ERR_BAD_SHAPE'],
     [[{ name: 'a', dtype: 'F32', shape: [2 ** 40, 2 ** 40] }], 'ERR_BAD_SHAPE'],
     [[{ name: 'a', dtype: 'F32', shape: 'big' }], 'ERR_BAD_SHAPE'],
-    [[{ name: 'a', dtype: 'F32', shape: [1] }, { name: 'a', dtype: 'F32', shape: [1] }], 'ERR_DUPLICATE_TENSOR'],
+    [
+      [
+        { name: 'a', dtype: 'F32', shape: [1] },
+        { name: 'a', dtype: 'F32', shape: [1] },
+      ],
+      'ERR_DUPLICATE_TENSOR',
+    ],
     [[{ name: '', dtype: 'F32', shape: [1] }], 'ERR_BAD_TENSOR'],
     [[{ name: '__metadata__', dtype: 'F32', shape: [1] }], 'ERR_BAD_TENSOR'],
     [[42], 'ERR_BAD_TENSOR'],
@@ -95,7 +107,9 @@ describe('safetensors layout', () => {
     const header = encodeHeader(layout, { model: 'm', version: 1, chunkSize: 4096, checksums: ['0'.repeat(16), '1'.repeat(16), '2'.repeat(16)] });
     const text = header.toString('latin1').replace('"laminar.chunks":"', '"laminar.chunks":"zz');
     const n = readHeaderLength(header, layout.totalSize);
-    expect(() => parseHeader(Buffer.from(text, 'latin1').subarray(8, 8 + n), layout.totalSize)).toThrow(expect.objectContaining({ code: 'ERR_BAD_SAFETENSORS' }));
+    expect(() => parseHeader(Buffer.from(text, 'latin1').subarray(8, 8 + n), layout.totalSize)).toThrow(
+      expect.objectContaining({ code: 'ERR_BAD_SAFETENSORS' }),
+    );
   });
   it('cuts a range at the chunk grid into parts that tile it, one per chunk it spans', () => {
     fc.assert(

@@ -145,7 +145,14 @@ class Shadow {
       same(r.generated, [...known.initial, ...known.emitted]);
       ok(r.logprobs.length === r.generated.length, 'logprobs align with generated');
     } else {
-      this.state.set(r.id, { prompt: r.promptTokens, target: r.targetTokens, generated: r.generated.length, initial: r.generated.slice(), emitted: [], logprobs: [] });
+      this.state.set(r.id, {
+        prompt: r.promptTokens,
+        target: r.targetTokens,
+        generated: r.generated.length,
+        initial: r.generated.slice(),
+        emitted: [],
+        logprobs: [],
+      });
     }
     this.waiting.push(r.id);
   }
@@ -198,7 +205,10 @@ class Shadow {
     }
     // Exactly those reaching their target finish, each once, with all their tokens.
     const done = this.running.filter((id) => this.state.get(id)!.generated === this.state.get(id)!.target);
-    same(res.finished.map((r) => r.id), done);
+    same(
+      res.finished.map((r) => r.id),
+      done,
+    );
     for (const r of res.finished) {
       const s = this.state.get(r.id)!;
       ok(!this.finished.has(r.id), () => `${r.id} finished twice`);
@@ -247,7 +257,10 @@ const profileArb: fc.Arbitrary<EngineProfile> = fc.record({
 function requestsArb(cap: number, maxCount: number): fc.Arbitrary<SimRequest[]> {
   // Mostly short prompts with long outputs: requests that fit when admitted and then outgrow the
   // cache together, which is what makes preemption happen.
-  const promptMax = fc.oneof({ weight: 3, arbitrary: fc.constant(Math.max(1, Math.floor(cap / 10))) }, { weight: 1, arbitrary: fc.constant(Math.max(1, Math.floor(cap / 2))) });
+  const promptMax = fc.oneof(
+    { weight: 3, arbitrary: fc.constant(Math.max(1, Math.floor(cap / 10))) },
+    { weight: 1, arbitrary: fc.constant(Math.max(1, Math.floor(cap / 2))) },
+  );
   const one = fc
     .record({
       prompt: promptMax.chain((max) => fc.integer({ min: 1, max })),
@@ -260,7 +273,14 @@ function requestsArb(cap: number, maxCount: number): fc.Arbitrary<SimRequest[]> 
       return { prompt, target, already: Math.min(already, target - 1) };
     });
   return fc.array(one, { minLength: 1, maxLength: maxCount }).map((xs) =>
-    xs.map((x, i) => req(`q${i}`, x.prompt, x.target, Array.from({ length: x.already }, (_, j) => (i * 7919 + j) % SIM_VOCAB_SIZE))),
+    xs.map((x, i) =>
+      req(
+        `q${i}`,
+        x.prompt,
+        x.target,
+        Array.from({ length: x.already }, (_, j) => (i * 7919 + j) % SIM_VOCAB_SIZE),
+      ),
+    ),
   );
 }
 
@@ -316,7 +336,16 @@ describe('engine core', () => {
       | { kind: 'drain'; from: number; to: number };
     const opArb: fc.Arbitrary<Op> = fc.oneof(
       { weight: 4, arbitrary: fc.record({ kind: fc.constant('step' as const), engine: fc.nat(1), times: fc.integer({ min: 1, max: 15 }) }) },
-      { weight: 2, arbitrary: fc.record({ kind: fc.constant('remove' as const), from: fc.nat(1), to: fc.nat(1), picks: fc.array(fc.nat(), { maxLength: 5 }), unknown: fc.boolean() }) },
+      {
+        weight: 2,
+        arbitrary: fc.record({
+          kind: fc.constant('remove' as const),
+          from: fc.nat(1),
+          to: fc.nat(1),
+          picks: fc.array(fc.nat(), { maxLength: 5 }),
+          unknown: fc.boolean(),
+        }),
+      },
       { weight: 1, arbitrary: fc.record({ kind: fc.constant('drain' as const), from: fc.nat(1), to: fc.nat(1) }) },
     );
     let carried = 0;
@@ -494,7 +523,14 @@ describe('engine core', () => {
   });
 
   it('decodes in the same time up to the roofline batch, and linearly longer beyond (Figure 4)', () => {
-    const profile: EngineProfile = { kvCapacityTokens: 1 << 20, rooflineBatch: 16, maxRunning: 64, decodeStepMs: 10, prefillMsPerToken: 0.01, slopeBeyondRoofline: 1 };
+    const profile: EngineProfile = {
+      kvCapacityTokens: 1 << 20,
+      rooflineBatch: 16,
+      maxRunning: 64,
+      decodeStepMs: 10,
+      prefillMsPerToken: 0.01,
+      slopeBeyondRoofline: 1,
+    };
     const stepMs: number[] = [];
     for (let n = 1; n <= 64; n++) {
       const engine = new EngineCore(profile, makeRng(n));

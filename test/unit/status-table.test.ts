@@ -56,7 +56,7 @@ function fleetStatus(relays: number, lagging: number, rollouts: number): Manager
 }
 
 describe('laminar status table', () => {
-  it('shows the chain, each rollout\'s version and load, and the repack counters', () => {
+  it("shows the chain, each rollout's version and load, and the repack counters", () => {
     const status: ManagerStatus = {
       manager: 'm1',
       leader: true,
@@ -64,8 +64,30 @@ describe('laminar status table', () => {
       epoch: 3,
       master: 'r0',
       chain: [
-        { position: 0, id: 'r0', address: '10.0.0.1:13337', host: 'h0', labels: { rack: 'a' }, health: 'alive', heardMsAgo: 200, holds: [{ model: 'm', version: 4 }], receiving: [], progress: 1 },
-        { position: 1, id: 'r1', address: '10.0.0.2:13337', host: 'h1', labels: {}, health: 'suspected', heardMsAgo: 3400, holds: [], receiving: [{ model: 'm', version: 4, hwm: 3, chunks: 8 }], progress: 0.375 },
+        {
+          position: 0,
+          id: 'r0',
+          address: '10.0.0.1:13337',
+          host: 'h0',
+          labels: { rack: 'a' },
+          health: 'alive',
+          heardMsAgo: 200,
+          holds: [{ model: 'm', version: 4 }],
+          receiving: [],
+          progress: 1,
+        },
+        {
+          position: 1,
+          id: 'r1',
+          address: '10.0.0.2:13337',
+          host: 'h1',
+          labels: {},
+          health: 'suspected',
+          heardMsAgo: 3400,
+          holds: [],
+          receiving: [{ model: 'm', version: 4, hwm: 3, chunks: 8 }],
+          progress: 0.375,
+        },
       ],
       members: [
         { id: 'r0', kind: 'relay', host: 'h0', health: 'alive', heardMsAgo: 200, inChain: true },
@@ -73,7 +95,22 @@ describe('laminar status table', () => {
         { id: 'trainer-a', kind: 'trainer', host: 'h9', health: 'alive', heardMsAgo: 300, inChain: false },
       ],
       newest: [{ model: 'm', version: 4 }],
-      rollouts: [{ id: 'ro1', host: 'h1', health: 'alive', state: 'generating', model: 'm', weightVersion: 3, kvUsed: 0.874, kvPrev: 0.9, running: 41, waiting: 0, owned: 41, tokensPerSecond: 2050.4 }],
+      rollouts: [
+        {
+          id: 'ro1',
+          host: 'h1',
+          health: 'alive',
+          state: 'generating',
+          model: 'm',
+          weightVersion: 3,
+          kvUsed: 0.874,
+          kvPrev: 0.9,
+          running: 41,
+          waiting: 0,
+          owned: 41,
+          tokensPerSecond: 2050.4,
+        },
+      ],
       repack: { busy: [], orphansWaiting: 2, moves: { done: 7, failed: 1 } },
     };
     const text = formatStatus(status);
@@ -141,8 +178,8 @@ describe('laminar status table', () => {
       }
       throw new Error('accepted');
     };
-    expect(refused({ kind: 'relays' })).toMatchObject({ code: 'ERR_INVALID_ARG', message: expect.stringContaining('relay, rollout, trainer') });
-    expect(refused({ health: 'alive,gone' })).toMatchObject({ code: 'ERR_INVALID_ARG', message: expect.stringContaining('"gone"') });
+    expect(refused({ kind: 'relays' })).toMatchObject({ code: 'ERR_INVALID_ARG', message: expect.stringContaining('relay, rollout, trainer') as unknown });
+    expect(refused({ health: 'alive,gone' })).toMatchObject({ code: 'ERR_INVALID_ARG', message: expect.stringContaining('"gone"') as unknown });
     expect(refused({ kind: ',' })).toMatchObject({ code: 'ERR_INVALID_ARG' });
   });
 });

@@ -24,14 +24,16 @@ describe('units and options', () => {
     expect(() => parseRelayOptions({ socketMode: '999' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
   });
 
-  it('takes a listener on a port of the kernel\'s choice, on one address or on all', () => {
+  it("takes a listener on a port of the kernel's choice, on one address or on all", () => {
     const secret = 'a'.repeat(64);
     expect(parseRelayOptions({ listen: '127.0.0.1:0', secret }).broadcast?.listen).toEqual({ host: '127.0.0.1', port: 0 });
     expect(parseRelayOptions({ listen: '[::1]:0', secret }).broadcast?.listen).toEqual({ host: '::1', port: 0 });
     expect(parseRelayOptions({ listen: '0', secret }).broadcast?.listen).toEqual({ host: '0.0.0.0', port: 0 });
     expect(() => parseRelayOptions({ listen: 'localhost:0', secret })).toThrow(expect.objectContaining({ code: 'ERR_BAD_ADDRESS' }));
     // Under a manager the relay advertises its listener, which must have a real port.
-    expect(() => parseRelayOptions({ listen: '127.0.0.1:0', secret, nats: 'nats://127.0.0.1:4222' })).toThrow(expect.objectContaining({ code: 'ERR_BAD_ADDRESS' }));
+    expect(() => parseRelayOptions({ listen: '127.0.0.1:0', secret, nats: 'nats://127.0.0.1:4222' })).toThrow(
+      expect.objectContaining({ code: 'ERR_BAD_ADDRESS' }),
+    );
   });
 
   it('derives file-name-safe segment names and refuses escapes', () => {

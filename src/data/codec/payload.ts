@@ -7,10 +7,6 @@ import { endianness } from 'node:os';
 
 if (endianness() !== 'LE') throw new Error('laminar data payloads assume a little-endian host');
 
-export function payloadBytes(tokenCount: number): number {
-  return tokenCount * 8;
-}
-
 export function encodePayload(tokens: Int32Array, logprobs: Float32Array): Uint8Array {
   const out = new Uint8Array(tokens.byteLength + logprobs.byteLength);
   out.set(new Uint8Array(tokens.buffer, tokens.byteOffset, tokens.byteLength), 0);

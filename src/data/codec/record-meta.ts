@@ -67,11 +67,11 @@ export function metaOf(t: Trajectory, chunkSeqs: number[]): RecordMeta {
 
 export function encodeMeta(meta: RecordMeta): string {
   // msgpackr writes undefined as nil; drop the absent optionals so that the schema accepts it.
-  const clean = Object.fromEntries(Object.entries(meta).filter(([, v]) => v !== undefined));
+  const clean = Object.fromEntries(Object.entries<unknown>(meta).filter(([, v]) => v !== undefined));
   return Buffer.from(pack(clean)).toString('base64');
 }
 
 /** Decodes and validates; throws on anything that is not a v1 record (counted as corrupt). */
 export function decodeMeta(header: string): RecordMeta {
-  return metaSchema.parse(unpack(Buffer.from(header, 'base64'))) as RecordMeta;
+  return metaSchema.parse(unpack(Buffer.from(header, 'base64')));
 }

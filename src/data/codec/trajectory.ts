@@ -4,8 +4,9 @@
  * in `details`), then the invariants with their own codes (lengths, versions).
  */
 import { z } from 'zod';
-import { DataErrorCodes, DataInputError } from '../errors.js';
+import { DataInputError } from '../errors.js';
 import { MAX_ID_BYTES } from '../ids.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface Trajectory {
   id: string;
@@ -42,8 +43,12 @@ export type TrajectoryInput = Omit<Trajectory, 'tokens' | 'logprobs' | 'createdA
   completedAt?: number;
 };
 
-const id = z.string().min(1).refine((s) => Buffer.byteLength(s) <= MAX_ID_BYTES, `at most ${MAX_ID_BYTES} bytes`);
-const count = z.number().int().safe();
+const id = z
+  .string()
+  .min(1)
+  .refine((s) => Buffer.byteLength(s) <= MAX_ID_BYTES, `at most ${MAX_ID_BYTES} bytes`);
+// zod 4: z.number() rejects NaN and ±Infinity, and .int() accepts only safe integers.
+const count = z.number().int();
 const MAX_INFO_BYTES = 4096;
 
 const schema = z.object({
@@ -53,15 +58,15 @@ const schema = z.object({
   sampleIndex: count,
   groupSize: count,
   weightVersion: count,
-  reward: z.number().finite(),
+  reward: z.number(),
   tokens: z.union([z.instanceof(Int32Array), z.array(z.number().int())]),
   logprobs: z.union([z.instanceof(Float32Array), z.array(z.number())]),
   promptLength: count,
   responseLength: count,
-  createdAt: z.number().finite().optional(),
-  completedAt: z.number().finite().optional(),
+  createdAt: z.number().optional(),
+  completedAt: z.number().optional(),
   rolloutId: z.string().max(MAX_ID_BYTES).optional(),
-  priority: z.number().finite().nonnegative().optional(),
+  priority: z.number().nonnegative().optional(),
   info: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()])).optional(),
 });
 
@@ -80,22 +85,30 @@ export function validateTrajectory(input: unknown, ctx: ValidationContext = {}):
   if (!parsed.success) {
     const issues = parsed.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message }));
     const where = issues.map((i) => `${i.path || '(root)'}: ${i.message}`).join('; ');
-    fail(DataErrorCodes.BAD_TRAJECTORY, `invalid trajectory: ${where}`, { id: (input as { id?: unknown } | null)?.id, issues });
+    fail(ErrorCodes.BAD_TRAJECTORY, `invalid trajectory: ${where}`, { id: (input as { id?: unknown } | null)?.id, issues });
   }
   const t = parsed.data;
   const d = { id: t.id };
   for (const key of ['promptLength', 'responseLength', 'sampleIndex', 'weightVersion'] as const) {
-    if (t[key] < 0) fail(DataErrorCodes.NEGATIVE_LENGTH, `${key} is negative (${t[key]})`, { ...d, field: key, value: t[key] });
+    if (t[key] < 0) fail(ErrorCodes.NEGATIVE_LENGTH, `${key} is negative (${t[key]})`, { ...d, field: key, value: t[key] });
   }
-  if (t.groupSize < 1) fail(DataErrorCodes.NEGATIVE_LENGTH, `groupSize must be >= 1 (got ${t.groupSize})`, { ...d, field: 'groupSize', value: t.groupSize });
+  if (t.groupSize < 1) fail(ErrorCodes.NEGATIVE_LENGTH, `groupSize must be >= 1 (got ${t.groupSize})`, { ...d, field: 'groupSize', value: t.groupSize });
   if (t.sampleIndex >= t.groupSize) {
-    fail(DataErrorCodes.GROUP_MISMATCH, `sampleIndex ${t.sampleIndex} is outside the group of ${t.groupSize}`, { ...d, sampleIndex: t.sampleIndex, groupSize: t.groupSize });
+    fail(ErrorCodes.GROUP_MISMATCH, `sampleIndex ${t.sampleIndex} is outside the group of ${t.groupSize}`, {
+      ...d,
+      sampleIndex: t.sampleIndex,
+      groupSize: t.groupSize,
+    });
   }
   if (t.tokens.length !== t.logprobs.length) {
-    fail(DataErrorCodes.LENGTH_MISMATCH, `${t.tokens.length} tokens but ${t.logprobs.length} logprobs`, { ...d, tokens: t.tokens.length, logprobs: t.logprobs.length });
+    fail(ErrorCodes.LENGTH_MISMATCH, `${t.tokens.length} tokens but ${t.logprobs.length} logprobs`, {
+      ...d,
+      tokens: t.tokens.length,
+      logprobs: t.logprobs.length,
+    });
   }
   if (t.promptLength + t.responseLength !== t.tokens.length) {
-    fail(DataErrorCodes.LENGTH_MISMATCH, `promptLength ${t.promptLength} + responseLength ${t.responseLength} != ${t.tokens.length} tokens`, {
+    fail(ErrorCodes.LENGTH_MISMATCH, `promptLength ${t.promptLength} + responseLength ${t.responseLength} != ${t.tokens.length} tokens`, {
       ...d,
       promptLength: t.promptLength,
       responseLength: t.responseLength,
@@ -103,14 +116,14 @@ export function validateTrajectory(input: unknown, ctx: ValidationContext = {}):
     });
   }
   if (ctx.maxWeightVersion !== undefined && t.weightVersion > ctx.maxWeightVersion) {
-    fail(DataErrorCodes.FUTURE_VERSION, `weight version ${t.weightVersion} is from the future (newest is ${ctx.maxWeightVersion})`, {
+    fail(ErrorCodes.FUTURE_VERSION, `weight version ${t.weightVersion} is from the future (newest is ${ctx.maxWeightVersion})`, {
       ...d,
       weightVersion: t.weightVersion,
       newest: ctx.maxWeightVersion,
     });
   }
   if (t.info !== undefined && Buffer.byteLength(JSON.stringify(t.info)) > MAX_INFO_BYTES) {
-    fail(DataErrorCodes.BAD_TRAJECTORY, `info is larger than ${MAX_INFO_BYTES} bytes`, d);
+    fail(ErrorCodes.BAD_TRAJECTORY, `info is larger than ${MAX_INFO_BYTES} bytes`, d);
   }
   const now = Date.now();
   const out: Trajectory = {

@@ -116,7 +116,10 @@ export class Arena {
   /** Reads zeros into [at, at + len); `from` bytes of it are already done (short reads). */
   private zero(fd: number, at: number, len: number, from = 0): void {
     read(fd, new Uint8Array(this.buffer, at + from, len - from), 0, len - from, null, (err, n) => {
-      if (!err && n > 0 && from + n < len) return this.zero(fd, at, len, from + n);
+      if (!err && n > 0 && from + n < len) {
+        this.zero(fd, at, len, from + n);
+        return;
+      }
       this.inFlight--;
       // Population is only an optimisation: after a failed read, pages fault in place.
       if (err || n === 0) this.endPopulation();

@@ -39,7 +39,11 @@ export class IndexFeed {
   }
 
   async start(): Promise<void> {
-    const consumer = await this.js.consumers.get(this.names.stream, { filter_subjects: this.names.allFilter, headers_only: true, deliver_policy: DeliverPolicy.All });
+    const consumer = await this.js.consumers.get(this.names.stream, {
+      filter_subjects: this.names.allFilter,
+      headers_only: true,
+      deliver_policy: DeliverPolicy.All,
+    });
     const info = await consumer.info(true);
     if (info.num_pending === 0) this.caughtUp();
     this.messages = await consumer.consume({ max_messages: 4096 });

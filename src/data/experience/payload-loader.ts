@@ -72,7 +72,10 @@ export class PayloadLoader {
     const indexOf = new Map<BufferEntry, number>();
     entries.forEach((e, i) => indexOf.set(e, i));
     const done = (e: BufferEntry, at: number): void => {
-      out[indexOf.get(e)!] = { tokens: new Int32Array(arena.buffer, at, e.tokenCount), logprobs: new Float32Array(arena.buffer, at + e.tokenCount * 4, e.tokenCount) };
+      out[indexOf.get(e)!] = {
+        tokens: new Int32Array(arena.buffer, at, e.tokenCount),
+        logprobs: new Float32Array(arena.buffer, at + e.tokenCount * 4, e.tokenCount),
+      };
     };
     /**
      * Copies a record's body into the arena (a payload of the wrong size counts as missing).
@@ -126,16 +129,16 @@ export class PayloadLoader {
     if (!arena.ready(at + e.bytes)) await arena.whenReady(at + e.bytes);
     const view = new Uint8Array(arena.buffer, at, e.bytes);
     view.set(first.data, 0);
-    let intact = true;
-    await Promise.all(
+    const copied = await Promise.all(
       seqs.slice(1).map(async (seq, i) => {
         const m = await get(seq);
         const expected = i === seqs.length - 2 ? lastSize : size;
-        if (!m || m.data.byteLength !== expected) intact = false;
-        else view.set(m.data, (i + 1) * size);
+        if (!m || m.data.byteLength !== expected) return false;
+        view.set(m.data, (i + 1) * size);
+        return true;
       }),
     );
-    return intact ? at : undefined;
+    return copied.every((ok) => ok) ? at : undefined;
   }
 
   private plan(entries: readonly BufferEntry[]): { runs: BufferEntry[][]; scattered: BufferEntry[] } {
@@ -169,7 +172,11 @@ export class PayloadLoader {
     for (const e of run) bytes += e.bytes;
     const perPull = Math.max(1, Math.min(PULL_MESSAGES, Math.floor(PULL_BYTES / Math.max(1, bytes / run.length))));
     await retryTransient(async () => {
-      const consumer = await this.js.consumers.get(this.stream, { filter_subjects: this.recordFilter, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: seen + 1 });
+      const consumer = await this.js.consumers.get(this.stream, {
+        filter_subjects: this.recordFilter,
+        deliver_policy: DeliverPolicy.StartSequence,
+        opt_start_seq: seen + 1,
+      });
       try {
         while (seen < last) {
           const msgs = await consumer.fetch({ max_messages: Math.min(perPull, last - seen), expires: 5000 });

@@ -4,7 +4,8 @@
  * inserts × samplesPerInsert. Only the sampler is gated: rollouts never wait for the trainer
  * (paper §3), a surplus of inserts is handled by eviction instead.
  */
-import { DataErrorCodes, DataInputError } from '../errors.js';
+import { DataInputError } from '../errors.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface RateLimitOptions {
   /** Default 1. */
@@ -30,9 +31,9 @@ export class RateLimiter {
     this.minSize = options.minSizeToSample ?? 1;
     this.spi = options.samplesPerInsert;
     this.errorBuffer = options.errorBuffer;
-    if (!Number.isInteger(this.minSize) || this.minSize < 0) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, 'minSizeToSample must be an integer >= 0');
-    if (this.spi !== undefined && !(this.spi > 0)) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, 'samplesPerInsert must be > 0');
-    if (this.errorBuffer !== undefined && !(this.errorBuffer >= 0)) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, 'errorBuffer must be >= 0');
+    if (!Number.isInteger(this.minSize) || this.minSize < 0) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'minSizeToSample must be an integer >= 0');
+    if (this.spi !== undefined && !(this.spi > 0)) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'samplesPerInsert must be > 0');
+    if (this.errorBuffer !== undefined && !(this.errorBuffer >= 0)) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'errorBuffer must be >= 0');
   }
 
   /** May a batch of `count` be taken now? */

@@ -33,7 +33,6 @@ export class ReadActivity {
   whenQuiet(maxMs: number): { done: Promise<void>; hurry: () => void } {
     let hurry!: () => void;
     const done = new Promise<void>((resolve) => {
-      let timer: NodeJS.Timeout | undefined;
       const finish = (): void => {
         clearTimeout(timer);
         this.onQuiet.delete(check);
@@ -45,7 +44,7 @@ export class ReadActivity {
         });
       };
       hurry = finish;
-      timer = setTimeout(finish, maxMs);
+      const timer = setTimeout(finish, maxMs);
       this.onQuiet.add(check);
       if (this.quiet) check();
     });

@@ -52,7 +52,10 @@ export class RecordDeleter {
 
   /** Queues entries already removed from the index (their records and chunks). */
   delete(entries: readonly BufferEntry[], bound: () => number): void {
-    this.deleteSeqs(entries.flatMap((e) => [e.seq, ...e.chunkSeqs]), bound);
+    this.deleteSeqs(
+      entries.flatMap((e) => [e.seq, ...e.chunkSeqs]),
+      bound,
+    );
   }
 
   /** Queues single messages (orphan chunks). */
@@ -113,7 +116,7 @@ export class RecordDeleter {
       await mapLimit(single, 64, (seq) =>
         this.jsm.streams.deleteMessage(this.stream, seq, false).catch((err: unknown) => {
           // Already gone (purged, or deleted by a previous run): nothing to do.
-          if (!/no message found|not found/i.test(String((err as Error).message))) throw err;
+          if (!/no message found|not found/i.test((err as Error).message)) throw err;
         }),
       );
     } catch (err) {

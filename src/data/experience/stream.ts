@@ -6,8 +6,9 @@
  */
 import type { JetStreamManager, StreamConfig } from '@nats-io/jetstream';
 import { DiscardPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
-import { DataErrorCodes, DataInputError, StoreError } from '../errors.js';
+import { DataInputError, StoreError } from '../errors.js';
 import { checkName, idToken } from '../ids.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface BufferStreamOptions {
   /** Buffer name (default 'default'); the stream is LAMINAR_EXP_<name>. */
@@ -55,7 +56,8 @@ export function bufferNames(buffer = 'default'): BufferNames {
 export async function ensureBufferStream(jsm: JetStreamManager, options: BufferStreamOptions = {}): Promise<BufferNames> {
   const names = bufferNames(options.buffer);
   const replicas = options.replicas ?? 1;
-  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `replicas must be 1..5, got ${replicas}`);
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5)
+    throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, `replicas must be 1..5, got ${replicas}`);
   const config: Partial<StreamConfig> & { name: string } = {
     name: names.stream,
     subjects: [names.allFilter],
@@ -71,12 +73,13 @@ export async function ensureBufferStream(jsm: JetStreamManager, options: BufferS
   try {
     await jsm.streams.info(names.stream);
   } catch (err) {
-    if (!/stream not found/i.test(String((err as Error).message))) throw new StoreError(`jetstream: ${(err as Error).message}`, err);
+    if (!/stream not found/i.test((err as Error).message)) throw new StoreError(`jetstream: ${(err as Error).message}`, err);
     try {
       await jsm.streams.add(config);
     } catch (err2) {
       // Another writer or sampler created it at the same moment.
-      if (!/already in use|already exists/i.test(String((err2 as Error).message))) throw new StoreError(`jetstream: cannot create ${names.stream}: ${(err2 as Error).message}`, err2);
+      if (!/already in use|already exists/i.test((err2 as Error).message))
+        throw new StoreError(`jetstream: cannot create ${names.stream}: ${(err2 as Error).message}`, err2);
     }
   }
   return names;

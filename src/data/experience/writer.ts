@@ -14,13 +14,15 @@ import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManage
 import type { Registry } from 'prom-client';
 import { createRegistry } from '../../common/metrics.js';
 import { silentLogger, type Logger } from '../../common/logger.js';
-import { DataCapacityError, DataErrorCodes, DataInputError, StoreError } from '../errors.js';
-import { RejectionCounter, counter } from '../metrics.js';
+import { DataCapacityError, DataInputError, StoreError } from '../errors.js';
+import { counter } from '../../common/metric-factory.js';
+import { RejectionCounter } from '../metrics.js';
 import { validateTrajectory, type Trajectory } from '../codec/trajectory.js';
 import { encodePayload } from '../codec/payload.js';
 import { META_HEADER, encodeMeta, metaOf } from '../codec/record-meta.js';
 import { retryTransient } from '../retry.js';
 import { ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 /** Where a writer checks group ids (the prompt pool implements it). */
 export interface GroupRegistry {
@@ -71,10 +73,22 @@ export class ExperienceWriter {
     this.maxBytes = options.maxTrajectoryBytes ?? 64 * 1024 * 1024;
     this.logger = (options.logger ?? silentLogger).child({ component: 'experience-writer', buffer: names.buffer });
     this.m = {
-      writes: counter(registry, 'laminar_buffer_writes_total', 'Trajectories written to the experience buffer, by result (ok, duplicate)', ['buffer', 'result']),
-      bytes: counter(registry, 'laminar_buffer_write_bytes_total', 'Payload bytes written to the experience buffer', ['buffer']),
-      chunked: counter(registry, 'laminar_buffer_chunked_writes_total', 'Trajectories stored claim-check style (payload in chunks)', ['buffer']),
-      retries: counter(registry, 'laminar_buffer_write_retries_total', 'Publish attempts retried after a transient JetStream failure', ['buffer']),
+      writes: counter(registry, {
+        name: 'laminar_buffer_writes_total',
+        help: 'Trajectories written to the experience buffer, by result (ok, duplicate)',
+        labelNames: ['buffer', 'result'],
+      }),
+      bytes: counter(registry, { name: 'laminar_buffer_write_bytes_total', help: 'Payload bytes written to the experience buffer', labelNames: ['buffer'] }),
+      chunked: counter(registry, {
+        name: 'laminar_buffer_chunked_writes_total',
+        help: 'Trajectories stored claim-check style (payload in chunks)',
+        labelNames: ['buffer'],
+      }),
+      retries: counter(registry, {
+        name: 'laminar_buffer_write_retries_total',
+        help: 'Publish attempts retried after a transient JetStream failure',
+        labelNames: ['buffer'],
+      }),
     };
   }
 
@@ -91,7 +105,7 @@ export class ExperienceWriter {
       t = validateTrajectory(input, { maxWeightVersion: this.options.maxWeightVersion?.() });
       const bytes = t.tokens.byteLength + t.logprobs.byteLength;
       if (bytes > this.maxBytes) {
-        throw new DataCapacityError(DataErrorCodes.PAYLOAD_TOO_LARGE, `trajectory ${t.id} has ${bytes} payload bytes, more than the maximum ${this.maxBytes}`, {
+        throw new DataCapacityError(ErrorCodes.PAYLOAD_TOO_LARGE, `trajectory ${t.id} has ${bytes} payload bytes, more than the maximum ${this.maxBytes}`, {
           details: { id: t.id, bytes, max: this.maxBytes },
         });
       }
@@ -114,12 +128,16 @@ export class ExperienceWriter {
     let n = this.groupCache.get(t.groupId);
     if (n === undefined) {
       n = await registry.groupSize(t.groupId);
-      if (n === undefined) throw new DataInputError(DataErrorCodes.UNKNOWN_GROUP, `unknown group id ${JSON.stringify(t.groupId)}`, { id: t.id, groupId: t.groupId });
+      if (n === undefined)
+        throw new DataInputError(ErrorCodes.UNKNOWN_GROUP, `unknown group id ${JSON.stringify(t.groupId)}`, { id: t.id, groupId: t.groupId });
       if (this.groupCache.size >= GROUP_CACHE) this.groupCache.delete(this.groupCache.keys().next().value as string);
       this.groupCache.set(t.groupId, n);
     }
     if (n !== t.groupSize) {
-      throw new DataInputError(DataErrorCodes.GROUP_MISMATCH, `group ${t.groupId} has ${n} samples, the trajectory says ${t.groupSize}`, { id: t.id, groupId: t.groupId });
+      throw new DataInputError(ErrorCodes.GROUP_MISMATCH, `group ${t.groupId} has ${n} samples, the trajectory says ${t.groupSize}`, {
+        id: t.id,
+        groupId: t.groupId,
+      });
     }
   }
 
@@ -175,7 +193,9 @@ export class ExperienceWriter {
       if (err instanceof JetStreamApiError) {
         if (err.code === WRONG_LAST_SEQUENCE) throw err;
         if (/maximum (bytes|messages)|resource limits|insufficient resources/i.test(err.message)) {
-          throw this.rejections.record(new DataCapacityError(DataErrorCodes.BUFFER_FULL, `experience buffer ${this.names.buffer} is full: ${err.message}`, { cause: err }));
+          throw this.rejections.record(
+            new DataCapacityError(ErrorCodes.BUFFER_FULL, `experience buffer ${this.names.buffer} is full: ${err.message}`, { cause: err }),
+          );
         }
       }
       throw this.rejections.record(new StoreError(`jetstream: ${(err as Error).message}`, err, { buffer: this.names.buffer }));

@@ -19,7 +19,24 @@ export const TOKENS_HEADER = 'Laminar-Tokens';
 export const START_SEQ_HEADER = 'Laminar-Start-Seq';
 export const LOG_VERSION = 1;
 
+/**
+ * Owner of trajectories the manager took from a dead rollout and could not place: the take-over
+ * fences the dead rollout should it come back, and a rollout that claims the returned sample
+ * restarts a parked log from scratch. A reserved owner name of the log: the manager writes it,
+ * rollouts read and write it.
+ */
+export const PARKED_OWNER = 'laminar:parked';
+
 export type LogKind = 'start' | 'delta' | 'takeover' | 'completing';
+
+/**
+ * The kind of a log message from its headers alone (no body decoded), for tools that watch the
+ * pool's subjects, e.g. to count the trajectories started; undefined for a message without one.
+ */
+export function partialLogKind(headers: { get(name: string): string } | undefined): LogKind | undefined {
+  const kind = headers?.get(KIND_HEADER);
+  return kind ? (kind as LogKind) : undefined;
+}
 
 /** Which trajectory: its id, its place in a GRPO group and the weight version generating it. */
 export interface TrajectoryIdentity {
@@ -61,7 +78,10 @@ const startSchema = z.object({
   groupSize: z.number().int().positive(),
   weightVersion: z.number().int().nonnegative(),
   promptLength: z.number().int().nonnegative().optional(),
-  promptTokens: z.instanceof(Uint8Array).refine((b) => b.byteLength % 4 === 0, 'int32 token ids').optional(),
+  promptTokens: z
+    .instanceof(Uint8Array)
+    .refine((b) => b.byteLength % 4 === 0, 'int32 token ids')
+    .optional(),
   payload: z.unknown().optional(),
   createdAt: z.number().optional(),
 });
@@ -83,5 +103,5 @@ export function encodeLog(m: LogMessage): Uint8Array {
 }
 
 export function decodeLog(bytes: Uint8Array): LogMessage {
-  return messageSchema.parse(unpack(bytes)) as LogMessage;
+  return messageSchema.parse(unpack(bytes));
 }

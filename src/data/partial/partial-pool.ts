@@ -15,15 +15,28 @@ import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, t
 import type { Registry } from 'prom-client';
 import { createRegistry } from '../../common/metrics.js';
 import { silentLogger, type Logger } from '../../common/logger.js';
-import { CorruptRecordError, DataErrorCodes, DataInputError, DataNotFoundError, OwnershipError, StoreError } from '../errors.js';
-import { RejectionCounter, counter, gauge } from '../metrics.js';
+import { CorruptRecordError, DataInputError, DataNotFoundError, OwnershipError, StoreError } from '../errors.js';
+import { counter, gauge } from '../../common/metric-factory.js';
+import { RejectionCounter } from '../metrics.js';
 import type { ExperienceWriter, WriteResult } from '../experience/writer.js';
 import type { TrajectoryInput } from '../codec/trajectory.js';
-import { decodeLog, encodeLog, KIND_HEADER, LOG_VERSION, OWNER_HEADER, START_SEQ_HEADER, TOKENS_HEADER, partialStartSchema, type LogKind, type PartialStart } from './log-codec.js';
+import {
+  decodeLog,
+  encodeLog,
+  KIND_HEADER,
+  LOG_VERSION,
+  OWNER_HEADER,
+  START_SEQ_HEADER,
+  TOKENS_HEADER,
+  partialStartSchema,
+  type LogKind,
+  type PartialStart,
+} from './log-codec.js';
 import { listLogs, readLog, summaryOf, type PartialState, type PartialSummary } from './log-reader.js';
 import { retryTransient } from '../retry.js';
 import { ensurePartialStream, type PartialNames, type PartialStreamOptions } from './partial-stream.js';
 import { PartialTrajectory, WRONG_LAST_SEQUENCE, type TrajectoryHost } from './partial-trajectory.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface PartialPoolOptions extends PartialStreamOptions {
   nc: NatsConnection;
@@ -37,9 +50,7 @@ export interface PartialPoolOptions extends PartialStreamOptions {
   logger?: Logger;
 }
 
-export type TakeoverResult =
-  | { status: 'taken'; trajectory: PartialTrajectory; state: PartialState }
-  | { status: 'completed' };
+export type TakeoverResult = { status: 'taken'; trajectory: PartialTrajectory; state: PartialState } | { status: 'completed' };
 
 export class PartialPool {
   private readonly tracked = new Set<PartialTrajectory>();
@@ -59,25 +70,40 @@ export class PartialPool {
   ) {
     const flushMs = options.flushMs ?? 5000;
     const flushTokens = options.flushTokens ?? 512;
-    if (!(flushMs > 0) || !(flushTokens >= 1)) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, 'flushMs and flushTokens must be positive');
+    if (!(flushMs > 0) || !(flushTokens >= 1)) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'flushMs and flushTokens must be positive');
     this.rejections = new RejectionCounter(registry, 'partial-pool');
     this.logger = (options.logger ?? silentLogger).child({ component: 'partial-pool', pool: names.pool });
     const p = { pool: names.pool };
     this.m = {
-      appends: counter(registry, 'laminar_partial_appends_total', 'Messages appended to partial-trajectory logs', ['pool']),
-      bytes: counter(registry, 'laminar_partial_append_bytes_total', 'Token and logprob bytes appended to partial-trajectory logs', ['pool']),
-      takeovers: counter(registry, 'laminar_partial_takeovers_total', 'Trajectories taken over by another rollout (failover, repack)', ['pool']),
-      restarts: counter(registry, 'laminar_partial_restarts_total', 'Returned samples started again from their first token in their own log', ['pool']),
-      fenced: counter(registry, 'laminar_partial_fenced_total', 'Appends refused because another rollout took the trajectory', ['pool']),
-      completed: counter(registry, 'laminar_partial_completed_total', 'Trajectories moved to the experience buffer', ['pool']),
-      inflight: gauge(registry, 'laminar_partial_tracked', 'In-flight trajectories tracked by this process', ['pool']),
+      appends: counter(registry, { name: 'laminar_partial_appends_total', help: 'Messages appended to partial-trajectory logs', labelNames: ['pool'] }),
+      bytes: counter(registry, {
+        name: 'laminar_partial_append_bytes_total',
+        help: 'Token and logprob bytes appended to partial-trajectory logs',
+        labelNames: ['pool'],
+      }),
+      takeovers: counter(registry, {
+        name: 'laminar_partial_takeovers_total',
+        help: 'Trajectories taken over by another rollout (failover, repack)',
+        labelNames: ['pool'],
+      }),
+      restarts: counter(registry, {
+        name: 'laminar_partial_restarts_total',
+        help: 'Returned samples started again from their first token in their own log',
+        labelNames: ['pool'],
+      }),
+      fenced: counter(registry, {
+        name: 'laminar_partial_fenced_total',
+        help: 'Appends refused because another rollout took the trajectory',
+        labelNames: ['pool'],
+      }),
+      completed: counter(registry, { name: 'laminar_partial_completed_total', help: 'Trajectories moved to the experience buffer', labelNames: ['pool'] }),
+      inflight: gauge(registry, { name: 'laminar_partial_tracked', help: 'In-flight trajectories tracked by this process', labelNames: ['pool'] }),
     };
-    const self = this;
     this.host = {
       js,
       jsm,
       stream: names.stream,
-      subject: names.subject,
+      subject: (id) => names.subject(id),
       flushTokens,
       onAppend: (bytes) => {
         this.m.appends.inc(p);
@@ -85,11 +111,11 @@ export class PartialPool {
       },
       onFenced: () => {
         this.m.fenced.inc(p);
-        this.rejections.count(DataErrorCodes.NOT_OWNER);
+        this.rejections.count(ErrorCodes.NOT_OWNER);
       },
-      forget(t) {
-        self.tracked.delete(t);
-        self.m.inflight.set(p, self.tracked.size);
+      forget: (t) => {
+        this.tracked.delete(t);
+        this.m.inflight.set(p, this.tracked.size);
       },
     };
     // One timer for every tracked trajectory: the time-based flush.
@@ -111,7 +137,9 @@ export class PartialPool {
       return this.track(new PartialTrajectory(this.host, s, rolloutId, seq, 0, seq));
     } catch (err) {
       if (err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE) {
-        throw this.rejections.record(new OwnershipError(DataErrorCodes.TRAJECTORY_EXISTS, `trajectory ${s.trajectoryId} is already in the partial pool`, { details: { id: s.trajectoryId } }));
+        throw this.rejections.record(
+          new OwnershipError(ErrorCodes.TRAJECTORY_EXISTS, `trajectory ${s.trajectoryId} is already in the partial pool`, { details: { id: s.trajectoryId } }),
+        );
       }
       throw this.rejections.record(new StoreError(`jetstream: ${(err as Error).message}`, err));
     }
@@ -132,13 +160,19 @@ export class PartialPool {
     if (!last) {
       // Gone meanwhile (completed and purged, or removed): start it, unless someone else just did.
       return this.start(rolloutId, s).catch((err: unknown) => {
-        if ((err as { code?: string }).code !== DataErrorCodes.TRAJECTORY_EXISTS) throw err;
-        throw new OwnershipError(DataErrorCodes.NOT_OWNER, `trajectory ${s.trajectoryId} was started by another rollout meanwhile`, { details: { id: s.trajectoryId } });
+        if ((err as { code?: string }).code !== ErrorCodes.TRAJECTORY_EXISTS) throw err;
+        throw new OwnershipError(ErrorCodes.NOT_OWNER, `trajectory ${s.trajectoryId} was started by another rollout meanwhile`, {
+          details: { id: s.trajectoryId },
+        });
       });
     }
     const owner = last.header.get(OWNER_HEADER);
     const notOwner = (): OwnershipError =>
-      this.rejections.record(new OwnershipError(DataErrorCodes.NOT_OWNER, `trajectory ${s.trajectoryId} is owned by ${owner}, not ${options.from}`, { details: { id: s.trajectoryId, owner } }));
+      this.rejections.record(
+        new OwnershipError(ErrorCodes.NOT_OWNER, `trajectory ${s.trajectoryId} is owned by ${owner}, not ${options.from}`, {
+          details: { id: s.trajectoryId, owner },
+        }),
+      );
     if (owner !== options.from) throw notOwner();
     let seq: number;
     try {
@@ -191,11 +225,12 @@ export class PartialPool {
       if (last.header.get(KIND_HEADER) === 'start') return { start: this.startIn(last.data, subject), owner };
       const named = Number(last.header.get(START_SEQ_HEADER));
       // Logs written before the header existed were never restarted: their start is their first message.
-      const first = await this.store(() =>
-        this.jsm.direct.getMessage(this.names.stream, named > 0 ? { seq: named } : { seq: 0, next_by_subj: subject }),
-      );
+      const first = await this.store(() => this.jsm.direct.getMessage(this.names.stream, named > 0 ? { seq: named } : { seq: 0, next_by_subj: subject }));
       if (first && first.subject === subject && first.header.get(KIND_HEADER) === 'start') return { start: this.startIn(first.data, subject), owner };
-      if (attempt === 2) throw this.rejections.record(new CorruptRecordError(`partial log of ${subject} has no start message${named > 0 ? ` at the sequence its last message names (${named})` : ''}`));
+      if (attempt === 2)
+        throw this.rejections.record(
+          new CorruptRecordError(`partial log of ${subject} has no start message${named > 0 ? ` at the sequence its last message names (${named})` : ''}`),
+        );
     }
   }
 
@@ -205,14 +240,18 @@ export class PartialPool {
    */
   async takeOver(trajectoryId: string, rolloutId: string, options: { from?: string } = {}): Promise<TakeoverResult> {
     const state = await this.read(trajectoryId);
-    if (!state) throw this.rejections.record(new DataNotFoundError(DataErrorCodes.UNKNOWN_TRAJECTORY, `trajectory ${trajectoryId} is not in the partial pool`));
+    if (!state) throw this.rejections.record(new DataNotFoundError(ErrorCodes.UNKNOWN_TRAJECTORY, `trajectory ${trajectoryId} is not in the partial pool`));
     if (this.options.writer && (await this.options.writer.has(trajectoryId))) {
       // Completed, but the crash came before the partial log was purged: finish that step.
       await this.remove(trajectoryId);
       return { status: 'completed' };
     }
     if (options.from !== undefined && state.owner !== options.from) {
-      throw this.rejections.record(new OwnershipError(DataErrorCodes.NOT_OWNER, `trajectory ${trajectoryId} is owned by ${state.owner}, not ${options.from}`, { details: { id: trajectoryId, owner: state.owner } }));
+      throw this.rejections.record(
+        new OwnershipError(ErrorCodes.NOT_OWNER, `trajectory ${trajectoryId} is owned by ${state.owner}, not ${options.from}`, {
+          details: { id: trajectoryId, owner: state.owner },
+        }),
+      );
     }
     try {
       const seq = await this.publishTakeover(trajectoryId, rolloutId, state);
@@ -221,7 +260,11 @@ export class PartialPool {
       return { status: 'taken', trajectory: t, state: { ...state, owner: rolloutId, state: 'takeover', lastSeq: seq } };
     } catch (err) {
       if (err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE) {
-        throw this.rejections.record(new OwnershipError(DataErrorCodes.NOT_OWNER, `trajectory ${trajectoryId} changed owner while ${rolloutId} was taking it`, { details: { id: trajectoryId } }));
+        throw this.rejections.record(
+          new OwnershipError(ErrorCodes.NOT_OWNER, `trajectory ${trajectoryId} changed owner while ${rolloutId} was taking it`, {
+            details: { id: trajectoryId },
+          }),
+        );
       }
       throw this.rejections.record(new StoreError(`jetstream: ${(err as Error).message}`, err));
     }
@@ -234,7 +277,7 @@ export class PartialPool {
       try {
         out.push(await this.takeOver(s.trajectoryId, toRollout, { from: fromRollout }));
       } catch (err) {
-        if ((err as { code?: string }).code !== DataErrorCodes.NOT_OWNER && (err as { code?: string }).code !== DataErrorCodes.UNKNOWN_TRAJECTORY) throw err;
+        if ((err as { code?: string }).code !== ErrorCodes.NOT_OWNER && (err as { code?: string }).code !== ErrorCodes.UNKNOWN_TRAJECTORY) throw err;
       }
     }
     return out;
@@ -246,8 +289,9 @@ export class PartialPool {
    */
   async complete(t: PartialTrajectory, final: TrajectoryInput): Promise<WriteResult> {
     const writer = this.options.writer;
-    if (!writer) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, 'the partial pool has no experience writer');
-    if (final.id !== t.trajectoryId) throw this.rejections.record(new DataInputError(DataErrorCodes.BAD_TRAJECTORY, `completing ${t.trajectoryId} with a trajectory whose id is ${final.id}`));
+    if (!writer) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'the partial pool has no experience writer');
+    if (final.id !== t.trajectoryId)
+      throw this.rejections.record(new DataInputError(ErrorCodes.BAD_TRAJECTORY, `completing ${t.trajectoryId} with a trajectory whose id is ${final.id}`));
     await t.mark('completing');
     const result = await writer.write(final);
     await this.remove(t.trajectoryId);
@@ -289,7 +333,13 @@ export class PartialPool {
 
   private parseStart(start: PartialStart): PartialStart {
     const parsed = partialStartSchema.safeParse(start);
-    if (!parsed.success) throw this.rejections.record(new DataInputError(DataErrorCodes.BAD_TRAJECTORY, `invalid partial trajectory: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`));
+    if (!parsed.success)
+      throw this.rejections.record(
+        new DataInputError(
+          ErrorCodes.BAD_TRAJECTORY,
+          `invalid partial trajectory: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+        ),
+      );
     return { ...parsed.data, createdAt: parsed.data.createdAt ?? Date.now() };
   }
 
@@ -324,7 +374,15 @@ export class PartialPool {
     return this.publishMessage(this.names.subject(trajectoryId), 'takeover', owner, state.tokens.length, state.lastSeq, state.startSeq);
   }
 
-  private async publishMessage(subject: string, kind: LogKind, owner: string, tokens: number, expectSeq: number, startSeq: number | undefined, start?: PartialStart): Promise<number> {
+  private async publishMessage(
+    subject: string,
+    kind: LogKind,
+    owner: string,
+    tokens: number,
+    expectSeq: number,
+    startSeq: number | undefined,
+    start?: PartialStart,
+  ): Promise<number> {
     const h = headers();
     h.set(OWNER_HEADER, owner);
     h.set(KIND_HEADER, kind);
@@ -339,7 +397,7 @@ export class PartialPool {
     try {
       return await retryTransient(fn);
     } catch (err) {
-      if ((err as { code?: unknown }).code === DataErrorCodes.CORRUPT_RECORD) throw this.rejections.record(err);
+      if ((err as { code?: unknown }).code === ErrorCodes.CORRUPT_RECORD) throw this.rejections.record(err);
       throw this.rejections.record(new StoreError(`jetstream: ${(err as Error).message}`, err));
     }
   }

@@ -1,7 +1,8 @@
 /** The partial-response pool's stream: one log subject per in-flight trajectory, file storage. */
 import { DiscardPolicy, RetentionPolicy, StorageType, type JetStreamManager } from '@nats-io/jetstream';
-import { DataErrorCodes, DataInputError, StoreError } from '../errors.js';
+import { DataInputError, StoreError } from '../errors.js';
 import { checkName, idToken } from '../ids.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface PartialStreamOptions {
   /** Pool name (default 'default'); the stream is LAMINAR_PARTIAL_<name>. */
@@ -32,11 +33,12 @@ export function partialNames(pool = 'default'): PartialNames {
 export async function ensurePartialStream(jsm: JetStreamManager, options: PartialStreamOptions): Promise<PartialNames> {
   const names = partialNames(options.pool);
   const replicas = options.replicas ?? 1;
-  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, `replicas must be 1..5, got ${replicas}`);
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5)
+    throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, `replicas must be 1..5, got ${replicas}`);
   try {
     await jsm.streams.info(names.stream);
   } catch (err) {
-    if (!/stream not found/i.test(String((err as Error).message))) throw new StoreError(`jetstream: ${(err as Error).message}`, err);
+    if (!/stream not found/i.test((err as Error).message)) throw new StoreError(`jetstream: ${(err as Error).message}`, err);
     await jsm.streams
       .add({
         name: names.stream,
@@ -49,7 +51,7 @@ export async function ensurePartialStream(jsm: JetStreamManager, options: Partia
         allow_direct: true,
       })
       .catch((err2: unknown) => {
-        if (!/already in use|already exists/i.test(String((err2 as Error).message))) throw new StoreError(`jetstream: ${(err2 as Error).message}`, err2);
+        if (!/already in use|already exists/i.test((err2 as Error).message)) throw new StoreError(`jetstream: ${(err2 as Error).message}`, err2);
       });
   }
   return names;

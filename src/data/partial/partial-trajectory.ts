@@ -7,9 +7,10 @@
  */
 import { headers } from '@nats-io/transport-node';
 import { JetStreamApiError, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
-import { DataErrorCodes, DataInputError, OwnershipError } from '../errors.js';
+import { DataInputError, OwnershipError } from '../errors.js';
 import { retryTransient } from '../retry.js';
 import { encodeLog, KIND_HEADER, LOG_VERSION, OWNER_HEADER, START_SEQ_HEADER, TOKENS_HEADER, type LogKind, type PartialStart } from './log-codec.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export const WRONG_LAST_SEQUENCE = 10071;
 
@@ -67,7 +68,7 @@ export class PartialTrajectory {
   append(tokens: ArrayLike<number>, logprobs: ArrayLike<number>): void {
     if (this.fenced) throw this.fenced;
     if (tokens.length !== logprobs.length) {
-      throw new DataInputError(DataErrorCodes.BAD_APPEND, `append of ${tokens.length} tokens with ${logprobs.length} logprobs`, { id: this.trajectoryId });
+      throw new DataInputError(ErrorCodes.BAD_APPEND, `append of ${tokens.length} tokens with ${logprobs.length} logprobs`, { id: this.trajectoryId });
     }
     if (tokens.length === 0) return;
     if (this.pendingTokens.length === 0) this.pendingSince = Date.now();
@@ -102,6 +103,7 @@ export class PartialTrajectory {
     try {
       await this.send('delta', tokens, logprobs);
     } catch (err) {
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- send() sets this.fenced while it is awaited; the narrowing from the check above does not survive the await
       if (!this.fenced) {
         // Transient: keep the tokens for the next flush, in order.
         this.pendingTokens = [...tokens, ...this.pendingTokens];
@@ -120,7 +122,14 @@ export class PartialTrajectory {
     h.set(KIND_HEADER, kind);
     h.set(TOKENS_HEADER, String(count));
     h.set(START_SEQ_HEADER, String(this.startSeq));
-    const body = encodeLog({ v: LOG_VERSION, kind, owner: this.owner, offset: this.sentTokens, tokens: tokens && toBytes(tokens), logprobs: logprobs && toBytes(logprobs) });
+    const body = encodeLog({
+      v: LOG_VERSION,
+      kind,
+      owner: this.owner,
+      offset: this.sentTokens,
+      tokens: tokens && toBytes(tokens),
+      logprobs: logprobs && toBytes(logprobs),
+    });
     const subject = this.host.subject(this.trajectoryId);
     try {
       const ack = await retryTransient(() => this.host.js.publish(subject, body, { headers: h, expect: { lastSubjectSequence: this.lastSeq } }));
@@ -129,8 +138,13 @@ export class PartialTrajectory {
       if (!(err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE)) throw err;
       // Our own earlier publish may have been stored although its ack was lost: adopt it.
       const last = await retryTransient(() => this.host.jsm.direct.getMessage(this.host.stream, { last_by_subj: subject }));
-      if (!(last && last.header.get(OWNER_HEADER) === this.owner && last.header.get(KIND_HEADER) === kind && last.header.get(TOKENS_HEADER) === String(count))) {
-        this.fenced = new OwnershipError(DataErrorCodes.NOT_OWNER, `trajectory ${this.trajectoryId} is no longer owned by ${this.owner}`, {
+      if (!(
+        last &&
+        last.header.get(OWNER_HEADER) === this.owner &&
+        last.header.get(KIND_HEADER) === kind &&
+        last.header.get(TOKENS_HEADER) === String(count)
+      )) {
+        this.fenced = new OwnershipError(ErrorCodes.NOT_OWNER, `trajectory ${this.trajectoryId} is no longer owned by ${this.owner}`, {
           details: { id: this.trajectoryId, owner: this.owner, by: last?.header.get(OWNER_HEADER) },
         });
         this.host.onFenced();

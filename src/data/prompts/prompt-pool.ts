@@ -10,7 +10,7 @@
  * fresh prompts, keep the group id and epoch they were issued with, and have their own tokens
  * and leases: they never count towards (or block) an epoch of the fresh prompts.
  *
- * Persistence: run redis-server with `appendonly yes` (see docs/data.md); every key of a pool
+ * Persistence: run redis-server with `appendonly yes` (see docs/components/data.md, "Persistence"); every key of a pool
  * lives in one hash slot (`{pool}`), so the pool also works on Redis Cluster.
  */
 import { createHash } from 'node:crypto';
@@ -19,12 +19,14 @@ import type { Registry } from 'prom-client';
 import { createRegistry } from '../../common/metrics.js';
 import type { Logger } from '../../common/logger.js';
 import { silentLogger } from '../../common/logger.js';
-import { DataErrorCodes, DataInputError, OwnershipError, DataNotFoundError, StoreError } from '../errors.js';
+import { DataInputError, OwnershipError, DataNotFoundError, StoreError } from '../errors.js';
 import { checkName } from '../ids.js';
-import { RejectionCounter, counter, gauge } from '../metrics.js';
+import { counter, gauge } from '../../common/metric-factory.js';
+import { RejectionCounter } from '../metrics.js';
 import { groupIdOf, parseGroupId, validatePrompt, type Prompt } from './prompt.js';
 import { readJsonl, type JsonlItem } from './jsonl.js';
 import * as S from './scripts.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface PromptPoolOptions {
   redis: Redis;
@@ -116,7 +118,7 @@ const REASON = /^[a-z][a-z0-9_]{0,31}$/;
 /** Token of a returned claim: `<entry>:<seq>` (a fresh claim's token is a bare number). */
 const RETURNED_TOKEN = /^(\d+):\d+$/;
 /** A returned claim: flagged, or recognised by its token (a claim that lost its flag in transit). */
-const isReturned = (claim: ClaimRef): boolean => claim.returned === true || RETURNED_TOKEN.test(String(claim.token));
+const isReturned = (claim: ClaimRef): boolean => claim.returned === true || RETURNED_TOKEN.test(claim.token);
 const SHAS = new Map<string, string>();
 /** A returned-samples entry as stored (returned:entries): prompt id, epoch, samples, reason. */
 interface ReturnedEntry {
@@ -148,28 +150,32 @@ export class PromptPool {
     const registry = options.registry ?? createRegistry({ defaultMetrics: false });
     this.rejections = new RejectionCounter(registry, 'prompt-pool');
     this.m = {
-      loaded: counter(registry, 'laminar_prompt_pool_loaded_total', 'Prompts added to the pool', ['pool']),
-      claims: counter(registry, 'laminar_prompt_pool_claims_total', 'Prompts claimed by rollouts', ['pool']),
-      completions: counter(registry, 'laminar_prompt_pool_completions_total', 'Claims completed (exactly once)', ['pool']),
-      returned: counter(registry, 'laminar_prompt_pool_returned_total', 'Claims given back or expired', ['pool', 'reason']),
-      returnedSamples: counter(registry, 'laminar_prompt_pool_returned_samples_total', 'Samples of issued groups sent back for regeneration', ['pool', 'reason']),
-      returnedClaims: counter(
-        registry,
-        'laminar_prompt_pool_returned_claims_total',
-        'Claims of returned samples: claimed, completed, expired, given_back, failover',
-        ['pool', 'event'],
-      ),
-      epoch: gauge(registry, 'laminar_prompt_pool_epoch', 'Current epoch (pass over the dataset)', ['pool']),
+      loaded: counter(registry, { name: 'laminar_prompt_pool_loaded_total', help: 'Prompts added to the pool', labelNames: ['pool'] }),
+      claims: counter(registry, { name: 'laminar_prompt_pool_claims_total', help: 'Prompts claimed by rollouts', labelNames: ['pool'] }),
+      completions: counter(registry, { name: 'laminar_prompt_pool_completions_total', help: 'Claims completed (exactly once)', labelNames: ['pool'] }),
+      returned: counter(registry, { name: 'laminar_prompt_pool_returned_total', help: 'Claims given back or expired', labelNames: ['pool', 'reason'] }),
+      returnedSamples: counter(registry, {
+        name: 'laminar_prompt_pool_returned_samples_total',
+        help: 'Samples of issued groups sent back for regeneration',
+        labelNames: ['pool', 'reason'],
+      }),
+      returnedClaims: counter(registry, {
+        name: 'laminar_prompt_pool_returned_claims_total',
+        help: 'Claims of returned samples: claimed, completed, expired, given_back, failover',
+        labelNames: ['pool', 'event'],
+      }),
+      epoch: gauge(registry, { name: 'laminar_prompt_pool_epoch', help: 'Current epoch (pass over the dataset)', labelNames: ['pool'] }),
     };
-    if (!Number.isInteger(this.defaultN) || this.defaultN < 1) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, 'defaultGroupSize must be an integer >= 1');
-    if (!(this.leaseMs > 0)) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, 'leaseMs must be > 0');
+    if (!Number.isInteger(this.defaultN) || this.defaultN < 1)
+      throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'defaultGroupSize must be an integer >= 1');
+    if (!(this.leaseMs > 0)) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'leaseMs must be > 0');
   }
 
   /** Opens (creating when new) the pool; `epochs` is recorded on first open only. */
   static async open(options: PromptPoolOptions): Promise<PromptPool> {
     const pool = new PromptPool(options);
     const epochs = options.epochs ?? 1;
-    if (!Number.isInteger(epochs) || epochs < 0) throw new DataInputError(DataErrorCodes.BAD_OPTIONS, 'epochs must be an integer >= 0 (0 = unbounded)');
+    if (!Number.isInteger(epochs) || epochs < 0) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'epochs must be an integer >= 0 (0 = unbounded)');
     await pool.call(() => pool.redis.hsetnx(pool.keys[7]!, 'maxEpochs', epochs));
     return pool;
   }
@@ -204,34 +210,36 @@ export class PromptPool {
         if (a === 1) report.loaded++;
         else {
           report.duplicates++;
-          reject(b.line, DataErrorCodes.DUPLICATE_PROMPT, `line ${b.line}: prompt id ${JSON.stringify(b.id)} is already in the pool`);
+          reject(b.line, ErrorCodes.DUPLICATE_PROMPT, `line ${b.line}: prompt id ${JSON.stringify(b.id)} is already in the pool`);
         }
       });
       batch = [];
     };
     for await (const item of items) {
       if ('error' in item) {
-        reject(item.line, DataErrorCodes.BAD_PROMPT, `line ${item.line}: ${item.error}`);
+        reject(item.line, ErrorCodes.BAD_PROMPT, `line ${item.line}: ${item.error}`);
         continue;
       }
       try {
         const { prompt, json } = validatePrompt(item.value, this.defaultN);
         batch.push({ line: item.line, id: prompt.id, json });
       } catch (err) {
-        reject(item.line, DataErrorCodes.BAD_PROMPT, `line ${item.line}: ${(err as Error).message}`);
+        reject(item.line, ErrorCodes.BAD_PROMPT, `line ${item.line}: ${(err as Error).message}`);
         continue;
       }
       if (batch.length >= LOAD_BATCH) await flush();
     }
     await flush();
     this.m.loaded.inc({ pool: this.name }, report.loaded);
-    if (report.rejected.length > 0) this.logger.warn({ rejected: report.rejected.length, first: report.rejected.slice(0, 5) }, 'prompts rejected while loading');
+    if (report.rejected.length > 0)
+      this.logger.warn({ rejected: report.rejected.length, first: report.rejected.slice(0, 5) }, 'prompts rejected while loading');
     return report;
   }
 
   /** Claims up to `count` prompts for `rolloutId` under a lease. Empty when none are pending. */
   async claim(rolloutId: string, count = 1, leaseMs = this.leaseMs): Promise<PromptClaim[]> {
-    if (!Number.isInteger(count) || count < 1) throw this.rejections.record(new DataInputError(DataErrorCodes.BAD_OPTIONS, `claim count must be an integer >= 1, got ${count}`));
+    if (!Number.isInteger(count) || count < 1)
+      throw this.rejections.record(new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, `claim count must be an integer >= 1, got ${count}`));
     const res = (await this.call(() => this.script(S.CLAIM, Math.ceil(leaseMs), rolloutId, count))) as unknown[];
     const [epoch, , expired, returnedExpired, returnedClaimed] = res as [number, number, number, number, number];
     const items = res.slice(5) as Array<[string, number | string, string, number, string?]>;
@@ -239,7 +247,17 @@ export class PromptPool {
       const stored = JSON.parse(json) as { p: unknown; n: number };
       if (i >= returnedClaimed) return { id, payload: stored.p, n: stored.n, token: String(token), epoch, groupId: groupIdOf(id, epoch), deadline };
       const entry = JSON.parse(entryJson!) as ReturnedEntry;
-      return { id, payload: stored.p, n: stored.n, token: String(token), epoch: entry.e, groupId: groupIdOf(id, entry.e), deadline, samples: entry.s, returned: true };
+      return {
+        id,
+        payload: stored.p,
+        n: stored.n,
+        token: String(token),
+        epoch: entry.e,
+        groupId: groupIdOf(id, entry.e),
+        deadline,
+        samples: entry.s,
+        returned: true,
+      };
     });
     this.m.epoch.set({ pool: this.name }, epoch);
     if (expired > 0) this.m.returned.inc({ pool: this.name, reason: 'expired' }, expired);
@@ -266,25 +284,32 @@ export class PromptPool {
    * or repeated sample indices or a bad reason; ERR_GROUP_MISMATCH for an index outside [0, n).
    */
   async returnSamples(request: ReturnSamplesRequest): Promise<void> {
-    const { groupId, samples, reason = 'failover' } = (request ?? {}) as Partial<ReturnSamplesRequest>;
+    // The request comes from JavaScript callers too: every field is checked before it is used.
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- JavaScript callers may pass null or undefined
+    const { groupId, samples, reason = 'failover' } = (request ?? {}) as { groupId?: unknown; samples?: unknown; reason?: unknown };
     const bad = (code: string, message: string, details?: Record<string, unknown>): DataInputError =>
       this.rejections.record(new DataInputError(code, message, { groupId, ...details }));
     const g = typeof groupId === 'string' ? parseGroupId(groupId) : undefined;
     // Only the canonical form that claim() issues: "q1#007" or "q1#1.0" are not groups of this pool.
-    if (!g || groupIdOf(g.promptId, g.epoch) !== groupId) throw bad(DataErrorCodes.UNKNOWN_GROUP, `malformed group id ${JSON.stringify(groupId)} (expected <promptId>#<epoch>)`);
-    if (typeof reason !== 'string' || !REASON.test(reason)) throw bad(DataErrorCodes.BAD_OPTIONS, `reason must match ${REASON}, got ${JSON.stringify(reason)}`);
-    if (!Array.isArray(samples) || samples.length === 0) throw bad(DataErrorCodes.BAD_OPTIONS, 'samples must be a non-empty array of sample indices');
-    for (const i of samples) {
-      if (!Number.isSafeInteger(i)) throw bad(DataErrorCodes.BAD_OPTIONS, `sample index ${JSON.stringify(i)} is not an integer`);
-      if (i < 0) throw bad(DataErrorCodes.GROUP_MISMATCH, `sample index ${i} is outside the group`, { sampleIndex: i });
+    if (!g || groupIdOf(g.promptId, g.epoch) !== groupId)
+      throw bad(ErrorCodes.UNKNOWN_GROUP, `malformed group id ${JSON.stringify(groupId)} (expected <promptId>#<epoch>)`);
+    if (typeof reason !== 'string' || !REASON.test(reason))
+      throw bad(ErrorCodes.BAD_DATA_OPTIONS, `reason must match ${REASON}, got ${JSON.stringify(reason)}`);
+    if (!Array.isArray(samples) || samples.length === 0) throw bad(ErrorCodes.BAD_DATA_OPTIONS, 'samples must be a non-empty array of sample indices');
+    const indices: readonly unknown[] = samples;
+    const sorted: number[] = [];
+    for (const i of indices) {
+      if (typeof i !== 'number' || !Number.isSafeInteger(i)) throw bad(ErrorCodes.BAD_DATA_OPTIONS, `sample index ${JSON.stringify(i)} is not an integer`);
+      if (i < 0) throw bad(ErrorCodes.GROUP_MISMATCH, `sample index ${i} is outside the group`, { sampleIndex: i });
+      sorted.push(i);
     }
-    const sorted = [...samples].sort((a, b) => a - b);
-    if (sorted.some((v, k) => k > 0 && v === sorted[k - 1])) throw bad(DataErrorCodes.BAD_OPTIONS, `sample indices repeat: ${JSON.stringify(samples)}`);
+    sorted.sort((a, b) => a - b);
+    if (sorted.some((v, k) => k > 0 && v === sorted[k - 1])) throw bad(ErrorCodes.BAD_DATA_OPTIONS, `sample indices repeat: ${JSON.stringify(samples)}`);
     const entry: ReturnedEntry = { id: g.promptId, e: g.epoch, s: sorted, r: reason };
     const max = sorted[sorted.length - 1]!;
     const [r, n] = (await this.call(() => this.script(S.RETURN_SAMPLES, g.promptId, g.epoch, max, sorted.length, JSON.stringify(entry)))) as [string, number];
-    if (r === 'unknown') throw bad(DataErrorCodes.UNKNOWN_GROUP, `unknown group id ${JSON.stringify(groupId)}: not issued by prompt pool ${this.name}`);
-    if (r === 'range') throw bad(DataErrorCodes.GROUP_MISMATCH, `sample index ${max} is outside the group of ${n}`, { sampleIndex: max, groupSize: n });
+    if (r === 'unknown') throw bad(ErrorCodes.UNKNOWN_GROUP, `unknown group id ${JSON.stringify(groupId)}: not issued by prompt pool ${this.name}`);
+    if (r === 'range') throw bad(ErrorCodes.GROUP_MISMATCH, `sample index ${max} is outside the group of ${n}`, { sampleIndex: max, groupSize: n });
     this.m.returnedSamples.inc({ pool: this.name, reason }, sorted.length);
     this.logger.info({ groupId, samples: sorted, reason }, 'samples returned for regeneration');
   }
@@ -299,8 +324,12 @@ export class PromptPool {
     const r = (await this.call(() => this.script(S.COMPLETE, claim.id, claim.token, claim.epoch))) as string;
     if (r === 'ok') this.m.completions.inc({ pool: this.name });
     if (r === 'ok' || r === 'duplicate') return r;
-    if (r === 'unknown') throw this.rejections.record(new DataNotFoundError(DataErrorCodes.UNKNOWN_CLAIM, `no claim of prompt ${JSON.stringify(claim.id)} exists`));
-    throw this.rejections.record(new OwnershipError(DataErrorCodes.LEASE_LOST, `the claim of prompt ${JSON.stringify(claim.id)} was given back or taken by another rollout`, { details: { id: claim.id } }));
+    if (r === 'unknown') throw this.rejections.record(new DataNotFoundError(ErrorCodes.UNKNOWN_CLAIM, `no claim of prompt ${JSON.stringify(claim.id)} exists`));
+    throw this.rejections.record(
+      new OwnershipError(ErrorCodes.LEASE_LOST, `the claim of prompt ${JSON.stringify(claim.id)} was given back or taken by another rollout`, {
+        details: { id: claim.id },
+      }),
+    );
   }
 
   private async completeReturned(claim: ClaimRef): Promise<CompleteResult> {
@@ -308,8 +337,18 @@ export class PromptPool {
     const r = (await this.call(() => this.script(S.COMPLETE_RETURNED, entry, claim.token))) as string;
     if (r === 'ok') this.m.returnedClaims.inc({ pool: this.name, event: 'completed' });
     if (r === 'ok' || r === 'duplicate') return r;
-    if (r === 'unknown') throw this.rejections.record(new DataNotFoundError(DataErrorCodes.UNKNOWN_CLAIM, `no returned claim of prompt ${JSON.stringify(claim.id)} with token ${JSON.stringify(claim.token)} exists`));
-    throw this.rejections.record(new OwnershipError(DataErrorCodes.LEASE_LOST, `the returned claim of prompt ${JSON.stringify(claim.id)} was given back or taken by another rollout`, { details: { id: claim.id } }));
+    if (r === 'unknown')
+      throw this.rejections.record(
+        new DataNotFoundError(
+          ErrorCodes.UNKNOWN_CLAIM,
+          `no returned claim of prompt ${JSON.stringify(claim.id)} with token ${JSON.stringify(claim.token)} exists`,
+        ),
+      );
+    throw this.rejections.record(
+      new OwnershipError(ErrorCodes.LEASE_LOST, `the returned claim of prompt ${JSON.stringify(claim.id)} was given back or taken by another rollout`, {
+        details: { id: claim.id },
+      }),
+    );
   }
 
   /** Returns a claim to the pool (the rollout will not finish it); a returned claim goes back to the front of the returned FIFO. */
@@ -318,7 +357,10 @@ export class PromptPool {
     const r = (await this.call(() =>
       returned ? this.script(S.GIVE_BACK_RETURNED, this.entryOf(claim), claim.token) : this.script(S.GIVE_BACK, claim.id, claim.token),
     )) as string;
-    if (r !== 'ok') throw this.rejections.record(new OwnershipError(DataErrorCodes.LEASE_LOST, `the ${returned ? 'returned ' : ''}claim of prompt ${JSON.stringify(claim.id)} is no longer held`));
+    if (r !== 'ok')
+      throw this.rejections.record(
+        new OwnershipError(ErrorCodes.LEASE_LOST, `the ${returned ? 'returned ' : ''}claim of prompt ${JSON.stringify(claim.id)} is no longer held`),
+      );
     if (returned) this.m.returnedClaims.inc({ pool: this.name, event: 'given_back' });
     else this.m.returned.inc({ pool: this.name, reason: 'given_back' });
   }
@@ -339,14 +381,18 @@ export class PromptPool {
         ? this.script(S.EXTEND_RETURNED, this.entryOf(claim), claim.token, Math.ceil(leaseMs))
         : this.script(S.EXTEND, claim.id, claim.token, Math.ceil(leaseMs)),
     )) as number;
-    if (d < 0) throw this.rejections.record(new OwnershipError(DataErrorCodes.LEASE_LOST, `the lease of ${returned ? 'returned ' : ''}prompt ${JSON.stringify(claim.id)} is lost`));
+    if (d < 0)
+      throw this.rejections.record(
+        new OwnershipError(ErrorCodes.LEASE_LOST, `the lease of ${returned ? 'returned ' : ''}prompt ${JSON.stringify(claim.id)} is lost`),
+      );
     return d;
   }
 
   /** Entry id of a returned claim: its token is `<entry>:<seq>`. */
   private entryOf(claim: ClaimRef): string {
-    const m = RETURNED_TOKEN.exec(String(claim.token));
-    if (!m) throw this.rejections.record(new DataNotFoundError(DataErrorCodes.UNKNOWN_CLAIM, `${JSON.stringify(claim.token)} is not the token of a returned claim`));
+    const m = RETURNED_TOKEN.exec(claim.token);
+    if (!m)
+      throw this.rejections.record(new DataNotFoundError(ErrorCodes.UNKNOWN_CLAIM, `${JSON.stringify(claim.token)} is not the token of a returned claim`));
     return m[1]!;
   }
 
@@ -362,9 +408,7 @@ export class PromptPool {
   async progress(): Promise<PoolProgress> {
     const k = (name: (typeof S.KEY_NAMES)[number]): string => this.keys[S.KEY_NAMES.indexOf(name)]!;
     const [k1, k2, k3, k6, k7, k8, k10] = [k('order'), k('pending'), k('leases'), k('done'), k('state'), k('returned'), k('returned:leases')];
-    const r = await this.call(() =>
-      this.redis.multi().hgetall(k7).llen(k1).llen(k2).zcard(k3).scard(k6).llen(k8).zcard(k10).exec(),
-    );
+    const r = await this.call(() => this.redis.multi().hgetall(k7).llen(k1).llen(k2).zcard(k3).scard(k6).llen(k8).zcard(k10).exec());
     const val = (i: number): unknown => r?.[i]?.[1];
     const state = (val(0) ?? {}) as Record<string, string>;
     const num = (k: string): number => Number(state[k] ?? 0);
@@ -399,7 +443,14 @@ export class PromptPool {
       returnedGivenBack: num('returnedGivenBack'),
       returnedDuplicates: num('returnedDuplicates'),
       finished:
-        total > 0 && pending === 0 && leased === 0 && doneThisEpoch >= total && epochs !== 0 && epoch + 1 >= epochs && returnedPending === 0 && returnedLeased === 0,
+        total > 0 &&
+        pending === 0 &&
+        leased === 0 &&
+        doneThisEpoch >= total &&
+        epochs !== 0 &&
+        epoch + 1 >= epochs &&
+        returnedPending === 0 &&
+        returnedLeased === 0,
     };
   }
 
@@ -418,7 +469,7 @@ export class PromptPool {
     try {
       return await this.redis.evalsha(sha, S.KEY_NAMES.length, ...this.keys, ...args);
     } catch (err) {
-      if (!String((err as Error).message).startsWith('NOSCRIPT')) throw err;
+      if (!String((err as { message?: unknown }).message).startsWith('NOSCRIPT')) throw err;
       return this.redis.eval(lua, S.KEY_NAMES.length, ...this.keys, ...args);
     }
   }

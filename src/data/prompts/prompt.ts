@@ -1,7 +1,8 @@
 /** A prompt of the dataset: id, opaque JSON payload and its GRPO group size n. */
 import { z } from 'zod';
-import { DataErrorCodes, DataInputError } from '../errors.js';
+import { DataInputError } from '../errors.js';
 import { MAX_ID_BYTES } from '../ids.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface Prompt {
   id: string;
@@ -24,13 +25,13 @@ export function validatePrompt(input: unknown, defaultN: number): { prompt: Prom
   const parsed = promptSchema.safeParse(input);
   if (!parsed.success) {
     const where = parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
-    throw new DataInputError(DataErrorCodes.BAD_PROMPT, `invalid prompt: ${where}`);
+    throw new DataInputError(ErrorCodes.BAD_PROMPT, `invalid prompt: ${where}`);
   }
   const prompt: Prompt = { id: parsed.data.id, payload: parsed.data.payload, n: parsed.data.n ?? defaultN };
-  if (Buffer.byteLength(prompt.id) > MAX_ID_BYTES) throw new DataInputError(DataErrorCodes.BAD_PROMPT, `prompt id longer than ${MAX_ID_BYTES} bytes`);
+  if (Buffer.byteLength(prompt.id) > MAX_ID_BYTES) throw new DataInputError(ErrorCodes.BAD_PROMPT, `prompt id longer than ${MAX_ID_BYTES} bytes`);
   // What Redis stores: the payload and n (the id is the hash field).
   const json = JSON.stringify({ p: prompt.payload, n: prompt.n });
-  if (json.length > MAX_PROMPT_BYTES) throw new DataInputError(DataErrorCodes.BAD_PROMPT, `prompt ${prompt.id} is larger than ${MAX_PROMPT_BYTES} bytes`);
+  if (json.length > MAX_PROMPT_BYTES) throw new DataInputError(ErrorCodes.BAD_PROMPT, `prompt ${prompt.id} is larger than ${MAX_PROMPT_BYTES} bytes`);
   return { prompt, json };
 }
 

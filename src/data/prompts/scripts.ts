@@ -207,7 +207,6 @@ return deadline`;
 /** Extends the lease of a claimed sample (see extendLease). */
 export const EXTEND = extendLease(6, 4);
 
-
 /**
  * ARGV: promptId, epoch, maxSampleIndex, sampleCount, entryJson -> { 'ok', entryId } |
  * { 'unknown', 0 } | { 'range', n }. Appends returned samples of group <promptId>#<epoch> to the

@@ -34,14 +34,30 @@ export interface RolloutLoad {
 export interface RepackLimits {
   /** KV cache use at which an engine counts as full (C_max). */
   cMax: number;
-  /** The largest decode batch that is still memory-bound (B, from the roofline model). */
+  /**
+   * B: the most trajectories an engine decodes in parallel with only a negligible increase in
+   * step latency, where decode turns from memory-bound to compute-bound (roofline.ts says how to
+   * measure it).
+   */
   rooflineBatch: number;
 }
 
-/** The paper's C_max (99% of the KV cache); B depends on model and hardware, 256 is a placeholder to profile. */
+/**
+ * C_max is the paper's (99% of the KV cache: a rollout at it is full, its waiting requests take
+ * any space that frees up).
+ *
+ * B = 256 is the roofline model's estimate for a dense model with 16-bit weights on the paper's
+ * GPUs (H800; the same for H100 SXM). A decode step reads every weight once (2 bytes) and does 2
+ * FLOPs per weight per running sequence, so its arithmetic intensity is about B FLOP/byte; it
+ * turns compute-bound at the GPU's ridge point, peak FLOP/s over memory bandwidth: 989 TFLOP/s /
+ * 3.35 TB/s ≈ 295 FLOP/byte. 256 is that rounded down to a power of two. It is an upper
+ * estimate: attention reads each sequence's KV cache, which grows with the batch and stays
+ * memory-bound, and kernels fall short of peak, so a measured knee comes earlier, the more so
+ * with long contexts (the paper's Figure 4: a batch of 64 decodes about as fast as one of 8;
+ * the simulated engine models B = 64). Other GPUs, dtypes and parallelism move it: measure B for
+ * the job's engine (roofline.ts) and pass it with `laminar manager --roofline-batch`.
+ */
 export const DEFAULT_REPACK_LIMITS: Readonly<RepackLimits> = Object.freeze({ cMax: 0.99, rooflineBatch: 256 });
-
-export const REPACK_LIMITS_CODE = 'ERR_REPACK_LIMITS';
 
 export interface RepackMove {
   source: string;
@@ -51,10 +67,10 @@ export interface RepackMove {
 export function validateRepackLimits(limits: RepackLimits): void {
   const { cMax, rooflineBatch } = limits;
   if (typeof cMax !== 'number' || !(cMax > 0 && cMax <= 1)) {
-    throw new InvalidInputError(REPACK_LIMITS_CODE, `cMax must be a fraction of the KV cache in (0, 1], got ${String(cMax)}`, { cMax });
+    throw new InvalidInputError(ErrorCodes.REPACK_LIMITS, `cMax must be a fraction of the KV cache in (0, 1], got ${String(cMax)}`, { cMax });
   }
   if (typeof rooflineBatch !== 'number' || !Number.isSafeInteger(rooflineBatch) || rooflineBatch <= 0) {
-    throw new InvalidInputError(REPACK_LIMITS_CODE, `rooflineBatch must be a positive integer, got ${String(rooflineBatch)}`, { rooflineBatch });
+    throw new InvalidInputError(ErrorCodes.REPACK_LIMITS, `rooflineBatch must be a positive integer, got ${String(rooflineBatch)}`, { rooflineBatch });
   }
 }
 
@@ -159,7 +175,10 @@ export function projectLoads(rollouts: readonly RolloutLoad[], plan: readonly Re
       throw new InvalidInputError(ErrorCodes.INVALID_ARG, `repack move ${source} -> ${destination} names an unknown rollout`, { source, destination });
     }
     if (source === destination || sources.has(source) || sources.has(destination) || destinations.has(source)) {
-      throw new InvalidInputError(ErrorCodes.INVALID_ARG, `repack move ${source} -> ${destination} moves a rollout twice or chains moves`, { source, destination });
+      throw new InvalidInputError(ErrorCodes.INVALID_ARG, `repack move ${source} -> ${destination} moves a rollout twice or chains moves`, {
+        source,
+        destination,
+      });
     }
     sources.add(source);
     destinations.add(destination);

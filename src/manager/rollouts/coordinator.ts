@@ -19,10 +19,10 @@ import { randomBytes } from 'node:crypto';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import { ControlError, SCHEMA_VERSION, commandReplySchema, decode, encode, type Command, type CommandReply, type RolloutLoad } from '../../control/schema.js';
-import type { PartialPool, PromptPool } from '../../data/index.js';
-import { PARKED_OWNER } from '../../rollout/ids.js';
+import { PARKED_OWNER, type PartialPool, type PromptPool } from '../../data/index.js';
 import { DEFAULT_REPACK_LIMITS, groupByWeightVersion, planRepack, validateRepackLimits, type RepackLimits } from '../repack/planner.js';
 import type { RolloutCoordinatorMetrics } from './metrics.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 /**
  * A rollout that did not answer a command (nobody subscribed: it is on its way out; or the
@@ -145,7 +145,7 @@ export class RolloutCoordinator {
   suspected(id: string): void {
     this.request(id, { v: SCHEMA_VERSION, t: 'reinitialise', reason: 'missed heartbeats' }).then(
       () => this.options.metrics.reinitialise.inc({ result: 'done' }),
-      (err: Error & { code?: string }) => this.options.metrics.reinitialise.inc({ result: err.code ?? 'failed' }),
+      (err: unknown) => this.options.metrics.reinitialise.inc({ result: (err as { code?: string }).code ?? 'failed' }),
     );
   }
 
@@ -175,7 +175,12 @@ export class RolloutCoordinator {
     this.options.metrics.repackRounds.inc({ trigger });
     const eligible = rollouts.filter(
       (r): r is RolloutView & { load: RolloutLoad & { weightVersion: number } } =>
-        r.health === 'alive' && r.load !== null && r.load.weightVersion !== null && r.load.state === 'generating' && !this.busy.has(r.id) && this.reachable(r.id, now),
+        r.health === 'alive' &&
+        r.load !== null &&
+        r.load.weightVersion !== null &&
+        r.load.state === 'generating' &&
+        !this.busy.has(r.id) &&
+        this.reachable(r.id, now),
     );
     const inputs = eligible.map((r) => ({
       id: r.id,
@@ -234,8 +239,8 @@ export class RolloutCoordinator {
         // The destination could not take them: back to the source, or, failing that, to
         // whichever rollout of the version can (the orphan path).
         this.options.log.warn({ repack, source, destination, err: (err as Error).message }, 'repack destination failed: giving the trajectories back');
-        reply = await this.request(source, { v: SCHEMA_VERSION, t: 'repack-in', repack, from: source, version, trajectories: moved }).catch((e: Error) => {
-          this.options.log.warn({ repack, source, err: e.message }, 'the source cannot take them back either: they go the orphan way');
+        reply = await this.request(source, { v: SCHEMA_VERSION, t: 'repack-in', repack, from: source, version, trajectories: moved }).catch((e: unknown) => {
+          this.options.log.warn({ repack, source, err: (e as Error).message }, 'the source cannot take them back either: they go the orphan way');
           const now = Date.now();
           for (const id of moved) this.orphans.set(id, { trajectoryId: id, from: source, version, since: now, stranded: true });
           return { v: SCHEMA_VERSION, t: 'done', moved: [], taken: 0, completed: 0, lost: 0 } as const;
@@ -280,7 +285,10 @@ export class RolloutCoordinator {
           since: now,
           stranded: false,
         });
-        this.options.log.warn({ trajectory: s.trajectoryId, owner: state.owner, version: state.start.weightVersion, tokens: s.tokens }, 'orphaned trajectory (its rollout is gone)');
+        this.options.log.warn(
+          { trajectory: s.trajectoryId, owner: state.owner, version: state.start.weightVersion, tokens: s.tokens },
+          'orphaned trajectory (its rollout is gone)',
+        );
       }
       this.options.metrics.orphansWaiting.set(this.orphans.size);
     } catch (err) {
@@ -341,7 +349,10 @@ export class RolloutCoordinator {
       this.options.metrics.orphans.inc({ outcome: 'resumed' }, reply.taken);
       this.options.metrics.orphans.inc({ outcome: 'completed' }, reply.completed);
       this.options.metrics.orphans.inc({ outcome: 'lost' }, reply.lost);
-      this.options.log.warn({ from, to: destination.id, version, taken: reply.taken, completed: reply.completed, lost: reply.lost }, 'orphaned trajectories resumed');
+      this.options.log.warn(
+        { from, to: destination.id, version, taken: reply.taken, completed: reply.completed, lost: reply.lost },
+        'orphaned trajectories resumed',
+      );
     } catch (err) {
       this.options.log.warn({ from, to: destination.id, err: (err as Error).message }, 'cannot resume orphans there (retrying)');
     } finally {
@@ -367,12 +378,15 @@ export class RolloutCoordinator {
           const start = result.state.start;
           await prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason: 'failover' });
           this.options.metrics.orphans.inc({ outcome: 'returned' });
-          this.options.log.warn({ trajectory: o.trajectoryId, version: o.version, waitedMs: Date.now() - o.since }, 'no rollout of its weight version: sample returned to the prompt pool');
+          this.options.log.warn(
+            { trajectory: o.trajectoryId, version: o.version, waitedMs: Date.now() - o.since },
+            'no rollout of its weight version: sample returned to the prompt pool',
+          );
         }
         this.orphans.delete(o.trajectoryId);
       } catch (err) {
         const code = (err as { code?: string }).code;
-        if (code === 'ERR_NOT_OWNER' || code === 'ERR_UNKNOWN_TRAJECTORY') {
+        if (code === ErrorCodes.NOT_OWNER || code === ErrorCodes.UNKNOWN_TRAJECTORY) {
           this.options.metrics.orphans.inc({ outcome: 'lost' });
           this.orphans.delete(o.trajectoryId);
         } else {
@@ -407,6 +421,8 @@ export class RolloutCoordinator {
   }
 
   private fireAndForget(id: string, command: Command): void {
-    this.request(id, command).catch((err: Error) => this.options.log.debug({ rollout: id, command: command.t, err: err.message }, 'command not carried out'));
+    this.request(id, command).catch((err: unknown) =>
+      this.options.log.debug({ rollout: id, command: command.t, err: (err as Error).message }, 'command not carried out'),
+    );
   }
 }

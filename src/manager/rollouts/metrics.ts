@@ -1,5 +1,6 @@
-/** The manager's rollout metrics: repack and rollout failover (README: "Manager options and metrics"). */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+/** The manager's rollout metrics: repack and rollout failover (docs/reference/metrics.md, "Rollouts and repack"). */
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { counter, gauge, histogram } from '../../common/metric-factory.js';
 
 export class RolloutCoordinatorMetrics {
   readonly repackRounds: Counter;
@@ -12,24 +13,44 @@ export class RolloutCoordinatorMetrics {
   readonly orphansWaiting: Gauge;
 
   constructor(registry: Registry) {
-    const registers = [registry];
-    this.repackRounds = new Counter({ name: 'laminar_manager_repack_rounds_total', help: 'repack planning rounds, by trigger (interval, version)', labelNames: ['trigger'], registers });
-    this.repackMoves = new Counter({ name: 'laminar_manager_repack_moves_total', help: 'source -> destination moves, by result (done, empty, failed code)', labelNames: ['result'], registers });
-    this.repackTrajectories = new Counter({ name: 'laminar_manager_repack_trajectories_total', help: 'trajectories moved by repack, by outcome (resumed, completed, lost)', labelNames: ['outcome'], registers });
-    this.repackSeconds = new Histogram({
+    this.repackRounds = counter(registry, {
+      name: 'laminar_manager_repack_rounds_total',
+      help: 'repack planning rounds, by trigger (interval, version)',
+      labelNames: ['trigger'],
+    });
+    this.repackMoves = counter(registry, {
+      name: 'laminar_manager_repack_moves_total',
+      help: 'source -> destination moves, by result (done, empty, failed code)',
+      labelNames: ['result'],
+    });
+    this.repackTrajectories = counter(registry, {
+      name: 'laminar_manager_repack_trajectories_total',
+      help: 'trajectories moved by repack, by outcome (resumed, completed, lost)',
+      labelNames: ['outcome'],
+    });
+    this.repackSeconds = histogram(registry, {
       name: 'laminar_manager_repack_seconds',
       help: 'overhead of one move: repack-out sent to the destination resuming',
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10],
-      registers,
     });
-    this.plannerSeconds = new Histogram({ name: 'laminar_manager_repack_planner_seconds', help: 'time to plan one weight-version group', buckets: [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05], registers });
-    this.reinitialise = new Counter({ name: 'laminar_manager_reinitialise_total', help: 'rollouts asked to reinitialise after missed heartbeats, by result', labelNames: ['result'], registers });
-    this.orphans = new Counter({
+    this.plannerSeconds = histogram(registry, {
+      name: 'laminar_manager_repack_planner_seconds',
+      help: 'time to plan one weight-version group',
+      buckets: [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05],
+    });
+    this.reinitialise = counter(registry, {
+      name: 'laminar_manager_reinitialise_total',
+      help: 'rollouts asked to reinitialise after missed heartbeats, by result',
+      labelNames: ['result'],
+    });
+    this.orphans = counter(registry, {
       name: 'laminar_manager_orphans_total',
       help: 'trajectories of dead rollouts, by outcome (resumed on a rollout of the same version, completed already, returned to the prompt pool, lost a race)',
       labelNames: ['outcome'],
-      registers,
     });
-    this.orphansWaiting = new Gauge({ name: 'laminar_manager_orphans_waiting', help: 'orphaned trajectories waiting for a rollout of their weight version', registers });
+    this.orphansWaiting = gauge(registry, {
+      name: 'laminar_manager_orphans_waiting',
+      help: 'orphaned trajectories waiting for a rollout of their weight version',
+    });
   }
 }

@@ -6,6 +6,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { InvalidInputError } from '../../common/errors.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export const NONCE_BYTES = 16;
 const MIN_SECRET_BYTES = 16;
@@ -32,15 +33,15 @@ export function loadSecret(source: { file?: string; value?: string }): Buffer {
     try {
       secret = Buffer.from(readFileSync(source.file, 'utf8').replace(/\r?\n$/, ''), 'utf8');
     } catch (err) {
-      throw new InvalidInputError('ERR_SECRET_UNREADABLE', `cannot read the secret file ${source.file}: ${(err as Error).message}`);
+      throw new InvalidInputError(ErrorCodes.SECRET_UNREADABLE, `cannot read the secret file ${source.file}: ${(err as Error).message}`);
     }
   } else if (source.value !== undefined) {
     secret = Buffer.from(source.value, 'utf8');
   } else {
-    throw new InvalidInputError('ERR_SECRET_REQUIRED', 'relays need the job secret (--secret-file or LAMINAR_SECRET)');
+    throw new InvalidInputError(ErrorCodes.SECRET_REQUIRED, 'relays need the job secret (--secret-file or LAMINAR_SECRET)');
   }
   if (secret.byteLength < MIN_SECRET_BYTES) {
-    throw new InvalidInputError('ERR_SECRET_TOO_SHORT', `the job secret must be at least ${MIN_SECRET_BYTES} bytes`);
+    throw new InvalidInputError(ErrorCodes.SECRET_TOO_SHORT, `the job secret must be at least ${MIN_SECRET_BYTES} bytes`);
   }
   return secret;
 }

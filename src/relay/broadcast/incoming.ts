@@ -11,6 +11,7 @@ import type { IncomingMessage } from '../../ucx/index.js';
 import type { StoredVersion, VersionStore } from '../store.js';
 import type { BroadcastMetrics } from './metrics.js';
 import { VersionSource } from './source.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export type ChunkOutcome = 'verified' | 'duplicate' | 'corrupt' | 'failed';
 
@@ -150,7 +151,11 @@ export class IncomingTransfer extends VersionSource {
     const superseded = (): boolean => this.generation[index] !== generation;
     try {
       const mapping = this.v.mapping!;
-      await lane.run(() => (superseded() ? Promise.resolve(incoming.release()) : incoming.receiveInto(mapping, offset)));
+      await lane.run(() => {
+        if (!superseded()) return incoming.receiveInto(mapping, offset);
+        incoming.release();
+        return Promise.resolve();
+      });
       if (superseded()) return 'duplicate';
       const sum = checksumHex(await mapping.checksumAsync(offset, length));
       this.metrics.chunkBytesReceived.inc(length);
@@ -166,6 +171,7 @@ export class IncomingTransfer extends VersionSource {
     } finally {
       if (!superseded()) this.landingFrom[index] = 0;
     }
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- abandon() may have run during the awaits above; the narrowing from the check at the top does not survive them
     if (this.abandoned || this.verified[index] === 1) return 'duplicate';
     this.verified[index] = 1;
     this.verifiedCount++;
@@ -193,7 +199,7 @@ export class IncomingTransfer extends VersionSource {
   /** Gives up on the version: the partial segment is deleted, waiting senders are told. */
   async abandon(reason: string): Promise<void> {
     if (this.abandoned) return;
-    this.abandoned = new LaminarError('ERR_TRANSFER_ABANDONED', `receiving ${this.v.model} v${this.v.version} was abandoned: ${reason}`);
+    this.abandoned = new LaminarError(ErrorCodes.TRANSFER_ABANDONED, `receiving ${this.v.model} v${this.v.version} was abandoned: ${reason}`);
     for (const list of this.waiters.values()) for (const w of list) w.reject(this.abandoned);
     this.waiters.clear();
     this.rejectDone(this.abandoned);

@@ -13,6 +13,7 @@ import type { Endpoint, IncomingMessage, Payload, UcxWorker } from '../../ucx/in
 import { parseAddress } from '../../ucx/index.js';
 import { checkProof, newNonce, proof } from './auth.js';
 import { PEER_PROTOCOL_VERSION, decodePeerMessage, encodePeerMessage, type PeerMessage } from './messages.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export type PeerRole = 'relay' | 'publisher';
 
@@ -64,7 +65,7 @@ export class PeerLink {
       if (heldUp) this.lastHeard = Math.max(this.lastHeard, now - interval);
       const quiet = now - this.lastHeard;
       if (quiet > silenceMs) {
-        this.endpoint.abort(new LaminarError('ERR_PEER_SILENT', `${this.peerId} sent nothing for ${quiet} ms, not even an answer to a ping`));
+        this.endpoint.abort(new LaminarError(ErrorCodes.PEER_SILENT, `${this.peerId} sent nothing for ${quiet} ms, not even an answer to a ping`));
       } else if (quiet >= interval) {
         void this.send({ t: 'ping' }).catch(() => undefined);
       }
@@ -127,7 +128,7 @@ export class PeerLink {
       this.early.push([message, incoming]);
     } else {
       incoming.release();
-      this.onBadMessage?.('ERR_PEER_FLOOD');
+      this.onBadMessage?.(ErrorCodes.PEER_FLOOD);
     }
   }
 }
@@ -145,11 +146,12 @@ function nextMessage(endpoint: Endpoint): Promise<PeerMessage> {
       try {
         resolve(decodePeerMessage(incoming.header));
       } catch (err) {
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passes on what decodePeerMessage threw, unchanged, as the rejection
         reject(err);
       }
     };
     endpoint.onClose((error) => {
-      reject(error ?? new PeerRefusedError('ERR_PEER_CLOSED', `${endpoint.peer} closed the connection during the handshake`));
+      reject(error ?? new PeerRefusedError(ErrorCodes.PEER_CLOSED, `${endpoint.peer} closed the connection during the handshake`));
     });
   });
   promise.catch(() => undefined);
@@ -206,18 +208,20 @@ export async function connectPeer(worker: UcxWorker, peerId: string | null, addr
 async function connectHandshake(endpoint: Endpoint, peerId: string | null, address: string, options: ConnectOptions): Promise<PeerLink> {
   const myNonce = newNonce();
   const challengeP = nextMessage(endpoint);
-  await endpoint.send(encodePeerMessage({ t: 'hello', p: PEER_PROTOCOL_VERSION, from: options.selfId, role: options.role, nonce: myNonce, epoch: options.epoch }));
+  await endpoint.send(
+    encodePeerMessage({ t: 'hello', p: PEER_PROTOCOL_VERSION, from: options.selfId, role: options.role, nonce: myNonce, epoch: options.epoch }),
+  );
   const challenge = await challengeP;
   if (challenge.t === 'refuse') throw new PeerRefusedError(challenge.code, `${peerId} refused us: ${challenge.message}`);
-  if (challenge.t !== 'challenge') throw new ProtocolError('ERR_PEER_HANDSHAKE', `expected a challenge, got ${challenge.t}`);
+  if (challenge.t !== 'challenge') throw new ProtocolError(ErrorCodes.PEER_HANDSHAKE, `expected a challenge, got ${challenge.t}`);
   if ((peerId !== null && challenge.id !== peerId) || !checkProof(options.secret, 'acceptor', myNonce, challenge.id, challenge.proof)) {
-    throw new PeerRefusedError('ERR_PEER_AUTH', `the relay at ${address} is not ${peerId ?? 'a relay'} of this job (bad proof)`);
+    throw new PeerRefusedError(ErrorCodes.PEER_AUTH, `the relay at ${address} is not ${peerId ?? 'a relay'} of this job (bad proof)`);
   }
   const welcomeP = nextMessage(endpoint);
   await endpoint.send(encodePeerMessage({ t: 'auth', proof: proof(options.secret, 'connector', challenge.nonce, options.selfId) }));
   const welcome = await welcomeP;
   if (welcome.t === 'refuse') throw new PeerRefusedError(welcome.code, `${peerId} refused us: ${welcome.message}`);
-  if (welcome.t !== 'welcome') throw new ProtocolError('ERR_PEER_HANDSHAKE', `expected welcome, got ${welcome.t}`);
+  if (welcome.t !== 'welcome') throw new ProtocolError(ErrorCodes.PEER_HANDSHAKE, `expected welcome, got ${welcome.t}`);
   return new PeerLink(endpoint, challenge.id, 'relay', options.silenceMs);
 }
 
@@ -234,7 +238,7 @@ export interface AcceptOptions {
 
 /** Runs the acceptor side of the handshake on a fresh endpoint, within `timeoutMs` in all. */
 export async function acceptPeer(endpoint: Endpoint, options: AcceptOptions): Promise<PeerLink> {
-  const expired = (): LaminarError => new PeerRefusedError('ERR_PEER_HANDSHAKE', `no handshake from ${endpoint.peer} within ${options.timeoutMs} ms`);
+  const expired = (): LaminarError => new PeerRefusedError(ErrorCodes.PEER_HANDSHAKE, `no handshake from ${endpoint.peer} within ${options.timeoutMs} ms`);
   try {
     return await withinDeadline(endpoint, options.timeoutMs, expired, () => acceptHandshake(endpoint, options));
   } catch (err) {
@@ -252,21 +256,23 @@ async function acceptHandshake(endpoint: Endpoint, options: AcceptOptions): Prom
   try {
     hello = await nextMessage(endpoint);
   } catch (err) {
-    throw err instanceof LaminarError ? err : new PeerRefusedError('ERR_PEER_HANDSHAKE', (err as Error).message);
+    throw err instanceof LaminarError ? err : new PeerRefusedError(ErrorCodes.PEER_HANDSHAKE, (err as Error).message);
   }
-  if (hello.t !== 'hello') return refuse('ERR_PEER_HANDSHAKE', `expected hello, got ${hello.t}`);
-  if (hello.p !== PEER_PROTOCOL_VERSION) return refuse('ERR_PROTOCOL_VERSION', `peer protocol ${hello.p}, this relay speaks ${PEER_PROTOCOL_VERSION}`);
+  if (hello.t !== 'hello') return refuse(ErrorCodes.PEER_HANDSHAKE, `expected hello, got ${hello.t}`);
+  if (hello.p !== PEER_PROTOCOL_VERSION) return refuse(ErrorCodes.PROTOCOL_VERSION, `peer protocol ${hello.p}, this relay speaks ${PEER_PROTOCOL_VERSION}`);
   const myNonce = newNonce();
   const authP = nextMessage(endpoint);
-  await endpoint.send(encodePeerMessage({ t: 'challenge', id: options.selfId, nonce: myNonce, proof: proof(options.secret, 'acceptor', hello.nonce, options.selfId) }));
+  await endpoint.send(
+    encodePeerMessage({ t: 'challenge', id: options.selfId, nonce: myNonce, proof: proof(options.secret, 'acceptor', hello.nonce, options.selfId) }),
+  );
   let auth: PeerMessage;
   try {
     auth = await authP;
   } catch (err) {
-    throw new PeerRefusedError('ERR_PEER_HANDSHAKE', (err as Error).message);
+    throw new PeerRefusedError(ErrorCodes.PEER_HANDSHAKE, (err as Error).message);
   }
   if (auth.t !== 'auth' || !checkProof(options.secret, 'connector', myNonce, hello.from, auth.proof)) {
-    return refuse('ERR_PEER_AUTH', 'authentication failed (wrong job secret?)');
+    return refuse(ErrorCodes.PEER_AUTH, 'authentication failed (wrong job secret?)');
   }
   const refusal = options.admit(hello.from, hello.role, hello.epoch);
   if (refusal !== null) return refuse(refusal[0], refusal[1]);

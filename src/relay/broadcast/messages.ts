@@ -19,17 +19,25 @@
 import { Packr } from 'msgpackr';
 import { z } from 'zod';
 import { ProtocolError } from '../../common/errors.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export const PEER_PROTOCOL_VERSION = 2;
 export const MAX_PEER_HEADER_BYTES = 64 * 1024;
 
-const bytes = z.custom<Uint8Array>((value) => value instanceof Uint8Array, { message: "expected bytes" });
+const bytes = z.custom<Uint8Array>((value) => value instanceof Uint8Array, { message: 'expected bytes' });
 const model = z.string().min(1).max(256);
 const version = z.number().int().nonnegative();
 const index = z.number().int().nonnegative();
 
 export const peerMessageSchema = z.discriminatedUnion('t', [
-  z.object({ t: z.literal('hello'), p: z.number().int(), from: z.string().max(128), role: z.enum(['relay', 'publisher']), nonce: bytes, epoch: z.number().int().nonnegative() }),
+  z.object({
+    t: z.literal('hello'),
+    p: z.number().int(),
+    from: z.string().max(128),
+    role: z.enum(['relay', 'publisher']),
+    nonce: bytes,
+    epoch: z.number().int().nonnegative(),
+  }),
   z.object({ t: z.literal('challenge'), id: z.string().max(128), nonce: bytes, proof: bytes }),
   z.object({ t: z.literal('auth'), proof: bytes }),
   z.object({ t: z.literal('welcome'), epoch: z.number().int().nonnegative() }),
@@ -58,17 +66,17 @@ export function encodePeerMessage(message: PeerMessage): Buffer {
 /** Decodes and validates a header; throws ProtocolError with a stable code on anything else. */
 export function decodePeerMessage(header: Uint8Array): PeerMessage {
   if (header.byteLength === 0 || header.byteLength > MAX_PEER_HEADER_BYTES) {
-    throw new ProtocolError('ERR_PEER_BAD_MESSAGE', `message header of ${header.byteLength} bytes`);
+    throw new ProtocolError(ErrorCodes.PEER_BAD_MESSAGE, `message header of ${header.byteLength} bytes`);
   }
   let raw: unknown;
   try {
     raw = packr.unpack(header);
   } catch (err) {
-    throw new ProtocolError('ERR_PEER_BAD_MESSAGE', `message header is not msgpack: ${(err as Error).message}`);
+    throw new ProtocolError(ErrorCodes.PEER_BAD_MESSAGE, `message header is not msgpack: ${(err as Error).message}`);
   }
   const parsed = peerMessageSchema.safeParse(raw);
   if (!parsed.success) {
-    throw new ProtocolError('ERR_PEER_BAD_MESSAGE', `invalid message: ${parsed.error.issues[0]?.message ?? 'schema'}`);
+    throw new ProtocolError(ErrorCodes.PEER_BAD_MESSAGE, `invalid message: ${parsed.error.issues[0]?.message ?? 'schema'}`);
   }
   return parsed.data;
 }

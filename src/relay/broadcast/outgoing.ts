@@ -139,7 +139,7 @@ export class OutgoingTransfer {
             this.waitingFor = null;
             this.pump();
           },
-          (err: Error) => this.fail(err),
+          (err: unknown) => this.fail(err as Error),
         );
         return;
       }
@@ -163,19 +163,17 @@ export class OutgoingTransfer {
     if (this.inflight === 0) this.lastProgress = Date.now();
     this.inflight++;
     this.sentChunks++;
-    this.link
-      .send({ t: 'chunk', model: this.source.model, version: this.source.version, index }, { source: mapping, offset, length })
-      .then(
-        () => {
-          this.progressed('to take a chunk');
-          this.inflight--;
-          this.options.metrics.chunksSent.inc();
-          this.options.metrics.chunkBytesSent.inc(length);
-          this.options.onChunk?.(this.sentChunks, this.source.layout.chunkCount);
-          this.pump();
-        },
-        (err: Error) => this.fail(err),
-      );
+    this.link.send({ t: 'chunk', model: this.source.model, version: this.source.version, index }, { source: mapping, offset, length }).then(
+      () => {
+        this.progressed('to take a chunk');
+        this.inflight--;
+        this.options.metrics.chunksSent.inc();
+        this.options.metrics.chunkBytesSent.inc(length);
+        this.options.onChunk?.(this.sentChunks, this.source.layout.chunkCount);
+        this.pump();
+      },
+      (err: unknown) => this.fail(err as Error),
+    );
   }
 
   /** The peer moved while we waited on it: its stall clock starts again, after a look at how long it took. */

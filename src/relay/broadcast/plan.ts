@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { InvalidInputError } from '../../common/errors.js';
 import { parseAddress } from '../../ucx/worker.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface ChainMember {
   /** The relay's id (unique in the job). */
@@ -30,7 +31,7 @@ const planSchema = z.object({
 
 export function validateRelayId(id: unknown): string {
   if (typeof id !== 'string' || !RELAY_ID.test(id)) {
-    throw new InvalidInputError('ERR_BAD_RELAY_ID', `a relay id is 1-128 characters of [A-Za-z0-9._:-], got ${JSON.stringify(id)}`);
+    throw new InvalidInputError(ErrorCodes.BAD_RELAY_ID, `a relay id is 1-128 characters of [A-Za-z0-9._:-], got ${JSON.stringify(id)}`);
   }
   return id;
 }
@@ -39,11 +40,11 @@ export function validateRelayId(id: unknown): string {
 export function validatePlan(input: unknown): ChainPlan {
   const parsed = planSchema.safeParse(input);
   if (!parsed.success) {
-    throw new InvalidInputError('ERR_BAD_PLAN', `invalid chain plan: ${parsed.error.issues[0]?.message ?? 'schema'}`);
+    throw new InvalidInputError(ErrorCodes.BAD_PLAN, `invalid chain plan: ${parsed.error.issues[0]?.message ?? 'schema'}`);
   }
   const seen = new Set<string>();
   for (const member of parsed.data.relays) {
-    if (seen.has(member.id)) throw new InvalidInputError('ERR_BAD_PLAN', `relay ${member.id} appears twice in the plan`);
+    if (seen.has(member.id)) throw new InvalidInputError(ErrorCodes.BAD_PLAN, `relay ${member.id} appears twice in the plan`);
     seen.add(member.id);
     parseAddress(member.address);
   }

@@ -5,7 +5,8 @@
 import { LaminarError } from '../../common/errors.js';
 import type { Mapping } from '../../native/index.js';
 import type { VersionLayout } from '../../safetensors/header.js';
-import type { StoredVersion } from '../store.js';
+import type { StoredVersion } from '../store/stored-version.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface ChunkSource {
   readonly model: string;
@@ -36,7 +37,7 @@ export abstract class VersionSource implements ChunkSource {
   }
   /** The error for a version whose segment is no longer mapped. */
   protected gone(): LaminarError {
-    return new LaminarError('ERR_TRANSFER_ABANDONED', `version ${this.v.version} of ${this.v.model} is no longer mapped`);
+    return new LaminarError(ErrorCodes.TRANSFER_ABANDONED, `version ${this.v.version} of ${this.v.model} is no longer mapped`);
   }
   abstract available(index: number): boolean;
   abstract whenAvailable(index: number): Promise<void>;

@@ -36,7 +36,7 @@ export async function writeChunkAligned(
   // (every part but the first does) and covers whole chunks but for the range's end.
   const perJob = Math.max(1, Math.floor(WRITE_JOB_BYTES / grid.chunkSize));
   const jobs: Promise<bigint[]>[] = [];
-  for (let first = 0; first < parts.length; ) {
+  for (let first = 0; first < parts.length;) {
     const count = first === 0 && parts[0]!.length < grid.chunkSize ? 1 : Math.min(perJob, parts.length - first);
     const begin = parts[first]!.offset - offset;
     const last = parts[first + count - 1]!;

@@ -30,7 +30,10 @@ export class FrameConnection {
   onVersionEvent: ((event: VersionEvent) => void) | null = null;
   private readonly closeListeners = new Set<(err: Error) => void>();
 
-  private constructor(private readonly socket: Socket, maxFrameBytes: number) {
+  private constructor(
+    private readonly socket: Socket,
+    maxFrameBytes: number,
+  ) {
     this.decoder = new FrameDecoder(maxFrameBytes);
     socket.on('data', (chunk) => this.onData(chunk));
     socket.on('error', (err) => this.fail(new ClosedError(`relay connection failed: ${err.message}`)));
@@ -79,7 +82,10 @@ export class FrameConnection {
         done();
         reject(new LaminarError(ErrorCodes.ABORTED, `${op} aborted`, { cause: options.signal?.reason }));
       };
-      if (options.signal?.aborted) return onAbort();
+      if (options.signal?.aborted) {
+        onAbort();
+        return;
+      }
       options.signal?.addEventListener('abort', onAbort, { once: true });
       if (options.timeoutMs !== undefined) {
         timer = setTimeout(() => {
@@ -138,7 +144,9 @@ export class FrameConnection {
     if (typeof id !== 'number') {
       // An error about the connection as a whole (bad frame, handshake): fail everything.
       const body = message.error as ErrorBody | undefined;
-      this.fail(body ? new RelayError(body.code, body.message, { details: body.details }) : new ProtocolError(ErrorCodes.BAD_FRAME, 'unexpected message from relay'));
+      this.fail(
+        body ? new RelayError(body.code, body.message, { details: body.details }) : new ProtocolError(ErrorCodes.BAD_FRAME, 'unexpected message from relay'),
+      );
       return;
     }
     const p = this.pending.get(id);

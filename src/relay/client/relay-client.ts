@@ -14,15 +14,14 @@
  * upgrade), the next request connects to the socket again and watches subscribe again. What
  * belonged to the old connection (leases, publications) went with it, as the relay gave it up.
  */
-import type { BroadcastStatus } from '../broadcast/broadcaster.js';
 import type { ChainPlan } from '../broadcast/plan.js';
 import { delay } from '../../common/concurrency.js';
 import { ClosedError, ErrorCodes, LaminarError } from '../../common/errors.js';
 import { Mapping } from '../../native/index.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
-import { defaultSocketPath, DEFAULT_SHM_DIR } from '../options.js';
+import { defaultSocketPath, DEFAULT_SHM_DIR } from '../protocol/defaults.js';
 import { PROTOCOL_VERSION, type AcquireResult, type SegmentDescription, type VersionEvent } from '../protocol/messages.js';
-import type { VersionInfo } from '../store.js';
+import type { BroadcastStatus, VersionInfo } from '../protocol/status.js';
 import { FrameConnection, type RequestOptions } from './connection.js';
 import { Lease } from './lease.js';
 import { Publication, type TensorData } from './publication.js';
@@ -112,11 +111,18 @@ interface SessionOptions {
 async function openSession({ socketPath, name, connectTimeoutMs }: SessionOptions): Promise<Session> {
   const connection = await FrameConnection.connect(socketPath);
   try {
-    const hello = await connection.request<{ relay: string; shmDir: string }>('hello', { protocol: PROTOCOL_VERSION, client: name }, { timeoutMs: connectTimeoutMs });
+    const hello = await connection.request<{ relay: string; shmDir: string }>(
+      'hello',
+      { protocol: PROTOCOL_VERSION, client: name },
+      { timeoutMs: connectTimeoutMs },
+    );
     const session: Session = { connection, relayId: hello.relay, shmDir: hello.shmDir, watchers: new Map(), early: new Map() };
     connection.onVersionEvent = (event) => {
       const watcher = session.watchers.get(event.watch);
-      if (watcher) return watcher(event);
+      if (watcher) {
+        watcher(event);
+        return;
+      }
       const queue = session.early.get(event.watch) ?? [];
       if (queue.length < WATCH_QUEUE_LIMIT) queue.push(event);
       session.early.set(event.watch, queue);
@@ -126,7 +132,8 @@ async function openSession({ socketPath, name, connectTimeoutMs }: SessionOption
     connection.close();
     // A relay that accepts but does not answer (stuck, or still starting) is as unreachable as one
     // that is not there: same code, so that callers and watches wait it out alike.
-    if ((err as LaminarError).code === ErrorCodes.TIMEOUT) throw new ClosedError(`the relay at ${socketPath} did not answer hello within ${connectTimeoutMs} ms`);
+    if ((err as LaminarError).code === ErrorCodes.TIMEOUT)
+      throw new ClosedError(`the relay at ${socketPath} did not answer hello within ${connectTimeoutMs} ms`);
     throw err;
   }
 }
@@ -345,7 +352,8 @@ export class RelayClient implements AsyncDisposable {
     try {
       for (;;) {
         while (queue.length > 0) yield queue.shift()!;
-        if (overflow) throw new LaminarError('ERR_WATCH_OVERFLOW', `more than ${WATCH_QUEUE_LIMIT} version events were not consumed`);
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by the watcher callback above while this generator waits
+        if (overflow) throw new LaminarError(ErrorCodes.WATCH_OVERFLOW, `more than ${WATCH_QUEUE_LIMIT} version events were not consumed`);
         if (stop.aborted || session.connection.closed) return;
         await new Promise<void>((resolve) => {
           wake = resolve;
@@ -383,8 +391,9 @@ export class RelayClient implements AsyncDisposable {
     this.session.connection.close();
   }
 
-  async [Symbol.asyncDispose](): Promise<void> {
+  [Symbol.asyncDispose](): Promise<void> {
     this.close();
+    return Promise.resolve();
   }
 }
 

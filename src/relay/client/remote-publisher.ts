@@ -21,13 +21,14 @@ import { OutgoingTransfer, transferKey } from '../broadcast/outgoing.js';
 import type { ChunkSource } from '../broadcast/source.js';
 import { copyCheckpoint, readCheckpoint } from '../checkpoint.js';
 import { chunkChecksums } from '../chunk-checksums.js';
-import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE } from '../options.js';
+import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE } from '../protocol/defaults.js';
 import { validateModelId, validateVersion } from '../segments.js';
 import { Registry } from 'prom-client';
 import { writeChunkAligned } from './chunk-aligned-write.js';
 import { StagingBuffer } from './staging.js';
 import { asBytes } from './tensor-view.js';
 import type { TensorData } from './publication.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface RemoteOptions {
   /** The master relay's UCX listener, "address:port". */
@@ -98,7 +99,7 @@ export class RemotePublisher {
       if ('model' in message && 'version' in message) this.sessions.get(transferKey(message.model, message.version))?.handle(message);
     });
     this.linkClosed = new Promise<never>((_, reject) =>
-      link.endpoint.onClose((err) => reject(err ?? new LaminarError('ERR_PEER_CLOSED', `${link.peerId} closed the connection`))),
+      link.endpoint.onClose((err) => reject(err ?? new LaminarError(ErrorCodes.PEER_CLOSED, `${link.peerId} closed the connection`))),
     );
     this.linkClosed.catch(() => undefined);
   }
@@ -106,7 +107,10 @@ export class RemotePublisher {
   static async connect(options: RemoteOptions): Promise<RemotePublisher> {
     const secret = Buffer.isBuffer(options.secret)
       ? loadSecret({ value: options.secret.toString('utf8') })
-      : loadSecret({ ...(options.secretFile !== undefined ? { file: options.secretFile } : {}), ...(options.secret !== undefined ? { value: options.secret } : {}) });
+      : loadSecret({
+          ...(options.secretFile !== undefined ? { file: options.secretFile } : {}),
+          ...(options.secret !== undefined ? { value: options.secret } : {}),
+        });
     const worker = new UcxWorker();
     try {
       const link = await connectPeer(worker, options.relayId ?? null, options.address, {
@@ -180,7 +184,7 @@ export class RemotePublisher {
   async push(prepared: PreparedVersion, started = performance.now(), onProgress?: (done: number, total: number) => void): Promise<RemotePublishResult> {
     const { model, version, layout, mapping } = prepared;
     const key = transferKey(model, version);
-    if (this.sessions.has(key)) throw new ConflictError('ERR_PUSH_IN_PROGRESS', `${model} v${version} is being pushed already`);
+    if (this.sessions.has(key)) throw new ConflictError(ErrorCodes.PUSH_IN_PROGRESS, `${model} v${version} is being pushed already`);
     const registration = prepared.kept ? this.keptRegistration(mapping) : this.worker.register(mapping);
     const transferStarted = performance.now();
     const transfer = new OutgoingTransfer(this.link, new LocalSource(model, version, layout, mapping), {
@@ -194,12 +198,12 @@ export class RemotePublisher {
     try {
       const result = await Promise.race([transfer.start(), this.linkClosed]);
       if (result === 'declined') {
-        const reason = transfer.declined ?? { code: 'ERR_DECLINED', message: 'the relay declined the version' };
+        const reason = transfer.declined ?? { code: ErrorCodes.DECLINED, message: 'the relay declined the version' };
         throw new ConflictError(reason.code, `${this.link.peerId} declined ${model} v${version}: ${reason.message}`);
       }
     } finally {
       this.sessions.delete(key);
-      transfer.cancel(new LaminarError('ERR_ABORTED', 'the push ended'));
+      transfer.cancel(new LaminarError(ErrorCodes.ABORTED, 'the push ended'));
       if (!prepared.kept) registration.release();
     }
     const now = performance.now();
@@ -244,7 +248,13 @@ export interface PreparedVersion {
   close(): void;
 }
 
-function planFor(model: string, version: number, specs: { name: string; dtype: Dtype; shape: number[] }[], metadata: Record<string, string>, chunkSize: number): VersionLayout {
+function planFor(
+  model: string,
+  version: number,
+  specs: { name: string; dtype: Dtype; shape: number[] }[],
+  metadata: Record<string, string>,
+  chunkSize: number,
+): VersionLayout {
   return planLayout(
     specs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
     { model: validateModelId(model), version: validateVersion(version), chunkSize, extraMetadata: metadata },
@@ -281,7 +291,10 @@ export async function prepareVersion(request: TensorVersion, chunkSize = DEFAULT
     const entry = layout.tensors[i]!;
     const bytes = asBytes(t.data);
     if (bytes.byteLength !== entry.byteLength) {
-      throw new LaminarError('ERR_BAD_TENSOR', `tensor ${t.name} has ${bytes.byteLength} bytes, ${entry.byteLength} expected for ${t.dtype}[${t.shape.join(',')}]`);
+      throw new LaminarError(
+        ErrorCodes.BAD_TENSOR,
+        `tensor ${t.name} has ${bytes.byteLength} bytes, ${entry.byteLength} expected for ${t.dtype}[${t.shape.join(',')}]`,
+      );
     }
     return bytes;
   });

@@ -8,16 +8,7 @@ import type { TensorInfo } from '../protocol/messages.js';
 export const MAX_VIEW_BYTES = 2 ** 32;
 
 export type TensorArray =
-  | Uint8Array
-  | Int8Array
-  | Int16Array
-  | Uint16Array
-  | Int32Array
-  | Uint32Array
-  | Float32Array
-  | Float64Array
-  | BigInt64Array
-  | BigUint64Array;
+  Uint8Array | Int8Array | Int16Array | Uint16Array | Int32Array | Uint32Array | Float32Array | Float64Array | BigInt64Array | BigUint64Array;
 
 /** The bytes of a tensor given as an ArrayBuffer or a view of one (no copy). */
 export function asBytes(data: ArrayBufferView | ArrayBuffer): Uint8Array {
@@ -40,7 +31,7 @@ export function tensorArray(mapping: Mapping, t: TensorInfo): TensorArray {
   const Ctor = typedArrayFor(t.dtype as Dtype);
   const size = DTYPE_SIZES[t.dtype as Dtype];
   if (t.offset % size !== 0) return bytes; // unaligned: raw bytes only
-  return new Ctor(bytes.buffer as ArrayBuffer, bytes.byteOffset, t.byteLength / size) as TensorArray;
+  return new Ctor(bytes.buffer as ArrayBuffer, bytes.byteOffset, t.byteLength / size);
 }
 
 /** Views of a tensor of any size, in pieces of at most `pieceBytes`. */

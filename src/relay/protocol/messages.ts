@@ -1,6 +1,6 @@
 /**
  * The relay's local protocol: every request, validated with zod before it reaches the store.
- * Version 1. Frames are described in frame.ts; the README lists every operation.
+ * Version 1. Frames are described in frame.ts; docs/reference/protocols.md lists every operation.
  *
  *   client -> relay   { id, op, ...args }                 (first: { id, op: 'hello', protocol })
  *   relay  -> client  { id, ok: true, result }  |  { id, ok: false, error: { code, message, details? } }
@@ -14,7 +14,7 @@ const model = z.string();
 const version = z.number();
 const requestId = z.number().int().nonnegative();
 
-const tensorSpec = z.object({ name: z.unknown(), dtype: z.unknown(), shape: z.unknown() }).passthrough();
+const tensorSpec = z.object({ name: z.unknown(), dtype: z.unknown(), shape: z.unknown() }).loose();
 
 export const requestSchemas = {
   hello: z.object({ protocol: z.number().int(), client: z.string().max(200).optional() }),
@@ -51,7 +51,11 @@ export const requestSchemas = {
     model,
     version: version.optional(),
     atLeast: version.optional(),
-    timeoutMs: z.number().nonnegative().max(24 * 3600 * 1000).optional(),
+    timeoutMs: z
+      .number()
+      .nonnegative()
+      .max(24 * 3600 * 1000)
+      .optional(),
   }),
   release: z.object({ lease: z.number().int() }),
   watch: z.object({ model: model.optional(), replay: z.boolean().optional() }),
@@ -64,7 +68,7 @@ export const requestSchemas = {
 export type Op = keyof typeof requestSchemas;
 export type Request<O extends Op> = z.infer<(typeof requestSchemas)[O]>;
 
-export const envelopeSchema = z.object({ id: requestId, op: z.string().min(1).max(64) }).passthrough();
+export const envelopeSchema = z.object({ id: requestId, op: z.string().min(1).max(64) }).loose();
 
 export function isOp(op: string): op is Op {
   return Object.hasOwn(requestSchemas, op);

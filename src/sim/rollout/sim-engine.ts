@@ -13,10 +13,9 @@
  */
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
+import { delay } from '../../common/concurrency.js';
 import { silentLogger } from '../../common/logger.js';
-import type { EngineLoad, RolloutEngine } from '../../rollout/engine.js';
-import type { RolloutClient } from '../../rollout/rollout-client.js';
-import type { GenerationTask } from '../../rollout/task.js';
+import type { EngineLoad, GenerationTask, RolloutClient, RolloutEngine } from '../../rollout/index.js';
 import { DEFAULT_ENGINE_PROFILE, EngineCore, type EngineProfile, type SimRequest } from '../engine-core.js';
 import { makeRng, sampleOutputLength, samplePromptLength } from '../lengths.js';
 
@@ -91,23 +90,31 @@ export class SimRolloutEngine implements RolloutEngine {
     this.timer = setInterval(() => this.advance(), TICK_MS);
   }
 
-  async stop(tasks: readonly GenerationTask[]): Promise<void> {
+  stop(tasks: readonly GenerationTask[]): Promise<void> {
     // Steps run synchronously inside advance(): between two ticks nothing is half-appended.
-    this.core.remove(tasks.map((t) => t.trajectoryId));
-    for (const t of tasks) this.tasks.delete(t.trajectoryId);
+    // (The executor runs at once; what it throws rejects the promise.)
+    return new Promise((resolve) => {
+      this.core.remove(tasks.map((t) => t.trajectoryId));
+      for (const t of tasks) this.tasks.delete(t.trajectoryId);
+      resolve();
+    });
   }
 
-  async resume(tasks: readonly GenerationTask[]): Promise<void> {
-    for (const t of tasks) {
-      this.tasks.set(t.trajectoryId, t);
-      this.core.submit({
-        id: t.trajectoryId,
-        promptTokens: t.promptTokens.length,
-        targetTokens: Math.max(t.generated + 1, this.outputLength(t.trajectoryId, t.promptTokens.length)),
-        generated: Array.from(t.generatedTokens),
-        logprobs: Array.from(t.generatedLogprobs),
-      });
-    }
+  resume(tasks: readonly GenerationTask[]): Promise<void> {
+    // The executor runs at once; a request submit() refuses rejects the promise.
+    return new Promise((resolve) => {
+      for (const t of tasks) {
+        this.tasks.set(t.trajectoryId, t);
+        this.core.submit({
+          id: t.trajectoryId,
+          promptTokens: t.promptTokens.length,
+          targetTokens: Math.max(t.generated + 1, this.outputLength(t.trajectoryId, t.promptTokens.length)),
+          generated: Array.from(t.generatedTokens),
+          logprobs: Array.from(t.generatedLogprobs),
+        });
+      }
+      resolve();
+    });
   }
 
   async updateWeights(): Promise<void> {
@@ -119,7 +126,7 @@ export class SimRolloutEngine implements RolloutEngine {
     this.paused = true;
     this.core.drain();
     this.tasks.clear();
-    await new Promise((r) => setTimeout(r, (this.options.reinitialiseMs ?? 2000) / this.timeScale));
+    await delay((this.options.reinitialiseMs ?? 2000) / this.timeScale);
     this.core = new EngineCore(this.profile, this.rng);
     this.paused = false;
   }
@@ -139,10 +146,11 @@ export class SimRolloutEngine implements RolloutEngine {
     return out;
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
     this.stopping = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
+    return Promise.resolve();
   }
 
   get owned(): number {
@@ -151,13 +159,17 @@ export class SimRolloutEngine implements RolloutEngine {
 
   private outputLength(trajectoryId: string, promptTokens: number): number {
     const max = Math.min(this.options.outputMax ?? 4096, Math.floor(this.profile.kvCapacityTokens / 8), this.profile.kvCapacityTokens - promptTokens - 1);
-    return sampleOutputLength(makeRng(seedOf(trajectoryId)), { median: this.options.outputMedian ?? 512, p99OverMedian: this.options.p99OverMedian ?? 10, max });
+    return sampleOutputLength(makeRng(seedOf(trajectoryId)), {
+      median: this.options.outputMedian ?? 512,
+      p99OverMedian: this.options.p99OverMedian ?? 10,
+      max,
+    });
   }
 
   /** Runs the engine until simulated time catches up with the scaled wall clock. */
   private advance(): void {
     if (this.stopping || this.paused || !this.client) return;
-    const target = ((performance.now() - this.wallStart) * this.timeScale);
+    const target = (performance.now() - this.wallStart) * this.timeScale;
     if (this.core.idle) {
       this.stats.simSeconds = target / 1e3;
       this.simNow = target;
@@ -170,6 +182,7 @@ export class SimRolloutEngine implements RolloutEngine {
     // control plane (and, in one process, other rollouts). When the machine cannot keep up,
     // simulated time runs slower instead of the loop blocking.
     const budgetEnd = performance.now() + STEP_BUDGET_MS;
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- `idle` is a getter that step() changes; TS keeps the narrowing from the check above
     while (this.simNow < target && !this.core.idle && performance.now() < budgetEnd) {
       const kv = this.core.kvUtilisation;
       const step = this.core.step();
@@ -179,6 +192,7 @@ export class SimRolloutEngine implements RolloutEngine {
       this.stats.kvSeconds += (kv * ms) / 1e3;
       this.deliver(step.tokens, step.finished);
     }
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- `idle` is a getter that step() changes; TS keeps the narrowing from the check above
     if (this.core.idle) this.simNow = Math.max(this.simNow, target);
     const lagMs = (target - this.simNow) / this.timeScale;
     if (lagMs > MAX_LAG_MS) this.wallStart += lagMs;
@@ -222,7 +236,7 @@ export class SimRolloutEngine implements RolloutEngine {
         return;
       } catch (err) {
         this.log.warn({ trajectory: task.trajectoryId, attempt, err: (err as Error).message }, 'completion failed (retrying)');
-        await new Promise((r) => setTimeout(r, Math.min(5000, 200 * 2 ** attempt)));
+        await delay(Math.min(5000, 200 * 2 ** attempt));
       }
     }
   }
@@ -252,7 +266,7 @@ export class SimRolloutEngine implements RolloutEngine {
       }
       const tasks = await client.claim(this.options.batchPrompts ?? 32);
       if (tasks.length === 0) {
-        await new Promise((r) => setTimeout(r, 200));
+        await delay(200);
         return;
       }
       this.stats.batches++;
@@ -260,7 +274,7 @@ export class SimRolloutEngine implements RolloutEngine {
       this.wallStart = performance.now() - this.simNow / this.timeScale;
     } catch (err) {
       this.log.warn({ err: (err as Error).message }, 'refill failed (retrying)');
-      await new Promise((r) => setTimeout(r, 500));
+      await delay(500);
     } finally {
       this.refilling = false;
     }

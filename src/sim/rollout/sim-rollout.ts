@@ -10,7 +10,7 @@ import type { Registry } from 'prom-client';
 import { silentLogger } from '../../common/logger.js';
 import { createRegistry } from '../../common/metrics.js';
 import { ExperienceWriter, PartialPool, PromptPool } from '../../data/index.js';
-import { RolloutClient } from '../../rollout/rollout-client.js';
+import { RolloutClient } from '../../rollout/index.js';
 import { SimRolloutEngine, type SimEngineOptions } from './sim-engine.js';
 
 export interface SimRolloutOptions extends SimEngineOptions {

@@ -6,12 +6,8 @@
  */
 import { ErrorCodes, InvalidInputError } from '../../common/errors.js';
 import { parseBytes, parseDuration } from '../../common/units.js';
-import { bufferNames } from '../../data/experience/stream.js';
-import { fifo, uniform } from '../../data/experience/strategies/basic.js';
-import { wholeGroups } from '../../data/experience/strategies/groups.js';
-import { stalenessBounded } from '../../data/experience/strategies/staleness.js';
-import type { SamplingStrategy } from '../../data/experience/strategies/strategy.js';
-import { validateModelId } from '../../relay/segments.js';
+import { bufferNames, fifo, stalenessBounded, uniform, wholeGroups, type SamplingStrategy } from '../../data/index.js';
+import { validateModelId } from '../../relay/client/index.js';
 
 export const SIM_TRAINER_STRATEGIES = ['fifo', 'groups', 'uniform'] as const;
 export type SimTrainerStrategy = (typeof SIM_TRAINER_STRATEGIES)[number];
@@ -21,7 +17,7 @@ export const SIM_TRAINER_DEFAULTS = Object.freeze({
   size: 64 * 1024 * 1024,
   tensors: 8,
   batchSize: 64,
-  strategy: 'fifo' as SimTrainerStrategy,
+  strategy: 'fifo',
   trainTimeMs: 2000,
   timeScale: 1,
   startVersion: 0,
@@ -124,7 +120,8 @@ function duration(key: string, value: string | number, min: number): number {
   } catch (err) {
     throw new SimTrainerOptionError(flagOf(key), (err as Error).message, value);
   }
-  if (!Number.isFinite(ms) || ms < min) throw new SimTrainerOptionError(flagOf(key), `must be a duration ${min > 0 ? '> 0' : '>= 0'}, got ${JSON.stringify(value)}`, value);
+  if (!Number.isFinite(ms) || ms < min)
+    throw new SimTrainerOptionError(flagOf(key), `must be a duration ${min > 0 ? '> 0' : '>= 0'}, got ${JSON.stringify(value)}`, value);
   return ms;
 }
 
@@ -150,7 +147,11 @@ export function parseSimTrainerOptions(input: SimTrainerOptionsInput = {}): Read
   }
   const perTensor = Math.floor(sizeBytes / SIM_WEIGHT_ELEMENT_BYTES / tensors) * SIM_WEIGHT_ELEMENT_BYTES;
   if (perTensor < SIM_WEIGHT_STAMP_BYTES) {
-    throw new SimTrainerOptionError('size', `${sizeBytes} bytes cannot be split into ${tensors} tensors of at least ${SIM_WEIGHT_STAMP_BYTES} bytes`, input.size);
+    throw new SimTrainerOptionError(
+      'size',
+      `${sizeBytes} bytes cannot be split into ${tensors} tensors of at least ${SIM_WEIGHT_STAMP_BYTES} bytes`,
+      input.size,
+    );
   }
   const buffer = input.buffer ?? d.buffer;
   try {
@@ -186,4 +187,3 @@ export function strategyOf(config: Pick<SimTrainerConfig, 'strategy' | 'maxStale
   const inner = config.strategy === 'groups' ? wholeGroups() : config.strategy === 'uniform' ? uniform() : fifo();
   return config.maxStaleness === null ? inner : stalenessBounded({ maxStaleness: config.maxStaleness, inner });
 }
-

@@ -22,13 +22,12 @@ import { ClosedError, LaminarError, toLaminarError } from '../../common/errors.j
 import { silentLogger, type Logger } from '../../common/logger.js';
 import { createRegistry } from '../../common/metrics.js';
 import { DEFAULT_JOB, connectControl, type ControlOptions } from '../../control/nats-options.js';
-import { DataErrorCodes } from '../../data/errors.js';
-import { ExperienceSampler, type SamplerOptions } from '../../data/experience/sampler.js';
-import type { Batch } from '../../data/experience/batch.js';
-import type { TrainerClientOptions } from '../../trainer/trainer-client.js';
+import { ExperienceSampler, type Batch, type SamplerOptions } from '../../data/index.js';
+import type { TrainerClientOptions } from '../../trainer/index.js';
 import { simTrainerMetrics, type SimTrainerMetrics } from './metrics.js';
 import { SimTrainerOptionError, parseSimTrainerOptions, strategyOf, type SimTrainerConfig, type SimTrainerOptionsInput } from './options.js';
 import { SyntheticWeights, TrainerClientPublisher, type WeightPublishResult, type WeightPublisher } from './weights.js';
+import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface SimTrainerOptions extends SimTrainerOptionsInput {
   /** An open NATS connection (JetStream for the buffer, control plane for TrainerClient); left open. */
@@ -278,11 +277,11 @@ export class SimTrainer {
           wake = undefined;
         }
       },
-      return: async () => {
+      return: () => {
         ended = true;
         queue.length = 0;
         unsubscribe();
-        return { value: undefined, done: true };
+        return Promise.resolve({ value: undefined, done: true });
       },
     };
     return iterator;
@@ -342,7 +341,7 @@ export class SimTrainer {
     if (error !== undefined) this.log.error({ err: summary.error, steps: summary.steps, version: summary.version }, 'simulated trainer failed');
     else this.log.info({ reason: summary.reason, steps: summary.steps, version: summary.version }, 'simulated trainer stopped');
     this.events.emit('stopped', summary);
-    if (error !== undefined) throw summary.error;
+    if (summary.error) throw summary.error;
     return summary;
   }
 
@@ -354,12 +353,15 @@ export class SimTrainer {
     let batch: Batch;
     const waiting = setInterval(() => {
       const stats = this.sampler.stats();
-      this.log.info({ step: n, waitedS: Math.round((performance.now() - sampleStarted) / 1000), items: stats.items, batchSize: this.config.batchSize }, 'waiting for a batch');
+      this.log.info(
+        { step: n, waitedS: Math.round((performance.now() - sampleStarted) / 1000), items: stats.items, batchSize: this.config.batchSize },
+        'waiting for a batch',
+      );
     }, WAITING_LOG_MS);
     try {
       batch = await this.sampler.sample({ signal: this.sampleAbort.signal });
     } catch (err) {
-      if (this.stopReason !== null && (err as LaminarError).code === DataErrorCodes.ABORTED) return undefined;
+      if (this.stopReason !== null && (err as LaminarError).code === ErrorCodes.ABORTED) return undefined;
       throw err;
     } finally {
       clearInterval(waiting);
@@ -397,7 +399,13 @@ export class SimTrainer {
       sampleMs,
       trainMs,
       publishStallMs: published.stallMs,
-      staleness: { p50: percentile(batch.staleness.histogram, 0.5), min: batch.staleness.min, max: batch.staleness.max, mean: batch.staleness.mean, histogram: { ...batch.staleness.histogram } },
+      staleness: {
+        p50: percentile(batch.staleness.histogram, 0.5),
+        min: batch.staleness.min,
+        max: batch.staleness.max,
+        mean: batch.staleness.mean,
+        histogram: { ...batch.staleness.histogram },
+      },
       at: Date.now(),
     };
     this.m.steps.inc();
@@ -433,7 +441,7 @@ export class SimTrainer {
     } finally {
       signal.removeEventListener('abort', onAbort!);
     }
-    const stallMs = Number(result.stallMs);
+    const stallMs = result.stallMs;
     this.currentVersion = version;
     this.m.version.set(version);
     this.m.publishes.inc({ kind });
@@ -458,6 +466,7 @@ export class SimTrainer {
       await attempt('sampler', () => this.sampler.close());
       await attempt('publisher', () => this.publisher.close());
       if (this.ownsConnection) await attempt('NATS connection', () => this.nc.drain());
+      // eslint-disable-next-line @typescript-eslint/only-throw-error -- rethrows the first close() failure exactly as it was thrown (`unknown`, narrowed to `{} | null`)
       if (first !== undefined) throw first;
     })();
     return this.shutdownPromise;

@@ -6,8 +6,8 @@
  * TrainerClient; tests inject their own to count publishes without relays.
  */
 import type { Dtype } from '../../safetensors/dtypes.js';
-import type { TensorData } from '../../relay/client/publication.js';
-import { TrainerClient, type TrainerClientOptions } from '../../trainer/trainer-client.js';
+import type { TensorData } from '../../relay/client/index.js';
+import { TrainerClient, type TrainerClientOptions } from '../../trainer/index.js';
 import { SIM_WEIGHT_ELEMENT_BYTES, SIM_WEIGHT_STAMP_BYTES } from './options.js';
 
 /** One tensor of a version, as TrainerClient.publish takes it. */

@@ -1,7 +1,8 @@
 /**
  * Child laminar daemons for the demo, the chunk-size probe, tests and benchmarks: spawn
  * `laminar <command>`, wait for its ready log line (pino JSON on stderr), keep its recent logs,
- * kill it.
+ * kill it. In services/ (not the demo) because the CLI's chunk-size probe needs it too, and a
+ * CLI command must not depend on the demo.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Readable } from 'node:stream';

@@ -1,0 +1,92 @@
+/**
+ * The broadcast bench's machine resources: the multi-host testbed (scripts/testbed.sh: one
+ * network namespace per host, each host's egress shaped with tc), huge-page tmpfs mounts,
+ * temporary directories and child processes, all released on any exit (signal handlers
+ * included), and running a command inside a host's namespace. Apart from the measurements so
+ * that every part of the bench starts its processes the same way and nothing outlives the run.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { totalmem } from 'node:os';
+import { fileURLToPath } from 'node:url';
+
+export const TESTBED = fileURLToPath(new URL('../../../scripts/testbed.sh', import.meta.url));
+
+export class Resources {
+  readonly children = new Set<ChildProcess>();
+  readonly dirs = new Set<string>();
+  readonly beds = new Set<string>();
+  readonly mounts = new Set<string>();
+
+  /** Synchronous, so that signal and exit handlers can use it. */
+  releaseAll(): void {
+    for (const child of this.children) {
+      if (child.exitCode === null && child.signalCode === null) {
+        try {
+          child.kill('SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+    }
+    this.children.clear();
+    for (const dir of this.dirs) rmSync(dir, { recursive: true, force: true });
+    this.dirs.clear();
+    for (const bed of this.beds) spawnSync('bash', [TESTBED, 'down', bed], { stdio: 'ignore' });
+    this.beds.clear();
+    for (const mount of this.mounts) {
+      spawnSync('umount', ['-l', mount], { stdio: 'ignore' });
+      rmSync(mount, { recursive: true, force: true });
+    }
+    this.mounts.clear();
+  }
+
+  /**
+   * A tmpfs with 2 MiB pages where the file fits them (huge=within_size), as docs/operations/deploy.md recommends
+   * for the relays' shm directory; null when the kernel or the machine refuses the mount.
+   */
+  hugeTmpfs(): string | null {
+    const dir = mkdtempSync('/tmp/laminar-bench-huge-');
+    const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${totalmem()},huge=within_size,mode=0755`, 'tmpfs', dir], { encoding: 'utf8' });
+    if (mounted.status !== 0) {
+      rmSync(dir, { recursive: true, force: true });
+      return null;
+    }
+    this.mounts.add(dir);
+    return dir;
+  }
+
+  spawn(command: string, args: string[], env: NodeJS.ProcessEnv, stdio: 'pipe' | 'ignore' = 'pipe'): ChildProcess {
+    const child = spawn(command, args, { env, stdio: ['ignore', stdio, stdio] });
+    this.children.add(child);
+    child.once('exit', () => this.children.delete(child));
+    child.once('error', () => this.children.delete(child));
+    return child;
+  }
+
+  tempDir(prefix: string): string {
+    const dir = mkdtempSync(prefix);
+    this.dirs.add(dir);
+    return dir;
+  }
+}
+
+/** The command line of `command` run in network namespace `ns` (or here when ns is null). */
+export function inNamespace(ns: string | null, command: string, args: string[]): [string, string[]] {
+  return ns === null ? [command, args] : ['ip', ['netns', 'exec', ns, command, ...args]];
+}
+
+export function ucxEnv(): NodeJS.ProcessEnv {
+  return { ...process.env, UCX_TLS: 'tcp' };
+}
+
+export function exited(child: ChildProcess, timeoutMs: number): Promise<boolean> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), timeoutMs);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+}

@@ -1,0 +1,26 @@
+// ESLint for the TypeScript: typescript-eslint's strict, type-checked rules (with the project's
+// tsconfig), in `npm run lint` and therefore in `npm test`. Formatting is Prettier's job, not
+// ESLint's. Rules turned off or relaxed below say why.
+import eslint from '@eslint/js';
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['dist/', 'build/', 'node_modules/', 'docs/examples/', 'scripts/', 'eslint.config.js'] },
+  eslint.configs.recommended,
+  ...tseslint.configs.strictTypeChecked,
+  {
+    languageOptions: {
+      parserOptions: { project: ['./test/tsconfig.json'], tsconfigRootDir: import.meta.dirname },
+    },
+    rules: {
+      // noUncheckedIndexedAccess types every indexed read as possibly undefined; `!` marks the
+      // reads whose index the code has already bounded (loops over a length, parsed fixed layouts).
+      '@typescript-eslint/no-non-null-assertion': 'off',
+      // Numbers and booleans in messages are what logs and errors are made of.
+      '@typescript-eslint/restrict-template-expressions': ['error', { allowNumber: true, allowBoolean: true }],
+      // `() => void f()` and `(x) => set.add(x)` shorthands are clear; only a void value used as
+      // one is confusing.
+      '@typescript-eslint/no-confusing-void-expression': ['error', { ignoreArrowShorthand: true, ignoreVoidOperator: true }],
+    },
+  },
+);

@@ -1,0 +1,193 @@
+/**
+ * The one catalogue of laminar's error codes. Every `LaminarError` thrown by TypeScript carries a
+ * code from here (`ErrorCodes.X`); the native addon's codes are here too, and so are the codes
+ * peers and clients send on the wire. Two other families of codes pass through unchanged and are
+ * not listed one by one: errno names from libuv's table (`ENOSPC`, `ELOOP`, ...) on failed
+ * syscalls, and UCX status names (`UCS_ERR_CONNECTION_RESET`, ...) on failed UCX calls.
+ *
+ * Codes are stable: once released a code keeps its meaning; a new condition gets a new code.
+ * `docs/reference/errors.md` is generated from this file (`node scripts/error-reference.mjs`),
+ * and `test/unit/error-catalogue.test.ts` fails on an `'ERR_…'` literal anywhere else in src/,
+ * bench/ or native/ and on a code used by a test that is not listed here.
+ */
+
+/** Where a code comes from; the reference page groups codes by it. */
+export type ErrorArea =
+  'general' | 'relay protocol' | 'weights' | 'relay daemon' | 'broadcast' | 'native' | 'control plane' | 'manager' | 'rollout' | 'data' | 'services';
+
+interface Entry<C extends string> {
+  readonly code: C;
+  readonly area: ErrorArea;
+  readonly meaning: string;
+}
+
+function entry<const C extends string>(code: C, area: ErrorArea, meaning: string): Entry<C> {
+  return { code, area, meaning };
+}
+
+export const ERROR_CATALOGUE = {
+  // General
+  INVALID_ARG: entry(
+    'ERR_INVALID_ARG',
+    'general',
+    'An option, flag or argument has a value that is not allowed (CLI flags, API options, native call arguments).',
+  ),
+  TIMEOUT: entry('ERR_TIMEOUT', 'general', 'An operation did not finish within its deadline.'),
+  CLOSED: entry('ERR_CLOSED', 'general', 'The object or connection was closed, or the peer went away, before or while the operation ran.'),
+  ABORTED: entry('ERR_ABORTED', 'general', "The caller's AbortSignal ended the operation (or Ctrl-C ended a command)."),
+  INTERNAL: entry(
+    'ERR_INTERNAL',
+    'general',
+    'A failure with no code of its own (a bug, or an error from a library that carries none); the original error is the `cause`.',
+  ),
+
+  // The relay's local protocol (unix socket, msgpack frames)
+  BAD_FRAME: entry('ERR_BAD_FRAME', 'relay protocol', 'A frame of the local protocol cannot be decoded (bad length prefix or msgpack).'),
+  FRAME_TOO_LARGE: entry('ERR_FRAME_TOO_LARGE', 'relay protocol', 'A frame is larger than the relay accepts (`--max-frame-bytes`).'),
+  BAD_REQUEST: entry('ERR_BAD_REQUEST', 'relay protocol', "A request's arguments do not satisfy the operation's schema."),
+  UNKNOWN_OP: entry('ERR_UNKNOWN_OP', 'relay protocol', 'A request names an operation the relay does not have.'),
+  PROTOCOL_VERSION: entry('ERR_PROTOCOL_VERSION', 'relay protocol', 'The client (or a peer relay) speaks a protocol version this relay does not.'),
+  HANDSHAKE_REQUIRED: entry('ERR_HANDSHAKE_REQUIRED', 'relay protocol', 'The first request on a connection was not `hello`.'),
+  WATCH_OVERFLOW: entry('ERR_WATCH_OVERFLOW', 'relay protocol', 'A `watch` consumer fell so far behind that its queue of version events overflowed.'),
+
+  // Weight versions: tensors, safetensors layout, versions held by a relay
+  BAD_TENSOR: entry('ERR_BAD_TENSOR', 'weights', 'A tensor spec is invalid (name, size, data length not matching dtype and shape).'),
+  BAD_DTYPE: entry('ERR_BAD_DTYPE', 'weights', 'A tensor names a dtype safetensors does not define.'),
+  BAD_SHAPE: entry('ERR_BAD_SHAPE', 'weights', 'A tensor shape is not a list of non-negative integers within the rank limit.'),
+  DUPLICATE_TENSOR: entry('ERR_DUPLICATE_TENSOR', 'weights', 'Two tensors of one version have the same name.'),
+  BAD_MODEL_ID: entry('ERR_BAD_MODEL_ID', 'weights', 'A model id is empty, too long or has characters a segment name cannot carry.'),
+  BAD_VERSION: entry('ERR_BAD_VERSION', 'weights', 'A version number is not a non-negative safe integer.'),
+  BAD_SEGMENT_NAME: entry('ERR_BAD_SEGMENT_NAME', 'weights', 'A segment file name is not one the relay makes (`<model>.v<N>.safetensors`).'),
+  BAD_SAFETENSORS: entry(
+    'ERR_BAD_SAFETENSORS',
+    'weights',
+    'A file or segment is not a valid safetensors file (header length, JSON, offsets, laminar metadata).',
+  ),
+  UNKNOWN_MODEL: entry('ERR_UNKNOWN_MODEL', 'weights', 'The relay holds no version of this model.'),
+  UNKNOWN_VERSION: entry('ERR_UNKNOWN_VERSION', 'weights', 'The relay does not hold this version (never had it, or it was dropped).'),
+  UNKNOWN_LEASE: entry('ERR_UNKNOWN_LEASE', 'weights', 'A release names a lease this connection does not hold.'),
+  UNKNOWN_TENSOR: entry('ERR_UNKNOWN_TENSOR', 'weights', 'A lease or publication has no tensor of this name.'),
+  VERSION_EXISTS: entry('ERR_VERSION_EXISTS', 'weights', 'The relay already holds or is receiving this version.'),
+  VERSION_STALE: entry('ERR_VERSION_STALE', 'weights', 'The version is older than what the relay keeps (a newer one of the model is complete).'),
+  NOT_WRITING: entry('ERR_NOT_WRITING', 'weights', 'The version or publication is not open for writing (committed, aborted or finished).'),
+  NOT_OWNER: entry(
+    'ERR_NOT_OWNER',
+    'weights',
+    'The caller does not own the item: another connection began the publication, or another rollout took the trajectory over.',
+  ),
+  INCOMPLETE: entry('ERR_INCOMPLETE', 'weights', 'A commit came before every tensor was written.'),
+  CHECKSUM_MISMATCH: entry('ERR_CHECKSUM_MISMATCH', 'weights', "The bytes read back do not match the writer's or the sender's checksums."),
+
+  // The relay daemon
+  MEMORY_BUDGET: entry('ERR_MEMORY_BUDGET', 'relay daemon', "A version does not fit the relay's `--memory-budget` even after dropping what may be dropped."),
+  SHM_FULL: entry('ERR_SHM_FULL', 'relay daemon', 'The shared-memory file system has no room for the segment (ENOSPC).'),
+  SHM_DIR_IN_USE: entry('ERR_SHM_DIR_IN_USE', 'relay daemon', 'Another live relay holds the lock on this `--shm-dir`.'),
+  SOCKET_IN_USE: entry('ERR_SOCKET_IN_USE', 'relay daemon', 'Another relay is listening on this unix socket.'),
+  NO_BROADCAST: entry('ERR_NO_BROADCAST', 'relay daemon', 'A broadcast operation was asked of a relay started without `--listen` or `--peers`.'),
+
+  // The broadcast between relays (peer protocol over UCX)
+  BAD_PLAN: entry('ERR_BAD_PLAN', 'broadcast', 'A chain plan is malformed (epoch, relay list, addresses).'),
+  BAD_RELAY_ID: entry('ERR_BAD_RELAY_ID', 'broadcast', 'A relay id is not a valid member id.'),
+  BAD_ADDRESS: entry('ERR_BAD_ADDRESS', 'broadcast', 'An `address:port` cannot be parsed, or names no numeric IP address.'),
+  ADDRESS_NOT_UP: entry('ERR_ADDRESS_NOT_UP', 'broadcast', 'The address to listen on is not on any interface that is up.'),
+  NOT_IN_PLAN: entry('ERR_NOT_IN_PLAN', 'broadcast', 'A peer that is not in the current chain plan tried to connect.'),
+  STALE_EPOCH: entry('ERR_STALE_EPOCH', 'broadcast', 'A plan, report or command names an epoch older than the current one.'),
+  PEER_AUTH: entry('ERR_PEER_AUTH', 'broadcast', 'A peer failed the challenge of the job secret (wrong secret, or not this job).'),
+  PEER_HANDSHAKE: entry('ERR_PEER_HANDSHAKE', 'broadcast', 'The peer handshake went wrong (an unexpected message, or none in time).'),
+  PEER_BAD_MESSAGE: entry('ERR_PEER_BAD_MESSAGE', 'broadcast', 'A peer message cannot be decoded or fails its schema.'),
+  PEER_BAD_OFFER: entry('ERR_PEER_BAD_OFFER', 'broadcast', "A version offer's header does not match its announced sizes."),
+  PEER_UNEXPECTED: entry('ERR_PEER_UNEXPECTED', 'broadcast', 'A peer sent a message that has no place in the current exchange.'),
+  PEER_FLOOD: entry('ERR_PEER_FLOOD', 'broadcast', 'A peer sent more messages than the link allows in flight.'),
+  PEER_STRAY: entry('ERR_PEER_STRAY', 'broadcast', 'A message arrived on an endpoint that belongs to no link (counted, then dropped).'),
+  PEER_SILENT: entry('ERR_PEER_SILENT', 'broadcast', 'A peer did not answer a ping within `--peer-timeout`.'),
+  PEER_CLOSED: entry('ERR_PEER_CLOSED', 'broadcast', 'The link to the peer closed.'),
+  UNKNOWN_TRANSFER: entry('ERR_UNKNOWN_TRANSFER', 'broadcast', 'A chunk arrived for a version that was not offered on this link.'),
+  CHUNK_OUT_OF_RANGE: entry('ERR_CHUNK_OUT_OF_RANGE', 'broadcast', "A chunk's index is outside the version's chunk grid."),
+  CHUNK_LENGTH: entry('ERR_CHUNK_LENGTH', 'broadcast', 'A chunk carries a different number of bytes than its place in the grid.'),
+  BUSY: entry('ERR_BUSY', 'broadcast', 'The receiving relay declined a version for now (it is receiving another one); the sender retries.'),
+  DECLINED: entry('ERR_DECLINED', 'broadcast', 'The master declined a pushed version without saying why.'),
+  RETARGETED: entry('ERR_RETARGETED', 'broadcast', 'A new plan gave this relay another successor; transfers to the old one end.'),
+  SUPERSEDED: entry('ERR_SUPERSEDED', 'broadcast', 'A newer version of the model replaced the one being sent.'),
+  TRANSFER_ABANDONED: entry('ERR_TRANSFER_ABANDONED', 'broadcast', 'The version being sent or received was dropped locally; its transfer ends.'),
+  RELAY_STOPPING: entry('ERR_RELAY_STOPPING', 'broadcast', 'The relay is shutting down and takes no new transfers.'),
+  PUSH_IN_PROGRESS: entry('ERR_PUSH_IN_PROGRESS', 'broadcast', 'This publisher is already pushing the same model and version.'),
+  SECRET_REQUIRED: entry('ERR_SECRET_REQUIRED', 'broadcast', 'A relay with peers, or a pusher, was started without a job secret.'),
+  SECRET_TOO_SHORT: entry('ERR_SECRET_TOO_SHORT', 'broadcast', 'The job secret is shorter than 32 characters.'),
+  SECRET_UNREADABLE: entry('ERR_SECRET_UNREADABLE', 'broadcast', 'The `--secret-file` cannot be read.'),
+
+  // The native addon
+  NATIVE_MISSING: entry('ERR_NATIVE_MISSING', 'native', 'The native addon is not built (run `bash scripts/bootstrap.sh` or `npm rebuild laminar`).'),
+  OUT_OF_RANGE: entry('ERR_OUT_OF_RANGE', 'native', 'An offset and length reach past the end of the mapping or payload.'),
+  READ_ONLY: entry('ERR_READ_ONLY', 'native', 'A write into a mapping opened read-only.'),
+  MAPPING_CLOSED: entry('ERR_MAPPING_CLOSED', 'native', 'The mapping was closed.'),
+  EMPTY_SEGMENT: entry('ERR_EMPTY_SEGMENT', 'native', 'A file of length 0 cannot be mapped.'),
+  UCX_CLOSED: entry('ERR_UCX_CLOSED', 'native', 'The UCX worker was closed.'),
+  UCX_NO_ENDPOINT: entry('ERR_UCX_NO_ENDPOINT', 'native', 'The UCX endpoint is closed or unknown.'),
+  UCX_NO_DESCRIPTOR: entry('ERR_UCX_NO_DESCRIPTOR', 'native', 'A received payload was already taken or released.'),
+  UCX_UNREGISTERED: entry('ERR_UCX_UNREGISTERED', 'native', 'A memory registration was released before it completed.'),
+  UCX_PAYLOAD_DROPPED: entry('ERR_UCX_PAYLOAD_DROPPED', 'native', 'An inline UCX payload was dropped before it was read.'),
+  UCX_PAYLOAD_TAKEN: entry('ERR_UCX_PAYLOAD_TAKEN', 'native', "A message's payload was read or received once already."),
+
+  // The control plane (NATS subjects and KV)
+  CONTROL_DECODE: entry('ERR_CONTROL_DECODE', 'control plane', 'A control message is not valid msgpack.'),
+  CONTROL_SCHEMA: entry('ERR_CONTROL_SCHEMA', 'control plane', 'A control message fails its schema.'),
+  CONTROL_SCHEMA_VERSION: entry('ERR_CONTROL_SCHEMA_VERSION', 'control plane', 'A control message has a schema version this process does not speak.'),
+  ID_TAKEN: entry('ERR_ID_TAKEN', 'control plane', 'Another live member of another host registered under this id.'),
+  UNKNOWN_MEMBER: entry('ERR_UNKNOWN_MEMBER', 'control plane', 'A heartbeat, report or command names a member the manager does not know.'),
+  NO_MANAGER: entry('ERR_NO_MANAGER', 'control plane', 'No manager answered (none running, or not leading yet).'),
+  NO_MASTER: entry('ERR_NO_MASTER', 'control plane', 'No master relay was elected within the wait.'),
+
+  // The manager
+  REPACK_LIMITS: entry(
+    'ERR_REPACK_LIMITS',
+    'manager',
+    "The repack planner's limits are invalid (C_max outside (0, 1], roofline batch not a positive integer).",
+  ),
+
+  // The rollout SDK
+  VERSION_MISMATCH: entry('ERR_VERSION_MISMATCH', 'rollout', "A repack or resume names another weight version than the rollout's."),
+  NO_WEIGHTS: entry('ERR_NO_WEIGHTS', 'rollout', 'The rollout has no weight version yet.'),
+  ROLLOUT_BUSY: entry('ERR_ROLLOUT_BUSY', 'rollout', 'The rollout is carrying out another command.'),
+
+  // The data module (prompt pool, partial-response pool, experience buffer)
+  BAD_TRAJECTORY: entry('ERR_BAD_TRAJECTORY', 'data', 'A trajectory does not satisfy its schema.'),
+  LENGTH_MISMATCH: entry('ERR_LENGTH_MISMATCH', 'data', 'Token, logprob and length fields of a trajectory disagree.'),
+  NEGATIVE_LENGTH: entry('ERR_NEGATIVE_LENGTH', 'data', 'A prompt or response length is negative.'),
+  FUTURE_VERSION: entry('ERR_FUTURE_VERSION', 'data', 'A trajectory claims a weight version newer than any published.'),
+  PAYLOAD_TOO_LARGE: entry('ERR_PAYLOAD_TOO_LARGE', 'data', 'A trajectory or prompt is larger than the configured limit.'),
+  UNKNOWN_GROUP: entry('ERR_UNKNOWN_GROUP', 'data', 'A group id is malformed or names no claimed prompt.'),
+  GROUP_MISMATCH: entry('ERR_GROUP_MISMATCH', 'data', "A trajectory's sample index or group size does not fit its group."),
+  BUFFER_FULL: entry('ERR_BUFFER_FULL', 'data', 'The experience buffer is at its limit and the writer may not evict.'),
+  BAD_PROMPT: entry('ERR_BAD_PROMPT', 'data', 'A prompt does not satisfy its schema.'),
+  DUPLICATE_PROMPT: entry('ERR_DUPLICATE_PROMPT', 'data', 'A prompt id is loaded twice.'),
+  LEASE_LOST: entry('ERR_LEASE_LOST', 'data', 'The prompt claim expired, or the prompt was given back or claimed again by someone else.'),
+  UNKNOWN_CLAIM: entry('ERR_UNKNOWN_CLAIM', 'data', 'No such claim of the prompt exists.'),
+  BATCH_IMPOSSIBLE: entry(
+    'ERR_BATCH_IMPOSSIBLE',
+    'data',
+    'The requested batch can never be assembled (larger than the buffer can hold, or than the strategy allows).',
+  ),
+  BAD_DATA_OPTIONS: entry('ERR_BAD_DATA_OPTIONS', 'data', 'Options of a pool, writer or sampler are invalid.'),
+  CORRUPT_RECORD: entry('ERR_CORRUPT_RECORD', 'data', 'A stored record or log cannot be decoded (skipped and counted, never fatal).'),
+  RECORD_MISSING: entry('ERR_RECORD_MISSING', 'data', 'A record the index names is no longer in the stream (counted, skipped).'),
+  TRAJECTORY_EXISTS: entry('ERR_TRAJECTORY_EXISTS', 'data', 'A trajectory id is already in the partial pool.'),
+  UNKNOWN_TRAJECTORY: entry('ERR_UNKNOWN_TRAJECTORY', 'data', 'The partial pool has no trajectory of this id.'),
+  BAD_APPEND: entry('ERR_BAD_APPEND', 'data', 'An append has different numbers of tokens and logprobs.'),
+  STORE: entry('ERR_STORE', 'data', 'Redis or JetStream failed underneath; the original error is the `cause`.'),
+
+  // The embedded servers (tests, benches, the demo)
+  SERVICE_BINARY_MISSING: entry('ERR_SERVICE_BINARY_MISSING', 'services', 'nats-server or redis-server is not installed (run `bash scripts/bootstrap.sh`).'),
+  SERVICE_START_FAILED: entry('ERR_SERVICE_START_FAILED', 'services', 'The server exited or did not accept connections in time.'),
+  SERVICE_STOPPED: entry('ERR_SERVICE_STOPPED', 'services', 'An operation on a server that was stopped for good.'),
+} as const;
+
+type Catalogue = typeof ERROR_CATALOGUE;
+export type ErrorCodeName = keyof Catalogue;
+
+/** `ErrorCodes.X` is the code string of catalogue entry X: what code is compared and thrown with. */
+export const ErrorCodes = Object.freeze(Object.fromEntries(Object.entries(ERROR_CATALOGUE).map(([name, e]) => [name, e.code]))) as {
+  readonly [K in ErrorCodeName]: Catalogue[K]['code'];
+};
+
+/** Every code of the catalogue. */
+export type ErrorCode = (typeof ErrorCodes)[ErrorCodeName];

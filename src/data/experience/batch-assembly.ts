@@ -1,0 +1,216 @@
+/**
+ * Building a batch from chosen entries and handing it to the trainer. Assembly loads the
+ * payloads into one arena (payload-loader.ts, arena-pool.ts) and does everything that does not
+ * depend on the trainer version at hand-over; the hand-over re-checks the strategy, updates
+ * staleness only if the version moved, and counts. The batch's memory goes back to the arena pool
+ * when the trainer releases it (Batch.release()).
+ */
+import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
+import type { RejectionCounter } from '../metrics.js';
+import type { ChangeNotifier } from '../waiter.js';
+import { ArenaPool, detach } from './arena-pool.js';
+import { summarizeStaleness, type Batch, type SampledTrajectory } from './batch.js';
+import type { BufferBooks } from './buffer-books.js';
+import type { BufferEntry } from './entry.js';
+import { PayloadLoader } from './payload-loader.js';
+import type { ReadActivity } from './read-activity.js';
+import type { SamplerMetrics } from './sampler-metrics.js';
+import type { SamplingStrategy } from './strategies/strategy.js';
+import { ErrorCodes } from '../../common/error-codes.js';
+
+/** Entries chosen and reserved for a batch. */
+export interface Picked {
+  entries: BufferEntry[];
+}
+
+/** The memory behind a batch's payloads, until the trainer releases it. */
+export interface Holding {
+  buffer: ArrayBuffer | undefined;
+}
+
+/**
+ * A batch assembled ahead of sample(), with its entries (still reserved), the version its
+ * staleness was computed at and its memory.
+ */
+export interface Assembled {
+  batch: Batch;
+  entries: BufferEntry[];
+  version: number;
+  holding: Holding;
+}
+
+/** Some chosen records were gone from the stream: they were forgotten, and the batch is to be picked again. */
+export class RecordsMissing extends Error {}
+
+export interface BatchAssemblerOptions {
+  buffer: string;
+  js: JetStreamClient;
+  jsm: JetStreamManager;
+  stream: string;
+  recordFilter: string;
+  fetchConcurrency: number;
+  spareArenas: number;
+  books: BufferBooks;
+  strategy: SamplingStrategy;
+  maxTimesSampled: number;
+  trainerVersion: () => number;
+  reads: ReadActivity;
+  metrics: SamplerMetrics;
+  rejections: RejectionCounter;
+  changed: ChangeNotifier;
+  /** The trainer released the memory of a batch (the prefetch may be waiting for it). */
+  released: (holding: Holding) => void;
+}
+
+export class BatchAssembler {
+  private readonly loader: PayloadLoader;
+  private readonly arenas: ArenaPool;
+  private readonly books: BufferBooks;
+
+  constructor(private readonly options: BatchAssemblerOptions) {
+    this.books = options.books;
+    this.loader = new PayloadLoader(options.js, options.jsm, options.stream, options.recordFilter, options.fetchConcurrency);
+    this.arenas = new ArenaPool(options.spareArenas, (bytes) => options.metrics.spareBytes.set({ buffer: options.buffer }, bytes));
+  }
+
+  /** Memory of released batches kept for the next ones. */
+  get spareBytes(): number {
+    return this.arenas.spareBytes;
+  }
+
+  close(): void {
+    this.arenas.close();
+  }
+
+  /** Loads the payloads of `picked`; RecordsMissing when some are gone (they are forgotten, the rest released). */
+  async assemble(picked: Picked, prefetched: boolean): Promise<Assembled> {
+    let total = 0;
+    for (const e of picked.entries) total += e.bytes;
+    const arena = this.arenas.arena(total);
+    // If the load fails, its writes may still be under way: the memory is left to the GC.
+    const endRead = this.options.reads.begin();
+    const payloads = await this.loader.load(picked.entries, arena).finally(endRead);
+    const items: SampledTrajectory[] = [];
+    const missing: BufferEntry[] = [];
+    let bytes = 0;
+    picked.entries.forEach((e, i) => {
+      const p = payloads[i];
+      if (!p) {
+        missing.push(e);
+        return;
+      }
+      bytes += e.bytes;
+      // One literal, one hidden class for every item (see entryOf).
+      items.push({
+        id: e.id,
+        promptId: e.promptId,
+        groupId: e.groupId,
+        sampleIndex: e.sampleIndex,
+        groupSize: e.groupSize,
+        weightVersion: e.weightVersion,
+        reward: e.reward,
+        tokens: p.tokens,
+        logprobs: p.logprobs,
+        promptLength: e.promptLength,
+        responseLength: e.responseLength,
+        createdAt: e.createdAt,
+        completedAt: e.completedAt,
+        rolloutId: e.rolloutId,
+        priority: e.priority,
+        info: e.info,
+        seq: e.seq,
+        staleness: 0,
+        timesSampled: e.timesSampled,
+      });
+    });
+    if (missing.length > 0) {
+      // Deleted behind our back (another sampler, an operator): forget them, retry the batch.
+      this.options.rejections.count(ErrorCodes.RECORD_MISSING, missing.length);
+      this.books.samples -= picked.entries.length;
+      this.books.index.release(picked.entries);
+      this.books.remove(missing, 'missing');
+      // Nothing was handed out: the retry may reuse the memory once population has stopped.
+      await arena.stop();
+      this.arenas.give(arena.buffer);
+      throw new RecordsMissing();
+    }
+    // Everything that does not depend on the trainer version at hand-over is done here, so
+    // that handing over a prefetched batch is a few field updates per item.
+    const version = this.options.trainerVersion();
+    const groups = new Set<string>();
+    for (const it of items) {
+      it.staleness = Math.max(0, version - it.weightVersion);
+      groups.add(it.groupId);
+    }
+    const holding: Holding = { buffer: arena.buffer };
+    const release = (): void => this.releaseMemory(holding);
+    const batch: Batch = { items, trainerVersion: version, staleness: summarizeStaleness(items), groups: [...groups], bytes, prefetched, release };
+    return { batch, entries: picked.entries, version, holding };
+  }
+
+  /**
+   * Finalises a batch at hand-over: the strategy's accept() re-check (undefined when it failed:
+   * the batch is released), staleness against the current trainer version (recomputed only if
+   * it moved since the batch was assembled) and sample counts. This is on the trainer's critical
+   * path, so it touches each item once; releasing the entries and removing the spent ones from
+   * the index happen right after sample() returns (BufferBooks.settle()).
+   */
+  handOver(a: Assembled): Batch | undefined {
+    const { batch, entries } = a;
+    const { items } = batch;
+    const { index } = this.books;
+    const strategy = this.options.strategy;
+    let intact = true;
+    for (let i = 0; i < entries.length; i++) if (!index.holds(entries[i]!)) intact = false;
+    const accept = strategy.accept?.bind(strategy);
+    const ctx = accept ? this.books.context() : undefined;
+    if (!intact || (accept && !entries.every((e) => accept(e, ctx!)))) {
+      // Rejected (e.g. beyond max staleness after a version change): release and drop what failed.
+      const held = entries.filter((e) => index.holds(e));
+      this.books.samples -= items.length;
+      index.release(held);
+      this.releaseMemory(a.holding);
+      if (accept)
+        this.books.remove(
+          held.filter((e) => !accept(e, ctx!)),
+          'stale',
+        );
+      this.options.changed.notify();
+      return undefined;
+    }
+    const version = this.options.trainerVersion();
+    let staleness = batch.staleness;
+    if (version !== a.version) {
+      for (let i = 0; i < items.length; i++) {
+        const it = items[i]!;
+        it.staleness = Math.max(0, version - it.weightVersion);
+      }
+      staleness = summarizeStaleness(items);
+    }
+    const max = this.options.maxTimesSampled;
+    let allSpent = true;
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i]!;
+      const times = ++e.timesSampled;
+      items[i]!.timesSampled = times;
+      if (times < max) allSpent = false;
+    }
+    for (const [value, count] of Object.entries(staleness.histogram)) this.options.metrics.staleness.observe(Number(value), count);
+    this.options.metrics.sampled.inc({ buffer: this.options.buffer }, items.length);
+    this.books.handedOver(entries, allSpent ? entries : entries.filter((e) => e.timesSampled >= max));
+    return { ...batch, trainerVersion: version, staleness };
+  }
+
+  /**
+   * Batch.release(): the batch's memory goes to the arena pool under a new ArrayBuffer, so that
+   * the trainer's views of it read as empty rather than as the next batch. A buffer the trainer
+   * detached itself (transferred elsewhere) is gone and is not kept.
+   */
+  private releaseMemory(holding: Holding): void {
+    const buffer = holding.buffer;
+    if (buffer === undefined) return;
+    holding.buffer = undefined;
+    if (buffer.byteLength > 0) this.arenas.give(detach(buffer));
+    this.options.released(holding);
+  }
+}

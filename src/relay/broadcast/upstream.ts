@@ -1,0 +1,324 @@
+/**
+ * The relay's upstream side of the broadcast: it accepts authenticated peers (relays of the
+ * plan, remote publishers), takes their offers and receives chunks straight into a new segment,
+ * verifying each one; a version arriving is forwarded downstream while it arrives. Separate
+ * from the downstream side (downstream.ts): the receiving state (arrivals, offers being set up,
+ * the links of upstream peers) is its own, and the broadcaster only asks it what is arriving.
+ */
+import type { Logger } from 'pino';
+import { MAX_HEADER_BYTES } from '../../safetensors/header.js';
+import type { Endpoint, IncomingMessage } from '../../ucx/index.js';
+import type { BroadcastStatus } from '../protocol/status.js';
+import { parseOffered, type OfferedVersion, type StoredVersion, type VersionStore } from '../store.js';
+import type { BroadcasterOptions } from './broadcaster.js';
+import { GOODBYE } from './downstream.js';
+import { IncomingTransfer, PullLane } from './incoming.js';
+import { acceptPeer, keepaliveIntervalFor, type PeerLink, type PeerRole } from './link.js';
+import type { PeerMessage, PeerMessageOf } from './messages.js';
+import type { BroadcastMetrics } from './metrics.js';
+import { transferKey } from './outgoing.js';
+import { positionOf, type ChainPlan } from './plan.js';
+import type { MappingRegistrations } from './registrations.js';
+import type { ChunkSource } from './source.js';
+import { ErrorCodes } from '../../common/error-codes.js';
+
+interface Arrival {
+  transfer: IncomingTransfer;
+  upstreams: Set<PeerLink>;
+}
+
+/** What the upstream side needs of the broadcaster around it. */
+export interface UpstreamContext {
+  store: VersionStore;
+  options: BroadcasterOptions;
+  metrics: BroadcastMetrics;
+  log: Logger;
+  registrations: MappingRegistrations;
+  plan(): ChainPlan | null;
+  closed(): boolean;
+  /** Sends a version on downstream (while it arrives here). */
+  forward(source: ChunkSource): void;
+}
+
+export class UpstreamSide {
+  private readonly arrivals = new Map<string, Arrival>();
+  private readonly offersInProgress = new Set<string>();
+  /** Offered versions whose segment is being allocated, before the offer is accepted. */
+  private readonly settingUp = new Map<string, { model: string; version: number; chunks: number }>();
+  private readonly upstreams = new Set<PeerLink>();
+  private readonly lanes = new WeakMap<PeerLink, PullLane>();
+  /** Upstream links whose sender said it was leaving (retarget, shutdown): their close is no failure. */
+  private readonly leftOnPurpose = new WeakSet<PeerLink>();
+  private readonly store: VersionStore;
+  private readonly options: BroadcasterOptions;
+  private readonly metrics: BroadcastMetrics;
+  private readonly log: Logger;
+
+  constructor(private readonly ctx: UpstreamContext) {
+    this.store = ctx.store;
+    this.options = ctx.options;
+    this.metrics = ctx.metrics;
+    this.log = ctx.log;
+  }
+
+  /** Authenticates a peer that connected to the listener, and takes it on. */
+  accept(endpoint: Endpoint): void {
+    acceptPeer(endpoint, {
+      selfId: this.options.relayId,
+      secret: this.options.secret,
+      timeoutMs: this.options.handshakeTimeoutMs,
+      silenceMs: this.options.stallMs,
+      admit: (peerId, role, epoch) => this.admit(peerId, role, epoch),
+    }).then(
+      (link) => this.upstreamJoined(link),
+      (reason: unknown) => {
+        const err = reason as Error & { code?: string };
+        this.metrics.refusedPeers.inc({ code: err.code ?? ErrorCodes.PEER_HANDSHAKE });
+        this.log.warn({ peer: endpoint.peer, code: err.code, err: err.message }, 'peer refused');
+      },
+    );
+  }
+
+  /** The upstream part of the broadcaster's status. */
+  status(): Pick<BroadcastStatus, 'upstreams' | 'receiving'> {
+    return {
+      upstreams: [...this.upstreams].map((l) => ({ id: l.peerId, role: l.role })),
+      receiving: [
+        ...[...this.settingUp.values()].map((p) => ({ ...p, hwm: 0, settingUp: true })),
+        ...[...this.arrivals.values()].map(({ transfer: t }) => ({ model: t.model, version: t.version, hwm: t.hwm, chunks: t.chunkCount })),
+      ],
+    };
+  }
+
+  /** Versions arriving here (each a source to forward from while it arrives). */
+  arriving(): ChunkSource[] {
+    return [...this.arrivals.values()].map(({ transfer }) => transfer);
+  }
+
+  /** True while a version is arriving here. */
+  get busy(): boolean {
+    return this.arrivals.size > 0;
+  }
+
+  /** Abandons arrivals no upstream has sent anything for in `partialTtlMs`. */
+  expireIdle(now: number): void {
+    for (const { transfer } of this.arrivals.values()) {
+      if (now - transfer.lastActivity > this.options.partialTtlMs) {
+        void transfer.abandon(`no upstream sent anything for ${this.options.partialTtlMs} ms`);
+      }
+    }
+  }
+
+  /** A newer version is complete here: older partial arrivals of the model are pointless. */
+  abandonOlderThan(v: StoredVersion): void {
+    for (const { transfer } of [...this.arrivals.values()]) {
+      if (transfer.model === v.model && transfer.version < v.version) void transfer.abandon(`version ${v.version} is complete`);
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.upstreams].map((l) => l.close()));
+  }
+
+  private admit(peerId: string, role: PeerRole, epoch: number): [string, string] | null {
+    if (this.ctx.closed()) return [ErrorCodes.RELAY_STOPPING, 'the relay is stopping'];
+    if (role === 'publisher') return null;
+    const plan = this.ctx.plan();
+    // A peer (authenticated with the job secret) that already follows a newer plan than ours:
+    // the plan reaches us a moment later; refusing would only delay the new link by a retry.
+    if (epoch > (plan?.epoch ?? 0)) return null;
+    if (plan === null || positionOf(plan, peerId) < 0) {
+      return [ErrorCodes.NOT_IN_PLAN, `relay ${peerId} is not in the chain plan (epoch ${plan?.epoch ?? 'none'})`];
+    }
+    return null;
+  }
+
+  private upstreamJoined(link: PeerLink): void {
+    if (this.ctx.closed()) {
+      void link.close();
+      return;
+    }
+    this.upstreams.add(link);
+    this.log.info({ peer: link.peerId, role: link.role, address: link.endpoint.peer }, 'upstream peer connected');
+    link.onBadMessage = (code) => this.metrics.badMessages.inc({ code });
+    link.endpoint.onClose((err) => {
+      this.upstreams.delete(link);
+      for (const arrival of this.arrivals.values()) arrival.upstreams.delete(link);
+      this.log.info({ peer: link.peerId, code: err?.code }, 'upstream peer gone');
+      if (err && link.role === 'relay' && !this.ctx.closed() && !this.leftOnPurpose.has(link)) {
+        this.metrics.upstreamFailures.inc({ reason: err.code });
+        this.options.onPeerFailure?.(link.peerId, 'upstream', err.code);
+      }
+    });
+    link.setHandler((message, incoming) => this.upstreamMessage(link, message, incoming));
+  }
+
+  private upstreamMessage(link: PeerLink, message: PeerMessage, incoming: IncomingMessage): void {
+    switch (message.t) {
+      case 'offer':
+        void this.handleOffer(link, message, incoming);
+        return;
+      case 'chunk':
+        this.handleChunk(link, message, incoming);
+        return;
+      case 'error':
+        incoming.release();
+        if (message.code === GOODBYE) {
+          this.leftOnPurpose.add(link);
+          this.log.info({ peer: link.peerId, reason: message.message }, 'upstream peer retargets');
+          return;
+        }
+        this.log.warn({ peer: link.peerId, code: message.code, message: message.message }, 'upstream reported an error');
+        return;
+      default:
+        incoming.release();
+        this.reject(link, ErrorCodes.PEER_UNEXPECTED, `unexpected ${message.t} from upstream`);
+    }
+  }
+
+  /** Counts and answers a bad message; the link stays (the peer passed authentication). */
+  private reject(link: PeerLink, code: string, message: string): void {
+    this.metrics.badMessages.inc({ code });
+    this.log.warn({ peer: link.peerId, code }, message);
+    void link.send({ t: 'error', code, message }).catch(() => undefined);
+  }
+
+  private async handleOffer(link: PeerLink, offer: PeerMessageOf<'offer'>, incoming: IncomingMessage): Promise<void> {
+    const k = transferKey(offer.model, offer.version);
+    const decline = (code: string, message: string): void => {
+      incoming.release();
+      void link.send({ t: 'decline', model: offer.model, version: offer.version, code, message }).catch(() => undefined);
+    };
+    const existing = this.arrivals.get(k);
+    if (existing) {
+      incoming.release();
+      existing.upstreams.add(link);
+      existing.transfer.setUpstream(link.endpoint.id);
+      const { from, have } = existing.transfer.resumePoint();
+      this.log.info({ peer: link.peerId, model: offer.model, version: offer.version, from }, 'resuming a transfer with a new upstream');
+      void link.send({ t: 'accept', model: offer.model, version: offer.version, from, have }).catch(() => undefined);
+      return;
+    }
+    const held = this.store.list().find((v) => v.model === offer.model && v.version === offer.version);
+    if (held?.state === 'complete') {
+      decline(ErrorCodes.VERSION_EXISTS, 'this relay already holds the version');
+      void link.send({ t: 'progress', model: offer.model, version: offer.version, hwm: held.layout.chunkCount, complete: true }).catch(() => undefined);
+      return;
+    }
+    const latest = this.store.latest(offer.model);
+    if (latest !== null && latest.version > offer.version) {
+      decline(ErrorCodes.VERSION_STALE, `this relay holds the newer version ${latest.version}`);
+      return;
+    }
+    if (this.offersInProgress.has(k) || held) {
+      decline(ErrorCodes.BUSY, 'the version is being set up from another offer; offer again');
+      return;
+    }
+    if (offer.headerBytes !== incoming.length || offer.headerBytes > MAX_HEADER_BYTES + 8 || offer.headerBytes >= offer.size) {
+      this.metrics.badMessages.inc({ code: ErrorCodes.PEER_BAD_OFFER });
+      decline(ErrorCodes.PEER_BAD_OFFER, `header of ${incoming.length} bytes for ${offer.headerBytes} announced, version of ${offer.size}`);
+      return;
+    }
+    this.offersInProgress.add(k);
+    try {
+      const { v, offered } = await this.setUp(link, offer, incoming, k);
+      const transfer = new IncomingTransfer(this.store, v, offered.checksums, this.metrics, this.log);
+      transfer.setUpstream(link.endpoint.id);
+      const arrival: Arrival = { transfer, upstreams: new Set([link]) };
+      this.arrivals.set(k, arrival);
+      // Chunks are received straight into the segment (and forwarded from it while they arrive):
+      // registered, an RDMA transport need not pin each chunk's pages. The writable mapping closes
+      // when the version completes or is abandoned, and its registration must go with it: a
+      // registration holds its memory, so one left behind would keep a whole version mapped.
+      const receiving = v.mapping;
+      if (receiving !== null) this.ctx.registrations.registerOnce(receiving);
+      const started = performance.now();
+      transfer.done.then(
+        () => {
+          if (receiving !== null) this.ctx.registrations.release(receiving);
+          this.metrics.transfers.inc({ direction: 'in', result: 'complete' });
+          this.metrics.transferSeconds.observe({ direction: 'in' }, (performance.now() - started) / 1e3);
+          this.arrivals.delete(k);
+          for (const up of arrival.upstreams) {
+            void up.send({ t: 'progress', model: v.model, version: v.version, hwm: v.layout.chunkCount, complete: true }).catch(() => undefined);
+          }
+        },
+        () => {
+          if (receiving !== null) this.ctx.registrations.release(receiving);
+          this.metrics.transfers.inc({ direction: 'in', result: 'abandoned' });
+          this.arrivals.delete(k);
+        },
+      );
+      this.log.info({ peer: link.peerId, model: v.model, version: v.version, size: v.layout.totalSize, chunks: v.layout.chunkCount }, 'receiving a version');
+      await link.send({ t: 'accept', model: v.model, version: v.version, from: 0, have: [] });
+      // Forward while receiving: the successor gets each chunk as soon as it is verified here.
+      this.ctx.forward(transfer);
+    } catch (err) {
+      const code = (err as { code?: string }).code ?? ErrorCodes.INTERNAL;
+      this.metrics.badMessages.inc({ code });
+      this.log.warn({ peer: link.peerId, model: offer.model, version: offer.version, code, err: (err as Error).message }, 'offer declined');
+      decline(code, (err as Error).message);
+    } finally {
+      this.offersInProgress.delete(k);
+    }
+  }
+
+  /**
+   * Takes the offered header and sets the version's segment up. That (every page allocated) can
+   * outlast the sender's stall limit, which runs from its offer on: most of a minute for a 145 GB
+   * model on 4 KiB pages. Meanwhile a progress message with nothing received tells the sender
+   * that we are at it, and our status (so the manager's stall watch too) shows the setup.
+   */
+  private async setUp(
+    link: PeerLink,
+    offer: PeerMessageOf<'offer'>,
+    incoming: IncomingMessage,
+    k: string,
+  ): Promise<{ v: StoredVersion; offered: OfferedVersion }> {
+    const beat = setInterval(
+      () => void link.send({ t: 'progress', model: offer.model, version: offer.version, hwm: 0, complete: false }).catch(() => undefined),
+      keepaliveIntervalFor(this.options.stallMs),
+    );
+    try {
+      const header = Buffer.allocUnsafe(offer.headerBytes);
+      await incoming.receiveInto(header, 0);
+      const offered = parseOffered(header, offer.size, { model: offer.model, version: offer.version });
+      this.settingUp.set(k, { model: offered.model, version: offered.version, chunks: offered.layout.chunkCount });
+      return { v: await this.store.beginReceive(offered), offered };
+    } finally {
+      clearInterval(beat);
+      this.settingUp.delete(k);
+    }
+  }
+
+  private handleChunk(link: PeerLink, chunk: PeerMessageOf<'chunk'>, incoming: IncomingMessage): void {
+    const arrival = this.arrivals.get(transferKey(chunk.model, chunk.version));
+    if (arrival === undefined) {
+      incoming.release();
+      this.reject(link, ErrorCodes.UNKNOWN_TRANSFER, `chunk ${chunk.index} of ${chunk.model} v${chunk.version}, which was not offered`);
+      return;
+    }
+    const { transfer } = arrival;
+    if (chunk.index >= transfer.chunkCount) {
+      incoming.release();
+      this.reject(link, ErrorCodes.CHUNK_OUT_OF_RANGE, `chunk ${chunk.index} of a version with ${transfer.chunkCount} chunks`);
+      return;
+    }
+    const expected = Math.min(transfer.layout.chunkSize, transfer.layout.dataLength - chunk.index * transfer.layout.chunkSize);
+    if (incoming.length !== expected || incoming.data !== undefined || incoming.dropped) {
+      incoming.release();
+      this.reject(link, ErrorCodes.CHUNK_LENGTH, `chunk ${chunk.index} carries ${incoming.length} bytes, expected ${expected} by rendezvous`);
+      return;
+    }
+    let lane = this.lanes.get(link);
+    if (lane === undefined) {
+      lane = new PullLane();
+      this.lanes.set(link, lane);
+    }
+    void transfer.receive(chunk.index, incoming, link.endpoint.id, lane).then((outcome) => {
+      if (outcome === 'corrupt' || outcome === 'failed') {
+        void link.send({ t: 'nack', model: chunk.model, version: chunk.version, index: chunk.index }).catch(() => undefined);
+      }
+    });
+  }
+}

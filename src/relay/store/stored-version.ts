@@ -1,0 +1,68 @@
+/**
+ * One weight version the relay holds: its layout, its segment file and mapping, its state and
+ * leases. A type of its own so that every part of the store (recovery, commit, retention,
+ * acquire) and the broadcast can use it without reaching into the store's machinery.
+ */
+import type { Mapping } from '../../native/index.js';
+import type { TensorEntry, VersionLayout } from '../../safetensors/header.js';
+import type { WriterPiece } from '../commit-check.js';
+import type { VersionInfo, VersionState } from '../protocol/status.js';
+
+export type { VersionInfo, VersionState };
+
+/** Who asked: a connection id (for ownership and leases) or null for the relay itself. */
+export type Requester = number | null;
+
+export class StoredVersion {
+  state: VersionState = 'writing';
+  checksums: string[] | null = null;
+  /** Tensors reported written, with the writer's checksums of their bytes when it gave them. */
+  readonly written = new Map<string, WriterPiece[] | null>();
+  leases = 0;
+  pinned = false;
+  committing = false;
+  completedAt: number | null = null;
+  readonly createdAt = Date.now();
+  private readonly tensorIndex: Map<string, TensorEntry>;
+
+  constructor(
+    readonly model: string,
+    readonly version: number,
+    readonly layout: VersionLayout,
+    readonly metadata: Record<string, string>,
+    readonly baseName: string,
+    public path: string,
+    public mapping: Mapping | null,
+    public owner: Requester,
+  ) {
+    this.tensorIndex = new Map(layout.tensors.map((t) => [t.name, t]));
+  }
+
+  get segment(): string {
+    return this.path.slice(this.path.lastIndexOf('/') + 1);
+  }
+
+  tensor(name: string): TensorEntry | undefined {
+    return this.tensorIndex.get(name);
+  }
+
+  info(): VersionInfo {
+    return {
+      model: this.model,
+      version: this.version,
+      state: this.state,
+      segment: this.segment,
+      path: this.path,
+      size: this.layout.totalSize,
+      leases: this.leases,
+      pinned: this.pinned,
+      createdAt: this.createdAt,
+      completedAt: this.completedAt,
+    };
+  }
+}
+
+/** A map key for one version of one model. */
+export function versionKey(model: string, version: number): string {
+  return `${model}\u0000${version}`;
+}

@@ -1,0 +1,29 @@
+/**
+ * `laminar/testing`: what tests, benchmarks and demos of a laminar job need besides the job
+ * itself. Real nats-server and redis-server processes on free ports in temporary directories
+ * (never mocks), and the simulated engine and trainer that stand in for SGLang/vLLM and PyTorch.
+ */
+export {
+  startNatsServer,
+  startRedisServer,
+  freePort,
+  ServiceError,
+  type NatsServer,
+  type NatsServerOptions,
+  type RedisServer,
+  type RedisServerOptions,
+  type EmbeddedServer,
+} from '../services/index.js';
+export { SimRolloutEngine, type SimEngineOptions, type SimEngineStats } from '../sim/rollout/sim-engine.js';
+export { startSimRollout, type SimRollout, type SimRolloutOptions } from '../sim/rollout/sim-rollout.js';
+export { DEFAULT_ENGINE_PROFILE, decodeStepMs, type EngineProfile } from '../sim/engine-core.js';
+export {
+  SimTrainer,
+  parseSimTrainerOptions,
+  SyntheticWeights,
+  TrainerClientPublisher,
+  type SimTrainerOptions,
+  type SimTrainerSummary,
+  type SimTrainerStep,
+  type SimTrainerConfig,
+} from '../sim/trainer/index.js';

@@ -1,0 +1,121 @@
+/**
+ * laminar as a user's project gets it: `npm pack` of this checkout installed into a scratch
+ * project, the entry points imported by name (`laminar`, `laminar/relay`, ...), their types
+ * checked by tsc through the exports map, and every example of docs/examples run there. A file
+ * missing from the package, an entry point missing from the exports map or an example the API
+ * no longer fits fails here.
+ */
+import { execFile } from 'node:child_process';
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { REPO } from '../helpers/relay.js';
+
+const run = promisify(execFile);
+const ENTRY_POINTS = ['laminar', 'laminar/relay', 'laminar/trainer', 'laminar/rollout', 'laminar/data', 'laminar/manager', 'laminar/testing'];
+const EXAMPLES = join(REPO, 'docs', 'examples');
+
+let scratch: string;
+
+beforeAll(async () => {
+  scratch = mkdtempSync(join(tmpdir(), 'laminar-package-'));
+  const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', scratch, '--loglevel=error'], { cwd: REPO, maxBuffer: 64 * 2 ** 20 });
+  const [packed] = JSON.parse(stdout) as { filename: string }[];
+  writeFileSync(
+    join(scratch, 'package.json'),
+    JSON.stringify({ name: 'scratch', private: true, type: 'module', dependencies: { laminar: `file:./${packed!.filename}` } }),
+  );
+  // The registry's packages come from npm's cache, which this checkout's `npm ci` filled. Scripts
+  // are skipped: the install step would compile the native addon (a minute on two cores), so the
+  // addon this checkout built is copied to where that step would have put it.
+  await run('npm', ['install', '--prefer-offline', '--ignore-scripts', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: scratch });
+  const addonDir = join(scratch, 'node_modules', 'laminar', 'build', 'Release');
+  mkdirSync(addonDir, { recursive: true });
+  copyFileSync(join(REPO, 'build', 'Release', 'laminar_native.node'), join(addonDir, 'laminar_native.node'));
+  cpSync(EXAMPLES, join(scratch, 'examples'), { recursive: true });
+}, 180_000);
+
+afterAll(() => {
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
+});
+
+describe('the packed package in a scratch project', () => {
+  it('holds the compiled entry points and the native sources, and no tests or benches', async () => {
+    const files = (await run('npm', ['pack', '--dry-run', '--json', '--loglevel=error'], { cwd: REPO, maxBuffer: 64 * 2 ** 20 })).stdout;
+    const paths = (JSON.parse(files) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path);
+    for (const entry of ['index', 'relay/index', 'trainer/index', 'rollout/index', 'data/index', 'manager/index', 'testing/index']) {
+      expect(paths).toContain(`dist/src/${entry}.js`);
+      expect(paths).toContain(`dist/src/${entry}.d.ts`);
+    }
+    expect(paths).toContain('binding.gyp');
+    expect(paths).toContain('scripts/install-native.mjs');
+    expect(paths.some((p) => p.startsWith('native/') && p.endsWith('.cc'))).toBe(true);
+    expect(paths.filter((p) => p.startsWith('dist/test') || p.startsWith('dist/bench') || p.startsWith('test/'))).toEqual([]);
+  });
+
+  it('resolves every entry point by name', async () => {
+    const script = ENTRY_POINTS.map((e, i) => `import * as m${i} from '${e}'; console.log('${e}', Object.keys(m${i}).length);`).join('\n');
+    writeFileSync(join(scratch, 'entry-points.mjs'), script);
+    const { stdout } = await run(process.execPath, ['entry-points.mjs'], { cwd: scratch });
+    for (const entry of ENTRY_POINTS) expect(stdout).toMatch(new RegExp(`^${entry} [1-9]\\d*$`, 'm'));
+  });
+
+  it('type-checks a TypeScript user of every entry point through the exports map', async () => {
+    writeFileSync(
+      join(scratch, 'user.ts'),
+      [
+        "import { LaminarError, RelayClient as RootRelayClient } from 'laminar';",
+        "import { RelayClient, startRelay, type Lease } from 'laminar/relay';",
+        "import { TrainerClient, type TrainerPublishResult } from 'laminar/trainer';",
+        "import { RolloutClient, type RolloutEngine } from 'laminar/rollout';",
+        "import { ExperienceSampler, ExperienceWriter, PartialPool, PromptPool, wholeGroups } from 'laminar/data';",
+        "import { Manager } from 'laminar/manager';",
+        "import { startNatsServer, startRedisServer, SimRolloutEngine } from 'laminar/testing';",
+        'export const sameClass: boolean = RelayClient === RootRelayClient;',
+        'export async function first(client: RelayClient): Promise<number> { const lease: Lease = await client.acquire({ model: "m" }); return lease.version; }',
+        'export type Used = [typeof startRelay, typeof TrainerClient, TrainerPublishResult, typeof RolloutClient, RolloutEngine, typeof ExperienceSampler,',
+        '  typeof ExperienceWriter, typeof PartialPool, typeof PromptPool, typeof wholeGroups, typeof Manager, typeof startNatsServer, typeof startRedisServer,',
+        '  typeof SimRolloutEngine, LaminarError["code"]];',
+      ].join('\n'),
+    );
+    const tsc = join(REPO, 'node_modules', 'typescript', 'bin', 'tsc');
+    const args = [
+      '--noEmit',
+      '--strict',
+      '--module',
+      'NodeNext',
+      '--moduleResolution',
+      'NodeNext',
+      '--target',
+      'ES2022',
+      '--skipLibCheck',
+      '--types',
+      'node',
+      '--typeRoots',
+      join(REPO, 'node_modules', '@types'),
+      'user.ts',
+    ];
+    await expect(run(process.execPath, [tsc, ...args], { cwd: scratch }).then(() => 'ok')).resolves.toBe('ok');
+  }, 60_000);
+
+  const examples = readdirSync(EXAMPLES).filter((f) => f.endsWith('.mjs'));
+  const expected: Record<string, RegExp> = {
+    'relay.mjs': /acquired v1: lm_head = \[0, 1, 2, 3, 4, 5, 6, 7\]/,
+    'trainer.mjs': /the relay serves v3/,
+    'data.mjs': /sampled 4 trajectories of group q1#0/,
+    'rollout.mjs': /completed 4 trajectories/,
+  };
+  it('has a check for every example', () => {
+    expect(examples.sort()).toEqual(Object.keys(expected).sort());
+  });
+  it.each(examples)(
+    'runs docs/examples/%s',
+    async (example) => {
+      const { stdout } = await run(process.execPath, [join('examples', example)], { cwd: scratch, timeout: 60_000 });
+      expect(stdout).toMatch(expected[example]!);
+    },
+    90_000,
+  );
+});
