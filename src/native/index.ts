@@ -112,7 +112,11 @@ function findAddon(): string {
     if (existsSync(candidate)) return candidate;
     dir = dirname(dir);
   }
-  throw new LaminarError(ErrorCodes.NATIVE_MISSING, 'the native addon is not built: run `bash scripts/bootstrap.sh` (or `npm run build:native`)');
+  throw new LaminarError(
+    ErrorCodes.NATIVE_MISSING,
+    'the native addon is not built: in a checkout run `bash scripts/bootstrap.sh`; where laminar is an installed package, `npm rebuild laminar` ' +
+      "(an npm that holds back dependencies' install scripts runs it once approved: `npm install-scripts approve laminar`)",
+  );
 }
 
 /**
