@@ -4,14 +4,19 @@
 #   1. the Debian packages laminar needs (installed when missing, if we are root);
 #   2. `npm ci` when node_modules is missing or older than package-lock.json;
 #   3. the native addon when missing or older than its sources;
-#   4. the TypeScript build (dist/) when older than its sources.
+#   4. the TypeScript build (dist/) when older than its sources;
+#   5. the Python environment (.venv) of the Python client: Debian's /usr/bin/python3 with its
+#      system site packages (Debian's CPU torch, numpy), the client installed editable, and its
+#      PyPI dependencies, when missing or older than python/pyproject.toml.
 # Each step is skipped when already done; the script prints only what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
-DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy libxxhash-dev pkg-config iproute2 clang-format)
+# python3-torch: Debian's CPU build, for the Python client's tests (PyPI's wheel pulls gigabytes of
+# CUDA libraries); python3-venv for the environment below.
+DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy python3-venv python3-torch libxxhash-dev pkg-config iproute2 clang-format)
 
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do
@@ -53,4 +58,18 @@ if [ ! -f "$stamp" ] || [ -n "$(find src bench tsconfig.json package.json -newer
   npx --no-install tsc -p tsconfig.json >&2
   chmod +x dist/src/cli/laminar.js 2>/dev/null || true
   touch "$stamp"
+fi
+
+# The python3 on PATH may be a build that cannot see Debian's python3-* packages: the
+# environment is made from Debian's own interpreter.
+venv=.venv
+venv_stamp=$venv/.laminar-stamp
+if [ ! -f "$venv_stamp" ] || [ python/pyproject.toml -nt "$venv_stamp" ]; then
+  if [ ! -x "$venv/bin/python" ]; then
+    say "creating the Python environment ($venv, /usr/bin/python3 with system site packages)"
+    /usr/bin/python3 -m venv --system-site-packages "$venv" >&2
+  fi
+  say "installing the Python client and its dependencies into $venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e 'python[dev]' >&2
+  touch "$venv_stamp"
 fi

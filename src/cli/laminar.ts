@@ -7,6 +7,7 @@ import { managerCommand } from './manager.js';
 import { statusCommand } from './status.js';
 import { publishCommand } from './publish.js';
 import { relayCommand } from './relay.js';
+import { samplerCommand } from './sampler.js';
 import { simRolloutCommand } from './sim-rollout.js';
 import { simTrainerCommand } from './sim-trainer.js';
 import { versionsCommand } from './versions.js';
@@ -20,6 +21,7 @@ const program = new Command('laminar')
   .addCommand(statusCommand())
   .addCommand(publishCommand())
   .addCommand(versionsCommand())
+  .addCommand(samplerCommand())
   .addCommand(chunkSizeCommand())
   .addCommand(simRolloutCommand())
   .addCommand(simTrainerCommand());

@@ -1,8 +1,11 @@
 /** `laminar relay`: the per-host relay daemon. */
 import { Command, Option } from 'commander';
 import { createLogger } from '../common/logger.js';
+import { ErrorCodes, InvalidInputError } from '../common/errors.js';
+import { parseControlOptions } from '../control/nats-options.js';
 import { startRelay } from '../relay/daemon.js';
 import { DEFAULT_SHM_DIR } from '../relay/options.js';
+import { VersionForwarder } from '../trainer/forwarder.js';
 import { applyConfigFile } from './config.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 
@@ -41,6 +44,12 @@ export function relayCommand(): Command {
     .addOption(new Option('--metrics-port <port>', 'port of /metrics (0: any free port, -1: disabled)').env('LAMINAR_METRICS_PORT').default('9470'))
     .addOption(new Option('--verify-concurrency <n>', 'checksum jobs run in parallel').env('LAMINAR_VERIFY_CONCURRENCY').default('4'))
     .addOption(
+      new Option(
+        '--engine-files <dir>',
+        'model directory (holding config.json) whose config, generation config, tokenizer and chat template files every version directory <shm-dir>/models/<model>/v<N>/ links, so that it can start an engine',
+      ).env('LAMINAR_ENGINE_FILES'),
+    )
+    .addOption(
       new Option('--listen <address:port>', "UCX listener for the broadcast (default: this relay's address in the plan; 0.0.0.0:13337 with --nats)").env(
         'LAMINAR_LISTEN',
       ),
@@ -60,6 +69,12 @@ export function relayCommand(): Command {
     .addOption(new Option('--retry-interval <duration>', 'how soon a skipped relay is tried again').env('LAMINAR_RETRY_INTERVAL').default('2s'))
     .addOption(
       new Option('--partial-ttl <duration>', 'a partly received version nobody sends to for this long is dropped').env('LAMINAR_PARTIAL_TTL').default('10m'),
+    )
+    .addOption(
+      new Option(
+        '--forward',
+        "the trainer host's forwarding relay: takes no part in the broadcast, and pushes every version published into it to the chain's master (needs --nats and the job secret)",
+      ).env('LAMINAR_FORWARD'),
     )
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
     .addOption(new Option('--config <file>', 'JSON file of options (keys as in camelCase: shmDir, memoryBudget, ...)').env('LAMINAR_CONFIG'))
@@ -82,6 +97,7 @@ export function relayCommand(): Command {
         metricsHost: opts.metricsHost as string,
         metricsPort: opts.metricsPort as string,
         verifyConcurrency: opts.verifyConcurrency as string,
+        ...(opts.engineFiles ? { engineFiles: opts.engineFiles as string } : {}),
         ...(opts.listen ? { listen: opts.listen as string } : {}),
         ...(opts.peers ? { peers: opts.peers as string } : {}),
         ...(opts.planFile ? { planFile: opts.planFile as string } : {}),
@@ -99,7 +115,20 @@ export function relayCommand(): Command {
         ...(opts.advertise ? { advertise: opts.advertise as string } : {}),
       };
       process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the relay keeps running)'));
-      const relay = await startRelay(options, logger);
+      const forward = opts.forward === true ? forwardInput(opts) : null;
+      // A forwarding relay's control-plane options belong to its forwarder, not to the relay:
+      // it registers as the trainer's member, never as a relay of the chain.
+      const relay = await startRelay(forward ? { ...options, nats: undefined } : options, logger);
+      let forwarder: VersionForwarder | null = null;
+      if (forward) {
+        try {
+          forwarder = await VersionForwarder.start(relay.store, { ...forward, registry: relay.registry, logger });
+        } catch (err) {
+          await relay.close();
+          throw err;
+        }
+        logger.info({ member: forward.id ?? null }, 'forwarding every version published here to the master of the chain');
+      }
       let stopping = false;
       const stop = (signal: string): void => {
         if (stopping) {
@@ -108,15 +137,41 @@ export function relayCommand(): Command {
         }
         stopping = true;
         logger.info({ signal }, 'stopping');
-        relay.close().then(
-          () => process.exit(0),
-          (err: unknown) => {
-            logger.error({ err }, 'error while stopping');
-            process.exit(1);
-          },
-        );
+        (forwarder?.close() ?? Promise.resolve())
+          .catch((err: unknown) => logger.error({ err }, 'error while stopping the forwarder'))
+          .then(() => relay.close())
+          .then(
+            () => process.exit(0),
+            (err: unknown) => {
+              logger.error({ err }, 'error while stopping');
+              process.exit(1);
+            },
+          );
       };
       process.on('SIGTERM', () => stop('SIGTERM'));
       process.on('SIGINT', () => stop('SIGINT'));
     });
 }
+
+/** The forwarder's options from the relay's flags; --forward with a broadcast of its own is refused. */
+function forwardInput(opts: Record<string, string | boolean | undefined>): Omit<ForwarderStartOptions, 'registry' | 'logger'> {
+  const control = controlInput(opts);
+  if (control === null) throw new InvalidInputError(ErrorCodes.INVALID_ARG, '--forward needs --nats: the master is found through the control plane');
+  for (const flag of ['listen', 'peers', 'planFile'] as const) {
+    if (opts[flag] !== undefined) {
+      throw new InvalidInputError(
+        ErrorCodes.INVALID_ARG,
+        `--forward takes no part in the broadcast: --${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} cannot be given with it`,
+      );
+    }
+  }
+  return {
+    nats: parseControlOptions(control),
+    ...(opts.id ? { id: opts.id as string } : {}),
+    ...(opts.host ? { host: opts.host as string } : {}),
+    ...(opts.secretFile ? { secretFile: opts.secretFile as string } : {}),
+    ...(process.env.LAMINAR_SECRET ? { secret: process.env.LAMINAR_SECRET } : {}),
+  };
+}
+
+type ForwarderStartOptions = Parameters<typeof VersionForwarder.start>[1];

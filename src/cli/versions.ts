@@ -5,7 +5,7 @@ import { RelayClient } from '../relay/client/index.js';
 
 export function versionsCommand(): Command {
   return new Command('versions')
-    .description('list the weight versions the local relay holds, with leases and memory use')
+    .description('list the weight versions the local relay holds, with leases, memory use and version directories')
     .addOption(new Option('--socket <path>', 'relay socket').env('LAMINAR_RELAY_SOCKET'))
     .option('--json', 'print the relay status as JSON')
     .action(async (opts: { socket?: string; json?: boolean }) => {
@@ -17,11 +17,11 @@ export function versionsCommand(): Command {
           return;
         }
         const rows = [
-          ...status.versions.map((v) => [v.model, String(v.version), v.state, formatBytes(v.size), String(v.leases), v.pinned ? 'yes' : 'no']),
-          // Found at a restart, checked in the background: not handed out yet.
-          ...status.verifying.map((v) => [v.model, String(v.version), 'verifying', formatBytes(v.size), '0', 'no']),
+          ...status.versions.map((v) => [v.model, String(v.version), v.state, formatBytes(v.size), String(v.leases), v.pinned ? 'yes' : 'no', v.dir ?? '-']),
+          // Found at a restart, checked in the background: not handed out yet (no directory either).
+          ...status.verifying.map((v) => [v.model, String(v.version), 'verifying', formatBytes(v.size), '0', 'no', '-']),
         ].sort((a, b) => a[0]!.localeCompare(b[0]!) || Number(a[1]) - Number(b[1]));
-        const header = ['MODEL', 'VERSION', 'STATE', 'SIZE', 'LEASES', 'PINNED'];
+        const header = ['MODEL', 'VERSION', 'STATE', 'SIZE', 'LEASES', 'PINNED', 'DIR'];
         const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
         const line = (cells: string[]): string =>
           cells

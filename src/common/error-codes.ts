@@ -82,8 +82,19 @@ export const ERROR_CATALOGUE = {
   MEMORY_BUDGET: entry('ERR_MEMORY_BUDGET', 'relay daemon', "A version does not fit the relay's `--memory-budget` even after dropping what may be dropped."),
   SHM_FULL: entry('ERR_SHM_FULL', 'relay daemon', 'The shared-memory file system has no room for the segment (ENOSPC).'),
   SHM_DIR_IN_USE: entry('ERR_SHM_DIR_IN_USE', 'relay daemon', 'Another live relay holds the lock on this `--shm-dir`.'),
-  SOCKET_IN_USE: entry('ERR_SOCKET_IN_USE', 'relay daemon', 'Another relay is listening on this unix socket.'),
+  SOCKET_IN_USE: entry('ERR_SOCKET_IN_USE', 'relay daemon', 'Another relay (or sampler service) is listening on this unix socket.'),
   NO_BROADCAST: entry('ERR_NO_BROADCAST', 'relay daemon', 'A broadcast operation was asked of a relay started without `--listen` or `--peers`.'),
+  BAD_ENGINE_FILES: entry(
+    'ERR_BAD_ENGINE_FILES',
+    'relay daemon',
+    'The `--engine-files` directory does not exist, is not a directory, cannot be read, or holds no `config.json`.',
+  ),
+  VERSION_DIR: entry(
+    'ERR_VERSION_DIR',
+    'relay daemon',
+    'A version directory (`<shm-dir>/models/<model>/v<N>/`) could not be made or removed: the version is served without one (`dir` null), ' +
+      'or its file is unlinked instead of recycled. Logged with the errno, counted in `laminar_relay_version_dir_errors_total{op,code}`.',
+  ),
 
   // The broadcast between relays (peer protocol over UCX)
   BAD_PLAN: entry('ERR_BAD_PLAN', 'broadcast', 'A chain plan is malformed (epoch, relay list, addresses).'),
@@ -174,6 +185,11 @@ export const ERROR_CATALOGUE = {
   UNKNOWN_TRAJECTORY: entry('ERR_UNKNOWN_TRAJECTORY', 'data', 'The partial pool has no trajectory of this id.'),
   BAD_APPEND: entry('ERR_BAD_APPEND', 'data', 'An append has different numbers of tokens and logprobs.'),
   STORE: entry('ERR_STORE', 'data', 'Redis or JetStream failed underneath; the original error is the `cause`.'),
+  UNKNOWN_BATCH: entry(
+    'ERR_UNKNOWN_BATCH',
+    'data',
+    'A release names a batch that this connection to the sampler service does not hold (never handed to it, or released already).',
+  ),
 
   // The embedded servers (tests, benches, the demo)
   SERVICE_BINARY_MISSING: entry('ERR_SERVICE_BINARY_MISSING', 'services', 'nats-server or redis-server is not installed (run `bash scripts/bootstrap.sh`).'),

@@ -52,6 +52,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
               budget: options.memoryBudget,
               pinned: storeRef!.pinningEnabled,
               connections: server!.connectionCount,
+              versionDirs: storeRef!.versionDirCount(),
             };
           },
         }

@@ -12,6 +12,7 @@ export interface RelayGaugeSource {
     budget: number;
     pinned: boolean;
     connections: number;
+    versionDirs: number;
   };
 }
 
@@ -25,6 +26,7 @@ export class RelayMetrics {
   readonly commitSeconds: Histogram;
   readonly badFrames: Counter<'code'>;
   readonly spareSegments: Counter<'event'>;
+  readonly versionDirErrors: Counter<'op' | 'code'>;
 
   constructor(registry: Registry, source: () => RelayGaugeSource | null) {
     const snap = (): ReturnType<RelayGaugeSource['gaugeSnapshot']> | null => source()?.gaugeSnapshot() ?? null;
@@ -54,6 +56,7 @@ export class RelayMetrics {
     simple('laminar_relay_leases', 'Leases held by clients', (s) => s.leases);
     simple('laminar_relay_memory_budget_bytes', 'Configured memory budget (bytes; -1 = none)', (s) => (Number.isFinite(s.budget) ? s.budget : -1));
     simple('laminar_relay_connections', 'Open local client connections', (s) => s.connections);
+    simple('laminar_relay_version_dirs', 'Version directories in place (<shm-dir>/models/<model>/v<N>/, one per complete version)', (s) => s.versionDirs);
     this.publishes = counter(registry, { name: 'laminar_relay_publishes_total', help: 'Publications by outcome', labelNames: ['result'] });
     this.acquires = counter(registry, { name: 'laminar_relay_acquires_total', help: 'Acquire requests by outcome', labelNames: ['result'] });
     this.errors = counter(registry, { name: 'laminar_relay_errors_total', help: 'Errors returned to clients, by code', labelNames: ['code'] });
@@ -72,6 +75,11 @@ export class RelayMetrics {
       name: 'laminar_relay_spare_segments_total',
       help: 'Spare segments by event: prepared (allocated while idle), kept (a retired version), reused (by a new version), dropped (for room)',
       labelNames: ['event'],
+    });
+    this.versionDirErrors = counter(registry, {
+      name: 'laminar_relay_version_dir_errors_total',
+      help: 'Version directories that could not be made (op="create": the version is served without one) or removed (op="remove": its file is not recycled), by errno',
+      labelNames: ['op', 'code'],
     });
     this.checksumBytes = counter(registry, { name: 'laminar_relay_checksum_bytes_total', help: 'Bytes checksummed' });
     this.commitSeconds = histogram(registry, {

@@ -12,6 +12,7 @@ import { parsePeerList, positionOf, validatePlan, validateRelayId, type ChainPla
 import { DEFAULT_MAX_FRAME_BYTES } from './protocol/frame.js';
 import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE, DEFAULT_SHM_DIR, defaultSocketPath } from './protocol/defaults.js';
 import { parseControlOptions, type ControlOptions, type ControlOptionsInput } from '../control/nats-options.js';
+import { readEngineFiles, type EngineFiles } from './engine-files.js';
 
 // Shared with the client library (protocol/defaults.ts); re-exported for the daemon's CLI.
 export { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE, DEFAULT_SHM_DIR, defaultSocketPath };
@@ -38,6 +39,8 @@ export interface RelayOptions {
   /** Port of /metrics; 0 picks a free one; -1 disables the endpoint. */
   metricsPort: number;
   verifyConcurrency: number;
+  /** Config and tokenizer files linked into every version directory (`--engine-files`); null for none. */
+  engineFiles: EngineFiles | null;
   /** The broadcast between relays; null when this relay takes no part in one. */
   broadcast: BroadcastOptions | null;
   /** The control plane (the rollout manager orders the chain); null with a static plan. */
@@ -84,6 +87,8 @@ export interface RelayOptionsInput extends Partial<ControlOptionsInput> {
   metricsHost?: string;
   metricsPort?: string | number;
   verifyConcurrency?: string | number;
+  /** A model directory (config.json, tokenizer files) whose engine files every version directory links. */
+  engineFiles?: string;
   /** UCX listener "address:port" (default: this relay's address in the plan). */
   listen?: string;
   /** Static chain plan "id@address:port,..." (master first). */
@@ -141,6 +146,7 @@ export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<Relay
     metricsHost: input.metricsHost ?? '127.0.0.1',
     metricsPort: int('metrics port', input.metricsPort ?? 9470, -1, 65535),
     verifyConcurrency: int('verify concurrency', input.verifyConcurrency ?? 4, 1, 64),
+    engineFiles: input.engineFiles === undefined ? null : readEngineFiles(input.engineFiles),
     broadcast,
     control: parseRelayControl(input, broadcast),
   });

@@ -1,7 +1,8 @@
 /**
- * Names and paths of version segments in the shm directory. Names are derived, never taken
- * from clients as paths: anything a client sends as a segment name is checked to be a plain
- * file name, so that no request can reach outside the directory.
+ * Names and paths of version segments in the shm directory, and of version directories under
+ * its models/ (store/version-dirs.ts). Names are derived, never taken from clients as paths:
+ * anything a client sends as a segment name is checked to be a plain file name, so that no
+ * request can reach outside the directory.
  */
 import { InvalidInputError, ErrorCodes } from '../common/errors.js';
 
@@ -37,6 +38,23 @@ function encodeModel(model: string): string {
 
 export function segmentBaseName(model: string, version: number): string {
   return `${encodeModel(model)}.v${version}`;
+}
+
+/**
+ * The directory name of a model under `<shm-dir>/models/`: the same encoding as segment names
+ * (`org/name` -> `org~2fname`: every byte outside [A-Za-z0-9._-] as ~HH), and a leading '.' as
+ * ~2e too, so that no model is a hidden entry, `.` or `..`. One flat level per model, never a
+ * path taken from the id. The encoding is one-to-one (`~` itself is encoded), so two models
+ * never share a directory; a model whose segment name fits a file name fits here too.
+ */
+export function modelDirName(model: string): string {
+  const encoded = encodeModel(model);
+  return encoded.startsWith('.') ? `~2e${encoded.slice(1)}` : encoded;
+}
+
+/** The directory name of a version under its model's: `v<N>`. */
+export function versionDirName(version: number): string {
+  return `v${version}`;
 }
 
 export function validateSegmentName(name: unknown): string {

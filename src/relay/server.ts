@@ -46,6 +46,7 @@ export function describeVersion(v: StoredVersion): SegmentDescription {
     version: v.version,
     segment: v.segment,
     path: v.path,
+    dir: v.dir,
     size: v.layout.totalSize,
     dataOffset: v.layout.dataOffset,
     chunkSize: v.layout.chunkSize,

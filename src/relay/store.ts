@@ -18,6 +18,7 @@
  *   version-commit.ts   writers' checksums, the read at commit, sealing the segment
  *   acquire-waiters.ts  finding a version for a reader, and readers waiting for one
  *   retention.ts        which complete versions are kept, retiring the others
+ *   version-dirs.ts     a directory per complete version, for engines that load a directory
  *   pinning.ts          mlock of complete versions in the background
  * and, used by others: offered-version.ts (checks a header offered over the broadcast) and
  * directory-lock.ts (the daemon's pid file in the shm directory).
@@ -29,6 +30,7 @@ import { ConflictError, ErrorCodes } from '../common/errors.js';
 import { planLayout, validateTensorSpecs } from '../safetensors/header.js';
 import { copyCheckpoint, readCheckpoint } from './checkpoint.js';
 import { writeCleanShutdown } from './clean-shutdown.js';
+import type { EngineFiles } from './engine-files.js';
 import type { RelayMetrics } from './metrics.js';
 import { validateModelId, validateVersion } from './segments.js';
 import { AcquireWaiters, type AcquireRequest } from './store/acquire-waiters.js';
@@ -43,10 +45,12 @@ import {
   badChunks,
   checkWrittenVersion,
   computeChunkChecksums,
+  markComplete,
   sealSegment,
   writerChecksum,
   type WrittenReport,
 } from './store/version-commit.js';
+import { VersionDirectories } from './store/version-dirs.js';
 import { VersionTable } from './store/version-table.js';
 
 export { StoredVersion, type Requester, type VersionInfo, type VersionState } from './store/stored-version.js';
@@ -70,6 +74,8 @@ export interface StoreOptions {
   spareSegments: number;
   /** Quiet time before a spare is prepared (see MemoryBudget.wantSpare). */
   spareQuietMs: number;
+  /** Files linked into every version directory besides the weights (`--engine-files`); null for none. */
+  engineFiles: EngineFiles | null;
   logger: Logger;
   metrics: RelayMetrics;
 }
@@ -85,6 +91,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   private readonly retention: Retention;
   private readonly waiters: AcquireWaiters;
   private readonly pins: PinQueue;
+  private readonly dirs: VersionDirectories;
   private readonly log: Logger;
   private closed = false;
   private recovering: Promise<void> = Promise.resolve();
@@ -102,7 +109,8 @@ export class VersionStore extends EventEmitter<StoreEvents> {
       busy: () => this.busy(),
       evict: (v) => void this.retention.retire(v, 'memory budget', false),
     });
-    this.retention = new Retention(this.table, this.memory.spares, {
+    this.dirs = new VersionDirectories(options);
+    this.retention = new Retention(this.table, this.memory.spares, this.dirs, {
       keepVersions: options.keepVersions,
       logger: options.logger,
       onRetired: (v) => this.emit('retired', v),
@@ -119,7 +127,11 @@ export class VersionStore extends EventEmitter<StoreEvents> {
    */
   async init(): Promise<{ recovered: number; discarded: number; verifying: number }> {
     await mkdir(this.options.shmDir, { recursive: true, mode: 0o750 });
-    const recovery = new StoreRecovery(this.table, this.memory.spares, {
+    const engine = this.options.engineFiles;
+    if (engine) {
+      this.log.info({ engineFiles: engine.dir, linked: engine.files, ignored: engine.ignored }, 'engine files linked into every version directory');
+    }
+    const recovery = new StoreRecovery(this.table, this.memory.spares, this.dirs, {
       ...this.options,
       badChunks: (v, expected) => this.verifyChunks(v, expected),
       adopted: (v) => {
@@ -191,6 +203,11 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   /** Spare segments kept for the next versions: how many, their bytes, and how many are still being touched. */
   spareInfo(): { count: number; bytes: number; warming: number } {
     return this.memory.spareInfo();
+  }
+
+  /** Version directories in place (`<shm-dir>/models/<model>/v<N>/`). */
+  versionDirCount(): number {
+    return this.dirs.count;
   }
 
   pinnedBytes(): number {
@@ -293,8 +310,11 @@ export class VersionStore extends EventEmitter<StoreEvents> {
 
   private async complete(v: StoredVersion, checksums: string[], writeHeader = true): Promise<void> {
     await sealSegment(v, checksums, this.options, writeHeader);
+    // The directory is there before anyone is handed the version: acquire's `dir` exists.
+    v.dir = this.dirs.publish(v);
+    markComplete(v, checksums);
     this.options.metrics.publishes.inc({ result: 'complete' });
-    this.log.info({ model: v.model, version: v.version, size: v.layout.totalSize, chunks: checksums.length }, 'version complete');
+    this.log.info({ model: v.model, version: v.version, size: v.layout.totalSize, chunks: checksums.length, dir: v.dir }, 'version complete');
     this.emit('complete', v);
     this.waiters.wake(v);
     this.applyRetention(v.model);

@@ -137,50 +137,66 @@ export class TrainerClient {
   }
 
   async publish(request: TensorVersion & { checkpoint?: string }): Promise<TrainerPublishResult> {
-    const started = performance.now();
-    const deadline = Date.now() + (this.options.masterWaitMs ?? 60_000);
     let prepared: PreparedVersion | null = null;
-    let attempts = 0;
     try {
-      for (;;) {
-        const plan = await this.waitForPlan(deadline, -1);
-        const master = plan.relays[0]!;
-        attempts++;
-        try {
-          const mode = await this.pushTo(
-            master,
-            request,
-            () => prepareVersion(request, this.options.chunkSize, this.staging).then((p) => (prepared = p)),
-            prepared,
-          );
-          await this.announce(request.model, request.version, request.checkpoint ?? null);
-          return { model: request.model, version: request.version, master: master.id, mode, stallSeconds: (performance.now() - started) / 1e3, attempts };
-        } catch (err) {
-          const code = (err as LaminarError).code;
-          if (code === ErrorCodes.VERSION_EXISTS) {
-            await this.announce(request.model, request.version, request.checkpoint ?? null);
-            return {
-              model: request.model,
-              version: request.version,
-              master: master.id,
-              mode: 'remote',
-              stallSeconds: (performance.now() - started) / 1e3,
-              attempts,
-            };
-          }
-          if (err instanceof ConflictError || code === ErrorCodes.BAD_TENSOR || code === ErrorCodes.VERSION_STALE) throw err;
-          this.log.warn({ master: master.id, code, err: (err as Error).message, epoch: plan.epoch }, 'push to the master failed: waiting for the next plan');
-          await this.waitForPlan(deadline, plan.epoch).catch((waitErr: unknown) => {
-            throw new LaminarError(
-              ErrorCodes.NO_MASTER,
-              `push of ${request.model} v${request.version} to ${master.id} failed (${code}) and no new master came: ${(waitErr as Error).message}`,
-              { cause: err },
-            );
-          });
-        }
-      }
+      return await this.deliver(request.model, request.version, request.checkpoint ?? null, (master) =>
+        this.pushTo(master, request, () => prepareVersion(request, this.options.chunkSize, this.staging).then((p) => (prepared = p)), prepared),
+      );
     } finally {
       (prepared as PreparedVersion | null)?.close();
+    }
+  }
+
+  /**
+   * Pushes a version already laid out as a relay holds it (a relay's own segment: the trainer
+   * host's forwarding relay, see forwarder.ts) to the master over UCX, with publish()'s handling
+   * of master changes. `prepared` stays the caller's: it is not closed here.
+   */
+  pushPrepared(prepared: PreparedVersion, checkpoint: string | null = null): Promise<TrainerPublishResult> {
+    return this.deliver(prepared.model, prepared.version, checkpoint, async (master) => {
+      await this.pushRemote(master, prepared);
+      return 'remote';
+    });
+  }
+
+  /**
+   * Runs `attempt` against the master of the newest plan until it succeeds; after a failure that
+   * a new master may cure, waits for the manager's next plan and tries its master. Announces the
+   * version once a master holds it.
+   */
+  private async deliver(
+    model: string,
+    version: number,
+    checkpoint: string | null,
+    attempt: (master: { id: string; address: string }) => Promise<'local' | 'remote'>,
+  ): Promise<TrainerPublishResult> {
+    const started = performance.now();
+    const deadline = Date.now() + (this.options.masterWaitMs ?? 60_000);
+    let attempts = 0;
+    for (;;) {
+      const plan = await this.waitForPlan(deadline, -1);
+      const master = plan.relays[0]!;
+      attempts++;
+      try {
+        const mode = await attempt(master);
+        await this.announce(model, version, checkpoint);
+        return { model, version, master: master.id, mode, stallSeconds: (performance.now() - started) / 1e3, attempts };
+      } catch (err) {
+        const code = (err as LaminarError).code;
+        if (code === ErrorCodes.VERSION_EXISTS) {
+          await this.announce(model, version, checkpoint);
+          return { model, version, master: master.id, mode: 'remote', stallSeconds: (performance.now() - started) / 1e3, attempts };
+        }
+        if (err instanceof ConflictError || code === ErrorCodes.BAD_TENSOR || code === ErrorCodes.VERSION_STALE) throw err;
+        this.log.warn({ master: master.id, code, err: (err as Error).message, epoch: plan.epoch }, 'push to the master failed: waiting for the next plan');
+        await this.waitForPlan(deadline, plan.epoch).catch((waitErr: unknown) => {
+          throw new LaminarError(
+            ErrorCodes.NO_MASTER,
+            `push of ${model} v${version} to ${master.id} failed (${code}) and no new master came: ${(waitErr as Error).message}`,
+            { cause: err },
+          );
+        });
+      }
     }
   }
 
@@ -203,11 +219,15 @@ export class TrainerClient {
       await this.publishLocal(master.id, record.socket, request);
       return 'local';
     }
-    const version = prepared ?? (await prepare());
+    await this.pushRemote(master, prepared ?? (await prepare()));
+    return 'remote';
+  }
+
+  /** Streams a laid-out version to `master` over the kept UCX link (see remoteTo). */
+  private async pushRemote(master: { id: string; address: string }, version: PreparedVersion): Promise<void> {
     const publisher = await this.remoteTo(master);
     try {
       await publisher.push(version);
-      return 'remote';
     } catch (err) {
       // A decline leaves the link as it was. After any other failure, whatever the link's state
       // (chunks in flight, a relay on its way out), it is closed: the next push sees that and

@@ -77,7 +77,9 @@ describe('relay process: crashes and restarts', () => {
     expect(await relay.stop('SIGTERM')).toBe(0);
     client.close();
     const files = readdirSync(relay.shmDir).sort();
-    expect(files).toEqual(['clean-shutdown.json', 'm.v1.safetensors']);
+    expect(files).toEqual(['clean-shutdown.json', 'm.v1.safetensors', 'models']);
+    // v1's version directory stays with it; the discarded v2 never had one.
+    expect(readdirSync(join(relay.shmDir, 'models', 'm'))).toEqual(['v1']);
     expect(existsSync(relay.socketPath)).toBe(false);
   });
 

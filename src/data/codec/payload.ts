@@ -24,6 +24,23 @@ export function decodePayload(bytes: Uint8Array, tokenCount: number): { tokens: 
   };
 }
 
+/** Room left in a message for its headers (the record's metadata): payloads above max_payload minus this are chunked. */
+export const HEADER_ROOM = 8 * 1024;
+
+/** The largest payload a record carries in its body on a server with this max_payload; larger ones go in chunks of this size. */
+export function chunkLimit(maxPayload: number): number {
+  const limit = maxPayload - HEADER_ROOM;
+  if (limit < 1) throw new RangeError(`the server's max_payload (${maxPayload}) leaves no room beside ${HEADER_ROOM} bytes of headers`);
+  return limit;
+}
+
+/** Cuts a payload into chunks of `limit` bytes (the last one shorter), as views of it. */
+export function splitPayload(payload: Uint8Array, limit: number): Uint8Array[] {
+  const parts: Uint8Array[] = [];
+  for (let off = 0; off < payload.byteLength; off += limit) parts.push(payload.subarray(off, Math.min(off + limit, payload.byteLength)));
+  return parts;
+}
+
 /** Joins chunks (claim-check payloads) into one buffer. */
 export function joinChunks(chunks: readonly Uint8Array[], total: number): Uint8Array {
   const out = new Uint8Array(total);

@@ -4,7 +4,7 @@
  * in `details`), then the invariants with their own codes (lengths, versions).
  */
 import { z } from 'zod';
-import { DataInputError } from '../errors.js';
+import { DataCapacityError, DataInputError } from '../errors.js';
 import { MAX_ID_BYTES } from '../ids.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
@@ -49,6 +49,12 @@ const id = z
   .refine((s) => Buffer.byteLength(s) <= MAX_ID_BYTES, `at most ${MAX_ID_BYTES} bytes`);
 // zod 4: z.number() rejects NaN and ±Infinity, and .int() accepts only safe integers.
 const count = z.number().int();
+// Token ids are stored as int32: a number outside that range would wrap in Int32Array.from.
+const INT32_MIN = -(2 ** 31);
+const INT32_MAX = 2 ** 31 - 1;
+const tokenIds = z
+  .array(z.number().int())
+  .refine((a) => a.every((x) => x >= INT32_MIN && x <= INT32_MAX), `token ids must be int32 (${INT32_MIN}..${INT32_MAX})`);
 const MAX_INFO_BYTES = 4096;
 
 const schema = z.object({
@@ -59,7 +65,7 @@ const schema = z.object({
   groupSize: count,
   weightVersion: count,
   reward: z.number(),
-  tokens: z.union([z.instanceof(Int32Array), z.array(z.number().int())]),
+  tokens: z.union([z.instanceof(Int32Array), tokenIds]),
   logprobs: z.union([z.instanceof(Float32Array), z.array(z.number())]),
   promptLength: count,
   responseLength: count,
@@ -134,4 +140,14 @@ export function validateTrajectory(input: unknown, ctx: ValidationContext = {}):
     completedAt: t.completedAt ?? now,
   };
   return out;
+}
+
+/** The writer's ceiling on a validated trajectory's payload (token and logprob bytes). */
+export function checkPayloadSize(t: Trajectory, maxBytes: number): void {
+  const bytes = t.tokens.byteLength + t.logprobs.byteLength;
+  if (bytes > maxBytes) {
+    throw new DataCapacityError(ErrorCodes.PAYLOAD_TOO_LARGE, `trajectory ${t.id} has ${bytes} payload bytes, more than the maximum ${maxBytes}`, {
+      details: { id: t.id, bytes, max: maxBytes },
+    });
+  }
 }

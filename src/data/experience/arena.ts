@@ -12,7 +12,9 @@
  * An arena can also be built over the buffer of a batch the trainer released (arena-pool.ts),
  * possibly larger than needed. Its pages are resident already, so it skips population. It is
  * not zeroed either: the loader overwrites every byte of every payload it hands out, and a
- * batch with a payload that did not arrive whole is never handed out.
+ * batch with a payload that did not arrive whole is never handed out. The same holds for
+ * memory an allocator made resident itself (arena-allocator.ts: a shared-memory file reserved
+ * with fallocate).
  */
 import { openSync, read } from 'node:fs';
 
@@ -50,13 +52,17 @@ export class Arena {
   private readonly idle: Array<() => void> = [];
   private readonly fd: number | null;
 
-  /** `reused`: a released batch's buffer of at least `size` bytes, written over as it is. */
+  /**
+   * `buffer`: at least `size` bytes, written over as they are. `populate`: its pages are not
+   * resident yet (fresh private memory), so a large arena populates them ahead of the writes.
+   */
   constructor(
     readonly size: number,
-    reused?: ArrayBuffer,
+    buffer: ArrayBuffer,
+    populate: boolean,
   ) {
-    this.buffer = reused ?? new ArrayBuffer(size);
-    this.fd = reused === undefined && size >= POPULATE_MIN_BYTES ? devZero() : null;
+    this.buffer = buffer;
+    this.fd = populate && size >= POPULATE_MIN_BYTES ? devZero() : null;
     this.populated = this.fd === null ? size : 0;
     this.requested = this.populated;
     this.pump(0);

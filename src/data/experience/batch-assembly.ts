@@ -8,7 +8,8 @@
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import type { RejectionCounter } from '../metrics.js';
 import type { ChangeNotifier } from '../waiter.js';
-import { ArenaPool, detach } from './arena-pool.js';
+import { ArenaPool } from './arena-pool.js';
+import type { ArenaAllocator, ArenaBlock } from './arena-allocator.js';
 import { summarizeStaleness, type Batch, type SampledTrajectory } from './batch.js';
 import type { BufferBooks } from './buffer-books.js';
 import type { BufferEntry } from './entry.js';
@@ -25,7 +26,7 @@ export interface Picked {
 
 /** The memory behind a batch's payloads, until the trainer releases it. */
 export interface Holding {
-  buffer: ArrayBuffer | undefined;
+  block: ArenaBlock | undefined;
 }
 
 /**
@@ -50,6 +51,8 @@ export interface BatchAssemblerOptions {
   recordFilter: string;
   fetchConcurrency: number;
   spareArenas: number;
+  /** Where batch memory comes from (arena-allocator.ts). */
+  arenas: ArenaAllocator;
   books: BufferBooks;
   strategy: SamplingStrategy;
   maxTimesSampled: number;
@@ -70,7 +73,7 @@ export class BatchAssembler {
   constructor(private readonly options: BatchAssemblerOptions) {
     this.books = options.books;
     this.loader = new PayloadLoader(options.js, options.jsm, options.stream, options.recordFilter, options.fetchConcurrency);
-    this.arenas = new ArenaPool(options.spareArenas, (bytes) => options.metrics.spareBytes.set({ buffer: options.buffer }, bytes));
+    this.arenas = new ArenaPool(options.spareArenas, options.arenas, (bytes) => options.metrics.spareBytes.set({ buffer: options.buffer }, bytes));
   }
 
   /** Memory of released batches kept for the next ones. */
@@ -86,10 +89,20 @@ export class BatchAssembler {
   async assemble(picked: Picked, prefetched: boolean): Promise<Assembled> {
     let total = 0;
     for (const e of picked.entries) total += e.bytes;
-    const arena = this.arenas.arena(total);
-    // If the load fails, its writes may still be under way: the memory is left to the GC.
+    const { arena, block } = await this.arenas.arena(total);
     const endRead = this.options.reads.begin();
-    const payloads = await this.loader.load(picked.entries, arena).finally(endRead);
+    let payloads: Awaited<ReturnType<PayloadLoader['load']>>;
+    try {
+      payloads = await this.loader.load(picked.entries, arena);
+    } catch (err) {
+      // Copies of other payloads of the batch may still be under way: the block goes back to
+      // its allocator once population has stopped, on a later turn (the copies in flight then
+      // have landed or found it gone). Private memory is simply left to the GC.
+      void arena.stop().then(() => setImmediate(() => this.arenas.free(block)));
+      throw err;
+    } finally {
+      endRead();
+    }
     const items: SampledTrajectory[] = [];
     const missing: BufferEntry[] = [];
     let bytes = 0;
@@ -131,7 +144,7 @@ export class BatchAssembler {
       this.books.remove(missing, 'missing');
       // Nothing was handed out: the retry may reuse the memory once population has stopped.
       await arena.stop();
-      this.arenas.give(arena.buffer);
+      this.arenas.keep(block);
       throw new RecordsMissing();
     }
     // Everything that does not depend on the trainer version at hand-over is done here, so
@@ -142,9 +155,18 @@ export class BatchAssembler {
       it.staleness = Math.max(0, version - it.weightVersion);
       groups.add(it.groupId);
     }
-    const holding: Holding = { buffer: arena.buffer };
+    const holding: Holding = { block };
     const release = (): void => this.releaseMemory(holding);
-    const batch: Batch = { items, trainerVersion: version, staleness: summarizeStaleness(items), groups: [...groups], bytes, prefetched, release };
+    const batch: Batch = {
+      items,
+      trainerVersion: version,
+      staleness: summarizeStaleness(items),
+      groups: [...groups],
+      bytes,
+      memory: block,
+      prefetched,
+      release,
+    };
     return { batch, entries: picked.entries, version, holding };
   }
 
@@ -202,15 +224,15 @@ export class BatchAssembler {
   }
 
   /**
-   * Batch.release(): the batch's memory goes to the arena pool under a new ArrayBuffer, so that
-   * the trainer's views of it read as empty rather than as the next batch. A buffer the trainer
-   * detached itself (transferred elsewhere) is gone and is not kept.
+   * Batch.release(): the batch's memory goes back to the arena pool through its allocator
+   * (private memory under a new ArrayBuffer, so that the trainer's views of it read as empty
+   * rather than as the next batch; a buffer the trainer detached itself is gone and not kept).
    */
   private releaseMemory(holding: Holding): void {
-    const buffer = holding.buffer;
-    if (buffer === undefined) return;
-    holding.buffer = undefined;
-    if (buffer.byteLength > 0) this.arenas.give(detach(buffer));
+    const block = holding.block;
+    if (block === undefined) return;
+    holding.block = undefined;
+    this.arenas.give(block);
     this.options.released(holding);
   }
 }

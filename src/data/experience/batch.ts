@@ -1,5 +1,6 @@
 /** A sampled batch as the trainer gets it: payloads, per-item staleness and a summary. */
 import type { Trajectory } from '../codec/trajectory.js';
+import type { ArenaBlock } from './arena-allocator.js';
 
 export interface SampledTrajectory extends Trajectory {
   /** Stream sequence of the record. */
@@ -26,6 +27,13 @@ export interface Batch {
   groups: string[];
   /** Payload bytes. */
   bytes: number;
+  /**
+   * The block of memory the payloads live in, from the sampler's ArenaAllocator (for the
+   * sampler service: a file in shared memory). The layout in `memory.buffer` is packed in item
+   * order: every item's tokens (int32), then every item's logprobs (float32), from offset 0.
+   * After release() it belongs to the sampler again.
+   */
+  memory: ArenaBlock;
   /** True when the batch was assembled ahead of the call (prefetch). */
   prefetched: boolean;
   /**

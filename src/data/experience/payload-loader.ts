@@ -1,11 +1,17 @@
 /**
  * Loads the payloads of chosen entries into the batch's arena (arena.ts: an ArrayBuffer of at
- * least the batch's payload bytes, filled front to back in arrival order, its pages populated
- * off the JS thread ahead of the writes unless it is reused memory). Each received message is
- * copied once, into the arena, and is garbage right away. Runs of nearby records (FIFO batches
- * are mostly contiguous) stream through one ordered consumer from the run's first sequence,
- * like a raw JetStream fetch; scattered records (uniform, prioritized) and chunked payloads use
- * direct gets by sequence, many in flight.
+ * least the batch's payload bytes, its pages populated off the JS thread ahead of the writes
+ * unless it is reused or resident memory). Each received message is copied once, into the arena,
+ * and is garbage right away. Runs of nearby records (FIFO batches are mostly contiguous) stream
+ * through one ordered consumer from the run's first sequence, like a raw JetStream fetch;
+ * scattered records (uniform, prioritized) and chunked payloads use direct gets by sequence,
+ * many in flight.
+ *
+ * The batch's layout in the arena is packed, in item order: the tokens of every item one after
+ * the other (int32), then the logprobs of every item in the same order (float32). Item i's
+ * tokens start at token index sum(tokenCount of items before i), in both halves. So the whole
+ * batch's tokens are one int32 array (what a varlen trainer feeds as one tensor, with the
+ * item lengths as its cu_seqlens), which the sampler service hands to Python as is.
  */
 import { DeliverPolicy, type JetStreamClient, type JetStreamManager, type JsMsg, type StoredMsg } from '@nats-io/jetstream';
 import { mapLimit } from '../../common/concurrency.js';
@@ -30,6 +36,15 @@ const MAX_GAP = 8;
  */
 const PULL_MESSAGES = 1024;
 const PULL_BYTES = 16 * 1024 * 1024;
+
+/** Where an entry's payload goes: its item index, and its tokens' and logprobs' byte offsets in the arena. */
+interface Slot {
+  index: number;
+  /** Tokens of the batch's items before this one. */
+  start: number;
+  tokenAt: number;
+  logprobAt: number;
+}
 
 /** Copies a record's body into the batch's arena; a promise when it must wait for population. */
 type Place = (e: BufferEntry, data: Uint8Array) => Promise<void> | undefined;
@@ -69,12 +84,38 @@ export class PayloadLoader {
    */
   async load(entries: readonly BufferEntry[], arena: Arena): Promise<Array<LoadedPayload | undefined>> {
     const out = new Array<LoadedPayload | undefined>(entries.length);
-    const indexOf = new Map<BufferEntry, number>();
-    entries.forEach((e, i) => indexOf.set(e, i));
-    const done = (e: BufferEntry, at: number): void => {
-      out[indexOf.get(e)!] = {
-        tokens: new Int32Array(arena.buffer, at, e.tokenCount),
-        logprobs: new Float32Array(arena.buffer, at + e.tokenCount * 4, e.tokenCount),
+    const slots = new Map<BufferEntry, Slot>();
+    // A record whose size disagrees with its token count has no place in the layout (missing).
+    let tokens = 0;
+    for (const e of entries) {
+      if (e.bytes !== e.tokenCount * 8 || slots.has(e)) continue;
+      slots.set(e, { index: 0, start: tokens, tokenAt: 0, logprobAt: 0 });
+      tokens += e.tokenCount;
+    }
+    const base = arena.allocate(tokens * 8)!;
+    entries.forEach((e, i) => {
+      const slot = slots.get(e);
+      if (!slot) return;
+      slot.index = i;
+      slot.tokenAt = base + slot.start * 4;
+      slot.logprobAt = base + (tokens + slot.start) * 4;
+    });
+    const bytes = new Uint8Array(arena.buffer);
+    /** Copies `data`, the part of e's body (tokens then logprobs) from `offset` on, to its places. */
+    const copy = (e: BufferEntry, slot: Slot, offset: number, data: Uint8Array): void => {
+      const tokenBytes = e.tokenCount * 4;
+      if (offset < tokenBytes) {
+        const head = Math.min(data.byteLength, tokenBytes - offset);
+        bytes.set(head === data.byteLength ? data : data.subarray(0, head), slot.tokenAt + offset);
+        if (head < data.byteLength) bytes.set(data.subarray(head), slot.logprobAt);
+      } else {
+        bytes.set(data, slot.logprobAt + offset - tokenBytes);
+      }
+    };
+    const done = (e: BufferEntry, slot: Slot): void => {
+      out[slot.index] = {
+        tokens: new Int32Array(arena.buffer, slot.tokenAt, e.tokenCount),
+        logprobs: new Float32Array(arena.buffer, slot.logprobAt, e.tokenCount),
       };
     };
     /**
@@ -82,19 +123,20 @@ export class PayloadLoader {
      * Returns a promise only when the arena's pages are not populated that far yet.
      */
     const place: Place = (e, data) => {
-      if (data.byteLength !== e.bytes) return undefined;
-      const at = arena.allocate(e.bytes)!;
-      if (arena.ready(at + e.bytes)) {
-        new Uint8Array(arena.buffer, at, e.bytes).set(data);
-        done(e, at);
+      const slot = slots.get(e);
+      if (!slot || data.byteLength !== e.bytes) return undefined;
+      const end = slot.logprobAt + e.tokenCount * 4;
+      if (arena.ready(end)) {
+        copy(e, slot, 0, data);
+        done(e, slot);
         return undefined;
       }
-      return arena.whenReady(at + e.bytes).then(() => {
-        new Uint8Array(arena.buffer, at, e.bytes).set(data);
-        done(e, at);
+      return arena.whenReady(end).then(() => {
+        copy(e, slot, 0, data);
+        done(e, slot);
       });
     };
-    const { runs, scattered } = this.plan(entries);
+    const { runs, scattered } = this.plan(entries.filter((e) => slots.has(e)));
     // One limit on direct gets for the whole batch: a batch of big chunked payloads holds at
     // most `concurrency` messages while it loads, not every chunk of every payload in flight.
     const get = limiter(this.concurrency, (seq: number) => retryTransient(() => this.jsm.direct.getMessage(this.stream, { seq })));
@@ -106,8 +148,9 @@ export class PayloadLoader {
           if (m) await place(e, m.data);
           return;
         }
-        const at = await this.loadChunks(e, arena, get);
-        if (at !== undefined) done(e, at);
+        const slot = slots.get(e)!;
+        const whole = await this.loadChunks(e, slot, arena, get, copy);
+        if (whole) done(e, slot);
       }),
     ]);
     return out;
@@ -116,29 +159,34 @@ export class PayloadLoader {
   /**
    * A claim-check payload: its first chunk gives the chunk size (the writer cuts every chunk
    * but the last to the same size), then every chunk is copied to its place in the arena as it
-   * arrives. The arena offset, or undefined when a chunk is gone or the sizes do not add up.
+   * arrives. False when a chunk is gone or the sizes do not add up.
    */
-  private async loadChunks(e: BufferEntry, arena: Arena, get: (seq: number) => Promise<StoredMsg | null>): Promise<number | undefined> {
+  private async loadChunks(
+    e: BufferEntry,
+    slot: Slot,
+    arena: Arena,
+    get: (seq: number) => Promise<StoredMsg | null>,
+    copy: (e: BufferEntry, slot: Slot, offset: number, data: Uint8Array) => void,
+  ): Promise<boolean> {
     const seqs = e.chunkSeqs;
     const first = await get(seqs[0]!);
-    if (!first) return undefined;
+    if (!first) return false;
     const size = first.data.byteLength;
     const lastSize = e.bytes - (seqs.length - 1) * size;
-    if (size === 0 || lastSize <= 0 || lastSize > size) return undefined;
-    const at = arena.allocate(e.bytes)!;
-    if (!arena.ready(at + e.bytes)) await arena.whenReady(at + e.bytes);
-    const view = new Uint8Array(arena.buffer, at, e.bytes);
-    view.set(first.data, 0);
+    if (size === 0 || lastSize <= 0 || lastSize > size) return false;
+    const end = slot.logprobAt + e.tokenCount * 4;
+    if (!arena.ready(end)) await arena.whenReady(end);
+    copy(e, slot, 0, first.data);
     const copied = await Promise.all(
       seqs.slice(1).map(async (seq, i) => {
         const m = await get(seq);
         const expected = i === seqs.length - 2 ? lastSize : size;
         if (!m || m.data.byteLength !== expected) return false;
-        view.set(m.data, (i + 1) * size);
+        copy(e, slot, (i + 1) * size, m.data);
         return true;
       }),
     );
-    return copied.every((ok) => ok) ? at : undefined;
+    return copied.every((ok) => ok);
   }
 
   private plan(entries: readonly BufferEntry[]): { runs: BufferEntry[][]; scattered: BufferEntry[] } {

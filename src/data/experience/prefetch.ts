@@ -74,7 +74,11 @@ export class Prefetch {
   /** Waits for the loop to end (the sampler is closed), then lets go of the ready batches. */
   async close(): Promise<void> {
     await this.loop;
-    for (const a of this.ready.splice(0)) this.options.books.index.release(a.entries);
+    for (const a of this.ready.splice(0)) {
+      this.options.books.index.release(a.entries);
+      // Its memory goes back to the allocator (a shared-memory file is removed, not left behind).
+      a.batch.release();
+    }
     this.stopAwaitingRelease();
   }
 

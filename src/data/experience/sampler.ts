@@ -32,6 +32,7 @@ import type { Batch } from './batch.js';
 import { BatchAssembler, RecordsMissing, type Picked } from './batch-assembly.js';
 import { BufferBooks } from './buffer-books.js';
 import { Prefetch } from './prefetch.js';
+import { privateArenas, type ArenaAllocator } from './arena-allocator.js';
 import { samplerMetrics, type SamplerMetrics } from './sampler-metrics.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
@@ -53,6 +54,12 @@ export interface SamplerOptions extends BufferStreamOptions {
   prefetch?: boolean | 'after-release';
   /** Buffers of released batches kept for later batches (arena-pool.ts). Default 1; 0 never reuses. */
   spareArenas?: number;
+  /**
+   * Where batch memory comes from (arena-allocator.ts). Default: private ArrayBuffers of this
+   * process (privateArenas()); the sampler service gives shared-memory files a trainer in
+   * another process maps. Released blocks are reused either way (spareArenas).
+   */
+  arenas?: ArenaAllocator;
   /** The trainer's weight version at start (staleness = trainer - trajectory version). */
   trainerVersion?: number;
   /** Seed of the random source used by strategies. */
@@ -168,6 +175,7 @@ export class ExperienceSampler {
       recordFilter: names.recordFilter,
       fetchConcurrency: options.fetchConcurrency ?? 64,
       spareArenas: options.spareArenas ?? 1,
+      arenas: options.arenas ?? privateArenas(),
       books: this.books,
       strategy: this.strategy,
       maxTimesSampled: this.eviction.maxTimesSampled,

@@ -52,6 +52,11 @@ export function bufferNames(buffer = 'default'): BufferNames {
   };
 }
 
+/** Nats-Msg-Id of a trajectory's chunk `i`: a re-published chunk is dropped inside the duplicate window. */
+export function chunkMsgId(id: string, i: number): string {
+  return `${id}\u0000c${i}`;
+}
+
 /** Creates the stream when missing; an existing stream is used as it is (its replicas kept). */
 export async function ensureBufferStream(jsm: JetStreamManager, options: BufferStreamOptions = {}): Promise<BufferNames> {
   const names = bufferNames(options.buffer);

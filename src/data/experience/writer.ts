@@ -17,11 +17,11 @@ import { silentLogger, type Logger } from '../../common/logger.js';
 import { DataCapacityError, DataInputError, StoreError } from '../errors.js';
 import { counter } from '../../common/metric-factory.js';
 import { RejectionCounter } from '../metrics.js';
-import { validateTrajectory, type Trajectory } from '../codec/trajectory.js';
-import { encodePayload } from '../codec/payload.js';
+import { checkPayloadSize, validateTrajectory, type Trajectory } from '../codec/trajectory.js';
+import { chunkLimit, encodePayload, splitPayload } from '../codec/payload.js';
 import { META_HEADER, encodeMeta, metaOf } from '../codec/record-meta.js';
 import { retryTransient } from '../retry.js';
-import { ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
+import { chunkMsgId, ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
 /** Where a writer checks group ids (the prompt pool implements it). */
@@ -51,7 +51,6 @@ export interface WriteResult {
   chunks: number;
 }
 
-const HEADER_ROOM = 8 * 1024;
 const GROUP_CACHE = 10_000;
 const WRONG_LAST_SEQUENCE = 10071;
 
@@ -103,12 +102,7 @@ export class ExperienceWriter {
     let t: Trajectory;
     try {
       t = validateTrajectory(input, { maxWeightVersion: this.options.maxWeightVersion?.() });
-      const bytes = t.tokens.byteLength + t.logprobs.byteLength;
-      if (bytes > this.maxBytes) {
-        throw new DataCapacityError(ErrorCodes.PAYLOAD_TOO_LARGE, `trajectory ${t.id} has ${bytes} payload bytes, more than the maximum ${this.maxBytes}`, {
-          details: { id: t.id, bytes, max: this.maxBytes },
-        });
-      }
+      checkPayloadSize(t, this.maxBytes);
       await this.checkGroup(t);
     } catch (err) {
       throw this.rejections.record(err);
@@ -143,16 +137,15 @@ export class ExperienceWriter {
 
   private async store(t: Trajectory): Promise<WriteResult> {
     const payload = encodePayload(t.tokens, t.logprobs);
-    const limit = (this.options.nc.info?.max_payload ?? 1024 * 1024) - HEADER_ROOM;
+    const limit = chunkLimit(this.options.nc.info?.max_payload ?? 1024 * 1024);
     const recordSubject = this.names.recordSubject(t.id);
     const chunkSeqs: number[] = [];
     if (payload.byteLength > limit) {
       // Do not leave orphan chunks behind for a trajectory that is already stored.
       const existing = await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: recordSubject }));
       if (existing) return this.counted({ seq: existing.seq, duplicate: true, chunks: 0 }, 0);
-      for (let off = 0, i = 0; off < payload.byteLength; off += limit, i++) {
-        const part = payload.subarray(off, Math.min(off + limit, payload.byteLength));
-        const ack = await this.retry(() => this.js.publish(this.names.chunkSubject(t.id), part, { msgID: `${t.id}\u0000c${i}` }));
+      for (const [i, part] of splitPayload(payload, limit).entries()) {
+        const ack = await this.retry(() => this.js.publish(this.names.chunkSubject(t.id), part, { msgID: chunkMsgId(t.id, i) }));
         chunkSeqs.push(ack.seq);
       }
       this.m.chunked.inc({ buffer: this.names.buffer });

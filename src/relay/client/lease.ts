@@ -44,6 +44,15 @@ export class Lease implements AsyncDisposable {
     return this.description.metadata;
   }
 
+  /**
+   * The version's directory (`<shm-dir>/models/<model>/v<N>/`: model.safetensors and the relay's
+   * engine files) for an engine that loads a directory; it stays while this lease lives. Null
+   * when the relay could not make it.
+   */
+  get dir(): string | null {
+    return this.description.dir;
+  }
+
   info(name: string): TensorInfo {
     const t = this.index.get(name);
     if (!t) throw new InvalidInputError(ErrorCodes.UNKNOWN_TENSOR, `version ${this.version} of ${this.model} has no tensor ${JSON.stringify(name)}`);

@@ -88,6 +88,13 @@ export interface SegmentDescription {
   version: number;
   segment: string;
   path: string;
+  /**
+   * The version's directory, `<shm-dir>/models/<model>/v<N>/` (model.safetensors and the engine
+   * files), for engines that load a directory. Exists from the moment the version is complete
+   * until it is retired (never while a lease on it lives); null while the version is being
+   * written (begin, attach) and when the relay could not make it.
+   */
+  dir: string | null;
   size: number;
   dataOffset: number;
   chunkSize: number;

@@ -13,6 +13,8 @@ export interface VersionInfo {
   state: VersionState;
   segment: string;
   path: string;
+  /** The version's directory (`<shm-dir>/models/<model>/v<N>/`) once complete; null otherwise. */
+  dir: string | null;
   size: number;
   leases: number;
   pinned: boolean;

@@ -1,7 +1,8 @@
 /**
  * Recovery at start: re-adopting the complete segments an earlier run left in the shm
- * directory (after a restart, clean or not), deleting partial and corrupt ones, and verifying
- * the older kept versions in the background. Separate from the store because it runs once, in
+ * directory (after a restart, clean or not), deleting partial and corrupt ones, verifying the
+ * older kept versions in the background, and sweeping the version directories of versions that
+ * are gone or not verified yet (version-dirs.ts). Separate from the store because it runs once, in
  * an order of its own (newest first, per model), and is the only part that reads a directory
  * it did not write in this run.
  */
@@ -16,6 +17,7 @@ import type { RelayMetrics } from '../metrics.js';
 import { COMPLETE_SUFFIX, WRITING_SUFFIX, segmentBaseName } from '../segments.js';
 import { SparePool } from '../spare-segments.js';
 import { StoredVersion, versionKey } from './stored-version.js';
+import type { VersionDirectories } from './version-dirs.js';
 import type { VersionTable } from './version-table.js';
 
 /** A complete segment found at start-up, before it is verified. */
@@ -48,6 +50,7 @@ export class StoreRecovery {
   constructor(
     private readonly table: VersionTable,
     private readonly spares: SparePool,
+    private readonly dirs: VersionDirectories,
     private readonly options: RecoveryOptions,
   ) {
     this.log = options.logger;
@@ -95,6 +98,11 @@ export class StoreRecovery {
         discarded++;
       }
     }
+    // Every file's identity is compared by now (unlinking a directory's hard link would move its
+    // change time). Version directories of the files found unchanged since a clean stop stay,
+    // so that engines pointed at them keep reading across the restart; every other one goes
+    // before anything is served or recycled, and comes back once its version is verified.
+    this.dirs.sweep([...byModel.values()].flatMap((list) => list.filter((f) => f.trusted).map((f) => f.v)));
     const background: FoundSegment[] = [];
     for (const list of byModel.values()) {
       list.sort((a, b) => b.v.version - a.v.version);
@@ -170,6 +178,8 @@ export class StoreRecovery {
       await this.deleteCorrupt(v.path, failure);
       return false;
     }
+    // Made (or kept, when it already links this file) before the version is served.
+    v.dir = this.dirs.publish(v);
     v.checksums = checksums;
     v.state = 'complete';
     v.completedAt = Date.now();
@@ -193,7 +203,9 @@ export class StoreRecovery {
   private async dropUnread(v: StoredVersion): Promise<void> {
     v.mapping?.close();
     v.mapping = null;
-    const kept = await this.spares.keep(v.path, v.layout.totalSize);
+    // A directory kept from a clean stop goes before the file may be recycled.
+    const unlinked = this.dirs.remove(v);
+    const kept = unlinked && (await this.spares.keep(v.path, v.layout.totalSize));
     if (!kept) await unlink(v.path).catch(() => undefined);
     this.options.metrics.recovered.inc({ result: 'beyond_retention' });
     this.log.info({ model: v.model, version: v.version, recycled: kept }, 'did not adopt a version older than --keep-versions allows');

@@ -8,6 +8,7 @@ import { unlink } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import type { SparePool } from '../spare-segments.js';
 import type { StoredVersion } from './stored-version.js';
+import type { VersionDirectories } from './version-dirs.js';
 import type { VersionTable } from './version-table.js';
 
 export interface RetentionOptions {
@@ -21,6 +22,7 @@ export class Retention {
   constructor(
     private readonly table: VersionTable,
     private readonly spares: SparePool,
+    private readonly dirs: VersionDirectories,
     private readonly options: RetentionOptions,
   ) {}
 
@@ -33,8 +35,8 @@ export class Retention {
   }
 
   /**
-   * Retires a complete version nobody leases. Its file becomes a spare for the next version
-   * when `recycle` and the pool has room, else it is unlinked.
+   * Retires a complete version nobody leases: its directory is removed, then its file becomes a
+   * spare for the next version when `recycle` and the pool has room, else it is unlinked.
    */
   async retire(v: StoredVersion, reason: string, recycle = true): Promise<void> {
     if (v.state !== 'complete') return;
@@ -46,7 +48,10 @@ export class Retention {
     // that a commit that retires the oldest version does not hold up the event loop.
     void v.mapping?.closeAsync();
     v.mapping = null;
-    const kept = recycle && (await this.spares.keep(v.path, v.layout.totalSize));
+    // Its directory goes first: it hard-links the file, and a spare's file is rewritten with a
+    // later version, which the directory would show. If it cannot go, the file is not recycled.
+    const unlinked = this.dirs.remove(v);
+    const kept = recycle && unlinked && (await this.spares.keep(v.path, v.layout.totalSize));
     // Unlinked: clients that still have it mapped keep their pages; the name is gone at once.
     if (!kept) await unlink(v.path).catch((err: unknown) => this.options.logger.warn({ err, path: v.path }, 'could not unlink a retired segment'));
     this.options.logger.info({ model: v.model, version: v.version, reason, recycled: kept }, 'version retired');

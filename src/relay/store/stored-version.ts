@@ -22,6 +22,8 @@ export class StoredVersion {
   pinned = false;
   committing = false;
   completedAt: number | null = null;
+  /** Its version directory (store/version-dirs.ts) while that exists; null before, after, or when it could not be made. */
+  dir: string | null = null;
   readonly createdAt = Date.now();
   private readonly tensorIndex: Map<string, TensorEntry>;
 
@@ -53,6 +55,7 @@ export class StoredVersion {
       state: this.state,
       segment: this.segment,
       path: this.path,
+      dir: this.dir,
       size: this.layout.totalSize,
       leases: this.leases,
       pinned: this.pinned,

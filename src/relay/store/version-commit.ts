@@ -1,9 +1,10 @@
 /**
  * Committing a version: what writers report as written (with their checksums), the single read
- * at commit that checks those and computes the chunk checksums, and sealing the segment (header
- * with the real checksums, renamed from `.writing` to complete, read-only). The checksum work is
- * here, apart from the store's life-cycle rules, because it is the part that touches every byte
- * and has rules of its own (the three forms a writer may report checksums in).
+ * at commit that checks those and computes the chunk checksums, sealing the segment (header with
+ * the real checksums, renamed from `.writing` to complete, read-only) and marking it complete.
+ * The checksum work is here, apart from the store's life-cycle rules, because it is the part
+ * that touches every byte and has rules of its own (the three forms a writer may report
+ * checksums in).
  */
 import { chmod, rename } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -112,7 +113,8 @@ export function writeHeader(v: StoredVersion, checksums: string[]): void {
 /**
  * Makes `v`'s segment complete on disk: its header rewritten with the real checksums (unless it
  * came verbatim from a sender), the file renamed from `.writing` and made read-only, mapped
- * read-only again. `v` is complete afterwards; the store does the rest of the transition.
+ * read-only again. `v` is still not served: markComplete() does that, once the store has made
+ * its version directory.
  */
 export async function sealSegment(v: StoredVersion, checksums: string[], dir: { shmDir: string; fileMode: number }, rewriteHeader: boolean): Promise<void> {
   if (rewriteHeader) writeHeader(v, checksums);
@@ -123,6 +125,10 @@ export async function sealSegment(v: StoredVersion, checksums: string[], dir: { 
   v.path = finalPath;
   void v.mapping!.closeAsync();
   v.mapping = new Mapping(finalPath, { writable: false });
+}
+
+/** `v`, sealed, is complete from now on; the store does the rest of the transition. */
+export function markComplete(v: StoredVersion, checksums: string[]): void {
   v.checksums = checksums;
   v.state = 'complete';
   v.completedAt = Date.now();

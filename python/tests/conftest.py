@@ -1,0 +1,51 @@
+"""Fixtures shared by the Python tests: real relay processes (relay_process.py) and real
+nats-servers with JetStream (nats_server.py)."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator, List
+
+import pytest
+from nats_server import NatsServer
+from relay_process import RelayFactory, RelayProcess
+
+
+@pytest.fixture
+def relay_factory() -> Iterator[RelayFactory]:
+    """Call it to start a relay (``relay_factory(args)``, default ``--no-pin``): a RelayProcess
+    with ``socket_path``, ``shm_dir``, ``kill()``, ``stop()`` and ``start()``. Every relay it made
+    is killed and its /dev/shm directory removed after the test."""
+    factory = RelayFactory()
+    yield factory
+    factory.cleanup()
+
+
+@pytest.fixture
+def relay(relay_factory: RelayFactory) -> RelayProcess:
+    """One relay with the default arguments."""
+    return relay_factory()
+
+
+@pytest.fixture(scope="module")
+def nats_server() -> Iterator[NatsServer]:
+    """One nats-server (JetStream, 1 MiB max payload) for a test module; tests keep apart by
+    buffer name. Killed and its store removed after the module."""
+    server = NatsServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def nats_server_factory() -> Iterator[Callable[..., NatsServer]]:
+    """Call it to start a nats-server of the test's own (``nats_server_factory(max_payload=...)``),
+    for a test that restarts or kills it; every one it made is cleaned up after the test."""
+    made: List[NatsServer] = []
+
+    def start(**options: object) -> NatsServer:
+        server = NatsServer(**options)  # type: ignore[arg-type]
+        made.append(server)
+        return server.start()
+
+    yield start
+    for server in made:
+        server.cleanup()

@@ -1,0 +1,108 @@
+"""Real relay processes for the Python tests: ``laminar relay`` from dist/ (run
+``npx tsc -p tsconfig.json`` or the bootstrap first), on a fresh directory under /dev/shm, killed
+and removed afterwards. conftest.py makes ``relay`` and ``relay_factory`` fixtures of it.
+
+    def test_x(relay_factory):
+        relay = relay_factory(["--chunk-size", "64KiB"])
+        client = RelayClient(relay.socket_path)
+        relay.kill()          # SIGKILL
+        relay.start()         # the same socket and shm directory again
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = REPO / "dist" / "src" / "cli" / "laminar.js"
+NODE = shutil.which("node") or "node"
+#: How long a relay may take to log "relay ready" (a restart verifies the versions it finds).
+START_TIMEOUT_SECONDS = 60.0
+DEFAULT_ARGS = ("--no-pin", "--log-level", "info")
+
+
+class RelayProcess:
+    """One relay: its socket, its shm directory, and the process (started again by ``start``)."""
+
+    def __init__(self, root: str, args: Sequence[str]) -> None:
+        #: The temporary directory under /dev/shm holding everything of this relay.
+        self.root = root
+        #: The relay's shm directory (its segments).
+        self.shm_dir = os.path.join(root, "segments")
+        self.socket_path = os.path.join(root, "relay.sock")
+        self.args = list(args)
+        self.process: Optional[subprocess.Popen] = None
+        #: The last log lines (pino JSON on stderr), for failure messages.
+        self.logs: deque[str] = deque(maxlen=200)
+        self._ready = threading.Event()
+
+    def start(self) -> "RelayProcess":
+        """Starts the relay and returns once it logs ``relay ready``."""
+        if not CLI.exists():
+            raise RuntimeError(f"{CLI} is missing: build with `npx tsc -p tsconfig.json` (or `bash scripts/bootstrap.sh`)")
+        self._ready.clear()
+        argv = [NODE, str(CLI), "relay", "--shm-dir", self.shm_dir, "--socket", self.socket_path, "--metrics-port", "0", *self.args]
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.process = process
+        threading.Thread(target=self._drain, args=(process,), daemon=True, name="relay-log").start()
+        if not self._ready.wait(START_TIMEOUT_SECONDS) or process.poll() is not None:
+            self.kill()
+            raise RuntimeError("the relay did not start:\n" + "\n".join(self.logs))
+        return self
+
+    def _drain(self, process: subprocess.Popen) -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            self.logs.append(line.rstrip())
+            if not self._ready.is_set():
+                try:
+                    if json.loads(line).get("msg") == "relay ready":
+                        self._ready.set()
+                except ValueError:
+                    pass
+        self._ready.set()  # exited: start() sees it through poll()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Sends ``sig`` (default SIGKILL) and waits for the process to end."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(sig)
+        process.wait(30)
+
+    def stop(self) -> None:
+        """A clean stop (SIGTERM)."""
+        self.kill(signal.SIGTERM)
+
+
+class RelayFactory:
+    """Makes relays for one test and removes them (processes and /dev/shm files) after it."""
+
+    def __init__(self) -> None:
+        self._relays: list[RelayProcess] = []
+
+    def __call__(self, args: Sequence[str] = DEFAULT_ARGS, start: bool = True) -> RelayProcess:
+        root = tempfile.mkdtemp(prefix="laminar-py-", dir="/dev/shm")
+        relay = RelayProcess(root, args)
+        self._relays.append(relay)
+        return relay.start() if start else relay
+
+    def cleanup(self) -> None:
+        for relay in self._relays:
+            relay.kill()
+            shutil.rmtree(relay.root, ignore_errors=True)
+        self._relays.clear()
