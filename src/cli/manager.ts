@@ -11,6 +11,7 @@ import { Manager } from '../manager/manager.js';
 import { DEFAULT_REPACK_LIMITS, validateRepackLimits } from '../manager/repack/planner.js';
 import { InvalidInputError } from '../common/errors.js';
 import { addControlFlags, controlInput } from './control-flags.js';
+import { stopOnSignals } from './stop-on-signals.js';
 import { ErrorCodes } from '../common/error-codes.js';
 
 export function managerCommand(): Command {
@@ -119,22 +120,17 @@ export function managerCommand(): Command {
       const port = Number(opts.httpPort);
       const http = port >= 0 ? await serveMetrics(registry, { host: opts.httpHost!, port, status: () => manager.status() }) : null;
       logger.info({ manager: manager.id, job: control.job, nats: control.servers, httpPort: http?.port ?? null, leader: manager.isLeader }, 'manager started');
-      let stopping = false;
-      const stop = (signal: string): void => {
-        if (stopping) process.exit(1);
-        stopping = true;
-        logger.info({ signal }, 'stopping (handing the lease over)');
-        void (async () => {
+      stopOnSignals({
+        logger,
+        message: 'stopping (handing the lease over)',
+        close: async () => {
           await manager.close();
           await partials.close();
           redis?.disconnect();
           await http?.close();
           await nc.drain().catch(() => undefined);
-          process.exit(0);
-        })();
-      };
-      process.on('SIGTERM', () => stop('SIGTERM'));
-      process.on('SIGINT', () => stop('SIGINT'));
+        },
+      });
     });
 }
 

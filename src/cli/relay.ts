@@ -8,6 +8,7 @@ import { DEFAULT_SHM_DIR } from '../relay/options.js';
 import { VersionForwarder } from '../trainer/forwarder.js';
 import { applyConfigFile } from './config.js';
 import { addControlFlags, controlInput } from './control-flags.js';
+import { stopOnSignals } from './stop-on-signals.js';
 
 export function relayCommand(): Command {
   return addControlFlags(new Command('relay'))
@@ -129,27 +130,15 @@ export function relayCommand(): Command {
         }
         logger.info({ member: forward.id ?? null }, 'forwarding every version published here to the master of the chain');
       }
-      let stopping = false;
-      const stop = (signal: string): void => {
-        if (stopping) {
-          logger.warn({ signal }, 'second signal: exiting now');
-          process.exit(1);
-        }
-        stopping = true;
-        logger.info({ signal }, 'stopping');
-        (forwarder?.close() ?? Promise.resolve())
-          .catch((err: unknown) => logger.error({ err }, 'error while stopping the forwarder'))
-          .then(() => relay.close())
-          .then(
-            () => process.exit(0),
-            (err: unknown) => {
-              logger.error({ err }, 'error while stopping');
-              process.exit(1);
-            },
-          );
-      };
-      process.on('SIGTERM', () => stop('SIGTERM'));
-      process.on('SIGINT', () => stop('SIGINT'));
+      stopOnSignals({
+        logger,
+        close: async () => {
+          // The forwarder first: a push under way reads its version from the store, which
+          // relay.close() ends. A forwarder that fails to close must not keep the relay open.
+          await forwarder?.close().catch((err: unknown) => logger.error({ err }, 'error while stopping the forwarder'));
+          await relay.close();
+        },
+      });
     });
 }
 

@@ -16,6 +16,7 @@ import {
 import { InvalidInputError } from '../common/errors.js';
 import { ErrorCodes } from '../common/error-codes.js';
 import { addControlFlags, controlInput } from './control-flags.js';
+import { stopOnSignals } from './stop-on-signals.js';
 
 type Opts = Record<string, string | boolean | undefined>;
 
@@ -167,28 +168,14 @@ export function samplerCommand(): Command {
         },
         'sampler ready',
       );
-      let stopping = false;
-      const stop = (signal: string): void => {
-        if (stopping) {
-          logger.warn({ signal }, 'second signal: exiting now');
-          process.exit(1);
-        }
-        stopping = true;
-        logger.info({ signal }, 'stopping');
-        void (async () => {
-          try {
-            await service.close();
-            await http?.close();
-            await nc.drain().catch(() => undefined);
-            logger.info('sampler service stopped');
-            process.exit(0);
-          } catch (err) {
-            logger.error({ err }, 'error while stopping');
-            process.exit(1);
-          }
-        })();
-      };
-      process.on('SIGTERM', () => stop('SIGTERM'));
-      process.on('SIGINT', () => stop('SIGINT'));
+      stopOnSignals({
+        logger,
+        close: async () => {
+          await service.close();
+          await http?.close();
+          await nc.drain().catch(() => undefined);
+          logger.info('sampler service stopped');
+        },
+      });
     });
 }

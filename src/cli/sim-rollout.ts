@@ -9,6 +9,7 @@ import { parseDuration } from '../common/units.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
 import { startSimRollout } from '../sim/rollout/sim-rollout.js';
 import { addControlFlags, controlInput } from './control-flags.js';
+import { stopOnSignals } from './stop-on-signals.js';
 import { parseLabels } from '../relay/options.js';
 
 function positive(name: string, value: string, integer = true): number {
@@ -108,20 +109,16 @@ export function simRolloutCommand(): Command {
             })
           : null;
       logger.info({ rollout: opts.id, job: control.job, metricsPort: http?.port ?? null }, 'sim-rollout started');
-      let stopping = false;
-      const stop = (signal: string): void => {
-        if (stopping) process.exit(1);
-        stopping = true;
-        logger.info({ signal, ...rollout.engine.stats }, 'stopping (in-flight trajectories stay in the partial pool)');
-        void (async () => {
+      stopOnSignals({
+        logger,
+        message: 'stopping (in-flight trajectories stay in the partial pool)',
+        details: () => rollout.engine.stats,
+        close: async () => {
           await rollout.close();
           await http?.close();
           await nc.drain().catch(() => undefined);
           redis.disconnect();
-          process.exit(0);
-        })();
-      };
-      process.on('SIGTERM', () => stop('SIGTERM'));
-      process.on('SIGINT', () => stop('SIGINT'));
+        },
+      });
     });
 }

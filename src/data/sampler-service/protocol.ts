@@ -40,10 +40,6 @@ export const samplerRequestSchemas = {
 export type SamplerOp = keyof typeof samplerRequestSchemas;
 export type SamplerRequest<O extends SamplerOp> = z.infer<(typeof samplerRequestSchemas)[O]>;
 
-export function isSamplerOp(op: string): op is SamplerOp {
-  return Object.hasOwn(samplerRequestSchemas, op);
-}
-
 export interface HelloResult {
   protocol: number;
   /** Changes every time the service starts: a batch of another instance is gone with it. */

@@ -9,11 +9,12 @@ import { basename, dirname } from 'node:path';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../../common/logger.js';
+import { removeStaleSocket } from '../../common/unix-socket-server.js';
 import { ExperienceSampler } from '../experience/sampler.js';
 import { headerLayout } from './batch-layout.js';
 import { samplerServiceMetrics } from './metrics.js';
 import type { SamplerServiceConfig } from './options.js';
-import { SamplerServer, removeStaleSocket } from './server.js';
+import { SamplerServer } from './server.js';
 import { ShmArenas } from './shm-arenas.js';
 
 export interface SamplerService {
@@ -56,7 +57,7 @@ export async function startSamplerService(config: Readonly<SamplerServiceConfig>
   // Before the sampler opens (and starts reserving records): a live service on this socket is
   // refused, and only then are the arena files of this prefix a dead predecessor's.
   await mkdir(dirname(config.socketPath), { recursive: true, mode: 0o750 });
-  await removeStaleSocket(config.socketPath);
+  await removeStaleSocket(config.socketPath, 'process');
   const removed = await arenas.removeLeftovers();
   if (removed > 0) logger.info({ files: removed }, 'removed the arena files of an earlier service');
   let sampler: ExperienceSampler | undefined;

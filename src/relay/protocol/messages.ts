@@ -70,10 +70,6 @@ export type Request<O extends Op> = z.infer<(typeof requestSchemas)[O]>;
 
 export const envelopeSchema = z.object({ id: requestId, op: z.string().min(1).max(64) }).loose();
 
-export function isOp(op: string): op is Op {
-  return Object.hasOwn(requestSchemas, op);
-}
-
 /** What acquire, begin and attach return about a version's layout. */
 export interface TensorInfo {
   name: string;
