@@ -20,7 +20,7 @@ import tempfile
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = REPO / "dist" / "src" / "cli" / "laminar.js"
@@ -33,13 +33,15 @@ DEFAULT_ARGS = ("--no-pin", "--log-level", "info")
 class RelayProcess:
     """One relay: its socket, its shm directory, and the process (started again by ``start``)."""
 
-    def __init__(self, root: str, args: Sequence[str]) -> None:
+    def __init__(self, root: str, args: Sequence[str], env: Optional[Mapping[str, str]] = None) -> None:
         #: The temporary directory under /dev/shm holding everything of this relay.
         self.root = root
         #: The relay's shm directory (its segments).
         self.shm_dir = os.path.join(root, "segments")
         self.socket_path = os.path.join(root, "relay.sock")
         self.args = list(args)
+        #: Variables added to the environment the relay starts with (LAMINAR_SECRET, say).
+        self.env = dict(env or {})
         self.process: Optional[subprocess.Popen] = None
         #: The last log lines (pino JSON on stderr), for failure messages.
         self.logs: deque[str] = deque(maxlen=200)
@@ -51,7 +53,9 @@ class RelayProcess:
             raise RuntimeError(f"{CLI} is missing: build with `npx tsc -p tsconfig.json` (or `bash scripts/bootstrap.sh`)")
         self._ready.clear()
         argv = [NODE, str(CLI), "relay", "--shm-dir", self.shm_dir, "--socket", self.socket_path, "--metrics-port", "0", *self.args]
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **self.env}
+        )
         self.process = process
         threading.Thread(target=self._drain, args=(process,), daemon=True, name="relay-log").start()
         if not self._ready.wait(START_TIMEOUT_SECONDS) or process.poll() is not None:
@@ -70,6 +74,10 @@ class RelayProcess:
                 except ValueError:
                     pass
         self._ready.set()  # exited: start() sees it through poll()
+
+    def logged(self, text: str) -> bool:
+        """Whether one of the last log lines holds ``text``."""
+        return any(text in line for line in list(self.logs))
 
     @property
     def pid(self) -> int:
@@ -95,9 +103,9 @@ class RelayFactory:
     def __init__(self) -> None:
         self._relays: list[RelayProcess] = []
 
-    def __call__(self, args: Sequence[str] = DEFAULT_ARGS, start: bool = True) -> RelayProcess:
+    def __call__(self, args: Sequence[str] = DEFAULT_ARGS, start: bool = True, env: Optional[Mapping[str, str]] = None) -> RelayProcess:
         root = tempfile.mkdtemp(prefix="laminar-py-", dir="/dev/shm")
-        relay = RelayProcess(root, args)
+        relay = RelayProcess(root, args, env)
         self._relays.append(relay)
         return relay.start() if start else relay
 
