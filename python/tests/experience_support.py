@@ -99,4 +99,3 @@ def decode_sampled(item: Dict[str, Any]) -> Dict[str, Any]:
     out["tokens"] = np.frombuffer(base64.b64decode(item["tokens"]), dtype="<i4")
     out["logprobs"] = np.frombuffer(base64.b64decode(item["logprobs"]), dtype="<f4")
     return out
-

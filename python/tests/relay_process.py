@@ -53,9 +53,7 @@ class RelayProcess:
             raise RuntimeError(f"{CLI} is missing: build with `npx tsc -p tsconfig.json` (or `bash scripts/bootstrap.sh`)")
         self._ready.clear()
         argv = [NODE, str(CLI), "relay", "--shm-dir", self.shm_dir, "--socket", self.socket_path, "--metrics-port", "0", *self.args]
-        process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **self.env}
-        )
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **self.env})
         self.process = process
         threading.Thread(target=self._drain, args=(process,), daemon=True, name="relay-log").start()
         if not self._ready.wait(START_TIMEOUT_SECONDS) or process.poll() is not None:

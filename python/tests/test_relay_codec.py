@@ -83,9 +83,7 @@ def ts_chunk_aligned_parts(cases: list[tuple[int, int, int, int]]) -> list[list[
         "process.stdout.write(JSON.stringify(cases.map(([d, c, o, n]) =>"
         " chunkAlignedParts({ dataOffset: d, chunkSize: c }, o, n).map((p) => [p.offset, p.length]))));\n"
     )
-    out = subprocess.run(
-        [NODE, "--input-type=module", "-e", script], input=json.dumps(cases), capture_output=True, text=True, check=True, timeout=60
-    )
+    out = subprocess.run([NODE, "--input-type=module", "-e", script], input=json.dumps(cases), capture_output=True, text=True, check=True, timeout=60)
     return json.loads(out.stdout)
 
 

@@ -121,9 +121,7 @@ class TestClientKilled:
     def test_its_leases_are_released_and_its_publication_dropped(self, relay):
         with RelayClient(relay.socket_path, name="observer") as observer:
             publish(observer, "org/m", 1)
-            victim = subprocess.Popen(
-                [sys.executable, "-c", VICTIM, relay.socket_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-            )
+            victim = subprocess.Popen([sys.executable, "-c", VICTIM, relay.socket_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             try:
                 assert victim.stdout.readline().strip() == "ready"
                 status = observer.status()

@@ -271,4 +271,3 @@ class TestHandshake:
         with pytest.raises(LaminarError) as info:
             RelayClient("/tmp/" + "x" * 200)
         assert info.value.code == error_codes.INVALID_ARG
-

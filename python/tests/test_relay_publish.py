@@ -71,7 +71,7 @@ def read_in_typescript(socket_path: str, model: str, version: int) -> dict:
     script = textwrap.dedent(
         f"""
         import {{ createHash }} from 'node:crypto';
-        import {{ RelayClient }} from {json.dumps(str(REPO / 'dist/src/relay/client/index.js'))};
+        import {{ RelayClient }} from {json.dumps(str(REPO / "dist/src/relay/client/index.js"))};
         const [socketPath, model, version] = process.argv.slice(1);
         const client = await RelayClient.connect({{ socketPath, reconnect: false, name: 'interop' }});
         const lease = await client.acquire({{ model, version: Number(version) }});
@@ -84,9 +84,7 @@ def read_in_typescript(socket_path: str, model: str, version: int) -> dict:
         process.stdout.write(JSON.stringify(out));
         """
     )
-    done = subprocess.run(
-        [NODE, "--input-type=module", "-e", script, socket_path, model, str(version)], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([NODE, "--input-type=module", "-e", script, socket_path, model, str(version)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -248,8 +246,7 @@ class TestSeveralWriters:
         pub.write("rank0.weight", np.zeros((256, 64), np.float32))
         pub.write("rank0.bias", np.arange(64, dtype=np.float32))
         children = [
-            subprocess.Popen([PYTHON, "-c", RANK, relay.socket_path, pub.segment, str(rank)], stderr=subprocess.PIPE, text=True)
-            for rank in range(1, ranks)
+            subprocess.Popen([PYTHON, "-c", RANK, relay.socket_path, pub.segment, str(rank)], stderr=subprocess.PIPE, text=True) for rank in range(1, ranks)
         ]
         for child in children:
             _, err = child.communicate(timeout=120)

@@ -214,7 +214,7 @@ def test_a_killed_client_has_its_batches_released(nats_server, buffer, service_f
 
 
 def test_service_killed_and_restarted_under_a_trainer_loses_nothing(nats_server, buffer, service_factory):
-    """"Nothing lost": every trajectory whose write JetStream acknowledged reaches the trainer in
+    """ "Nothing lost": every trajectory whose write JetStream acknowledged reaches the trainer in
     some batch, before the kill or after the restart. The service deletes a trajectory from the
     stream only after its batch's descriptor is on the trainer's socket (the kernel keeps it for
     the trainer when the service dies), so a kill can make a trajectory come twice (handed over,
@@ -296,7 +296,6 @@ def test_a_sample_waiting_when_the_service_dies_goes_on_with_the_next_one(nats_s
 
     thread = threading.Thread(target=trainer)
     thread.start()
-
 
     def waiting_in_sample() -> bool:
         # The trainer thread holds the connection's lock for as long as its request is out.

@@ -56,9 +56,26 @@ def position(relay: RelayProcess) -> int:
 def manager(nats_server, tmp_path):
     log = open(tmp_path / "manager.log", "w")
     process = subprocess.Popen(
-        [NODE, str(CLI), "manager", "--nats", nats_server.url, "--job", "pyfw", "--http-port", "-1",
-         "--lease", "1s", "--suspect-after", "400ms", "--dead-after", "1s"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+        [
+            NODE,
+            str(CLI),
+            "manager",
+            "--nats",
+            nats_server.url,
+            "--job",
+            "pyfw",
+            "--http-port",
+            "-1",
+            "--lease",
+            "1s",
+            "--suspect-after",
+            "400ms",
+            "--dead-after",
+            "1s",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
     )
     yield process
     process.kill()
@@ -66,15 +83,10 @@ def manager(nats_server, tmp_path):
     log.close()
 
 
-def test_a_python_trainer_publishes_through_the_forwarding_relay_across_a_master_change(
-    nats_server, manager, relay_factory: RelayFactory
-):
+def test_a_python_trainer_publishes_through_the_forwarding_relay_across_a_master_change(nats_server, manager, relay_factory: RelayFactory):
     control = ["--nats", nats_server.url, "--job", "pyfw", "--heartbeat", "100ms"]
     env = {"LAMINAR_SECRET": SECRET}
-    chain = [
-        relay_factory(["--no-pin", "--id", f"r{i}", "--host", f"host{i}", "--listen", f"127.0.0.1:{free_port()}", *control], env=env)
-        for i in range(2)
-    ]
+    chain = [relay_factory(["--no-pin", "--id", f"r{i}", "--host", f"host{i}", "--listen", f"127.0.0.1:{free_port()}", *control], env=env) for i in range(2)]
     gateway = relay_factory(["--no-pin", "--forward", "--id", "trainer-gw", "--host", "trainer", *control], env=env)
     wait_until("the forwarder to start", lambda: gateway.logged("forwarding every version"))
 

@@ -39,4 +39,3 @@ def check_name(kind: str, name: object) -> str:
         shown = json.dumps(name, ensure_ascii=False) if isinstance(name, str) else repr(name)
         raise DataInputError(error_codes.BAD_DATA_OPTIONS, f"{kind} name must be 1-64 characters of [A-Za-z0-9_-], got {shown}")
     return name
-

@@ -277,9 +277,7 @@ class RelayClient:
         streamed = not isinstance(tensors, Mapping)
         if specs is None:
             if streamed:
-                raise LaminarError(
-                    error_codes.INVALID_ARG, "publishing an iterator of (name, tensor) needs specs=[(name, dtype, shape), ...] up front"
-                )
+                raise LaminarError(error_codes.INVALID_ARG, "publishing an iterator of (name, tensor) needs specs=[(name, dtype, shape), ...] up front")
             specs = specs_of(tensors)  # type: ignore[arg-type]
         publication = self.begin(model, version, specs, metadata, chunk_size)
         try:

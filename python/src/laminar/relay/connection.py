@@ -127,9 +127,7 @@ class FrameConnection:
             self._fail(ClosedError(f"relay connection failed: {err}"))
         return future
 
-    def request(
-        self, op: str, args: Mapping[str, Any], timeout: Optional[float] = None, on_progress: Optional[ProgressCallback] = None
-    ) -> Any:
+    def request(self, op: str, args: Mapping[str, Any], timeout: Optional[float] = None, on_progress: Optional[ProgressCallback] = None) -> Any:
         """Sends a request and waits for its result (``timeout`` in seconds, None: no limit)."""
         future = self.request_future(op, args, on_progress)
         try:

@@ -36,7 +36,4 @@ def chunk_aligned_parts(grid: ChunkGrid, offset: int, length: int) -> list[tuple
 
 def chunk_ranges(grid: ChunkGrid, data_length: int) -> list[tuple[int, int]]:
     """``(offset, length)`` of every chunk of a data section of ``data_length`` bytes."""
-    return [
-        (grid.data_offset + begin, min(grid.chunk_size, data_length - begin))
-        for begin in range(0, data_length, grid.chunk_size)
-    ]
+    return [(grid.data_offset + begin, min(grid.chunk_size, data_length - begin)) for begin in range(0, data_length, grid.chunk_size)]

@@ -32,9 +32,7 @@ from .segment_map import close_mapping
 class Lease:
     """A leased version: its description, and views of its tensors."""
 
-    def __init__(
-        self, connection: FrameConnection, result: Mapping[str, Any], mapping: mmap.mmap, executor: Callable[[], Executor]
-    ) -> None:
+    def __init__(self, connection: FrameConnection, result: Mapping[str, Any], mapping: mmap.mmap, executor: Callable[[], Executor]) -> None:
         self._connection = connection
         self._mapping: Optional[mmap.mmap] = mapping
         self._executor = executor

@@ -37,9 +37,7 @@ class Publication:
     leaving without a commit aborts it when this writer began it (``owner``) and closes this
     writer's part otherwise."""
 
-    def __init__(
-        self, connection: FrameConnection, description: Mapping[str, Any], mapping: mmap.mmap, owner: bool, executor: Executor
-    ) -> None:
+    def __init__(self, connection: FrameConnection, description: Mapping[str, Any], mapping: mmap.mmap, owner: bool, executor: Executor) -> None:
         self._connection = connection
         #: The relay's description of the segment (``begin``/``attach`` result), as sent.
         self.description = dict(description)

@@ -295,7 +295,12 @@ def validate_trajectory(input: Any, *, max_weight_version: Optional[int] = None,
 
     t_id = values["id"]
     d = {"id": t_id}
-    for key, attr in (("promptLength", "prompt_length"), ("responseLength", "response_length"), ("sampleIndex", "sample_index"), ("weightVersion", "weight_version")):
+    for key, attr in (
+        ("promptLength", "prompt_length"),
+        ("responseLength", "response_length"),
+        ("sampleIndex", "sample_index"),
+        ("weightVersion", "weight_version"),
+    ):
         if values[attr] < 0:
             raise _fail(error_codes.NEGATIVE_LENGTH, f"{key} is negative ({values[attr]})", {**d, "field": key, "value": values[attr]})
     group_size, sample_index = values["group_size"], values["sample_index"]

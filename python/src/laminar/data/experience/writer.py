@@ -144,7 +144,9 @@ class ExperienceWriter:
             raise DataInputError(error_codes.BAD_DATA_OPTIONS, f"max_trajectory_bytes must be a positive integer, got {max_trajectory_bytes!r}")
         for name, value in (("retry_for", retry_for), ("timeout", timeout), ("duplicate_window", duplicate_window)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or (name != "retry_for" and value == 0):
-                raise DataInputError(error_codes.BAD_DATA_OPTIONS, f"{name} must be a {'non-negative' if name == 'retry_for' else 'positive'} number of seconds, got {value!r}")
+                raise DataInputError(
+                    error_codes.BAD_DATA_OPTIONS, f"{name} must be a {'non-negative' if name == 'retry_for' else 'positive'} number of seconds, got {value!r}"
+                )
         try:
             names = await retry_transient(
                 lambda: ensure_buffer_stream(
@@ -298,9 +300,10 @@ class ExperienceWriter:
                 raise
             description = err.description or str(err)
             if _FULL.search(description):
-                full = DataCapacityError(error_codes.BUFFER_FULL, f"experience buffer {self.names.buffer} is full: {description}", {"buffer": self.names.buffer})
+                full = DataCapacityError(
+                    error_codes.BUFFER_FULL, f"experience buffer {self.names.buffer} is full: {description}", {"buffer": self.names.buffer}
+                )
                 raise self.rejections.record(full) from err
             raise self.rejections.record(StoreError(f"jetstream: {description}", {"buffer": self.names.buffer})) from err
         except Exception as err:
             raise self.rejections.record(StoreError(f"jetstream: {err}", {"buffer": self.names.buffer})) from err
-
