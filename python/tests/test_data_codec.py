@@ -72,6 +72,12 @@ def _random_string(rng: random.Random, max_len: int) -> str:
     return "".join(rng.choice(_ALPHABET) for _ in range(rng.randint(1, max_len)))
 
 
+def _random_id(rng: random.Random, max_len: int) -> str:
+    """A valid id: no control characters, no whitespace at either end (the refused ones are in the vectors)."""
+    text = "".join(rng.choice(_ALPHABET.replace("\u0000", "").replace("\t", "")) for _ in range(rng.randint(1, max_len)))
+    return text.strip(" ") or "x"
+
+
 def _random_number(rng: random.Random) -> float:
     kind = rng.randrange(5)
     if kind == 0:
@@ -90,9 +96,9 @@ def _random_input(rng: random.Random, i: int) -> Dict[str, Any]:
     n = rng.choice([0, 1, 3, 17, 200])
     group_size = rng.choice([1, 2, 8, 128, 300])
     t: Dict[str, Any] = {
-        "id": f"{i}-{_random_string(rng, 40)}",
-        "promptId": _random_string(rng, 60),
-        "groupId": _random_string(rng, 20),
+        "id": f"{i}-{_random_id(rng, 40)}",
+        "promptId": _random_id(rng, 60),
+        "groupId": _random_id(rng, 20),
         "sampleIndex": rng.randrange(group_size),
         "groupSize": group_size,
         "weightVersion": rng.choice([0, 1, 127, 128, 65536, 2**32, 2**40]),

@@ -217,12 +217,14 @@ async def test_options_are_checked(nc: Any) -> None:
     assert bad_name.value.code == error_codes.BAD_DATA_OPTIONS
 
 
-async def test_an_id_a_header_cannot_carry_fails_as_it_does_in_typescript(nc: Any) -> None:
+async def test_an_id_a_header_cannot_carry_is_refused_before_anything_is_stored(nc: Any) -> None:
     writer = await ExperienceWriter.open(nc, fresh_buffer())
-    with pytest.raises(StoreError) as caught:
-        await writer.write(trajectory_input(8, id="two\nlines"))
-    assert caught.value.code == error_codes.STORE
-    assert writer.rejections[error_codes.STORE] == 1
+    for bad in ("two\nlines", " x", "x\u00a0"):
+        with pytest.raises(DataInputError) as caught:
+            await writer.write(trajectory_input(8, id=bad))
+        assert caught.value.code == error_codes.BAD_TRAJECTORY
+    assert writer.rejections[error_codes.BAD_TRAJECTORY] == 3
+    assert writer.stats().written == 0
 
 
 async def test_a_write_retries_through_a_server_restart(nats_server_factory: Any) -> None:

@@ -8,6 +8,17 @@ import { ErrorCodes } from '../common/error-codes.js';
 
 export const MAX_ID_BYTES = 256;
 
+/**
+ * A trajectory id is its record's Nats-Msg-Id header, and NATS clients trim header values (and
+ * cannot carry CR or LF): " x" and "x" would share a message id, and the server would drop one of
+ * the two as a duplicate within its window. So a trajectory id may not begin or end with
+ * whitespace (as JavaScript's \s and trim() define it) nor hold control characters (C0, DEL, C1);
+ * nor may a prompt id begin with whitespace or hold them, since trajectory ids begin with it.
+ */
+export const EDGE_WHITESPACE = /^\s|\s$/;
+// eslint-disable-next-line no-control-regex -- control characters are exactly what it finds
+export const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f-\u009f]/;
+
 export function idToken(id: string): string {
   return Buffer.from(id, 'utf8').toString('base64url');
 }

@@ -111,24 +111,32 @@ describe('PromptPool', () => {
         '{"id":"d","payload":"x","n":0}',
         '{"id":"a","payload":"dup"}',
         '{"id":7,"payload":[1,2]}',
+        // Trajectory ids begin with the prompt id and are message ids: refused here, not at write.
+        '{"id":" lead","payload":"x"}',
+        '{"id":"tab\\there","payload":"x"}',
+        '{"id":"trail ","payload":"x"}',
       ].join('\n'),
     );
     const p = await pool();
     const report = await p.loadJsonl(file).finally(() => rmSync(file, { force: true }));
-    expect(report.loaded).toBe(3);
+    expect(report.loaded).toBe(4);
     expect(report.rejected.map((r) => [r.line, r.code])).toEqual([
       [2, ErrorCodes.BAD_PROMPT],
       [5, ErrorCodes.BAD_PROMPT],
       [6, ErrorCodes.BAD_PROMPT],
+      [9, ErrorCodes.BAD_PROMPT],
+      [10, ErrorCodes.BAD_PROMPT],
       [7, ErrorCodes.DUPLICATE_PROMPT],
     ]);
     expect(report.rejected[0]!.message).toMatch(/^line 2: not JSON/);
-    expect(await metricValue(fx.registry, 'laminar_data_rejections_total', { code: ErrorCodes.BAD_PROMPT })).toBe(3);
+    expect(report.rejected[3]!.message).toMatch(/begins with whitespace or holds control characters/);
+    expect(await metricValue(fx.registry, 'laminar_data_rejections_total', { code: ErrorCodes.BAD_PROMPT })).toBe(5);
     const claims = await p.claim('r', 10);
     expect(claims.map((c) => [c.id, c.n])).toEqual([
       ['a', 2],
       ['c', 4],
       ['7', 4],
+      ['trail ', 4],
     ]);
   });
 

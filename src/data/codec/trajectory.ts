@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { DataCapacityError, DataInputError } from '../errors.js';
-import { MAX_ID_BYTES } from '../ids.js';
+import { CONTROL_CHARACTERS, EDGE_WHITESPACE, MAX_ID_BYTES } from '../ids.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface Trajectory {
@@ -47,6 +47,12 @@ const id = z
   .string()
   .min(1)
   .refine((s) => Buffer.byteLength(s) <= MAX_ID_BYTES, `at most ${MAX_ID_BYTES} bytes`);
+// A message id (ids.ts says why); checked only within the byte limit, so that an id breaks one
+// rule at most (one issue, as the Python client reports it).
+const trajectoryId = id.refine(
+  (s) => Buffer.byteLength(s) > MAX_ID_BYTES || !(EDGE_WHITESPACE.test(s) || CONTROL_CHARACTERS.test(s)),
+  'must not begin or end with whitespace or hold control characters',
+);
 // zod 4: z.number() rejects NaN and ±Infinity, and .int() accepts only safe integers.
 const count = z.number().int();
 // Token ids are stored as int32: a number outside that range would wrap in Int32Array.from.
@@ -58,7 +64,7 @@ const tokenIds = z
 const MAX_INFO_BYTES = 4096;
 
 const schema = z.object({
-  id,
+  id: trajectoryId,
   promptId: id,
   groupId: id,
   sampleIndex: count,

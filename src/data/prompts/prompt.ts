@@ -1,7 +1,7 @@
 /** A prompt of the dataset: id, opaque JSON payload and its GRPO group size n. */
 import { z } from 'zod';
 import { DataInputError } from '../errors.js';
-import { MAX_ID_BYTES } from '../ids.js';
+import { CONTROL_CHARACTERS, MAX_ID_BYTES } from '../ids.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface Prompt {
@@ -29,6 +29,11 @@ export function validatePrompt(input: unknown, defaultN: number): { prompt: Prom
   }
   const prompt: Prompt = { id: parsed.data.id, payload: parsed.data.payload, n: parsed.data.n ?? defaultN };
   if (Buffer.byteLength(prompt.id) > MAX_ID_BYTES) throw new DataInputError(ErrorCodes.BAD_PROMPT, `prompt id longer than ${MAX_ID_BYTES} bytes`);
+  // Trajectory ids begin with the prompt id (groupIdOf, trajectoryIdOf) and are message ids: a
+  // prompt that would make ids the writer refuses is refused here, before anything is generated.
+  if (/^\s/.test(prompt.id) || CONTROL_CHARACTERS.test(prompt.id)) {
+    throw new DataInputError(ErrorCodes.BAD_PROMPT, `prompt id ${JSON.stringify(prompt.id)} begins with whitespace or holds control characters`);
+  }
   // What Redis stores: the payload and n (the id is the hash field).
   const json = JSON.stringify({ p: prompt.payload, n: prompt.n });
   if (json.length > MAX_PROMPT_BYTES) throw new DataInputError(ErrorCodes.BAD_PROMPT, `prompt ${prompt.id} is larger than ${MAX_PROMPT_BYTES} bytes`);

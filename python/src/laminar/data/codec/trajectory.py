@@ -14,6 +14,8 @@ A writer accepts a `Trajectory` or a mapping with either the record's own (camel
 
 from __future__ import annotations
 
+import re
+
 import math
 import time
 from dataclasses import dataclass, field, fields
@@ -122,6 +124,12 @@ def _string(v: Any) -> Optional[str]:
     return None
 
 
+# JavaScript's \s (what trim() removes), spelled out: Python's \s is another set. A trajectory id
+# is its record's Nats-Msg-Id, and NATS clients trim header values (src/data/codec/trajectory.ts).
+_JS_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_UNSAFE_ID = re.compile(f"^[{_JS_WHITESPACE}]|[{_JS_WHITESPACE}]$|[\u0000-\u001f\u007f-\u009f]")
+
+
 def _id(v: Any) -> Tuple[Any, Optional[str]]:
     """An id: 1..256 UTF-8 bytes."""
     problem = _string(v)
@@ -132,6 +140,14 @@ def _id(v: Any) -> Tuple[Any, Optional[str]]:
     if len(v.encode("utf-8")) > MAX_ID_BYTES:
         return None, f"at most {MAX_ID_BYTES} bytes"
     return str(v), None
+
+
+def _trajectory_id(v: Any) -> Tuple[Any, Optional[str]]:
+    """A trajectory id: an id that a message-id header carries unchanged."""
+    value, problem = _id(v)
+    if problem is None and _UNSAFE_ID.search(value) is not None:
+        return None, "must not begin or end with whitespace or hold control characters"
+    return value, problem
 
 
 def _rollout_id(v: Any) -> Tuple[Any, Optional[str]]:
@@ -145,7 +161,7 @@ def _rollout_id(v: Any) -> Tuple[Any, Optional[str]]:
 
 # (record name, Trajectory attribute, checker) in the schema's order, which is the issues' order.
 _FIELDS: Tuple[Tuple[str, str, str], ...] = (
-    ("id", "id", "id"),
+    ("id", "id", "trajectoryId"),
     ("promptId", "prompt_id", "id"),
     ("groupId", "group_id", "id"),
     ("sampleIndex", "sample_index", "count"),
@@ -164,6 +180,7 @@ _FIELDS: Tuple[Tuple[str, str, str], ...] = (
 )
 _SCALAR_CHECKS: Dict[str, Callable[[Any], Tuple[Any, Optional[str]]]] = {
     "id": _id,
+    "trajectoryId": _trajectory_id,
     "count": _count,
     "number": _number,
     "number?": _number,
