@@ -12,13 +12,6 @@
 #include "checksum.h"
 #include "errors.h"
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
 namespace laminar {
 
 Region::~Region() {

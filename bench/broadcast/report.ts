@@ -140,51 +140,24 @@ export function report(r: Results): void {
       'CPU during the broadcast (median; 100% = one core)',
     ],
   ];
-  for (const p of r.ps) {
-    const s = chainStat.get(p)!;
-    rows.push([
-      p === 2 ? 'chain, steady (p=2: T_p2p)' : 'chain, steady',
-      String(p),
-      String(p - 1),
-      s.median.toFixed(3),
-      rangeText(s, 3),
-      (r.size / s.median / MB).toFixed(1),
-      model(p).toFixed(3),
-      (s.median / model(p)).toFixed(2),
-      p > 2 && p2p ? ((s.median - p2p.median) / (p - 2)).toFixed(3) : '-',
-      cpuText(r.chain.get(p)!),
-    ]);
-  }
-  for (const p of r.ps) {
-    const s = firstStat.get(p)!;
-    rows.push([
-      'chain, first version',
-      String(p),
-      String(p - 1),
-      s.median.toFixed(3),
-      rangeText(s, 3),
-      (r.size / s.median / MB).toFixed(1),
-      model(p).toFixed(3),
-      (s.median / model(p)).toFixed(2),
-      p > 2 && p2pFirst ? ((s.median - p2pFirst.median) / (p - 2)).toFixed(3) : '-',
-      '',
-    ]);
-  }
+  // One row per (shape, p): the time against the model, and the cost of each hop beyond the first.
+  const row = (label: string, p: number, s: Stat, modelS: number, base: Stat | null, cpu: string): string[] => [
+    label,
+    String(p),
+    String(p - 1),
+    s.median.toFixed(3),
+    rangeText(s, 3),
+    (r.size / s.median / MB).toFixed(1),
+    modelS.toFixed(3),
+    (s.median / modelS).toFixed(2),
+    p > 2 && base ? ((s.median - base.median) / (p - 2)).toFixed(3) : '-',
+    cpu,
+  ];
+  for (const p of r.ps) rows.push(row(p === 2 ? 'chain, steady (p=2: T_p2p)' : 'chain, steady', p, chainStat.get(p)!, model(p), p2p, cpuText(r.chain.get(p)!)));
+  for (const p of r.ps) rows.push(row('chain, first version', p, firstStat.get(p)!, model(p), p2pFirst, ''));
   for (const p of r.ps) {
     const s = starStat.get(p);
-    if (s === undefined) continue;
-    rows.push([
-      'star (one after the other)',
-      String(p),
-      String(p - 1),
-      s.median.toFixed(3),
-      rangeText(s, 3),
-      (r.size / s.median / MB).toFixed(1),
-      starModel(p).toFixed(3),
-      (s.median / starModel(p)).toFixed(2),
-      p > 2 && p2p ? ((s.median - p2p.median) / (p - 2)).toFixed(3) : '-',
-      cpuText(r.star.get(p)!),
-    ]);
+    if (s !== undefined) rows.push(row('star (one after the other)', p, s, starModel(p), p2p, cpuText(r.star.get(p)!)));
   }
   printTable(
     `broadcast of ${formatBytes(r.size)} in k=${r.chunks} chunks of ${formatBytes(r.chunkSize)}, window ${r.window}; p counts the master (p=2 is one hop); ` +

@@ -39,7 +39,7 @@ export interface ForwarderOptions {
   logger?: Logger;
 }
 
-/** What happened to each version, for tests and `laminar status`. */
+/** What happened to a version (onRecord), for tests and for code that embeds a forwarder. */
 export interface ForwardRecord {
   model: string;
   version: number;
@@ -61,7 +61,6 @@ export class VersionForwarder {
   private readonly pending = new Map<string, StoredVersion>();
   private running: Promise<void> | null = null;
   private closed = false;
-  private readonly history: ForwardRecord[] = [];
   private readonly listeners = new Set<(record: ForwardRecord) => void>();
   private readonly onComplete = (v: StoredVersion): void => this.enqueue(v);
 
@@ -105,11 +104,6 @@ export class VersionForwarder {
     // A restarted forwarder sends what it holds: the master declines what it has already.
     for (const v of store.list()) if (v.state === 'complete' && store.latest(v.model) === v) forwarder.enqueue(v);
     return forwarder;
-  }
-
-  /** Versions handled so far, oldest first (the last 100). */
-  get records(): readonly ForwardRecord[] {
-    return this.history;
   }
 
   /** Calls fn for each version handled from now on; returns an unsubscribe. */
@@ -188,8 +182,6 @@ export class VersionForwarder {
 
   private record(record: ForwardRecord): void {
     this.metrics.versions.inc({ result: record.result });
-    this.history.push(record);
-    if (this.history.length > 100) this.history.shift();
     for (const fn of this.listeners) fn(record);
   }
 }

@@ -90,6 +90,20 @@ export function relayEachTest(args: string[] = ['--no-pin']): RelayEachTest {
   };
 }
 
+/**
+ * Polls `probe` every 20 ms until it returns something other than undefined, and returns that;
+ * the timeout only bounds a failing test.
+ */
+export async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 export async function metricsText(port: number): Promise<string> {
   const res = await fetch(`http://127.0.0.1:${port}/metrics`);
   return res.text();

@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { Relay } from '../../src/relay/daemon.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
-import { inProcessRelay, metricValue, metricsText, tempShmDir } from '../helpers/relay.js';
+import { inProcessRelay, metricValue, metricsText, tempShmDir, until } from '../helpers/relay.js';
 
 const MODEL = 'org/spare';
 
@@ -15,16 +15,6 @@ function weights(version: number, bytes = 256 * 1024): { name: string; dtype: 'U
 
 function spareFiles(dir: string): string[] {
   return readdirSync(dir).filter((f) => f.endsWith('.segment.spare'));
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 describe('relay: spare segments (pages of retired versions reused)', () => {

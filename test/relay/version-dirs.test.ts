@@ -12,7 +12,7 @@ import type { RelayOptionsInput } from '../../src/relay/options.js';
 import { freePort } from '../../src/services/ports.js';
 import { SECRET } from '../helpers/broadcast.js';
 import { writeCheckpoint } from '../helpers/checkpoint.js';
-import { inProcessRelay, metricValue, tempShmDir } from '../helpers/relay.js';
+import { inProcessRelay, metricValue, tempShmDir, until } from '../helpers/relay.js';
 import { LINKED_ENGINE_FILES, checkDirsTruthful, engineFilesDir, hasModelsDir, readSafetensors, versionDirs } from '../helpers/version-dirs.js';
 
 process.env.UCX_TLS ??= 'tcp';
@@ -30,16 +30,6 @@ function weights(version: number, floats = 64 * 1024): { name: string; dtype: 'F
 
 function bytesOf(a: Float32Array): Buffer {
   return Buffer.from(a.buffer, a.byteOffset, a.byteLength);
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 describe('relay: version directories', () => {
