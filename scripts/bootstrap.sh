@@ -16,7 +16,7 @@ say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
 # python3-torch: Debian's CPU build, for the Python client's tests (PyPI's wheel pulls gigabytes of
 # CUDA libraries); python3-venv for the environment below.
-DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy python3-venv python3-torch libxxhash-dev pkg-config iproute2 clang-format)
+DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy python3-venv python3-torch python3-matplotlib libxxhash-dev pkg-config iproute2 clang-format)
 
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do
@@ -72,4 +72,18 @@ if [ ! -f "$venv_stamp" ] || [ python/pyproject.toml -nt "$venv_stamp" ]; then
   say "installing the Python client and its dependencies into $venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e 'python[dev]' >&2
   touch "$venv_stamp"
+fi
+
+# verl's own source (a 1.7 MB pure-Python wheel, unpacked, never installed: importing verl needs
+# torch 2): the verl integration's conformance test runs against its base classes.
+verl_version=0.9.1
+verl_src=$venv/verl-src/$verl_version
+if [ ! -f "$verl_src/verl/checkpoint_engine/base.py" ]; then
+  say "fetching verl $verl_version's source for the verl integration's conformance test"
+  rm -rf "$venv/verl-src" && mkdir -p "$venv/verl-src"
+  if "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps "verl==$verl_version" -d "$venv/verl-src" >&2; then
+    "$venv/bin/python" -m zipfile -e "$venv"/verl-src/verl-*.whl "$verl_src" >&2
+  else
+    say "could not download verl $verl_version: the conformance test will be skipped"
+  fi
 fi

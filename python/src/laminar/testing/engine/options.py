@@ -1,0 +1,82 @@
+"""Command-line options of `python -m laminar.testing.engine`, parsed once into a frozen object."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from ..digits import EOS
+
+DEFAULT_PORT = 30000
+"""SGLang's default port."""
+DEFAULT_KV_CAPACITY = 4096
+DEFAULT_MAX_RUNNING = 16
+DEFAULT_SERVED_MODEL_NAME = "laminar-tinylm"
+DEFAULT_WEIGHT_VERSION = "default"
+"""SGLang's `--weight-version` default."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    model_path: Optional[str] = None
+    random_init: bool = False
+    config_path: Optional[str] = None
+    kv_capacity: int = DEFAULT_KV_CAPACITY
+    max_running: int = DEFAULT_MAX_RUNNING
+    seed: int = 0
+    weight_version: str = DEFAULT_WEIGHT_VERSION
+    served_model_name: str = DEFAULT_SERVED_MODEL_NAME
+    eos_token_id: int = EOS
+    threads: Optional[int] = None
+    log_level: str = "info"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in 0..65535 (0: any free port), got {text}")
+    return value
+
+
+def parse_options(argv: Optional[Sequence[str]] = None) -> EngineOptions:
+    parser = argparse.ArgumentParser(
+        prog="python -m laminar.testing.engine",
+        description="laminar's reference inference engine: TinyLM on the CPU behind the SGLang HTTP subset of docs/reference/engine-http.md.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one, printed on the ready line)")
+    parser.add_argument("--model-path", help="a model directory (config.json + model.safetensors) to serve from the start")
+    parser.add_argument("--random-init", action="store_true", help="start with seeded random weights (of --config, or the default TinyLMConfig)")
+    parser.add_argument("--config", dest="config_path", help="a config.json: the model of --random-init, or assumed for directories without config.json")
+    parser.add_argument(
+        "--kv-capacity",
+        type=_positive,
+        default=DEFAULT_KV_CAPACITY,
+        help=f"KV cache capacity in tokens (max_total_num_tokens; default {DEFAULT_KV_CAPACITY})",
+    )
+    parser.add_argument(
+        "--max-running",
+        type=_positive,
+        default=DEFAULT_MAX_RUNNING,
+        help=f"most sequences decoded together (max_running_requests; default {DEFAULT_MAX_RUNNING})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of --random-init and of the sampling of requests without sampling_seed")
+    parser.add_argument("--weight-version", default=DEFAULT_WEIGHT_VERSION, help="weight version label of the initial weights (default 'default')")
+    parser.add_argument("--served-model-name", default=DEFAULT_SERVED_MODEL_NAME, help="model_name label of the metrics")
+    parser.add_argument("--eos-token-id", type=int, default=EOS, help=f"the token that ends a response unless ignore_eos (default {EOS}, digits' EOS)")
+    parser.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    args = parser.parse_args(argv)
+    if args.random_init and args.model_path:
+        parser.error("--random-init and --model-path exclude each other")
+    return EngineOptions(**vars(args))

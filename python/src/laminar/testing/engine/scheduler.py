@@ -1,0 +1,442 @@
+"""Continuous batching for the reference engine.
+
+One asyncio task (`Scheduler.run`) owns the state; the model's work (prefill, decode, sampling,
+loading a directory) runs in one worker thread so that HTTP stays responsive. Every iteration:
+admit waiting requests while a slot is free and the KV capacity allows (FCFS; a request reserves
+prompt + max_new_tokens tokens, so an admitted request always finishes without being evicted),
+prefill them, then decode every running sequence by one token as a batch and hand each new token
+to its request. Aborts (`/abort_request`, a client that disconnects, `/pause_generation
+{mode: "abort"}`) free the slot and KV at once; a step that was in flight for an aborted request is
+discarded.
+
+New requests pass a gate first: it is closed while generation is paused and while a weight update
+waits for the engine to drain, as SGLang holds them in its tokenizer manager.
+
+Weight updates follow SGLang's model-update lock: when not paused, the update waits until every
+request in the engine has finished (new ones wait at the gate), then loads and swaps, so a request
+never changes weights; when paused, it loads and swaps at once, and the held requests continue on
+the new weights after continue (keeping their KV cache in `in_place` mode, recomputing it in
+`retract` mode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, TypeVar
+
+import numpy as np
+import torch
+
+from ...errors import LaminarError
+from ..model import KVCache, TinyLM, TinyLMConfig
+from .protocol import GenerateRequest, InvalidRequest, finish_abort, finish_length, finish_stop
+from .sampling import SamplingParams, sample
+from .weights import LOAD_FORMATS, load_weights
+
+log = logging.getLogger("laminar.testing.engine")
+
+T = TypeVar("T")
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+THROUGHPUT_WINDOW_S = 5.0
+"""`sglang:gen_throughput` counts the tokens generated in this many seconds."""
+
+
+class Sequence:
+    """One /generate request from arrival to finish."""
+
+    def __init__(self, rid: str, request: GenerateRequest, max_new_tokens: int, weight_version: Optional[str]) -> None:
+        self.rid = rid
+        self.input_ids = list(request.input_ids)
+        self.params: SamplingParams = request.sampling
+        self.return_logprob = request.return_logprob
+        self.max_new_tokens = max_new_tokens
+        self.output_ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.finish_reason: Optional[dict[str, Any]] = None
+        self.slot: Optional[int] = None
+        self.kv_reserved = 0
+        self.num_retractions = 0
+        self.weight_version = weight_version
+        """The version that generated the last token (the serving one until the first)."""
+        self.created = time.monotonic()
+        self.finished_at: Optional[float] = None
+        self.changed = asyncio.Event()
+        """Set whenever there is something new to send (tokens or the finish)."""
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def context(self) -> list[int]:
+        return self.input_ids + self.output_ids
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens whose keys and values the sequence holds (or is about to)."""
+        return len(self.input_ids) + len(self.output_ids) if self.slot is not None else 0
+
+
+@dataclass(frozen=True)
+class _Work:
+    """What the worker thread needs of one sequence for a step (a snapshot: the state may move on)."""
+
+    seq: Sequence
+    tokens: list[int]
+    """prefill: the whole context; decode: the last token."""
+    position: int
+    """prefill: 0; decode: the last token's position."""
+    slot: int
+    params: SamplingParams
+
+
+class Scheduler:
+    """The engine's state and its batching loop. Every method runs on the event loop's thread."""
+
+    def __init__(self, kv_capacity: int, max_running: int, eos_token_id: int, seed: int, fallback_config: Optional[TinyLMConfig]) -> None:
+        self.kv_capacity = kv_capacity
+        self.max_running = max_running
+        self.eos_token_id = eos_token_id
+        self.fallback_config = fallback_config
+        self.model: Optional[TinyLM] = None
+        self.config: Optional[TinyLMConfig] = None
+        self.cache: Optional[KVCache] = None
+        self.model_path: Optional[str] = None
+        self.weight_version: Optional[str] = None
+        self.paused = False
+        self.pause_mode: Optional[str] = None
+        self.forward_sleep_time = 0.0
+        """Seconds the worker sleeps after each step (SGLang's /slow_down, for tests)."""
+
+        self.held: dict[str, Sequence] = {}
+        self.waiting: collections.deque[Sequence] = collections.deque()
+        self.running: list[Sequence] = []
+        self.by_rid: dict[str, Sequence] = {}
+        self.free_slots: list[int] = []
+        self.kv_reserved = 0
+
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_total = 0
+        self._generated: collections.deque[tuple[float, int]] = collections.deque()
+
+        self._rng = np.random.default_rng(seed)
+        self._next_rid = 0
+        self._updating = False
+        self._stopping = False
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._step_done = asyncio.Event()
+        self._step_done.set()
+        self._update_lock = asyncio.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-model")
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    def create(self, request: GenerateRequest) -> Sequence:
+        """Registers a request (held at the gate until `enter`); raises InvalidRequest if it can never run."""
+        if self.config is None:
+            raise RuntimeError("no model loaded")
+        rid = request.rid
+        if rid is None:
+            self._next_rid += 1
+            rid = f"{self._next_rid:032x}"
+        if rid in self.by_rid:
+            raise InvalidRequest(f"Duplicate request ID: {rid} is still in flight")
+        context = self.config.max_seq_len
+        prompt = len(request.input_ids)
+        if prompt >= context:
+            raise InvalidRequest(f"The input ({prompt} tokens) is longer than the model's context length ({context} tokens).")
+        wanted = request.sampling.max_new_tokens
+        max_new = context - prompt if wanted is None else min(wanted, context - prompt)
+        if prompt + max_new > self.kv_capacity:
+            raise InvalidRequest(
+                f"The request needs {prompt + max_new} tokens of KV cache (prompt + max_new_tokens), more than the engine's capacity of {self.kv_capacity}."
+            )
+        seq = Sequence(rid, request, max_new, self.weight_version)
+        self.by_rid[rid] = seq
+        self.held[rid] = seq
+        self.requests_total += 1
+        return seq
+
+    async def enter(self, seq: Sequence) -> None:
+        """Waits at the gate (closed while paused or draining for an update), then queues the request."""
+        while not self._gate.is_set() and not seq.finished:
+            gate = asyncio.ensure_future(self._gate.wait())
+            finished = asyncio.ensure_future(seq.changed.wait())  # set only by an abort while held
+            try:
+                await asyncio.wait({gate, finished}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                gate.cancel()
+                finished.cancel()
+        if seq.finished:
+            return
+        del self.held[seq.rid]
+        self.waiting.append(seq)
+        self.prompt_tokens_total += len(seq.input_ids)
+        self._changed_queues()
+
+    def abort(self, rid: str, message: str = "Aborted by AbortReq.") -> bool:
+        """Finishes a request with an abort (wherever it is); False if no such request is in flight."""
+        seq = self.by_rid.get(rid)
+        if seq is None:
+            return False
+        self._finish(seq, finish_abort(message))
+        return True
+
+    def abort_all(self, message: str, include_held: bool = False) -> int:
+        victims = [*self.running, *self.waiting, *(self.held.values() if include_held else ())]
+        for seq in victims:
+            self._finish(seq, finish_abort(message))
+        return len(victims)
+
+    def _finish(self, seq: Sequence, reason: dict[str, Any]) -> None:
+        if seq.finished:
+            return
+        seq.finish_reason = reason
+        seq.finished_at = time.monotonic()
+        self.held.pop(seq.rid, None)
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self._release(seq)
+        self.by_rid.pop(seq.rid, None)
+        seq.changed.set()
+        self._changed_queues()
+
+    def _release(self, seq: Sequence) -> None:
+        if seq.slot is not None:
+            self.free_slots.append(seq.slot)
+            seq.slot = None
+        self.kv_reserved -= seq.kv_reserved
+        seq.kv_reserved = 0
+
+    def _changed_queues(self) -> None:
+        if self.waiting or self.running:
+            self._idle.clear()
+        else:
+            self._idle.set()
+        self._wake.set()
+
+    # ---- pause, continue, weights --------------------------------------------------------------
+
+    def _set_gate(self) -> None:
+        if self.paused or self._updating or self._stopping:
+            self._gate.clear()
+        else:
+            self._gate.set()
+
+    async def _step_boundary(self) -> None:
+        """Returns when no model step is in flight (the loop starts none while paused)."""
+        while not self._step_done.is_set():
+            await self._step_done.wait()
+
+    async def pause(self, mode: str) -> None:
+        """Stops the loop after the step in flight; `abort` ends every request, `retract` frees their KV."""
+        if mode not in PAUSE_MODES:
+            raise InvalidRequest(f"Invalid mode: {mode!r}. Expected one of {list(PAUSE_MODES)}.")
+        self.paused = True
+        self.pause_mode = mode
+        self._set_gate()
+        await self._step_boundary()
+        if mode == "abort":
+            self.abort_all("Aborted by pause_generation.")
+        elif mode == "retract":
+            for seq in reversed(self.running):
+                self._release(seq)
+                seq.num_retractions += 1
+                self.waiting.appendleft(seq)
+            self.running.clear()
+            self._changed_queues()
+
+    def resume(self) -> None:
+        self.paused = False
+        self.pause_mode = None
+        self._set_gate()
+        self._wake.set()
+
+    async def update_weights(self, model_path: str, weight_version: Optional[str], load_format: Optional[str], abort_all: bool) -> tuple[bool, str]:
+        """Loads a model directory; on failure the previous weights and version stay."""
+        async with self._update_lock:
+            if load_format not in LOAD_FORMATS:
+                return False, f"Failed to update weights: load_format {load_format!r} is not supported by the reference engine (safetensors only)."
+            if abort_all:
+                self.abort_all("Aborted by update_weights_from_disk.")
+            drain = not self.paused
+            if drain:
+                self._updating = True
+                self._set_gate()
+            try:
+                if drain:
+                    await self._idle.wait()
+                if self._stopping:
+                    return False, "Failed to update weights: the server is shutting down."
+                try:
+                    model, config = await self._in_worker(load_weights, model_path, self.config, self.fallback_config)
+                except LaminarError as err:
+                    log.warning("update_weights_from_disk %s refused: %s", model_path, err)
+                    return False, f"Failed to update weights: {err}"
+                await self._step_boundary()
+                self.install(model, config, model_path, weight_version)
+            finally:
+                if drain:
+                    self._updating = False
+                    self._set_gate()
+            message = "Succeeded to update model weights."
+            if weight_version is not None:
+                message += f" Weight version updated to {weight_version}."
+            log.info("weights from %s, version %s", model_path, self.weight_version)
+            return True, message
+
+    def install(self, model: TinyLM, config: TinyLMConfig, model_path: Optional[str], weight_version: Optional[str]) -> None:
+        """Swaps a validated model in (between steps). The first model sizes the KV cache."""
+        if self.config is None:
+            self.config = config
+            self.cache = KVCache(config, self.max_running)
+            self.free_slots = list(range(self.max_running - 1, -1, -1))
+        self.model = model
+        self.model_path = model_path
+        if weight_version is not None:
+            self.weight_version = weight_version
+        self._wake.set()
+
+    # ---- the loop ------------------------------------------------------------------------------
+
+    async def _in_worker(self, fn: Callable[..., T], *args: Any) -> T:
+        self._step_done.clear()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        finally:
+            self._step_done.set()
+
+    def _can_step(self) -> bool:
+        return not (self.paused or self._stopping or self.model is None) and bool(self.waiting or self.running)
+
+    async def run(self) -> None:
+        """The batching loop; returns after `stop`."""
+        while not self._stopping:
+            if not self._can_step():
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            admitted = self._admit()
+            if admitted:
+                work = [_Work(s, s.context, 0, s.slot, s.params) for s in admitted if s.slot is not None]
+                self._apply(work, await self._in_worker(self._prefill, self.model, work))
+                if not self._can_step():
+                    continue
+            work = [_Work(s, [s.context[-1]], len(s.context) - 1, s.slot, s.params) for s in self.running if s.slot is not None]
+            if work:
+                self._apply(work, await self._in_worker(self._decode, self.model, work))
+            elif not admitted:
+                # Waiting requests that cannot be admitted yet, none running: wait for a change.
+                self._wake.clear()
+                await self._wake.wait()
+            await asyncio.sleep(0)
+
+    def _admit(self) -> list[Sequence]:
+        admitted = []
+        while self.waiting and self.free_slots:
+            seq = self.waiting[0]
+            need = len(seq.input_ids) + seq.max_new_tokens
+            if self.kv_reserved + need > self.kv_capacity:
+                break  # first come, first served: the head waits for room
+            self.waiting.popleft()
+            if seq.max_new_tokens <= len(seq.output_ids):
+                self._finish(seq, finish_length(seq.max_new_tokens))
+                continue
+            seq.slot = self.free_slots.pop()
+            seq.kv_reserved = need
+            self.kv_reserved += need
+            self.running.append(seq)
+            admitted.append(seq)
+        return admitted
+
+    def _sample_rows(self, logits: torch.Tensor, work: list[_Work], positions: list[int]) -> list[tuple[int, float]]:
+        rows = logits.numpy()
+        return [sample(rows[i], w.params, positions[i], self._rng) for i, w in enumerate(work)]
+
+    def _prefill(self, model: TinyLM, work: list[_Work]) -> list[tuple[int, float]]:
+        """Worker thread: each sequence's context into its slot; the token after it."""
+        assert self.cache is not None
+        logits = torch.stack([model.prefill(torch.tensor(w.tokens, dtype=torch.long), self.cache, w.slot) for w in work])
+        self._slow_down()
+        return self._sample_rows(logits, work, [len(w.tokens) for w in work])
+
+    def _decode(self, model: TinyLM, work: list[_Work]) -> list[tuple[int, float]]:
+        """Worker thread: one token for every running sequence, as one batch."""
+        assert self.cache is not None
+        tokens = torch.tensor([w.tokens[0] for w in work], dtype=torch.long)
+        positions = torch.tensor([w.position for w in work], dtype=torch.long)
+        slots = torch.tensor([w.slot for w in work], dtype=torch.long)
+        logits = model.decode(tokens, slots, positions, self.cache)
+        self._slow_down()
+        return self._sample_rows(logits, work, [w.position + 1 for w in work])
+
+    def _slow_down(self) -> None:
+        if self.forward_sleep_time > 0:
+            time.sleep(self.forward_sleep_time)
+
+    def _apply(self, work: list[_Work], results: list[tuple[int, float]]) -> None:
+        now = time.monotonic()
+        generated = 0
+        for w, (token, logprob) in zip(work, results):
+            seq = w.seq
+            if seq.finished or seq.slot != w.slot:
+                continue  # aborted or retracted while the step ran
+            seq.output_ids.append(token)
+            seq.logprobs.append(logprob)
+            seq.weight_version = self.weight_version
+            generated += 1
+            if token == self.eos_token_id and not seq.params.ignore_eos:
+                self._finish(seq, finish_stop(token))
+            elif token in seq.params.stop_token_ids:
+                self._finish(seq, finish_stop(token))
+            elif len(seq.output_ids) >= seq.max_new_tokens:
+                self._finish(seq, finish_length(seq.max_new_tokens))
+            else:
+                seq.changed.set()
+        self.generation_tokens_total += generated
+        self._generated.append((now, generated))
+        while self._generated and self._generated[0][0] < now - THROUGHPUT_WINDOW_S:
+            self._generated.popleft()
+
+    # ---- figures -------------------------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        """Whether a weight update waits for the requests in the engine to finish (new ones are held)."""
+        return self._updating
+
+    @property
+    def kv_used(self) -> int:
+        return sum(s.kv_tokens for s in self.running)
+
+    def gen_throughput(self) -> float:
+        """Tokens/s over the last THROUGHPUT_WINDOW_S seconds (0 when idle that long)."""
+        now = time.monotonic()
+        recent = [(t, n) for t, n in self._generated if t >= now - THROUGHPUT_WINDOW_S]
+        if not recent:
+            return 0.0
+        span = max(now - recent[0][0], 1e-3)
+        return sum(n for _, n in recent) / span
+
+    async def stop(self) -> None:
+        """Ends every request (abort), stops the loop and the worker thread."""
+        self._stopping = True
+        self._set_gate()
+        self.abort_all("The server is shutting down.", include_held=True)
+        self._wake.set()
+        await self._step_boundary()
+        self._executor.shutdown(wait=True)
