@@ -7,6 +7,7 @@ import { managerCommand } from './manager.js';
 import { statusCommand } from './status.js';
 import { publishCommand } from './publish.js';
 import { relayCommand } from './relay.js';
+import { rolloutAgentCommand } from './rollout-agent.js';
 import { samplerCommand } from './sampler.js';
 import { simRolloutCommand } from './sim-rollout.js';
 import { simTrainerCommand } from './sim-trainer.js';
@@ -23,6 +24,7 @@ const program = new Command('laminar')
   .addCommand(versionsCommand())
   .addCommand(samplerCommand())
   .addCommand(chunkSizeCommand())
+  .addCommand(rolloutAgentCommand())
   .addCommand(simRolloutCommand())
   .addCommand(simTrainerCommand());
 

@@ -73,6 +73,8 @@ export const rolloutLoadSchema = z.object({
   /** Trajectories this rollout owns in the partial pool. */
   owned: z.number().int().nonnegative(),
   tokensPerSecond: z.number().nonnegative(),
+  /** The last weight version the engine refused to load, while it goes on with the previous one. */
+  weightError: z.object({ version, code: z.string().max(64), message: z.string().max(1024) }).nullish(),
 });
 
 export const heartbeatSchema = z.object({

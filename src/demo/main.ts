@@ -19,17 +19,18 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Command } from 'commander';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { Command, Option } from 'commander';
+import { connect } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
 import { delay } from '../common/concurrency.js';
 import { median } from '../common/stats.js';
 import { formatBytes, parseDuration } from '../common/units.js';
-import { ExperienceWriter, PartialPool, PromptPool, bufferNames, partialLogKind, partialNames, trajectoryIdOfSubject } from '../data/index.js';
-import type { ManagerStatus } from '../manager/index.js';
+import { PartialPool, PromptPool } from '../data/index.js';
+import { intIn, managerStatus, recordsInBuffer, scrape, sumMetric, watchLedger } from './books.js';
 import { freePort, startNatsServer, startRedisServer } from '../services/index.js';
 import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
 import { renderProgress, type DemoSnapshot } from './display.js';
+import { runTorchJob } from './torch-job.js';
 
 interface DemoOptions {
   duration: string;
@@ -44,6 +45,14 @@ interface DemoOptions {
   killARelay?: boolean;
   restartRelayAfter: string;
   logs?: string;
+  engine: 'sim' | 'torch';
+  engines: string;
+  steps: string;
+  groupSize: string;
+  batchGroups: string;
+  prompts: string;
+  modelConfig: string;
+  plot: string;
 }
 
 const MODEL = 'demo/policy';
@@ -72,8 +81,24 @@ async function main(): Promise<void> {
     .option('--kill-a-relay', 'SIGKILL a middle relay at 50% of the run (the chain is repaired)')
     .option('--restart-relay-after <time>', 'start the killed relay again after this long, as systemd would (0: leave it dead)', '3s')
     .option('--logs <dir>', "write each process's log (pino JSON) to <dir>/<name>.log at the end")
+    .addOption(
+      new Option('--engine <kind>', 'sim: simulated rollouts and trainer; torch: reference engines and a GRPO trainer in PyTorch that learn the digits task')
+        .choices(['sim', 'torch'])
+        .default('sim'),
+    )
+    .option('--engines <n>', '--engine torch: reference engines, each with its rollout agent', '2')
+    .option('--steps <n>', '--engine torch: training steps (a version published after each)', '150')
+    .option('--group-size <n>', '--engine torch: samples per prompt (GRPO group)', '8')
+    .option('--batch-groups <n>', '--engine torch: groups per training batch', '8')
+    .option('--prompts <n>', '--engine torch: digits prompts loaded (each epoch of the pool goes through them again)', '1400')
+    .option('--model-config <preset>', '--engine torch: TinyLM size (a preset of the example trainer, or a config.json)', 'tiny')
+    .option('--plot <file>', '--engine torch: PNG of reward and staleness over time written at the end', 'demo-torch.png')
     .parse(process.argv)
     .opts<DemoOptions>();
+  if (opts.engine === 'torch') {
+    await runTorchDemo(opts);
+    return;
+  }
   const durationMs = parseDuration(opts.duration);
   const restartRelayMs = parseDuration(opts.restartRelayAfter);
   const rolloutCount = intIn('rollouts', opts.rollouts, 1, 64);
@@ -450,82 +475,37 @@ async function main(): Promise<void> {
   }
 }
 
-/**
- * The books of the run, from the data plane's own subjects: every partial-pool 'start' marker is
- * a trajectory a rollout started; every experience record, one completed. Plain subscriptions
- * see each publish once, so a record published twice for one id shows as written twice.
- */
-function watchLedger(nc: NatsConnection): { started: Set<string>; completed: Set<string>; writtenTwice: number; stop(): void } {
-  const ledger = { started: new Set<string>(), completed: new Set<string>(), writtenTwice: 0, stop: (): void => undefined };
-  const starts = nc.subscribe(partialNames().filter, {
-    callback: (err, msg) => {
-      if (!err && partialLogKind(msg.headers) === 'start') ledger.started.add(trajectoryIdOfSubject(msg.subject));
-    },
+/** `--engine torch`: the job that learns (torch-job.ts). */
+async function runTorchDemo(opts: DemoOptions): Promise<void> {
+  const stop = new AbortController();
+  let interrupted = false;
+  process.once('SIGINT', () => {
+    interrupted = true;
+    process.stdout.write('\ninterrupted: stopping every process\n');
+    stop.abort();
   });
-  const records = nc.subscribe(bufferNames().recordFilter, {
-    callback: (err, msg) => {
-      if (err) return;
-      const id = trajectoryIdOfSubject(msg.subject);
-      if (ledger.completed.has(id)) ledger.writtenTwice++;
-      ledger.completed.add(id);
+  const explicitDuration = process.argv.some((a) => a === '--duration' || a.startsWith('--duration='));
+  await runTorchJob(
+    {
+      // The run ends when the trainer has taken its steps; --duration bounds it (default: 15 minutes).
+      duration: explicitDuration ? parseDuration(opts.duration) : 15 * 60_000,
+      engines: intIn('engines', opts.engines, 1, 16),
+      relays: intIn('relays', opts.relays, 1, 16),
+      steps: intIn('steps', opts.steps, 1, 100_000),
+      groupSize: intIn('group-size', opts.groupSize, 2, 64),
+      batchGroups: intIn('batch-groups', opts.batchGroups, 1, 256),
+      prompts: intIn('prompts', opts.prompts, 1, 1_000_000),
+      config: opts.modelConfig,
+      killARollout: opts.killARollout === true,
+      killARelay: opts.killARelay === true,
+      restartAfterMs: Math.max(1000, parseDuration(opts.restartRelayAfter)),
+      plot: opts.plot,
+      ...(opts.logs ? { logs: opts.logs } : {}),
     },
-  });
-  ledger.stop = () => {
-    starts.unsubscribe();
-    records.unsubscribe();
-  };
-  return ledger;
-}
-
-/** Which of `ids` have a record in the experience buffer (the writer's own check). */
-async function recordsInBuffer(nc: NatsConnection, ids: string[]): Promise<Set<string>> {
-  const found = new Set<string>();
-  if (ids.length === 0) return found;
-  const writer = await ExperienceWriter.open({ nc });
-  for (const id of ids) if (await writer.has(id)) found.add(id);
-  return found;
-}
-
-async function managerStatus(port: number): Promise<ManagerStatus | null> {
-  try {
-    return (await (await fetch(`http://127.0.0.1:${port}/status`)).json()) as ManagerStatus;
-  } catch {
-    return null;
-  }
-}
-
-/**
- * One scrape of a daemon's /metrics, read as often as needed: the value of a metric (a name, or
- * a name with its label set; a bare name sums its labelled series). A killed daemon reads 0.
- */
-async function scrape(port: number): Promise<(name: string) => number> {
-  let text = '';
-  try {
-    text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  } catch {
-    // a killed daemon has no metrics
-  }
-  const lines = text.split('\n').filter((line) => !line.startsWith('#'));
-  return (name) => {
-    let total = 0;
-    for (const line of lines) {
-      const key = line.slice(0, line.lastIndexOf(' '));
-      if (key === name || (!name.includes('{') && key.startsWith(`${name}{`))) total += Number(line.slice(line.lastIndexOf(' ') + 1)) || 0;
-    }
-    return total;
-  };
-}
-
-/** Sum of a metric over the /metrics of several daemons. */
-async function sumMetric(ports: number[], name: string): Promise<number> {
-  const reads = await Promise.all(ports.map(scrape));
-  return reads.reduce((total, read) => total + read(name), 0);
-}
-
-function intIn(name: string, value: string, min: number, max: number): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be an integer in ${min}..${max}, got ${JSON.stringify(value)}`);
-  return n;
+    stop.signal,
+  );
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the SIGINT handler sets it; TS does not see assignments made in callbacks
+  if (interrupted) process.exitCode = 130;
 }
 
 main().catch((err: unknown) => {

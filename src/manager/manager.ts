@@ -115,7 +115,7 @@ export class Manager {
         this.membership
           .rolloutViews()
           .filter((r) => r.load !== null && r.health !== 'dead')
-          .map((r) => ({ rollout: r.id, kvUsed: r.load!.kvUsed, weightVersion: r.load!.weightVersion })),
+          .map((r) => ({ rollout: r.id, kvUsed: r.load!.kvUsed, weightVersion: r.load!.weightVersion, refusedVersion: r.load!.weightError?.version ?? null })),
     });
     const deadAfterMs = options.deadAfterMs ?? 6000;
     this.coordinator = new RolloutCoordinator({

@@ -12,7 +12,7 @@ export interface ManagerGaugeSource {
   /** The share of the newest version of each model each live relay holds. */
   relayProgress(): Array<{ relay: string; model: string; fraction: number }>;
   /** What each live rollout last reported. */
-  rolloutLoads(): Array<{ rollout: string; kvUsed: number; weightVersion: number | null }>;
+  rolloutLoads(): Array<{ rollout: string; kvUsed: number; weightVersion: number | null; refusedVersion: number | null }>;
 }
 
 export class ManagerMetrics {
@@ -67,6 +67,15 @@ export class ManagerMetrics {
     scrapedGauge(registry, 'laminar_manager_rollout_weight_version', 'weight version each live rollout generates with', ['rollout'], (g) => {
       for (const { rollout, weightVersion } of source.rolloutLoads()) if (weightVersion !== null) g.set({ rollout }, weightVersion);
     });
+    scrapedGauge(
+      registry,
+      'laminar_manager_rollout_refused_version',
+      "the weight version a live rollout's engine refused to load (it goes on with the one it has); absent while its last load succeeded",
+      ['rollout'],
+      (g) => {
+        for (const { rollout, refusedVersion } of source.rolloutLoads()) if (refusedVersion !== null) g.set({ rollout }, refusedVersion);
+      },
+    );
   }
 }
 

@@ -90,7 +90,8 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
         r.host,
         r.health,
         r.state ?? '-',
-        r.weightVersion === undefined || r.weightVersion === null ? '-' : `v${r.weightVersion}`,
+        (r.weightVersion === undefined || r.weightVersion === null ? '-' : `v${r.weightVersion}`) +
+          (r.weightError ? ` (v${r.weightError.version} refused: ${r.weightError.code})` : ''),
         r.kvUsed === undefined ? '-' : `${Math.round(r.kvUsed * 100)}%`,
         String(r.running ?? '-'),
         String(r.waiting ?? '-'),

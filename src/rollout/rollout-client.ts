@@ -78,6 +78,17 @@ export interface RolloutClientOptions {
 
 export type RolloutState = RolloutLoad['state'];
 
+export interface AcquireWeightsOptions {
+  atLeast?: number;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  /**
+   * Loads the leased version into the engine before it becomes the rollout's version. When it
+   * throws, the lease is released, the version in use does not change, and the error is rethrown.
+   */
+  load?: (lease: Lease) => Promise<void>;
+}
+
 export interface AcquiredWeights {
   version: number;
   /** The relay lease: the shared-memory view of the tensors; release it once the engine has loaded them. */
@@ -103,6 +114,7 @@ export class RolloutClient {
    */
   private readonly loads = new InFlight();
   private weightVersion: number | null = null;
+  private weightError: RolloutLoad['weightError'] = undefined;
   private state: RolloutState = 'idle';
   private kvPrev = 0;
   /** Commands run one at a time: a repack must not interleave with a reinitialise. */
@@ -202,7 +214,7 @@ export class RolloutClient {
    * least `atLeast`), recorded as the version in use. The engine loads the tensors from the lease
    * and releases it.
    */
-  async acquireWeights(options: { atLeast?: number; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<AcquiredWeights> {
+  async acquireWeights(options: AcquireWeightsOptions = {}): Promise<AcquiredWeights> {
     const local = this.relay;
     if (!local)
       throw new RolloutError(ErrorCodes.NO_WEIGHTS, 'this rollout has no local relay (relaySocket); use setWeightVersion() after loading weights yourself');
@@ -227,7 +239,21 @@ export class RolloutClient {
     let relay: RelayClient;
     let lease: Lease;
     try {
-      ({ relay, lease } = await this.loads.track(load));
+      ({ relay, lease } = await this.loads.track(
+        load.then(async (acquired) => {
+          if (!options.load) return acquired;
+          // The engine loads inside the tracked load: a repack-in or a reconciliation never
+          // sees the new version before the engine holds it, nor after it refused it.
+          try {
+            await options.load(acquired.lease);
+          } catch (err) {
+            await acquired.lease.release().catch(() => undefined);
+            this.state = this.tasks.size > 0 ? 'generating' : 'idle';
+            throw err;
+          }
+          return acquired;
+        }),
+      ));
     } catch (err) {
       const code = (err as { code?: string }).code ?? ErrorCodes.INTERNAL;
       this.metrics.weightAcquireFailures.inc({ code });
@@ -238,6 +264,14 @@ export class RolloutClient {
     this.setWeightVersion(lease.version);
     this.metrics.weightLoadSeconds.observe((performance.now() - started) / 1e3);
     return { version: lease.version, lease };
+  }
+
+  /**
+   * A version the engine refused to load (null: the last load succeeded). The manager shows it
+   * beside the rollout in its status until a load succeeds.
+   */
+  reportWeightError(error: { version: number; code: string; message: string } | null): void {
+    this.weightError = error;
   }
 
   /** Records the weight version the engine now generates with (reported to the manager). */
@@ -283,7 +317,18 @@ export class RolloutClient {
   // ---- claims ------------------------------------------------------------------------------
 
   private async startClaim(claim: PromptClaim & { samples?: number[] }, version: number): Promise<GenerationTask[]> {
-    const promptTokens = await this.options.engine.tokenize(claim.payload);
+    let promptTokens: Int32Array;
+    try {
+      promptTokens = await this.options.engine.tokenize(claim.payload);
+    } catch (err) {
+      if ((err as { code?: string }).code !== ErrorCodes.BAD_PROMPT_PAYLOAD) throw err;
+      // A payload the engine can never take would come back every time its lease expired: it is
+      // completed (taken out of the pool) and said loudly instead.
+      this.log.error({ prompt: claim.id, err: (err as Error).message }, 'prompt dropped: its payload cannot be generated');
+      this.metrics.tasks.inc({ outcome: 'bad-prompt' }, claim.n);
+      await this.options.prompts.complete(claim).catch(() => undefined);
+      return [];
+    }
     const samples = claim.samples ?? Array.from({ length: claim.n }, (_, i) => i);
     const createdAt = Date.now();
     // Samples start concurrently: a batch of hundreds would otherwise wait on as many round trips.
@@ -491,6 +536,7 @@ export class RolloutClient {
       waiting: Math.max(0, Math.floor(engine.waiting)),
       owned: this.tasks.size,
       tokensPerSecond: Math.max(0, engine.tokensPerSecond),
+      ...(this.weightError ? { weightError: this.weightError } : {}),
     };
     this.kvPrev = kvUsed;
     this.metrics.kvUsed.set(kvUsed);

@@ -22,7 +22,7 @@ export interface Daemon {
 }
 
 /** Spawns a laminar daemon and resolves once it logs `readyMsg` (its JSON line is kept). */
-export async function spawnDaemon(
+export function spawnDaemon(
   name: string,
   argv: string[],
   readyMsg: string,
@@ -30,26 +30,66 @@ export async function spawnDaemon(
   env: NodeJS.ProcessEnv = process.env,
   onStdoutLine?: (line: string) => void,
 ): Promise<Daemon> {
-  const all = [...wrap, process.execPath, CLI, ...argv];
-  const child = spawn(all[0]!, all.slice(1), { stdio: ['ignore', onStdoutLine ? 'pipe' : 'ignore', 'pipe'], env });
-  if (onStdoutLine) onLines(child.stdout!, onStdoutLine);
-  const logs: string[] = [];
-  const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
-  const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name} did not start:\n${logs.slice(-20).join('\n')}`)), 30_000);
-    onLines(child.stderr!, (line) => {
-      logs.push(line);
-      if (logs.length > 2000) logs.splice(0, 1000);
+  return spawnProgram(
+    name,
+    [...wrap, process.execPath, CLI, ...argv],
+    (line) => {
       try {
         const entry = JSON.parse(line) as Record<string, unknown>;
-        if (entry.msg === readyMsg) {
-          clearTimeout(timer);
-          resolve(entry);
-        }
+        return entry.msg === readyMsg ? entry : null;
       } catch {
-        // not JSON (a crash trace): kept in logs
+        return null; // not JSON (a crash trace): kept in logs
       }
-    });
+    },
+    { env, ...(onStdoutLine ? { onStdoutLine } : {}) },
+  );
+}
+
+/**
+ * Spawns any program (a Python engine or trainer beside the laminar daemons) and resolves once a
+ * line of its stderr passes `isReady` (what it returns is kept as `ready`).
+ */
+export async function spawnProgram(
+  name: string,
+  command: string[],
+  isReady: (line: string) => Record<string, unknown> | null,
+  options: {
+    env?: NodeJS.ProcessEnv;
+    cwd?: string;
+    onStdoutLine?: (line: string) => void;
+    readyTimeoutMs?: number;
+    /** Where the ready line appears (default stderr, where daemons log); stdout lines are kept in the logs too. */
+    readyOn?: 'stderr' | 'stdout';
+  } = {},
+): Promise<Daemon> {
+  const readyOnStdout = options.readyOn === 'stdout';
+  const child = spawn(command[0]!, command.slice(1), {
+    stdio: ['ignore', options.onStdoutLine || readyOnStdout ? 'pipe' : 'ignore', 'pipe'],
+    env: options.env ?? process.env,
+    ...(options.cwd ? { cwd: options.cwd } : {}),
+  });
+  const stdoutListeners: ((line: string) => void)[] = [];
+  if (options.onStdoutLine) stdoutListeners.push(options.onStdoutLine);
+  if (child.stdout) onLines(child.stdout, (line) => stdoutListeners.forEach((fn) => fn(line)));
+  const logs: string[] = [];
+  const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  const timeoutMs = options.readyTimeoutMs ?? 30_000;
+  const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name} did not start in ${timeoutMs / 1000} s:\n${logs.slice(-20).join('\n')}`)), timeoutMs);
+    let found = false;
+    const take = (line: string, readyHere: boolean): void => {
+      logs.push(line);
+      if (logs.length > 2000) logs.splice(0, 1000);
+      if (found || !readyHere) return;
+      const entry = isReady(line);
+      if (entry) {
+        found = true;
+        clearTimeout(timer);
+        resolve(entry);
+      }
+    };
+    onLines(child.stderr!, (line) => take(line, !readyOnStdout));
+    if (readyOnStdout) stdoutListeners.push((line) => take(line, true));
     void exited.then((code) => {
       clearTimeout(timer);
       reject(new Error(`${name} exited (${code}) before it was ready:\n${logs.slice(-20).join('\n')}`));

@@ -4,3 +4,5 @@ export { ServiceError } from './errors.js';
 export { freePort } from './ports.js';
 export type { EmbeddedServer } from './embedded-server.js';
 export { spawnDaemon, type Daemon } from './daemon-process.js';
+export { spawnProgram } from './daemon-process.js';
+export { projectPython, spawnReferenceEngine, REPO_ROOT, TORCH_ENV, type ReferenceEngine, type ReferenceEngineOptions } from './python.js';

@@ -1,0 +1,144 @@
+/** `laminar rollout-agent`: an inference server (SGLang, vLLM, the reference engine) in the job, driven over HTTP. */
+import { Command, Option } from 'commander';
+import { Redis } from 'ioredis';
+import { ErrorCodes, InvalidInputError } from '../common/errors.js';
+import { watchEventLoop } from '../common/event-loop.js';
+import { createLogger } from '../common/logger.js';
+import { createRegistry, serveMetrics } from '../common/metrics.js';
+import { parseDuration } from '../common/units.js';
+import { connectControl, parseControlOptions } from '../control/nats-options.js';
+import { parseLabels } from '../relay/options.js';
+import { RolloutAgent } from '../rollout-agent/agent.js';
+import type { EngineClient } from '../rollout-agent/engine-client.js';
+import { loadRewardFunction } from '../rollout-agent/rewards.js';
+import { SglangClient } from '../rollout-agent/sglang-client.js';
+import { VllmClient } from '../rollout-agent/vllm-client.js';
+import { addControlFlags, controlInput } from './control-flags.js';
+import { stopOnSignals } from './stop-on-signals.js';
+
+function number(name: string, value: string, check: (n: number) => boolean, what: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || !check(n))
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--${name} must be ${what}, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+function tokenList(name: string, value: string | undefined): number[] {
+  if (value === undefined || value.trim() === '') return [];
+  return value.split(',').map((v) => number(name, v.trim(), (n) => Number.isInteger(n) && n >= 0, 'a comma-separated list of token ids'));
+}
+
+export function rolloutAgentCommand(): Command {
+  return addControlFlags(new Command('rollout-agent'), true)
+    .description(
+      'drive an inference server (SGLang, vLLM, or the reference engine) over HTTP as a rollout of the job: weights from the local relay, prompts, partial responses and trajectories through the data plane',
+    )
+    .addOption(new Option('--id <name>', 'rollout id in the job').env('LAMINAR_ROLLOUT_ID').makeOptionMandatory())
+    .addOption(new Option('--engine-url <url>', "the engine's HTTP address, e.g. http://127.0.0.1:30000").env('LAMINAR_ENGINE_URL').makeOptionMandatory())
+    .addOption(
+      new Option('--engine <kind>', 'the server API: sglang (also the reference engine) or vllm')
+        .choices(['sglang', 'vllm'])
+        .env('LAMINAR_ENGINE')
+        .default('sglang'),
+    )
+    .addOption(
+      new Option('--relay-socket <path>', "the local relay's socket (weights and their directories)").env('LAMINAR_RELAY_SOCKET').makeOptionMandatory(),
+    )
+    .addOption(new Option('--model <name>', 'model whose weights the engine serves').env('LAMINAR_MODEL').makeOptionMandatory())
+    .addOption(new Option('--redis <url>', 'Redis of the prompt pool').env('LAMINAR_REDIS').default('redis://127.0.0.1:6379'))
+    .addOption(new Option('--prompt-pool <name>', 'prompt pool name').env('LAMINAR_PROMPT_POOL').default('default'))
+    .addOption(new Option('--partial-pool <name>', 'partial-response pool name').env('LAMINAR_PARTIAL_POOL').default('default'))
+    .addOption(new Option('--buffer <name>', 'experience buffer name').env('LAMINAR_BUFFER').default('default'))
+    .addOption(new Option('--batch-prompts <n>', 'prompts claimed per batch (each brings its n samples)').default('8'))
+    .addOption(
+      new Option(
+        '--max-in-flight <n>',
+        '0: batch mode (claim --batch-prompts, generate all, take the newest weights, claim again); N: keep up to N trajectories generating, claiming as they finish while no newer version waits',
+      ).default('0'),
+    )
+    .addOption(new Option('--max-new-tokens <n>', "response budget when the prompt's payload sets none").default('1024'))
+    .addOption(new Option('--temperature <x>', 'sampling temperature').default('1'))
+    .addOption(new Option('--top-p <x>', 'nucleus sampling').default('1'))
+    .addOption(new Option('--top-k <n>', 'top-k sampling (-1: off)').default('-1'))
+    .addOption(new Option('--stop-token-ids <ids>', "comma-separated token ids that end a response (the payload's stop_token_ids win)"))
+    .addOption(new Option('--ignore-eos', "generate to the budget even past the model's EOS"))
+    .addOption(new Option('--no-seeded', "don't seed each trajectory from its id (a moved trajectory then continues but not token for token)"))
+    .addOption(new Option('--reward <name>', 'built-in reward: target-match (payload.target token ids)'))
+    .addOption(new Option('--reward-module <file>', 'JavaScript module whose default export (input) => number computes the reward'))
+    .addOption(new Option('--reward-url <url>', 'HTTP endpoint: POST {payload, prompt_ids, response_ids, finish_reason} -> {reward}'))
+    .addOption(new Option('--partial-rollout', 'load newer weights while trajectories run (pause, load, continue): tokens of one trajectory then mix versions'))
+    .addOption(new Option('--host <name>', 'host name reported to the manager').env('LAMINAR_HOST'))
+    .addOption(new Option('--labels <k=v,...>', 'labels reported to the manager').env('LAMINAR_LABELS'))
+    .addOption(new Option('--heartbeat <duration>', 'heartbeat period to the manager').env('LAMINAR_HEARTBEAT').default('1s'))
+    .addOption(new Option('--metrics-host <host>', 'address of /metrics').default('127.0.0.1'))
+    .addOption(new Option('--metrics-port <port>', 'port of /metrics and /status (0: any, -1: off)').default('9494'))
+    .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
+    .action(async (opts: Record<string, string | boolean | undefined>) => {
+      const s = (k: string): string => opts[k] as string;
+      const logger = createLogger({ level: s('logLevel') as 'info', name: 'laminar-rollout-agent' });
+      const control = parseControlOptions(controlInput(opts)!);
+      try {
+        new URL(s('engineUrl'));
+      } catch {
+        throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--engine-url must be a URL such as http://127.0.0.1:30000, got ${JSON.stringify(s('engineUrl'))}`);
+      }
+      const defaults = {
+        maxNewTokens: number('max-new-tokens', s('maxNewTokens'), (n) => Number.isInteger(n) && n > 0, 'a positive integer'),
+        temperature: number('temperature', s('temperature'), (n) => n >= 0, 'a number >= 0'),
+        topP: number('top-p', s('topP'), (n) => n > 0 && n <= 1, 'in (0, 1]'),
+        topK: number('top-k', s('topK'), (n) => Number.isInteger(n) && (n === -1 || n > 0), '-1 or a positive integer'),
+        stopTokenIds: tokenList('stop-token-ids', opts.stopTokenIds as string | undefined),
+        ignoreEos: opts.ignoreEos === true,
+        seeded: opts.seeded !== false,
+      };
+      const batchPrompts = number('batch-prompts', s('batchPrompts'), (n) => Number.isInteger(n) && n > 0, 'a positive integer');
+      const maxInFlight = number('max-in-flight', s('maxInFlight'), (n) => Number.isInteger(n) && n >= 0, 'an integer >= 0');
+      const reward = await loadRewardFunction({
+        ...(opts.reward !== undefined ? { builtin: s('reward') } : {}),
+        ...(opts.rewardModule !== undefined ? { module: s('rewardModule') } : {}),
+        ...(opts.rewardUrl !== undefined ? { url: s('rewardUrl') } : {}),
+      });
+      const engine: EngineClient = s('engine') === 'vllm' ? new VllmClient(s('engineUrl'), { model: s('model') }) : new SglangClient(s('engineUrl'));
+      const nc = await connectControl(control, `rollout-agent ${s('id')}`);
+      const redis = new Redis(s('redis'), { maxRetriesPerRequest: null, lazyConnect: false });
+      redis.on('error', (err) => logger.warn({ err: err.message }, 'redis'));
+      const registry = createRegistry();
+      const agent = await RolloutAgent.start({
+        nc,
+        redis,
+        job: control.job,
+        id: s('id'),
+        model: s('model'),
+        relaySocket: s('relaySocket'),
+        engine,
+        defaults,
+        reward,
+        batchPrompts,
+        maxInFlight,
+        partialRollout: opts.partialRollout === true,
+        ...(opts.host ? { host: s('host') } : {}),
+        ...(opts.labels ? { labels: parseLabels(s('labels')) } : {}),
+        heartbeatMs: parseDuration(s('heartbeat')),
+        promptPool: s('promptPool'),
+        partialPool: s('partialPool'),
+        buffer: s('buffer'),
+        registry,
+        logger,
+      });
+      watchEventLoop({ registry, log: logger });
+      const port = Number(s('metricsPort'));
+      const http = port >= 0 ? await serveMetrics(registry, { host: s('metricsHost'), port, status: () => agent.status() }) : null;
+      logger.info({ rollout: s('id'), engine: s('engineUrl'), kind: engine.kind, job: control.job, metricsPort: http?.port ?? null }, 'rollout agent started');
+      stopOnSignals({
+        logger,
+        message: 'stopping (in-flight trajectories stay in the partial pool)',
+        details: () => agent.status(),
+        close: async () => {
+          await agent.close();
+          await http?.close();
+          await nc.drain().catch(() => undefined);
+          redis.disconnect();
+        },
+      });
+    });
+}

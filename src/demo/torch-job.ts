@@ -1,0 +1,372 @@
+/**
+ * `npm run demo -- --engine torch`: a job that learns. Everything real on this host: the manager,
+ * relays in a chain, a forwarding relay on the trainer's "host", the sampler service, a GRPO
+ * trainer in PyTorch (python/examples/grpo_digits) publishing a new version after every step,
+ * reference engines (a small transformer on the CPU behind SGLang's HTTP API) each driven by a
+ * `laminar rollout-agent`, on embedded NATS and Redis. The task is the digits task
+ * (laminar.testing.digits: reverse or repeat a digit string; reward = share of positions right).
+ *
+ * The live view shows reward, staleness (inherent, as the paper's Figure 10 defines it: trainer
+ * version at completion − generating version; and consumption: at training) and each engine's
+ * weight version; the end shows the ledger as the simulated demo does, the reward at the start
+ * and at the end, and writes a PNG of reward and staleness over time.
+ */
+import { mkdirSync, readFileSync, rmSync, writeFileSync, existsSync, mkdtempSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { randomBytes } from 'node:crypto';
+import { connect } from '@nats-io/transport-node';
+import { Redis } from 'ioredis';
+import { delay } from '../common/concurrency.js';
+import { PartialPool, PromptPool } from '../data/index.js';
+import {
+  freePort,
+  projectPython,
+  REPO_ROOT,
+  TORCH_ENV,
+  spawnProgram,
+  spawnReferenceEngine,
+  startNatsServer,
+  startRedisServer,
+  type ReferenceEngine,
+} from '../services/index.js';
+import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
+import { managerStatus, recordsInBuffer, watchLedger } from './books.js';
+
+const run = promisify(execFile);
+
+export interface TorchJobOptions {
+  duration: number;
+  engines: number;
+  relays: number;
+  steps: number;
+  groupSize: number;
+  batchGroups: number;
+  prompts: number;
+  config: string;
+  killARollout: boolean;
+  killARelay: boolean;
+  restartAfterMs: number;
+  plot: string;
+  logs?: string;
+}
+
+const MODEL = 'digits/tiny';
+const DEAD_AFTER_MS = 3000;
+const TRAINER = join(REPO_ROOT, 'python', 'examples', 'grpo_digits', 'trainer.py');
+const PLOT = join(REPO_ROOT, 'python', 'examples', 'grpo_digits', 'plot.py');
+
+interface StepRecord {
+  step: number;
+  version: number;
+  t: number;
+  reward_mean: number;
+  staleness_p50: number;
+  staleness_max: number;
+  inherent_p50: number;
+  inherent_max: number;
+  inherent_mean: number;
+  publish_stall_ms: number;
+  sample_wait_ms: number;
+  items: number;
+}
+
+export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Promise<void> {
+  const python = projectPython();
+  const root = mkdtempSync('/dev/shm/laminar-demo-torch-');
+  const secretFile = join(root, 'secret');
+  writeFileSync(secretFile, `${randomBytes(24).toString('hex')}\n`, { mode: 0o600 });
+  const engineFiles = join(root, 'engine-files');
+  const metricsFile = join(root, 'trainer.jsonl');
+  const daemons: Daemon[] = [];
+  const events: string[] = [];
+  let started = performance.now();
+  const at = (): string => `${((performance.now() - started) / 1e3).toFixed(1)}s`;
+
+  console.log('starting nats-server (JetStream) and redis-server ...');
+  const [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer({ appendonly: true })]);
+  const nc = await connect({ servers: nats.url, name: 'demo' });
+  const redis = new Redis(redisServer.port, '127.0.0.1', { maxRetriesPerRequest: null });
+  const ledger = watchLedger(nc);
+  const shutdown = async (): Promise<void> => {
+    await Promise.all(daemons.map((d) => d.kill('SIGTERM')));
+    if (opts.logs) {
+      mkdirSync(opts.logs, { recursive: true });
+      for (const d of daemons) writeFileSync(join(opts.logs, `${d.name.replace(/\s+/g, '-')}.log`), `${d.logs.join('\n')}\n`);
+      console.log(`logs of every process in ${opts.logs}`);
+    }
+    ledger.stop();
+    redis.disconnect();
+    await nc.close().catch(() => undefined);
+    await Promise.all([nats.stop(), redisServer.stop()]);
+    rmSync(root, { recursive: true, force: true });
+  };
+  const env = { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp', ...TORCH_ENV };
+  const keep = <D extends Daemon>(d: D): D => {
+    daemons.push(d);
+    return d;
+  };
+  const laminar = async (name: string, argv: string[], ready: string): Promise<Daemon> => keep(await spawnDaemon(name, argv, ready, [], env));
+
+  try {
+    // The task's prompts, written by the task's own module, into the prompt pool.
+    const promptFile = join(root, 'prompts.jsonl');
+    // Repeat a 3-digit string: a task a 100k-parameter model learns by RL alone in a few minutes of CPU.
+    const task = ['--min-digits', '3', '--max-digits', '3', '--tasks', 'repeat'];
+    const { stdout } = await run(
+      python,
+      ['-m', 'laminar.testing.digits', 'prompts', '--count', String(opts.prompts), '--seed', '1', '--n', String(opts.groupSize), ...task],
+      {
+        cwd: REPO_ROOT,
+        maxBuffer: 64 * 1024 * 1024,
+      },
+    );
+    writeFileSync(promptFile, stdout);
+    const pool = await PromptPool.open({ redis, epochs: 0 });
+    const loaded = await pool.loadJsonl(promptFile);
+    // The model's config.json, linked into every version directory by the relays.
+    await run(python, [TRAINER, '--engine-files', engineFiles, '--engine-files-only', '--config', opts.config], { cwd: REPO_ROOT });
+    console.log(`${loaded.loaded} digits prompts (groups of ${opts.groupSize}) loaded; model config in ${engineFiles}`);
+
+    const common = ['--nats', nats.url, '--log-level', 'info'];
+    const managerPort = await freePort();
+    await laminar(
+      'manager',
+      [
+        'manager',
+        ...common,
+        ...['--http-port', String(managerPort), '--redis', redisServer.url, '--model', MODEL],
+        ...['--suspect-after', '1500ms', '--dead-after', `${DEAD_AFTER_MS}ms`, '--orphan-wait', '10s', '--repack-interval', '2s'],
+      ],
+      'manager started',
+    );
+    const relays: { id: string; daemon: Daemon; argv: string[]; socket: string }[] = [];
+    for (let i = 0; i < opts.relays; i++) {
+      const socket = join(root, `r${i}.sock`);
+      const argv = [
+        'relay',
+        ...common,
+        ...['--id', `r${i}`, '--host', `host${i}`, '--listen', `127.0.0.1:${await freePort()}`, '--shm-dir', join(root, `r${i}`), '--socket', socket],
+        ...['--no-pin', '--secret-file', secretFile, '--heartbeat', '500ms', '--metrics-port', '0', '--keep-versions', '2', '--engine-files', engineFiles],
+        ...['--peer-timeout', '3s', '--retry-interval', '500ms'],
+      ];
+      relays.push({ id: `r${i}`, daemon: await laminar(`relay r${i}`, argv, 'relay ready'), argv, socket });
+    }
+    const gatewaySocket = join(root, 'trainer.sock');
+    await laminar(
+      'relay trainer-gw',
+      [
+        'relay',
+        ...common,
+        ...['--forward', '--id', 'trainer-gw', '--host', 'trainer', '--shm-dir', join(root, 'gw'), '--socket', gatewaySocket],
+        ...['--no-pin', '--secret-file', secretFile, '--metrics-port', '0', '--keep-versions', '2'],
+      ],
+      'relay ready',
+    );
+    const samplerDir = join(root, 'sampler');
+    const batch = opts.batchGroups * opts.groupSize;
+    await laminar(
+      'sampler',
+      // Rollouts outrun this trainer: without a staleness bound it trains on data ever more versions
+      // old (and learns far slower). Groups generated more than 4 versions back are dropped.
+      [
+        'sampler',
+        ...common,
+        ...[
+          '--buffer',
+          'default',
+          '--batch-size',
+          String(batch),
+          '--strategy',
+          'groups',
+          '--max-staleness',
+          '4',
+          '--shm-dir',
+          samplerDir,
+          '--metrics-port',
+          '0',
+        ],
+      ],
+      'sampler ready',
+    );
+    console.log(
+      `manager on :${managerPort}; relays ${relays.map((r) => r.id).join(', ')} chained over UCX; forwarding relay trainer-gw; sampler (batches of ${opts.batchGroups} groups)`,
+    );
+
+    const engines: { id: string; engine: ReferenceEngine; agent: Daemon; relay: number; agentArgv: string[] }[] = [];
+    for (let i = 0; i < opts.engines; i++) {
+      const relay = i % opts.relays;
+      const engine = keep(await spawnReferenceEngine(`engine e${i}`, { kvCapacityTokens: 4096, maxRunning: 32, seed: i + 1, env }));
+      const agentArgv = [
+        'rollout-agent',
+        ...common,
+        ...['--id', `e${i}`, '--engine-url', engine.url, '--relay-socket', relays[relay]!.socket, '--model', MODEL, '--redis', redisServer.url],
+        ...['--host', `host${relay}`, '--batch-prompts', String(Math.max(1, Math.ceil(opts.batchGroups / opts.engines))), '--stop-token-ids', '2'],
+        ...['--heartbeat', '500ms', '--metrics-port', '0'],
+      ];
+      const agent = await laminar(`agent e${i}`, agentArgv, 'rollout agent started');
+      engines.push({ id: `e${i}`, engine, agent, relay, agentArgv });
+    }
+    console.log(`${opts.engines} reference engines (TinyLM on the CPU, SGLang's HTTP API), each driven by a rollout agent`);
+
+    const trainer = keep(
+      await spawnProgram(
+        'trainer',
+        [
+          python,
+          TRAINER,
+          ...['--relay-socket', gatewaySocket, '--sampler-socket', join(samplerDir, 'sampler-default.sock'), '--model', MODEL, '--config', opts.config],
+          ...['--steps', String(opts.steps), '--metrics-out', metricsFile],
+        ],
+        (line) => (line.startsWith('grpo trainer:') ? { line } : null),
+        { env, cwd: REPO_ROOT, readyOn: 'stdout', readyTimeoutMs: 120_000 },
+      ),
+    );
+    console.log(`GRPO trainer (PyTorch) started: ${opts.steps} steps, a version published after each\n`);
+    started = performance.now();
+
+    let killedEngine: { id: string; at: number; back: boolean } | null = null;
+    let killedRelay: { index: number; at: number; back: boolean } | null = null;
+    let steps: StepRecord[] = [];
+    const trainerDone = trainer.exited.then(() => true);
+    const trainerState = { done: false };
+    void trainerDone.then(() => (trainerState.done = true));
+    while (!trainerState.done && performance.now() - started < opts.duration && !stop.aborted) {
+      await delay(2000, stop).catch(() => undefined);
+      const fraction = (performance.now() - started) / opts.duration;
+      steps = readSteps(metricsFile);
+      const status = await managerStatus(managerPort);
+      const stepFraction = steps.length / opts.steps;
+      if (opts.killARollout && !killedEngine && Math.max(fraction, stepFraction) >= 0.35) {
+        const busy = status?.rollouts.filter((r) => (r.owned ?? 0) > 0 && r.health === 'alive').sort((a, b) => (b.owned ?? 0) - (a.owned ?? 0))[0];
+        const victim = engines.find((e) => e.id === busy?.id);
+        if (victim) {
+          await victim.engine.kill('SIGKILL');
+          killedEngine = { id: victim.id, at: performance.now(), back: false };
+          events.push(`${at()} SIGKILL engine ${victim.id} (it owned ${busy!.owned} trajectories, weights v${busy!.weightVersion ?? '-'})`);
+        }
+      }
+      if (killedEngine && !killedEngine.back && performance.now() - killedEngine.at >= opts.restartAfterMs) {
+        const e = engines.find((x) => x.id === killedEngine!.id)!;
+        e.engine = keep(await spawnReferenceEngine(`engine ${e.id} restarted`, { port: e.engine.port, kvCapacityTokens: 4096, maxRunning: 32, seed: 99, env }));
+        killedEngine.back = true;
+        events.push(`${at()} restarted engine ${e.id} (its agent serves it again)`);
+      }
+      if (opts.killARelay && !killedRelay && Math.max(fraction, stepFraction) >= 0.5 && opts.relays >= 3) {
+        const middle = status?.chain[1];
+        const index = relays.findIndex((r) => r.id === middle?.id);
+        if (index >= 0) {
+          await relays[index]!.daemon.kill('SIGKILL');
+          killedRelay = { index, at: performance.now(), back: false };
+          events.push(`${at()} SIGKILL relay ${relays[index]!.id} (position 1 of the chain)`);
+        }
+      }
+      if (killedRelay && !killedRelay.back && performance.now() - killedRelay.at >= opts.restartAfterMs) {
+        const r = relays[killedRelay.index]!;
+        r.daemon = await laminar(`relay ${r.id} restarted`, r.argv, 'relay ready');
+        killedRelay.back = true;
+        events.push(`${at()} restarted relay ${r.id}`);
+      }
+      process.stdout.write(renderTorchProgress(at(), steps, status, ledger, events));
+    }
+
+    console.log('\nstopping the trainer and the agents ...');
+    await trainer.kill('SIGTERM');
+    await Promise.all(engines.map((e) => e.agent.kill('SIGTERM')));
+    steps = readSteps(metricsFile);
+    const partials = await PartialPool.open({ nc });
+    const inPool = new Set((await partials.list()).map((s) => s.trajectoryId));
+    await partials.close();
+    const unseen = [...ledger.started].filter((id) => !ledger.completed.has(id) && !inPool.has(id));
+    const inBuffer = await recordsInBuffer(nc, unseen);
+    const lost = unseen.filter((id) => !inBuffer.has(id));
+    const final = await managerStatus(managerPort);
+
+    const head = steps.slice(0, Math.max(1, Math.floor(steps.length / 10)));
+    const tail = steps.slice(-Math.max(1, Math.floor(steps.length / 10)));
+    const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+    const seconds = (performance.now() - started) / 1e3;
+    console.log('\nsummary');
+    console.log(`  ran for                      ${seconds.toFixed(1)} s; ${steps.length} training steps, versions v0..v${steps.at(-1)?.version ?? 0}`);
+    console.log(
+      `  mean reward                  first tenth of the steps ${mean(head.map((s) => s.reward_mean)).toFixed(3)} -> last tenth ${mean(tail.map((s) => s.reward_mean)).toFixed(3)}`,
+    );
+    console.log(
+      `  inherent staleness           p50 of the steps' p50 ${median(steps.map((s) => s.inherent_p50))}, max ${Math.max(0, ...steps.map((s) => s.inherent_max))}, mean ${mean(steps.map((s) => s.inherent_mean)).toFixed(2)}`,
+    );
+    console.log(`  consumption staleness        p50 ${median(steps.map((s) => s.staleness_p50))}, max ${Math.max(0, ...steps.map((s) => s.staleness_max))}`);
+    console.log(
+      `  trainer stall per publish    median ${median(steps.map((s) => s.publish_stall_ms)).toFixed(1)} ms; sample wait median ${median(steps.map((s) => s.sample_wait_ms)).toFixed(0)} ms`,
+    );
+    console.log(
+      `  trajectories                 ${ledger.started.size} started, ${ledger.completed.size} completed (${(ledger.completed.size / seconds).toFixed(1)}/s), ${inPool.size} in flight`,
+    );
+    const versions = (final?.rollouts ?? []).map((r) => `${r.id} v${r.weightVersion ?? '-'}${r.health === 'alive' ? '' : ` (${r.health})`}`);
+    console.log(`  engines' weights at the end  ${versions.join(', ')}`);
+    for (const e of events) console.log(`  event                        ${e}`);
+    console.log(`  ledger                       ${lost.length} trajectories lost, ${ledger.writtenTwice} written twice`);
+    if (steps.length > 0 && existsSync(metricsFile)) {
+      mkdirSync(join(opts.plot, '..'), { recursive: true });
+      await run(python, [PLOT, metricsFile, '--out', opts.plot], { cwd: REPO_ROOT }).then(
+        () => console.log(`  plot                         ${opts.plot} (reward and staleness over time)`),
+        (err: unknown) => console.log(`  plot                         not written: ${(err as Error).message.split('\n')[0]}`),
+      );
+      writeFileSync(`${opts.plot.replace(/\.png$/, '')}.jsonl`, readFileSync(metricsFile));
+    }
+    if (lost.length > 0 || ledger.writtenTwice > 0 || steps.length === 0) process.exitCode = 1;
+  } finally {
+    await shutdown();
+  }
+}
+
+function readSteps(path: string): StepRecord[] {
+  if (!existsSync(path)) return [];
+  const out: StepRecord[] = [];
+  for (const line of readFileSync(path, 'utf8').split('\n')) {
+    try {
+      const r = JSON.parse(line) as StepRecord;
+      if (typeof r.step === 'number') out.push(r);
+    } catch {
+      // a line being written
+    }
+  }
+  return out;
+}
+
+function median(xs: number[]): number {
+  if (xs.length === 0) return 0;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+function renderTorchProgress(
+  at: string,
+  steps: StepRecord[],
+  status: Awaited<ReturnType<typeof managerStatus>>,
+  ledger: { started: Set<string>; completed: Set<string> },
+  events: string[],
+): string {
+  const last = steps.at(-1);
+  const recent = steps.slice(-10);
+  const reward = recent.length > 0 ? recent.reduce((a, s) => a + s.reward_mean, 0) / recent.length : null;
+  const lines = [
+    `[${at}] trainer ${last ? `step ${last.step} v${last.version}` : 'waiting for its first batch'}` +
+      (reward !== null ? `   reward ${last!.reward_mean.toFixed(3)} (last 10 steps ${reward.toFixed(3)})` : '') +
+      (last ? `   staleness inherent p50 ${last.inherent_p50} max ${last.inherent_max}, at training p50 ${last.staleness_p50} max ${last.staleness_max}` : '') +
+      `   trajectories ${ledger.completed.size}/${ledger.started.size}`,
+  ];
+  if (status) {
+    const chain = status.chain.map(
+      (r) => `${r.id}${r.health === 'alive' ? '' : `(${r.health})`}:v${r.holds.map((h) => h.version).sort((a, b) => b - a)[0] ?? '-'}`,
+    );
+    const engines = [...status.rollouts]
+      .sort((a, b) => a.id.localeCompare(b.id, undefined, { numeric: true }))
+      .map(
+        (r) => `${r.id} ${r.health === 'alive' ? `v${r.weightVersion ?? '-'}` : r.health} kv ${Math.round((r.kvUsed ?? 0) * 100)}% ${r.owned ?? 0} in flight`,
+      );
+    lines.push(`  chain: ${chain.join(' -> ')}   engines: ${engines.join(' | ')}`);
+  }
+  for (const e of events.slice(-2)) lines.push(`  ! ${e}`);
+  return `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,502 @@
+/**
+ * `laminar rollout-agent`: one inference server (SGLang, vLLM, the reference engine) taking part in
+ * a laminar job, driven over HTTP by the rollout SDK. The agent runs next to the engine and its
+ * host's relay; to the manager it is a rollout like any other.
+ *
+ * Its life, per engine session:
+ * 1. wait until the engine answers its health check; clear what a previous agent left running
+ *    there (abort every request, continue a paused generation);
+ * 2. register a RolloutClient (the manager sees a new incarnation of this rollout);
+ * 3. loop: when nothing generates, take the newest version from the local relay and have the
+ *    engine load it from the version's directory (`update_weights_from_disk`), then claim the
+ *    next batch of prompts; every sample is one streamed request (http-engine.ts);
+ * 4. the engine unreachable: stop the requests, store every token, close the client (its
+ *    heartbeats stop: the manager declares the rollout dead and moves its trajectories to
+ *    rollouts of the same version) and go back to 1.
+ *
+ * Weights: the lease on the version the engine serves is held until the engine's load of the
+ * next version returned, and released only then; a version the engine refuses is reported to the
+ * manager (status, metrics) and not tried again, and the engine keeps the one it has.
+ *
+ * A trajectory is generated with one weight version from its first token to its last: new
+ * weights are loaded only when nothing generates (the manager's repack empties engines of their
+ * long tails so that they get there). `partialRollout` lifts this: a newer version is loaded while
+ * trajectories run (pause in place, load, continue), and their records carry the version they
+ * started with and `info.versions` the span.
+ */
+import { hostname } from 'node:os';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import { delay } from '../common/concurrency.js';
+import { ErrorCodes } from '../common/errors.js';
+import { silentLogger } from '../common/logger.js';
+import { createRegistry } from '../common/metrics.js';
+import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
+import { RelayClient, type Lease } from '../relay/client/index.js';
+import { RolloutClient } from '../rollout/index.js';
+import type { EngineClient } from './engine-client.js';
+import { EngineError } from './http.js';
+import { HttpRolloutEngine } from './http-engine.js';
+import { AgentMetrics } from './metrics.js';
+import type { RequestDefaults } from './requests.js';
+import type { RewardFunction } from './rewards.js';
+
+export interface RolloutAgentOptions {
+  nc: NatsConnection;
+  redis: Redis;
+  job: string;
+  id: string;
+  model: string;
+  /** The host's relay, where versions and their directories come from. */
+  relaySocket: string;
+  engine: EngineClient;
+  defaults: RequestDefaults;
+  reward: RewardFunction;
+  /** Prompts claimed per batch (each brings its n samples). */
+  batchPrompts: number;
+  /** Load newer versions while trajectories run (their tokens then mix versions). Default false. */
+  partialRollout?: boolean;
+  /**
+   * 0 (default): batch mode, the paper's rollout loop: claim `batchPrompts` prompts, generate
+   * until all are done, take the newest weights, claim again. N > 0: continuous mode: keep up to
+   * N trajectories generating, claiming as they finish, as long as no newer version waits (then
+   * drain, load it, go on).
+   */
+  maxInFlight?: number;
+  host?: string;
+  labels?: Record<string, string>;
+  heartbeatMs?: number;
+  promptPool?: string;
+  partialPool?: string;
+  buffer?: string;
+  /** How often the engine's /metrics are read for the load the heartbeat reports. Default: the heartbeat. */
+  loadPollMs?: number;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+/** One engine session: from the engine found up to it found down (or the agent closed). */
+interface Session {
+  client: RolloutClient;
+  engine: HttpRolloutEngine;
+  down: Promise<Error>;
+  markDown(err: Error): void;
+  isDown: boolean;
+  /** Ends the partial-rollout version watch with the session. */
+  stopWatching: AbortController;
+}
+
+export class RolloutAgent {
+  readonly metrics: AgentMetrics;
+  private readonly log: Logger;
+  private readonly registry: Registry;
+  private session: Session | null = null;
+  /** The lease on the version the engine serves; released once the engine serves another. */
+  private held: Lease | null = null;
+  /** A version the engine refused: not offered to it again. */
+  private refused: number | null = null;
+  private closed = false;
+  private readonly closing = new AbortController();
+  private loop: Promise<void> | null = null;
+  /** The newest version the relay announced (null: none seen yet). */
+  private newest: number | null = null;
+  private pools: { prompts: PromptPool; writer: ExperienceWriter; partials: PartialPool } | null = null;
+  /** Wakes the serve loop (new weights asked for, the engine down, closing). */
+  private readonly wakers = new Set<() => void>();
+  private weightChain: Promise<unknown> = Promise.resolve();
+  private sessions = 0;
+
+  private constructor(private readonly options: RolloutAgentOptions) {
+    this.registry = options.registry ?? createRegistry({ defaultMetrics: false });
+    this.metrics = new AgentMetrics(this.registry);
+    this.log = (options.logger ?? silentLogger).child({ component: 'rollout-agent', rollout: options.id, engine: options.engine.url });
+  }
+
+  /** Opens the pools and starts serving; returns at once (the engine may not be up yet). */
+  static async start(options: RolloutAgentOptions): Promise<RolloutAgent> {
+    const agent = new RolloutAgent(options);
+    const { registry, log: logger } = agent;
+    const prompts = await PromptPool.open({ redis: options.redis, name: options.promptPool ?? 'default', registry, logger });
+    const writer = await ExperienceWriter.open({ nc: options.nc, buffer: options.buffer ?? 'default', groups: prompts, registry, logger });
+    const partials = await PartialPool.open({ nc: options.nc, pool: options.partialPool ?? 'default', writer, registry, logger });
+    agent.pools = { prompts, writer, partials };
+    agent.loop = agent.run();
+    return agent;
+  }
+
+  /** The RolloutClient of the current engine session (null while the engine is away). */
+  get client(): RolloutClient | null {
+    return this.session?.client ?? null;
+  }
+
+  /** Engine sessions so far (1 once the engine was first found up; +1 per restart of it). */
+  get sessionCount(): number {
+    return this.sessions;
+  }
+
+  get heldVersion(): number | null {
+    return this.held?.version ?? null;
+  }
+
+  status(): Record<string, unknown> {
+    return {
+      id: this.options.id,
+      engine: this.options.engine.url,
+      kind: this.options.engine.kind,
+      up: this.session !== null && !this.session.isDown,
+      version: this.session?.client.version ?? null,
+      inFlight: this.session?.engine.inFlight ?? 0,
+      refused: this.refused,
+      sessions: this.sessions,
+    };
+  }
+
+  /** Stops generating (tokens stored, trajectories left in the partial pool), lets go of the lease, closes. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.closing.abort();
+    this.wakeAll();
+    await this.loop?.catch(() => undefined);
+    await this.held?.release().catch(() => undefined);
+    this.held = null;
+    await this.pools?.partials.close();
+  }
+
+  // ---- sessions ----------------------------------------------------------------------------
+
+  private async run(): Promise<void> {
+    while (!this.closed) {
+      try {
+        await this.waitForEngine();
+        if (this.isClosed()) return;
+        const session = await this.openSession();
+        await this.serve(session);
+        await this.closeSession(session);
+      } catch (err) {
+        if (this.isClosed()) return;
+        this.log.error({ err: (err as Error).message, code: (err as { code?: string }).code }, 'engine session failed; starting again');
+        await this.pause(1000);
+      }
+    }
+  }
+
+  private async waitForEngine(): Promise<void> {
+    const { engine } = this.options;
+    let waitMs = 200;
+    let said = 0;
+    const since = performance.now();
+    while (!this.closed) {
+      if (await engine.health(this.closing.signal).catch(() => false)) return;
+      const now = performance.now();
+      if (now - said > 10_000) {
+        said = now;
+        this.log.info({ waitingS: Math.round((now - since) / 1000) }, 'waiting for the engine to answer its health check');
+      }
+      await this.pause(waitMs);
+      waitMs = Math.min(2000, waitMs * 2);
+    }
+  }
+
+  private async openSession(): Promise<Session> {
+    const { engine } = this.options;
+    // What a previous agent (or this one, before the engine restarted) left there is nobody's now.
+    await engine.abortAll().catch((err: unknown) => this.log.debug({ err: (err as Error).message }, 'abort_request'));
+    await engine.resume().catch((err: unknown) => this.log.debug({ err: (err as Error).message }, 'continue_generation'));
+    const info = await engine.serverInfo().catch(() => ({ kvCapacityTokens: null, description: engine.kind }));
+    let markDown!: (err: Error) => void;
+    const down = new Promise<Error>((resolve) => (markDown = resolve));
+    const session = {} as Session;
+    session.isDown = false;
+    session.stopWatching = new AbortController();
+    session.down = down;
+    session.markDown = (err) => {
+      if (session.isDown) return;
+      session.isDown = true;
+      markDown(err);
+      this.wakeAll();
+    };
+    session.engine = new HttpRolloutEngine({
+      client: engine,
+      defaults: this.options.defaults,
+      reward: this.options.reward,
+      metrics: this.metrics,
+      kvCapacityTokens: info.kvCapacityTokens,
+      versionsMayMix: this.options.partialRollout ?? false,
+      log: this.log,
+      hooks: {
+        engineDown: (err) => session.markDown(err),
+        updateWeights: async () => {
+          // Loaded when nothing generates (the serve loop); partial rollout loads now.
+          if (this.options.partialRollout) await this.swapInPlace(session);
+          else this.wakeAll();
+        },
+        reinitialise: () => this.reinitialise(session),
+      },
+    });
+    await session.engine.refreshLoad();
+    const { prompts, partials, writer } = this.pools!;
+    session.client = await RolloutClient.connect({
+      nc: this.options.nc,
+      job: this.options.job,
+      id: this.options.id,
+      model: this.options.model,
+      engine: session.engine,
+      prompts,
+      partials,
+      writer,
+      relaySocket: this.options.relaySocket,
+      host: this.options.host ?? hostname(),
+      labels: { engine: engine.kind, ...this.options.labels },
+      ...(this.options.heartbeatMs ? { heartbeatMs: this.options.heartbeatMs } : {}),
+      registry: this.registry,
+      logger: this.log,
+    });
+    this.sessions++;
+    this.metrics.engineUp.set(1);
+    this.log.info({ engine: info.description, kvCapacityTokens: info.kvCapacityTokens, session: this.sessions }, 'engine up: serving it');
+    this.session = session;
+    return session;
+  }
+
+  private async closeSession(session: Session): Promise<void> {
+    this.metrics.engineUp.set(0);
+    await session.engine.close();
+    await session.client.close();
+    this.session = null;
+  }
+
+  /** The session's work: weights, claims, generation, until the engine goes down or the agent closes. */
+  private async serve(session: Session): Promise<void> {
+    const pollMs = this.options.loadPollMs ?? this.options.heartbeatMs ?? 1000;
+    const poller = setInterval(() => void session.engine.refreshLoad(), pollMs);
+    const watcher = this.watchVersions(session);
+    const maxInFlight = this.options.maxInFlight ?? 0;
+    /** Samples per prompt seen in the last claim (what one more prompt brings). */
+    let perPrompt = 1;
+    try {
+      while (!this.closed && !session.isDown) {
+        const engine = session.engine;
+        const current = session.client.version;
+        const newer = current === null || (this.newest !== null && this.newest > current && this.newest !== this.refused);
+        if (maxInFlight === 0 || newer) {
+          // Batch mode, or a newer version waits: nothing new starts until the engine is empty
+          // (a trajectory keeps one version from its first token to its last).
+          if (engine.inFlight > 0) {
+            await this.until(session, engine.idle());
+            continue;
+          }
+          session.client.setState('idle');
+          if (!(await this.refreshWeights(session))) {
+            await this.pause(500);
+            continue;
+          }
+        }
+        const room = maxInFlight === 0 ? Number.POSITIVE_INFINITY : maxInFlight - engine.inFlight;
+        // Claims of a quarter of the room at least: one claim per finished trajectory would pay
+        // the claim's round trips (Redis, JetStream) for every trajectory on its own.
+        if (room < Math.max(perPrompt, Math.ceil(maxInFlight / 4))) {
+          await this.until(session, engine.ended());
+          continue;
+        }
+        const count = maxInFlight === 0 ? this.options.batchPrompts : Math.max(1, Math.min(this.options.batchPrompts, Math.floor(room / perPrompt)));
+        let tasks;
+        try {
+          tasks = await session.client.claim(count);
+        } catch (err) {
+          this.log.warn({ err: (err as Error).message }, 'claim failed (retrying)');
+          await this.pause(500);
+          continue;
+        }
+        if (tasks.length === 0) {
+          // The prompt pool is empty, or every prompt is leased: look again shortly (a new
+          // version wakes the loop at once).
+          await this.until(session, engine.inFlight > 0 ? Promise.race([engine.ended(), this.pause(200)]) : this.pause(200));
+          continue;
+        }
+        perPrompt = Math.max(1, tasks[0]!.groupSize);
+        session.client.setState('generating');
+        await engine.resume(tasks);
+      }
+    } finally {
+      clearInterval(poller);
+      session.stopWatching.abort();
+      await watcher;
+    }
+    if (session.isDown) {
+      const err = await session.down;
+      this.metrics.engineDowns.inc();
+      this.log.warn(
+        { err: err.message, inFlight: session.engine.inFlight },
+        'engine unreachable: leaving the job until it is back (trajectories stay in the partial pool)',
+      );
+    }
+  }
+
+  // ---- weights -----------------------------------------------------------------------------
+
+  /**
+   * Brings the engine to the newest version of the local relay (it waits for a first one).
+   * False while the engine has no weights at all.
+   */
+  private refreshWeights(session: Session): Promise<boolean> {
+    return this.serialised(() => this.refreshWeightsNow(session));
+  }
+
+  private async refreshWeightsNow(session: Session): Promise<boolean> {
+    const client = session.client;
+    const current = client.version;
+    try {
+      const { lease } = await client.acquireWeights({
+        atLeast: current ?? (this.refused !== null ? this.refused + 1 : 0),
+        timeoutMs: current === null ? 5000 : 0,
+        signal: this.closing.signal,
+        load: (lease) => this.loadIntoEngine(session, lease),
+      });
+      this.keep(lease);
+      return true;
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (code === ErrorCodes.ENGINE_UNAVAILABLE) session.markDown(err as Error);
+      else if (code !== ErrorCodes.TIMEOUT && code !== ErrorCodes.ENGINE_RELOAD && code !== ErrorCodes.ABORTED) {
+        this.log.warn({ code, err: (err as Error).message }, 'no new weights (going on with the version in use)');
+      }
+      return client.version !== null;
+    }
+  }
+
+  /** The engine loads `lease`'s version from its directory; the manager hears of a refusal. */
+  private async loadIntoEngine(session: Session, lease: Lease): Promise<void> {
+    if (lease.version === this.held?.version && lease.version === session.client.version) return;
+    if (lease.version === this.refused) throw new EngineError(ErrorCodes.ENGINE_RELOAD, `version ${lease.version} was refused by the engine before`);
+    const dir = lease.dir;
+    if (dir === null)
+      throw new EngineError(ErrorCodes.ENGINE_RELOAD, `the relay gives no directory for version ${lease.version} (a relay older than version directories?)`);
+    const started = performance.now();
+    try {
+      await this.options.engine.loadWeights(dir, lease.version);
+    } catch (err) {
+      const e = err as EngineError;
+      if (e.code === ErrorCodes.ENGINE_RELOAD) {
+        this.metrics.reloads.inc({ result: 'refused' });
+        this.refused = lease.version;
+        session.client.reportWeightError({ version: lease.version, code: e.code, message: e.message.slice(0, 1000) });
+        this.log.error(
+          { version: lease.version, dir, err: e.message, serving: session.client.version },
+          'the engine refused a weight version; it keeps the one it has',
+        );
+      } else {
+        this.metrics.reloads.inc({ result: 'failed' });
+      }
+      throw err;
+    }
+    this.metrics.reloads.inc({ result: 'ok' });
+    this.metrics.reloadSeconds.observe((performance.now() - started) / 1000);
+    session.client.reportWeightError(null);
+    this.log.info({ version: lease.version, ms: Math.round(performance.now() - started) }, 'engine loaded weights');
+  }
+
+  /** Keeps the lease of the version the engine now serves; the previous one goes only now. */
+  private keep(lease: Lease): void {
+    if (this.held && this.held.version === lease.version) {
+      void lease.release().catch(() => undefined);
+      return;
+    }
+    const previous = this.held;
+    this.held = lease;
+    void previous?.release().catch(() => undefined);
+  }
+
+  /** Partial rollout: load a newer version with trajectories running (pause in place, load, continue). */
+  private swapInPlace(session: Session): Promise<void> {
+    return this.serialised(async () => {
+      if (session.isDown || this.closed) return;
+      const { engine } = this.options;
+      const started = performance.now();
+      try {
+        await engine.pause('in_place');
+      } catch (err) {
+        if ((err as { code?: string }).code === ErrorCodes.ENGINE_UNAVAILABLE) session.markDown(err as Error);
+        else this.log.warn({ err: (err as Error).message }, 'the engine did not pause: the new version waits for the next batch');
+        return;
+      }
+      try {
+        await this.refreshWeightsNow(session);
+      } finally {
+        await engine.resume().catch((err: unknown) => session.markDown(err as Error));
+        this.metrics.pausedSeconds.observe((performance.now() - started) / 1000);
+      }
+    });
+  }
+
+  /** Weight changes one at a time (the serve loop, the manager's command and the version watch may all ask). */
+  private serialised<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.weightChain.catch(() => undefined).then(work);
+    this.weightChain = next;
+    return next;
+  }
+
+  /**
+   * Watches the local relay for versions as they complete: an idle or draining engine takes a
+   * new one at once instead of at its next look, and with partial rollout each is swapped in
+   * while trajectories run. Without the watch (a relay away) the loop still looks between batches.
+   */
+  private async watchVersions(session: Session): Promise<void> {
+    const stop = AbortSignal.any([this.closing.signal, session.stopWatching.signal]);
+    const relay = await RelayClient.connect({ socketPath: this.options.relaySocket, name: `agent ${this.options.id} (version watch)` }).catch(() => null);
+    if (!relay) return;
+    try {
+      for await (const event of relay.watch({ model: this.options.model, replay: true, signal: stop })) {
+        this.newest = Math.max(this.newest ?? -1, event.version);
+        const current = session.client.version;
+        if (current === null || event.version <= current || event.version === this.refused) continue;
+        if (this.options.partialRollout && session.engine.inFlight > 0) await this.swapInPlace(session);
+        else this.wakeAll();
+      }
+    } catch (err) {
+      if (!stop.aborted) this.log.warn({ err: (err as Error).message }, 'version watch ended; new versions are looked for between batches');
+    } finally {
+      relay.close();
+    }
+  }
+
+  /** The manager asked for a rebuild: for an HTTP engine, clear it and load the version in use again. */
+  private async reinitialise(session: Session): Promise<void> {
+    const { engine } = this.options;
+    await session.engine.stopAll();
+    await engine.abortAll();
+    if (this.held?.dir) {
+      await engine.loadWeights(this.held.dir, this.held.version);
+    }
+  }
+
+  // ---- waiting -----------------------------------------------------------------------------
+
+  /** Read through a call: close() may run while the loop awaits (TS would keep a narrowing of the field). */
+  private isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** Resolves when `work` does, the session's engine goes down, the agent closes, or something wakes the loop. */
+  private async until(session: Session, work: Promise<unknown>): Promise<void> {
+    let waker!: () => void;
+    const woken = new Promise<void>((resolve) => (waker = resolve));
+    this.wakers.add(waker);
+    try {
+      await Promise.race([work.catch(() => undefined), session.down, woken]);
+    } finally {
+      this.wakers.delete(waker);
+    }
+  }
+
+  private wakeAll(): void {
+    for (const w of [...this.wakers]) w();
+  }
+
+  /** Waits `ms`, or less when the agent closes. */
+  private pause(ms: number): Promise<void> {
+    return delay(ms, this.closing.signal).catch(() => undefined);
+  }
+}

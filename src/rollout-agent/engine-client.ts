@@ -1,0 +1,78 @@
+/**
+ * What the rollout agent needs of an inference server, whatever its kind. One implementation per
+ * server API (sglang-client.ts, vllm-client.ts); the agent and the RolloutEngine adapter
+ * (http-engine.ts) only speak this interface, so a new server kind is one file.
+ */
+
+/** Sampling of one request. `seed` makes sampling a function of (seed, position) where the server supports it. */
+export interface SamplingParams {
+  temperature: number;
+  topP: number;
+  topK: number;
+  seed: number | null;
+  stopTokenIds: number[];
+  ignoreEos: boolean;
+}
+
+export interface GenerateRequest {
+  /** Request id at the engine (the trajectory id: unique, and lets the agent abort it by name). */
+  rid: string;
+  /** Prompt followed by the response generated so far (a resumed trajectory re-prefills it). */
+  inputIds: number[];
+  maxNewTokens: number;
+  sampling: SamplingParams;
+}
+
+export type FinishReason = 'length' | 'stop' | 'abort';
+
+export interface GenerateResult {
+  finishReason: FinishReason;
+  /** The weight version the engine reported for the request, where it reports one. */
+  weightVersion: string | null;
+}
+
+export interface GenerateHandlers {
+  signal: AbortSignal;
+  /** New tokens of the response, in order, with the logprob each was sampled with. */
+  onTokens(tokens: number[], logprobs: number[], weightVersion: string | null): void;
+}
+
+/** The engine's load as its own metrics give it (null fields: the engine does not say). */
+export interface EngineLoadSample {
+  kvUsed: number | null;
+  running: number | null;
+  waiting: number | null;
+  /** Generated tokens per second, as the engine reports it. */
+  tokensPerSecond: number | null;
+}
+
+export interface ServerInfo {
+  /** KV-cache capacity in tokens, where the engine tells it. */
+  kvCapacityTokens: number | null;
+  /** The engine's own description (kind, version, model path), for logs. */
+  description: string;
+}
+
+/** How generation stops for a weight update (partial rollout): the engine's pause modes. */
+export type PauseMode = 'in_place' | 'abort';
+
+export interface EngineClient {
+  readonly kind: string;
+  readonly url: string;
+  /** True when the engine answers its health check. */
+  health(signal?: AbortSignal): Promise<boolean>;
+  serverInfo(): Promise<ServerInfo>;
+  /** Streams one request to its end; resolves with why it ended. Aborting `signal` cancels it at the engine. */
+  generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult>;
+  /** Loads the weights of a version directory; throws ERR_ENGINE_RELOAD when the engine refuses them. */
+  loadWeights(dir: string, version: number): Promise<void>;
+  /** The version the engine says it serves (null: none set, or the engine cannot tell). */
+  weightVersion(): Promise<string | null>;
+  pause(mode: PauseMode): Promise<void>;
+  resume(): Promise<void>;
+  /** Aborts every request at the engine (a restarted agent clears what its predecessor left running). */
+  abortAll(): Promise<void>;
+  load(): Promise<EngineLoadSample>;
+  /** Token ids of a text, where the engine can tokenize (prompts given as text). */
+  tokenize(text: string): Promise<number[]>;
+}

@@ -1,0 +1,303 @@
+/**
+ * The rollout SDK's engine contract (rollout/engine.ts) carried out over an inference server's
+ * HTTP API: each trajectory this rollout generates is one streamed `generate` request, whose
+ * tokens go into the task as they arrive (and from there to the partial pool) and whose end
+ * completes the task with its reward.
+ *
+ * - stop(): aborts the requests (the HTTP stream is cut, which aborts them at the engine) and
+ *   resolves once their streams have ended, so no token of theirs is appended afterwards.
+ * - resume(): sends prompt + the tokens generated so far; with seeded sampling the engine
+ *   continues token for token (requests.ts).
+ * - A request the engine aborted on its own (a pause in abort mode) is sent again, continuing.
+ * - The engine found unreachable (a request's connection refused or cut) is reported once to the
+ *   agent, which takes the rollout out of the job until the engine is back (agent.ts).
+ */
+import type { Logger } from 'pino';
+import { delay } from '../common/concurrency.js';
+import { ErrorCodes } from '../common/errors.js';
+import type { EngineLoad, GenerationTask, RolloutEngine } from '../rollout/index.js';
+import type { EngineClient, EngineLoadSample, FinishReason } from './engine-client.js';
+import type { AgentMetrics } from './metrics.js';
+import { alreadyFinished, promptOf, requestFor, type RequestDefaults } from './requests.js';
+import { computeReward, type RewardFunction } from './rewards.js';
+
+export interface HttpEngineHooks {
+  /** The engine could not be reached during a request (called once per outage). */
+  engineDown(err: Error): void;
+  /** The manager asked for new weights. */
+  updateWeights(version: number | null): Promise<void>;
+  /** The manager asked for a rebuild of the engine. */
+  reinitialise(): Promise<void>;
+}
+
+export interface HttpEngineOptions {
+  client: EngineClient;
+  defaults: RequestDefaults;
+  reward: RewardFunction;
+  metrics: AgentMetrics;
+  hooks: HttpEngineHooks;
+  /** KV capacity in tokens (from the engine's server info), for the load estimate when its metrics say nothing. */
+  kvCapacityTokens: number | null;
+  /** Tokens of one trajectory with a version other than its own are counted, not refused (partial rollout). */
+  versionsMayMix: boolean;
+  log: Logger;
+}
+
+interface Running {
+  task: GenerationTask;
+  controller: AbortController;
+  /** Resolves when the request's stream has ended and nothing more of it reaches the task. */
+  done: Promise<void>;
+}
+
+/** Codes with which the experience buffer refuses a record for good (the rest are retried: the store is away). */
+const REFUSED_RECORDS: ReadonlySet<string> = new Set([
+  ErrorCodes.BAD_TRAJECTORY,
+  ErrorCodes.LENGTH_MISMATCH,
+  ErrorCodes.NEGATIVE_LENGTH,
+  ErrorCodes.FUTURE_VERSION,
+  ErrorCodes.PAYLOAD_TOO_LARGE,
+  ErrorCodes.UNKNOWN_GROUP,
+  ErrorCodes.GROUP_MISMATCH,
+]);
+
+/** How long the token-rate window is. */
+const RATE_WINDOW_MS = 2000;
+
+export class HttpRolloutEngine implements RolloutEngine {
+  private readonly running = new Map<string, Running>();
+  private sample: EngineLoadSample = { kvUsed: null, running: null, waiting: null, tokensPerSecond: null };
+  private readonly recent: { at: number; tokens: number }[] = [];
+  private idleWaiters: (() => void)[] = [];
+  private endWaiters: (() => void)[] = [];
+  private closed = false;
+  /** Completions on their way (close waits for them). */
+  private readonly completing = new Set<Promise<void>>();
+
+  constructor(private readonly options: HttpEngineOptions) {}
+
+  /** Trajectories generating now. */
+  get inFlight(): number {
+    return this.running.size;
+  }
+
+  /** Resolves when no trajectory is generating. */
+  idle(): Promise<void> {
+    if (this.running.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /** Resolves when the next trajectory stops generating (finished, stopped or failed). */
+  ended(): Promise<void> {
+    return new Promise((resolve) => this.endWaiters.push(resolve));
+  }
+
+  async tokenize(payload: unknown): Promise<Int32Array> {
+    const prompt = promptOf(payload);
+    try {
+      return Int32Array.from('ids' in prompt ? prompt.ids : await this.options.client.tokenize(prompt.text));
+    } catch (err) {
+      if ((err as { code?: string }).code === ErrorCodes.BAD_PROMPT_PAYLOAD) this.options.metrics.badPayloads.inc();
+      throw err;
+    }
+  }
+
+  resume(tasks: readonly GenerationTask[]): Promise<void> {
+    for (const task of tasks) this.start(task);
+    return Promise.resolve();
+  }
+
+  async stop(tasks: readonly GenerationTask[]): Promise<void> {
+    const stopping = tasks.map((t) => this.running.get(t.trajectoryId)).filter((r): r is Running => r !== undefined);
+    for (const r of stopping) r.controller.abort();
+    await Promise.all(stopping.map((r) => r.done));
+  }
+
+  /** Stops everything (the engine went away, or the agent shuts down). */
+  stopAll(): Promise<void> {
+    return this.stop([...this.running.values()].map((r) => r.task));
+  }
+
+  updateWeights(version: number | null): Promise<void> {
+    return this.options.hooks.updateWeights(version);
+  }
+
+  reinitialise(): Promise<void> {
+    return this.options.hooks.reinitialise();
+  }
+
+  load(): EngineLoad {
+    const now = performance.now();
+    while (this.recent.length > 0 && now - this.recent[0]!.at > RATE_WINDOW_MS) this.recent.shift();
+    const ownRate = (this.recent.reduce((a, r) => a + r.tokens, 0) * 1000) / RATE_WINDOW_MS;
+    return {
+      kvUsed: this.sample.kvUsed ?? this.estimatedKvUsed(),
+      running: this.sample.running ?? this.running.size,
+      waiting: this.sample.waiting ?? 0,
+      tokensPerSecond: this.sample.tokensPerSecond ?? ownRate,
+    };
+  }
+
+  /** Reads the engine's load from its metrics (the heartbeat reads the cached sample). */
+  async refreshLoad(): Promise<void> {
+    try {
+      this.sample = await this.options.client.load();
+    } catch {
+      // The engine is away or has no metrics: the estimate from our own requests stands in.
+      this.sample = { kvUsed: null, running: null, waiting: null, tokensPerSecond: null };
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.stopAll();
+    await Promise.allSettled([...this.completing]);
+  }
+
+  /** Read through a call: close() may run while a request awaits (TS would keep a narrowing of the field). */
+  private isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** KV in use by our requests (prompt + response so far) as a share of the engine's capacity. */
+  private estimatedKvUsed(): number {
+    const capacity = this.options.kvCapacityTokens;
+    if (!capacity) return 0;
+    let tokens = 0;
+    for (const r of this.running.values()) tokens += r.task.promptTokens.length + r.task.generated;
+    return Math.min(1, tokens / capacity);
+  }
+
+  private start(task: GenerationTask): void {
+    if (this.running.has(task.trajectoryId)) return;
+    const controller = new AbortController();
+    const entry: Running = { task, controller, done: Promise.resolve() };
+    this.running.set(task.trajectoryId, entry);
+    entry.done = this.generate(entry).finally(() => {
+      if (this.running.get(task.trajectoryId) === entry) this.running.delete(task.trajectoryId);
+      const ended = this.endWaiters;
+      this.endWaiters = [];
+      for (const w of ended) w();
+      if (this.running.size === 0) {
+        const waiters = this.idleWaiters;
+        this.idleWaiters = [];
+        for (const w of waiters) w();
+      }
+    });
+  }
+
+  /** One trajectory to its end: streamed, sent again if the engine aborted it, then completed. */
+  private async generate(entry: Running): Promise<void> {
+    const { task, controller } = entry;
+    const { client, metrics, log } = this.options;
+    const version = String(task.weightVersion);
+    // The versions the engine reported for this trajectory's tokens (more than one only with partial rollout).
+    const versions = new Set([version]);
+    for (;;) {
+      const request = requestFor(task, this.options.defaults);
+      let finish: FinishReason | null = alreadyFinished(task, request);
+      if (finish === null) {
+        try {
+          const result = await client.generate(request, {
+            signal: controller.signal,
+            onTokens: (tokens, logprobs, weightVersion) => {
+              if (controller.signal.aborted) return;
+              if (weightVersion !== null && weightVersion !== version) {
+                versions.add(weightVersion);
+                metrics.versionMismatches.inc(tokens.length);
+                if (!this.options.versionsMayMix)
+                  log.error({ trajectory: task.trajectoryId, expected: version, got: weightVersion }, 'the engine generated with another weight version');
+              }
+              if (!task.append(tokens, logprobs)) {
+                // Another rollout took the trajectory (this one was declared dead and came back).
+                controller.abort();
+                return;
+              }
+              metrics.tokens.inc(tokens.length);
+              this.recent.push({ at: performance.now(), tokens: tokens.length });
+            },
+          });
+          finish = result.finishReason;
+        } catch (err) {
+          if (controller.signal.aborted) {
+            metrics.requests.inc({ result: 'stopped' });
+            return;
+          }
+          const code = (err as { code?: string }).code ?? ErrorCodes.INTERNAL;
+          metrics.requests.inc({ result: 'failed' });
+          metrics.engineErrors.inc({ code });
+          if (code === ErrorCodes.ENGINE_UNAVAILABLE) {
+            this.options.hooks.engineDown(err as Error);
+            return;
+          }
+          // The engine refused this request (too long for its context, a bad sampling field):
+          // the trajectory stays in the partial pool; the SDK's reconciliation offers it again.
+          log.error({ trajectory: task.trajectoryId, code, err: (err as Error).message }, 'the engine refused a trajectory');
+          return;
+        }
+      }
+      if (controller.signal.aborted || !task.active) {
+        metrics.requests.inc({ result: 'stopped' });
+        return;
+      }
+      metrics.requests.inc({ result: finish });
+      if (finish === 'abort') {
+        // Aborted by the engine (a pause in abort mode, an operator): continue where it stopped.
+        await delay(100);
+        // stop() may have aborted it meanwhile: read the signal again (through a call, past TS's narrowing).
+        if (this.isClosed() || aborted(controller.signal)) return;
+        continue;
+      }
+      const completion = this.complete(task, finish, versions);
+      this.completing.add(completion);
+      void completion.finally(() => this.completing.delete(completion));
+      return;
+    }
+  }
+
+  /** Rewards and completes a finished trajectory, retrying through store outages (the task stays ours meanwhile). */
+  private async complete(task: GenerationTask, finish: FinishReason, versions: ReadonlySet<string>): Promise<void> {
+    const { metrics, log } = this.options;
+    let reward: number;
+    try {
+      reward = await computeReward(this.options.reward, {
+        trajectoryId: task.trajectoryId,
+        payload: task.payload,
+        promptTokens: Array.from(task.promptTokens),
+        responseTokens: Array.from(task.generatedTokens),
+        finishReason: finish,
+        stopTokenIds: requestFor(task, this.options.defaults).sampling.stopTokenIds,
+      });
+    } catch (err) {
+      metrics.rewardFailures.inc();
+      log.error({ trajectory: task.trajectoryId, err: (err as Error).message }, 'no reward: the trajectory stays in the partial pool');
+      return;
+    }
+    for (let attempt = 0; !this.closed || attempt === 0; attempt++) {
+      try {
+        const info: Record<string, string> = { finish_reason: finish };
+        if (versions.size > 1) info.versions = [...versions].join(',');
+        await task.complete({ reward, info });
+        return;
+      } catch (err) {
+        const code = (err as { code?: string }).code;
+        if (code !== undefined && REFUSED_RECORDS.has(code)) {
+          // The buffer will never take this record (its group is not in this job's prompt pool,
+          // it breaks the schema): retrying cannot help. It stays in the partial pool, said loudly.
+          metrics.engineErrors.inc({ code });
+          log.error(
+            { trajectory: task.trajectoryId, code, err: (err as Error).message },
+            'the experience buffer refuses the trajectory; it stays in the partial pool',
+          );
+          return;
+        }
+        log.warn({ trajectory: task.trajectoryId, attempt, err: (err as Error).message }, 'completion failed (retrying)');
+        await delay(Math.min(5000, 200 * 2 ** attempt));
+      }
+    }
+  }
+}
+
+function aborted(signal: AbortSignal): boolean {
+  return signal.aborted;
+}

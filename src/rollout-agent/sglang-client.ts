@@ -1,0 +1,205 @@
+/**
+ * SGLang's HTTP API, the subset a rollout agent needs (docs/reference/engine-http.md gives the
+ * fields and the SGLang release they were read from). The reference engine
+ * (python/src/laminar/testing/engine) serves the same subset; nothing here knows which of the two
+ * answers.
+ *
+ * Not called on purpose: `/update_weight_version`, which aborts every request in flight.
+ */
+import { ErrorCodes } from '../common/errors.js';
+import type { EngineClient, EngineLoadSample, GenerateHandlers, GenerateRequest, GenerateResult, PauseMode, ServerInfo } from './engine-client.js';
+import { EngineError, engineFetch, engineHealthy, engineJson, errorMessage, protocolError, readText } from './http.js';
+import { meanOf, parsePrometheusText, sumOf } from './prometheus-text.js';
+import { SSE_DONE, sseEvents } from './sse.js';
+
+/** SGLang's Prometheus names (python/sglang/srt/metrics/collector.py). */
+const METRICS = {
+  kvUsed: 'sglang:token_usage',
+  running: 'sglang:num_running_reqs',
+  waiting: 'sglang:num_queue_reqs',
+  throughput: 'sglang:gen_throughput',
+} as const;
+const METRIC_NAMES = new Set<string>(Object.values(METRICS));
+
+interface StreamChunk {
+  output_ids?: unknown;
+  meta_info?: {
+    finish_reason?: { type?: unknown; message?: unknown } | null;
+    completion_tokens?: unknown;
+    output_token_logprobs?: unknown;
+    weight_version?: unknown;
+  };
+  error?: unknown;
+}
+
+export class SglangClient implements EngineClient {
+  readonly kind = 'sglang';
+  readonly url: string;
+
+  constructor(
+    url: string,
+    private readonly options: { requestTimeoutMs?: number; reloadTimeoutMs?: number } = {},
+  ) {
+    this.url = url.replace(/\/+$/, '');
+  }
+
+  health(signal?: AbortSignal): Promise<boolean> {
+    return engineHealthy(`${this.url}/health`, signal);
+  }
+
+  async serverInfo(): Promise<ServerInfo> {
+    const info = (await engineJson(`${this.url}/get_server_info`, { timeoutMs: 10_000 })) as Record<string, unknown> | null;
+    // Older releases give max_total_num_tokens at the top; newer ones per scheduler in internal_states.
+    const states = Array.isArray(info?.internal_states) ? (info.internal_states as Record<string, unknown>[]) : [];
+    const capacity = [info?.max_total_num_tokens, ...states.map((s) => s.max_total_num_tokens)].find((v): v is number => typeof v === 'number' && v > 0);
+    const version = typeof info?.version === 'string' ? ` ${info.version}` : '';
+    const model = typeof info?.model_path === 'string' ? ` (${info.model_path})` : '';
+    return { kvCapacityTokens: capacity ?? null, description: `sglang${version}${model}` };
+  }
+
+  async generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {
+    const url = `${this.url}/generate`;
+    const sampling: Record<string, unknown> = {
+      max_new_tokens: request.maxNewTokens,
+      temperature: request.sampling.temperature,
+      top_p: request.sampling.topP,
+      top_k: request.sampling.topK,
+      ignore_eos: request.sampling.ignoreEos,
+    };
+    if (request.sampling.stopTokenIds.length > 0) sampling.stop_token_ids = request.sampling.stopTokenIds;
+    if (request.sampling.seed !== null) sampling.sampling_seed = request.sampling.seed;
+    const response = await engineFetch(url, {
+      body: { rid: request.rid, input_ids: request.inputIds, sampling_params: sampling, stream: true, return_logprob: true },
+      signal: handlers.signal,
+      timeoutMs: this.options.requestTimeoutMs ?? 24 * 3600_000,
+    });
+    if (!response.ok || !response.body) {
+      const text = await readText(response, url);
+      throw new EngineError(ErrorCodes.ENGINE_REQUEST, `generate ${request.rid}: HTTP ${response.status}: ${errorMessage(text)}`, {
+        details: { status: response.status, rid: request.rid },
+      });
+    }
+    let received = 0;
+    let weightVersion: string | null = null;
+    try {
+      for await (const data of sseEvents(response.body)) {
+        if (data === SSE_DONE) break;
+        let chunk: StreamChunk;
+        try {
+          chunk = JSON.parse(data) as StreamChunk;
+        } catch {
+          throw protocolError(url, `a stream event is not JSON: ${data.slice(0, 200)}`);
+        }
+        if (chunk.error !== undefined) {
+          throw new EngineError(ErrorCodes.ENGINE_REQUEST, `generate ${request.rid}: ${errorMessage(JSON.stringify(chunk))}`, {
+            details: { rid: request.rid },
+          });
+        }
+        const meta = chunk.meta_info ?? {};
+        if (typeof meta.weight_version === 'string') weightVersion = meta.weight_version;
+        const fresh = newTokens(meta, received, url);
+        if (fresh.tokens.length > 0) {
+          received += fresh.tokens.length;
+          handlers.onTokens(fresh.tokens, fresh.logprobs, weightVersion);
+        }
+        const finish = meta.finish_reason;
+        if (finish) return { finishReason: finishReasonOf(finish.type), weightVersion };
+      }
+    } catch (err) {
+      if (handlers.signal.aborted || err instanceof EngineError) throw err;
+      throw new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `generate ${request.rid}: the stream was cut: ${(err as Error).message}`, { cause: err });
+    }
+    // The stream ended without a finish reason: the server went away mid-answer.
+    throw new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `generate ${request.rid}: the stream ended without a finish reason`);
+  }
+
+  async loadWeights(dir: string, version: number): Promise<void> {
+    const url = `${this.url}/update_weights_from_disk`;
+    const response = await engineFetch(url, {
+      body: { model_path: dir, weight_version: String(version), abort_all_requests: false },
+      timeoutMs: this.options.reloadTimeoutMs ?? 600_000,
+    });
+    const text = await readText(response, url);
+    let body: { success?: unknown; message?: unknown } | null = null;
+    try {
+      body = JSON.parse(text) as { success?: unknown; message?: unknown };
+    } catch {
+      // a proxy's or a crashed handler's page: reported below with the status
+    }
+    if (response.ok && body?.success === true) return;
+    const message = typeof body?.message === 'string' ? body.message : errorMessage(text);
+    throw new EngineError(ErrorCodes.ENGINE_RELOAD, `the engine refused version ${version} from ${dir}: ${message}`, {
+      details: { status: response.status, version, dir },
+    });
+  }
+
+  async weightVersion(): Promise<string | null> {
+    const body = (await engineJson(`${this.url}/get_weight_version`, { timeoutMs: 10_000 })) as { weight_version?: unknown } | null;
+    const v = body?.weight_version;
+    return typeof v === 'string' ? v : typeof v === 'number' ? String(v) : null;
+  }
+
+  async pause(mode: PauseMode): Promise<void> {
+    await engineJson(`${this.url}/pause_generation`, { body: { mode }, timeoutMs: 60_000 });
+  }
+
+  async resume(): Promise<void> {
+    await engineJson(`${this.url}/continue_generation`, { body: {}, timeoutMs: 60_000 });
+  }
+
+  async abortAll(): Promise<void> {
+    await engineJson(`${this.url}/abort_request`, { body: { rid: '', abort_all: true }, timeoutMs: 10_000 });
+  }
+
+  async load(): Promise<EngineLoadSample> {
+    const response = await engineFetch(`${this.url}/metrics`, { timeoutMs: 5000 });
+    const text = await readText(response, `${this.url}/metrics`);
+    // Without --enable-metrics SGLang has no /metrics: the agent estimates the load itself.
+    if (!response.ok) return { kvUsed: null, running: null, waiting: null, tokensPerSecond: null };
+    const samples = parsePrometheusText(text, METRIC_NAMES);
+    return {
+      kvUsed: meanOf(samples, METRICS.kvUsed),
+      running: sumOf(samples, METRICS.running),
+      waiting: sumOf(samples, METRICS.waiting),
+      tokensPerSecond: sumOf(samples, METRICS.throughput),
+    };
+  }
+
+  async tokenize(text: string): Promise<number[]> {
+    const body = (await engineJson(`${this.url}/tokenize`, { body: { prompt: text }, timeoutMs: 30_000 })) as { tokens?: unknown } | null;
+    if (!Array.isArray(body?.tokens) || !body.tokens.every((t) => Number.isInteger(t)))
+      throw protocolError(`${this.url}/tokenize`, 'no token ids in the answer');
+    return body.tokens as number[];
+  }
+}
+
+/**
+ * The tokens of a stream event that were not seen before. SGLang streams either the whole output
+ * so far or only the new part (server flag `--incremental-streaming-output`); the event's
+ * `completion_tokens` tells which: a list as long as the output so far is cumulative.
+ */
+function newTokens(meta: NonNullable<StreamChunk['meta_info']>, received: number, url: string): { tokens: number[]; logprobs: number[] } {
+  const entries = meta.output_token_logprobs;
+  if (entries === undefined || entries === null) return { tokens: [], logprobs: [] };
+  if (!Array.isArray(entries)) throw protocolError(url, 'meta_info.output_token_logprobs is not a list (was return_logprob honoured?)');
+  const total = typeof meta.completion_tokens === 'number' ? meta.completion_tokens : null;
+  const cumulative = total !== null ? entries.length === total && entries.length >= received : entries.length >= received && received > 0;
+  const fresh = cumulative ? entries.slice(received) : entries;
+  const tokens: number[] = [];
+  const logprobs: number[] = [];
+  for (const e of fresh) {
+    // [logprob, token id, token text or null]
+    if (!Array.isArray(e) || typeof e[1] !== 'number')
+      throw protocolError(url, `an output_token_logprobs entry is not [logprob, id, text]: ${JSON.stringify(e)}`);
+    tokens.push(e[1]);
+    // A missing logprob (some releases give none for a token) is stored as 0, never NaN.
+    logprobs.push(typeof e[0] === 'number' && Number.isFinite(e[0]) ? e[0] : 0);
+  }
+  return { tokens, logprobs };
+}
+
+function finishReasonOf(type: unknown): GenerateResult['finishReason'] {
+  if (type === 'length') return 'length';
+  if (type === 'abort') return 'abort';
+  return 'stop';
+}

@@ -1,0 +1,279 @@
+/**
+ * vLLM's HTTP API, the subset a rollout agent needs (docs/reference/vllm.md gives the fields, the
+ * releases each part fits, and what was not run here).
+ *
+ * - Generation: the OpenAI-compatible `/v1/completions` with the prompt as token ids, streamed,
+ *   with the sampled token's logprob and token ids (`return_tokens_as_token_ids`).
+ * - Weights: vLLM has no "load a directory" endpoint of SGLang's kind; the agent calls
+ *   `/collective_rpc` (dev mode, `VLLM_SERVER_DEV_MODE=1`) on laminar's worker extension
+ *   (`--worker-extension-cls laminar.integrations.vllm_worker.LaminarWorkerExtension`), which
+ *   reloads every worker from the version directory and reports the version it serves.
+ * - Pause/resume for partial rollout: `/pause` and `/resume` (dev mode, releases that have them).
+ */
+import { ErrorCodes } from '../common/errors.js';
+import type { EngineClient, EngineLoadSample, GenerateHandlers, GenerateRequest, GenerateResult, PauseMode, ServerInfo } from './engine-client.js';
+import { EngineError, engineFetch, engineHealthy, engineJson, errorMessage, protocolError, readText } from './http.js';
+import { meanOf, parsePrometheusText, sumOf, type Sample } from './prometheus-text.js';
+import { SSE_DONE, sseEvents } from './sse.js';
+
+const METRICS = {
+  /** The KV-cache share in use: renamed in vLLM 0.9.2 (gpu_cache_usage_perc before, gone in 0.12). */
+  kvUsed: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
+  running: 'vllm:num_requests_running',
+  waiting: 'vllm:num_requests_waiting',
+  generated: 'vllm:generation_tokens_total',
+  cacheInfo: 'vllm:cache_config_info',
+} as const;
+const METRIC_NAMES = new Set<string>([...METRICS.kvUsed, METRICS.running, METRICS.waiting, METRICS.generated, METRICS.cacheInfo]);
+
+/** The worker extension's methods (python/src/laminar/integrations/vllm_worker.py). */
+const RELOAD_METHOD = 'laminar_reload_weights';
+const VERSION_METHOD = 'laminar_weight_version';
+
+/** What laminar_reload_weights answers on each worker (python/src/laminar/integrations/vllm_worker.py). */
+interface ReloadResult {
+  success?: unknown;
+  weight_version?: unknown;
+  message?: unknown;
+  weights_changed?: unknown;
+}
+
+/** Compares dotted release numbers ("0.16.0" < "0.33.1"); a suffix such as "rc1" or "+cu128" is ignored. */
+export function compareVersions(a: string, b: string): number {
+  const parts = (v: string): number[] =>
+    v
+      .split(/[^0-9.]/, 1)[0]!
+      .split('.')
+      .map((x) => Number(x) || 0);
+  const [pa, pb] = [parts(a), parts(b)];
+  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
+    const d = (pa[i] ?? 0) - (pb[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
+
+interface CompletionChunk {
+  choices?: {
+    finish_reason?: string | null;
+    logprobs?: { tokens?: unknown; token_logprobs?: unknown } | null;
+    token_ids?: unknown;
+  }[];
+  error?: unknown;
+}
+
+export class VllmClient implements EngineClient {
+  readonly kind = 'vllm';
+  readonly url: string;
+  /** The version every worker loaded last (loaded again when a reload fails halfway). */
+  private loaded: { dir: string; version: number } | null = null;
+  private releaseSeen: string | null | undefined = undefined;
+  /** The last generation-tokens counter read and when, for a rate. */
+  private lastGenerated: { at: number; tokens: number } | null = null;
+
+  constructor(
+    url: string,
+    private readonly options: { model: string; servedModelName?: string; reloadTimeoutMs?: number },
+  ) {
+    this.url = url.replace(/\/+$/, '');
+  }
+
+  health(signal?: AbortSignal): Promise<boolean> {
+    return engineHealthy(`${this.url}/health`, signal);
+  }
+
+  async serverInfo(): Promise<ServerInfo> {
+    const samples = await this.metrics().catch(() => [] as Sample[]);
+    // cache_config_info carries the block count and size as labels.
+    const info = samples.find((s) => s.name === METRICS.cacheInfo)?.labels ?? {};
+    const blocks = Number(info.num_gpu_blocks);
+    const blockSize = Number(info.block_size);
+    // kv_cache_size_tokens from 0.24; blocks × block size before.
+    const sized = Number(info.kv_cache_size_tokens);
+    const capacity = sized > 0 ? sized : blocks > 0 && blockSize > 0 ? blocks * blockSize : null;
+    const version = (await engineJson(`${this.url}/version`, { timeoutMs: 5000 }).catch(() => null)) as { version?: string } | null;
+    return { kvCapacityTokens: capacity, description: `vllm${version?.version ? ` ${version.version}` : ''}` };
+  }
+
+  async generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {
+    const url = `${this.url}/v1/completions`;
+    const body: Record<string, unknown> = {
+      model: this.options.servedModelName ?? this.options.model,
+      prompt: request.inputIds,
+      max_tokens: request.maxNewTokens,
+      temperature: request.sampling.temperature,
+      top_p: request.sampling.topP,
+      top_k: request.sampling.topK,
+      ignore_eos: request.sampling.ignoreEos,
+      stream: true,
+      logprobs: 0,
+      return_tokens_as_token_ids: true,
+      return_token_ids: true,
+      // The model's generation_config.json would otherwise change the sampling (and the logprobs).
+      repetition_penalty: 1,
+      presence_penalty: 0,
+      frequency_penalty: 0,
+      min_p: 0,
+      request_id: request.rid,
+    };
+    if (request.sampling.stopTokenIds.length > 0) body.stop_token_ids = request.sampling.stopTokenIds;
+    if (request.sampling.seed !== null) body.seed = request.sampling.seed;
+    const response = await engineFetch(url, { body, signal: handlers.signal, timeoutMs: 24 * 3600_000 });
+    if (!response.ok || !response.body) {
+      const text = await readText(response, url);
+      throw new EngineError(ErrorCodes.ENGINE_REQUEST, `completions ${request.rid}: HTTP ${response.status}: ${errorMessage(text)}`, {
+        details: { status: response.status, rid: request.rid },
+      });
+    }
+    try {
+      for await (const data of sseEvents(response.body)) {
+        if (data === SSE_DONE) break;
+        let chunk: CompletionChunk;
+        try {
+          chunk = JSON.parse(data) as CompletionChunk;
+        } catch {
+          throw protocolError(url, `a stream event is not JSON: ${data.slice(0, 200)}`);
+        }
+        if (chunk.error !== undefined) throw new EngineError(ErrorCodes.ENGINE_REQUEST, `completions ${request.rid}: ${errorMessage(JSON.stringify(chunk))}`);
+        const choice = chunk.choices?.[0];
+        if (!choice) continue;
+        const { tokens, logprobs } = tokensOf(choice, url);
+        if (tokens.length > 0) handlers.onTokens(tokens, logprobs, null);
+        if (choice.finish_reason)
+          return { finishReason: choice.finish_reason === 'length' ? 'length' : choice.finish_reason === 'abort' ? 'abort' : 'stop', weightVersion: null };
+      }
+    } catch (err) {
+      if (handlers.signal.aborted || err instanceof EngineError) throw err;
+      throw new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `completions ${request.rid}: the stream was cut: ${(err as Error).message}`, { cause: err });
+    }
+    throw new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `completions ${request.rid}: the stream ended without a finish reason`);
+  }
+
+  async loadWeights(dir: string, version: number): Promise<void> {
+    const results = await this.reload(dir, version);
+    // One result per worker (tensor-parallel rank): every one must have loaded this version.
+    const failed = results.find((r) => (r as ReloadResult | null)?.success !== true || r.weight_version !== String(version));
+    if (results.length === 0 || failed !== undefined) {
+      const message = typeof failed?.message === 'string' ? failed.message : results.length === 0 ? 'no worker answered' : 'a worker reports another version';
+      // A worker that changed some weights before failing serves a mix: the version it served
+      // before is loaded again, so that it serves one whole version.
+      if (results.some((r) => (r as ReloadResult | null)?.weights_changed === true) && this.loaded)
+        await this.reload(this.loaded.dir, this.loaded.version).catch(() => undefined);
+      throw new EngineError(ErrorCodes.ENGINE_RELOAD, `vLLM refused version ${version} from ${dir}: ${message}`, { details: { version, dir } });
+    }
+    this.loaded = { dir, version };
+    // The prefix cache holds KV computed with the previous weights.
+    await engineJson(`${this.url}/reset_prefix_cache`, { method: 'POST', timeoutMs: 60_000 }).catch(() => undefined);
+  }
+
+  async weightVersion(): Promise<string | null> {
+    const results = await this.collectiveRpc(VERSION_METHOD, [], 10_000);
+    // Every worker must serve the same version; anything else is "unknown".
+    const first = results[0];
+    return typeof first === 'string' && results.every((r) => r === first) ? first : null;
+  }
+
+  async pause(mode: PauseMode): Promise<void> {
+    if (mode === 'in_place') {
+      // vLLM 0.12-0.14 take no mode and abort everything: partial rollout needs 0.16 or later.
+      const release = await this.release();
+      if (release !== null && compareVersions(release, '0.16.0') < 0) {
+        throw new EngineError(ErrorCodes.ENGINE_REQUEST, `vLLM ${release} cannot pause in place (it aborts every request): partial rollout needs vLLM >= 0.16`);
+      }
+    }
+    // Each release ignores the parameter it does not know.
+    const query = mode === 'abort' ? 'mode=abort&wait_for_inflight_requests=false' : 'mode=keep&wait_for_inflight_requests=false';
+    await engineJson(`${this.url}/pause?${query}`, { method: 'POST', timeoutMs: 60_000 });
+  }
+
+  async resume(): Promise<void> {
+    await engineJson(`${this.url}/resume`, { method: 'POST', timeoutMs: 60_000 });
+  }
+
+  async abortAll(): Promise<void> {
+    // vLLM aborts a request when its client goes away: nothing of a previous agent is left running.
+  }
+
+  async load(): Promise<EngineLoadSample> {
+    const samples = await this.metrics();
+    const generated = sumOf(samples, METRICS.generated);
+    let tokensPerSecond: number | null = null;
+    const now = performance.now();
+    if (generated !== null) {
+      if (this.lastGenerated && now > this.lastGenerated.at) tokensPerSecond = ((generated - this.lastGenerated.tokens) * 1000) / (now - this.lastGenerated.at);
+      this.lastGenerated = { at: now, tokens: generated };
+    }
+    return {
+      kvUsed: METRICS.kvUsed.map((name) => meanOf(samples, name)).find((v) => v !== null) ?? null,
+      running: sumOf(samples, METRICS.running),
+      waiting: sumOf(samples, METRICS.waiting),
+      tokensPerSecond: tokensPerSecond === null ? null : Math.max(0, tokensPerSecond),
+    };
+  }
+
+  async tokenize(text: string): Promise<number[]> {
+    const body = (await engineJson(`${this.url}/tokenize`, {
+      body: { model: this.options.servedModelName ?? this.options.model, prompt: text },
+      timeoutMs: 30_000,
+    })) as {
+      tokens?: unknown;
+    } | null;
+    if (!Array.isArray(body?.tokens) || !body.tokens.every((t) => Number.isInteger(t)))
+      throw protocolError(`${this.url}/tokenize`, 'no token ids in the answer');
+    return body.tokens as number[];
+  }
+
+  /** Every worker's answer to laminar_reload_weights (an error status is ERR_ENGINE_RELOAD). */
+  private async reload(dir: string, version: number): Promise<ReloadResult[]> {
+    try {
+      return (await this.collectiveRpc(RELOAD_METHOD, [dir, String(version)], this.options.reloadTimeoutMs ?? 600_000)) as ReloadResult[];
+    } catch (err) {
+      if ((err as EngineError).code !== ErrorCodes.ENGINE_REQUEST) throw err;
+      throw new EngineError(ErrorCodes.ENGINE_RELOAD, `vLLM did not reload version ${version} from ${dir}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /** vLLM's release (GET /version), or null when it does not say. */
+  private async release(): Promise<string | null> {
+    if (this.releaseSeen === undefined) {
+      const body = (await engineJson(`${this.url}/version`, { timeoutMs: 5000 }).catch(() => null)) as { version?: unknown } | null;
+      this.releaseSeen = typeof body?.version === 'string' ? body.version : null;
+    }
+    return this.releaseSeen;
+  }
+
+  private async metrics(): Promise<Sample[]> {
+    const response = await engineFetch(`${this.url}/metrics`, { timeoutMs: 5000 });
+    const text = await readText(response, `${this.url}/metrics`);
+    return response.ok ? parsePrometheusText(text, METRIC_NAMES) : [];
+  }
+
+  private async collectiveRpc(method: string, args: unknown[], timeoutMs: number): Promise<unknown[]> {
+    const body = (await engineJson(`${this.url}/collective_rpc`, { body: { method, args, timeout: timeoutMs / 1000 }, timeoutMs: timeoutMs + 5000 })) as {
+      results?: unknown;
+    } | null;
+    if (!Array.isArray(body?.results)) throw protocolError(`${this.url}/collective_rpc`, 'no results list in the answer (is VLLM_SERVER_DEV_MODE=1 set?)');
+    return body.results as unknown[];
+  }
+}
+
+/** The sampled tokens of a completion chunk: ids from `token_ids` or from "token_id:N" strings. */
+export function tokensOf(choice: NonNullable<CompletionChunk['choices']>[number], url: string): { tokens: number[]; logprobs: number[] } {
+  const lp = choice.logprobs;
+  const strings = Array.isArray(lp?.tokens) ? (lp.tokens as unknown[]) : [];
+  const values = Array.isArray(lp?.token_logprobs) ? (lp.token_logprobs as unknown[]) : [];
+  let tokens: number[];
+  if (Array.isArray(choice.token_ids)) tokens = choice.token_ids as number[];
+  else {
+    tokens = strings.map((t) => {
+      const m = typeof t === 'string' ? /^token_id:(\d+)$/.exec(t) : null;
+      if (!m) throw protocolError(url, `a token is not "token_id:N" (was return_tokens_as_token_ids honoured?): ${JSON.stringify(t)}`);
+      return Number(m[1]);
+    });
+  }
+  const logprobs = tokens.map((_, i) => {
+    const v = values[i];
+    return typeof v === 'number' && Number.isFinite(v) ? v : 0;
+  });
+  return { tokens, logprobs };
+}

@@ -1,0 +1,95 @@
+/**
+ * Test helpers for rollout agents on reference engines: TinyLM versions published into a relay by
+ * the project's Python (`python -m laminar.testing.publish`), and in-process agents on real
+ * services.
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { Redis } from 'ioredis';
+import { Registry } from 'prom-client';
+import { projectPython, REPO_ROOT } from '../../src/services/index.js';
+import { RolloutAgent, SglangClient, targetMatchReward, type EngineClient, type RequestDefaults } from '../../src/rollout-agent/index.js';
+
+const run = promisify(execFile);
+
+/** A TinyLM small enough that tests generate hundreds of tokens in well under a second. */
+export const TEST_MODEL_CONFIG = { d_model: 32, n_layers: 2, n_heads: 2, max_seq_len: 512 };
+
+/** Publishes TinyLM versions (initialised from seed + version) into the relay at `socket`. */
+export async function publishTiny(socket: string, model: string, versions: number[], options: { configDir?: string; broken?: string } = {}): Promise<void> {
+  const args = ['-m', 'laminar.testing.publish', '--socket', socket, '--model', model, '--versions', ...versions.map(String)];
+  args.push('--config', JSON.stringify(TEST_MODEL_CONFIG));
+  if (options.configDir) args.push('--config-dir', options.configDir);
+  if (options.broken) args.push('--break', options.broken);
+  await run(projectPython(), args, { cwd: REPO_ROOT, env: { ...process.env, OMP_NUM_THREADS: '1' } });
+}
+
+/** Writes the test model's config.json into `dir` (the relays' --engine-files) without publishing. */
+export async function writeTinyConfig(dir: string): Promise<void> {
+  const code = `import json,sys; from laminar.testing import TinyLMConfig; open(sys.argv[1] + '/config.json','w').write(json.dumps(TinyLMConfig(**json.loads(sys.argv[2])).to_json()))`;
+  await run(projectPython(), ['-c', code, dir, JSON.stringify(TEST_MODEL_CONFIG)], { cwd: REPO_ROOT });
+}
+
+/** Fixed-length responses (no EOS), seeded per trajectory. */
+export const FIXED_LENGTH: RequestDefaults = {
+  maxNewTokens: 64,
+  temperature: 1,
+  topP: 1,
+  topK: -1,
+  stopTokenIds: [],
+  ignoreEos: true,
+  seeded: true,
+};
+
+export interface TestAgent {
+  agent: RolloutAgent;
+  registry: Registry;
+  nc: NatsConnection;
+  close(): Promise<void>;
+}
+
+export async function startTestAgent(options: {
+  natsUrl: string;
+  connect: (url: string) => Promise<NatsConnection>;
+  redis: Redis;
+  job: string;
+  id: string;
+  engineUrl: string;
+  relaySocket: string;
+  model: string;
+  batchPrompts?: number;
+  defaults?: Partial<RequestDefaults>;
+  engine?: EngineClient;
+  partialRollout?: boolean;
+}): Promise<TestAgent> {
+  const nc = await options.connect(options.natsUrl);
+  const registry = new Registry();
+  const agent = await RolloutAgent.start({
+    nc,
+    redis: options.redis,
+    job: options.job,
+    id: options.id,
+    model: options.model,
+    relaySocket: options.relaySocket,
+    engine: options.engine ?? new SglangClient(options.engineUrl),
+    defaults: { ...FIXED_LENGTH, ...options.defaults },
+    reward: targetMatchReward,
+    batchPrompts: options.batchPrompts ?? 4,
+    partialRollout: options.partialRollout ?? false,
+    heartbeatMs: 200,
+    promptPool: options.job,
+    partialPool: options.job,
+    buffer: options.job,
+    registry,
+  });
+  return {
+    agent,
+    registry,
+    nc,
+    close: async () => {
+      await agent.close();
+      await nc.close();
+    },
+  };
+}
