@@ -4,6 +4,9 @@
  * ends with a clean ledger and the relay back in the chain.
  */
 import { execFile } from 'node:child_process';
+import { mkdtempSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { REPO } from './helpers/relay.js';
@@ -31,4 +34,23 @@ describe('npm run demo', () => {
     // The run waited for the failover to finish before reading the books.
     expect(stdout).toMatch(/failover of ro\d+ settled: \d+ orphaned trajectories handled/);
   }, 150_000);
+});
+
+describe('npm run demo -- --engine torch', () => {
+  it('runs the GRPO trainer, reference engines and their agents through the data plane: every step trained, every engine on versions the trainer published, a clean ledger and a plot', async () => {
+    const plot = join(mkdtempSync(join(tmpdir(), 'laminar-demo-')), 'run.png');
+    const { stdout } = await promisify(execFile)(process.execPath, ['dist/src/demo/main.js', '--engine', 'torch', '--steps', '12', '--plot', plot], {
+      cwd: REPO,
+      timeout: 240_000,
+    });
+    expect(stdout).toMatch(/12 training steps, versions v0\.\.v12/);
+    expect(stdout).toMatch(/mean reward +first tenth of the steps \d\.\d+ -> last tenth \d\.\d+/);
+    expect(stdout).toMatch(/inherent staleness +p50 of the steps' p50 [\d.]+, max \d+/);
+    expect(stdout).toMatch(/ledger +0 trajectories lost, 0 written twice/);
+    // Every engine's agent loaded versions the trainer published, from its relay's version directory.
+    const engines = /engines' weights at the end +e0 v(\d+), e1 v(\d+)/.exec(stdout);
+    expect(engines, stdout).not.toBeNull();
+    expect(Math.min(Number(engines![1]), Number(engines![2]))).toBeGreaterThanOrEqual(1);
+    expect(statSync(plot).size).toBeGreaterThan(10_000);
+  }, 300_000);
 });
