@@ -37,7 +37,7 @@ describe('npm run demo', () => {
 });
 
 describe('npm run demo -- --engine torch', () => {
-  it('runs the GRPO trainer, reference engines and their agents through the data plane: every step trained, every engine on versions the trainer published, a clean ledger and a plot', async () => {
+  it('runs the GRPO trainer, reference engines and their agents through the data plane: every step trained, every engine on the last version, a clean ledger and a plot', async () => {
     const plot = join(mkdtempSync(join(tmpdir(), 'laminar-demo-')), 'run.png');
     const { stdout } = await promisify(execFile)(process.execPath, ['dist/src/demo/main.js', '--engine', 'torch', '--steps', '12', '--plot', plot], {
       cwd: REPO,
@@ -47,10 +47,8 @@ describe('npm run demo -- --engine torch', () => {
     expect(stdout).toMatch(/mean reward +first tenth of the steps \d\.\d+ -> last tenth \d\.\d+/);
     expect(stdout).toMatch(/inherent staleness +p50 of the steps' p50 [\d.]+, max \d+/);
     expect(stdout).toMatch(/ledger +0 trajectories lost, 0 written twice/);
-    // Every engine's agent loaded versions the trainer published, from its relay's version directory.
-    const engines = /engines' weights at the end +e0 v(\d+), e1 v(\d+)/.exec(stdout);
-    expect(engines, stdout).not.toBeNull();
-    expect(Math.min(Number(engines![1]), Number(engines![2]))).toBeGreaterThanOrEqual(1);
+    // Every engine's agent loaded the trainer's last version from its relay's version directory.
+    expect(stdout).toMatch(/engines' weights at the end +e0 v12, e1 v12/);
     expect(statSync(plot).size).toBeGreaterThan(10_000);
   }, 300_000);
 });

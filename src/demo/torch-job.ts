@@ -273,8 +273,14 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
 
     console.log('\nstopping the trainer and the agents ...');
     await trainer.kill('SIGTERM');
-    await Promise.all(engines.map((e) => e.agent.kill('SIGTERM')));
     steps = readSteps(metricsFile);
+    // The engines take the last version once their batch in flight is done: the run waits for
+    // that (up to 20 s) so that the summary shows where the weights ended up.
+    const last = steps.at(-1)?.version ?? 0;
+    const caughtUp = async (): Promise<boolean> =>
+      (await managerStatus(managerPort))?.rollouts.filter((r) => r.health === 'alive').every((r) => r.weightVersion === last) ?? false;
+    for (const until = performance.now() + 20_000; !stop.aborted && performance.now() < until && !(await caughtUp());) await delay(250);
+    await Promise.all(engines.map((e) => e.agent.kill('SIGTERM')));
     const partials = await PartialPool.open({ nc });
     const inPool = new Set((await partials.list()).map((s) => s.trajectoryId));
     await partials.close();

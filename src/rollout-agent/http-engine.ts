@@ -61,6 +61,9 @@ const REFUSED_RECORDS: ReadonlySet<string> = new Set([
   ErrorCodes.GROUP_MISMATCH,
 ]);
 
+/** A request the engine fails with a 5xx this many times in a row is given up. */
+const SERVER_ERROR_RETRIES = 3;
+
 /** How long the token-rate window is. */
 const RATE_WINDOW_MS = 2000;
 
@@ -193,6 +196,7 @@ export class HttpRolloutEngine implements RolloutEngine {
     const version = String(task.weightVersion);
     // The versions the engine reported for this trajectory's tokens (more than one only with partial rollout).
     const versions = new Set([version]);
+    let serverErrors = 0;
     for (;;) {
       const request = requestFor(task, this.options.defaults);
       let finish: FinishReason | null = alreadyFinished(task, request);
@@ -229,6 +233,14 @@ export class HttpRolloutEngine implements RolloutEngine {
           if (code === ErrorCodes.ENGINE_UNAVAILABLE) {
             this.options.hooks.engineDown(err as Error);
             return;
+          }
+          const status = (err as { details?: { status?: number } }).details?.status;
+          if (status !== undefined && status >= 500 && ++serverErrors <= SERVER_ERROR_RETRIES) {
+            // The engine's own trouble (503 while it loads, an internal error): try again shortly.
+            log.warn({ trajectory: task.trajectoryId, status, attempt: serverErrors, err: (err as Error).message }, 'the engine failed a request (retrying)');
+            await delay(500 * serverErrors);
+            if (this.isClosed() || aborted(controller.signal)) return;
+            continue;
           }
           // The engine refused this request (too long for its context, a bad sampling field):
           // the trajectory stays in the partial pool; the SDK's reconciliation offers it again.
