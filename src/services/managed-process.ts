@@ -122,16 +122,6 @@ export class ManagedProcess {
     }
   }
 
-  /** First start of a server that owns `dir`: the dir is removed when the start fails. */
-  async startOrCleanUp(dir: string): Promise<void> {
-    try {
-      await this.start();
-    } catch (err) {
-      removeTempDir(dir);
-      throw err;
-    }
-  }
-
   /** SIGTERM (clean shutdown: the server flushes its data), SIGKILL if it does not exit in time. */
   async terminate(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
     const child = this.child;

@@ -1,14 +1,15 @@
 /**
  * A real nats-server (JetStream on, file storage) on free 127.0.0.1 ports in a temp dir.
  * Readiness is the monitoring endpoint's /healthz, which answers 200 only once JetStream has
- * recovered its streams from disk, so a test can use the server the moment start() returns.
+ * recovered its streams from disk, so a test can use the server the moment start() returns. Ports
+ * lost to another process between choosing and binding are chosen again (ports.ts).
  */
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { get } from 'node:http';
 import { join } from 'node:path';
 import { findBinary } from './binary.js';
-import { ManagedProcess, makeTempDir } from './managed-process.js';
-import { freePort } from './ports.js';
+import { ManagedProcess, makeTempDir, removeTempDir } from './managed-process.js';
+import { freePort, startOnFreePorts } from './ports.js';
 import { embeddedServer, type EmbeddedServer } from './embedded-server.js';
 export type { EmbeddedServer };
 
@@ -31,16 +32,34 @@ export interface NatsServer extends EmbeddedServer {
 
 const DEFAULT_MAX_PAYLOAD = 1024 * 1024;
 
-function healthz(port: number): Promise<boolean> {
+/**
+ * /healthz of the monitoring port answers 200, and /varz says the server listens on `clientPort`:
+ * another nats-server that took our monitoring port first (a port race) is not mistaken for ours.
+ */
+async function ready(monitorPort: number, clientPort: number): Promise<boolean> {
+  const healthy = await httpGet(monitorPort, '/healthz');
+  if (healthy?.status !== 200) return false;
+  const varz = await httpGet(monitorPort, '/varz');
+  try {
+    return (JSON.parse(varz?.body ?? '') as { port?: number }).port === clientPort;
+  } catch {
+    return false;
+  }
+}
+
+function httpGet(port: number, path: string): Promise<{ status: number; body: string } | null> {
   return new Promise((resolve) => {
-    const req = get({ host: '127.0.0.1', port, path: '/healthz', timeout: 1000 }, (res) => {
-      res.resume();
-      resolve(res.statusCode === 200);
+    const req = get({ host: '127.0.0.1', port, path, timeout: 1000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.once('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.once('error', () => resolve(null));
     });
-    req.once('error', () => resolve(false));
+    req.once('error', () => resolve(null));
     req.once('timeout', () => {
       req.destroy();
-      resolve(false);
+      resolve(null);
     });
   });
 }
@@ -50,27 +69,33 @@ export async function startNatsServer(options: NatsServerOptions = {}): Promise<
   const rootDir = makeTempDir('nats');
   const storeDir = options.storeDir ?? join(rootDir, 'jetstream');
   mkdirSync(storeDir, { recursive: true });
-  const port = options.port ?? (await freePort());
-  const monitorPort = await freePort();
   const maxPayload = options.maxPayload ?? DEFAULT_MAX_PAYLOAD;
-  const config = [
-    `listen: "${options.host ?? '127.0.0.1'}:${port}"`,
-    `http: "127.0.0.1:${monitorPort}"`,
-    `max_payload: ${maxPayload}`,
-    // Room for a batch of large messages in flight to a slow consumer (tests, benches).
-    `max_pending: 256MB`,
-    options.jetstream === false ? '' : `jetstream { store_dir: ${JSON.stringify(storeDir)} }`,
-  ].join('\n');
   const configFile = join(rootDir, 'nats.conf');
-  writeFileSync(configFile, `${config}\n`);
-  const proc = new ManagedProcess({
-    name: 'nats-server',
-    binary,
-    args: ['-c', configFile],
-    isReady: () => healthz(monitorPort),
-    startTimeoutMs: options.startTimeoutMs,
+  const { proc, port, monitorPort } = await startOnFreePorts(options.port !== undefined, async () => {
+    const port = options.port ?? (await freePort());
+    const monitorPort = await freePort();
+    const config = [
+      `listen: "${options.host ?? '127.0.0.1'}:${port}"`,
+      `http: "127.0.0.1:${monitorPort}"`,
+      `max_payload: ${maxPayload}`,
+      // Room for a batch of large messages in flight to a slow consumer (tests, benches).
+      `max_pending: 256MB`,
+      options.jetstream === false ? '' : `jetstream { store_dir: ${JSON.stringify(storeDir)} }`,
+    ].join('\n');
+    writeFileSync(configFile, `${config}\n`);
+    const proc = new ManagedProcess({
+      name: 'nats-server',
+      binary,
+      args: ['-c', configFile],
+      isReady: () => ready(monitorPort, port),
+      startTimeoutMs: options.startTimeoutMs,
+    });
+    await proc.start();
+    return { proc, port, monitorPort };
+  }).catch((err: unknown) => {
+    removeTempDir(rootDir);
+    throw err;
   });
-  await proc.startOrCleanUp(rootDir);
   const server = embeddedServer(proc, { url: `nats://127.0.0.1:${port}`, port, dataDir: storeDir, ownsDir: true, rootDir });
   return Object.assign(server, { monitorPort, maxPayload });
 }

@@ -1,4 +1,4 @@
-/** Free TCP ports on 127.0.0.1 and a readiness probe. */
+/** Free TCP ports on 127.0.0.1, starting a server on them despite races, and a readiness probe. */
 import { createServer, connect, type AddressInfo } from 'node:net';
 
 /** Asks the kernel for a free port (bind to 0), then releases it for the server to take. */
@@ -12,6 +12,25 @@ export async function freePort(): Promise<number> {
       srv.close(() => resolve(port));
     });
   });
+}
+
+/** How many times a server is started on fresh ports after losing its ports to another process. */
+const PORT_ATTEMPTS = 5;
+
+/**
+ * Starts a server on ports from freePort(), choosing them again when another process took one
+ * between freePort() and the server's bind (the port is free when freePort() returns, and two
+ * test files starting servers at once can pick the same one). `start` gets the attempt number and
+ * picks its ports; a failure that is not a lost port, or ports the caller fixed, end it at once.
+ */
+export async function startOnFreePorts<T>(portsFixed: boolean, start: (attempt: number) => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start(attempt);
+    } catch (err) {
+      if (portsFixed || attempt >= PORT_ATTEMPTS || !/address already in use|EADDRINUSE/i.test((err as Error).message)) throw err;
+    }
+  }
 }
 
 /**

@@ -5,9 +5,9 @@
  * process id (a server still loading its AOF answers -LOADING).
  */
 import { findBinary } from './binary.js';
-import { ManagedProcess, makeTempDir } from './managed-process.js';
+import { ManagedProcess, makeTempDir, removeTempDir } from './managed-process.js';
 import { embeddedServer, type EmbeddedServer } from './embedded-server.js';
-import { freePort, probe } from './ports.js';
+import { freePort, probe, startOnFreePorts } from './ports.js';
 
 export interface RedisServerOptions {
   appendonly?: boolean;
@@ -24,34 +24,41 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
   const binary = findBinary('redis-server', 'LAMINAR_REDIS_SERVER');
   const rootDir = makeTempDir('redis');
   const dataDir = options.dataDir ?? rootDir;
-  const port = options.port ?? (await freePort());
-  const args = [
-    '--port',
-    String(port),
-    '--bind',
-    '127.0.0.1',
-    '--dir',
-    dataDir,
-    '--appendonly',
-    options.appendonly === false ? 'no' : 'yes',
-    '--appendfsync',
-    options.appendfsync ?? 'everysec',
-    // No RDB snapshots: the AOF is the persistence we test and document.
-    '--save',
-    '',
-    '--daemonize',
-    'no',
-    '--logfile',
-    '',
-  ];
-  const proc = new ManagedProcess({
-    name: 'redis-server',
-    binary,
-    args,
-    // INFO answers only once the AOF is loaded (-LOADING before), and names the process.
-    isReady: async (pid) => (await probe(port, 'INFO server\r\n', 1000, `process_id:${pid}\r\n`)).includes(`process_id:${pid}\r\n`),
-    startTimeoutMs: options.startTimeoutMs,
+  const { proc, port } = await startOnFreePorts(options.port !== undefined, async () => {
+    const port = options.port ?? (await freePort());
+    const args = [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      dataDir,
+      '--appendonly',
+      options.appendonly === false ? 'no' : 'yes',
+      '--appendfsync',
+      options.appendfsync ?? 'everysec',
+      // No RDB snapshots: the AOF is the persistence we test and document.
+      '--save',
+      '',
+      '--daemonize',
+      'no',
+      '--logfile',
+      '',
+    ];
+    const proc = new ManagedProcess({
+      name: 'redis-server',
+      binary,
+      args,
+      // INFO answers only once the AOF is loaded (-LOADING before), and names the process: another
+      // redis-server that took the port first is not mistaken for ours.
+      isReady: async (pid) => (await probe(port, 'INFO server\r\n', 1000, `process_id:${pid}\r\n`)).includes(`process_id:${pid}\r\n`),
+      startTimeoutMs: options.startTimeoutMs,
+    });
+    await proc.start();
+    return { proc, port };
+  }).catch((err: unknown) => {
+    removeTempDir(rootDir);
+    throw err;
   });
-  await proc.startOrCleanUp(rootDir);
   return embeddedServer(proc, { url: `redis://127.0.0.1:${port}`, port, dataDir, ownsDir: true, rootDir });
 }
