@@ -43,6 +43,12 @@ import { AgentMetrics } from './metrics.js';
 import type { RequestDefaults } from './requests.js';
 import type { RewardFunction } from './rewards.js';
 
+/** How often the agent looks for a newer version at the relay when its version watch is not subscribed. */
+const UNWATCHED_LOOK_MS = 5000;
+
+/** Load polls the engine must miss in a row, while idle, to be taken for down. */
+const UNREACHABLE_POLLS = 3;
+
 export interface RolloutAgentOptions {
   nc: NatsConnection;
   redis: Redis;
@@ -84,8 +90,10 @@ interface Session {
   down: Promise<Error>;
   markDown(err: Error): void;
   isDown: boolean;
-  /** Ends the partial-rollout version watch with the session. */
+  /** Ends the version watch with the session. */
   stopWatching: AbortController;
+  /** The relay's version watch is subscribed (new versions are known as they complete). */
+  watching: boolean;
 }
 
 export class RolloutAgent {
@@ -210,6 +218,7 @@ export class RolloutAgent {
     const down = new Promise<Error>((resolve) => (markDown = resolve));
     const session = {} as Session;
     session.isDown = false;
+    session.watching = false;
     session.stopWatching = new AbortController();
     session.down = down;
     session.markDown = (err) => {
@@ -271,24 +280,41 @@ export class RolloutAgent {
   /** The session's work: weights, claims, generation, until the engine goes down or the agent closes. */
   private async serve(session: Session): Promise<void> {
     const pollMs = this.options.loadPollMs ?? this.options.heartbeatMs ?? 1000;
-    const poller = setInterval(() => void session.engine.refreshLoad(), pollMs);
+    // The load poll doubles as the engine's liveness check while nothing generates (a request in
+    // flight notices a dead engine at once): unreachable this many polls in a row, it is down.
+    let unreachable = 0;
+    const poller = setInterval(() => {
+      void session.engine.refreshLoad().then((reached) => {
+        unreachable = reached ? 0 : unreachable + 1;
+        if (unreachable >= UNREACHABLE_POLLS)
+          session.markDown(new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `${this.options.engine.url} did not answer ${unreachable} load polls in a row`));
+      });
+    }, pollMs);
     const watcher = this.watchVersions(session);
     const maxInFlight = this.options.maxInFlight ?? 0;
     /** Samples per prompt seen in the last claim (what one more prompt brings). */
     let perPrompt = 1;
+    let lastLook = 0;
     try {
       while (!this.closed && !session.isDown) {
         const engine = session.engine;
         const current = session.client.version;
-        const newer = current === null || (this.newest !== null && this.newest > current && this.newest !== this.refused);
-        if (maxInFlight === 0 || newer) {
-          // Batch mode, or a newer version waits: nothing new starts until the engine is empty
+        // The relay's version watch says when a newer version is there; without it (the relay
+        // away at the start of the session) the agent looks every few seconds. Looking only then
+        // matters: an acquire in flight makes the SDK refuse a repack-in meant for this rollout.
+        const unwatched = !session.watching && performance.now() - lastLook >= UNWATCHED_LOOK_MS;
+        const newer = current === null || unwatched || (this.newest !== null && this.newest > current && this.newest !== this.refused);
+        if (newer || (maxInFlight === 0 && engine.inFlight > 0)) {
+          // A newer version waits, or batch mode: nothing new starts until the engine is empty
           // (a trajectory keeps one version from its first token to its last).
           if (engine.inFlight > 0) {
             await this.until(session, engine.idle());
             continue;
           }
+        }
+        if (newer) {
           session.client.setState('idle');
+          lastLook = performance.now();
           if (!(await this.refreshWeights(session))) {
             await this.pause(500);
             continue;
@@ -448,7 +474,9 @@ export class RolloutAgent {
     const relay = await RelayClient.connect({ socketPath: this.options.relaySocket, name: `agent ${this.options.id} (version watch)` }).catch(() => null);
     if (!relay) return;
     try {
+      // The replay delivers the newest complete version first: from then on the watch knows.
       for await (const event of relay.watch({ model: this.options.model, replay: true, signal: stop })) {
+        session.watching = true;
         this.newest = Math.max(this.newest ?? -1, event.version);
         const current = session.client.version;
         if (current === null || event.version <= current || event.version === this.refused) continue;
@@ -458,6 +486,7 @@ export class RolloutAgent {
     } catch (err) {
       if (!stop.aborted) this.log.warn({ err: (err as Error).message }, 'version watch ended; new versions are looked for between batches');
     } finally {
+      session.watching = false;
       relay.close();
     }
   }

@@ -141,13 +141,18 @@ export class HttpRolloutEngine implements RolloutEngine {
     };
   }
 
-  /** Reads the engine's load from its metrics (the heartbeat reads the cached sample). */
-  async refreshLoad(): Promise<void> {
+  /**
+   * Reads the engine's load from its metrics (the heartbeat reads the cached sample). False when
+   * the engine could not be reached at all.
+   */
+  async refreshLoad(): Promise<boolean> {
     try {
       this.sample = await this.options.client.load();
-    } catch {
+      return true;
+    } catch (err) {
       // The engine is away or has no metrics: the estimate from our own requests stands in.
       this.sample = { kvUsed: null, running: null, waiting: null, tokensPerSecond: null };
+      return (err as { code?: string }).code !== ErrorCodes.ENGINE_UNAVAILABLE;
     }
   }
 

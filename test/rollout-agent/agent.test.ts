@@ -126,14 +126,20 @@ describe('rollout agent on reference engines', () => {
     const budget = 400;
     await pools(job, [prompt('p0', budget)]);
     const a = await agent(job, 'ag-a', engines[0]!.url, model, { batchPrompts: 1 });
-    const b = await agent(job, 'ag-b', engines[1]!.url, model, { batchPrompts: 1 });
     const id = trajectoryIdOf(groupIdOf('p0', 0), 0);
-    // Both hold version 0; a generates the one trajectory.
-    await expect.poll(() => b.agent.client?.version, { timeout: 30_000 }).toBe(0);
+    // a claims the one prompt and generates; once it has 20 tokens its engine is held (paused in
+    // place) so that the trajectory is still half done when b, started only now so that it could
+    // not claim the prompt first, has loaded its weights.
     await expect.poll(() => a.agent.client?.owned.get(id)?.generated ?? 0, { timeout: 30_000, interval: 5 }).toBeGreaterThanOrEqual(20);
+    const engineA = new SglangClient(engines[0]!.url);
+    await engineA.pause('in_place');
+    closers.push(() => engineA.resume());
+    const b = await agent(job, 'ag-b', engines[1]!.url, model, { batchPrompts: 1 });
+    await expect.poll(() => b.agent.client?.version, { timeout: 30_000 }).toBe(0);
 
     const out = await command(job, 'ag-a', { t: 'repack-out', repack: 'm1', to: 'ag-b', version: 0 });
     expect(out).toMatchObject({ t: 'done', moved: [id] });
+    await engineA.resume();
     const inn = await command(job, 'ag-b', { t: 'repack-in', repack: 'm1', from: 'ag-a', version: 0, trajectories: [id] });
     expect(inn).toMatchObject({ t: 'done', taken: 1 });
     const movedAt = b.agent.client?.owned.get(id)?.resumedFrom ?? -1;
@@ -263,6 +269,26 @@ describe('rollout agent on reference engines', () => {
     await publishTiny(relay.socketPath, model, [2]);
     await expect.poll(() => engineVersion(engines[1]!.url), { timeout: 30_000 }).toBe('2');
     await expect.poll(() => m.status().rollouts.find((r) => r.id === 'ag-r')?.weightError ?? null, { timeout: 10_000 }).toBeNull();
+  }, 120_000);
+
+  it('an engine that dies while its agent is idle is noticed by the load poll; the agent serves it again when it is back', async () => {
+    const job = 'idle';
+    const model = 'idle/tiny';
+    await publishTiny(relay.socketPath, model, [0]);
+    await pools(job, []);
+    const engine = await spawnReferenceEngine('engine idle', { kvCapacityTokens: 4096, seed: 4 });
+    closers.push(() => engine.kill('SIGKILL'));
+    const a = await agent(job, 'ag-i', engine.url, model);
+    await expect.poll(() => a.agent.client?.version, { timeout: 30_000 }).toBe(0);
+
+    await engine.kill('SIGKILL');
+    await expect.poll(async () => metricValue(a.registry, 'laminar_agent_engine_down_total'), { timeout: 10_000 }).toBe(1);
+    expect(await metricValue(a.registry, 'laminar_agent_engine_up')).toBe(0);
+
+    const back = await spawnReferenceEngine('engine idle again', { port: engine.port, kvCapacityTokens: 4096, seed: 4 });
+    closers.push(() => back.kill('SIGKILL'));
+    await expect.poll(() => a.agent.sessionCount, { timeout: 30_000 }).toBe(2);
+    await expect.poll(() => engineVersion(back.url), { timeout: 30_000 }).toBe('0');
   }, 120_000);
 
   it('a killed engine and a killed agent: their trajectories resume elsewhere on their version, none lost or written twice; the agent serves the restarted engine', async () => {
