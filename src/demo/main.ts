@@ -16,18 +16,15 @@
  * twice, and every live relay holds the newest version. Every process it started is stopped at
  * the end and on Ctrl-C.
  */
-import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
-import { connect } from '@nats-io/transport-node';
-import { Redis } from 'ioredis';
 import { delay } from '../common/concurrency.js';
 import { median } from '../common/stats.js';
 import { formatBytes, parseDuration } from '../common/units.js';
 import { PartialPool, PromptPool } from '../data/index.js';
-import { intIn, managerStatus, recordsInBuffer, scrape, sumMetric, watchLedger } from './books.js';
-import { freePort, startNatsServer, startRedisServer } from '../services/index.js';
+import { intIn, managerStatus, recordsInBuffer, scrape, sumMetric } from './books.js';
+import { onInterrupt, openStage } from './stage.js';
+import { freePort } from '../services/index.js';
 import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
 import { renderProgress, type DemoSnapshot } from './display.js';
 import { runTorchJob } from './torch-job.js';
@@ -108,55 +105,25 @@ async function main(): Promise<void> {
   if (!(timeScale > 0)) throw new Error('--time-scale must be > 0');
   const scaled = (simMs: number): string => `${Math.max(20, Math.round(simMs / timeScale))}ms`;
 
-  const root = mkdtempSync('/dev/shm/laminar-demo-');
-  const secretFile = join(root, 'secret');
-  writeFileSync(secretFile, `${randomBytes(24).toString('hex')}\n`, { mode: 0o600 });
-  const daemons: Daemon[] = [];
   const events: string[] = [];
   let started = performance.now();
   const at = (): string => `${((performance.now() - started) / 1e3).toFixed(1)}s`;
-  const stop = new AbortController();
-  let interrupted = false;
-  process.once('SIGINT', () => {
-    interrupted = true;
-    process.stdout.write('\ninterrupted: stopping every process\n');
-    stop.abort();
-  });
-
-  console.log('starting nats-server (JetStream) and redis-server ...');
-  const [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer({ appendonly: true })]);
-  const nc = await connect({ servers: nats.url, name: 'demo' });
-  const redis = new Redis(redisServer.port, '127.0.0.1', { maxRetriesPerRequest: null });
-  const ledger = watchLedger(nc);
+  const run = onInterrupt();
+  const stage = await openStage('laminar-demo-', opts.logs);
+  const { root, secretFile, nats, redisServer, nc, redis, ledger } = stage;
   // Disconnects of the demo's own connection: the live ledger misses what was published meanwhile.
   let ledgerGaps = 0;
   void (async () => {
     for await (const s of nc.status()) if (s.type === 'disconnect' || s.type === 'slowConsumer') ledgerGaps++;
   })().catch(() => undefined);
-  const shutdown = async (): Promise<void> => {
-    await Promise.all(daemons.map((d) => d.kill('SIGTERM')));
-    if (opts.logs) {
-      mkdirSync(opts.logs, { recursive: true });
-      for (const d of daemons) writeFileSync(join(opts.logs, `${d.name.replace(/\s+/g, '-')}.log`), `${d.logs.join('\n')}\n`);
-      console.log(`logs of every process in ${opts.logs}`);
-    }
-    ledger.stop();
-    redis.disconnect();
-    await nc.close().catch(() => undefined);
-    await Promise.all([nats.stop(), redisServer.stop()]);
-    rmSync(root, { recursive: true, force: true });
-  };
 
   try {
     const prompts = await PromptPool.open({ redis, epochs: 0 });
     await prompts.load(Array.from({ length: 4096 }, (_, i) => ({ id: `q${i}`, payload: { question: `synthetic prompt ${i}` }, n })));
     const common = ['--nats', nats.url, '--log-level', 'info'];
     // Daemon logs (pino JSON on stderr) are kept in memory, off the screen.
-    const spawnQuiet = async (name: string, argv: string[], ready: string, onStdout?: (line: string) => void): Promise<Daemon> => {
-      const d = await spawnDaemon(name, argv, ready, [], { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp' }, onStdout);
-      daemons.push(d);
-      return d;
-    };
+    const spawnQuiet = async (name: string, argv: string[], ready: string, onStdout?: (line: string) => void): Promise<Daemon> =>
+      stage.keep(await spawnDaemon(name, argv, ready, [], { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp' }, onStdout));
 
     const managerPort = await freePort();
     await spawnQuiet(
@@ -316,9 +283,9 @@ async function main(): Promise<void> {
     // under way, so that the summary shows where its trajectories went.
     const failoverPending = (): boolean => killedRollout !== null && !killedRollout.settled && performance.now() - killedRollout.at < FAILOVER_SETTLE_MS;
     let saidWaiting = false;
-    while ((performance.now() - started < durationMs || failoverPending()) && !stop.signal.aborted) {
+    while ((performance.now() - started < durationMs || failoverPending()) && !run.signal.aborted) {
       // Woken early when the run is stopped.
-      await delay(2000, stop.signal).catch(() => undefined);
+      await delay(2000, run.signal).catch(() => undefined);
       const fraction = (performance.now() - started) / durationMs;
       const status = await managerStatus(managerPort);
       const managerMetric = await scrape(managerPort);
@@ -392,7 +359,7 @@ async function main(): Promise<void> {
       process.stdout.write(renderProgress(lastSnapshot));
     }
 
-    if (killedRollout && !killedRollout.settled && !stop.signal.aborted)
+    if (killedRollout && !killedRollout.settled && !run.signal.aborted)
       events.push(`${at()} failover of ${killedRollout.id} not settled ${FAILOVER_SETTLE_MS / 1e3} s after the kill`);
 
     // ---- the end: stop the producers, then read the books ---------------------------------
@@ -469,21 +436,14 @@ async function main(): Promise<void> {
     }
     if (lost.length > 0 || ledger.writtenTwice > 0 || lagging.length > 0 || ledger.completed.size === 0) process.exitCode = 1;
   } finally {
-    await shutdown();
-    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the SIGINT handler sets it; TS does not see assignments made in callbacks
-    if (interrupted) process.exitCode = 130;
+    await stage.shutdown();
+    if (run.interrupted) process.exitCode = 130;
   }
 }
 
 /** `--engine torch`: the job that learns (torch-job.ts). */
 async function runTorchDemo(opts: DemoOptions): Promise<void> {
-  const stop = new AbortController();
-  let interrupted = false;
-  process.once('SIGINT', () => {
-    interrupted = true;
-    process.stdout.write('\ninterrupted: stopping every process\n');
-    stop.abort();
-  });
+  const run = onInterrupt();
   const explicitDuration = process.argv.some((a) => a === '--duration' || a.startsWith('--duration='));
   await runTorchJob(
     {
@@ -502,10 +462,9 @@ async function runTorchDemo(opts: DemoOptions): Promise<void> {
       plot: opts.plot,
       ...(opts.logs ? { logs: opts.logs } : {}),
     },
-    stop.signal,
+    run.signal,
   );
-  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the SIGINT handler sets it; TS does not see assignments made in callbacks
-  if (interrupted) process.exitCode = 130;
+  if (run.interrupted) process.exitCode = 130;
 }
 
 main().catch((err: unknown) => {

@@ -11,28 +11,17 @@
  * weight version; the end shows the ledger as the simulated demo does, the reward at the start
  * and at the end, and writes a PNG of reward and staleness over time.
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync, existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { randomBytes } from 'node:crypto';
-import { connect } from '@nats-io/transport-node';
-import { Redis } from 'ioredis';
 import { delay } from '../common/concurrency.js';
+import { median } from '../common/stats.js';
 import { PartialPool, PromptPool } from '../data/index.js';
-import {
-  freePort,
-  projectPython,
-  REPO_ROOT,
-  TORCH_ENV,
-  spawnProgram,
-  spawnReferenceEngine,
-  startNatsServer,
-  startRedisServer,
-  type ReferenceEngine,
-} from '../services/index.js';
+import { freePort, projectPython, REPO_ROOT, TORCH_ENV, spawnProgram, spawnReferenceEngine, type ReferenceEngine } from '../services/index.js';
 import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
-import { managerStatus, recordsInBuffer, watchLedger } from './books.js';
+import { managerStatus, recordsInBuffer } from './books.js';
+import { openStage } from './stage.js';
 
 const run = promisify(execFile);
 
@@ -74,39 +63,15 @@ interface StepRecord {
 
 export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Promise<void> {
   const python = projectPython();
-  const root = mkdtempSync('/dev/shm/laminar-demo-torch-');
-  const secretFile = join(root, 'secret');
-  writeFileSync(secretFile, `${randomBytes(24).toString('hex')}\n`, { mode: 0o600 });
+  const stage = await openStage('laminar-demo-torch-', opts.logs);
+  const { root, secretFile, nats, redisServer, nc, redis, ledger } = stage;
+  const keep = <D extends Daemon>(daemon: D): D => stage.keep(daemon);
   const engineFiles = join(root, 'engine-files');
   const metricsFile = join(root, 'trainer.jsonl');
-  const daemons: Daemon[] = [];
   const events: string[] = [];
   let started = performance.now();
   const at = (): string => `${((performance.now() - started) / 1e3).toFixed(1)}s`;
-
-  console.log('starting nats-server (JetStream) and redis-server ...');
-  const [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer({ appendonly: true })]);
-  const nc = await connect({ servers: nats.url, name: 'demo' });
-  const redis = new Redis(redisServer.port, '127.0.0.1', { maxRetriesPerRequest: null });
-  const ledger = watchLedger(nc);
-  const shutdown = async (): Promise<void> => {
-    await Promise.all(daemons.map((d) => d.kill('SIGTERM')));
-    if (opts.logs) {
-      mkdirSync(opts.logs, { recursive: true });
-      for (const d of daemons) writeFileSync(join(opts.logs, `${d.name.replace(/\s+/g, '-')}.log`), `${d.logs.join('\n')}\n`);
-      console.log(`logs of every process in ${opts.logs}`);
-    }
-    ledger.stop();
-    redis.disconnect();
-    await nc.close().catch(() => undefined);
-    await Promise.all([nats.stop(), redisServer.stop()]);
-    rmSync(root, { recursive: true, force: true });
-  };
   const env = { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp', ...TORCH_ENV };
-  const keep = <D extends Daemon>(d: D): D => {
-    daemons.push(d);
-    return d;
-  };
   const laminar = async (name: string, argv: string[], ready: string): Promise<Daemon> => keep(await spawnDaemon(name, argv, ready, [], env));
 
   try {
@@ -322,7 +287,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     }
     if (lost.length > 0 || ledger.writtenTwice > 0 || steps.length === 0) process.exitCode = 1;
   } finally {
-    await shutdown();
+    await stage.shutdown();
   }
 }
 
@@ -338,12 +303,6 @@ function readSteps(path: string): StepRecord[] {
     }
   }
   return out;
-}
-
-function median(xs: number[]): number {
-  if (xs.length === 0) return 0;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
 }
 
 function renderTorchProgress(

@@ -71,7 +71,6 @@ export class HttpRolloutEngine implements RolloutEngine {
   private readonly running = new Map<string, Running>();
   private sample: EngineLoadSample = { kvUsed: null, running: null, waiting: null, tokensPerSecond: null };
   private readonly recent: { at: number; tokens: number }[] = [];
-  private idleWaiters: (() => void)[] = [];
   private endWaiters: (() => void)[] = [];
   private closed = false;
   /** Completions on their way (close waits for them). */
@@ -85,9 +84,8 @@ export class HttpRolloutEngine implements RolloutEngine {
   }
 
   /** Resolves when no trajectory is generating. */
-  idle(): Promise<void> {
-    if (this.running.size === 0) return Promise.resolve();
-    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  async idle(): Promise<void> {
+    while (this.running.size > 0) await this.ended();
   }
 
   /** Resolves when the next trajectory stops generating (finished, stopped or failed). */
@@ -186,11 +184,6 @@ export class HttpRolloutEngine implements RolloutEngine {
       const ended = this.endWaiters;
       this.endWaiters = [];
       for (const w of ended) w();
-      if (this.running.size === 0) {
-        const waiters = this.idleWaiters;
-        this.idleWaiters = [];
-        for (const w of waiters) w();
-      }
     });
   }
 
@@ -265,7 +258,7 @@ export class HttpRolloutEngine implements RolloutEngine {
         if (this.isClosed() || aborted(controller.signal)) return;
         continue;
       }
-      const completion = this.complete(task, finish, versions);
+      const completion = this.complete(task, finish, versions, request.sampling.stopTokenIds);
       this.completing.add(completion);
       void completion.finally(() => this.completing.delete(completion));
       return;
@@ -273,7 +266,7 @@ export class HttpRolloutEngine implements RolloutEngine {
   }
 
   /** Rewards and completes a finished trajectory, retrying through store outages (the task stays ours meanwhile). */
-  private async complete(task: GenerationTask, finish: FinishReason, versions: ReadonlySet<string>): Promise<void> {
+  private async complete(task: GenerationTask, finish: FinishReason, versions: ReadonlySet<string>, stopTokenIds: readonly number[]): Promise<void> {
     const { metrics, log } = this.options;
     let reward: number;
     try {
@@ -283,7 +276,7 @@ export class HttpRolloutEngine implements RolloutEngine {
         promptTokens: Array.from(task.promptTokens),
         responseTokens: Array.from(task.generatedTokens),
         finishReason: finish,
-        stopTokenIds: requestFor(task, this.options.defaults).sampling.stopTokenIds,
+        stopTokenIds,
       });
     } catch (err) {
       metrics.rewardFailures.inc();

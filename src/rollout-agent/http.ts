@@ -4,6 +4,7 @@
  * ERR_ENGINE_REQUEST when it answered an error status (the request was wrong or refused).
  */
 import { ErrorCodes, LaminarError } from '../common/errors.js';
+import { SSE_DONE, sseEvents } from './sse.js';
 
 export class EngineError extends LaminarError {}
 
@@ -96,4 +97,43 @@ function shortUrl(url: string): string {
   } catch {
     return url;
   }
+}
+
+/**
+ * The JSON events of a streamed answer (server-sent events) up to `[DONE]`, for a request named
+ * `what` in errors. A non-2xx answer or an `error` event is ERR_ENGINE_REQUEST, an event that is
+ * not a JSON object ERR_ENGINE_PROTOCOL, a stream cut while reading ERR_ENGINE_UNAVAILABLE; an
+ * abort by `signal` is rethrown as is. The caller decides what an event that ends it looks like,
+ * and that a stream ending without one means the server went away.
+ */
+export async function* streamedEvents(response: Response, url: string, what: string, signal: AbortSignal): AsyncGenerator<Record<string, unknown>> {
+  if (!response.ok || !response.body) {
+    const text = await readText(response, url);
+    throw new EngineError(ErrorCodes.ENGINE_REQUEST, `${what}: HTTP ${response.status}: ${errorMessage(text)}`, { details: { status: response.status } });
+  }
+  const events = sseEvents(response.body);
+  for (;;) {
+    let next: IteratorResult<string>;
+    try {
+      next = await events.next();
+    } catch (err) {
+      if (signal.aborted) throw err;
+      throw new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `${what}: the stream was cut: ${(err as Error).message}`, { cause: err });
+    }
+    if (next.done || next.value === SSE_DONE) return;
+    let event: unknown;
+    try {
+      event = JSON.parse(next.value);
+    } catch {
+      throw protocolError(url, `a stream event is not JSON: ${next.value.slice(0, 200)}`);
+    }
+    if (typeof event !== 'object' || event === null) throw protocolError(url, `a stream event is not an object: ${next.value.slice(0, 200)}`);
+    if ('error' in event) throw new EngineError(ErrorCodes.ENGINE_REQUEST, `${what}: ${errorMessage(next.value)}`);
+    yield event as Record<string, unknown>;
+  }
+}
+
+/** A stream that ended without its finish: the server went away mid-answer. */
+export function streamEnded(what: string): EngineError {
+  return new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `${what}: the stream ended without a finish reason`);
 }

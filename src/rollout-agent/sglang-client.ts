@@ -8,9 +8,8 @@
  */
 import { ErrorCodes } from '../common/errors.js';
 import type { EngineClient, EngineLoadSample, GenerateHandlers, GenerateRequest, GenerateResult, PauseMode, ServerInfo } from './engine-client.js';
-import { EngineError, engineFetch, engineHealthy, engineJson, errorMessage, protocolError, readText } from './http.js';
+import { EngineError, engineFetch, engineHealthy, engineJson, errorMessage, protocolError, readText, streamEnded, streamedEvents } from './http.js';
 import { meanOf, parsePrometheusText, sumOf } from './prometheus-text.js';
-import { SSE_DONE, sseEvents } from './sse.js';
 
 /** SGLang's Prometheus names (python/sglang/srt/metrics/collector.py). */
 const METRICS = {
@@ -29,7 +28,6 @@ interface StreamChunk {
     output_token_logprobs?: unknown;
     weight_version?: unknown;
   };
-  error?: unknown;
 }
 
 export class SglangClient implements EngineClient {
@@ -73,44 +71,21 @@ export class SglangClient implements EngineClient {
       signal: handlers.signal,
       timeoutMs: this.options.requestTimeoutMs ?? 24 * 3600_000,
     });
-    if (!response.ok || !response.body) {
-      const text = await readText(response, url);
-      throw new EngineError(ErrorCodes.ENGINE_REQUEST, `generate ${request.rid}: HTTP ${response.status}: ${errorMessage(text)}`, {
-        details: { status: response.status, rid: request.rid },
-      });
-    }
+    const what = `generate ${request.rid}`;
     let received = 0;
     let weightVersion: string | null = null;
-    try {
-      for await (const data of sseEvents(response.body)) {
-        if (data === SSE_DONE) break;
-        let chunk: StreamChunk;
-        try {
-          chunk = JSON.parse(data) as StreamChunk;
-        } catch {
-          throw protocolError(url, `a stream event is not JSON: ${data.slice(0, 200)}`);
-        }
-        if (chunk.error !== undefined) {
-          throw new EngineError(ErrorCodes.ENGINE_REQUEST, `generate ${request.rid}: ${errorMessage(JSON.stringify(chunk))}`, {
-            details: { rid: request.rid },
-          });
-        }
-        const meta = chunk.meta_info ?? {};
-        if (typeof meta.weight_version === 'string') weightVersion = meta.weight_version;
-        const fresh = newTokens(meta, received, url);
-        if (fresh.tokens.length > 0) {
-          received += fresh.tokens.length;
-          handlers.onTokens(fresh.tokens, fresh.logprobs, weightVersion);
-        }
-        const finish = meta.finish_reason;
-        if (finish) return { finishReason: finishReasonOf(finish.type), weightVersion };
+    for await (const event of streamedEvents(response, url, what, handlers.signal)) {
+      const meta = (event as StreamChunk).meta_info ?? {};
+      if (typeof meta.weight_version === 'string') weightVersion = meta.weight_version;
+      const fresh = newTokens(meta, received, url);
+      if (fresh.tokens.length > 0) {
+        received += fresh.tokens.length;
+        handlers.onTokens(fresh.tokens, fresh.logprobs, weightVersion);
       }
-    } catch (err) {
-      if (handlers.signal.aborted || err instanceof EngineError) throw err;
-      throw new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `generate ${request.rid}: the stream was cut: ${(err as Error).message}`, { cause: err });
+      const finish = meta.finish_reason;
+      if (finish) return { finishReason: finishReasonOf(finish.type), weightVersion };
     }
-    // The stream ended without a finish reason: the server went away mid-answer.
-    throw new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `generate ${request.rid}: the stream ended without a finish reason`);
+    throw streamEnded(what);
   }
 
   async loadWeights(dir: string, version: number): Promise<void> {

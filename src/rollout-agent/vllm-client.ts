@@ -12,9 +12,8 @@
  */
 import { ErrorCodes } from '../common/errors.js';
 import type { EngineClient, EngineLoadSample, GenerateHandlers, GenerateRequest, GenerateResult, PauseMode, ServerInfo } from './engine-client.js';
-import { EngineError, engineFetch, engineHealthy, engineJson, errorMessage, protocolError, readText } from './http.js';
+import { EngineError, engineFetch, engineHealthy, engineJson, protocolError, readText, streamEnded, streamedEvents } from './http.js';
 import { meanOf, parsePrometheusText, sumOf, type Sample } from './prometheus-text.js';
-import { SSE_DONE, sseEvents } from './sse.js';
 
 const METRICS = {
   /** The KV-cache share in use: renamed in vLLM 0.9.2 (gpu_cache_usage_perc before, gone in 0.12). */
@@ -59,7 +58,6 @@ interface CompletionChunk {
     logprobs?: { tokens?: unknown; token_logprobs?: unknown } | null;
     token_ids?: unknown;
   }[];
-  error?: unknown;
 }
 
 export class VllmClient implements EngineClient {
@@ -91,8 +89,10 @@ export class VllmClient implements EngineClient {
     // kv_cache_size_tokens from 0.24; blocks × block size before.
     const sized = Number(info.kv_cache_size_tokens);
     const capacity = sized > 0 ? sized : blocks > 0 && blockSize > 0 ? blocks * blockSize : null;
-    const version = (await engineJson(`${this.url}/version`, { timeoutMs: 5000 }).catch(() => null)) as { version?: string } | null;
-    return { kvCapacityTokens: capacity, description: `vllm${version?.version ? ` ${version.version}` : ''}` };
+    // A new session may face another vLLM (restarted, upgraded): its release is read again.
+    this.releaseSeen = undefined;
+    const release = await this.release();
+    return { kvCapacityTokens: capacity, description: `vllm${release ? ` ${release}` : ''}` };
   }
 
   async generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {
@@ -119,34 +119,16 @@ export class VllmClient implements EngineClient {
     if (request.sampling.stopTokenIds.length > 0) body.stop_token_ids = request.sampling.stopTokenIds;
     if (request.sampling.seed !== null) body.seed = request.sampling.seed;
     const response = await engineFetch(url, { body, signal: handlers.signal, timeoutMs: 24 * 3600_000 });
-    if (!response.ok || !response.body) {
-      const text = await readText(response, url);
-      throw new EngineError(ErrorCodes.ENGINE_REQUEST, `completions ${request.rid}: HTTP ${response.status}: ${errorMessage(text)}`, {
-        details: { status: response.status, rid: request.rid },
-      });
+    const what = `completions ${request.rid}`;
+    for await (const event of streamedEvents(response, url, what, handlers.signal)) {
+      const choice = (event as CompletionChunk).choices?.[0];
+      if (!choice) continue;
+      const { tokens, logprobs } = tokensOf(choice, url);
+      if (tokens.length > 0) handlers.onTokens(tokens, logprobs, null);
+      if (choice.finish_reason)
+        return { finishReason: choice.finish_reason === 'length' ? 'length' : choice.finish_reason === 'abort' ? 'abort' : 'stop', weightVersion: null };
     }
-    try {
-      for await (const data of sseEvents(response.body)) {
-        if (data === SSE_DONE) break;
-        let chunk: CompletionChunk;
-        try {
-          chunk = JSON.parse(data) as CompletionChunk;
-        } catch {
-          throw protocolError(url, `a stream event is not JSON: ${data.slice(0, 200)}`);
-        }
-        if (chunk.error !== undefined) throw new EngineError(ErrorCodes.ENGINE_REQUEST, `completions ${request.rid}: ${errorMessage(JSON.stringify(chunk))}`);
-        const choice = chunk.choices?.[0];
-        if (!choice) continue;
-        const { tokens, logprobs } = tokensOf(choice, url);
-        if (tokens.length > 0) handlers.onTokens(tokens, logprobs, null);
-        if (choice.finish_reason)
-          return { finishReason: choice.finish_reason === 'length' ? 'length' : choice.finish_reason === 'abort' ? 'abort' : 'stop', weightVersion: null };
-      }
-    } catch (err) {
-      if (handlers.signal.aborted || err instanceof EngineError) throw err;
-      throw new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `completions ${request.rid}: the stream was cut: ${(err as Error).message}`, { cause: err });
-    }
-    throw new EngineError(ErrorCodes.ENGINE_UNAVAILABLE, `completions ${request.rid}: the stream ended without a finish reason`);
+    throw streamEnded(what);
   }
 
   async loadWeights(dir: string, version: number): Promise<void> {

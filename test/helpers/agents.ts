@@ -27,8 +27,7 @@ export async function publishTiny(socket: string, model: string, versions: numbe
 
 /** Writes the test model's config.json into `dir` (the relays' --engine-files) without publishing. */
 export async function writeTinyConfig(dir: string): Promise<void> {
-  const code = `import json,sys; from laminar.testing import TinyLMConfig; open(sys.argv[1] + '/config.json','w').write(json.dumps(TinyLMConfig(**json.loads(sys.argv[2])).to_json()))`;
-  await run(projectPython(), ['-c', code, dir, JSON.stringify(TEST_MODEL_CONFIG)], { cwd: REPO_ROOT });
+  await run(projectPython(), ['-m', 'laminar.testing.publish', '--config', JSON.stringify(TEST_MODEL_CONFIG), '--config-dir', dir], { cwd: REPO_ROOT });
 }
 
 /** Fixed-length responses (no EOS), seeded per trajectory. */

@@ -1,0 +1,80 @@
+/**
+ * What both demo jobs stand on: a directory on /dev/shm with the job secret, an embedded
+ * nats-server (JetStream) and redis-server, the ledger watching the data plane, and the processes
+ * the job starts, stopped together at the end (their logs written to `logs` when given).
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { Redis } from 'ioredis';
+import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../services/index.js';
+import type { Daemon } from '../services/daemon-process.js';
+import { watchLedger } from './books.js';
+
+export interface Stage {
+  root: string;
+  secretFile: string;
+  nats: NatsServer;
+  redisServer: RedisServer;
+  nc: NatsConnection;
+  redis: Redis;
+  ledger: ReturnType<typeof watchLedger>;
+  /** Registers a process the job started: stopped (SIGTERM) by shutdown(). */
+  keep<D extends Daemon>(daemon: D): D;
+  /** Stops every process kept, writes their logs, stops the servers and removes the directory. */
+  shutdown(): Promise<void>;
+}
+
+export async function openStage(prefix: string, logs: string | undefined): Promise<Stage> {
+  const root = mkdtempSync(join('/dev/shm', prefix));
+  const secretFile = join(root, 'secret');
+  writeFileSync(secretFile, `${randomBytes(24).toString('hex')}\n`, { mode: 0o600 });
+  console.log('starting nats-server (JetStream) and redis-server ...');
+  const [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer({ appendonly: true })]);
+  const nc = await connect({ servers: nats.url, name: 'demo' });
+  const redis = new Redis(redisServer.port, '127.0.0.1', { maxRetriesPerRequest: null });
+  const ledger = watchLedger(nc);
+  const daemons: Daemon[] = [];
+  return {
+    root,
+    secretFile,
+    nats,
+    redisServer,
+    nc,
+    redis,
+    ledger,
+    keep(daemon) {
+      daemons.push(daemon);
+      return daemon;
+    },
+    async shutdown() {
+      await Promise.all(daemons.map((d) => d.kill('SIGTERM')));
+      if (logs) {
+        mkdirSync(logs, { recursive: true });
+        for (const d of daemons) writeFileSync(join(logs, `${d.name.replace(/\s+/g, '-')}.log`), `${d.logs.join('\n')}\n`);
+        console.log(`logs of every process in ${logs}`);
+      }
+      ledger.stop();
+      redis.disconnect();
+      await nc.close().catch(() => undefined);
+      await Promise.all([nats.stop(), redisServer.stop()]);
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Ctrl-C ends the run early: `signal` aborts, and `interrupted` says so at the end (exit code 130). */
+export function onInterrupt(): { signal: AbortSignal; readonly interrupted: boolean } {
+  const stop = new AbortController();
+  process.once('SIGINT', () => {
+    process.stdout.write('\ninterrupted: stopping every process\n');
+    stop.abort();
+  });
+  return {
+    signal: stop.signal,
+    get interrupted() {
+      return stop.signal.aborted;
+    },
+  };
+}
