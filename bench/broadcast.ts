@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- broadcast [--size 1GiB] [--rate 2gbit] [--relays 2,4,8] [--chunk-size 32MiB|auto]
+ * `npm run bench -- broadcast [--size 1GiB] [--rate 2gbit] [--relays 2,4,8] [--chunk-size <bytes>|auto]
  *                             [--window 4] [--rounds 3] [--delay 0ms] [--mtu 1500]
  *                             [--skip star,loopback]`
  *
@@ -18,7 +18,13 @@
  *               with --chunk-size auto, T_start also counts a relay's own cost per chunk,
  *               probed first: one loopback hop of 1 GiB (at most --size) in 1 MiB and in
  *               16 MiB chunks, the difference of the times over the difference of the chunk
- *               counts.
+ *               counts; with no --chunk-size, the per-chunk cost the relays' own model used.
+ * Chunk size: with no --chunk-size the relays choose (their default, `--chunk-size auto` of
+ * `laminar relay`: the chunk model for each chain with the link they measured on their own sends,
+ * so the first version of a round is cut with the defaults and the second with the master's
+ * measured first hop); the chunk the master chose for each p is reported. `--chunk-size auto`
+ * is this bench's own choice instead (the probe above and perftest's link, one size for every p),
+ * and a size fixes it for every relay.
  * Every time runs from the moment publish() returns (the version is committed at the master) to
  * the moment the last relay reports the version complete (a watch on each relay's own socket).
  * Each chain round starts fresh relays (empty shared memory) and times two versions: the first,
@@ -86,12 +92,13 @@ const USAGE = `usage: npm run bench -- broadcast [options]   (root; needs ucx_pe
   --mtu <bytes>         MTU of the testbed's links (default 1500; jumbo frames: 9000)
   --relays <list>       chain lengths p to measure; p counts the master (p=2: one hop)
                         (default 2,4,8)
-  --chunk-size <bytes>  chunk size of the version (relay --chunk-size), or "auto": the model's
-                        optimum for the longest chain with the link measured here, T_start
-                        being perftest's latency plus a relay's own cost per chunk, probed
-                        first on loopback (one hop of 1 GiB, at most --size, in 1 MiB and
-                        in 16 MiB chunks)
-                        (default 32MiB, the relay's default)
+  --chunk-size <bytes>  chunk size of the version (relay --chunk-size, for every p), or "auto":
+                        the model's optimum for the longest chain with the link measured here,
+                        T_start being perftest's latency plus a relay's own cost per chunk,
+                        probed first on loopback (one hop of 1 GiB, at most --size, in 1 MiB
+                        and in 16 MiB chunks)
+                        (default: none, the relays choose as they do by default: the chunk
+                        model for each chain and the link they measure; reported per p)
   --window <n>          chunks in flight per link (relay --broadcast-window; default 4, the
                         relay's default)
   --rounds <n>          rounds of each measurement; median and range are reported (default 3)
@@ -127,7 +134,7 @@ export async function run(args: string[]): Promise<void> {
       delay: { type: 'string', default: '0ms' },
       mtu: { type: 'string', default: '1500' },
       relays: { type: 'string', default: '2,4,8' },
-      'chunk-size': { type: 'string', default: '32MiB' },
+      'chunk-size': { type: 'string' },
       window: { type: 'string', default: '4' },
       rounds: { type: 'string', default: '3' },
       skip: { type: 'string', default: '' },
@@ -192,9 +199,10 @@ export async function run(args: string[]): Promise<void> {
     writeFileSync(secretFile, randomBytes(32).toString('hex'), { mode: 0o600 });
 
     // The raw link: ucx_perftest from host 2 to host 1, like a relay's hop, same message size
-    // as the relays' chunks when given, 32 MiB otherwise.
-    const chunkOption = values['chunk-size'];
-    const perftestMessage = chunkOption === 'auto' ? Math.min(32 * 2 ** 20, size) : Math.min(parseBytes(chunkOption), size);
+    // as the relays' chunks when given, 32 MiB otherwise. No option: the relays choose.
+    const chunkOption = values['chunk-size'] ?? null;
+    const fixedChunk = chunkOption === null || chunkOption === 'auto' ? null : parseBytes(chunkOption);
+    const perftestMessage = Math.min(fixedChunk ?? 32 * 2 ** 20, size);
     const bwArgs = bandwidthArgs(size, perftestMessage, window);
     const linkBw: number[] = [];
     const linkLat: number[] = [];
@@ -232,9 +240,9 @@ export async function run(args: string[]): Promise<void> {
       });
       say(`  a relay's cost per chunk: ${(probe.perChunk * 1e6).toFixed(0)} us`);
     }
-    const link: LinkModel = { bandwidth: bw.median, startup: lat.median * 1e-6 + (probe?.perChunk ?? 0) };
-    const chunkSize = chunkOption === 'auto' ? optimalChunkSize(maxP, size, link, 64 * 2 ** 20) : parseBytes(chunkOption);
-    const chunks = Math.ceil(size / chunkSize);
+    const probedLink: LinkModel = { bandwidth: bw.median, startup: lat.median * 1e-6 + (probe?.perChunk ?? 0) };
+    // null: the relays choose (no --chunk-size given to them).
+    const chunkSize = chunkOption === 'auto' ? optimalChunkSize(maxP, size, probedLink, 64 * 2 ** 20) : fixedChunk;
     const settings: RelaySettings = { chunkSize, window, secretFile, shmBase: hugeBase ?? '/dev/shm' };
     const source = makeSource(size);
 
@@ -264,7 +272,7 @@ export async function run(args: string[]): Promise<void> {
       const plainBw: number[] = [];
       const perfBw: number[] = [];
       const tcpBw: number[] = [];
-      const loArgs = bandwidthArgs(size, Math.min(chunkSize, size), window);
+      const loArgs = bandwidthArgs(size, Math.min(chunkSize ?? 32 * 2 ** 20, size), window);
       const hop = async (hopSettings: RelaySettings): Promise<Round> =>
         retried('loopback', crashes, say, async () => {
           const [a, b] = [await freePort(), await freePort()];
@@ -290,6 +298,9 @@ export async function run(args: string[]): Promise<void> {
       loop = { relay: stat(relayBw), first: stat(firstBw), plain: plainBw.length ? stat(plainBw) : null, perftest: stat(perfBw), tcp: stat(tcpBw) };
     }
 
+    // With the relays choosing, the model's T_start counts the per-chunk cost their model used.
+    const relayCost = chunkSize === null ? (chain.get(maxP)?.find((round) => round.chunking?.inputs)?.chunking?.inputs?.chunkCost ?? 0) : 0;
+    const link: LinkModel = { ...probedLink, startup: probedLink.startup + relayCost };
     report({
       shm,
       size,
@@ -301,7 +312,7 @@ export async function run(args: string[]): Promise<void> {
       rounds,
       window,
       chunkSize,
-      chunks,
+      chunkMode: chunkOption === null ? 'relays' : chunkOption === 'auto' ? 'bench-auto' : 'fixed',
       perftestMessage,
       bwArgs,
       bw,

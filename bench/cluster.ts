@@ -5,7 +5,7 @@
  * tests and by `npm run bench -- failover`.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { pino, type Logger } from 'pino';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -64,8 +64,8 @@ function sweepAbandonedClusters(): void {
     }
     if (owner.natsPid !== undefined && processRunning(owner.natsPid) && commandOf(owner.natsPid).includes('nats-server'))
       process.kill(owner.natsPid, 'SIGKILL');
-    rmSync(owner.natsDir, { recursive: true, force: true });
-    rmSync(dir, { recursive: true, force: true });
+    removeShmTree(owner.natsDir);
+    removeShmTree(dir);
     process.stderr.write(`cluster: removed ${dir} and testbed ${owner.bed}, left by process ${owner.pid} (gone)\n`);
   }
 }
@@ -80,6 +80,7 @@ function commandOf(pid: number): string {
 
 export { spawnDaemon, type Daemon } from '../src/services/daemon-process.js';
 import { spawnDaemon, type Daemon } from '../src/services/daemon-process.js';
+import { removeShmTree } from '../src/relay/pages/huge-mount.js';
 
 export interface ClusterRelay {
   id: string;
@@ -94,6 +95,7 @@ export interface ClusterOptions {
   hosts: number;
   rate?: string;
   net: string;
+  /** The relays' --chunk-size (default 4MiB); 'auto': they choose, and the trainer takes the master's choice. */
   chunkSize?: string;
   /** Ctrl-C / SIGTERM stop the cluster and exit (a benchmark run from a terminal; not in tests). */
   stopOnSignals?: boolean;
@@ -282,7 +284,7 @@ export class NetnsCluster {
     return TrainerClient.connect({
       nats: { servers: [this.nats.url], job: 'laminar', connection: { maxReconnectAttempts: -1, reconnectTimeWait: 100 } },
       secretFile: this.secretFile,
-      chunkSize: Number.parseInt(this.options.chunkSize ?? '4', 10) * 1024 * 1024,
+      ...(this.options.chunkSize === 'auto' ? {} : { chunkSize: Number.parseInt(this.options.chunkSize ?? '4', 10) * 1024 * 1024 }),
       host: options.host ?? 'trainer-host',
       ...(options.forceRemote ? { forceRemote: true } : {}),
       masterWaitMs: 60_000,
@@ -330,9 +332,9 @@ export class NetnsCluster {
   async stopAll(): Promise<void> {
     for (const [id, relay] of [...this.relays]) {
       await this.kill(id);
-      rmSync(relay.root, { recursive: true, force: true });
+      removeShmTree(relay.root);
     }
-    for (const root of this.killedRoots.splice(0)) rmSync(root, { recursive: true, force: true });
+    for (const root of this.killedRoots.splice(0)) removeShmTree(root);
     for (const m of this.managers.splice(0)) await m.kill('SIGKILL');
   }
 
@@ -347,7 +349,7 @@ export class NetnsCluster {
     await this.nc?.close().catch(() => undefined);
     await this.nats.stop();
     execFileSync(TESTBED, ['down', this.options.bed], { stdio: 'ignore' });
-    rmSync(this.scratch, { recursive: true, force: true });
+    removeShmTree(this.scratch);
   }
 }
 

@@ -17,7 +17,7 @@
  * Prints a table, then one JSON line.
  */
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs, promisify } from 'node:util';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
@@ -34,6 +34,7 @@ import type { Dtype } from '../src/safetensors/dtypes.js';
 import { RolloutAgent, SglangClient, seedOf, targetMatchReward } from '../src/rollout-agent/index.js';
 import { projectPython, REPO_ROOT, spawnDaemon, spawnReferenceEngine, startNatsServer, startRedisServer, type ReferenceEngine } from '../src/services/index.js';
 import { median, printTable, processCpuSeconds, round } from './support.js';
+import { removeShmTree } from '../src/relay/pages/huge-mount.js';
 
 const exec = promisify(execFile);
 const log = (s: string): boolean => process.stderr.write(`engine bench: ${s}\n`);
@@ -201,7 +202,9 @@ async function republish(relay: RelayClient, from: number, version: number): Pro
   const lease = await relay.acquire({ model: MODEL, version: from });
   try {
     const tensors = lease.tensors.map((t) => ({ name: t.name, dtype: t.dtype as Dtype, shape: t.shape, data: lease.bytes(t.name) }));
-    await relay.publish({ model: MODEL, version, tensors });
+    await (
+      await relay.publish({ model: MODEL, version, tensors })
+    ).visible;
     return performance.now();
   } finally {
     await lease.release();
@@ -413,6 +416,6 @@ export async function run(args: string[]): Promise<void> {
     redis.disconnect();
     await nc.close();
     await Promise.all([nats.stop(), redisServer.stop()]);
-    rmSync(root, { recursive: true, force: true });
+    removeShmTree(root);
   }
 }

@@ -16,7 +16,7 @@
  * Prints a table, then one JSON line.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -29,6 +29,7 @@ import { Mapping } from '../src/native/index.js';
 import { RelayClient } from '../src/relay/client/relay-client.js';
 import { spawnDaemon, startNatsServer } from '../src/services/index.js';
 import { spawnBenchRelay, median, printTable, round } from './support.js';
+import { removeShmTree } from '../src/relay/pages/huge-mount.js';
 
 const REPO = fileURLToPath(new URL('../..', import.meta.url));
 const PYTHON = join(REPO, '.venv', 'bin', 'python');
@@ -60,7 +61,7 @@ function runPython(script: string, args: string[]): Promise<Record<string, numbe
   });
 }
 
-/** The TypeScript client's publish stall of `size` bytes in 16 tensors: writes + commit (begin timed apart). */
+/** The TypeScript client's publish stall of `size` bytes in 16 tensors: writes + commit sent (begin timed apart). */
 async function tsPublish(socketPath: string, size: number, rounds: number, firstVersion: number): Promise<{ stall: number[]; begin: number[] }> {
   const tensorBytes = Math.floor(size / TENSORS / 4096) * 4096;
   const src = new Mapping(null, { size: tensorBytes * TENSORS, populate: true });
@@ -76,9 +77,11 @@ async function tsPublish(socketPath: string, size: number, rounds: number, first
       const pub = await client.beginPublish({ model: 'bench/ts', version, tensors });
       const t1 = performance.now();
       await Promise.all(tensors.map((t, i) => pub.writeAsync(t.name, sources[i]!)));
-      await pub.commit();
+      const { visible } = await pub.commit();
       stall.push(performance.now() - t1);
       begin.push(t1 - t0);
+      // Out of the stall, and before the next round: the relay's read would share its bandwidth.
+      await visible;
     }
   } finally {
     client.close();
@@ -214,7 +217,7 @@ async function samplerPart(rounds: number): Promise<Record<string, number>> {
     await sampler?.kill('SIGTERM');
     await nc.close();
     await server.stop();
-    rmSync(shm, { recursive: true, force: true });
+    removeShmTree(shm);
   }
 }
 

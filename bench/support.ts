@@ -1,8 +1,9 @@
 /** Shared pieces of the benchmarks: timing, tables, and a relay process to measure. */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { removeShmTree } from '../src/relay/pages/huge-mount.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/laminar.js', import.meta.url));
 
@@ -45,8 +46,8 @@ export interface BenchRelay {
 }
 
 /** A `laminar relay` process on a fresh shm directory, removed when stopped. */
-export async function spawnBenchRelay(args: string[] = []): Promise<BenchRelay> {
-  const root = mkdtempSync('/dev/shm/laminar-bench-');
+export async function spawnBenchRelay(args: string[] = [], base = '/dev/shm'): Promise<BenchRelay> {
+  const root = mkdtempSync(join(base, 'laminar-bench-'));
   const socketPath = join(root, 'relay.sock');
   const { RelayClient } = await import('../src/relay/client/relay-client.js');
   const start = async (): Promise<{ child: ChildProcess; exited: Promise<void> }> => {
@@ -87,7 +88,7 @@ export async function spawnBenchRelay(args: string[] = []): Promise<BenchRelay> 
     async stop() {
       current.child.kill('SIGTERM');
       await current.exited;
-      rmSync(root, { recursive: true, force: true });
+      removeShmTree(root);
     },
   };
   return relay;

@@ -5,12 +5,12 @@
  * again. Separate from the timed rounds (rounds.ts), which only decide what to start and time.
  */
 import type { ChildProcess } from 'node:child_process';
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { delay } from '../../src/common/concurrency.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { inNamespace, ucxEnv, exited, type Resources } from './testbed.js';
+import { removeShmTree } from '../../src/relay/pages/huge-mount.js';
 
 const CLI = fileURLToPath(new URL('../../src/cli/laminar.js', import.meta.url));
 export const MODEL = 'bench/broadcast';
@@ -25,7 +25,8 @@ export interface RelayProc {
 }
 
 export interface RelaySettings {
-  chunkSize: number;
+  /** The relays' --chunk-size; null: none given, each relay chooses (--chunk-size auto, the default). */
+  chunkSize: number | null;
   window: number;
   secretFile: string;
   /** Directory (a tmpfs) the relays' shm directories are made in. */
@@ -53,8 +54,7 @@ export async function startRelay(
     peers.map((m) => `${m.id}@${m.address}`).join(','),
     '--secret-file',
     settings.secretFile,
-    '--chunk-size',
-    String(settings.chunkSize),
+    ...(settings.chunkSize === null ? [] : ['--chunk-size', String(settings.chunkSize)]),
     '--broadcast-window',
     String(settings.window),
     '--no-pin',
@@ -119,7 +119,7 @@ export async function stopRelays(res: Resources, relays: RelayProc[]): Promise<v
     relays.map(async (r) => {
       if (!(await exited(r.child, 10_000))) r.child.kill('SIGKILL');
       await exited(r.child, 5_000);
-      rmSync(r.root, { recursive: true, force: true });
+      removeShmTree(r.root);
       res.dirs.delete(r.root);
     }),
   );

@@ -6,6 +6,8 @@
 import { broadcastTime, optimalChunkSize, type LinkModel } from '../../src/relay/broadcast/chunk-model.js';
 import type { ChunkProbeResult } from '../../src/cli/chunk-probe.js';
 import { formatBytes } from '../../src/common/units.js';
+import { describeChoice } from '../../src/relay/chunking/describe.js';
+import { DEFAULT_CHUNK_SIZE } from '../../src/relay/protocol/defaults.js';
 import { median, printTable, round } from '../support.js';
 import { LATENCY_ARGS } from './raw-link.js';
 import type { Round } from './rounds.js';
@@ -44,15 +46,17 @@ export interface Results {
   ps: number[];
   rounds: number;
   window: number;
-  chunkSize: number;
-  chunks: number;
+  /** The chunk size every relay was given, or null when the relays chose (reported per round). */
+  chunkSize: number | null;
+  /** relays: no --chunk-size (the relays' default); bench-auto: --chunk-size auto (this bench's probe); fixed: a size. */
+  chunkMode: 'relays' | 'bench-auto' | 'fixed';
   perftestMessage: number;
   bwArgs: string[];
   bw: Stat;
   tcp: Stat;
   lat: Stat;
   latAvg: Stat;
-  /** T_start = perftest's latency plus, with --chunk-size auto, the probed per-chunk cost. */
+  /** T_start = perftest's latency plus the probed per-chunk cost (auto) or the relays' (relays). */
   link: LinkModel;
   probe: ChunkProbeResult | null;
   chain: Map<number, Round[]>;
@@ -65,18 +69,28 @@ export interface Results {
   wallS: number;
 }
 
+/** The chunk size the rounds ran with: the one given, or the median of what the master chose in each. */
+function chunkOf(r: Results, rounds: Round[] | undefined, first = false): number {
+  if (r.chunkSize !== null) return r.chunkSize;
+  const chosen = (rounds ?? []).map((x) => (first ? x.firstChunking : x.chunking)?.chunkSize).filter((c): c is number => c !== undefined);
+  return chosen.length > 0 ? median(chosen) : DEFAULT_CHUNK_SIZE;
+}
+
 export function report(r: Results): void {
   const MB = 1e6;
-  const model = (p: number): number => broadcastTime(p, r.chunks, r.size, r.link);
-  const starModel = (p: number): number => (p - 1) * broadcastTime(2, r.chunks, r.size, r.link);
-  // One chunk step of the model: what each hop beyond the first should add to the chain.
-  const chunkStep = r.size / r.chunks / r.link.bandwidth + r.link.startup;
+  const chunkAt = (p: number, first = false): number => chunkOf(r, r.chain.get(p), first);
+  const chunksAt = (p: number, first = false): number => Math.ceil(r.size / chunkAt(p, first));
+  const model = (p: number, first = false): number => broadcastTime(p, chunksAt(p, first), r.size, r.link);
+  const starChunks = (p: number): number => Math.ceil(r.size / chunkOf(r, r.star.get(p)));
+  const starModel = (p: number): number => (p - 1) * broadcastTime(2, starChunks(p), r.size, r.link);
+  const maxP = r.ps[r.ps.length - 1]!;
+  // One chunk step of the model at the longest chain: what each hop beyond the first should add to it.
+  const chunkStep = chunkAt(maxP) / r.link.bandwidth + r.link.startup;
   const chainStat = new Map([...r.chain].map(([p, rounds]) => [p, stat(rounds.map((x) => x.seconds))]));
   const firstStat = new Map([...r.chain].map(([p, rounds]) => [p, stat(rounds.map((x) => x.firstSeconds!))]));
   const p2pFirst = firstStat.get(2) ?? null;
   const starStat = new Map([...r.star].map(([p, rounds]) => [p, stat(rounds.map((x) => x.seconds))]));
   const p2p = chainStat.get(2) ?? null;
-  const maxP = r.ps[r.ps.length - 1]!;
   const chainMax = chainStat.get(maxP)!;
   const cpuText = (rounds: Round[]): string => {
     const busy = median(rounds.map((x) => x.cpu.machineBusy));
@@ -134,6 +148,7 @@ export function report(r: Results): void {
       'median s',
       'range s',
       'size/T MB/s',
+      'chunk',
       'model s',
       'meas/model',
       's per extra hop',
@@ -141,28 +156,35 @@ export function report(r: Results): void {
     ],
   ];
   // One row per (shape, p): the time against the model, and the cost of each hop beyond the first.
-  const row = (label: string, p: number, s: Stat, modelS: number, base: Stat | null, cpu: string): string[] => [
+  const row = (label: string, p: number, s: Stat, chunk: number, modelS: number, base: Stat | null, cpu: string): string[] => [
     label,
     String(p),
     String(p - 1),
     s.median.toFixed(3),
     rangeText(s, 3),
     (r.size / s.median / MB).toFixed(1),
+    formatBytes(chunk),
     modelS.toFixed(3),
     (s.median / modelS).toFixed(2),
     p > 2 && base ? ((s.median - base.median) / (p - 2)).toFixed(3) : '-',
     cpu,
   ];
-  for (const p of r.ps) rows.push(row(p === 2 ? 'chain, steady (p=2: T_p2p)' : 'chain, steady', p, chainStat.get(p)!, model(p), p2p, cpuText(r.chain.get(p)!)));
-  for (const p of r.ps) rows.push(row('chain, first version', p, firstStat.get(p)!, model(p), p2pFirst, ''));
+  for (const p of r.ps) {
+    rows.push(row(p === 2 ? 'chain, steady (p=2: T_p2p)' : 'chain, steady', p, chainStat.get(p)!, chunkAt(p), model(p), p2p, cpuText(r.chain.get(p)!)));
+  }
+  for (const p of r.ps) rows.push(row('chain, first version', p, firstStat.get(p)!, chunkAt(p, true), model(p, true), p2pFirst, ''));
   for (const p of r.ps) {
     const s = starStat.get(p);
-    if (s !== undefined) rows.push(row('star (one after the other)', p, s, starModel(p), p2p, cpuText(r.star.get(p)!)));
+    if (s !== undefined) rows.push(row('star (one after the other)', p, s, chunkOf(r, r.star.get(p)), starModel(p), p2p, cpuText(r.star.get(p)!)));
   }
+  const chunkText =
+    r.chunkMode === 'relays'
+      ? "chunks as each chain's master chose them (the relays' default, --chunk-size auto of laminar relay)"
+      : `chunks of ${formatBytes(r.chunkSize!)}${r.chunkMode === 'bench-auto' ? " (this bench's --chunk-size auto)" : ''}`;
   printTable(
-    `broadcast of ${formatBytes(r.size)} in k=${r.chunks} chunks of ${formatBytes(r.chunkSize)}, window ${r.window}; p counts the master (p=2 is one hop); ` +
-      `model T(p,k) = (p+k-2)(M/k T_byte + T_start) with T_byte = 1/${(r.link.bandwidth / MB).toFixed(1)} MB/s, T_start = ${(r.link.startup * 1e6).toFixed(1)} us${r.probe ? " (latency + a relay's cost per chunk)" : ''}; ` +
-      `each hop beyond the first should add one chunk step M/k T_byte + T_start = ${chunkStep.toFixed(3)} s; ` +
+    `broadcast of ${formatBytes(r.size)} in ${chunkText}, window ${r.window}; p counts the master (p=2 is one hop); ` +
+      `model T(p,k) = (p+k-2)(M/k T_byte + T_start) with T_byte = 1/${(r.link.bandwidth / MB).toFixed(1)} MB/s, T_start = ${(r.link.startup * 1e6).toFixed(1)} us${r.probe || r.chunkMode === 'relays' ? " (latency + a relay's cost per chunk)" : ''}; ` +
+      `each hop beyond the first should add one chunk step M/k T_byte + T_start = ${chunkStep.toFixed(3)} s at p=${maxP}; ` +
       'steady: the second version, into relays that hold a spare segment (as every step of training); first: version 1 into fresh relays',
     rows,
   );
@@ -183,6 +205,20 @@ export function report(r: Results): void {
       ]);
   }
   printTable('arrivals per relay', arrivalRows);
+
+  if (r.chunkMode === 'relays') {
+    const choiceRows: string[][] = [['p', 'version', "the master's choice (median round)"]];
+    for (const [p, rounds] of r.chain) {
+      const m = medianRound(rounds);
+      for (const [label, choice] of [
+        ['first', m.firstChunking],
+        ['steady', m.chunking],
+      ] as const) {
+        choiceRows.push([String(p), label, choice ? `${formatBytes(choice.chunkSize)} (${describeChoice('auto', choice)})` : '-']);
+      }
+    }
+    printTable("chunk size chosen by the relays (first version: defaults; steady: the master's first hop measured)", choiceRows);
+  }
 
   const optimal = r.ps.map((p) => {
     const c = optimalChunkSize(p, r.size, r.link, 64 * 2 ** 20);
@@ -284,8 +320,27 @@ export function report(r: Results): void {
     cpu_machine_busy: byP((p) => round(median(r.chain.get(p)!.map((x) => x.cpu.machineBusy)), 2)),
     cpu_machine_sys: byP((p) => round(median(r.chain.get(p)!.map((x) => x.cpu.machineSystem)), 2)),
     cpu_relays_cores: byP((p) => medianRound(r.chain.get(p)!).cpu.relays.map((c) => round(c, 2))),
-    chunk_bytes: r.chunkSize,
-    chunks: r.chunks,
+    chunk_mode: r.chunkMode,
+    // The chunk of the headline (the longest chain, steady); per p below.
+    chunk_bytes: chunkAt(maxP),
+    chunks: chunksAt(maxP),
+    chunk_bytes_by_p: byP((p) => chunkAt(p)),
+    chunk_bytes_first_by_p: byP((p) => chunkAt(p, true)),
+    relay_chunk_inputs:
+      r.chunkMode === 'relays'
+        ? byP((p) => {
+            const choice = medianRound(r.chain.get(p)!).chunking;
+            return choice?.inputs
+              ? {
+                  p: choice.p,
+                  bandwidth_MBps: round(choice.inputs.bandwidth / MB, 1),
+                  bandwidth_source: choice.inputs.bandwidthSource,
+                  chunk_cost_us: round(choice.inputs.chunkCost * 1e6, 1),
+                  chunk_cost_source: choice.inputs.chunkCostSource,
+                }
+              : undefined;
+          })
+        : null,
     window: r.window,
     rounds: r.rounds,
     ucx_env: { UCX_TLS: 'tcp', ...ucxVars },

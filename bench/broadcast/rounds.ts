@@ -6,6 +6,7 @@
  */
 import { setMaxListeners } from 'node:events';
 import { makeTensors, type Tensors } from '../../src/cli/chunk-probe.js';
+import type { ChunkChoiceRecord } from '../../src/relay/protocol/status.js';
 import { cpuSampler, type CpuUse } from './cpu.js';
 import { MODEL, startRelay, stopRelays, waitForChain, waitUntil, watchFor, withTimeout, type RelayProc, type RelaySettings } from './relays.js';
 import type { Resources } from './testbed.js';
@@ -33,6 +34,10 @@ export interface Round {
   /** Per receiving relay (r1, r2, ...): seconds from publish() returning to complete. */
   arrivals: number[];
   cpu: CpuUse;
+  /** The master's chunk choice for the (steady) version: its chunk size and the model's inputs. */
+  chunking: ChunkChoiceRecord | null;
+  /** Chain rounds: the same for the first version. */
+  firstChunking?: ChunkChoiceRecord | null;
 }
 
 export interface Host {
@@ -73,7 +78,7 @@ export async function chainRound(res: Resources, settings: RelaySettings, hostsI
       relays,
     );
     const steady = await timedVersion(relays, 2, source, timeoutMs, abort.signal);
-    return { ...steady, firstSeconds: first.seconds };
+    return { ...steady, firstSeconds: first.seconds, firstChunking: first.chunking };
   } finally {
     abort.abort();
     await stopRelays(res, relays);
@@ -85,13 +90,18 @@ async function timedVersion(relays: RelayProc[], version: number, source: Source
   const watches = relays.slice(1).map((r) => watchFor(r, version, signal));
   await Promise.all(watches.map((w) => w.ready));
   for (const t of source.tensors) t.data[0] = version;
-  await relays[0]!.client.publish({ model: MODEL, version, tensors: source.tensors });
+  // Timed from the moment the master serves it: its own verification is no part of the broadcast.
+  await (
+    await relays[0]!.client.publish({ model: MODEL, version, tensors: source.tensors })
+  ).visible;
   const t0 = performance.now();
   const sample = cpuSampler(relays.map((r) => r.child.pid));
   const ends = await withTimeout(Promise.all(watches.map((w) => w.done)), timeoutMs, `the chain broadcast of version ${version}`, relays);
   const cpu = sample();
   const arrivals = ends.map((t) => (t - t0) / 1e3);
-  return { seconds: Math.max(...arrivals), arrivals, cpu };
+  // The master's last choice is this version's: nothing else was laid out there since.
+  const chunking = (await relays[0]!.client.status()).chunking.last;
+  return { seconds: Math.max(...arrivals), arrivals, cpu, chunking };
 }
 
 /**
@@ -122,7 +132,9 @@ export async function starRound(res: Resources, settings: RelaySettings, hostsIn
     await waitForChain([relays[0]!, relays[1]!]);
     const watches = relays.slice(1).map((r) => watchFor(r, 1, abort.signal));
     await Promise.all(watches.map((w) => w.ready));
-    await relays[0]!.client.publish({ model: MODEL, version: 1, tensors: source.tensors });
+    await (
+      await relays[0]!.client.publish({ model: MODEL, version: 1, tensors: source.tensors })
+    ).visible;
     const t0 = performance.now();
     const sample = cpuSampler(relays.map((r) => r.child.pid));
     const arrivals: number[] = [];
@@ -132,7 +144,7 @@ export async function starRound(res: Resources, settings: RelaySettings, hostsIn
       arrivals.push((end - t0) / 1e3);
     }
     const cpu = sample();
-    return { seconds: arrivals[arrivals.length - 1]!, arrivals, cpu };
+    return { seconds: arrivals[arrivals.length - 1]!, arrivals, cpu, chunking: (await relays[0]!.client.status()).chunking.last };
   } finally {
     abort.abort();
     await stopRelays(res, relays);

@@ -6,9 +6,10 @@
  * that every part of the bench starts its processes the same way and nothing outlives the run.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
+import { removeShmTree } from '../../src/relay/pages/huge-mount.js';
 
 export const TESTBED = fileURLToPath(new URL('../../../scripts/testbed.sh', import.meta.url));
 
@@ -30,13 +31,13 @@ export class Resources {
       }
     }
     this.children.clear();
-    for (const dir of this.dirs) rmSync(dir, { recursive: true, force: true });
+    for (const dir of this.dirs) removeShmTree(dir);
     this.dirs.clear();
     for (const bed of this.beds) spawnSync('bash', [TESTBED, 'down', bed], { stdio: 'ignore' });
     this.beds.clear();
     for (const mount of this.mounts) {
       spawnSync('umount', ['-l', mount], { stdio: 'ignore' });
-      rmSync(mount, { recursive: true, force: true });
+      removeShmTree(mount);
     }
     this.mounts.clear();
   }
@@ -49,7 +50,7 @@ export class Resources {
     const dir = mkdtempSync('/tmp/laminar-bench-huge-');
     const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${totalmem()},huge=within_size,mode=0755`, 'tmpfs', dir], { encoding: 'utf8' });
     if (mounted.status !== 0) {
-      rmSync(dir, { recursive: true, force: true });
+      removeShmTree(dir);
       return null;
     }
     this.mounts.add(dir);

@@ -11,8 +11,10 @@ Figures (medians of --rounds):
   measured in the same run;
 - py_publish_stall_ms: a trainer's stall publishing a state dict of --tensors tensors (torch
   bfloat16, numpy without torch) of --size-bytes in all: the copies into the segment (with their
-  checksums) and the commit; the relay's begin before them is timed apart (py_begin_ms), as the
-  TypeScript bench does; py_publish_ms is the whole ``publish()`` call, begin included.
+  checksums) and the commit sent; the relay's begin before them is timed apart (py_begin_ms), as
+  the TypeScript bench does; py_publish_ms is the whole ``publish()`` call, begin included;
+  py_commit_ms the commit call alone, py_visible_ms from the commit sent to the version verified
+  and served (waited for out of the stall, before the next round).
 Versions go on from the newest the relay holds of the model, so runs may repeat on one relay.
 bench/python.ts starts the relay, runs the TypeScript client's publish of the same tensors and
 this script, and prints the ratios.
@@ -83,7 +85,7 @@ def main() -> None:
     version = max(held, default=0)
 
     # Publish: begin apart, then the stall (copies with checksums + commit).
-    begin_s, write_s, commit_s, stall_s, whole_s = [], [], [], [], []
+    begin_s, write_s, commit_s, stall_s, whole_s, visible_s = [], [], [], [], [], []
     for _ in range(args.rounds):
         version += 1
         t0 = time.perf_counter()
@@ -91,17 +93,20 @@ def main() -> None:
         t1 = time.perf_counter()
         publication.write_many(tensors)
         t2 = time.perf_counter()
-        publication.commit()
+        result = publication.commit()
         t3 = time.perf_counter()
         begin_s.append(t1 - t0)
         write_s.append(t2 - t1)
         commit_s.append(t3 - t2)
         stall_s.append(t3 - t1)
+        result.wait_visible()
+        visible_s.append(result.visible_seconds)
     for _ in range(args.rounds):
         version += 1
         t0 = time.perf_counter()
-        client.publish(args.model, version, tensors)
+        result = client.publish(args.model, version, tensors)
         whole_s.append(time.perf_counter() - t0)
+        result.wait_visible()
 
     # Acquire -> views, once the publications' own unmapping (on a background thread, holding
     # this process's address space) is over: what a rollout process that does not publish sees.
@@ -162,6 +167,7 @@ def main() -> None:
         "py_commit_ms": median_ms(commit_s),
         "py_publish_stall_ms": median_ms(stall_s),
         "py_publish_ms": median_ms(whole_s),
+        "py_visible_ms": median_ms(visible_s),
     }
     print(json.dumps(result), flush=True)
 

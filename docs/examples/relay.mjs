@@ -2,9 +2,9 @@
 // relay's host and a rollout do. Runs on its own: it embeds a relay in a temporary directory on
 // /dev/shm. Against a running relay, set LAMINAR_RELAY_SOCKET to its socket instead.
 //   node docs/examples/relay.mjs
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
-import { RelayClient, startRelay } from 'laminar/relay';
+import { RelayClient, removeShmTree, startRelay } from 'laminar/relay';
 
 const dir = mkdtempSync('/dev/shm/laminar-example-');
 const embedded = process.env.LAMINAR_RELAY_SOCKET
@@ -13,8 +13,9 @@ const embedded = process.env.LAMINAR_RELAY_SOCKET
 const relay = await RelayClient.connect({ socketPath: process.env.LAMINAR_RELAY_SOCKET ?? join(dir, 'relay.sock') });
 try {
   // Trainer: lay out, write and commit a version (the tensors' bytes are copied once, into the
-  // relay's shared memory, and checksummed on the way).
-  const committed = await relay.publish({
+  // relay's shared memory, and checksummed on the way). publish() returns then; `visible`
+  // resolves once the relay has verified the version and serves it.
+  const published = await relay.publish({
     model: 'example/policy',
     version: 1,
     tensors: [
@@ -22,6 +23,7 @@ try {
       { name: 'lm_head', dtype: 'F32', shape: [8], data: Float32Array.from({ length: 8 }, (_, i) => i) },
     ],
   });
+  const committed = await published.visible;
   console.log(`published ${committed.model} v${committed.version} (${committed.size} bytes, ${committed.path})`);
 
   // Rollout: lease the newest version, read it through typed views over shared memory, give it back.
@@ -32,5 +34,6 @@ try {
 } finally {
   relay.close();
   await embedded?.close();
-  rmSync(dir, { recursive: true, force: true });
+  // The relay's huge-page tmpfs at <shm-dir>/huge outlives it (for its next start): unmounted here.
+  removeShmTree(dir);
 }

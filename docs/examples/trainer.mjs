@@ -3,11 +3,11 @@
 // trainer's host, as here; over UCX otherwise). Runs on its own: it starts a nats-server, a
 // manager and a relay in this process.
 //   node docs/examples/trainer.mjs
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import { Manager } from 'laminar/manager';
-import { RelayClient, startRelay } from 'laminar/relay';
+import { RelayClient, removeShmTree, startRelay } from 'laminar/relay';
 import { freePort, startNatsServer } from 'laminar/testing';
 import { TrainerClient } from 'laminar/trainer';
 
@@ -35,8 +35,14 @@ try {
   for (let version = 1; version <= 3; version++) {
     // ... a training step ...
     const tensors = [{ name: 'w', dtype: 'F32', shape: [1024], data: new Float32Array(1024).fill(version) }];
+    // Returns once the bytes are in the master's segment: the trainer goes back to training while
+    // the master verifies the version; `visible` says when it is served (and announced).
     const result = await trainer.publish({ model: 'example/policy', version, tensors });
-    console.log(`v${version}: ${result.mode} publish to ${result.master}, trainer stalled ${(result.stallSeconds * 1000).toFixed(1)} ms`);
+    const { verifySeconds } = await result.visible;
+    console.log(
+      `v${version}: ${result.mode} publish to ${result.master}, trainer stalled ${(result.stallSeconds * 1000).toFixed(1)} ms, ` +
+        `served ${(verifySeconds * 1000).toFixed(1)} ms later`,
+    );
   }
   const reader = await RelayClient.connect({ socketPath: join(dir, 'relay.sock') });
   const lease = await reader.acquire({ model: 'example/policy' });
@@ -49,5 +55,6 @@ try {
   await manager.close();
   await nc.close();
   await nats.stop();
-  rmSync(dir, { recursive: true, force: true });
+  // The relay's huge-page tmpfs at <shm-dir>/huge outlives it (for its next start): unmounted here.
+  removeShmTree(dir);
 }

@@ -30,14 +30,38 @@ START_TIMEOUT_SECONDS = 60.0
 DEFAULT_ARGS = ("--no-pin", "--log-level", "info")
 
 
+def _mount_points_under(root: str) -> list[str]:
+    """Mount points at or under ``root``, deepest first (/proc/self/mountinfo, octal escapes decoded)."""
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as table:
+        for line in table:
+            point = line.split(" ")[4].encode().decode("unicode_escape")
+            if point == root or point.startswith(root + "/"):
+                points.append(point)
+    return sorted(points, key=len, reverse=True)
+
+
+def remove_shm_dir(root: str) -> None:
+    """Removes a directory relays used: the huge-page tmpfs a relay mounts at <shm-dir>/huge
+    outlives the relay (for its next start) and is unmounted first, as rmtree stops at a mount."""
+    real = os.path.realpath(root)
+    for point in _mount_points_under(real):
+        if subprocess.run(["umount", point], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 class RelayProcess:
     """One relay: its socket, its shm directory, and the process (started again by ``start``)."""
 
     def __init__(self, root: str, args: Sequence[str], env: Optional[Mapping[str, str]] = None) -> None:
         #: The temporary directory under /dev/shm holding everything of this relay.
         self.root = root
-        #: The relay's shm directory (its segments).
-        self.shm_dir = os.path.join(root, "segments")
+        #: The relay's --shm-dir.
+        self.shm_arg = os.path.join(root, "segments")
+        #: Where its segments are: the shm dir, or the huge-page tmpfs the relay mounted in it
+        #: (from the relay's ready line; the shm dir until it started).
+        self.shm_dir = self.shm_arg
         self.socket_path = os.path.join(root, "relay.sock")
         self.args = list(args)
         #: Variables added to the environment the relay starts with (LAMINAR_SECRET, say).
@@ -52,7 +76,7 @@ class RelayProcess:
         if not CLI.exists():
             raise RuntimeError(f"{CLI} is missing: build with `npx tsc -p tsconfig.json` (or `bash scripts/bootstrap.sh`)")
         self._ready.clear()
-        argv = [NODE, str(CLI), "relay", "--shm-dir", self.shm_dir, "--socket", self.socket_path, "--metrics-port", "0", *self.args]
+        argv = [NODE, str(CLI), "relay", "--shm-dir", self.shm_arg, "--socket", self.socket_path, "--metrics-port", "0", *self.args]
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **self.env})
         self.process = process
         threading.Thread(target=self._drain, args=(process,), daemon=True, name="relay-log").start()
@@ -67,7 +91,9 @@ class RelayProcess:
             self.logs.append(line.rstrip())
             if not self._ready.is_set():
                 try:
-                    if json.loads(line).get("msg") == "relay ready":
+                    record = json.loads(line)
+                    if record.get("msg") == "relay ready":
+                        self.shm_dir = record.get("segmentDir", self.shm_arg)
                         self._ready.set()
                 except ValueError:
                     pass
@@ -110,5 +136,5 @@ class RelayFactory:
     def cleanup(self) -> None:
         for relay in self._relays:
             relay.kill()
-            shutil.rmtree(relay.root, ignore_errors=True)
+            remove_shm_dir(relay.root)
         self._relays.clear()

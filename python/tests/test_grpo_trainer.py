@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +30,7 @@ sys.path.insert(0, str(EXAMPLE))
 from grpo_loss import group_advantages, grpo_loss, pad_sequences, shift_behaviour_logprobs, token_logprobs  # noqa: E402
 from grpo_update import UpdateOptions, grpo_step  # noqa: E402
 from model_setup import PRESETS, build_model  # noqa: E402
+from relay_process import remove_shm_dir  # noqa: E402
 from sampler_service import SamplerService  # noqa: E402
 from staleness import VersionClock, summary  # noqa: E402
 from training_batch import TrainingBatch  # noqa: E402
@@ -201,7 +201,7 @@ BATCH = 8  # two groups per step
 def shm_dir() -> Iterator[str]:
     d = tempfile.mkdtemp(prefix="laminar-py-grpo-", dir="/dev/shm")
     yield d
-    shutil.rmtree(d, ignore_errors=True)
+    remove_shm_dir(d)
 
 
 @pytest.fixture
@@ -387,7 +387,7 @@ def test_a_trainer_started_at_a_version_the_relay_holds_goes_on_from_its_weights
     model = "digits/resume"
     earlier = build_model(PRESETS["tiny"], seed=42)  # what an earlier run published as version 5
     with RelayClient(relay.socket_path) as client:
-        client.publish(model, 5, earlier.state_dict())
+        client.publish(model, 5, earlier.state_dict()).wait_visible(timeout=60)
         with SyncExperienceWriter.connect(nats_server.url, sampler_service.buffer) as writer:  # type: ignore[attr-defined]
             writer.write_many(groups_of_records(0, 2, weight_version=5, rng=np.random.default_rng(9)))
         metrics = tmp_path / "metrics.jsonl"

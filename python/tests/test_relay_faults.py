@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def publish(client, model: str, version: int) -> None:
-    client.publish(model, version, {"w": np.full(64, version, np.float32)})
+    client.publish(model, version, {"w": np.full(64, version, np.float32)}).wait_visible(timeout=60)
 
 
 def wait_until(condition, timeout: float = 60.0, what: str = "the condition"):

@@ -59,7 +59,7 @@ def publish_every_dtype(client) -> None:
     pub = client.begin("org/dtypes", 1, specs)
     pub.write_many(tensors)
     pub.write("f8", np.array([0x38, 0x40, 0xB8, 0x7E], np.uint8))
-    pub.commit()
+    pub.commit().wait_visible(timeout=60)
 
 
 class TestNumpyViews:
@@ -115,7 +115,7 @@ class TestTorchViews:
 
 class TestRelease:
     def test_release_without_views_unmaps_at_once(self, client):
-        client.publish("org/m", 1, {"w": np.ones(1000, np.float32)})
+        client.publish("org/m", 1, {"w": np.ones(1000, np.float32)}).wait_visible(timeout=60)
         lease = client.acquire("org/m")
         assert mapped(lease.path)
         lease.release()
@@ -125,7 +125,7 @@ class TestRelease:
         lease.release()  # twice: nothing
 
     def test_views_alive_at_release_keep_the_mapping_until_they_go(self, client):
-        client.publish("org/m", 1, {"w": np.arange(1000, dtype=np.float32)})
+        client.publish("org/m", 1, {"w": np.arange(1000, dtype=np.float32)}).wait_visible(timeout=60)
         lease = client.acquire("org/m")
         view = lease.numpy("w")
         lease.release()  # mmap.close() refuses while the view exports it: left to the GC
@@ -136,7 +136,7 @@ class TestRelease:
         assert not mapped(lease.path)
 
     def test_a_released_lease_gives_no_views(self, client):
-        client.publish("org/m", 1, {"w": np.ones(4, np.float32)})
+        client.publish("org/m", 1, {"w": np.ones(4, np.float32)}).wait_visible(timeout=60)
         lease = client.acquire("org/m")
         lease.release()
         with pytest.raises(LaminarError) as info:
@@ -144,7 +144,7 @@ class TestRelease:
         assert info.value.code == error_codes.MAPPING_CLOSED
 
     def test_verify_reads_every_chunk_again(self, client):
-        client.publish("org/m", 1, {"w": np.arange(100_000, dtype=np.float32)}, chunk_size=65536)
+        client.publish("org/m", 1, {"w": np.arange(100_000, dtype=np.float32)}, chunk_size=65536).wait_visible(timeout=60)
         with client.acquire("org/m") as lease:
             assert len(lease.checksums) == 7
             lease.verify()

@@ -44,7 +44,7 @@ class TestOperations:
         pub = client.begin("org/m", 1, [("w", "F32", [4, 3]), ("b", np.int64, (5,))], metadata={"step": "1"})
         assert pub.owner and ".safetensors" in pub.segment and list(pub.tensors) == ["w", "b"]
         pub.write_many(small(2.0))
-        committed = pub.commit()
+        committed = pub.commit().wait_visible(timeout=60)
         assert committed["version"] == 1 and len(committed["checksums"]) == 1
         with client.acquire("org/m") as lease:
             assert lease.version == 1 and lease.metadata == {"step": "1"}
@@ -57,11 +57,12 @@ class TestOperations:
         pub = client.begin("org/m", 1, [("w", "F32", [4, 3]), ("b", "I64", [5])])
         pub.write("w", small()["w"])
         pub.flush()
-        # the relay counts w as written: committing now misses only b
-        err = code_of(pub.commit)
+        # the relay counts w as written: a commit now misses only b, and the relay keeps the
+        # version writing (asked over the protocol: the client's commit aborts a refused version)
+        err = code_of(client.request, "commit", model="org/m", version=1)
         assert err == error_codes.INCOMPLETE
         pub.write("b", small()["b"])
-        pub.commit()
+        pub.commit().wait_visible(timeout=60)
 
     def test_attach_lets_a_second_writer_fill_its_tensors(self, client, relay):
         pub = client.begin("org/m", 3, [("w", "F32", [4, 3]), ("b", "I64", [5])])
@@ -71,7 +72,7 @@ class TestOperations:
                 part.write("b", small()["b"])
                 assert code_of(part.commit) == error_codes.NOT_OWNER  # only the owner commits
             pub.write("w", small()["w"])
-            pub.commit()
+            pub.commit().wait_visible(timeout=60)
             with rank1.acquire("org/m", version=3) as lease:
                 assert lease.numpy("b").tolist() == [0, 1, 2, 3, 4]
 
@@ -104,7 +105,7 @@ class TestOperations:
             client.request("release", lease=result["lease"])
 
     def test_acquire_gives_up_after_its_timeout(self, client):
-        client.publish("org/m", 1, small())
+        client.publish("org/m", 1, small()).wait_visible(timeout=60)
         assert code_of(client.acquire, "org/m", at_least=2, timeout=0.05) == error_codes.TIMEOUT
 
     def test_watch_and_unwatch(self, client):
@@ -112,7 +113,7 @@ class TestOperations:
         assert client.request("unwatch", watch=watch) is None
 
     def test_status(self, client):
-        client.publish("org/m", 1, small())
+        client.publish("org/m", 1, small()).wait_visible(timeout=60)
         status = client.status()
         assert status["connections"] >= 1 and status["leases"] == 0
         [v] = status["versions"]
@@ -132,7 +133,7 @@ class TestRelayErrors:
         pub = client.begin("org/m", 1, [("w", "F32", [4, 3])])
         assert code_of(pub.write, "nope", small()["w"]) == error_codes.UNKNOWN_TENSOR
         pub.write("w", small()["w"])
-        pub.commit()
+        pub.commit().wait_visible(timeout=60)
         with client.acquire("org/m") as lease:
             assert code_of(lease.numpy, "nope") == error_codes.UNKNOWN_TENSOR
 
@@ -160,8 +161,8 @@ class TestRelayErrors:
     def test_an_older_version_is_not_stale_locally(self, client):
         # ERR_VERSION_STALE belongs to the peer protocol (a relay declining an older version
         # offered by another relay); locally a writer may still publish an older version.
-        client.publish("org/m", 5, small())
-        client.publish("org/m", 4, small())
+        client.publish("org/m", 5, small()).wait_visible(timeout=60)
+        client.publish("org/m", 4, small()).wait_visible(timeout=60)
         with client.acquire("org/m") as lease:
             assert lease.version == 5
 
@@ -175,7 +176,8 @@ class TestRelayErrors:
 
     def test_incomplete(self, client):
         pub = client.begin("org/m", 1, [("w", "F32", [4, 3])])
-        assert code_of(pub.commit) == error_codes.INCOMPLETE
+        # commit() returns once sent; the relay's refusal comes with the verdict
+        assert code_of(pub.commit().wait_visible, 60) == error_codes.INCOMPLETE
 
     def test_checksum_mismatch(self, client):
         client.begin("org/m", 1, [("w", "F32", [4, 3])])

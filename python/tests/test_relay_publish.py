@@ -95,7 +95,7 @@ class TestStateDict:
         model = Policy()
         state = model.state_dict()
         assert {t.dtype for t in state.values()} >= {torch.bfloat16, torch.float32, torch.int64, torch.bool}
-        description = client.publish("org/policy", 7, state, metadata={"step": "7"})
+        description = client.publish("org/policy", 7, state, metadata={"step": "7"}).wait_visible(timeout=60)
         assert [t["name"] for t in description["tensors"]] == list(state)
 
         with client.acquire("org/policy", version=7) as lease:
@@ -137,7 +137,7 @@ class TestStateDict:
             "bf16_transposed": base.to(torch.bfloat16).t(),
             "requires_grad": torch.ones(3, requires_grad=True),
         }
-        client.publish("org/m", 1, tensors)
+        client.publish("org/m", 1, tensors).wait_visible(timeout=60)
         with client.acquire("org/m") as lease:
             views = lease.torch()
             for name, expected in tensors.items():
@@ -155,7 +155,7 @@ class TestStateDict:
             "d": torch.randn(2049, dtype=torch.float32).to(torch.bfloat16),
             "e": np.zeros(0, np.float32),
         }
-        description = client.publish("org/m", 1, tensors, chunk_size=4097)
+        description = client.publish("org/m", 1, tensors, chunk_size=4097).wait_visible(timeout=60)
         assert description["chunkSize"] == 4097
         with client.acquire("org/m") as lease:
             lease.verify()
@@ -176,7 +176,7 @@ class TestStreams:
                 yield name, tensor
 
         specs = [(name, torch.bfloat16, shape) for name, shape in shapes.items()]
-        client.publish("org/m", 1, per_tensor_params(), specs=specs)
+        client.publish("org/m", 1, per_tensor_params(), specs=specs).wait_visible(timeout=60)
         with client.acquire("org/m") as lease:
             for i, name in enumerate(shapes):
                 assert torch.equal(lease.tensor(name), torch.full(shapes[name], float(i), dtype=torch.bfloat16))
@@ -198,7 +198,8 @@ class TestStreams:
 
     def test_a_missing_tensor_fails_the_commit_and_aborts(self, client):
         with pytest.raises(LaminarError) as info:
-            client.publish("org/m", 1, iter([("a", torch.ones(4))]), specs=[("a", "F32", [4]), ("b", "F32", [4])])
+            # the relay refuses the commit; the verdict raises once the version is aborted
+            client.publish("org/m", 1, iter([("a", torch.ones(4))]), specs=[("a", "F32", [4]), ("b", "F32", [4])]).wait_visible(timeout=60)
         assert info.value.code == error_codes.INCOMPLETE
         assert client.status()["versions"] == []
 
@@ -215,7 +216,7 @@ class TestStreams:
             pub.mark_written("a")
             pub.tensor("b").copy_(torch.eye(2).to(torch.bfloat16))
             pub.mark_written("b")
-            pub.commit()
+            pub.commit().wait_visible(timeout=60)
         with client.acquire("org/m") as lease:
             assert lease.numpy("a").tolist() == [1, 2, 3, 4]
             assert torch.equal(lease.tensor("b"), torch.eye(2).to(torch.bfloat16))
@@ -251,7 +252,7 @@ class TestSeveralWriters:
         for child in children:
             _, err = child.communicate(timeout=120)
             assert child.returncode == 0, err
-        pub.commit()
+        pub.commit().wait_visible(timeout=60)
         with client.acquire("org/m") as lease:
             for rank in range(ranks):
                 assert (lease.numpy(f"rank{rank}.weight") == rank).all()
@@ -329,7 +330,7 @@ class TestLarge:
         base = np.random.default_rng(1).integers(0, 256, tensor_bytes + count * 4096, dtype=np.uint8)
         tensors = {f"layers.{i}.weight": base[i * 4096 : i * 4096 + tensor_bytes].view(np.uint16) for i in range(count)}
         tensors["tail"] = torch.arange(1000, dtype=torch.float32).to(torch.bfloat16)
-        description = client.publish("org/large", 1, tensors)
+        description = client.publish("org/large", 1, tensors).wait_visible(timeout=60)
         assert description["size"] > 4.5 * (1 << 30)
         with client.acquire("org/large") as lease:
             lease.verify()  # every chunk against the relay's checksums

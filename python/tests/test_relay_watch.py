@@ -22,7 +22,7 @@ def client(relay):
 
 
 def publish(client, model: str, version: int) -> None:
-    client.publish(model, version, {"w": np.full(16, version, np.float32)})
+    client.publish(model, version, {"w": np.full(16, version, np.float32)}).wait_visible(timeout=60)
 
 
 def consume(watch, into: queue.Queue) -> threading.Thread:

@@ -172,7 +172,7 @@ async def test_rollout_dtype_converts_floating_point_tensors_only(relay):
 
 async def test_versions_advance_without_global_steps_and_continue_after_the_relays_newest(relay):
     with RelayClient(relay.socket_path) as client:  # an earlier trainer's last version
-        client.publish(MODEL, 5, {"x": torch.zeros(2)})
+        client.publish(MODEL, 5, {"x": torch.zeros(2)}).wait_visible(timeout=60)
     trainer, rollout = engine(relay), engine(relay)
     try:
         seen = []
@@ -214,7 +214,7 @@ async def test_versions_never_go_back(relay, engines):
 async def test_a_version_published_by_someone_else_is_refused_with_a_typed_error(relay, engines):
     trainer, _ = engines
     with RelayClient(relay.socket_path) as client:
-        client.publish(MODEL, 2, {"x": torch.zeros(2)})
+        client.publish(MODEL, 2, {"x": torch.zeros(2)}).wait_visible(timeout=60)
     stream = CountingStream(list(Policy(seed=1).weights()))
     with pytest.raises(LaminarError) as err:
         await trainer.send_weights(stream, global_steps=2)

@@ -69,7 +69,7 @@ def test_a_version_directory_loads_into_a_fresh_module(relay_factory, engine_fil
     trained = built(seed=1)
     state = trained.state_dict()
     with RelayClient(relay.socket_path, name="version dir test") as client:
-        committed = client.publish(MODEL, 1, state)
+        committed = client.publish(MODEL, 1, state).wait_visible(timeout=60)
         version_dir = Path(relay.shm_dir) / "models" / MODEL_DIR / "v1"
         assert committed["dir"] == str(version_dir)
         # The engine's view: hold a lease while loading, as an engine adapter does.
@@ -122,10 +122,10 @@ def test_a_directory_shows_its_own_version_while_later_ones_recycle_segments(rel
         return sorted(v["version"] for v in client.status()["versions"])
 
     with RelayClient(relay.socket_path, name="version dir recycling test") as client:
-        client.publish(MODEL, 1, states[1])
+        client.publish(MODEL, 1, states[1]).wait_visible(timeout=60)
         held = client.acquire(MODEL, version=1)
         for v in (2, 3, 4):
-            client.publish(MODEL, v, states[v])
+            client.publish(MODEL, v, states[v]).wait_visible(timeout=60)
         # v1 is leased: kept, with its directory showing v1; v2 and v3 retired (their files
         # recycled into later versions), their directories gone.
         assert versions(client) == [1, 4]
@@ -139,6 +139,6 @@ def test_a_directory_shows_its_own_version_while_later_ones_recycle_segments(rel
             time.sleep(0.02)
         # A version retires and loses its directory in one step of the relay.
         assert sorted(os.listdir(root)) == ["v4"]
-        client.publish(MODEL, 5, states[5])
+        client.publish(MODEL, 5, states[5]).wait_visible(timeout=60)
         assert sorted(os.listdir(root)) == ["v5"]
         assert same(loaded(5), states[5])

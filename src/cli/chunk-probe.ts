@@ -11,7 +11,7 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes, randomFillSync } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { delay } from '../common/concurrency.js';
 import { TimeoutError } from '../common/errors.js';
@@ -19,6 +19,7 @@ import { median } from '../common/stats.js';
 import { formatBytes } from '../common/units.js';
 import { perChunkCost } from '../relay/broadcast/chunk-model.js';
 import { RelayClient } from '../relay/client/index.js';
+import { removeShmTree } from '../relay/pages/huge-mount.js';
 import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
 
 const MODEL = 'laminar/chunk-probe';
@@ -158,7 +159,8 @@ async function timeOneHop(tensors: Tensors, chunkSize: number, options: ChunkPro
     abort.abort();
     for (const c of clients) c.close();
     await Promise.all(daemons.map((d) => d.kill('SIGTERM')));
-    rmSync(root, { recursive: true, force: true });
+    // A relay's huge-page mount in its shm directory outlives it: rm alone stops at it (EBUSY).
+    removeShmTree(root);
   }
 }
 
@@ -176,7 +178,10 @@ async function carry(sender: RelayClient, receiver: RelayClient, tensors: Tensor
   // Requests on one connection are answered in order: once status answers, the watch is in place.
   await receiver.status();
   for (const t of tensors) t.data[0] = version;
-  await sender.publish({ model: MODEL, version, tensors });
+  // From the moment the sender serves it (its own verification is no part of the hop).
+  await (
+    await sender.publish({ model: MODEL, version, tensors })
+  ).visible;
   const started = performance.now();
   const timeout = delay(STEP_TIMEOUT_MS, signal).then(() => {
     throw new TimeoutError(`version ${version} did not arrive over one loopback hop within ${STEP_TIMEOUT_MS / 1e3} s`);

@@ -3,6 +3,7 @@ import { Command } from 'commander';
 import { ErrorCodes, InvalidInputError, LaminarError } from '../common/errors.js';
 import { formatBytes, parseBandwidth, parseBytes, parseLatency } from '../common/units.js';
 import { broadcastTime, optimalChunkCount, optimalChunkSize } from '../relay/broadcast/chunk-model.js';
+import { chooseChunkSize } from '../relay/chunking/chunk-choice.js';
 import { DEFAULT_CHUNK_SIZE } from '../relay/options.js';
 import { PROBE_CHUNK_SIZES, probeChunkCost, type ChunkProbeResult } from './chunk-probe.js';
 
@@ -49,6 +50,8 @@ export function chunkSizeCommand(): Command {
       const best = optimalChunkSize(p, bytes, link);
       const bestK = Math.ceil(bytes / best);
       const defaultK = Math.ceil(bytes / DEFAULT_CHUNK_SIZE);
+      // What a relay's --chunk-size auto makes of the same inputs (bounded to 1-32 MiB, page multiples).
+      const auto = chooseChunkSize(bytes, p, link);
       const result = {
         size_bytes: bytes,
         relays: p,
@@ -63,6 +66,8 @@ export function chunkSizeCommand(): Command {
         optimal_chunks_model: optimalChunkCount(p, bytes, link),
         optimal_chunk_bytes: best,
         t_optimal_s: broadcastTime(p, bestK, bytes, link),
+        auto_chunk_bytes: auto.chunkSize,
+        t_auto_s: auto.modelSeconds,
         default_chunk_bytes: DEFAULT_CHUNK_SIZE,
         t_default_s: broadcastTime(p, defaultK, bytes, link),
         t_one_link_s: bytes / link.bandwidth,
@@ -77,9 +82,10 @@ export function chunkSizeCommand(): Command {
       process.stdout.write(
         probeText +
           `optimal chunk: ${formatBytes(best)} (${bestK} chunks) -> T = ${result.t_optimal_s.toFixed(3)} s\n` +
-          `default chunk: ${formatBytes(DEFAULT_CHUNK_SIZE)} (${defaultK} chunks) -> T = ${result.t_default_s.toFixed(3)} s\n` +
+          `a relay's --chunk-size auto (the default; 1-32 MiB, 2 MiB multiples): ${formatBytes(auto.chunkSize)} (${auto.chunks} chunks) -> T = ${auto.modelSeconds.toFixed(3)} s\n` +
+          `32 MiB, the fixed default before auto: ${defaultK} chunks -> T = ${result.t_default_s.toFixed(3)} s\n` +
           `one link alone (M/B): ${result.t_one_link_s.toFixed(3)} s\n` +
-          `use it with: laminar relay --chunk-size ${best}\n` +
+          `relays choose by default (laminar relay --link-bandwidth ${opts.bandwidth} --chunk-cost ${Math.round(link.startup * 1e6)}us gives them these inputs), or fix it: laminar relay --chunk-size ${best}\n` +
           (perChunk === 0 && !probe
             ? "note: T_start counts the link's latency alone; a relay's own cost per chunk (--per-chunk, or --probe to measure it) argues for larger chunks\n"
             : ''),

@@ -11,7 +11,7 @@ export function publishCommand(): Command {
     .requiredOption('--model <id>', 'model id, e.g. org/name')
     .requiredOption('--version <n>', 'version number (non-negative integer)')
     .addOption(new Option('--socket <path>', 'relay socket').env('LAMINAR_RELAY_SOCKET'))
-    .option('--chunk-size <bytes>', "chunk size (default: the relay's; 32MiB with --to)")
+    .option('--chunk-size <bytes>', "chunk size (default: the relay's choice for the version, with --to too)")
     .option('--to <address:port>', 'push over UCX to the master relay listening there (this host runs no relay)')
     .addOption(new Option('--secret-file <file>', 'job secret for --to (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'))
     .option('--relay-id <id>', 'with --to: the relay id expected at that address')

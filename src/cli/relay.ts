@@ -23,10 +23,36 @@ export function relayCommand(): Command {
     .description('run the relay daemon of this host: holds weight versions in pinned shared memory and serves local trainers and rollouts')
     .addOption(new Option('--id <name>', 'name of this relay in the job (default: host name)').env('LAMINAR_RELAY_ID'))
     .addOption(new Option('--shm-dir <dir>', 'directory of the version segments (a tmpfs)').env('LAMINAR_SHM_DIR').default(DEFAULT_SHM_DIR))
+    .addOption(
+      new Option(
+        '--huge-pages <mode>',
+        "segments on 2 MiB pages: auto (use the shm dir's, or mount a tmpfs with huge=within_size at <shm-dir>/huge; else 4 KiB pages and a warning), require (fail without them) or off",
+      )
+        .choices(['auto', 'require', 'off'])
+        .env('LAMINAR_HUGE_PAGES')
+        .default('auto'),
+    )
     .addOption(new Option('--socket <path>', 'unix socket of the local API (default: <shm-dir>/relay.sock)').env('LAMINAR_RELAY_SOCKET'))
     .addOption(new Option('--socket-mode <octal>', 'permissions of the socket file').env('LAMINAR_SOCKET_MODE').default('660'))
     .addOption(new Option('--file-mode <octal>', 'permissions of segment files (read bits kept once complete)').env('LAMINAR_FILE_MODE').default('640'))
-    .addOption(new Option('--chunk-size <bytes>', 'chunk size of new versions (checksum and broadcast unit)').env('LAMINAR_CHUNK_SIZE').default('32MiB'))
+    .addOption(
+      new Option(
+        '--chunk-size <bytes|auto>',
+        "chunk size of new versions (checksum and broadcast unit); auto: the chunk model's optimum for each version's size, the chain behind this relay and the link (1-32 MiB)",
+      )
+        .env('LAMINAR_CHUNK_SIZE')
+        .default('auto'),
+    )
+    .addOption(
+      new Option('--link-bandwidth <rate>', "bandwidth of a link for --chunk-size auto, e.g. 25gbit or 3GB/s (default: measured from this relay's sends)").env(
+        'LAMINAR_LINK_BANDWIDTH',
+      ),
+    )
+    .addOption(
+      new Option('--chunk-cost <time>', 'what a chunk costs a relay besides its bytes, for --chunk-size auto, e.g. 250us (default: measured, else 250us)').env(
+        'LAMINAR_CHUNK_COST',
+      ),
+    )
     .addOption(new Option('--keep-versions <n>', 'complete versions kept besides the latest and the leased ones').env('LAMINAR_KEEP_VERSIONS').default('2'))
     .addOption(
       new Option('--spare-segments <n>', 'segments kept allocated for the next versions (their pages are reused; 0: none)')
@@ -85,10 +111,13 @@ export function relayCommand(): Command {
       const options = {
         ...(opts.id ? { relayId: opts.id as string } : {}),
         shmDir: opts.shmDir as string,
+        hugePages: opts.hugePages as string,
         ...(opts.socket ? { socketPath: opts.socket as string } : {}),
         socketMode: opts.socketMode as string,
         fileMode: opts.fileMode as string,
         chunkSize: opts.chunkSize as string,
+        ...(opts.linkBandwidth ? { linkBandwidth: opts.linkBandwidth as string } : {}),
+        ...(opts.chunkCost ? { chunkCost: opts.chunkCost as string } : {}),
         keepVersions: opts.keepVersions as string,
         spareSegments: opts.spareSegments as string,
         spareQuiet: opts.spareQuiet as string,

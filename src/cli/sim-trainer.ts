@@ -47,7 +47,7 @@ export function simTrainerCommand(): Command {
     .addOption(new Option('--id <name>', 'member id of this trainer (default: trainer-<host>)').env('LAMINAR_TRAINER_ID'))
     .addOption(new Option('--host <name>', "host name compared with the master relay's (same host: write into its shared memory)").env('LAMINAR_HOST'))
     .addOption(new Option('--secret-file <file>', 'file holding the job secret for pushes to a remote master (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'))
-    .addOption(new Option('--chunk-size <bytes>', 'chunk size of remote pushes').env('LAMINAR_CHUNK_SIZE'))
+    .addOption(new Option('--chunk-size <bytes|auto>', "chunk size of remote pushes (default, auto: the master's choice)").env('LAMINAR_CHUNK_SIZE'))
     .addOption(new Option('--master-wait <duration>', 'how long a publish waits for a master relay').env('LAMINAR_MASTER_WAIT').default('60s'))
     .addOption(new Option('--force-remote', 'push over UCX even when the master runs on this host'))
     .addOption(new Option('--metrics-host <host>', 'address of /metrics').env('LAMINAR_METRICS_HOST').default('127.0.0.1'))
@@ -68,7 +68,7 @@ export function simTrainerCommand(): Command {
         ...(str('host') ? { host: str('host')! } : {}),
         ...(str('secretFile') ? { secretFile: str('secretFile')! } : {}),
         ...(process.env.LAMINAR_SECRET ? { secret: process.env.LAMINAR_SECRET } : {}),
-        ...(str('chunkSize') ? { chunkSize: flag('chunk-size', () => parseBytes(str('chunkSize')!)) } : {}),
+        ...(str('chunkSize') && str('chunkSize') !== 'auto' ? { chunkSize: flag('chunk-size', () => parseBytes(str('chunkSize')!)) } : {}),
         masterWaitMs: flag('master-wait', () => parseDuration(str('masterWait')!)),
         ...(opts.forceRemote === true ? { forceRemote: true } : {}),
       };

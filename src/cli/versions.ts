@@ -2,6 +2,7 @@
 import { Command, Option } from 'commander';
 import { formatBytes } from '../common/units.js';
 import { RelayClient } from '../relay/client/index.js';
+import { describeChunking } from '../relay/chunking/describe.js';
 
 export function versionsCommand(): Command {
   return new Command('versions')
@@ -34,6 +35,10 @@ export function versionsCommand(): Command {
             `${status.spares.count > 0 ? ` (spare ${formatBytes(status.spares.bytes)})` : ''}  pinning ${status.pinning ? 'on' : 'OFF'}  ` +
             `leases ${status.leases}  clients ${status.connections}\n`,
         );
+        const pages = status.pages;
+        process.stdout.write(`pages: ${formatBytes(pages.size)} (${pages.reason})${pages.hint ? `; for 2 MiB pages: ${pages.hint}` : ''}\n`);
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- a relay of an older build reports no chunking
+        if (status.chunking) process.stdout.write(`${describeChunking(status.chunking)}\n`);
         process.stdout.write(`${line(header)}\n${rows.map(line).join('\n')}${rows.length ? '\n' : ''}`);
         const b = status.broadcast;
         if (b) {

@@ -87,6 +87,21 @@ export const ERROR_CATALOGUE = {
   MEMORY_BUDGET: entry('ERR_MEMORY_BUDGET', 'relay daemon', "A version does not fit the relay's `--memory-budget` even after dropping what may be dropped."),
   SHM_FULL: entry('ERR_SHM_FULL', 'relay daemon', 'The shared-memory file system has no room for the segment (ENOSPC).'),
   SHM_DIR_IN_USE: entry('ERR_SHM_DIR_IN_USE', 'relay daemon', 'Another live relay holds the lock on this `--shm-dir`.'),
+  SEGMENT_NOT_VISIBLE: entry(
+    'ERR_SEGMENT_NOT_VISIBLE',
+    'weights',
+    "The relay handed out a segment path this process cannot open: it sees another mount namespace than the relay's (a container, `ip netns exec`), where the relay's huge-page mount at <shm-dir>/huge is not visible.",
+  ),
+  SHM_UNSUPPORTED: entry(
+    'ERR_SHM_UNSUPPORTED',
+    'relay daemon',
+    'The `--shm-dir` is on a file system segments cannot live on (hugetlbfs rounds files to whole huge pages).',
+  ),
+  HUGE_PAGES_UNAVAILABLE: entry(
+    'ERR_HUGE_PAGES_UNAVAILABLE',
+    'relay daemon',
+    '`--huge-pages require` and the relay could neither find nor mount a tmpfs with 2 MiB pages (the message says why and the command that enables them).',
+  ),
   SOCKET_IN_USE: entry('ERR_SOCKET_IN_USE', 'relay daemon', 'Another relay (or sampler service) is listening on this unix socket.'),
   NO_BROADCAST: entry('ERR_NO_BROADCAST', 'relay daemon', 'A broadcast operation was asked of a relay started without `--listen` or `--peers`.'),
   BAD_ENGINE_FILES: entry(

@@ -40,6 +40,8 @@ export interface MemberState {
   holds: Holding[];
   receiving: Heartbeat['receiving'];
   downstream: string | null;
+  /** A relay's chunk size and the chunk model's inputs. */
+  chunking?: Heartbeat['chunking'];
 }
 
 export interface MemberAgentOptions {
@@ -243,6 +245,7 @@ export class MemberAgent {
       receiving: state.receiving,
       downstream: state.downstream,
       ...(this.options.rolloutLoad ? { rollout: this.options.rolloutLoad() } : {}),
+      ...(state.chunking ? { chunking: state.chunking } : {}),
     };
     this.publish(this.names.heartbeat, heartbeat);
     const kv = this.kv;

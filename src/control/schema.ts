@@ -77,6 +77,31 @@ export const rolloutLoadSchema = z.object({
   weightError: z.object({ version, code: z.string().max(64), message: z.string().max(1024) }).nullish(),
 });
 
+const inputSource = z.enum(['flag', 'measured', 'nic', 'default']);
+const chunkInputs = z.object({
+  bandwidth: z.number().positive(),
+  bandwidthSource: inputSource,
+  device: z.string().max(64).nullable(),
+  chunkCost: z.number().nonnegative(),
+  chunkCostSource: inputSource,
+});
+/** How a relay chunks the versions it lays out, and the chunk model's inputs (ChunkingStatus of the relay's status). */
+export const chunkingSchema = chunkInputs.extend({
+  mode: z.enum(['auto', 'fixed']),
+  chunkSize: z.number().int().positive().nullable(),
+  p: z.number().int().positive(),
+  measured: z.object({ hops: z.number().int().nonnegative(), bandwidth: z.number().positive().nullable(), chunkCost: z.number().positive().nullable() }),
+  last: z
+    .object({
+      bytes: z.number().int().nonnegative(),
+      p: z.number().int().positive(),
+      chunkSize: z.number().int().positive(),
+      advisedBy: z.string().max(128).nullable(),
+      inputs: chunkInputs.nullable(),
+    })
+    .nullable(),
+});
+
 export const heartbeatSchema = z.object({
   v: z.literal(SCHEMA_VERSION),
   t: z.literal('heartbeat'),
@@ -88,6 +113,8 @@ export const heartbeatSchema = z.object({
   receiving: z.array(progress).max(1024),
   downstream: id.nullable(),
   rollout: rolloutLoadSchema.optional(),
+  /** Relays: their chunking (optional: older relays leave it out; a bad one is dropped, never the heartbeat). */
+  chunking: chunkingSchema.optional().catch(undefined),
 });
 
 export const reportSchema = z.object({
@@ -158,6 +185,7 @@ export type MemberRecord = z.infer<typeof memberRecordSchema>;
 export type Announcement = z.infer<typeof announceSchema>;
 export type Holding = z.infer<typeof holding>;
 export type Progress = z.infer<typeof progress>;
+export type Chunking = z.infer<typeof chunkingSchema>;
 
 export function encode(value: object): Uint8Array {
   return pack(value);

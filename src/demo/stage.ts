@@ -4,13 +4,14 @@
  * the job starts, stopped together at the end (their logs written to `logs` when given).
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
 import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../services/index.js';
 import type { Daemon } from '../services/daemon-process.js';
 import { watchLedger } from './books.js';
+import { removeShmTree } from '../relay/pages/huge-mount.js';
 
 export interface Stage {
   root: string;
@@ -59,7 +60,7 @@ export async function openStage(prefix: string, logs: string | undefined): Promi
       redis.disconnect();
       await nc.close().catch(() => undefined);
       await Promise.all([nats.stop(), redisServer.stop()]);
-      rmSync(root, { recursive: true, force: true });
+      removeShmTree(root);
     },
   };
 }

@@ -33,7 +33,7 @@ import type { Registry } from 'prom-client';
 import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
 import { watchdog, type Watchdog } from '../common/watchdog.js';
-import type { Holding, MemberKind, Progress, RolloutLoad } from '../control/schema.js';
+import type { Chunking, Holding, MemberKind, Progress, RolloutLoad } from '../control/schema.js';
 import { controlNames, type ControlNames } from '../control/subjects.js';
 import { progressScore } from './chain.js';
 import { ChainPlanner } from './chain-planning.js';
@@ -83,6 +83,8 @@ export interface ManagerStatus {
     holds: Holding[];
     receiving: Progress[];
     progress: number;
+    /** The relay's chunking, as its last heartbeat said (absent: not reported). */
+    chunking?: Chunking;
   }[];
   members: { id: string; kind: MemberKind; host: string; health: MemberHealth; heardMsAgo: number; inChain: boolean }[];
   newest: Holding[];
@@ -213,6 +215,7 @@ export class Manager {
           holds: member?.holds ?? [],
           receiving: member?.receiving ?? [],
           progress: view && newest.size > 0 ? progressScore(view, newest) / newest.size : 0,
+          ...(member?.chunking ? { chunking: member.chunking } : {}),
         };
       }),
       members: members.map((m) => ({

@@ -25,6 +25,7 @@ import {
   memberRecordSchema,
   registerSchema,
   reportSchema,
+  type Chunking,
   type Command,
   type ControlError,
   type Holding,
@@ -54,6 +55,8 @@ export interface Member {
   lastReregisterAsk: number;
   /** A rollout's engine load, from its last heartbeat. */
   rollout: RolloutLoad | null;
+  /** A relay's chunking, from its last heartbeat (null: not reported). */
+  chunking: Chunking | null;
 }
 
 export interface MembershipOptions {
@@ -128,6 +131,7 @@ export class Membership {
           epoch: null,
           lastReregisterAsk: 0,
           rollout: null,
+          chunking: null,
         });
       } catch (err) {
         this.metrics.rejected.inc({ code: (err as ControlError).code });
@@ -228,6 +232,7 @@ export class Membership {
       epoch: null,
       lastReregisterAsk: 0,
       rollout: existing?.record.incarnation === request.incarnation ? existing.rollout : null,
+      chunking: existing?.record.incarnation === request.incarnation ? existing.chunking : null,
     });
     if (rejoin) this.chain.rejoined(record.id);
     void this.options
@@ -274,6 +279,7 @@ export class Membership {
     member.receiving = hb.receiving;
     member.downstream = hb.downstream;
     member.epoch = hb.epoch;
+    member.chunking = hb.chunking ?? null;
     if (hb.rollout) {
       const before = member.rollout?.weightVersion ?? null;
       member.rollout = hb.rollout;

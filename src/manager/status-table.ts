@@ -2,6 +2,9 @@
 import type { ManagerStatus } from './manager.js';
 import { memberHealths } from './membership.js';
 import type { StatusSummary } from './status-view.js';
+// Presentation only: the relay's own wording of its chunking, shared with `laminar versions`.
+import { describeChunking } from '../relay/chunking/describe.js';
+import { formatBytes } from '../common/units.js';
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
@@ -59,7 +62,7 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
   lines.push('chain:');
   if (s.chain.length === 0) lines.push(filtered ? '  (no relay matches)' : '  (no plan yet: no relay registered)');
   else {
-    const rows = [['#', 'relay', 'address', 'host', 'labels', 'health', 'heard', 'holds', 'receiving', 'newest']];
+    const rows = [['#', 'relay', 'address', 'host', 'labels', 'health', 'heard', 'holds', 'receiving', 'newest', 'chunk']];
     for (const r of s.chain) {
       rows.push([
         String(r.position),
@@ -74,9 +77,13 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
         versions(r.holds),
         r.receiving.length === 0 ? '-' : r.receiving.map((p) => `${p.model} v${p.version} ${p.settingUp ? 'setting up' : `${p.hwm}/${p.chunks}`}`).join(', '),
         `${Math.round(r.progress * 100)}%`,
+        chunkCell(r.chunking),
       ]);
     }
     lines.push(table(rows).replace(/^/gm, '  '));
+    // The master lays the versions out: its choice is the chain's.
+    const master = s.chain.find((r) => r.position === 0);
+    if (master?.chunking) lines.push(`  ${master.id}: ${describeChunking(master.chunking)}`);
   }
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- `laminar status` parses the manager's JSON unvalidated; keep reading a status without rollouts
   const rollouts = s.rollouts ?? [];
@@ -110,4 +117,11 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
     lines.push(table(rows).replace(/^/gm, '  '));
   }
   return `${lines.join('\n')}\n`;
+}
+
+/** A relay's chunk size in the chain table: the fixed size, the last one auto chose, or auto. */
+function chunkCell(chunking: ManagerStatus['chain'][number]['chunking']): string {
+  if (!chunking) return '-';
+  const size = chunking.mode === 'fixed' ? chunking.chunkSize : (chunking.last?.chunkSize ?? null);
+  return size === null ? chunking.mode : `${formatBytes(size)}${chunking.mode === 'auto' ? ' auto' : ''}`;
 }

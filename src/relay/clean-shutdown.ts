@@ -11,7 +11,8 @@
 import { readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
-const RECORD_NAME = 'clean-shutdown.json';
+export const CLEAN_SHUTDOWN_RECORD = 'clean-shutdown.json';
+const RECORD_NAME = CLEAN_SHUTDOWN_RECORD;
 const RECORD_VERSION = 1;
 
 export interface FileIdentity {

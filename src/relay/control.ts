@@ -95,6 +95,7 @@ export class RelayControl {
       holds: [...holds].map(([model, version]) => ({ model, version })),
       receiving: status.receiving,
       downstream: status.downstream?.id ?? null,
+      chunking: this.store.chunkSizer.status(),
     };
   }
 

@@ -12,7 +12,23 @@ import { RelayServer } from './server.js';
 import { VersionStore, lockDirectory } from './store.js';
 import { Broadcaster } from './broadcast/broadcaster.js';
 import { RelayControl } from './control.js';
+import { ChunkSizer } from './chunking/chunk-sizer.js';
 import type { Registry } from 'prom-client';
+import { chooseSegmentDir, type SegmentPages } from './pages/segment-dir.js';
+
+/** Says which page size segments get and why; with 4 KiB pages, a warning with the fix. */
+function logPages(log: Logger, pages: SegmentPages): void {
+  const fields = { segmentDir: pages.dir, pageSize: pages.pageSize, source: pages.source, reason: pages.reason, migrated: pages.migrated };
+  if (pages.pageSize > 4096 || pages.hint === null) {
+    log.info(fields, `segments on ${pages.pageSize >= 1 << 20 ? `${pages.pageSize / 1024 / 1024} MiB` : `${pages.pageSize / 1024} KiB`} pages`);
+  } else {
+    log.warn(
+      { ...fields, hint: pages.hint },
+      'segments on 4 KiB pages: every page of a version is faulted into every process that maps it (publishing and reading cost several times a memcpy)' +
+        (pages.hint ? `; to get 2 MiB pages: ${pages.hint}` : ''),
+    );
+  }
+}
 
 export interface Relay {
   readonly options: Readonly<RelayOptions>;
@@ -53,13 +69,24 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
               pinned: storeRef!.pinningEnabled,
               connections: server!.connectionCount,
               versionDirs: storeRef!.versionDirCount(),
+              pageSize: pages?.pageSize ?? 0,
             };
           },
         }
       : null,
   );
+  let pages: SegmentPages | null = null;
   const unlock = await lockDirectory(options.shmDir);
-  const store = new VersionStore({ ...options, logger: log, metrics });
+  try {
+    pages = await chooseSegmentDir({ shmDir: options.shmDir, mode: options.hugePages, fileMode: options.fileMode, log });
+  } catch (err) {
+    await unlock();
+    throw err;
+  }
+  logPages(log, pages);
+  // One per relay: the store asks it at begin and adopt, the broadcaster tells it the chain and the hops it sent.
+  const chunkSizer = new ChunkSizer(options.chunking, { registry, logger: log });
+  const store = new VersionStore({ ...options, shmDir: pages.dir, chunkSizer, logger: log, metrics });
   storeRef = store;
   let metricsServer: MetricsServer | null = null;
   let broadcaster: Broadcaster | null = null;
@@ -82,7 +109,8 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     }
     // eslint-disable-next-line @typescript-eslint/no-unused-vars -- the two are taken out only to leave the server's options in the rest
     const { broadcast: _broadcastOptions, control: _controlOptions, ...serverOptions } = options;
-    server = new RelayServer(store, { ...serverOptions, logger: log, metrics, ...(broadcaster ? { broadcast: broadcaster } : {}) });
+    const pagesStatus = { size: pages.pageSize, source: pages.source, reason: pages.reason, hint: pages.hint };
+    server = new RelayServer(store, { ...serverOptions, pages: pagesStatus, logger: log, metrics, ...(broadcaster ? { broadcast: broadcaster } : {}) });
     await server.listen();
     if (options.metricsPort >= 0) {
       metricsServer = await serveMetrics(registry, { host: options.metricsHost, port: options.metricsPort });
@@ -91,6 +119,8 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
       {
         socket: options.socketPath,
         shmDir: options.shmDir,
+        segmentDir: pages.dir,
+        pageSize: pages.pageSize,
         metricsPort: metricsServer?.port ?? null,
         ucxPort: broadcaster?.port ?? null,
         epoch: broadcaster?.epoch ?? null,

@@ -5,6 +5,7 @@
  */
 export * from './client/index.js';
 export { startRelay, type Relay } from './daemon.js';
+export { removeShmTree } from './pages/huge-mount.js';
 export { type RelayOptionsInput } from './options.js';
 export { type Dtype, DTYPE_SIZES } from '../safetensors/dtypes.js';
 export { type TensorSpec, type LaminarMetadata, parseHeader, readHeaderLength, type ParsedHeader } from '../safetensors/header.js';

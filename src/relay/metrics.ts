@@ -13,6 +13,7 @@ export interface RelayGaugeSource {
     pinned: boolean;
     connections: number;
     versionDirs: number;
+    pageSize: number;
   };
 }
 
@@ -55,9 +56,18 @@ export class RelayMetrics {
     simple('laminar_relay_pinned', '1 when versions are pinned, 0 when the memlock limit made the relay run unpinned', (s) => (s.pinned ? 1 : 0));
     simple('laminar_relay_leases', 'Leases held by clients', (s) => s.leases);
     simple('laminar_relay_memory_budget_bytes', 'Configured memory budget (bytes; -1 = none)', (s) => (Number.isFinite(s.budget) ? s.budget : -1));
+    simple(
+      'laminar_relay_page_size_bytes',
+      'Page size of new segments: 2097152 (2 MiB pages) or 4096 (see the relay log and `laminar versions` for why)',
+      (s) => s.pageSize,
+    );
     simple('laminar_relay_connections', 'Open local client connections', (s) => s.connections);
     simple('laminar_relay_version_dirs', 'Version directories in place (<shm-dir>/models/<model>/v<N>/, one per complete version)', (s) => s.versionDirs);
-    this.publishes = counter(registry, { name: 'laminar_relay_publishes_total', help: 'Publications by outcome', labelNames: ['result'] });
+    this.publishes = counter(registry, {
+      name: 'laminar_relay_publishes_total',
+      help: 'Publications by outcome: complete; rejected (the commit read bytes that differ from what their writer checksummed: never served, then discarded); aborted (discarded unfinished)',
+      labelNames: ['result'],
+    });
     this.acquires = counter(registry, { name: 'laminar_relay_acquires_total', help: 'Acquire requests by outcome', labelNames: ['result'] });
     this.errors = counter(registry, { name: 'laminar_relay_errors_total', help: 'Errors returned to clients, by code', labelNames: ['code'] });
     this.badFrames = counter(registry, {

@@ -5,7 +5,7 @@
 import { hostname, networkInterfaces } from 'node:os';
 import { InvalidInputError, ErrorCodes } from '../common/errors.js';
 import { readFileSync } from 'node:fs';
-import { parseBytes, parseDuration } from '../common/units.js';
+import { parseBandwidth, parseBytes, parseDuration, parseLatency } from '../common/units.js';
 import { parseAddress } from '../ucx/worker.js';
 import { loadSecret } from './broadcast/auth.js';
 import { parsePeerList, positionOf, validatePlan, validateRelayId, type ChainPlan } from './broadcast/plan.js';
@@ -13,6 +13,8 @@ import { DEFAULT_MAX_FRAME_BYTES } from './protocol/frame.js';
 import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE, DEFAULT_SHM_DIR, defaultSocketPath } from './protocol/defaults.js';
 import { parseControlOptions, type ControlOptions, type ControlOptionsInput } from '../control/nats-options.js';
 import { readEngineFiles, type EngineFiles } from './engine-files.js';
+import type { ChunkingOptions } from './chunking/chunk-sizer.js';
+import { HUGE_PAGES_MODES, type HugePagesMode } from './pages/segment-dir.js';
 
 // Shared with the client library (protocol/defaults.ts); re-exported for the daemon's CLI.
 export { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE, DEFAULT_SHM_DIR, defaultSocketPath };
@@ -23,10 +25,13 @@ export interface RelayOptions {
   /** Unique name of this relay in the job (default: the host name). */
   relayId: string;
   shmDir: string;
+  /** 2 MiB pages for segments: auto (find or mount them, else 4 KiB with a warning), require, off. */
+  hugePages: HugePagesMode;
   socketPath: string;
   socketMode: number;
   fileMode: number;
-  chunkSize: number;
+  /** How new versions are cut into chunks: a fixed size or `auto` (chunking/chunk-sizer.ts). */
+  chunking: ChunkingOptions;
   keepVersions: number;
   /** Segments kept allocated for the next versions (0: every version allocates afresh). */
   spareSegments: number;
@@ -74,10 +79,16 @@ export interface BroadcastOptions {
 export interface RelayOptionsInput extends Partial<ControlOptionsInput> {
   relayId?: string;
   shmDir?: string;
+  hugePages?: string;
   socketPath?: string;
   socketMode?: string | number;
   fileMode?: string | number;
+  /** Bytes, or "auto" (the default): the chunk model's choice for the chain. */
   chunkSize?: string | number;
+  /** The link bandwidth the chunk model uses instead of measuring it ("25gbit", "3GB/s"). */
+  linkBandwidth?: string;
+  /** The per-chunk cost the chunk model uses instead of measuring it ("250us"). */
+  chunkCost?: string;
   keepVersions?: string | number;
   spareSegments?: string | number;
   spareQuiet?: string | number;
@@ -118,6 +129,13 @@ function int(name: string, value: string | number, min: number, max = Number.MAX
   return n;
 }
 
+function parseHugePages(value: string): HugePagesMode {
+  if (!(HUGE_PAGES_MODES as readonly string[]).includes(value)) {
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `huge-pages must be one of ${HUGE_PAGES_MODES.join(', ')}, got ${JSON.stringify(value)}`);
+  }
+  return value as HugePagesMode;
+}
+
 function mode(name: string, value: string | number): number {
   const n = typeof value === 'number' ? value : Number.parseInt(value, 8);
   if (!Number.isInteger(n) || n < 0 || n > 0o777) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${name} must be an octal file mode like 660`);
@@ -127,16 +145,16 @@ function mode(name: string, value: string | number): number {
 export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<RelayOptions> {
   const shmDir = input.shmDir ?? DEFAULT_SHM_DIR;
   const budget = input.memoryBudget === undefined || input.memoryBudget === 'none' ? Number.POSITIVE_INFINITY : parseBytes(input.memoryBudget);
-  const chunkSize = parseBytes(input.chunkSize ?? DEFAULT_CHUNK_SIZE);
+  const chunking = parseChunking(input);
   const broadcast = parseBroadcastOptions(input, input.relayId ?? hostname());
-  if (chunkSize < 4096 || chunkSize > 2 ** 31) throw new InvalidInputError(ErrorCodes.INVALID_ARG, 'chunk size must be between 4 KiB and 2 GiB');
   return Object.freeze({
     relayId: input.relayId ?? hostname(),
     shmDir,
+    hugePages: parseHugePages(input.hugePages ?? 'auto'),
     socketPath: input.socketPath ?? defaultSocketPath(shmDir),
     socketMode: mode('socket mode', input.socketMode ?? '660'),
     fileMode: mode('file mode', input.fileMode ?? '640'),
-    chunkSize,
+    chunking,
     keepVersions: int('keep-versions', input.keepVersions ?? DEFAULT_KEEP_VERSIONS, 0, 1000),
     spareSegments: int('spare-segments', input.spareSegments ?? DEFAULT_SPARE_SEGMENTS, 0, 16),
     spareQuietMs: parseDuration(input.spareQuiet ?? '5s'),
@@ -150,6 +168,19 @@ export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<Relay
     broadcast,
     control: parseRelayControl(input, broadcast),
   });
+}
+
+/** `--chunk-size` (bytes or auto), `--link-bandwidth`, `--chunk-cost`. */
+function parseChunking(input: RelayOptionsInput): ChunkingOptions {
+  const text = input.chunkSize ?? 'auto';
+  const chunkSize = text === 'auto' ? 'auto' : parseBytes(text);
+  if (chunkSize !== 'auto' && (chunkSize < 4096 || chunkSize > 2 ** 31)) {
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, 'chunk size must be "auto" or between 4 KiB and 2 GiB');
+  }
+  const linkBandwidth = input.linkBandwidth === undefined ? null : parseBandwidth(input.linkBandwidth);
+  if (linkBandwidth !== null && !(linkBandwidth > 0)) throw new InvalidInputError(ErrorCodes.INVALID_ARG, 'link bandwidth must be positive');
+  const chunkCost = input.chunkCost === undefined ? null : parseLatency(input.chunkCost);
+  return { chunkSize, linkBandwidth, chunkCost };
 }
 
 function parseRelayControl(input: RelayOptionsInput, broadcast: BroadcastOptions | null): RelayControlOptions | null {

@@ -14,6 +14,7 @@ import { UnixSocketServer } from '../common/unix-socket-server.js';
 import type { RelayMetrics } from './metrics.js';
 import { PROTOCOL_VERSION, requestSchemas, type Op, type Request, type SegmentDescription } from './protocol/messages.js';
 import { RequestConnection } from './protocol/request-connection.js';
+import type { PagesStatus } from './protocol/status.js';
 import { validateSegmentName } from './segments.js';
 import type { StoredVersion, VersionStore } from './store.js';
 import { validatePlan, type ChainPlan } from './broadcast/plan.js';
@@ -26,6 +27,8 @@ export interface ServerOptions {
   relayId: string;
   logger: Logger;
   metrics: RelayMetrics;
+  /** Where segments live and the page size they get (pages/segment-dir.ts). */
+  pages: PagesStatus;
   /** The broadcast between relays, when this relay takes part in one. */
   broadcast?: BroadcastControl;
 }
@@ -131,7 +134,9 @@ class Connection extends RequestConnection<Op> {
       protocol: PROTOCOL_VERSION,
       relay: this.relay.options.relayId,
       shmDir: store.options.shmDir,
-      chunkSize: store.options.chunkSize,
+      // The fixed chunk size, or under auto the largest it picks: begin's answer has the version's own.
+      chunkSize: store.chunkSizer.nominalChunkSize,
+      chunking: store.chunkSizer.mode,
       maxFrameBytes: this.relay.options.maxFrameBytes,
     };
   }
@@ -228,11 +233,13 @@ class Connection extends RequestConnection<Op> {
         return {
           relay: this.relay.options.relayId,
           shmDir: store.options.shmDir,
+          pages: this.relay.options.pages,
           usedBytes: store.usedBytes(),
           spares: store.spareInfo(),
           memoryBudget: Number.isFinite(store.options.memoryBudget) ? store.options.memoryBudget : null,
           pinning: store.pinningEnabled,
           pinnedBytes: store.pinnedBytes(),
+          chunking: store.chunkSizer.status(),
           leases: this.relay.leaseCount,
           connections: this.relay.connectionCount,
           versions: store.list().map((v) => v.info()),

@@ -27,7 +27,8 @@ import { EventEmitter } from 'node:events';
 import { mkdir, unlink } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { ConflictError, ErrorCodes } from '../common/errors.js';
-import { planLayout, validateTensorSpecs } from '../safetensors/header.js';
+import { planLayout, tensorByteLength, validateTensorSpecs, type TensorSpec } from '../safetensors/header.js';
+import { ChunkSizer, type ChunkingOptions } from './chunking/chunk-sizer.js';
 import { copyCheckpoint, readCheckpoint } from './checkpoint.js';
 import { writeCleanShutdown } from './clean-shutdown.js';
 import type { EngineFiles } from './engine-files.js';
@@ -61,7 +62,10 @@ export { lockDirectory } from './store/directory-lock.js';
 
 export interface StoreOptions {
   shmDir: string;
-  chunkSize: number;
+  /** How new versions are chunked (`--chunk-size`, `--link-bandwidth`, `--chunk-cost`). */
+  chunking: ChunkingOptions;
+  /** The relay's chunk sizer (the daemon's, which the broadcaster informs); one of its own otherwise. */
+  chunkSizer?: ChunkSizer;
   keepVersions: number;
   /** Bytes of shared memory the relay may hold; Infinity for no limit. */
   memoryBudget: number;
@@ -86,6 +90,8 @@ export interface StoreEvents {
 }
 
 export class VersionStore extends EventEmitter<StoreEvents> {
+  /** Decides the chunk size of the versions laid out here (begin, adopt). */
+  readonly chunkSizer: ChunkSizer;
   private readonly table = new VersionTable();
   private readonly memory: MemoryBudget;
   private readonly retention: Retention;
@@ -104,6 +110,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   constructor(readonly options: StoreOptions) {
     super();
     this.log = options.logger;
+    this.chunkSizer = options.chunkSizer ?? new ChunkSizer(options.chunking, { logger: options.logger });
     this.memory = new MemoryBudget(this.table, {
       ...options,
       busy: () => this.busy(),
@@ -234,10 +241,11 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     const model = validateModelId(request.model);
     const version = validateVersion(request.version);
     const specs = validateTensorSpecs(request.tensors);
-    const chunkSize = request.chunkSize ?? this.options.chunkSize;
+    // Before the version is claimed: nothing may come between the check and the allocation.
+    const chunking = request.chunkSize !== undefined ? { chunkSize: request.chunkSize } : await this.chunkSizer.chunkingFor(dataBytes(specs));
     const metadata = request.metadata ?? {};
     this.table.checkNewVersion(model, version);
-    const layout = planLayout(specs, { model, version, chunkSize, extraMetadata: metadata });
+    const layout = planLayout(specs, { model, version, ...chunking, extraMetadata: metadata });
     const v = await this.memory.allocate(model, version, layout, metadata, owner);
     // The writer fills the segment through its own mapping, and commit then reads every byte
     // through the relay's: mapping the pages into the relay now, while the writer writes (or,
@@ -283,7 +291,11 @@ export class VersionStore extends EventEmitter<StoreEvents> {
 
   /**
    * Verifies and completes a publication. Refuses (and keeps the version writing, so the
-   * writer can fix it) when tensors are missing or a writer's checksum does not match.
+   * writer can fix it or abort it) when tensors are missing or a writer's checksum does not
+   * match; the latter is counted as `publishes_total{result="rejected"}`. Until this resolves
+   * the version is served to nobody: acquire, watch, `status` (which lists it as verifying) and
+   * the broadcast all wait for `complete`. Clients send commit and go on without waiting for the
+   * answer (a trainer's stall ends with its write), so this read runs while the trainer trains.
    */
   async commit(v: StoredVersion, requester: Requester): Promise<StoredVersion> {
     if (v.owner !== requester) {
@@ -293,7 +305,13 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     const started = performance.now();
     v.committing = true;
     try {
-      const checksums = await checkWrittenVersion(v, this.options.verifyConcurrency, this.options.metrics);
+      const checksums = await checkWrittenVersion(v, this.options.verifyConcurrency, this.options.metrics).catch((err: unknown) => {
+        if ((err as { code?: string }).code === ErrorCodes.CHECKSUM_MISMATCH) {
+          this.options.metrics.publishes.inc({ result: 'rejected' });
+          this.log.warn({ model: v.model, version: v.version, err: (err as Error).message }, 'version failed verification at commit: not served');
+        }
+        throw err;
+      });
       await this.complete(v, checksums);
       this.options.metrics.commitSeconds.observe((performance.now() - started) / 1e3);
       return v;
@@ -364,7 +382,8 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     const checkpoint = await readCheckpoint(request.path);
     const specs = checkpoint.shards.flatMap((s) => s.tensors);
     const metadata = { ...checkpoint.shards[0]?.metadata, 'laminar.source': request.path };
-    const layout = planLayout(specs, { model, version, chunkSize: request.chunkSize ?? this.options.chunkSize, extraMetadata: metadata });
+    const chunking = request.chunkSize !== undefined ? { chunkSize: request.chunkSize } : await this.chunkSizer.chunkingFor(dataBytes(specs));
+    const layout = planLayout(specs, { model, version, ...chunking, extraMetadata: metadata });
     const v = await this.memory.allocate(model, version, layout, metadata, null);
     try {
       await copyCheckpoint(checkpoint, v.mapping!, layout.dataOffset, {
@@ -402,4 +421,9 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   applyRetention(model: string): void {
     this.retention.apply(model);
   }
+}
+
+/** Bytes of tensor data (the data section) of validated specs. */
+function dataBytes(specs: readonly TensorSpec[]): number {
+  return specs.reduce((sum, spec) => sum + tensorByteLength(spec), 0);
 }

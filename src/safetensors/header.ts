@@ -175,13 +175,25 @@ function laminarMeta(meta: LaminarMetadata, extra: Record<string, string>): Reco
   });
 }
 
+/** How a version is cut into chunks: the chunk size, and header room reserved (see planLayout). */
+export interface ChunkLayout {
+  chunkSize: number;
+  headerChunks?: number;
+}
+
 /**
  * Lays out a version: tensors contiguous in the given order, data page-aligned, header space
  * sized for the final checksums so that commit rewrites it in place.
+ *
+ * `headerChunks` reserves header room for that many checksums (and a chunk size of any length)
+ * when the version may have fewer: a relay that chooses each version's chunk size reserves for
+ * the most chunks it could choose, so that the version's size, and where its data starts, do
+ * not depend on the choice (a spare segment or a staging buffer sized by the last version fits
+ * the next one). The unused room is the header's space padding.
  */
 export function planLayout(
   specs: readonly TensorSpec[],
-  options: { model: string; version: number; chunkSize: number; extraMetadata?: Record<string, string> },
+  options: { model: string; version: number; extraMetadata?: Record<string, string> } & ChunkLayout,
 ): VersionLayout {
   checkChunkSize(options.chunkSize);
   let dataLength = 0;
@@ -193,13 +205,16 @@ export function planLayout(
     if (!Number.isSafeInteger(dataLength)) bad(ErrorCodes.BAD_SHAPE, 'the tensors add up to more bytes than can be addressed');
   }
   const chunkCount = chunkCountFor(dataLength, options.chunkSize);
-  const placeholder = new Array<string>(chunkCount).fill(PLACEHOLDER_CHECKSUM);
+  const reserved = Math.max(chunkCount, options.headerChunks ?? 0);
+  const placeholder = new Array<string>(reserved).fill(PLACEHOLDER_CHECKSUM);
+  // With a reserve, room for the longest chunk size too (2^31, the largest accepted).
+  const sizedChunk = options.headerChunks === undefined ? options.chunkSize : 2 ** 31;
   const draftTensors = relative.map(({ spec, begin, byteLength }) => ({ ...spec, offset: begin, byteLength }));
   const json = JSON.stringify(
     headerObject(
       draftTensors,
       0,
-      laminarMeta({ model: options.model, version: options.version, chunkSize: options.chunkSize, checksums: placeholder }, options.extraMetadata ?? {}),
+      laminarMeta({ model: options.model, version: options.version, chunkSize: sizedChunk, checksums: placeholder }, options.extraMetadata ?? {}),
     ),
   );
   const jsonBytes = Buffer.byteLength(json);

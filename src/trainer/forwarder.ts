@@ -100,6 +100,9 @@ export class VersionForwarder {
       pending: gauge(options.registry, { name: 'laminar_forward_pending', help: 'Complete versions waiting to be forwarded to the master' }),
     };
     const forwarder = new VersionForwarder(store, trainer, metrics, log);
+    // Versions published here go to the master as they are laid out: in the master's chunk size
+    // (unless this relay has a fixed --chunk-size).
+    store.chunkSizer.adviseWith({ name: 'master', chunkSizeFor: (dataBytes) => trainer.masterChunkSize(dataBytes) });
     store.on('complete', forwarder.onComplete);
     // A restarted forwarder sends what it holds: the master declines what it has already.
     for (const v of store.list()) if (v.state === 'complete' && store.latest(v.model) === v) forwarder.enqueue(v);
@@ -116,6 +119,7 @@ export class VersionForwarder {
   async close(): Promise<void> {
     this.closed = true;
     this.store.off('complete', this.onComplete);
+    this.store.chunkSizer.adviseWith(null);
     this.pending.clear();
     this.metrics.pending.set(0);
     await this.running;

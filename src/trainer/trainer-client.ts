@@ -1,6 +1,7 @@
 /**
  * The trainer's side of the weight path: `publish()` hands a version to the master relay and
- * returns as soon as the master holds it (verified), with the time the trainer was stalled.
+ * returns as soon as the master holds its bytes, with the time the trainer was stalled; the
+ * result's `visible` settles once the master has verified the version and serves it.
  *
  * The master comes from the manager's chain plan in the control bucket. When the master runs on
  * this host (same host name as registered), the tensors are written straight into its shared
@@ -9,8 +10,15 @@
  * plan and repeats the push to the new master (which resumes from what it already has); the
  * caller sees one slower publish, not an error.
  *
+ * A local publish stalls the trainer for one copy: it returns when the tensors are in the
+ * master's segment and the commit is sent; the master's verification (a read of every byte)
+ * runs while the trainer trains, and the version is served, and announced to the manager, only
+ * once it passed. A remote push returns when the master has verified it (its `visible` is
+ * settled by then).
+ *
  *   const trainer = await TrainerClient.connect({ nats: parseControlOptions({ nats: url }), secretFile });
- *   const { stallSeconds } = await trainer.publish({ model, version, tensors });
+ *   const { stallSeconds, visible } = await trainer.publish({ model, version, tensors });
+ *   const { visibleSeconds } = await visible;   // when the trainer wants to know
  */
 import { hostname } from 'node:os';
 import type { KV } from '@nats-io/kv';
@@ -26,13 +34,18 @@ import {
   RelayClient,
   StagingBuffer,
   prepareVersion,
+  tensorDataBytes,
   type BeginOptions,
   type PreparedVersion,
   type Publication,
+  type PublishResult,
   type RemotePublisher,
   type TensorVersion,
 } from '../relay/client/index.js';
 import { ErrorCodes } from '../common/error-codes.js';
+
+/** How long masterChunkSize() waits for a first plan. */
+const PLAN_FOR_ADVICE_MS = 2000;
 
 export interface TrainerClientOptions {
   /** The control plane (connected here) or an open connection (left open by close()). */
@@ -70,10 +83,39 @@ export interface TrainerPublishResult {
   /** The relay that holds the version now. */
   master: string;
   mode: 'local' | 'remote';
-  /** Time publish() blocked the caller. */
+  /**
+   * Time publish() blocked the caller: for a local publish the copy into the master's segment
+   * (the write), for a remote push the layout and the transfer until the master verified it.
+   */
   stallSeconds: number;
   /** Pushes tried (more than 1 when the master changed during the publish). */
   attempts: number;
+  /**
+   * Resolves once the master has verified the version and serves it (to acquirers and down the
+   * chain) and the version is announced to the manager. Rejects when it never will be: with the
+   * master's ERR_CHECKSUM_MISMATCH (the bytes changed after they were checksummed), or
+   * ERR_CLOSED when the master went away before it verified them (the version is lost there; the
+   * next publish goes to the new master). The previous version stays the latest either way.
+   * Nothing needs to await it: its rejection is never an unhandled one.
+   */
+  visible: Promise<TrainerVisibleResult>;
+}
+
+export interface TrainerVisibleResult {
+  model: string;
+  version: number;
+  master: string;
+  /** From publish() called to the version served by the master: the stall, then the verification. */
+  visibleSeconds: number;
+  /** From the commit request to the version served: the master's verification (0 for a remote push, verified within the stall). */
+  verifySeconds: number;
+}
+
+/** What one attempt at the master did: how, and when the master serves the version. */
+interface Delivery {
+  mode: 'local' | 'remote';
+  /** Settles when the master serves the version or refused it; already resolved for a remote push. */
+  served: Promise<unknown>;
 }
 
 /** The next version's segment, begun at the master after a local publish. */
@@ -99,6 +141,11 @@ export class TrainerClient {
   private remote: { masterId: string; address: string; publisher: Promise<RemotePublisher> } | null = null;
   private readonly host: string;
   private readonly log: Logger;
+  /** Announcements, one at a time in the order versions became visible; the newest announced per model. */
+  private announcing: Promise<void> = Promise.resolve();
+  private readonly announced = new Map<string, number>();
+  /** Versions published and not served or refused yet: close() waits for them and their announcements. */
+  private readonly unsettled = new Set<Promise<unknown>>();
 
   private constructor(
     private readonly nc: NatsConnection,
@@ -140,11 +187,31 @@ export class TrainerClient {
     let prepared: PreparedVersion | null = null;
     try {
       return await this.deliver(request.model, request.version, request.checkpoint ?? null, (master) =>
-        this.pushTo(master, request, () => prepareVersion(request, this.options.chunkSize, this.staging).then((p) => (prepared = p)), prepared),
+        this.pushTo(master, request, () => this.prepareFor(master, request).then((p) => (prepared = p)), prepared),
       );
     } finally {
       (prepared as PreparedVersion | null)?.close();
     }
+  }
+
+  /**
+   * Lays a version out for a remote push, in the chunk size the master chooses for it (its chunk
+   * model for the chain behind it, this push its first hop) unless this client was given one.
+   */
+  private async prepareFor(master: { id: string; address: string }, request: TensorVersion): Promise<PreparedVersion> {
+    const chunking = this.options.chunkSize ?? (await (await this.remoteTo(master)).chunkingFor(tensorDataBytes(request)));
+    return prepareVersion(request, chunking, this.staging);
+  }
+
+  /**
+   * The chunk size the master of the newest plan chooses for a version of `dataBytes` bytes of
+   * tensor data; null without a master or an answer. The forwarding relay lays its versions out
+   * in it (forwarder.ts), as they go to the master as they are.
+   */
+  async masterChunkSize(dataBytes: number): Promise<number | null> {
+    // A client that just started may not have seen the plan yet.
+    const plan = await this.waitForPlan(Date.now() + PLAN_FOR_ADVICE_MS, -1).catch(() => null);
+    return plan === null ? null : (await this.remoteTo(plan.relays[0]!)).chunkAdviceFor(dataBytes);
   }
 
   /**
@@ -155,20 +222,21 @@ export class TrainerClient {
   pushPrepared(prepared: PreparedVersion, checkpoint: string | null = null): Promise<TrainerPublishResult> {
     return this.deliver(prepared.model, prepared.version, checkpoint, async (master) => {
       await this.pushRemote(master, prepared);
-      return 'remote';
+      return { mode: 'remote', served: Promise.resolve() };
     });
   }
 
   /**
    * Runs `attempt` against the master of the newest plan until it succeeds; after a failure that
-   * a new master may cure, waits for the manager's next plan and tries its master. Announces the
-   * version once a master holds it.
+   * a new master may cure, waits for the manager's next plan and tries its master. A failure
+   * after an attempt succeeded (the master's verification of a local publish) is not retried:
+   * the trainer has its tensors back by then. Announces the version once the master serves it.
    */
   private async deliver(
     model: string,
     version: number,
     checkpoint: string | null,
-    attempt: (master: { id: string; address: string }) => Promise<'local' | 'remote'>,
+    attempt: (master: { id: string; address: string }) => Promise<Delivery>,
   ): Promise<TrainerPublishResult> {
     const started = performance.now();
     const deadline = Date.now() + (this.options.masterWaitMs ?? 60_000);
@@ -177,15 +245,14 @@ export class TrainerClient {
       const plan = await this.waitForPlan(deadline, -1);
       const master = plan.relays[0]!;
       attempts++;
+      let delivery: Delivery;
       try {
-        const mode = await attempt(master);
-        await this.announce(model, version, checkpoint);
-        return { model, version, master: master.id, mode, stallSeconds: (performance.now() - started) / 1e3, attempts };
+        delivery = await attempt(master);
       } catch (err) {
         const code = (err as LaminarError).code;
         if (code === ErrorCodes.VERSION_EXISTS) {
-          await this.announce(model, version, checkpoint);
-          return { model, version, master: master.id, mode: 'remote', stallSeconds: (performance.now() - started) / 1e3, attempts };
+          // The master holds it already (an earlier attempt got through): served as it is.
+          return await this.delivered(model, version, checkpoint, master.id, { mode: 'remote', served: Promise.resolve() }, started, attempts);
         }
         if (err instanceof ConflictError || code === ErrorCodes.BAD_TENSOR || code === ErrorCodes.VERSION_STALE) throw err;
         this.log.warn({ master: master.id, code, err: (err as Error).message, epoch: plan.epoch }, 'push to the master failed: waiting for the next plan');
@@ -196,11 +263,54 @@ export class TrainerClient {
             { cause: err },
           );
         });
+        continue;
       }
+      return this.delivered(model, version, checkpoint, master.id, delivery, started, attempts);
     }
   }
 
+  /**
+   * The result of a publish the master took: the stall ends here; `visible` follows the master's
+   * verification, then the announcement. A remote push is verified already: it is announced
+   * before publish() returns, as it always was.
+   */
+  private async delivered(
+    model: string,
+    version: number,
+    checkpoint: string | null,
+    master: string,
+    delivery: Delivery,
+    started: number,
+    attempts: number,
+  ): Promise<TrainerPublishResult> {
+    const committed = performance.now();
+    const visible = delivery.served.then(
+      async (): Promise<TrainerVisibleResult> => {
+        const at = performance.now();
+        await this.announceInOrder(model, version, checkpoint);
+        return { model, version, master, visibleSeconds: (at - started) / 1e3, verifySeconds: (at - committed) / 1e3 };
+      },
+      (err: unknown) => {
+        const e = err as LaminarError;
+        this.log.error(
+          { model, version, master, code: e.code, err: e.message },
+          e.code === ErrorCodes.CLOSED
+            ? 'the master went away before it verified the version: it is not served (the next publish goes to the new master)'
+            : 'the master refused the version after publish returned: it is not served, the previous version stays the latest',
+        );
+        throw err;
+      },
+    );
+    const settled = visible.catch(() => undefined);
+    this.unsettled.add(settled);
+    void settled.then(() => this.unsettled.delete(settled));
+    if (delivery.mode === 'remote') await visible;
+    return { model, version, master, mode: delivery.mode, stallSeconds: (committed - started) / 1e3, attempts, visible };
+  }
+
+  /** Waits for the versions published to be served (and announced) or refused, then lets go of everything. */
   async close(): Promise<void> {
+    await Promise.all(this.unsettled);
     await this.dropRemote();
     this.staging?.close();
     await this.discardNext();
@@ -213,14 +323,14 @@ export class TrainerClient {
     request: TensorVersion,
     prepare: () => Promise<PreparedVersion>,
     prepared: PreparedVersion | null,
-  ): Promise<'local' | 'remote'> {
+  ): Promise<Delivery> {
     const record = this.options.forceRemote ? null : await this.memberRecord(master.id);
     if (record !== null && record.host === this.host && record.socket !== null) {
-      await this.publishLocal(master.id, record.socket, request);
-      return 'local';
+      const { visible } = await this.publishLocal(master.id, record.socket, request);
+      return { mode: 'local', served: visible };
     }
     await this.pushRemote(master, prepared ?? (await prepare()));
-    return 'remote';
+    return { mode: 'remote', served: Promise.resolve() };
   }
 
   /** Streams a laid-out version to `master` over the kept UCX link (see remoteTo). */
@@ -269,13 +379,19 @@ export class TrainerClient {
     await publisher?.close().catch(() => undefined);
   }
 
-  /** Writes into the master's shared memory, in the segment begun after the last publish when it fits. */
-  private async publishLocal(masterId: string, socket: string, request: TensorVersion): Promise<void> {
+  /**
+   * Writes into the master's shared memory, in the segment begun after the last publish when it
+   * fits, and sends the commit. The next version's segment is begun once this one is served or
+   * refused: not beside the master's verification (its page population and this read would share
+   * the memory bandwidth), and never more than one version ahead of what the master verified.
+   */
+  private async publishLocal(masterId: string, socket: string, request: TensorVersion): Promise<PublishResult> {
     const layout = layoutOf(request);
     const next = this.next;
     this.next = null;
     let relay: RelayClient;
     let publication: Publication | null = null;
+    let result: PublishResult;
     if (next && next.master === masterId && next.model === request.model && next.version === request.version && next.layout === layout) {
       relay = next.relay;
       publication = await next.publication;
@@ -288,22 +404,30 @@ export class TrainerClient {
       // All tensors at once on the libuv pool: the copy runs on several threads (with 4 threads,
       // UV_THREADPOOL_SIZE's default, a large host copies well above one memcpy's bandwidth).
       await Promise.all(request.tensors.map((t) => publication!.writeAsync(t.name, t.data)));
-      await publication.commit();
+      result = await publication.commit();
     } catch (err) {
       await publication?.abort().catch(() => undefined);
       relay.close();
       throw err;
     }
+    // The connection carries the commit's answer: it stays open until that came.
+    const settled = result.visible.then(
+      () => undefined,
+      () => undefined,
+    );
     if (this.options.prepareNext === false) {
-      relay.close();
-      return;
+      void settled.then(() => relay.close());
+      return result;
     }
-    const begun = relay.beginPublish(beginOptions(request, request.version + 1)).catch((err: unknown) => {
-      const e = err as Error & { code?: string };
-      this.log.debug({ code: e.code, err: e.message }, "cannot prepare the next version's segment");
-      return null;
-    });
+    const begun = settled
+      .then(() => relay.beginPublish(beginOptions(request, request.version + 1)))
+      .catch((err: unknown) => {
+        const e = err as Error & { code?: string };
+        this.log.debug({ code: e.code, err: e.message }, "cannot prepare the next version's segment");
+        return null;
+      });
     this.next = { master: masterId, model: request.model, version: request.version + 1, layout, relay, publication: begun };
+    return result;
   }
 
   private async discardNext(): Promise<void> {
@@ -330,12 +454,28 @@ export class TrainerClient {
     }
   }
 
+  /**
+   * Announces versions in the order they became visible, never one older than a version announced
+   * already (two local publishes' verifications may end out of order).
+   */
+  private announceInOrder(model: string, version: number, checkpoint: string | null): Promise<void> {
+    this.announcing = this.announcing.then(async () => {
+      if ((this.announced.get(model) ?? -1) >= version) return;
+      this.announced.set(model, version);
+      await this.announce(model, version, checkpoint);
+    });
+    return this.announcing;
+  }
+
   /** Records the newest version (and where its checkpoint is) for relays that have none. */
   private async announce(model: string, version: number, checkpoint: string | null): Promise<void> {
-    const kv = await this.agent.bucket();
-    await kv.put(Keys.announce(model), encode({ v: SCHEMA_VERSION, model, version, checkpoint, at: Date.now() })).catch((err: unknown) => {
+    try {
+      const kv = await this.agent.bucket();
+      await kv.put(Keys.announce(model), encode({ v: SCHEMA_VERSION, model, version, checkpoint, at: Date.now() }));
+    } catch (err) {
+      // The version is served all the same: relays learn of it from the chain, not from this record.
       this.log.warn({ err: (err as Error).message }, 'cannot record the version in the control bucket');
-    });
+    }
   }
 
   private planArrived(plan: PlanRecord): void {

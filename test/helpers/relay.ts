@@ -3,7 +3,7 @@
  * child processes (for kills and restarts), and raw socket access for protocol abuse.
  */
 import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { createConnection, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,16 +11,26 @@ import { afterEach, beforeEach } from 'vitest';
 import { spawnDaemon } from '../../src/services/daemon-process.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { startRelay, type Relay } from '../../src/relay/daemon.js';
+import { removeShmTree } from '../../src/relay/pages/huge-mount.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
 import { encodeFrame, FrameDecoder, decodePayload } from '../../src/relay/protocol/frame.js';
+import type { SegmentDescription } from '../../src/relay/protocol/messages.js';
 
 export const REPO = fileURLToPath(new URL('../..', import.meta.url));
 export const CLI = join(REPO, 'dist/src/cli/laminar.js');
 
+/**
+ * Removes a directory a relay used: the relay's huge-page mount in it (which outlives the relay,
+ * for the next start) is unmounted first, as `rm -r` stops at a mount point.
+ */
+export function removeShmDir(dir: string): void {
+  removeShmTree(dir);
+}
+
 /** A fresh directory on /dev/shm (tmpfs), removed by the returned cleanup. */
 export function tempShmDir(prefix = 'laminar-test-'): { dir: string; cleanup(): void } {
   const dir = mkdtempSync(join('/dev/shm', prefix));
-  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+  return { dir, cleanup: () => removeShmDir(dir) };
 }
 
 export async function inProcessRelay(shmDir: string, options: RelayOptionsInput = {}): Promise<Relay> {
@@ -30,6 +40,7 @@ export async function inProcessRelay(shmDir: string, options: RelayOptionsInput 
 export interface RelayProcess {
   child: ChildProcess;
   socketPath: string;
+  /** The directory of the relay's segments (`<root>/segments`, or the huge-page mount in it). */
   shmDir: string;
   metricsPort: number;
   logs: string[];
@@ -46,7 +57,8 @@ export async function spawnRelay(root: string, extraArgs: string[] = [], wrap: s
   return {
     child: daemon.child,
     socketPath,
-    shmDir,
+    // Where the segments are: the relay's huge-page mount in the directory, where it made one.
+    shmDir: (daemon.ready.segmentDir as string | undefined) ?? shmDir,
     metricsPort: (daemon.ready.metricsPort as number | null) ?? -1,
     logs: daemon.logs,
     exited: daemon.exited,
@@ -84,10 +96,18 @@ export function relayEachTest(args: string[] = ['--no-pin']): RelayEachTest {
     closers,
     async publish(model, version) {
       const trainer = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
-      await trainer.publish({ model, version, tensors: [{ name: 'w', dtype: 'F32', shape: [16], data: new Float32Array(16) }] });
+      await publishVisible(trainer, { model, version, tensors: [{ name: 'w', dtype: 'F32', shape: [16], data: new Float32Array(16) }] });
       trainer.close();
     },
   };
+}
+
+/**
+ * Publishes through `client` and waits until the relay has verified the version and serves it:
+ * publish() itself returns as soon as the bytes are in the segment and the commit is sent.
+ */
+export async function publishVisible(client: RelayClient, options: Parameters<RelayClient['publish']>[0]): Promise<SegmentDescription> {
+  return (await client.publish(options)).visible;
 }
 
 /**

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Relay } from '../../src/relay/daemon.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { PROTOCOL_VERSION } from '../../src/relay/protocol/messages.js';
-import { RawClient, inProcessRelay, metricValue, metricsText, tempShmDir } from '../helpers/relay.js';
+import { RawClient, inProcessRelay, metricValue, metricsText, publishVisible, tempShmDir } from '../helpers/relay.js';
 
 describe('relay: bad input never hurts the relay or other clients', () => {
   let tmp: ReturnType<typeof tempShmDir>;
@@ -13,7 +13,7 @@ describe('relay: bad input never hurts the relay or other clients', () => {
     tmp = tempShmDir();
     relay = await inProcessRelay(tmp.dir, { maxFrameBytes: 1024 * 1024 });
     bystander = await RelayClient.connect({ socketPath: relay.options.socketPath });
-    await bystander.publish({ model: 'm', version: 1, tensors: [{ name: 'w', dtype: 'U8', shape: [8], data: new Uint8Array(8).fill(1) }] });
+    await publishVisible(bystander, { model: 'm', version: 1, tensors: [{ name: 'w', dtype: 'U8', shape: [8], data: new Uint8Array(8).fill(1) }] });
   });
   afterAll(async () => {
     bystander.close();

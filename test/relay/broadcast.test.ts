@@ -8,13 +8,14 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
+import { chooseChunkSize } from '../../src/relay/chunking/chunk-choice.js';
 import { prepareVersion } from '../../src/relay/client/remote-publisher.js';
 import type { Relay } from '../../src/relay/daemon.js';
 import { freePort } from '../../src/services/ports.js';
 import { UcxWorker } from '../../src/ucx/index.js';
 import { PEER_PROTOCOL_VERSION, decodePeerMessage, encodePeerMessage, type PeerMessage } from '../../src/relay/broadcast/messages.js';
 import { SECRET, RoguePeer, buildVersion, segmentDigest, type BuiltVersion } from '../helpers/broadcast.js';
-import { CLI, inProcessRelay, metricValue, tempShmDir } from '../helpers/relay.js';
+import { CLI, inProcessRelay, metricValue, publishVisible, tempShmDir } from '../helpers/relay.js';
 
 const run = promisify(execFile);
 
@@ -62,7 +63,7 @@ describe('chain broadcast on loopback', () => {
       const data = new Uint8Array(bytes);
       for (let i = 0; i < bytes; i += 97) data[i] = (i * 31) & 0xff;
       const arrived = relays.slice(1).map((r) => new Promise<void>((resolve) => r.store.on('complete', (v) => v.version === 1 && resolve())));
-      await client.publish({ model: 'org/chain', version: 1, tensors: [{ name: 'w', dtype: 'U8', shape: [bytes], data }] });
+      await publishVisible(client, { model: 'org/chain', version: 1, tensors: [{ name: 'w', dtype: 'U8', shape: [bytes], data }] });
       await Promise.all(arrived);
       const digests = relays.map((r) => segmentDigest(r.store.latest('org/chain')!.path));
       expect(new Set(digests).size).toBe(1);
@@ -90,7 +91,7 @@ describe('chain broadcast on loopback', () => {
       for (let v = 1; v <= 6; v++) {
         data[0] = v;
         const arrived = new Promise<void>((resolve) => relays[2]!.store.on('complete', (x) => x.model === 'org/regions' && x.version === v && resolve()));
-        await client.publish({ model: 'org/regions', version: v, tensors: [{ name: 'w', dtype: 'U8', shape: [data.length], data }] });
+        await publishVisible(client, { model: 'org/regions', version: v, tensors: [{ name: 'w', dtype: 'U8', shape: [data.length], data }] });
         await arrived;
       }
       // Retention keeps the latest and 2 more (the default): at most 3 of the 6 stay registered.
@@ -370,8 +371,10 @@ describe('chain broadcast on loopback', () => {
       '300us',
       '--json',
     ]);
-    const r = JSON.parse(stdout) as { optimal_chunk_bytes: number; t_optimal_s: number; t_default_s: number; t_one_link_s: number };
+    const r = JSON.parse(stdout) as { optimal_chunk_bytes: number; t_optimal_s: number; t_default_s: number; t_one_link_s: number; auto_chunk_bytes: number };
     expect(r.optimal_chunk_bytes % 4096).toBe(0);
+    // What a relay's --chunk-size auto makes of the same inputs (chunking/chunk-choice.ts).
+    expect(r.auto_chunk_bytes).toBe(chooseChunkSize(2 ** 30, 8, { bandwidth: 250e6, startup: 300e-6 }).chunkSize);
     expect(r.t_optimal_s).toBeLessThanOrEqual(r.t_default_s);
     expect(r.t_optimal_s).toBeGreaterThan(r.t_one_link_s);
     // A relay's own per-chunk cost adds to the start-up: fewer, larger chunks.

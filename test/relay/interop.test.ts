@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Relay } from '../../src/relay/daemon.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
-import { CLI, inProcessRelay, tempShmDir } from '../helpers/relay.js';
+import { CLI, inProcessRelay, publishVisible, tempShmDir } from '../helpers/relay.js';
 
 // Python with numpy only (Debian's python3-numpy): parse the safetensors header, map the
 // tensors and print what it read, so that the test compares bytes with what was published.
@@ -45,7 +45,7 @@ describe('interop: what the relay holds is a safetensors file any framework can 
     const w = Float32Array.from({ length: 6 * 5 }, (_, i) => i / 4);
     const ids = BigInt64Array.from({ length: 7 }, (_, i) => BigInt(i) * 1_000_000_007n);
     const bf16 = Uint16Array.from({ length: 16 }, (_, i) => 0x3f80 + i);
-    await client.publish({
+    await publishVisible(client, {
       model: 'org/py',
       version: 4,
       tensors: [

@@ -25,7 +25,9 @@ describe('a version larger than 4 GiB', () => {
       c.fill(1.5);
       c[c.length - 1] = 42;
       pub.markWritten('c');
-      await pub.commit();
+      await (
+        await pub.commit()
+      ).visible;
 
       const lease = await client.acquire({ model: 'big' });
       expect(lease.size).toBe(pub.size);

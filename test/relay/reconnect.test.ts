@@ -6,7 +6,7 @@
 import { createServer } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
-import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { spawnRelay, publishVisible, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 
 const MODEL = 'org/restarting';
 const ARGS = ['--keep-versions', '5', '--chunk-size', '16KiB', '--no-pin'];
@@ -48,7 +48,7 @@ describe('relay client across relay restarts', () => {
     const first = await relay();
     const rollout = await client(first);
     const trainer = await client(first, { reconnect: false });
-    await trainer.publish({ model: MODEL, version: 1, tensors: weights(1) });
+    await publishVisible(trainer, { model: MODEL, version: 1, tensors: weights(1) });
     const lease = await rollout.acquire({ model: MODEL });
 
     const stop = new AbortController();
@@ -57,7 +57,7 @@ describe('relay client across relay restarts', () => {
       for await (const ev of rollout.watch({ model: MODEL, signal: stop.signal })) seen.push(ev.version);
     })();
     await new Promise((r) => setTimeout(r, 100));
-    await trainer.publish({ model: MODEL, version: 2, tensors: weights(2) });
+    await publishVisible(trainer, { model: MODEL, version: 2, tensors: weights(2) });
     await vi.waitFor(() => expect(seen).toEqual([2]));
 
     await kill(first);
@@ -82,7 +82,7 @@ describe('relay client across relay restarts', () => {
 
     // The watch is back on its own (v2, already delivered, is not repeated) and sees v3.
     const next = await client(second);
-    await next.publish({ model: MODEL, version: 3, tensors: weights(3) });
+    await publishVisible(next, { model: MODEL, version: 3, tensors: weights(3) });
     await vi.waitFor(() => expect(seen).toEqual([2, 3]), { timeout: 5000 });
     stop.abort();
     await watching;
@@ -100,7 +100,7 @@ describe('relay client across relay restarts', () => {
       return seen;
     })();
     const publisher = await client(r);
-    await publisher.publish({ model: MODEL, version: 1, tensors: weights(1) });
+    await publishVisible(publisher, { model: MODEL, version: 1, tensors: weights(1) });
     await vi.waitFor(() => expect(c.connected).toBe(true));
     await kill(r);
     // Several rounds of the watch's backoff pass with no relay; the watch is still waiting.

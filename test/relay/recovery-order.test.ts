@@ -11,7 +11,7 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { RelayMetrics } from '../../src/relay/metrics.js';
 import { parseRelayOptions } from '../../src/relay/options.js';
 import { VersionStore } from '../../src/relay/store.js';
-import { inProcessRelay, metricValue, tempShmDir } from '../helpers/relay.js';
+import { inProcessRelay, metricValue, publishVisible, tempShmDir } from '../helpers/relay.js';
 
 const weights = (v: number) => [{ name: 'w', dtype: 'U8' as const, shape: [256 * 1024], data: new Uint8Array(256 * 1024).fill(v) }];
 
@@ -33,9 +33,10 @@ describe('relay start-up after a crash', () => {
   async function crashedWith(versions: number[], keepVersions = 5): Promise<void> {
     const relay = await inProcessRelay(tmp.dir, { keepVersions, spareSegments: 0, chunkSize: '64KiB' });
     const client = await RelayClient.connect({ socketPath: relay.options.socketPath, reconnect: false });
-    for (const v of versions) await client.publish({ model: 'm', version: v, tensors: weights(v) });
+    for (const v of versions) await publishVisible(client, { model: 'm', version: v, tensors: weights(v) });
     client.close();
     await relay.close();
+    segments = relay.store.options.shmDir; // the relay's huge-page mount, where it made one
     unlinkSync(join(segments, 'clean-shutdown.json'));
   }
 

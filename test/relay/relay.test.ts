@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Relay } from '../../src/relay/daemon.js';
 import { checksumBuffer, checksumHex } from '../../src/native/index.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
-import { inProcessRelay, metricValue, metricsText, tempShmDir } from '../helpers/relay.js';
+import { inProcessRelay, metricValue, metricsText, publishVisible, tempShmDir } from '../helpers/relay.js';
 
 const MODEL = 'org/tiny';
 
@@ -32,7 +32,7 @@ describe('relay: local publish and acquire', () => {
   });
 
   it('publishes a version and serves zero-copy views of it', async () => {
-    const desc = await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
+    const desc = await publishVisible(client, { model: MODEL, version: 1, tensors: tensors(1) });
     expect(desc.checksums?.length).toBe(Math.ceil((desc.size - desc.dataOffset) / 4096));
     await using lease = await client.acquire({ model: MODEL });
     expect(lease.version).toBe(1);
@@ -44,7 +44,7 @@ describe('relay: local publish and acquire', () => {
   });
 
   it("release detaches the lease's views at once and resolves once the segment is unmapped (off the event loop)", async () => {
-    await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: tensors(1) });
     // The relay runs in this process and maps the segment too: count the mappings of the file,
     // once the writer's and the relay's writable ones (unmapped on the pool) are gone.
     const path = (await client.status()).versions[0]!.path;
@@ -65,8 +65,8 @@ describe('relay: local publish and acquire', () => {
   });
 
   it('acquires latest, exact and at-least versions, and waits for one to arrive', async () => {
-    await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
-    await client.publish({ model: MODEL, version: 2, tensors: tensors(2) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: tensors(1) });
+    await publishVisible(client, { model: MODEL, version: 2, tensors: tensors(2) });
     const latest = await client.acquire({ model: MODEL });
     expect(latest.version).toBe(2);
     const exact = await client.acquire({ model: MODEL, version: 1 });
@@ -76,7 +76,7 @@ describe('relay: local publish and acquire', () => {
     await expect(client.acquire({ model: MODEL, atLeast: 3, timeoutMs: 50 })).rejects.toMatchObject({ code: 'ERR_TIMEOUT' });
     const waiting = client.acquire({ model: MODEL, atLeast: 3, timeoutMs: 10_000 });
     await new Promise((r) => setTimeout(r, 50));
-    await client.publish({ model: MODEL, version: 3, tensors: tensors(3) });
+    await publishVisible(client, { model: MODEL, version: 3, tensors: tensors(3) });
     const arrived = await waiting;
     expect(arrived.version).toBe(3);
     expect((arrived.tensor('steps') as Int32Array)[0]).toBe(3);
@@ -84,7 +84,7 @@ describe('relay: local publish and acquire', () => {
   });
 
   it('streams version events to watchers', async () => {
-    await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: tensors(1) });
     const aborter = new AbortController();
     const seen: number[] = [];
     const watching = (async () => {
@@ -94,9 +94,9 @@ describe('relay: local publish and acquire', () => {
       }
     })();
     const other = await RelayClient.connect({ socketPath: relay.options.socketPath });
-    await other.publish({ model: 'org/ignored', version: 9, tensors: tensors(9) });
-    await other.publish({ model: MODEL, version: 2, tensors: tensors(2) });
-    await other.publish({ model: MODEL, version: 3, tensors: tensors(3) });
+    await publishVisible(other, { model: 'org/ignored', version: 9, tensors: tensors(9) });
+    await publishVisible(other, { model: MODEL, version: 2, tensors: tensors(2) });
+    await publishVisible(other, { model: MODEL, version: 3, tensors: tensors(3) });
     await watching;
     expect(seen).toEqual([1, 2, 3]);
     other.close();
@@ -110,16 +110,16 @@ describe('relay: local publish and acquire', () => {
       return seen;
     });
     await new Promise((r) => setTimeout(r, 50));
-    await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: tensors(1) });
     await new Promise((r) => setTimeout(r, 50));
     other.close();
     expect(await Promise.all(ended)).toEqual([[1], [1]]);
   });
 
   it('keeps latest + keep-versions + leased versions and retires the rest', async () => {
-    await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: tensors(1) });
     const held = await client.acquire({ model: MODEL, version: 1 });
-    for (const v of [2, 3, 4]) await client.publish({ model: MODEL, version: v, tensors: tensors(v) });
+    for (const v of [2, 3, 4]) await publishVisible(client, { model: MODEL, version: v, tensors: tensors(v) });
     let versions = (await client.status()).versions.map((v) => v.version);
     expect(versions).toEqual([1, 3, 4]); // 1 leased, 4 latest, 3 kept (keepVersions = 1)
     expect((held.tensor('steps') as Int32Array)[0]).toBe(1); // still readable
@@ -127,7 +127,7 @@ describe('relay: local publish and acquire', () => {
     await new Promise((r) => setTimeout(r, 50));
     versions = (await client.status()).versions.map((v) => v.version);
     expect(versions).toEqual([3, 4]);
-    const files = readdirSync(relay.options.shmDir).filter((f) => f.endsWith('.safetensors'));
+    const files = readdirSync(relay.store.options.shmDir).filter((f) => f.endsWith('.safetensors'));
     expect(files.sort()).toEqual(['org~2ftiny.v3.safetensors', 'org~2ftiny.v4.safetensors']);
   });
 
@@ -140,26 +140,36 @@ describe('relay: local publish and acquire', () => {
     parts[1]!.write('layer.0.w', specs[1]!.data);
     await Promise.all(parts.map((p) => p.close()));
     await expect(parts[0]!.commit()).rejects.toMatchObject({ code: 'ERR_NOT_OWNER' });
-    await expect(pub.commit()).rejects.toMatchObject({ code: 'ERR_INCOMPLETE', details: { missing: ['steps'] } });
+    // The relay refuses a commit with a tensor missing and keeps the version writing (the
+    // client's commit() would abort it: asked over the protocol directly here).
+    await expect(client.request('commit', { model: MODEL, version: 5 })).rejects.toMatchObject({ code: 'ERR_INCOMPLETE', details: { missing: ['steps'] } });
     pub.write('steps', specs[2]!.data);
-    await pub.commit();
+    await (
+      await pub.commit()
+    ).visible;
     const lease = await client.acquire({ model: MODEL, version: 5 });
     expect((lease.tensor('layer.0.w') as Float32Array)[1]).toBe(-6);
     await lease.release();
     ranks.forEach((r) => r.close());
   });
 
-  it('refuses a commit whose bytes changed after they were written, and serves nothing', async () => {
+  it('refuses a commit whose bytes changed after they were written, serves nothing, and keeps the version for its writer to mend', async () => {
     const specs = tensors(6);
     const pub = await client.beginPublish({ model: MODEL, version: 6, tensors: specs.map(({ name, dtype, shape }) => ({ name, dtype, shape })) });
     for (const t of specs) pub.write(t.name, t.data);
     await pub.flush();
     pub.bytes('embed')[100]! ^= 0xff; // a stray write after the checksum was taken
-    await expect(pub.commit()).rejects.toMatchObject({ code: 'ERR_CHECKSUM_MISMATCH', details: { mismatched: ['embed'] } });
+    // Over the protocol (the client's commit() aborts a refused version: see publish-visibility.test.ts).
+    await expect(client.request('commit', { model: MODEL, version: 6 })).rejects.toMatchObject({
+      code: 'ERR_CHECKSUM_MISMATCH',
+      details: { mismatched: ['embed'] },
+    });
     await expect(client.acquire({ model: MODEL })).rejects.toMatchObject({ code: 'ERR_UNKNOWN_VERSION' });
     // The writer can repair the tensor and commit again.
     pub.write('embed', specs[0]!.data);
-    await pub.commit();
+    await (
+      await pub.commit()
+    ).visible;
     expect((await client.acquire({ model: MODEL })).version).toBe(6);
   });
 
@@ -177,9 +187,14 @@ describe('relay: local publish and acquire', () => {
     await Promise.all([pub.writeAsync('big', big), pub.writeAsync('empty', new Float32Array(0))]);
     await pub.flush();
     pub.bytes('big')[piece + 7]! ^= 1; // lands in the second piece
-    await expect(pub.commit()).rejects.toMatchObject({ code: 'ERR_CHECKSUM_MISMATCH', details: { mismatched: ['big'] } });
+    await expect(client.request('commit', { model: MODEL, version: 8 })).rejects.toMatchObject({
+      code: 'ERR_CHECKSUM_MISMATCH',
+      details: { mismatched: ['big'] },
+    });
     await pub.writeAsync('big', big);
-    await pub.commit();
+    await (
+      await pub.commit()
+    ).visible;
     const lease = await client.acquire({ model: MODEL, version: 8 });
     expect(Buffer.from(lease.bytes('big')).equals(Buffer.from(big))).toBe(true);
     await lease.release();
@@ -202,9 +217,14 @@ describe('relay: local publish and acquire', () => {
     const report = (pieces: string[]): Promise<unknown> =>
       client.request('written', { model: MODEL, version: 9, tensors: [{ name: 'big', pieceSize: piece, pieces }] });
     await report([sums[0]!, sums[2]!, sums[1]!]);
-    await expect(v9.commit()).rejects.toMatchObject({ code: 'ERR_CHECKSUM_MISMATCH', details: { mismatched: ['big'] } });
+    await expect(client.request('commit', { model: MODEL, version: 9 })).rejects.toMatchObject({
+      code: 'ERR_CHECKSUM_MISMATCH',
+      details: { mismatched: ['big'] },
+    });
     await report(sums);
-    await v9.commit();
+    await (
+      await v9.commit()
+    ).visible;
     const lease9 = await client.acquire({ model: MODEL, version: 9 });
     await lease9.verify();
     await lease9.release();
@@ -225,7 +245,7 @@ describe('relay: local publish and acquire', () => {
   });
 
   it('discards a publication whose publisher disconnects, and releases leases of dead clients', async () => {
-    await client.publish({ model: MODEL, version: 1, tensors: tensors(1) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: tensors(1) });
     const doomed = await RelayClient.connect({ socketPath: relay.options.socketPath });
     const pub = await doomed.beginPublish({ model: MODEL, version: 2, tensors: tensors(2).map(({ name, dtype, shape }) => ({ name, dtype, shape })) });
     pub.write('embed', tensors(2)[0]!.data);
@@ -245,16 +265,16 @@ describe('relay: local publish and acquire', () => {
     client.close();
     client = await RelayClient.connect({ socketPath: relay.options.socketPath });
     const big = (v: number) => [{ name: 'w', dtype: 'U8' as const, shape: [20_000], data: new Uint8Array(20_000).fill(v) }];
-    await client.publish({ model: MODEL, version: 1, tensors: big(1) });
-    await client.publish({ model: MODEL, version: 2, tensors: big(2) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: big(1) });
+    await publishVisible(client, { model: MODEL, version: 2, tensors: big(2) });
     const lease = await client.acquire({ model: MODEL, version: 1 });
     // 3 x 24 KiB > 64 KiB: v1 is leased and v2 is latest, so nothing can be freed.
-    const err = await client.publish({ model: MODEL, version: 3, tensors: big(3) }).catch((e: unknown) => e);
+    const err = await publishVisible(client, { model: MODEL, version: 3, tensors: big(3) }).catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'ERR_MEMORY_BUDGET' });
     expect((err as Error).message).toContain('64.0 KiB');
     await lease.release();
     // Now v1 may go: the publish fits.
-    await client.publish({ model: MODEL, version: 3, tensors: big(3) });
+    await publishVisible(client, { model: MODEL, version: 3, tensors: big(3) });
     expect((await client.status()).versions.map((v) => v.version)).toEqual([2, 3]);
     const text = await metricsText(relay.metricsPort!);
     expect(metricValue(text, 'laminar_relay_errors_total', 'code="ERR_MEMORY_BUDGET"')).toBe(1);
@@ -262,12 +282,12 @@ describe('relay: local publish and acquire', () => {
 
   it('adopts a checkpoint directory of shards as a version', async () => {
     // Two shards written by the relay itself, then read back as a checkpoint directory.
-    await client.publish({ model: 'ckpt/a', version: 1, tensors: tensors(1).slice(0, 2) });
-    await client.publish({ model: 'ckpt/b', version: 1, tensors: tensors(1).slice(2) });
+    await publishVisible(client, { model: 'ckpt/a', version: 1, tensors: tensors(1).slice(0, 2) });
+    await publishVisible(client, { model: 'ckpt/b', version: 1, tensors: tensors(1).slice(2) });
     const { mkdtempSync, copyFileSync } = await import('node:fs');
     const dir = mkdtempSync(`${tmp.dir}/ckpt-`);
-    copyFileSync(`${relay.options.shmDir}/ckpt~2fa.v1.safetensors`, `${dir}/model-00001-of-00002.safetensors`);
-    copyFileSync(`${relay.options.shmDir}/ckpt~2fb.v1.safetensors`, `${dir}/model-00002-of-00002.safetensors`);
+    copyFileSync(`${relay.store.options.shmDir}/ckpt~2fa.v1.safetensors`, `${dir}/model-00001-of-00002.safetensors`);
+    copyFileSync(`${relay.store.options.shmDir}/ckpt~2fb.v1.safetensors`, `${dir}/model-00002-of-00002.safetensors`);
     const progress: number[] = [];
     const desc = await client.publishFile(dir, { model: MODEL, version: 10, onProgress: (done) => progress.push(done) });
     expect(desc.tensors.map((t) => t.name)).toEqual(['embed', 'layer.0.w', 'steps']);

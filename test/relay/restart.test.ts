@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
-import { REPO, metricValue, metricsText, spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { REPO, metricValue, metricsText, spawnRelay, publishVisible, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 
 const weights = (v: number) => [
   { name: 'a', dtype: 'F32' as const, shape: [4096], data: Float32Array.from({ length: 4096 }, (_, i) => i + v) },
@@ -35,7 +35,7 @@ describe('relay process: crashes and restarts', () => {
     const first = await spawnRelay(tmp.dir, ['--keep-versions', '5', '--chunk-size', '16KiB']);
     relays.push(first);
     const client = await RelayClient.connect({ socketPath: first.socketPath });
-    for (const v of [1, 2]) await client.publish({ model: 'm', version: v, tensors: weights(v) });
+    for (const v of [1, 2]) await publishVisible(client, { model: 'm', version: v, tensors: weights(v) });
     const partial = await client.beginPublish({ model: 'm', version: 3, tensors: weights(3).map(({ name, dtype, shape }) => ({ name, dtype, shape })) });
     partial.write('a', weights(3)[0]!.data);
     await partial.flush();
@@ -72,7 +72,7 @@ describe('relay process: crashes and restarts', () => {
     const relay = await spawnRelay(tmp.dir);
     relays.push(relay);
     const client = await RelayClient.connect({ socketPath: relay.socketPath });
-    await client.publish({ model: 'm', version: 1, tensors: weights(1) });
+    await publishVisible(client, { model: 'm', version: 1, tensors: weights(1) });
     await client.beginPublish({ model: 'm', version: 2, tensors: weights(2).map(({ name, dtype, shape }) => ({ name, dtype, shape })) });
     expect(await relay.stop('SIGTERM')).toBe(0);
     client.close();
@@ -88,7 +88,7 @@ describe('relay process: crashes and restarts', () => {
     const first = await spawnRelay(tmp.dir, args);
     relays.push(first);
     const client = await RelayClient.connect({ socketPath: first.socketPath, reconnect: false });
-    for (const v of [1, 2]) await client.publish({ model: 'm', version: v, tensors: weights(v) });
+    for (const v of [1, 2]) await publishVisible(client, { model: 'm', version: v, tensors: weights(v) });
     client.close();
     expect(await first.stop('SIGTERM')).toBe(0);
     const record = join(first.shmDir, 'clean-shutdown.json');
@@ -137,7 +137,7 @@ describe('relay process: crashes and restarts', () => {
     const relay = await spawnRelay(tmp.dir);
     relays.push(relay);
     const client = await RelayClient.connect({ socketPath: relay.socketPath });
-    await client.publish({ model: 'm', version: 1, tensors: weights(1) });
+    await publishVisible(client, { model: 'm', version: 1, tensors: weights(1) });
     const script = `
       import { RelayClient } from ${JSON.stringify(join(REPO, 'dist/src/relay/client/relay-client.js'))};
       const c = await RelayClient.connect({ socketPath: ${JSON.stringify(relay.socketPath)} });
@@ -166,7 +166,7 @@ describe('relay process: crashes and restarts', () => {
     const relay = await spawnRelay(tmp.dir, [], ['setpriv', '--bounding-set', '-ipc_lock', 'prlimit', '--memlock=0:0']);
     relays.push(relay);
     const client = await RelayClient.connect({ socketPath: relay.socketPath });
-    for (const v of [1, 2, 3]) await client.publish({ model: 'm', version: v, tensors: weights(v) });
+    for (const v of [1, 2, 3]) await publishVisible(client, { model: 'm', version: v, tensors: weights(v) });
     const lease = await client.acquire({ model: 'm' });
     expect((lease.tensor('b') as Uint8Array)[0]).toBe(3);
     await lease.release();
@@ -184,7 +184,7 @@ describe('relay process: crashes and restarts', () => {
     const relay = await spawnRelay(tmp.dir, ['--socket-mode', '660', '--file-mode', '640']);
     relays.push(relay);
     const client = await RelayClient.connect({ socketPath: relay.socketPath });
-    await client.publish({ model: 'm', version: 1, tensors: weights(1) });
+    await publishVisible(client, { model: 'm', version: 1, tensors: weights(1) });
     expect(statSync(relay.socketPath).mode & 0o777).toBe(0o660);
     expect(statSync(relay.shmDir).mode & 0o777).toBe(0o750);
     expect(statSync(join(relay.shmDir, 'm.v1.safetensors')).mode & 0o777).toBe(0o440);

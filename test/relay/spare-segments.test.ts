@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { Relay } from '../../src/relay/daemon.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
-import { inProcessRelay, metricValue, metricsText, tempShmDir, until } from '../helpers/relay.js';
+import { inProcessRelay, metricValue, metricsText, publishVisible, tempShmDir, until } from '../helpers/relay.js';
 
 const MODEL = 'org/spare';
 
@@ -26,7 +26,7 @@ describe('relay: spare segments (pages of retired versions reused)', () => {
     tmp ??= tempShmDir();
     relay = await inProcessRelay(tmp.dir, { chunkSize: 64 * 1024, spareQuiet: '200ms', ...options });
     client = await RelayClient.connect({ socketPath: relay.options.socketPath });
-    return { relay, client, dir: relay.options.shmDir };
+    return { relay, client, dir: relay.store.options.shmDir };
   }
 
   afterEach(async () => {
@@ -44,12 +44,12 @@ describe('relay: spare segments (pages of retired versions reused)', () => {
 
   it("prepares a spare while idle, and each next version takes the spare or a retired version's file", async () => {
     const { relay, client, dir } = await start({ keepVersions: 0 });
-    await client.publish({ model: MODEL, version: 1, tensors: weights(1) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: weights(1) });
     const spare = await until('a prepared spare', () => (spareFiles(dir).length === 1 ? spareFiles(dir)[0] : undefined));
     expect(statSync(join(dir, spare)).size).toBe((await client.status()).versions[0]!.size);
     expect((await client.status()).spares).toMatchObject({ count: 1 });
     for (let v = 2; v <= 6; v++) {
-      await client.publish({ model: MODEL, version: v, tensors: weights(v) });
+      await publishVisible(client, { model: MODEL, version: v, tensors: weights(v) });
       await expectVersion(client, v);
     }
     const text = await metricsText(relay.metricsPort!);
@@ -66,31 +66,31 @@ describe('relay: spare segments (pages of retired versions reused)', () => {
 
   it('never recycles a leased version: its reader keeps the bytes it leased', async () => {
     const { client, dir } = await start({ keepVersions: 0 });
-    await client.publish({ model: MODEL, version: 1, tensors: weights(1) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: weights(1) });
     const held = await client.acquire({ model: MODEL, version: 1 });
-    for (let v = 2; v <= 5; v++) await client.publish({ model: MODEL, version: v, tensors: weights(v) });
+    for (let v = 2; v <= 5; v++) await publishVisible(client, { model: MODEL, version: v, tensors: weights(v) });
     await held.verify();
     expect(Buffer.from(held.bytes('w')).equals(Buffer.from(weights(1)[0]!.data))).toBe(true);
     expect((await client.status()).versions.map((v) => v.version)).toEqual([1, 5]);
     await held.release();
     await until('v1 retired into the pool', async () => ((await client.status()).versions.length === 1 ? true : undefined));
     expect(spareFiles(dir).length).toBe(1);
-    await client.publish({ model: MODEL, version: 6, tensors: weights(6) });
+    await publishVisible(client, { model: MODEL, version: 6, tensors: weights(6) });
     await expectVersion(client, 6);
   });
 
   it('uses a spare only when it is large enough, and cuts a larger one to size', async () => {
     const { relay, client, dir } = await start({ keepVersions: 0 });
     const reused = async (): Promise<number> => metricValue(await metricsText(relay.metricsPort!), 'laminar_relay_spare_segments_total', 'event="reused"');
-    await client.publish({ model: MODEL, version: 1, tensors: weights(1) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: weights(1) });
     await until('a prepared spare', () => (spareFiles(dir).length === 1 ? true : undefined));
-    await client.publish({ model: MODEL, version: 2, tensors: weights(2, 512 * 1024) });
+    await publishVisible(client, { model: MODEL, version: 2, tensors: weights(2, 512 * 1024) });
     expect(await reused()).toBe(0); // the spare is too small for v2
-    await client.publish({ model: MODEL, version: 3, tensors: weights(3) });
+    await publishVisible(client, { model: MODEL, version: 3, tensors: weights(3) });
     expect(await reused()).toBe(1); // v3 fits the spare exactly
     // v2 retired when v3 completed: its larger file is the spare now, and v4 takes it cut to size.
     await until('v2 kept as a spare', () => (spareFiles(dir).length === 1 ? true : undefined));
-    await client.publish({ model: MODEL, version: 4, tensors: weights(4) });
+    await publishVisible(client, { model: MODEL, version: 4, tensors: weights(4) });
     expect(await reused()).toBe(2);
     const size = (await client.status()).versions.find((v) => v.version === 4)!.size;
     expect(statSync(join(dir, 'org~2fspare.v4.safetensors')).size).toBe(size);
@@ -100,10 +100,10 @@ describe('relay: spare segments (pages of retired versions reused)', () => {
   it('drops spares first when a publication needs room under the memory budget', async () => {
     // Room for two versions of ~256 KiB: the latest and one arriving; the spare must go.
     const { relay, client, dir } = await start({ keepVersions: 0, memoryBudget: 600 * 1024 });
-    await client.publish({ model: MODEL, version: 1, tensors: weights(1) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: weights(1) });
     await until('a prepared spare', () => (spareFiles(dir).length === 1 ? true : undefined));
     const bigger = weights(2, 300 * 1024);
-    await client.publish({ model: MODEL, version: 2, tensors: bigger });
+    await publishVisible(client, { model: MODEL, version: 2, tensors: bigger });
     const text = await metricsText(relay.metricsPort!);
     expect(metricValue(text, 'laminar_relay_spare_segments_total', 'event="dropped"')).toBe(1);
     const status = await client.status();
@@ -115,7 +115,7 @@ describe('relay: spare segments (pages of retired versions reused)', () => {
 
   it('keeps no spare with --spare-segments 0', async () => {
     const { relay, client, dir } = await start({ keepVersions: 0, spareSegments: 0 });
-    for (let v = 1; v <= 4; v++) await client.publish({ model: MODEL, version: v, tensors: weights(v) });
+    for (let v = 1; v <= 4; v++) await publishVisible(client, { model: MODEL, version: v, tensors: weights(v) });
     await new Promise((r) => setTimeout(r, 600));
     expect(spareFiles(dir)).toEqual([]);
     const text = await metricsText(relay.metricsPort!);
@@ -125,13 +125,13 @@ describe('relay: spare segments (pages of retired versions reused)', () => {
 
   it('adopts its spare after a restart, and the next version reuses it', async () => {
     let { relay: r, client: c, dir } = await start({ keepVersions: 0 });
-    await c.publish({ model: MODEL, version: 1, tensors: weights(1) });
+    await publishVisible(c, { model: MODEL, version: 1, tensors: weights(1) });
     await until('a prepared spare', () => (spareFiles(dir).length === 1 ? true : undefined));
     c.close();
     await r.close();
     ({ relay: r, client: c, dir } = await start({ keepVersions: 0 }));
     expect((await c.status()).spares).toMatchObject({ count: 1 });
-    await c.publish({ model: MODEL, version: 2, tensors: weights(2) });
+    await publishVisible(c, { model: MODEL, version: 2, tensors: weights(2) });
     expect(metricValue(await metricsText(r.metricsPort!), 'laminar_relay_spare_segments_total', 'event="reused"')).toBe(1);
     await expectVersion(c, 2);
   });

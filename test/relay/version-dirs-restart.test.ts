@@ -14,7 +14,7 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { RelayMetrics } from '../../src/relay/metrics.js';
 import { parseRelayOptions } from '../../src/relay/options.js';
 import { VersionStore } from '../../src/relay/store.js';
-import { CLI, inProcessRelay, metricValue, metricsText, spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { CLI, inProcessRelay, metricValue, metricsText, spawnRelay, publishVisible, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 import { LINKED_ENGINE_FILES, checkDirsTruthful, engineFilesDir, versionDirs } from '../helpers/version-dirs.js';
 
 const run = promisify(execFile);
@@ -60,7 +60,7 @@ describe('version directories across restarts', () => {
 
   it('keeps the directories across a clean stop, and rebuilds them when the engine files change', async () => {
     const first = await relay(['--engine-files', engine.dir]);
-    for (const v of [1, 2]) await first.client.publish({ model: 'm', version: v, tensors: weights(v) });
+    for (const v of [1, 2]) await publishVisible(first.client, { model: 'm', version: v, tensors: weights(v) });
     const shm = first.relay.shmDir;
     const dirInodes = [1, 2].map((v) => statSync(dirOf(shm, v)).ino);
     expect(await first.relay.stop('SIGTERM')).toBe(0);
@@ -93,7 +93,7 @@ describe('version directories across restarts', () => {
 
   it('after a crash, removes stale and half-made directories at start and makes them again once their versions are verified', async () => {
     const first = await relay(['--engine-files', engine.dir]);
-    for (const v of [1, 2, 3]) await first.client.publish({ model: 'm', version: v, tensors: weights(v) });
+    for (const v of [1, 2, 3]) await publishVisible(first.client, { model: 'm', version: v, tensors: weights(v) });
     const shm = first.relay.shmDir;
     expect(first.relay.child.kill('SIGKILL')).toBe(true);
     expect(await first.relay.exited).toBe('SIGKILL');
@@ -173,9 +173,10 @@ describe('version directories at start-up after a crash (the store)', () => {
   it('gives a version no directory while it is verified, and none at all when it fails', async () => {
     const relay = await inProcessRelay(tmp.dir, { keepVersions: 5, spareSegments: 0, chunkSize: '64KiB', pin: false });
     const client = await RelayClient.connect({ socketPath: relay.options.socketPath, reconnect: false });
-    for (const v of [1, 2, 3]) await client.publish({ model: 'm', version: v, tensors: weights(v) });
+    for (const v of [1, 2, 3]) await publishVisible(client, { model: 'm', version: v, tensors: weights(v) });
     client.close();
     await relay.close();
+    segments = relay.store.options.shmDir; // the relay's huge-page mount, where it made one
     unlinkSync(join(segments, 'clean-shutdown.json')); // as a crash leaves it
     expect(versionDirs(segments).map((d) => d.version)).toEqual([1, 2, 3]);
     // v1's bytes go bad while no relay runs.

@@ -12,7 +12,7 @@ import type { RelayOptionsInput } from '../../src/relay/options.js';
 import { freePort } from '../../src/services/ports.js';
 import { SECRET } from '../helpers/broadcast.js';
 import { writeCheckpoint } from '../helpers/checkpoint.js';
-import { inProcessRelay, metricValue, tempShmDir, until } from '../helpers/relay.js';
+import { inProcessRelay, metricValue, publishVisible, tempShmDir, until } from '../helpers/relay.js';
 import { LINKED_ENGINE_FILES, checkDirsTruthful, engineFilesDir, hasModelsDir, readSafetensors, versionDirs } from '../helpers/version-dirs.js';
 
 process.env.UCX_TLS ??= 'tcp';
@@ -45,7 +45,7 @@ describe('relay: version directories', () => {
     cleanups.push(() => relay.close());
     const client = await RelayClient.connect({ socketPath: relay.options.socketPath });
     cleanups.push(() => client.close());
-    return { relay, client, dir: relay.options.shmDir };
+    return { relay, client, dir: relay.store.options.shmDir };
   }
 
   const dirGauge = async (relay: Relay): Promise<number> => metricValue(await relay.registry.metrics(), 'laminar_relay_version_dirs');
@@ -63,7 +63,7 @@ describe('relay: version directories', () => {
     // Written but not committed: no directory, nothing exposes the segment.
     expect(existsSync(expected)).toBe(false);
     expect(statSync(pub.description.path).nlink).toBe(1);
-    const committed = await pub.commit();
+    const committed = await (await pub.commit()).visible;
     expect(committed.dir).toBe(expected);
 
     const weightsFile = join(expected, 'model.safetensors');
@@ -96,10 +96,10 @@ describe('relay: version directories', () => {
   it('goes when the version retires; a leased version keeps its directory until it is released', async () => {
     const { relay, client, dir } = await start({ keepVersions: 0, spareSegments: 0 });
     const v = (n: number): string => join(dir, 'models', MODEL_DIR, `v${n}`);
-    await client.publish({ model: MODEL, version: 1, tensors: weights(1) });
+    await publishVisible(client, { model: MODEL, version: 1, tensors: weights(1) });
     const held = await client.acquire({ model: MODEL, version: 1 });
-    await client.publish({ model: MODEL, version: 2, tensors: weights(2) });
-    await client.publish({ model: MODEL, version: 3, tensors: weights(3) });
+    await publishVisible(client, { model: MODEL, version: 2, tensors: weights(2) });
+    await publishVisible(client, { model: MODEL, version: 3, tensors: weights(3) });
     await until('v2 retired', () => (existsSync(v(2)) ? undefined : true));
     // v1 is past retention but leased: it stays, and so does its directory, bytes intact.
     expect(existsSync(v(1))).toBe(true);
@@ -137,7 +137,9 @@ describe('relay: version directories', () => {
       expect(statSync(pub.description.path).nlink).toBe(1);
       checkDirsTruthful(dir);
       for (const t of weights(version)) pub.write(t.name, t.data);
-      await pub.commit();
+      await (
+        await pub.commit()
+      ).visible;
       checkDirsTruthful(dir);
       // Before the next version begins: v(N-2) retired (a spare now, or unlinked with the pool
       // full of a prepared one), so that the next version takes a spare.
@@ -182,7 +184,7 @@ describe('relay: version directories', () => {
     const master = await start({ relayId: 'd0', ...common });
     const tail = await start({ relayId: 'd1', ...common });
     const arrived = new Promise<void>((resolve) => tail.relay.store.on('complete', (v) => v.version === 4 && resolve()));
-    await master.client.publish({ model: MODEL, version: 4, tensors: weights(4) });
+    await publishVisible(master.client, { model: MODEL, version: 4, tensors: weights(4) });
     await arrived;
     const received = tail.relay.store.latest(MODEL)!;
     expect(received.dir).toBe(join(tail.dir, 'models', MODEL_DIR, 'v4'));
@@ -198,7 +200,7 @@ describe('relay: version directories', () => {
     const { relay, client, dir } = await start({ keepVersions: 0, spareSegments: 1 });
     // A file where the models/ tree goes: no directory can be made under it.
     writeFileSync(join(dir, 'models'), 'in the way');
-    const done = await client.publish({ model: MODEL, version: 1, tensors: weights(1) });
+    const done = await publishVisible(client, { model: MODEL, version: 1, tensors: weights(1) });
     expect(done.dir).toBeNull();
     await using lease = await client.acquire({ model: MODEL });
     expect(lease.dir).toBeNull();

@@ -11,7 +11,7 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { RolloutClient } from '../../src/rollout/rollout-client.js';
 import { inertEngine } from '../helpers/engine.js';
 import { metricValue, servicesFixture } from '../data/helpers.js';
-import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { spawnRelay, publishVisible, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 
 const MODEL = 'org/away';
 const weights = (v: number) => [{ name: 'w', dtype: 'F32' as const, shape: [1024], data: new Float32Array(1024).fill(v) }];
@@ -33,7 +33,7 @@ describe('rollout: its relay dies and comes back', () => {
       const args = ['--keep-versions', '3', '--no-pin'];
       relays.push(await spawnRelay(tmp.dir, args));
       const trainer = await RelayClient.connect({ socketPath: relays[0]!.socketPath, reconnect: false });
-      await trainer.publish({ model: MODEL, version: 1, tensors: weights(1) });
+      await publishVisible(trainer, { model: MODEL, version: 1, tensors: weights(1) });
       trainer.close();
 
       rollout = await RolloutClient.connect({
@@ -63,7 +63,7 @@ describe('rollout: its relay dies and comes back', () => {
 
       relays.push(await spawnRelay(tmp.dir, args));
       const again = await RelayClient.connect({ socketPath: relays[1]!.socketPath, reconnect: false });
-      await again.publish({ model: MODEL, version: 2, tensors: weights(2) });
+      await publishVisible(again, { model: MODEL, version: 2, tensors: weights(2) });
       again.close();
       const second = await rollout.acquireWeights({ atLeast: 2 });
       expect(second.version).toBe(2);
@@ -107,7 +107,7 @@ describe('rollout: its relay dies and comes back', () => {
       relay = await spawnRelay(tmp.dir, ['--no-pin']);
       expect(relay.socketPath).toBe(socketPath);
       const trainer = await RelayClient.connect({ socketPath, reconnect: false });
-      await trainer.publish({ model: MODEL, version: 4, tensors: weights(4) });
+      await publishVisible(trainer, { model: MODEL, version: 4, tensors: weights(4) });
       trainer.close();
       // Two acquires at once share one connection to the relay.
       const [a, b] = await Promise.all([rollout.acquireWeights(), rollout.acquireWeights()]);

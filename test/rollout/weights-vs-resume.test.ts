@@ -14,7 +14,7 @@ import { RolloutClient } from '../../src/rollout/rollout-client.js';
 import type { GenerationTask } from '../../src/rollout/task.js';
 import { servicesFixture } from '../data/helpers.js';
 import { inertEngine } from '../helpers/engine.js';
-import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { spawnRelay, publishVisible, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 
 const MODEL = 'org/stepped';
 const weights = (v: number) => [{ name: 'w', dtype: 'F32' as const, shape: [256], data: new Float32Array(256).fill(v) }];
@@ -44,7 +44,7 @@ describe('rollout: weight changes and resumes do not overlap', () => {
 
   async function publish(version: number): Promise<void> {
     const trainer = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
-    await trainer.publish({ model: MODEL, version, tensors: weights(version) });
+    await publishVisible(trainer, { model: MODEL, version, tensors: weights(version) });
     trainer.close();
   }
 

@@ -91,8 +91,18 @@ describe('peer messages', () => {
       { t: 'accept', model: 'm', version: 2, from: 5, have: [7, 9] },
       { t: 'chunk', model: 'm', version: 2, index: 4 },
       { t: 'progress', model: 'm', version: 2, hwm: 10, complete: true },
+      { t: 'welcome', epoch: 3, chunkAdvice: true },
+      { t: 'welcome', epoch: 3 },
+      { t: 'chunk-query', size: 2 ** 40 },
+      { t: 'chunk-advice', size: 2 ** 40, chunkSize: 4 * 2 ** 20 },
     ] satisfies PeerMessage[]) {
       expect(decodePeerMessage(encodePeerMessage(m))).toEqual(m);
+    }
+    // Advice outside what a version's header accepts is refused like any bad message.
+    for (const chunkSize of [0, 4095, 2 ** 31 + 1, 1.5]) {
+      expect(() => decodePeerMessage(encodePeerMessage({ t: 'chunk-advice', size: 1, chunkSize }))).toThrow(
+        expect.objectContaining({ code: 'ERR_PEER_BAD_MESSAGE' }),
+      );
     }
   });
 

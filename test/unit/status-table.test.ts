@@ -182,4 +182,25 @@ describe('laminar status table', () => {
     expect(refused({ health: 'alive,gone' })).toMatchObject({ code: 'ERR_INVALID_ARG', message: expect.stringContaining('"gone"') as unknown });
     expect(refused({ kind: ',' })).toMatchObject({ code: 'ERR_INVALID_ARG' });
   });
+
+  it("shows each relay's chunk size, and the master's choice with the model's inputs", () => {
+    const status = fleetStatus(3, 0, 0);
+    const inputs = { bandwidth: 240e6, bandwidthSource: 'measured' as const, device: null, chunkCost: 250e-6, chunkCostSource: 'default' as const };
+    status.chain[0]!.chunking = {
+      mode: 'auto',
+      chunkSize: 4 * 2 ** 20,
+      p: 3,
+      ...inputs,
+      measured: { hops: 2, bandwidth: 240e6, chunkCost: null },
+      last: { bytes: 2 ** 30, p: 3, chunkSize: 4 * 2 ** 20, advisedBy: null, inputs },
+    };
+    status.chain[1]!.chunking = { ...status.chain[0]!.chunking, mode: 'fixed', chunkSize: 32 * 2 ** 20, last: null };
+    const text = formatStatus(status);
+    expect(text).toMatch(/\s+newest\s+chunk\n/);
+    expect(text).toMatch(/0\s+r0\s.*100%\s+4\.0 MiB auto\n/);
+    expect(text).toMatch(/1\s+r1\s.*100%\s+32\.0 MiB\n/);
+    // A relay that reports no chunking (an older build) shows a dash.
+    expect(text).toMatch(/2\s+r2\s.*100%\s+-\n/);
+    expect(text).toContain('  r0: chunk 4.0 MiB for 1.0 GiB (auto: p=3, 0.24 GB/s measured, 250 us/chunk default); 2 hops measured\n');
+  });
 });

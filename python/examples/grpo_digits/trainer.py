@@ -55,7 +55,7 @@ from training_batch import TrainingBatch
 import laminar
 from laminar import error_codes
 from laminar.data import Sampler, default_socket_path
-from laminar.errors import LaminarError, LaminarTimeoutError
+from laminar.errors import ClosedError, LaminarError, LaminarTimeoutError
 from laminar.testing import TinyLM, validate_state_dict
 
 DEFAULT_MODEL = "digits/tiny"
@@ -166,6 +166,8 @@ class GrpoTrainer:
         self.resumed = False
         self.reference: Optional[TinyLM] = None
         self.started = time.monotonic()
+        #: The version published last, verified by the relay while the next step trains.
+        self.last_publish: Optional[laminar.PublishResult] = None
 
     def start(self) -> None:
         """Version ``--start-version``: the relay's, if it holds it, else the seed's, published."""
@@ -200,13 +202,15 @@ class GrpoTrainer:
         A relay that went away (killed, restarting: ``ERR_CLOSED``) is waited for up to
         ``--relay-retry`` seconds, then the version is published again. When the lost attempt
         had committed, the restarted relay recovered it and answers ``ERR_VERSION_EXISTS``:
-        published, then."""
+        published, then. ``publish`` returns once the bytes are in the relay's segment; the
+        relay's verdict on the version is looked at before the next one (``settle``)."""
+        self.settle()
         began = time.perf_counter()
         deadline = time.monotonic() + self.args.relay_retry
         retried = False
         while True:
             try:
-                self.relay.publish(self.args.model, version, self.model.state_dict())
+                self.last_publish = self.relay.publish(self.args.model, version, self.model.state_dict())
                 break
             except LaminarError as err:
                 if retried and err.code == error_codes.VERSION_EXISTS:
@@ -220,6 +224,18 @@ class GrpoTrainer:
         stall = (time.perf_counter() - began) * 1000.0
         self.clock.published(version, time.time() * 1000.0)
         return stall
+
+    def settle(self) -> None:
+        """Waits for the relay's verdict on the version published last (by now it is usually in:
+        the relay verified it while the step trained). A version the relay refused raises; one
+        lost with a relay that went away before verifying it is superseded by the next."""
+        last, self.last_publish = self.last_publish, None
+        if last is None:
+            return
+        try:
+            last.wait_visible()
+        except ClosedError as err:
+            print(f"version {last.version} was lost with the relay before it was verified ({err.message}); the next version supersedes it", flush=True)
 
     def _sample(self) -> tuple[Optional[TrainingBatch], float]:
         """The next batch as tensors (the shared batch released at once), and the wait in ms;
@@ -317,6 +333,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         trainer.start()
         log = MetricsLog(args.metrics_out, sys.stdout, append=trainer.resumed)
         taken = trainer.run(log)
+        trainer.settle()  # the last version served before the trainer says it is done
         why = f"stopped by {stop.signal}" if stop.stopped else "done"
         print(f"{why} after {taken} steps; last version {trainer.version}", flush=True)
         return 0

@@ -10,8 +10,8 @@ The logic lives in the TypeScript daemons; this package speaks their protocols.
 
 from . import error_codes
 from .errors import ClosedError, LaminarError, LaminarTimeoutError, RelayError
-from .relay import Lease, Publication, RelayClient
+from .relay import Lease, Publication, PublishResult, RelayClient
 from . import data
 
-__all__ = ["data", "error_codes", "LaminarError", "RelayError", "ClosedError", "LaminarTimeoutError", "RelayClient", "Lease", "Publication"]
+__all__ = ["data", "error_codes", "LaminarError", "RelayError", "ClosedError", "LaminarTimeoutError", "RelayClient", "Lease", "Publication", "PublishResult"]
 __version__ = "0.1.0"

@@ -108,6 +108,15 @@ SHM_FULL: Final = "ERR_SHM_FULL"
 SHM_DIR_IN_USE: Final = "ERR_SHM_DIR_IN_USE"
 """Another live relay holds the lock on this `--shm-dir`."""
 
+SEGMENT_NOT_VISIBLE: Final = "ERR_SEGMENT_NOT_VISIBLE"
+"""The relay handed out a segment path this process cannot open: it sees another mount namespace than the relay's (a container, `ip netns exec`), where the relay's huge-page mount at <shm-dir>/huge is not visible."""
+
+SHM_UNSUPPORTED: Final = "ERR_SHM_UNSUPPORTED"
+"""The `--shm-dir` is on a file system segments cannot live on (hugetlbfs rounds files to whole huge pages)."""
+
+HUGE_PAGES_UNAVAILABLE: Final = "ERR_HUGE_PAGES_UNAVAILABLE"
+"""`--huge-pages require` and the relay could neither find nor mount a tmpfs with 2 MiB pages (the message says why and the command that enables them)."""
+
 SOCKET_IN_USE: Final = "ERR_SOCKET_IN_USE"
 """Another relay (or sampler service) is listening on this unix socket."""
 
@@ -396,6 +405,9 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_MEMORY_BUDGET": "A version does not fit the relay's `--memory-budget` even after dropping what may be dropped.",
     "ERR_SHM_FULL": "The shared-memory file system has no room for the segment (ENOSPC).",
     "ERR_SHM_DIR_IN_USE": "Another live relay holds the lock on this `--shm-dir`.",
+    "ERR_SEGMENT_NOT_VISIBLE": "The relay handed out a segment path this process cannot open: it sees another mount namespace than the relay's (a container, `ip netns exec`), where the relay's huge-page mount at <shm-dir>/huge is not visible.",
+    "ERR_SHM_UNSUPPORTED": "The `--shm-dir` is on a file system segments cannot live on (hugetlbfs rounds files to whole huge pages).",
+    "ERR_HUGE_PAGES_UNAVAILABLE": "`--huge-pages require` and the relay could neither find nor mount a tmpfs with 2 MiB pages (the message says why and the command that enables them).",
     "ERR_SOCKET_IN_USE": "Another relay (or sampler service) is listening on this unix socket.",
     "ERR_NO_BROADCAST": "A broadcast operation was asked of a relay started without `--listen` or `--peers`.",
     "ERR_BAD_ENGINE_FILES": "The `--engine-files` directory does not exist, is not a directory, cannot be read, or holds no `config.json`.",

@@ -23,7 +23,7 @@ import type { BroadcastStatus } from '../protocol/status.js';
 import type { StoredVersion, VersionStore } from '../store.js';
 import { DownstreamSide } from './downstream.js';
 import { BroadcastMetrics } from './metrics.js';
-import { positionOf, type ChainPlan } from './plan.js';
+import { downstreamOf, positionOf, type ChainPlan } from './plan.js';
 import { MappingRegistrations } from './registrations.js';
 import { StoredSource } from './source.js';
 import { UpstreamSide } from './upstream.js';
@@ -79,6 +79,11 @@ export class Broadcaster {
     this.downstream = new DownstreamSide({ ...shared, worker: this.worker, arriving: () => this.upstream.arriving() });
     store.on('complete', this.onComplete);
     store.on('retired', this.onRetired);
+    // The chunk size of versions laid out here follows the chain they go down.
+    store.chunkSizer.follow({
+      length: () => (this.plan === null ? 1 : this.plan.relays.length - Math.max(0, positionOf(this.plan, options.relayId))),
+      successor: () => (this.plan === null ? null : (downstreamOf(this.plan, options.relayId)[0]?.address ?? null)),
+    });
     this.timer = setInterval(() => this.tick(), Math.max(50, Math.min(options.retryMs, 1000)));
     this.timer.unref();
   }
@@ -158,6 +163,7 @@ export class Broadcaster {
     clearInterval(this.timer);
     this.store.off('complete', this.onComplete);
     this.store.off('retired', this.onRetired);
+    this.store.chunkSizer.follow(null);
     this.listener?.close();
     this.downstream.close();
     await this.upstream.close();

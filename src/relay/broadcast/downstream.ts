@@ -248,6 +248,8 @@ export class DownstreamSide {
           this.metrics.transfers.inc({ direction: 'out', result });
           if (result === 'complete') {
             this.metrics.transferSeconds.observe({ direction: 'out' }, (performance.now() - session.startedAt) / 1e3);
+            // The link's bandwidth (and per-chunk cost) for the chunk size of the next versions.
+            this.store.chunkSizer.recordHop(session.hopSample());
             this.log.info({ peer: d.member.id, model: source.model, version: source.version, chunksSent: session.sentChunks }, 'version delivered downstream');
           } else if (session.declined?.code === ErrorCodes.BUSY) {
             // Another offer of the same version is being set up there: offer again shortly.

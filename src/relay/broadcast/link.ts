@@ -39,6 +39,8 @@ export class PeerLink {
   private early: [PeerMessage, IncomingMessage][] = [];
   /** Called with the code of each message that had to be dropped (bad header, ...). */
   onBadMessage: ((code: string) => void) | undefined;
+  /** The relay at the other end answers `chunk-query` (its welcome said so; connector side only). */
+  chunkAdvice = false;
 
   private lastHeard = Date.now();
 
@@ -222,7 +224,9 @@ async function connectHandshake(endpoint: Endpoint, peerId: string | null, addre
   const welcome = await welcomeP;
   if (welcome.t === 'refuse') throw new PeerRefusedError(welcome.code, `${peerId} refused us: ${welcome.message}`);
   if (welcome.t !== 'welcome') throw new ProtocolError(ErrorCodes.PEER_HANDSHAKE, `expected welcome, got ${welcome.t}`);
-  return new PeerLink(endpoint, challenge.id, 'relay', options.silenceMs);
+  const link = new PeerLink(endpoint, challenge.id, 'relay', options.silenceMs);
+  link.chunkAdvice = welcome.chunkAdvice === true;
+  return link;
 }
 
 export interface AcceptOptions {
@@ -280,6 +284,6 @@ async function acceptHandshake(endpoint: Endpoint, options: AcceptOptions): Prom
   // Relays are held to the keepalive; a publisher is only answered: between its pushes it may
   // sit idle for long, busy with training, and dropping it would gain nothing.
   const link = new PeerLink(endpoint, hello.from, hello.role, hello.role === 'relay' ? options.silenceMs : 0);
-  await endpoint.send(encodePeerMessage({ t: 'welcome', epoch: hello.epoch }));
+  await endpoint.send(encodePeerMessage({ t: 'welcome', epoch: hello.epoch, chunkAdvice: true }));
   return link;
 }

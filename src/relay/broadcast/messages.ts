@@ -7,12 +7,14 @@
  *   connector -> acceptor  hello {from, role, nonce, epoch}
  *   acceptor  -> connector challenge {id, nonce, proof}          | refuse {code, message}
  *   connector -> acceptor  auth {proof}
- *   acceptor  -> connector welcome {epoch}                       | refuse {code, message}
+ *   acceptor  -> connector welcome {epoch, chunkAdvice?}         | refuse {code, message}
  *   sender    -> receiver  offer {model, version, size, headerBytes} + payload: header bytes
  *   receiver  -> sender    accept {model, version, from, have}    | decline {model, version, code}
  *   sender    -> receiver  chunk {model, version, index} + payload: chunk bytes
  *   receiver  -> sender    nack {model, version, index}           (failed its checksum: send again)
  *   receiver  -> sender    progress {model, version, hwm, complete}
+ *   publisher -> relay     chunk-query {size}                    (only to a relay whose welcome said chunkAdvice)
+ *   relay     -> publisher chunk-advice {size, chunkSize}         (the chunk size the relay would give `size` data bytes)
  *   either                 error {code, message}
  *   either                 ping {} -> pong {}                    (keepalive of a quiet link)
  */
@@ -40,7 +42,9 @@ export const peerMessageSchema = z.discriminatedUnion('t', [
   }),
   z.object({ t: z.literal('challenge'), id: z.string().max(128), nonce: bytes, proof: bytes }),
   z.object({ t: z.literal('auth'), proof: bytes }),
-  z.object({ t: z.literal('welcome'), epoch: z.number().int().nonnegative() }),
+  // chunkAdvice: this relay answers chunk-query (a relay of an older build leaves it out, and a
+  // message it does not know would drop the link: the publisher asks only when it is there).
+  z.object({ t: z.literal('welcome'), epoch: z.number().int().nonnegative(), chunkAdvice: z.boolean().optional() }),
   z.object({ t: z.literal('refuse'), code: z.string().max(64), message: z.string().max(1024) }),
   z.object({ t: z.literal('offer'), model, version, size: z.number().int().positive(), headerBytes: z.number().int().positive() }),
   z.object({ t: z.literal('accept'), model, version, from: index, have: z.array(index).max(65536) }),
@@ -48,6 +52,16 @@ export const peerMessageSchema = z.discriminatedUnion('t', [
   z.object({ t: z.literal('chunk'), model, version, index }),
   z.object({ t: z.literal('nack'), model, version, index }),
   z.object({ t: z.literal('progress'), model, version, hwm: index, complete: z.boolean() }),
+  z.object({ t: z.literal('chunk-query'), size: z.number().int().nonnegative() }),
+  z.object({
+    t: z.literal('chunk-advice'),
+    size: z.number().int().nonnegative(),
+    chunkSize: z
+      .number()
+      .int()
+      .min(4096)
+      .max(2 ** 31),
+  }),
   z.object({ t: z.literal('error'), code: z.string().max(64), message: z.string().max(1024) }),
   z.object({ t: z.literal('ping') }),
   z.object({ t: z.literal('pong') }),

@@ -14,6 +14,7 @@ import type { PeerLink } from './link.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
 import type { BroadcastMetrics } from './metrics.js';
 import type { ChunkSource } from './source.js';
+import type { HopSample } from '../chunking/link-estimator.js';
 
 export type OutgoingResult = 'complete' | 'declined';
 
@@ -45,6 +46,11 @@ export class OutgoingTransfer {
   readonly result: Promise<OutgoingResult>;
   /** Chunks sent (resends included), for the resend-cost figure. */
   sentChunks = 0;
+  /** Chunks and bytes whose send completed, and the time the link had any in flight: the hop's timing. */
+  private carriedChunks = 0;
+  private carriedBytes = 0;
+  private busySeconds = 0;
+  private busySince = 0;
   /** Why the peer declined the offer, when it did. */
   declined: { code: string; message: string } | null = null;
   startedAt = 0;
@@ -63,6 +69,16 @@ export class OutgoingTransfer {
 
   get done(): boolean {
     return this.finished;
+  }
+
+  /**
+   * What this hop carried and for how long the link had chunks in flight: time spent waiting on
+   * our own upstream with nothing in flight (forwarding a version still arriving) or on the
+   * receiver's segment setup (before its accept) is not the link's.
+   */
+  hopSample(): HopSample {
+    const open = this.inflight > 0 ? (performance.now() - this.busySince) / 1e3 : 0;
+    return { bytes: this.carriedBytes, chunks: this.carriedChunks, seconds: this.busySeconds + open };
   }
 
   /** Sends the offer (with the safetensors header as its payload). */
@@ -160,13 +176,19 @@ export class OutgoingTransfer {
     }
     // The stall clock runs while the peer has work: time spent before this send waiting on our
     // own upstream (nothing in flight) is not the peer's, however long it was.
-    if (this.inflight === 0) this.lastProgress = Date.now();
+    if (this.inflight === 0) {
+      this.lastProgress = Date.now();
+      this.busySince = performance.now();
+    }
     this.inflight++;
     this.sentChunks++;
     this.link.send({ t: 'chunk', model: this.source.model, version: this.source.version, index }, { source: mapping, offset, length }).then(
       () => {
         this.progressed('to take a chunk');
         this.inflight--;
+        this.carriedChunks++;
+        this.carriedBytes += length;
+        if (this.inflight === 0) this.busySeconds += (performance.now() - this.busySince) / 1e3;
         this.options.metrics.chunksSent.inc();
         this.options.metrics.chunkBytesSent.inc(length);
         this.options.onChunk?.(this.sentChunks, this.source.layout.chunkCount);

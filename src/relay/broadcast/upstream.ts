@@ -161,6 +161,11 @@ export class UpstreamSide {
       case 'chunk':
         this.handleChunk(link, message, incoming);
         return;
+      case 'chunk-query':
+        incoming.release();
+        // The push goes through the publisher first: the chain is one relay longer than ours.
+        void link.send({ t: 'chunk-advice', size: message.size, chunkSize: this.store.chunkSizer.choose(message.size, 1) }).catch(() => undefined);
+        return;
       case 'error':
         incoming.release();
         if (message.code === GOODBYE) {

@@ -5,11 +5,12 @@
  */
 export { RelayClient, RelayError, type ConnectOptions, type BeginOptions, type AcquireOptions, type RelayStatus } from './relay-client.js';
 export { Lease } from './lease.js';
-export { Publication, type TensorData } from './publication.js';
+export { Publication, type PublishResult, type TensorData } from './publication.js';
 export {
   RemotePublisher,
   prepareVersion,
   prepareCheckpoint,
+  tensorDataBytes,
   type RemoteOptions,
   type RemotePublishResult,
   type TensorVersion,
@@ -19,4 +20,4 @@ export { StagingBuffer } from './staging.js';
 export { type TensorArray } from './tensor-view.js';
 export { validateModelId, validateVersion } from '../segments.js';
 export { DEFAULT_SHM_DIR, DEFAULT_CHUNK_SIZE, defaultSocketPath } from '../protocol/defaults.js';
-export type { VersionState, VersionInfo, BroadcastStatus } from '../protocol/status.js';
+export type { VersionState, VersionInfo, BroadcastStatus, ChunkingStatus } from '../protocol/status.js';

@@ -5,8 +5,12 @@
  * of the bytes as they landed, one per part of the tensor in each chunk it spans (computed in
  * the copy's own pass, or on the libuv pool); at commit the relay checks those against the
  * segment before it serves it, in the same read that computes the chunk checksums.
+ *
+ * commit() returns as soon as the reports and the commit request are sent: the writer's stall is
+ * the copy, and the relay's read runs while it goes on (a trainer trains). The result's
+ * `visible` settles when the relay has verified the version and serves it, or refused it.
  */
-import { ErrorCodes, InvalidInputError, LaminarError } from '../../common/errors.js';
+import { ClosedError, ErrorCodes, InvalidInputError, LaminarError } from '../../common/errors.js';
 import { mapLimit } from '../../common/concurrency.js';
 import { Mapping, checksumHex } from '../../native/index.js';
 import { chunkAlignedParts } from '../../safetensors/header.js';
@@ -19,6 +23,27 @@ export type TensorData = ArrayBufferView | ArrayBuffer;
 
 /** Checksum jobs in flight for markWritten (the pool has 4 threads unless UV_THREADPOOL_SIZE says). */
 const CHECKSUM_JOBS = 8;
+
+/**
+ * What commit() (and RelayClient.publish) return once the bytes are in the segment and the commit
+ * is sent: the writer's stall is over, the relay's verification (one read of every byte) runs
+ * after, and the version is served to nobody until it passed.
+ */
+export interface PublishResult {
+  model: string;
+  version: number;
+  /** The segment's name while it was written (the description `visible` gives names the complete one). */
+  segment: string;
+  size: number;
+  /**
+   * Resolves with the relay's description of the version (checksums, dir) once it is verified and
+   * served: acquirable, delivered to watches, sent down the chain. Rejects when it never will be:
+   * ERR_CHECKSUM_MISMATCH (its bytes differ from what the writers checksummed), ERR_INCOMPLETE, or
+   * ERR_CLOSED (the relay went away first); the version is then aborted, so the previous one stays
+   * the latest. Nothing needs to await it: its rejection is never an unhandled one.
+   */
+  visible: Promise<SegmentDescription>;
+}
 
 interface Report {
   name: string;
@@ -136,14 +161,29 @@ export class Publication {
     await this.connection.request('written', { model: this.model, version: this.version, tensors });
   }
 
-  /** Makes the version complete on the relay; resolves once it is verified and visible. */
-  async commit(): Promise<SegmentDescription> {
+  /**
+   * Sends what was written and asks the relay to commit; resolves as soon as that is sent, with
+   * the relay's verdict to come in `visible` (see PublishResult). The writer's mapping is given
+   * up: the bytes are the relay's now.
+   */
+  async commit(): Promise<PublishResult> {
     if (!this.owner) throw new LaminarError(ErrorCodes.NOT_OWNER, 'only the writer that began the publication commits it');
     this.checkOpen();
     await this.flush();
-    const result = await this.connection.request<SegmentDescription>('commit', { model: this.model, version: this.version });
+    // A connection lost by now took the publication with it: fail here, where the caller can still
+    // publish again (to a restarted relay, a new master), not later in `visible`.
+    if (this.connection.closed) throw new ClosedError(`the connection of the publication of ${this.model} v${this.version} is lost`);
+    const answer = this.connection.request<SegmentDescription>('commit', { model: this.model, version: this.version });
     this.finish();
-    return result;
+    const visible = answer.catch(async (err: unknown) => {
+      // The relay keeps a refused version writing (a writer could mend it); this one is finished,
+      // so it is dropped now rather than left holding a segment. With the connection gone the
+      // relay dropped it already. Settled only after, so that whoever sees the error sees it gone.
+      if (!this.connection.closed) await this.connection.request('abort', { model: this.model, version: this.version }).catch(() => undefined);
+      throw err;
+    });
+    visible.catch(() => undefined);
+    return { model: this.model, version: this.version, segment: this.segment, size: this.size, visible };
   }
 
   async abort(): Promise<void> {
@@ -164,7 +204,7 @@ export class Publication {
   private finish(): void {
     this.finished = true;
     // Unmapping a written gigabyte walks its page tables (~0.1 s): on the pool, not in the
-    // writer's way (a trainer returns to its step as soon as commit resolves).
+    // writer's way (a trainer returns to its step as soon as commit is sent).
     void this.mapping.closeAsync();
   }
 

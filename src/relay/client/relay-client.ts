@@ -3,7 +3,9 @@
  *
  *   const relay = await RelayClient.connect({ socketPath });
  *   const pub = await relay.beginPublish({ model, version, tensors: [{ name, dtype, shape }] });
- *   pub.write('w', float32Array); await pub.commit();
+ *   pub.write('w', float32Array);
+ *   const { visible } = await pub.commit();            // sent: the writer goes on
+ *   await visible;                                     // verified and served (when it matters)
  *
  *   await using lease = await relay.acquire({ model, atLeast: 3, timeoutMs: 60_000 });
  *   const w = lease.tensor('w');                       // zero-copy view of shared memory
@@ -21,10 +23,11 @@ import { Mapping } from '../../native/index.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
 import { defaultSocketPath, DEFAULT_SHM_DIR } from '../protocol/defaults.js';
 import { PROTOCOL_VERSION, type AcquireResult, type SegmentDescription, type VersionEvent } from '../protocol/messages.js';
-import type { BroadcastStatus, VersionInfo } from '../protocol/status.js';
+import type { BroadcastStatus, ChunkingStatus, PagesStatus, VersionInfo } from '../protocol/status.js';
+import { mapSegment } from './segment-mapping.js';
 import { FrameConnection, type RequestOptions } from './connection.js';
 import { Lease } from './lease.js';
-import { Publication, type TensorData } from './publication.js';
+import { Publication, type PublishResult, type TensorData } from './publication.js';
 import { RemotePublisher, type RemoteOptions } from './remote-publisher.js';
 
 export interface ConnectOptions {
@@ -64,7 +67,9 @@ export interface AcquireOptions {
 
 export interface RelayStatus {
   relay: string;
+  /** Where the segments are (the shm directory, or the relay's huge-page mount in it). */
   shmDir: string;
+  pages: PagesStatus;
   /** Versions and spare segments. */
   usedBytes: number;
   /** Segments kept allocated for the next versions (their bytes are in usedBytes). */
@@ -72,6 +77,8 @@ export interface RelayStatus {
   memoryBudget: number | null;
   pinning: boolean;
   pinnedBytes: number;
+  /** How the relay chunks the versions it lays out: `auto` with the model's inputs, or fixed. */
+  chunking: ChunkingStatus;
   leases: number;
   connections: number;
   versions: VersionInfo[];
@@ -235,7 +242,7 @@ export class RelayClient implements AsyncDisposable {
   private async openPublication(connection: FrameConnection, description: SegmentDescription, owner: boolean, populate: boolean): Promise<Publication> {
     let mapping: Mapping;
     try {
-      mapping = new Mapping(description.path, { writable: true });
+      mapping = mapSegment(description.path, { writable: true });
       if (populate) await mapping.populate(0, mapping.size, true);
     } catch (err) {
       if (owner) await connection.request('abort', { model: description.model, version: description.version }).catch(() => undefined);
@@ -244,13 +251,18 @@ export class RelayClient implements AsyncDisposable {
     return new Publication(connection, description, mapping, owner);
   }
 
-  /** One-call publish: lays out, writes and commits the given tensors. */
+  /**
+   * One-call publish: lays out, writes and commits the given tensors. Returns once the bytes are
+   * in the relay's segment and the commit is sent (the caller may change its tensors then); the
+   * result's `visible` settles when the relay has verified and serves the version (see
+   * PublishResult).
+   */
   async publish(options: {
     model: string;
     version: number;
     tensors: { name: string; dtype: Dtype; shape: number[]; data: TensorData }[];
     metadata?: Record<string, string>;
-  }): Promise<SegmentDescription> {
+  }): Promise<PublishResult> {
     const pub = await this.beginPublish({
       model: options.model,
       version: options.version,
@@ -284,7 +296,7 @@ export class RelayClient implements AsyncDisposable {
     const result = await connection.request<AcquireResult>('acquire', { ...args }, signal ? { signal } : {});
     let mapping: Mapping;
     try {
-      mapping = new Mapping(result.path, { writable: false });
+      mapping = mapSegment(result.path, { writable: false });
     } catch (err) {
       await connection.request('release', { lease: result.lease }).catch(() => undefined);
       throw err;
@@ -398,4 +410,5 @@ export class RelayClient implements AsyncDisposable {
 }
 
 export { Lease, Publication, ErrorCodes, RemotePublisher };
+export type { PublishResult };
 export { RelayError } from './connection.js';

@@ -11,7 +11,8 @@ import { hostname } from 'node:os';
 import { ConflictError, LaminarError } from '../../common/errors.js';
 import { silentLogger } from '../../common/logger.js';
 import { Mapping } from '../../native/index.js';
-import { chunkRange, encodeHeader, planLayout, type VersionLayout } from '../../safetensors/header.js';
+import { chunkRange, encodeHeader, planLayout, tensorByteLength, type ChunkLayout, type VersionLayout } from '../../safetensors/header.js';
+import { autoHeaderChunks } from '../chunking/chunk-choice.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
 import { UcxWorker, type Registration } from '../../ucx/index.js';
 import { loadSecret } from '../broadcast/auth.js';
@@ -40,6 +41,7 @@ export interface RemoteOptions {
   name?: string;
   /** The relay id expected at `address` (checked during authentication); any relay of the job by default. */
   relayId?: string;
+  /** A fixed chunk size; without one, each version gets the chunk size the relay chooses for it. */
   chunkSize?: number;
   window?: number;
   /** A relay that takes nothing (or answers no ping) for this long fails the push. */
@@ -59,6 +61,8 @@ export interface RemotePublishResult {
 
 /** Threads reading the checkpoint and checksumming chunks at once (the libuv pool has 4). */
 const CHECKSUM_CONCURRENCY = 4;
+/** How long a publisher waits for the relay's chunk size before it uses DEFAULT_CHUNK_SIZE. */
+const CHUNK_ADVICE_TIMEOUT_MS = 5000;
 
 class LocalSource implements ChunkSource {
   constructor(
@@ -87,6 +91,8 @@ export class RemotePublisher {
   private kept: { mapping: Mapping; registration: Registration } | null = null;
   /** Rejects when the link closes: every push in flight fails with the reason. */
   private readonly linkClosed: Promise<never>;
+  /** Questions to the relay about a version size's chunk size, answered by size. */
+  private readonly advice = new Map<number, ((chunkSize: number) => void)[]>();
 
   private constructor(
     private readonly worker: UcxWorker,
@@ -96,6 +102,12 @@ export class RemotePublisher {
   ) {
     link.setHandler((message, incoming) => {
       incoming.release();
+      if (message.t === 'chunk-advice') {
+        const waiting = this.advice.get(message.size) ?? [];
+        this.advice.delete(message.size);
+        for (const resolve of waiting) resolve(message.chunkSize);
+        return;
+      }
       if ('model' in message && 'version' in message) this.sessions.get(transferKey(message.model, message.version))?.handle(message);
     });
     this.linkClosed = new Promise<never>((_, reject) =>
@@ -144,10 +156,55 @@ export class RemotePublisher {
     return this.link.closed;
   }
 
+  /**
+   * The chunk size the relay chooses for a version of `dataBytes` bytes of tensor data (its
+   * `--chunk-size`, or under auto the chunk model for its chain with this push as the first hop);
+   * null when the relay gives no advice (an older build) or none within 5 s.
+   */
+  async chunkAdviceFor(dataBytes: number): Promise<number | null> {
+    if (!this.link.chunkAdvice || this.link.closed) return null;
+    let timer: NodeJS.Timeout | undefined;
+    let waiter: ((chunkSize: number) => void) | undefined;
+    const answer = new Promise<number | null>((resolve) => {
+      waiter = resolve;
+      timer = setTimeout(() => resolve(null), CHUNK_ADVICE_TIMEOUT_MS);
+      // One question per size at a time; everyone waiting on it takes the answer.
+      const waiting = this.advice.get(dataBytes);
+      if (waiting) waiting.push(resolve);
+      else {
+        this.advice.set(dataBytes, [resolve]);
+        this.link.send({ t: 'chunk-query', size: dataBytes }).catch(() => resolve(null));
+      }
+    });
+    try {
+      return await Promise.race([answer, this.linkClosed.catch(() => null)]);
+    } finally {
+      clearTimeout(timer);
+      // Unanswered (timeout, link gone): a later question is asked afresh.
+      const waiting = this.advice.get(dataBytes);
+      if (waiting) {
+        const left = waiting.filter((w) => w !== waiter);
+        if (left.length > 0) this.advice.set(dataBytes, left);
+        else this.advice.delete(dataBytes);
+      }
+    }
+  }
+
+  /**
+   * How a version of `dataBytes` pushed by this publisher is cut: its own chunk size, else the
+   * relay's advice (DEFAULT_CHUNK_SIZE without one) with header room for any chunk size the
+   * relay's auto could advise, so that the version's size (the relay's spare segment, this
+   * publisher's staging buffer) does not change with the advice.
+   */
+  async chunkingFor(dataBytes: number): Promise<ChunkLayout> {
+    if (this.options.chunkSize !== undefined) return { chunkSize: this.options.chunkSize };
+    return { chunkSize: (await this.chunkAdviceFor(dataBytes)) ?? DEFAULT_CHUNK_SIZE, headerChunks: autoHeaderChunks(dataBytes) };
+  }
+
   /** Publishes tensors given in memory. */
   async publish(request: TensorVersion & { onProgress?: (done: number, total: number) => void }): Promise<RemotePublishResult> {
     const started = performance.now();
-    const prepared = await prepareVersion(request, this.options.chunkSize ?? DEFAULT_CHUNK_SIZE, this.staging);
+    const prepared = await prepareVersion(request, await this.chunkingFor(tensorDataBytes(request)), this.staging);
     try {
       return await this.push(prepared, started, request.onProgress);
     } finally {
@@ -161,7 +218,7 @@ export class RemotePublisher {
     request: { model: string; version: number; onProgress?: (done: number, total: number) => void },
   ): Promise<RemotePublishResult> {
     const started = performance.now();
-    const prepared = await prepareCheckpoint(path, request.model, request.version, this.options.chunkSize ?? DEFAULT_CHUNK_SIZE);
+    const prepared = await prepareCheckpoint(path, request.model, request.version, (dataBytes) => this.chunkingFor(dataBytes));
     try {
       return await this.push(prepared, started, request.onProgress);
     } finally {
@@ -233,6 +290,11 @@ export interface TensorVersion {
   metadata?: Record<string, string>;
 }
 
+/** Bytes of tensor data in a version (what a relay chooses the chunk size for), from dtypes and shapes. */
+export function tensorDataBytes(request: { tensors: readonly { name: string; dtype: Dtype; shape: readonly number[] }[] }): number {
+  return request.tensors.reduce((sum, t) => sum + tensorByteLength(t), 0);
+}
+
 /**
  * A version laid out in local memory exactly as it will sit in a relay's shared memory (header
  * with chunk checksums, then the tensors), ready to be pushed once or, after a master change,
@@ -253,11 +315,11 @@ function planFor(
   version: number,
   specs: { name: string; dtype: Dtype; shape: number[] }[],
   metadata: Record<string, string>,
-  chunkSize: number,
+  chunking: ChunkLayout,
 ): VersionLayout {
   return planLayout(
     specs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
-    { model: validateModelId(model), version: validateVersion(version), chunkSize, extraMetadata: metadata },
+    { model: validateModelId(model), version: validateVersion(version), ...chunking, extraMetadata: metadata },
   );
 }
 
@@ -284,9 +346,14 @@ async function seal(
  * Lays `request` out in private memory: a new mapping, or the one `staging` kept from the last
  * publish (close() gives it back to `staging` then).
  */
-export async function prepareVersion(request: TensorVersion, chunkSize = DEFAULT_CHUNK_SIZE, staging?: StagingBuffer): Promise<PreparedVersion> {
+/** `chunking`: a chunk size, or one with header room reserved (RemotePublisher.chunkingFor). */
+export async function prepareVersion(
+  request: TensorVersion,
+  chunking: number | ChunkLayout = DEFAULT_CHUNK_SIZE,
+  staging?: StagingBuffer,
+): Promise<PreparedVersion> {
   const metadata = request.metadata ?? {};
-  const layout = planFor(request.model, request.version, request.tensors, metadata, chunkSize);
+  const layout = planFor(request.model, request.version, request.tensors, metadata, typeof chunking === 'number' ? { chunkSize: chunking } : chunking);
   const sources = request.tensors.map((t, i) => {
     const entry = layout.tensors[i]!;
     const bytes = asBytes(t.data);
@@ -319,11 +386,23 @@ export async function prepareVersion(request: TensorVersion, chunkSize = DEFAULT
   }
 }
 
-export async function prepareCheckpoint(path: string, model: string, version: number, chunkSize = DEFAULT_CHUNK_SIZE): Promise<PreparedVersion> {
+/** `chunking`: a chunk size, or what gives the chunking for the checkpoint's bytes of tensor data (a relay's advice). */
+export async function prepareCheckpoint(
+  path: string,
+  model: string,
+  version: number,
+  chunking: number | ((dataBytes: number) => Promise<ChunkLayout>) = DEFAULT_CHUNK_SIZE,
+): Promise<PreparedVersion> {
   const checkpoint = await readCheckpoint(path);
   const specs = checkpoint.shards.flatMap((s) => s.tensors);
   const metadata = { ...checkpoint.shards[0]?.metadata, 'laminar.source': path };
-  const layout = planFor(model, version, specs, metadata, chunkSize);
+  const layout = planFor(
+    model,
+    version,
+    specs,
+    metadata,
+    typeof chunking === 'number' ? { chunkSize: chunking } : await chunking(tensorDataBytes({ tensors: specs })),
+  );
   const mapping = new Mapping(null, { size: layout.totalSize });
   try {
     await copyCheckpoint(checkpoint, mapping, layout.dataOffset, { concurrency: CHECKSUM_CONCURRENCY });

@@ -7,6 +7,11 @@
 import { join } from 'node:path';
 
 export const DEFAULT_SHM_DIR = '/dev/shm/laminar';
+/**
+ * The chunk size of the days before `auto`: what a remote publisher uses when its relay gives no
+ * advice (a relay of an older build), and the largest chunk a relay's `auto` picks
+ * (relay/chunking/chunk-choice.ts).
+ */
 export const DEFAULT_CHUNK_SIZE = 32 * 1024 * 1024;
 /** Chunks in flight per broadcast link (relay --broadcast-window). */
 export const DEFAULT_BROADCAST_WINDOW = 4;

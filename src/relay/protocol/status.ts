@@ -6,11 +6,26 @@
 
 export type VersionState = 'writing' | 'complete' | 'retired';
 
+/** The page size of the relay's segments and how it came to be (`status`'s `pages`). */
+export interface PagesStatus {
+  /** Bytes per page of new segments: 2097152 or 4096. */
+  size: number;
+  /** shm-dir: the shm directory gives 2 MiB pages; mounted / earlier-mount: the relay's tmpfs at <shm-dir>/huge; small: 4 KiB pages. */
+  source: 'shm-dir' | 'mounted' | 'earlier-mount' | 'small';
+  reason: string;
+  /** With 4 KiB pages, what would give 2 MiB ones; null otherwise. */
+  hint: string | null;
+}
+
 /** One version the relay holds, as `status` lists it. */
 export interface VersionInfo {
   model: string;
   version: number;
-  state: VersionState;
+  /**
+   * `verifying`: written and committed, its commit still reading it (not served yet: nothing
+   * acquires, watches or receives a version before it is `complete`).
+   */
+  state: VersionState | 'verifying';
   segment: string;
   path: string;
   /** The version's directory (`<shm-dir>/models/<model>/v<N>/`) once complete; null otherwise. */
@@ -34,4 +49,45 @@ export interface BroadcastStatus {
   /** Versions arriving; `settingUp`: its segment is being allocated, the offer not yet accepted. */
   receiving: { model: string; version: number; hwm: number; chunks: number; settingUp?: boolean }[];
   skipped: string[];
+}
+
+/** Where an input of the chunk model came from: a flag, the relay's measured sends, the interface's speed, or the default. */
+export type InputSource = 'flag' | 'measured' | 'nic' | 'default';
+
+/** The chunk model's inputs now (relay/chunking/chunk-sizer.ts). */
+export interface ChunkModelInputs {
+  /** The chain length p for a local publish here: this relay to the tail of the plan (1 without a plan). */
+  p: number;
+  /** Bytes per second. */
+  bandwidth: number;
+  bandwidthSource: InputSource;
+  /** The interface whose speed was taken (source nic). */
+  device: string | null;
+  /** Seconds a chunk costs besides its bytes. */
+  chunkCost: number;
+  chunkCostSource: InputSource;
+}
+
+/** How the relay chunks the versions it lays out (`status`'s `chunking`). */
+export interface ChunkingStatus extends ChunkModelInputs {
+  /** `--chunk-size auto` (the default) or a fixed size. */
+  mode: 'auto' | 'fixed';
+  /** The fixed size, or the chunk of the last version laid out here (null before the first). */
+  chunkSize: number | null;
+  /** What the relay's own sends measured (null: nothing usable yet, or not separable). */
+  measured: { hops: number; bandwidth: number | null; chunkCost: number | null };
+  /** The last choice here: the version's bytes and p, and the model's inputs then (null when fixed, or another relay chose). */
+  last: ChunkChoiceRecord | null;
+}
+
+/** One chunk size chosen by a relay. */
+export interface ChunkChoiceRecord {
+  /** Bytes of tensor data of the version. */
+  bytes: number;
+  /** The chain it was chosen for (one more than the relay's own for a remote publisher's push). */
+  p: number;
+  chunkSize: number;
+  /** The relay whose choice this is when not this one's (a forwarding relay takes the master's). */
+  advisedBy: string | null;
+  inputs: Omit<ChunkModelInputs, 'p'> | null;
 }

@@ -52,7 +52,8 @@ export class StoredVersion {
     return {
       model: this.model,
       version: this.version,
-      state: this.state,
+      // A commit reading it: committed by its writer, not served yet.
+      state: this.state === 'writing' && this.committing ? 'verifying' : this.state,
       segment: this.segment,
       path: this.path,
       dir: this.dir,

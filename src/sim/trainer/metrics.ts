@@ -12,7 +12,9 @@ export interface SimTrainerMetrics {
   trajectories: Counter;
   staleness: Histogram;
   publishStall: Histogram;
+  publishVisible: Histogram;
   publishes: Counter;
+  publishRefused: Counter;
   sampleWait: Histogram;
   train: Histogram;
 }
@@ -34,7 +36,18 @@ export function simTrainerMetrics(registry: Registry): SimTrainerMetrics {
       labelNames: ['kind'],
       buckets: SECONDS_BUCKETS,
     }),
+    publishVisible: histogram(registry, {
+      name: 'laminar_sim_trainer_publish_visible_seconds',
+      help: 'From a publish called to the version verified and served by the master relay, by kind (initial, step)',
+      labelNames: ['kind'],
+      buckets: SECONDS_BUCKETS,
+    }),
     publishes: counter(registry, { name: 'laminar_sim_trainer_publishes_total', help: 'Versions published, by kind (initial, step)', labelNames: ['kind'] }),
+    publishRefused: counter(registry, {
+      name: 'laminar_sim_trainer_publish_refused_total',
+      help: 'Versions published that the master never served (refused at its verification, or lost with it), by kind',
+      labelNames: ['kind'],
+    }),
     sampleWait: histogram(registry, {
       name: 'laminar_sim_trainer_sample_wait_seconds',
       help: 'Time the trainer waited for a batch from the experience buffer',

@@ -446,6 +446,11 @@ export class SimTrainer {
     this.m.version.set(version);
     this.m.publishes.inc({ kind });
     this.m.publishStall.observe({ kind }, stallMs / 1000);
+    // The master verifies the version while the next step trains (TrainerClient's log says why one failed).
+    void result.visible?.then(
+      (v) => this.m.publishVisible.observe({ kind }, v.visibleSeconds),
+      () => this.m.publishRefused.inc({ kind }),
+    );
     const record: SimTrainerPublish = { version, kind, stallMs, result };
     this.events.emit('published', record);
     return record;

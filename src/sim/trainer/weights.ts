@@ -21,11 +21,16 @@ export interface WeightTensor {
 export interface WeightPublishResult {
   /** Time publish() blocked the trainer. */
   stallMs: number;
+  /**
+   * Settles when the relays serve the version, or will not (a version refused after publish()
+   * returned), when the publisher can tell; absent for one whose publish() returns only then.
+   */
+  visible?: Promise<{ visibleSeconds: number }>;
   /** Extra facts for logs (master, mode, attempts), when the publisher has them. */
   [key: string]: unknown;
 }
 
-/** Where the simulated trainer's versions go. publish() resolves once the version is safe with the relays. */
+/** Where the simulated trainer's versions go. publish() resolves once the relays hold the version's bytes. */
 export interface WeightPublisher {
   publish(version: number, tensors: readonly WeightTensor[]): Promise<WeightPublishResult>;
   close(): Promise<void>;
@@ -79,7 +84,7 @@ export class TrainerClientPublisher implements WeightPublisher {
 
   async publish(version: number, tensors: readonly WeightTensor[]): Promise<WeightPublishResult> {
     const r = await this.client.publish({ model: this.model, version, tensors: [...tensors] });
-    return { stallMs: r.stallSeconds * 1000, master: r.master, mode: r.mode, attempts: r.attempts };
+    return { stallMs: r.stallSeconds * 1000, visible: r.visible, master: r.master, mode: r.mode, attempts: r.attempts };
   }
 
   close(): Promise<void> {

@@ -9,12 +9,14 @@ from .dtypes import DTYPE_SIZES
 from .lease import Lease
 from .protocol import DEFAULT_SHM_DIR, PROTOCOL_VERSION, TensorInfo, VersionEvent, default_socket_path
 from .publication import Publication
+from .publish_result import PublishResult
 from .watch import AsyncWatch, Watch
 
 __all__ = [
     "RelayClient",
     "Lease",
     "Publication",
+    "PublishResult",
     "TensorInfo",
     "VersionEvent",
     "Watch",

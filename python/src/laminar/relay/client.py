@@ -1,7 +1,8 @@
 """``RelayClient``: what a Python trainer or rollout links with to talk to its host's relay.
 
     with laminar.RelayClient() as relay:
-        relay.publish("policy", step, model.state_dict())            # trainer
+        result = relay.publish("policy", step, model.state_dict())   # trainer: back to training
+        result.wait_visible(timeout=60)                               # verified and served (optional)
         with relay.acquire("policy", at_least=step, timeout=60) as lease:
             weights = lease.torch()                                   # zero-copy views
         for event in relay.watch("policy", replay=True): ...          # each version as it completes
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 import weakref
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
@@ -31,6 +33,7 @@ from .dtypes import safetensors_dtype
 from .lease import Lease
 from .protocol import default_socket_path
 from .publication import Publication, Tensors
+from .publish_result import PublishResult
 from .segment_map import map_read_only, map_writable
 from .session import Session
 from .watch import AsyncWatch, Watch
@@ -268,12 +271,17 @@ class RelayClient:
         *,
         specs: Optional[Iterable[Spec]] = None,
         chunk_size: Optional[int] = None,
-    ) -> dict[str, Any]:
+    ) -> PublishResult:
         """Publishes a version in one call: begin, copy every tensor into the segment (copies and
         checksums in parallel), commit. ``tensors``: a mapping of name to torch tensor (any
         device) or numpy array, e.g. ``model.state_dict()``; or an iterator of ``(name, tensor)``
-        pairs (a per-tensor parameter stream), with ``specs`` given up front. Returns the relay's
-        description of the committed version; on any failure the publication is aborted."""
+        pairs (a per-tensor parameter stream), with ``specs`` given up front. Returns as soon as
+        the bytes are in the relay's segment and the commit is sent (the tensors may change from
+        then on): the relay verifies the version after, and serves it only once it passed. The
+        ``PublishResult``'s ``wait_visible()`` waits for that and returns the relay's description
+        of the version; a refused version (``ERR_CHECKSUM_MISMATCH``) is aborted and raised there.
+        On any failure before the return the publication is aborted and the error raised."""
+        started = time.perf_counter()
         streamed = not isinstance(tensors, Mapping)
         if specs is None:
             if streamed:
@@ -287,7 +295,9 @@ class RelayClient:
                     publication.write(name, tensor)
             else:
                 publication.write_many(tensors)
-            return publication.commit()
+            result = publication.commit()
+            result.stall_seconds = time.perf_counter() - started
+            return result
         except BaseException:
             try:
                 publication.abort()

@@ -7,12 +7,17 @@ computed while copying; at commit the relay checks those against the segment bef
 the version. Several writers, in several processes, may fill disjoint tensors of one
 publication: the first ``begin``s it and shares ``segment``, the others ``attach`` to it, each
 ``flush``es (or ``close``s) when its part is written, and the first ``commit``s.
+
+``commit`` returns as soon as the reports and the commit request are sent: the writer's stall is
+the copy. The relay's read runs after, and the returned ``PublishResult`` says when the version
+is verified and served (``wait_visible``), or why it never will be.
 """
 
 from __future__ import annotations
 
 import mmap
 import threading
+import time
 import warnings
 from concurrent.futures import Executor, Future
 from typing import Any, Iterable, Mapping, Optional, Union
@@ -25,6 +30,7 @@ from .connection import FrameConnection
 from .dtypes import DTYPE_SIZES, fills, numpy_view_dtype, torch_view_dtype
 from .layout import ChunkGrid
 from .protocol import TensorInfo, tensor_index
+from .publish_result import PublishResult
 from .segment_map import close_mapping_later
 from .segment_writer import SegmentWriter
 from .tensor_source import TensorSource, tensor_source
@@ -138,16 +144,43 @@ class Publication:
         tensors = [{"name": name, "chunkAligned": True, "pieces": [f.result() for f in futures]} for name, futures in reports]
         self._connection.request("written", {"model": self.model, "version": self.version, "tensors": tensors})
 
-    def commit(self) -> dict[str, Any]:
-        """Makes the version complete on the relay; returns once it is verified and visible, with
-        the relay's description of it (``checksums`` included)."""
+    def commit(self) -> PublishResult:
+        """Reports what was written and asks the relay to commit; returns as soon as that is sent,
+        with a ``PublishResult`` whose ``wait_visible()`` returns the relay's description of the
+        version (``checksums`` and ``dir`` included) once the relay verified it and serves it. A
+        version the relay refuses (``ERR_CHECKSUM_MISMATCH``: bytes changed after they were
+        checksummed) is aborted here, so the previous version stays the latest. The writer's
+        mapping is given up: the bytes are the relay's now."""
+        started = time.perf_counter()
         if not self.owner:
             raise LaminarError(error_codes.NOT_OWNER, "only the writer that began the publication commits it")
         self._check_open()
         self.flush()
-        result = self._connection.request("commit", {"model": self.model, "version": self.version})
+        if self._connection.closed:
+            # The publication went with the connection: fail here, where the caller can publish
+            # again, not later in the verdict.
+            raise ClosedError(f"the connection of the publication of {self.model} v{self.version} is lost")
+        committed_at = time.perf_counter()
+        result = PublishResult(self.model, self.version, self.segment, self.size, committed_at)
+        answer = self._connection.request_future("commit", {"model": self.model, "version": self.version})
         self._finish()
+        answer.add_done_callback(lambda f: self._verdict(f, result))
+        result.stall_seconds = time.perf_counter() - started
         return result
+
+    def _verdict(self, answer: Future, result: PublishResult) -> None:
+        """The relay's answer to the commit (on the reader thread: nothing here waits for a response)."""
+        err = answer.exception()
+        if err is None:
+            result._served(answer.result())
+            return
+        if isinstance(err, ClosedError) or self._connection.closed:
+            result._refused(err)  # the relay dropped the publication with the connection
+            return
+        # The relay keeps a refused version writing (a writer could mend it); this one is finished,
+        # so it is dropped now rather than left holding a segment, before anyone hears of the refusal.
+        abort = self._connection.request_future("abort", {"model": self.model, "version": self.version})
+        abort.add_done_callback(lambda _: result._refused(err))
 
     def abort(self) -> None:
         """Drops the publication (the owner tells the relay; another writer only stops). A

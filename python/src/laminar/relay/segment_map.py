@@ -18,10 +18,21 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
+from .. import error_codes
 from ..errors import LaminarError
 
 
 def _os_error(err: OSError, what: str) -> LaminarError:
+    if err.errno == errno.ENOENT:
+        # The relay names only files it holds: a missing one is not visible from this process.
+        return LaminarError(
+            error_codes.SEGMENT_NOT_VISIBLE,
+            f"{what}: it does not exist for this process, which runs in another mount namespace than "
+            "the relay (a separate container, ip netns exec) and does not see the relay's file system "
+            "there. Run both where the same mounts are visible, give the relay a --shm-dir that is a "
+            "tmpfs mounted for both (mount -t tmpfs -o huge=within_size tmpfs <dir>), or start the "
+            "relay with --huge-pages off",
+        )
     code = errno.errorcode.get(err.errno, "EIO") if err.errno else "EIO"
     return LaminarError(code, f"{what}: {err.strerror or err}")
 

@@ -71,8 +71,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             state = tiny_state_dict(config, args.seed + version)
             if args.break_:
                 state = broken(state, args.break_)
-            result = relay.publish(args.model, version, state)
-            print(json.dumps({"version": version, "dir": result.get("dir"), "bytes": result.get("bytes")}), flush=True)
+            # Whoever reads this line goes on to use the version: it is printed once served.
+            served = relay.publish(args.model, version, state).wait_visible()
+            print(json.dumps({"version": version, "dir": served.get("dir"), "bytes": served.get("bytes")}), flush=True)
     return 0
 
 

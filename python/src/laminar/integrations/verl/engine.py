@@ -115,7 +115,9 @@ class LaminarCheckpointEngine(_Base):  # type: ignore[misc, valid-type]
     async def send_weights(self, weights: Iterable[tuple[str, Any]], global_steps: Optional[int] = None) -> dict[str, float]:
         """Rank 0 (``is_master``): publishes the stream as version ``global_steps`` (without one:
         one past the last published, see ``StreamPublisher.next_version``) and returns once the
-        relay verified it, with metrics for verl's logger. Other ranks consume the stream and
+        relay verified it, with metrics for verl's logger: the rollouts receive this version right
+        after, so a version the relay refused fails here rather than leaving them waiting. The
+        verification is awaited without holding the event loop. Other ranks consume the stream and
         return ``{}``. Runs on the caller's event loop, as verl's other engines do: the stream's
         tensors are produced (gathered) on this thread."""
         if hasattr(weights, "__aiter__"):
@@ -124,8 +126,12 @@ class LaminarCheckpointEngine(_Base):  # type: ignore[misc, valid-type]
             drain(iter(weights))
             return {}
         result = self.publisher.publish(weights, global_steps)
+        await result.wait_visible_async()
         if not result.skipped:
-            log.info("published %s v%d: %.3f GB in %.2f s", result.model, result.version, result.bytes / 1e9, result.seconds)
+            visible = result.relay.visible_seconds if result.relay is not None else None
+            log.info(
+                "published %s v%d: %.3f GB in %.2f s, verified %.2f s after", result.model, result.version, result.bytes / 1e9, result.seconds, visible or 0.0
+            )
         return _metrics(result)
 
     # -- rollout ----------------------------------------------------------------------------
@@ -176,6 +182,7 @@ def _metrics(result: PublishResult) -> dict[str, float]:
     return {
         "laminar/version": float(result.version),
         "laminar/publish_s": result.seconds,
+        "laminar/verify_s": (result.relay.visible_seconds or 0.0) if result.relay is not None else 0.0,
         "laminar/gbytes": result.bytes / 1e9,
         "laminar/skipped": float(result.skipped),
         "laminar/staged": float(result.staged),

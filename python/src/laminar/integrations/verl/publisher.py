@@ -15,6 +15,10 @@ A stream whose layout differs from the one learnt (a tensor of another name, dty
 missing or twice) fails that publish with a typed error and is aborted; the layout is forgotten,
 and the next publish stages again.
 
+A publish returns once the bytes are in the relay's segment; the relay verifies the version
+after and serves it only then: the result's ``wait_visible`` (or ``wait_visible_async``) waits
+for that, and raises the relay's error for a version it refused.
+
 The stream is always consumed to its end, even when the publish fails: on a trainer of several
 ranks, every rank's generator takes part in the same collectives (all-gathers), and a rank that
 stopped early would leave the others waiting for ever.
@@ -24,12 +28,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ... import error_codes
 from ...errors import LaminarError
 from ...relay import RelayClient, specs_of
+from ...relay.publish_result import PublishResult as RelayPublishResult
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +50,25 @@ class PublishResult:
     version: int
     #: Bytes of tensor data in the version (0 when skipped).
     bytes: int
-    #: Seconds from the first tensor asked for to the version committed (verified and visible).
+    #: Seconds from the first tensor asked for to the bytes in the relay's segment and the commit sent.
     seconds: float
     #: True when this version had been published by this publisher already (the stream was consumed, nothing written).
     skipped: bool = False
     #: True when the stream was staged in host memory (the first publish, or after a layout change).
     staged: bool = False
+    #: The relay's side: its verdict on the version (None when skipped).
+    relay: Optional[RelayPublishResult] = field(default=None, compare=False)
+
+    def wait_visible(self, timeout: Optional[float] = None) -> None:
+        """Waits until the relay verified the version and serves it (at once when skipped); raises
+        the relay's error when it refused it (see ``laminar.PublishResult.wait_visible``)."""
+        if self.relay is not None:
+            self.relay.wait_visible(timeout)
+
+    async def wait_visible_async(self, timeout: Optional[float] = None) -> None:
+        """``wait_visible`` for asyncio."""
+        if self.relay is not None:
+            await self.relay.wait_visible_async(timeout)
 
 
 class StreamPublisher:
@@ -77,8 +95,9 @@ class StreamPublisher:
         return max(held) + 1 if held else 0
 
     def publish(self, weights: Iterable[tuple[str, Any]], version: Optional[int] = None) -> PublishResult:
-        """Publishes the stream as ``version`` (default ``next_version()``) and returns once the
-        relay verified and serves it. Publishing again the version this publisher committed last
+        """Publishes the stream as ``version`` (default ``next_version()``) and returns once its
+        bytes are in the relay's segment (``wait_visible`` on the result: once the relay verified
+        and serves it). Publishing again the version this publisher committed last
         (verl syncs the same step twice, e.g. to wake rollouts after validation) consumes the
         stream and writes nothing. Raises ``LaminarError``: the relay's (``ERR_CLOSED`` when no
         relay listens, ``ERR_VERSION_EXISTS`` for a version someone else published),
@@ -97,21 +116,21 @@ class StreamPublisher:
                 raise LaminarError(error_codes.VERSION_STALE, f"{self.model} v{version} is older than v{self.last_version}, published last")
             started = time.perf_counter()
             if self.layout is None:
-                nbytes = self._publish_staged(version, stream)
+                nbytes, relay_result = self._publish_staged(version, stream)
                 staged = True
             else:
-                nbytes = self._publish_streamed(version, stream)
+                nbytes, relay_result = self._publish_streamed(version, stream)
                 staged = False
         except Exception:
             # The other ranks' generators wait in the same collectives as this one's.
             _drain_after_failure(stream)
             raise
         self.last_version = version
-        return PublishResult(self.model, version, nbytes, time.perf_counter() - started, staged=staged)
+        return PublishResult(self.model, version, nbytes, time.perf_counter() - started, staged=staged, relay=relay_result)
 
     # -- the two ways ------------------------------------------------------------------------
 
-    def _publish_staged(self, version: int, stream: Iterator[tuple[str, Any]]) -> int:
+    def _publish_staged(self, version: int, stream: Iterator[tuple[str, Any]]) -> tuple[int, RelayPublishResult]:
         staged: dict[str, Any] = {}
         for name, tensor in stream:
             if name in staged:
@@ -121,11 +140,11 @@ class StreamPublisher:
         if not staged:
             raise LaminarError(error_codes.INVALID_ARG, f"the weights stream for {self.model} v{version} yielded no tensors")
         layout = specs_of(staged)
-        self._relay().publish(self.model, version, staged)
+        result = self._relay().publish(self.model, version, staged)
         self.layout = layout
-        return sum(t.numel() * t.element_size() for t in staged.values())
+        return sum(t.numel() * t.element_size() for t in staged.values()), result
 
-    def _publish_streamed(self, version: int, stream: Iterator[tuple[str, Any]]) -> int:
+    def _publish_streamed(self, version: int, stream: Iterator[tuple[str, Any]]) -> tuple[int, RelayPublishResult]:
         layout = self.layout
         assert layout is not None
         publication = self._relay().begin(self.model, version, layout)
@@ -148,7 +167,7 @@ class StreamPublisher:
                     f"the weights stream for {self.model} v{version} lacks {len(missing)} tensor(s) of the layout learnt: {missing[:8]}",
                     {"missing": missing},
                 )
-            publication.commit()
+            result = publication.commit()
         except BaseException as err:
             try:
                 publication.abort()
@@ -158,7 +177,7 @@ class StreamPublisher:
                 log.warning("%s v%d: the weights stream changed layout (%s); the next publish stages it again", self.model, version, err)
                 self.layout = None
             raise
-        return sum(int(info.byte_length) for info in publication.tensors.values())
+        return sum(int(info.byte_length) for info in publication.tensors.values()), result
 
     def _convert(self, tensor: Any) -> Any:
         dtype = self.rollout_dtype
