@@ -10,7 +10,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
@@ -19,6 +19,7 @@ import { RelayClient } from '../relay/client/index.js';
 import { median } from '../common/stats.js';
 import { formatBytes, parseBytes, parseDuration } from '../common/units.js';
 import { freePort } from '../services/ports.js';
+import { removeShmTree } from '../relay/pages/huge-mount.js';
 
 interface DemoOptions {
   relays: string;
@@ -94,7 +95,7 @@ async function main(): Promise<void> {
   const cleanup = async (): Promise<void> => {
     // The relays finish their clean stop (they write into their directories) before it goes.
     await Promise.all(relays.map((relay) => stopChild(relay)));
-    rmSync(root, { recursive: true, force: true });
+    removeShmTree(root);
   };
   process.once('SIGINT', () => {
     process.stdout.write('\ninterrupted: stopping\n');

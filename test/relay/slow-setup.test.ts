@@ -21,7 +21,16 @@ describe('a receiver that takes longer than the stall limit to set up the segmen
   it('is not dropped as stalled, and the version arrives whole', async () => {
     const shm = tempShmDir();
     const address = `127.0.0.1:${await freePort()}`;
-    const relay = await inProcessRelay(shm.dir, { relayId: 'r0', peers: `r0@${address}`, secret: SECRET, pin: false, peerTimeout: `${STALL_MS}ms` });
+    // On 4 KiB pages: the slow allocation this test is about (2 MiB pages allocate several times
+    // faster, and a 145 GB model still takes long enough).
+    const relay = await inProcessRelay(shm.dir, {
+      relayId: 'r0',
+      peers: `r0@${address}`,
+      secret: SECRET,
+      pin: false,
+      peerTimeout: `${STALL_MS}ms`,
+      hugePages: 'off',
+    });
     // 1.5 GiB: allocating the segment takes about twice the limit here (0.6 s). Small chunks,
     // so that once the segment is up the limit is far above the time of a window of chunks even
     // on a loaded machine: 64 MiB ones took more than 300 ms there, and the transfer was dropped

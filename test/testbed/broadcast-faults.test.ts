@@ -101,10 +101,11 @@ describe('chain broadcast under faults (netns testbed)', () => {
     for (let i = 0; i < HOSTS; i++) members.push(await start(i));
   }
 
-  function publish(): Promise<unknown> {
+  /** Publishes version 1 at the master; resolves once the master serves it (verified). */
+  async function publish(): Promise<unknown> {
     const data = new Uint8Array(BYTES);
     for (let i = 0; i < BYTES; i += 4099) data[i] = (i * 13) & 0xff;
-    return members[0]!.client.publish({ model: MODEL, version: 1, tensors: [{ name: 'w', dtype: 'U8', shape: [BYTES], data }] });
+    return (await members[0]!.client.publish({ model: MODEL, version: 1, tensors: [{ name: 'w', dtype: 'U8', shape: [BYTES], data }] })).visible;
   }
 
   async function receivedBy(m: Member): Promise<number> {
