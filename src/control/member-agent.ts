@@ -42,6 +42,8 @@ export interface MemberState {
   downstream: string | null;
   /** A relay's chunk size and the chunk model's inputs. */
   chunking?: Heartbeat['chunking'];
+  /** A relay's segment page size. */
+  pageSize?: number;
 }
 
 export interface MemberAgentOptions {
@@ -246,6 +248,7 @@ export class MemberAgent {
       downstream: state.downstream,
       ...(this.options.rolloutLoad ? { rollout: this.options.rolloutLoad() } : {}),
       ...(state.chunking ? { chunking: state.chunking } : {}),
+      ...(state.pageSize ? { pageSize: state.pageSize } : {}),
     };
     this.publish(this.names.heartbeat, heartbeat);
     const kv = this.kv;

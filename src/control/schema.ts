@@ -115,6 +115,14 @@ export const heartbeatSchema = z.object({
   rollout: rolloutLoadSchema.optional(),
   /** Relays: their chunking (optional: older relays leave it out; a bad one is dropped, never the heartbeat). */
   chunking: chunkingSchema.optional().catch(undefined),
+  /** Relays: the page size of their segments (2097152 or 4096; optional like chunking). */
+  pageSize: z
+    .number()
+    .int()
+    .positive()
+    .max(1 << 30)
+    .optional()
+    .catch(undefined),
 });
 
 export const reportSchema = z.object({

@@ -85,6 +85,8 @@ export interface ManagerStatus {
     progress: number;
     /** The relay's chunking, as its last heartbeat said (absent: not reported). */
     chunking?: Chunking;
+    /** The page size of the relay's segments (absent: not reported). */
+    pageSize?: number;
   }[];
   members: { id: string; kind: MemberKind; host: string; health: MemberHealth; heardMsAgo: number; inChain: boolean }[];
   newest: Holding[];
@@ -216,6 +218,7 @@ export class Manager {
           receiving: member?.receiving ?? [],
           progress: view && newest.size > 0 ? progressScore(view, newest) / newest.size : 0,
           ...(member?.chunking ? { chunking: member.chunking } : {}),
+          ...(member?.pageSize ? { pageSize: member.pageSize } : {}),
         };
       }),
       members: members.map((m) => ({

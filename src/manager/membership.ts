@@ -57,6 +57,8 @@ export interface Member {
   rollout: RolloutLoad | null;
   /** A relay's chunking, from its last heartbeat (null: not reported). */
   chunking: Chunking | null;
+  /** A relay's segment page size, from its last heartbeat (null: not reported). */
+  pageSize: number | null;
 }
 
 export interface MembershipOptions {
@@ -132,6 +134,7 @@ export class Membership {
           lastReregisterAsk: 0,
           rollout: null,
           chunking: null,
+          pageSize: null,
         });
       } catch (err) {
         this.metrics.rejected.inc({ code: (err as ControlError).code });
@@ -233,6 +236,7 @@ export class Membership {
       lastReregisterAsk: 0,
       rollout: existing?.record.incarnation === request.incarnation ? existing.rollout : null,
       chunking: existing?.record.incarnation === request.incarnation ? existing.chunking : null,
+      pageSize: existing?.record.incarnation === request.incarnation ? existing.pageSize : null,
     });
     if (rejoin) this.chain.rejoined(record.id);
     void this.options
@@ -280,6 +284,7 @@ export class Membership {
     member.downstream = hb.downstream;
     member.epoch = hb.epoch;
     member.chunking = hb.chunking ?? null;
+    member.pageSize = hb.pageSize ?? null;
     if (hb.rollout) {
       const before = member.rollout?.weightVersion ?? null;
       member.rollout = hb.rollout;

@@ -62,7 +62,7 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
   lines.push('chain:');
   if (s.chain.length === 0) lines.push(filtered ? '  (no relay matches)' : '  (no plan yet: no relay registered)');
   else {
-    const rows = [['#', 'relay', 'address', 'host', 'labels', 'health', 'heard', 'holds', 'receiving', 'newest', 'chunk']];
+    const rows = [['#', 'relay', 'address', 'host', 'labels', 'health', 'heard', 'holds', 'receiving', 'newest', 'chunk', 'pages']];
     for (const r of s.chain) {
       rows.push([
         String(r.position),
@@ -78,6 +78,7 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
         r.receiving.length === 0 ? '-' : r.receiving.map((p) => `${p.model} v${p.version} ${p.settingUp ? 'setting up' : `${p.hwm}/${p.chunks}`}`).join(', '),
         `${Math.round(r.progress * 100)}%`,
         chunkCell(r.chunking),
+        r.pageSize ? formatBytes(r.pageSize) : '-',
       ]);
     }
     lines.push(table(rows).replace(/^/gm, '  '));

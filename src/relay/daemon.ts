@@ -86,7 +86,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
   logPages(log, pages);
   // One per relay: the store asks it at begin and adopt, the broadcaster tells it the chain and the hops it sent.
   const chunkSizer = new ChunkSizer(options.chunking, { registry, logger: log });
-  const store = new VersionStore({ ...options, shmDir: pages.dir, chunkSizer, logger: log, metrics });
+  const store = new VersionStore({ ...options, shmDir: pages.dir, pageSize: pages.pageSize, chunkSizer, logger: log, metrics });
   storeRef = store;
   let metricsServer: MetricsServer | null = null;
   let broadcaster: Broadcaster | null = null;

@@ -66,6 +66,8 @@ export interface StoreOptions {
   chunking: ChunkingOptions;
   /** The relay's chunk sizer (the daemon's, which the broadcaster informs); one of its own otherwise. */
   chunkSizer?: ChunkSizer;
+  /** Page size of the segment directory (pages/segment-dir.ts), reported in heartbeats; unknown when absent. */
+  pageSize?: number;
   keepVersions: number;
   /** Bytes of shared memory the relay may hold; Infinity for no limit. */
   memoryBudget: number;

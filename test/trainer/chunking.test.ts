@@ -80,6 +80,8 @@ describe("the master's chunk size for trainers", () => {
       // The manager has it from the master's heartbeat, and `laminar status` says it.
       await expect.poll(() => manager.status().chain[0]?.chunking?.last?.chunkSize, { timeout: 10_000 }).toBe(expected);
       expect(formatStatus(manager.status())).toMatch(/r0: chunk [\d.]+ MiB for 40\.0 MiB \(auto: p=4, /);
+      // And the page size of each relay's segments (these in-process relays mount their huge-page tmpfs).
+      await expect.poll(() => manager.status().chain.map((r) => r.pageSize), { timeout: 10_000 }).toEqual(chain.map(() => 2 * MiB));
 
       // A trainer given a chunk size keeps it.
       const fixed = await TrainerClient.connect({ nats: { nc: nats.nc, job: JOB }, id: 'trainer-fixed', host: 'hostT', secret: SECRET, chunkSize: 8 * MiB });

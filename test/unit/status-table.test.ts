@@ -183,7 +183,7 @@ describe('laminar status table', () => {
     expect(refused({ kind: ',' })).toMatchObject({ code: 'ERR_INVALID_ARG' });
   });
 
-  it("shows each relay's chunk size, and the master's choice with the model's inputs", () => {
+  it("shows each relay's chunk size and page size, and the master's choice with the model's inputs", () => {
     const status = fleetStatus(3, 0, 0);
     const inputs = { bandwidth: 240e6, bandwidthSource: 'measured' as const, device: null, chunkCost: 250e-6, chunkCostSource: 'default' as const };
     status.chain[0]!.chunking = {
@@ -195,12 +195,14 @@ describe('laminar status table', () => {
       last: { bytes: 2 ** 30, p: 3, chunkSize: 4 * 2 ** 20, advisedBy: null, inputs },
     };
     status.chain[1]!.chunking = { ...status.chain[0]!.chunking, mode: 'fixed', chunkSize: 32 * 2 ** 20, last: null };
+    status.chain[0]!.pageSize = 2 * 2 ** 20;
+    status.chain[1]!.pageSize = 4096;
     const text = formatStatus(status);
-    expect(text).toMatch(/\s+newest\s+chunk\n/);
-    expect(text).toMatch(/0\s+r0\s.*100%\s+4\.0 MiB auto\n/);
-    expect(text).toMatch(/1\s+r1\s.*100%\s+32\.0 MiB\n/);
-    // A relay that reports no chunking (an older build) shows a dash.
-    expect(text).toMatch(/2\s+r2\s.*100%\s+-\n/);
+    expect(text).toMatch(/\s+newest\s+chunk\s+pages\n/);
+    expect(text).toMatch(/0\s+r0\s.*100%\s+4\.0 MiB auto\s+2\.0 MiB\n/);
+    expect(text).toMatch(/1\s+r1\s.*100%\s+32\.0 MiB\s+4\.0 KiB\n/);
+    // A relay that reports neither (an older build) shows dashes.
+    expect(text).toMatch(/2\s+r2\s.*100%\s+-\s+-\n/);
     expect(text).toContain('  r0: chunk 4.0 MiB for 1.0 GiB (auto: p=3, 0.24 GB/s measured, 250 us/chunk default); 2 hops measured\n');
   });
 });
