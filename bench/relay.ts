@@ -20,7 +20,7 @@
  *            relay answers, the older ones after it, timed until the last), median of 3 each.
  * Prints a table, then one JSON line.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import { createInterface } from 'node:readline';
@@ -31,7 +31,7 @@ import { RelayClient } from '../src/relay/client/relay-client.js';
 import { prepareVersion } from '../src/relay/client/remote-publisher.js';
 import { StagingBuffer } from '../src/relay/client/staging.js';
 import { formatBytes, parseBytes } from '../src/common/units.js';
-import { removeShmTree } from '../src/relay/pages/huge-mount.js';
+import { mountHugeTmpfs, removeShmTree } from '../src/relay/pages/huge-mount.js';
 import { spawnBenchRelay, median, percentile, printTable, timed } from './support.js';
 
 const TENSORS = 16;
@@ -74,17 +74,12 @@ export async function run(args: string[]): Promise<void> {
   );
   const checksumGBps = dataBytes / checksumS / 1e9;
 
-  const shmBase = values.shm === 'huge' ? mountHugeTmpfsForBench() : '/dev/shm';
+  // --shm huge: the operator's tmpfs with 2 MiB pages, as docs/operations/deploy.md describes.
+  const shmBase = values.shm === 'huge' ? mkdtempSync('/tmp/laminar-bench-huge-') : '/dev/shm';
+  if (values.shm === 'huge') mountHugeTmpfs(shmBase, totalmem());
   const relay = await spawnBenchRelay(['--keep-versions', '3', ...(values.shm === 'plain' ? ['--huge-pages', 'off'] : [])], shmBase);
-  const pages = await (async () => {
-    const c = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
-    try {
-      return (await c.status()).pages;
-    } finally {
-      c.close();
-    }
-  })();
   const client = await RelayClient.connect({ socketPath: relay.socketPath, name: 'bench' });
+  const { pages } = await client.status();
   const sources = Array.from({ length: TENSORS }, (_, i) => new Uint8Array(src.view(i * tensorBytes, tensorBytes)));
   const specs = sources.map((_, i) => ({ name: `layer.${i}.weight`, dtype: 'U8' as const, shape: [tensorBytes] }));
 
@@ -311,12 +306,4 @@ function startPinger(socketPath: string): { measure(n: number): Promise<number[]
 
 function round(x: number, digits = 2): number {
   return Number(x.toFixed(digits));
-}
-
-/** A tmpfs with 2 MiB pages for `--shm huge`: the operator's mount, as docs/operations/deploy.md describes. */
-function mountHugeTmpfsForBench(): string {
-  const dir = mkdtempSync('/tmp/laminar-bench-huge-');
-  const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${totalmem()},huge=within_size,mode=0755`, 'tmpfs', dir], { encoding: 'utf8' });
-  if (mounted.status !== 0) throw new Error(`--shm huge: cannot mount a tmpfs at ${dir}: ${mounted.stderr.trim()}`);
-  return dir;
 }

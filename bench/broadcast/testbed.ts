@@ -9,7 +9,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { removeShmTree } from '../../src/relay/pages/huge-mount.js';
+import { mountHugeTmpfs, removeShmTree } from '../../src/relay/pages/huge-mount.js';
 
 export const TESTBED = fileURLToPath(new URL('../../../scripts/testbed.sh', import.meta.url));
 
@@ -48,8 +48,9 @@ export class Resources {
    */
   hugeTmpfs(): string | null {
     const dir = mkdtempSync('/tmp/laminar-bench-huge-');
-    const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${totalmem()},huge=within_size,mode=0755`, 'tmpfs', dir], { encoding: 'utf8' });
-    if (mounted.status !== 0) {
+    try {
+      mountHugeTmpfs(dir, totalmem());
+    } catch {
       removeShmTree(dir);
       return null;
     }

@@ -96,7 +96,7 @@ export class RelayControl {
       receiving: status.receiving,
       downstream: status.downstream?.id ?? null,
       chunking: this.store.chunkSizer.status(),
-      ...(this.store.options.pageSize ? { pageSize: this.store.options.pageSize } : {}),
+      pageSize: this.store.options.pages.size,
     };
   }
 

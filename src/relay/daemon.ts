@@ -25,7 +25,7 @@ function logPages(log: Logger, pages: SegmentPages): void {
     log.warn(
       { ...fields, hint: pages.hint },
       'segments on 4 KiB pages: every page of a version is faulted into every process that maps it (publishing and reading cost several times a memcpy)' +
-        (pages.hint ? `; to get 2 MiB pages: ${pages.hint}` : ''),
+        `; to get 2 MiB pages: ${pages.hint}`,
     );
   }
 }
@@ -69,13 +69,13 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
               pinned: storeRef!.pinningEnabled,
               connections: server!.connectionCount,
               versionDirs: storeRef!.versionDirCount(),
-              pageSize: pages?.pageSize ?? 0,
+              pageSize: storeRef!.options.pages.size,
             };
           },
         }
       : null,
   );
-  let pages: SegmentPages | null = null;
+  let pages: SegmentPages;
   const unlock = await lockDirectory(options.shmDir);
   try {
     pages = await chooseSegmentDir({ shmDir: options.shmDir, mode: options.hugePages, fileMode: options.fileMode, log });
@@ -86,7 +86,14 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
   logPages(log, pages);
   // One per relay: the store asks it at begin and adopt, the broadcaster tells it the chain and the hops it sent.
   const chunkSizer = new ChunkSizer(options.chunking, { registry, logger: log });
-  const store = new VersionStore({ ...options, shmDir: pages.dir, pageSize: pages.pageSize, chunkSizer, logger: log, metrics });
+  const store = new VersionStore({
+    ...options,
+    shmDir: pages.dir,
+    pages: { size: pages.pageSize, source: pages.source, reason: pages.reason, hint: pages.hint },
+    chunkSizer,
+    logger: log,
+    metrics,
+  });
   storeRef = store;
   let metricsServer: MetricsServer | null = null;
   let broadcaster: Broadcaster | null = null;
@@ -109,8 +116,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     }
     // eslint-disable-next-line @typescript-eslint/no-unused-vars -- the two are taken out only to leave the server's options in the rest
     const { broadcast: _broadcastOptions, control: _controlOptions, ...serverOptions } = options;
-    const pagesStatus = { size: pages.pageSize, source: pages.source, reason: pages.reason, hint: pages.hint };
-    server = new RelayServer(store, { ...serverOptions, pages: pagesStatus, logger: log, metrics, ...(broadcaster ? { broadcast: broadcaster } : {}) });
+    server = new RelayServer(store, { ...serverOptions, logger: log, metrics, ...(broadcaster ? { broadcast: broadcaster } : {}) });
     await server.listen();
     if (options.metricsPort >= 0) {
       metricsServer = await serveMetrics(registry, { host: options.metricsHost, port: options.metricsPort });

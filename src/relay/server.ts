@@ -14,7 +14,6 @@ import { UnixSocketServer } from '../common/unix-socket-server.js';
 import type { RelayMetrics } from './metrics.js';
 import { PROTOCOL_VERSION, requestSchemas, type Op, type Request, type SegmentDescription } from './protocol/messages.js';
 import { RequestConnection } from './protocol/request-connection.js';
-import type { PagesStatus } from './protocol/status.js';
 import { validateSegmentName } from './segments.js';
 import type { StoredVersion, VersionStore } from './store.js';
 import { validatePlan, type ChainPlan } from './broadcast/plan.js';
@@ -27,8 +26,6 @@ export interface ServerOptions {
   relayId: string;
   logger: Logger;
   metrics: RelayMetrics;
-  /** Where segments live and the page size they get (pages/segment-dir.ts). */
-  pages: PagesStatus;
   /** The broadcast between relays, when this relay takes part in one. */
   broadcast?: BroadcastControl;
 }
@@ -233,7 +230,7 @@ class Connection extends RequestConnection<Op> {
         return {
           relay: this.relay.options.relayId,
           shmDir: store.options.shmDir,
-          pages: this.relay.options.pages,
+          pages: store.options.pages,
           usedBytes: store.usedBytes(),
           spares: store.spareInfo(),
           memoryBudget: Number.isFinite(store.options.memoryBudget) ? store.options.memoryBudget : null,

@@ -33,6 +33,7 @@ import { copyCheckpoint, readCheckpoint } from './checkpoint.js';
 import { writeCleanShutdown } from './clean-shutdown.js';
 import type { EngineFiles } from './engine-files.js';
 import type { RelayMetrics } from './metrics.js';
+import type { PagesStatus } from './protocol/status.js';
 import { validateModelId, validateVersion } from './segments.js';
 import { AcquireWaiters, type AcquireRequest } from './store/acquire-waiters.js';
 import { MemoryBudget } from './store/memory-budget.js';
@@ -66,8 +67,8 @@ export interface StoreOptions {
   chunking: ChunkingOptions;
   /** The relay's chunk sizer (the daemon's, which the broadcaster informs); one of its own otherwise. */
   chunkSizer?: ChunkSizer;
-  /** Page size of the segment directory (pages/segment-dir.ts), reported in heartbeats; unknown when absent. */
-  pageSize?: number;
+  /** The page size of the segment directory and why (pages/segment-dir.ts): status and heartbeats report it. */
+  pages: PagesStatus;
   keepVersions: number;
   /** Bytes of shared memory the relay may hold; Infinity for no limit. */
   memoryBudget: number;

@@ -12,6 +12,7 @@ import { spawnDaemon } from '../../src/services/daemon-process.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { startRelay, type Relay } from '../../src/relay/daemon.js';
 import { removeShmTree } from '../../src/relay/pages/huge-mount.js';
+import type { ChunkingStatus, PagesStatus } from '../../src/relay/protocol/status.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
 import { encodeFrame, FrameDecoder, decodePayload } from '../../src/relay/protocol/frame.js';
 import type { SegmentDescription } from '../../src/relay/protocol/messages.js';
@@ -25,6 +26,19 @@ export const CLI = join(REPO, 'dist/src/cli/laminar.js');
  */
 export function removeShmDir(dir: string): void {
   removeShmTree(dir);
+}
+
+/** The pages of a store a test makes on its own (no daemon chose a segment directory). */
+export const SMALL_PAGES: PagesStatus = { size: 4096, source: 'small', reason: 'a store made by a test', hint: null };
+
+/** The relay's chunking as its status reports it. */
+export async function relayChunking(relay: Relay): Promise<ChunkingStatus> {
+  const client = await RelayClient.connect({ socketPath: relay.options.socketPath });
+  try {
+    return (await client.status()).chunking;
+  } finally {
+    client.close();
+  }
 }
 
 /** A fresh directory on /dev/shm (tmpfs), removed by the returned cleanup. */

@@ -17,7 +17,7 @@ import type { Relay } from '../../src/relay/daemon.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
 import { freePort } from '../../src/services/ports.js';
 import { SECRET, buildVersion } from '../helpers/broadcast.js';
-import { inProcessRelay, metricValue, publishVisible, tempShmDir, until } from '../helpers/relay.js';
+import { inProcessRelay, metricValue, publishVisible, relayChunking, tempShmDir, until } from '../helpers/relay.js';
 
 process.env.UCX_TLS ??= 'tcp';
 
@@ -38,15 +38,6 @@ function tensors(version: number, bytes = BYTES): { name: string; dtype: 'U8'; s
 /** What the model gives for `bytes` over `p` relays with the inputs a relay reports. */
 function modelChunk(bytes: number, p: number, c: ChunkingStatus): number {
   return chooseChunkSize(bytes, p, { bandwidth: c.bandwidth, startup: c.chunkCost }).chunkSize;
-}
-
-async function chunking(relay: Relay): Promise<ChunkingStatus> {
-  const client = await RelayClient.connect({ socketPath: relay.options.socketPath });
-  try {
-    return (await client.status()).chunking;
-  } finally {
-    client.close();
-  }
 }
 
 /** Starts a chain of `n` relays on loopback (static --peers); `extra(i)` adds options per relay. */
@@ -95,10 +86,10 @@ describe('chunk size chosen for the chain (no chunk flag)', () => {
 
   it("cuts a version as the model gives for p = 4, keeps that chunking down the chain, and takes the master's hop into the next choice", async () => {
     const [master] = chain!.relays as [Relay, ...Relay[]];
-    const before = await chunking(master);
+    const before = await relayChunking(master);
     // Loopback reports no speed and nothing was sent yet: the stated defaults.
     expect(before).toMatchObject({ mode: 'auto', p: 4, bandwidthSource: 'default', chunkCostSource: 'default', measured: { hops: 0 }, last: null });
-    expect((await chunking(chain!.relays[2]!)).p).toBe(2);
+    expect((await relayChunking(chain!.relays[2]!)).p).toBe(2);
     const expected1 = modelChunk(BYTES, 4, before);
     expect(expected1).toBeLessThan(AUTO_MAX_CHUNK);
 
@@ -114,7 +105,7 @@ describe('chunk size chosen for the chain (no chunk flag)', () => {
 
       // The master's hop to c1 is its first measurement: the bandwidth is measured from now on.
       const after = await until('the master to time its hop', async () => {
-        const c = await chunking(master);
+        const c = await relayChunking(master);
         return c.measured.hops === 1 ? c : undefined;
       });
       expect(after).toMatchObject({ bandwidthSource: 'measured', chunkCostSource: 'default', last: { bytes: BYTES, p: 4, chunkSize: expected1 } });
@@ -129,7 +120,9 @@ describe('chunk size chosen for the chain (no chunk flag)', () => {
       // Whatever the chunk, the same segment size: a spare sized by the last version fits.
       expect(second.size).toBe(published.size);
       expect(await chunkSizesOf(chain!.relays, 2)).toEqual([expected2, expected2, expected2, expected2]);
-      expect(describeChunking(await chunking(master))).toMatch(/^chunk [\d.]+ MiB for 96\.0 MiB \(auto: p=4, [\d.]+ GB\/s measured, 250 us\/chunk default\)/);
+      expect(describeChunking(await relayChunking(master))).toMatch(
+        /^chunk [\d.]+ MiB for 96\.0 MiB \(auto: p=4, [\d.]+ GB\/s measured, 250 us\/chunk default\)/,
+      );
 
       // A publisher's own chunk size still wins.
       const [w] = tensors(3);
@@ -145,7 +138,7 @@ describe('chunk size chosen for the chain (no chunk flag)', () => {
 
       // A checkpoint the master adopts is cut by the model too.
       const inputs = await until('the third hop to be taken in', async () => {
-        const c = await chunking(master);
+        const c = await relayChunking(master);
         return c.measured.hops === 3 ? c : undefined;
       });
       // Laid out in 12 KiB chunks, which auto never picks: the adopted version's chunking is the master's.
@@ -169,7 +162,7 @@ describe('chunk size chosen for the chain (no chunk flag)', () => {
     const address = master.broadcaster!.status().port;
     // The inputs once the master has taken in its three hops so far.
     const inputs = await until('the hops of the first test to be taken in', async () => {
-      const c = await chunking(master);
+      const c = await relayChunking(master);
       return c.measured.hops === 4 && master.broadcaster?.busy === false ? c : undefined;
     });
     const publisher = await RelayClient.remote({ address: `127.0.0.1:${address}`, secret: SECRET, relayId: 'c0' });
@@ -191,9 +184,9 @@ describe('--chunk-size overrides the choice', () => {
     const fixed = await startChain(3, (i) => (i === 0 ? { chunkSize: '32MiB' } : {}));
     try {
       const [master] = fixed.relays as [Relay, ...Relay[]];
-      expect(await chunking(master)).toMatchObject({ mode: 'fixed', chunkSize: 32 * MiB, p: 3 });
+      expect(await relayChunking(master)).toMatchObject({ mode: 'fixed', chunkSize: 32 * MiB, p: 3 });
       // What auto would have given: far smaller.
-      expect(modelChunk(BYTES, 3, await chunking(fixed.relays[1]!))).toBeLessThan(32 * MiB);
+      expect(modelChunk(BYTES, 3, await relayChunking(fixed.relays[1]!))).toBeLessThan(32 * MiB);
       const client = await RelayClient.connect({ socketPath: master.options.socketPath });
       try {
         await publishVisible(client, { model: 'm', version: 1, tensors: tensors(1) });

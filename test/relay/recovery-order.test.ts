@@ -11,7 +11,7 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { RelayMetrics } from '../../src/relay/metrics.js';
 import { parseRelayOptions } from '../../src/relay/options.js';
 import { VersionStore } from '../../src/relay/store.js';
-import { inProcessRelay, metricValue, publishVisible, tempShmDir } from '../helpers/relay.js';
+import { inProcessRelay, metricValue, publishVisible, SMALL_PAGES, tempShmDir } from '../helpers/relay.js';
 
 const weights = (v: number) => [{ name: 'w', dtype: 'U8' as const, shape: [256 * 1024], data: new Uint8Array(256 * 1024).fill(v) }];
 
@@ -43,7 +43,7 @@ describe('relay start-up after a crash', () => {
   function openStore(keepVersions: number): { store: VersionStore; registry: Registry } {
     const registry = new Registry();
     const options = parseRelayOptions({ shmDir: segments, keepVersions, spareSegments: 1, pin: false });
-    const store = new VersionStore({ ...options, logger: silentLogger, metrics: new RelayMetrics(registry, () => null) });
+    const store = new VersionStore({ ...options, pages: SMALL_PAGES, logger: silentLogger, metrics: new RelayMetrics(registry, () => null) });
     stores.push(store);
     return { store, registry };
   }

@@ -14,7 +14,7 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { RelayMetrics } from '../../src/relay/metrics.js';
 import { parseRelayOptions } from '../../src/relay/options.js';
 import { VersionStore } from '../../src/relay/store.js';
-import { CLI, inProcessRelay, metricValue, metricsText, spawnRelay, publishVisible, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { CLI, inProcessRelay, metricValue, metricsText, spawnRelay, publishVisible, SMALL_PAGES, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 import { LINKED_ENGINE_FILES, checkDirsTruthful, engineFilesDir, versionDirs } from '../helpers/version-dirs.js';
 
 const run = promisify(execFile);
@@ -187,7 +187,7 @@ describe('version directories at start-up after a crash (the store)', () => {
 
     const registry = new Registry();
     const options = parseRelayOptions({ shmDir: segments, keepVersions: 5, spareSegments: 0, pin: false });
-    const store = new VersionStore({ ...options, logger: silentLogger, metrics: new RelayMetrics(registry, () => null) });
+    const store = new VersionStore({ ...options, pages: SMALL_PAGES, logger: silentLogger, metrics: new RelayMetrics(registry, () => null) });
     stores.push(store);
     expect(await store.init()).toEqual({ recovered: 1, discarded: 0, verifying: 2 });
     // The newest is served, with its directory; the older two are being verified: none.

@@ -13,10 +13,9 @@ import { parseControlOptions } from '../../src/control/nats-options.js';
 import { chooseChunkSize } from '../../src/relay/chunking/chunk-choice.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
-import type { ChunkingStatus } from '../../src/relay/protocol/status.js';
 import { VersionForwarder } from '../../src/trainer/forwarder.js';
 import { TrainerClient } from '../../src/trainer/trainer-client.js';
-import { inProcessRelay, publishVisible, tempShmDir, until } from '../helpers/relay.js';
+import { inProcessRelay, publishVisible, relayChunking, tempShmDir, until } from '../helpers/relay.js';
 import { natsFixture } from '../data/helpers.js';
 
 process.env.UCX_TLS ??= 'tcp';
@@ -29,15 +28,6 @@ const nats = natsFixture();
 function tensors(version: number, bytes: number): { name: string; dtype: 'U8'; shape: number[]; data: Uint8Array }[] {
   const data = new Uint8Array(bytes).fill(version);
   return [{ name: 'w', dtype: 'U8', shape: [bytes], data }];
-}
-
-async function chunking(relay: Relay): Promise<ChunkingStatus> {
-  const client = await RelayClient.connect({ socketPath: relay.options.socketPath });
-  try {
-    return (await client.status()).chunking;
-  } finally {
-    client.close();
-  }
 }
 
 /** Waits until `relay` holds `version` of `model` complete; its chunk size. */
@@ -63,8 +53,8 @@ describe("the master's chunk size for trainers", () => {
         // One at a time, so that r0 joins first and is the master.
         await expect.poll(() => manager.status().chain.map((r) => r.id), { timeout: 10_000 }).toContain(`r${i}`);
       }
-      await expect.poll(async () => (await chunking(chain[0]!)).p, { timeout: 10_000 }).toBe(3);
-      const master = await chunking(chain[0]!);
+      await expect.poll(async () => (await relayChunking(chain[0]!)).p, { timeout: 10_000 }).toBe(3);
+      const master = await relayChunking(chain[0]!);
       // The trainer's push is the chain's first hop: p = 3 relays + 1. Nothing measured yet: the defaults.
       const bytes = 40 * MiB;
       const expected = chooseChunkSize(bytes, 4, { bandwidth: master.bandwidth, startup: master.chunkCost }).chunkSize;
@@ -75,7 +65,7 @@ describe("the master's chunk size for trainers", () => {
       const pushed = await trainer.publish({ model: 'm', version: 1, tensors: tensors(1, bytes) });
       expect(pushed).toMatchObject({ mode: 'remote', master: 'r0' });
       for (const relay of chain) expect(await heldChunk(relay, 'm', 1)).toBe(expected);
-      expect((await chunking(chain[0]!)).last).toMatchObject({ bytes, p: 4, chunkSize: expected, advisedBy: null });
+      expect((await relayChunking(chain[0]!)).last).toMatchObject({ bytes, p: 4, chunkSize: expected, advisedBy: null });
 
       // The manager has it from the master's heartbeat, and `laminar status` says it.
       await expect.poll(() => manager.status().chain[0]?.chunking?.last?.chunkSize, { timeout: 10_000 }).toBe(expected);
@@ -101,7 +91,7 @@ describe("the master's chunk size for trainers", () => {
       });
       closers.push(() => forwarder.close());
       const masterNow = await until('the master to take in its hops', async () => {
-        const c = await chunking(chain[0]!);
+        const c = await relayChunking(chain[0]!);
         return c.measured.hops === 2 && chain[0]!.broadcaster?.busy === false ? c : undefined;
       });
       const gbytes = 24 * MiB;
@@ -113,7 +103,7 @@ describe("the master's chunk size for trainers", () => {
       });
       const described = await publishVisible(publisher, { model: 'g', version: 1, tensors: tensors(1, gbytes) });
       expect(described.chunkSize).toBe(advised);
-      expect((await chunking(gateway)).last).toMatchObject({ chunkSize: advised, advisedBy: 'master' });
+      expect((await relayChunking(gateway)).last).toMatchObject({ chunkSize: advised, advisedBy: 'master' });
       for (const relay of chain) expect(await heldChunk(relay, 'g', 1)).toBe(advised);
     } finally {
       for (const close of closers.reverse()) await close().catch(() => undefined);

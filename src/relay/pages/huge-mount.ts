@@ -14,14 +14,17 @@ export function isRelayMount(entry: MountEntry): boolean {
   return entry.fsType === 'tmpfs' && entry.source === MOUNT_SOURCE;
 }
 
+/** Bytes of the file system holding `path`. */
+export function fileSystemBytes(path: string): number {
+  const fs = statfsSync(path);
+  return fs.blocks * fs.bsize;
+}
+
 /**
- * Mounts a tmpfs with huge=within_size at `dir`, capped at the size of the file system holding
- * `parent` (the relay can then hold no more than its shm directory would have allowed; the
- * memory budget is the relay's own limit within that). Throws with mount's own message.
+ * Mounts a tmpfs with huge=within_size of at most `size` bytes at `dir`, owned by this process's
+ * user. Throws with mount's own message.
  */
-export function mountHugeTmpfs(dir: string, parent: string): void {
-  const fs = statfsSync(parent);
-  const size = fs.blocks * fs.bsize;
+export function mountHugeTmpfs(dir: string, size: number): void {
   const uid = process.getuid?.() ?? 0;
   const gid = process.getgid?.() ?? 0;
   const options = `huge=within_size,size=${size},mode=0750,uid=${uid},gid=${gid}`;

@@ -29,7 +29,7 @@ import { CLEAN_SHUTDOWN_RECORD } from '../clean-shutdown.js';
 import { COMPLETE_SUFFIX, WRITING_SUFFIX } from '../segments.js';
 import { SparePool } from '../spare-segments.js';
 import { MODELS_DIR } from '../store/version-dirs.js';
-import { isRelayMount, mountHugeTmpfs, unmount } from './huge-mount.js';
+import { fileSystemBytes, isRelayMount, mountHugeTmpfs, unmount } from './huge-mount.js';
 import { readMountTable } from './mount-table.js';
 import { HUGE_PAGE, SMALL_PAGE, dirPages, pagesOf, shmemEnabled } from './page-size.js';
 
@@ -137,7 +137,9 @@ async function tryMount(sub: string, shmDir: string): Promise<string> {
   }
   try {
     if ((await readdir(sub)).length > 0) return `${sub} is a directory with files in it, not a mount`;
-    mountHugeTmpfs(sub, shmDir);
+    // Capped at the shm directory's file system: the relay holds no more than it would have
+    // allowed (the memory budget is the relay's own limit within that).
+    mountHugeTmpfs(sub, fileSystemBytes(shmDir));
   } catch (err) {
     if (made) await rmdir(sub).catch(() => undefined);
     return `cannot mount a tmpfs at ${sub}: ${(err as Error).message}`;
