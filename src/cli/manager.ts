@@ -1,6 +1,7 @@
 /** `laminar manager`: the rollout manager's control plane (chain scheduler, failure detection). */
 import { Command, Option } from 'commander';
 import { createLogger } from '../common/logger.js';
+import { exitOnUnexpectedRejection } from '../common/fatal.js';
 import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics } from '../common/metrics.js';
 import { parseDuration } from '../common/units.js';
@@ -79,9 +80,12 @@ export function managerCommand(): Command {
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
     .action(async (opts: Record<string, string | undefined>) => {
       const logger = createLogger({ level: opts.logLevel as 'info', name: 'laminar-manager' });
+      const registry = createRegistry();
+      // A rejection nobody handled is a bug after which the manager's state may be inconsistent:
+      // exit (status 70) for the service manager to restart it; a standby or the restart takes the job back.
+      exitOnUnexpectedRejection(logger, registry);
       const control = parseControlOptions(controlInput(opts)!);
       const nc = await connectControl(control, `manager ${opts.id ?? process.pid}`);
-      const registry = createRegistry();
       const roofline = parseRooflineBatch(opts.rooflineBatch!);
       const limits = { cMax: Number(opts.kvMax), rooflineBatch: roofline.default };
       validateRepackLimits(limits);
@@ -114,7 +118,6 @@ export function managerCommand(): Command {
           commandTimeoutMs: parseDuration(opts.commandTimeout!),
         },
       });
-      process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the manager keeps running)'));
       await manager.start();
       watchEventLoop({ registry, log: logger });
       const port = Number(opts.httpPort);

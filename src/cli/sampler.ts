@@ -1,6 +1,7 @@
 /** `laminar sampler`: the experience sampler as a local service for a trainer in another process (Python), batches in shared memory. */
 import { Command, Option } from 'commander';
 import { createLogger } from '../common/logger.js';
+import { exitOnUnexpectedRejection } from '../common/fatal.js';
 import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics, type MetricsServer } from '../common/metrics.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
@@ -139,7 +140,9 @@ export function samplerCommand(): Command {
       const control = parseControlOptions(controlInput(opts)!);
       const nc = await connectControl(control, `sampler ${config.sampler.buffer ?? 'default'} ${process.pid}`);
       const registry = createRegistry();
-      process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the sampler service keeps running)'));
+      // A rejection nobody handled is a bug after which the service's state may be inconsistent:
+      // exit (status 70) for the service manager to restart it; the trainer's client reconnects.
+      exitOnUnexpectedRejection(logger, registry);
       let service: Awaited<ReturnType<typeof startSamplerService>>;
       let http: MetricsServer | null = null;
       try {

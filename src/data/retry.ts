@@ -18,6 +18,8 @@ export function isTransient(err: unknown): boolean {
   if (err instanceof JetStreamApiError || !(err instanceof Error)) return false;
   // A closed or draining connection is final: retrying cannot help.
   if (err.name === 'ClosedConnectionError' || err.name === 'DrainingConnectionError') return false;
+  // The server refused this client the subject (a RequestError caused by it): its answer, not a transport failure.
+  if (err.name === 'PermissionViolationError' || (err.cause as Error | undefined)?.name === 'PermissionViolationError') return false;
   return TRANSIENT.has(err.name) || /timeout|no responders|503/i.test(err.message);
 }
 

@@ -97,9 +97,14 @@ export class ChainPlanner {
 
   // ---- taking over and handing back ----------------------------------------------------------
 
-  /** A new leader picks up the stored plan: the next plan continues its epochs and revision. */
+  /**
+   * A new leader picks up the stored plan: the next plan continues its epochs and revision. A
+   * failed read rejects (the takeover fails): taken for "no plan", it would start the chain over.
+   */
   async loadPlan(kv: KV): Promise<void> {
-    const planEntry = await kv.get(Keys.plan).catch(() => null);
+    const planEntry = await kv.get(Keys.plan);
+    // No plan stored (or it was deleted): the next one is created, whatever an earlier term saw.
+    this.planRevision = planEntry?.revision ?? 0;
     if (planEntry && planEntry.operation === 'PUT') {
       try {
         this.current = decode(planSchema, planEntry.value, 'plan');
@@ -120,22 +125,27 @@ export class ChainPlanner {
     }
   }
 
-  /** Follows new announcements while `active()` (leader and not closed), re-watching after errors. */
-  async watchAnnouncements(kv: KV, active: () => boolean): Promise<void> {
-    while (active()) {
+  /**
+   * Follows new announcements until `signal` aborts (this term of leadership ends), re-watching
+   * after errors. Never rejects.
+   */
+  async watchAnnouncements(kv: KV, signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
       try {
         const watch = await kv.watch({ key: `${Keys.announcePrefix}>` });
-        for await (const entry of watch) {
-          if (!active()) {
-            watch.stop();
-            break;
-          }
-          if (entry.operation === 'PUT') this.announce(entry.value);
+        const stop = (): void => watch.stop();
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the term may have ended during the await above
+        if (signal.aborted) stop();
+        signal.addEventListener('abort', stop, { once: true });
+        try {
+          for await (const entry of watch) if (entry.operation === 'PUT') this.announce(entry.value);
+        } finally {
+          signal.removeEventListener('abort', stop);
         }
-      } catch {
-        // re-established below
+      } catch (err) {
+        this.log.debug({ err: (err as Error).message }, 'announcement watch ended (watching again)');
       }
-      await delay(500);
+      await delay(500, { signal, unref: true }).catch(() => undefined);
     }
   }
 
@@ -306,6 +316,10 @@ export class ChainPlanner {
             } catch {
               this.planRevision = entry.revision;
             }
+          })
+          .catch((e: unknown) => {
+            // NATS away: the next plan write fails the same way and checks again.
+            this.log.warn({ err: (e as Error).message }, 'cannot read the stored plan');
           });
       },
     );

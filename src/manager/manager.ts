@@ -106,6 +106,8 @@ export class Manager {
   private subscriptions: Subscription[] = [];
   private tickTimer: Watchdog | null = null;
   private tickQueued = false;
+  /** Aborted when this manager stops leading (the announcement watch of that term ends). */
+  private term: AbortController | null = null;
 
   constructor(private readonly options: ManagerOptions) {
     this.id = options.id ?? `manager@${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
@@ -150,7 +152,8 @@ export class Manager {
       kv: () => this.leadership.kv,
       command: (id, command) => this.membership.command(id, command),
       decideSoon: () => this.decideSoon(),
-      stepDown: (reason) => this.stepDown(reason),
+      // A plan written by another manager: hand the lease back too, or this manager would hold it leading nothing.
+      stepDown: (reason) => this.leadership.resign(reason),
       newVersion: () => this.coordinator.newVersion(),
     });
     this.membership = new Membership({
@@ -239,51 +242,77 @@ export class Manager {
 
   // ---- leadership --------------------------------------------------------------------------
 
+  /**
+   * Takes the job over after winning the lease: the stored plan, registrations and
+   * announcements, then the subscriptions and the tick. Any failure (a KV read) undoes what was
+   * set up and rejects, and Leadership hands the lease back: a leader that cannot read the job's
+   * state must not hold the lease while leading nothing.
+   */
   private async becomeLeader(): Promise<void> {
+    try {
+      await this.takeOver();
+    } catch (err) {
+      this.stepDown('takeover failed');
+      this.metrics.takeovers.inc({ result: 'failed' });
+      throw err;
+    }
+    this.metrics.takeovers.inc({ result: 'done' });
+  }
+
+  private async takeOver(): Promise<void> {
     const kv = this.leadership.kv!;
-    this.metrics.leader.set(1);
+    const term = new AbortController();
+    this.term = term;
     await this.chain.loadPlan(kv);
     await this.membership.loadRegistrations(kv);
     await this.chain.loadAnnouncements(kv);
     const nc = this.options.nc;
-    const on = (subject: string, handle: (msg: Msg) => void): Subscription =>
-      nc.subscribe(subject, {
-        callback: (err, msg) => {
-          if (err) return;
-          try {
-            handle(msg);
-          } catch (e) {
-            // Input never takes the manager down: count it and go on.
-            this.metrics.rejected.inc({ code: (e as { code?: string }).code ?? ErrorCodes.INTERNAL });
-            this.log.error({ err: e, subject }, 'control message handling failed');
-          }
-        },
-      });
-    this.subscriptions = [
-      on(this.names.register, (msg) => this.membership.onRegister(msg)),
-      on(this.names.heartbeat, (msg) => this.membership.onHeartbeat(msg)),
-      on(this.names.report, (msg) => this.membership.onReport(msg)),
-      on(this.names.status, (msg) => msg.respond(JSON.stringify(this.status()))),
-    ];
-    void this.chain.watchAnnouncements(kv, () => !this.leadership.closed && this.isLeader);
+    const on = (subject: string, handle: (msg: Msg) => void): void => {
+      // One at a time into the list: if a later subscribe throws (connection closed), stepDown
+      // still unsubscribes the earlier ones.
+      this.subscriptions.push(
+        nc.subscribe(subject, {
+          callback: (err, msg) => {
+            if (err) return;
+            try {
+              handle(msg);
+            } catch (e) {
+              // Input never takes the manager down: count it and go on.
+              this.metrics.rejected.inc({ code: (e as { code?: string }).code ?? ErrorCodes.INTERNAL });
+              this.log.error({ err: e, subject }, 'control message handling failed');
+            }
+          },
+        }),
+      );
+    };
+    on(this.names.register, (msg) => this.membership.onRegister(msg));
+    on(this.names.heartbeat, (msg) => this.membership.onHeartbeat(msg));
+    on(this.names.report, (msg) => this.membership.onReport(msg));
+    on(this.names.status, (msg) => msg.respond(JSON.stringify(this.status())));
+    // Ends with this term of leadership (stepDown aborts it); it never rejects.
+    void this.chain.watchAnnouncements(kv, term.signal);
     this.coordinator.reset();
     // A tick that comes late (this process was held up) would judge members by heartbeats
     // still unread: it is skipped, and the next one, after they are in, judges.
     this.tickTimer = watchdog(this.options.tickMs ?? 100, (heldUp) => {
       if (!heldUp) this.tick();
     });
+    this.metrics.leader.set(1);
     this.log.info({ epoch: this.chain.plan?.epoch ?? null, members: this.membership.size }, 'leader: managing the job');
   }
 
   private stepDown(reason: string): void {
+    this.term?.abort();
+    this.term = null;
     this.tickTimer?.stop();
     this.tickTimer = null;
     for (const sub of this.subscriptions) sub.unsubscribe();
     this.subscriptions = [];
     this.metrics.leader.set(0);
-    // Losing the lease while running is worth a warning; handing it back on the way out is not.
+    // Losing the lease while running is worth a warning; handing it back on the way out is not,
+    // and a failed takeover is logged by Leadership.
     if (reason === 'stopping') this.log.info('stopping: leadership given up');
-    else if (this.membership.size > 0 || this.chain.plan) this.log.warn({ reason }, 'no longer the leader: standing by');
+    else if (reason !== 'takeover failed' && (this.membership.size > 0 || this.chain.plan)) this.log.warn({ reason }, 'no longer the leader: standing by');
     this.membership.clear();
     this.chain.reset();
   }

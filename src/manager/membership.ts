@@ -111,12 +111,16 @@ export class Membership {
     this.members.clear();
   }
 
-  /** A new leader reads every stored registration and gives each member a fresh grace period. */
+  /**
+   * A new leader reads every stored registration and gives each member a fresh grace period. A
+   * failed read rejects (the takeover fails and is tried again): a member skipped here would be
+   * dropped from the chain and made to register again.
+   */
   async loadRegistrations(kv: KV): Promise<void> {
     const keys: string[] = [];
     for await (const key of await kv.keys(`${Keys.memberPrefix}>`)) keys.push(key);
     // Read many at once: one at a time, a thousand members' records held a new leader a second.
-    const entries = await mapLimit(keys, REGISTRATION_READS, (key) => kv.get(key).catch(() => null));
+    const entries = await mapLimit(keys, REGISTRATION_READS, (key) => kv.get(key));
     const now = Date.now();
     for (const entry of entries) {
       if (!entry || entry.operation !== 'PUT') continue;

@@ -17,6 +17,7 @@ export interface ManagerGaugeSource {
 
 export class ManagerMetrics {
   readonly leader: Gauge;
+  readonly takeovers: Counter;
   readonly suspicions: Counter;
   readonly deaths: Counter;
   readonly detectionSeconds: Histogram;
@@ -28,7 +29,12 @@ export class ManagerMetrics {
   readonly checkpointLoads: Counter;
 
   constructor(registry: Registry, source: ManagerGaugeSource) {
-    this.leader = gauge(registry, { name: 'laminar_manager_leader', help: '1 while this manager holds the leader lease' });
+    this.leader = gauge(registry, { name: 'laminar_manager_leader', help: '1 while this manager holds the leader lease and leads the job' });
+    this.takeovers = counter(registry, {
+      name: 'laminar_manager_takeovers_total',
+      help: 'takeovers of the job after winning the lease, by result (done; failed: a read of the stored state failed, the lease was handed back)',
+      labelNames: ['result'],
+    });
     scrapedGauge(registry, 'laminar_manager_members', 'registered members by kind and health', ['kind', 'state'], (g) => {
       for (const { kind, state } of source.members()) g.inc({ kind, state });
     });

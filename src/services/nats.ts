@@ -37,9 +37,9 @@ const DEFAULT_MAX_PAYLOAD = 1024 * 1024;
  * another nats-server that took our monitoring port first (a port race) is not mistaken for ours.
  */
 async function ready(monitorPort: number, clientPort: number): Promise<boolean> {
-  const healthy = await httpGet(monitorPort, '/healthz');
+  const healthy = await monitorGet(monitorPort, '/healthz');
   if (healthy?.status !== 200) return false;
-  const varz = await httpGet(monitorPort, '/varz');
+  const varz = await monitorGet(monitorPort, '/varz');
   try {
     return (JSON.parse(varz?.body ?? '') as { port?: number }).port === clientPort;
   } catch {
@@ -47,7 +47,8 @@ async function ready(monitorPort: number, clientPort: number): Promise<boolean> 
   }
 }
 
-function httpGet(port: number, path: string): Promise<{ status: number; body: string } | null> {
+/** GET on nats-server's monitoring port (null when it does not answer within 1 s). */
+export function monitorGet(port: number, path: string): Promise<{ status: number; body: string } | null> {
   return new Promise((resolve) => {
     const req = get({ host: '127.0.0.1', port, path, timeout: 1000 }, (res) => {
       let body = '';

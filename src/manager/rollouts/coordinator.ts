@@ -39,6 +39,14 @@ export interface RolloutView {
 
 export const DEFAULT_ORPHAN_SCAN_MS = 60_000;
 
+/**
+ * A scan that could not read the partial pool (listing it, or a trajectory's owner) is tried
+ * again this soon after it ended: a trajectory it could not check may be an orphan, and waiting
+ * for the next backstop scan would leave it unowned for up to `orphanScanMs`. The delay doubles
+ * with each scan that fails in a row (a scan reads the whole pool), up to `orphanScanMs`.
+ */
+export const ORPHAN_SCAN_RETRY_MS = 2000;
+
 export interface RolloutCoordinatorOptions {
   nc: NatsConnection;
   memberSubject: (id: string) => string;
@@ -104,6 +112,8 @@ export class RolloutCoordinator {
   private repackTrigger: 'interval' | 'version' | null = null;
   private lastScan = 0;
   private scanning = false;
+  /** Scans in a row that could not read the whole pool (their retry delay doubles). */
+  private failedScans = 0;
   private placing = false;
   private leaderSince = Date.now();
   private movesDone = 0;
@@ -126,6 +136,7 @@ export class RolloutCoordinator {
     this.leaderSince = now;
     this.lastRepack = now;
     this.lastScan = 0;
+    this.failedScans = 0;
     this.kvAtLastRound.clear();
     this.orphans.clear();
     this.unreachableUntil.clear();
@@ -267,16 +278,45 @@ export class RolloutCoordinator {
 
   // ---- failover ----------------------------------------------------------------------------
 
-  /** Finds trajectories whose owner is no live rollout. */
+  /**
+   * Finds trajectories whose owner is no live rollout. A store error is no answer: the
+   * trajectory it hid is not taken for "not an orphan"; the failure is counted and logged, and
+   * the scan runs again soon (ORPHAN_SCAN_RETRY_MS). A corrupt log is counted and logged too, but
+   * reading it again would not help: it waits for the next backstop scan. Never rejects.
+   */
   private async scan(rollouts: RolloutView[]): Promise<void> {
     const partials = this.options.partials!;
     this.scanning = true;
+    let unread = 0;
+    let firstError: unknown = null;
+    const failed = (step: 'list' | 'owner', err: unknown): void => {
+      if ((err as { code?: string }).code === ErrorCodes.CORRUPT_RECORD) {
+        this.options.metrics.orphanScanFailures.inc({ step: 'corrupt' });
+        this.options.log.error({ err: (err as Error).message }, 'orphan scan: a partial log is corrupt (its trajectory cannot be failed over)');
+        return;
+      }
+      unread++;
+      firstError ??= err;
+      this.options.metrics.orphanScanFailures.inc({ step });
+    };
     try {
       const live = new Set(rollouts.filter((r) => r.health !== 'dead').map((r) => r.id));
       const now = Date.now();
-      for (const s of await partials.list()) {
+      let summaries: Awaited<ReturnType<PartialPool['list']>> = [];
+      try {
+        summaries = await partials.list();
+      } catch (err) {
+        failed('list', err);
+      }
+      for (const s of summaries) {
         if (live.has(s.owner) || s.owner === PARKED_OWNER || this.orphans.has(s.trajectoryId)) continue;
-        const state = await partials.startOf(s.trajectoryId).catch(() => undefined);
+        let state: Awaited<ReturnType<PartialPool['startOf']>>;
+        try {
+          state = await partials.startOf(s.trajectoryId);
+        } catch (err) {
+          failed('owner', err);
+          continue;
+        }
         if (!state || live.has(state.owner) || state.owner === PARKED_OWNER) continue;
         this.orphans.set(s.trajectoryId, {
           trajectoryId: s.trajectoryId,
@@ -291,10 +331,20 @@ export class RolloutCoordinator {
         );
       }
       this.options.metrics.orphansWaiting.set(this.orphans.size);
-    } catch (err) {
-      this.options.log.warn({ err: (err as Error).message }, 'partial pool scan failed (retrying)');
     } finally {
       this.scanning = false;
+      if (unread === 0) this.failedScans = 0;
+      else {
+        this.failedScans++;
+        const retryMs = Math.min(this.orphanScanMs, ORPHAN_SCAN_RETRY_MS * 2 ** Math.min(this.failedScans - 1, 16));
+        // tick() scans once orphanScanMs have passed since lastScan: the next scan comes retryMs from now
+        // (or at once, if a rollout died meanwhile and reset it).
+        this.lastScan = Math.min(this.lastScan, Date.now() - this.orphanScanMs + retryMs);
+        this.options.log.warn(
+          { err: (firstError as Error | null)?.message, unread, retryMs },
+          'orphan scan could not read the partial pool: scanning again soon',
+        );
+      }
     }
   }
 

@@ -11,6 +11,7 @@ export class RolloutCoordinatorMetrics {
   readonly reinitialise: Counter;
   readonly orphans: Counter;
   readonly orphansWaiting: Gauge;
+  readonly orphanScanFailures: Counter;
 
   constructor(registry: Registry) {
     this.repackRounds = counter(registry, {
@@ -47,6 +48,11 @@ export class RolloutCoordinatorMetrics {
       name: 'laminar_manager_orphans_total',
       help: 'trajectories of dead rollouts, by outcome (resumed on a rollout of the same version, completed already, returned to the prompt pool, lost a race)',
       labelNames: ['outcome'],
+    });
+    this.orphanScanFailures = counter(registry, {
+      name: 'laminar_manager_orphan_scan_failures_total',
+      help: 'partial-pool reads of the orphan scan that failed, by step (list: the pool; owner: a trajectory whose owner could not be read; corrupt: a log without its start); after list or owner the scan runs again 2 s later, doubling while it keeps failing',
+      labelNames: ['step'],
     });
     this.orphansWaiting = gauge(registry, {
       name: 'laminar_manager_orphans_waiting',
