@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+
 #include "errors.h"
 #include "ucx_status.h"
 #include "ucx_worker.h"
@@ -138,6 +140,11 @@ Napi::Value UcxWorker::CloseListener(const Napi::CallbackInfo& info) {
   }
   auto it = listeners_.find(static_cast<uint32_t>(id));
   if (it != listeners_.end()) {
+    // Connections that arrived for it and wait for delivery are turned away, not left to time out.
+    RejectPendingAccepts(it->first);
+    events_.erase(std::remove_if(events_.begin(), events_.end(),
+                                 [](const UcxEvent& e) { return e.kind == UcxEvent::kAccept && e.conn == nullptr; }),
+                  events_.end());
     ucp_listener_destroy(it->second);
     listeners_.erase(it);
   }

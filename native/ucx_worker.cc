@@ -50,22 +50,28 @@ Napi::Function UcxWorker::Init(Napi::Env env) {
                      });
 }
 
-// new UcxWorker(handler: (events: object[]) => void, options?: { maxEagerBytes, budgetMs })
-// Transports come from UCX's own configuration (UCX_TLS, UCX_NET_DEVICES, ...) read here.
+// new UcxWorker(handler: (events: object[]) => void, options?: { maxEagerBytes, budgetMs, onError, netDevices })
+// Transports come from UCX's own configuration (UCX_TLS, UCX_NET_DEVICES, ...) read here;
+// netDevices ("eth0,lo") replaces UCX_NET_DEVICES for this worker.
 UcxWorker::UcxWorker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UcxWorker>(info), env_(info.Env()) {
   Napi::Env env = info.Env();
   if (!info[0].IsFunction()) {
     ThrowCode(env, "ERR_INVALID_ARG", "UcxWorker needs an event handler function");
     return;
   }
+  std::string net_devices;  // UCX_NET_DEVICES for this worker's context; empty: UCX's own configuration
   if (info.Length() > 1 && info[1].IsObject()) {
     auto opts = info[1].As<Napi::Object>();
+    Napi::Value devices = opts.Get("netDevices");
+    if (devices.IsString()) net_devices = devices.As<Napi::String>().Utf8Value();
     size_t value;
     if (ToSize(opts.Get("maxEagerBytes"), &value)) max_eager_copy_ = value;
     Napi::Value budget = opts.Get("budgetMs");
     if (budget.IsNumber() && budget.As<Napi::Number>().DoubleValue() > 0) {
       budget_ns_ = static_cast<uint64_t>(budget.As<Napi::Number>().DoubleValue() * 1e6);
     }
+    Napi::Value on_error = opts.Get("onError");
+    if (on_error.IsFunction()) on_error_ = Napi::Persistent(on_error.As<Napi::Function>());
   }
   handler_ = Napi::Persistent(info[0].As<Napi::Function>());
   async_context_ = std::make_unique<Napi::AsyncContext>(env, "laminar:ucx");
@@ -75,6 +81,15 @@ UcxWorker::UcxWorker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UcxWorke
   if (status != UCS_OK) {
     ThrowUcs(env, status, "ucp_config_read");
     return;
+  }
+  // The devices UCX may use are fixed with the context: per worker, the JS side's choice.
+  if (!net_devices.empty()) {
+    status = ucp_config_modify(config, "NET_DEVICES", net_devices.c_str());
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      ThrowUcs(env, status, "ucp_config_modify(NET_DEVICES)");
+      return;
+    }
   }
   ucp_params_t params;
   memset(&params, 0, sizeof(params));
@@ -309,11 +324,34 @@ bool UcxWorker::Deliver() {
     batch.Set(n++, obj);
   }
   handler_.MakeCallback(Value(), {batch}, *async_context_);
-  if (env.IsExceptionPending()) {
-    Napi::Error error = env.GetAndClearPendingException();
-    napi_fatal_exception(env, error.Value());
-  }
+  if (env.IsExceptionPending()) ReportHandlerError(env);
   return true;
+}
+
+// The handler let an exception out. Policy (what it costs, who is told) belongs to JavaScript:
+// the error goes to the error callback. Only without one, or when it throws as well, is the
+// exception fatal, as any uncaught exception is: nothing is left to report it to.
+void UcxWorker::ReportHandlerError(Napi::Env env) {
+  Napi::Value error = env.GetAndClearPendingException().Value();
+  if (!on_error_.IsEmpty()) {
+    on_error_.MakeCallback(Value(), {error}, *async_context_);
+    if (!env.IsExceptionPending()) return;
+    error = env.GetAndClearPendingException().Value();
+  }
+  napi_fatal_exception(env, error);
+}
+
+// Connection requests that arrived but were not delivered yet (the worker or their listener is
+// closing): UCX requires each to be accepted or rejected, and the peer learns of the rejection
+// at once instead of waiting for its connection to time out.
+void UcxWorker::RejectPendingAccepts(uint32_t listener) {
+  for (auto& event : events_) {
+    if (event.kind != UcxEvent::kAccept || event.conn == nullptr) continue;
+    if (listener != 0 && event.listener != listener) continue;
+    auto it = listeners_.find(event.listener);
+    if (it != listeners_.end()) ucp_listener_reject(it->second, event.conn);
+    event.conn = nullptr;
+  }
 }
 
 ucs_status_t UcxWorker::MessageHandler(void* arg, const void* header, size_t header_length, void* data, size_t length,
@@ -451,6 +489,7 @@ void UcxWorker::Teardown(bool js_allowed) {
   closed_ = true;
   close_requested_ = false;
   if (js_allowed) napi_remove_env_cleanup_hook(env_, CleanupHook, this);
+  RejectPendingAccepts(0);
   for (auto& [id, listener] : listeners_) ucp_listener_destroy(listener);
   listeners_.clear();
   for (auto& [id, desc] : descs_) ucp_am_data_release(worker_, desc);
@@ -533,6 +572,7 @@ void UcxWorker::Teardown(bool js_allowed) {
   // The handler closes over the JS wrapper of this worker: a strong reference to it would keep a
   // closed worker from ever being collected.
   handler_.Reset();
+  on_error_.Reset();
   if (ops.empty() && registration_waiters.empty()) return;
   Napi::HandleScope scope(env_);
   Napi::CallbackScope callback_scope(env_, *async_context_);

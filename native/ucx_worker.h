@@ -16,7 +16,9 @@
 //
 // UCX callbacks only record what happened. After progress returns, the records are delivered
 // to JavaScript in one batch: promises of finished operations settle, and arrived messages,
-// accepted connections and endpoint failures go to the handler given at construction.
+// accepted connections and endpoint failures go to the handler given at construction. An
+// exception the handler lets out is handed to the error callback (options.onError), whose owner
+// decides what it costs; the worker itself keeps running.
 #pragma once
 
 #include <napi.h>
@@ -127,6 +129,8 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   // Event-loop integration.
   void Pump();
   bool Deliver();  // false when there was nothing to deliver
+  void ReportHandlerError(Napi::Env env);
+  void RejectPendingAccepts(uint32_t listener);  // 0: those of every listener
   void StartHandles(Napi::Env env);
   void Teardown(bool js_allowed);
   static void OnPoll(uv_poll_t* handle, int status, int events);
@@ -149,6 +153,7 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   size_t max_eager_copy_ = 16u << 20;
 
   Napi::FunctionReference handler_;
+  Napi::FunctionReference on_error_;  // told of exceptions the handler let out (may be empty)
   std::unique_ptr<Napi::AsyncContext> async_context_;
 
   uint32_t next_endpoint_ = 1;

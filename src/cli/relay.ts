@@ -1,6 +1,7 @@
 /** `laminar relay`: the per-host relay daemon. */
 import { Command, Option } from 'commander';
 import { createLogger } from '../common/logger.js';
+import { exitOnUnexpectedRejection } from '../common/fatal.js';
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 import { parseControlOptions } from '../control/nats-options.js';
 import { startRelay } from '../relay/daemon.js';
@@ -144,11 +145,15 @@ export function relayCommand(): Command {
         heartbeat: opts.heartbeat as string,
         ...(opts.advertise ? { advertise: opts.advertise as string } : {}),
       };
-      process.on('unhandledRejection', (err) => logger.error({ err }, 'unhandled rejection (the relay keeps running)'));
       const forward = opts.forward === true ? forwardInput(opts) : null;
       // A forwarding relay's control-plane options belong to its forwarder, not to the relay:
       // it registers as the trainer's member, never as a relay of the chain.
       const relay = await startRelay(forward ? { ...options, nats: undefined } : options, logger);
+      // Every rejection the relay expects is handled where it happens (src/relay/background.ts);
+      // one nobody foresaw may have left it inconsistent: it is logged as a fault, counted, and
+      // the relay exits for its service manager to restart it, which re-adopts the versions in
+      // --shm-dir (test/relay/restart.test.ts). Before this point a failure ends the start anyway.
+      exitOnUnexpectedRejection(logger, relay.registry);
       let forwarder: VersionForwarder | null = null;
       if (forward) {
         try {

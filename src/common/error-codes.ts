@@ -121,6 +121,12 @@ export const ERROR_CATALOGUE = {
   BAD_RELAY_ID: entry('ERR_BAD_RELAY_ID', 'broadcast', 'A relay id is not a valid member id.'),
   BAD_ADDRESS: entry('ERR_BAD_ADDRESS', 'broadcast', 'An `address:port` cannot be parsed, or names no numeric IP address.'),
   ADDRESS_NOT_UP: entry('ERR_ADDRESS_NOT_UP', 'broadcast', 'The address to listen on is not on any interface that is up.'),
+  NET_DEVICE: entry(
+    'ERR_NET_DEVICE',
+    'broadcast',
+    "The kernel routes a peer's address through a network interface this process's UCX may not use (`UCX_NET_DEVICES`, or the interface of the relay's own address): " +
+      'the connection could not work, so it is not tried. Include that interface in `UCX_NET_DEVICES`, or unset it.',
+  ),
   NOT_IN_PLAN: entry('ERR_NOT_IN_PLAN', 'broadcast', 'A peer that is not in the current chain plan tried to connect.'),
   STALE_EPOCH: entry('ERR_STALE_EPOCH', 'broadcast', 'A plan, report or command names an epoch older than the current one.'),
   PEER_AUTH: entry('ERR_PEER_AUTH', 'broadcast', 'A peer failed the challenge of the job secret (wrong secret, or not this job).'),
@@ -158,6 +164,11 @@ export const ERROR_CATALOGUE = {
   UCX_UNREGISTERED: entry('ERR_UCX_UNREGISTERED', 'native', 'A memory registration was released before it completed.'),
   UCX_PAYLOAD_DROPPED: entry('ERR_UCX_PAYLOAD_DROPPED', 'native', 'An inline UCX payload was dropped before it was read.'),
   UCX_PAYLOAD_TAKEN: entry('ERR_UCX_PAYLOAD_TAKEN', 'native', "A message's payload was read or received once already."),
+  UCX_HANDLER_FAILED: entry(
+    'ERR_UCX_HANDLER_FAILED',
+    'native',
+    "A handler of a UCX endpoint's events (its messages, its close, the listener's new connection) threw: that endpoint was closed, the worker kept serving the others.",
+  ),
 
   // The control plane (NATS subjects and KV)
   CONTROL_DECODE: entry('ERR_CONTROL_DECODE', 'control plane', 'A control message is not valid msgpack.'),

@@ -94,7 +94,14 @@ export interface UcxNativeWorker {
 }
 
 interface NativeAddon {
-  UcxWorker: new (handler: (events: UcxNativeEvent[]) => void, options?: { maxEagerBytes?: number; budgetMs?: number }) => UcxNativeWorker;
+  /**
+   * `onError` gets what `handler` throws (without it, or when it throws too, that is fatal).
+   * `netDevices` ("eth0,lo") replaces UCX_NET_DEVICES for this worker's context.
+   */
+  UcxWorker: new (
+    handler: (events: UcxNativeEvent[]) => void,
+    options?: { maxEagerBytes?: number; budgetMs?: number; onError?: (err: unknown) => void; netDevices?: string },
+  ) => UcxNativeWorker;
   setErrorClass(ctor: new (message: string, code: string) => Error): void;
   Mapping: new (path: string | null, options?: MappingOptions) => Mapping;
   // Plain N-API functions: they do not use `this`, so they are re-exported on their own below.

@@ -107,6 +107,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
         logger: log,
         registry,
         onPeerFailure: (peer, direction, code) => control?.peerFailed(peer, direction, code),
+        ...(options.control ? { advertise: options.control.advertise } : {}),
       });
       const b = broadcaster;
       store.busy = () => b.busy;

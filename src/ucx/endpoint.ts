@@ -1,5 +1,6 @@
 import type { Mapping, UcxNativeWorker } from '../native/index.js';
-import { ClosedError, type LaminarError } from '../common/errors.js';
+import { ClosedError, LaminarError } from '../common/errors.js';
+import { ErrorCodes } from '../common/error-codes.js';
 import type { IncomingMessage } from './message.js';
 
 /** Send flag: always use the rendezvous protocol (the receiver pulls the bytes into place). */
@@ -34,6 +35,8 @@ export class Endpoint {
     /** The peer's address as the transport sees it ("10.77.0.2:41234"). */
     readonly peer: string,
     private readonly forget: (id: number) => void,
+    /** Told when a close handler throws (the worker reports it; the other handlers still run). */
+    private readonly handlerFailed: (endpoint: Endpoint, err: unknown) => void = () => undefined,
   ) {}
 
   get closed(): boolean {
@@ -46,8 +49,17 @@ export class Endpoint {
   }
 
   onClose(handler: CloseHandler): void {
-    if (this.state === 'closed') queueMicrotask(() => handler(this.failure));
-    else this.closeHandlers.push(handler);
+    if (this.state !== 'closed') {
+      this.closeHandlers.push(handler);
+      return;
+    }
+    queueMicrotask(() => {
+      try {
+        handler(this.failure);
+      } catch (err) {
+        this.handlerFailed(this, err);
+      }
+    });
   }
 
   /**
@@ -105,8 +117,12 @@ export class Endpoint {
       .finally(() => this.finish(error));
   }
 
-  /** @internal The worker closed under us. */
+  /**
+   * @internal The worker closed under us: whoever waits on the endpoint (a handshake, a close
+   * handler) is told so with ERR_UCX_CLOSED rather than a clean close it could take for the peer's.
+   */
   abandon(): void {
+    this.failure ??= new LaminarError(ErrorCodes.UCX_CLOSED, `the UCX worker was closed (endpoint to ${this.peer})`);
     this.finish(this.failure);
   }
 
@@ -116,6 +132,14 @@ export class Endpoint {
     this.forget(this.id);
     const handlers = this.closeHandlers;
     this.closeHandlers = [];
-    for (const handler of handlers) handler(error);
+    for (const handler of handlers) {
+      // finish() runs in a promise reaction or in the worker's close: an exception let out here
+      // would be an unhandled rejection, and would keep the remaining handlers from running.
+      try {
+        handler(error);
+      } catch (err) {
+        this.handlerFailed(this, err);
+      }
+    }
   }
 }

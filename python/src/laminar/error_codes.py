@@ -141,6 +141,9 @@ BAD_ADDRESS: Final = "ERR_BAD_ADDRESS"
 ADDRESS_NOT_UP: Final = "ERR_ADDRESS_NOT_UP"
 """The address to listen on is not on any interface that is up."""
 
+NET_DEVICE: Final = "ERR_NET_DEVICE"
+"""The kernel routes a peer's address through a network interface this process's UCX may not use (`UCX_NET_DEVICES`, or the interface of the relay's own address): the connection could not work, so it is not tried. Include that interface in `UCX_NET_DEVICES`, or unset it."""
+
 NOT_IN_PLAN: Final = "ERR_NOT_IN_PLAN"
 """A peer that is not in the current chain plan tried to connect."""
 
@@ -245,6 +248,9 @@ UCX_PAYLOAD_DROPPED: Final = "ERR_UCX_PAYLOAD_DROPPED"
 
 UCX_PAYLOAD_TAKEN: Final = "ERR_UCX_PAYLOAD_TAKEN"
 """A message's payload was read or received once already."""
+
+UCX_HANDLER_FAILED: Final = "ERR_UCX_HANDLER_FAILED"
+"""A handler of a UCX endpoint's events (its messages, its close, the listener's new connection) threw: that endpoint was closed, the worker kept serving the others."""
 
 CONTROL_DECODE: Final = "ERR_CONTROL_DECODE"
 """A control message is not valid msgpack."""
@@ -416,6 +422,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_BAD_RELAY_ID": "A relay id is not a valid member id.",
     "ERR_BAD_ADDRESS": "An `address:port` cannot be parsed, or names no numeric IP address.",
     "ERR_ADDRESS_NOT_UP": "The address to listen on is not on any interface that is up.",
+    "ERR_NET_DEVICE": "The kernel routes a peer's address through a network interface this process's UCX may not use (`UCX_NET_DEVICES`, or the interface of the relay's own address): the connection could not work, so it is not tried. Include that interface in `UCX_NET_DEVICES`, or unset it.",
     "ERR_NOT_IN_PLAN": "A peer that is not in the current chain plan tried to connect.",
     "ERR_STALE_EPOCH": "A plan, report or command names an epoch older than the current one.",
     "ERR_PEER_AUTH": "A peer failed the challenge of the job secret (wrong secret, or not this job).",
@@ -451,6 +458,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_UCX_UNREGISTERED": "A memory registration was released before it completed.",
     "ERR_UCX_PAYLOAD_DROPPED": "An inline UCX payload was dropped before it was read.",
     "ERR_UCX_PAYLOAD_TAKEN": "A message's payload was read or received once already.",
+    "ERR_UCX_HANDLER_FAILED": "A handler of a UCX endpoint's events (its messages, its close, the listener's new connection) threw: that endpoint was closed, the worker kept serving the others.",
     "ERR_CONTROL_DECODE": "A control message is not valid msgpack.",
     "ERR_CONTROL_SCHEMA": "A control message fails its schema.",
     "ERR_CONTROL_SCHEMA_VERSION": "A control message has a schema version this process does not speak.",

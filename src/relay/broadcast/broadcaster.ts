@@ -17,7 +17,7 @@
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { LaminarError } from '../../common/errors.js';
-import { UcxWorker, assertAddressUp, type Listener } from '../../ucx/index.js';
+import { UcxWorker, assertAddressUp, devicesOfOwnAddress, parseAddress, type Listener } from '../../ucx/index.js';
 import type { BroadcastOptions } from '../options.js';
 import type { BroadcastStatus } from '../protocol/status.js';
 import type { StoredVersion, VersionStore } from '../store.js';
@@ -38,6 +38,8 @@ export interface BroadcasterOptions extends BroadcastOptions {
   registry: Registry;
   /** Told of every transport failure with a neighbour (the control plane reports it to the manager). */
   onPeerFailure?: (peerId: string, direction: 'downstream' | 'upstream', code: string) => void;
+  /** "address:port" other relays reach this one at, when the listener takes every address (under a manager). */
+  advertise?: string;
 }
 
 export class Broadcaster {
@@ -59,8 +61,27 @@ export class Broadcaster {
     private readonly options: BroadcasterOptions,
   ) {
     this.log = options.logger.child({ component: 'broadcast' });
+    // UCX on the interface peers reach this relay through (unless UCX_NET_DEVICES is set): on a
+    // host with several, the others' addresses would be offered to peers that cannot reach them.
+    const netDevices = devicesOfOwnAddress(ownAddress(options));
+    this.log.info(
+      { netDevices: netDevices?.devices ?? 'all', reason: netDevices?.reason ?? 'no interface of this host holds its address' },
+      'UCX network devices',
+    );
     this.worker = new UcxWorker({
+      netDevices,
       onStray: () => this.metrics.badMessages.inc({ code: ErrorCodes.PEER_STRAY }),
+      // A handler that throws on a peer's event costs that peer's link (the worker has closed it
+      // already), never the relay; it is a bug or a message nobody foresaw: said loudly.
+      onHandlerError: (err, endpoint) => {
+        const code = typeof err.details?.causeCode === 'string' ? err.details.causeCode : ErrorCodes.INTERNAL;
+        this.metrics.handlerErrors.inc({ code });
+        this.log.error({ err, peer: endpoint?.peer, code }, 'a peer event made a handler throw: the link was dropped');
+      },
+      onAcceptError: (err, address) => {
+        this.metrics.acceptFailures.inc({ code: err.code });
+        this.log.warn({ peer: address, code: err.code, err: err.message }, 'could not accept a peer connection');
+      },
     });
     this.metrics = new BroadcastMetrics(options.registry, () => (this.closed ? 0 : this.worker.stats().registrations));
     this.plan = options.plan;
@@ -192,4 +213,12 @@ export class Broadcaster {
   private versionRetired(v: StoredVersion): void {
     if (v.mapping) this.registrations.release(v.mapping);
   }
+}
+
+/** The address peers reach a relay at: its listen address, else the advertised one, else its plan entry's; null if unknown. */
+function ownAddress(options: BroadcasterOptions): string | null {
+  const listen = options.listen?.host;
+  if (listen !== undefined && listen !== '0.0.0.0' && listen !== '::') return listen;
+  const entry = options.advertise ?? options.plan?.relays.find((m) => m.id === options.relayId)?.address;
+  return entry === undefined ? null : parseAddress(entry).host;
 }

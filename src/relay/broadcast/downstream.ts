@@ -19,6 +19,7 @@ import type { MappingRegistrations } from './registrations.js';
 import { StoredSource, type ChunkSource } from './source.js';
 import type { BroadcastStatus } from '../protocol/status.js';
 import { ErrorCodes } from '../../common/error-codes.js';
+import { inBackground } from '../background.js';
 
 /** The code of the 'error' message a relay sends before closing a downstream link on purpose. */
 export const GOODBYE = ErrorCodes.RETARGETED;
@@ -107,7 +108,7 @@ export class DownstreamSide {
     if (better === undefined) return;
     this.connecting = true;
     const epoch = plan.epoch;
-    connectPeer(this.ctx.worker, better.id, better.address, {
+    const connecting = connectPeer(this.ctx.worker, better.id, better.address, {
       selfId: this.options.relayId,
       role: 'relay',
       secret: this.options.secret,
@@ -149,6 +150,8 @@ export class DownstreamSide {
         queueMicrotask(() => this.ensureDownstream());
       },
     );
+    // The handlers above are the relay's own code: one that throws must not go unhandled.
+    inBackground(connecting, this.log, 'taking on a downstream link', { failures: this.metrics.backgroundFailures });
   }
 
   private useDownstream(member: ChainMember, link: PeerLink): void {
@@ -241,7 +244,7 @@ export class DownstreamSide {
       log: this.log,
     });
     d.sessions.set(k, session);
-    session
+    const sending = session
       .start()
       .then(
         (result) => {
@@ -271,5 +274,6 @@ export class DownstreamSide {
         if (d.sessions.get(k) === session) d.sessions.delete(k);
         if (stored) this.store.unlease(stored);
       });
+    inBackground(sending, this.log, 'sending a version downstream', { failures: this.metrics.backgroundFailures });
   }
 }

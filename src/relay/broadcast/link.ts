@@ -10,7 +10,7 @@
 import { LaminarError, ProtocolError, TimeoutError } from '../../common/errors.js';
 import { watchdog } from '../../common/watchdog.js';
 import type { Endpoint, IncomingMessage, Payload, UcxWorker } from '../../ucx/index.js';
-import { parseAddress } from '../../ucx/index.js';
+import { assertRoutable, parseAddress } from '../../ucx/index.js';
 import { checkProof, newNonce, proof } from './auth.js';
 import { PEER_PROTOCOL_VERSION, decodePeerMessage, encodePeerMessage, type PeerMessage } from './messages.js';
 import { ErrorCodes } from '../../common/error-codes.js';
@@ -197,6 +197,9 @@ export interface ConnectOptions {
  */
 export async function connectPeer(worker: UcxWorker, peerId: string | null, address: string, options: ConnectOptions): Promise<PeerLink> {
   const { host, port } = parseAddress(address);
+  // A peer routed through an interface the worker may not use would fail deep in UCX's
+  // handshake with a bare reset or timeout: this says why, before trying (net-devices.ts).
+  await assertRoutable(host, worker.netDevices);
   const endpoint = worker.connect(host, port);
   const expired = (): LaminarError => new TimeoutError(`no handshake with ${peerId ?? 'a relay'} at ${address} within ${options.timeoutMs} ms`);
   try {

@@ -21,6 +21,9 @@ export class BroadcastMetrics {
   readonly retargets: Counter;
   readonly registerSeconds: Histogram;
   readonly registerFailures: Counter<'code'>;
+  readonly handlerErrors: Counter<'code'>;
+  readonly acceptFailures: Counter<'code'>;
+  readonly backgroundFailures: Counter<'task'>;
 
   /** `registeredRegions` reads how many memory regions the UCX worker holds registered. */
   constructor(registry: Registry, registeredRegions: () => number) {
@@ -89,6 +92,21 @@ export class BroadcastMetrics {
       name: 'laminar_relay_ucx_register_failures_total',
       help: 'Versions UCX could not register for sending (sent unregistered), by UCS code',
       labelNames: ['code'],
+    });
+    this.handlerErrors = counter(registry, {
+      name: 'laminar_relay_peer_handler_errors_total',
+      help: "Peer events this relay's own handlers threw on (a bug, or a message they did not foresee): the peer's link was dropped, the relay kept running; by the thrown error's code (ERR_INTERNAL without one)",
+      labelNames: ['code'],
+    });
+    this.acceptFailures = counter(registry, {
+      name: 'laminar_relay_peer_accept_failures_total',
+      help: 'Incoming peer connections UCX could not accept (the peer sees its connection fail), by UCS code',
+      labelNames: ['code'],
+    });
+    this.backgroundFailures = counter(registry, {
+      name: 'laminar_relay_broadcast_background_failures_total',
+      help: 'Broadcast work nobody awaited that failed (logged, the relay goes on), by task',
+      labelNames: ['task'],
     });
     this.epoch = gauge(registry, { name: 'laminar_relay_plan_epoch', help: 'Epoch of the chain plan in force' });
   }

@@ -21,6 +21,7 @@ import { positionOf, type ChainPlan } from './plan.js';
 import type { MappingRegistrations } from './registrations.js';
 import type { ChunkSource } from './source.js';
 import { ErrorCodes } from '../../common/error-codes.js';
+import { inBackground } from '../background.js';
 
 interface Arrival {
   transfer: IncomingTransfer;
@@ -59,7 +60,10 @@ export class UpstreamSide {
     this.options = ctx.options;
     this.metrics = ctx.metrics;
     this.log = ctx.log;
+    this.failures = { failures: ctx.metrics.backgroundFailures };
   }
+
+  private readonly failures: { failures: BroadcastMetrics['backgroundFailures'] };
 
   /** Authenticates a peer that connected to the listener, and takes it on. */
   accept(endpoint: Endpoint): void {
@@ -73,6 +77,11 @@ export class UpstreamSide {
       (link) => this.upstreamJoined(link),
       (reason: unknown) => {
         const err = reason as Error & { code?: string };
+        // The relay stopping cuts handshakes short (ERR_UCX_CLOSED): nobody was refused.
+        if (this.ctx.closed()) {
+          this.log.debug({ peer: endpoint.peer, code: err.code }, 'handshake cut short: the relay is stopping');
+          return;
+        }
         this.metrics.refusedPeers.inc({ code: err.code ?? ErrorCodes.PEER_HANDSHAKE });
         this.log.warn({ peer: endpoint.peer, code: err.code, err: err.message }, 'peer refused');
       },
@@ -104,7 +113,7 @@ export class UpstreamSide {
   expireIdle(now: number): void {
     for (const { transfer } of this.arrivals.values()) {
       if (now - transfer.lastActivity > this.options.partialTtlMs) {
-        void transfer.abandon(`no upstream sent anything for ${this.options.partialTtlMs} ms`);
+        inBackground(transfer.abandon(`no upstream sent anything for ${this.options.partialTtlMs} ms`), this.log, 'abandoning an idle arrival', this.failures);
       }
     }
   }
@@ -112,7 +121,9 @@ export class UpstreamSide {
   /** A newer version is complete here: older partial arrivals of the model are pointless. */
   abandonOlderThan(v: StoredVersion): void {
     for (const { transfer } of [...this.arrivals.values()]) {
-      if (transfer.model === v.model && transfer.version < v.version) void transfer.abandon(`version ${v.version} is complete`);
+      if (transfer.model === v.model && transfer.version < v.version) {
+        inBackground(transfer.abandon(`version ${v.version} is complete`), this.log, 'abandoning a superseded arrival', this.failures);
+      }
     }
   }
 
@@ -156,7 +167,11 @@ export class UpstreamSide {
   private upstreamMessage(link: PeerLink, message: PeerMessage, incoming: IncomingMessage): void {
     switch (message.t) {
       case 'offer':
-        void this.handleOffer(link, message, incoming);
+        // handleOffer declines what it cannot take; what escapes it is a bug: the link goes.
+        inBackground(this.handleOffer(link, message, incoming), this.log, 'taking an offer', {
+          ...this.failures,
+          recover: (err) => void link.closeWith(ErrorCodes.INTERNAL, `the offer failed: ${(err as Error).message}`),
+        });
         return;
       case 'chunk':
         this.handleChunk(link, message, incoming);
@@ -238,7 +253,7 @@ export class UpstreamSide {
       const receiving = v.mapping;
       if (receiving !== null) this.ctx.registrations.registerOnce(receiving);
       const started = performance.now();
-      transfer.done.then(
+      const settled = transfer.done.then(
         () => {
           if (receiving !== null) this.ctx.registrations.release(receiving);
           this.metrics.transfers.inc({ direction: 'in', result: 'complete' });
@@ -254,6 +269,7 @@ export class UpstreamSide {
           this.arrivals.delete(k);
         },
       );
+      inBackground(settled, this.log, 'finishing an arrival', this.failures);
       this.log.info({ peer: link.peerId, model: v.model, version: v.version, size: v.layout.totalSize, chunks: v.layout.chunkCount }, 'receiving a version');
       await link.send({ t: 'accept', model: v.model, version: v.version, from: 0, have: [] });
       // Forward while receiving: the successor gets each chunk as soon as it is verified here.
@@ -320,10 +336,13 @@ export class UpstreamSide {
       lane = new PullLane();
       this.lanes.set(link, lane);
     }
-    void transfer.receive(chunk.index, incoming, link.endpoint.id, lane).then((outcome) => {
+    const receiving = transfer.receive(chunk.index, incoming, link.endpoint.id, lane).then((outcome) => {
       if (outcome === 'corrupt' || outcome === 'failed') {
         void link.send({ t: 'nack', model: chunk.model, version: chunk.version, index: chunk.index }).catch(() => undefined);
       }
     });
+    // receive() settles chunk failures as outcomes; it rejects only when completing the version
+    // failed and abandoning it failed too.
+    inBackground(receiving, this.log, 'receiving a chunk', this.failures);
   }
 }

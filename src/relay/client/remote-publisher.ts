@@ -14,7 +14,7 @@ import { Mapping } from '../../native/index.js';
 import { chunkRange, encodeHeader, planLayout, tensorByteLength, type ChunkLayout, type VersionLayout } from '../../safetensors/header.js';
 import { autoHeaderChunks } from '../chunking/chunk-choice.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
-import { UcxWorker, type Registration } from '../../ucx/index.js';
+import { UcxWorker, devicesToward, parseAddress, type Registration } from '../../ucx/index.js';
 import { loadSecret } from '../broadcast/auth.js';
 import { connectPeer, type PeerLink } from '../broadcast/link.js';
 import { BroadcastMetrics } from '../broadcast/metrics.js';
@@ -123,7 +123,9 @@ export class RemotePublisher {
           ...(options.secretFile !== undefined ? { file: options.secretFile } : {}),
           ...(options.secret !== undefined ? { value: options.secret } : {}),
         });
-    const worker = new UcxWorker();
+    // UCX on the interface the kernel routes the master's address through (unless the user set
+    // UCX_NET_DEVICES): a second NIC would otherwise be offered to the master, unreachable.
+    const worker = new UcxWorker({ netDevices: await devicesToward(parseAddress(options.address).host) });
     try {
       const link = await connectPeer(worker, options.relayId ?? null, options.address, {
         selfId: options.name ?? `publisher@${hostname()}:${process.pid}`,

@@ -18,6 +18,7 @@ import { SparePool } from '../spare-segments.js';
 import { StoredVersion, type Requester } from './stored-version.js';
 import { writeHeader } from './version-commit.js';
 import type { VersionTable } from './version-table.js';
+import { inBackground } from '../background.js';
 
 /** How often a wanted spare checks whether the relay has become idle. */
 const SPARE_IDLE_CHECK_MS = 250;
@@ -166,7 +167,7 @@ export class MemoryBudget {
     if (this.spareTimer) return;
     this.spareTimer = setTimeout(() => {
       this.spareTimer = null;
-      void this.prepareSpareWhenIdle();
+      inBackground(this.prepareSpareWhenIdle(), this.options.logger, 'preparing a spare segment');
     }, SPARE_IDLE_CHECK_MS);
     this.spareTimer.unref();
   }

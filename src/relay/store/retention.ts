@@ -10,6 +10,7 @@ import type { SparePool } from '../spare-segments.js';
 import type { StoredVersion } from './stored-version.js';
 import type { VersionDirectories } from './version-dirs.js';
 import type { VersionTable } from './version-table.js';
+import { inBackground } from '../background.js';
 
 export interface RetentionOptions {
   keepVersions: number;
@@ -30,7 +31,7 @@ export class Retention {
   apply(model: string): void {
     const complete = this.table.completeNewestFirst(model);
     complete.slice(1 + this.options.keepVersions).forEach((v) => {
-      if (v.leases === 0) void this.retire(v, 'retention');
+      if (v.leases === 0) inBackground(this.retire(v, 'retention'), this.options.logger, 'retiring a version');
     });
   }
 
