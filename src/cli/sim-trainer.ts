@@ -55,6 +55,7 @@ export function simTrainerCommand(): Command {
     .addOption(
       new Option('--json', 'one JSON line per step on stdout: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean}}'),
     )
+    .addOption(new Option('--checksums', 'with --json: one line {published, kind, sha256} per version published (SHA-256 of its bytes, for audits)'))
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
     .action(async (opts: Opts) => {
       const str = (k: string): string | undefined => (typeof opts[k] === 'string' ? opts[k] : undefined);
@@ -104,8 +105,10 @@ export function simTrainerCommand(): Command {
       }
       if (http) logger.info({ port: http.port }, 'serving /metrics');
       const json = opts.json === true;
+      const checksums = opts.checksums === true;
       sim.events.on('published', (p) => {
         if (p.kind === 'initial' && !json) process.stderr.write(`published initial v${p.version} of ${sim.config.model}: stall ${p.stallMs.toFixed(0)} ms\n`);
+        if (json && checksums) process.stdout.write(`${JSON.stringify({ published: p.version, kind: p.kind, sha256: sim.publishedChecksum() })}\n`);
       });
       sim.events.on('step', (s) => {
         if (json) process.stdout.write(`${JSON.stringify(stepJson(s))}\n`);

@@ -47,7 +47,7 @@ export async function recordsInBuffer(nc: NatsConnection, ids: string[]): Promis
 
 export async function managerStatus(port: number): Promise<ManagerStatus | null> {
   try {
-    return (await (await fetch(`http://127.0.0.1:${port}/status`)).json()) as ManagerStatus;
+    return (await (await fetch(`http://127.0.0.1:${port}/status`, { signal: AbortSignal.timeout(5000) })).json()) as ManagerStatus;
   } catch {
     return null;
   }
@@ -57,10 +57,11 @@ export async function managerStatus(port: number): Promise<ManagerStatus | null>
  * One scrape of a daemon's /metrics, read as often as needed: the value of a metric (a name, or
  * a name with its label set; a bare name sums its labelled series). A killed daemon reads 0.
  */
-export async function scrape(port: number): Promise<(name: string) => number> {
+export async function scrape(port: number, host = '127.0.0.1'): Promise<(name: string) => number> {
   let text = '';
   try {
-    text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    // Bounded: a daemon frozen (SIGSTOP in the soak) accepts the connection and never answers.
+    text = await (await fetch(`http://${host}:${port}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
   } catch {
     // a killed daemon has no metrics
   }
@@ -77,7 +78,7 @@ export async function scrape(port: number): Promise<(name: string) => number> {
 
 /** Sum of a metric over the /metrics of several daemons. */
 export async function sumMetric(ports: number[], name: string): Promise<number> {
-  const reads = await Promise.all(ports.map(scrape));
+  const reads = await Promise.all(ports.map((port) => scrape(port)));
   return reads.reduce((total, read) => total + read(name), 0);
 }
 

@@ -28,6 +28,7 @@ import { freePort } from '../services/index.js';
 import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
 import { renderProgress, type DemoSnapshot } from './display.js';
 import { runTorchJob } from './torch-job.js';
+import { simRolloutArgv } from './sim-rollout-argv.js';
 
 interface DemoOptions {
   duration: string;
@@ -219,7 +220,14 @@ async function main(): Promise<void> {
       'simulated trainer started',
       (line) => {
         try {
-          const step = JSON.parse(line) as { version: number; batch: number; staleness: { p50: number; max: number; mean: number }; publish_stall_ms: number };
+          const step = JSON.parse(line) as {
+            step?: number;
+            version: number;
+            batch: number;
+            staleness: { p50: number; max: number; mean: number };
+            publish_stall_ms: number;
+          };
+          if (step.step === undefined) return;
           trainer.version = step.version;
           trainer.steps++;
           trainer.trajectories += step.batch;
@@ -236,38 +244,16 @@ async function main(): Promise<void> {
       const relay = i % relayCount;
       const d = await spawnQuiet(
         `rollout ro${i}`,
-        [
-          'sim-rollout',
-          ...common,
-          '--id',
-          `ro${i}`,
-          '--redis',
-          redisServer.url,
-          '--relay-socket',
-          relays[relay]!.socket,
-          '--host',
-          `host${relay}`,
-          '--model',
-          MODEL,
-          '--time-scale',
-          String(timeScale),
-          '--heartbeat',
-          scaled(1000),
-          '--batch-prompts',
-          '16',
-          '--kv-capacity',
-          '32768',
-          '--roofline-batch',
-          '64',
-          '--output-median',
-          '256',
-          '--output-max',
-          '3072',
-          '--seed',
-          String(i + 1),
-          '--metrics-port',
-          '0',
-        ],
+        simRolloutArgv({
+          id: `ro${i}`,
+          nats: nats.url,
+          redis: redisServer.url,
+          relaySocket: relays[relay]!.socket,
+          host: `host${relay}`,
+          model: MODEL,
+          timeScale,
+          seed: i + 1,
+        }),
         'sim-rollout started',
       );
       rollouts.push({ id: `ro${i}`, daemon: d, metricsPort: d.ready.metricsPort as number, relay, killed: false });

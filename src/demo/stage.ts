@@ -27,14 +27,25 @@ export interface Stage {
   shutdown(): Promise<void>;
 }
 
-export async function openStage(prefix: string, logs: string | undefined): Promise<Stage> {
+export interface StageOptions {
+  /** Address nats-server listens on (default 127.0.0.1; 0.0.0.0 for daemons in testbed namespaces). */
+  natsHost?: string;
+}
+
+export async function openStage(prefix: string, logs: string | undefined, options: StageOptions = {}): Promise<Stage> {
   const root = mkdtempSync(join('/dev/shm', prefix));
   const secretFile = join(root, 'secret');
   writeFileSync(secretFile, `${randomBytes(24).toString('hex')}\n`, { mode: 0o600 });
   console.log('starting nats-server (JetStream) and redis-server ...');
-  const [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer({ appendonly: true })]);
-  const nc = await connect({ servers: nats.url, name: 'demo' });
+  const [nats, redisServer] = await Promise.all([
+    startNatsServer({ jetstream: true, ...(options.natsHost ? { host: options.natsHost } : {}) }),
+    startRedisServer({ appendonly: true }),
+  ]);
+  // The soak restarts nats-server: the stage's own connection waits for it, however long.
+  const nc = await connect({ servers: nats.url, name: 'demo', maxReconnectAttempts: -1 });
   const redis = new Redis(redisServer.port, '127.0.0.1', { maxRetriesPerRequest: null });
+  // It reconnects by itself (the soak restarts redis-server); without a listener ioredis prints each failed attempt.
+  redis.on('error', () => undefined);
   const ledger = watchLedger(nc);
   const daemons: Daemon[] = [];
   return {

@@ -27,3 +27,4 @@ export {
   type SimTrainerStep,
   type SimTrainerConfig,
 } from '../sim/trainer/index.js';
+export { createTestbed, type Testbed, type TestHost } from './testbed.js';

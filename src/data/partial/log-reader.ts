@@ -3,7 +3,7 @@
  * subject), or the last message's headers of every trajectory (who owns what), which is what
  * failover and repack need before taking ownership.
  */
-import { DeliverPolicy, type JetStreamClient } from '@nats-io/jetstream';
+import { DeliverPolicy, type Consumer, type JetStreamClient } from '@nats-io/jetstream';
 import { CorruptRecordError } from '../errors.js';
 import { decodeLog, KIND_HEADER, OWNER_HEADER, TOKENS_HEADER, type LogKind, type PartialStart } from './log-codec.js';
 import { decodePayload, joinChunks } from '../codec/payload.js';
@@ -32,11 +32,18 @@ export interface PartialSummary {
 
 export async function readLog(js: JetStreamClient, stream: string, subject: string): Promise<PartialState | undefined> {
   const consumer = await js.consumers.get(stream, { filter_subjects: subject, deliver_policy: DeliverPolicy.All });
-  const info = await consumer.info(true);
-  if (info.num_pending === 0) {
+  // An ordered consumer left behind lives on in nats-server for its 5-minute inactivity
+  // threshold: at a read per completed trajectory that is thousands of idle consumers.
+  try {
+    return await readLogFrom(consumer, subject);
+  } finally {
     await consumer.delete().catch(() => undefined);
-    return undefined;
   }
+}
+
+async function readLogFrom(consumer: Consumer, subject: string): Promise<PartialState | undefined> {
+  const info = await consumer.info(true);
+  if (info.num_pending === 0) return undefined;
   const tokenParts: Uint8Array[] = [];
   const logprobParts: Uint8Array[] = [];
   let start: PartialStart | undefined;
@@ -78,16 +85,20 @@ export async function readLog(js: JetStreamClient, stream: string, subject: stri
 /** The last message of every trajectory log under `filter` (headers only). */
 export async function listLogs(js: JetStreamClient, stream: string, filter: string): Promise<PartialSummary[]> {
   const consumer = await js.consumers.get(stream, { filter_subjects: filter, deliver_policy: DeliverPolicy.LastPerSubject, headers_only: true });
-  const info = await consumer.info(true);
-  const out: PartialSummary[] = [];
-  if (info.num_pending === 0) return out;
-  const messages = await consumer.fetch({ max_messages: info.num_pending, expires: 10_000 });
-  for await (const m of messages) {
-    out.push(summaryOf(m.subject, m.headers, m.seq));
-    if (m.info.pending === 0) break;
+  try {
+    const info = await consumer.info(true);
+    const out: PartialSummary[] = [];
+    if (info.num_pending === 0) return out;
+    const messages = await consumer.fetch({ max_messages: info.num_pending, expires: 10_000 });
+    for await (const m of messages) {
+      out.push(summaryOf(m.subject, m.headers, m.seq));
+      if (m.info.pending === 0) break;
+    }
+    await messages.close();
+    return out;
+  } finally {
+    await consumer.delete().catch(() => undefined);
   }
-  await messages.close();
-  return out;
 }
 
 /** A log's summary from its last message's subject, headers and stream sequence. */

@@ -45,7 +45,7 @@ export function simTrainerMetrics(registry: Registry): SimTrainerMetrics {
     publishes: counter(registry, { name: 'laminar_sim_trainer_publishes_total', help: 'Versions published, by kind (initial, step)', labelNames: ['kind'] }),
     publishRefused: counter(registry, {
       name: 'laminar_sim_trainer_publish_refused_total',
-      help: 'Versions published that the master never served (refused at its verification, or lost with it), by kind',
+      help: 'Versions the master refused (out of room) or never served (refused at its verification, or lost with it), by kind',
       labelNames: ['kind'],
     }),
     sampleWait: histogram(registry, {

@@ -13,6 +13,7 @@
  * aborted, a batch already sampled is trained and published. stop({ abortStep: true }) abandons
  * the step in hand as well (its batch is dropped; a publish in flight is no longer waited for).
  */
+import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -91,6 +92,8 @@ export interface SimTrainerPublish {
   kind: 'initial' | 'step';
   stallMs: number;
   result: WeightPublishResult;
+  /** The master refused the version for lack of room (not published; the next one is offered). */
+  refused?: string;
 }
 
 export type SimTrainerStopReason = 'steps' | 'duration' | 'stopped' | 'error';
@@ -419,6 +422,17 @@ export class SimTrainer {
     return record;
   }
 
+  /**
+   * SHA-256 of the bytes of the version published last (its tensors in order), as the trainer
+   * wrote them: the record a soak or an audit compares what every relay holds against. Call it
+   * from a 'published' listener: the buffers are stamped again at the next publish.
+   */
+  publishedChecksum(): string {
+    const hash = createHash('sha256');
+    for (const t of this.weights.tensors) hash.update(t.data);
+    return hash.digest('hex');
+  }
+
   /** Publishes `version`; undefined when the step was abandoned before the publish finished. */
   private async publish(version: number, kind: 'initial' | 'step'): Promise<SimTrainerPublish | undefined> {
     const signal = this.stepAbort.signal;
@@ -430,6 +444,7 @@ export class SimTrainer {
       onAbort = () => resolve(undefined);
       signal.addEventListener('abort', onAbort, { once: true });
     });
+    const started = performance.now();
     try {
       const r = await Promise.race([pending, aborted]);
       if (r === undefined) {
@@ -438,6 +453,16 @@ export class SimTrainer {
         return undefined;
       }
       result = r;
+    } catch (err) {
+      // A master out of room (its memory budget held by leased versions) refuses this version;
+      // training goes on and the next step's version is offered instead, as a real trainer
+      // would rather than stop the job.
+      if ((err as LaminarError).code !== ErrorCodes.MEMORY_BUDGET) throw err;
+      this.m.publishRefused.inc({ kind });
+      this.log.warn({ version, err: (err as Error).message }, 'the master refused this version (no room): training goes on, the next version is offered');
+      this.currentVersion = version;
+      this.m.version.set(version);
+      return { version, kind, stallMs: performance.now() - started, result: { stallMs: performance.now() - started }, refused: ErrorCodes.MEMORY_BUDGET };
     } finally {
       signal.removeEventListener('abort', onAbort!);
     }

@@ -1,0 +1,142 @@
+/**
+ * The soak's books at the end of the run, as the demo's and stricter:
+ * - trajectories: every one a rollout started is in the experience buffer or the partial pool, and
+ *   none has two records in the buffer's stream (the stream is read, not just the live feed);
+ * - weights: every live relay holds the newest version, and every version any relay holds is
+ *   byte-identical to what the trainer published (SHA-256 against the trainer's own record);
+ * - prompts: every prompt of the pool is in exactly one place (pending, leased or done this
+ *   epoch), and every claim ended one way (completed, expired, given back) or is still leased.
+ */
+import { createHash } from 'node:crypto';
+import { jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { PartialPool, PromptPool, bufferNames } from '../data/index.js';
+import { recordsInBuffer, type watchLedger } from '../demo/books.js';
+import { RelayClient } from '../relay/client/index.js';
+import { SyntheticWeights } from '../sim/trainer/index.js';
+import type { Redis } from 'ioredis';
+import { SOAK_MODEL, type RelayProcess } from './job.js';
+
+export interface TrajectoryBooks {
+  started: number;
+  completed: number;
+  inPool: number;
+  lost: string[];
+  /** Trajectories with more than one record in the buffer's stream. */
+  duplicated: string[];
+  /** Records the live feed saw twice (also counted in `duplicated` when the stream holds both). */
+  seenTwiceLive: number;
+}
+
+export interface WeightBooks {
+  newest: number | null;
+  relaysChecked: number;
+  versionsChecked: number;
+  /** Relay and version whose bytes differ from the trainer's record. */
+  corrupt: { relay: string; version: number }[];
+  /** Versions the trainer's record misses (killed between publish and its line): checked against a recomputation. */
+  unrecorded: number;
+  /** Live relays without the newest version. */
+  lagging: string[];
+}
+
+export interface PromptBooks {
+  total: number;
+  pending: number;
+  leased: number;
+  doneThisEpoch: number;
+  claims: number;
+  completions: number;
+  expired: number;
+  returned: number;
+  /** Prompts in no place, or in two (pending + leased + done − total). */
+  misplaced: number;
+  /** Claims that ended in no way (claims − completions − expired − returned − leased). */
+  unaccountedClaims: number;
+}
+
+export async function trajectoryBooks(nc: NatsConnection, ledger: ReturnType<typeof watchLedger>): Promise<TrajectoryBooks> {
+  const partials = await PartialPool.open({ nc });
+  const inPool = new Set((await partials.list()).map((s) => s.trajectoryId));
+  await partials.close();
+  const unseen = [...ledger.started].filter((id) => !ledger.completed.has(id) && !inPool.has(id));
+  // The live feed misses what is published while its connection is away (nats-server restarts):
+  // the buffer's stream is the record of truth for those.
+  const inBuffer = await recordsInBuffer(nc, unseen);
+  const jsm = await jetstreamManager(nc);
+  const names = bufferNames();
+  const info = await jsm.streams.info(names.stream, { subjects_filter: names.recordFilter });
+  const duplicated = Object.entries(info.state.subjects ?? {})
+    .filter(([, count]) => count > 1)
+    .map(([subject]) => subject.slice(names.recordPrefix.length + 1));
+  return {
+    started: ledger.started.size,
+    completed: info.state.subjects ? Object.keys(info.state.subjects).length : ledger.completed.size,
+    inPool: inPool.size,
+    lost: unseen.filter((id) => !inBuffer.has(id)),
+    duplicated,
+    seenTwiceLive: ledger.writtenTwice,
+  };
+}
+
+/**
+ * Reads every complete version of every relay that is up and compares its bytes with the
+ * trainer's record (`published`: version → SHA-256).
+ */
+export async function weightBooks(
+  relays: readonly RelayProcess[],
+  published: ReadonlyMap<number, string>,
+  newest: number | null,
+  weights: { size: number; tensors: number },
+): Promise<WeightBooks> {
+  const books: WeightBooks = { newest, relaysChecked: 0, versionsChecked: 0, corrupt: [], unrecorded: 0, lagging: [] };
+  let synthetic: SyntheticWeights | null = null;
+  for (const relay of relays) {
+    if (!relay.up) continue;
+    const client = await RelayClient.connect({ socketPath: relay.socket, name: 'soak ledger', reconnect: false });
+    try {
+      books.relaysChecked++;
+      const versions = (await client.status()).versions.filter((v) => v.model === SOAK_MODEL && v.state === 'complete');
+      if (newest !== null && !versions.some((v) => v.version >= newest)) books.lagging.push(relay.id);
+      for (const { version } of versions) {
+        let expected = published.get(version);
+        if (expected === undefined) {
+          books.unrecorded++;
+          synthetic ??= new SyntheticWeights(weights.size, weights.tensors);
+          const hash = createHash('sha256');
+          for (const t of synthetic.stamp(version)) hash.update(t.data as Uint8Array);
+          expected = hash.digest('hex');
+        }
+        const lease = await client.acquire({ model: SOAK_MODEL, version });
+        try {
+          const hash = createHash('sha256');
+          for (const t of lease.tensors) hash.update(lease.bytes(t.name));
+          if (hash.digest('hex') !== expected) books.corrupt.push({ relay: relay.id, version });
+          books.versionsChecked++;
+        } finally {
+          await lease.release();
+        }
+      }
+    } finally {
+      client.close();
+    }
+  }
+  return books;
+}
+
+export async function promptBooks(redis: Redis): Promise<PromptBooks> {
+  const pool = await PromptPool.open({ redis, epochs: 0 });
+  const p = await pool.progress();
+  return {
+    total: p.total,
+    pending: p.pending,
+    leased: p.leased,
+    doneThisEpoch: p.doneThisEpoch,
+    claims: p.claims,
+    completions: p.completions,
+    expired: p.expired,
+    returned: p.returned,
+    misplaced: p.pending + p.leased + p.doneThisEpoch - p.total,
+    unaccountedClaims: p.claims - p.completions - p.expired - p.returned - p.leased,
+  };
+}
