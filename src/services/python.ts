@@ -9,7 +9,6 @@ import { fileURLToPath } from 'node:url';
 import { ErrorCodes } from '../common/error-codes.js';
 import { spawnProgram, type Daemon } from './daemon-process.js';
 import { ServiceError } from './errors.js';
-import { freePort } from './ports.js';
 
 /** The repository root (this file is src/services/ or dist/src/services/ in it). */
 export const REPO_ROOT = fileURLToPath(new URL(import.meta.url.includes('/dist/') ? '../../../' : '../../', import.meta.url));
@@ -47,18 +46,27 @@ export interface ReferenceEngine extends Daemon {
   port: number;
 }
 
-/** Starts the reference engine (SGLang's HTTP subset over a small PyTorch model) and waits until it listens. */
+/**
+ * Starts the reference engine (SGLang's HTTP subset over a small PyTorch model) and waits until it
+ * listens. Without `port` it binds port 0 and its ready line says which port it got: a port chosen
+ * here and bound there later could be taken meanwhile by another process.
+ */
 export async function spawnReferenceEngine(name: string, options: ReferenceEngineOptions = {}): Promise<ReferenceEngine> {
-  const port = options.port ?? (await freePort());
-  const argv = ['-m', 'laminar.testing.engine', '--host', '127.0.0.1', '--port', String(port)];
+  const argv = ['-m', 'laminar.testing.engine', '--host', '127.0.0.1', '--port', String(options.port ?? 0)];
   if (options.modelPath) argv.push('--model-path', options.modelPath);
   if (options.kvCapacityTokens) argv.push('--kv-capacity', String(options.kvCapacityTokens));
   if (options.maxRunning) argv.push('--max-running', String(options.maxRunning));
   if (options.seed !== undefined) argv.push('--seed', String(options.seed));
   argv.push(...(options.args ?? []));
-  const daemon = await spawnProgram(name, [projectPython(), ...argv], (line) => (line.includes('engine ready') ? { line } : null), {
-    env: { ...process.env, ...TORCH_ENV, ...options.env },
-    readyTimeoutMs: 60_000,
-  });
+  const daemon = await spawnProgram(
+    name,
+    [projectPython(), ...argv],
+    (line) => {
+      const ready = /engine ready port=(\d+)/.exec(line);
+      return ready ? { line, port: Number(ready[1]) } : null;
+    },
+    { env: { ...process.env, ...TORCH_ENV, ...options.env }, readyTimeoutMs: 60_000 },
+  );
+  const port = daemon.ready.port as number;
   return { ...daemon, url: `http://127.0.0.1:${port}`, port };
 }

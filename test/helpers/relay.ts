@@ -9,11 +9,13 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach } from 'vitest';
 import { spawnDaemon } from '../../src/services/daemon-process.js';
+import { freePort } from '../../src/services/ports.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { startRelay, type Relay } from '../../src/relay/daemon.js';
 import { removeShmTree } from '../../src/relay/pages/huge-mount.js';
 import type { ChunkingStatus, PagesStatus } from '../../src/relay/protocol/status.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
+import type { ChainPlan } from '../../src/relay/broadcast/plan.js';
 import { encodeFrame, FrameDecoder, decodePayload } from '../../src/relay/protocol/frame.js';
 import type { SegmentDescription } from '../../src/relay/protocol/messages.js';
 
@@ -49,6 +51,49 @@ export function tempShmDir(prefix = 'laminar-test-'): { dir: string; cleanup(): 
 
 export async function inProcessRelay(shmDir: string, options: RelayOptionsInput = {}): Promise<Relay> {
   return startRelay({ shmDir: join(shmDir, 'segments'), socketPath: join(shmDir, 'relay.sock'), metricsPort: 0, ...options });
+}
+
+/**
+ * In-process relays on loopback, chained in the order started: `start(i, listen)` starts the i-th
+ * with `listen` (127.0.0.1:0, a port the kernel picks at the bind), and once all are up each gets
+ * the chain, with the ports they bound, as plan epoch 1 (what `--peers` gives a relay at start).
+ * No port is chosen before it is bound: ports from freePort() for `--peers` could be taken by
+ * another process (another test file's relay, any outgoing connection) before the relay bound
+ * them. `peers` is the chain in `--peers` form.
+ */
+export async function loopbackChain(
+  count: number,
+  start: (i: number, listen: string) => Promise<Relay>,
+): Promise<{ relays: Relay[]; plan: ChainPlan; peers: string }> {
+  const relays: Relay[] = [];
+  for (let i = 0; i < count; i++) relays.push(await start(i, '127.0.0.1:0'));
+  const plan: ChainPlan = {
+    epoch: 1,
+    relays: relays.map((r) => {
+      if (!r.broadcaster?.port) throw new Error(`relay ${r.options.relayId} has no broadcast listener`);
+      return { id: r.options.relayId, address: `127.0.0.1:${r.broadcaster.port}` };
+    }),
+  };
+  // The tail first: a relay that learns the plan connects downstream at once, and its successor,
+  // told first, already counts it as a member of the chain.
+  for (const r of [...relays].reverse()) r.broadcaster!.setPlan(plan);
+  return { relays, plan, peers: plan.relays.map((m) => `${m.id}@${m.address}`).join(',') };
+}
+
+/**
+ * Starts a relay that must know its port before it binds it (one under a manager registers its
+ * `--listen` address, so port 0 will not do) on a port from freePort(), and again on a fresh one
+ * when another process took that port first: the relay waits out a busy port (as after its own
+ * crash, up to 30 s) and then fails with UCS_ERR_BUSY.
+ */
+export async function onFreePort<T>(start: (port: number) => Promise<T>, attempts = 3): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start(await freePort());
+    } catch (err) {
+      if (attempt >= attempts || (err as { code?: string }).code !== 'UCS_ERR_BUSY') throw err;
+    }
+  }
 }
 
 export interface RelayProcess {

@@ -11,11 +11,10 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { chooseChunkSize } from '../../src/relay/chunking/chunk-choice.js';
 import { prepareVersion } from '../../src/relay/client/remote-publisher.js';
 import type { Relay } from '../../src/relay/daemon.js';
-import { freePort } from '../../src/services/ports.js';
 import { UcxWorker } from '../../src/ucx/index.js';
 import { PEER_PROTOCOL_VERSION, decodePeerMessage, encodePeerMessage, type PeerMessage } from '../../src/relay/broadcast/messages.js';
 import { SECRET, RoguePeer, buildVersion, segmentDigest, type BuiltVersion } from '../helpers/broadcast.js';
-import { CLI, inProcessRelay, metricValue, publishVisible, tempShmDir } from '../helpers/relay.js';
+import { CLI, inProcessRelay, loopbackChain, metricValue, publishVisible, tempShmDir } from '../helpers/relay.js';
 
 const run = promisify(execFile);
 
@@ -40,15 +39,21 @@ describe('chain broadcast on loopback', () => {
   const address = (i: number): string => peers.split(',')[i]!.split('@')[1]!;
 
   beforeAll(async () => {
-    const ports = [await freePort(), await freePort(), await freePort()];
-    peers = ports.map((p, i) => `r${i}@127.0.0.1:${p}`).join(',');
-    for (let i = 0; i < 3; i++) {
+    ({ peers } = await loopbackChain(3, async (i, listen) => {
       const shm = tempShmDir();
       dirs.push(shm);
-      relays.push(
-        await inProcessRelay(shm.dir, { relayId: `r${i}`, peers, secret: SECRET, pin: false, chunkSize: '1MiB', retryInterval: '200ms', peerTimeout: '3s' }),
-      );
-    }
+      const relay = await inProcessRelay(shm.dir, {
+        relayId: `r${i}`,
+        listen,
+        secret: SECRET,
+        pin: false,
+        chunkSize: '1MiB',
+        retryInterval: '200ms',
+        peerTimeout: '3s',
+      });
+      relays.push(relay);
+      return relay;
+    }));
   });
 
   afterAll(async () => {

@@ -15,9 +15,8 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { ChunkingStatus } from '../../src/relay/protocol/status.js';
 import type { Relay } from '../../src/relay/daemon.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
-import { freePort } from '../../src/services/ports.js';
 import { SECRET, buildVersion } from '../helpers/broadcast.js';
-import { inProcessRelay, metricValue, publishVisible, relayChunking, tempShmDir, until } from '../helpers/relay.js';
+import { inProcessRelay, loopbackChain, metricValue, publishVisible, relayChunking, tempShmDir, until } from '../helpers/relay.js';
 
 process.env.UCX_TLS ??= 'tcp';
 
@@ -40,10 +39,8 @@ function modelChunk(bytes: number, p: number, c: ChunkingStatus): number {
   return chooseChunkSize(bytes, p, { bandwidth: c.bandwidth, startup: c.chunkCost }).chunkSize;
 }
 
-/** Starts a chain of `n` relays on loopback (static --peers); `extra(i)` adds options per relay. */
+/** Starts a chain of `n` relays on loopback (a static plan, epoch 1); `extra(i)` adds options per relay. */
 async function startChain(n: number, extra: (i: number) => RelayOptionsInput = () => ({})): Promise<{ relays: Relay[]; close(): Promise<void> }> {
-  const ports = await Promise.all(Array.from({ length: n }, () => freePort()));
-  const peers = ports.map((p, i) => `c${i}@127.0.0.1:${p}`).join(',');
   const dirs: { cleanup(): void }[] = [];
   const relays: Relay[] = [];
   const close = async (): Promise<void> => {
@@ -51,12 +48,14 @@ async function startChain(n: number, extra: (i: number) => RelayOptionsInput = (
     for (const d of dirs) d.cleanup();
   };
   try {
-    for (let i = 0; i < n; i++) {
+    await loopbackChain(n, async (i, listen) => {
       const shm = tempShmDir();
       dirs.push(shm);
-      const options = { relayId: `c${i}`, peers, secret: SECRET, pin: false, keepVersions: 0, spareSegments: 0, retryInterval: '200ms', peerTimeout: '5s' };
-      relays.push(await inProcessRelay(shm.dir, { ...options, ...extra(i) }));
-    }
+      const options = { relayId: `c${i}`, listen, secret: SECRET, pin: false, keepVersions: 0, spareSegments: 0, retryInterval: '200ms', peerTimeout: '5s' };
+      const relay = await inProcessRelay(shm.dir, { ...options, ...extra(i) });
+      relays.push(relay);
+      return relay;
+    });
     await until('the chain to connect', () => relays.slice(0, -1).every((r, i) => r.broadcaster?.status().downstream?.id === `c${i + 1}`) || undefined);
   } catch (err) {
     await close();

@@ -9,6 +9,13 @@ import { Workers, outcome, sleep, whenClosed, withTimeout } from '../helpers/ucx
 
 const SECRET = Buffer.from('peer-link-test-secret-0123456789');
 const SILENCE_MS = 300;
+/**
+ * How long a test waits for a drop before calling it a hang. Not the bound under test: the
+ * keepalive restarts a peer's clock whenever this process's own loop was held up, so on a loaded
+ * machine a drop takes as many silence periods as it takes to see one unbroken; 10 x 300 ms was
+ * too short there.
+ */
+const HANG_MS = 30_000;
 
 describe('peer link', () => {
   const workers = new Workers();
@@ -33,6 +40,19 @@ describe('peer link', () => {
     return { connector, acceptor: await accepted };
   }
 
+  /** Counts what arrives on a link (pings and pongs included); `received()` waits for the n-th. */
+  function counted(link: PeerLink): { received(n: number): Promise<void> } {
+    const deliver = link.endpoint.onMessage!;
+    let count = 0;
+    const waiters: { n: number; resolve(): void }[] = [];
+    link.endpoint.onMessage = (message) => {
+      count++;
+      for (const w of waiters.filter((w) => w.n <= count)) w.resolve();
+      deliver(message);
+    };
+    return { received: (n) => (count >= n ? Promise.resolve() : new Promise((resolve) => waiters.push({ n, resolve }))) };
+  }
+
   /** Makes a link deaf and mute: it still holds its connection, but answers nothing. */
   function silence(link: PeerLink): void {
     link.endpoint.onMessage = (message) => message.release();
@@ -40,7 +60,11 @@ describe('peer link', () => {
 
   it('keeps an idle link up far past the silence limit: pings are answered', async () => {
     const { connector, acceptor } = await pair('relay', { connector: SILENCE_MS, acceptor: SILENCE_MS });
-    await sleep(6 * SILENCE_MS);
+    // Decided on the keepalive's own traffic, not on the clock: each side pings every quarter of
+    // the silence allowed when idle, so 24 messages each way are several silence periods of
+    // pinging (however long a loaded machine takes for them), and the link must have stayed up.
+    await withTimeout(Promise.all([counted(connector).received(24), counted(acceptor).received(24)]), HANG_MS, 'pings and answers');
+    await sleep(SILENCE_MS + 100);
     expect(connector.closed).toBe(false);
     expect(acceptor.closed).toBe(false);
     // And messages still flow both ways after all that pinging.
@@ -68,36 +92,41 @@ describe('peer link', () => {
     const { connector, acceptor } = await pair('relay', { connector: SILENCE_MS, acceptor: 0 });
     silence(acceptor);
     const closed = whenClosed(connector.endpoint);
-    const error = await withTimeout(closed, 10 * SILENCE_MS, 'the silent peer to be dropped');
+    const error = await withTimeout(closed, HANG_MS, 'the silent peer to be dropped');
     expect(error?.code).toBe('ERR_PEER_SILENT');
     // A send on the dropped link fails with the same reason instead of hanging.
     expect(await outcome(connector.send({ t: 'ping' }))).toBe('ERR_PEER_SILENT');
 
     const other = await pair('relay', { connector: 0, acceptor: SILENCE_MS });
     silence(other.connector);
-    expect((await withTimeout(whenClosed(other.acceptor.endpoint), 10 * SILENCE_MS, 'the silent connector to be dropped'))?.code).toBe('ERR_PEER_SILENT');
+    expect((await withTimeout(whenClosed(other.acceptor.endpoint), HANG_MS, 'the silent connector to be dropped'))?.code).toBe('ERR_PEER_SILENT');
   });
 
   it('never drops a publisher for silence (it may be busy training between pushes), but answers its pings', async () => {
     const { connector, acceptor } = await pair('publisher', { connector: 0, acceptor: SILENCE_MS });
     silence(connector);
-    await sleep(6 * SILENCE_MS);
-    expect(acceptor.closed).toBe(false);
 
-    // The publisher does hold the relay to the keepalive.
+    // The publisher does hold the relay to the keepalive. This drop, of a link silenced after the
+    // publisher went quiet, is the measure of "long enough": a relay's acceptor that held a
+    // publisher to the same limit would have dropped it by then (and the six periods on top).
     const other = await pair('publisher', { connector: SILENCE_MS, acceptor: 0 });
     silence(other.acceptor);
-    expect((await withTimeout(whenClosed(other.connector.endpoint), 10 * SILENCE_MS, 'the silent relay to be dropped'))?.code).toBe('ERR_PEER_SILENT');
+    const [dropped] = await Promise.all([withTimeout(whenClosed(other.connector.endpoint), HANG_MS, 'the silent relay to be dropped'), sleep(6 * SILENCE_MS)]);
+    expect(dropped?.code).toBe('ERR_PEER_SILENT');
+    expect(acceptor.closed).toBe(false);
   });
 
   it('says why before closing a link on purpose', async () => {
-    const { connector, acceptor } = await pair('relay', { connector: SILENCE_MS, acceptor: SILENCE_MS });
+    // No keepalive here (this is not about silence: on a loaded machine a 300 ms limit could drop
+    // the link first), and a grace as long as the test waits: on a healthy link the reason's send
+    // completes, and the close follows that event rather than the 1 s a dark link is given.
+    const { connector, acceptor } = await pair('relay', { connector: 0, acceptor: 0 });
     const said = new Promise((resolve) => acceptor.setHandler((message, incoming) => resolve((incoming.release(), message))));
     const closed = whenClosed(acceptor.endpoint);
-    await connector.closeWith('ERR_RETARGETED', 'plan changed');
+    await connector.closeWith('ERR_RETARGETED', 'plan changed', HANG_MS);
     expect(connector.closed).toBe(true);
-    await expect(withTimeout(said, 5000, 'the reason')).resolves.toEqual({ t: 'error', code: 'ERR_RETARGETED', message: 'plan changed' });
-    await withTimeout(closed, 5000, 'the close to reach the peer');
+    await expect(withTimeout(said, HANG_MS, 'the reason')).resolves.toEqual({ t: 'error', code: 'ERR_RETARGETED', message: 'plan changed' });
+    await withTimeout(closed, HANG_MS, 'the close to reach the peer');
   });
 
   it('fails a handshake the other side never answers within its deadline, on either side', async () => {
@@ -110,8 +139,7 @@ describe('peer link', () => {
     const attempt = connectPeer(client, null, `127.0.0.1:${mute.port}`, { selfId: 'a', role: 'relay', secret: SECRET, epoch: 1, timeoutMs: 500 });
     await expect(attempt).rejects.toMatchObject({ code: 'ERR_TIMEOUT' });
     expect(Date.now() - started).toBeGreaterThanOrEqual(450);
-    for (let i = 0; i < 100 && client.stats().tracked > 0; i++) await sleep(20);
-    expect(client.stats().tracked).toBe(0);
+    await expect.poll(() => client.stats().tracked, { timeout: HANG_MS }).toBe(0);
 
     // A connector that says hello and then nothing more is turned away by the acceptor's deadline.
     let accepting!: Promise<string>;
@@ -121,7 +149,7 @@ describe('peer link', () => {
     const quiet = client.connect('127.0.0.1', listener.port);
     quiet.onMessage = (message) => message.release();
     await quiet.send(encodePeerMessage({ t: 'hello', p: PEER_PROTOCOL_VERSION, from: 'a', role: 'relay', nonce: Buffer.alloc(16, 3), epoch: 1 }));
-    for (let i = 0; i < 100 && (accepting as Promise<string> | undefined) === undefined; i++) await sleep(20);
-    expect(await withTimeout(accepting, 5000, 'the acceptor to give up')).toBe('ERR_PEER_HANDSHAKE');
+    await expect.poll(() => (accepting as Promise<string> | undefined) !== undefined, { timeout: HANG_MS }).toBe(true);
+    expect(await withTimeout(accepting, HANG_MS, 'the acceptor to give up')).toBe('ERR_PEER_HANDSHAKE');
   });
 });

@@ -17,9 +17,8 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
 import type { VersionEvent } from '../../src/relay/protocol/messages.js';
 import type { StoredVersion, VersionStore } from '../../src/relay/store.js';
-import { freePort } from '../../src/services/ports.js';
 import { SECRET } from '../helpers/broadcast.js';
-import { CLI, inProcessRelay, metricValue, tempShmDir } from '../helpers/relay.js';
+import { CLI, inProcessRelay, loopbackChain, metricValue, tempShmDir } from '../helpers/relay.js';
 
 process.env.UCX_TLS ??= 'tcp';
 
@@ -88,13 +87,13 @@ describe('publish: the stall is the write; the version is served once verified',
   const stop = new AbortController();
 
   beforeAll(async () => {
-    const ports = [await freePort(), await freePort()];
-    const peers = ports.map((p, i) => `r${i}@127.0.0.1:${p}`).join(',');
-    for (let i = 0; i < 2; i++) {
+    await loopbackChain(2, async (i, listen) => {
       const shm = tempShmDir();
       dirs.push(shm);
-      relays.push(await inProcessRelay(shm.dir, { relayId: `r${i}`, peers, secret: SECRET, pin: false, chunkSize: '256KiB', peerTimeout: '5s' }));
-    }
+      const relay = await inProcessRelay(shm.dir, { relayId: `r${i}`, listen, secret: SECRET, pin: false, chunkSize: '256KiB', peerTimeout: '5s' });
+      relays.push(relay);
+      return relay;
+    });
     relays[1]!.store.on('complete', (v) => v.model === MODEL && received.push(v.version));
     trainer = await RelayClient.connect({ socketPath: relays[0]!.options.socketPath, name: 'trainer' });
     reader = await RelayClient.connect({ socketPath: relays[0]!.options.socketPath, name: 'reader' });

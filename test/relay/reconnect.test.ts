@@ -11,6 +11,9 @@ import { spawnRelay, publishVisible, tempShmDir, type RelayProcess } from '../he
 const MODEL = 'org/restarting';
 const ARGS = ['--keep-versions', '5', '--chunk-size', '16KiB', '--no-pin'];
 
+/** How long to wait for an event before calling it lost (a loaded machine is slow, not wrong). */
+const EVENT = { timeout: 20_000 };
+
 const weights = (v: number) => [{ name: 'w', dtype: 'F32' as const, shape: [2048], data: Float32Array.from({ length: 2048 }, (_, i) => i + v) }];
 
 describe('relay client across relay restarts', () => {
@@ -53,15 +56,16 @@ describe('relay client across relay restarts', () => {
 
     const stop = new AbortController();
     const seen: number[] = [];
+    // With replay, the watch delivers v1 once it is subscribed: that, not a pause, says v2 will reach it.
     const watching = (async () => {
-      for await (const ev of rollout.watch({ model: MODEL, signal: stop.signal })) seen.push(ev.version);
+      for await (const ev of rollout.watch({ model: MODEL, replay: true, signal: stop.signal })) seen.push(ev.version);
     })();
-    await new Promise((r) => setTimeout(r, 100));
+    await vi.waitFor(() => expect(seen).toEqual([1]), EVENT);
     await publishVisible(trainer, { model: MODEL, version: 2, tensors: weights(2) });
-    await vi.waitFor(() => expect(seen).toEqual([2]));
+    await vi.waitFor(() => expect(seen).toEqual([1, 2]), EVENT);
 
     await kill(first);
-    await vi.waitFor(() => expect(rollout.connected).toBe(false));
+    await vi.waitFor(() => expect(rollout.connected).toBe(false), EVENT);
     // Nobody listens on the socket: the request fails at once with the connection's code.
     await expect(rollout.status()).rejects.toMatchObject({ code: 'ERR_CLOSED' });
     // The lease's memory is still mapped and readable; its release is a no-op now.
@@ -83,7 +87,7 @@ describe('relay client across relay restarts', () => {
     // The watch is back on its own (v2, already delivered, is not repeated) and sees v3.
     const next = await client(second);
     await publishVisible(next, { model: MODEL, version: 3, tensors: weights(3) });
-    await vi.waitFor(() => expect(seen).toEqual([2, 3]), { timeout: 5000 });
+    await vi.waitFor(() => expect(seen).toEqual([1, 2, 3]), EVENT);
     stop.abort();
     await watching;
     // The trainer's client (reconnect: false) stays closed although the relay is back.
@@ -94,14 +98,16 @@ describe('relay client across relay restarts', () => {
   it('a watch waits out a relay that is away and ends at once when the client is closed', async () => {
     const r = await relay();
     const c = await client(r);
+    const seen: number[] = [];
     const ended = (async () => {
-      const seen: number[] = [];
       for await (const ev of c.watch({ model: MODEL, replay: true })) seen.push(ev.version);
       return seen;
     })();
     const publisher = await client(r);
     await publishVisible(publisher, { model: MODEL, version: 1, tensors: weights(1) });
-    await vi.waitFor(() => expect(c.connected).toBe(true));
+    // Delivered before the relay goes: the watch's end below is then about the close alone.
+    await vi.waitFor(() => expect(seen).toEqual([1]), EVENT);
+    expect(c.connected).toBe(true);
     await kill(r);
     // Several rounds of the watch's backoff pass with no relay; the watch is still waiting.
     const early = await Promise.race([ended.then(() => 'ended'), new Promise((res) => setTimeout(() => res('waiting'), 1000))]);
@@ -130,15 +136,17 @@ describe('relay client across relay restarts', () => {
 
   it('a watch of a client without reconnection ends with its connection', async () => {
     const r = await relay();
+    const publisher = await client(r);
+    await publishVisible(publisher, { model: MODEL, version: 1, tensors: weights(1) });
     const c = await client(r, { reconnect: false });
+    let delivered = 0;
     const ended = (async () => {
-      const watch = c.watch({ model: MODEL });
-      while (!(await watch.next()).done) {
-        // drain the versions until the watch ends
-      }
+      // With replay, v1 arrives once the watch is subscribed: the kill below ends a live subscription.
+      const watch = c.watch({ model: MODEL, replay: true });
+      while (!(await watch.next()).done) delivered++;
       return 'ended';
     })();
-    await new Promise((res) => setTimeout(res, 100));
+    await vi.waitFor(() => expect(delivered).toBe(1), EVENT);
     await kill(r);
     expect(await ended).toBe('ended');
     expect(c.closed).toBe(true);

@@ -7,10 +7,9 @@
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/common/logger.js';
-import { freePort } from '../../src/services/index.js';
 import { BroadcastMetrics } from '../../src/relay/broadcast/metrics.js';
 import { RoguePeer, SECRET, buildVersion, builtSource, segmentDigest, sendOver } from '../helpers/broadcast.js';
-import { inProcessRelay, tempShmDir } from '../helpers/relay.js';
+import { inProcessRelay, loopbackChain, tempShmDir } from '../helpers/relay.js';
 
 process.env.UCX_TLS ??= 'tcp';
 
@@ -20,17 +19,13 @@ const STALL_MS = 300;
 describe('a receiver that takes longer than the stall limit to set up the segment', () => {
   it('is not dropped as stalled, and the version arrives whole', async () => {
     const shm = tempShmDir();
-    const address = `127.0.0.1:${await freePort()}`;
     // On 4 KiB pages: the slow allocation this test is about (2 MiB pages allocate several times
     // faster, and a 145 GB model still takes long enough).
-    const relay = await inProcessRelay(shm.dir, {
-      relayId: 'r0',
-      peers: `r0@${address}`,
-      secret: SECRET,
-      pin: false,
-      peerTimeout: `${STALL_MS}ms`,
-      hugePages: 'off',
-    });
+    const chain = await loopbackChain(1, (_, listen) =>
+      inProcessRelay(shm.dir, { relayId: 'r0', listen, secret: SECRET, pin: false, peerTimeout: `${STALL_MS}ms`, hugePages: 'off' }),
+    );
+    const relay = chain.relays[0]!;
+    const address = chain.plan.relays[0]!.address;
     // 1.5 GiB: allocating the segment takes about twice the limit here (0.6 s). Small chunks,
     // so that once the segment is up the limit is far above the time of a window of chunks even
     // on a loaded machine: 64 MiB ones took more than 300 ms there, and the transfer was dropped

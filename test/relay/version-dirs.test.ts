@@ -9,10 +9,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { Relay } from '../../src/relay/daemon.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
-import { freePort } from '../../src/services/ports.js';
 import { SECRET } from '../helpers/broadcast.js';
 import { writeCheckpoint } from '../helpers/checkpoint.js';
-import { inProcessRelay, metricValue, publishVisible, tempShmDir, until } from '../helpers/relay.js';
+import { inProcessRelay, loopbackChain, metricValue, publishVisible, tempShmDir, until } from '../helpers/relay.js';
 import { LINKED_ENGINE_FILES, checkDirsTruthful, engineFilesDir, hasModelsDir, readSafetensors, versionDirs } from '../helpers/version-dirs.js';
 
 process.env.UCX_TLS ??= 'tcp';
@@ -176,13 +175,15 @@ describe('relay: version directories', () => {
   });
 
   it('gives a version received over the broadcast a directory on every relay', async () => {
-    const ports = [await freePort(), await freePort()];
-    const peers = ports.map((p, i) => `d${i}@127.0.0.1:${p}`).join(',');
     const engine = engineFilesDir();
     cleanups.push(() => engine.cleanup());
-    const common = { peers, secret: SECRET, chunkSize: '64KiB', retryInterval: '200ms', peerTimeout: '5s', engineFiles: engine.dir };
-    const master = await start({ relayId: 'd0', ...common });
-    const tail = await start({ relayId: 'd1', ...common });
+    const common = { secret: SECRET, chunkSize: '64KiB', retryInterval: '200ms', peerTimeout: '5s', engineFiles: engine.dir };
+    const started: Awaited<ReturnType<typeof start>>[] = [];
+    await loopbackChain(2, async (i, listen) => {
+      started.push(await start({ relayId: `d${i}`, listen, ...common }));
+      return started[i]!.relay;
+    });
+    const [master, tail] = started as [(typeof started)[0], (typeof started)[0]];
     const arrived = new Promise<void>((resolve) => tail.relay.store.on('complete', (v) => v.version === 4 && resolve()));
     await publishVisible(master.client, { model: MODEL, version: 4, tensors: weights(4) });
     await arrived;

@@ -6,7 +6,6 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
-import { freePort } from '../../src/services/index.js';
 import { Manager } from '../../src/manager/manager.js';
 import { formatStatus } from '../../src/manager/status-table.js';
 import { parseControlOptions } from '../../src/control/nats-options.js';
@@ -15,7 +14,7 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
 import { VersionForwarder } from '../../src/trainer/forwarder.js';
 import { TrainerClient } from '../../src/trainer/trainer-client.js';
-import { inProcessRelay, publishVisible, relayChunking, tempShmDir, until } from '../helpers/relay.js';
+import { inProcessRelay, onFreePort, publishVisible, relayChunking, tempShmDir, until } from '../helpers/relay.js';
 import { natsFixture } from '../data/helpers.js';
 
 process.env.UCX_TLS ??= 'tcp';
@@ -49,7 +48,7 @@ describe("the master's chunk size for trainers", () => {
     try {
       const control = { nats: nats.server.url, job: JOB, secret: SECRET, heartbeat: '100ms', pin: false, keepVersions: 0, spareSegments: 0 };
       for (const [i, host] of ['hostA', 'hostB', 'hostC'].entries()) {
-        chain.push(await inProcessRelay(dirs[i]!.dir, { ...control, relayId: `r${i}`, host, listen: `127.0.0.1:${await freePort()}` }));
+        chain.push(await onFreePort((port) => inProcessRelay(dirs[i]!.dir, { ...control, relayId: `r${i}`, host, listen: `127.0.0.1:${port}` })));
         // One at a time, so that r0 joins first and is the master.
         await expect.poll(() => manager.status().chain.map((r) => r.id), { timeout: 10_000 }).toContain(`r${i}`);
       }

@@ -5,7 +5,6 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
-import { freePort } from '../../src/services/index.js';
 import { Manager } from '../../src/manager/manager.js';
 import { parseControlOptions } from '../../src/control/nats-options.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
@@ -13,7 +12,7 @@ import type { Relay } from '../../src/relay/daemon.js';
 import { VersionForwarder, type ForwardRecord } from '../../src/trainer/forwarder.js';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { CLI, inProcessRelay, tempShmDir } from '../helpers/relay.js';
+import { CLI, inProcessRelay, onFreePort, tempShmDir } from '../helpers/relay.js';
 import { natsFixture } from '../data/helpers.js';
 
 const SECRET = 'forwarder-test-secret-0123456789abcdef';
@@ -52,8 +51,7 @@ describe('forwarding relay (laminar relay --forward)', () => {
     const chain: Relay[] = [];
     const control = { nats: nats.server.url, job: JOB, secret: SECRET, heartbeat: '100ms' };
     for (const [i, host] of ['hostA', 'hostB'].entries()) {
-      const port = await freePort();
-      chain.push(await inProcessRelay(dirs[i]!.dir, { ...control, relayId: `r${i}`, host, listen: `127.0.0.1:${port}` }));
+      chain.push(await onFreePort((port) => inProcessRelay(dirs[i]!.dir, { ...control, relayId: `r${i}`, host, listen: `127.0.0.1:${port}` })));
       // One at a time, so that r0 joins first and is the master.
       await expect.poll(() => manager.status().chain.map((r) => r.id), { timeout: 10_000 }).toContain(`r${i}`);
     }

@@ -13,12 +13,11 @@ import { openControlBucket } from '../../src/control/bucket.js';
 import { decode, announceSchema } from '../../src/control/schema.js';
 import { controlNames, Keys } from '../../src/control/subjects.js';
 import type { StoredVersion, VersionStore } from '../../src/relay/store.js';
-import { freePort } from '../../src/services/index.js';
 import { Manager } from '../../src/manager/manager.js';
 import { TrainerClient } from '../../src/trainer/trainer-client.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
-import { inProcessRelay, tempShmDir } from '../helpers/relay.js';
+import { inProcessRelay, onFreePort, tempShmDir } from '../helpers/relay.js';
 import { natsFixture } from '../data/helpers.js';
 
 const SECRET = 'trainer-local-test-secret-0123456789';
@@ -63,15 +62,9 @@ describe('TrainerClient, local mode', () => {
     const manager = new Manager({ nc: nats.nc, job: 'tl', registry: new Registry(), leaseMs: 1000, tickMs: 50 });
     await manager.start();
     await manager.whenLeader();
-    const port = await freePort();
-    const relay: Relay = await inProcessRelay(shm.dir, {
-      nats: nats.server.url,
-      job: 'tl',
-      host: 'hostA',
-      listen: `127.0.0.1:${port}`,
-      secret: SECRET,
-      heartbeat: '200ms',
-    });
+    const relay: Relay = await onFreePort((port) =>
+      inProcessRelay(shm.dir, { nats: nats.server.url, job: 'tl', host: 'hostA', listen: `127.0.0.1:${port}`, secret: SECRET, heartbeat: '200ms' }),
+    );
     const trainer = await TrainerClient.connect({ nats: { nc: nats.nc, job: 'tl' }, host: 'hostA', secret: SECRET, masterWaitMs: 10_000 });
     const reader = await RelayClient.connect({ socketPath: `${shm.dir}/relay.sock` });
     const held = async (version: number): Promise<number[]> => {
@@ -118,15 +111,9 @@ describe('TrainerClient, local mode', () => {
     const manager = new Manager({ nc: nats.nc, job: 'tv', registry: new Registry(), leaseMs: 1000, tickMs: 50 });
     await manager.start();
     await manager.whenLeader();
-    const port = await freePort();
-    const relay: Relay = await inProcessRelay(shm.dir, {
-      nats: nats.server.url,
-      job: 'tv',
-      host: 'hostA',
-      listen: `127.0.0.1:${port}`,
-      secret: SECRET,
-      heartbeat: '200ms',
-    });
+    const relay: Relay = await onFreePort((port) =>
+      inProcessRelay(shm.dir, { nats: nats.server.url, job: 'tv', host: 'hostA', listen: `127.0.0.1:${port}`, secret: SECRET, heartbeat: '200ms' }),
+    );
     const trainer = await TrainerClient.connect({ nats: { nc: nats.nc, job: 'tv' }, host: 'hostA', secret: SECRET, masterWaitMs: 10_000 });
     const reader = await RelayClient.connect({ socketPath: `${shm.dir}/relay.sock` });
     const kv = await openControlBucket(nats.nc, controlNames('tv').bucket);

@@ -93,13 +93,20 @@ export class PeerLink {
 
   /**
    * Says why in an error message, then closes. The message is best effort: over a link that went
-   * dark its send never completes, so the close comes after `graceMs` at the latest.
+   * dark it never leaves, so the close comes after `graceMs` at the latest. A completed send means
+   * UCX took the message, not that it left: the close flushes it out (within the same grace), since
+   * a forced close at once dropped it most of the time on a loaded machine, and the peer then took
+   * a retarget for this relay's failure.
    */
   async closeWith(code: string, message: string, graceMs = CLOSE_GRACE_MS): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
     const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)));
-    await Promise.race([this.send({ t: 'error', code, message }).catch(() => undefined), grace]);
+    const said = this.send({ t: 'error', code, message })
+      .catch(() => undefined)
+      .then(() => this.endpoint.close(false));
+    await Promise.race([said, grace]);
     clearTimeout(timer);
+    // Closed by the flush already, or cut short now (a forced close ends a graceful one in flight).
     await this.endpoint.close(true);
   }
 
