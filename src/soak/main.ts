@@ -98,7 +98,8 @@ async function main(): Promise<void> {
   let testbed: Testbed | null = null;
   if (opts.testbed !== 'off') {
     try {
-      testbed = createTestbed('soak', relayCount + 1, { rate: '2gbit' });
+      // Named per process: a second soak (the suite's short one) must not take this one's down.
+      testbed = createTestbed(`sk${process.pid % 10_000}`, relayCount + 1, { rate: '2gbit' });
     } catch (err) {
       if (opts.testbed === 'on') throw err;
       console.log(`no netns testbed (${(err as Error).message.split('\n')[0]}): everything on loopback, no stalled links`);

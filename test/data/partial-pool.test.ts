@@ -1,7 +1,7 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
-import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
-import { ExperienceSampler, ExperienceWriter, PartialPool, type PartialStart } from '../../src/data/index.js';
+import { jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
+import { ExperienceSampler, ExperienceWriter, PartialPool, partialNames, type PartialStart } from '../../src/data/index.js';
 import { metricValue, natsFixture, trajectory } from './helpers.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 
@@ -47,6 +47,23 @@ describe('PartialPool', () => {
     expect(s.logprobs[4]).toBeCloseTo(-0.5);
     expect(s).toMatchObject({ owner: 'r1', start: { trajectoryId: 'traj-1', weightVersion: 3, sampleIndex: 0 } });
     expect(await metricValue(registry, 'laminar_partial_appends_total')).toBe(1);
+  });
+
+  it('leaves no consumer behind on nats-server after reads and listings', async () => {
+    const p = await pool({ flushTokens: 2 });
+    const t = await p.start('r1', start('no-leftovers'));
+    t.append([1, 2, 3], [-1, -2, -3]);
+    await t.flush();
+    const jsm = await jetstreamManager(nats.nc);
+    const stream = partialNames(name).stream;
+    const before = (await jsm.streams.info(stream)).state.consumer_count;
+    for (let i = 0; i < 5; i++) {
+      expect((await p.read('no-leftovers'))!.tokens.length).toBe(3);
+      expect(await p.read('never-started')).toBeUndefined();
+      expect((await p.list()).map((s) => s.trajectoryId)).toContain('no-leftovers');
+    }
+    // Each read used an ordered consumer; left behind, each would live on for 5 minutes.
+    expect((await jsm.streams.info(stream)).state.consumer_count).toBe(before);
   });
 
   it("reads a trajectory's start and current owner without its log", async () => {

@@ -12,8 +12,12 @@ import {
   type SimTrainerStep,
   type WeightPublisher,
   type WeightTensor,
+  SyntheticWeights,
 } from '../../src/sim/trainer/index.js';
 import { metricValue, natsFixture, trajectory } from '../data/helpers.js';
+import { createHash } from 'node:crypto';
+import { CapacityError, ClosedError } from '../../src/common/errors.js';
+import { ErrorCodes } from '../../src/common/error-codes.js';
 
 const nats = natsFixture();
 let buffer: string;
@@ -120,6 +124,51 @@ describe('sim-trainer: sample, train, publish', () => {
     const text = await registry.metrics();
     expect(text).toMatch(/laminar_sim_trainer_staleness_count 12/);
     expect(text).toMatch(/laminar_sim_trainer_sample_wait_seconds_count 3/);
+  });
+
+  it('goes on training when the master refuses a version for lack of room, and offers the next one; other failures still end the run', async () => {
+    const w = await writer();
+    for (let i = 0; i < 12; i++) await w.write(trajectory({ id: `full${i}`, weightVersion: 0 }, 8));
+    const publisher = new FakePublisher((version) =>
+      version === 1 ? Promise.reject(new CapacityError(ErrorCodes.MEMORY_BUDGET, 'publishing would exceed the memory budget')) : Promise.resolve(),
+    );
+    const registry = new Registry();
+    const trainer = await open({ publisher, registry, batchSize: 4, steps: 3 });
+    const published: number[] = [];
+    trainer.events.on('published', (p) => published.push(p.version));
+    const steps = collect(trainer);
+    const summary = await trainer.run();
+    expect(summary).toMatchObject({ reason: 'steps', steps: 3, version: 3 });
+    expect(publisher.versions).toEqual([0, 1, 2, 3]);
+    // v1 was refused: not announced as published, counted, and the step still trained.
+    expect(published).toEqual([0, 2, 3]);
+    expect(steps.map((s) => s.version)).toEqual([1, 2, 3]);
+    expect(await metricValue(registry, 'laminar_sim_trainer_publish_refused_total', { kind: 'step' })).toBe(1);
+
+    const broken = new FakePublisher((version) => (version === 1 ? Promise.reject(new ClosedError('the master went away')) : Promise.resolve()));
+    for (let i = 0; i < 4; i++) await w.write(trajectory({ id: `more${i}`, weightVersion: 3 }, 8));
+    const failing = await open({ publisher: broken, batchSize: 4, steps: 3 });
+    await expect(failing.run()).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+  });
+
+  it("publishedChecksum is the SHA-256 of the published version's bytes, tensors in order", async () => {
+    const publisher = new FakePublisher();
+    const trainer = await open({ publisher, batchSize: 4, steps: 1 });
+    const sums = new Map<number, string>();
+    trainer.events.on('published', (p) => sums.set(p.version, trainer.publishedChecksum()));
+    const w = await writer();
+    for (let i = 0; i < 4; i++) await w.write(trajectory({ id: `sum${i}`, weightVersion: 0 }, 8));
+    await trainer.run();
+    const expected = (version: number): string => {
+      const weights = new SyntheticWeights(64 * 1024, 4);
+      const hash = createHash('sha256');
+      for (const t of weights.stamp(version)) hash.update(t.data as Uint8Array);
+      return hash.digest('hex');
+    };
+    expect([...sums.keys()]).toEqual([0, 1]);
+    expect(sums.get(0)).toBe(expected(0));
+    expect(sums.get(1)).toBe(expected(1));
+    expect(sums.get(0)).not.toBe(sums.get(1));
   });
 
   it('samples whole GRPO groups written by a concurrent rollout, one version behind', async () => {
