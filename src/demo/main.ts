@@ -152,7 +152,6 @@ async function main(): Promise<void> {
     const relays: { id: string; daemon: Daemon; argv: string[]; socket: string; metricsPort: number }[] = [];
     for (let i = 0; i < relayCount; i++) {
       const socket = join(root, `r${i}.sock`);
-      const port = await freePort();
       const argv = [
         'relay',
         ...common,
@@ -161,7 +160,7 @@ async function main(): Promise<void> {
         '--host',
         `host${i}`,
         '--listen',
-        `127.0.0.1:${port}`,
+        '127.0.0.1:0',
         '--shm-dir',
         join(root, `r${i}`),
         '--socket',

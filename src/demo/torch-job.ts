@@ -112,7 +112,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
       const argv = [
         'relay',
         ...common,
-        ...['--id', `r${i}`, '--host', `host${i}`, '--listen', `127.0.0.1:${await freePort()}`, '--shm-dir', join(root, `r${i}`), '--socket', socket],
+        ...['--id', `r${i}`, '--host', `host${i}`, '--listen', '127.0.0.1:0', '--shm-dir', join(root, `r${i}`), '--socket', socket],
         ...['--no-pin', '--secret-file', secretFile, '--heartbeat', '500ms', '--metrics-port', '0', '--keep-versions', '2', '--engine-files', engineFiles],
         ...['--peer-timeout', '3s', '--retry-interval', '500ms'],
       ];

@@ -7,7 +7,7 @@ import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics, type MetricsServer } from '../common/metrics.js';
 import { silentLogger } from '../common/logger.js';
 import { RelayMetrics } from './metrics.js';
-import { parseRelayOptions, type RelayOptions, type RelayOptionsInput } from './options.js';
+import { parseRelayOptions, withBoundPort, type RelayOptions, type RelayOptionsInput } from './options.js';
 import { RelayServer } from './server.js';
 import { VersionStore, lockDirectory } from './store.js';
 import { Broadcaster } from './broadcast/broadcaster.js';
@@ -107,13 +107,15 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
         logger: log,
         registry,
         onPeerFailure: (peer, direction, code) => control?.peerFailed(peer, direction, code),
-        ...(options.control ? { advertise: options.control.advertise } : {}),
+        // Only its host matters here (the interface UCX may use); the port is not bound yet.
+        ...(options.control ? { advertise: withBoundPort(options.control.advertise, 1) } : {}),
       });
       const b = broadcaster;
       store.busy = () => b.busy;
     }
     if (options.control && broadcaster) {
-      control = await RelayControl.start(store, broadcaster, options.relayId, options.socketPath, options.control, registry, log);
+      const advertise = withBoundPort(options.control.advertise, broadcaster.port ?? 0);
+      control = await RelayControl.start(store, broadcaster, options.relayId, options.socketPath, { ...options.control, advertise }, registry, log);
     }
     // eslint-disable-next-line @typescript-eslint/no-unused-vars -- the two are taken out only to leave the server's options in the rest
     const { broadcast: _broadcastOptions, control: _controlOptions, ...serverOptions } = options;

@@ -190,8 +190,11 @@ function parseRelayControl(input: RelayOptionsInput, broadcast: BroadcastOptions
   }
   const listen = broadcast?.listen;
   if (!listen) throw new InvalidInputError(ErrorCodes.INVALID_ARG, 'a relay under a manager needs a UCX listener (--listen)');
+  // With --listen <address>:0 the port is the kernel's choice: the daemon puts the bound port in
+  // the advertised address before it registers (withBoundPort), so nothing races for a port.
   const advertise = input.advertise ?? `${listen.host === '0.0.0.0' ? firstIPv4() : listen.host}:${listen.port}`;
-  parseAddress(advertise);
+  if (input.advertise === undefined && listen.port === 0) parseAddress(withBoundPort(advertise, 1));
+  else parseAddress(advertise);
   return {
     ...parseControlOptions(input as ControlOptionsInput),
     host: input.host ?? hostname(),
@@ -281,4 +284,9 @@ function parseListen(text: string): { host: string; port: number } {
   const anyPort = /^(.+):0$/.exec(text.trim());
   if (anyPort) return { host: parseAddress(`${anyPort[1]}:1`).host, port: 0 };
   return parseAddress(text);
+}
+
+/** `address:0` with the port the listener bound; any other address as it is. */
+export function withBoundPort(address: string, port: number): string {
+  return address.endsWith(':0') ? `${address.slice(0, -2)}:${port}` : address;
 }

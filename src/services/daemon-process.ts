@@ -90,9 +90,10 @@ export async function spawnProgram(
     };
     onLines(child.stderr!, (line) => take(line, !readyOnStdout));
     if (readyOnStdout) stdoutListeners.push((line) => take(line, true));
-    void exited.then((code) => {
+    // 'close', not 'exit': the last lines of stderr (why it exited) are read by then.
+    child.once('close', (code, signal) => {
       clearTimeout(timer);
-      reject(new Error(`${name} exited (${code}) before it was ready:\n${logs.slice(-20).join('\n')}`));
+      reject(new Error(`${name} exited (${code ?? signal ?? -1}) before it was ready:\n${logs.slice(-20).join('\n')}`));
     });
   });
   return {

@@ -9,7 +9,6 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseBytes } from '../common/units.js';
 import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
-import { freePort } from '../services/ports.js';
 import type { Stage } from '../demo/stage.js';
 import { simRolloutArgv } from '../demo/sim-rollout-argv.js';
 import type { Testbed } from '../testing/testbed.js';
@@ -62,7 +61,7 @@ export interface SoakJob {
 export const MANAGER_TIMINGS = { suspectAfter: '1500ms', deadAfter: '3000ms', orphanWait: '10s', lease: '3s' } as const;
 
 /** The job's daemons, not started yet. */
-export async function createSoakJob(options: SoakJobOptions): Promise<SoakJob> {
+export function createSoakJob(options: SoakJobOptions): SoakJob {
   const { stage, testbed } = options;
   const env = { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp' };
   const rootNats = stage.nats.url;
@@ -119,9 +118,8 @@ export async function createSoakJob(options: SoakJobOptions): Promise<SoakJob> {
     const shmDir = join(stage.root, id);
     mkdirSync(shmDir, { recursive: true });
     const address = host?.address ?? '127.0.0.1';
-    // A relay under a manager advertises the port it is given: a host of its own has every port
-    // free; on loopback a port from freePort (lost to another process, the start is tried again).
-    const port = host ? RELAY_PORT : await freePort();
+    // On a host of its own every port is free (and a stall names it); on loopback the kernel picks one.
+    const port = host ? RELAY_PORT : 0;
     const argv = [
       'relay',
       '--nats',

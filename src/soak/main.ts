@@ -125,7 +125,7 @@ async function main(): Promise<void> {
   try {
     const prompts = await PromptPool.open({ redis: stage.redis, epochs: 0 });
     await prompts.load(Array.from({ length: 4096 }, (_, i) => ({ id: `q${i}`, payload: { question: `synthetic prompt ${i}` }, n: 4 })));
-    job = await createSoakJob({
+    job = createSoakJob({
       stage,
       testbed,
       relays: relayCount,
@@ -139,7 +139,11 @@ async function main(): Promise<void> {
           unexpected.push({ name, code, atMs: clock(), lastLogs });
           say(`UNEXPECTED EXIT of ${name} (${code}); restarting it`);
         },
-        startFailed: (name, err) => say(`${name} failed to start (${err.message.split('\n')[0]}); trying again`),
+        startFailed: (name, err) => {
+          // The first line says what exited, the last what it said as it went.
+          const lines = err.message.split('\n').filter((l) => l.trim() !== '');
+          say(`${name} failed to start (${lines[0]}${lines.length > 1 ? ` ${lines.at(-1)!.slice(0, 300)}` : ''}); trying again`);
+        },
       },
       nextTrainerVersion: () => newestPublished + 1,
       onTrainerLine: (line) => {

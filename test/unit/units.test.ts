@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { formatBytes, parseBytes, parseDuration } from '../../src/common/units.js';
-import { parseRelayOptions } from '../../src/relay/options.js';
+import { parseRelayOptions, withBoundPort } from '../../src/relay/options.js';
 import { segmentBaseName, validateSegmentName } from '../../src/relay/segments.js';
 
 describe('units and options', () => {
@@ -30,8 +30,12 @@ describe('units and options', () => {
     expect(parseRelayOptions({ listen: '[::1]:0', secret }).broadcast?.listen).toEqual({ host: '::1', port: 0 });
     expect(parseRelayOptions({ listen: '0', secret }).broadcast?.listen).toEqual({ host: '0.0.0.0', port: 0 });
     expect(() => parseRelayOptions({ listen: 'localhost:0', secret })).toThrow(expect.objectContaining({ code: 'ERR_BAD_ADDRESS' }));
-    // Under a manager the relay advertises its listener, which must have a real port.
-    expect(() => parseRelayOptions({ listen: '127.0.0.1:0', secret, nats: 'nats://127.0.0.1:4222' })).toThrow(
+    // Under a manager the relay advertises the port it bound (put in before it registers).
+    expect(parseRelayOptions({ listen: '127.0.0.1:0', secret, nats: 'nats://127.0.0.1:4222' }).control?.advertise).toBe('127.0.0.1:0');
+    expect(withBoundPort('127.0.0.1:0', 40123)).toBe('127.0.0.1:40123');
+    expect(withBoundPort('10.0.0.7:13337', 40123)).toBe('10.0.0.7:13337');
+    // An explicit --advertise must name a real port.
+    expect(() => parseRelayOptions({ listen: '127.0.0.1:0', advertise: '127.0.0.1:0', secret, nats: 'nats://127.0.0.1:4222' })).toThrow(
       expect.objectContaining({ code: 'ERR_BAD_ADDRESS' }),
     );
   });
