@@ -40,7 +40,6 @@ export interface RelayProcess extends Supervised {
   /** Its testbed host (1-based), when it runs on the testbed. */
   readonly host: number | null;
   /** From its latest ready line. */
-  metricsAddress(): string | null;
   ucxPort(): number | null;
   segmentDir(): string | null;
 }
@@ -53,6 +52,8 @@ export interface SoakJob {
   all(): Supervised[];
   /** Starts every daemon (each start retried until it comes up or is stopped). */
   start(): Promise<void>;
+  /** Where a daemon's /metrics listens: its testbed host's address, or loopback. */
+  metricsHost(proc: Supervised): string;
   /** Manager HTTP port of each manager that is up. */
   managerPorts(): number[];
 }
@@ -166,7 +167,6 @@ export function createSoakJob(options: SoakJobOptions): SoakJob {
         id,
         socket,
         host: host?.index ?? null,
-        metricsAddress: () => (typeof proc.daemon?.ready.metricsPort === 'number' ? `${address}:${proc.daemon.ready.metricsPort}` : null),
         ucxPort: () => (typeof proc.daemon?.ready.ucxPort === 'number' ? proc.daemon.ready.ucxPort : null),
         segmentDir: () => (typeof proc.daemon?.ready.segmentDir === 'string' ? proc.daemon.ready.segmentDir : null),
       }),
@@ -177,45 +177,47 @@ export function createSoakJob(options: SoakJobOptions): SoakJob {
   const trainer = new Supervised(
     'trainer',
     'trainer',
-    () =>
-      spawnKept(
-        'trainer',
-        [
-          'sim-trainer',
-          '--nats',
-          bedNats,
-          '--log-level',
-          'info',
-          '--model',
-          SOAK_MODEL,
-          '--size',
-          options.size,
-          '--tensors',
-          String(options.tensors),
-          '--batch-size',
-          '128',
-          '--strategy',
-          'groups',
-          '--train-time',
-          '60s',
-          '--time-scale',
-          String(options.timeScale),
-          '--host',
-          trainerHost ? 'trainer-host' : 'host0',
-          '--secret-file',
-          stage.secretFile,
-          '--start-version',
-          String(options.nextTrainerVersion()),
-          '--json',
-          '--checksums',
-          '--metrics-host',
-          trainerHost?.address ?? '127.0.0.1',
-          '--metrics-port',
-          '0',
-        ],
-        'simulated trainer started',
-        trainerHost ? ['ip', 'netns', 'exec', trainerHost.netns] : [],
-        options.onTrainerLine,
+    async () =>
+      withMetricsPort(
+        await spawnKept(
+          'trainer',
+          [
+            'sim-trainer',
+            '--nats',
+            bedNats,
+            '--log-level',
+            'info',
+            '--model',
+            SOAK_MODEL,
+            '--size',
+            options.size,
+            '--tensors',
+            String(options.tensors),
+            '--batch-size',
+            '128',
+            '--strategy',
+            'groups',
+            '--train-time',
+            '60s',
+            '--time-scale',
+            String(options.timeScale),
+            '--host',
+            trainerHost ? 'trainer-host' : 'host0',
+            '--secret-file',
+            stage.secretFile,
+            '--start-version',
+            String(options.nextTrainerVersion()),
+            '--json',
+            '--checksums',
+            '--metrics-host',
+            trainerHost?.address ?? '127.0.0.1',
+            '--metrics-port',
+            '0',
+          ],
+          'simulated trainer started',
+          trainerHost ? ['ip', 'netns', 'exec', trainerHost.netns] : [],
+          options.onTrainerLine,
+        ),
       ),
     options.events,
     options.restartDelayMs,
@@ -264,6 +266,24 @@ export function createSoakJob(options: SoakJobOptions): SoakJob {
       await trainer.start();
       await Promise.all(rollouts.map((r) => r.start()));
     },
+    metricsHost: (proc) => {
+      const relay = relays.find((r) => r === proc);
+      if (relay?.host) return testbed!.hosts[relay.host - 1]!.address;
+      return proc === trainer && trainerHost ? trainerHost.address : '127.0.0.1';
+    },
     managerPorts: () => managers.flatMap((m) => (typeof m.daemon?.ready.httpPort === 'number' ? [m.daemon.ready.httpPort] : [])),
   };
+}
+
+/** The sim-trainer logs its /metrics port on a line of its own before its ready line: kept as ready.metricsPort. */
+function withMetricsPort(daemon: Daemon): Daemon {
+  for (const line of daemon.logs) {
+    try {
+      const entry = JSON.parse(line) as { msg?: string; port?: number };
+      if (entry.msg === 'serving /metrics' && typeof entry.port === 'number') daemon.ready.metricsPort ??= entry.port;
+    } catch {
+      // not a JSON line
+    }
+  }
+  return daemon;
 }

@@ -188,15 +188,8 @@ async function main(): Promise<void> {
         liveJob.all().map(async (proc) => {
           const port = proc.daemon?.ready.metricsPort ?? proc.daemon?.ready.httpPort;
           if (typeof port !== 'number' || proc.paused) return [proc.kind, 0] as const;
-          const host =
-            proc.kind === 'relay'
-              ? liveJob.relays
-                  .find((r) => r === proc)
-                  ?.metricsAddress()
-                  ?.split(':')[0]
-              : undefined;
-          const read = await scrape(port, host);
-          return [proc.kind, read('nodejs_heap_size_used_bytes')] as const;
+          const read = await scrape(port, liveJob.metricsHost(proc));
+          return [proc.kind, read('laminar_nodejs_heap_size_used_bytes')] as const;
         }),
       );
       for (const [kind, bytes] of heaps) heapBytes[kind] += bytes;

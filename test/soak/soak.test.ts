@@ -75,6 +75,13 @@ describe('npm run soak (CI-sized)', () => {
     expect(code, context).toBe(0);
     const timeline = readFileSync(join(out, 'timeline.jsonl'), 'utf8').trim().split('\n');
     expect(timeline.length).toBeGreaterThanOrEqual(8);
+    // Every figure is read for real: RSS and fds from /proc, heaps from the daemons' /metrics.
+    const last = JSON.parse(timeline.at(-1)!) as { rssBytes: Record<string, number>; fds: Record<string, number>; heapBytes: Record<string, number> };
+    for (const kind of ['relay', 'rollout', 'manager', 'trainer']) {
+      expect(last.rssBytes[kind], kind).toBeGreaterThan(0);
+      expect(last.fds[kind], kind).toBeGreaterThan(0);
+      expect(last.heapBytes[kind], kind).toBeGreaterThan(0);
+    }
     expect(statSync(join(out, 'soak.png')).size).toBeGreaterThan(10_000);
   }, 420_000);
 });
