@@ -29,6 +29,8 @@ export function spawnDaemon(
   wrap: string[] = [],
   env: NodeJS.ProcessEnv = process.env,
   onStdoutLine?: (line: string) => void,
+  /** How long it may take to log `readyMsg` (default 30 s). */
+  readyTimeoutMs?: number,
 ): Promise<Daemon> {
   return spawnProgram(
     name,
@@ -41,7 +43,7 @@ export function spawnDaemon(
         return null; // not JSON (a crash trace): kept in logs
       }
     },
-    { env, ...(onStdoutLine ? { onStdoutLine } : {}) },
+    { env, ...(onStdoutLine ? { onStdoutLine } : {}), ...(readyTimeoutMs !== undefined ? { readyTimeoutMs } : {}) },
   );
 }
 

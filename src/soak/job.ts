@@ -15,6 +15,12 @@ import type { Testbed } from '../testing/testbed.js';
 import { Supervised, type SupervisedEvents } from './supervisor.js';
 
 export const SOAK_MODEL = 'soak/policy';
+/**
+ * How long a daemon may take to start before the soak counts the start as failed and tries again,
+ * as systemd's TimeoutStartSec (90 s) would, with margin: a trainer restarted over a buffer of a
+ * million records took longer than the 30 s of the first 2-hour run and never came back.
+ */
+const START_TIMEOUT_MS = 180_000;
 /** The relays' UCX port on testbed hosts (each host is a namespace of its own). */
 const RELAY_PORT = 13337;
 
@@ -69,7 +75,7 @@ export function createSoakJob(options: SoakJobOptions): SoakJob {
   const bedNats = testbed ? `nats://${testbed.gateway}:${stage.nats.port}` : rootNats;
   const scaled = (simMs: number): string => `${Math.max(20, Math.round(simMs / options.timeScale))}ms`;
   const spawnKept = async (name: string, argv: string[], ready: string, wrap: string[] = [], onStdout?: (line: string) => void): Promise<Daemon> =>
-    stage.keep(await spawnDaemon(name, argv, ready, wrap, env, onStdout));
+    stage.keep(await spawnDaemon(name, argv, ready, wrap, env, onStdout, START_TIMEOUT_MS));
 
   const managers = ['manager-a', 'manager-b'].map(
     (id) =>
