@@ -244,7 +244,9 @@ async function main(): Promise<void> {
     say(`faults over: ${applied.length} applied, ${injector.records.length - applied.length} skipped; settling`);
 
     // ---- settle: every daemon up, every live relay on the newest version -------------------
-    await Promise.all(liveJob.all().map((p) => p.start()));
+    // Bounded: a daemon that cannot come back (the first 2-hour run's trainer) must not hang the books.
+    const allUp = Promise.all(liveJob.all().map((p) => p.start()));
+    await Promise.race([allUp, delay(settleMs, run.signal).catch(() => undefined)]);
     const settled = await settle(liveJob, settleMs, () => newestPublished, run.signal);
     say(settled ? 'settled: every relay holds the newest version' : `not settled within ${opts.settle}`);
     await takeSample();
