@@ -86,7 +86,15 @@ export function faultSchedule(options: ScheduleOptions): Fault[] {
 
 /** How many faults of a schedule are under way at the same time as another one (they overlap). */
 export function overlapping(faults: readonly Fault[]): number {
+  return overlapCount(faults.map((f) => ({ startMs: f.atMs, endMs: f.atMs + f.holdMs })));
+}
+
+/** How many of these intervals overlap another one; an open end (null) lasts for ever. */
+export function overlapCount(intervals: readonly { startMs: number; endMs: number | null }[]): number {
   let count = 0;
-  for (const f of faults) if (faults.some((g) => g !== f && g.atMs < f.atMs + f.holdMs && f.atMs < g.atMs + g.holdMs)) count++;
+  for (const f of intervals) {
+    const end = f.endMs ?? Infinity;
+    if (intervals.some((g) => g !== f && g.startMs < end && f.startMs < (g.endMs ?? Infinity))) count++;
+  }
   return count;
 }

@@ -10,7 +10,7 @@
 import { createHash } from 'node:crypto';
 import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { PartialPool, PromptPool, bufferNames } from '../data/index.js';
+import { PartialPool, PromptPool, bufferNames, type PoolProgress } from '../data/index.js';
 import { recordsInBuffer, type watchLedger } from '../demo/books.js';
 import { RelayClient } from '../relay/client/index.js';
 import { SyntheticWeights } from '../sim/trainer/index.js';
@@ -40,20 +40,12 @@ export interface WeightBooks {
   lagging: string[];
 }
 
-export interface PromptBooks {
-  total: number;
-  pending: number;
-  leased: number;
-  doneThisEpoch: number;
-  claims: number;
-  completions: number;
-  expired: number;
-  returned: number;
+export type PromptBooks = Pick<PoolProgress, 'total' | 'pending' | 'leased' | 'doneThisEpoch' | 'claims' | 'completions' | 'expired' | 'returned'> & {
   /** Prompts in no place, or in two (pending + leased + done − total). */
   misplaced: number;
   /** Claims that ended in no way (claims − completions − expired − returned − leased). */
   unaccountedClaims: number;
-}
+};
 
 export async function trajectoryBooks(nc: NatsConnection, ledger: ReturnType<typeof watchLedger>): Promise<TrajectoryBooks> {
   const partials = await PartialPool.open({ nc });

@@ -23,7 +23,7 @@ import { onInterrupt, openStage } from '../demo/stage.js';
 import { projectPython, REPO_ROOT } from '../services/python.js';
 import { createTestbed, type Testbed } from '../testing/testbed.js';
 import { FaultInjector } from './fault-injector.js';
-import { faultSchedule, overlapping, type FaultKind } from './fault-schedule.js';
+import { faultSchedule, overlapCount, overlapping, type FaultKind } from './fault-schedule.js';
 import { SOAK_MODEL, createSoakJob, type SoakJob } from './job.js';
 import { promptBooks, trajectoryBooks, weightBooks } from './ledger.js';
 import { filesIn, openFds, residentBytes, trend, type Trend } from './resources.js';
@@ -277,7 +277,7 @@ async function main(): Promise<void> {
       duration_s: Math.round(durationMs / 1000),
       faults: applied.length,
       faults_by_kind: countBy(applied.map((r) => r.kind)),
-      faults_overlapping: overlappingRecords(applied),
+      faults_overlapping: overlapCount(applied),
       unexpected_exits: unexpected.length,
       trajectories: trajectories.completed,
       lost: trajectories.lost.length,
@@ -384,15 +384,6 @@ async function plot(out: string): Promise<void> {
   } catch (err) {
     console.log(`  plot                         not written: ${(err as Error).message.split('\n')[0]}`);
   }
-}
-
-function overlappingRecords(records: readonly { startMs: number; endMs: number | null }[]): number {
-  let count = 0;
-  for (const f of records) {
-    const end = f.endMs ?? Infinity;
-    if (records.some((g) => g !== f && g.startMs < end && f.startMs < (g.endMs ?? Infinity))) count++;
-  }
-  return count;
 }
 
 function countBy(keys: readonly string[]): Record<string, number> {

@@ -146,11 +146,12 @@ export interface NodeChild {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Runs an ES module script with node (imports of DIST_UCX / DIST_NATIVE work in it). */
-export function nodeChild(script: string, nodeArgs: string[] = []): NodeChild {
+/** Runs an ES module script with node (imports of DIST_UCX / DIST_NATIVE work in it); `env` adds to this process's. */
+export function nodeChild(script: string, nodeArgs: string[] = [], env: NodeJS.ProcessEnv = {}): NodeChild {
   const child = spawn(process.execPath, [...nodeArgs, '--input-type=module', '-e', script], {
     cwd: REPO,
     stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
   });
   const lines: string[] = [];
   let err = '';
@@ -196,4 +197,21 @@ export function nodeChild(script: string, nodeArgs: string[] = []): NodeChild {
 /** Resident set of a process in bytes (Linux). */
 export function residentBytes(pid: number): number {
   return Number(readFileSync(`/proc/${pid}/statm`, 'utf8').split(' ')[1]) * 4096;
+}
+
+/** The node children of a test file: each starts with `prelude` (its imports), and killAll() ends what still runs. */
+export class NodeChildren {
+  private readonly live: NodeChild[] = [];
+
+  constructor(private readonly prelude: string) {}
+
+  spawn(script: string, options: { nodeArgs?: string[]; env?: NodeJS.ProcessEnv } = {}): NodeChild {
+    const child = nodeChild(`${this.prelude}\n${script}`, options.nodeArgs, options.env);
+    this.live.push(child);
+    return child;
+  }
+
+  killAll(): void {
+    for (const { child } of this.live.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  }
 }

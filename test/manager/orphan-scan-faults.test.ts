@@ -10,8 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
-import { SCHEMA_VERSION, commandSchema, decode, encode } from '../../src/control/schema.js';
 import { PartialPool } from '../../src/data/index.js';
+import { startOrphans, takeRepackIns } from '../helpers/orphans.js';
 import { partialNames } from '../../src/data/partial/partial-stream.js';
 import { RolloutCoordinator, type RolloutView } from '../../src/manager/rollouts/coordinator.js';
 import { RolloutCoordinatorMetrics } from '../../src/manager/rollouts/metrics.js';
@@ -48,28 +48,11 @@ describe('orphan scan: a partial pool that cannot be read', () => {
   it('counts and logs the failed reads, and scans again within seconds rather than after the backstop period', async () => {
     // The dead rollout's trajectories, written with full permissions.
     const writerPool = await PartialPool.open({ nc: admin, pool: POOL });
-    for (let i = 0; i < 3; i++) {
-      const t = await writerPool.start('ro-dead', {
-        trajectoryId: `g${i}/0`,
-        promptId: `p${i}`,
-        groupId: `g${i}`,
-        sampleIndex: 0,
-        groupSize: 1,
-        weightVersion: 2,
-      });
-      t.release();
-    }
+    await startOrphans(writerPool, 'ro-dead', 3);
     await writerPool.close();
     // The live rollout of the same version takes what it is sent.
     const received: string[][] = [];
-    const sub = admin.subscribe('test.member.ro-live', {
-      callback: (_err, msg) => {
-        const command = decode(commandSchema, msg.data, 'command');
-        if (command.t !== 'repack-in') return;
-        received.push(command.trajectories);
-        msg.respond(encode({ v: SCHEMA_VERSION, t: 'done', moved: [], taken: command.trajectories.length, completed: 0, lost: 0 }));
-      },
-    });
+    const sub = takeRepackIns(admin, 'test.member.ro-live', received);
     const partials = await PartialPool.open({ nc: restricted, pool: POOL });
     const registry = new Registry();
     const warnings: { msg: string; unread?: number; retryMs?: number }[] = [];

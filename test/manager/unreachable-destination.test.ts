@@ -8,8 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
-import { SCHEMA_VERSION, commandSchema, decode, encode } from '../../src/control/schema.js';
 import { PartialPool } from '../../src/data/index.js';
+import { startOrphans, takeRepackIns } from '../helpers/orphans.js';
 import { RolloutCoordinator, type RolloutView } from '../../src/manager/rollouts/coordinator.js';
 import { RolloutCoordinatorMetrics } from '../../src/manager/rollouts/metrics.js';
 import { startNatsServer, type NatsServer } from '../../src/services/index.js';
@@ -36,27 +36,10 @@ const view = (id: string, owned: number): RolloutView => ({
 describe('rollout coordinator: a destination that does not answer', () => {
   it('sends the orphans to the next rollout of their version after one failed command', async () => {
     const partials = await PartialPool.open({ nc, pool: 'unreachable' });
-    for (let i = 0; i < 3; i++) {
-      const t = await partials.start('ro-dead', {
-        trajectoryId: `g${i}/0`,
-        promptId: `p${i}`,
-        groupId: `g${i}`,
-        sampleIndex: 0,
-        groupSize: 1,
-        weightVersion: 2,
-      });
-      t.release();
-    }
+    await startOrphans(partials, 'ro-dead', 3);
     // ro-answers takes what it is sent; ro-silent (fewest owned: the first choice) has no subscriber.
     const received: string[][] = [];
-    const sub = nc.subscribe('test.member.ro-answers', {
-      callback: (_err, msg) => {
-        const command = decode(commandSchema, msg.data, 'command');
-        if (command.t !== 'repack-in') return;
-        received.push(command.trajectories);
-        msg.respond(encode({ v: SCHEMA_VERSION, t: 'done', moved: [], taken: command.trajectories.length, completed: 0, lost: 0 }));
-      },
-    });
+    const sub = takeRepackIns(nc, 'test.member.ro-answers', received);
     const warnings: { msg: string; to?: string }[] = [];
     const coordinator = new RolloutCoordinator({
       nc,

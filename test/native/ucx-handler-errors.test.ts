@@ -12,33 +12,20 @@ import type { LaminarError } from '../../src/common/errors.js';
 import { native } from '../../src/native/index.js';
 import type { Endpoint } from '../../src/ucx/index.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
-import { DIST_UCX, Inbox, Workers, connect, nodeChild, requireDist, whenClosed, withTimeout, type NodeChild } from '../helpers/ucx.js';
+import { DIST_UCX, Inbox, NodeChildren, Workers, connect, requireDist, whenClosed, withTimeout, type NodeChild } from '../helpers/ucx.js';
 
 process.env.UCX_TLS ??= 'tcp';
 
 beforeAll(() => requireDist());
 
 const workers = new Workers();
-const children: NodeChild[] = [];
+const children = new NodeChildren(`import { UcxWorker } from ${JSON.stringify(DIST_UCX)};`);
 afterEach(() => {
   workers.closeAll();
-  for (const { child } of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  children.killAll();
 });
 
-function spawnChild(script: string, env: NodeJS.ProcessEnv = {}): NodeChild {
-  const saved = { ...process.env };
-  Object.assign(process.env, env);
-  try {
-    const child = nodeChild(`import { UcxWorker } from ${JSON.stringify(DIST_UCX)};\n${script}`);
-    children.push(child);
-    return child;
-  } finally {
-    for (const key of Object.keys(env)) {
-      if (saved[key] === undefined) Reflect.deleteProperty(process.env, key);
-      else process.env[key] = saved[key];
-    }
-  }
-}
+const spawnChild = (script: string, env: NodeJS.ProcessEnv = {}): NodeChild => children.spawn(script, { env });
 
 /** A server that answers {"ping": n} frames with {"pong": n}; its handler parses each header as JSON, so a malformed frame makes it throw. */
 const PING_SERVER = `

@@ -15,7 +15,7 @@ import {
   Workers,
   connect,
   fillPattern,
-  nodeChild,
+  NodeChildren,
   outcome,
   requireDist,
   residentBytes,
@@ -35,17 +35,13 @@ import { Mapping } from ${JSON.stringify(DIST_NATIVE)};
 beforeAll(() => requireDist());
 
 const workers = new Workers();
-const children: NodeChild[] = [];
+const children = new NodeChildren(imports);
 afterEach(() => {
   workers.closeAll();
-  for (const { child } of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  children.killAll();
 });
 
-function spawnChild(script: string, nodeArgs: string[] = []): NodeChild {
-  const child = nodeChild(imports + script, nodeArgs);
-  children.push(child);
-  return child;
-}
+const spawnChild = (script: string, nodeArgs: string[] = []): NodeChild => children.spawn(script, { nodeArgs });
 
 /** Polls until `condition` holds (or throws after `ms`). */
 async function until(condition: () => boolean, ms: number, what: string): Promise<void> {

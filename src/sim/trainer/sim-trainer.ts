@@ -462,7 +462,8 @@ export class SimTrainer {
       this.log.warn({ version, err: (err as Error).message }, 'the master refused this version (no room): training goes on, the next version is offered');
       this.currentVersion = version;
       this.m.version.set(version);
-      return { version, kind, stallMs: performance.now() - started, result: { stallMs: performance.now() - started }, refused: ErrorCodes.MEMORY_BUDGET };
+      const stallMs = performance.now() - started;
+      return { version, kind, stallMs, result: { stallMs }, refused: ErrorCodes.MEMORY_BUDGET };
     } finally {
       signal.removeEventListener('abort', onAbort!);
     }
