@@ -56,6 +56,12 @@ export function simTrainerCommand(): Command {
       new Option('--json', 'one JSON line per step on stdout: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean}}'),
     )
     .addOption(new Option('--checksums', 'with --json: one line {published, kind, sha256} per version published (SHA-256 of its bytes, for audits)'))
+    .addOption(
+      new Option(
+        '--removals',
+        'with --json: one line {removed, ids} each time trajectories leave the buffer (sampled, stale, capacity), written before their records are deleted (for audits)',
+      ),
+    )
     .addOption(new Option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent').env('LAMINAR_LOG_LEVEL').default('info'))
     .action(async (opts: Opts) => {
       const str = (k: string): string | undefined => (typeof opts[k] === 'string' ? opts[k] : undefined);
@@ -95,6 +101,10 @@ export function simTrainerCommand(): Command {
         trainer,
         registry,
         logger,
+        // stdout to a pipe is synchronous on Linux: the line is out before the deleter's request is sent.
+        ...(opts.json === true && opts.removals === true
+          ? { sampler: { onEvict: (entries, reason) => process.stdout.write(`${JSON.stringify({ removed: reason, ids: entries.map((e) => e.id) })}\n`) } }
+          : {}),
       });
       let http: MetricsServer | null = null;
       try {

@@ -4,7 +4,7 @@
  * the job starts, stopped together at the end (their logs written to `logs` when given).
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
@@ -47,7 +47,11 @@ export async function openStage(prefix: string, logs: string | undefined, option
   // It reconnects by itself (the soak restarts redis-server); without a listener ioredis prints each failed attempt.
   redis.on('error', () => undefined);
   const ledger = watchLedger(nc);
-  const daemons: Daemon[] = [];
+  const daemons = new Set<Daemon>();
+  if (logs) mkdirSync(logs, { recursive: true });
+  const writeLog = (d: Daemon): void => {
+    if (logs) appendFileSync(join(logs, `${d.name.replace(/\s+/g, '-')}.log`), `${d.logs.join('\n')}\n`);
+  };
   return {
     root,
     secretFile,
@@ -57,16 +61,17 @@ export async function openStage(prefix: string, logs: string | undefined, option
     redis,
     ledger,
     keep(daemon) {
-      daemons.push(daemon);
+      daemons.add(daemon);
+      // A process restarted many times (the soak) leaves its log behind, appended: each run of it is kept, in order.
+      void daemon.exited.then(() => {
+        daemons.delete(daemon);
+        writeLog(daemon);
+      });
       return daemon;
     },
     async shutdown() {
-      await Promise.all(daemons.map((d) => d.kill('SIGTERM')));
-      if (logs) {
-        mkdirSync(logs, { recursive: true });
-        for (const d of daemons) writeFileSync(join(logs, `${d.name.replace(/\s+/g, '-')}.log`), `${d.logs.join('\n')}\n`);
-        console.log(`logs of every process in ${logs}`);
-      }
+      await Promise.all([...daemons].map((d) => d.kill('SIGTERM')));
+      if (logs) console.log(`logs of every process in ${logs}`);
       ledger.stop();
       redis.disconnect();
       await nc.close().catch(() => undefined);

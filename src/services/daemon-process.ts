@@ -77,7 +77,11 @@ export async function spawnProgram(
   const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
   const timeoutMs = options.readyTimeoutMs ?? 30_000;
   const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name} did not start in ${timeoutMs / 1000} s:\n${logs.slice(-20).join('\n')}`)), timeoutMs);
+    const timer = setTimeout(() => {
+      // Not left running: a late start would be a second copy of what the caller starts again.
+      child.kill('SIGKILL');
+      reject(new Error(`${name} did not start in ${timeoutMs / 1000} s:\n${logs.slice(-20).join('\n')}`));
+    }, timeoutMs);
     let found = false;
     const take = (line: string, readyHere: boolean): void => {
       logs.push(line);

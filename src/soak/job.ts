@@ -199,12 +199,18 @@ export function createSoakJob(options: SoakJobOptions): SoakJob {
             options.size,
             '--tensors',
             String(options.tensors),
+            // Balanced, as the paper tunes its placements: a step takes about what the rollouts
+            // produce in its time (~200 trajectories a second at the defaults), so the buffer
+            // neither starves the trainer nor grows with the run; what falls more than four
+            // versions behind (the backlog of a trainer restart) is dropped as stale, not trained on.
             '--batch-size',
-            '128',
+            '512',
             '--strategy',
             'groups',
+            '--max-staleness',
+            '4',
             '--train-time',
-            '60s',
+            '20s',
             '--time-scale',
             String(options.timeScale),
             '--host',
@@ -215,6 +221,7 @@ export function createSoakJob(options: SoakJobOptions): SoakJob {
             String(options.nextTrainerVersion()),
             '--json',
             '--checksums',
+            '--removals',
             '--metrics-host',
             trainerHost?.address ?? '127.0.0.1',
             '--metrics-port',

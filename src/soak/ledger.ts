@@ -1,31 +1,37 @@
 /**
  * The soak's books at the end of the run, as the demo's and stricter:
- * - trajectories: every one a rollout started is in the experience buffer or the partial pool, and
- *   none has two records in the buffer's stream (the stream is read, not just the live feed);
+ * - trajectories: every one a rollout started has a record in the experience buffer (the audit saw
+ *   it written, whether the trainer has since trained on it or not) or is in the partial pool, and
+ *   none was written twice;
  * - weights: every live relay holds the newest version, and every version any relay holds is
  *   byte-identical to what the trainer published (SHA-256 against the trainer's own record);
  * - prompts: every prompt of the pool is in exactly one place (pending, leased or done this
  *   epoch), and every claim ended one way (completed, expired, given back) or is still leased.
  */
 import { createHash } from 'node:crypto';
-import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { PartialPool, PromptPool, bufferNames, type PoolProgress } from '../data/index.js';
-import { recordsInBuffer, type watchLedger } from '../demo/books.js';
+import { PartialPool, PromptPool, type PoolProgress } from '../data/index.js';
+import { recordsInBuffer } from '../demo/books.js';
 import { RelayClient } from '../relay/client/index.js';
 import { SyntheticWeights } from '../sim/trainer/index.js';
 import type { Redis } from 'ioredis';
+import type { BufferAudit } from './audit.js';
 import { SOAK_MODEL, type RelayProcess } from './job.js';
 
 export interface TrajectoryBooks {
   started: number;
+  /** Trajectories any witness saw written. */
   completed: number;
   inPool: number;
   lost: string[];
   /** Trajectories with more than one record in the buffer's stream. */
   duplicated: string[];
-  /** Records the live feed saw twice (also counted in `duplicated` when the stream holds both). */
-  seenTwiceLive: number;
+  /** Stream messages deleted before the audit read them (the trainer's lines vouch for those it removed). */
+  unread: number;
+  /** Whether the audit had read the whole stream when the books were read. */
+  auditCaughtUp: boolean;
+  /** Times the audit's consumer had to be made again. */
+  auditRestarts: number;
 }
 
 export interface WeightBooks {
@@ -47,27 +53,40 @@ export type PromptBooks = Pick<PoolProgress, 'total' | 'pending' | 'leased' | 'd
   unaccountedClaims: number;
 };
 
-export async function trajectoryBooks(nc: NatsConnection, ledger: ReturnType<typeof watchLedger>): Promise<TrajectoryBooks> {
+/**
+ * A trajectory counts as written when one of three witnesses saw its record, or the stream still
+ * holds it: the audit (every message of the stream, read as it arrives), the stage's core-NATS
+ * subscription (`live.completed`), and the trainer's own lines (`live.removed`: each id it took out
+ * of the buffer, written before the deletion is sent). The trainer deletes what it drops as stale
+ * as soon as it indexes it, often before the audit reads it (`unread` counts those), and the
+ * subscription misses what is written while its connection is away; the trainer's lines miss
+ * nothing it deleted.
+ */
+export async function trajectoryBooks(
+  nc: NatsConnection,
+  live: { started: ReadonlySet<string>; completed: ReadonlySet<string>; removed: ReadonlySet<string> },
+  audit: BufferAudit,
+): Promise<TrajectoryBooks> {
   const partials = await PartialPool.open({ nc });
   const inPool = new Set((await partials.list()).map((s) => s.trajectoryId));
   await partials.close();
-  const unseen = [...ledger.started].filter((id) => !ledger.completed.has(id) && !inPool.has(id));
-  // The live feed misses what is published while its connection is away (nats-server restarts):
-  // the buffer's stream is the record of truth for those.
+  const caughtUp = await audit.caughtUp();
+  const started = live.started;
+  const unseen = [...started].filter((id) => !audit.has(id) && !live.removed.has(id) && !live.completed.has(id) && !inPool.has(id));
+  // A record the audit could not read (deleted first) may still be in the stream: the writer's own check.
   const inBuffer = await recordsInBuffer(nc, unseen);
-  const jsm = await jetstreamManager(nc);
-  const names = bufferNames();
-  const info = await jsm.streams.info(names.stream, { subjects_filter: names.recordFilter });
-  const duplicated = Object.entries(info.state.subjects ?? {})
-    .filter(([, count]) => count > 1)
-    .map(([subject]) => subject.slice(names.recordPrefix.length + 1));
+  const books = audit.books();
+  const beyondAudit = new Set<string>();
+  for (const witness of [live.removed, live.completed]) for (const id of witness) if (!audit.has(id)) beyondAudit.add(id);
   return {
-    started: ledger.started.size,
-    completed: info.state.subjects ? Object.keys(info.state.subjects).length : ledger.completed.size,
+    started: started.size,
+    completed: books.records + beyondAudit.size,
     inPool: inPool.size,
     lost: unseen.filter((id) => !inBuffer.has(id)),
-    duplicated,
-    seenTwiceLive: ledger.writtenTwice,
+    duplicated: books.duplicated,
+    unread: books.unread,
+    auditCaughtUp: caughtUp,
+    auditRestarts: audit.restarts.length,
   };
 }
 

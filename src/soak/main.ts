@@ -25,6 +25,7 @@ import { createTestbed, type Testbed } from '../testing/testbed.js';
 import { FaultInjector } from './fault-injector.js';
 import { faultSchedule, overlapCount, overlapping, type FaultKind } from './fault-schedule.js';
 import { SOAK_MODEL, createSoakJob, type SoakJob } from './job.js';
+import { BufferAudit } from './audit.js';
 import { promptBooks, trajectoryBooks, weightBooks } from './ledger.js';
 import { filesIn, openFds, residentBytes, trend, type Trend } from './resources.js';
 import type { DaemonKind } from './supervisor.js';
@@ -58,6 +59,11 @@ interface Sample {
   shmFiles: number;
   consumers: number;
   consumersByStream: Record<string, number>;
+  /**
+   * Each process by name: its pid (a restart is a new one), RSS and fds. A group's sum mixes
+   * young and old processes; a leak shows as one pid's RSS rising over its life.
+   */
+  processes: Record<string, { pid: number; rssMiB: number; fds: number }>;
 }
 
 const TENSORS = 8;
@@ -119,10 +125,15 @@ async function main(): Promise<void> {
   const clock = (): number => Math.round(performance.now() - t0);
   const say = (line: string): void => console.log(`${(clock() / 1000).toFixed(1).padStart(8)} s  ${line}`);
   const published = new Map<number, string>();
+  /** Trajectories the trainer took out of the buffer (trained on, stale, over capacity), from its own lines. */
+  const removedByTrainer = new Set<string>();
   let newestPublished = -1;
   let job: SoakJob | null = null;
+  let audit: BufferAudit | null = null;
   let passed = false;
   try {
+    // Before any writer: the audit must read every record before the trainer trains on it and deletes it.
+    const bufferAudit = (audit = await BufferAudit.open(stage.nc));
     const prompts = await PromptPool.open({ redis: stage.redis, epochs: 0 });
     await prompts.load(Array.from({ length: 4096 }, (_, i) => ({ id: `q${i}`, payload: { question: `synthetic prompt ${i}` }, n: 4 })));
     job = createSoakJob({
@@ -148,11 +159,12 @@ async function main(): Promise<void> {
       nextTrainerVersion: () => newestPublished + 1,
       onTrainerLine: (line) => {
         try {
-          const record = JSON.parse(line) as { published?: number; sha256?: string };
+          const record = JSON.parse(line) as { published?: number; sha256?: string; removed?: string; ids?: string[] };
           if (record.published !== undefined && record.sha256) {
             published.set(record.published, record.sha256);
             newestPublished = Math.max(newestPublished, record.published);
           }
+          if (record.removed !== undefined && record.ids) for (const id of record.ids) removedByTrainer.add(id);
         } catch {
           // not a JSON line
         }
@@ -175,12 +187,16 @@ async function main(): Promise<void> {
       const rssBytes = Object.fromEntries(GROUPS.map((g) => [g, 0])) as Record<Group, number>;
       const fds = Object.fromEntries(GROUPS.map((g) => [g, 0])) as Record<Group, number>;
       const heapBytes = { relay: 0, rollout: 0, manager: 0, trainer: 0 };
-      const count = (group: Group, pid: number | undefined): void => {
+      const processes: Sample['processes'] = {};
+      const count = (group: Group, pid: number | undefined, name: string = group): void => {
         if (pid === undefined) return;
-        rssBytes[group] += residentBytes(pid) ?? 0;
-        fds[group] += openFds(pid) ?? 0;
+        const rss = residentBytes(pid) ?? 0;
+        const open = openFds(pid) ?? 0;
+        rssBytes[group] += rss;
+        fds[group] += open;
+        processes[name] = { pid, rssMiB: Math.round((rss / 2 ** 20) * 10) / 10, fds: open };
       };
-      for (const proc of liveJob.all()) count(proc.kind, proc.pid);
+      for (const proc of liveJob.all()) count(proc.kind, proc.pid, proc.name);
       count('nats-server', stage.nats.pid);
       count('redis-server', stage.redisServer.pid);
       count('soak', process.pid);
@@ -205,7 +221,7 @@ async function main(): Promise<void> {
       }
       const sample: Sample = {
         atMs: clock(),
-        completed: stage.ledger.completed.size,
+        completed: bufferAudit.completed,
         trainerVersion: newestPublished,
         faultsActive: injector.activeCount,
         rssBytes,
@@ -214,6 +230,7 @@ async function main(): Promise<void> {
         shmFiles: liveJob.relays.reduce((n, r) => n + filesIn(r.segmentDir() ?? join(stage.root, r.id)), 0),
         consumers,
         consumersByStream,
+        processes,
       };
       samples.push(sample);
       appendFileSync(join(out, 'timeline.jsonl'), `${JSON.stringify(sample)}\n`);
@@ -232,7 +249,7 @@ async function main(): Promise<void> {
         nextSample = s.atMs + sampleMs;
         say(
           `${s.completed} trajectories completed, trainer at v${s.trainerVersion}, ${injector.records.filter((r) => !r.note).length} faults applied ` +
-            `(${s.faultsActive} under way), daemons ${Math.round(sum(s.rssBytes) / 2 ** 20)} MiB RSS, ${sum(s.fds)} fds`,
+            `(${s.faultsActive} under way), daemons ${Math.round(daemons(s.rssBytes) / 2 ** 20)} MiB RSS, ${daemons(s.fds)} fds`,
         );
       }
       const wake = Math.min(schedule[next]?.atMs ?? Infinity, nextSample, durationMs);
@@ -257,15 +274,18 @@ async function main(): Promise<void> {
     await settle(liveJob, settleMs, () => newestPublished, run.signal);
     await Promise.all(liveJob.rollouts.map((r) => r.stop()));
     await delay(500);
-    const trajectories = await trajectoryBooks(stage.nc, stage.ledger);
+    const trajectories = await trajectoryBooks(stage.nc, { ...stage.ledger, removed: removedByTrainer }, bufferAudit);
     const weights = await weightBooks(liveJob.relays, published, newestPublished >= 0 ? newestPublished : null, { size: sizeBytes, tensors: TENSORS });
     const promptsBooks = await promptBooks(stage.redis);
 
     // ---- resources: the trend over the last half of the run --------------------------------
     const lastHalf = samples.filter((s) => s.atMs >= durationMs / 2 && s.atMs <= durationMs + sampleMs);
-    const series = (value: (s: Sample) => number): Trend => trend(lastHalf.map((s) => ({ atMs: s.atMs, value: value(s) })));
-    const rss = series((s) => sum(s.rssBytes) / 2 ** 20);
-    const fd = series((s) => sum(s.fds));
+    // A sample taken while nats-server was down has no consumer count (NaN): it is left out, not read as 0.
+    const series = (value: (s: Sample) => number): Trend =>
+      trend(lastHalf.map((s) => ({ atMs: s.atMs, value: value(s) })).filter((p) => Number.isFinite(p.value)));
+    // The job's processes only: the soak itself keeps every trajectory id it saw (its books) and grows by design.
+    const rss = series((s) => daemons(s.rssBytes) / 2 ** 20);
+    const fd = series((s) => daemons(s.fds));
     const byGroup = Object.fromEntries(GROUPS.map((g) => [g, { rss: series((s) => s.rssBytes[g] / 2 ** 20), fds: series((s) => s.fds[g]) }]));
     const shm = series((s) => s.shmFiles);
     const judgeable = lastHalf.length >= MIN_TREND_SAMPLES && durationMs / 2 >= MIN_TREND_WINDOW_MS;
@@ -282,6 +302,7 @@ async function main(): Promise<void> {
       trajectories: trajectories.completed,
       lost: trajectories.lost.length,
       duplicated: trajectories.duplicated.length,
+      unaudited: trajectories.unread,
       corrupt: weights.corrupt.length,
       relays_lagging: weights.lagging.length,
       versions_checked: weights.versionsChecked,
@@ -315,7 +336,8 @@ async function main(): Promise<void> {
     row('unexpected exits', unexpected.length === 0 ? '0' : unexpected.map((u) => `${u.name} (${u.code}) at ${(u.atMs / 1000).toFixed(0)} s`).join(', '));
     row(
       'trajectories',
-      `${trajectories.started} started, ${trajectories.completed} in the buffer, ${trajectories.inPool} in the partial pool; ${trajectories.lost.length} lost, ${trajectories.duplicated.length} duplicated`,
+      `${trajectories.started} started, ${trajectories.completed} written to the buffer, ${trajectories.inPool} in the partial pool; ${trajectories.lost.length} lost, ${trajectories.duplicated.length} duplicated` +
+        ` (audit: ${trajectories.unread} messages deleted before it read them, ${trajectories.auditRestarts} consumer restarts${trajectories.auditCaughtUp ? '' : ', NOT caught up'})`,
     );
     row(
       'weights',
@@ -348,9 +370,11 @@ async function main(): Promise<void> {
       summary.claims_unaccounted === 0 &&
       summary.resources_flat !== false &&
       summary.unexpected_exits === 0 &&
+      trajectories.auditCaughtUp &&
       trajectories.completed > 0;
   } finally {
     await Promise.all((job?.all() ?? []).map((p) => p.stop()));
+    await audit?.stop();
     await stage.shutdown();
     testbed?.destroy();
     process.exitCode = run.interrupted ? 130 : passed ? 0 : 1;
@@ -393,6 +417,7 @@ function countBy(keys: readonly string[]): Record<string, number> {
 }
 
 const sum = (values: Record<string, number>): number => Object.values(values).reduce((a, b) => a + b, 0);
+const daemons = (values: Record<Group, number>): number => sum(values) - values.soak;
 const round = (x: number): number => (Number.isFinite(x) ? Math.round(x * 100) / 100 : x);
 const signed = (x: number): string => `${x >= 0 ? '+' : ''}${round(x)}`;
 

@@ -26,6 +26,8 @@ export class Supervised {
   private expectedExit = false;
   private closed = false;
   private starting: Promise<void> | null = null;
+  /** A kill under way: a start waits for the exit (until then the old process still counts as up). */
+  private killing: Promise<unknown> | null = null;
 
   constructor(
     readonly name: string,
@@ -47,6 +49,8 @@ export class Supervised {
   start(): Promise<void> {
     this.starting ??= (async () => {
       try {
+        // A fault that ends as it begins (the run's last one) starts the process while it dies.
+        await this.killing;
         for (let attempt = 1; !this.closed && !this.daemon; attempt++) {
           try {
             const daemon = await this.spawn();
@@ -78,7 +82,11 @@ export class Supervised {
     if (!daemon) return;
     this.expectedExit = true;
     this.resume();
-    await daemon.kill(signal);
+    const killing = daemon.kill(signal);
+    this.killing = killing;
+    await killing;
+    // exited() has run by now (it was chained on the same promise first): the process is down.
+    if (this.killing === killing) this.killing = null;
   }
 
   /** SIGSTOP: the process stays, frozen, as in a long GC pause or a stuck host. */

@@ -12,6 +12,7 @@ import { startNatsServer, type NatsServer } from '../../src/services/index.js';
 import { ExperienceSampler, ExperienceWriter, bufferNames, uniform, validateTrajectory } from '../../src/data/index.js';
 import { META_HEADER, encodeMeta, metaOf } from '../../src/data/codec/record-meta.js';
 import { encodePayload } from '../../src/data/codec/payload.js';
+import { delay } from '../../src/common/concurrency.js';
 import { metricValue, natsClient, trajectory } from './helpers.js';
 
 let nats: NatsServer;
@@ -40,6 +41,26 @@ async function streamMessages(): Promise<number> {
   return (await jsm.streams.info(`LAMINAR_EXP_${buffer}`)).state.messages;
 }
 
+/** The sequence of the stream's newest message. */
+async function lastSeq(): Promise<number> {
+  const jsm = await jetstreamManager(nc);
+  return (await jsm.streams.info(`LAMINAR_EXP_${buffer}`)).state.last_seq;
+}
+
+/**
+ * When the server stored a message (ms since the epoch, sub-millisecond digits kept): the clock
+ * that orphan chunk ages are measured on.
+ */
+async function storedAt(seq: number): Promise<number> {
+  const jsm = await jetstreamManager(nc);
+  const message = await jsm.streams.getMessage(`LAMINAR_EXP_${buffer}`, { seq });
+  if (message === null) throw new Error(`no message ${seq} in the stream`);
+  const time = message.timestamp; // RFC 3339, nanoseconds
+  const [, whole, fraction] = /^(.*?)(?:\.(\d+))?Z$/.exec(time) ?? [];
+  if (whole === undefined) throw new Error(`unexpected stream timestamp ${time}`);
+  return Date.parse(`${whole}Z`) + Number(`0.${fraction ?? '0'}`) * 1000;
+}
+
 /** What a writer publishes before its record: the payload in chunks; returns their sequences. */
 async function publishChunks(id: string, tokens: number): Promise<{ seqs: number[]; t: ReturnType<typeof validateTrajectory> }> {
   const t = validateTrajectory(trajectory({ id }, tokens));
@@ -60,11 +81,24 @@ describe('claim-check chunks', () => {
     expect(crashed.seqs).toHaveLength(4);
     const live = await w.write(trajectory({ id: 'big' }, 100_000)); // chunked too, with its record
     expect(live.chunks).toBe(4);
-    const s = await ExperienceSampler.open({ nc, buffer, registry, batchSize: 1, prefetch: false, orphanChunkAgeMs: 500 });
+    // A chunk's age is server time: the newest message the sampler has seen against the chunk's own.
+    // Writing 'big' takes what it takes on a loaded machine, so the age is set from the ages the
+    // sampler will find at open: older than that, and no crashed chunk is an orphan yet.
+    const [firstCrashedAt, lastCrashedAt, newestAtOpen] = await Promise.all([
+      storedAt(crashed.seqs[0]!),
+      storedAt(crashed.seqs.at(-1)!),
+      lastSeq().then((seq) => storedAt(seq)),
+    ]);
+    const orphanChunkAgeMs = Math.ceil(newestAtOpen - firstCrashedAt) + 250;
+    const s = await ExperienceSampler.open({ nc, buffer, registry, batchSize: 1, prefetch: false, orphanChunkAgeMs });
     // Young chunks may still get their record: nothing is deleted yet.
     expect(s.stats().orphanChunks).toBe(0);
-    await new Promise((r) => setTimeout(r, 700));
-    await w.write(trajectory({ id: 'after' })); // server time moves on
+    // Server time moves on only with a message: the next one is stored once even the last crashed
+    // chunk is older than the age. (The wait is for the age itself; nats-server shares this clock.)
+    const due = lastCrashedAt + orphanChunkAgeMs + 1;
+    await delay(Math.max(0, due - Date.now()));
+    const after = await w.write(trajectory({ id: 'after' }));
+    expect(await storedAt(after.seq), 'the last message is not past the age').toBeGreaterThanOrEqual(due);
     await expect.poll(() => s.stats().orphanChunks).toBe(4);
     expect(await metricValue(registry, 'laminar_buffer_orphan_chunks_total', { buffer })).toBe(4);
     await s.flush();

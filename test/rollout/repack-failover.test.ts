@@ -121,6 +121,11 @@ async function addRollout(j: Job, id: string, seed: number): Promise<SimRollout>
   return sim;
 }
 
+/** Prompts added to a job at a time while a test waits for the manager to act on a long tail (two rollouts' batches). */
+const FEED_PROMPTS = 8;
+/** The most prompts a job is fed in all: far more long tails than a working repack needs. */
+const MAX_FED_PROMPTS = 200;
+
 /** Every sample of every prompt is in the buffer, once; the partial pool is empty. */
 async function expectLedger(j: Job, prompts: number, n: number, timeoutMs = 90_000): Promise<void> {
   const ids = Array.from({ length: prompts }, (_, p) => Array.from({ length: n }, (_, s) => trajectoryIdOf(groupIdOf(`p${p}`, 0), s))).flat();
@@ -135,14 +140,33 @@ describe('rollouts: repack and failover (real NATS and Redis)', () => {
   it('repacks long-tail rollouts of one weight version, and every trajectory completes exactly once', async () => {
     const j = await job({ prompts: 24, n: 4 });
     for (let i = 0; i < 4; i++) await addRollout(j, `ro${i}`, i + 1);
-    await expectLedger(j, 24, 4);
+    // A move needs two rollouts of the version in their long tails at one planning round, each with
+    // less KV in use than at the round before. How many rounds a batch's tail spans is up to the
+    // machine (a loaded one slows the simulated engines, so fewer trajectories finish between two
+    // rounds), so the job is not let run out of work before a move: the pool gets more prompts
+    // whenever it runs low, until the manager reports a move done. A broken repack never gets there.
+    let prompts = 24;
+    await expect
+      .poll(
+        async () => {
+          const moves = await metricValue(j.registry, 'laminar_manager_repack_moves_total', { result: 'done' });
+          if (moves === 0 && prompts < MAX_FED_PROMPTS && (await j.prompts.progress()).pending < FEED_PROMPTS) {
+            await j.prompts.load(Array.from({ length: FEED_PROMPTS }, (_, i) => ({ id: `p${prompts + i}`, payload: { q: prompts + i }, n: 4 })));
+            prompts += FEED_PROMPTS;
+          }
+          return moves;
+        },
+        { timeout: 60_000, interval: 100, message: 'no repack happened' },
+      )
+      .toBeGreaterThan(0);
+    await expectLedger(j, prompts, 4);
     expect(await metricValue(j.registry, 'laminar_manager_repack_moves_total', { result: 'done' }), 'no repack happened').toBeGreaterThan(0);
     expect(await metricValue(j.registry, 'laminar_manager_repack_trajectories_total', { outcome: 'resumed' })).toBeGreaterThan(0);
     let resumed = 0;
     for (const r of j.rollouts.values()) resumed += await metricValue(r.registry, 'laminar_rollout_tasks_total', { outcome: 'resumed' });
     expect(resumed).toBeGreaterThan(0);
     expect(await metricValue(j.registry, 'laminar_manager_repack_moves_total', { result: 'failed' })).toBe(0);
-  }, 120_000);
+  }, 180_000);
 
   it("resumes a dead rollout's trajectories on a live rollout of the same weight version", async () => {
     const j = await job({ prompts: 16, n: 4, repackIntervalMs: 0 });

@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -15,12 +15,20 @@ function resolve(argv: string[]): Record<string, unknown> {
 
 describe('option precedence: flag > environment > config file > default', () => {
   const saved = { ...process.env };
+  const dirs: string[] = [];
+  /** A fresh directory for a test's config files, removed after the test. */
+  function tempDir(): string {
+    const dir = mkdtempSync(join(tmpdir(), 'laminar-config-'));
+    dirs.push(dir);
+    return dir;
+  }
   afterEach(() => {
     process.env = { ...saved };
+    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
   });
 
   it('layers the four sources', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'laminar-config-'));
+    const dir = tempDir();
     const file = join(dir, 'relay.json');
     writeFileSync(file, JSON.stringify({ keepVersions: '7', memoryBudget: '10GiB', chunkSize: '8MiB' }));
     process.env.LAMINAR_MEMORY_BUDGET = '20GiB';
@@ -32,7 +40,7 @@ describe('option precedence: flag > environment > config file > default', () => 
   });
 
   it('refuses unknown keys and unreadable files', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'laminar-config-'));
+    const dir = tempDir();
     const file = join(dir, 'relay.json');
     writeFileSync(file, JSON.stringify({ keepVersion: 3 }));
     expect(() => resolve(['--config', file])).toThrow(/unknown option "keepVersion"/);

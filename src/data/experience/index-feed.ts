@@ -13,6 +13,9 @@ import type { Logger } from '../../common/logger.js';
 import { META_HEADER, decodeMeta, type RecordMeta } from '../codec/record-meta.js';
 import type { BufferNames } from './stream.js';
 
+/** How long one pull waits on the server, and the client's back-off when its consumer cannot be checked. */
+export const FEED_PULL_EXPIRES_MS = 5000;
+
 export interface IndexFeedHandlers {
   record(seq: number, meta: RecordMeta, timeMs: number): void;
   chunk(seq: number, timeMs: number): void;
@@ -46,7 +49,10 @@ export class IndexFeed {
     });
     const info = await consumer.info(true);
     if (info.num_pending === 0) this.caughtUp();
-    this.messages = await consumer.consume({ max_messages: 4096 });
+    // After a nats-server restart the client re-checks the consumer and backs off by `expires` when
+    // JetStream is not up yet: at the 30 s default the trainer saw nothing new for 30 s per restart
+    // (the soak's timeline showed it). 5 s bounds that gap for one idle pull every 5 s.
+    this.messages = await consumer.consume({ max_messages: 4096, expires: FEED_PULL_EXPIRES_MS });
     this.loop = this.run(this.messages);
   }
 
