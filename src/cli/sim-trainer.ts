@@ -4,7 +4,7 @@ import { createLogger } from '../common/logger.js';
 import { createRegistry, serveMetrics, type MetricsServer } from '../common/metrics.js';
 import { parseBytes, parseDuration } from '../common/units.js';
 import { parseControlOptions } from '../control/nats-options.js';
-import { SimTrainer, formatStep, stepJson } from '../sim/trainer/sim-trainer.js';
+import { SimTrainer, formatStep, removalJson, stepJson } from '../sim/trainer/sim-trainer.js';
 import { SIM_TRAINER_STRATEGIES, SimTrainerOptionError } from '../sim/trainer/options.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 
@@ -103,7 +103,7 @@ export function simTrainerCommand(): Command {
         logger,
         // stdout to a pipe is synchronous on Linux: the line is out before the deleter's request is sent.
         ...(opts.json === true && opts.removals === true
-          ? { sampler: { onEvict: (entries, reason) => process.stdout.write(`${JSON.stringify({ removed: reason, ids: entries.map((e) => e.id) })}\n`) } }
+          ? { sampler: { onEvict: (entries, reason) => process.stdout.write(`${JSON.stringify(removalJson(entries, reason))}\n`) } }
           : {}),
       });
       let http: MetricsServer | null = null;

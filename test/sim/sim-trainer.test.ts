@@ -8,6 +8,7 @@ import {
   percentile,
   stampedVersion,
   stepJson,
+  removalJson,
   type SimTrainerOptions,
   type SimTrainerStep,
   type WeightPublisher,
@@ -149,6 +150,36 @@ describe('sim-trainer: sample, train, publish', () => {
     for (let i = 0; i < 4; i++) await w.write(trajectory({ id: `more${i}`, weightVersion: 3 }, 8));
     const failing = await open({ publisher: broken, batchSize: 4, steps: 3 });
     await expect(failing.run()).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+  });
+
+  it('reports every trajectory it removes from the buffer, trained on or too stale: the --removals lines', async () => {
+    const w = await writer();
+    // Written at version 0; the trainer starts at 5 with --max-staleness 2: s0..s3 are stale, x0..x3 fresh.
+    for (let i = 0; i < 4; i++) await w.write(trajectory({ id: `s${i}`, weightVersion: 0 }, 8));
+    for (let i = 0; i < 4; i++) await w.write(trajectory({ id: `x${i}`, weightVersion: 5 }, 8));
+    const removals: ReturnType<typeof removalJson>[] = [];
+    const trainer = await open({
+      publisher: new FakePublisher(),
+      batchSize: 4,
+      steps: 1,
+      startVersion: 5,
+      maxStaleness: 2,
+      sampler: {
+        onEvict: (entries, reason) => removals.push(removalJson(entries, reason)),
+      },
+    });
+    const trained: string[] = [];
+    trainer.events.on('sampled', ({ batch }) => trained.push(...batch.items.map((t) => t.id)));
+    await trainer.run();
+    const byReason = (reason: string): string[] =>
+      removals
+        .filter((r) => r.removed === reason)
+        .flatMap((r) => r.ids)
+        .sort();
+    expect(byReason('stale')).toEqual(['s0', 's1', 's2', 's3']);
+    expect(trained.sort()).toEqual(['x0', 'x1', 'x2', 'x3']);
+    expect(byReason('sampled')).toEqual(trained);
+    expect(JSON.parse(JSON.stringify(removals[0]))).toEqual(removals[0]);
   });
 
   it("publishedChecksum is the SHA-256 of the published version's bytes, tensors in order", async () => {

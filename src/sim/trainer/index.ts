@@ -3,6 +3,7 @@ export {
   SimTrainer,
   percentile,
   stepJson,
+  removalJson,
   formatStep,
   type SimTrainerOptions,
   type SimTrainerStep,

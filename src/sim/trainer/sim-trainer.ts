@@ -521,6 +521,15 @@ export function percentile(histogram: Record<number, number>, q: number): number
   return values[values.length - 1]!;
 }
 
+/**
+ * The `--json --removals` line of trajectories leaving the buffer: {removed: reason, ids}. The
+ * sampler reports removals before it sends their deletion, so an audit that reads these lines
+ * knows every record the trainer deleted.
+ */
+export function removalJson(entries: readonly { id: string }[], reason: string): { removed: string; ids: string[] } {
+  return { removed: reason, ids: entries.map((e) => e.id) };
+}
+
 /** The `--json` line of a step: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean}}. */
 export function stepJson(s: SimTrainerStep): {
   step: number;
