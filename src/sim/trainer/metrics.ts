@@ -42,7 +42,11 @@ export function simTrainerMetrics(registry: Registry): SimTrainerMetrics {
       labelNames: ['kind'],
       buckets: SECONDS_BUCKETS,
     }),
-    publishes: counter(registry, { name: 'laminar_sim_trainer_publishes_total', help: 'Versions published, by kind (initial, step)', labelNames: ['kind'] }),
+    publishes: counter(registry, {
+      name: 'laminar_sim_trainer_publishes_total',
+      help: 'Versions published, by kind (initial, step, retry: a refused version offered again)',
+      labelNames: ['kind'],
+    }),
     publishRefused: counter(registry, {
       name: 'laminar_sim_trainer_publish_refused_total',
       help: 'Versions the master refused (out of room) or never served (refused at its verification, or lost with it), by kind',

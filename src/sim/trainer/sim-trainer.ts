@@ -89,10 +89,11 @@ export type SimTrainerPhase = 'sampling' | 'training' | 'publishing';
 
 export interface SimTrainerPublish {
   version: number;
-  kind: 'initial' | 'step';
+  /** 'retry': a version the master refused, offered again while the trainer waited for a batch. */
+  kind: 'initial' | 'step' | 'retry';
   stallMs: number;
   result: WeightPublishResult;
-  /** The master refused the version for lack of room (not published; the next one is offered). */
+  /** The master refused the version for lack of room (not published; offered again until it is, or a newer one is). */
   refused?: string;
 }
 
@@ -123,6 +124,8 @@ export interface SimTrainerEvents {
 
 /** Every this long without a batch, the trainer logs what the buffer holds. */
 const WAITING_LOG_MS = 10_000;
+/** While a batch is awaited, a version the master refused is offered again this often. */
+const REDELIVER_EVERY_MS = 1000;
 
 export class SimTrainer {
   readonly events = new EventEmitter<SimTrainerEvents>();
@@ -139,6 +142,13 @@ export class SimTrainer {
   private runPromise: Promise<SimTrainerSummary> | null = null;
   private shutdownPromise: Promise<void> | null = null;
   private lastSummary: SimTrainerSummary | null = null;
+  /**
+   * The newest version, when the master refused it (no room) and no version since got through.
+   * Rollouts cannot have it, so the data they write is as old as the last version delivered:
+   * with a staleness bound, all of it could be too stale to train on, and the trainer would wait
+   * for a batch that never comes. It is offered again while the trainer waits.
+   */
+  private undelivered: number | null = null;
 
   private constructor(
     readonly config: Readonly<SimTrainerConfig>,
@@ -361,6 +371,8 @@ export class SimTrainer {
         'waiting for a batch',
       );
     }, WAITING_LOG_MS);
+    const redelivery = new AbortController();
+    const redelivering = this.redeliverUntil(redelivery.signal);
     try {
       batch = await this.sampler.sample({ signal: this.sampleAbort.signal });
     } catch (err) {
@@ -368,6 +380,9 @@ export class SimTrainer {
       throw err;
     } finally {
       clearInterval(waiting);
+      redelivery.abort();
+      // A re-offer under way finishes before this step's own publish (they share the weight buffers).
+      await redelivering;
     }
     const sampleMs = performance.now() - sampleStarted;
     this.events.emit('sampled', { step: n, batch });
@@ -433,8 +448,28 @@ export class SimTrainer {
     return hash.digest('hex');
   }
 
+  /** Offers the refused version again every REDELIVER_EVERY_MS until it gets through or `signal` aborts. */
+  private async redeliverUntil(signal: AbortSignal): Promise<void> {
+    while (this.undelivered !== null && !signal.aborted) {
+      try {
+        await sleep(REDELIVER_EVERY_MS, undefined, { signal });
+      } catch {
+        return; // the batch came
+      }
+      const version = this.undelivered;
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- a publish elsewhere may have cleared it during the sleep
+      if (version === null) return;
+      try {
+        await this.publish(version, 'retry');
+      } catch (err) {
+        // Not this step's failure: its own publish reports what persists.
+        this.log.warn({ version, err: (err as Error).message }, 'offering the refused version again failed');
+      }
+    }
+  }
+
   /** Publishes `version`; undefined when the step was abandoned before the publish finished. */
-  private async publish(version: number, kind: 'initial' | 'step'): Promise<SimTrainerPublish | undefined> {
+  private async publish(version: number, kind: SimTrainerPublish['kind']): Promise<SimTrainerPublish | undefined> {
     const signal = this.stepAbort.signal;
     if (signal.aborted) return undefined;
     const pending = this.publisher.publish(version, this.weights.stamp(version));
@@ -459,7 +494,12 @@ export class SimTrainer {
       // would rather than stop the job.
       if ((err as LaminarError).code !== ErrorCodes.MEMORY_BUDGET) throw err;
       this.m.publishRefused.inc({ kind });
-      this.log.warn({ version, err: (err as Error).message }, 'the master refused this version (no room): training goes on, the next version is offered');
+      if (kind !== 'retry')
+        this.log.warn(
+          { version, err: (err as Error).message },
+          'the master refused this version (no room): training goes on, and it is offered again until it gets through',
+        );
+      this.undelivered = version;
       this.currentVersion = version;
       this.m.version.set(version);
       const stallMs = performance.now() - started;
@@ -468,6 +508,10 @@ export class SimTrainer {
       signal.removeEventListener('abort', onAbort!);
     }
     const stallMs = result.stallMs;
+    if (this.undelivered !== null && version >= this.undelivered) {
+      if (kind === 'retry') this.log.info({ version }, 'the refused version got through');
+      this.undelivered = null;
+    }
     this.currentVersion = version;
     this.m.version.set(version);
     this.m.publishes.inc({ kind });
