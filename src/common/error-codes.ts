@@ -13,7 +13,18 @@
 
 /** Where a code comes from; the reference page groups codes by it. */
 export type ErrorArea =
-  'general' | 'relay protocol' | 'weights' | 'relay daemon' | 'broadcast' | 'native' | 'control plane' | 'manager' | 'rollout' | 'data' | 'services';
+  | 'general'
+  | 'relay protocol'
+  | 'weights'
+  | 'relay daemon'
+  | 'broadcast'
+  | 'native'
+  | 'control plane'
+  | 'manager'
+  | 'rollout'
+  | 'data'
+  | 'services'
+  | 'simulator';
 
 interface Entry<C extends string> {
   readonly code: C;
@@ -185,6 +196,11 @@ export const ERROR_CATALOGUE = {
     'manager',
     "The repack planner's limits are invalid (C_max outside (0, 1], roofline batch not a positive integer).",
   ),
+  DASHBOARD_DELTA: entry(
+    'ERR_DASHBOARD_DELTA',
+    'manager',
+    "A dashboard update does not follow the page's state (the page missed one, or the manager started over): the page takes a new snapshot.",
+  ),
 
   // The rollout SDK
   VERSION_MISMATCH: entry('ERR_VERSION_MISMATCH', 'rollout', "A repack or resume names another weight version than the rollout's."),
@@ -253,6 +269,15 @@ export const ERROR_CATALOGUE = {
     'data',
     'A release names a batch that this connection to the sampler service does not hold (never handed to it, or released already).',
   ),
+
+  // The cluster simulator (`laminar simulate`)
+  SCENARIO_UNREADABLE: entry('ERR_SCENARIO_UNREADABLE', 'simulator', 'A simulator scenario file cannot be read, or does not hold JSON.'),
+  BAD_SCENARIO: entry(
+    'ERR_BAD_SCENARIO',
+    'simulator',
+    'A simulator scenario fails its schema or contradicts itself (placements that do not add up, a model that does not fit its GPUs); `details.field` names the field.',
+  ),
+  SIM_PAST_EVENT: entry('ERR_SIM_PAST_EVENT', 'simulator', 'An event was scheduled before the virtual clock, or at a time that is not a finite number.'),
 
   // The embedded servers (tests, benches, the demo)
   SERVICE_BINARY_MISSING: entry(

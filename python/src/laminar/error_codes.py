@@ -276,6 +276,9 @@ NO_MASTER: Final = "ERR_NO_MASTER"
 REPACK_LIMITS: Final = "ERR_REPACK_LIMITS"
 """The repack planner's limits are invalid (C_max outside (0, 1], roofline batch not a positive integer)."""
 
+DASHBOARD_DELTA: Final = "ERR_DASHBOARD_DELTA"
+"""A dashboard update does not follow the page's state (the page missed one, or the manager started over): the page takes a new snapshot."""
+
 VERSION_MISMATCH: Final = "ERR_VERSION_MISMATCH"
 """A repack or resume names another weight version than the rollout's."""
 
@@ -365,6 +368,15 @@ STORE: Final = "ERR_STORE"
 
 UNKNOWN_BATCH: Final = "ERR_UNKNOWN_BATCH"
 """A release names a batch that this connection to the sampler service does not hold (never handed to it, or released already)."""
+
+SCENARIO_UNREADABLE: Final = "ERR_SCENARIO_UNREADABLE"
+"""A simulator scenario file cannot be read, or does not hold JSON."""
+
+BAD_SCENARIO: Final = "ERR_BAD_SCENARIO"
+"""A simulator scenario fails its schema or contradicts itself (placements that do not add up, a model that does not fit its GPUs); `details.field` names the field."""
+
+SIM_PAST_EVENT: Final = "ERR_SIM_PAST_EVENT"
+"""An event was scheduled before the virtual clock, or at a time that is not a finite number."""
 
 SERVICE_BINARY_MISSING: Final = "ERR_SERVICE_BINARY_MISSING"
 """nats-server or redis-server is not installed, or the project's Python environment (.venv) is missing (run `bash scripts/bootstrap.sh`)."""
@@ -467,6 +479,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_NO_MANAGER": "No manager answered (none running, or not leading yet).",
     "ERR_NO_MASTER": "No master relay was elected within the wait.",
     "ERR_REPACK_LIMITS": "The repack planner's limits are invalid (C_max outside (0, 1], roofline batch not a positive integer).",
+    "ERR_DASHBOARD_DELTA": "A dashboard update does not follow the page's state (the page missed one, or the manager started over): the page takes a new snapshot.",
     "ERR_VERSION_MISMATCH": "A repack or resume names another weight version than the rollout's.",
     "ERR_NO_WEIGHTS": "The rollout has no weight version yet.",
     "ERR_ROLLOUT_BUSY": "The rollout is carrying out another command.",
@@ -497,6 +510,9 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_BAD_APPEND": "An append has different numbers of tokens and logprobs.",
     "ERR_STORE": "Redis or JetStream failed underneath; the original error is the `cause`.",
     "ERR_UNKNOWN_BATCH": "A release names a batch that this connection to the sampler service does not hold (never handed to it, or released already).",
+    "ERR_SCENARIO_UNREADABLE": "A simulator scenario file cannot be read, or does not hold JSON.",
+    "ERR_BAD_SCENARIO": "A simulator scenario fails its schema or contradicts itself (placements that do not add up, a model that does not fit its GPUs); `details.field` names the field.",
+    "ERR_SIM_PAST_EVENT": "An event was scheduled before the virtual clock, or at a time that is not a finite number.",
     "ERR_SERVICE_BINARY_MISSING": "nats-server or redis-server is not installed, or the project's Python environment (.venv) is missing (run `bash scripts/bootstrap.sh`).",
     "ERR_SERVICE_START_FAILED": "The server exited or did not accept connections in time.",
     "ERR_SERVICE_STOPPED": "An operation on a server that was stopped for good.",

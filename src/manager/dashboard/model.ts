@@ -1,0 +1,268 @@
+/**
+ * The live dashboard's page state, and the deltas that carry it from one update to the next
+ * (docs/design/dashboard.md).
+ *
+ * The manager sends a page one snapshot (a DashboardState), then at each update the delta
+ * `diffStates(previous, next)` (diff.ts); the page applies it with applyDelta. The manager makes
+ * each delta once and writes the same bytes to every open page. applyDelta(a, diffStates(a, b))
+ * equals b exactly (a property test checks it), so a page never drifts from the manager; a page
+ * handed a delta whose `base` is not its own `seq` (it missed one) reconnects for a snapshot.
+ *
+ * This module imports only the error classes (which import no Node module), so that the page's
+ * build can compile it as it is.
+ *
+ * Sizes (measured in test/unit/dashboard-model.test.ts): the rollouts are columns of small
+ * integers, because at 1,024 rollouts nearly every row changes its KV use every second; a delta
+ * names only the cells that changed, as pairs of row index and value, or sends a column whole
+ * when most of it changed. Chunks arriving at relays travel as triples, not as whole rows.
+ */
+
+import { ErrorCodes } from '../../common/error-codes.js';
+import { LaminarError } from '../../common/errors.js';
+
+/** Bumped when a field changes meaning; a page that reads another version reloads itself. */
+export const DASHBOARD_MODEL_VERSION = 1;
+
+export const HEALTHS = ['alive', 'suspected', 'dead'] as const;
+export type Health = (typeof HEALTHS)[number];
+
+/** A rollout's engine state, as its heartbeat reports it; the `state` column holds the index (-1: not reported yet). */
+export const ROLLOUT_STATES = ['idle', 'loading', 'generating', 'reinitialising'] as const;
+
+export const MEMBER_KINDS = ['relay', 'rollout', 'trainer'] as const;
+
+/** A version arriving at a relay: `hwm` of `chunks` chunks are there. */
+export interface Arrival {
+  model: string;
+  version: number;
+  hwm: number;
+  chunks: number;
+  /** Its segment is still being allocated. */
+  settingUp: boolean;
+}
+
+/** One relay: in the chain (in plan order), or outside it (dead, or not admitted yet). */
+export interface RelayRow {
+  id: string;
+  host: string;
+  health: Health;
+  /** Position in the plan, 0 for the master; null outside the chain. */
+  position: number | null;
+  /**
+   * Whole seconds since its last heartbeat once that is 2 s or more, else 0 (and 0 once dead:
+   * the health says it). A relay that heartbeats on time keeps an unchanged row.
+   */
+  silentS: number;
+  /** Versions it holds, by model then version. */
+  holds: { model: string; version: number }[];
+  receiving: Arrival[];
+}
+
+/**
+ * How much of the newest versions a relay holds, from 0 to the number of models (the manager's
+ * progressScore over a row): a version held counts 1, one arriving its share of chunks. The page
+ * computes it rather than the manager sending it, since it changes with every chunk.
+ */
+export function relayProgress(row: RelayRow, newest: DashboardHeader['newest']): number {
+  let score = 0;
+  for (const { model, version } of newest) {
+    if (row.holds.some((h) => h.model === model && h.version >= version)) score += 1;
+    else {
+      const arriving = row.receiving.find((a) => a.model === model && a.version === version);
+      if (arriving) score += arriving.hwm / arriving.chunks;
+    }
+  }
+  return score;
+}
+
+/**
+ * The rollout grid's columns, each an array of integers indexed like `ids`:
+ * - health: index in HEALTHS;
+ * - state: index in ROLLOUT_STATES, -1 before its first report;
+ * - version: weight version it generates with, -1 before its first load;
+ * - kv: KV-cache use in whole percent, -1 before its first report;
+ * - running, waiting: requests in its engine's decode batch, and admitted but waiting;
+ * - owned: trajectories it owns in the partial pool (in flight);
+ * - refused: the version its engine last refused to load, -1 while its last load succeeded;
+ * - busy: 1 while it carries out a repack or failover command of the manager, else 0.
+ */
+export const ROLLOUT_COLUMNS = ['health', 'state', 'version', 'kv', 'running', 'waiting', 'owned', 'refused', 'busy'] as const;
+export type RolloutColumn = (typeof ROLLOUT_COLUMNS)[number];
+
+export interface RolloutTable {
+  /** Rollout ids, in the manager's order (the order they registered; the page sorts for display). */
+  ids: string[];
+  hosts: string[];
+  columns: Record<RolloutColumn, number[]>;
+}
+
+export interface DashboardHeader {
+  job: string;
+  /** The manager that answers (the leader, or a standby that leads nothing). */
+  manager: string;
+  leader: boolean;
+  epoch: number | null;
+  master: string | null;
+  /** The newest announced version of each model, by model. */
+  newest: { model: string; version: number }[];
+  /** Members by kind, then by health: counts of alive, suspected, dead. */
+  members: Record<(typeof MEMBER_KINDS)[number], [number, number, number]>;
+  repack: { busy: number; orphansWaiting: number; movesDone: number; movesFailed: number };
+}
+
+/** Time series over a window: one sample time and one value per series for each point. */
+export interface SeriesWindow {
+  /** Series names, in the order of `values`. */
+  names: string[];
+  /** Sample times, ms since the epoch on the manager's clock, strictly increasing. */
+  t: number[];
+  /** values[k][i]: series names[k] at t[i]; null where its source had nothing to say (never NaN: JSON would make it null and the page's state would differ). */
+  values: (number | null)[][];
+}
+
+/** One entry of the event log; `n` numbers the manager's events, strictly increasing. */
+export interface DashboardEvent {
+  n: number;
+  /** ms since the epoch, the manager's clock. */
+  t: number;
+  /** What happened: relay-dead, rollout-dead, plan, master, repack, orphans, ... */
+  kind: string;
+  /** The member or plan it is about. */
+  subject: string;
+  text: string;
+}
+
+export interface DashboardState {
+  v: typeof DASHBOARD_MODEL_VERSION;
+  /** Number of this state; a delta from it has `base` equal to it. */
+  seq: number;
+  /** When it was taken, ms since the epoch on the manager's clock. */
+  at: number;
+  header: DashboardHeader;
+  /** The chain in plan order, then the relays outside it. */
+  relays: RelayRow[];
+  rollouts: RolloutTable;
+  series: SeriesWindow;
+  events: DashboardEvent[];
+}
+
+/** What changed from the state numbered `base` to the state numbered `seq`; absent fields did not change. */
+export interface DashboardDelta {
+  v: typeof DASHBOARD_MODEL_VERSION;
+  base: number;
+  seq: number;
+  at: number;
+  header?: DashboardHeader;
+  /** The ids of `relays` in order, when the order or the set changed (a new plan, a relay joining or leaving). */
+  relayOrder?: string[];
+  /** Rows that changed or are new, by id (a row whose only change is chunks arriving travels in `arrivals`). */
+  relays?: RelayRow[];
+  /**
+   * Chunks arriving, the change of every receiving relay at every update of a broadcast:
+   * triples of the relay's index in the new order, the index in its `receiving`, the new `hwm`.
+   * Applied after `relayOrder` and `relays`.
+   */
+  arrivals?: number[];
+  /** The whole rollout table, when its rows (ids or hosts) changed. */
+  rollouts?: RolloutTable;
+  /** Changed cells of the rollout table, by column: row index, value, row index, value, ... */
+  cells?: Partial<Record<RolloutColumn, number[]>>;
+  /** Columns of the rollout table sent whole: those where more than a third of the rows changed (pairs would be longer). */
+  columns?: Partial<Record<RolloutColumn, number[]>>;
+  /** The whole series window, when it cannot be told as points appended (names changed, history restarted). */
+  series?: SeriesWindow;
+  /** Points appended to the series window, after dropping its `dropPoints` oldest ones. */
+  points?: { dropPoints: number; t: number[]; values: (number | null)[][] };
+  /** Events appended, after dropping the `dropEvents` oldest ones. */
+  events?: { dropEvents: number; added: DashboardEvent[] };
+}
+
+/** What a page gets for a delta that does not follow its state (ERR_DASHBOARD_DELTA): it then takes a new snapshot. */
+export class DeltaMismatchError extends LaminarError {
+  constructor(message: string, details: { stateSeq: number; deltaBase: number }) {
+    super(ErrorCodes.DASHBOARD_DELTA, message, { details });
+  }
+}
+
+/**
+ * The state `delta` leads to from `state`. Does not change `state`: arrays that did not change
+ * are shared with it, the others copied. Throws DeltaMismatchError when the delta is not from
+ * this state (the page then asks for a snapshot).
+ */
+export function applyDelta(state: DashboardState, delta: DashboardDelta): DashboardState {
+  // Typed as this version, but read from the wire: a manager of another version may have sent it.
+  const version: number = delta.v;
+  if (version !== state.v || delta.base !== state.seq) {
+    throw new DeltaMismatchError(`dashboard update ${delta.base} -> ${delta.seq} does not follow state ${state.seq}`, {
+      stateSeq: state.seq,
+      deltaBase: delta.base,
+    });
+  }
+  return {
+    v: state.v,
+    seq: delta.seq,
+    at: delta.at,
+    header: delta.header ?? state.header,
+    relays: applyRelays(state.relays, delta),
+    rollouts: applyRollouts(state.rollouts, delta),
+    series: applySeries(state.series, delta),
+    events: delta.events ? [...state.events.slice(delta.events.dropEvents), ...delta.events.added] : state.events,
+  };
+}
+
+function applyRelays(rows: RelayRow[], delta: DashboardDelta): RelayRow[] {
+  if (!delta.relayOrder && !delta.relays && !delta.arrivals) return rows;
+  const byId = new Map(rows.map((r) => [r.id, r]));
+  for (const row of delta.relays ?? []) byId.set(row.id, row);
+  const order = delta.relayOrder ?? rows.map((r) => r.id);
+  const next = order.map((id) => {
+    const row = byId.get(id);
+    if (!row)
+      throw new DeltaMismatchError(`dashboard update ${delta.seq} orders relay ${id}, which neither the state nor the update has`, {
+        stateSeq: delta.base,
+        deltaBase: delta.base,
+      });
+    return row;
+  });
+  const arrivals = delta.arrivals ?? [];
+  for (let i = 0; i + 2 < arrivals.length; i += 3) {
+    const at = arrivals[i]!;
+    const row = next[at];
+    const arrival = row?.receiving[arrivals[i + 1]!];
+    if (!row || !arrival)
+      throw new DeltaMismatchError(`dashboard update ${delta.seq} moves an arrival the state does not have`, { stateSeq: delta.base, deltaBase: delta.base });
+    const receiving = row.receiving.slice();
+    receiving[arrivals[i + 1]!] = { ...arrival, hwm: arrivals[i + 2]! };
+    next[at] = { ...row, receiving };
+  }
+  return next;
+}
+
+function applyRollouts(table: RolloutTable, delta: DashboardDelta): RolloutTable {
+  const base = delta.rollouts ?? table;
+  const cells = delta.cells;
+  const whole = delta.columns;
+  if (!cells && !whole) return base;
+  const columns = { ...base.columns };
+  for (const name of ROLLOUT_COLUMNS) {
+    const replaced = whole?.[name];
+    if (replaced) columns[name] = replaced;
+    const changes = cells?.[name];
+    if (!changes) continue;
+    const column = columns[name].slice();
+    for (let i = 0; i + 1 < changes.length; i += 2) column[changes[i]!] = changes[i + 1]!;
+    columns[name] = column;
+  }
+  return { ids: base.ids, hosts: base.hosts, columns };
+}
+
+function applySeries(series: SeriesWindow, delta: DashboardDelta): SeriesWindow {
+  const base = delta.series ?? series;
+  const points = delta.points;
+  if (!points) return base;
+  return {
+    names: base.names,
+    t: [...base.t.slice(points.dropPoints), ...points.t],
+    values: base.values.map((column, k) => [...column.slice(points.dropPoints), ...(points.values[k] ?? [])]),
+  };
+}

@@ -1,0 +1,11 @@
+/**
+ * The cluster simulator (issue #27, docs/design/simulator.md): the discrete-event core and the
+ * scenario files it runs.
+ */
+export { EventQueue } from './core/event-queue.js';
+export { Simulation, VirtualClock, Wake, type RunEnd, type RunOptions, type RunResult, type SimEvent } from './core/simulation.js';
+export { decodeStepMs, engineProfileFor, kvCapacityTokens, prefillMsPerToken, weightBytes } from './scenario/derive.js';
+export { ScenarioError, ScenarioUnreadableError } from './scenario/errors.js';
+export { jsonPath, loadScenario, parseScenario } from './scenario/load.js';
+export { placementOf, tpOf, type RunPlacement } from './scenario/placement.js';
+export { SYSTEMS, scenarioSchema, type Failure, type Placement, type Scenario, type ScenarioInput, type SystemName } from './scenario/schema.js';

@@ -1,0 +1,223 @@
+/**
+ * The schema of a simulator scenario file (src/simulate/scenarios/*.json; docs/design/simulator.md says
+ * what each field means and where its default comes from). Shape only: the rules that relate
+ * fields to each other (placements that add up, a model that fits its GPUs) are in check.ts.
+ *
+ * Objects are strict: an unknown key is an error, so a typo never falls back to a default.
+ * Units are in the key names (S seconds, Ms milliseconds, GB 10^9 bytes, GBs GB per second,
+ * TBs, Tflops, Us microseconds); values are plain numbers.
+ */
+import { z } from 'zod';
+
+/** The systems the simulator compares (docs/design/simulator.md, "The five systems"). */
+export const SYSTEMS = ['laminar', 'laminar-no-repack', 'one-step', 'stream', 'sync'] as const;
+export type SystemName = (typeof SYSTEMS)[number];
+
+const positive = z.number().positive();
+const nonNegative = z.number().nonnegative();
+const fraction = z.number().positive().max(1);
+const count = z.number().int().positive();
+const index = z.number().int().nonnegative();
+
+const gpuSchema = z.strictObject({
+  name: z.string().min(1),
+  memoryGB: positive,
+  hbmTBs: positive,
+  bf16Tflops: positive,
+});
+
+const hardwareSchema = z.strictObject({
+  gpu: gpuSchema,
+  gpusPerMachine: count,
+  nvlinkGBs: positive,
+  /** Host-to-GPU copy of a rollout's weights from its relay. */
+  pcieGBs: positive,
+  /** One hop of the relay chain: bandwidth, and the per-chunk start-up cost of appendix C. */
+  relayLink: z.strictObject({ bandwidthGBs: positive, startupUs: nonNegative }),
+  /** The trainer's push of a version into the master relay (the actor stall, §8.3). */
+  trainerToMasterGBs: positive,
+  /**
+   * The baselines' GPU-direct global weight synchronisation: each rollout GPU receives its shard
+   * (weight bytes / TP) at this rate, after a fixed cost (group set-up, resharding).
+   */
+  ncclSyncGBs: positive,
+  ncclSyncFixedS: nonNegative,
+});
+
+const modelSchema = z.strictObject({
+  name: z.string().min(1),
+  params: positive,
+  layers: count,
+  /** K and V of every layer for one token, all tensor-parallel shards together. */
+  kvBytesPerToken: count,
+  /** Default: params x 2 (BF16). */
+  weightBytes: positive.optional(),
+});
+
+const engineSchema = z.strictObject({
+  /** vLLM's gpu_memory_utilization. */
+  memoryUtilisation: fraction,
+  /** Per GPU, besides weights and KV cache: activations, CUDA graphs. */
+  reserveGBPerGpu: nonNegative,
+  /** A decode step's cost besides reading the weights: scheduling, sampling, launches. */
+  stepOverheadMs: nonNegative,
+  /** Share of the HBM bandwidth a decode step's weight read achieves. */
+  hbmEfficiency: fraction,
+  /** Tensor-parallel all-reduces per layer and step (TP > 1 only). */
+  tpCommMsPerLayer: nonNegative,
+  /** Prefill runs compute-bound at this share of the GPUs' peak. */
+  prefillMfu: fraction,
+  /** B of the engine's step-time model: flat up to B running requests (§2.4). */
+  rooflineBatch: count,
+  slopeBeyondRoofline: nonNegative,
+  /** vLLM's max_num_seqs. */
+  maxRunning: count,
+  /** Attention's read of the resident KV cache per step, ms per million tokens (0: not modelled). */
+  kvReadMsPerMToken: nonNegative.default(0),
+  /** Overrides of the derived values. */
+  kvCapacityTokens: count.optional(),
+  decodeStepMs: positive.optional(),
+});
+
+const lengthScheduleSchema = z
+  .array(z.strictObject({ step: index, tokens: positive }))
+  .min(1)
+  .refine((points) => points.every((p, i) => i === 0 || p.step > points[i - 1]!.step), 'steps must increase');
+
+const workloadSchema = z.strictObject({
+  task: z.enum(['math', 'tool-call']),
+  /** Prompts per training batch (GRPO groups). */
+  prompts: count,
+  /** Samples per prompt. */
+  groupSize: count,
+  /** Mini-batch updates per training step (one version per step). */
+  miniBatches: count,
+  promptTokens: z.strictObject({ median: positive, sigma: nonNegative.default(0.25), max: count }),
+  outputTokens: z.strictObject({
+    /** Median output length over training: piecewise linear between the points, flat outside. */
+    median: lengthScheduleSchema,
+    p99OverMedian: z.number().min(1),
+    max: count,
+  }),
+  toolCalls: z
+    .strictObject({
+      maxCalls: index,
+      meanCalls: nonNegative,
+      latencyMedianS: positive,
+      latencyP99OverMedian: z.number().min(1),
+    })
+    .nullable()
+    .default(null),
+});
+
+const trainerSchema = z.strictObject({
+  mfu: fraction,
+  /** Training FLOPs per token per parameter: 6 forward and backward, plus 2 per extra forward pass. */
+  flopsPerTokenPerParam: positive,
+  /** Sampling and transfer on the trainer's critical path per step (§8.1: 1.9 s). */
+  dataPlaneOverheadS: nonNegative,
+  strategy: z.enum(['fifo', 'uniform', 'groups']).default('fifo'),
+  maxStaleness: index.nullable().default(null),
+  prefetch: z.boolean().default(true),
+});
+
+const managerSchema = z.strictObject({
+  /** 0 turns repack off. */
+  repackIntervalS: nonNegative,
+  cMax: fraction,
+  rooflineBatch: count,
+  /** One repack move, source out to destination resuming (Table 1: 0.69 s). */
+  repackMoveS: nonNegative,
+  tickMs: positive,
+  relayFailureDetectS: nonNegative,
+  planPublishS: nonNegative,
+  suspectAfterS: positive,
+  deadAfterS: positive,
+  orphanWaitS: nonNegative,
+  /** A rollout flushes a trajectory's tokens to the partial pool every this many tokens. */
+  partialFlushTokens: count,
+});
+
+const splitSchema = z.strictObject({ train: count, rollout: count });
+
+const placementSchema = z.strictObject({
+  gpus: count,
+  laminar: splitSchema.optional(),
+  'laminar-no-repack': splitSchema.optional(),
+  'one-step': splitSchema.optional(),
+  stream: splitSchema.optional(),
+  sync: z.strictObject({ colocated: count }).optional(),
+});
+
+const tpSchema = z.strictObject({
+  laminar: count.optional(),
+  'laminar-no-repack': count.optional(),
+  'one-step': count.optional(),
+  stream: count.optional(),
+  sync: count.optional(),
+});
+
+/** When a failure happens: at a virtual time, or when the trainer starts a given step. */
+const whenFields = { atS: nonNegative.optional(), atStep: index.optional() };
+/** Which runs it applies to (default: every system and placement of the scenario). */
+const scopeFields = { systems: z.array(z.enum(SYSTEMS)).min(1).optional(), gpus: count.optional() };
+
+const failureSchema = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('machine'), ...whenFields, ...scopeFields, machine: index, replaceAfterS: nonNegative.nullable() }),
+  z.strictObject({ kind: z.literal('relay'), ...whenFields, ...scopeFields, machine: index, restartAfterS: nonNegative.nullable() }),
+  z.strictObject({ kind: z.literal('master'), ...whenFields, ...scopeFields }),
+  z.strictObject({
+    kind: z.literal('slow-link'),
+    ...whenFields,
+    ...scopeFields,
+    machine: index,
+    bandwidthFraction: z.number().positive().lt(1),
+    durationS: positive,
+  }),
+  z.strictObject({ kind: z.literal('rollout'), ...whenFields, ...scopeFields, rollout: index, reinitialiseS: nonNegative }),
+]);
+
+export const scenarioSchema = z.strictObject({
+  name: z.string().regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, 'a name is 1-64 characters of [a-z0-9._-], starting with a letter or digit'),
+  description: z.string().default(''),
+  /** Assumptions and sources, for the reader and the report. */
+  notes: z.array(z.string()).default([]),
+  seed: z
+    .number()
+    .int()
+    .nonnegative()
+    .max(2 ** 32 - 1),
+  hardware: hardwareSchema,
+  model: modelSchema,
+  engine: engineSchema,
+  workload: workloadSchema,
+  trainer: trainerSchema,
+  manager: managerSchema,
+  broadcast: z.strictObject({ chunkBytes: z.union([z.literal('auto'), z.number().int().min(4096).multipleOf(4096)]) }),
+  rolloutTp: tpSchema,
+  /** Trajectories a laminar rollout claims at once (A.3: 1,024). */
+  maxConcurrency: count,
+  placements: z.array(placementSchema).min(1),
+  systems: z.array(z.enum(SYSTEMS)).min(1),
+  failures: z.array(failureSchema).default([]),
+  run: z.strictObject({ steps: count, warmupSteps: index, reportWindowS: positive.default(30) }),
+});
+
+type DeepReadonly<T> = T extends (infer U)[] ? readonly DeepReadonly<U>[] : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;
+
+/** A scenario file as written (defaults not yet applied). */
+export type ScenarioInput = z.input<typeof scenarioSchema>;
+/** What the schema returns. */
+export type ScenarioData = z.output<typeof scenarioSchema>;
+/** A validated scenario: deeply frozen (load.ts). */
+export type Scenario = DeepReadonly<ScenarioData>;
+export type Failure = Scenario['failures'][number];
+export type Placement = Scenario['placements'][number];
+
+export function deepFreeze<T>(value: T): DeepReadonly<T> {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    for (const child of Object.values(value)) deepFreeze(child);
+    Object.freeze(value);
+  }
+  return value as DeepReadonly<T>;
+}
