@@ -11,7 +11,12 @@
  * - FCFS admission with recompute preemption: when the running requests cannot all grow, the most
  *   recently admitted go back to the front of the waiting queue keeping their generated tokens,
  *   and pay a prefill of prompt + generated when re-admitted. So utilisation ramps to ~100%,
- *   stays there while anything waits, and falls in the long tail (Figure 9).
+ *   stays there while anything waits, and falls in the long tail (Figure 9);
+ * - optionally, attention's read of the resident KV in every decode step (`kvReadMsPerMToken`).
+ *
+ * The rules (mustPreempt, canAdmit, fitsAlone, stepMs) are exported: the cluster simulator's
+ * LeapEngine (src/simulate/engine/) applies the same ones while skipping the steps in which
+ * nothing but growth happens, and a property test holds the two engines equal.
  *
  * All randomness (token ids, logprobs) comes from the injected rng in a fixed order, so a seed
  * replays a run exactly.
@@ -31,6 +36,13 @@ export interface EngineProfile {
   prefillMsPerToken: number;
   /** Beyond B, a step takes decodeStepMs * (1 + slope * (running - B) / B). */
   slopeBeyondRoofline: number;
+  /**
+   * Attention's read of the resident KV cache: each decode step also costs this many ms per
+   * million tokens of KV held when it decodes. 0 or absent: not modelled (the demo's engine).
+   * The cluster simulator's scenarios can set it (a full 32B TP-4 cache is about 25 ms a step on
+   * H800: docs/design/simulator.md).
+   */
+  kvReadMsPerMToken?: number;
 }
 
 /**
@@ -51,6 +63,7 @@ export const DEFAULT_ENGINE_PROFILE: Readonly<EngineProfile> = Object.freeze({
   decodeStepMs: 20,
   prefillMsPerToken: 0.05,
   slopeBeyondRoofline: 1.0,
+  kvReadMsPerMToken: 0,
 });
 
 /** Token ids are drawn uniformly from [0, SIM_VOCAB_SIZE) (Qwen2.5's vocabulary size). */
@@ -94,6 +107,47 @@ export function decodeStepMs(profile: EngineProfile, running: number): number {
   return profile.decodeStepMs * (1 + (profile.slopeBeyondRoofline * (running - b)) / b);
 }
 
+/** The KV-read part of a decode step that finds `kvTokens` of KV resident (0 unless the profile models it). */
+export function kvReadMs(profile: EngineProfile, kvTokens: number): number {
+  return ((profile.kvReadMsPerMToken ?? 0) * kvTokens) / 1e6;
+}
+
+/**
+ * One scheduler iteration's simulated duration: the prefill of everything it admitted, one
+ * decode step of `running` requests, and the read of the `kvAtDecode` tokens of KV they hold
+ * when they decode (before the step's new tokens are written).
+ */
+export function stepMs(profile: EngineProfile, running: number, prefillTokens: number, kvAtDecode: number): number {
+  return prefillTokens * profile.prefillMsPerToken + decodeStepMs(profile, running) + kvReadMs(profile, kvAtDecode);
+}
+
+/**
+ * The preemption rule: each running request writes one more KV slot this step, and when they
+ * do not all fit the most recently admitted must go. Never the last one: submit() guarantees a
+ * single request fits on its own, so the oldest always progresses and the engine cannot livelock.
+ */
+export function mustPreempt(profile: EngineProfile, kvUsed: number, running: number): boolean {
+  return running > 1 && kvUsed + running > profile.kvCapacityTokens;
+}
+
+/**
+ * Whether a request can ever run here: its KV peaks at prompt + target (the slot of its last
+ * token). More than the whole cache could never run, and would block the FCFS queue for ever.
+ */
+export function fitsAlone(profile: EngineProfile, promptTokens: number, targetTokens: number): boolean {
+  return promptTokens + targetTokens <= profile.kvCapacityTokens;
+}
+
+/**
+ * The admission rule for the head of the waiting queue, which holds `need` tokens of KV (prompt
+ * plus generated): below maxRunning, and room for it, its next decode slot, and the next decode
+ * slot of every running request. Reserving those slots means an admission is never undone by a
+ * preemption at the next step, and a request just preempted never fits straight back.
+ */
+export function canAdmit(profile: EngineProfile, kvUsed: number, running: number, need: number): boolean {
+  return running < profile.maxRunning && kvUsed + running + need + 1 <= profile.kvCapacityTokens;
+}
+
 /** Throws InvalidInputError unless the profile is usable. */
 export function validateProfile(profile: EngineProfile): void {
   const bad = (message: string): never => {
@@ -105,6 +159,8 @@ export function validateProfile(profile: EngineProfile): void {
   if (!(profile.decodeStepMs > 0) || !Number.isFinite(profile.decodeStepMs)) bad('decodeStepMs must be > 0');
   if (!(profile.prefillMsPerToken >= 0) || !Number.isFinite(profile.prefillMsPerToken)) bad('prefillMsPerToken must be >= 0');
   if (!(profile.slopeBeyondRoofline >= 0) || !Number.isFinite(profile.slopeBeyondRoofline)) bad('slopeBeyondRoofline must be >= 0');
+  const kvRead = profile.kvReadMsPerMToken;
+  if (kvRead !== undefined && (!(kvRead >= 0) || !Number.isFinite(kvRead))) bad('kvReadMsPerMToken must be >= 0');
 }
 
 export class EngineCore {
@@ -168,6 +224,7 @@ export class EngineCore {
     const n = this.runningQueue.length;
     if (n === 0) return { ms: 0, tokens: [], finished: [], admitted, preempted: [] };
 
+    const kvAtDecode = this.kvUsed;
     const tokens: StepToken[] = [];
     const finished: SimRequest[] = [];
     let anyFinished = false;
@@ -200,7 +257,7 @@ export class EngineCore {
       prefillTokens += this.admit(admitted);
     }
 
-    const ms = prefillTokens * this.profile.prefillMsPerToken + decodeStepMs(this.profile, n);
+    const ms = stepMs(this.profile, n, prefillTokens, kvAtDecode);
     return { ms, tokens, finished, admitted, preempted };
   }
 
@@ -244,17 +301,14 @@ export class EngineCore {
   }
 
   /**
-   * Each running request writes one more KV slot this step. When they do not all fit, the latest
-   * admitted go first (least work lost; and the oldest always progresses, so the engine cannot
-   * livelock, since submit() guarantees any single request fits on its own). They go back to
+   * Preempts while mustPreempt(), the latest admitted first (least work lost). They go back to
    * the front of the waiting queue in admission order, so they are re-admitted before anything
    * newer, and keep their tokens: re-admission recomputes prompt + generated (recompute
    * preemption).
    */
   private preempt(): string[] {
-    const cap = this.profile.kvCapacityTokens;
     const victims: SimRequest[] = [];
-    while (this.runningQueue.length > 1 && this.kvUsed + this.runningQueue.length > cap) {
+    while (mustPreempt(this.profile, this.kvUsed, this.runningQueue.length)) {
       const victim = this.runningQueue.pop()!;
       this.kvUsed -= kvOf(victim);
       victims.unshift(victim);
@@ -264,19 +318,16 @@ export class EngineCore {
   }
 
   /**
-   * Admits from the head of the waiting queue while it fits; returns the tokens to prefill. The
-   * check reserves the next decode slot of every running request as well as the newcomer's, so
-   * an admission is never undone by a preemption at the next step (and a request just preempted
-   * never fits straight back). Strict FCFS as vLLM: a head that does not fit blocks the queue
-   * rather than letting smaller requests starve it.
+   * Admits from the head of the waiting queue while canAdmit(); returns the tokens to prefill.
+   * Strict FCFS as vLLM: a head that does not fit blocks the queue rather than letting smaller
+   * requests starve it.
    */
   private admit(admitted: string[]): number {
-    const cap = this.profile.kvCapacityTokens;
     let prefillTokens = 0;
-    while (this.waitingQueue.length > 0 && this.runningQueue.length < this.profile.maxRunning) {
+    while (this.waitingQueue.length > 0) {
       const head = this.waitingQueue[0]!;
       const need = kvOf(head);
-      if (this.kvUsed + this.runningQueue.length + need + 1 > cap) break;
+      if (!canAdmit(this.profile, this.kvUsed, this.runningQueue.length, need)) break;
       this.waitingQueue.shift();
       this.runningQueue.push(head);
       this.kvUsed += need;
@@ -304,9 +355,7 @@ export class EngineCore {
     if (req.logprobs.length !== req.generated.length) bad('logprobs and generated differ in length');
     // A complete request has nothing to run; taking it would emit tokens beyond its target.
     if (req.generated.length >= req.targetTokens) bad('has already generated targetTokens');
-    // Its KV peaks at prompt + target (the slot of its last token): more than the whole cache
-    // could never run, and would block the FCFS queue for ever.
-    if (req.promptTokens + req.targetTokens > this.profile.kvCapacityTokens) {
+    if (!fitsAlone(this.profile, req.promptTokens, req.targetTokens)) {
       bad(`promptTokens + targetTokens exceeds the KV capacity of ${this.profile.kvCapacityTokens} tokens`);
     }
   }

@@ -5,8 +5,10 @@
  * Output lengths are long-tailed (paper §2.1, Figure 2: on AIME the 99th percentile is about ten
  * times the median), which is what strands a rollout on a few long trajectories. A log-normal
  * reproduces that with one parameter: p99 / median = exp(sigma * z_0.99), z_0.99 = 2.3263.
- * Everything here is a pure function of the rng, so a seed replays a whole simulation.
+ * Everything here is a pure function of the rng (or, for outputLengthOf, of the trajectory id),
+ * so a seed replays a whole simulation.
  */
+import { createHash } from 'node:crypto';
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 import { seededRandom } from '../common/random.js';
 
@@ -52,6 +54,22 @@ export function sampleOutputLength(rng: () => number, options: OutputLengthOptio
   }
   const sigma = Math.log(ratio) / Z_99;
   return clampLength(median * Math.exp(sigma * sampleNormal(rng)), max);
+}
+
+/**
+ * A 32-bit seed from a text (a trajectory id, a payload): the first four bytes of its SHA-1, so
+ * the same text seeds the same draws in every process, whichever rollout draws them.
+ */
+export function seedOf(text: string): number {
+  return createHash('sha1').update(text).digest().readUInt32LE(0);
+}
+
+/**
+ * The output length a trajectory always gets, drawn from its id alone: a trajectory resumed on
+ * another rollout (repack, failover) keeps the length it would have had where it started.
+ */
+export function outputLengthOf(trajectoryId: string, options: OutputLengthOptions): number {
+  return sampleOutputLength(makeRng(seedOf(trajectoryId)), options);
 }
 
 export interface PromptLengthOptions {

@@ -1,9 +1,12 @@
 /**
- * The cluster simulator (issue #27, docs/design/simulator.md): the discrete-event core and the
- * scenario files it runs.
+ * The cluster simulator (issue #27, docs/design/simulator.md): the discrete-event core, the
+ * leaping engine, the workload, and the scenario files it runs.
  */
 export { EventQueue } from './core/event-queue.js';
 export { Simulation, VirtualClock, Wake, type RunEnd, type RunOptions, type RunResult, type SimEvent } from './core/simulation.js';
+export { EngineActor, type EngineActorOwner } from './engine/engine-actor.js';
+export { LeapEngine, type EngineLoadView, type LeapEngineStats, type LeapListener, type LeapRequest } from './engine/leap-engine.js';
+export { Workload } from './workload/workload.js';
 export { decodeStepMs, engineProfileFor, kvCapacityTokens, prefillMsPerToken, weightBytes } from './scenario/derive.js';
 export { ScenarioError, ScenarioUnreadableError } from './scenario/errors.js';
 export { jsonPath, loadScenario, parseScenario } from './scenario/load.js';

@@ -14,7 +14,7 @@ import {
   type SimRequest,
   type StepResult,
 } from '../../src/sim/engine-core.js';
-import { makeRng, sampleOutputLength, samplePromptLength } from '../../src/sim/lengths.js';
+import { makeRng, outputLengthOf, sampleOutputLength, samplePromptLength, seedOf } from '../../src/sim/lengths.js';
 
 function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
@@ -101,6 +101,17 @@ describe('seeded lengths', () => {
     };
     expect(lengths(9)).toEqual(lengths(9));
     expect(lengths(9)).not.toEqual(lengths(10));
+  });
+
+  it('gives a trajectory the same output length from its id alone, in any process', () => {
+    // SHA-1("abc") begins a9 99 3e 36: the seed is those bytes little-endian, pinned so that a
+    // trajectory's length never changes between releases or processes.
+    expect(seedOf('abc')).toBe(0x363e99a9);
+    const options = { median: 512, p99OverMedian: 10, max: 4096 };
+    expect(outputLengthOf('traj-1', options)).toBe(sampleOutputLength(makeRng(seedOf('traj-1')), options));
+    expect(outputLengthOf('traj-1', options)).toBe(outputLengthOf('traj-1', options));
+    const lengths = new Set(Array.from({ length: 50 }, (_, i) => outputLengthOf(`traj-${i}`, options)));
+    expect(lengths.size).toBeGreaterThan(40);
   });
 
   it('rejects unusable options', () => {

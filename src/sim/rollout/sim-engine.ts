@@ -11,13 +11,12 @@
  * Output lengths are a function of the trajectory id (long-tail, p99 ≈ 10 × median), so a
  * trajectory resumed elsewhere keeps the length it would have had.
  */
-import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { delay } from '../../common/concurrency.js';
 import { silentLogger } from '../../common/logger.js';
 import type { EngineLoad, GenerationTask, RolloutClient, RolloutEngine } from '../../rollout/index.js';
 import { DEFAULT_ENGINE_PROFILE, EngineCore, type EngineProfile, type SimRequest } from '../engine-core.js';
-import { makeRng, sampleOutputLength, samplePromptLength } from '../lengths.js';
+import { makeRng, outputLengthOf, samplePromptLength, seedOf } from '../lengths.js';
 
 export interface SimEngineOptions {
   profile?: Partial<EngineProfile>;
@@ -159,7 +158,7 @@ export class SimRolloutEngine implements RolloutEngine {
 
   private outputLength(trajectoryId: string, promptTokens: number): number {
     const max = Math.min(this.options.outputMax ?? 4096, Math.floor(this.profile.kvCapacityTokens / 8), this.profile.kvCapacityTokens - promptTokens - 1);
-    return sampleOutputLength(makeRng(seedOf(trajectoryId)), {
+    return outputLengthOf(trajectoryId, {
       median: this.options.outputMedian ?? 512,
       p99OverMedian: this.options.p99OverMedian ?? 10,
       max,
@@ -279,8 +278,4 @@ export class SimRolloutEngine implements RolloutEngine {
       this.refilling = false;
     }
   }
-}
-
-function seedOf(text: string): number {
-  return createHash('sha1').update(text).digest().readUInt32LE(0);
 }

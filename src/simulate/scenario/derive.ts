@@ -50,5 +50,6 @@ export function engineProfileFor(s: Inputs, tp: number): EngineProfile {
     decodeStepMs: decodeStepMs(s, tp),
     prefillMsPerToken: prefillMsPerToken(s, tp),
     slopeBeyondRoofline: s.engine.slopeBeyondRoofline,
+    kvReadMsPerMToken: s.engine.kvReadMsPerMToken,
   };
 }
