@@ -1,0 +1,116 @@
+/**
+ * The conservation ledger: one byte of state per trajectory id, and every transition checked
+ * against the legal ones, so that a driver that loses a trajectory (a repack move that forgets
+ * it) or makes one twice (a second completion) fails at the transition with the id, not as a
+ * slightly wrong throughput. A trajectory goes
+ *
+ *   unclaimed → generating (claimed by a rollout) ⇄ moving (taken out by repack, not yet resumed)
+ *             → buffered (completed) → consumed (trained on)
+ *
+ * and `check()` at the end of a run asserts the totals: claimed = generating + moving + buffered
+ * + consumed, and no id beyond the highest claimed was ever touched. Ids are dense (the prompt
+ * pool hands them out in order), so a Uint8Array that doubles is the whole book.
+ */
+import { ErrorCodes, LaminarError } from '../common/errors.js';
+
+/** A plain object rather than an enum: vitest's per-file transpiler cannot inline a const enum across files. */
+export const TrajectoryState = { Unclaimed: 0, Generating: 1, Moving: 2, Buffered: 3, Consumed: 4 } as const;
+export type TrajectoryState = (typeof TrajectoryState)[keyof typeof TrajectoryState];
+
+const NAMES = ['unclaimed', 'generating', 'moving', 'buffered', 'consumed'] as const;
+
+export interface LedgerTotals {
+  claimed: number;
+  generating: number;
+  moving: number;
+  buffered: number;
+  consumed: number;
+  /** Transitions recorded (claims, moves out and in, completions, consumptions). */
+  transitions: number;
+}
+
+export class Ledger {
+  private state = new Uint8Array(1024);
+  private readonly counts = [0, 0, 0, 0, 0];
+  private claimedCount = 0;
+  private highest = -1;
+  private transitionCount = 0;
+
+  claim(id: number): void {
+    this.grow(id);
+    this.move(id, TrajectoryState.Unclaimed, TrajectoryState.Generating, 'claim');
+    this.claimedCount++;
+    if (id > this.highest) this.highest = id;
+  }
+
+  /** Taken out of an engine by a repack move. */
+  moveOut(id: number): void {
+    this.move(id, TrajectoryState.Generating, TrajectoryState.Moving, 'move out');
+  }
+
+  /** Resumed on the move's destination. */
+  moveIn(id: number): void {
+    this.move(id, TrajectoryState.Moving, TrajectoryState.Generating, 'move in');
+  }
+
+  complete(id: number): void {
+    this.move(id, TrajectoryState.Generating, TrajectoryState.Buffered, 'completion');
+  }
+
+  consume(id: number): void {
+    this.move(id, TrajectoryState.Buffered, TrajectoryState.Consumed, 'consumption');
+  }
+
+  stateOf(id: number): TrajectoryState {
+    return id < this.state.length ? (this.state[id] as TrajectoryState) : TrajectoryState.Unclaimed;
+  }
+
+  get totals(): LedgerTotals {
+    const [, generating, moving, buffered, consumed] = this.counts as [number, number, number, number, number];
+    return { claimed: this.claimedCount, generating, moving, buffered, consumed, transitions: this.transitionCount };
+  }
+
+  /**
+   * The end-of-run audit: the per-state counts add up to the claims, and a recount of the bytes
+   * agrees with the running counts (nothing was written around the transitions). O(ids).
+   */
+  check(): LedgerTotals {
+    const recount = [0, 0, 0, 0, 0];
+    for (let id = 0; id <= this.highest; id++) recount[this.state[id]!]!++;
+    for (let id = this.highest + 1; id < this.state.length; id++) {
+      if (this.state[id] !== TrajectoryState.Unclaimed) throw internal(`trajectory ${id} is past the highest claim yet ${NAMES[this.state[id]!]}`, { id });
+    }
+    const totals = this.totals;
+    const inBook = totals.generating + totals.moving + totals.buffered + totals.consumed;
+    if (inBook !== totals.claimed) throw internal(`${totals.claimed} trajectories claimed but ${inBook} accounted for`, { ...totals });
+    for (let s = 1; s < recount.length; s++) {
+      if (recount[s] !== this.counts[s])
+        throw internal(`ledger recount of ${NAMES[s]} is ${recount[s]}, the running count ${this.counts[s]}`, { state: NAMES[s] });
+    }
+    return totals;
+  }
+
+  private move(id: number, from: TrajectoryState, to: TrajectoryState, what: string): void {
+    const now = this.stateOf(id);
+    if (now !== from)
+      throw internal(`${what} of trajectory ${id}, which is ${NAMES[now]} (expected ${NAMES[from]})`, { id, state: NAMES[now], expected: NAMES[from] });
+    this.state[id] = to;
+    this.counts[from]!--;
+    this.counts[to]!++;
+    this.transitionCount++;
+  }
+
+  private grow(id: number): void {
+    if (!Number.isSafeInteger(id) || id < 0) throw internal(`trajectory id ${id} is not a non-negative integer`, { id });
+    if (id < this.state.length) return;
+    let size = this.state.length;
+    while (size <= id) size *= 2;
+    const next = new Uint8Array(size);
+    next.set(this.state);
+    this.state = next;
+  }
+}
+
+function internal(message: string, details: Record<string, unknown>): LaminarError {
+  return new LaminarError(ErrorCodes.INTERNAL, `simulator ledger: ${message}`, { details });
+}

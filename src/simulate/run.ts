@@ -1,0 +1,65 @@
+/**
+ * One simulated run: a scenario, a system, a row of its placement table, a number of training
+ * steps. Builds the run's context, hands it to the system's driver, runs the simulation until the
+ * trainer has completed the steps, and returns the measurements (systems/run-context.ts) with
+ * the ledger audited.
+ *
+ *   const result = runScenario(loadScenario('src/simulate/scenarios/math-7b.json'), 'laminar', { steps: 5 });
+ */
+import { performance } from 'node:perf_hooks';
+import { ErrorCodes, InvalidInputError, LaminarError } from '../common/errors.js';
+import { REAL_COMPONENTS, type SimComponents } from './components.js';
+import { engineProfileFor } from './scenario/derive.js';
+import { placementOf } from './scenario/placement.js';
+import type { Scenario, SystemName } from './scenario/schema.js';
+import { runLaminar } from './systems/laminar.js';
+import { runOneStep } from './systems/one-step.js';
+import { RunContext, type ScenarioRunResult } from './systems/run-context.js';
+import { runStream } from './systems/stream.js';
+import { runSync } from './systems/sync.js';
+
+export interface RunScenarioOptions {
+  /** Training steps to simulate (default: the scenario's run.steps). */
+  steps?: number;
+  /** Steps left out of the throughput (default: the scenario's, at most steps − 1). */
+  warmupSteps?: number;
+  /** The placement row's cluster size (default: the first row). */
+  gpus?: number;
+  /** Replace some of the real components (tests plant changes this way). */
+  components?: Partial<SimComponents>;
+  /** A guard against a run that never reaches its steps (default 50 M events). */
+  maxEvents?: number;
+}
+
+/** The systems with a driver (every one of SYSTEMS). */
+export const SIMULATED_SYSTEMS: readonly SystemName[] = ['laminar', 'laminar-no-repack', 'one-step', 'stream', 'sync'];
+
+export function runScenario(scenario: Scenario, system: SystemName, options: RunScenarioOptions = {}): ScenarioRunResult {
+  const steps = options.steps ?? scenario.run.steps;
+  if (!Number.isSafeInteger(steps) || steps < 1)
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `steps must be a positive integer, got ${steps}`, { steps });
+  const warmupSteps = Math.min(options.warmupSteps ?? scenario.run.warmupSteps, steps - 1);
+  const row = options.gpus === undefined ? scenario.placements[0]! : scenario.placements.find((p) => p.gpus === options.gpus);
+  if (row === undefined)
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${scenario.name} has no placement row for ${options.gpus} GPUs`, { gpus: options.gpus });
+  const placement = placementOf(scenario, row, system);
+  if (placement === null)
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${scenario.name} places no ${system} on ${row.gpus} GPUs`, { system, gpus: row.gpus });
+  if (!SIMULATED_SYSTEMS.includes(system)) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${system} is not simulated yet`, { system });
+  const components: SimComponents = { ...REAL_COMPONENTS, ...options.components };
+  const ctx = new RunContext(scenario, placement, engineProfileFor(scenario, placement.tp), steps, warmupSteps);
+
+  const started = performance.now();
+  if (system === 'sync') runSync(ctx);
+  else if (system === 'one-step') runOneStep(ctx);
+  else if (system === 'stream') runStream(ctx);
+  else runLaminar(ctx, { repack: system === 'laminar', planner: components.planRepack, broadcast: components });
+  const { events } = ctx.sim.run({ maxEvents: options.maxEvents ?? 50_000_000 });
+  const wallMs = performance.now() - started;
+  if (ctx.stepsDone < steps) {
+    throw new LaminarError(ErrorCodes.INTERNAL, `${system} stopped after ${ctx.stepsDone} of ${steps} steps (${events} events, t = ${ctx.sim.now} ms)`, {
+      details: { system, steps, stepsDone: ctx.stepsDone, events },
+    });
+  }
+  return ctx.result(events, wallMs);
+}

@@ -1,0 +1,175 @@
+/**
+ * laminar (paper §3-§6, Figure 3(e); docs/design/simulator.md): rollouts and trainer on their own
+ * GPUs, never waiting for each other.
+ *
+ * - A rollout claims up to `maxConcurrency` trajectories in whole prompt groups, generates until
+ *   its engine is empty, then takes the newest version complete on its machine's relay (loading
+ *   it over PCIe if it is newer than its own) and claims again.
+ * - The trainer waits until the buffer holds a batch (fifo: the oldest completions), trains it
+ *   (data-plane overhead + the time model), and the new version exists at the end of training;
+ *   it then pushes it into the master relay (the actor stall, which delays its next step), and
+ *   the chain carries it down (fleet/broadcast.ts, the relays' chunk model).
+ * - The manager runs a repack round every `repackIntervalS` and right after each new version,
+ *   through the real planner (manager/repack-round.ts); a move drains the source's engine, and
+ *   `repackMoveS` later resumes those trajectories (prompt + generated tokens re-prefilled) on the
+ *   destination. Both are busy meanwhile; the emptied source then pulls the newest version.
+ *   `repack: false` is laminar-no-repack.
+ *
+ * Not modelled yet: prefetch of the next batch, failures and chain repair, the master election.
+ */
+import type { LeapRequest } from '../engine/leap-engine.js';
+import { chainTiming, type BroadcastComponents } from '../fleet/broadcast.js';
+import { Rollout } from '../fleet/rollout.js';
+import { RepackRounds, type Planner } from '../manager/repack-round.js';
+import { BatchBuffer } from '../trainer/batch-buffer.js';
+import { dataPlaneOverheadMs, pushToMasterMs, rolloutLoadMs, trainStepMs } from '../trainer/time-model.js';
+import type { RunContext } from './run-context.js';
+
+export interface LaminarOptions {
+  repack: boolean;
+  planner: Planner;
+  broadcast: BroadcastComponents;
+}
+
+export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
+  const { sim, scenario, placement, workload } = ctx;
+  const groupsPerClaim = Math.max(1, Math.floor(scenario.maxConcurrency / workload.groupSize));
+  const batchSize = workload.batchSize;
+  const loadMs = rolloutLoadMs(scenario, placement.tp);
+  const relays = Math.max(1, placement.rolloutMachines);
+  const chain = chainTiming(scenario, relays, options.broadcast);
+  /** Newest version each relay holds whole (relay index = machine index = chain position). */
+  const relayVersion = new Int32Array(relays);
+  const cap = ctx.profile.kvCapacityTokens;
+  const buffer = new BatchBuffer();
+  // As the manager's --repack-interval 0: no rounds at all, not even after a new version.
+  const repackOn = options.repack && scenario.manager.repackIntervalS > 0;
+  let trainerVersion = 0;
+  let training = false;
+
+  const rollouts: Rollout[] = [];
+  for (let i = 0; i < placement.rollouts; i++) {
+    const r = new Rollout(i, Math.min(relays - 1, Math.floor((i * placement.tp) / scenario.hardware.gpusPerMachine)));
+    r.actor = ctx.addEngine({ finished: (id) => finished(r, id) });
+    rollouts.push(r);
+  }
+
+  function claim(r: Rollout): void {
+    const reqs = ctx.pool.claim(groupsPerClaim, r.version);
+    r.owned += reqs.length;
+    r.actor.submit(reqs);
+  }
+
+  /** The rollout's engine is empty: newest version from its relay, then claim again. */
+  function refill(r: Rollout): void {
+    const newest = relayVersion[r.machine]!;
+    if (newest <= r.version) {
+      claim(r);
+      return;
+    }
+    r.phase = 'loading';
+    sim.after(loadMs, {
+      fire: () => {
+        r.phase = 'generating';
+        r.version = Math.max(r.version, newest);
+        claim(r);
+      },
+    });
+  }
+
+  function finished(r: Rollout, id: number): void {
+    ctx.completed(id, trainerVersion);
+    buffer.push(id);
+    r.owned--;
+    if (r.owned === 0 && !r.inMove) refill(r);
+    maybeTrain();
+  }
+
+  function maybeTrain(): void {
+    if (training || buffer.size < batchSize || ctx.stepsDone >= ctx.steps) return;
+    training = true;
+    const ids = buffer.take(batchSize);
+    const tokens = ctx.consume(ids, trainerVersion);
+    sim.after(dataPlaneOverheadMs(scenario) + trainStepMs(scenario, tokens, placement.trainGpus), {
+      fire: () => {
+        trainerVersion++;
+        ctx.stepEnded(tokens, ids.length);
+        const version = trainerVersion;
+        sim.after(pushToMasterMs(scenario), {
+          fire: () => {
+            training = false;
+            publish(version);
+            if (repackOn) repackRound();
+            maybeTrain();
+          },
+        });
+      },
+    });
+  }
+
+  /** The master holds `version` now; each relay down the chain when the chunk model says. */
+  function publish(version: number): void {
+    for (let relay = 0; relay < relays; relay++) {
+      sim.after(chain.completeAfterMs[relay]!, {
+        fire: () => {
+          if (version > relayVersion[relay]!) relayVersion[relay] = version;
+        },
+      });
+    }
+  }
+
+  const rounds = new RepackRounds({ cMax: scenario.manager.cMax, rooflineBatch: scenario.manager.rooflineBatch }, options.planner);
+  const moveMs = scenario.manager.repackMoveS * 1e3;
+
+  function repackRound(): void {
+    ctx.repack.rounds++;
+    const moves = rounds.round(
+      rollouts.map((r) => ({
+        id: r.id,
+        weightVersion: r.version,
+        kvUsed: r.actor.load().kvUsed / cap,
+        running: r.owned,
+        eligible: r.phase === 'generating' && !r.inMove && r.owned > 0,
+      })),
+    );
+    const byId = new Map(rollouts.map((r) => [r.id, r]));
+    for (const move of moves) startMove(byId.get(move.source)!, byId.get(move.destination)!);
+  }
+
+  function startMove(source: Rollout, destination: Rollout): void {
+    source.inMove = true;
+    destination.inMove = true;
+    // Mark first: finishes the drain reports (a step ending now) must not refill the source.
+    const moved: LeapRequest[] = source.actor.drain();
+    for (const req of moved) ctx.ledger.moveOut(req.id);
+    source.owned -= moved.length;
+    ctx.movingNow += moved.length;
+    ctx.repack.moves++;
+    ctx.repack.movedTrajectories += moved.length;
+    sim.after(moveMs, {
+      fire: () => {
+        for (const req of moved) ctx.ledger.moveIn(req.id);
+        ctx.movingNow -= moved.length;
+        destination.owned += moved.length;
+        if (moved.length > 0) destination.actor.submit(moved);
+        source.inMove = false;
+        destination.inMove = false;
+        if (source.owned === 0) refill(source);
+        if (destination.owned === 0) refill(destination);
+        ctx.audit();
+      },
+    });
+  }
+
+  if (repackOn) {
+    const intervalMs = scenario.manager.repackIntervalS * 1e3;
+    const tick = {
+      fire: (): void => {
+        repackRound();
+        sim.after(intervalMs, tick);
+      },
+    };
+    sim.after(intervalMs, tick);
+  }
+  for (const r of rollouts) claim(r);
+}

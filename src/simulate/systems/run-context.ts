@@ -1,0 +1,199 @@
+/**
+ * What every system's driver shares in one run: the simulation, the scenario's workload, the
+ * prompt pool and ledger, the staleness histograms, the trainer's step records, and the result
+ * (`ScenarioRunResult`) computed the same way for every system, so the systems differ only in their
+ * mechanics (docs/design/simulator.md, "The five systems, mechanically").
+ *
+ * Throughput is the paper's: tokens (prompt + response) of the batches trained between the end of
+ * the warm-up step and the last step, over the time between those actor-update completions.
+ */
+import { ErrorCodes, LaminarError } from '../../common/errors.js';
+import type { EngineProfile } from '../../sim/engine-core.js';
+import { Simulation } from '../core/simulation.js';
+import { EngineActor, type EngineActorOwner } from '../engine/engine-actor.js';
+import { PromptPool } from '../fleet/prompt-pool.js';
+import { Ledger, type LedgerTotals } from '../ledger.js';
+import { StalenessHistogram, type StalenessSummary } from '../metrics/staleness.js';
+import type { RunPlacement } from '../scenario/placement.js';
+import type { Scenario, SystemName } from '../scenario/schema.js';
+import { Workload } from '../workload/workload.js';
+
+export interface ScenarioRunResult {
+  scenario: string;
+  system: SystemName;
+  gpus: number;
+  placement: RunPlacement;
+  steps: number;
+  warmupSteps: number;
+  /** Virtual seconds at the end of the last step. */
+  virtualS: number;
+  /** Actor-update completion time of each step, virtual seconds. */
+  stepEndsS: number[];
+  throughput: { tokensPerS: number; trajectoriesPerS: number };
+  /** Tokens the engines decoded per second over the whole run (generation throughput). */
+  generationTokensPerS: number;
+  staleness: {
+    inherent: StalenessSummary;
+    consumption: StalenessSummary;
+    /**
+     * Inherent staleness by finish-time range (Figure 10's shape): entry v covers the
+     * trajectories that completed while the trainer had produced v versions.
+     */
+    inherentByVersion: Omit<StalenessSummary, 'histogram'>[];
+  };
+  /** Time-weighted KV use over every rollout engine and the whole run, idle time counting as 0. */
+  kvUtilisation: number;
+  engines: { count: number; kvCapacityTokens: number; preemptions: number; eventSteps: number; leapedSteps: number };
+  repack: { rounds: number; moves: number; movedTrajectories: number };
+  ledger: LedgerTotals;
+  /** Simulation events fired and the wall time of the run (performance.now around it). */
+  events: number;
+  wallMs: number;
+}
+
+export class RunContext {
+  readonly sim = new Simulation();
+  readonly workload: Workload;
+  readonly ledger = new Ledger();
+  readonly pool: PromptPool;
+  readonly inherent = new StalenessHistogram();
+  private readonly inherentByVersion: StalenessHistogram[] = [];
+  readonly consumption = new StalenessHistogram();
+  readonly actors: EngineActor[] = [];
+  readonly repack = { rounds: 0, moves: 0, movedTrajectories: 0 };
+  /** Trajectories taken out by repack moves that have not landed yet (the driver keeps it). */
+  movingNow = 0;
+  private readonly stepEnds: number[] = [];
+  private readonly stepTokens: number[] = [];
+  private readonly stepTrajectories: number[] = [];
+
+  constructor(
+    readonly scenario: Scenario,
+    readonly placement: RunPlacement,
+    readonly profile: EngineProfile,
+    readonly steps: number,
+    readonly warmupSteps: number,
+  ) {
+    this.workload = new Workload(scenario);
+    this.pool = new PromptPool(this.workload, this.ledger);
+  }
+
+  get stepsDone(): number {
+    return this.stepEnds.length;
+  }
+
+  addEngine(owner: EngineActorOwner): EngineActor {
+    const actor = new EngineActor(this.sim, this.profile, owner);
+    this.actors.push(actor);
+    return actor;
+  }
+
+  /** A training step consumed `ids` at trainer version `version` (consumption staleness). */
+  consume(ids: Int32Array, version: number): number {
+    let tokens = 0;
+    for (const id of ids) {
+      this.ledger.consume(id);
+      this.consumption.add(version - this.pool.versionOf(id));
+      tokens += this.pool.tokensOf(id);
+    }
+    return tokens;
+  }
+
+  /** A trajectory completed while the trainer had produced `trainerVersion` versions (inherent staleness). */
+  completed(id: number, trainerVersion: number): void {
+    this.ledger.complete(id);
+    const staleness = trainerVersion - this.pool.versionOf(id);
+    this.inherent.add(staleness);
+    while (this.inherentByVersion.length <= trainerVersion) this.inherentByVersion.push(new StalenessHistogram());
+    this.inherentByVersion[trainerVersion]!.add(staleness);
+  }
+
+  /** An actor update completed now, training `tokens` tokens of `trajectories`; stops the run after the last step. */
+  stepEnded(tokens: number, trajectories: number): void {
+    this.stepEnds.push(this.sim.now);
+    this.stepTokens.push(tokens);
+    this.stepTrajectories.push(trajectories);
+    if (this.stepEnds.length >= this.steps) this.sim.stop();
+  }
+
+  /**
+   * Conservation against the engines themselves, not only the ledger's own counts: every
+   * trajectory the ledger has generating is held by exactly one engine (or finished in a step
+   * whose end is not reported yet: the engines count it finished, the ledger not yet completed),
+   * and every one it has moving is in a move in flight. A driver that drops a trajectory on the
+   * floor or submits one twice breaks one of these. O(engines), so a driver can audit at every
+   * repack move; `recount` adds the ledger's O(ids) recount (the end of a run).
+   */
+  audit(recount = false): LedgerTotals {
+    const totals = recount ? this.ledger.check() : this.ledger.totals;
+    let held = 0;
+    let finished = 0;
+    for (const a of this.actors) {
+      held += a.engine.heldCount;
+      finished += a.engine.stats.finished;
+    }
+    const unreported = finished - (totals.buffered + totals.consumed);
+    if (unreported < 0 || totals.generating !== held + unreported || totals.moving !== this.movingNow) {
+      throw new LaminarError(
+        ErrorCodes.INTERNAL,
+        `simulator conservation: the ledger has ${totals.generating} generating and ${totals.moving} moving; the engines hold ${held} (+${unreported} finished, not yet reported) and ${this.movingNow} are in moves`,
+        { details: { ...totals, held, unreported, movingNow: this.movingNow } },
+      );
+    }
+    return totals;
+  }
+
+  result(events: number, wallMs: number): ScenarioRunResult {
+    const ledger = this.audit(true);
+    const end = this.stepEnds[this.stepEnds.length - 1] ?? this.sim.now;
+    const from = this.warmupSteps > 0 ? this.stepEnds[this.warmupSteps - 1]! : 0;
+    let tokens = 0;
+    let trajectories = 0;
+    for (let i = this.warmupSteps; i < this.stepEnds.length; i++) {
+      tokens += this.stepTokens[i]!;
+      trajectories += this.stepTrajectories[i]!;
+    }
+    const spanS = (end - from) / 1e3;
+    let kvTokenMs = 0;
+    let decoded = 0;
+    let preemptions = 0;
+    let eventSteps = 0;
+    let leapedSteps = 0;
+    for (const a of this.actors) {
+      a.engine.advanceTo(end);
+      const st = a.engine.stats;
+      kvTokenMs += st.kvTokenMs;
+      decoded += st.tokens;
+      preemptions += st.preemptions;
+      eventSteps += st.eventSteps;
+      leapedSteps += st.leapedSteps;
+    }
+    const cap = this.profile.kvCapacityTokens;
+    return {
+      scenario: this.scenario.name,
+      system: this.placement.system,
+      gpus: this.placement.gpus,
+      placement: this.placement,
+      steps: this.stepEnds.length,
+      warmupSteps: this.warmupSteps,
+      virtualS: end / 1e3,
+      stepEndsS: this.stepEnds.map((t) => t / 1e3),
+      throughput: { tokensPerS: spanS > 0 ? tokens / spanS : 0, trajectoriesPerS: spanS > 0 ? trajectories / spanS : 0 },
+      generationTokensPerS: end > 0 ? decoded / (end / 1e3) : 0,
+      staleness: {
+        inherent: this.inherent.summary(),
+        consumption: this.consumption.summary(),
+        inherentByVersion: this.inherentByVersion.map((h) => {
+          const { count, p50, p90, max, mean } = h.summary();
+          return { count, p50, p90, max, mean };
+        }),
+      },
+      kvUtilisation: end > 0 && this.actors.length > 0 ? kvTokenMs / (cap * this.actors.length * end) : 0,
+      engines: { count: this.actors.length, kvCapacityTokens: cap, preemptions, eventSteps, leapedSteps },
+      repack: { ...this.repack },
+      ledger,
+      events,
+      wallMs,
+    };
+  }
+}
