@@ -1,4 +1,4 @@
-/** Small statistics shared by the demo, the probes and the benchmarks. */
+/** Small statistics shared by the demo, the probes, the benchmarks and the simulator. */
 
 /** The median of xs (the mean of the two middle values for an even count); 0 for none. */
 export function median(xs: readonly number[]): number {
@@ -6,4 +6,25 @@ export function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+/**
+ * Nearest-rank percentile of a histogram (value -> count), such as a staleness histogram; 0 when
+ * empty. Here rather than in sim-trainer, so that the simulator's metrics and other pure code use
+ * the same numbers without importing a NATS client.
+ */
+export function histogramPercentile(histogram: Record<number, number>, q: number): number {
+  const values = Object.keys(histogram)
+    .map(Number)
+    .sort((a, b) => a - b);
+  let total = 0;
+  for (const v of values) total += histogram[v]!;
+  if (total === 0) return 0;
+  const rank = Math.max(1, Math.ceil(q * total));
+  let seen = 0;
+  for (const v of values) {
+    seen += histogram[v]!;
+    if (seen >= rank) return v;
+  }
+  return values[values.length - 1]!;
 }

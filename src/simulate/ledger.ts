@@ -6,18 +6,19 @@
  *
  *   unclaimed → generating (claimed by a rollout) ⇄ moving (taken out by repack, not yet resumed)
  *             → buffered (completed) → consumed (trained on)
+ *                                    ↘ dropped (by the sampling strategy, e.g. too stale)
  *
  * and `check()` at the end of a run asserts the totals: claimed = generating + moving + buffered
- * + consumed, and no id beyond the highest claimed was ever touched. Ids are dense (the prompt
+ * + consumed + dropped, and no id beyond the highest claimed was ever touched. Ids are dense (the prompt
  * pool hands them out in order), so a Uint8Array that doubles is the whole book.
  */
 import { ErrorCodes, LaminarError } from '../common/errors.js';
 
 /** A plain object rather than an enum: vitest's per-file transpiler cannot inline a const enum across files. */
-export const TrajectoryState = { Unclaimed: 0, Generating: 1, Moving: 2, Buffered: 3, Consumed: 4 } as const;
+export const TrajectoryState = { Unclaimed: 0, Generating: 1, Moving: 2, Buffered: 3, Consumed: 4, Dropped: 5 } as const;
 export type TrajectoryState = (typeof TrajectoryState)[keyof typeof TrajectoryState];
 
-const NAMES = ['unclaimed', 'generating', 'moving', 'buffered', 'consumed'] as const;
+const NAMES = ['unclaimed', 'generating', 'moving', 'buffered', 'consumed', 'dropped'] as const;
 
 export interface LedgerTotals {
   claimed: number;
@@ -25,13 +26,15 @@ export interface LedgerTotals {
   moving: number;
   buffered: number;
   consumed: number;
-  /** Transitions recorded (claims, moves out and in, completions, consumptions). */
+  /** Taken out of the buffer by the sampling strategy without being trained on (staleness bound). */
+  dropped: number;
+  /** Transitions recorded (claims, moves out and in, completions, consumptions, drops). */
   transitions: number;
 }
 
 export class Ledger {
   private state = new Uint8Array(1024);
-  private readonly counts = [0, 0, 0, 0, 0];
+  private readonly counts = [0, 0, 0, 0, 0, 0];
   private claimedCount = 0;
   private highest = -1;
   private transitionCount = 0;
@@ -61,13 +64,18 @@ export class Ledger {
     this.move(id, TrajectoryState.Buffered, TrajectoryState.Consumed, 'consumption');
   }
 
+  /** Dropped from the buffer by the strategy: accounted for, never trained on. */
+  drop(id: number): void {
+    this.move(id, TrajectoryState.Buffered, TrajectoryState.Dropped, 'drop');
+  }
+
   stateOf(id: number): TrajectoryState {
     return id < this.state.length ? (this.state[id] as TrajectoryState) : TrajectoryState.Unclaimed;
   }
 
   get totals(): LedgerTotals {
-    const [, generating, moving, buffered, consumed] = this.counts as [number, number, number, number, number];
-    return { claimed: this.claimedCount, generating, moving, buffered, consumed, transitions: this.transitionCount };
+    const [, generating, moving, buffered, consumed, dropped] = this.counts as [number, number, number, number, number, number];
+    return { claimed: this.claimedCount, generating, moving, buffered, consumed, dropped, transitions: this.transitionCount };
   }
 
   /**
@@ -75,13 +83,13 @@ export class Ledger {
    * agrees with the running counts (nothing was written around the transitions). O(ids).
    */
   check(): LedgerTotals {
-    const recount = [0, 0, 0, 0, 0];
+    const recount = [0, 0, 0, 0, 0, 0];
     for (let id = 0; id <= this.highest; id++) recount[this.state[id]!]!++;
     for (let id = this.highest + 1; id < this.state.length; id++) {
       if (this.state[id] !== TrajectoryState.Unclaimed) throw internal(`trajectory ${id} is past the highest claim yet ${NAMES[this.state[id]!]}`, { id });
     }
     const totals = this.totals;
-    const inBook = totals.generating + totals.moving + totals.buffered + totals.consumed;
+    const inBook = totals.generating + totals.moving + totals.buffered + totals.consumed + totals.dropped;
     if (inBook !== totals.claimed) throw internal(`${totals.claimed} trajectories claimed but ${inBook} accounted for`, { ...totals });
     for (let s = 1; s < recount.length; s++) {
       if (recount[s] !== this.counts[s])

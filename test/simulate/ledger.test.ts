@@ -1,7 +1,8 @@
 /**
  * The conservation ledger refuses every transition a driver bug would make (a second completion,
- * a consumption of a trajectory never completed, a move of one not generating, a claim twice) with
- * ERR_INTERNAL and the trajectory's id, and its end-of-run audit adds up.
+ * a consumption of a trajectory never completed, a move of one not generating, a claim twice, a
+ * drop of one not in the buffer) with ERR_INTERNAL and the trajectory's id, and its end-of-run
+ * audit adds up.
  */
 import { describe, expect, it } from 'vitest';
 import { ErrorCodes, LaminarError } from '../../src/common/errors.js';
@@ -33,7 +34,10 @@ describe('Ledger', () => {
     ledger.complete(7);
     ledger.complete(8);
     ledger.consume(7);
-    expect(ledger.check()).toEqual({ claimed: 3000, generating: 2998, moving: 0, buffered: 1, consumed: 1, transitions: 3005 });
+    ledger.complete(9);
+    ledger.drop(9);
+    expect(ledger.stateOf(9)).toBe(TrajectoryState.Dropped);
+    expect(ledger.check()).toEqual({ claimed: 3000, generating: 2997, moving: 0, buffered: 1, consumed: 1, dropped: 1, transitions: 3007 });
   });
 
   it('refuses a duplicate and a loss at the transition that makes it', () => {
@@ -49,7 +53,12 @@ describe('Ledger', () => {
     refused(() => ledger.complete(1), 1);
     refused(() => ledger.complete(5), 5);
     refused(() => ledger.claim(-1), -1);
-    expect(ledger.check()).toMatchObject({ claimed: 2, generating: 0, moving: 1, buffered: 1, consumed: 0 });
+    // Only a buffered trajectory can be dropped, and only once.
+    refused(() => ledger.drop(1), 1);
+    ledger.drop(0);
+    refused(() => ledger.drop(0), 0);
+    refused(() => ledger.consume(0), 0);
+    expect(ledger.check()).toMatchObject({ claimed: 2, generating: 0, moving: 1, buffered: 0, consumed: 0, dropped: 1 });
   });
 });
 

@@ -6,10 +6,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import { planRepack } from '../../src/manager/repack/planner.js';
+import { repackRoundGroups } from '../../src/manager/repack/round.js';
 import { broadcastTime } from '../../src/relay/broadcast/chunk-model.js';
 import { chooseChunkSize } from '../../src/relay/chunking/chunk-choice.js';
 import { REAL_COMPONENTS } from '../../src/simulate/components.js';
 import { runScenario, SIMULATED_SYSTEMS } from '../../src/simulate/run.js';
+import type { ScenarioInput } from '../../src/simulate/scenario/schema.js';
 import type { ScenarioRunResult } from '../../src/simulate/systems/run-context.js';
 import { tinyScenario } from './tiny-scenario.js';
 
@@ -26,6 +28,7 @@ describe('runScenario on a tiny scenario', () => {
     const batch = scenario.workload.prompts * scenario.workload.groupSize;
     expect(r.steps).toBe(8);
     expect(r.ledger.consumed).toBe(8 * batch);
+    expect(r.ledger.dropped).toBe(0);
     expect(r.ledger.generating + r.ledger.moving + r.ledger.buffered + r.ledger.consumed).toBe(r.ledger.claimed);
     // Every completion was recorded once with its inherent staleness, every consumption once.
     expect(r.staleness.inherent.count).toBe(r.ledger.buffered + r.ledger.consumed);
@@ -77,6 +80,7 @@ describe('runScenario on a tiny scenario', () => {
 describe('the simulator drives the real components', () => {
   it('defaults to the very functions the manager and the relays import', () => {
     expect(REAL_COMPONENTS.planRepack).toBe(planRepack);
+    expect(REAL_COMPONENTS.repackRoundGroups).toBe(repackRoundGroups);
     expect(REAL_COMPONENTS.broadcastTime).toBe(broadcastTime);
     expect(REAL_COMPONENTS.chooseChunkSize).toBe(chooseChunkSize);
   });
@@ -86,6 +90,27 @@ describe('the simulator drives the real components', () => {
     expect(planted.repack.moves).toBe(0);
     expect(planted.stepEndsS).not.toEqual(run('laminar').stepEndsS);
     expect(planted.stepEndsS).toEqual(run('laminar-no-repack').stepEndsS);
+  });
+
+  it('a round that forgets the previous round’s KV (C_prev) finds no rollout ramping down', () => {
+    const forgetful: typeof repackRoundGroups = (rollouts, _kvAtLastRound, limits, byModel) => repackRoundGroups(rollouts, new Map(), limits, byModel);
+    const planted = runScenario(scenario, 'laminar', { steps: 8, components: { repackRoundGroups: forgetful } });
+    expect(planted.repack.rounds).toBeGreaterThan(0);
+    expect(planted.repack.moves).toBe(0);
+    expect(planted.stepEndsS).not.toEqual(run('laminar').stepEndsS);
+  });
+
+  it('a round that also plans rollouts already in a move changes the moves and the run', () => {
+    const eager: typeof repackRoundGroups = (rollouts, kv, limits, byModel) =>
+      repackRoundGroups(
+        rollouts.map((r) => ({ ...r, available: true })),
+        kv,
+        limits,
+        byModel,
+      );
+    const planted = runScenario(scenario, 'laminar', { steps: 8, components: { repackRoundGroups: eager } });
+    expect(planted.repack).not.toEqual(run('laminar').repack);
+    expect(planted.stepEndsS).not.toEqual(run('laminar').stepEndsS);
   });
 
   it('a scenario with repackIntervalS 0 runs laminar without any round, as the manager does', () => {
@@ -102,5 +127,39 @@ describe('the simulator drives the real components', () => {
     const slow: typeof broadcastTime = (p, k, bytes, link) => broadcastTime(p, k, bytes, { ...link, startup: link.startup + 5 });
     const planted = runScenario(scenario, 'laminar-no-repack', { steps: 8, components: { broadcastTime: slow } });
     expect(planted.stepEndsS).not.toEqual(run('laminar-no-repack').stepEndsS);
+  });
+});
+
+describe('the trainer samples through the real strategies', () => {
+  const withTrainer = (trainer: Partial<Pick<ScenarioInput['trainer'], 'strategy' | 'maxStaleness'>>): ScenarioRunResult =>
+    runScenario(
+      tinyScenario((x) => void (x.trainer = { ...x.trainer, ...trainer })),
+      'laminar',
+      { steps: 8 },
+    );
+
+  it('a staleness bound caps consumption staleness, and the ledger counts what it drops', () => {
+    const fifo = run('laminar');
+    const r = withTrainer({ maxStaleness: 2 });
+    expect(fifo.staleness.consumption.max).toBeGreaterThan(2);
+    expect(r.staleness.consumption.max).toBeLessThanOrEqual(2);
+    expect(r.steps).toBe(8);
+    expect(r.ledger.dropped).toBeGreaterThan(0);
+    // Consumed or dropped, never lost: every completion is in the buffer, trained on or dropped.
+    expect(r.ledger.generating + r.ledger.moving + r.ledger.buffered + r.ledger.consumed + r.ledger.dropped).toBe(r.ledger.claimed);
+    expect(r.staleness.inherent.count).toBe(r.ledger.buffered + r.ledger.consumed + r.ledger.dropped);
+    expect(r.staleness.consumption.count).toBe(r.ledger.consumed);
+  });
+
+  it.each(['groups', 'uniform'] as const)('%s: trains every step and accounts for every trajectory', (strategy) => {
+    const r = withTrainer({ strategy });
+    expect(r.steps).toBe(8);
+    expect(r.ledger.dropped).toBe(0);
+    expect(r.ledger.consumed).toBe(8 * scenario.workload.prompts * scenario.workload.groupSize);
+    expect(r.ledger.generating + r.ledger.moving + r.ledger.buffered + r.ledger.consumed).toBe(r.ledger.claimed);
+  });
+
+  it('whole groups wait for a group’s last member, so the trainer consumes differently from fifo', () => {
+    expect(withTrainer({ strategy: 'groups' }).staleness.consumption).not.toEqual(run('laminar').staleness.consumption);
   });
 });

@@ -19,6 +19,7 @@ import type { ResolvedEviction } from './eviction.js';
 import type { ReadActivity } from './read-activity.js';
 import { RecordDeleter } from './record-deleter.js';
 import type { SamplerMetrics } from './sampler-metrics.js';
+import { strategyContext } from './strategies/context.js';
 import type { StrategyContext } from './strategies/strategy.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
@@ -181,22 +182,15 @@ export class BufferBooks {
   /** What strategies and eviction policies see; a strategy's drop() removes entries as 'stale'. */
   context(): StrategyContext {
     const drops: BufferEntry[] = [];
-    const version = this.options.trainerVersion();
-    return {
-      trainerVersion: version,
-      staleness: (e) => Math.max(0, version - e.weightVersion),
-      random: this.options.random,
-      drop: (e) => {
-        drops.push(e);
-        queueMicrotask(() =>
-          this.remove(
-            drops.splice(0).filter((d) => this.index.get(d.id) === d && !this.index.isReserved(d)),
-            'stale',
-          ),
-        );
-      },
-      groups: this.index.groups,
-    };
+    return strategyContext(this.options.trainerVersion(), this.options.random, this.index.groups, (e) => {
+      drops.push(e);
+      queueMicrotask(() =>
+        this.remove(
+          drops.splice(0).filter((d) => this.index.get(d.id) === d && !this.index.isReserved(d)),
+          'stale',
+        ),
+      );
+    });
   }
 
   // ---- handed-over batches ----

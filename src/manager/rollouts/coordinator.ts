@@ -20,7 +20,8 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import { ControlError, SCHEMA_VERSION, commandReplySchema, decode, encode, type Command, type CommandReply, type RolloutLoad } from '../../control/schema.js';
 import { PARKED_OWNER, type PartialPool, type PromptPool } from '../../data/index.js';
-import { DEFAULT_REPACK_LIMITS, groupByWeightVersion, planRepack, validateRepackLimits, type RepackLimits } from '../repack/planner.js';
+import { DEFAULT_REPACK_LIMITS, planRepack, validateRepackLimits, type RepackLimits } from '../repack/planner.js';
+import { repackRoundGroups, sourceIsEmpty, type RepackGroup } from '../repack/round.js';
 import type { RolloutCoordinatorMetrics } from './metrics.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
@@ -104,7 +105,7 @@ export class RolloutCoordinator {
   private readonly startupGraceMs: number;
   private readonly busy = new Set<string>();
   /** KV use of each rollout at the previous repack round (the planner's C_prev). */
-  private readonly kvAtLastRound = new Map<string, number>();
+  private kvAtLastRound = new Map<string, number>();
   private readonly orphans = new Map<string, Orphan>();
   /** Rollouts that did not answer a command, until when they are passed over (UNREACHABLE_MS). */
   private readonly unreachableUntil = new Map<string, number>();
@@ -184,50 +185,47 @@ export class RolloutCoordinator {
     this.lastRepack = now;
     this.repackTrigger = null;
     this.options.metrics.repackRounds.inc({ trigger });
-    const eligible = rollouts.filter(
-      (r): r is RolloutView & { load: RolloutLoad & { weightVersion: number } } =>
-        r.health === 'alive' &&
-        r.load !== null &&
-        r.load.weightVersion !== null &&
-        r.load.state === 'generating' &&
-        !this.busy.has(r.id) &&
-        this.reachable(r.id, now),
+    // The round's rules (eligibility, C_prev, groups) are shared with the simulator: repack/round.ts.
+    const round = repackRoundGroups(
+      rollouts.flatMap((r) =>
+        r.load === null
+          ? []
+          : [
+              {
+                id: r.id,
+                model: r.load.model ?? '',
+                weightVersion: r.load.weightVersion,
+                generating: r.load.state === 'generating',
+                available: r.health === 'alive' && !this.busy.has(r.id) && this.reachable(r.id, now),
+                kvUsed: r.load.kvUsed,
+                kvPrev: r.load.kvPrev,
+                owned: r.load.owned,
+              },
+            ],
+      ),
+      this.kvAtLastRound,
+      this.limits,
+      this.options.rooflineBatchByModel,
     );
-    const inputs = eligible.map((r) => ({
-      id: r.id,
-      model: r.load.model ?? '',
-      weightVersion: r.load.weightVersion,
-      kvUsed: r.load.kvUsed,
-      kvPrev: this.kvAtLastRound.get(r.id) ?? r.load.kvPrev,
-      running: r.load.owned,
-    }));
-    this.kvAtLastRound.clear();
-    for (const r of eligible) this.kvAtLastRound.set(r.id, r.load.kvUsed);
-    const byModel = new Map<string, typeof inputs>();
-    for (const input of inputs) byModel.set(input.model, [...(byModel.get(input.model) ?? []), input]);
-    for (const [model, ofModel] of byModel) this.planGroups(model, ofModel, trigger);
+    this.kvAtLastRound = round.kvAtThisRound;
+    for (const group of round.groups) this.planGroup(group, trigger);
   }
 
-  private planGroups(model: string, inputs: { id: string; weightVersion: number; kvUsed: number; kvPrev: number; running: number }[], trigger: string): void {
-    const rooflineBatch = this.options.rooflineBatchByModel?.[model] ?? this.limits.rooflineBatch;
-    const limits = { cMax: this.limits.cMax, rooflineBatch };
-    for (const [version, group] of groupByWeightVersion(inputs)) {
-      if (group.length < 2) continue;
-      const started = performance.now();
-      const plan = planRepack(group, limits);
-      this.options.metrics.plannerSeconds.observe((performance.now() - started) / 1e3);
-      if (plan.length === 0) continue;
-      this.options.log.info({ model, version, trigger, moves: plan.map((m) => `${m.source}->${m.destination}`) }, 'repack plan');
-      const owned = new Map(group.map((g) => [g.id, g.running]));
-      for (const move of plan) {
-        if ((owned.get(move.source) ?? 0) === 0) {
-          // Nothing to hand over: the source is simply free for the newest weights.
-          this.options.metrics.repackMoves.inc({ result: 'empty' });
-          this.fireAndForget(move.source, { v: SCHEMA_VERSION, t: 'update-weights', model: this.options.model ?? null, version: null });
-          continue;
-        }
-        void this.move(move.source, move.destination, version);
+  private planGroup(group: RepackGroup, trigger: string): void {
+    const { model, weightVersion: version } = group;
+    const started = performance.now();
+    const plan = planRepack(group.rollouts, group.limits);
+    this.options.metrics.plannerSeconds.observe((performance.now() - started) / 1e3);
+    if (plan.length === 0) return;
+    this.options.log.info({ model, version, trigger, moves: plan.map((m) => `${m.source}->${m.destination}`) }, 'repack plan');
+    for (const move of plan) {
+      if (sourceIsEmpty(group, move)) {
+        // Nothing to hand over: the source is simply free for the newest weights.
+        this.options.metrics.repackMoves.inc({ result: 'empty' });
+        this.fireAndForget(move.source, { v: SCHEMA_VERSION, t: 'update-weights', model: this.options.model ?? null, version: null });
+        continue;
       }
+      void this.move(move.source, move.destination, version);
     }
   }
 

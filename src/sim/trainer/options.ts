@@ -6,10 +6,10 @@
  */
 import { ErrorCodes, InvalidInputError } from '../../common/errors.js';
 import { parseBytes, parseDuration } from '../../common/units.js';
-import { bufferNames, fifo, stalenessBounded, uniform, wholeGroups, type SamplingStrategy } from '../../data/index.js';
+import { NAMED_STRATEGIES, bufferNames, strategyByName, type SamplingStrategy } from '../../data/index.js';
 import { validateModelId } from '../../relay/client/index.js';
 
-export const SIM_TRAINER_STRATEGIES = ['fifo', 'groups', 'uniform'] as const;
+export const SIM_TRAINER_STRATEGIES = NAMED_STRATEGIES;
 export type SimTrainerStrategy = (typeof SIM_TRAINER_STRATEGIES)[number];
 
 export const SIM_TRAINER_DEFAULTS = Object.freeze({
@@ -184,6 +184,5 @@ export function parseSimTrainerOptions(input: SimTrainerOptionsInput = {}): Read
 
 /** The sampling strategy of a config: fifo / whole groups / uniform, staleness-bounded with maxStaleness. */
 export function strategyOf(config: Pick<SimTrainerConfig, 'strategy' | 'maxStaleness'>): SamplingStrategy {
-  const inner = config.strategy === 'groups' ? wholeGroups() : config.strategy === 'uniform' ? uniform() : fifo();
-  return config.maxStaleness === null ? inner : stalenessBounded({ maxStaleness: config.maxStaleness, inner });
+  return strategyByName(config.strategy, config.maxStaleness);
 }

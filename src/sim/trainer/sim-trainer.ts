@@ -22,6 +22,7 @@ import type { Registry } from 'prom-client';
 import { ClosedError, LaminarError, toLaminarError } from '../../common/errors.js';
 import { silentLogger, type Logger } from '../../common/logger.js';
 import { createRegistry } from '../../common/metrics.js';
+import { histogramPercentile } from '../../common/stats.js';
 import { DEFAULT_JOB, connectControl, type ControlOptions } from '../../control/nats-options.js';
 import { ExperienceSampler, type Batch, type SamplerOptions } from '../../data/index.js';
 import type { TrainerClientOptions } from '../../trainer/index.js';
@@ -418,7 +419,7 @@ export class SimTrainer {
       trainMs,
       publishStallMs: published.stallMs,
       staleness: {
-        p50: percentile(batch.staleness.histogram, 0.5),
+        p50: histogramPercentile(batch.staleness.histogram, 0.5),
         min: batch.staleness.min,
         max: batch.staleness.max,
         mean: batch.staleness.mean,
@@ -548,22 +549,8 @@ export class SimTrainer {
   }
 }
 
-/** Nearest-rank percentile of a staleness histogram (value -> count); 0 when empty. */
-export function percentile(histogram: Record<number, number>, q: number): number {
-  const values = Object.keys(histogram)
-    .map(Number)
-    .sort((a, b) => a - b);
-  let total = 0;
-  for (const v of values) total += histogram[v]!;
-  if (total === 0) return 0;
-  const rank = Math.max(1, Math.ceil(q * total));
-  let seen = 0;
-  for (const v of values) {
-    seen += histogram[v]!;
-    if (seen >= rank) return v;
-  }
-  return values[values.length - 1]!;
-}
+/** Re-exported from its pure home (src/common/stats.ts), so that importers of sim-trainer keep it. */
+export { histogramPercentile as percentile };
 
 /**
  * The `--json --removals` line of trajectories leaving the buffer: {removed: reason, ids}. The

@@ -3,11 +3,10 @@
  * inherent = trainer version when the trajectory completes − the version it was generated with
  * (paper §6, Figure 10); consumption = trainer version when it is trained on − that version
  * (what the sampler's strategies see). Histograms as value → count, the shape sim-trainer
- * reports, and its nearest-rank `percentile`, so the simulator and sim-trainer give the same
- * numbers for the same trajectories. (That function moves to src/sim/trainer/staleness.ts in
- * the design's refactor 8; the import follows it.)
+ * reports, and the same nearest-rank percentile (src/common/stats.ts), so the simulator and
+ * sim-trainer give the same numbers for the same trajectories.
  */
-import { percentile } from '../../sim/trainer/sim-trainer.js';
+import { histogramPercentile as percentile } from '../../common/stats.js';
 
 export interface StalenessSummary {
   count: number;

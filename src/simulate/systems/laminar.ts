@@ -5,29 +5,37 @@
  * - A rollout claims up to `maxConcurrency` trajectories in whole prompt groups, generates until
  *   its engine is empty, then takes the newest version complete on its machine's relay (loading
  *   it over PCIe if it is newer than its own) and claims again.
- * - The trainer waits until the buffer holds a batch (fifo: the oldest completions), trains it
+ * - The trainer waits until the scenario's sampling strategy (the real ones: fifo, uniform, whole
+ *   groups, staleness-bounded drop; trainer/strategy-buffer.ts) gives it a batch, trains it
  *   (data-plane overhead + the time model), and the new version exists at the end of training;
  *   it then pushes it into the master relay (the actor stall, which delays its next step), and
  *   the chain carries it down (fleet/broadcast.ts, the relays' chunk model).
  * - The manager runs a repack round every `repackIntervalS` and right after each new version,
- *   through the real planner (manager/repack-round.ts); a move drains the source's engine, and
- *   `repackMoveS` later resumes those trajectories (prompt + generated tokens re-prefilled) on the
- *   destination. Both are busy meanwhile; the emptied source then pulls the newest version.
+ *   with the manager's own round rules and planner (src/manager/repack/round.ts, planner.ts);
+ *   a move drains the source's engine, and `repackMoveS` later resumes those trajectories
+ *   (prompt + generated tokens re-prefilled) on the destination. Both are busy meanwhile; the
+ *   emptied source then pulls the newest version (at once when it owned nothing, as the
+ *   coordinator sends it update-weights).
  *   `repack: false` is laminar-no-repack.
  *
  * Not modelled yet: prefetch of the next batch, failures and chain repair, the master election.
  */
+import { strategyByName } from '../../data/experience/strategies/by-name.js';
+import { sourceIsEmpty } from '../../manager/repack/round.js';
+import type { SimComponents } from '../components.js';
 import type { LeapRequest } from '../engine/leap-engine.js';
 import { chainTiming, type BroadcastComponents } from '../fleet/broadcast.js';
 import { Rollout } from '../fleet/rollout.js';
-import { RepackRounds, type Planner } from '../manager/repack-round.js';
-import { BatchBuffer } from '../trainer/batch-buffer.js';
+import { StrategyBuffer } from '../trainer/strategy-buffer.js';
+import { randomStream } from '../workload/seeds.js';
 import { dataPlaneOverheadMs, pushToMasterMs, rolloutLoadMs, trainStepMs } from '../trainer/time-model.js';
 import type { RunContext } from './run-context.js';
 
 export interface LaminarOptions {
   repack: boolean;
-  planner: Planner;
+  /** The manager's round rules (src/manager/repack/round.ts) and planner, or planted ones. */
+  round: SimComponents['repackRoundGroups'];
+  planner: SimComponents['planRepack'];
   broadcast: BroadcastComponents;
 }
 
@@ -41,7 +49,11 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
   /** Newest version each relay holds whole (relay index = machine index = chain position). */
   const relayVersion = new Int32Array(relays);
   const cap = ctx.profile.kvCapacityTokens;
-  const buffer = new BatchBuffer();
+  // The scenario's strategy, as sim-trainer's --strategy/--max-staleness name it; what it drops
+  // as too stale is counted in the ledger.
+  const buffer = new StrategyBuffer(strategyByName(scenario.trainer.strategy, scenario.trainer.maxStaleness), randomStream(scenario.seed, 'sampler')(0), (id) =>
+    ctx.ledger.drop(id),
+  );
   // As the manager's --repack-interval 0: no rounds at all, not even after a new version.
   const repackOn = options.repack && scenario.manager.repackIntervalS > 0;
   let trainerVersion = 0;
@@ -79,16 +91,28 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
 
   function finished(r: Rollout, id: number): void {
     ctx.completed(id, trainerVersion);
-    buffer.push(id);
+    const prompt = workload.promptOf(id);
+    const promptTokens = workload.promptTokens(prompt);
+    buffer.push({
+      id,
+      prompt,
+      sampleIndex: id - prompt * workload.groupSize,
+      groupSize: workload.groupSize,
+      weightVersion: ctx.pool.versionOf(id),
+      promptTokens,
+      responseTokens: ctx.pool.tokensOf(id) - promptTokens,
+      completedAtMs: sim.now,
+    });
     r.owned--;
     if (r.owned === 0 && !r.inMove) refill(r);
     maybeTrain();
   }
 
   function maybeTrain(): void {
-    if (training || buffer.size < batchSize || ctx.stepsDone >= ctx.steps) return;
+    if (training || ctx.stepsDone >= ctx.steps) return;
+    const ids = buffer.take(batchSize, trainerVersion);
+    if (ids === null) return;
     training = true;
-    const ids = buffer.take(batchSize);
     const tokens = ctx.consume(ids, trainerVersion);
     sim.after(dataPlaneOverheadMs(scenario) + trainStepMs(scenario, tokens, placement.trainGpus), {
       fire: () => {
@@ -118,22 +142,42 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
     }
   }
 
-  const rounds = new RepackRounds({ cMax: scenario.manager.cMax, rooflineBatch: scenario.manager.rooflineBatch }, options.planner);
+  const limits = { cMax: scenario.manager.cMax, rooflineBatch: scenario.manager.rooflineBatch };
   const moveMs = scenario.manager.repackMoveS * 1e3;
+  /** The previous round's KV use per rollout (the planner's C_prev), as the coordinator keeps it. */
+  let kvAtLastRound = new Map<string, number>();
 
   function repackRound(): void {
     ctx.repack.rounds++;
-    const moves = rounds.round(
-      rollouts.map((r) => ({
-        id: r.id,
-        weightVersion: r.version,
-        kvUsed: r.actor.load().kvUsed / cap,
-        running: r.owned,
-        eligible: r.phase === 'generating' && !r.inMove && r.owned > 0,
-      })),
+    const round = options.round(
+      rollouts.map((r) => {
+        const kvUsed = r.actor.load().kvUsed / cap;
+        // One model per scenario; a simulated rollout reports no previous sample of its own, so
+        // its current use stands in (the planner's rule: not ramping down until seen to fall).
+        return {
+          id: r.id,
+          model: '',
+          weightVersion: r.version,
+          generating: r.phase === 'generating',
+          available: !r.inMove,
+          kvUsed,
+          kvPrev: kvUsed,
+          owned: r.owned,
+        };
+      }),
+      kvAtLastRound,
+      limits,
     );
+    kvAtLastRound = round.kvAtThisRound;
     const byId = new Map(rollouts.map((r) => [r.id, r]));
-    for (const move of moves) startMove(byId.get(move.source)!, byId.get(move.destination)!);
+    for (const group of round.groups) {
+      for (const move of options.planner(group.rollouts, group.limits)) {
+        const source = byId.get(move.source)!;
+        // As the coordinator: a source that owns nothing only takes the newest weights.
+        if (sourceIsEmpty(group, move)) refill(source);
+        else startMove(source, byId.get(move.destination)!);
+      }
+    }
   }
 
   function startMove(source: Rollout, destination: Rollout): void {

@@ -132,7 +132,7 @@ export class RunContext {
       held += a.engine.heldCount;
       finished += a.engine.stats.finished;
     }
-    const unreported = finished - (totals.buffered + totals.consumed);
+    const unreported = finished - (totals.buffered + totals.consumed + totals.dropped);
     if (unreported < 0 || totals.generating !== held + unreported || totals.moving !== this.movingNow) {
       throw new LaminarError(
         ErrorCodes.INTERNAL,
