@@ -86,7 +86,7 @@ export async function trajectoryBooks(
     duplicated: books.duplicated,
     unread: books.unread,
     auditCaughtUp: caughtUp,
-    auditRestarts: audit.restarts.length,
+    auditRestarts: audit.restarts,
   };
 }
 

@@ -7,6 +7,7 @@
  */
 import { ErrorCodes } from '../../common/error-codes.js';
 import { InvalidInputError } from '../../common/errors.js';
+import { histogramPercentile } from '../../common/stats.js';
 import type { SeriesWindow } from './model.js';
 
 /** Points kept: 15 minutes of one a second. */
@@ -145,13 +146,6 @@ export class SlidingCounts {
  */
 export function percentileOfCounts(counts: readonly number[], q: number): number | null {
   if (!(q >= 0 && q <= 1)) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `a quantile is between 0 and 1, not ${q}`);
-  const total = counts.reduce((a, n) => a + n, 0);
-  if (total === 0) return null;
-  const rank = Math.max(1, Math.ceil(q * total));
-  let seen = 0;
-  for (let v = 0; v < counts.length; v++) {
-    seen += counts[v]!;
-    if (seen >= rank) return v;
-  }
-  return counts.length - 1;
+  if (!counts.some((n) => n > 0)) return null;
+  return histogramPercentile(Object.fromEntries(counts.map((n, v) => [v, n])), q);
 }
