@@ -272,6 +272,8 @@ function bufferNameCase(buffer) {
     allFilter: n.allFilter,
     recordSubject: n.recordSubject('x'),
     chunkSubject: n.chunkSubject('x'),
+    doneStream: n.doneStream,
+    doneSubject: n.doneSubject('x'),
   };
 }
 

@@ -1,6 +1,6 @@
 """Python and TypeScript on one experience buffer (a real nats-server; the TypeScript side is
 experience_node.mjs over dist/): what Python writes, the TypeScript ExperienceSampler samples
-equal; what the TypeScript writer writes, Python reads back equal and byte-identical to its own
+equal (and, sampled out, still known as written to the Python writer: the completion marks); what the TypeScript writer writes, Python reads back equal and byte-identical to its own
 encoding; and a trajectory written from both languages is stored once."""
 
 from __future__ import annotations
@@ -74,6 +74,11 @@ async def test_python_writes_and_the_typescript_sampler_samples_them_equal(chunk
         assert item.get("info") == t.get("info")
         assert list(item["tokens"]) == list(t["tokens"])
         assert item["logprobs"].tolist() == t["logprobs"]
+    # Sampled out, the records are gone; the TypeScript sampler's completion marks answer has().
+    assert await messages(nc, buffer) == 0
+    for t in inputs:
+        assert await writer.has(t["id"])
+    assert not await writer.has("never-written")
 
 
 async def test_typescript_writes_and_python_reads_them_back_byte_for_byte(chunking_server: NatsServer, nc: Any) -> None:

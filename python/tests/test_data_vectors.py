@@ -99,3 +99,4 @@ def test_buffer_names(case: dict) -> None:
     names = buffer_names(case["buffer"])
     assert (names.stream, names.record_filter, names.all_filter) == (case["stream"], case["recordFilter"], case["allFilter"])
     assert (names.record_subject("x"), names.chunk_subject("x")) == (case["recordSubject"], case["chunkSubject"])
+    assert (names.done_stream, names.done_subject("x")) == (case["doneStream"], case["doneSubject"])

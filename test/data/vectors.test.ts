@@ -52,6 +52,8 @@ interface NameCase {
   allFilter?: string;
   recordSubject?: string;
   chunkSubject?: string;
+  doneStream?: string;
+  doneSubject?: string;
 }
 interface Vectors {
   headerRoom: number;
@@ -136,12 +138,14 @@ describe('shared trajectory vectors', () => {
       return;
     }
     const n = bufferNames(c.buffer);
-    expect([n.stream, n.recordFilter, n.allFilter, n.recordSubject('x'), n.chunkSubject('x')]).toEqual([
+    expect([n.stream, n.recordFilter, n.allFilter, n.recordSubject('x'), n.chunkSubject('x'), n.doneStream, n.doneSubject('x')]).toEqual([
       c.stream,
       c.recordFilter,
       c.allFilter,
       c.recordSubject,
       c.chunkSubject,
+      c.doneStream,
+      c.doneSubject,
     ]);
   });
 

@@ -7,10 +7,10 @@
 import { describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import type { JetStreamManager } from '@nats-io/jetstream';
-import { ExperienceWriter, PARKED_OWNER, PartialPool, PromptPool } from '../../src/data/index.js';
+import { ExperienceSampler, ExperienceWriter, PARKED_OWNER, PartialPool, PromptPool } from '../../src/data/index.js';
 import { RolloutClient } from '../../src/rollout/rollout-client.js';
 import { trajectoryIdOf } from '../../src/rollout/ids.js';
-import { metricValue, servicesFixture } from '../data/helpers.js';
+import { metricValue, servicesFixture, trajectory } from '../data/helpers.js';
 import { inertEngine } from '../helpers/engine.js';
 import { relayEachTest } from '../helpers/relay.js';
 
@@ -21,16 +21,42 @@ const fx = relayEachTest();
 describe('rollout: a returned sample starts again in its own log', () => {
   const { closers } = fx;
 
-  it('the claiming rollout restarts the parked trajectory with its own weights, atomically', async () => {
-    const job = 'returned1';
-    await fx.publish(MODEL, 2);
-
+  /** A job's prompt pool (one prompt, n = 2), experience writer and partial pool. */
+  async function poolsOf(job: string) {
     const registry = new Registry();
     const prompts = await PromptPool.open({ redis: services.redis, name: job });
     await prompts.load([{ id: 'q0', payload: { text: 'q' }, n: 2 }]);
     const writer = await ExperienceWriter.open({ nc: services.nc, buffer: job, groups: prompts });
     const partials = await PartialPool.open({ nc: services.nc, pool: job, writer, registry });
     closers.push(() => partials.close());
+    return { registry, prompts, writer, partials };
+  }
+
+  /** A rollout 'ro-new' with the relay's newest weights claims one prompt: the tasks it starts. */
+  async function claimAsNewRollout(job: string, prompts: PromptPool, partials: PartialPool, writer: ExperienceWriter) {
+    const rollout = await RolloutClient.connect({
+      nc: services.nc,
+      job,
+      id: 'ro-new',
+      model: MODEL,
+      engine: inertEngine(),
+      prompts,
+      partials,
+      writer,
+      relaySocket: fx.relay.socketPath,
+      reconcileMs: 0,
+    });
+    closers.push(() => rollout.close());
+    const weights = await rollout.acquireWeights();
+    await weights.lease.release();
+    return rollout.claim(1);
+  }
+
+  it('the claiming rollout restarts the parked trajectory with its own weights, atomically', async () => {
+    const job = 'returned1';
+    await fx.publish(MODEL, 2);
+
+    const { registry, prompts, writer, partials } = await poolsOf(job);
 
     // A rollout of version 1 started both samples and generated some tokens, then went away;
     // the manager parked sample 1 (no rollout holds version 1 any more) and returned it.
@@ -47,22 +73,7 @@ describe('rollout: a returned sample starts again in its own log', () => {
     if (parked.status === 'taken') parked.trajectory.release();
     await prompts.returnSamples({ groupId: claim!.groupId, samples: [1] });
 
-    const rollout = await RolloutClient.connect({
-      nc: services.nc,
-      job,
-      id: 'ro-new',
-      model: MODEL,
-      engine: inertEngine(),
-      prompts,
-      partials,
-      writer,
-      relaySocket: fx.relay.socketPath,
-      reconcileMs: 0,
-    });
-    closers.push(() => rollout.close());
-    const weights = await rollout.acquireWeights();
-    await weights.lease.release();
-    const tasks = await rollout.claim(1);
+    const tasks = await claimAsNewRollout(job, prompts, partials, writer);
     expect(tasks.map((t) => [t.trajectoryId, t.weightVersion])).toEqual([[ids[1], 2]]);
 
     // The log now holds only the new start: version 2, owned by ro-new, no tokens.
@@ -76,5 +87,50 @@ describe('rollout: a returned sample starts again in its own log', () => {
     // Sample 0 was not returned: it stays ro-old's, with its tokens, for failover to resume.
     expect((await partials.read(ids[0]!))!).toMatchObject({ owner: 'ro-old', state: 'delta' });
     expect((await prompts.progress()).leased).toBe(0);
+  });
+
+  it('a sample trained on after its rollout died between record and purge is not generated again', async () => {
+    const job = 'returned2';
+    await fx.publish(MODEL, 1);
+
+    const { prompts, writer, partials } = await poolsOf(job);
+
+    // ro-old started both samples and finished sample 1: its log marked 'completing', its
+    // record written, and then the rollout was killed before the log's purge.
+    const [claim] = await prompts.claim('ro-old', 1);
+    const ids = [0, 1].map((i) => trajectoryIdOf(claim!.groupId, i));
+    const logs = [];
+    for (const [i, trajectoryId] of ids.entries()) {
+      logs.push(await partials.start('ro-old', { trajectoryId, promptId: 'q0', groupId: claim!.groupId, sampleIndex: i, groupSize: 2, weightVersion: 1 }));
+    }
+    await prompts.complete(claim!);
+    await logs[1]!.mark('completing');
+    await writer.write(trajectory({ id: ids[1]!, promptId: 'q0', groupId: claim!.groupId, sampleIndex: 1, groupSize: 2, weightVersion: 1 }));
+    for (const t of logs) t.release();
+
+    // A consuming trainer trains on the record: it leaves the buffer.
+    const sampler = await ExperienceSampler.open({ nc: services.nc, buffer: job, batchSize: 1, prefetch: false, registry: new Registry() });
+    closers.push(() => sampler.close());
+    const batch = await sampler.sample({ timeoutMs: 10_000 });
+    expect(batch.items.map((i) => i.id)).toEqual([ids[1]]);
+    batch.release();
+    await sampler.flush();
+    const jsm = (partials as unknown as { jsm: JetStreamManager }).jsm;
+    expect(await jsm.direct.getMessage(writer.names.stream, { last_by_subj: writer.names.recordSubject(ids[1]!) })).toBeNull();
+
+    // The manager finds the left-behind log: completed, not returned to the prompt pool.
+    expect(await partials.takeOver(ids[1]!, PARKED_OWNER, { from: 'ro-old' })).toEqual({ status: 'completed' });
+    expect(await partials.read(ids[1]!)).toBeUndefined();
+
+    // Returned anyway (as a restarted rollout of another version does, before the log is found),
+    // beside sample 0, parked and returned by the manager: the rollout that claims them starts
+    // sample 0 again and skips sample 1.
+    const parked = await partials.takeOver(ids[0]!, PARKED_OWNER, { from: 'ro-old' });
+    if (parked.status === 'taken') parked.trajectory.release();
+    await prompts.returnSamples({ groupId: claim!.groupId, samples: [0, 1] });
+    const tasks = await claimAsNewRollout(job, prompts, partials, writer);
+    expect(tasks.map((t) => t.trajectoryId)).toEqual([ids[0]]);
+    expect(await partials.read(ids[1]!)).toBeUndefined();
+    expect(await writer.has(ids[1]!)).toBe(true);
   });
 });

@@ -37,6 +37,8 @@ export interface BufferBooksOptions {
   reads: ReadActivity;
   orphanChunkAgeMs: number;
   maxDeletionDelayMs: number | undefined;
+  /** Marks trajectories completed before their records are deleted (completion-marks.ts). */
+  markCompleted?: (ids: readonly string[]) => Promise<void>;
   metrics: SamplerMetrics;
   rejections: RejectionCounter;
   changed: ChangeNotifier;
@@ -67,6 +69,17 @@ export class BufferBooks {
       reads: options.reads,
       maxDelayMs: options.maxDeletionDelayMs,
       onPending: (n) => this.m.pendingDeletions.set(this.label, n),
+      markCompleted:
+        options.markCompleted &&
+        (async (ids) => {
+          try {
+            await options.markCompleted!(ids);
+            this.m.completionMarks.inc({ ...this.label, result: 'ok' }, ids.length);
+          } catch (err) {
+            this.m.completionMarks.inc({ ...this.label, result: 'failed' }, ids.length);
+            throw err;
+          }
+        }),
     });
     this.chunks = new ChunkTracker(options.orphanChunkAgeMs);
   }

@@ -12,6 +12,9 @@
  * assembly of the next batch slows it down by more than the purge costs the server. Between two
  * assemblies (the trainer's step) the purge is free. The bound keeps a trainer that samples back
  * to back, with an assembly always under way, from growing the stream without end.
+ *
+ * Before any record goes, its trajectory is marked completed (completion-marks.ts); when the
+ * marks cannot be stored, nothing is deleted and the whole round is tried again later.
  */
 import type { JetStreamManager } from '@nats-io/jetstream';
 import type { Logger } from '../../common/logger.js';
@@ -26,10 +29,16 @@ export interface RecordDeleterOptions {
   maxDelayMs?: number;
   /** Told the number of messages queued for deletion (`queued`) whenever it changes. */
   onPending?: (messages: number) => void;
+  /** Marks trajectories completed before their records are deleted (completion-marks.ts). */
+  markCompleted?: (ids: readonly string[]) => Promise<void>;
+  /** Wait before a round whose marks or deletions failed is tried again. Default 1 s. */
+  retryMs?: number;
 }
 
 export class RecordDeleter {
   private pending: number[] = [];
+  /** Trajectories of the pending records, to be marked completed before they go. */
+  private unmarked: string[] = [];
   private running: Promise<void> = Promise.resolve();
   private purgedBelow = 0;
   /** Ends the current wait for a quiet moment (idle(): delete now). */
@@ -52,6 +61,7 @@ export class RecordDeleter {
 
   /** Queues entries already removed from the index (their records and chunks). */
   delete(entries: readonly BufferEntry[], bound: () => number): void {
+    for (const e of entries) this.unmarked.push(e.id);
     this.deleteSeqs(
       entries.flatMap((e) => [e.seq, ...e.chunkSeqs]),
       bound,
@@ -81,7 +91,7 @@ export class RecordDeleter {
     // The bound is read once the wait is over: by then it may have moved up.
     this.running = this.running.then(async () => {
       await this.quietMoment();
-      await this.flush(bound());
+      await this.flush(bound);
     });
   }
 
@@ -97,21 +107,41 @@ export class RecordDeleter {
     }
   }
 
-  private async flush(bound: number): Promise<void> {
+  private async flush(bound: () => number): Promise<void> {
+    // Read with the queue, in one go: every record below it is garbage, so queued by now (taken
+    // here, marked below). Read after the marks, it could pass records queued meanwhile, unmarked.
+    const below = bound();
     const seqs = this.pending;
+    const ids = this.unmarked;
     this.pending = [];
+    this.unmarked = [];
     if (seqs.length === 0) return;
     this.options.onPending?.(0);
+    if (ids.length > 0 && this.options.markCompleted) {
+      try {
+        await this.options.markCompleted(ids);
+      } catch (err) {
+        // Deleting a record whose trajectory is not marked would let it be generated again: keep
+        // both and try the round again (nats-server restarting, usually).
+        this.errors++;
+        this.pending = [...seqs, ...this.pending];
+        this.unmarked = [...ids, ...this.unmarked];
+        this.options.onPending?.(this.pending.length);
+        this.logger.warn({ err: (err as Error).message, count: ids.length }, 'could not mark trajectories completed; their records stay until it works');
+        setTimeout(() => this.schedule(bound), this.options.retryMs ?? 1_000).unref();
+        return;
+      }
+    }
     const single: number[] = [];
     let purge = false;
     for (const s of seqs) {
-      if (s < bound) purge = true;
+      if (s < below) purge = true;
       else single.push(s);
     }
     try {
-      if (purge && bound > this.purgedBelow) {
-        await this.jsm.streams.purge(this.stream, { seq: bound });
-        this.purgedBelow = bound;
+      if (purge && below > this.purgedBelow) {
+        await this.jsm.streams.purge(this.stream, { seq: below });
+        this.purgedBelow = below;
       }
       await mapLimit(single, 64, (seq) =>
         this.jsm.streams.deleteMessage(this.stream, seq, false).catch((err: unknown) => {

@@ -20,6 +20,7 @@ export interface SamplerMetrics {
   latency: Histogram;
   spareBytes: Gauge;
   pendingDeletions: Gauge;
+  completionMarks: Counter;
 }
 
 /** Registers (or finds) the sampler's metrics and zeroes the gauges of `buffer`. */
@@ -69,6 +70,11 @@ export function samplerMetrics(registry: Registry, buffer: string): SamplerMetri
       name: 'laminar_buffer_pending_deletions',
       help: 'Stream messages of removed trajectories waiting for a moment between batch assemblies to be deleted',
       labelNames: ['buffer'],
+    }),
+    completionMarks: counter(registry, {
+      name: 'laminar_buffer_completion_marks_total',
+      help: 'Trajectories marked completed as their records left the buffer, by result (ok; failed: retried, the records kept meanwhile)',
+      labelNames: ['buffer', 'result'],
     }),
   };
   m.items.set(b, 0);

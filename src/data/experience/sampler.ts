@@ -26,6 +26,7 @@ import { RateLimiter, type RateLimitOptions } from './rate-limiter.js';
 import { fifo } from './strategies/basic.js';
 import { seededRandom, type SamplingStrategy } from './strategies/strategy.js';
 import { ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
+import { CompletionMarks } from './completion-marks.js';
 import { IndexFeed } from './index-feed.js';
 import { ReadActivity } from './read-activity.js';
 import type { Batch } from './batch.js';
@@ -140,6 +141,7 @@ export class ExperienceSampler {
     this.eviction = resolveEviction(options.eviction);
     this.strategy = options.strategy ?? fifo();
     this.trainerVersion = options.trainerVersion ?? 0;
+    const marks = new CompletionMarks(jetstream(options.nc), jsm, names);
     this.books = new BufferBooks({
       buffer: names.buffer,
       jsm,
@@ -151,6 +153,7 @@ export class ExperienceSampler {
       reads: this.reads,
       orphanChunkAgeMs: options.orphanChunkAgeMs ?? 15 * 60_000,
       maxDeletionDelayMs: options.maxDeletionDelayMs,
+      markCompleted: (ids) => marks.mark(ids),
       metrics: this.m,
       rejections: this.rejections,
       changed: this.changed,

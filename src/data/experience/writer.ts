@@ -7,6 +7,8 @@
  * a repeat within the duplicate window) and with "expected last sequence on this subject = 0"
  * (the subject is per id, so a second record for an id stored in the buffer is refused at any
  * time). Both make write() idempotent, so it retries freely through a server restart.
+ * Once the record has left the buffer (trained on, evicted), its completion mark
+ * (completion-marks.ts) still answers has() for the completion horizon.
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import { headers } from '@nats-io/transport-node';
@@ -22,6 +24,7 @@ import { chunkLimit, encodePayload, splitPayload } from '../codec/payload.js';
 import { META_HEADER, encodeMeta, metaOf } from '../codec/record-meta.js';
 import { retryTransient } from '../retry.js';
 import { chunkMsgId, ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
+import { CompletionMarks } from './completion-marks.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
 /** Where a writer checks group ids (the prompt pool implements it). */
@@ -60,6 +63,7 @@ export class ExperienceWriter {
   private readonly maxBytes: number;
   private readonly groupCache = new Map<string, number>();
   private readonly logger: Logger;
+  private readonly marks: CompletionMarks;
 
   private constructor(
     private readonly options: WriterOptions,
@@ -71,6 +75,7 @@ export class ExperienceWriter {
     this.rejections = new RejectionCounter(registry, 'writer');
     this.maxBytes = options.maxTrajectoryBytes ?? 64 * 1024 * 1024;
     this.logger = (options.logger ?? silentLogger).child({ component: 'experience-writer', buffer: names.buffer });
+    this.marks = new CompletionMarks(js, jsm, names);
     this.m = {
       writes: counter(registry, {
         name: 'laminar_buffer_writes_total',
@@ -110,10 +115,14 @@ export class ExperienceWriter {
     return this.store(t);
   }
 
-  /** Whether the buffer holds a record of this trajectory id (not yet sampled out or evicted). */
+  /**
+   * Whether this trajectory was written: its record is in the buffer, or left it (trained on,
+   * evicted) within the completion horizon. The record is read first: the sampler marks a
+   * trajectory completed before it removes the record, so no removal falls between the reads.
+   */
   async has(id: string): Promise<boolean> {
     const m = await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: this.names.recordSubject(id) }));
-    return m !== null;
+    return m !== null || (await this.retry(() => this.marks.has(id)));
   }
 
   private async checkGroup(t: Trajectory): Promise<void> {

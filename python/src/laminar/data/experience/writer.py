@@ -7,7 +7,8 @@ Duplicates: the record is published with the trajectory id as Nats-Msg-Id (the s
 repeat within the duplicate window) and with "expected last sequence on this subject = 0" (the
 subject is per id, so a second record for an id stored in the buffer is refused at any time).
 Both make `write()` idempotent, so it retries freely through a server restart, and a trajectory
-written once from TypeScript and once from Python is stored once.
+written once from TypeScript and once from Python is stored once. Once the record has left the
+buffer (trained on, evicted), its completion mark still answers `has()` for the completion horizon.
 
     writer = await ExperienceWriter.open(nc, buffer="main")
     result = await writer.write({"id": ..., "tokens": np_int32_array, ...})  # WriteResult(seq, duplicate, chunks)
@@ -212,8 +213,14 @@ class ExperienceWriter:
         return results
 
     async def has(self, id: str) -> bool:
-        """Whether the buffer holds a record of this trajectory id (not yet sampled out or evicted)."""
-        return await self._last_record(self.names.record_subject(id)) is not None
+        """Whether this trajectory was written: its record is in the buffer, or left it (trained
+        on, evicted) within the completion horizon (its completion mark). The record is read
+        first: the sampler marks a trajectory completed before it removes the record."""
+        if await self._last_record(self.names.record_subject(id)) is not None:
+            return True
+        done = self.names.done_subject(id)
+        mark = await self._retry(lambda: direct_get(self.nc, self.names.done_stream, last_by_subj=done, timeout=self._timeout))
+        return mark is not None
 
     def _newest_version(self) -> Optional[int]:
         m = self._max_weight_version
