@@ -36,6 +36,34 @@ describe('npm run demo', () => {
   }, 150_000);
 });
 
+describe('npm run demo, defaults, twice the default length', () => {
+  it('keeps the staleness at training bounded and from growing with the run: producers balanced with the trainer', async () => {
+    const { stdout } = await promisify(execFile)(process.execPath, ['dist/src/demo/main.js', '--duration', '80s', '--size', '8MiB'], {
+      cwd: REPO,
+      timeout: 200_000,
+    });
+    expect(stdout).toMatch(/ledger +0 trajectories lost, 0 written twice, 0 live relays without v\d+/);
+    // Every progress tick: the last batch's staleness at training and inherent.
+    const ticks = [...stdout.matchAll(/after (\d+) steps \(last batch staleness at training p50 (\d+) max (\d+), inherent p50 (\d+) max (\d+)\)/g)].map((m) =>
+      m.slice(1).map(Number),
+    );
+    const steps = new Map(
+      ticks.map(([step, p50, max, inherentP50, inherentMax]) => [step!, { p50: p50!, max: max!, inherentP50: inherentP50!, inherentMax: inherentMax! }]),
+    );
+    expect(steps.size, stdout).toBeGreaterThanOrEqual(10);
+    const ordered = [...steps.entries()].sort((a, b) => a[0] - b[0]).map(([, s]) => s);
+    // The default bound (--max-staleness 4) holds on every batch ...
+    expect(Math.max(...ordered.map((s) => s.max))).toBeLessThanOrEqual(4);
+    // ... and the median does not creep up with the run (FIFO over producers 3 times too fast
+    // grew it by about one version per step).
+    const half = Math.floor(ordered.length / 2);
+    const meanP50 = (of: typeof ordered): number => of.reduce((a, s) => a + s.p50, 0) / of.length;
+    expect(meanP50(ordered.slice(half)), stdout).toBeLessThanOrEqual(meanP50(ordered.slice(0, half)) + 1);
+    expect(stdout).toMatch(/staleness at training +p50 \d+, max [0-4], mean [\d.]+/);
+    expect(stdout).toMatch(/inherent staleness +p50 \d+, max \d+, mean [\d.]+/);
+  }, 240_000);
+});
+
 describe('npm run demo -- --engine torch', () => {
   it('runs the GRPO trainer, reference engines and their agents through the data plane: every step trained, every engine on the last version, a clean ledger and a plot', async () => {
     const plot = join(mkdtempSync(join(tmpdir(), 'laminar-demo-')), 'run.png');

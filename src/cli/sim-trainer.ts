@@ -53,7 +53,10 @@ export function simTrainerCommand(): Command {
     .addOption(new Option('--metrics-host <host>', 'address of /metrics').env('LAMINAR_METRICS_HOST').default('127.0.0.1'))
     .addOption(new Option('--metrics-port <port>', 'port of /metrics (0: any free port, -1: disabled)').env('LAMINAR_METRICS_PORT').default('-1'))
     .addOption(
-      new Option('--json', 'one JSON line per step on stdout: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean}}'),
+      new Option(
+        '--json',
+        'one JSON line per step on stdout: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean}, inherent: {p50, max, mean}} (consumption and inherent staleness)',
+      ),
     )
     .addOption(new Option('--checksums', 'with --json: one line {published, kind, sha256} per version published (SHA-256 of its bytes, for audits)'))
     .addOption(

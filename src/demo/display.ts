@@ -5,7 +5,14 @@ import type { ManagerStatus } from '../manager/index.js';
 export interface DemoSnapshot {
   at: string;
   status: ManagerStatus | null;
-  trainer: { version: number; steps: number; trajectories: number; staleness: { p50: number; max: number; mean: number } | null };
+  trainer: {
+    version: number;
+    steps: number;
+    trajectories: number;
+    /** Of the last batch: consumption (at training) and inherent (at completion) staleness. */
+    staleness: { p50: number; max: number; mean: number } | null;
+    inherent: { p50: number; max: number; mean: number } | null;
+  };
   started: number;
   completed: number;
   bytesBroadcast: number;
@@ -24,9 +31,11 @@ export function renderProgress(s: DemoSnapshot): string {
   lastAt = now;
   const st = s.status;
   const stale = s.trainer.staleness;
+  const inherent = s.trainer.inherent;
   const lines = [
     `[${s.at}] trainer v${Math.max(0, s.trainer.version)} after ${s.trainer.steps} steps` +
-      (stale ? ` (last batch staleness p50 ${stale.p50}, max ${stale.max})` : '') +
+      (stale ? ` (last batch staleness at training p50 ${stale.p50} max ${stale.max}` : '') +
+      (stale && inherent ? `, inherent p50 ${inherent.p50} max ${inherent.max})` : stale ? ')' : '') +
       `   trajectories ${s.completed}/${s.started} done (${rate.toFixed(1)}/s)   repacks ${s.repackMoves}   orphans handled ${s.orphans}   broadcast ${formatBytes(s.bytesBroadcast)}`,
   ];
   if (st) {

@@ -38,6 +38,7 @@ interface DemoOptions {
   timeScale: string;
   trainTime: string;
   batchSize: string;
+  maxStaleness: string;
   n: string;
   killARollout?: boolean;
   killARelay?: boolean;
@@ -68,12 +69,13 @@ async function main(): Promise<void> {
   const opts = new Command('demo')
     .description('run a laminar job on this machine: manager, relays, a simulated trainer and simulated rollouts on embedded NATS and Redis')
     .option('--duration <time>', 'how long the job runs', '40s')
-    .option('--rollouts <n>', 'simulated rollouts', '12')
+    .option('--rollouts <n>', 'simulated rollouts', '8')
     .option('--relays <n>', 'relays, one per simulated host (rollouts are spread over them)', '3')
     .option('--size <bytes>', 'size of each weight version', '32MiB')
     .option('--time-scale <x>', 'simulated seconds per wall second (rollouts and trainer)', '10')
-    .option('--train-time <time>', 'simulated time of one training step', '60s')
-    .option('--batch-size <n>', 'trajectories per training batch', '256')
+    .option('--train-time <time>', 'simulated time of one training step', '20s')
+    .option('--batch-size <n>', 'trajectories per training batch', '512')
+    .option('--max-staleness <n>', 'the trainer drops trajectories more than n versions behind it (staleness-bounded sampling; -1: no bound)', '4')
     .option('--n <n>', 'samples per prompt (GRPO group size)', '4')
     .option('--kill-a-rollout', 'SIGKILL the busiest rollout at 40% of the run (its trajectories resume elsewhere; the run waits for that to finish)')
     .option('--kill-a-relay', 'SIGKILL a middle relay at 50% of the run (the chain is repaired)')
@@ -102,6 +104,7 @@ async function main(): Promise<void> {
   const rolloutCount = intIn('rollouts', opts.rollouts, 1, 64);
   const relayCount = intIn('relays', opts.relays, 1, 16);
   const n = intIn('n', opts.n, 1, 64);
+  const maxStaleness = intIn('max-staleness', opts.maxStaleness, -1, 1_000);
   const timeScale = Number(opts.timeScale);
   if (!(timeScale > 0)) throw new Error('--time-scale must be > 0');
   const scaled = (simMs: number): string => `${Math.max(20, Math.round(simMs / timeScale))}ms`;
@@ -186,7 +189,8 @@ async function main(): Promise<void> {
     }
     console.log(`manager on :${managerPort}, ${relayCount} relays (${relays.map((r) => r.id).join(', ')}), chained by the manager over UCX`);
 
-    const trainer = { version: -1, steps: 0, staleness: [] as { p50: number; max: number; mean: number }[], trajectories: 0, stallMs: [] as number[] };
+    type Staleness = { p50: number; max: number; mean: number };
+    const trainer = { version: -1, steps: 0, staleness: [] as Staleness[], inherent: [] as Staleness[], trajectories: 0, stallMs: [] as number[] };
     const trainerDaemon = await spawnQuiet(
       'sim-trainer',
       [
@@ -202,6 +206,7 @@ async function main(): Promise<void> {
         opts.batchSize,
         '--strategy',
         'groups',
+        ...(maxStaleness >= 0 ? ['--max-staleness', String(maxStaleness)] : []),
         '--train-time',
         opts.trainTime,
         '--time-scale',
@@ -223,7 +228,8 @@ async function main(): Promise<void> {
             step?: number;
             version: number;
             batch: number;
-            staleness: { p50: number; max: number; mean: number };
+            staleness: Staleness;
+            inherent: Staleness;
             publish_stall_ms: number;
           };
           if (step.step === undefined) return;
@@ -231,6 +237,7 @@ async function main(): Promise<void> {
           trainer.steps++;
           trainer.trajectories += step.batch;
           trainer.staleness.push(step.staleness);
+          trainer.inherent.push(step.inherent);
           trainer.stallMs.push(step.publish_stall_ms);
         } catch {
           // not a step line
@@ -328,7 +335,7 @@ async function main(): Promise<void> {
       lastSnapshot = {
         at: at(),
         status,
-        trainer: { ...trainer, staleness: trainer.staleness.at(-1) ?? null },
+        trainer: { ...trainer, staleness: trainer.staleness.at(-1) ?? null, inherent: trainer.inherent.at(-1) ?? null },
         started: ledger.started.size,
         completed: ledger.completed.size,
         bytesBroadcast:
@@ -382,9 +389,10 @@ async function main(): Promise<void> {
     console.log(
       `  tokens streamed              ${Math.round(tokens / 8)} to the partial pool by the surviving rollouts (${Math.round(tokens / 8 / seconds)}/s wall)`,
     );
-    console.log(
-      `  staleness per batch          p50 ${median(staleness.map((s) => s.p50))}, max ${Math.max(0, ...staleness.map((s) => s.max))}, mean ${(staleness.reduce((a, s) => a + s.mean, 0) / Math.max(1, staleness.length)).toFixed(2)}`,
-    );
+    const line = (of: Staleness[]): string =>
+      `p50 ${median(of.map((s) => s.p50))}, max ${Math.max(0, ...of.map((s) => s.max))}, mean ${(of.reduce((a, s) => a + s.mean, 0) / Math.max(1, of.length)).toFixed(2)}`;
+    console.log(`  staleness at training        ${line(staleness)} (trainer version at training - generating version, per batch)`);
+    console.log(`  inherent staleness           ${line(trainer.inherent)} (trainer version at completion - generating version)`);
     console.log(`  repack moves                 ${lastSnapshot?.repackMoves ?? 0}`);
     const finalMetric = await scrape(managerPort);
     const orphan = (outcome: string): number => finalMetric(`laminar_manager_orphans_total{outcome="${outcome}"}`);

@@ -105,7 +105,10 @@ describe('sim-trainer: sample, train, publish', () => {
       expect(s.trainMs).toBeLessThan(1000);
     }
     const line = stepJson(steps[2]!);
-    expect(Object.keys(line)).toEqual(['step', 'version', 'batch', 'sample_ms', 'train_ms', 'publish_stall_ms', 'staleness']);
+    // Every record completed before the trainer's first version: none is inherently stale, however
+    // stale it is at training.
+    expect(steps.map((s) => s.inherent.histogram)).toEqual([{ 0: 4 }, { 0: 4 }, { 0: 4 }]);
+    expect(Object.keys(line)).toEqual(['step', 'version', 'batch', 'sample_ms', 'train_ms', 'publish_stall_ms', 'staleness', 'inherent']);
     expect(line).toMatchObject({ step: 3, version: 3, batch: 4, staleness: { p50: 0, max: 2, mean: 0.75 } });
     expect(JSON.parse(JSON.stringify(line))).toEqual(line);
 
@@ -124,7 +127,29 @@ describe('sim-trainer: sample, train, publish', () => {
     expect(await metricValue(registry, 'laminar_sim_trainer_publishes_total', { kind: 'initial' })).toBe(1);
     const text = await registry.metrics();
     expect(text).toMatch(/laminar_sim_trainer_staleness_count 12/);
+    expect(text).toMatch(/laminar_sim_trainer_inherent_staleness_count 12/);
     expect(text).toMatch(/laminar_sim_trainer_sample_wait_seconds_count 3/);
+  });
+
+  it("reports inherent staleness from the trainer's version when each trajectory completed", async () => {
+    const w = await writer();
+    for (let i = 0; i < 2; i++) await w.write(trajectory({ id: `a${i}`, weightVersion: 0 }, 8));
+    const publisher = new FakePublisher();
+    const trainer = await open({ publisher, batchSize: 2, steps: 2, trainTime: '1s', timeScale: 20 });
+    const steps = collect(trainer);
+    // Completed once v1 is the trainer's, generated with v0: inherently 1 version stale.
+    trainer.events.on('published', (p: { version: number }) => {
+      if (p.version !== 1) return;
+      const at = Date.now() + 1;
+      void (async () => {
+        for (let i = 0; i < 2; i++) await w.write(trajectory({ id: `b${i}`, weightVersion: 0, completedAt: at }, 8));
+      })();
+    });
+    await trainer.run();
+    expect(steps.map((s) => [s.trainedOn, s.staleness.max, s.inherent.histogram])).toEqual([
+      [0, 0, { 0: 2 }],
+      [1, 1, { 1: 2 }],
+    ]);
   });
 
   it('goes on training when the master refuses a version for lack of room, and offers the next one; other failures still end the run', async () => {

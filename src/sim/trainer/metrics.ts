@@ -11,6 +11,7 @@ export interface SimTrainerMetrics {
   batchSize: Gauge;
   trajectories: Counter;
   staleness: Histogram;
+  inherentStaleness: Histogram;
   publishStall: Histogram;
   publishVisible: Histogram;
   publishes: Counter;
@@ -27,7 +28,12 @@ export function simTrainerMetrics(registry: Registry): SimTrainerMetrics {
     trajectories: counter(registry, { name: 'laminar_sim_trainer_trajectories_total', help: 'Trajectories trained on' }),
     staleness: histogram(registry, {
       name: 'laminar_sim_trainer_staleness',
-      help: 'Staleness (trainer version - trajectory version) of trajectories trained on',
+      help: 'Consumption staleness (trainer version at training - generating version) of trajectories trained on',
+      buckets: STALENESS_BUCKETS,
+    }),
+    inherentStaleness: histogram(registry, {
+      name: 'laminar_sim_trainer_inherent_staleness',
+      help: "Inherent staleness (the trainer's version when the trajectory completed - generating version) of trajectories trained on",
       buckets: STALENESS_BUCKETS,
     }),
     publishStall: histogram(registry, {

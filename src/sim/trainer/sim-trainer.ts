@@ -30,6 +30,7 @@ import { simTrainerMetrics, type SimTrainerMetrics } from './metrics.js';
 import { SimTrainerOptionError, parseSimTrainerOptions, strategyOf, type SimTrainerConfig, type SimTrainerOptionsInput } from './options.js';
 import { SyntheticWeights, TrainerClientPublisher, type WeightPublishResult, type WeightPublisher } from './weights.js';
 import { ErrorCodes } from '../../common/error-codes.js';
+import { VersionClock, type StalenessStats } from './version-clock.js';
 
 export interface SimTrainerOptions extends SimTrainerOptionsInput {
   /** An open NATS connection (JetStream for the buffer, control plane for TrainerClient); left open. */
@@ -49,15 +50,7 @@ export interface SimTrainerOptions extends SimTrainerOptionsInput {
   logger?: Logger;
 }
 
-export interface StalenessStats {
-  /** Nearest-rank median. */
-  p50: number;
-  min: number;
-  max: number;
-  mean: number;
-  /** staleness value -> trajectories. */
-  histogram: Record<number, number>;
-}
+export type { StalenessStats };
 
 /** One completed training step. */
 export interface SimTrainerStep {
@@ -81,7 +74,10 @@ export interface SimTrainerStep {
   trainMs: number;
   /** Time the publish of `version` blocked the trainer. */
   publishStallMs: number;
+  /** Consumption staleness: `trainedOn` − the generating version. */
   staleness: StalenessStats;
+  /** Inherent staleness (Figure 10): the trainer's version when the trajectory completed − the generating version. */
+  inherent: StalenessStats;
   /** Date.now() at the end of the step. */
   at: number;
 }
@@ -135,6 +131,8 @@ export class SimTrainer {
   private readonly m: SimTrainerMetrics;
   private readonly weights: SyntheticWeights;
   private currentVersion: number;
+  /** When each version became current: the inherent staleness of what is trained on. */
+  private readonly clock = new VersionClock();
   private stepsDone = 0;
   private trajectories = 0;
   private stopReason: SimTrainerStopReason | null = null;
@@ -425,12 +423,14 @@ export class SimTrainer {
         mean: batch.staleness.mean,
         histogram: { ...batch.staleness.histogram },
       },
+      inherent: this.clock.inherent(batch.items),
       at: Date.now(),
     };
     this.m.steps.inc();
     this.m.batchSize.set(record.batch);
     this.m.trajectories.inc(record.batch);
     for (const [value, count] of Object.entries(batch.staleness.histogram)) for (let i = 0; i < count; i++) this.m.staleness.observe(Number(value));
+    for (const [value, count] of Object.entries(record.inherent.histogram)) for (let i = 0; i < count; i++) this.m.inherentStaleness.observe(Number(value));
     this.m.sampleWait.observe(sampleMs / 1000);
     this.m.train.observe(trainMs / 1000);
     this.log.debug({ ...record, histogram: undefined }, 'step');
@@ -502,6 +502,7 @@ export class SimTrainer {
         );
       this.undelivered = version;
       this.currentVersion = version;
+      this.clock.published(version, Date.now());
       this.m.version.set(version);
       const stallMs = performance.now() - started;
       return { version, kind, stallMs, result: { stallMs }, refused: ErrorCodes.MEMORY_BUDGET };
@@ -514,6 +515,7 @@ export class SimTrainer {
       this.undelivered = null;
     }
     this.currentVersion = version;
+    this.clock.published(version, Date.now());
     this.m.version.set(version);
     this.m.publishes.inc({ kind });
     this.m.publishStall.observe({ kind }, stallMs / 1000);
@@ -570,6 +572,7 @@ export function stepJson(s: SimTrainerStep): {
   train_ms: number;
   publish_stall_ms: number;
   staleness: { p50: number; max: number; mean: number };
+  inherent: { p50: number; max: number; mean: number };
 } {
   const ms = (x: number): number => Math.round(x * 1000) / 1000;
   return {
@@ -580,6 +583,7 @@ export function stepJson(s: SimTrainerStep): {
     train_ms: ms(s.trainMs),
     publish_stall_ms: ms(s.publishStallMs),
     staleness: { p50: s.staleness.p50, max: s.staleness.max, mean: Math.round(s.staleness.mean * 1e4) / 1e4 },
+    inherent: { p50: s.inherent.p50, max: s.inherent.max, mean: Math.round(s.inherent.mean * 1e4) / 1e4 },
   };
 }
 
@@ -587,7 +591,8 @@ export function stepJson(s: SimTrainerStep): {
 export function formatStep(s: SimTrainerStep): string {
   return (
     `step ${s.step} -> v${s.version}: ${s.batch} trajectories (${s.groups} groups), ` +
-    `staleness p50 ${s.staleness.p50} max ${s.staleness.max} mean ${s.staleness.mean.toFixed(2)}, ` +
+    `staleness p50 ${s.staleness.p50} max ${s.staleness.max} mean ${s.staleness.mean.toFixed(2)} ` +
+    `(inherent p50 ${s.inherent.p50} max ${s.inherent.max}), ` +
     `sample ${s.sampleMs.toFixed(0)} ms, train ${s.trainMs.toFixed(0)} ms, publish stall ${s.publishStallMs.toFixed(0)} ms`
   );
 }
