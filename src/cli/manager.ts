@@ -39,7 +39,12 @@ export function managerCommand(): Command {
         .default('default'),
     )
     .addOption(
-      new Option('--buffer <name>', 'experience buffer name (a taken-over trajectory already there is not resumed)').env('LAMINAR_BUFFER').default('default'),
+      new Option(
+        '--buffer <name>',
+        'experience buffer name (a taken-over trajectory already there is not resumed; completions and staleness are reported from it)',
+      )
+        .env('LAMINAR_BUFFER')
+        .default('default'),
     )
     .addOption(new Option('--model <name>', 'model the rollouts generate with').env('LAMINAR_MODEL'))
     .addOption(
@@ -117,6 +122,7 @@ export function managerCommand(): Command {
           orphanScanMs: parseDuration(opts.orphanScan!),
           commandTimeoutMs: parseDuration(opts.commandTimeout!),
         },
+        staleness: { buffer: opts.buffer!, ...(opts.model ? { model: opts.model } : {}) },
       });
       await manager.start();
       watchEventLoop({ registry, log: logger });

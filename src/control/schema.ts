@@ -16,6 +16,8 @@
  *   lease      KV "leader"                   the active manager's lease
  *   member     KV "member.<id>"              a registration, kept for a restarted manager
  *   announce   KV "version.<model>"          the trainer's newest version and its checkpoint
+ *   batch      sampler -> manager            `laminar.expbatch.<buffer>`: a batch handed to the
+ *                                            trainer, its staleness counts (consumption staleness)
  */
 import { pack, unpack } from 'msgpackr';
 import { z } from 'zod';
@@ -180,6 +182,20 @@ export const memberRecordSchema = registerSchema.omit({ t: true, holds: true }).
 
 export const announceSchema = z.object({ v: z.literal(SCHEMA_VERSION), model, version, checkpoint: z.string().max(4096).nullable(), at: z.number() });
 
+/** A batch handed to a trainer: its trainer version and [staleness, trajectories] pairs. */
+export const batchSummarySchema = z.object({
+  v: z.literal(SCHEMA_VERSION),
+  t: z.literal('batch'),
+  buffer: z.string().min(1).max(64),
+  trainerVersion: version,
+  staleness: z.array(z.tuple([version, z.number().int().positive().max(10_000_000)])).max(4096),
+});
+
+/** Where samplers publish their batch summaries (core NATS, not stored). */
+export function batchSummarySubject(buffer: string): string {
+  return `laminar.expbatch.${buffer}`;
+}
+
 export type Register = z.infer<typeof registerSchema>;
 export type RegisterReply = z.infer<typeof registerReplySchema>;
 export type Heartbeat = z.infer<typeof heartbeatSchema>;
@@ -191,6 +207,7 @@ export type PlanRecord = z.infer<typeof planSchema>;
 export type Lease = z.infer<typeof leaseSchema>;
 export type MemberRecord = z.infer<typeof memberRecordSchema>;
 export type Announcement = z.infer<typeof announceSchema>;
+export type BatchSummary = z.infer<typeof batchSummarySchema>;
 export type Holding = z.infer<typeof holding>;
 export type Progress = z.infer<typeof progress>;
 export type Chunking = z.infer<typeof chunkingSchema>;

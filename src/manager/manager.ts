@@ -42,6 +42,7 @@ import { Membership, type MemberHealth } from './membership.js';
 import { ManagerMetrics } from './metrics.js';
 import { RolloutCoordinator, type CoordinatorStatus, type RolloutCoordinatorOptions } from './rollouts/coordinator.js';
 import { RolloutCoordinatorMetrics } from './rollouts/metrics.js';
+import { StalenessWatch } from './staleness/staleness-watch.js';
 import { ErrorCodes } from '../common/error-codes.js';
 
 export { memberHealths, type MemberHealth } from './membership.js';
@@ -64,6 +65,12 @@ export interface ManagerOptions {
   tickMs?: number;
   /** Repack and rollout failover (the data-plane connections and the planner's limits). */
   rollouts?: Omit<RolloutCoordinatorOptions, 'nc' | 'memberSubject' | 'metrics' | 'log'>;
+  /**
+   * Report completions and the inherent and consumption staleness of this experience buffer's
+   * data while leading (staleness/staleness-watch.ts); `model`: the model whose announced
+   * versions are the trainer's (default: the newest of any model).
+   */
+  staleness?: { buffer: string; model?: string };
 }
 
 export interface ManagerStatus {
@@ -105,6 +112,9 @@ export class Manager {
   private readonly membership: Membership;
   private subscriptions: Subscription[] = [];
   private tickTimer: Watchdog | null = null;
+  private stalenessWatch: StalenessWatch | null = null;
+  /** The last staleness watch's stop, awaited by close() (its consumer must not outlive the connection's users). */
+  private stalenessStopped: Promise<void> = Promise.resolve();
   private tickQueued = false;
   /** Aborted when this manager stops leading (the announcement watch of that term ends). */
   private term: AbortController | null = null;
@@ -190,6 +200,7 @@ export class Manager {
 
   async close(): Promise<void> {
     await this.leadership.close();
+    await this.stalenessStopped;
   }
 
   status(): ManagerStatus {
@@ -292,6 +303,16 @@ export class Manager {
     // Ends with this term of leadership (stepDown aborts it); it never rejects.
     void this.chain.watchAnnouncements(kv, term.signal);
     this.coordinator.reset();
+    const staleness = this.options.staleness;
+    if (staleness) {
+      this.stalenessWatch = new StalenessWatch({
+        nc,
+        buffer: staleness.buffer,
+        trainerVersion: () => this.trainerVersion(staleness.model),
+        metrics: this.metrics.staleness,
+        log: this.log,
+      });
+    }
     // A tick that comes late (this process was held up) would judge members by heartbeats
     // still unread: it is skipped, and the next one, after they are in, judges.
     this.tickTimer = watchdog(this.options.tickMs ?? 100, (heldUp) => {
@@ -301,6 +322,14 @@ export class Manager {
     this.log.info({ epoch: this.chain.plan?.epoch ?? null, members: this.membership.size }, 'leader: managing the job');
   }
 
+  /** The newest version the trainer announced, of `model` or of any model. */
+  private trainerVersion(model: string | undefined): number | undefined {
+    let newest: number | undefined;
+    for (const a of this.chain.announcements())
+      if ((model === undefined || a.model === model) && (newest === undefined || a.version > newest)) newest = a.version;
+    return newest;
+  }
+
   private stepDown(reason: string): void {
     this.term?.abort();
     this.term = null;
@@ -308,6 +337,8 @@ export class Manager {
     this.tickTimer = null;
     for (const sub of this.subscriptions) sub.unsubscribe();
     this.subscriptions = [];
+    if (this.stalenessWatch) this.stalenessStopped = this.stalenessWatch.stop();
+    this.stalenessWatch = null;
     this.metrics.leader.set(0);
     // Losing the lease while running is worth a warning; handing it back on the way out is not,
     // and a failed takeover is logged by Leadership.

@@ -1,6 +1,9 @@
 /** The manager's Prometheus metrics (docs/reference/metrics.md, "Manager"). */
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { counter, gauge, histogram } from '../common/metric-factory.js';
+import type { StalenessMetrics } from './staleness/staleness-watch.js';
+
+const STALENESS_BUCKETS = [0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64];
 
 /**
  * What the gauges that describe the fleet read at scrape time (not on every tick: at a thousand
@@ -27,6 +30,8 @@ export class ManagerMetrics {
   readonly stalls: Counter;
   readonly rejected: Counter;
   readonly checkpointLoads: Counter;
+  /** Trajectories and staleness of the data the trainer gets (staleness/staleness-watch.ts). */
+  readonly staleness: StalenessMetrics;
 
   constructor(registry: Registry, source: ManagerGaugeSource) {
     this.leader = gauge(registry, { name: 'laminar_manager_leader', help: '1 while this manager holds the leader lease and leads the job' });
@@ -66,6 +71,27 @@ export class ManagerMetrics {
       name: 'laminar_manager_checkpoint_loads_total',
       help: 'relays told to load a version from the trainer checkpoint',
     });
+    this.staleness = {
+      completed: counter(registry, {
+        name: 'laminar_manager_trajectories_completed_total',
+        help: 'trajectories written to the experience buffer, as the leading manager read them',
+      }),
+      inherent: histogram(registry, {
+        name: 'laminar_manager_inherent_staleness',
+        help: "inherent staleness of each trajectory written: the trainer's newest announced version when it was written - its generating version",
+        buckets: STALENESS_BUCKETS,
+      }),
+      consumption: histogram(registry, {
+        name: 'laminar_manager_consumption_staleness',
+        help: "consumption staleness of the trajectories trained on (trainer version at training - generating version), from the samplers' batch summaries",
+        buckets: STALENESS_BUCKETS,
+      }),
+      restarts: counter(registry, {
+        name: 'laminar_manager_record_watch_restarts_total',
+        help: "times the manager's headers-only follower of the experience buffer was made again (nats-server restarts, a stream created later)",
+      }),
+      rejected: this.rejected,
+    };
     // Rollouts that are gone drop out of these at the next scrape rather than keep their last value.
     scrapedGauge(registry, 'laminar_manager_rollout_kv_used', 'KV-cache utilisation each live rollout reports', ['rollout'], (g) => {
       for (const { rollout, kvUsed } of source.rolloutLoads()) g.set({ rollout }, kvUsed);

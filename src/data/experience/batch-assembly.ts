@@ -57,6 +57,8 @@ export interface BatchAssemblerOptions {
   strategy: SamplingStrategy;
   maxTimesSampled: number;
   trainerVersion: () => number;
+  /** Told of every batch handed over: the version it was trained at and its staleness counts. */
+  onHandedOver?: (trainerVersion: number, staleness: Record<number, number>) => void;
   reads: ReadActivity;
   metrics: SamplerMetrics;
   rejections: RejectionCounter;
@@ -220,6 +222,7 @@ export class BatchAssembler {
     for (const [value, count] of Object.entries(staleness.histogram)) this.options.metrics.staleness.observe(Number(value), count);
     this.options.metrics.sampled.inc({ buffer: this.options.buffer }, items.length);
     this.books.handedOver(entries, allSpent ? entries : entries.filter((e) => e.timesSampled >= max));
+    this.options.onHandedOver?.(version, staleness.histogram);
     return { ...batch, trainerVersion: version, staleness };
   }
 

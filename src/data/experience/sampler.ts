@@ -27,6 +27,7 @@ import { fifo } from './strategies/basic.js';
 import { seededRandom, type SamplingStrategy } from './strategies/strategy.js';
 import { ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
 import { CompletionMarks } from './completion-marks.js';
+import { batchSummaryPublisher } from './batch-summary.js';
 import { IndexFeed } from './index-feed.js';
 import { ReadActivity } from './read-activity.js';
 import type { Batch } from './batch.js';
@@ -81,6 +82,11 @@ export interface SamplerOptions extends BufferStreamOptions {
   maxDeletionDelayMs?: number;
   /** Called with what each eviction removed and why (also counted in metrics). */
   onEvict?: (entries: readonly BufferEntry[], reason: string) => void;
+  /**
+   * Publish a summary of each batch handed over (its trainer version and staleness counts) on
+   * `laminar.expbatch.<buffer>`, where the manager reports consumption staleness from. Default true.
+   */
+  publishBatchSummaries?: boolean;
   registry?: Registry;
   logger?: Logger;
 }
@@ -183,6 +189,7 @@ export class ExperienceSampler {
       strategy: this.strategy,
       maxTimesSampled: this.eviction.maxTimesSampled,
       trainerVersion: () => this.trainerVersion,
+      onHandedOver: options.publishBatchSummaries === false ? undefined : batchSummaryPublisher(options.nc, names.buffer),
       reads: this.reads,
       metrics: this.m,
       rejections: this.rejections,
