@@ -2,7 +2,19 @@
  * `npm run bench -- <name> [options]`: runs bench/<name>.ts. Each benchmark measures the raw
  * limit in the same run, prints a table and then one JSON line (the last line of stdout).
  */
-const BENCHES = ['relay', 'buffer', 'broadcast', 'failover', 'repack', 'repack-planner', 'control', 'python', 'engine', 'simulate-engines'] as const;
+const BENCHES = [
+  'relay',
+  'buffer',
+  'broadcast',
+  'failover',
+  'repack',
+  'repack-planner',
+  'control',
+  'python',
+  'engine',
+  'simulate-engines',
+  'simulate',
+] as const;
 
 async function main(): Promise<void> {
   const [name, ...rest] = process.argv.slice(2);

@@ -11,6 +11,7 @@ import { rolloutAgentCommand } from './rollout-agent.js';
 import { samplerCommand } from './sampler.js';
 import { simRolloutCommand } from './sim-rollout.js';
 import { simTrainerCommand } from './sim-trainer.js';
+import { simulateCommand } from './simulate.js';
 import { versionsCommand } from './versions.js';
 
 const program = new Command('laminar')
@@ -26,7 +27,8 @@ const program = new Command('laminar')
   .addCommand(chunkSizeCommand())
   .addCommand(rolloutAgentCommand())
   .addCommand(simRolloutCommand())
-  .addCommand(simTrainerCommand());
+  .addCommand(simTrainerCommand())
+  .addCommand(simulateCommand());
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   if (err instanceof CommanderError) {

@@ -1,0 +1,221 @@
+/**
+ * The report's tables (docs/design/simulator.md, "Outputs"), each a function of results.json
+ * alone, rendered as Markdown (tables.md, the README) or as aligned text (the CLI's stdout):
+ *
+ * - throughput: (model, GPUs) × system, tokens/s, and laminar's speedup over each other system;
+ * - paper comparison: each validated figure, paper against simulated, and why where they differ;
+ * - staleness: inherent and consumption p50/p90/max per run;
+ * - repack: laminar with and without repack at each (model, GPUs) where both ran.
+ */
+import { SYSTEMS, type SystemName } from '../scenario/schema.js';
+import type { ScenarioRunResult } from '../systems/run-context.js';
+import { runsByPoint, type ComparisonRow } from './paper-comparison.js';
+import type { SimulationResults } from './results.js';
+
+export interface Table {
+  title: string;
+  /** One sentence on what the table shows and how to read it. */
+  caption: string;
+  columns: string[];
+  rows: string[][];
+}
+
+/** The systems present in the runs, in SYSTEMS order. */
+export function systemsIn(runs: readonly ScenarioRunResult[]): SystemName[] {
+  return SYSTEMS.filter((s) => runs.some((r) => r.system === s));
+}
+
+/** The scenario's model for a table's first column. */
+function modelLabel(results: SimulationResults, scenario: string): string {
+  const s = results.scenarios.find((x) => x.name === scenario);
+  return s?.paperModel ?? s?.model ?? scenario;
+}
+
+/** (scenario, GPUs) points in scenario order, then by GPUs. */
+export function orderedPoints(results: SimulationResults): Array<{ scenario: string; gpus: number; bySystem: Map<SystemName, ScenarioRunResult> }> {
+  const order = new Map(results.scenarios.map((s, i) => [s.name, i]));
+  return [...runsByPoint(results.runs).values()]
+    .map((bySystem) => {
+      const any = bySystem.values().next().value!;
+      return { scenario: any.scenario, gpus: any.gpus, bySystem };
+    })
+    .sort((a, b) => (order.get(a.scenario) ?? 0) - (order.get(b.scenario) ?? 0) || a.gpus - b.gpus);
+}
+
+const thousands = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
+
+export function formatNumber(x: number | null): string {
+  if (x === null || !Number.isFinite(x)) return '—';
+  if (Math.abs(x) >= 1000) return thousands.format(x);
+  if (Math.abs(x) >= 100) return x.toFixed(0);
+  if (Number.isInteger(x)) return String(x);
+  return Number(x.toPrecision(3)).toString();
+}
+
+const pct = (x: number): string => `${(x * 100).toFixed(1)} %`;
+const times = (x: number): string => `${x.toFixed(2)}×`;
+
+export function throughputTable(results: SimulationResults): Table {
+  const systems = systemsIn(results.runs);
+  const others = systems.filter((s) => s !== 'laminar');
+  const withSpeedups = systems.includes('laminar');
+  const columns = ['model', 'GPUs', ...systems.map((s) => `${s} tokens/s`), ...(withSpeedups ? others.map((s) => `laminar ÷ ${s}`) : [])];
+  const rows = orderedPoints(results).map(({ scenario, gpus, bySystem }) => {
+    const tps = (s: SystemName): number | undefined => bySystem.get(s)?.throughput.tokensPerS;
+    const lam = tps('laminar');
+    return [
+      modelLabel(results, scenario),
+      String(gpus),
+      ...systems.map((s) => formatNumber(tps(s) ?? null)),
+      ...(withSpeedups
+        ? others.map((s) => {
+            const b = tps(s);
+            return lam !== undefined && b !== undefined && b > 0 ? times(lam / b) : '—';
+          })
+        : []),
+    ];
+  });
+  return {
+    title: 'Throughput',
+    caption:
+      "Training throughput, the paper's metric: prompt + response tokens of the batches trained after the warm-up steps, over the time between their actor-update completions; laminar's speedup over each other system at the same (model, GPUs).",
+    columns,
+    rows,
+  };
+}
+
+function checkText(r: ComparisonRow): string {
+  return r.check === 'tolerance' ? `±${Math.round((r.tolerance ?? 0) * 100)} %` : (r.bound ?? '');
+}
+
+export function comparisonTable(results: SimulationResults): Table {
+  const rows = results.comparison.map((r) => [
+    r.id,
+    `${r.what} (${r.source}; ${r.basis})`,
+    formatNumber(r.paper),
+    formatNumber(r.simulated),
+    r.ratio === null ? '—' : r.ratio.toFixed(2),
+    checkText(r),
+    r.within === null ? '—' : r.within ? 'yes' : '**no**',
+    r.why ?? '',
+  ]);
+  return {
+    title: 'Paper comparison',
+    caption:
+      'Each figure of src/simulate/paper-figures.json that the simulator validates: the paper\'s value, the simulated one, their ratio and the check (±15 % or a bound). "why" gives the reason where the check fails or these runs cannot give the figure; no constant is tuned to match.',
+    columns: ['figure', 'what', 'paper', 'simulated', 'sim/paper', 'check', 'within', 'why'],
+    rows,
+  };
+}
+
+export function stalenessTable(results: SimulationResults): Table {
+  const systems = systemsIn(results.runs);
+  const rows: string[][] = [];
+  for (const { scenario, gpus, bySystem } of orderedPoints(results)) {
+    for (const s of systems) {
+      const r = bySystem.get(s);
+      if (r === undefined) continue;
+      const { inherent: i, consumption: c } = r.staleness;
+      rows.push([
+        modelLabel(results, scenario),
+        String(gpus),
+        s,
+        String(i.p50),
+        String(i.p90),
+        String(i.max),
+        String(c.p50),
+        String(c.p90),
+        String(c.max),
+        formatNumber(c.count),
+      ]);
+    }
+  }
+  return {
+    title: 'Staleness',
+    caption:
+      'Inherent staleness (trainer version when a trajectory completes − the version it was generated with, §6) and consumption staleness (trainer version when it is trained on − that version), p50/p90/max over every trajectory of the run.',
+    columns: ['model', 'GPUs', 'system', 'inherent p50', 'inherent p90', 'inherent max', 'consumption p50', 'consumption p90', 'consumption max', 'trained'],
+    rows,
+  };
+}
+
+export function repackTable(results: SimulationResults): Table {
+  const rows: string[][] = [];
+  for (const { scenario, gpus, bySystem } of orderedPoints(results)) {
+    const on = bySystem.get('laminar');
+    const off = bySystem.get('laminar-no-repack');
+    if (on === undefined || off === undefined) continue;
+    rows.push([
+      modelLabel(results, scenario),
+      String(gpus),
+      pct(on.kvUtilisation),
+      pct(off.kvUtilisation),
+      off.kvUtilisation > 0 ? times(on.kvUtilisation / off.kvUtilisation) : '—',
+      formatNumber(on.generationTokensPerS),
+      formatNumber(off.generationTokensPerS),
+      off.generationTokensPerS > 0 ? times(on.generationTokensPerS / off.generationTokensPerS) : '—',
+      off.throughput.tokensPerS > 0 ? times(on.throughput.tokensPerS / off.throughput.tokensPerS) : '—',
+      String(on.repack.rounds),
+      String(on.repack.moves),
+      formatNumber(on.repack.movedTrajectories),
+    ]);
+  }
+  return {
+    title: 'Repack',
+    caption:
+      'laminar with repack (Algorithm 1, every 5 s and after each version) against laminar-no-repack on the same GPUs: mean KV utilisation (time-weighted over every rollout engine and the run, idle counting as 0), generation throughput (decoded tokens/s), training throughput, and the rounds, moves and trajectories moved.',
+    columns: [
+      'model',
+      'GPUs',
+      'KV util with',
+      'KV util without',
+      'KV ratio',
+      'gen tokens/s with',
+      'gen tokens/s without',
+      'gen ratio',
+      'training ratio',
+      'rounds',
+      'moves',
+      'moved',
+    ],
+    rows,
+  };
+}
+
+/** Every table of the report, in the order tables.md has them (empty ones left out). */
+export function reportTables(results: SimulationResults): Table[] {
+  return [throughputTable(results), comparisonTable(results), stalenessTable(results), repackTable(results)].filter((t) => t.rows.length > 0);
+}
+
+const escapeCell = (s: string): string => s.replace(/\|/g, '\\|');
+
+export function toMarkdown(table: Table): string {
+  const line = (cells: string[]): string => `| ${cells.map(escapeCell).join(' | ')} |`;
+  return [`## ${table.title}`, '', table.caption, '', line(table.columns), line(table.columns.map(() => '---')), ...table.rows.map(line), ''].join('\n');
+}
+
+/** Aligned columns for a terminal; `maxCell` cuts long cells (the comparison's reasons). */
+export function toText(table: Table, maxCell = 48): string {
+  const cut = (s: string): string => (s.length > maxCell ? `${s.slice(0, maxCell - 1)}…` : s);
+  const cells = [table.columns, ...table.rows].map((r) => r.map((c) => cut(c.replace(/\*\*/g, ''))));
+  const widths = table.columns.map((_, i) => Math.max(...cells.map((r) => r[i]!.length)));
+  const lines = cells.map((r) =>
+    r
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd(),
+  );
+  return [table.title, ...lines.slice(0, 1), widths.map((w) => '-'.repeat(w)).join('  '), ...lines.slice(1), ''].join('\n');
+}
+
+/** tables.md: a heading, what was run, then every table. */
+export function tablesMarkdown(results: SimulationResults): string {
+  const names = results.scenarios.map((s) => `\`${s.name}\``).join(', ');
+  const head = [
+    '# Simulated results',
+    '',
+    `Written by the cluster simulator (\`laminar simulate\`, docs/components/simulator.md) from results.json: ${results.totals.runs} run(s) of ${names}, ${formatNumber(results.totals.events)} events, ${formatNumber(results.totals.virtualS)} s of virtual time in ${results.totals.wallS.toFixed(1)} s of wall time.`,
+    '',
+  ];
+  return [...head, ...reportTables(results).map(toMarkdown)].join('\n');
+}
