@@ -9,6 +9,7 @@ import { connectControl, parseControlOptions } from '../control/nats-options.js'
 import { Redis } from 'ioredis';
 import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
 import { Manager } from '../manager/manager.js';
+import { managerStatusRoute } from '../manager/status-route.js';
 import { DEFAULT_REPACK_LIMITS, validateRepackLimits } from '../manager/repack/planner.js';
 import { InvalidInputError } from '../common/errors.js';
 import { addControlFlags, controlInput } from './control-flags.js';
@@ -127,7 +128,8 @@ export function managerCommand(): Command {
       await manager.start();
       watchEventLoop({ registry, log: logger });
       const port = Number(opts.httpPort);
-      const http = port >= 0 ? await serveMetrics(registry, { host: opts.httpHost!, port, status: () => manager.status() }) : null;
+      const http =
+        port >= 0 ? await serveMetrics(registry, { host: opts.httpHost!, port, routes: [managerStatusRoute(() => manager.status())], logger }) : null;
       logger.info({ manager: manager.id, job: control.job, nats: control.servers, httpPort: http?.port ?? null, leader: manager.isLeader }, 'manager started');
       stopOnSignals({
         logger,

@@ -52,6 +52,25 @@ export const ERROR_CATALOGUE = {
     'A failure with no code of its own (a bug, or an error from a library that carries none); the original error is the `cause`.',
   ),
 
+  // Every daemon's HTTP endpoint (/metrics, /status, the manager's dashboard): src/common/http-server.ts
+  HTTP_NOT_FOUND: entry('ERR_HTTP_NOT_FOUND', 'general', 'An HTTP request names a path the daemon does not serve (404; paths match exactly).'),
+  HTTP_METHOD: entry('ERR_HTTP_METHOD', 'general', 'An HTTP request uses a method other than GET or HEAD (405; its body is never read).'),
+  HTTP_BAD_QUERY: entry(
+    'ERR_HTTP_BAD_QUERY',
+    'general',
+    "An HTTP request's query string has a parameter its route does not take, or one parameter twice (400).",
+  ),
+  HTTP_BAD_REQUEST: entry(
+    'ERR_HTTP_BAD_REQUEST',
+    'general',
+    'An HTTP request cannot be served as sent: a malformed request line or header (400), a request target over 2 KiB (414), headers over 16 KiB (431).',
+  ),
+  HTTP_HOST: entry(
+    'ERR_HTTP_HOST',
+    'general',
+    'An HTTP request names a `Host` that is not an IP address, `localhost` or the host the daemon listens on (421): a page of another site reached through DNS rebinding.',
+  ),
+
   // The relay's local protocol (unix socket, msgpack frames)
   BAD_FRAME: entry('ERR_BAD_FRAME', 'relay protocol', 'A frame of the local protocol cannot be decoded (bad length prefix or msgpack).'),
   FRAME_TOO_LARGE: entry('ERR_FRAME_TOO_LARGE', 'relay protocol', 'A frame is larger than the relay accepts (`--max-frame-bytes`).'),

@@ -1,12 +1,13 @@
 /**
  * Prometheus metrics: each daemon owns one prom-client Registry (never the global one, so that
- * several components can live in one process, as in tests) and serves it on /metrics. Metrics
- * are defined with metric-factory.ts.
+ * several components can live in one process, as in tests) and serves it on /metrics (on the
+ * router of http-server.ts). Metrics are defined with metric-factory.ts.
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Registry, collectDefaultMetrics, type Gauge } from 'prom-client';
+import { sendBody } from './http-answers.js';
+import { startHttpServer, type HttpLimits, type HttpRoute } from './http-server.js';
+import type { Logger } from './logger.js';
 import { gauge } from './metric-factory.js';
 
 /**
@@ -73,36 +74,38 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
-/**
- * Serves GET /metrics (Prometheus text) and GET /status (JSON from `status`, when given) on
- * host:port. Port 0 picks a free port; the bound port is in the result.
- */
-export async function serveMetrics(registry: Registry, options: { host: string; port: number; status?: () => unknown }): Promise<MetricsServer> {
-  const server: Server = createServer((req, res) => {
-    const url = req.url ?? '/';
-    if (req.method === 'GET' && url.startsWith('/metrics')) {
-      registry
-        .metrics()
-        .then((text) => {
-          res.writeHead(200, { 'content-type': registry.contentType });
-          res.end(text);
-        })
-        .catch((err: unknown) => {
-          res.writeHead(500).end(String(err));
-        });
-    } else if (req.method === 'GET' && url.startsWith('/status') && options.status) {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(options.status()));
-    } else {
-      res.writeHead(404).end('not found\n');
-    }
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port, options.host, () => resolve());
-  });
+/** `GET /metrics`: the registry's Prometheus text. */
+export function metricsRoute(registry: Registry): HttpRoute {
   return {
-    port: (server.address() as AddressInfo).port,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    path: '/metrics',
+    handle: async ({ res }) => {
+      const text = await registry.metrics();
+      sendBody(res, 200, { 'content-type': registry.contentType }, text);
+    },
   };
+}
+
+/** `GET /status`: `JSON.stringify(status())`, no query parameters (the manager's own route takes filters). */
+export function jsonStatusRoute(status: () => unknown): HttpRoute {
+  return { path: '/status', handle: ({ res }) => sendBody(res, 200, { 'content-type': 'application/json' }, JSON.stringify(status())) };
+}
+
+/**
+ * Serves GET /metrics (Prometheus text), GET /status (JSON from `status`, when given) and any
+ * further `routes` on host:port, on the hardened router (http-server.ts). Port 0 picks a free
+ * port; the bound port is in the result.
+ */
+export async function serveMetrics(
+  registry: Registry,
+  options: { host: string; port: number; status?: () => unknown; routes?: readonly HttpRoute[]; limits?: Partial<HttpLimits>; logger?: Logger },
+): Promise<MetricsServer> {
+  const routes = [metricsRoute(registry), ...(options.status ? [jsonStatusRoute(options.status)] : []), ...(options.routes ?? [])];
+  return startHttpServer({
+    host: options.host,
+    port: options.port,
+    routes,
+    registry,
+    ...(options.limits ? { limits: options.limits } : {}),
+    ...(options.logger ? { logger: options.logger } : {}),
+  });
 }

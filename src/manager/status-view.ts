@@ -36,10 +36,14 @@ export function parseChoices<T extends string>(option: string, text: string, all
   return chosen;
 }
 
-export function parseStatusFilter(opts: { kind?: string; health?: string; behind?: boolean }): StatusFilter {
+/**
+ * The filter of `laminar status --kind --health --behind`, and of the manager's `GET /status`
+ * query (`?kind=&health=&behind=1`): errors name the option as `prefix` + its name.
+ */
+export function parseStatusFilter(opts: { kind?: string; health?: string; behind?: boolean }, prefix = '--'): StatusFilter {
   return {
-    ...(opts.kind === undefined ? {} : { kinds: parseChoices('--kind', opts.kind, memberKinds) }),
-    ...(opts.health === undefined ? {} : { health: parseChoices('--health', opts.health, memberHealths) }),
+    ...(opts.kind === undefined ? {} : { kinds: parseChoices(`${prefix}kind`, opts.kind, memberKinds) }),
+    ...(opts.health === undefined ? {} : { health: parseChoices(`${prefix}health`, opts.health, memberHealths) }),
     ...(opts.behind ? { behind: true } : {}),
   };
 }

@@ -21,6 +21,21 @@ ABORTED: Final = "ERR_ABORTED"
 INTERNAL: Final = "ERR_INTERNAL"
 """A failure with no code of its own (a bug, or an error from a library that carries none); the original error is the `cause`."""
 
+HTTP_NOT_FOUND: Final = "ERR_HTTP_NOT_FOUND"
+"""An HTTP request names a path the daemon does not serve (404; paths match exactly)."""
+
+HTTP_METHOD: Final = "ERR_HTTP_METHOD"
+"""An HTTP request uses a method other than GET or HEAD (405; its body is never read)."""
+
+HTTP_BAD_QUERY: Final = "ERR_HTTP_BAD_QUERY"
+"""An HTTP request's query string has a parameter its route does not take, or one parameter twice (400)."""
+
+HTTP_BAD_REQUEST: Final = "ERR_HTTP_BAD_REQUEST"
+"""An HTTP request cannot be served as sent: a malformed request line or header (400), a request target over 2 KiB (414), headers over 16 KiB (431)."""
+
+HTTP_HOST: Final = "ERR_HTTP_HOST"
+"""An HTTP request names a `Host` that is not an IP address, `localhost` or the host the daemon listens on (421): a page of another site reached through DNS rebinding."""
+
 BAD_FRAME: Final = "ERR_BAD_FRAME"
 """A frame of the local protocol cannot be decoded (bad length prefix or msgpack)."""
 
@@ -394,6 +409,11 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_CLOSED": "The object or connection was closed, or the peer went away, before or while the operation ran.",
     "ERR_ABORTED": "The caller's AbortSignal ended the operation (or Ctrl-C ended a command).",
     "ERR_INTERNAL": "A failure with no code of its own (a bug, or an error from a library that carries none); the original error is the `cause`.",
+    "ERR_HTTP_NOT_FOUND": "An HTTP request names a path the daemon does not serve (404; paths match exactly).",
+    "ERR_HTTP_METHOD": "An HTTP request uses a method other than GET or HEAD (405; its body is never read).",
+    "ERR_HTTP_BAD_QUERY": "An HTTP request's query string has a parameter its route does not take, or one parameter twice (400).",
+    "ERR_HTTP_BAD_REQUEST": "An HTTP request cannot be served as sent: a malformed request line or header (400), a request target over 2 KiB (414), headers over 16 KiB (431).",
+    "ERR_HTTP_HOST": "An HTTP request names a `Host` that is not an IP address, `localhost` or the host the daemon listens on (421): a page of another site reached through DNS rebinding.",
     "ERR_BAD_FRAME": "A frame of the local protocol cannot be decoded (bad length prefix or msgpack).",
     "ERR_FRAME_TOO_LARGE": "A frame is larger than the relay accepts (`--max-frame-bytes`).",
     "ERR_BAD_REQUEST": "A request's arguments do not satisfy the operation's schema.",
