@@ -35,6 +35,7 @@ import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
 import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
 import { RelayClient, type Lease } from '../relay/client/index.js';
+import { mustEmptyFirst, promptsToClaim } from '../rollout/claim-policy.js';
 import { RolloutClient } from '../rollout/index.js';
 import type { EngineClient } from './engine-client.js';
 import { EngineError } from './http.js';
@@ -291,7 +292,7 @@ export class RolloutAgent {
       });
     }, pollMs);
     const watcher = this.watchVersions(session);
-    const maxInFlight = this.options.maxInFlight ?? 0;
+    const policy = { batchPrompts: this.options.batchPrompts, maxInFlight: this.options.maxInFlight ?? 0 };
     /** Samples per prompt seen in the last claim (what one more prompt brings). */
     let perPrompt = 1;
     let lastLook = 0;
@@ -304,13 +305,11 @@ export class RolloutAgent {
         // matters: an acquire in flight makes the SDK refuse a repack-in meant for this rollout.
         const unwatched = !session.watching && performance.now() - lastLook >= UNWATCHED_LOOK_MS;
         const newer = current === null || unwatched || (this.newest !== null && this.newest > current && this.newest !== this.refused);
-        if (newer || (maxInFlight === 0 && engine.inFlight > 0)) {
+        if (mustEmptyFirst(policy, engine.inFlight, newer)) {
           // A newer version waits, or batch mode: nothing new starts until the engine is empty
           // (a trajectory keeps one version from its first token to its last).
-          if (engine.inFlight > 0) {
-            await this.until(session, engine.idle());
-            continue;
-          }
+          await this.until(session, engine.idle());
+          continue;
         }
         if (newer) {
           session.client.setState('idle');
@@ -320,14 +319,12 @@ export class RolloutAgent {
             continue;
           }
         }
-        const room = maxInFlight === 0 ? Number.POSITIVE_INFINITY : maxInFlight - engine.inFlight;
-        // Claims of a quarter of the room at least: one claim per finished trajectory would pay
-        // the claim's round trips (Redis, JetStream) for every trajectory on its own.
-        if (room < Math.max(perPrompt, Math.ceil(maxInFlight / 4))) {
+        // The rule is claim-policy.ts's (the cluster simulator's rollouts follow it too).
+        const count = promptsToClaim(policy, engine.inFlight, perPrompt);
+        if (count === 0) {
           await this.until(session, engine.ended());
           continue;
         }
-        const count = maxInFlight === 0 ? this.options.batchPrompts : Math.max(1, Math.min(this.options.batchPrompts, Math.floor(room / perPrompt)));
         let tasks;
         try {
           tasks = await session.client.claim(count);

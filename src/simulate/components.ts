@@ -9,6 +9,7 @@ import { planRepack } from '../manager/repack/planner.js';
 import { repackRoundGroups } from '../manager/repack/round.js';
 import { broadcastTime } from '../relay/broadcast/chunk-model.js';
 import { chooseChunkSize } from '../relay/chunking/chunk-choice.js';
+import { mustEmptyFirst, promptsToClaim } from '../rollout/claim-policy.js';
 import type { BroadcastComponents } from './fleet/broadcast.js';
 
 export interface SimComponents extends BroadcastComponents {
@@ -16,6 +17,16 @@ export interface SimComponents extends BroadcastComponents {
   planRepack: typeof planRepack;
   /** The coordinator's round around it: eligibility, C_prev, groups (src/manager/repack/round.ts). */
   repackRoundGroups: typeof repackRoundGroups;
+  /** The rollout agent's claim rule (src/rollout/claim-policy.ts): when a rollout claims, and how many. */
+  mustEmptyFirst: typeof mustEmptyFirst;
+  promptsToClaim: typeof promptsToClaim;
 }
 
-export const REAL_COMPONENTS: Readonly<SimComponents> = Object.freeze({ planRepack, repackRoundGroups, broadcastTime, chooseChunkSize });
+export const REAL_COMPONENTS: Readonly<SimComponents> = Object.freeze({
+  planRepack,
+  repackRoundGroups,
+  broadcastTime,
+  chooseChunkSize,
+  mustEmptyFirst,
+  promptsToClaim,
+});

@@ -53,7 +53,14 @@ export function runScenario(scenario: Scenario, system: SystemName, options: Run
   if (system === 'sync') runSync(ctx);
   else if (system === 'one-step') runOneStep(ctx);
   else if (system === 'stream') runStream(ctx);
-  else runLaminar(ctx, { repack: system === 'laminar', round: components.repackRoundGroups, planner: components.planRepack, broadcast: components });
+  else
+    runLaminar(ctx, {
+      repack: system === 'laminar',
+      round: components.repackRoundGroups,
+      planner: components.planRepack,
+      claim: components,
+      broadcast: components,
+    });
   const { events } = ctx.sim.run({ maxEvents: options.maxEvents ?? 50_000_000 });
   const wallMs = performance.now() - started;
   if (ctx.stepsDone < steps) {

@@ -9,6 +9,7 @@ import { planRepack } from '../../src/manager/repack/planner.js';
 import { repackRoundGroups } from '../../src/manager/repack/round.js';
 import { broadcastTime } from '../../src/relay/broadcast/chunk-model.js';
 import { chooseChunkSize } from '../../src/relay/chunking/chunk-choice.js';
+import { mustEmptyFirst, promptsToClaim } from '../../src/rollout/claim-policy.js';
 import { REAL_COMPONENTS } from '../../src/simulate/components.js';
 import { runScenario, SIMULATED_SYSTEMS } from '../../src/simulate/run.js';
 import type { ScenarioInput } from '../../src/simulate/scenario/schema.js';
@@ -83,6 +84,8 @@ describe('the simulator drives the real components', () => {
     expect(REAL_COMPONENTS.repackRoundGroups).toBe(repackRoundGroups);
     expect(REAL_COMPONENTS.broadcastTime).toBe(broadcastTime);
     expect(REAL_COMPONENTS.chooseChunkSize).toBe(chooseChunkSize);
+    expect(REAL_COMPONENTS.mustEmptyFirst).toBe(mustEmptyFirst);
+    expect(REAL_COMPONENTS.promptsToClaim).toBe(promptsToClaim);
   });
 
   it('a planner that never moves changes laminar into laminar-no-repack', () => {
@@ -121,6 +124,24 @@ describe('the simulator drives the real components', () => {
     );
     expect(off.repack.rounds).toBe(0);
     expect(off.stepEndsS).toEqual(run('laminar-no-repack').stepEndsS);
+  });
+
+  it("laminar's rollouts claim by the rollout agent's rule: a planted rule that claims half as much changes the run", () => {
+    const half: typeof promptsToClaim = (policy, inFlight, perPrompt) => Math.max(1, Math.floor(promptsToClaim(policy, inFlight, perPrompt) / 2));
+    const planted = runScenario(scenario, 'laminar', { steps: 8, components: { promptsToClaim: half } });
+    expect(planted.ledger.consumed).toBe(run('laminar').ledger.consumed);
+    expect(planted.stepEndsS).not.toEqual(run('laminar').stepEndsS);
+  });
+
+  it("continuous claims (the agent's --max-in-flight) refill a rollout as trajectories finish: a different, still conserving and deterministic run", () => {
+    const continuous = tinyScenario((x) => void (x.claimMode = 'continuous'));
+    const a = runScenario(continuous, 'laminar', { steps: 8 });
+    const b = runScenario(continuous, 'laminar', { steps: 8 });
+    expect(b.stepEndsS).toEqual(a.stepEndsS);
+    expect(b.staleness).toEqual(a.staleness);
+    expect(a.ledger.consumed).toBe(run('laminar').ledger.consumed);
+    expect(a.ledger.generating + a.ledger.moving + a.ledger.buffered + a.ledger.consumed).toBe(a.ledger.claimed);
+    expect(a.stepEndsS).not.toEqual(run('laminar').stepEndsS);
   });
 
   it('a chunk model with a costlier chunk changes when versions reach the rollouts', () => {

@@ -195,8 +195,15 @@ export const scenarioSchema = z.strictObject({
   manager: managerSchema,
   broadcast: z.strictObject({ chunkBytes: z.union([z.literal('auto'), z.number().int().min(4096).multipleOf(4096)]) }),
   rolloutTp: tpSchema,
-  /** Trajectories a laminar rollout claims at once (A.3: 1,024). */
+  /** Trajectories a laminar rollout holds (A.3: 1,024): claimed at once, or kept in flight (claimMode). */
   maxConcurrency: count,
+  /**
+   * When a laminar rollout claims again, by the rollout agent's rule (src/rollout/claim-policy.ts):
+   * 'batch' (its --max-in-flight 0, the default): maxConcurrency at once, again when its engine is
+   * empty; 'continuous' (--max-in-flight maxConcurrency): claims refilled as trajectories finish,
+   * up to maxConcurrency in flight, until a newer version waits on its relay.
+   */
+  claimMode: z.enum(['batch', 'continuous']).default('batch'),
   placements: z.array(placementSchema).min(1),
   systems: z.array(z.enum(SYSTEMS)).min(1),
   failures: z.array(failureSchema).default([]),

@@ -2,9 +2,12 @@
  * laminar (paper §3-§6, Figure 3(e); docs/design/simulator.md): rollouts and trainer on their own
  * GPUs, never waiting for each other.
  *
- * - A rollout claims up to `maxConcurrency` trajectories in whole prompt groups, generates until
- *   its engine is empty, then takes the newest version complete on its machine's relay (loading
- *   it over PCIe if it is newer than its own) and claims again.
+ * - A rollout claims by the rollout agent's rule (src/rollout/claim-policy.ts, the same functions
+ *   `laminar rollout-agent` calls), in whole prompt groups: in the scenario's 'batch' claim mode
+ *   `maxConcurrency` trajectories at once, generated until its engine is empty; in 'continuous'
+ *   mode up to `maxConcurrency` in flight, claimed again as they finish while its relay holds no
+ *   newer version. Once empty, it takes the newest version complete on its machine's relay
+ *   (loading it over PCIe if it is newer than its own) and claims again.
  * - The trainer waits until the scenario's sampling strategy (the real ones: fifo, uniform, whole
  *   groups, staleness-bounded drop; trainer/strategy-buffer.ts) gives it a batch, trains it
  *   (data-plane overhead + the time model), and the new version exists at the end of training;
@@ -36,12 +39,18 @@ export interface LaminarOptions {
   /** The manager's round rules (src/manager/repack/round.ts) and planner, or planted ones. */
   round: SimComponents['repackRoundGroups'];
   planner: SimComponents['planRepack'];
+  /** The rollout agent's claim rule (src/rollout/claim-policy.ts), or a planted one. */
+  claim: Pick<SimComponents, 'mustEmptyFirst' | 'promptsToClaim'>;
   broadcast: BroadcastComponents;
 }
 
 export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
   const { sim, scenario, placement, workload } = ctx;
-  const groupsPerClaim = Math.max(1, Math.floor(scenario.maxConcurrency / workload.groupSize));
+  // The agent's --batch-prompts and --max-in-flight for this scenario.
+  const claimPolicy = {
+    batchPrompts: Math.max(1, Math.floor(scenario.maxConcurrency / workload.groupSize)),
+    maxInFlight: scenario.claimMode === 'continuous' ? scenario.maxConcurrency : 0,
+  };
   const batchSize = workload.batchSize;
   const loadMs = rolloutLoadMs(scenario, placement.tp);
   const relays = Math.max(1, placement.rolloutMachines);
@@ -67,9 +76,18 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
   }
 
   function claim(r: Rollout): void {
-    const reqs = ctx.pool.claim(groupsPerClaim, r.version);
+    const prompts = options.claim.promptsToClaim(claimPolicy, r.owned, workload.groupSize);
+    if (prompts === 0) return;
+    const reqs = ctx.pool.claim(prompts, r.version);
     r.owned += reqs.length;
     r.actor.submit(reqs);
+  }
+
+  /** What the agent's serve loop does when a trajectory of `r` ended or a move left it. */
+  function next(r: Rollout): void {
+    if (r.inMove) return;
+    if (r.owned === 0) refill(r);
+    else if (r.phase === 'generating' && !options.claim.mustEmptyFirst(claimPolicy, r.owned, relayVersion[r.machine]! > r.version)) claim(r);
   }
 
   /** The rollout's engine is empty: newest version from its relay, then claim again. */
@@ -104,7 +122,7 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
       completedAtMs: sim.now,
     });
     r.owned--;
-    if (r.owned === 0 && !r.inMove) refill(r);
+    next(r);
     maybeTrain();
   }
 
@@ -198,8 +216,8 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
         if (moved.length > 0) destination.actor.submit(moved);
         source.inMove = false;
         destination.inMove = false;
-        if (source.owned === 0) refill(source);
-        if (destination.owned === 0) refill(destination);
+        next(source);
+        next(destination);
         ctx.audit();
       },
     });
