@@ -441,6 +441,26 @@ const manager = dashboard({
         {},
       ),
     ]),
+    row('Dashboard', [
+      panel('Pages open', [['sum by (instance) (laminar_dashboard_pages{instance=~"$instance"})', '{{instance}}']], {
+        description: 'Browsers following /events (server-sent events), at most --dashboard-pages.',
+      }),
+      panel(
+        'Updates and bytes to pages',
+        [
+          [rate('laminar_dashboard_updates_total', ['instance'], I, '5m'), 'updates/s {{instance}}'],
+          [rate('laminar_dashboard_bytes_total', ['instance'], I, '5m'), 'bytes/s {{instance}}'],
+        ],
+        {},
+      ),
+      panel('Update time', latency('laminar_dashboard_update_seconds'), {
+        unit: 's',
+        description: 'Status, state, diff and serialisation of one update, paid once for every page.',
+      }),
+      panel('Pages closed', [[increase('laminar_dashboard_pages_closed_total', ['reason']), '{{reason}}']], {
+        description: 'slow: over 1 MiB unread, cut off (the page reconnects); full: refused, --dashboard-pages open already; left; shutdown.',
+      }),
+    ]),
     row('HTTP endpoint and faults', [
       panel('Requests', [[rate('laminar_http_requests_total', ['route', 'status'], I, '5m'), '{{route}} {{status}}']], { unit: 'reqps' }),
       panel('Unhandled faults', [[increase('laminar_unexpected_faults_total', ['instance', 'kind']), '{{instance}} {{kind}}']], {

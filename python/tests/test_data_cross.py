@@ -1,6 +1,7 @@
 """Python and TypeScript on one experience buffer (a real nats-server; the TypeScript side is
 experience_node.mjs over dist/): what Python writes, the TypeScript ExperienceSampler samples
-equal (and, sampled out, still known as written to the Python writer: the completion marks); what the TypeScript writer writes, Python reads back equal and byte-identical to its own
+equal (and, sampled out, still known as written to the Python writer: the completion marks);
+what the TypeScript writer writes, Python reads back equal and byte-identical to its own
 encoding; and a trajectory written from both languages is stored once."""
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ import { Redis } from 'ioredis';
 import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
 import { Manager } from '../manager/manager.js';
 import { managerStatusRoute } from '../manager/status-route.js';
+import { DashboardPublisher, EVENTS_SHOWN } from '../manager/dashboard/publisher.js';
+import { dashboardRoutes } from '../manager/dashboard/routes.js';
 import { DEFAULT_REPACK_LIMITS, validateRepackLimits } from '../manager/repack/planner.js';
 import { InvalidInputError } from '../common/errors.js';
 import { addControlFlags, controlInput } from './control-flags.js';
@@ -24,6 +26,14 @@ export function managerCommand(): Command {
     .addOption(new Option('--id <name>', 'name of this manager (default: manager@host:pid)').env('LAMINAR_MANAGER_ID'))
     .addOption(new Option('--http-host <host>', 'address of /metrics and /status').env('LAMINAR_HTTP_HOST').default('127.0.0.1'))
     .addOption(new Option('--http-port <port>', 'port of /metrics and /status (0: any, -1: off)').env('LAMINAR_HTTP_PORT').default('9480'))
+    .addOption(
+      new Option('--dashboard-interval <duration>', "period of the dashboard's live updates (/events) while a page is open")
+        .env('LAMINAR_DASHBOARD_INTERVAL')
+        .default('1s'),
+    )
+    .addOption(
+      new Option('--dashboard-pages <n>', 'dashboard pages served at once; the next one gets 503 and retries').env('LAMINAR_DASHBOARD_PAGES').default('32'),
+    )
     .addOption(
       new Option('--lease <duration>', 'leader lease: a standby takes over this long after the leader stops renewing').env('LAMINAR_LEASE').default('5s'),
     )
@@ -92,6 +102,7 @@ export function managerCommand(): Command {
       exitOnUnexpectedRejection(logger, registry);
       const control = parseControlOptions(controlInput(opts)!);
       const nc = await connectControl(control, `manager ${opts.id ?? process.pid}`);
+      const dashboard = parseDashboardOptions(opts.dashboardInterval!, opts.dashboardPages!);
       const roofline = parseRooflineBatch(opts.rooflineBatch!);
       const limits = { cMax: Number(opts.kvMax), rooflineBatch: roofline.default };
       validateRepackLimits(limits);
@@ -128,13 +139,23 @@ export function managerCommand(): Command {
       await manager.start();
       watchEventLoop({ registry, log: logger });
       const port = Number(opts.httpPort);
-      const http =
-        port >= 0 ? await serveMetrics(registry, { host: opts.httpHost!, port, routes: [managerStatusRoute(() => manager.status())], logger }) : null;
+      const publisher = new DashboardPublisher({
+        status: () => manager.status(),
+        series: () => manager.series.window(),
+        events: () => manager.journal.latest(EVENTS_SHOWN),
+        registry,
+        ...dashboard,
+        logger,
+      });
+      const routes = [managerStatusRoute(() => manager.status()), ...dashboardRoutes(publisher)];
+      const http = port >= 0 ? await serveMetrics(registry, { host: opts.httpHost!, port, routes, logger }) : null;
       logger.info({ manager: manager.id, job: control.job, nats: control.servers, httpPort: http?.port ?? null, leader: manager.isLeader }, 'manager started');
       stopOnSignals({
         logger,
         message: 'stopping (handing the lease over)',
         close: async () => {
+          // Open pages' streams first: they would hold the HTTP server's close.
+          publisher.close();
           await manager.close();
           await partials.close();
           redis?.disconnect();
@@ -143,6 +164,17 @@ export function managerCommand(): Command {
         },
       });
     });
+}
+
+/** `--dashboard-interval` and `--dashboard-pages`, checked. */
+export function parseDashboardOptions(interval: string, pages: string): { intervalMs: number; maxPages: number } {
+  const intervalMs = parseDuration(interval);
+  if (!Number.isSafeInteger(intervalMs) || intervalMs < 100)
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--dashboard-interval: ${JSON.stringify(interval)} is not a duration of 100ms or more`);
+  const maxPages = Number(pages);
+  if (!Number.isSafeInteger(maxPages) || maxPages <= 0)
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--dashboard-pages: ${JSON.stringify(pages)} is not a positive integer`);
+  return { intervalMs, maxPages };
 }
 
 /** "256" or "256,qwen-7b=512,qwen-72b=64": B for every model, and for the models named. */

@@ -220,6 +220,11 @@ export const ERROR_CATALOGUE = {
     'manager',
     "A dashboard update does not follow the page's state (the page missed one, or the manager started over): the page takes a new snapshot.",
   ),
+  DASHBOARD_FULL: entry(
+    'ERR_DASHBOARD_FULL',
+    'manager',
+    'The manager already serves as many dashboard pages as `--dashboard-pages` allows (503 with `Retry-After`): the page tries again later.',
+  ),
 
   // The rollout SDK
   VERSION_MISMATCH: entry('ERR_VERSION_MISMATCH', 'rollout', "A repack or resume names another weight version than the rollout's."),

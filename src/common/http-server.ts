@@ -85,6 +85,8 @@ export interface HeldStream {
   readonly buffered: number;
   readonly closed: boolean;
   end(): void;
+  /** Cuts the connection at once, dropping what is buffered: for a client that does not read (end() would wait on it to flush). */
+  destroy(): void;
   /** Runs `listener` once when the stream is over, whoever ended it. */
   onClose(listener: () => void): void;
 }
@@ -355,6 +357,9 @@ function holdStream(req: IncomingMessage, res: ServerResponse, held: Set<ServerR
     },
     end: () => {
       if (!closed) res.end();
+    },
+    destroy: () => {
+      if (!closed) res.destroy();
     },
     onClose: (listener) => {
       if (closed) queueMicrotask(listener);

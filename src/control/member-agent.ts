@@ -44,6 +44,8 @@ export interface MemberState {
   chunking?: Heartbeat['chunking'];
   /** A relay's segment page size. */
   pageSize?: number;
+  /** A relay's chunk bytes sent and received since it started (cumulative). */
+  bytes?: Heartbeat['bytes'];
 }
 
 export interface MemberAgentOptions {
@@ -249,6 +251,7 @@ export class MemberAgent {
       ...(this.options.rolloutLoad ? { rollout: this.options.rolloutLoad() } : {}),
       ...(state.chunking ? { chunking: state.chunking } : {}),
       ...(state.pageSize ? { pageSize: state.pageSize } : {}),
+      ...(state.bytes ? { bytes: state.bytes } : {}),
     };
     this.publish(this.names.heartbeat, heartbeat);
     const kv = this.kv;

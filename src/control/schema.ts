@@ -125,6 +125,11 @@ export const heartbeatSchema = z.object({
     .max(1 << 30)
     .optional()
     .catch(undefined),
+  /**
+   * Relays: chunk bytes sent downstream and received from upstream since the relay started,
+   * cumulative (optional like chunking: older relays leave it out, a bad one is dropped).
+   */
+  bytes: z.object({ sent: z.number().int().nonnegative(), received: z.number().int().nonnegative() }).optional().catch(undefined),
 });
 
 export const reportSchema = z.object({

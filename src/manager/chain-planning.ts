@@ -30,6 +30,7 @@ import {
 } from '../control/schema.js';
 import { Keys } from '../control/subjects.js';
 import { StallWatch, arrangeChain, masterBehind, newestVersions, progressScore, type RelayView } from './chain.js';
+import type { EventJournal } from './dashboard/journal.js';
 import type { ManagerMetrics } from './metrics.js';
 
 export interface ChainPlannerOptions {
@@ -50,6 +51,8 @@ export interface ChainPlannerOptions {
   stepDown: (reason: string) => void;
   /** The trainer announced a newer version of a model (repack runs right after one). */
   newVersion: () => void;
+  /** The dashboard's event log: plans, master changes, demotions, versions and checkpoint loads are recorded beside their log lines. */
+  journal?: EventJournal;
 }
 
 export class ChainPlanner {
@@ -168,12 +171,18 @@ export class ChainPlanner {
     this.demoted.delete(id);
   }
 
-  /** Moves a relay to the tail, where nobody depends on it. */
-  demote(id: string, now: number): void {
+  /** Moves a relay to the tail, where nobody depends on it; `why` goes into the dashboard's event log. */
+  demote(id: string, now: number, why = 'its link stalled'): void {
     if (this.demoted.has(id)) return;
     this.demoted.add(id);
     this.metrics.stalls.inc();
+    this.options.journal?.record('relay-demoted', id, `moved to the tail: ${why}`);
     this.noteFault('stall', now);
+  }
+
+  /** Whether a relay is at the tail for stalling a link, and not forgiven yet. */
+  isDemoted(id: string): boolean {
+    return this.demoted.has(id);
   }
 
   noteFault(reason: string, now: number): void {
@@ -202,7 +211,7 @@ export class ChainPlanner {
           { from: stall.from, to: stall.to, model: stall.model, version: stall.version, culprit },
           'chain link without progress: moving a relay to the tail',
         );
-        this.demote(culprit, now);
+        this.demote(culprit, now, `no progress from ${stall.from} to ${stall.to} on ${stall.model} v${stall.version}`);
       }
     }
     this.forgiveCaughtUp(relays);
@@ -222,6 +231,7 @@ export class ChainPlanner {
       const current = this.announced.get(a.model);
       if (!current || current.version <= a.version) this.announced.set(a.model, a);
       if (current && current.version < a.version) this.options.newVersion();
+      if (!current || current.version < a.version) this.options.journal?.record('version', a.model, `${a.model} v${a.version} announced`);
     } catch (err) {
       this.metrics.rejected.inc({ code: (err as ControlError).code });
     }
@@ -239,6 +249,7 @@ export class ChainPlanner {
       if (this.demoted.has(r.id) && r.receiving.length === 0 && progressScore(r, newest) >= newest.size) {
         this.demoted.delete(r.id);
         this.log.info({ relay: r.id }, 'demoted relay holds the newest versions again: forgiven');
+        this.options.journal?.record('relay-forgiven', r.id, 'holds the newest versions again: may be master or sender again');
       }
     }
   }
@@ -288,14 +299,15 @@ export class ChainPlanner {
         const old = this.current;
         this.current = plan;
         this.metrics.epoch.set(plan.epoch);
-        this.metrics.plans.inc({ reason: this.faultReason });
+        const reason = this.faultReason;
+        this.metrics.plans.inc({ reason });
         if (this.faultAt !== null) this.metrics.repairSeconds.observe((Date.now() - this.faultAt) / 1e3);
         this.faultAt = null;
         this.faultReason = 'join';
-        this.log.info(
-          { epoch: plan.epoch, chain: next.map((m) => m.id), master: next[0]!.id, masterChanged: old?.relays[0]?.id !== next[0]!.id },
-          'chain plan published',
-        );
+        const masterChanged = old?.relays[0]?.id !== next[0]!.id;
+        this.log.info({ epoch: plan.epoch, chain: next.map((m) => m.id), master: next[0]!.id, masterChanged }, 'chain plan published');
+        this.options.journal?.record('plan', `epoch ${plan.epoch}`, `epoch ${plan.epoch} (${reason}): ${next.length} relays, master ${next[0]!.id}`);
+        if (masterChanged) this.options.journal?.record('master', next[0]!.id, `master ${old?.relays[0]?.id ?? '(none)'} -> ${next[0]!.id}`);
       },
       (err: unknown) => {
         this.publishing = false;
@@ -342,6 +354,7 @@ export class ChainPlanner {
         { model: a.model, version: a.version, relay: master.id, checkpoint: a.checkpoint },
         'no relay holds the newest version: the master loads it from the checkpoint',
       );
+      this.options.journal?.record('checkpoint-load', master.id, `no relay holds ${a.model} v${a.version}: the master loads it from the checkpoint`);
       this.options.command(master.id, { v: SCHEMA_VERSION, t: 'load', model: a.model, version: a.version, path: a.checkpoint });
     }
   }

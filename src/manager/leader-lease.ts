@@ -16,6 +16,8 @@ export class LeaderLease {
   private seenRevision = -1;
   private seenAt = 0;
   state: LeaseState = 'standby';
+  /** Who held the lease at the last round (this manager's id while it holds it; null when nobody did, or it was unreadable). */
+  holderSeen: string | null = null;
 
   constructor(
     private readonly kv: KV,
@@ -28,9 +30,11 @@ export class LeaderLease {
     const value = encode({ v: SCHEMA_VERSION, holder: this.holder, ttlMs: this.ttlMs, at: now });
     const entry = await this.kv.get(Keys.leader);
     if (entry === null || entry.operation !== 'PUT') {
+      this.holderSeen = null;
       this.state = (await this.attempt(() => (entry === null ? this.kv.create(Keys.leader, value) : this.kv.update(Keys.leader, value, entry.revision))))
         ? 'leader'
         : 'standby';
+      if (this.state === 'leader') this.holderSeen = this.holder;
       return this.state;
     }
     let holder = '';
@@ -39,6 +43,7 @@ export class LeaderLease {
     } catch {
       // An unreadable lease is treated like one held by somebody else: it expires.
     }
+    this.holderSeen = holder === '' ? null : holder;
     if (holder === this.holder && (this.state === 'leader' || entry.revision === this.revision)) {
       this.state = (await this.attempt(() => this.kv.update(Keys.leader, value, entry.revision))) ? 'leader' : 'standby';
       return this.state;
@@ -51,6 +56,7 @@ export class LeaderLease {
     }
     if (now - this.seenAt >= this.ttlMs) {
       this.state = (await this.attempt(() => this.kv.update(Keys.leader, value, entry.revision))) ? 'leader' : 'standby';
+      if (this.state === 'leader') this.holderSeen = this.holder;
     }
     return this.state;
   }
@@ -59,6 +65,7 @@ export class LeaderLease {
   async release(): Promise<void> {
     if (this.state !== 'leader') return;
     this.state = 'standby';
+    this.holderSeen = null;
     await this.kv.delete(Keys.leader, { previousSeq: this.revision }).catch(() => undefined);
   }
 

@@ -57,6 +57,16 @@ export class Leadership {
     return this.leading && this.lease?.state === 'leader';
   }
 
+  /**
+   * The manager that leads the job, as the last lease round saw it: this one while it leads,
+   * else the lease's holder (null when nobody holds it), so that a standby's status names the leader.
+   */
+  get leaderId(): string | null {
+    if (this.isLeader) return this.options.id;
+    const seen = this.lease?.holderSeen ?? null;
+    return seen === this.options.id ? null : seen;
+  }
+
   /** The control bucket (null before start()). */
   get kv(): KV | null {
     return this.bucket;

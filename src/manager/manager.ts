@@ -43,6 +43,8 @@ import { ManagerMetrics } from './metrics.js';
 import { RolloutCoordinator, type CoordinatorStatus, type RolloutCoordinatorOptions } from './rollouts/coordinator.js';
 import { RolloutCoordinatorMetrics } from './rollouts/metrics.js';
 import { StalenessWatch } from './staleness/staleness-watch.js';
+import { EventJournal } from './dashboard/journal.js';
+import { SeriesRecorder } from './dashboard/series-recorder.js';
 import { ErrorCodes } from '../common/error-codes.js';
 
 export { memberHealths, type MemberHealth } from './membership.js';
@@ -71,11 +73,15 @@ export interface ManagerOptions {
    * versions are the trainer's (default: the newest of any model).
    */
   staleness?: { buffer: string; model?: string };
+  /** Period of the dashboard's series points while leading (default 1 s). */
+  seriesIntervalMs?: number;
 }
 
 export interface ManagerStatus {
   manager: string;
   leader: boolean;
+  /** The manager leading the job: this one while it leads, else the lease's holder as last seen (null: nobody). */
+  leaderId: string | null;
   job: string;
   epoch: number | null;
   master: string | null;
@@ -94,6 +100,10 @@ export interface ManagerStatus {
     chunking?: Chunking;
     /** The page size of the relay's segments (absent: not reported). */
     pageSize?: number;
+    /** Moved to the tail for stalling a link, and not forgiven yet. */
+    demoted: boolean;
+    /** Chunk bytes the relay sent and received since it started, as its last heartbeat said (absent: not reported). */
+    bytes?: { sent: number; received: number };
   }[];
   members: { id: string; kind: MemberKind; host: string; health: MemberHealth; heardMsAgo: number; inChain: boolean }[];
   newest: Holding[];
@@ -104,6 +114,10 @@ export interface ManagerStatus {
 export class Manager {
   readonly id: string;
   readonly metrics: ManagerMetrics;
+  /** The dashboard's event log (deaths, repairs, plans, repack rounds, ...), kept while leading. */
+  readonly journal = new EventJournal();
+  /** The dashboard's time series, a point a second while leading. */
+  readonly series = new SeriesRecorder();
   private readonly names: ControlNames;
   private readonly coordinator: RolloutCoordinator;
   private readonly log: Logger;
@@ -112,6 +126,7 @@ export class Manager {
   private readonly membership: Membership;
   private subscriptions: Subscription[] = [];
   private tickTimer: Watchdog | null = null;
+  private seriesTimer: Watchdog | null = null;
   private stalenessWatch: StalenessWatch | null = null;
   /** The last staleness watch's stop, awaited by close() (its consumer must not outlive the connection's users). */
   private stalenessStopped: Promise<void> = Promise.resolve();
@@ -141,6 +156,7 @@ export class Manager {
       metrics: new RolloutCoordinatorMetrics(registry),
       log: this.log.child({ component: 'rollouts' }),
       startupGraceMs: options.rollouts?.startupGraceMs ?? deadAfterMs,
+      journal: this.journal,
     });
     this.leadership = new Leadership({
       nc: options.nc,
@@ -165,6 +181,7 @@ export class Manager {
       // A plan written by another manager: hand the lease back too, or this manager would hold it leading nothing.
       stepDown: (reason) => this.leadership.resign(reason),
       newVersion: () => this.coordinator.newVersion(),
+      journal: this.journal,
     });
     this.membership = new Membership({
       nc: options.nc,
@@ -177,6 +194,7 @@ export class Manager {
       kv: () => this.leadership.kv,
       chain: this.chain,
       coordinator: this.coordinator,
+      journal: this.journal,
     });
   }
 
@@ -214,6 +232,7 @@ export class Manager {
     return {
       manager: this.id,
       leader: this.isLeader,
+      leaderId: this.leadership.leaderId,
       job: this.options.job,
       epoch: plan?.epoch ?? null,
       master: order[0]?.id ?? null,
@@ -233,6 +252,8 @@ export class Manager {
           progress: view && newest.size > 0 ? progressScore(view, newest) / newest.size : 0,
           ...(member?.chunking ? { chunking: member.chunking } : {}),
           ...(member?.pageSize ? { pageSize: member.pageSize } : {}),
+          demoted: this.chain.isDemoted(m.id),
+          ...(member?.bytes ? { bytes: member.bytes } : {}),
         };
       }),
       members: members.map((m) => ({
@@ -311,8 +332,11 @@ export class Manager {
         trainerVersion: () => this.trainerVersion(staleness.model),
         metrics: this.metrics.staleness,
         log: this.log,
+        listener: this.series,
       });
     }
+    // Always while leading, whether a page is open or not: a page opened later has the history.
+    this.seriesTimer = watchdog(this.options.seriesIntervalMs ?? 1000, () => this.recordPoint());
     // A tick that comes late (this process was held up) would judge members by heartbeats
     // still unread: it is skipped, and the next one, after they are in, judges.
     this.tickTimer = watchdog(this.options.tickMs ?? 100, (heldUp) => {
@@ -320,6 +344,13 @@ export class Manager {
     });
     this.metrics.leader.set(1);
     this.log.info({ epoch: this.chain.plan?.epoch ?? null, members: this.membership.size }, 'leader: managing the job');
+    this.journal.record('leader', this.id, `took the job over (epoch ${this.chain.plan?.epoch ?? 'none'}, ${this.membership.size} members known)`);
+  }
+
+  /** The dashboard's point of this second. */
+  private recordPoint(): void {
+    if (!this.isLeader) return;
+    this.series.sample(Date.now(), this.status(), { bytesReceived: this.membership.bytesReceived, watching: this.stalenessWatch !== null });
   }
 
   /** The newest version the trainer announced, of `model` or of any model. */
@@ -335,6 +366,8 @@ export class Manager {
     this.term = null;
     this.tickTimer?.stop();
     this.tickTimer = null;
+    this.seriesTimer?.stop();
+    this.seriesTimer = null;
     for (const sub of this.subscriptions) sub.unsubscribe();
     this.subscriptions = [];
     if (this.stalenessWatch) this.stalenessStopped = this.stalenessWatch.stop();
@@ -346,6 +379,10 @@ export class Manager {
     else if (reason !== 'takeover failed' && (this.membership.size > 0 || this.chain.plan)) this.log.warn({ reason }, 'no longer the leader: standing by');
     this.membership.clear();
     this.chain.reset();
+    // The dashboard's history is the leader's: a standby's page starts with why it stood down.
+    this.series.clear();
+    this.journal.clear();
+    this.journal.record('leader', this.id, `stood down: ${reason}`);
   }
 
   private reconnected(): void {

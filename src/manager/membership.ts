@@ -37,6 +37,7 @@ import {
 import { Keys, type ControlNames } from '../control/subjects.js';
 import type { RelayView } from './chain.js';
 import type { ChainPlanner } from './chain-planning.js';
+import type { EventJournal } from './dashboard/journal.js';
 import type { ManagerMetrics } from './metrics.js';
 import type { RolloutCoordinator, RolloutView } from './rollouts/coordinator.js';
 import { ErrorCodes } from '../common/error-codes.js';
@@ -59,6 +60,8 @@ export interface Member {
   chunking: Chunking | null;
   /** A relay's segment page size, from its last heartbeat (null: not reported). */
   pageSize: number | null;
+  /** A relay's cumulative chunk bytes sent and received, from its last heartbeat (null: not reported). */
+  bytes: { sent: number; received: number } | null;
 }
 
 export interface MembershipOptions {
@@ -74,6 +77,8 @@ export interface MembershipOptions {
   kv: () => KV | null;
   chain: ChainPlanner;
   coordinator: RolloutCoordinator;
+  /** The dashboard's event log: joins, suspicions and deaths are recorded beside their log lines. */
+  journal?: EventJournal;
 }
 
 const TRANSPORT_STALL = ErrorCodes.TIMEOUT;
@@ -86,6 +91,10 @@ export class Membership {
   private readonly metrics: ManagerMetrics;
   private readonly chain: ChainPlanner;
   private readonly coordinator: RolloutCoordinator;
+  /** Chunk bytes the relays received while this manager led, summed from their heartbeats' differences. */
+  private bytesReceivedTotal = 0;
+  /** Whether any relay's heartbeat carried its byte counts (older relays do not). */
+  private bytesReported = false;
 
   constructor(private readonly options: MembershipOptions) {
     this.log = options.log;
@@ -109,6 +118,18 @@ export class Membership {
   /** Stepping down: the registry is the next leader's to read from the bucket. */
   clear(): void {
     this.members.clear();
+    this.bytesReceivedTotal = 0;
+    this.bytesReported = false;
+  }
+
+  /**
+   * Chunk bytes received by the relays since this manager began leading (the dashboard's bytes
+   * broadcast): each heartbeat adds what its relay received since its previous one, so a relay
+   * that dies or restarts takes nothing away from the sum. A relay's first heartbeat is its base.
+   * Null while no relay has reported its counts.
+   */
+  get bytesReceived(): number | null {
+    return this.bytesReported ? this.bytesReceivedTotal : null;
   }
 
   /**
@@ -139,6 +160,7 @@ export class Membership {
           rollout: null,
           chunking: null,
           pageSize: null,
+          bytes: null,
         });
       } catch (err) {
         this.metrics.rejected.inc({ code: (err as ControlError).code });
@@ -161,6 +183,7 @@ export class Membership {
         member.health = 'suspected';
         this.metrics.suspicions.inc({ kind: member.record.kind });
         this.log.warn({ member: member.record.id, silentMs: silent }, 'member suspected (missed heartbeats)');
+        this.record(member, 'suspected', `no heartbeat for ${(silent / 1000).toFixed(1)} s`);
         if (member.record.kind === 'rollout') this.coordinator.suspected(member.record.id);
       }
     }
@@ -241,6 +264,7 @@ export class Membership {
       rollout: existing?.record.incarnation === request.incarnation ? existing.rollout : null,
       chunking: existing?.record.incarnation === request.incarnation ? existing.chunking : null,
       pageSize: existing?.record.incarnation === request.incarnation ? existing.pageSize : null,
+      bytes: existing?.record.incarnation === request.incarnation ? existing.bytes : null,
     });
     if (rejoin) this.chain.rejoined(record.id);
     void this.options
@@ -252,6 +276,7 @@ export class Membership {
       { member: record.id, kind: record.kind, host: record.host, address: record.address, labels: record.labels },
       rejoin ? 'member joined' : 'member registered again',
     );
+    if (rejoin) this.record(this.members.get(record.id)!, 'joined', `joined from ${record.host}${existing ? ' (again)' : ''}`);
     if (record.kind === 'relay' && rejoin) this.chain.noteFault('join', now);
   }
 
@@ -289,6 +314,12 @@ export class Membership {
     member.epoch = hb.epoch;
     member.chunking = hb.chunking ?? null;
     member.pageSize = hb.pageSize ?? null;
+    if (hb.bytes) {
+      const before = member.bytes;
+      if (before && hb.bytes.received >= before.received) this.bytesReceivedTotal += hb.bytes.received - before.received;
+      member.bytes = hb.bytes;
+      this.bytesReported = true;
+    }
     if (hb.rollout) {
       const before = member.rollout?.weightVersion ?? null;
       member.rollout = hb.rollout;
@@ -327,7 +358,7 @@ export class Membership {
     const now = Date.now();
     if (report.code === TRANSPORT_STALL) {
       this.log.warn({ reporter: report.id, peer: report.peer }, 'a relay reports its successor takes nothing: moving it to the tail');
-      this.chain.demote(report.peer, now);
+      this.chain.demote(report.peer, now, `${report.id} reports it takes nothing`);
       return;
     }
     this.log.warn(
@@ -355,6 +386,12 @@ export class Membership {
 
   // ---- verdicts ------------------------------------------------------------------------------
 
+  /** An event of a relay or rollout for the dashboard's log (trainers have none there). */
+  private record(member: Member, what: 'joined' | 'suspected' | 'dead', text: string): void {
+    const kind = member.record.kind;
+    if (kind === 'relay' || kind === 'rollout') this.options.journal?.record(`${kind}-${what}`, member.record.id, text);
+  }
+
   private declareDead(member: Member, cause: string, now: number): void {
     if (member.health === 'dead') return;
     const wasSuspected = member.health === 'suspected';
@@ -362,6 +399,7 @@ export class Membership {
     this.metrics.deaths.inc({ kind: member.record.kind, cause });
     this.metrics.detectionSeconds.observe({ cause }, (now - member.lastHeard) / 1e3);
     this.log.warn({ member: member.record.id, kind: member.record.kind, cause, silentMs: now - member.lastHeard, wasSuspected }, 'member dead');
+    this.record(member, 'dead', `dead (${cause}), last heard ${((now - member.lastHeard) / 1000).toFixed(1)} s before`);
     void this.options
       .kv()
       ?.delete(Keys.member(member.record.id))

@@ -97,6 +97,7 @@ export class RelayControl {
       downstream: status.downstream?.id ?? null,
       chunking: this.store.chunkSizer.status(),
       pageSize: this.store.options.pages.size,
+      bytes: { sent: this.broadcaster.metrics.bytes.sent, received: this.broadcaster.metrics.bytes.received },
     };
   }
 

@@ -46,6 +46,7 @@ function fleet(relays: number, rollouts: number, opts: { receiving?: number; hwm
       holds: [{ model: 'qwen-7b', version: 4 }],
       receiving: arriving ? [{ model: 'qwen-7b', version: 5, hwm: opts.hwm ?? 10, chunks: 64 }] : [],
       progress: arriving ? 0.5 : 1,
+      demoted: false,
     };
   });
   const rolloutRows: ManagerStatus['rollouts'] = Array.from({ length: rollouts }, (_, i) => ({
@@ -65,6 +66,7 @@ function fleet(relays: number, rollouts: number, opts: { receiving?: number; hwm
   return {
     manager: 'manager@cpu-0:4242:abcdef',
     leader: true,
+    leaderId: 'manager@cpu-0:4242:abcdef',
     job: 'grpo-qwen-7b',
     epoch: 3,
     master: chain[0]?.id ?? null,
@@ -76,7 +78,7 @@ function fleet(relays: number, rollouts: number, opts: { receiving?: number; hwm
     ],
     newest: [{ model: 'qwen-7b', version: 5 }],
     rollouts: rolloutRows,
-    repack: { busy: [], orphansWaiting: 0, moves: { done: 12, failed: 0 } },
+    repack: { busy: [], orphansWaiting: 0, moves: { done: 12, failed: 0 }, orphans: { resumed: 0, completed: 0, returned: 0, lost: 0 } },
   };
 }
 

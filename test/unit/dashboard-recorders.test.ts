@@ -24,6 +24,7 @@ const codeOf = (f: () => unknown): string | undefined => {
 const emptyStatus: ManagerStatus = {
   manager: 'm',
   leader: true,
+  leaderId: 'm',
   job: 'j',
   epoch: null,
   master: null,
@@ -31,7 +32,7 @@ const emptyStatus: ManagerStatus = {
   members: [],
   newest: [],
   rollouts: [],
-  repack: { busy: [], orphansWaiting: 0, moves: { done: 0, failed: 0 } },
+  repack: { busy: [], orphansWaiting: 0, moves: { done: 0, failed: 0 }, orphans: { resumed: 0, completed: 0, returned: 0, lost: 0 } },
 };
 
 describe('event journal', () => {

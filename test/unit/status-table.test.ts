@@ -20,6 +20,7 @@ function fleetStatus(relays: number, lagging: number, rollouts: number): Manager
       holds: behind ? [{ model: 'm', version: 3 }] : [{ model: 'm', version: 4 }],
       receiving: behind ? [{ model: 'm', version: 4, hwm: 2, chunks: 8 }] : [],
       progress: behind ? 0.25 : 1,
+      demoted: false,
     };
   });
   const rolloutRows: ManagerStatus['rollouts'] = Array.from({ length: rollouts }, (_, i) => ({
@@ -39,6 +40,7 @@ function fleetStatus(relays: number, lagging: number, rollouts: number): Manager
   return {
     manager: 'm1',
     leader: true,
+    leaderId: 'm1',
     job: 'j',
     epoch: 7,
     master: 'r0',
@@ -51,7 +53,7 @@ function fleetStatus(relays: number, lagging: number, rollouts: number): Manager
     ],
     newest: [{ model: 'm', version: 4 }],
     rollouts: rolloutRows,
-    repack: { busy: [], orphansWaiting: 1, moves: { done: 5, failed: 2 } },
+    repack: { busy: [], orphansWaiting: 1, moves: { done: 5, failed: 2 }, orphans: { resumed: 0, completed: 0, returned: 0, lost: 0 } },
   };
 }
 
@@ -60,6 +62,7 @@ describe('laminar status table', () => {
     const status: ManagerStatus = {
       manager: 'm1',
       leader: true,
+      leaderId: 'm1',
       job: 'j',
       epoch: 3,
       master: 'r0',
@@ -75,6 +78,7 @@ describe('laminar status table', () => {
           holds: [{ model: 'm', version: 4 }],
           receiving: [],
           progress: 1,
+          demoted: false,
         },
         {
           position: 1,
@@ -87,6 +91,7 @@ describe('laminar status table', () => {
           holds: [],
           receiving: [{ model: 'm', version: 4, hwm: 3, chunks: 8 }],
           progress: 0.375,
+          demoted: false,
         },
       ],
       members: [
@@ -111,7 +116,7 @@ describe('laminar status table', () => {
           tokensPerSecond: 2050.4,
         },
       ],
-      repack: { busy: [], orphansWaiting: 2, moves: { done: 7, failed: 1 } },
+      repack: { busy: [], orphansWaiting: 2, moves: { done: 7, failed: 1 }, orphans: { resumed: 0, completed: 0, returned: 0, lost: 0 } },
     };
     const text = formatStatus(status);
     expect(text).toContain('epoch 3   master r0');

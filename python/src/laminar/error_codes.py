@@ -294,6 +294,9 @@ REPACK_LIMITS: Final = "ERR_REPACK_LIMITS"
 DASHBOARD_DELTA: Final = "ERR_DASHBOARD_DELTA"
 """A dashboard update does not follow the page's state (the page missed one, or the manager started over): the page takes a new snapshot."""
 
+DASHBOARD_FULL: Final = "ERR_DASHBOARD_FULL"
+"""The manager already serves as many dashboard pages as `--dashboard-pages` allows (503 with `Retry-After`): the page tries again later."""
+
 VERSION_MISMATCH: Final = "ERR_VERSION_MISMATCH"
 """A repack or resume names another weight version than the rollout's."""
 
@@ -500,6 +503,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_NO_MASTER": "No master relay was elected within the wait.",
     "ERR_REPACK_LIMITS": "The repack planner's limits are invalid (C_max outside (0, 1], roofline batch not a positive integer).",
     "ERR_DASHBOARD_DELTA": "A dashboard update does not follow the page's state (the page missed one, or the manager started over): the page takes a new snapshot.",
+    "ERR_DASHBOARD_FULL": "The manager already serves as many dashboard pages as `--dashboard-pages` allows (503 with `Retry-After`): the page tries again later.",
     "ERR_VERSION_MISMATCH": "A repack or resume names another weight version than the rollout's.",
     "ERR_NO_WEIGHTS": "The rollout has no weight version yet.",
     "ERR_ROLLOUT_BUSY": "The rollout is carrying out another command.",

@@ -81,12 +81,22 @@ export function relayRows(status: ManagerStatus): RelayRow[] {
     silentS: silentSeconds(r.health, r.heardMsAgo),
     holds: [...r.holds].sort((a, b) => (a.model < b.model ? -1 : a.model > b.model ? 1 : a.version - b.version)),
     receiving: r.receiving.map((p) => ({ model: p.model, version: p.version, hwm: p.hwm, chunks: p.chunks, settingUp: p.settingUp ?? false })),
+    demoted: r.demoted,
   }));
   // Relays outside the plan: dead ones (spliced out), and live ones not admitted yet. The
   // status does not say what they hold.
   for (const m of status.members) {
     if (m.kind !== 'relay' || m.inChain) continue;
-    rows.push({ id: m.id, host: m.host, health: m.health, position: null, silentS: silentSeconds(m.health, m.heardMsAgo), holds: [], receiving: [] });
+    rows.push({
+      id: m.id,
+      host: m.host,
+      health: m.health,
+      position: null,
+      silentS: silentSeconds(m.health, m.heardMsAgo),
+      holds: [],
+      receiving: [],
+      demoted: false,
+    });
   }
   return rows;
 }

@@ -56,6 +56,8 @@ export interface RelayRow {
   /** Versions it holds, by model then version. */
   holds: { model: string; version: number }[];
   receiving: Arrival[];
+  /** Moved to the tail for stalling a link, not forgiven yet (false outside the chain). */
+  demoted: boolean;
 }
 
 /**

@@ -23,6 +23,7 @@ import { PARKED_OWNER, type PartialPool, type PromptPool } from '../../data/inde
 import { DEFAULT_REPACK_LIMITS, planRepack, validateRepackLimits, type RepackLimits } from '../repack/planner.js';
 import { repackRoundGroups, sourceIsEmpty, type RepackGroup } from '../repack/round.js';
 import type { RolloutCoordinatorMetrics } from './metrics.js';
+import type { EventJournal } from '../dashboard/journal.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
 /**
@@ -75,6 +76,8 @@ export interface RolloutCoordinatorOptions {
   startupGraceMs?: number;
   metrics: RolloutCoordinatorMetrics;
   log: Logger;
+  /** The dashboard's event log: each repack round's moves and each batch of orphans handled are recorded. */
+  journal?: EventJournal;
 }
 
 interface Orphan {
@@ -93,8 +96,20 @@ interface Orphan {
 export interface CoordinatorStatus {
   busy: string[];
   orphansWaiting: number;
+  /** Repack moves carried out, and failed, since this process started (cumulative). */
   moves: { done: number; failed: number };
+  /** Orphaned trajectories handled since this process started, by outcome (cumulative, as `laminar_manager_orphans_total`). */
+  orphans: OrphanCounts;
 }
+
+export interface OrphanCounts {
+  resumed: number;
+  completed: number;
+  returned: number;
+  lost: number;
+}
+
+type MoveResult = 'done' | 'failed' | 'empty';
 
 export class RolloutCoordinator {
   private readonly limits: RepackLimits;
@@ -119,6 +134,7 @@ export class RolloutCoordinator {
   private leaderSince = Date.now();
   private movesDone = 0;
   private movesFailed = 0;
+  private readonly orphanCounts: OrphanCounts = { resumed: 0, completed: 0, returned: 0, lost: 0 };
   private warnedNoPrompts = false;
 
   constructor(private readonly options: RolloutCoordinatorOptions) {
@@ -145,7 +161,12 @@ export class RolloutCoordinator {
   }
 
   status(): CoordinatorStatus {
-    return { busy: [...this.busy], orphansWaiting: this.orphans.size, moves: { done: this.movesDone, failed: this.movesFailed } };
+    return {
+      busy: [...this.busy],
+      orphansWaiting: this.orphans.size,
+      moves: { done: this.movesDone, failed: this.movesFailed },
+      orphans: { ...this.orphanCounts },
+    };
   }
 
   /** A new weight version exists: repack at the next tick (paper §5.1). */
@@ -218,18 +239,30 @@ export class RolloutCoordinator {
     this.options.metrics.plannerSeconds.observe((performance.now() - started) / 1e3);
     if (plan.length === 0) return;
     this.options.log.info({ model, version, trigger, moves: plan.map((m) => `${m.source}->${m.destination}`) }, 'repack plan');
+    const moves: Promise<MoveResult>[] = [];
     for (const move of plan) {
       if (sourceIsEmpty(group, move)) {
         // Nothing to hand over: the source is simply free for the newest weights.
         this.options.metrics.repackMoves.inc({ result: 'empty' });
         this.fireAndForget(move.source, { v: SCHEMA_VERSION, t: 'update-weights', model: this.options.model ?? null, version: null });
+        moves.push(Promise.resolve('empty'));
         continue;
       }
-      void this.move(move.source, move.destination, version);
+      moves.push(this.move(move.source, move.destination, version));
     }
+    // The round's end for the dashboard's log, once its last move is over (move() never rejects).
+    void Promise.all(moves).then((results) => {
+      const count = (r: MoveResult): number => results.filter((x) => x === r).length;
+      this.options.journal?.record(
+        'repack',
+        `${model || 'model'} v${version}`,
+        `round (${trigger}): ${count('done')} moves done, ${count('failed')} failed, ${count('empty')} empty`,
+      );
+    });
   }
 
-  private async move(source: string, destination: string, version: number): Promise<void> {
+  /** One move; never rejects (a failure is counted and its trajectories go back or the orphan way). */
+  private async move(source: string, destination: string, version: number): Promise<MoveResult> {
     const repack = randomBytes(4).toString('hex');
     this.busy.add(source);
     this.busy.add(destination);
@@ -239,7 +272,7 @@ export class RolloutCoordinator {
       const moved = out.moved;
       if (moved.length === 0) {
         this.options.metrics.repackMoves.inc({ result: 'empty' });
-        return;
+        return 'empty';
       }
       let reply: Extract<CommandReply, { t: 'done' }>;
       try {
@@ -265,9 +298,11 @@ export class RolloutCoordinator {
       this.options.log.info({ repack, source, destination, version, taken: reply.taken, ms: Math.round(performance.now() - started) }, 'repack move done');
       // The emptied source generates with the newest weights from now on.
       this.fireAndForget(source, { v: SCHEMA_VERSION, t: 'update-weights', model: this.options.model ?? null, version: null });
+      return 'done';
     } catch (err) {
       this.movesFailed++;
       this.options.metrics.repackMoves.inc({ result: (err as { code?: string }).code ?? 'failed' });
+      return 'failed';
     } finally {
       this.busy.delete(source);
       this.busy.delete(destination);
@@ -394,12 +429,17 @@ export class RolloutCoordinator {
         trajectories: batch.map((o) => o.trajectoryId),
       });
       for (const o of batch) this.orphans.delete(o.trajectoryId);
-      this.options.metrics.orphans.inc({ outcome: 'resumed' }, reply.taken);
-      this.options.metrics.orphans.inc({ outcome: 'completed' }, reply.completed);
-      this.options.metrics.orphans.inc({ outcome: 'lost' }, reply.lost);
+      this.countOrphans('resumed', reply.taken);
+      this.countOrphans('completed', reply.completed);
+      this.countOrphans('lost', reply.lost);
       this.options.log.warn(
         { from, to: destination.id, version, taken: reply.taken, completed: reply.completed, lost: reply.lost },
         'orphaned trajectories resumed',
+      );
+      this.options.journal?.record(
+        'orphans',
+        from,
+        `${from}'s trajectories of v${version} on ${destination.id}: ${reply.taken} resumed, ${reply.completed} completed, ${reply.lost} lost`,
       );
     } catch (err) {
       this.options.log.warn({ from, to: destination.id, err: (err as Error).message }, 'cannot resume orphans there (retrying)');
@@ -416,16 +456,17 @@ export class RolloutCoordinator {
       this.warnedNoPrompts = true;
       return;
     }
+    const before = { ...this.orphanCounts };
     for (const o of expired) {
       try {
         const result = await partials!.takeOver(o.trajectoryId, PARKED_OWNER, { from: o.from });
         if (result.status === 'completed') {
-          this.options.metrics.orphans.inc({ outcome: 'completed' });
+          this.countOrphans('completed');
         } else {
           result.trajectory.release();
           const start = result.state.start;
           await prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason: 'failover' });
-          this.options.metrics.orphans.inc({ outcome: 'returned' });
+          this.countOrphans('returned');
           this.options.log.warn(
             { trajectory: o.trajectoryId, version: o.version, waitedMs: Date.now() - o.since },
             'no rollout of its weight version: sample returned to the prompt pool',
@@ -435,13 +476,29 @@ export class RolloutCoordinator {
       } catch (err) {
         const code = (err as { code?: string }).code;
         if (code === ErrorCodes.NOT_OWNER || code === ErrorCodes.UNKNOWN_TRAJECTORY) {
-          this.options.metrics.orphans.inc({ outcome: 'lost' });
+          this.countOrphans('lost');
           this.orphans.delete(o.trajectoryId);
         } else {
           this.options.log.warn({ trajectory: o.trajectoryId, err: (err as Error).message }, 'cannot return an orphan yet (retrying)');
         }
       }
     }
+    const returned = this.orphanCounts.returned - before.returned;
+    const completed = this.orphanCounts.completed - before.completed;
+    const lost = this.orphanCounts.lost - before.lost;
+    if (returned + completed + lost > 0) {
+      this.options.journal?.record(
+        'orphans',
+        expired[0]!.from,
+        `no rollout of v${expired[0]!.version} in time: ${returned} returned to the prompt pool, ${completed} completed, ${lost} lost`,
+      );
+    }
+  }
+
+  /** Orphans handled: the metric and the status' counts. */
+  private countOrphans(outcome: keyof OrphanCounts, n = 1): void {
+    this.orphanCounts[outcome] += n;
+    this.options.metrics.orphans.inc({ outcome }, n);
   }
 
   // ---- commands ----------------------------------------------------------------------------

@@ -25,6 +25,19 @@ export interface StalenessMetrics {
   rejected: Counter;
 }
 
+/**
+ * What else hears of each completion and staleness value, beside the metrics: the dashboard's
+ * series recorder (its percentiles over the last minute, which a Prometheus histogram cannot give).
+ */
+export interface StalenessListener {
+  /** A trajectory was written to the buffer. */
+  completed(): void;
+  /** Its inherent staleness (only when the trainer had announced a version). */
+  inherent(value: number): void;
+  /** `count` trajectories of a batch trained on had consumption staleness `value`. */
+  consumption(value: number, count: number): void;
+}
+
 export interface StalenessWatchOptions {
   nc: NatsConnection;
   buffer: string;
@@ -32,6 +45,7 @@ export interface StalenessWatchOptions {
   trainerVersion: () => number | undefined;
   metrics: StalenessMetrics;
   log: Logger;
+  listener?: StalenessListener;
 }
 
 export class StalenessWatch {
@@ -39,14 +53,19 @@ export class StalenessWatch {
   private readonly batches: Subscription;
 
   constructor(private readonly options: StalenessWatchOptions) {
-    const { metrics, log } = options;
+    const { metrics, log, listener } = options;
     this.records = new RecordWatch({
       nc: options.nc,
       buffer: options.buffer,
       onRecord: (meta) => {
         metrics.completed.inc();
+        listener?.completed();
         const version = options.trainerVersion();
-        if (version !== undefined) metrics.inherent.observe(Math.max(version - meta.weightVersion, 0));
+        if (version !== undefined) {
+          const staleness = Math.max(version - meta.weightVersion, 0);
+          metrics.inherent.observe(staleness);
+          listener?.inherent(staleness);
+        }
       },
       onUnreadable: (err) => {
         metrics.rejected.inc({ code: ErrorCodes.CORRUPT_RECORD });
@@ -60,7 +79,10 @@ export class StalenessWatch {
         if (err) return;
         try {
           const summary = decode(batchSummarySchema, msg.data, 'batch summary');
-          for (const [value, count] of summary.staleness) for (let i = 0; i < count; i++) metrics.consumption.observe(value);
+          for (const [value, count] of summary.staleness) {
+            for (let i = 0; i < count; i++) metrics.consumption.observe(value);
+            listener?.consumption(value, count);
+          }
         } catch (e) {
           // Input never takes the manager down: counted.
           metrics.rejected.inc({ code: (e as { code?: string }).code ?? ErrorCodes.INTERNAL });

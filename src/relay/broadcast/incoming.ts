@@ -159,6 +159,7 @@ export class IncomingTransfer extends VersionSource {
       if (superseded()) return 'duplicate';
       const sum = checksumHex(await mapping.checksumAsync(offset, length));
       this.metrics.chunkBytesReceived.inc(length);
+      this.metrics.bytes.received += length;
       if (superseded()) return 'duplicate';
       if (sum !== this.checksums[index]) {
         this.metrics.corruptChunks.inc();

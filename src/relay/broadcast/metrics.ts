@@ -24,6 +24,12 @@ export class BroadcastMetrics {
   readonly handlerErrors: Counter<'code'>;
   readonly acceptFailures: Counter<'code'>;
   readonly backgroundFailures: Counter<'task'>;
+  /**
+   * Chunk bytes sent and received since the relay started, as plain numbers: the relay's
+   * heartbeat carries them to the manager (the dashboard's bytes broadcast), and a counter's
+   * value cannot be read synchronously.
+   */
+  readonly bytes = { sent: 0, received: 0 };
 
   /** `registeredRegions` reads how many memory regions the UCX worker holds registered. */
   constructor(registry: Registry, registeredRegions: () => number) {

@@ -191,6 +191,7 @@ export class OutgoingTransfer {
         if (this.inflight === 0) this.busySeconds += (performance.now() - this.busySince) / 1e3;
         this.options.metrics.chunksSent.inc();
         this.options.metrics.chunkBytesSent.inc(length);
+        this.options.metrics.bytes.sent += length;
         this.options.onChunk?.(this.sentChunks, this.source.layout.chunkCount);
         this.pump();
       },
