@@ -79,7 +79,9 @@ describe('spawnProgram start timeout', () => {
     const pids: number[] = [];
     const attempt = spawnProgram(
       'slow',
-      [process.execPath, '-e', 'console.error(process.pid); setInterval(() => {}, 1000);'],
+      // A shell that prints its pid and becomes `sleep` (same pid): up in milliseconds even on a
+      // loaded machine, where a Node child can take longer than the timeout to print anything.
+      ['/bin/sh', '-c', 'echo $$ >&2; exec sleep 1000'],
       (line) => {
         if (/^\d+$/.test(line)) pids.push(Number(line));
         return null;
