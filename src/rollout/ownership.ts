@@ -100,7 +100,11 @@ export class Ownership {
     }
     if (!this.reconciledOnce) for (const s of owned) this.mayOwn.add(s.trajectoryId);
     this.reconciledOnce = true;
-    const stray = new Set(owned.filter((s) => s.state !== 'completing' && !tasks.has(s.trajectoryId)).map((s) => s.trajectoryId));
+    // A log ending in 'completing' counts too: a completion of this process is one of its tasks
+    // until the log is purged, so one that is not is a completion an earlier process under this
+    // id was killed in. Its take-over finishes it (record written: purge) or resumes it; left, it
+    // would outlive the completion mark and be generated a second time.
+    const stray = new Set(owned.filter((s) => !tasks.has(s.trajectoryId)).map((s) => s.trajectoryId));
     // Seen stray twice in a row: not a trajectory between its start and its task, nor a hand-over in progress.
     const confirmed = [...stray].filter((id) => this.strays.has(id));
     this.strays = new Set([...stray].filter((id) => !this.strays.has(id)));

@@ -10,8 +10,9 @@ import { Registry } from 'prom-client';
 import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
 import type { RolloutEngine } from '../../src/rollout/engine.js';
 import { RolloutClient } from '../../src/rollout/rollout-client.js';
+import { trajectoryIdOf } from '../../src/rollout/ids.js';
 import type { GenerationTask } from '../../src/rollout/task.js';
-import { metricValue, servicesFixture } from '../data/helpers.js';
+import { metricValue, servicesFixture, trajectory } from '../data/helpers.js';
 import { inertEngine } from '../helpers/engine.js';
 import { relayEachTest } from '../helpers/relay.js';
 
@@ -90,6 +91,65 @@ describe('rollout reconciliation', () => {
     expect(list).toHaveBeenCalledTimes(1);
     expect(summary.mock.calls.length).toBe(reads);
     expect(new Set(summary.mock.calls.map(([id]) => id))).toEqual(new Set(['t-0', task!.trajectoryId]));
+  });
+
+  it('finishes what an earlier process left half-completed: purged if its record landed, resumed if not', async () => {
+    const job = 'reconcile3';
+    await fx.publish(MODEL, 3);
+    const registry = new Registry();
+    const prompts = await PromptPool.open({ redis: services.redis, name: job });
+    await prompts.load([{ id: 'q0', payload: { text: 'q' }, n: 2 }]);
+    const writer = await ExperienceWriter.open({ nc: services.nc, buffer: job, groups: prompts });
+    const partials = await PartialPool.open({ nc: services.nc, pool: job, writer });
+    closers.push(() => partials.close());
+    // An earlier 'ro-c' was killed while completing both samples of a group: the record of
+    // sample 0 ('landed') was written, the one of sample 1 ('unwritten') was not; both logs end
+    // in their 'completing' marker.
+    const [claim] = await prompts.claim('ro-c', 1);
+    const [landed, unwritten] = [0, 1].map((i) => trajectoryIdOf(claim!.groupId, i)) as [string, string];
+    for (const [i, trajectoryId] of [landed, unwritten].entries()) {
+      const t = await partials.start('ro-c', { trajectoryId, promptId: 'q0', groupId: claim!.groupId, sampleIndex: i, groupSize: 2, weightVersion: 3 });
+      t.append(Int32Array.of(7, 8), Float32Array.of(-1, -1));
+      await t.mark('completing');
+      t.release();
+    }
+    await prompts.complete(claim!);
+    await writer.write(trajectory({ id: landed, promptId: 'q0', groupId: claim!.groupId, sampleIndex: 0, groupSize: 2, weightVersion: 3 }));
+    expect((await partials.summary(landed))!.state).toBe('completing');
+
+    const resumed: string[] = [];
+    const engine: RolloutEngine = {
+      ...inertEngine(),
+      resume: (tasks: GenerationTask[]) => {
+        resumed.push(...tasks.map((t) => t.trajectoryId));
+        return Promise.resolve();
+      },
+    };
+    const rollout = await RolloutClient.connect({
+      nc: services.nc,
+      job,
+      id: 'ro-c',
+      model: MODEL,
+      engine,
+      prompts,
+      partials,
+      writer,
+      relaySocket: fx.relay.socketPath,
+      reconcileMs: 150,
+      registry,
+    });
+    closers.push(() => rollout.close());
+    const weights = await rollout.acquireWeights();
+    await weights.lease.release();
+
+    // Left alone, both would wait in the pool for ever (this id is alive, so the manager leaves
+    // them to it), until a take-over long after the completion mark of 'landed' had expired
+    // generated it a second time.
+    await expect.poll(() => resumed, { timeout: 10_000 }).toEqual([unwritten]);
+    await expect.poll(() => partials.summary(landed), { timeout: 10_000 }).toBeUndefined();
+    expect(rollout.owned.get(unwritten)!.generated).toBe(2);
+    expect(await writer.has(landed)).toBe(true);
+    expect(await metricValue(registry, 'laminar_rollout_tasks_total', { outcome: 'reconciled' })).toBe(1);
   });
 
   it('forgets a handed-over trajectory once its destination holds it', async () => {
