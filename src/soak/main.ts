@@ -22,6 +22,7 @@ import { intIn, managerStatus, scrape } from '../demo/books.js';
 import { onInterrupt, openStage } from '../demo/stage.js';
 import { projectPython, REPO_ROOT } from '../services/python.js';
 import { createTestbed, type Testbed } from '../testing/testbed.js';
+import { claimBed } from '../testing/bed-claim.js';
 import { FaultInjector } from './fault-injector.js';
 import { faultSchedule, overlapCount, overlapping, type FaultKind } from './fault-schedule.js';
 import { SOAK_MODEL, createSoakJob, type SoakJob } from './job.js';
@@ -104,8 +105,9 @@ async function main(): Promise<void> {
   let testbed: Testbed | null = null;
   if (opts.testbed !== 'off') {
     try {
-      // Named per process: a second soak (the suite's short one) must not take this one's down.
-      testbed = createTestbed(`sk${process.pid % 10_000}`, relayCount + 1, { rate: '2gbit' });
+      // A name and subnet of this process's own: a second soak (the suite's short one) or a test
+      // beside it must not take this one's down.
+      testbed = createTestbed(claimBed('sk'), relayCount + 1, { rate: '2gbit' });
     } catch (err) {
       if (opts.testbed === 'on') throw err;
       console.log(`no netns testbed (${(err as Error).message.split('\n')[0]}): everything on loopback, no stalled links`);

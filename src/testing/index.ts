@@ -28,3 +28,4 @@ export {
   type SimTrainerConfig,
 } from '../sim/trainer/index.js';
 export { createTestbed, type Testbed, type TestHost } from './testbed.js';
+export { claimBed, type BedClaim } from './bed-claim.js';

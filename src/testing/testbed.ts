@@ -6,6 +6,7 @@
  */
 import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import type { BedClaim } from './bed-claim.js';
 
 /** scripts/testbed.sh of the repository, from dist/src/testing/ or from src/testing/ (tests). */
 const SCRIPT = fileURLToPath(new URL(import.meta.url.includes('/dist/') ? '../../../scripts/testbed.sh' : '../../scripts/testbed.sh', import.meta.url));
@@ -43,14 +44,24 @@ export interface Testbed {
   destroy(): void;
 }
 
-/** A /24 per testbed name, so that testbeds up at the same time never share a subnet. */
+/**
+ * A /24 per fixed testbed name (10.200-249.x; claimed beds have 10.100-199.x), so that testbeds
+ * of different names never share a subnet.
+ */
 function subnetFor(name: string): string {
   let h = 0;
   for (const c of name) h = (Math.imul(h, 31) + c.charCodeAt(0)) >>> 0;
-  return `10.${100 + (h % 100)}.${(h >>> 8) % 250}`;
+  return `10.${200 + (h % 50)}.${(h >>> 8) % 250}`;
 }
 
-export function createTestbed(name: string, hosts: number, options: { rate?: string; delay?: string; net?: string; mtu?: number } = {}): Testbed {
+/**
+ * Brings a testbed up. `bed` is a fixed name, or a claim (claimBed): a name and subnet no other
+ * live process uses, which a test that may run beside another copy of itself (another suite on
+ * the machine) must use; the claim is released when the testbed is destroyed.
+ */
+export function createTestbed(bed: string | BedClaim, hosts: number, options: { rate?: string; delay?: string; net?: string; mtu?: number } = {}): Testbed {
+  const claim = typeof bed === 'string' ? null : bed;
+  const name = claim?.name ?? (bed as string);
   const rate = options.rate ?? '2gbit';
   const args = [
     'up',
@@ -61,13 +72,14 @@ export function createTestbed(name: string, hosts: number, options: { rate?: str
     '--delay',
     options.delay ?? '0ms',
     '--net',
-    options.net ?? subnetFor(name),
+    options.net ?? claim?.net ?? subnetFor(name),
     '--mtu',
     String(options.mtu ?? 1500),
   ];
   try {
     execFileSync(SCRIPT, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   } catch (err) {
+    claim?.release();
     throw new Error(
       `this machine refused to build the network-namespace testbed (root and CAP_NET_ADMIN are needed): ${String((err as { stderr?: Buffer }).stderr ?? err)}`,
     );
@@ -94,6 +106,7 @@ export function createTestbed(name: string, hosts: number, options: { rate?: str
     destroy() {
       execFileSync(SCRIPT, ['down', name]);
       live.delete(name);
+      claim?.release();
     },
   };
 }

@@ -9,6 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { pack } from 'msgpackr';
 import { NetnsCluster, pattern, waitFor } from '../../bench/cluster.js';
+import { claimBed } from '../helpers/testbed.js';
 import { checksumHex } from '../../src/native/index.js';
 import { prepareVersion } from '../../src/relay/client/remote-publisher.js';
 import { controlNames } from '../../src/control/subjects.js';
@@ -29,7 +30,8 @@ describe('rollout manager: chain scheduling and repair (netns testbed)', () => {
   const baseline = new Map<string, number>();
 
   beforeAll(async () => {
-    cluster = await NetnsCluster.create({ bed: 'mgr', hosts: HOSTS, rate: '500mbit', net: '10.88.0' });
+    const claim = claimBed('mgr'); // released when this process exits
+    cluster = await NetnsCluster.create({ bed: claim.name, hosts: HOSTS, rate: '500mbit', net: claim.net });
   });
 
   afterEach(async (context) => {

@@ -10,7 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { SECRET, segmentDigest } from '../helpers/broadcast.js';
 import { spawnRelay, type RelayProcess } from '../helpers/relay.js';
-import { createTestbed, type Testbed } from '../helpers/testbed.js';
+import { claimBed, createTestbed, type Testbed } from '../helpers/testbed.js';
 import { printLogsIfFailed } from '../helpers/failure-logs.js';
 
 // Between namespaces of one machine UCX would pick shared memory; TCP is what crosses the links.
@@ -38,7 +38,7 @@ describe('chain broadcast under faults (netns testbed)', () => {
   let peers = '';
 
   beforeAll(() => {
-    bed = createTestbed('bcf', HOSTS, { rate: '1gbit' });
+    bed = createTestbed(claimBed('bcf'), HOSTS, { rate: '1gbit' });
     scratch = mkdtempSync('/dev/shm/laminar-bcf-');
     secretFile = join(scratch, 'secret');
     writeFileSync(secretFile, `${SECRET}\n`, { mode: 0o600 });

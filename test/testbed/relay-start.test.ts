@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RoguePeer, SECRET } from '../helpers/broadcast.js';
 import { spawnRelay } from '../helpers/relay.js';
-import { createTestbed, type Testbed } from '../helpers/testbed.js';
+import { claimBed, createTestbed, type Testbed } from '../helpers/testbed.js';
 
 process.env.UCX_TLS = 'tcp';
 
@@ -20,7 +20,7 @@ describe('relay start-up on a host whose link is down (netns testbed)', () => {
   let args: string[];
 
   beforeAll(() => {
-    bed = createTestbed('rst', 1);
+    bed = createTestbed(claimBed('rst'), 1);
     root = mkdtempSync('/dev/shm/laminar-rst-');
     const secretFile = join(root, 'secret');
     writeFileSync(secretFile, `${SECRET}\n`, { mode: 0o600 });

@@ -16,7 +16,7 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { Registry } from 'prom-client';
 import { RoguePeer, SECRET, buildVersion, builtSource, sendOver } from '../helpers/broadcast.js';
 import { spawnRelay, type RelayProcess } from '../helpers/relay.js';
-import { createTestbed, type Testbed } from '../helpers/testbed.js';
+import { claimBed, createTestbed, type Testbed } from '../helpers/testbed.js';
 
 process.env.UCX_TLS = 'tcp';
 
@@ -30,7 +30,7 @@ describe('stall detection across a wait on the upstream (netns testbed, 100 Mbit
   let relay: RelayProcess;
 
   beforeAll(async () => {
-    bed = createTestbed('slw', 1, { rate: '100mbit' });
+    bed = createTestbed(claimBed('slw'), 1, { rate: '100mbit' });
     root = mkdtempSync('/dev/shm/laminar-slw-');
     const secretFile = join(root, 'secret');
     writeFileSync(secretFile, `${SECRET}\n`, { mode: 0o600 });
