@@ -60,6 +60,8 @@ export function runScenario(scenario: Scenario, system: SystemName, options: Run
       planner: components.planRepack,
       claim: components,
       broadcast: components,
+      chain: components,
+      orphanDestination: components.orphanDestination,
     });
   const { events } = ctx.sim.run({ maxEvents: options.maxEvents ?? 50_000_000 });
   const wallMs = performance.now() - started;

@@ -3,8 +3,10 @@
  * so a change that breaks the agreement with the paper fails CI"). The smaller settings of the
  * shipped scenarios run here, a few steps each: math-7b on 16 and 64 GPUs under laminar and the
  * three Figure 11 baselines, math-32b on 128 GPUs with and without repack (Table 1, §8.4,
- * Figure 15), math-72b for the analytic rows (broadcast, actor stall). The 1,024-GPU settings run
- * in `npm run bench -- simulate`.
+ * Figure 15), math-72b for the analytic rows (broadcast, actor stall, chain repair and master
+ * election on 128 relays), failure-32b-128 whole (§8.5: a rollout machine killed and replaced) and
+ * toolcall-7b on 16 and 32 GPUs under laminar and the baselines (Figure 12). The 1,024-GPU
+ * settings run in `npm run bench -- simulate`.
  *
  * - Every comparison row within its tolerance on these runs today (WITHIN_TODAY) must stay so,
  *   checked against the tolerance in src/simulate/paper-figures.json itself.
@@ -35,7 +37,7 @@ const figures = (
   }
 ).figures;
 
-/** The rows within their tolerance (or bound) on these runs as of 2026-11-25. */
+/** The rows within their tolerance (or bound) on these runs as of 2026-11-28. */
 const WITHIN_TODAY = [
   'fig11.avg_speedup.one_step',
   'fig11.avg_speedup.stream',
@@ -47,6 +49,12 @@ const WITHIN_TODAY = [
   'sec4_2.broadcast_72b_127',
   'sec8_3.actor_stall.32B',
   'sec8_3.actor_stall.72B',
+  'sec4_3.chain_repair',
+  'sec4_3.master_reelection',
+  'sec8_5.generation_drop',
+  'sec8_5.training_unaffected',
+  'sec8_5.generation_recovered',
+  'fig12.speedup_range.tool_call_7b.max',
 ];
 
 /** The figure of paper-figures.json a row checks (a row id may add a suffix: tab1.kv_util.with_repack). */
@@ -62,6 +70,8 @@ function figureOf(rowId: string): { id: string; tolerance?: number | null } {
 let s7: Scenario;
 let s32: Scenario;
 let s72: Scenario;
+let failure: Scenario;
+let tools: Scenario;
 const runs: ScenarioRunResult[] = [];
 let rows: ComparisonRow[] = [];
 const rowOf = (id: string): ComparisonRow => {
@@ -80,7 +90,11 @@ beforeAll(() => {
   const options = (gpus: number) => ({ gpus, steps: STEPS, warmupSteps: WARMUP });
   for (const gpus of [16, 64]) for (const system of ['laminar', 'one-step', 'stream', 'sync'] as const) runs.push(runScenario(s7, system, options(gpus)));
   for (const system of ['laminar', 'laminar-no-repack'] as const) runs.push(runScenario(s32, system, options(128)));
-  rows = buildResults([s7, s32, s72], runs, 0).comparison;
+  failure = loadScenario(scenarioFile('failure-32b-128'));
+  runs.push(runScenario(failure, 'laminar', {}));
+  tools = loadScenario(scenarioFile('toolcall-7b'));
+  for (const gpus of [16, 32]) for (const system of ['laminar', 'one-step', 'stream', 'sync'] as const) runs.push(runScenario(tools, system, options(gpus)));
+  rows = buildResults([s7, s32, s72, failure, tools], runs, 0).comparison;
 }, 600_000);
 
 describe('the paper comparison on the smaller settings', () => {
@@ -118,17 +132,25 @@ describe('the paper comparison on the smaller settings', () => {
 
 describe('the runs behind the figures', () => {
   it('conserve every trajectory: each batch trained once, nothing lost or made twice', () => {
-    expect(runs).toHaveLength(10);
+    expect(runs).toHaveLength(19);
     for (const r of runs) {
       const name = `${r.scenario}@${r.gpus} ${r.system}`;
-      expect(r.steps, name).toBe(STEPS);
-      const { workload } = r.scenario === s7.name ? s7 : s32;
-      expect(r.ledger.consumed, name).toBe(STEPS * workload.prompts * workload.groupSize);
-      expect(r.ledger.generating + r.ledger.moving + r.ledger.buffered + r.ledger.consumed + r.ledger.dropped, name).toBe(r.ledger.claimed);
+      const scenario = [s7, s32, failure, tools].find((s) => s.name === r.scenario)!;
+      const steps = scenario === failure ? failure.run.steps : STEPS;
+      expect(r.steps, name).toBe(steps);
+      const { workload } = scenario;
+      expect(r.ledger.consumed, name).toBe(steps * workload.prompts * workload.groupSize);
+      const l = r.ledger;
+      expect(l.generating + l.moving + l.orphaned + l.returned + l.buffered + l.consumed + l.dropped, name).toBe(l.claimed);
       expect(r.staleness.inherent.count, name).toBe(r.ledger.buffered + r.ledger.consumed + r.ledger.dropped);
       expect(r.staleness.consumption.count, name).toBe(r.ledger.consumed);
     }
     expect(runOf('math-32b', 128, 'laminar').repack.moves).toBeGreaterThan(0);
+    // The machine failure orphaned trajectories, and every one of them was resumed or given back.
+    const [killed] = runOf('failure-32b-128', 128, 'laminar').failures;
+    expect(killed!.orphaned).toBeGreaterThan(0);
+    expect(killed!.resumed + killed!.returned).toBe(killed!.orphaned);
+    expect(runOf('toolcall-7b', 16, 'laminar').toolCalls).toBeGreaterThan(0);
   });
 
   it('the repack figures come from the real planner: one that never moves makes laminar laminar-no-repack', () => {

@@ -37,7 +37,18 @@ describe('Ledger', () => {
     ledger.complete(9);
     ledger.drop(9);
     expect(ledger.stateOf(9)).toBe(TrajectoryState.Dropped);
-    expect(ledger.check()).toEqual({ claimed: 3000, generating: 2997, moving: 0, buffered: 1, consumed: 1, dropped: 1, transitions: 3007 });
+    expect(ledger.check()).toEqual({
+      claimed: 3000,
+      generating: 2997,
+      moving: 0,
+      buffered: 1,
+      consumed: 1,
+      dropped: 1,
+      orphaned: 0,
+      returned: 0,
+      reclaimed: 0,
+      transitions: 3007,
+    });
   });
 
   it('refuses a duplicate and a loss at the transition that makes it', () => {

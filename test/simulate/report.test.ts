@@ -11,6 +11,8 @@ import { buildResults, type SimulationResults } from '../../src/simulate/report/
 import {
   comparisonTable,
   repackTable,
+  broadcastTable,
+  failureTable,
   reportTables,
   stalenessTable,
   tablesMarkdown,
@@ -67,6 +69,10 @@ function fakeRun(scenario: string, gpus: number, system: SystemName, f: Fake): S
     kvUtilisation: f.kv ?? 0.5,
     engines: { count: 4, kvCapacityTokens: 1e6, preemptions: 0, eventSteps: 10, leapedSteps: 90 },
     repack: system === 'laminar' ? { rounds: 120, moves: 7, movedTrajectories: 1234 } : { rounds: 0, moves: 0, movedTrajectories: 0 },
+    toolCalls: 0,
+    failures: [],
+    chainRepairs: [],
+    timeline: null,
     ledger: { claimed: 6144, generating: 0, moving: 0, buffered: 0, consumed: 6144, dropped: 0 } as ScenarioRunResult['ledger'],
     events: 5000,
     wallMs: 250,
@@ -151,7 +157,9 @@ describe('the paper comparison', () => {
     expect(row('sec8_3.actor_stall.32B').simulated).toBeCloseTo(0.655, 3);
     expect(row('sec8_3.actor_stall.72B')).toMatchObject({ simulated: null, within: null, why: 'needs a scenario of that model' });
     expect(row('sec4_2.broadcast_72b_127')).toMatchObject({ simulated: null, why: 'needs a 72B scenario' });
-    expect(row('sec4_3.chain_repair').why).toMatch(/^not modelled yet/);
+    // No 72B scenario and no run with failures: no repair to report.
+    expect(row('sec4_3.chain_repair')).toMatchObject({ simulated: null, within: null });
+    expect(row('sec4_3.chain_repair').why).toMatch(/needs a 72B scenario or a run with a relay failure/);
   });
   it('renders every row with its check and verdict', () => {
     const t = comparisonTable(results);
@@ -188,11 +196,11 @@ describe('Markdown and text', () => {
     const piped = toMarkdown({ title: 'x', caption: 'c', columns: ['a'], rows: [['p|q']] });
     expect(piped).toContain('| p\\|q |');
   });
-  it('tables.md has the heading, what ran, and the four tables', () => {
+  it('tables.md has the heading, what ran, and the five tables (no failure table without failures)', () => {
     const md = tablesMarkdown(results);
     expect(md).toMatch(/^# Simulated results\n/);
     expect(md).toContain('9 run(s) of `math-7b`, `math-32b`');
-    expect(md.match(/^## /gm)).toHaveLength(4);
+    expect(md.match(/^## /gm)).toHaveLength(5);
   });
   it('aligns text columns and drops the Markdown emphasis', () => {
     const text = toText(throughputTable(results)).split('\n');
@@ -218,10 +226,83 @@ describe('charts', () => {
       'paper-comparison.svg',
       'staleness.svg',
       'repack.svg',
+      'broadcast.svg',
     ]);
     for (const c of charts) expect(svgProblems(c.svg), c.file).toEqual([]);
     // The data are in the drawing: the comparison names its figures, the repack chart its series.
     expect(charts.find((c) => c.file === 'paper-comparison.svg')!.svg).toContain('fig11.max_speedup.verl');
     expect(charts.find((c) => c.file === 'repack.svg')!.svg).toContain('KV util, no repack');
+  });
+});
+
+describe('the broadcast and failure tables and charts', () => {
+  const failure32 = loadScenario(resolveScenarioPath('failure-32b-128'));
+  const failed = fakeRun('failure-32b-128', 128, 'laminar', { tokensPerS: 250_000 });
+  failed.failures = [{ kind: 'machine', atS: 300, machine: 3, rollout: null, rolloutsLost: 2, orphaned: 500, resumed: 480, returned: 20, backAtS: 552 }];
+  failed.stepEndsS = [100, 200, 300, 420, 520, 620, 720, 820];
+  failed.steps = 8;
+  failed.placement = { ...failed.placement, rollouts: 16, rolloutMachines: 8, tp: 4 };
+  failed.warmupSteps = 1;
+  failed.virtualS = 900;
+  // 30-s windows: 160k tokens/s before, 140k while down, 165k after.
+  failed.timeline = Array.from({ length: 30 }, (_, i) => ({
+    startS: i * 30,
+    endS: (i + 1) * 30,
+    generationTokensPerS: (i + 1) * 30 <= 300 ? 160_000 : i * 30 < 552 ? 140_000 : 165_000,
+    trainingTokensPerS: 0,
+    rolloutsAlive: (i + 1) * 30 <= 300 || i * 30 >= 552 ? 16 : 14,
+  }));
+  failed.chainRepairs = [
+    {
+      relay: 'm00003',
+      wasMaster: false,
+      atS: 300,
+      repairedAtS: 300.15,
+      repairS: 0.15,
+      orderBefore: ['m00000', 'm00001', 'm00002', 'm00003'],
+      orderAfter: ['m00000', 'm00001', 'm00002'],
+      relaysDelayed: 0,
+      maxDelayS: 0,
+    },
+  ];
+  const withFailure = buildResults([failure32], [failed], 1);
+
+  it('the broadcast table gives T(p) from the chunk model and the repairs of the study and the runs', () => {
+    const t = broadcastTable(withFailure);
+    expect(t.columns.slice(4, 11)).toEqual(['T(2)', 'T(4)', 'T(8)', 'T(16)', 'T(32)', 'T(64)', 'T(128)']);
+    const study = t.rows[0]!;
+    expect(study[0]).toBe('32B');
+    // 65.5 GB in 32 MiB chunks (1,953) at 100 GB/s + 5 µs: T(2) = 1,953 chunk times, T(128) = 2,079.
+    const chunk = 65.5e9 / 1953 / 100e9 + 5e-6;
+    expect(study[4]).toBe(`${(1953 * chunk).toFixed(3)} s`);
+    expect(study[10]).toBe(`${(2079 * chunk).toFixed(3)} s`);
+    expect(study[12]).toBe('0.440 s (splice)');
+    expect(study[14]).toMatch(/^0\.440 s, m00001$/);
+    expect(t.rows[1]!.slice(0, 3)).toEqual(['32B run', 'laminar, 128 GPUs', 'relay m00003 at 300 s']);
+  });
+
+  it('the failure table and the §8.5 rows read the timeline', () => {
+    const t = failureTable(withFailure);
+    expect(t.rows).toHaveLength(1);
+    expect(t.rows[0]!.slice(3, 8)).toEqual(['2 of 16 at 300 s', '552 s', '160,000', '140,000 (0.88×)', '165,000 (1.03×)']);
+    expect(t.rows[0]![10]).toBe('500 / 480 / 20');
+    const r = (id: string) => withFailure.comparison.find((c) => c.id === id)!;
+    expect(r('sec8_5.generation_drop').simulated).toBeCloseTo(140 / 160, 10);
+    expect(r('sec8_5.generation_drop').within).toBe(true);
+    expect(r('sec8_5.generation_recovered').simulated).toBeCloseTo(165 / 160, 10);
+    // Steps every 100 s before (after the warm-up); across the outage and one step after it
+    // (300 → 652 s), 3 steps in 320 s: a slight drop, within the bound.
+    expect(r('sec8_5.training_unaffected').simulated).toBeCloseTo(3 / 320 / (1 / 100), 10);
+    expect(r('sec8_5.training_unaffected').within).toBe(true);
+    expect(r('sec4_3.chain_repair').simulated).toBeCloseTo(0.15, 10);
+  });
+
+  it('draws the broadcast and failure charts', () => {
+    const charts = renderCharts(withFailure);
+    const files = charts.map((c) => c.file);
+    expect(files).toContain('broadcast.svg');
+    expect(files).toContain('failure-failure-32b-128.svg');
+    for (const c of charts) expect(svgProblems(c.svg), c.file).toEqual([]);
+    expect(charts.find((c) => c.file === 'failure-failure-32b-128.svg')!.svg).toContain('replacement joins');
   });
 });

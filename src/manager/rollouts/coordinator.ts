@@ -22,6 +22,7 @@ import { ControlError, SCHEMA_VERSION, commandReplySchema, decode, encode, type 
 import { PARKED_OWNER, type PartialPool, type PromptPool } from '../../data/index.js';
 import { DEFAULT_REPACK_LIMITS, planRepack, validateRepackLimits, type RepackLimits } from '../repack/planner.js';
 import { repackRoundGroups, sourceIsEmpty, type RepackGroup } from '../repack/round.js';
+import { orphanDestination } from './failover-plan.js';
 import type { RolloutCoordinatorMetrics } from './metrics.js';
 import type { EventJournal } from '../dashboard/journal.js';
 import { ErrorCodes } from '../../common/error-codes.js';
@@ -412,9 +413,22 @@ export class RolloutCoordinator {
   }
 
   private destinationFor(version: number, live: RolloutView[], now: number): RolloutView | undefined {
-    return live
-      .filter((r) => r.load?.weightVersion === version && r.load.state !== 'reinitialising' && !this.busy.has(r.id) && this.reachable(r.id, now))
-      .sort((a, b) => a.load!.owned - b.load!.owned || a.load!.kvUsed - b.load!.kvUsed || (a.id < b.id ? -1 : 1))[0];
+    // The choice itself is shared with the simulator: failover-plan.ts.
+    const candidates = live.flatMap((r) =>
+      r.load !== null && !this.busy.has(r.id) && this.reachable(r.id, now)
+        ? [
+            {
+              id: r.id,
+              weightVersion: r.load.weightVersion,
+              reinitialising: r.load.state === 'reinitialising',
+              owned: r.load.owned,
+              kvUsed: r.load.kvUsed,
+              view: r,
+            },
+          ]
+        : [],
+    );
+    return orphanDestination(version, candidates)?.view;
   }
 
   private async resumeOn(destination: RolloutView, from: string, version: number, batch: Orphan[]): Promise<void> {

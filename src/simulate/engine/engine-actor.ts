@@ -61,6 +61,16 @@ export class EngineActor {
     return out;
   }
 
+  /**
+   * Runs the engine up to now (every step that starts before it) so that its counters are
+   * current, handing over what finished: a timeline's sample. Only runs that sample pay for it;
+   * the engine's results do not depend on when it is driven, up to float rounding.
+   */
+  sample(): void {
+    this.engine.advanceTo(this.sim.now);
+    this.settle();
+  }
+
   /** KV, running and waiting now (read-only). */
   load(): EngineLoadView {
     return this.engine.loadAt(this.sim.now);

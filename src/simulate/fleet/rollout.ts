@@ -1,7 +1,8 @@
 /**
  * One simulated rollout replica: its engine (an EngineActor), the weight version it generates
- * with, the machine (and so the relay) it pulls versions from, how many trajectories it owns,
- * and whether it is loading weights or taking part in a repack move. The systems' drivers decide
+ * with (-1: none yet, a replacement waiting for its relay), the machine (and so the relay) it
+ * pulls versions from, how many trajectories it owns, whether it is loading weights or taking
+ * part in a repack move, and whether a failure took it. The systems' drivers decide
  * what it does; this holds the state they share.
  */
 import type { EngineActor } from '../engine/engine-actor.js';
@@ -18,6 +19,12 @@ export class Rollout {
   owned = 0;
   /** Source or destination of a repack move in flight (the coordinator's `busy`). */
   inMove = false;
+  /** Its machine failed: it does nothing more (its engine's counters stay in the run's totals). */
+  dead = false;
+  /** Its engine crashed and is being reinitialised: neither claiming nor a destination. */
+  reinitialising = false;
+  /** Bumped by a failure: a weight load started before it lands on nothing. */
+  life = 0;
 
   constructor(
     readonly index: number,

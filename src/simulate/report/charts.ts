@@ -8,11 +8,15 @@
  * - speedup-<scenario>.svg: laminar's speedup over each other system, lines over GPUs;
  * - paper-comparison.svg: sim/paper per figure, a dot plot with the ±15 % band;
  * - staleness.svg: inherent and consumption p50/p90/max per system at each scenario's largest size;
- * - repack.svg: KV utilisation with and without repack, and the generation throughput ratio.
+ * - repack.svg: KV utilisation with and without repack, and the generation throughput ratio;
+ * - broadcast.svg: T(p) per model from the relays' chunk model, with the paper's 1.6 s at p = 128;
+ * - failure-<scenario>.svg: generation and training throughput per window around a machine
+ *   failure, the failure and the replacement marked (Figure 16's shape).
  */
 import * as echarts from 'echarts';
 import type { SystemName } from '../scenario/schema.js';
 import type { ScenarioRunResult } from '../systems/run-context.js';
+import { paperFigure } from './paper.js';
 import type { SimulationResults } from './results.js';
 import { orderedPoints, systemsIn } from './tables.js';
 
@@ -228,7 +232,103 @@ function repackChart(results: SimulationResults): Chart | null {
   };
 }
 
+const MODEL_COLOURS = ['#2f6fdf', '#e0872b', '#3aa565', '#8a8a8a', '#b04ad0'];
+
+function broadcastChart(results: SimulationResults): Chart | null {
+  const byModel = new Map<string, SimulationResults['scenarios'][number]>();
+  for (const s of results.scenarios) if (!byModel.has(s.broadcast.model)) byModel.set(s.broadcast.model, s);
+  if (byModel.size === 0) return null;
+  const bound = paperFigure('sec4_2.broadcast_72b_127').value as number;
+  const series: echarts.EChartsCoreOption[] = [...byModel.values()].map((s, i) => ({
+    name: `${s.paperModel ?? s.model} (${(s.broadcast.bytes / 1e9).toFixed(1)} GB)`,
+    type: 'line',
+    symbolSize: 7,
+    itemStyle: { color: MODEL_COLOURS[i % MODEL_COLOURS.length] },
+    data: s.broadcast.points.map((p) => [p.relays, Number(p.seconds.toFixed(4))]),
+  }));
+  series.push({
+    name: `paper: 72B to 127 relays < ${bound} s`,
+    type: 'scatter',
+    symbol: 'triangle',
+    symbolSize: 14,
+    itemStyle: { color: '#d03a3a' },
+    data: [[128, bound]],
+  });
+  const any = [...byModel.values()][0]!.broadcast;
+  return {
+    file: 'broadcast.svg',
+    svg: render({
+      title: title(
+        'Broadcast down the relay chain',
+        `the relays' chunk model at ${any.bandwidthGBs} GB/s a hop, ${any.startupUs} µs a chunk; p relays with the master`,
+      ),
+      legend: { top: 62 },
+      grid: { top: 105, left: 60, right: 30, bottom: 50 },
+      xAxis: { type: 'log', logBase: 2, name: 'relays (p)', nameLocation: 'middle', nameGap: 28, min: 2, max: 128 },
+      yAxis: { type: 'value', name: 'seconds', min: 0 },
+      series,
+    }),
+  };
+}
+
+function failureCharts(results: SimulationResults): Chart[] {
+  const charts: Chart[] = [];
+  const done = new Set<string>();
+  for (const r of results.runs) {
+    const f = r.failures.find((x) => x.kind === 'machine');
+    if (!f || !r.timeline || r.timeline.length === 0 || done.has(r.scenario)) continue;
+    done.add(r.scenario);
+    const mid = (w: { startS: number; endS: number }): number => Number(((w.startS + w.endS) / 2).toFixed(1));
+    const marks = [
+      { xAxis: Number(f.atS.toFixed(1)), name: 'machine killed' },
+      ...(f.backAtS === null ? [] : [{ xAxis: Number(f.backAtS.toFixed(1)), name: 'replacement joins' }]),
+    ];
+    charts.push({
+      file: `failure-${r.scenario}.svg`,
+      svg: render({
+        title: title(
+          `Machine failure: ${label(results, r.scenario)}, ${r.gpus} GPUs, ${r.system}`,
+          `${f.rolloutsLost} of ${r.placement.rollouts} rollouts lost; tokens/s per ${(r.timeline[0]!.endS - r.timeline[0]!.startS).toFixed(0)} s window`,
+        ),
+        legend: { top: 62 },
+        grid: { top: 105, left: 70, right: 70, bottom: 50 },
+        xAxis: { type: 'value', name: 'virtual s', nameLocation: 'middle', nameGap: 28 },
+        yAxis: [
+          { type: 'value', name: 'generation tokens/s', min: 0 },
+          { type: 'value', name: 'training tokens/s', min: 0, splitLine: { show: false } },
+        ],
+        series: [
+          {
+            name: 'generation',
+            type: 'line',
+            showSymbol: false,
+            itemStyle: { color: SYSTEM_COLOURS.laminar },
+            data: r.timeline.map((w) => [mid(w), Math.round(w.generationTokensPerS)]),
+            markLine: { symbol: 'none', lineStyle: { color: '#d03a3a', type: 'dashed' }, label: { formatter: '{b}' }, data: marks },
+          },
+          {
+            name: 'training',
+            type: 'bar',
+            yAxisIndex: 1,
+            barMaxWidth: 6,
+            itemStyle: { color: SYSTEM_COLOURS['one-step'] },
+            data: r.timeline.map((w) => [mid(w), Math.round(w.trainingTokensPerS)]),
+          },
+        ],
+      }),
+    });
+  }
+  return charts;
+}
+
 /** Every chart the results can give (a chart whose data are absent is left out). */
 export function renderCharts(results: SimulationResults): Chart[] {
-  return [...throughputCharts(results), comparisonChart(results), stalenessChart(results), repackChart(results)].filter((c): c is Chart => c !== null);
+  return [
+    ...throughputCharts(results),
+    comparisonChart(results),
+    stalenessChart(results),
+    repackChart(results),
+    broadcastChart(results),
+    ...failureCharts(results),
+  ].filter((c): c is Chart => c !== null);
 }

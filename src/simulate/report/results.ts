@@ -7,6 +7,7 @@
  *   writeReport(results, 'sim-out/math-7b');
  */
 import { chainTiming } from '../fleet/broadcast.js';
+import { broadcastStudy, type BroadcastStudy } from '../fleet/broadcast-study.js';
 import type { Scenario } from '../scenario/schema.js';
 import type { ScenarioRunResult } from '../systems/run-context.js';
 import { pushToMasterMs } from '../trainer/time-model.js';
@@ -32,6 +33,8 @@ export interface ScenarioSummary {
   actorStallS: number;
   /** A version down a chain of 128 relays from the relays' chunk model (§4.2, appendix C). */
   broadcast128: { relays: number; chunkBytes: number; chunks: number; seconds: number };
+  /** T(p) over p = 2 … 128, the bandwidth that gives 1.6 s, and a relay's and the master's repair (fleet/broadcast-study.ts). */
+  broadcast: BroadcastStudy;
 }
 
 export interface SimulationResults {
@@ -56,6 +59,7 @@ export function summariseScenario(scenario: Scenario): ScenarioSummary {
     scenario,
     actorStallS: pushToMasterMs(scenario) / 1e3,
     broadcast128: { relays: 128, chunkBytes: chain.chunkBytes, chunks: chain.chunks, seconds: chain.completeAfterMs[127]! / 1e3 },
+    broadcast: broadcastStudy(scenario),
   };
 }
 

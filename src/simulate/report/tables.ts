@@ -5,11 +5,16 @@
  * - throughput: (model, GPUs) × system, tokens/s, and laminar's speedup over each other system;
  * - paper comparison: each validated figure, paper against simulated, and why where they differ;
  * - staleness: inherent and consumption p50/p90/max per run;
- * - repack: laminar with and without repack at each (model, GPUs) where both ran.
+ * - repack: laminar with and without repack at each (model, GPUs) where both ran;
+ * - broadcast: T(p) per scenario's model from the relays' chunk model, the bandwidth that gives
+ *   the paper's 1.6 s, and the chain repairs (a relay's and the master's death, the runs' repairs);
+ * - failure: generation and training throughput around each machine failure (§8.5), per window.
  */
 import { SYSTEMS, type SystemName } from '../scenario/schema.js';
 import type { ScenarioRunResult } from '../systems/run-context.js';
+import { failureEffect } from './failure-effect.js';
 import { runsByPoint, type ComparisonRow } from './paper-comparison.js';
+import { paperFigure } from './paper.js';
 import type { SimulationResults } from './results.js';
 
 export interface Table {
@@ -182,9 +187,119 @@ export function repackTable(results: SimulationResults): Table {
   };
 }
 
+const seconds = (x: number): string => `${x.toFixed(x < 10 ? 3 : 1)} s`;
+
+/** One row per scenario model: T(p) down the chain, the bandwidth for 1.6 s, and the two repairs of the study. */
+export function broadcastTable(results: SimulationResults): Table {
+  const bound = paperFigure('sec4_2.broadcast_72b_127').value as number;
+  const repairBound = paperFigure('sec4_3.chain_repair').value as number;
+  const seen = new Set<string>();
+  const rows: string[][] = [];
+  for (const s of results.scenarios) {
+    const b = s.broadcast;
+    const key = `${b.model}/${b.bandwidthGBs}/${b.startupUs}/${b.points.map((p) => p.chunkBytes).join(',')}/${s.scenario.manager.relayFailureDetectS}/${s.scenario.manager.planPublishS}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    rows.push([
+      s.paperModel ?? s.model,
+      `${(b.bytes / 1e9).toFixed(1)} GB`,
+      `${b.bandwidthGBs} GB/s, ${b.startupUs} µs`,
+      `${(b.points.at(-1)!.chunkBytes / 2 ** 20).toFixed(0)} MiB`,
+      ...b.points.map((p) => seconds(p.seconds)),
+      `${b.bandwidthFor1p6GBs.toFixed(1)} GB/s`,
+      `${seconds(b.relayRepair.repairS)}${b.relayRepair.splice ? ' (splice)' : ' (not a splice)'}`,
+      `${seconds(b.relayRepair.lastRelayS)} (+${seconds(b.relayRepair.lastRelayS - b.relayRepair.lastRelayWithoutFailureS)})`,
+      `${seconds(b.masterRepair.repairS)}, ${b.masterRepair.masterAfter}`,
+      `${seconds(b.masterRepair.lastRelayS)} (+${seconds(b.masterRepair.lastRelayS - b.masterRepair.lastRelayWithoutFailureS)})`,
+    ]);
+  }
+  const runRepairs = results.runs.flatMap((r) => r.chainRepairs.map((c) => ({ r, c })));
+  for (const { r, c } of runRepairs) {
+    rows.push([
+      `${modelLabel(results, r.scenario)} run`,
+      `${r.system}, ${r.gpus} GPUs`,
+      `${c.wasMaster ? 'master' : 'relay'} ${c.relay} at ${c.atS.toFixed(0)} s`,
+      '',
+      ...results.scenarios[0]!.broadcast.points.map(() => ''),
+      '',
+      seconds(c.repairS),
+      c.relaysDelayed > 0 ? `${c.relaysDelayed} relay(s) delayed up to ${seconds(c.maxDelayS)}` : 'no version in flight',
+      c.wasMaster ? `new master ${c.orderAfter[0]}` : '',
+      '',
+    ]);
+  }
+  const ps = results.scenarios[0]?.broadcast.points.map((p) => `T(${p.relays})`) ?? [];
+  return {
+    title: 'Broadcast and chain repair',
+    caption: `A version down the relay chain from the relays' chunk model (appendix C: T(p, k) = (p + k − 2)(M/k · T_byte + T_start)), for p relays with the master, at each scenario's relay link and chunk size; the relay bandwidth that would make T(128) exactly the paper's ${bound} s (§4.2: "less than 1.6 seconds ... to 127 other relays"); and, on a chain of 128 relays ordered by the manager's arrangeChain, the repair when the relay 64 hops down dies halfway through a broadcast (failure → the spliced plan in force, the paper's bound ${repairBound} s, §4.3) and when the master dies (the relay holding the most of the version elected), with when the last relay holds the version (+ the delay against no failure). Then each repair in the runs with failures.`,
+    columns: [
+      'model',
+      'weights',
+      'relay link',
+      'chunk (p = 128)',
+      ...ps,
+      'bandwidth for 1.6 s',
+      'relay repair',
+      'last relay holds',
+      'master repair, new master',
+      'last relay holds',
+    ],
+    rows,
+  };
+}
+
+/** Per machine failure in the runs: the §8.5 effect, then the windows around it. */
+export function failureTable(results: SimulationResults): Table {
+  const rows: string[][] = [];
+  for (const r of results.runs) {
+    const e = failureEffect(r);
+    if (e === null) continue;
+    const ratio = (x: number | null): string => (x === null || !Number.isFinite(x) || !(e.generationBefore > 0) ? '—' : times(x / e.generationBefore));
+    rows.push([
+      modelLabel(results, r.scenario),
+      String(r.gpus),
+      r.system,
+      `${e.rolloutsLost} of ${e.rolloutsBefore} at ${e.atS.toFixed(0)} s`,
+      e.backAtS === null ? 'never' : `${e.backAtS.toFixed(0)} s`,
+      formatNumber(e.generationBefore),
+      `${formatNumber(e.generationDuring)} (${ratio(e.generationDuring)})`,
+      e.generationAfter === null ? '—' : `${formatNumber(e.generationAfter)} (${ratio(e.generationAfter)})`,
+      Number.isFinite(e.stepsPerHourBefore) ? e.stepsPerHourBefore.toFixed(2) : '—',
+      e.stepsPerHourDuring === null ? '—' : `${e.stepsPerHourDuring.toFixed(2)} (${times(e.stepsPerHourDuring / e.stepsPerHourBefore)})`,
+      `${e.orphaned} / ${e.resumed} / ${e.returned}`,
+    ]);
+  }
+  return {
+    title: 'Machine failure and recovery',
+    caption:
+      "A rollout machine killed during training and replaced (§8.5, Figure 16): mean generation throughput (tokens decoded by every engine per second, per window of run.reportWindowS) over the same span before the failure, while the machine was down, and from one window after the replacement joined to the end of the run; the trainer's steps per hour before and across the outage; and the failed rollouts' trajectories orphaned / resumed on a live rollout of their version / returned to the prompt pool. No trajectory is lost or made twice (the ledger). The per-window timeline is in results.json and failure-<scenario>.svg.",
+    columns: [
+      'model',
+      'GPUs',
+      'system',
+      'rollouts lost',
+      'replaced',
+      'gen tokens/s before',
+      'during (÷ before)',
+      'after (÷ before)',
+      'steps/h before',
+      'across the outage',
+      'orphaned / resumed / returned',
+    ],
+    rows,
+  };
+}
+
 /** Every table of the report, in the order tables.md has them (empty ones left out). */
 export function reportTables(results: SimulationResults): Table[] {
-  return [throughputTable(results), comparisonTable(results), stalenessTable(results), repackTable(results)].filter((t) => t.rows.length > 0);
+  return [
+    throughputTable(results),
+    comparisonTable(results),
+    stalenessTable(results),
+    repackTable(results),
+    broadcastTable(results),
+    failureTable(results),
+  ].filter((t) => t.rows.length > 0);
 }
 
 const escapeCell = (s: string): string => s.replace(/\|/g, '\\|');

@@ -12,7 +12,10 @@
  *   tool-call fields are given exactly for the tool-call task;
  * - a rollout is suspected before it is declared dead; the warm-up is shorter than the run;
  * - a failure happens at one time, inside the run, on a system the scenario runs, to a machine
- *   or rollout that exists in every run it applies to; relay failures only where there are relays.
+ *   or rollout that exists in every run it applies to; failures hit the systems with relays
+ *   (laminar, laminar-no-repack: the baselines' failover is not modelled), and slow links are not
+ *   simulated yet;
+ * - tool calls per trajectory fit the simulator's per-trajectory counter (at most 255).
  */
 import { validateProfile } from '../../sim/engine-core.js';
 import { engineProfileFor, kvBytesPerGpu, weightBytes } from './derive.js';
@@ -95,6 +98,8 @@ export function checkScenario(s: Scenario, source: string): void {
   });
   if (workload.task === 'tool-call' && workload.toolCalls === null) bad('workload.toolCalls', 'the tool-call task needs toolCalls');
   if (workload.task === 'math' && workload.toolCalls !== null) bad('workload.toolCalls', 'the math task makes no tool calls: leave toolCalls out (or null)');
+  if (workload.toolCalls && workload.toolCalls.maxCalls > 255)
+    bad('workload.toolCalls.maxCalls', `${workload.toolCalls.maxCalls} calls: at most 255 per trajectory`);
   if (workload.toolCalls && workload.toolCalls.meanCalls > workload.toolCalls.maxCalls) {
     bad('workload.toolCalls.meanCalls', `${workload.toolCalls.meanCalls} is above maxCalls ${workload.toolCalls.maxCalls}`);
   }
@@ -109,15 +114,17 @@ export function checkScenario(s: Scenario, source: string): void {
 function checkFailure(s: Scenario, f: Failure, at: string, bad: (field: string, message: string) => never): void {
   if ((f.atS === undefined) === (f.atStep === undefined)) bad(at, 'give exactly one of atS and atStep');
   if (f.atStep !== undefined && f.atStep >= s.run.steps) bad(`${at}.atStep`, `step ${f.atStep} is not inside a run of ${s.run.steps} steps`);
-  const relayKind = f.kind === 'relay' || f.kind === 'master' || f.kind === 'slow-link';
+  if (f.kind === 'slow-link') bad(`${at}.kind`, "slow-link failures are not simulated yet (the stall watch's demotions need the chain planner's pure part)");
+  const relayKind = f.kind === 'relay' || f.kind === 'master';
   (f.systems ?? []).forEach((system, j) => {
     if (!s.systems.includes(system)) bad(`${at}.systems[${j}]`, `${system} is not one of the scenario's systems`);
     if (relayKind && !RELAY_SYSTEMS.includes(system)) bad(`${at}.systems[${j}]`, `${system} has no relays to fail`);
+    if (!RELAY_SYSTEMS.includes(system)) bad(`${at}.systems[${j}]`, `${system}'s failover is not simulated: failures hit laminar and laminar-no-repack`);
   });
   const rows = f.gpus === undefined ? s.placements : s.placements.filter((row) => row.gpus === f.gpus);
   if (rows.length === 0) bad(`${at}.gpus`, `no placement row is for ${f.gpus} GPUs`);
-  // By default a relay failure applies to the systems that have relays, any other to every system.
-  const systems = f.systems ?? (relayKind ? s.systems.filter((system) => RELAY_SYSTEMS.includes(system)) : s.systems);
+  // By default a failure applies to the systems that have relays (the only ones whose failover is simulated).
+  const systems = f.systems ?? s.systems.filter((system) => RELAY_SYSTEMS.includes(system));
   for (const row of rows) {
     for (const system of systems) {
       const placement = placementOf(s, row, system)!;

@@ -159,13 +159,13 @@ const tpSchema = z.strictObject({
 
 /** When a failure happens: at a virtual time, or when the trainer starts a given step. */
 const whenFields = { atS: nonNegative.optional(), atStep: index.optional() };
-/** Which runs it applies to (default: every system and placement of the scenario). */
+/** Which runs it applies to (default: laminar and laminar-no-repack, every placement row of the scenario). */
 const scopeFields = { systems: z.array(z.enum(SYSTEMS)).min(1).optional(), gpus: count.optional() };
 
 const failureSchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('machine'), ...whenFields, ...scopeFields, machine: index, replaceAfterS: nonNegative.nullable() }),
   z.strictObject({ kind: z.literal('relay'), ...whenFields, ...scopeFields, machine: index, restartAfterS: nonNegative.nullable() }),
-  z.strictObject({ kind: z.literal('master'), ...whenFields, ...scopeFields }),
+  z.strictObject({ kind: z.literal('master'), ...whenFields, ...scopeFields, restartAfterS: nonNegative.nullable().default(null) }),
   z.strictObject({
     kind: z.literal('slow-link'),
     ...whenFields,

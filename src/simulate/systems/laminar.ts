@@ -20,15 +20,26 @@
  *   emptied source then pulls the newest version (at once when it owned nothing, as the
  *   coordinator sends it update-weights).
  *   `repack: false` is laminar-no-repack.
+ * - The relay chain (fleet/relay-chain.ts) is ordered by the manager's own arrangeChain, and the
+ *   scenario's failures (this run's: failures.ts) hit it and the rollouts: a machine's relay and
+ *   rollouts die, its trajectories are orphaned with their tokens as of the last partial-pool
+ *   flush, resumed after `deadAfterS` on a live rollout of their version (the coordinator's
+ *   orphanDestination) or, after `orphanWaitS` more, given back to the prompt pool; a
+ *   replacement machine joins the chain's tail after `replaceAfterS` and its rollouts start once
+ *   their relay has caught the newest version up. A relay or master failure is the chain's
+ *   repair alone; a rollout failure reinitialises its engine and resumes its own trajectories.
  *
- * Not modelled yet: prefetch of the next batch, failures and chain repair, the master election.
+ * Not modelled yet: prefetch of the next batch, slow links (the stall watch's demotions).
  */
 import { strategyByName } from '../../data/experience/strategies/by-name.js';
 import { sourceIsEmpty } from '../../manager/repack/round.js';
 import type { SimComponents } from '../components.js';
 import type { LeapRequest } from '../engine/leap-engine.js';
-import { chainTiming, type BroadcastComponents } from '../fleet/broadcast.js';
+import { chainTiming, linkOf, type BroadcastComponents } from '../fleet/broadcast.js';
+import { RelayChain, type ChainComponents } from '../fleet/relay-chain.js';
 import { Rollout } from '../fleet/rollout.js';
+import { weightBytes } from '../scenario/derive.js';
+import { failuresOf } from './failures.js';
 import { StrategyBuffer } from '../trainer/strategy-buffer.js';
 import { randomStream } from '../workload/seeds.js';
 import { dataPlaneOverheadMs, pushToMasterMs, rolloutLoadMs, trainStepMs } from '../trainer/time-model.js';
@@ -42,6 +53,10 @@ export interface LaminarOptions {
   /** The rollout agent's claim rule (src/rollout/claim-policy.ts), or a planted one. */
   claim: Pick<SimComponents, 'mustEmptyFirst' | 'promptsToClaim'>;
   broadcast: BroadcastComponents;
+  /** The chain scheduler's ordering (src/manager/chain.ts arrangeChain), or a planted one. */
+  chain: ChainComponents;
+  /** Where orphans resume (src/manager/rollouts/failover-plan.ts), or a planted one. */
+  orphanDestination: SimComponents['orphanDestination'];
 }
 
 export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
@@ -53,10 +68,29 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
   };
   const batchSize = workload.batchSize;
   const loadMs = rolloutLoadMs(scenario, placement.tp);
-  const relays = Math.max(1, placement.rolloutMachines);
-  const chain = chainTiming(scenario, relays, options.broadcast);
-  /** Newest version each relay holds whole (relay index = machine index = chain position). */
-  const relayVersion = new Int32Array(relays);
+  const machines = Math.max(1, placement.rolloutMachines);
+  const timing = chainTiming(scenario, machines, options.broadcast);
+  const link = linkOf(scenario);
+  const bytes = weightBytes(scenario);
+  /** Newest version the relay of each machine holds whole (machines added by replacements grow it). */
+  const relayVersion: number[] = new Array<number>(machines).fill(0);
+  const chain = new RelayChain({
+    sim,
+    bytes,
+    chunks: timing.chunks,
+    broadcastTime: (p) => options.broadcast.broadcastTime(p, timing.chunks, bytes, link),
+    pushMs: pushToMasterMs(scenario),
+    detectMs: scenario.manager.relayFailureDetectS * 1e3,
+    publishMs: scenario.manager.planPublishS * 1e3,
+    arrange: options.chain.arrangeChain,
+    onHolds: (machine, version) => {
+      if (version > (relayVersion[machine] ?? -1)) relayVersion[machine] = version;
+      // A replacement's rollouts start once their relay holds a version.
+      for (const r of rollouts) if (r.machine === machine && r.version < 0 && !r.dead && r.owned === 0 && r.phase === 'generating') refill(r);
+    },
+  });
+  for (let m = 0; m < machines; m++) chain.add(m, 0);
+  chain.replan();
   const cap = ctx.profile.kvCapacityTokens;
   // The scenario's strategy, as sim-trainer's --strategy/--max-staleness name it; what it drops
   // as too stale is counted in the ledger.
@@ -69,13 +103,16 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
   let training = false;
 
   const rollouts: Rollout[] = [];
-  for (let i = 0; i < placement.rollouts; i++) {
-    const r = new Rollout(i, Math.min(relays - 1, Math.floor((i * placement.tp) / scenario.hardware.gpusPerMachine)));
+  function addRollout(machine: number): Rollout {
+    const r = new Rollout(rollouts.length, machine);
     r.actor = ctx.addEngine({ finished: (id) => finished(r, id) });
     rollouts.push(r);
+    return r;
   }
+  for (let i = 0; i < placement.rollouts; i++) addRollout(Math.min(machines - 1, Math.floor((i * placement.tp) / scenario.hardware.gpusPerMachine)));
 
   function claim(r: Rollout): void {
+    if (r.dead || r.reinitialising || r.version < 0) return;
     const prompts = options.claim.promptsToClaim(claimPolicy, r.owned, workload.groupSize);
     if (prompts === 0) return;
     const reqs = ctx.pool.claim(prompts, r.version);
@@ -85,24 +122,28 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
 
   /** What the agent's serve loop does when a trajectory of `r` ended or a move left it. */
   function next(r: Rollout): void {
-    if (r.inMove) return;
+    if (r.inMove || r.dead || r.reinitialising) return;
     if (r.owned === 0) refill(r);
     else if (r.phase === 'generating' && !options.claim.mustEmptyFirst(claimPolicy, r.owned, relayVersion[r.machine]! > r.version)) claim(r);
   }
 
   /** The rollout's engine is empty: newest version from its relay, then claim again. */
   function refill(r: Rollout): void {
-    const newest = relayVersion[r.machine]!;
+    if (r.dead || r.reinitialising) return;
+    const newest = relayVersion[r.machine] ?? -1;
     if (newest <= r.version) {
       claim(r);
       return;
     }
     r.phase = 'loading';
+    const life = r.life;
     sim.after(loadMs, {
       fire: () => {
+        if (r.life !== life) return;
         r.phase = 'generating';
         r.version = Math.max(r.version, newest);
         claim(r);
+        placeOrphans();
       },
     });
   }
@@ -131,6 +172,7 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
     const ids = buffer.take(batchSize, trainerVersion);
     if (ids === null) return;
     training = true;
+    failures.trainingStarts(ctx.stepsDone);
     const tokens = ctx.consume(ids, trainerVersion);
     sim.after(dataPlaneOverheadMs(scenario) + trainStepMs(scenario, tokens, placement.trainGpus), {
       fire: () => {
@@ -151,13 +193,7 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
 
   /** The master holds `version` now; each relay down the chain when the chunk model says. */
   function publish(version: number): void {
-    for (let relay = 0; relay < relays; relay++) {
-      sim.after(chain.completeAfterMs[relay]!, {
-        fire: () => {
-          if (version > relayVersion[relay]!) relayVersion[relay] = version;
-        },
-      });
-    }
+    chain.publish(version);
   }
 
   const limits = { cMax: scenario.manager.cMax, rooflineBatch: scenario.manager.rooflineBatch };
@@ -168,7 +204,7 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
   function repackRound(): void {
     ctx.repack.rounds++;
     const round = options.round(
-      rollouts.map((r) => {
+      live().map((r) => {
         const kvUsed = r.actor.load().kvUsed / cap;
         // One model per scenario; a simulated rollout reports no previous sample of its own, so
         // its current use stands in (the planner's rule: not ramping down until seen to fall).
@@ -176,8 +212,8 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
           id: r.id,
           model: '',
           weightVersion: r.version,
-          generating: r.phase === 'generating',
-          available: !r.inMove,
+          generating: r.phase === 'generating' && r.version >= 0,
+          available: !r.inMove && !r.reinitialising,
           kvUsed,
           kvPrev: kvUsed,
           owned: r.owned,
@@ -212,8 +248,13 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
       fire: () => {
         for (const req of moved) ctx.ledger.moveIn(req.id);
         ctx.movingNow -= moved.length;
-        destination.owned += moved.length;
-        if (moved.length > 0) destination.actor.submit(moved);
+        if (destination.dead) {
+          // It died during the move: what it was taking over is orphaned with the rest.
+          failures.orphan(destination, moved);
+        } else {
+          destination.owned += moved.length;
+          if (moved.length > 0) destination.actor.submit(moved);
+        }
         source.inMove = false;
         destination.inMove = false;
         next(source);
@@ -222,6 +263,21 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
       },
     });
   }
+
+  /** Rollouts alive (failed ones stay in `rollouts`, their engines' counters in the totals). */
+  function live(): Rollout[] {
+    return rollouts.filter((r) => !r.dead);
+  }
+
+  const failures = failuresOf(ctx, {
+    rollouts,
+    chain,
+    addRollout,
+    next,
+    destination: options.orphanDestination,
+    liveCount: () => live().length,
+  });
+  const placeOrphans = (): void => failures.placeOrphans();
 
   if (repackOn) {
     const intervalMs = scenario.manager.repackIntervalS * 1e3;

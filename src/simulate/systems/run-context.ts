@@ -11,7 +11,10 @@ import { ErrorCodes, LaminarError } from '../../common/errors.js';
 import type { EngineProfile } from '../../sim/engine-core.js';
 import { Simulation } from '../core/simulation.js';
 import { EngineActor, type EngineActorOwner } from '../engine/engine-actor.js';
+import type { LeapRequest } from '../engine/leap-engine.js';
+import type { ChainRepair } from '../fleet/relay-chain.js';
 import { PromptPool } from '../fleet/prompt-pool.js';
+import { ToolCallLoop } from '../fleet/tool-calls.js';
 import { Ledger, type LedgerTotals } from '../ledger.js';
 import { StalenessHistogram, type StalenessSummary } from '../metrics/staleness.js';
 import type { RunPlacement } from '../scenario/placement.js';
@@ -45,10 +48,44 @@ export interface ScenarioRunResult {
   kvUtilisation: number;
   engines: { count: number; kvCapacityTokens: number; preemptions: number; eventSteps: number; leapedSteps: number };
   repack: { rounds: number; moves: number; movedTrajectories: number };
+  /** Tool calls made (the tool-call task; 0 otherwise). */
+  toolCalls: number;
+  /** The failures injected into this run, what each did, and the chain's repairs (empty without failures). */
+  failures: FailureRecord[];
+  chainRepairs: ChainRepair[];
+  /** Per `run.reportWindowS` window, with failures injected (§8.5's timeline); null otherwise. */
+  timeline: TimelineWindow[] | null;
   ledger: LedgerTotals;
   /** Simulation events fired and the wall time of the run (performance.now around it). */
   events: number;
   wallMs: number;
+}
+
+/** One failure injected into a run (docs/design/simulator.md, "Failures"). */
+export interface FailureRecord {
+  kind: 'machine' | 'relay' | 'master' | 'rollout';
+  atS: number;
+  /** The machine (its relay and rollouts) or the rollout it hit. */
+  machine: number | null;
+  rollout: number | null;
+  rolloutsLost: number;
+  /** Trajectories its rollouts owned: orphaned, then resumed on a live rollout or returned to the prompt pool. */
+  orphaned: number;
+  resumed: number;
+  returned: number;
+  /** When the replacement machine (or the restarted relay, or the reinitialised rollout) came back, s. */
+  backAtS: number | null;
+}
+
+export interface TimelineWindow {
+  startS: number;
+  endS: number;
+  /** Tokens decoded by every engine in the window, per second. */
+  generationTokensPerS: number;
+  /** Tokens of the batches whose actor update completed in the window, per second. */
+  trainingTokensPerS: number;
+  /** Rollouts alive at the window's end. */
+  rolloutsAlive: number;
 }
 
 export class RunContext {
@@ -63,6 +100,11 @@ export class RunContext {
   readonly repack = { rounds: 0, moves: 0, movedTrajectories: 0 };
   /** Trajectories taken out by repack moves that have not landed yet (the driver keeps it). */
   movingNow = 0;
+  /** The multi-turn loop of the tool-call task (null for one-turn tasks). */
+  readonly tools: ToolCallLoop | null;
+  readonly failures: FailureRecord[] = [];
+  chainRepairs: ChainRepair[] = [];
+  timeline: TimelineWindow[] | null = null;
   private readonly stepEnds: number[] = [];
   private readonly stepTokens: number[] = [];
   private readonly stepTrajectories: number[] = [];
@@ -76,16 +118,50 @@ export class RunContext {
   ) {
     this.workload = new Workload(scenario);
     this.pool = new PromptPool(this.workload, this.ledger);
+    this.tools = this.workload.toolCalls === null ? null : new ToolCallLoop(this.sim, this.workload);
   }
 
   get stepsDone(): number {
     return this.stepEnds.length;
   }
 
+  /** A rollout engine; with tool calls, its owner hears of a trajectory only when its last turn completes. */
   addEngine(owner: EngineActorOwner): EngineActor {
-    const actor = new EngineActor(this.sim, this.profile, owner);
+    const tools = this.tools;
+    let actor: EngineActor | null = null;
+    const through: EngineActorOwner =
+      tools === null
+        ? owner
+        : {
+            finished: (id, atMs) => {
+              if (!tools.turnEnded(actor!, id)) owner.finished(id, atMs);
+            },
+          };
+    if (tools !== null && owner.admitted) through.admitted = owner.admitted.bind(owner);
+    if (tools !== null && owner.preempted) through.preempted = owner.preempted.bind(owner);
+    actor = new EngineActor(this.sim, this.profile, through);
     this.actors.push(actor);
     return actor;
+  }
+
+  /** Everything `actor` holds, taken out: its engine's requests and those at their tool (a failure). */
+  takeAll(actor: EngineActor): LeapRequest[] {
+    const reqs = actor.drain();
+    if (this.tools !== null) reqs.push(...this.tools.takeOut(actor));
+    return reqs;
+  }
+
+  /** An orphan back to the prompt pool: claimed again later, from its first token. */
+  giveBack(id: number): void {
+    this.pool.giveBack(id);
+    this.tools?.restart(id);
+  }
+
+  /** Tokens of the batches whose actor update completed in [fromMs, toMs). */
+  trainedTokensBetween(fromMs: number, toMs: number): number {
+    let tokens = 0;
+    for (let i = 0; i < this.stepEnds.length; i++) if (this.stepEnds[i]! >= fromMs && this.stepEnds[i]! < toMs) tokens += this.stepTokens[i]!;
+    return tokens;
   }
 
   /** A training step consumed `ids` at trainer version `version` (consumption staleness). */
@@ -132,12 +208,14 @@ export class RunContext {
       held += a.engine.heldCount;
       finished += a.engine.stats.finished;
     }
-    const unreported = finished - (totals.buffered + totals.consumed + totals.dropped);
-    if (unreported < 0 || totals.generating !== held + unreported || totals.moving !== this.movingNow) {
+    // A turn's end is a finish to the engine, not a completion; a trajectory at its tool is in no engine.
+    const inCall = this.tools?.inCall ?? 0;
+    const unreported = finished - (this.tools?.turnEnds ?? 0) - (totals.buffered + totals.consumed + totals.dropped);
+    if (unreported < 0 || totals.generating !== held + unreported + inCall || totals.moving !== this.movingNow) {
       throw new LaminarError(
         ErrorCodes.INTERNAL,
-        `simulator conservation: the ledger has ${totals.generating} generating and ${totals.moving} moving; the engines hold ${held} (+${unreported} finished, not yet reported) and ${this.movingNow} are in moves`,
-        { details: { ...totals, held, unreported, movingNow: this.movingNow } },
+        `simulator conservation: the ledger has ${totals.generating} generating and ${totals.moving} moving; the engines hold ${held} (+${unreported} finished, not yet reported, +${inCall} at a tool) and ${this.movingNow} are in moves`,
+        { details: { ...totals, held, unreported, inCall, movingNow: this.movingNow } },
       );
     }
     return totals;
@@ -191,6 +269,10 @@ export class RunContext {
       kvUtilisation: end > 0 && this.actors.length > 0 ? kvTokenMs / (cap * this.actors.length * end) : 0,
       engines: { count: this.actors.length, kvCapacityTokens: cap, preemptions, eventSteps, leapedSteps },
       repack: { ...this.repack },
+      toolCalls: this.tools?.calls ?? 0,
+      failures: this.failures.map((f) => ({ ...f })),
+      chainRepairs: this.chainRepairs,
+      timeline: this.timeline,
       ledger,
       events,
       wallMs,

@@ -13,9 +13,17 @@
  * them): prompts log-normal with the scenario's median and spread, clamped to its maximum, one
  * length per prompt shared by its group; responses log-normal with p99/median from the scenario
  * (10 in the paper's Figure 2), clamped to the generation limit, one per trajectory.
+ *
+ * Tool calls (the tool-call task, docs/design/simulator.md): a trajectory makes Binomial(maxCalls,
+ * meanCalls / maxCalls) calls (the paper caps them at 8 and gives no distribution), at output
+ * positions drawn uniformly over its response; each call takes a log-normal sandbox latency
+ * (median and p99/median: scenario inputs, Figure 2's values being an image). A request is
+ * submitted up to its next call (`targetTokens` = that turn's end); the run context takes it out
+ * of the engine for the call and submits it again, generated tokens and all, as a multi-turn
+ * agent loop drives vLLM. The tool's own output adds no tokens (not given by the paper).
  */
 import type { LeapRequest } from '../engine/leap-engine.js';
-import { sampleOutputLength, samplePromptLength } from '../../sim/lengths.js';
+import { sampleNormal, sampleOutputLength, samplePromptLength } from '../../sim/lengths.js';
 import type { Scenario } from '../scenario/schema.js';
 import { medianAt } from './length-schedule.js';
 import { randomStream } from './seeds.js';
@@ -27,6 +35,10 @@ export class Workload {
   private readonly spec: Scenario['workload'];
   private readonly promptStream: (index: number) => () => number;
   private readonly outputStream: (index: number) => () => number;
+  /** The task's tool calls (null: the math task, one turn). */
+  readonly toolCalls: Scenario['workload']['toolCalls'];
+  private readonly callStream: (index: number) => () => number;
+  private readonly latencyStream: (index: number) => () => number;
 
   constructor(scenario: Pick<Scenario, 'seed' | 'workload'>) {
     this.spec = scenario.workload;
@@ -34,6 +46,9 @@ export class Workload {
     this.promptsPerStep = scenario.workload.prompts;
     this.promptStream = randomStream(scenario.seed, 'prompt-tokens');
     this.outputStream = randomStream(scenario.seed, 'output-tokens');
+    this.toolCalls = scenario.workload.toolCalls;
+    this.callStream = randomStream(scenario.seed, 'tool-calls');
+    this.latencyStream = randomStream(scenario.seed, 'tool-latency');
   }
 
   /** Trajectories in one training step's batch. */
@@ -66,24 +81,51 @@ export class Workload {
     return sampleOutputLength(this.outputStream(trajectoryId), { median, p99OverMedian, max });
   }
 
-  /** A new request for trajectory `trajectoryId`. */
+  /**
+   * The output positions (tokens generated so far) at which trajectory `id` calls a tool:
+   * increasing, each in [1, total − 1]; empty without tool calls.
+   */
+  callsOf(trajectoryId: number, total = this.outputTokens(trajectoryId)): number[] {
+    const tc = this.toolCalls;
+    if (tc === null || tc.maxCalls === 0 || total < 2) return [];
+    const rng = this.callStream(trajectoryId);
+    const p = tc.meanCalls / tc.maxCalls;
+    let count = 0;
+    for (let i = 0; i < tc.maxCalls; i++) if (rng() < p) count++;
+    const at = new Set<number>();
+    for (let i = 0; i < count; i++) at.add(1 + Math.floor(rng() * (total - 1)));
+    return [...at].sort((a, b) => a - b);
+  }
+
+  /** The sandbox latency of call `call` (0-based) of trajectory `id`, ms. */
+  toolLatencyMs(trajectoryId: number, call: number): number {
+    const tc = this.toolCalls;
+    if (tc === null) return 0;
+    const sigma = Math.log(tc.latencyP99OverMedian) / 2.3263478740408408;
+    return tc.latencyMedianS * 1e3 * Math.exp(sigma * sampleNormal(this.latencyStream(trajectoryId * (tc.maxCalls + 1) + call)));
+  }
+
+  /** Output tokens of the whole response (a request's target is only its first turn's end with tool calls). */
+  responseTokens(req: LeapRequest): number {
+    return this.toolCalls === null ? req.targetTokens : this.outputTokens(req.id);
+  }
+
+  /** A new request for trajectory `trajectoryId` (up to its first tool call, if any). */
   request(trajectoryId: number): LeapRequest {
-    return {
-      id: trajectoryId,
-      promptTokens: this.promptTokens(this.promptOf(trajectoryId)),
-      targetTokens: this.outputTokens(trajectoryId),
-      generated: 0,
-    };
+    return this.requestOf(trajectoryId, this.promptTokens(this.promptOf(trajectoryId)));
   }
 
   /** The requests of prompt `prompt`'s whole group. */
   group(prompt: number): LeapRequest[] {
     const promptTokens = this.promptTokens(prompt);
     const out: LeapRequest[] = [];
-    for (let i = 0; i < this.groupSize; i++) {
-      const id = prompt * this.groupSize + i;
-      out.push({ id, promptTokens, targetTokens: this.outputTokens(id), generated: 0 });
-    }
+    for (let i = 0; i < this.groupSize; i++) out.push(this.requestOf(prompt * this.groupSize + i, promptTokens));
     return out;
+  }
+
+  private requestOf(id: number, promptTokens: number): LeapRequest {
+    const total = this.outputTokens(id);
+    const firstCall = this.toolCalls === null ? undefined : this.callsOf(id, total)[0];
+    return { id, promptTokens, targetTokens: firstCall ?? total, generated: 0 };
   }
 }
