@@ -24,4 +24,11 @@ export default tseslint.config(
       '@typescript-eslint/no-confusing-void-expression': ['error', { ignoreArrowShorthand: true, ignoreVoidOperator: true }],
     },
   },
+  {
+    // The dashboard page: browser modules in their own TypeScript project (DOM types, no Node).
+    files: ['src/manager/dashboard/page/**/*.ts'],
+    languageOptions: {
+      parserOptions: { project: ['./src/manager/dashboard/page/tsconfig.json'], tsconfigRootDir: import.meta.dirname },
+    },
+  },
 );

@@ -3,7 +3,14 @@ import { defineConfig } from 'vitest/config';
 // Files that build a network-namespace testbed, the whole-job demo, and the Grafana check (a
 // whole job scraped), start many daemons each and time repairs in seconds: two of them at once on
 // a 2-core machine starve each other's links and timers. They run one at a time, after everything else.
-const exclusiveFiles = ['test/testbed/**/*.test.ts', 'test/manager/**/*.test.ts', 'test/demo.test.ts', 'test/deploy/**/*.test.ts'];
+const exclusiveFiles = [
+  'test/testbed/**/*.test.ts',
+  'test/manager/**/*.test.ts',
+  'test/demo.test.ts',
+  'test/deploy/**/*.test.ts',
+  // A browser beside a whole job.
+  'test/dashboard/**/*.test.ts',
+];
 
 const shared = {
   testTimeout: 60_000,

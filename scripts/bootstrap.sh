@@ -4,7 +4,8 @@
 #   1. the Debian packages laminar needs (installed when missing, if we are root);
 #   2. `npm ci` when node_modules is missing or older than package-lock.json;
 #   3. the native addon when missing or older than its sources;
-#   4. the TypeScript build (dist/) when older than its sources;
+#   4. the TypeScript build (dist/) when older than its sources: the Node code, and the dashboard
+#      page's browser modules (their own project, src/manager/dashboard/page/tsconfig.json);
 #   5. the Python environment (.venv) of the Python client: Debian's /usr/bin/python3 with its
 #      system site packages (Debian's CPU torch, numpy), the client installed editable, and its
 #      PyPI dependencies, when missing or older than python/pyproject.toml.
@@ -15,8 +16,9 @@ cd "$(dirname "$0")/.."
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
 # python3-torch: Debian's CPU build, for the Python client's tests (PyPI's wheel pulls gigabytes of
-# CUDA libraries); python3-venv for the environment below.
-DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy python3-venv python3-torch python3-matplotlib libxxhash-dev pkg-config iproute2 clang-format)
+# CUDA libraries); python3-venv for the environment below; chromium: the headless browser that the
+# dashboard's browser tests and bench drive with playwright-core (which never downloads one).
+DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy python3-venv python3-torch python3-matplotlib libxxhash-dev pkg-config iproute2 clang-format chromium)
 
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do
@@ -56,6 +58,7 @@ stamp=dist/.build-stamp
 if [ ! -f "$stamp" ] || [ -n "$(find src bench tsconfig.json package.json -newer "$stamp" -print -quit)" ]; then
   say "compiling TypeScript"
   npx --no-install tsc -p tsconfig.json >&2
+  npx --no-install tsc -p src/manager/dashboard/page/tsconfig.json >&2
   chmod +x dist/src/cli/laminar.js 2>/dev/null || true
   touch "$stamp"
 fi

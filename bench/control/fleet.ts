@@ -22,7 +22,13 @@ export interface Member {
   reconnects: number;
 }
 
-export async function connectMembers(url: string, relays: number, rollouts: number, heartbeatMs: number): Promise<Member[]> {
+/**
+ * `moving` (the dashboard bench): every heartbeat the rollouts report another KV use, decode batch
+ * and trajectories in flight (never a repack candidate: kvPrev follows kvUsed), and the relays a
+ * version arriving chunk by chunk, so that each second's dashboard update carries what a running
+ * job's would.
+ */
+export async function connectMembers(url: string, relays: number, rollouts: number, heartbeatMs: number, moving = false): Promise<Member[]> {
   const specs = [
     ...Array.from({ length: relays }, (_, i) => ({ id: `relay-${pad(i)}`, kind: 'relay' as const, i })),
     ...Array.from({ length: rollouts }, (_, i) => ({ id: `rollout-${pad(i)}`, kind: 'rollout' as const, i })),
@@ -36,7 +42,7 @@ export async function connectMembers(url: string, relays: number, rollouts: numb
         const member: Member = {
           ...s,
           nc,
-          agent: s.kind === 'relay' ? relayAgent(nc, s.id, s.i, heartbeatMs) : rolloutAgent(nc, s.id, s.i, heartbeatMs),
+          agent: s.kind === 'relay' ? relayAgent(nc, s.id, s.i, heartbeatMs, moving) : rolloutAgent(nc, s.id, s.i, heartbeatMs, moving),
           reconnects: 0,
         };
         void (async () => {
@@ -50,7 +56,10 @@ export async function connectMembers(url: string, relays: number, rollouts: numb
   return members;
 }
 
-function relayAgent(nc: NatsConnection, id: string, i: number, heartbeatMs: number): MemberAgent {
+/** Chunks of the version the moving relays receive, over and over. */
+const MOVING_CHUNKS = 64;
+
+function relayAgent(nc: NatsConnection, id: string, i: number, heartbeatMs: number, moving: boolean): MemberAgent {
   const state = { epoch: null as number | null, downstream: null as string | null };
   return new MemberAgent({
     nc,
@@ -61,7 +70,12 @@ function relayAgent(nc: NatsConnection, id: string, i: number, heartbeatMs: numb
     labels: { rack: `r${i % RACKS}` },
     address: `10.0.${i >> 8}.${i & 255}:13337`,
     heartbeatMs,
-    state: () => ({ epoch: state.epoch, holds: [{ model: MODEL, version: 1 }], receiving: [], downstream: state.downstream }),
+    state: () => ({
+      epoch: state.epoch,
+      holds: [{ model: MODEL, version: 1 }],
+      receiving: moving ? [{ model: MODEL, version: 2, hwm: (Math.floor(Date.now() / 1000) * 4 + i) % MOVING_CHUNKS, chunks: MOVING_CHUNKS }] : [],
+      downstream: state.downstream,
+    }),
     onPlan: (plan) => {
       state.epoch = plan.epoch;
       const at = plan.relays.findIndex((r) => r.id === id);
@@ -70,7 +84,7 @@ function relayAgent(nc: NatsConnection, id: string, i: number, heartbeatMs: numb
   });
 }
 
-function rolloutAgent(nc: NatsConnection, id: string, i: number, heartbeatMs: number): MemberAgent {
+function rolloutAgent(nc: NatsConnection, id: string, i: number, heartbeatMs: number, moving: boolean): MemberAgent {
   return new MemberAgent({
     nc,
     job: JOB,
@@ -80,19 +94,37 @@ function rolloutAgent(nc: NatsConnection, id: string, i: number, heartbeatMs: nu
     host: `host-${pad(i >> 3)}`,
     heartbeatMs,
     state: () => ({ epoch: null, holds: [], receiving: [], downstream: null }),
-    // Full and steady: never a repack candidate (kvUsed not below kvPrev).
-    rolloutLoad: () => ({
-      state: 'generating',
-      model: MODEL,
-      weightVersion: 1,
-      kvUsed: 0.9,
-      kvPrev: 0.9,
-      running: 96,
-      waiting: 4,
-      owned: 100,
-      tokensPerSecond: 2400,
-    }),
+    // Full and steady (or moving, its previous use always its current one): never a repack candidate (kvUsed not below kvPrev).
+    rolloutLoad: () => (moving ? movingLoad(i) : STEADY_LOAD),
   });
+}
+
+const STEADY_LOAD = {
+  state: 'generating',
+  model: MODEL,
+  weightVersion: 1,
+  kvUsed: 0.9,
+  kvPrev: 0.9,
+  running: 96,
+  waiting: 4,
+  owned: 100,
+  tokensPerSecond: 2400,
+} as const;
+
+/** Rollout i's load now: KV use between 50 and 95 %, batch and trajectories in flight following it. */
+function movingLoad(
+  i: number,
+): typeof STEADY_LOAD | { [K in keyof typeof STEADY_LOAD]: (typeof STEADY_LOAD)[K] extends number ? number : (typeof STEADY_LOAD)[K] } {
+  const phase = Date.now() / 7000 + i * 0.37;
+  const kvUsed = Math.round((0.725 + 0.225 * Math.sin(phase)) * 100) / 100;
+  return {
+    ...STEADY_LOAD,
+    kvUsed,
+    kvPrev: kvUsed,
+    running: Math.round(kvUsed * 100),
+    waiting: Math.round(4 + 4 * Math.cos(phase)),
+    owned: Math.round(kvUsed * 110),
+  };
 }
 
 export async function stopMember(m: Member): Promise<void> {

@@ -1,6 +1,6 @@
 /** `laminar manager`: the rollout manager's control plane (chain scheduler, failure detection). */
 import { Command, Option } from 'commander';
-import { createLogger } from '../common/logger.js';
+import { createLogger, type Logger } from '../common/logger.js';
 import { exitOnUnexpectedRejection } from '../common/fatal.js';
 import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics } from '../common/metrics.js';
@@ -12,6 +12,7 @@ import { Manager } from '../manager/manager.js';
 import { managerStatusRoute } from '../manager/status-route.js';
 import { DashboardPublisher, EVENTS_SHOWN } from '../manager/dashboard/publisher.js';
 import { dashboardRoutes } from '../manager/dashboard/routes.js';
+import { loadDashboardAssets, type DashboardAssets } from '../manager/dashboard/assets.js';
 import { DEFAULT_REPACK_LIMITS, validateRepackLimits } from '../manager/repack/planner.js';
 import { InvalidInputError } from '../common/errors.js';
 import { addControlFlags, controlInput } from './control-flags.js';
@@ -147,7 +148,7 @@ export function managerCommand(): Command {
         ...dashboard,
         logger,
       });
-      const routes = [managerStatusRoute(() => manager.status()), ...dashboardRoutes(publisher)];
+      const routes = [managerStatusRoute(() => manager.status()), ...dashboardRoutes(publisher, readDashboardAssets(logger))];
       const http = port >= 0 ? await serveMetrics(registry, { host: opts.httpHost!, port, routes, logger }) : null;
       logger.info({ manager: manager.id, job: control.job, nats: control.servers, httpPort: http?.port ?? null, leader: manager.isLeader }, 'manager started');
       stopOnSignals({
@@ -164,6 +165,16 @@ export function managerCommand(): Command {
         },
       });
     });
+}
+
+/** The dashboard page's assets, or why they cannot be served (logged: the manager runs on without its page). */
+function readDashboardAssets(logger: Logger): DashboardAssets | Error {
+  try {
+    return loadDashboardAssets();
+  } catch (err) {
+    logger.warn({ err: (err as Error).message }, 'the dashboard page cannot be served; / answers 503');
+    return err as Error;
+  }
 }
 
 /** `--dashboard-interval` and `--dashboard-pages`, checked. */

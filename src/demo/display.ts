@@ -64,3 +64,8 @@ export function renderProgress(s: DemoSnapshot): string {
   for (const e of s.events.slice(-3)) lines.push(`  ! ${e}`);
   return `${lines.join('\n')}\n`;
 }
+
+/** The line that names the manager's dashboard (the page at `/` of its HTTP port), printed once the manager is up. */
+export function dashboardLine(port: number, host = '127.0.0.1'): string {
+  return `dashboard  http://${host}:${port}/  (live while the job runs)`;
+}

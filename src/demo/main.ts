@@ -26,7 +26,7 @@ import { intIn, managerStatus, recordsInBuffer, scrape, sumMetric } from './book
 import { onInterrupt, openStage } from './stage.js';
 import { freePort } from '../services/index.js';
 import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
-import { renderProgress, type DemoSnapshot } from './display.js';
+import { dashboardLine, renderProgress, type DemoSnapshot } from './display.js';
 import { runTorchJob } from './torch-job.js';
 import { simRolloutArgv } from './sim-rollout-argv.js';
 
@@ -126,8 +126,8 @@ async function main(): Promise<void> {
     await prompts.load(Array.from({ length: 4096 }, (_, i) => ({ id: `q${i}`, payload: { question: `synthetic prompt ${i}` }, n })));
     const common = ['--nats', nats.url, '--log-level', 'info'];
     // Daemon logs (pino JSON on stderr) are kept in memory, off the screen.
-    const spawnQuiet = async (name: string, argv: string[], ready: string, onStdout?: (line: string) => void): Promise<Daemon> =>
-      stage.keep(await spawnDaemon(name, argv, ready, [], { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp' }, onStdout));
+    const spawnQuiet = async (name: string, argv: string[], ready: string, onStdout?: (line: string) => void, last = false): Promise<Daemon> =>
+      stage.keep(await spawnDaemon(name, argv, ready, [], { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp' }, onStdout), { last });
 
     const managerPort = await freePort();
     await spawnQuiet(
@@ -151,6 +151,9 @@ async function main(): Promise<void> {
         scaled(5000),
       ],
       'manager started',
+      undefined,
+      // Stopped last: its dashboard shows the job until the other processes are gone.
+      true,
     );
     const relays: { id: string; daemon: Daemon; argv: string[]; socket: string; metricsPort: number }[] = [];
     for (let i = 0; i < relayCount; i++) {
@@ -188,6 +191,7 @@ async function main(): Promise<void> {
       relays.push({ id: `r${i}`, daemon: d, argv, socket, metricsPort: d.ready.metricsPort as number });
     }
     console.log(`manager on :${managerPort}, ${relayCount} relays (${relays.map((r) => r.id).join(', ')}), chained by the manager over UCX`);
+    console.log(dashboardLine(managerPort));
 
     type Staleness = { p50: number; max: number; mean: number };
     const trainer = { version: -1, steps: 0, staleness: [] as Staleness[], inherent: [] as Staleness[], trajectories: 0, stallMs: [] as number[] };

@@ -21,8 +21,11 @@ export interface Stage {
   nc: NatsConnection;
   redis: Redis;
   ledger: ReturnType<typeof watchLedger>;
-  /** Registers a process the job started: stopped (SIGTERM) by shutdown(). */
-  keep<D extends Daemon>(daemon: D): D;
+  /**
+   * Registers a process the job started: stopped (SIGTERM) by shutdown(). `last`: stopped once the
+   * others have exited (the manager, whose dashboard stays live while the job winds down).
+   */
+  keep<D extends Daemon>(daemon: D, options?: { last?: boolean }): D;
   /** Stops every process kept, writes their logs, stops the servers and removes the directory. */
   shutdown(): Promise<void>;
 }
@@ -48,6 +51,7 @@ export async function openStage(prefix: string, logs: string | undefined, option
   redis.on('error', () => undefined);
   const ledger = watchLedger(nc);
   const daemons = new Set<Daemon>();
+  const lastOnes = new Set<Daemon>();
   if (logs) mkdirSync(logs, { recursive: true });
   const writeLog = (d: Daemon): void => {
     if (logs) appendFileSync(join(logs, `${d.name.replace(/\s+/g, '-')}.log`), `${d.logs.join('\n')}\n`);
@@ -60,17 +64,20 @@ export async function openStage(prefix: string, logs: string | undefined, option
     nc,
     redis,
     ledger,
-    keep(daemon) {
+    keep(daemon, options = {}) {
       daemons.add(daemon);
+      if (options.last === true) lastOnes.add(daemon);
       // A process restarted many times (the soak) leaves its log behind, appended: each run of it is kept, in order.
       void daemon.exited.then(() => {
         daemons.delete(daemon);
+        lastOnes.delete(daemon);
         writeLog(daemon);
       });
       return daemon;
     },
     async shutdown() {
-      await Promise.all([...daemons].map((d) => d.kill('SIGTERM')));
+      await Promise.all([...daemons].filter((d) => !lastOnes.has(d)).map((d) => d.kill('SIGTERM')));
+      await Promise.all([...lastOnes].map((d) => d.kill('SIGTERM')));
       if (logs) console.log(`logs of every process in ${logs}`);
       ledger.stop();
       redis.disconnect();

@@ -22,6 +22,7 @@ import { freePort, projectPython, REPO_ROOT, TORCH_ENV, spawnProgram, spawnRefer
 import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
 import { managerStatus, recordsInBuffer } from './books.js';
 import { openStage } from './stage.js';
+import { dashboardLine } from './display.js';
 
 const run = promisify(execFile);
 
@@ -72,7 +73,8 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
   let started = performance.now();
   const at = (): string => `${((performance.now() - started) / 1e3).toFixed(1)}s`;
   const env = { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp', ...TORCH_ENV };
-  const laminar = async (name: string, argv: string[], ready: string): Promise<Daemon> => keep(await spawnDaemon(name, argv, ready, [], env));
+  const laminar = async (name: string, argv: string[], ready: string, last = false): Promise<Daemon> =>
+    stage.keep(await spawnDaemon(name, argv, ready, [], env), { last });
 
   try {
     // The task's prompts, written by the task's own module, into the prompt pool.
@@ -105,6 +107,8 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
         ...['--suspect-after', '1500ms', '--dead-after', `${DEAD_AFTER_MS}ms`, '--orphan-wait', '10s', '--repack-interval', '2s'],
       ],
       'manager started',
+      // Stopped last: its dashboard shows the job until the other processes are gone.
+      true,
     );
     const relays: { id: string; daemon: Daemon; argv: string[]; socket: string }[] = [];
     for (let i = 0; i < opts.relays; i++) {
@@ -158,6 +162,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     console.log(
       `manager on :${managerPort}; relays ${relays.map((r) => r.id).join(', ')} chained over UCX; forwarding relay trainer-gw; sampler (batches of ${opts.batchGroups} groups)`,
     );
+    console.log(dashboardLine(managerPort));
 
     const engines: { id: string; engine: ReferenceEngine; agent: Daemon; relay: number; agentArgv: string[] }[] = [];
     for (let i = 0; i < opts.engines; i++) {

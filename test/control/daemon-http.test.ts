@@ -17,14 +17,16 @@ import { natsClient } from '../data/helpers.js';
 import { get, json, raw } from '../helpers/http.js';
 import { metricValue, spawnRelay, tempShmDir, until, type RelayProcess } from '../helpers/relay.js';
 
-/** Sends every kind of bad request the router refuses to a daemon's port, and checks each answer. */
-async function badRequests(port: number): Promise<void> {
+/**
+ * Sends every kind of bad request the router refuses to a daemon's port, and checks each answer.
+ * `notFound`: paths the daemon does not serve (the manager serves `/`, its dashboard page).
+ */
+async function badRequests(port: number, notFound = ['/', '/nope', '/metrics/', '/metricsX', '/status/', '/../etc/passwd']): Promise<void> {
   const expectError = (answer: { status: number | null; body: Buffer }, status: number, code: string, what: string): void => {
     expect(answer.status, what).toBe(status);
     expect(json(answer).code, what).toBe(code);
   };
-  for (const path of ['/', '/nope', '/metrics/', '/metricsX', '/status/', '/../etc/passwd'])
-    expectError(await get(port, path), 404, ErrorCodes.HTTP_NOT_FOUND, path);
+  for (const path of notFound) expectError(await get(port, path), 404, ErrorCodes.HTTP_NOT_FOUND, path);
   expectError(await get(port, '/metrics', { method: 'POST' }), 405, ErrorCodes.HTTP_METHOD, 'POST');
   expectError(await get(port, `/metrics?${'q'.repeat(3000)}`), 414, ErrorCodes.HTTP_BAD_REQUEST, 'long target');
   expectError(await get(port, '/metrics?name=up'), 400, ErrorCodes.HTTP_BAD_QUERY, 'query on /metrics');
@@ -147,7 +149,15 @@ describe('the manager daemon', () => {
   });
 
   it('answers bad requests and a burst of connections with errors, and keeps serving', async () => {
-    await badRequests(port);
+    await badRequests(port, ['/nope', '/metrics/', '/status/', '/../etc/passwd', '/assets/00000000/main.js', '/index.html', '/events/']);
+    // Its dashboard page: served, and refused to a foreign Host, a query, a method other than GET and HEAD.
+    const page = await get(port, '/');
+    expect(page.status).toBe(200);
+    expect(page.headers['content-type']).toBe('text/html; charset=utf-8');
+    expect(json(await get(port, '/', { headers: { host: 'evil.example' } })).code).toBe(ErrorCodes.HTTP_HOST);
+    expect(json(await get(port, `/?${'%zz'.repeat(200)}`)).code).toBe(ErrorCodes.HTTP_BAD_QUERY);
+    expect(json(await get(port, '/events?x=1')).code).toBe(ErrorCodes.HTTP_BAD_QUERY);
+    expect(json(await get(port, '/', { method: 'POST' })).code).toBe(ErrorCodes.HTTP_METHOD);
     const burst = await connectionBurst(port, 320);
     expect(burst.answered + burst.dropped).toBe(320);
     expect(burst.dropped).toBeGreaterThanOrEqual(320 - 256);
