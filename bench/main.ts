@@ -14,6 +14,7 @@ const BENCHES = [
   'engine',
   'simulate-engines',
   'simulate',
+  'dashboard',
 ] as const;
 
 async function main(): Promise<void> {

@@ -1,20 +1,14 @@
 /**
- * Headless Chromium for the dashboard's browser tests: Debian's `chromium` (scripts/bootstrap.sh
- * installs it) driven by playwright-core, which never downloads a browser. As root Playwright's
- * default (`chromiumSandbox: false`) passes `--no-sandbox`, which Chromium needs there.
- * LAMINAR_CHROMIUM names another executable.
+ * The dashboard's browser tests: headless Chromium as the bench launches it
+ * (bench/dashboard/browser.ts), a page that collects its errors, and the shapes the tests read.
  *
  * The functions a test runs in the page (`page.waitForFunction`, `page.evaluate`) are typed with
  * the few DOM shapes below, declared in the test module (`declare const document: PageDocument`):
  * the DOM library itself would change the types of Node code the test project also checks.
  */
-import { chromium, type Browser, type ConsoleMessage, type Page } from 'playwright-core';
+import type { Browser, ConsoleMessage, Page } from 'playwright-core';
 
-export const CHROMIUM = process.env.LAMINAR_CHROMIUM ?? '/usr/bin/chromium';
-
-export function launchChromium(): Promise<Browser> {
-  return chromium.launch({ executablePath: CHROMIUM, headless: true });
-}
+export { launchChromium } from '../../bench/dashboard/browser.js';
 
 /** A page of `browser` that collects its console errors and uncaught exceptions (a CSP refusal is one). */
 export async function pageWithErrors(browser: Browser, viewport = { width: 1400, height: 1000 }): Promise<{ page: Page; errors: string[] }> {
@@ -32,6 +26,7 @@ export interface DashboardProbe {
   seq(): number;
   renders(): number;
   renderTimes(): number[];
+  renderTimesCount(): number;
   resyncs(): number;
   state(): import('../../src/manager/dashboard/model.js').DashboardState | null;
   stream(): 'connecting' | 'live' | 'reconnecting';

@@ -66,7 +66,15 @@ setInterval(schedule, 1000);
 
 declare global {
   interface Window {
-    laminarDashboard: { seq(): number; renders(): number; renderTimes(): number[]; resyncs(): number; state(): DashboardState | null; stream(): StreamState };
+    laminarDashboard: {
+      seq(): number;
+      renders(): number;
+      renderTimes(): number[];
+      renderTimesCount(): number;
+      resyncs(): number;
+      state(): DashboardState | null;
+      stream(): StreamState;
+    };
   }
 }
 
@@ -74,6 +82,7 @@ window.laminarDashboard = {
   seq: () => connection.state?.seq ?? 0,
   renders: () => renders,
   renderTimes: () => timings.list(),
+  renderTimesCount: () => timings.count,
   resyncs: () => connection.resyncs,
   state: () => connection.state,
   stream: () => stream,
