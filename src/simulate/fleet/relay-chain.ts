@@ -16,9 +16,10 @@
  * Repairs (docs/design/simulator.md, "Failures"): a relay dies at t_f; its neighbour sees the
  * link fail after `relayFailureDetectS`, the manager re-plans and publishes after `planPublishS`
  * (both scenario inputs, the project's measured figures, not the paper's); at t_r the new order is
- * in force and every relay that was cut off resumes from its own high-water mark at t_f, from its
- * new predecessor (the relay's rule: the sender resumes from the receiver's hwm): its last chunk
- * lands at max(t_r + (k − hwm)·c, predecessor's completion + c). A dead master's successor
+ * in force and every relay that was cut off (it receives nothing between t_f and t_r) resumes from
+ * its own high-water mark at t_f, from its new predecessor (the relay's rule: the sender resumes
+ * from the receiver's hwm): its last chunk lands at max(t_r + (k − hwm)·c, predecessor's
+ * completion + c). A dead master's successor
  * elected by arrangeChain gets the rest of the version from the trainer again (k − hwm chunks of
  * the push). A relay that joins (a replacement machine, a restarted relay process) is placed by
  * arrangeChain (the tail) and catches the newest version up from its predecessor.
@@ -153,10 +154,19 @@ export class RelayChain {
     relay.generation++;
     const orderBefore = [...this.order];
     const wasMaster = orderBefore[0] === relay.id;
-    // What every relay held when the failure cut the chain.
+    // What every relay held when the failure cut the chain, and when each expected its version whole.
     const hwmAtFault = new Map(this.relays.map((r) => [r.id, this.hwmAt(r, tf)]));
+    const completions = new Map(this.relays.map((r) => [r.id, r.receiving?.completeAt ?? null]));
+    // The relays after the dead one get nothing more until the repaired plan is in force: their
+    // receipts stop at what they held (retime resumes them from there).
+    for (const id of orderBefore.slice(orderBefore.indexOf(relay.id) + 1)) {
+      const cut = this.byId.get(id)!;
+      if (cut.receiving === null) continue;
+      cut.receiving = { ...cut.receiving, hwm0: hwmAtFault.get(id)!, startAt: Number.POSITIVE_INFINITY, completeAt: Number.POSITIVE_INFINITY };
+      cut.generation++;
+    }
     this.repairing++;
-    this.o.sim.after(this.o.detectMs + this.o.publishMs, { fire: () => this.repair(relay, tf, orderBefore, wasMaster, hwmAtFault) });
+    this.o.sim.after(this.o.detectMs + this.o.publishMs, { fire: () => this.repair(relay, tf, orderBefore, wasMaster, hwmAtFault, completions) });
   }
 
   /** A relay joins now for `machine` (a replacement, or the relay process restarted): tail of the chain, catching up. */
@@ -189,10 +199,16 @@ export class RelayChain {
       });
   }
 
-  private repair(dead: SimRelay, tf: number, orderBefore: string[], wasMaster: boolean, hwmAtFault: Map<string, number>): void {
+  private repair(
+    dead: SimRelay,
+    tf: number,
+    orderBefore: string[],
+    wasMaster: boolean,
+    hwmAtFault: Map<string, number>,
+    completions: Map<string, number | null>,
+  ): void {
     this.repairing--;
     const tr = this.o.sim.now;
-    const completions = new Map(this.relays.map((r) => [r.id, r.receiving?.completeAt ?? null]));
     this.order = this.o.arrange({ previous: this.order, relays: this.views(), announced: [{ model: MODEL, version: this.newest }] });
     // The relays cut off: everything after the dead one in the old order (the whole chain for a master).
     const cut = new Set(orderBefore.slice(orderBefore.indexOf(dead.id) + 1));
@@ -269,7 +285,7 @@ export class RelayChain {
     });
   }
 
-  /** Chunks of the version in flight `relay` holds at `t` (all of them once complete). */
+  /** Chunks of the version in flight `relay` holds at `t` (all of them once complete; a cut-off receipt's stay at hwm0). */
   private hwmAt(relay: SimRelay, t: number): number {
     const r = relay.receiving;
     if (r === null) return 0;
