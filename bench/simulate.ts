@@ -8,7 +8,8 @@
  * - sim_events_per_s: the simulation events of that run over its wall time;
  * - sim_rss_MB: the process's peak RSS right after that run (process.resourceUsage().maxRSS; the
  *   run is the first thing the process does); goal ≤ 1,000;
- * - then the Figure 11 sweep (math-7b, math-32b, math-72b, every row, every system, the
+ * - then the sweep (math-7b, math-32b, math-72b for Figure 11, toolcall-7b for Figure 12,
+ *   failure-32b-128 for §8.5; every row, every system of each, the
  *   scenarios' own steps unless --sweep-steps) and the paper comparison computed from it.
  * --write-docs writes the sweep's tables.md and SVG charts into docs/images/sim/.
  * Prints tables, then one JSON line (the last line of stdout).
@@ -24,7 +25,7 @@ import { simulateRuns } from '../src/simulate/simulate-runs.js';
 import { printTable, round } from './support.js';
 
 const DOCS_DIR = fileURLToPath(new URL('../../docs/images/sim/', import.meta.url));
-const SWEEP = ['math-7b', 'math-32b', 'math-72b'];
+const SWEEP = ['math-7b', 'math-32b', 'math-72b', 'toolcall-7b', 'failure-32b-128'];
 const GOAL_S = 60;
 const GOAL_RSS_MB = 1000;
 

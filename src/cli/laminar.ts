@@ -4,6 +4,7 @@ import { Command, CommanderError } from 'commander';
 import { LaminarError } from '../common/errors.js';
 import { chunkSizeCommand } from './chunk-size.js';
 import { managerCommand } from './manager.js';
+import { planCommand } from './plan.js';
 import { statusCommand } from './status.js';
 import { publishCommand } from './publish.js';
 import { relayCommand } from './relay.js';
@@ -28,7 +29,8 @@ const program = new Command('laminar')
   .addCommand(rolloutAgentCommand())
   .addCommand(simRolloutCommand())
   .addCommand(simTrainerCommand())
-  .addCommand(simulateCommand());
+  .addCommand(simulateCommand())
+  .addCommand(planCommand());
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   if (err instanceof CommanderError) {

@@ -178,6 +178,12 @@ describe('the staleness and repack tables', () => {
     expect(t.rows[3]).toEqual(['7B', '64', 'laminar', '1', '2', '5', '2', '3', '5', '1,000']);
     expect(t.rows.find((r) => r[1] === '64' && r[2] === 'one-step')!.slice(6, 9)).toEqual(['1', '1', '1']);
   });
+  it('names the scenario beside the model where two scenarios share it (math-7b and toolcall-7b)', () => {
+    const tools = loadScenario(resolveScenarioPath('toolcall-7b'));
+    const both = buildResults([math7b, tools], [fakeRun('math-7b', 16, 'laminar', { tokensPerS: 1 }), fakeRun('toolcall-7b', 16, 'laminar', { tokensPerS: 1 })], 0);
+    expect(stalenessTable(both).rows.map((r) => r[0])).toEqual(['7B (math-7b)', '7B (toolcall-7b)']);
+    expect(throughputTable(both).rows.map((r) => r[0])).toEqual(['7B (math-7b)', '7B (toolcall-7b)']);
+  });
   it('pairs laminar with laminar-no-repack where both ran', () => {
     const t = repackTable(results);
     expect(t.rows).toEqual([['32B', '128', '80.0 %', '70.0 %', '1.14×', '110,000', '100,000', '1.10×', '1.07×', '120', '7', '1,234']]);

@@ -279,9 +279,10 @@ function failureCharts(results: SimulationResults): Chart[] {
     if (!f || !r.timeline || r.timeline.length === 0 || done.has(r.scenario)) continue;
     done.add(r.scenario);
     const mid = (w: { startS: number; endS: number }): number => Number(((w.startS + w.endS) / 2).toFixed(1));
+    // Labels inside the plot, at the line's top, on either side of it: the two lines can be close.
     const marks = [
-      { xAxis: Number(f.atS.toFixed(1)), name: 'machine killed' },
-      ...(f.backAtS === null ? [] : [{ xAxis: Number(f.backAtS.toFixed(1)), name: 'replacement joins' }]),
+      { xAxis: Number(f.atS.toFixed(1)), name: 'machine killed', label: { position: 'insideEndTop' } },
+      ...(f.backAtS === null ? [] : [{ xAxis: Number(f.backAtS.toFixed(1)), name: 'replacement joins', label: { position: 'insideEndBottom' } }]),
     ];
     charts.push({
       file: `failure-${r.scenario}.svg`,

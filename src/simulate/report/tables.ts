@@ -30,10 +30,12 @@ export function systemsIn(runs: readonly ScenarioRunResult[]): SystemName[] {
   return SYSTEMS.filter((s) => runs.some((r) => r.system === s));
 }
 
-/** The scenario's model for a table's first column. */
+/** The scenario's model for a table's first column, with the scenario's name where another scenario of the results has the same model (math-7b and toolcall-7b). */
 function modelLabel(results: SimulationResults, scenario: string): string {
+  const model = (x: SimulationResults['scenarios'][number]): string => x.paperModel ?? x.model;
   const s = results.scenarios.find((x) => x.name === scenario);
-  return s?.paperModel ?? s?.model ?? scenario;
+  if (s === undefined) return scenario;
+  return results.scenarios.some((x) => x !== s && model(x) === model(s)) ? `${model(s)} (${s.name})` : model(s);
 }
 
 /** (scenario, GPUs) points in scenario order, then by GPUs. */
