@@ -144,6 +144,7 @@ export function managerCommand(): Command {
         status: () => manager.status(),
         series: () => manager.series.window(),
         events: () => manager.journal.latest(EVENTS_SHOWN),
+        staleness: (t) => manager.stalenessCounts(t),
         registry,
         ...dashboard,
         logger,

@@ -45,6 +45,7 @@ import { RolloutCoordinatorMetrics } from './rollouts/metrics.js';
 import { StalenessWatch } from './staleness/staleness-watch.js';
 import { EventJournal } from './dashboard/journal.js';
 import { SeriesRecorder } from './dashboard/series-recorder.js';
+import type { StalenessCounts } from './dashboard/model.js';
 import { ErrorCodes } from '../common/error-codes.js';
 
 export { memberHealths, type MemberHealth } from './membership.js';
@@ -270,6 +271,15 @@ export class Manager {
         .map((m) => ({ id: m.record.id, host: m.record.host, health: m.health, ...(m.rollout ?? {}) })),
       repack: this.coordinator.status(),
     };
+  }
+
+  /**
+   * The dashboard's staleness histograms: the counts of the last minute up to `t` (ms, this
+   * process' clock, the one the series recorder is handed the values with). Null on a standby and
+   * without a staleness watch: there is no source.
+   */
+  stalenessCounts(t = Date.now()): StalenessCounts | null {
+    return this.isLeader && this.stalenessWatch !== null ? this.series.stalenessCounts(t) : null;
   }
 
   // ---- leadership --------------------------------------------------------------------------

@@ -3,8 +3,9 @@
  * relay` processes registered on a real nats-server: `GET /events` answers a snapshot, then
  * deltas; applied, they show both relays in the chain, and once a relay is SIGKILLed, the relay
  * dead, out of the repaired chain, with its death in the event log. The relays' heartbeats carry
- * their byte counts (`bytes` in the status); a standby names the leader (`leaderId`) and its page
- * shows it standing by. Stopping the manager ends the open stream.
+ * their byte counts (`bytes` in the status); the leader's state carries the staleness
+ * histograms, a standby's none; a standby names the leader (`leaderId`) and its page shows it
+ * standing by. Stopping the manager ends the open stream.
  */
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
@@ -95,7 +96,7 @@ describe('the dashboard of a manager daemon', () => {
     expect(state.header).toMatchObject({ job: JOB, manager: 'm1' });
 
     const inChain = (s: DashboardState): string[] => s.relays.filter((r) => r.position !== null).map((r) => r.id);
-    ({ state } = await applyUntil(page, state, (s) => s.header.leader && inChain(s).length === 2));
+    ({ state } = await applyUntil(page, state, (s) => s.header.leader && inChain(s).length === 2 && s.staleness !== null));
     expect(inChain(state).sort()).toEqual(['r0', 'r1']);
     expect(state.relays.every((r) => r.health === 'alive' && !r.demoted)).toBe(true);
     expect(
@@ -106,6 +107,8 @@ describe('the dashboard of a manager daemon', () => {
     ).toEqual(['r0', 'r1']);
     expect(state.events.some((e) => e.kind === 'leader')).toBe(true);
     expect(state.series.names).toContain('bytesBroadcastPerSecond');
+    // The leader follows the buffer (its staleness watch): histograms, empty with nothing written.
+    expect(state.staleness).toEqual({ inherent: [], consumption: [], windowS: 60, maxValue: 64 });
 
     // The relays' heartbeats carry their byte counts (nothing broadcast yet: zeros).
     const status = JSON.parse((await get(port, '/status')).body.toString()) as ManagerStatus;
@@ -123,6 +126,8 @@ describe('the dashboard of a manager daemon', () => {
     const standbyState = await standbyPage.nextJson<DashboardState>('snapshot');
     expect(standbyState.header).toMatchObject({ manager: 'm2', leader: false, epoch: null });
     expect(standbyState.relays).toEqual([]);
+    // A standby has no staleness source.
+    expect(standbyState.staleness).toBeNull();
     standbyPage.close();
 
     const [survivor, victim] = inChain(state) as [string, string];

@@ -7,9 +7,11 @@
  * The page loads (with its assets and no error in the console, so nothing was refused by its
  * Content-Security-Policy), shows the chain in plan order with the master first, and the
  * rollouts; it follows a new version published (the relays' tiles, the header and the rollouts'
- * version bar); a middle relay SIGKILLed is marked dead, outside the repaired chain, with its
- * death in the event log; and once its manager stops, the page says it is reconnecting, then
- * takes a snapshot from the manager started on the same port. Every wait is on the page's DOM
+ * version bar) and draws the staleness histograms of the last minute (inherent and consumption,
+ * the sim-trainer's sampler publishing its batch summaries); a middle relay SIGKILLed is marked
+ * dead, outside the repaired chain, with its death in the event log; and once its manager stops,
+ * the page says it is reconnecting, then takes a snapshot from the manager started on the same
+ * port. Every wait is on the page's DOM
  * (waitForFunction), never on time; the deadlines only bound a failing test.
  */
 import { randomBytes } from 'node:crypto';
@@ -154,6 +156,36 @@ describe('the dashboard page in headless Chromium, against a running job', () =>
       const bar = Array.from(document.querySelectorAll('#rollout-versions .version-seg')).some((n) => Number(n.dataset.version) > before);
       return holders.length === 3 && bar && (document.querySelector('[data-fact=newest] dd')?.textContent ?? '').includes(`v${newest}`);
     }, seen);
+
+    // The staleness histograms of the last minute: trajectories completed (inherent) and trained
+    // on (consumption: the sim-trainer's sampler publishes a summary of each batch), a bar per
+    // value with its count, and p50, p90, max and the total under each, as the state says.
+    await pageUntil(() => Array.from(document.querySelectorAll('#hist-inherent .hist-bar')).some((n) => Number(n.dataset.count) > 0), null);
+    // The bars are the state's counts (at the frame after each update: the state moves on every 250 ms).
+    await pageUntil(() => {
+      const staleness = window.laminarDashboard.state()?.staleness;
+      if (!staleness) return false;
+      return (['inherent', 'consumption'] as const).every((kind) => {
+        const bars = Array.from(document.querySelectorAll(`#hist-${kind} .hist-bar`)).map((n) => Number(n.dataset.count));
+        const counts = staleness[kind];
+        return bars.length >= counts.length && bars.every((n, v) => n === (counts[v] ?? 0));
+      });
+    }, null);
+    const histograms = await page.evaluate(() =>
+      ['inherent', 'consumption'].map((kind) => ({
+        state: document.getElementById(`hist-${kind}`)?.dataset.state,
+        total: Number(document.getElementById(`hist-${kind}`)?.dataset.total),
+        counts: Array.from(document.querySelectorAll(`#hist-${kind} .hist-bar`)).map((n) => Number(n.dataset.count)),
+        stats: document.querySelector(`#hist-${kind} .hist-stats`)?.textContent ?? '',
+      })),
+    );
+    for (const [k, kind] of (['inherent', 'consumption'] as const).entries()) {
+      const h = histograms[k]!;
+      expect(h.state, kind).toBe('bars');
+      expect(h.counts.filter((n) => n > 0).length, kind).toBeGreaterThan(0);
+      expect(h.total, kind).toBe(h.counts.reduce((a, b) => a + b, 0));
+      expect(h.stats, kind).toMatch(/^p50 \d+\+? · p90 \d+\+? · max \d+\+? · [\d,]+ trajector(y|ies)$/);
+    }
     expect(await page.evaluate(() => window.laminarDashboard.renderTimes().length)).toBeGreaterThan(0);
     expect(errors).toEqual([]);
   }, 150_000);

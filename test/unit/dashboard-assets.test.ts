@@ -81,8 +81,16 @@ describe('the dashboard page and its assets', () => {
   it('serves the whole module graph of the page: every import of a served module is served', async () => {
     const port = await serve(assets);
     const modules = [...assets.files.keys()].filter((p) => p.endsWith('.js') && !p.endsWith('uPlot.iife.min.js'));
-    // The page, its views, the model and the error catalogue it imports.
-    for (const name of ['manager/dashboard/page/main.js', 'manager/dashboard/model.js', 'common/errors.js', 'common/error-codes.js'])
+    // The page, its views, the model and the error catalogue it imports; the staleness view's percentiles (series.js, stats.js).
+    for (const name of [
+      'manager/dashboard/page/main.js',
+      'manager/dashboard/page/staleness-view.js',
+      'manager/dashboard/model.js',
+      'manager/dashboard/series.js',
+      'common/stats.js',
+      'common/errors.js',
+      'common/error-codes.js',
+    ])
       expect(modules).toContain(`/assets/${assets.prefix}/${name}`);
     for (const path of modules) {
       const text = (await get(port, path)).body.toString();

@@ -20,6 +20,7 @@ import {
   type DashboardState,
   type RolloutColumn,
   type SeriesWindow,
+  type StalenessCounts,
 } from '../../src/manager/dashboard/model.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 import { LaminarError } from '../../src/common/errors.js';
@@ -112,8 +113,16 @@ function events(from: number, to: number): DashboardEvent[] {
   }));
 }
 
-const stateOf = (status: ManagerStatus, seq: number, series = window(0, 0), log: DashboardEvent[] = []): DashboardState =>
-  dashboardState(status, { seq, at: 1_700_000_000_000 + seq * 1000, series, events: log });
+const stateOf = (
+  status: ManagerStatus,
+  seq: number,
+  series = window(0, 0),
+  log: DashboardEvent[] = [],
+  staleness: StalenessCounts | null = null,
+): DashboardState => dashboardState(status, { seq, at: 1_700_000_000_000 + seq * 1000, series, events: log, staleness });
+
+/** Staleness histograms of the last minute as the series recorder gives them. */
+const stalenessOf = (inherent: number[], consumption: number[]): StalenessCounts => ({ inherent, consumption, windowS: 60, maxValue: 64 });
 
 /** The page's side: the snapshot as it arrives (JSON), then each delta as it arrives. */
 const overTheWire = <T>(value: T): T => JSON.parse(JSON.stringify(value)) as T;
@@ -269,6 +278,30 @@ describe('dashboard deltas', () => {
     expect(applyDelta(a, delta)).toEqual(b);
   });
 
+  it('the staleness histograms: sent whole when they changed, left out when not, null once the source is gone', () => {
+    const status = fleet(2, 2);
+    const a = stateOf(status, 1, undefined, undefined, stalenessOf([3, 5, 1], [0, 8]));
+    expect(stateOf(status, 1).staleness).toBeNull();
+    // The same counts in a new object: nothing to send.
+    const same = stateOf(status, 2, undefined, undefined, stalenessOf([3, 5, 1], [0, 8]));
+    expect(isEmptyDelta(diffStates(a, same))).toBe(true);
+    const b = stateOf(status, 3, undefined, undefined, stalenessOf([3, 6, 1, 0, 2], [0, 8]));
+    const changed = diffStates(same, b);
+    expect(changed.staleness).toEqual(b.staleness);
+    expect(Object.keys(changed).sort()).toEqual(['at', 'base', 'seq', 'staleness', 'v']);
+    expect(applyDelta(overTheWire(same), overTheWire(changed))).toEqual(b);
+    // Standing down: null travels as null (JSON keeps it), and the page's state has no histograms.
+    const gone = stateOf(status, 4);
+    const delta = overTheWire(diffStates(b, gone));
+    expect(delta.staleness).toBeNull();
+    const page = applyDelta(overTheWire(b), delta);
+    expect(page.staleness).toBeNull();
+    expect(page).toEqual(gone);
+    // And back.
+    const back = stateOf(status, 5, undefined, undefined, stalenessOf([], []));
+    expect(applyDelta(page, overTheWire(diffStates(gone, back)))).toEqual(back);
+  });
+
   it('a delta that does not follow the page state is refused with ERR_DASHBOARD_DELTA', () => {
     const a = stateOf(fleet(2, 2), 1);
     const b = stateOf(fleet(2, 3), 2);
@@ -296,12 +329,18 @@ describe('dashboard deltas', () => {
       hwm: fc.integer({ min: 0, max: 64 }),
       points: fc.integer({ min: 0, max: 4 }),
       newEvents: fc.integer({ min: 0, max: 4 }),
+      // The last minute's staleness counts: the same as before, new ones, or none (no source).
+      staleness: fc.oneof(
+        fc.constant('same' as const),
+        fc.constant(null),
+        fc.record({ inherent: fc.array(fc.nat(50), { maxLength: 8 }), consumption: fc.array(fc.nat(50), { maxLength: 8 }) }),
+      ),
     });
     fc.assert(
       fc.property(fc.array(step, { minLength: 1, maxLength: 8 }), (steps) => {
         let t = 50_000;
         let n = 0;
-        const states: DashboardState[] = [stateOf(fleet(10, 20), 0, window(3, t), events(0, 2))];
+        const states: DashboardState[] = [stateOf(fleet(10, 20), 0, window(3, t), events(0, 2), stalenessOf([4, 2], [1]))];
         n = 2;
         let relays = 10;
         steps.forEach((s, i) => {
@@ -320,7 +359,10 @@ describe('dashboard deltas', () => {
           t += s.points * 1000;
           const log = events(Math.max(0, n + s.newEvents - 6), n + s.newEvents);
           n += s.newEvents;
-          states.push(stateOf(status, i + 1, window(Math.min(6, 3 + i + s.points), t), log));
+          const last = states[states.length - 1]!.staleness;
+          // 'same': equal counts in a new object, as the recorder makes them at every update.
+          const staleness = s.staleness === 'same' ? last && overTheWire(last) : s.staleness && stalenessOf(s.staleness.inherent, s.staleness.consumption);
+          states.push(stateOf(status, i + 1, window(Math.min(6, 3 + i + s.points), t), log, staleness));
         });
         let page = overTheWire(states[0]!);
         for (let i = 1; i < states.length; i++) {
@@ -334,7 +376,7 @@ describe('dashboard deltas', () => {
 });
 
 describe('the page side of the model', () => {
-  it('imports no Node module and no package, so the page loads it as the build emits it', () => {
+  it('imports no Node module and no package, so the page loads it as the build emits it (and the series module, for its percentiles)', () => {
     const repo = fileURLToPath(new URL('../..', import.meta.url));
     const seen = new Set<string>();
     const outside: string[] = [];
@@ -350,6 +392,16 @@ describe('the page side of the model', () => {
     visit(join(repo, 'src/manager/dashboard/model.ts'));
     expect(outside).toEqual([]);
     expect([...seen].map((f) => relative(repo, f)).sort()).toEqual(['src/common/error-codes.ts', 'src/common/errors.ts', 'src/manager/dashboard/model.ts']);
+    // The staleness histograms take their percentiles from series.ts (percentileOfCounts), as the manager's series do.
+    visit(join(repo, 'src/manager/dashboard/series.ts'));
+    expect(outside).toEqual([]);
+    expect([...seen].map((f) => relative(repo, f)).sort()).toEqual([
+      'src/common/error-codes.ts',
+      'src/common/errors.ts',
+      'src/common/stats.ts',
+      'src/manager/dashboard/model.ts',
+      'src/manager/dashboard/series.ts',
+    ]);
   });
 });
 

@@ -100,6 +100,7 @@ async function setUp(options: Partial<DashboardPublisherOptions> = {}, relays = 
     status: () => setup.status,
     series: () => series.window(),
     events: () => journal.latest(EVENTS_SHOWN),
+    staleness: (t) => series.stalenessCounts(t),
     registry,
     // The tests step the updates: the timer never fires within a test.
     intervalMs: 3_600_000,
@@ -156,6 +157,10 @@ describe('the dashboard publisher', () => {
       },
       (s) => s.rollouts.forEach((r, i) => (r.kvUsed = (i % 10) / 10)),
       (s, t) => setup.series.sample(t, s, { bytesReceived: 1000 * t, watching: false }),
+      () => {
+        setup.series.inherent(2);
+        setup.series.consumption(1, 8);
+      },
       (s) => {
         s.newest = [{ model: 'm', version: 2 }];
         s.chain[0]!.receiving = [{ model: 'm', version: 2, hwm: 3, chunks: 10 }];
@@ -184,6 +189,7 @@ describe('the dashboard publisher', () => {
     expect(state.relays[0]!.demoted).toBe(true);
     expect(state.events.map((e) => e.kind)).toEqual(['relay-dead']);
     expect(state.series.t).toHaveLength(1);
+    expect(state.staleness).toEqual({ inherent: [0, 0, 1], consumption: [0, 8], windowS: 60, maxValue: 64 });
     const text = await setup.registry.metrics();
     expect(metricValue(text, 'laminar_dashboard_updates_total')).toBe(changes.length);
     expect(metricValue(text, 'laminar_dashboard_bytes_total')).toBeGreaterThanOrEqual(a.bytes + b.bytes);

@@ -2,10 +2,12 @@
  * The dashboard's series recorder: the 1 Hz point from a manager's status (aggregates of the
  * rollouts and the chain), per-second rates of cumulative counts (repack moves, orphans, bytes
  * broadcast, completions), staleness percentiles over the last minute as the staleness watch
- * hands values in, gaps (null) where a source is missing, and clear() when leadership ends.
+ * hands values in, the counts they come from (the page's staleness histograms), gaps (null) where
+ * a source is missing, and clear() when leadership ends.
  */
 import { describe, expect, it } from 'vitest';
 import { SERIES_NAMES, SeriesRecorder, type SeriesPoint } from '../../src/manager/dashboard/series-recorder.js';
+import { percentileOfCounts } from '../../src/manager/dashboard/series.js';
 import type { ManagerStatus } from '../../src/manager/manager.js';
 
 const chainEntry = (id: string, health: 'alive' | 'dead', progress: number): ManagerStatus['chain'][number] => ({
@@ -112,6 +114,30 @@ describe('the series recorder', () => {
     expect([later.inherentP50, later.inherentMax, later.consumptionP50]).toEqual([3, 3, null]);
   });
 
+  it('gives the counts the percentiles come from, over the same window on the same clock, as the histograms', () => {
+    let now = 7_000_000;
+    const recorder = new SeriesRecorder({}, () => now);
+    expect(recorder.stalenessCounts(now)).toEqual({ inherent: [], consumption: [], windowS: 60, maxValue: 64 });
+    // Inherent: 0 x 3, 2 x 1, 70 (folded into 64, "64 or more") x 2. Consumption: 1 x 5, 3 x 2 (per batch).
+    for (const v of [0, 0, 2, 0, 70, 70]) recorder.inherent(v);
+    recorder.consumption(1, 5);
+    now += 30_000;
+    recorder.consumption(3, 2);
+    const counts = recorder.stalenessCounts(now);
+    const inherent = Array.from({ length: 65 }, (_, v) => ({ 0: 3, 2: 1, 64: 2 })[v] ?? 0);
+    expect(counts).toEqual({ inherent, consumption: [0, 5, 0, 2], windowS: 60, maxValue: 64 });
+    // The percentile series at the same time are the percentiles of these counts.
+    const p = recorder.point(now, status(), { bytesReceived: null, watching: true });
+    expect([p.inherentP50, p.inherentP90, p.inherentMax]).toEqual([0.5, 0.9, 1].map((q) => percentileOfCounts(counts.inherent, q)));
+    expect([p.consumptionP50, p.consumptionP90, p.consumptionMax]).toEqual([1, 3, 3]);
+    expect([p.inherentP50, p.inherentMax]).toEqual([0, 64]);
+    // 31 s later the first minute's values are out of the window; the batch 30 s later is still in.
+    now += 31_000;
+    expect(recorder.stalenessCounts(now)).toEqual({ inherent: [], consumption: [0, 0, 0, 2], windowS: 60, maxValue: 64 });
+    // A shorter window says so.
+    expect(new SeriesRecorder({ stalenessWindowMs: 10_000 }).stalenessCounts(now).windowS).toBe(10);
+  });
+
   it('leaves a gap (null) where a source is missing', () => {
     const recorder = new SeriesRecorder();
     const empty: ManagerStatus = { ...status(), chain: [], newest: [], rollouts: [] };
@@ -155,8 +181,11 @@ describe('the series recorder', () => {
     expect(window.values[SERIES_NAMES.indexOf('trainerVersion')]).toEqual([9, 9, 9]);
 
     recorder.inherent(5);
+    recorder.consumption(2, 8);
+    expect(recorder.stalenessCounts(now)).toMatchObject({ inherent: [0, 0, 0, 0, 0, 1], consumption: [0, 0, 8] });
     recorder.clear();
     expect(recorder.length).toBe(0);
+    expect(recorder.stalenessCounts(now)).toMatchObject({ inherent: [], consumption: [] });
     // The rates' bases start over (no rate at the first point after), and the staleness values are gone.
     recorder.sample((now += 1000), s, { bytesReceived: 0, watching: true });
     const after = recorder.window();

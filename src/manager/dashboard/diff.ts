@@ -8,7 +8,8 @@
  * - the rollout table whole when its rows changed (a rollout joined), else the changed cells,
  *   column by column, as pairs of row index and value, or a column whole when most of it changed;
  * - the series and events as what was appended and how many of the oldest were dropped, or the
- *   whole window when the new one does not continue the old (the manager started over).
+ *   whole window when the new one does not continue the old (the manager started over);
+ * - the staleness histograms whole when they changed (two short arrays of counts).
  */
 import {
   DASHBOARD_MODEL_VERSION,
@@ -27,6 +28,7 @@ export function diffStates(prev: DashboardState, next: DashboardState): Dashboar
   diffRollouts(prev, next, delta);
   diffSeries(prev.series, next.series, delta);
   diffEvents(prev.events, next.events, delta);
+  if (!sameJson(prev.staleness, next.staleness)) delta.staleness = next.staleness;
   return delta;
 }
 
@@ -42,7 +44,8 @@ export function isEmptyDelta(delta: DashboardDelta): boolean {
     delta.columns === undefined &&
     delta.series === undefined &&
     delta.points === undefined &&
-    delta.events === undefined
+    delta.events === undefined &&
+    delta.staleness === undefined
   );
 }
 
@@ -130,7 +133,7 @@ function sameArray<T>(a: readonly T[], b: readonly T[]): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
-/** Equal as JSON: what the page would see. For the small objects of a state (a header, a relay's row, an event). */
+/** Equal as JSON: what the page would see. For the small objects of a state (a header, a relay's row, an event, the staleness counts). */
 function sameJson(a: unknown, b: unknown): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }

@@ -1,8 +1,8 @@
 /**
  * The dashboard's state (model.ts) from the manager's status: the header, the relays (the chain
- * in plan order, then the relays outside it) and the rollout grid. The series and the event log
- * are not in the status; their recorders hand them in. Pure: the manager calls it once per
- * update, whatever the number of open pages.
+ * in plan order, then the relays outside it) and the rollout grid. The series, the event log and
+ * the staleness histograms are not in the status; their recorders hand them in. Pure: the
+ * manager calls it once per update, whatever the number of open pages.
  *
  * Values are rounded to what the page shows (KV use to a percent, silences to seconds from 2 s
  * on), so that a row that looks the same on the page is the same in the state, and the next
@@ -22,6 +22,7 @@ import {
   type RolloutColumn,
   type RolloutTable,
   type SeriesWindow,
+  type StalenessCounts,
 } from './model.js';
 
 /**
@@ -35,6 +36,8 @@ export interface StateInputs {
   at: number;
   series: SeriesWindow;
   events: DashboardEvent[];
+  /** The staleness histograms (the series recorder's); absent or null: no staleness source. */
+  staleness?: StalenessCounts | null;
 }
 
 export function dashboardState(status: ManagerStatus, inputs: StateInputs): DashboardState {
@@ -47,6 +50,7 @@ export function dashboardState(status: ManagerStatus, inputs: StateInputs): Dash
     rollouts: rolloutTable(status.rollouts, new Set(status.repack.busy)),
     series: inputs.series,
     events: inputs.events,
+    staleness: inputs.staleness ?? null,
   };
 }
 

@@ -20,8 +20,11 @@
 import { ErrorCodes } from '../../common/error-codes.js';
 import { LaminarError } from '../../common/errors.js';
 
-/** Bumped when a field changes meaning; a page that reads another version reloads itself. */
-export const DASHBOARD_MODEL_VERSION = 1;
+/**
+ * Bumped when a field is added or changes meaning; a page that reads another version reloads
+ * itself (and so loads the assets that read it). 2: `staleness`, the histograms of the last minute.
+ */
+export const DASHBOARD_MODEL_VERSION = 2;
 
 export const HEALTHS = ['alive', 'suspected', 'dead'] as const;
 export type Health = (typeof HEALTHS)[number];
@@ -122,6 +125,20 @@ export interface SeriesWindow {
   values: (number | null)[][];
 }
 
+/**
+ * Staleness over the last `windowS` seconds, as counts: `inherent[v]` trajectories completed that
+ * were v versions behind the trainer, `consumption[v]` trajectories trained on v versions behind
+ * (from the samplers' batch summaries). Values of `maxValue` or more are counted at `maxValue`
+ * (the last count, when the array reaches it, is "that many or more"). No trailing zeros: an
+ * empty array is nothing in the window. The same counts as the staleness percentile series.
+ */
+export interface StalenessCounts {
+  inherent: number[];
+  consumption: number[];
+  windowS: number;
+  maxValue: number;
+}
+
 /** One entry of the event log; `n` numbers the manager's events, strictly increasing. */
 export interface DashboardEvent {
   n: number;
@@ -146,6 +163,8 @@ export interface DashboardState {
   rollouts: RolloutTable;
   series: SeriesWindow;
   events: DashboardEvent[];
+  /** The staleness histograms of the last minute; null where the manager has no staleness source (a standby, no staleness watch). */
+  staleness: StalenessCounts | null;
 }
 
 /** What changed from the state numbered `base` to the state numbered `seq`; absent fields did not change. */
@@ -177,6 +196,8 @@ export interface DashboardDelta {
   points?: { dropPoints: number; t: number[]; values: (number | null)[][] };
   /** Events appended, after dropping the `dropEvents` oldest ones. */
   events?: { dropEvents: number; added: DashboardEvent[] };
+  /** The staleness histograms whole, when they changed (null: no source any more). */
+  staleness?: StalenessCounts | null;
 }
 
 /** What a page gets for a delta that does not follow its state (ERR_DASHBOARD_DELTA): it then takes a new snapshot. */
@@ -209,6 +230,7 @@ export function applyDelta(state: DashboardState, delta: DashboardDelta): Dashbo
     rollouts: applyRollouts(state.rollouts, delta),
     series: applySeries(state.series, delta),
     events: delta.events ? [...state.events.slice(delta.events.dropEvents), ...delta.events.added] : state.events,
+    staleness: delta.staleness === undefined ? state.staleness : delta.staleness,
   };
 }
 

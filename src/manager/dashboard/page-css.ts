@@ -54,6 +54,20 @@ h3 { font-size: 12px; margin: 4px 0; color: var(--muted); font-weight: 600; }
 .age0 { background: #1a7f37; } .age1 { background: #7cc47f; } .age2 { background: #e3c300; } .age3 { background: #f08c00; } .age4 { background: #d1242f; } .age.none { background: #9aa0a6; }
 .charts { display: flex; flex-wrap: wrap; gap: 8px 24px; }
 .chart { min-width: 0; }
+/* The staleness histograms come right after the staleness chart: the charts after it move behind them. */
+.hists { order: 1; flex: 1 1 280px; min-width: 280px; }
+.chart[data-chart=repack], .chart[data-chart=kv] { order: 2; }
+.hist-pair { display: flex; flex-wrap: wrap; gap: 8px 20px; }
+.hist { flex: 1 1 240px; min-width: 0; }
+.hist-title { font-size: 12px; font-weight: 600; margin-bottom: 2px; }
+.hist-plot { position: relative; display: flex; align-items: flex-end; gap: 2px; height: 128px; }
+.hist-plot::after { content: ""; position: absolute; left: 0; right: 0; bottom: 14px; border-top: 1px solid var(--muted); }
+.hist-col { display: flex; flex-direction: column; justify-content: flex-end; flex: 1 1 0; min-width: 2px; max-width: 40px; height: 100%; }
+.hist-bar { border-radius: 2px 2px 0 0; }
+.hist-n { font-size: 10px; line-height: 13px; text-align: center; color: var(--muted); white-space: nowrap; }
+.hist-x { font-size: 10px; line-height: 14px; height: 14px; text-align: center; color: var(--muted); white-space: nowrap; }
+.hist-stats { margin-top: 4px; font-size: 11px; }
+.hist-empty { height: 128px; display: flex; align-items: center; justify-content: center; color: var(--muted); border: 1px dashed var(--line); border-radius: 4px; }
 .error { color: var(--bad); }
 .chips { display: flex; flex-wrap: wrap; gap: 4px; margin-bottom: 6px; }
 .chip { border: 1px solid var(--line); border-radius: 10px; background: var(--panel); padding: 1px 8px; font-size: 11px; cursor: pointer; }

@@ -52,7 +52,15 @@ export function renderPage(prefix: string): string {
   </section>
   <section id="series-section">
     <h2>Time series <small>last 15 minutes</small></h2>
-    <div id="charts" class="charts"></div>
+    <div id="charts" class="charts">
+      <div id="staleness" class="hists">
+        <h3 id="staleness-heading">Staleness, last minute: trajectories by versions behind</h3>
+        <div class="hist-pair">
+          <div id="hist-inherent" class="hist"></div>
+          <div id="hist-consumption" class="hist"></div>
+        </div>
+      </div>
+    </div>
   </section>
   <section id="event-section">
     <h2>Events</h2>

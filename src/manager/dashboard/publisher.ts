@@ -2,10 +2,11 @@
  * The dashboard's live updates (docs/design/dashboard.md, "Updates"): every open page holds a
  * server-sent-events response of `GET /events`. A page first gets `event: snapshot` with the
  * whole state; then, while at least one page is open, one timer (1 s) takes the manager's status,
- * builds the next state with the series and the events, diffs it against the current one and
- * writes the same bytes, `event: delta`, to every page. The state, the diff and the
- * serialisation are paid once per update whatever the number of pages; a snapshot's JSON is made
- * once per state, so pages opening together cost one. No page open: no timer, no cost.
+ * builds the next state with the series, the events and the staleness histograms, diffs it
+ * against the current one and writes the same bytes, `event: delta`, to every page. The state,
+ * the diff and the serialisation are paid once per update whatever the number of pages; a
+ * snapshot's JSON is made once per state, so pages opening together cost one. No page open: no
+ * timer, no cost.
  *
  * Limits: a page that cannot keep up (more than `maxBufferedBytes` written and not yet taken by
  * its socket) is cut off and counted; its EventSource reconnects and gets a fresh snapshot, so no
@@ -25,7 +26,7 @@ import { watchdog, type Watchdog } from '../../common/watchdog.js';
 import type { ManagerStatus } from '../manager.js';
 import { diffStates } from './diff.js';
 import { dashboardState } from './from-status.js';
-import type { DashboardEvent, DashboardState, SeriesWindow } from './model.js';
+import type { DashboardEvent, DashboardState, SeriesWindow, StalenessCounts } from './model.js';
 
 /** Events a state carries (the page's log); the journal keeps more. */
 export const EVENTS_SHOWN = 200;
@@ -55,6 +56,8 @@ export interface DashboardPublisherOptions {
   series: () => SeriesWindow;
   /** The newest events, oldest first (the journal's). */
   events: () => DashboardEvent[];
+  /** The staleness histograms of the window ending at the state's time `t` (the manager's); absent or null: no staleness source. */
+  staleness?: (t: number) => StalenessCounts | null;
   /** Where the dashboard's metrics go (the manager's registry). */
   registry: Registry;
   /** Period of the updates while a page is open (default 1 s). */
@@ -188,7 +191,14 @@ export class DashboardPublisher {
   }
 
   private build(): DashboardState {
-    return dashboardState(this.options.status(), { seq: ++this.seq, at: this.clock(), series: this.options.series(), events: this.options.events() });
+    const at = this.clock();
+    return dashboardState(this.options.status(), {
+      seq: ++this.seq,
+      at,
+      series: this.options.series(),
+      events: this.options.events(),
+      staleness: this.options.staleness?.(at) ?? null,
+    });
   }
 
   private take(state: DashboardState): void {

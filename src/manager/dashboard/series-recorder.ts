@@ -10,16 +10,19 @@
  * - inherent and consumption staleness over the last minute: p50, p90 and the largest value
  *   (the staleness watch hands each value in through `inherent()` and `consumption()`).
  *
+ * The counts those percentiles are taken from are the dashboard's staleness histograms too
+ * (`stalenessCounts(t)`, model.ts `staleness`).
+ *
  * A series whose source is missing (no staleness watch, no rollouts, no value in the last
  * minute) is null at that point: the page draws a gap. O(members) a second. Cleared when
  * leadership ends, like the registry: the next leader's series are its own.
  */
 import type { ManagerStatus } from '../manager.js';
 import type { StalenessListener } from '../staleness/staleness-watch.js';
-import type { SeriesWindow } from './model.js';
+import type { SeriesWindow, StalenessCounts } from './model.js';
 import { CounterRate, SERIES_POINTS, SeriesRing, SlidingCounts, percentileOfCounts } from './series.js';
 
-/** The series of model version 1, in the order of the window's `values`. */
+/** The series of the model (versions 1 and 2), in the order of the window's `values`. */
 export const SERIES_NAMES = [
   'completionsPerSecond',
   'tokensPerSecond',
@@ -139,6 +142,22 @@ export class SeriesRecorder implements StalenessListener {
       bytesBroadcastPerSecond: roundRate(this.rates.bytes.sample(t, counts.bytesReceived), 0),
       kvMean: kv.length > 0 ? round(kv.reduce((a, b) => a + b, 0) / kv.length, 1) : null,
       kvP90: kv.length > 0 ? round(nearestRank(kv, 0.9)!, 1) : null,
+    };
+  }
+
+  /**
+   * The staleness values of the window ending at `t` (ms, the clock the values are handed in
+   * with), as counts: the histograms the page draws, from the same counts as the percentile
+   * series. Empty arrays when none; cleared with the series when leadership ends. Whether there is
+   * a staleness source at all is the manager's to say (null in the state).
+   */
+  stalenessCounts(t: number): StalenessCounts {
+    const window = this.inherentCounts;
+    return {
+      inherent: window.counts(t),
+      consumption: this.consumptionCounts.counts(t),
+      windowS: window.windowMs / 1000,
+      maxValue: window.maxValue,
     };
   }
 

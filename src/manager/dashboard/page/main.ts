@@ -1,8 +1,9 @@
 /**
  * The dashboard page (docs/design/dashboard.md, "The views"): connects to the manager's
  * `/events`, keeps the state the deltas make, and renders it at most once a frame: the header,
- * the chain, the rollout grid, the time series and the event log, each view redrawing only what
- * changed since it last drew. A hidden tab applies the deltas and renders once shown again.
+ * the chain, the rollout grid, the time series, the staleness histograms and the event log, each
+ * view redrawing only what changed since it last drew. A hidden tab applies the deltas and renders
+ * once shown again.
  *
  * `window.laminarDashboard` exposes the state's number, the render count and the render times
  * (for the browser tests and the bench; nothing reads it otherwise).
@@ -14,12 +15,14 @@ import { EventLog } from './event-log.js';
 import { HeaderView } from './header-view.js';
 import { RolloutGrid } from './rollout-grid.js';
 import { SeriesView } from './series-view.js';
+import { StalenessView } from './staleness-view.js';
 import { RenderTimings } from './timings.js';
 
 const header = new HeaderView();
 const chain = new ChainView();
 const grid = new RolloutGrid(() => schedule());
 const series = new SeriesView();
+const staleness = new StalenessView();
 const log = new EventLog();
 const timings = new RenderTimings();
 
@@ -54,6 +57,7 @@ function render(): void {
     chain.render(state.relays, state.header);
     grid.render(state.rollouts, state.header);
     series.render(state.series);
+    staleness.render(state.staleness);
     log.render(state.events, Date.now() + offset);
     renders++;
   }

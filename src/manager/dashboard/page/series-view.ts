@@ -9,7 +9,7 @@
 import type { SeriesWindow } from '../model.js';
 import { LINE_COLOURS } from './colours.js';
 import { byId, el } from './dom.js';
-import { bytes, num } from './format.js';
+import { bytes, clock, num } from './format.js';
 import { RIGHT_SIDE, uPlotConstructor, type UPlot, type UPlotData, type UPlotOptions, type UPlotSeries } from './uplot.js';
 
 interface Line {
@@ -136,7 +136,8 @@ export class SeriesView {
       UPlotClass = uPlotConstructor();
     } catch (err) {
       this.failed = true;
-      this.root.replaceChildren(el('p', 'error', (err as Error).message));
+      // Before the staleness histograms, which share the box and draw without uPlot.
+      this.root.prepend(el('p', 'error', (err as Error).message));
       return false;
     }
     const width = this.chartWidth();
@@ -174,7 +175,12 @@ function chartOptions(spec: ChartSpec, width: number): UPlotOptions {
       value: (_u: UPlot, v: number | null) => (v === null ? '–' : line.right && spec.rightBytes ? bytes(v) : num(v, 2)),
     })),
   ];
-  const axes: UPlotOptions['axes'] = [{}, { label: spec.left, size: 56 }];
+  // The x axis as clock times only: uPlot's default adds the date under the first tick, and at
+  // this width the two overlap. 15 minutes of points never cross a day that matters here.
+  const axes: UPlotOptions['axes'] = [
+    { space: 70, values: (_u: UPlot, ticks: number[]) => ticks.map((t) => clock(t * 1000)) },
+    { label: spec.left, size: 56 },
+  ];
   if (spec.right) {
     axes.push({
       scale: 'right',
