@@ -180,7 +180,11 @@ describe('the staleness and repack tables', () => {
   });
   it('names the scenario beside the model where two scenarios share it (math-7b and toolcall-7b)', () => {
     const tools = loadScenario(resolveScenarioPath('toolcall-7b'));
-    const both = buildResults([math7b, tools], [fakeRun('math-7b', 16, 'laminar', { tokensPerS: 1 }), fakeRun('toolcall-7b', 16, 'laminar', { tokensPerS: 1 })], 0);
+    const both = buildResults(
+      [math7b, tools],
+      [fakeRun('math-7b', 16, 'laminar', { tokensPerS: 1 }), fakeRun('toolcall-7b', 16, 'laminar', { tokensPerS: 1 })],
+      0,
+    );
     expect(stalenessTable(both).rows.map((r) => r[0])).toEqual(['7B (math-7b)', '7B (toolcall-7b)']);
     expect(throughputTable(both).rows.map((r) => r[0])).toEqual(['7B (math-7b)', '7B (toolcall-7b)']);
   });
