@@ -38,7 +38,7 @@ import { delay } from '../src/common/concurrency.js';
 import { parseDuration } from '../src/common/units.js';
 import { controlNames } from '../src/control/subjects.js';
 import { freePort, startNatsServer } from '../src/services/index.js';
-import { median, printTable, processCpuSeconds, round } from './support.js';
+import { median, positiveInt, printTable, processCpuSeconds, round } from './support.js';
 import { JOB, closeMembers, connectMembers, stopMember } from './control/fleet.js';
 import { httpJson, httpText, pct, until } from './control/helpers.js';
 import { PlanWatch, managerStatus, spawnManager } from './control/manager.js';
@@ -323,10 +323,4 @@ export async function run(args: string[]): Promise<void> {
   } finally {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
   }
-}
-
-function positiveInt(text: string | undefined, flag: string): number {
-  const n = Number(text);
-  if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`${flag} needs a positive integer, got ${text}`);
-  return n;
 }

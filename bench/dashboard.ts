@@ -26,7 +26,7 @@ import { parseArgs } from 'node:util';
 import { delay } from '../src/common/concurrency.js';
 import { parseDuration } from '../src/common/units.js';
 import { freePort, startNatsServer } from '../src/services/index.js';
-import { percentile, printTable, processCpuSeconds, round } from './support.js';
+import { percentile, positiveInt, printTable, processCpuSeconds, round } from './support.js';
 import { closeMembers, connectMembers } from './control/fleet.js';
 import { httpJson, httpText, pct, until } from './control/helpers.js';
 import { managerStatus, spawnManager } from './control/manager.js';
@@ -193,10 +193,4 @@ export async function run(args: string[]): Promise<void> {
   } finally {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
   }
-}
-
-function positiveInt(text: string | undefined, flag: string): number {
-  const n = Number(text);
-  if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`${flag} needs a positive integer, got ${text}`);
-  return n;
 }

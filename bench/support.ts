@@ -113,3 +113,10 @@ export function processCpuSeconds(pid: number | undefined): number {
     return 0;
   }
 }
+
+/** A flag's value as a positive integer, or an error naming the flag. */
+export function positiveInt(text: string | undefined, flag: string): number {
+  const n = Number(text);
+  if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`${flag} needs a positive integer, got ${text}`);
+  return n;
+}

@@ -4,28 +4,12 @@
  * stdout, the one JSON line last; a bad flag's typed error and exit code; and the help, which
  * names every flag with its default (in this process, through the same command).
  */
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { planCommand } from '../../src/cli/plan.js';
-import { ErrorCodes, LaminarError } from '../../src/common/errors.js';
+import { ErrorCodes, type LaminarError } from '../../src/common/errors.js';
+import { commandFailure, runLaminar, type Exit } from './cli-run.js';
 
-const CLI = fileURLToPath(new URL('../../dist/src/cli/laminar.js', import.meta.url));
-
-interface Exit {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function laminar(args: string[]): Promise<Exit> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, 'plan', ...args], { timeout: 60_000, maxBuffer: 16 * 2 ** 20 }, (err, stdout, stderr) => {
-      const code = err === null ? 0 : typeof err.code === 'number' ? err.code : -1;
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+const laminar = (args: string[]): Promise<Exit> => runLaminar(['plan', ...args]);
 
 interface PlanLine {
   plan: string;
@@ -80,15 +64,8 @@ describe('laminar plan', () => {
     expect(r.stdout).toBe('');
   }, 60_000);
 
-  async function failure(args: string[]): Promise<LaminarError> {
-    try {
-      await planCommand().exitOverride().parseAsync(args, { from: 'user' });
-    } catch (err) {
-      expect(err).toBeInstanceOf(LaminarError);
-      return err as LaminarError;
-    }
-    throw new Error(`laminar plan ${args.join(' ')} did not fail`);
-  }
+  // The same command in this process (the error's code and message; the exit code is laminar.ts's, above).
+  const failure = (args: string[]): Promise<LaminarError> => commandFailure(planCommand(), args);
 
   it('bad flags fail before any simulation, with the flag named', async () => {
     const model = await failure(['--model', '7', '--gpus', '64']);

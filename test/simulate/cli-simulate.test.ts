@@ -5,37 +5,22 @@
  * scenario that is missing, not JSON, or invalid, and for bad flags (the exit code once through
  * the built CLI, the rest through the same command in this process).
  */
-import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { simulateCommand } from '../../src/cli/simulate.js';
-import { ErrorCodes, LaminarError } from '../../src/common/errors.js';
+import { ErrorCodes, type LaminarError } from '../../src/common/errors.js';
+import { commandFailure, runLaminar, type Exit } from './cli-run.js';
 import { SCENARIOS_DIR, resolveScenarioPath, shippedScenarios } from '../../src/simulate/files.js';
 import type { SimulationResults } from '../../src/simulate/report/results.js';
 import { svgProblems } from './svg-check.js';
 import { tinyInput } from './tiny-scenario.js';
 
-const CLI = fileURLToPath(new URL('../../dist/src/cli/laminar.js', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'laminar-simulate-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-interface Exit {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function laminar(args: string[]): Promise<Exit> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, 'simulate', ...args], { timeout: 60_000, maxBuffer: 16 * 2 ** 20 }, (err, stdout, stderr) => {
-      const code = err === null ? 0 : typeof err.code === 'number' ? err.code : -1;
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+const laminar = (args: string[]): Promise<Exit> => runLaminar(['simulate', ...args]);
 
 function scenarioFile(name: string, edit: (s: Record<string, unknown>) => void = () => {}): string {
   const s = tinyInput() as unknown as Record<string, unknown>;
@@ -109,15 +94,7 @@ describe('laminar simulate', () => {
   }, 60_000);
 
   // The same command in this process (the error's code and message; the exit code is laminar.ts's, above).
-  async function failure(args: string[]): Promise<LaminarError> {
-    try {
-      await simulateCommand().exitOverride().parseAsync(args, { from: 'user' });
-    } catch (err) {
-      expect(err).toBeInstanceOf(LaminarError);
-      return err as LaminarError;
-    }
-    throw new Error(`laminar simulate ${args.join(' ')} did not fail`);
-  }
+  const failure = (args: string[]): Promise<LaminarError> => commandFailure(simulateCommand(), args);
 
   it('an unknown bare name and a file that is not JSON are ERR_SCENARIO_UNREADABLE', async () => {
     const bare = await failure(['math-8b']);
