@@ -9,7 +9,7 @@ import type { PeerMessage } from '../../src/relay/broadcast/messages.js';
 import { OutgoingTransfer, type OutgoingOptions, type OutgoingResult } from '../../src/relay/broadcast/outgoing.js';
 import type { ChunkSource } from '../../src/relay/broadcast/source.js';
 import type { IncomingMessage } from '../../src/ucx/index.js';
-import { UcxWorker } from '../../src/ucx/index.js';
+import { UcxWorker, devicesToward, parseAddress } from '../../src/ucx/index.js';
 
 export const SECRET = 'test-job-secret-0123456789';
 
@@ -86,7 +86,9 @@ export class RoguePeer {
   }
 
   static async connect(address: string, options: { id?: string; role?: PeerRole; secret?: string; relayId?: string | null } = {}): Promise<RoguePeer> {
-    const worker = new UcxWorker();
+    // The devices a real pusher would use (the routed interface): other interfaces of this host,
+    // such as another suite's testbed bridges, are not the peer's network.
+    const worker = new UcxWorker({ netDevices: await devicesToward(parseAddress(address).host) });
     try {
       const link = await connectPeer(worker, options.relayId ?? null, address, {
         selfId: options.id ?? 'rogue',

@@ -117,7 +117,8 @@ describe('rollout manager: chain scheduling and repair (netns testbed)', () => {
     // `laminar status` prints it as a table.
     const printed = await spawnDaemonOutput(['status', '--nats', cluster.nats.url]);
     expect(printed).toMatch(/master r0/);
-    expect(printed).toMatch(/r4\s+10\.88\.0\.5:13337/);
+    // r4 on the fifth host of the claimed subnet (testbed.sh numbers hosts from .1).
+    expect(printed).toMatch(new RegExp(`r4\\s+${cluster.options.net.replaceAll('.', '\\.')}\\.5:13337`));
     // The next version goes over the same link to the master: the trainer keeps it (and its
     // memory registration) while the master stays.
     await markBaseline();
