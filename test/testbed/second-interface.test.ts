@@ -3,11 +3,14 @@
  * pusher is the root namespace, whose relays sit behind a bridge beside its default interface
  * (eth0, the default route). The master, r0 on host 2, has a second NIC of its own (eth1, a
  * jumbo-frame network host 1 and the bridge do not reach). UCX left to use every interface on
- * both sides offers the peer addresses it cannot reach, and the push dies in UCX's handshake with
- * a bare UCS_ERR_ENDPOINT_TIMEOUT / UCS_ERR_CONNECTION_RESET. laminar gives UCX the interface the
- * kernel routes the master through (the pusher) and the one holding the relay's own address (a
- * relay), unless UCX_NET_DEVICES is set; a setting that cannot carry the connection fails with
- * ERR_NET_DEVICE, naming the interface and the setting.
+ * both sides offers the peer addresses it cannot reach, and the push can die in UCX's handshake
+ * with a bare UCS_ERR_ENDPOINT_TIMEOUT / UCS_ERR_CONNECTION_RESET: whether it does depends on how
+ * UCX rates the host's own interfaces (it did on the machine the issue was met on, not on every
+ * development VM), so no test asserts UCX's failure; what laminar decides is tested here and in
+ * test/unit/net-devices.test.ts. laminar gives UCX the interface the kernel routes the master
+ * through (the pusher) and the one holding the relay's own address (a relay), unless
+ * UCX_NET_DEVICES is set; a setting that cannot carry the connection fails with ERR_NET_DEVICE,
+ * naming the interface and the setting.
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -108,13 +111,6 @@ describe('a pushing host with a second network interface (netns testbed)', () =>
     for (const id of ['r0', 'r1']) removeShmDir(join(root, id));
     rmSync(root, { recursive: true, force: true });
   });
-
-  it('reproduces the failure: with UCX free to use every interface, the push dies in UCX', async () => {
-    // UCX_NET_DEVICES=all is UCX's own default, and laminar leaves a user's setting alone.
-    const result = await push(['UCX_NET_DEVICES=all'], [checkpoint, '--model', 'm/x', '--version', '1', '--to', master, '--secret-file', secretFile]);
-    expect(result.code, result.out).not.toBe(0);
-    expect(result.out).toMatch(/UCS_ERR_(CONNECTION_RESET|ENDPOINT_TIMEOUT)/);
-  }, 60_000);
 
   it('pushes over the interface the kernel routes the master through, and the chain carries it on from the two-NIC relay', async () => {
     const result = await push([], [checkpoint, '--model', 'm/a', '--version', '1', '--to', master, '--secret-file', secretFile, '--json']);
