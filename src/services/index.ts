@@ -1,4 +1,4 @@
-export { startNatsServer, type NatsServer, type NatsServerOptions } from './nats.js';
+export { natsServerBinary, startNatsServer, type NatsServer, type NatsServerOptions } from './nats.js';
 export { startRedisServer, type RedisServer, type RedisServerOptions } from './redis.js';
 export { ServiceError } from './errors.js';
 export { freePort } from './ports.js';

