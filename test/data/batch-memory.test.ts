@@ -164,3 +164,24 @@ describe("prefetch 'after-release'", () => {
     await expect(bad({ spareArenas: 1.5 })).rejects.toMatchObject({ code: ErrorCodes.BAD_DATA_OPTIONS });
   });
 });
+
+describe('sample() aborted while its batch is assembled', () => {
+  it('leaves the records in the buffer and the memory with the sampler', async () => {
+    await write(0, 8, 40);
+    const s = await sampler({ prefetch: false });
+    await expect.poll(() => s.stats().items, { timeout: 5000 }).toBe(8);
+    const gone = new AbortController();
+    // The batch is picked at once (the records are indexed) and its payloads load from the
+    // stream; the caller gives up meanwhile (a sampler-service client that went away).
+    const abandoned = s.sample({ signal: gone.signal, timeoutMs: 5000 });
+    gone.abort();
+    await expect(abandoned).rejects.toMatchObject({ code: ErrorCodes.ABORTED });
+    expect(s.stats()).toMatchObject({ items: 8, reserved: 0, samples: 0 });
+    expect(s.stats().spareArenaBytes).toBeGreaterThan(0);
+
+    const b = await s.sample({ timeoutMs: 5000 });
+    expect(ids(b)).toEqual(['m0', 'm1', 'm2', 'm3']);
+    expect(b.items.map((i) => i.timesSampled)).toEqual([1, 1, 1, 1]);
+    expectWritten(b, 40);
+  });
+});

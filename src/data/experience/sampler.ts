@@ -16,7 +16,7 @@ import type { Registry } from 'prom-client';
 import { createRegistry } from '../../common/metrics.js';
 import { silentLogger, type Logger } from '../../common/logger.js';
 import { ClosedError, TimeoutError } from '../../common/errors.js';
-import { DataInputError, ImpossibleRequestError } from '../errors.js';
+import { AbortedError, DataInputError, ImpossibleRequestError } from '../errors.js';
 import { onCollect } from '../../common/metric-factory.js';
 import { RejectionCounter } from '../metrics.js';
 import { ChangeNotifier } from '../waiter.js';
@@ -292,6 +292,16 @@ export class ExperienceSampler {
               this.books.index.release(picked.entries);
               this.books.samples -= picked.entries.length;
               throw err;
+            }
+            // The caller gave up while the payloads loaded (the sampler service's client went
+            // away): handing the batch over would count its records as trained on, and nobody
+            // would have them. They stay in the buffer for the next sample().
+            if (options.signal?.aborted) {
+              this.books.index.release(picked.entries);
+              this.books.samples -= picked.entries.length;
+              batch.batch.release();
+              this.changed.notify();
+              throw new AbortedError('sample() was aborted while its batch was assembled', options.signal.reason);
             }
           }
         }
