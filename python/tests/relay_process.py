@@ -69,35 +69,36 @@ class RelayProcess:
         self.process: Optional[subprocess.Popen] = None
         #: The last log lines (pino JSON on stderr), for failure messages.
         self.logs: deque[str] = deque(maxlen=200)
-        self._ready = threading.Event()
 
     def start(self) -> "RelayProcess":
         """Starts the relay and returns once it logs ``relay ready``."""
         if not CLI.exists():
             raise RuntimeError(f"{CLI} is missing: build with `npx tsc -p tsconfig.json` (or `bash scripts/bootstrap.sh`)")
-        self._ready.clear()
+        # An event of this start's own: the log thread of a process killed just before may reach
+        # its end only now, and the "exited" it signals must not pass for this one's readiness.
+        ready = threading.Event()
         argv = [NODE, str(CLI), "relay", "--shm-dir", self.shm_arg, "--socket", self.socket_path, "--metrics-port", "0", *self.args]
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **self.env})
         self.process = process
-        threading.Thread(target=self._drain, args=(process,), daemon=True, name="relay-log").start()
-        if not self._ready.wait(START_TIMEOUT_SECONDS) or process.poll() is not None:
+        threading.Thread(target=self._drain, args=(process, ready), daemon=True, name="relay-log").start()
+        if not ready.wait(START_TIMEOUT_SECONDS) or process.poll() is not None:
             self.kill()
             raise RuntimeError("the relay did not start:\n" + "\n".join(self.logs))
         return self
 
-    def _drain(self, process: subprocess.Popen) -> None:
+    def _drain(self, process: subprocess.Popen, ready: threading.Event) -> None:
         assert process.stderr is not None
         for line in process.stderr:
             self.logs.append(line.rstrip())
-            if not self._ready.is_set():
+            if not ready.is_set():
                 try:
                     record = json.loads(line)
                     if record.get("msg") == "relay ready":
                         self.shm_dir = record.get("segmentDir", self.shm_arg)
-                        self._ready.set()
+                        ready.set()
                 except ValueError:
                     pass
-        self._ready.set()  # exited: start() sees it through poll()
+        ready.set()  # exited: start() sees it through poll()
 
     def logged(self, text: str) -> bool:
         """Whether one of the last log lines holds ``text``."""
