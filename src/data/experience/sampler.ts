@@ -289,16 +289,14 @@ export class ExperienceSampler {
               batch = await this.assembler.assemble(picked, false);
             } catch (err) {
               if (err instanceof RecordsMissing) continue;
-              this.books.index.release(picked.entries);
-              this.books.samples -= picked.entries.length;
+              this.unpick(picked);
               throw err;
             }
             // The caller gave up while the payloads loaded (the sampler service's client went
             // away): handing the batch over would count its records as trained on, and nobody
             // would have them. They stay in the buffer for the next sample().
             if (options.signal?.aborted) {
-              this.books.index.release(picked.entries);
-              this.books.samples -= picked.entries.length;
+              this.unpick(picked);
               batch.batch.release();
               this.changed.notify();
               throw new AbortedError('sample() was aborted while its batch was assembled', options.signal.reason);
@@ -389,6 +387,12 @@ export class ExperienceSampler {
     books.index.reserve(entries);
     books.samples += entries.length;
     return { entries };
+  }
+
+  /** Undoes pick(): the entries are free for another batch and count as never sampled. */
+  private unpick(picked: Picked): void {
+    this.books.index.release(picked.entries);
+    this.books.samples -= picked.entries.length;
   }
 
   private pickSafely(): Picked | undefined {
