@@ -55,7 +55,7 @@ export function simTrainerCommand(): Command {
     .addOption(
       new Option(
         '--json',
-        'one JSON line per step on stdout: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean}, inherent: {p50, max, mean}} (consumption and inherent staleness)',
+        'one JSON line per step on stdout: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean, histogram}, inherent: {p50, max, mean, histogram}} (consumption and inherent staleness)',
       ),
     )
     .addOption(new Option('--checksums', 'with --json: one line {published, kind, sha256} per version published (SHA-256 of its bytes, for audits)'))

@@ -28,3 +28,21 @@ export function histogramPercentile(histogram: Record<number, number>, q: number
   }
   return values[values.length - 1]!;
 }
+
+/** Adds histograms (value -> count) into one: the distribution of everything they counted. */
+export function mergeHistograms(histograms: Iterable<Record<number, number>>): Record<number, number> {
+  const merged: Record<number, number> = {};
+  for (const h of histograms) for (const [value, count] of Object.entries(h)) merged[Number(value)] = (merged[Number(value)] ?? 0) + count;
+  return merged;
+}
+
+/** The mean of a histogram's values weighted by their counts; 0 when empty. */
+export function histogramMean(histogram: Record<number, number>): number {
+  let total = 0;
+  let sum = 0;
+  for (const [value, count] of Object.entries(histogram)) {
+    total += count;
+    sum += Number(value) * count;
+  }
+  return total === 0 ? 0 : sum / total;
+}

@@ -1,6 +1,8 @@
 /** The demo's live progress block: trainer, chain, rollouts, data plane, events. */
 import { formatBytes } from '../common/units.js';
+import { histogramMean, histogramPercentile, mergeHistograms } from '../common/stats.js';
 import type { ManagerStatus } from '../manager/index.js';
+import type { StalenessJson } from '../sim/trainer/index.js';
 
 export interface DemoSnapshot {
   at: string;
@@ -68,4 +70,14 @@ export function renderProgress(s: DemoSnapshot): string {
 /** The line that names the manager's dashboard (the page at `/` of its HTTP port), printed once the manager is up. */
 export function dashboardLine(port: number, host = '127.0.0.1'): string {
   return `dashboard  http://${host}:${port}/  (live while the job runs)`;
+}
+
+/**
+ * The run's staleness from its batches' (sim-trainer's --json lines): p50 and mean over every
+ * trajectory trained on, not over the batches. The median of the batches' medians is not the run's
+ * median, and falls between two versions when the batches split evenly.
+ */
+export function stalenessSummary(batches: readonly StalenessJson[]): string {
+  const all = mergeHistograms(batches.map((b) => b.histogram));
+  return `p50 ${histogramPercentile(all, 0.5)}, max ${Math.max(0, ...batches.map((b) => b.max))}, mean ${histogramMean(all).toFixed(2)}`;
 }

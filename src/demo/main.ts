@@ -26,7 +26,8 @@ import { intIn, managerStatus, recordsInBuffer, scrape, sumMetric } from './book
 import { onInterrupt, openStage } from './stage.js';
 import { freePort } from '../services/index.js';
 import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
-import { dashboardLine, renderProgress, type DemoSnapshot } from './display.js';
+import { dashboardLine, renderProgress, stalenessSummary, type DemoSnapshot } from './display.js';
+import type { StalenessJson } from '../sim/trainer/index.js';
 import { runTorchJob } from './torch-job.js';
 import { simRolloutArgv } from './sim-rollout-argv.js';
 
@@ -193,8 +194,7 @@ async function main(): Promise<void> {
     console.log(`manager on :${managerPort}, ${relayCount} relays (${relays.map((r) => r.id).join(', ')}), chained by the manager over UCX`);
     console.log(dashboardLine(managerPort));
 
-    type Staleness = { p50: number; max: number; mean: number };
-    const trainer = { version: -1, steps: 0, staleness: [] as Staleness[], inherent: [] as Staleness[], trajectories: 0, stallMs: [] as number[] };
+    const trainer = { version: -1, steps: 0, staleness: [] as StalenessJson[], inherent: [] as StalenessJson[], trajectories: 0, stallMs: [] as number[] };
     const trainerDaemon = await spawnQuiet(
       'sim-trainer',
       [
@@ -232,8 +232,8 @@ async function main(): Promise<void> {
             step?: number;
             version: number;
             batch: number;
-            staleness: Staleness;
-            inherent: Staleness;
+            staleness: StalenessJson;
+            inherent: StalenessJson;
             publish_stall_ms: number;
           };
           if (step.step === undefined) return;
@@ -393,10 +393,8 @@ async function main(): Promise<void> {
     console.log(
       `  tokens streamed              ${Math.round(tokens / 8)} to the partial pool by the surviving rollouts (${Math.round(tokens / 8 / seconds)}/s wall)`,
     );
-    const line = (of: Staleness[]): string =>
-      `p50 ${median(of.map((s) => s.p50))}, max ${Math.max(0, ...of.map((s) => s.max))}, mean ${(of.reduce((a, s) => a + s.mean, 0) / Math.max(1, of.length)).toFixed(2)}`;
-    console.log(`  staleness at training        ${line(staleness)} (trainer version at training - generating version, per batch)`);
-    console.log(`  inherent staleness           ${line(trainer.inherent)} (trainer version at completion - generating version)`);
+    console.log(`  staleness at training        ${stalenessSummary(staleness)} (trainer version at training - generating version, per batch)`);
+    console.log(`  inherent staleness           ${stalenessSummary(trainer.inherent)} (trainer version at completion - generating version)`);
     console.log(`  repack moves                 ${lastSnapshot?.repackMoves ?? 0}`);
     const finalMetric = await scrape(managerPort);
     const orphan = (outcome: string): number => finalMetric(`laminar_manager_orphans_total{outcome="${outcome}"}`);

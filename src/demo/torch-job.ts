@@ -271,7 +271,9 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     console.log(
       `  inherent staleness           p50 of the steps' p50 ${median(steps.map((s) => s.inherent_p50))}, max ${Math.max(0, ...steps.map((s) => s.inherent_max))}, mean ${mean(steps.map((s) => s.inherent_mean)).toFixed(2)}`,
     );
-    console.log(`  consumption staleness        p50 ${median(steps.map((s) => s.staleness_p50))}, max ${Math.max(0, ...steps.map((s) => s.staleness_max))}`);
+    console.log(
+      `  consumption staleness        p50 of the steps' p50 ${median(steps.map((s) => s.staleness_p50))}, max ${Math.max(0, ...steps.map((s) => s.staleness_max))}`,
+    );
     console.log(
       `  trainer stall per publish    median ${median(steps.map((s) => s.publish_stall_ms)).toFixed(1)} ms; sample wait median ${median(steps.map((s) => s.sample_wait_ms)).toFixed(0)} ms`,
     );

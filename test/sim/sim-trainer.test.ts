@@ -109,7 +109,13 @@ describe('sim-trainer: sample, train, publish', () => {
     // stale it is at training.
     expect(steps.map((s) => s.inherent.histogram)).toEqual([{ 0: 4 }, { 0: 4 }, { 0: 4 }]);
     expect(Object.keys(line)).toEqual(['step', 'version', 'batch', 'sample_ms', 'train_ms', 'publish_stall_ms', 'staleness', 'inherent']);
-    expect(line).toMatchObject({ step: 3, version: 3, batch: 4, staleness: { p50: 0, max: 2, mean: 0.75 } });
+    expect(line).toMatchObject({
+      step: 3,
+      version: 3,
+      batch: 4,
+      staleness: { p50: 0, max: 2, mean: 0.75, histogram: { 0: 2, 1: 1, 2: 1 } },
+      inherent: { histogram: { 0: 4 } },
+    });
     expect(JSON.parse(JSON.stringify(line))).toEqual(line);
 
     // Stopped cleanly: publisher and sampler closed, the caller's connection left open.

@@ -13,6 +13,7 @@ export {
   type SimTrainerStopReason,
   type SimTrainerEvents,
   type StalenessStats,
+  type StalenessJson,
 } from './sim-trainer.js';
 export {
   parseSimTrainerOptions,

@@ -563,7 +563,7 @@ export function removalJson(entries: readonly { id: string }[], reason: string):
   return { removed: reason, ids: entries.map((e) => e.id) };
 }
 
-/** The `--json` line of a step: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean}}. */
+/** The `--json` line of a step: {step, version, batch, sample_ms, train_ms, publish_stall_ms, staleness: {p50, max, mean, histogram}, inherent: {...}}. */
 export function stepJson(s: SimTrainerStep): {
   step: number;
   version: number;
@@ -571,8 +571,8 @@ export function stepJson(s: SimTrainerStep): {
   sample_ms: number;
   train_ms: number;
   publish_stall_ms: number;
-  staleness: { p50: number; max: number; mean: number };
-  inherent: { p50: number; max: number; mean: number };
+  staleness: StalenessJson;
+  inherent: StalenessJson;
 } {
   const ms = (x: number): number => Math.round(x * 1000) / 1000;
   return {
@@ -582,9 +582,26 @@ export function stepJson(s: SimTrainerStep): {
     sample_ms: ms(s.sampleMs),
     train_ms: ms(s.trainMs),
     publish_stall_ms: ms(s.publishStallMs),
-    staleness: { p50: s.staleness.p50, max: s.staleness.max, mean: Math.round(s.staleness.mean * 1e4) / 1e4 },
-    inherent: { p50: s.inherent.p50, max: s.inherent.max, mean: Math.round(s.inherent.mean * 1e4) / 1e4 },
+    staleness: stalenessJson(s.staleness),
+    inherent: stalenessJson(s.inherent),
   };
+}
+
+/**
+ * A batch's staleness in the `--json` line. The histogram lets a reader summarise a whole run over
+ * its trajectories (the median of the batches' medians is not the run's median, and can fall
+ * between two versions).
+ */
+export interface StalenessJson {
+  p50: number;
+  max: number;
+  mean: number;
+  /** staleness value -> trajectories of the batch. */
+  histogram: Record<number, number>;
+}
+
+function stalenessJson(s: StalenessStats): StalenessJson {
+  return { p50: s.p50, max: s.max, mean: Math.round(s.mean * 1e4) / 1e4, histogram: { ...s.histogram } };
 }
 
 /** A short human line for a step (stderr of the CLI). */
