@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { LongestFirstSequencer } from './test/helpers/longest-first-sequencer.js';
 
 // Files that build a network-namespace testbed, the whole-job demo, and the Grafana check (a
 // whole job scraped), start many daemons each and time repairs in seconds: two of them at once on
@@ -21,6 +22,8 @@ const shared = {
 export default defineConfig({
   test: {
     reporters: ['default'],
+    // The soak and the other long files start first (a clean clone has no durations cached).
+    sequence: { sequencer: LongestFirstSequencer },
     projects: [
       {
         test: {

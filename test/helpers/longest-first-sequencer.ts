@@ -1,0 +1,41 @@
+/**
+ * The order test files start in: the longest known ones first, so that on a 2-worker machine the
+ * soak (minutes on its own) runs beside the short files instead of after them.
+ *
+ * Vitest orders by the durations of the last run it cached, and without a cache (a clean clone,
+ * which is what CI runs) by file size, largest first; the soak's file is small, so it started near
+ * the end and held one worker alone for ~3.5 minutes after the others had finished. The files
+ * below were the slowest of the "suite" project in a clean-clone run (seconds in the comments);
+ * they start first, longest first, and every other file keeps Vitest's own order behind them.
+ * Files of another project keep their place: the projects still run one group after the other.
+ */
+import { relative } from 'node:path';
+import { BaseSequencer, type TestSpecification } from 'vitest/node';
+
+export const LONGEST_FILES = [
+  'test/soak/soak.test.ts', // 218 s
+  'test/rollout-agent/agent.test.ts', // 35 s
+  'test/rollout/repack-failover.test.ts', // 21 s
+  'test/relay/chunk-probe.test.ts', // 17 s
+  'test/native/ucx-stress.test.ts', // 16 s
+  'test/data/restart.test.ts', // 16 s
+  'test/control/fleet.test.ts', // 14 s
+  'test/simulate/figures.test.ts', // 13 s
+  'test/package/package.test.ts', // 13 s
+  'test/relay/large.test.ts', // 12 s
+  'test/data/sampler-service.test.ts', // 11 s
+];
+
+export class LongestFirstSequencer extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const ordered = await super.sort(files);
+    const root = this.ctx.config.root;
+    const rank = (file: TestSpecification): number => {
+      const at = LONGEST_FILES.indexOf(relative(root, file.moduleId));
+      return at < 0 ? LONGEST_FILES.length : at;
+    };
+    // Array.prototype.sort is stable: equal ranks keep the base order, and the group order
+    // (the base sort's first key) is compared first again.
+    return ordered.sort((a, b) => a.project.config.sequence.groupOrder - b.project.config.sequence.groupOrder || rank(a) - rank(b));
+  }
+}

@@ -1,0 +1,44 @@
+import { existsSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import type { TestSpecification, Vitest } from 'vitest/node';
+import { LONGEST_FILES, LongestFirstSequencer } from '../helpers/longest-first-sequencer.js';
+
+const REPO = fileURLToPath(new URL('../..', import.meta.url));
+
+/** A file of a project as the sequencer sees it: size known, no cached result (a clean clone). */
+function spec(path: string, project: string, groupOrder: number): TestSpecification {
+  return { moduleId: join(REPO, path), project: { name: project, config: { sequence: { groupOrder }, isolate: true } } } as unknown as TestSpecification;
+}
+
+function sequencer(sizes: Record<string, number>): LongestFirstSequencer {
+  const ctx = {
+    config: { root: REPO },
+    cache: {
+      getFileTestResults: () => undefined,
+      getFileStats: (key: string) => ({ size: sizes[key.split(':')[1]!] ?? 1 }),
+    },
+  };
+  return new LongestFirstSequencer(ctx as unknown as Vitest);
+}
+
+describe('LongestFirstSequencer', () => {
+  it('names files that exist (a renamed file would silently lose its place)', () => {
+    for (const file of LONGEST_FILES) expect(existsSync(join(REPO, file)), file).toBe(true);
+  });
+
+  it('starts the listed files first, longest first, others in size order behind them, each project in its group', async () => {
+    const soak = LONGEST_FILES[0]!;
+    const agent = LONGEST_FILES[1]!;
+    const files = [
+      spec('test/unit/big.test.ts', 'suite', 0),
+      spec(agent, 'suite', 0),
+      spec('test/demo.test.ts', 'exclusive', 1),
+      spec('test/unit/small.test.ts', 'suite', 0),
+      spec(soak, 'suite', 0),
+    ];
+    const order = await sequencer({ 'test/unit/big.test.ts': 9_000, 'test/unit/small.test.ts': 100, [soak]: 10, [agent]: 20 }).sort(files);
+    expect(order.map((f) => relative(REPO, f.moduleId))).toEqual([soak, agent, 'test/unit/big.test.ts', 'test/unit/small.test.ts', 'test/demo.test.ts']);
+  });
+});
