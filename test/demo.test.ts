@@ -4,9 +4,9 @@
  * ends with a clean ledger and the relay back in the chain.
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, statSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { REPO } from './helpers/relay.js';
@@ -78,5 +78,6 @@ describe('npm run demo -- --engine torch', () => {
     // Every engine's agent loaded the trainer's last version from its relay's version directory.
     expect(stdout).toMatch(/engines' weights at the end +e0 v12, e1 v12/);
     expect(statSync(plot).size).toBeGreaterThan(10_000);
+    rmSync(dirname(plot), { recursive: true, force: true });
   }, 300_000);
 });

@@ -6,7 +6,7 @@
  * `npm run soak -- --duration 2h` (README).
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -58,7 +58,7 @@ describe('npm run soak (CI-sized)', () => {
     const line = stdout.split('\n').find((l) => l.startsWith('{"bench":"soak"'));
     expect(line, `${stdout}\n${stderr}`).toBeDefined();
     const soak = JSON.parse(line!) as SoakLine;
-    const context = `${stdout.slice(-6000)}\n${stderr.slice(-2000)}`;
+    const context = `logs, timeline and plot in ${out}\n${stdout.slice(-6000)}\n${stderr.slice(-2000)}`;
     expect(soak.lost, context).toBe(0);
     expect(soak.duplicated, context).toBe(0);
     expect(soak.corrupt, context).toBe(0);
@@ -83,5 +83,7 @@ describe('npm run soak (CI-sized)', () => {
       expect(last.heapBytes[kind], kind).toBeGreaterThan(0);
     }
     expect(statSync(join(out, 'soak.png')).size).toBeGreaterThan(10_000);
+    // Kept when an assertion above failed: its logs and timeline are what tells why.
+    rmSync(out, { recursive: true, force: true });
   }, 420_000);
 });
