@@ -8,6 +8,11 @@ export interface EmbeddedServer {
   readonly port: number;
   /** The directory holding the server's data (JetStream store, AOF). */
   readonly dataDir: string;
+  /**
+   * The server's own temp directory (its config, and its data unless placed elsewhere): what
+   * stop() removes, and what someone cleaning up after a killed owner must remove.
+   */
+  readonly rootDir: string;
   /** Stops the server (clean shutdown) and removes its temp dir. Final. */
   stop(): Promise<void>;
   /** Stops (SIGTERM, or SIGKILL with `{ kill: true }`) and starts again on the same port and data. */
@@ -36,6 +41,7 @@ export function embeddedServer(
     url: fields.url,
     port: fields.port,
     dataDir: fields.dataDir,
+    rootDir: fields.rootDir,
     get pid() {
       return proc.pid;
     },

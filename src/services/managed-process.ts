@@ -2,7 +2,8 @@
  * One server process that tests, benches and the demo start and restart: spawned on a fixed
  * port in a temp dir, ready when `isReady()` says so, stopped with SIGTERM (SIGKILL after a
  * grace period), killed with SIGKILL to simulate a crash, restarted on the same port and data.
- * Every live process and temp dir is also cleaned up when this Node process exits.
+ * Every live process and temp dir is also cleaned up when this Node process exits, and when a
+ * SIGINT, SIGTERM or SIGHUP that nothing else handles ends it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -29,14 +30,36 @@ const live = new Set<ChildProcess>();
 const tempDirs = new Set<string>();
 let exitHookInstalled = false;
 
+/** Kills every live server and removes every temp dir; synchronous, as an 'exit' handler must be. */
+function cleanUpNow(): void {
+  for (const child of live) child.kill('SIGKILL');
+  live.clear();
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+  tempDirs.clear();
+}
+
+/** The signals that end a Node process without its 'exit' event when nothing handles them. */
+const ENDING_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
 function installExitHook(): void {
   if (exitHookInstalled) return;
   exitHookInstalled = true;
-  // 'exit' handlers must be synchronous: SIGKILL and rmSync are.
-  process.once('exit', () => {
-    for (const child of live) child.kill('SIGKILL');
-    for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
-  });
+  process.once('exit', cleanUpNow);
+  // A process ended by a signal it does not handle skips 'exit' handlers: a test worker that
+  // Vitest stops with SIGTERM, `kill <pid>` of a bench, Ctrl-C. Its servers would outlive it,
+  // holding ports and temp dirs. Listening changes what the signal does, so the listener only
+  // stands in for the default: when it is the only one, it cleans up and raises the signal again
+  // with itself removed, and the process dies of it as it would have. A program with its own
+  // handler (the demo's Ctrl-C) decides itself, and its process.exit() runs the 'exit' hook.
+  for (const signal of ENDING_SIGNALS) {
+    const onSignal = (): void => {
+      if (process.listenerCount(signal) > 1) return;
+      process.off(signal, onSignal);
+      cleanUpNow();
+      process.kill(process.pid, signal);
+    };
+    process.on(signal, onSignal);
+  }
 }
 
 /** A temp dir removed by `removeTempDir` or, at the latest, when the process exits. */
