@@ -154,7 +154,7 @@ export class NetnsCluster {
     const scratch = mkdtempSync(join('/dev/shm', SCRATCH_PREFIX));
     writeFileSync(
       join(scratch, OWNER_FILE),
-      JSON.stringify({ pid: process.pid, bed: options.bed, natsPid: nats.pid, natsDir: nats.dataDir } satisfies ClusterOwner),
+      JSON.stringify({ pid: process.pid, bed: options.bed, natsPid: nats.pid, natsDir: nats.rootDir } satisfies ClusterOwner),
     );
     const cluster = new NetnsCluster(options, nats, hosts, scratch);
     // Ctrl-C of a long run: stop every daemon and server (the exit hook removes the bed).

@@ -23,15 +23,15 @@ describe('cluster clean-up after a killed run', () => {
       import { NetnsCluster } from ${JSON.stringify(join(REPO, 'dist/bench/cluster.js'))};
       const c = await NetnsCluster.create({ bed: ${JSON.stringify(BED)}, hosts: 2, net: ${JSON.stringify(NET)} });
       await c.startRelay(0);
-      console.log('scratch ' + c.secretFile + ' nats ' + c.nats.pid + ' relay ' + c.relays.get('r0').daemon.child.pid);
+      console.log('scratch ' + c.secretFile + ' nats ' + c.nats.pid + ' ' + c.nats.rootDir + ' relay ' + c.relays.get('r0').daemon.child.pid);
       setInterval(() => {}, 1000);`;
     const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
-    const [secretFile, natsPid, relayPid] = await new Promise<[string, number, number | null]>((resolve, reject) => {
+    const [secretFile, natsPid, natsDir, relayPid] = await new Promise<[string, number, string, number | null]>((resolve, reject) => {
       let out = '';
       child.stdout.on('data', (d: Buffer) => {
         out += d.toString();
-        const m = /scratch (\S+) nats (\d+) relay (\d+)/.exec(out);
-        if (m) resolve([m[1]!, Number(m[2]), Number(m[3])]);
+        const m = /scratch (\S+) nats (\d+) (\S+) relay (\d+)/.exec(out);
+        if (m) resolve([m[1]!, Number(m[2]), m[3]!, Number(m[4])]);
       });
       child.once('exit', () => reject(new Error(`the cluster process exited early: ${out}`)));
     });
@@ -48,12 +48,15 @@ describe('cluster clean-up after a killed run', () => {
     await new Promise((resolve) => child.once('exit', resolve));
     // Its nats-server and relay outlive it, as after a real crash.
     expect(processRunning(natsPid)).toBe(true);
+    expect(existsSync(natsDir)).toBe(true);
     const again = await NetnsCluster.create({ bed: BED, hosts: 2, net: NET });
     try {
       expect(existsSync(scratch)).toBe(false);
       expect(again.hostNs.map((h) => h.ns)).toEqual([`lmr-${BED}-1`, `lmr-${BED}-2`]);
       expect(relayPid === null || !processRunning(relayPid), "the killed run's relay still runs").toBe(true);
       expect(processRunning(natsPid), "the killed run's nats-server still runs").toBe(false);
+      // Its whole temp directory (config and store), not only the store inside it.
+      expect(existsSync(natsDir), natsDir).toBe(false);
     } finally {
       await again.destroy();
     }
