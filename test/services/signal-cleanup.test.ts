@@ -4,24 +4,16 @@
  * temp dirs with it; a process with its own handler keeps the say over the signal.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
+import { processRunning as running } from '../../src/common/process.js';
 import { REPO_ROOT } from '../../src/services/index.js';
 
 interface Started {
   pids: number[];
   dirs: string[];
-}
-
-/** True while the process runs (a zombie left for init to reap counts as gone). */
-function running(pid: number): boolean {
-  try {
-    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return false;
-  }
 }
 
 const leftovers: number[] = [];
@@ -43,10 +35,10 @@ async function startProgram(setup: string): Promise<{
     ${setup}
     const { startNatsServer, startRedisServer } = await import(${JSON.stringify(`${REPO_ROOT}/dist/src/services/index.js`)});
     const [redis, nats] = await Promise.all([startRedisServer(), startNatsServer({ jetstream: true })]);
-    console.log(JSON.stringify({ pids: [redis.pid, nats.pid], dirs: [redis.dataDir, dirname(nats.dataDir)] }));
+    console.log(JSON.stringify({ pids: [redis.pid, nats.pid], dirs: [redis.rootDir, nats.rootDir] }));
     setInterval(() => undefined, 60_000);
   `;
-  const child = spawn(process.execPath, ['--input-type=module', '-e', `import { dirname } from 'node:path';\n${program}`], {
+  const child = spawn(process.execPath, ['--input-type=module', '-e', program], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
