@@ -120,7 +120,7 @@ function render({ top, commands }) {
     'process of a job is one command. An option marked `env:` reads that variable when the flag is',
     'absent; `laminar relay` also reads a JSON file (`--config`, keys in camelCase) below both. Sizes',
     'take decimal or binary units (`4096`, `20GB`, `32MiB`); durations take `ms`, `s`, `m` or `h`',
-    '(`500ms`, `10s`; a bare number is milliseconds). What each option does, and when to change it, is in',
+    '(`500ms`, `10s`; a bare number is refused, except `0`). What each option does, and when to change it, is in',
     '[configuration.md](configuration.md) and the component pages (index: [docs/README.md](../README.md)).',
     '',
     'Commands: ' + commands.map(([name]) => `[\`${name}\`](#laminar-${name})`).join(', ') + '.',

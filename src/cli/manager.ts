@@ -4,7 +4,7 @@ import { createLogger, type Logger } from '../common/logger.js';
 import { exitOnUnexpectedRejection } from '../common/fatal.js';
 import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics } from '../common/metrics.js';
-import { parseDuration } from '../common/units.js';
+import { parseDurationOption } from '../common/units.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
 import { Redis } from 'ioredis';
 import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
@@ -102,8 +102,21 @@ export function managerCommand(): Command {
       // exit (status 70) for the service manager to restart it; a standby or the restart takes the job back.
       exitOnUnexpectedRejection(logger, registry);
       const control = parseControlOptions(controlInput(opts)!);
-      const nc = await connectControl(control, `manager ${opts.id ?? process.pid}`);
+      // Every duration is checked before connecting, so a bad flag is refused at once, by name.
+      const durations = {
+        leaseMs: parseDurationOption('--lease', opts.lease!),
+        suspectAfterMs: parseDurationOption('--suspect-after', opts.suspectAfter!),
+        deadAfterMs: parseDurationOption('--dead-after', opts.deadAfter!),
+        stallMs: parseDurationOption('--stall-timeout', opts.stallTimeout!),
+      };
+      const rolloutDurations = {
+        repackIntervalMs: parseDurationOption('--repack-interval', opts.repackInterval!),
+        orphanWaitMs: parseDurationOption('--orphan-wait', opts.orphanWait!),
+        orphanScanMs: parseDurationOption('--orphan-scan', opts.orphanScan!),
+        commandTimeoutMs: parseDurationOption('--command-timeout', opts.commandTimeout!),
+      };
       const dashboard = parseDashboardOptions(opts.dashboardInterval!, opts.dashboardPages!);
+      const nc = await connectControl(control, `manager ${opts.id ?? process.pid}`);
       const roofline = parseRooflineBatch(opts.rooflineBatch!);
       const limits = { cMax: Number(opts.kvMax), rooflineBatch: roofline.default };
       validateRepackLimits(limits);
@@ -118,10 +131,7 @@ export function managerCommand(): Command {
         ...(opts.id ? { id: opts.id } : {}),
         registry,
         logger,
-        leaseMs: parseDuration(opts.lease!),
-        suspectAfterMs: parseDuration(opts.suspectAfter!),
-        deadAfterMs: parseDuration(opts.deadAfter!),
-        stallMs: parseDuration(opts.stallTimeout!),
+        ...durations,
         groupLabel: opts.groupLabel!,
         replicas: Number(opts.replicas),
         rollouts: {
@@ -130,10 +140,7 @@ export function managerCommand(): Command {
           limits,
           rooflineBatchByModel: roofline.byModel,
           ...(opts.model ? { model: opts.model } : {}),
-          repackIntervalMs: parseDuration(opts.repackInterval!),
-          orphanWaitMs: parseDuration(opts.orphanWait!),
-          orphanScanMs: parseDuration(opts.orphanScan!),
-          commandTimeoutMs: parseDuration(opts.commandTimeout!),
+          ...rolloutDurations,
         },
         staleness: { buffer: opts.buffer!, ...(opts.model ? { model: opts.model } : {}) },
       });
@@ -180,7 +187,7 @@ function readDashboardAssets(logger: Logger): DashboardAssets | Error {
 
 /** `--dashboard-interval` and `--dashboard-pages`, checked. */
 export function parseDashboardOptions(interval: string, pages: string): { intervalMs: number; maxPages: number } {
-  const intervalMs = parseDuration(interval);
+  const intervalMs = parseDurationOption('--dashboard-interval', interval);
   if (!Number.isSafeInteger(intervalMs) || intervalMs < 100)
     throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--dashboard-interval: ${JSON.stringify(interval)} is not a duration of 100ms or more`);
   const maxPages = Number(pages);

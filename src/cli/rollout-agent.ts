@@ -5,7 +5,7 @@ import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 import { watchEventLoop } from '../common/event-loop.js';
 import { createLogger } from '../common/logger.js';
 import { createRegistry, serveMetrics } from '../common/metrics.js';
-import { parseDuration } from '../common/units.js';
+import { parseDurationOption } from '../common/units.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
 import { parseLabels } from '../relay/options.js';
 import { RolloutAgent } from '../rollout-agent/agent.js';
@@ -93,6 +93,7 @@ export function rolloutAgentCommand(): Command {
       };
       const batchPrompts = number('batch-prompts', s('batchPrompts'), (n) => Number.isInteger(n) && n > 0, 'a positive integer');
       const maxInFlight = number('max-in-flight', s('maxInFlight'), (n) => Number.isInteger(n) && n >= 0, 'an integer >= 0');
+      const heartbeatMs = parseDurationOption('--heartbeat', s('heartbeat'));
       const reward = await loadRewardFunction({
         ...(opts.reward !== undefined ? { builtin: s('reward') } : {}),
         ...(opts.rewardModule !== undefined ? { module: s('rewardModule') } : {}),
@@ -118,7 +119,7 @@ export function rolloutAgentCommand(): Command {
         partialRollout: opts.partialRollout === true,
         ...(opts.host ? { host: s('host') } : {}),
         ...(opts.labels ? { labels: parseLabels(s('labels')) } : {}),
-        heartbeatMs: parseDuration(s('heartbeat')),
+        heartbeatMs,
         promptPool: s('promptPool'),
         partialPool: s('partialPool'),
         buffer: s('buffer'),

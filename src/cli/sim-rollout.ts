@@ -5,7 +5,7 @@ import { InvalidInputError, ErrorCodes } from '../common/errors.js';
 import { createLogger } from '../common/logger.js';
 import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics } from '../common/metrics.js';
-import { parseDuration } from '../common/units.js';
+import { parseDurationOption } from '../common/units.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
 import { startSimRollout } from '../sim/rollout/sim-rollout.js';
 import { addControlFlags, controlInput } from './control-flags.js';
@@ -66,7 +66,7 @@ export function simRolloutCommand(): Command {
           kvCapacityTokens: positive('kv-capacity', opts.kvCapacity!),
           rooflineBatch: positive('roofline-batch', opts.rooflineBatch!),
           maxRunning: positive('max-running', opts.maxRunning!),
-          decodeStepMs: parseDuration(opts.stepTime!),
+          decodeStepMs: parseDurationOption('--step-time', opts.stepTime!),
         },
         batchPrompts: positive('batch-prompts', opts.batchPrompts!),
         outputMedian: positive('output-median', opts.outputMedian!),
@@ -77,6 +77,7 @@ export function simRolloutCommand(): Command {
         seed: Number(opts.seed),
         ...(fixed !== null ? { weightVersion: () => fixed } : {}),
       };
+      const heartbeatMs = parseDurationOption('--heartbeat', opts.heartbeat!);
       const nc = await connectControl(control, `sim-rollout ${opts.id}`);
       const redis = new Redis(opts.redis!, { maxRetriesPerRequest: null, lazyConnect: false });
       redis.on('error', (err) => logger.warn({ err: err.message }, 'redis'));
@@ -91,7 +92,7 @@ export function simRolloutCommand(): Command {
         relaySocket: opts.relaySocket ?? null,
         ...(opts.host ? { host: opts.host } : {}),
         ...(opts.labels ? { labels: parseLabels(opts.labels) } : {}),
-        heartbeatMs: parseDuration(opts.heartbeat!),
+        heartbeatMs,
         promptPool: opts.promptPool!,
         partialPool: opts.partialPool!,
         buffer: opts.buffer!,

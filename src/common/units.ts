@@ -46,13 +46,38 @@ export function formatBytes(bytes: number): string {
   return `${i === 0 ? value : value.toFixed(value >= 100 ? 0 : 1)} ${units[i]}`;
 }
 
-/** "250ms", "5s", "2m", "1500" (ms) -> milliseconds. */
+const DURATION_UNITS = { ms: 1, s: 1e3, m: 6e4, h: 3.6e6 } as const;
+const DURATION_EXAMPLES = '60s, 2m, 500ms, 1h';
+
+/**
+ * "250ms", "5s", "2m", "1.5h" -> milliseconds. A duration needs its unit: a bare number is
+ * refused (ERR_INVALID_ARG, with examples), whether it comes from a flag, an environment
+ * variable, a config file (where JSON numbers arrive as numbers) or an API option, because
+ * nobody can tell whether `--duration 60` meant seconds or milliseconds. Zero alone is the one
+ * exception: it means the same in every unit, and flags such as `--repack-interval 0` use it
+ * for "off".
+ */
 export function parseDuration(text: string | number): number {
-  if (typeof text === 'number') return text;
-  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/.exec(text);
-  if (!m) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `not a duration: ${JSON.stringify(text)} (examples: 500ms, 5s, 2m)`);
-  const factor = { ms: 1, s: 1e3, m: 6e4, h: 3.6e6 }[(m[2] ?? 'ms') as 'ms' | 's' | 'm' | 'h'];
-  return Number(m[1]) * factor;
+  const m = typeof text === 'string' ? /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/.exec(text) : null;
+  const value = typeof text === 'number' ? text : m ? Number(m[1]) : Number.NaN;
+  const unit = m?.[2] as keyof typeof DURATION_UNITS | undefined;
+  if (value === 0) return 0;
+  if (m && unit !== undefined) return value * DURATION_UNITS[unit];
+  const why = Number.isFinite(value) ? 'has no unit' : 'is not a duration';
+  throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${JSON.stringify(text)} ${why}: a duration takes ms, s, m or h (examples: ${DURATION_EXAMPLES})`, {
+    value: text,
+    examples: DURATION_EXAMPLES.split(', '),
+  });
+}
+
+/** parseDuration for a named option: the error starts with the option's name (`--heartbeat: "60" has no unit: ...`). */
+export function parseDurationOption(name: string, text: string | number): number {
+  try {
+    return parseDuration(text);
+  } catch (err) {
+    const e = err as InvalidInputError;
+    throw new InvalidInputError(e.code, `${name}: ${e.message}`, e.details);
+  }
 }
 
 /**
