@@ -103,8 +103,14 @@ export interface ManagerStatus {
     pageSize?: number;
     /** Moved to the tail for stalling a link, and not forgiven yet. */
     demoted: boolean;
-    /** Chunk bytes the relay sent and received since it started, as its last heartbeat said (absent: not reported). */
-    bytes?: { sent: number; received: number };
+    /**
+     * Chunk bytes the relay sent and received since it started, as its last heartbeat said. Null
+     * until its first heartbeat: a relay that has registered but not heartbeated yet has reported
+     * nothing (every relay under a manager reports them, zeros included, in each heartbeat), so
+     * null reads "no heartbeat yet", never "nothing sent". The dashboard (a relay row's
+     * `reported`) and `laminar status` (its sent / received column) show it so.
+     */
+    bytes: { sent: number; received: number } | null;
   }[];
   members: { id: string; kind: MemberKind; host: string; health: MemberHealth; heardMsAgo: number; inChain: boolean }[];
   newest: Holding[];
@@ -254,7 +260,7 @@ export class Manager {
           ...(member?.chunking ? { chunking: member.chunking } : {}),
           ...(member?.pageSize ? { pageSize: member.pageSize } : {}),
           demoted: this.chain.isDemoted(m.id),
-          ...(member?.bytes ? { bytes: member.bytes } : {}),
+          bytes: member?.bytes ?? null,
         };
       }),
       members: members.map((m) => ({

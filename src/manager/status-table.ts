@@ -5,6 +5,7 @@ import type { StatusSummary } from './status-view.js';
 // Presentation only: the relay's own wording of its chunking, shared with `laminar versions`.
 import { describeChunking } from '../relay/chunking/describe.js';
 import { formatBytes } from '../common/units.js';
+import { NO_HEARTBEAT_YET } from './dashboard/model.js';
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
@@ -62,7 +63,7 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
   lines.push('chain:');
   if (s.chain.length === 0) lines.push(filtered ? '  (no relay matches)' : '  (no plan yet: no relay registered)');
   else {
-    const rows = [['#', 'relay', 'address', 'host', 'labels', 'health', 'heard', 'holds', 'receiving', 'newest', 'chunk', 'pages']];
+    const rows = [['#', 'relay', 'address', 'host', 'labels', 'health', 'heard', 'holds', 'receiving', 'newest', 'chunk', 'pages', 'sent / received']];
     for (const r of s.chain) {
       rows.push([
         String(r.position),
@@ -79,6 +80,7 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
         `${Math.round(r.progress * 100)}%`,
         chunkCell(r.chunking),
         r.pageSize ? formatBytes(r.pageSize) : '-',
+        trafficCell(r.bytes),
       ]);
     }
     lines.push(table(rows).replace(/^/gm, '  '));
@@ -118,6 +120,15 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
     lines.push(table(rows).replace(/^/gm, '  '));
   }
   return `${lines.join('\n')}\n`;
+}
+
+/**
+ * A relay's chunk bytes sent and received; before its first heartbeat the words the dashboard's
+ * tile shows. (`?? null`: a status from a manager before `bytes` was always present.)
+ */
+function trafficCell(bytes: ManagerStatus['chain'][number]['bytes'] | undefined): string {
+  const b = bytes ?? null;
+  return b === null ? NO_HEARTBEAT_YET : `${formatBytes(b.sent)} / ${formatBytes(b.received)}`;
 }
 
 /** A relay's chunk size in the chain table: the fixed size, the last one auto chose, or auto. */

@@ -110,13 +110,20 @@ describe('the dashboard of a manager daemon', () => {
     // The leader follows the buffer (its staleness watch): histograms, empty with nothing written.
     expect(state.staleness).toEqual({ inherent: [], consumption: [], windowS: 60, maxValue: 64 });
 
-    // The relays' heartbeats carry their byte counts (nothing broadcast yet: zeros).
-    const status = JSON.parse((await get(port, '/status')).body.toString()) as ManagerStatus;
+    // The relays' heartbeats carry their byte counts (nothing broadcast yet: zeros). A relay is
+    // in the chain from its registration, before its first heartbeat (`bytes: null` until then,
+    // its row `reported: false`): wait for every relay's first heartbeat to have been read.
+    const statusNow = async (): Promise<ManagerStatus> => JSON.parse((await get(port, '/status')).body.toString()) as ManagerStatus;
+    await expect
+      .poll(async () => (await statusNow()).chain.every((r) => r.bytes !== null), { timeout: 20_000, message: "a relay's first heartbeat was not read" })
+      .toBe(true);
+    const status = await statusNow();
     expect(status.leaderId).toBe('m1');
     for (const relay of status.chain) {
       expect(relay.bytes, relay.id).toEqual({ sent: 0, received: 0 });
       expect(relay.demoted).toBe(false);
     }
+    ({ state } = await applyUntil(page, state, (s) => s.relays.every((r) => r.reported)));
 
     // The standby names the leader, and its page shows it standing by.
     const standbyPort = standby.ready.httpPort as number;

@@ -48,6 +48,7 @@ function fleet(relays: number, rollouts: number, opts: { receiving?: number; hwm
       receiving: arriving ? [{ model: 'qwen-7b', version: 5, hwm: opts.hwm ?? 10, chunks: 64 }] : [],
       progress: arriving ? 0.5 : 1,
       demoted: false,
+      bytes: { sent: 0, received: 0 },
     };
   });
   const rolloutRows: ManagerStatus['rollouts'] = Array.from({ length: rollouts }, (_, i) => ({

@@ -41,6 +41,7 @@ function fleet(relays: number, rollouts: number): ManagerStatus {
       receiving: [],
       progress: 1,
       demoted: false,
+      bytes: { sent: 0, received: 0 },
     })),
     members: [
       ...Array.from({ length: relays }, (_, i) => ({

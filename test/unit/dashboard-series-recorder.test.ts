@@ -22,6 +22,7 @@ const chainEntry = (id: string, health: 'alive' | 'dead', progress: number): Man
   receiving: [],
   progress,
   demoted: false,
+  bytes: { sent: 0, received: 0 },
 });
 
 function status(): ManagerStatus {

@@ -21,6 +21,7 @@ function fleetStatus(relays: number, lagging: number, rollouts: number): Manager
       receiving: behind ? [{ model: 'm', version: 4, hwm: 2, chunks: 8 }] : [],
       progress: behind ? 0.25 : 1,
       demoted: false,
+      bytes: { sent: 0, received: 0 },
     };
   });
   const rolloutRows: ManagerStatus['rollouts'] = Array.from({ length: rollouts }, (_, i) => ({
@@ -79,6 +80,7 @@ describe('laminar status table', () => {
           receiving: [],
           progress: 1,
           demoted: false,
+          bytes: { sent: 3 * 2 ** 30, received: 0 },
         },
         {
           position: 1,
@@ -92,6 +94,8 @@ describe('laminar status table', () => {
           receiving: [{ model: 'm', version: 4, hwm: 3, chunks: 8 }],
           progress: 0.375,
           demoted: false,
+          // Registered, no heartbeat read yet.
+          bytes: null,
         },
       ],
       members: [
@@ -121,6 +125,9 @@ describe('laminar status table', () => {
     const text = formatStatus(status);
     expect(text).toContain('epoch 3   master r0');
     expect(text).toMatch(/1\s+r1\s+10\.0\.0\.2:13337\s+h1\s+-\s+suspected\s+3\.4s\s+-\s+m v4 3\/8\s+38%/);
+    // Chunk bytes sent / received, as the last heartbeat said; before the first, the dashboard's words.
+    expect(text).toMatch(/r0\s.*\s3\.0 GiB \/ 0 B$/m);
+    expect(text).toMatch(/r1\s.*\sno heartbeat yet$/m);
     expect(text).toContain('rollouts (repack: 7 moves done, 1 failed, 2 orphans waiting):');
     expect(text).toMatch(/ro1\s+h1\s+alive\s+generating\s+v3\s+87%\s+41\s+0\s+41\s+2050/);
     // Rollouts have their own table; the trainer stays among the other members.
@@ -203,11 +210,11 @@ describe('laminar status table', () => {
     status.chain[0]!.pageSize = 2 * 2 ** 20;
     status.chain[1]!.pageSize = 4096;
     const text = formatStatus(status);
-    expect(text).toMatch(/\s+newest\s+chunk\s+pages\n/);
-    expect(text).toMatch(/0\s+r0\s.*100%\s+4\.0 MiB auto\s+2\.0 MiB\n/);
-    expect(text).toMatch(/1\s+r1\s.*100%\s+32\.0 MiB\s+4\.0 KiB\n/);
+    expect(text).toMatch(/\s+newest\s+chunk\s+pages\s+sent \/ received\n/);
+    expect(text).toMatch(/0\s+r0\s.*100%\s+4\.0 MiB auto\s+2\.0 MiB\s+0 B \/ 0 B\n/);
+    expect(text).toMatch(/1\s+r1\s.*100%\s+32\.0 MiB\s+4\.0 KiB\s+0 B \/ 0 B\n/);
     // A relay that reports neither (an older build) shows dashes.
-    expect(text).toMatch(/2\s+r2\s.*100%\s+-\s+-\n/);
+    expect(text).toMatch(/2\s+r2\s.*100%\s+-\s+-\s+0 B \/ 0 B\n/);
     expect(text).toContain('  r0: chunk 4.0 MiB for 1.0 GiB (auto: p=3, 0.24 GB/s measured, 250 us/chunk default); 2 hops measured\n');
   });
 });

@@ -86,6 +86,7 @@ export function relayRows(status: ManagerStatus): RelayRow[] {
     holds: [...r.holds].sort((a, b) => (a.model < b.model ? -1 : a.model > b.model ? 1 : a.version - b.version)),
     receiving: r.receiving.map((p) => ({ model: p.model, version: p.version, hwm: p.hwm, chunks: p.chunks, settingUp: p.settingUp ?? false })),
     demoted: r.demoted,
+    reported: r.bytes !== null,
   }));
   // Relays outside the plan: dead ones (spliced out), and live ones not admitted yet. The
   // status does not say what they hold.
@@ -100,6 +101,7 @@ export function relayRows(status: ManagerStatus): RelayRow[] {
       holds: [],
       receiving: [],
       demoted: false,
+      reported: true,
     });
   }
   return rows;

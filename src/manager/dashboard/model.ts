@@ -22,9 +22,10 @@ import { LaminarError } from '../../common/errors.js';
 
 /**
  * Bumped when a field is added or changes meaning; a page that reads another version reloads
- * itself (and so loads the assets that read it). 2: `staleness`, the histograms of the last minute.
+ * itself (and so loads the assets that read it). 2: `staleness`, the histograms of the last minute;
+ * 3: a relay row's `reported`.
  */
-export const DASHBOARD_MODEL_VERSION = 2;
+export const DASHBOARD_MODEL_VERSION = 3;
 
 export const HEALTHS = ['alive', 'suspected', 'dead'] as const;
 export type Health = (typeof HEALTHS)[number];
@@ -61,7 +62,16 @@ export interface RelayRow {
   receiving: Arrival[];
   /** Moved to the tail for stalling a link, not forgiven yet (false outside the chain). */
   demoted: boolean;
+  /**
+   * Its heartbeat has reported its state (versions held, bytes sent and received) at least once;
+   * false from its registration to its first heartbeat, when it holds nothing only because it has
+   * said nothing yet (the status' `bytes` is null then). Outside the chain: true (not known).
+   */
+  reported: boolean;
 }
+
+/** How the page and `laminar status` say that a relay has registered but not heartbeated yet. */
+export const NO_HEARTBEAT_YET = 'no heartbeat yet';
 
 /**
  * How much of the newest versions a relay holds, from 0 to the number of models (the manager's

@@ -32,6 +32,7 @@ h3 { font-size: 12px; margin: 4px 0; color: var(--muted); font-weight: 600; }
 .tile.master .tile-pos { color: var(--fg); font-weight: 700; }
 .tile.arriving { background: #ddf4ff; }
 .tile.behind { background: var(--behind-bg); }
+.tile.unreported { background: #eaeef2; border-style: dashed; }
 .tile.suspected { background: var(--bad-bg); border: 2px dashed var(--bad); }
 .tile.dead { background: #eaeef2; color: var(--muted); border-color: var(--bad); }
 .tile.dead .tile-note { color: var(--bad); font-weight: 700; }

@@ -3,12 +3,13 @@
  * relays outside the chain: dead ones and ones not admitted yet. A tile shows the relay's id, its
  * position, the newest version it holds and a bar per version arriving (`hwm / chunks`).
  * Classes say its state: `ok` (holds the newest of every model), `arriving`, `behind` (behind
- * with nothing arriving), `suspected` (with its silence), `dead`, `demoted`; `master`.
+ * with nothing arriving), `unreported` (registered, no heartbeat yet: what it holds is not known),
+ * `suspected` (with its silence), `dead`, `demoted`; `master`.
  *
  * Tiles are DOM elements kept per relay id and rewritten only when their row changed (applyDelta
  * keeps unchanged rows as the same objects) or the newest versions did; a new order moves them.
  */
-import { relayProgress, type DashboardHeader, type RelayRow } from '../model.js';
+import { NO_HEARTBEAT_YET, relayProgress, type DashboardHeader, type RelayRow } from '../model.js';
 import { byId, el, setText } from './dom.js';
 
 interface Tile {
@@ -30,10 +31,11 @@ export function commonIdPrefix(ids: readonly string[]): string {
 }
 
 /** What a tile's colour says about a relay (exported for the tests of the rule). */
-export function relayLook(row: RelayRow, newest: DashboardHeader['newest']): 'dead' | 'suspected' | 'demoted' | 'ok' | 'arriving' | 'behind' {
+export function relayLook(row: RelayRow, newest: DashboardHeader['newest']): 'dead' | 'suspected' | 'demoted' | 'unreported' | 'ok' | 'arriving' | 'behind' {
   if (row.health === 'dead') return 'dead';
   if (row.health === 'suspected') return 'suspected';
   if (row.demoted) return 'demoted';
+  if (!row.reported) return 'unreported';
   if (newest.length === 0 || relayProgress(row, newest) >= newest.length) return 'ok';
   return row.receiving.length > 0 ? 'arriving' : 'behind';
 }
@@ -120,9 +122,10 @@ function drawTile(node: HTMLElement, row: RelayRow, newest: DashboardHeader['new
   if (look === 'suspected' && row.silentS > 0) parts.push(el('div', 'tile-note', `silent ${row.silentS} s`));
   if (look === 'dead') parts.push(el('div', 'tile-note', '✕ dead'));
   if (look === 'demoted') parts.push(el('div', 'tile-note', 'demoted'));
+  if (look === 'unreported') parts.push(el('div', 'tile-note', NO_HEARTBEAT_YET));
   node.replaceChildren(...parts);
   const progress = newest.length > 0 ? ` · progress ${(relayProgress(row, newest) / newest.length).toFixed(2)}` : '';
-  node.title = `${row.id} on ${row.host} · ${row.health}${row.demoted ? ', demoted' : ''} · ${row.position === null ? 'outside the chain' : `position ${row.position}`}${progress}\nholds ${row.holds.map((h) => `${h.model} v${h.version}`).join(', ') || 'nothing'}`;
+  node.title = `${row.id} on ${row.host} · ${row.health}${row.demoted ? ', demoted' : ''} · ${row.position === null ? 'outside the chain' : `position ${row.position}`}${progress}\n${row.reported ? `holds ${row.holds.map((h) => `${h.model} v${h.version}`).join(', ') || 'nothing'}` : NO_HEARTBEAT_YET}`;
 }
 
 /** The newest version held of each model ("v3", or "qwen v3 · llama v7" with several models). */
