@@ -49,10 +49,14 @@ function fail(message, code = 2) {
   process.exit(code);
 }
 
-/** The commands the top-level help lists, in its order (the implicit `help` left out). */
-function commandsOf(topHelp) {
+/**
+ * The commands a help text lists, in its order (the implicit `help` left out). The top-level help
+ * must list some; a command's own help lists its subcommands (`prompts load`), or none.
+ */
+function commandsOf(topHelp, required = true) {
   const lines = topHelp.split('\n');
   const start = lines.findIndex((l) => l.trim() === 'Commands:');
+  if (start < 0 && !required) return [];
   if (start < 0) fail('the top-level help lists no "Commands:" section');
   const names = [];
   for (const line of lines.slice(start + 1)) {
@@ -73,7 +77,11 @@ function helpsInOneProcess() {
     const { Command } = require(${JSON.stringify(commanderPath)});
     Command.prototype.parseAsync = async function () {
       const parts = [['', this]];
-      for (const c of this.commands) if (c.name() !== 'help') parts.push([c.name(), c]);
+      for (const c of this.commands) {
+        if (c.name() === 'help') continue;
+        parts.push([c.name(), c]);
+        for (const sub of c.commands) if (sub.name() !== 'help') parts.push([c.name() + ' ' + sub.name(), sub]);
+      }
       for (const [name, cmd] of parts) {
         process.stdout.write(${JSON.stringify(SEP)} + name + '\\n');
         cmd.outputHelp();
@@ -93,8 +101,10 @@ function helpsInOneProcess() {
     const nl = chunk.indexOf('\n');
     helps.set(chunk.slice(0, nl), chunk.slice(nl + 1));
   }
+  const help = (name) => helps.get(name) ?? fail(`no help for ${name}`);
   const listed = commandsOf(helps.get('') ?? '');
-  return { top: helps.get(''), commands: listed.map((name) => [name, helps.get(name) ?? fail(`no help for ${name}`)]) };
+  const withSubcommands = listed.flatMap((name) => [name, ...commandsOf(help(name), false).map((sub) => `${name} ${sub}`)]);
+  return { top: helps.get(''), commands: withSubcommands.map((name) => [name, help(name)]) };
 }
 
 /** One process per command: `laminar --help`, then `laminar <command> --help`. */
@@ -104,7 +114,12 @@ async function helpsBySpawning() {
   const top = await help([]);
   const names = commandsOf(top);
   const texts = await Promise.all(names.map((name) => help([name])));
-  return { top, commands: names.map((name, i) => [name, texts[i]]) };
+  const commands = [];
+  for (const [i, name] of names.entries()) {
+    commands.push([name, texts[i]]);
+    for (const sub of commandsOf(texts[i], false)) commands.push([`${name} ${sub}`, await help([name, sub])]);
+  }
+  return { top, commands };
 }
 
 function render({ top, commands }) {
@@ -123,7 +138,12 @@ function render({ top, commands }) {
     '(`500ms`, `10s`; a bare number is refused, except `0`). What each option does, and when to change it, is in',
     '[configuration.md](configuration.md) and the component pages (index: [docs/README.md](../README.md)).',
     '',
-    'Commands: ' + commands.map(([name]) => `[\`${name}\`](#laminar-${name})`).join(', ') + '.',
+    'Commands: ' +
+      commands
+        .filter(([name]) => !name.includes(' '))
+        .map(([name]) => `[\`${name}\`](#laminar-${name})`)
+        .join(', ') +
+      '.',
     '',
     '## laminar',
     '',

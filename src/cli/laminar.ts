@@ -5,6 +5,7 @@ import { LaminarError } from '../common/errors.js';
 import { chunkSizeCommand } from './chunk-size.js';
 import { managerCommand } from './manager.js';
 import { planCommand } from './plan.js';
+import { promptsCommand } from './prompts/index.js';
 import { statusCommand } from './status.js';
 import { publishCommand } from './publish.js';
 import { relayCommand } from './relay.js';
@@ -25,6 +26,7 @@ const program = new Command('laminar')
   .addCommand(publishCommand())
   .addCommand(versionsCommand())
   .addCommand(samplerCommand())
+  .addCommand(promptsCommand())
   .addCommand(chunkSizeCommand())
   .addCommand(rolloutAgentCommand())
   .addCommand(simRolloutCommand())

@@ -43,6 +43,7 @@ export const ERROR_CATALOGUE = {
     'general',
     'An option, flag or argument has a value that is not allowed (CLI flags, API options, native call arguments).',
   ),
+  CONFIRM_REQUIRED: entry('ERR_CONFIRM_REQUIRED', 'general', 'A command that removes data ran without `--yes`; it printed what it would remove.'),
   TIMEOUT: entry('ERR_TIMEOUT', 'general', 'An operation did not finish within its deadline.'),
   CLOSED: entry('ERR_CLOSED', 'general', 'The object or connection was closed, or the peer went away, before or while the operation ran.'),
   ABORTED: entry('ERR_ABORTED', 'general', "The caller's AbortSignal ended the operation (or Ctrl-C ended a command)."),
@@ -274,6 +275,13 @@ export const ERROR_CATALOGUE = {
   BUFFER_FULL: entry('ERR_BUFFER_FULL', 'data', 'The experience buffer is at its limit and the writer may not evict.'),
   BAD_PROMPT: entry('ERR_BAD_PROMPT', 'data', 'A prompt does not satisfy its schema.'),
   DUPLICATE_PROMPT: entry('ERR_DUPLICATE_PROMPT', 'data', 'A prompt id is loaded twice.'),
+  PROMPT_FILE: entry(
+    'ERR_PROMPT_FILE',
+    'data',
+    'A prompt file cannot be loaded: missing or unreadable, not JSONL or Parquet, or a Parquet file without the id column.',
+  ),
+  REDIS_UNREACHABLE: entry('ERR_REDIS_UNREACHABLE', 'data', 'Redis cannot be reached at the given address (refused, unresolved, or no answer in time).'),
+  POOL_IN_USE: entry('ERR_POOL_IN_USE', 'data', 'The prompt pool has claims under lease (rollouts are working on it): `laminar prompts reset` needs `--force`.'),
   LEASE_LOST: entry('ERR_LEASE_LOST', 'data', 'The prompt claim expired, or the prompt was given back or claimed again by someone else.'),
   UNKNOWN_CLAIM: entry('ERR_UNKNOWN_CLAIM', 'data', 'No such claim of the prompt exists.'),
   BATCH_IMPOSSIBLE: entry(

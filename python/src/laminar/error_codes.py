@@ -9,6 +9,9 @@ from typing import Final
 INVALID_ARG: Final = "ERR_INVALID_ARG"
 """An option, flag or argument has a value that is not allowed (CLI flags, API options, native call arguments)."""
 
+CONFIRM_REQUIRED: Final = "ERR_CONFIRM_REQUIRED"
+"""A command that removes data ran without `--yes`; it printed what it would remove."""
+
 TIMEOUT: Final = "ERR_TIMEOUT"
 """An operation did not finish within its deadline."""
 
@@ -354,6 +357,15 @@ BAD_PROMPT: Final = "ERR_BAD_PROMPT"
 DUPLICATE_PROMPT: Final = "ERR_DUPLICATE_PROMPT"
 """A prompt id is loaded twice."""
 
+PROMPT_FILE: Final = "ERR_PROMPT_FILE"
+"""A prompt file cannot be loaded: missing or unreadable, not JSONL or Parquet, or a Parquet file without the id column."""
+
+REDIS_UNREACHABLE: Final = "ERR_REDIS_UNREACHABLE"
+"""Redis cannot be reached at the given address (refused, unresolved, or no answer in time)."""
+
+POOL_IN_USE: Final = "ERR_POOL_IN_USE"
+"""The prompt pool has claims under lease (rollouts are working on it): `laminar prompts reset` needs `--force`."""
+
 LEASE_LOST: Final = "ERR_LEASE_LOST"
 """The prompt claim expired, or the prompt was given back or claimed again by someone else."""
 
@@ -408,6 +420,7 @@ SERVICE_STOPPED: Final = "ERR_SERVICE_STOPPED"
 #: Every code and what it means.
 CATALOGUE: Final[dict[str, str]] = {
     "ERR_INVALID_ARG": "An option, flag or argument has a value that is not allowed (CLI flags, API options, native call arguments).",
+    "ERR_CONFIRM_REQUIRED": "A command that removes data ran without `--yes`; it printed what it would remove.",
     "ERR_TIMEOUT": "An operation did not finish within its deadline.",
     "ERR_CLOSED": "The object or connection was closed, or the peer went away, before or while the operation ran.",
     "ERR_ABORTED": "The caller's AbortSignal ended the operation (or Ctrl-C ended a command).",
@@ -523,6 +536,9 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_BUFFER_FULL": "The experience buffer is at its limit and the writer may not evict.",
     "ERR_BAD_PROMPT": "A prompt does not satisfy its schema.",
     "ERR_DUPLICATE_PROMPT": "A prompt id is loaded twice.",
+    "ERR_PROMPT_FILE": "A prompt file cannot be loaded: missing or unreadable, not JSONL or Parquet, or a Parquet file without the id column.",
+    "ERR_REDIS_UNREACHABLE": "Redis cannot be reached at the given address (refused, unresolved, or no answer in time).",
+    "ERR_POOL_IN_USE": "The prompt pool has claims under lease (rollouts are working on it): `laminar prompts reset` needs `--force`.",
     "ERR_LEASE_LOST": "The prompt claim expired, or the prompt was given back or claimed again by someone else.",
     "ERR_UNKNOWN_CLAIM": "No such claim of the prompt exists.",
     "ERR_BATCH_IMPOSSIBLE": "The requested batch can never be assembled (larger than the buffer can hold, or than the strategy allows).",

@@ -8,11 +8,18 @@ import { createInterface } from 'node:readline';
 
 export type JsonlItem = { line: number; value: unknown } | { line: number; error: string };
 
-export async function* readJsonl(path: string): AsyncGenerator<JsonlItem> {
-  const rl = createInterface({ input: createReadStream(path, { encoding: 'utf8' }), crlfDelay: Infinity });
+export interface JsonlOptions {
+  /** Called with the bytes read from the file so far (at most once per line read). */
+  onProgress?: (bytesRead: number) => void;
+}
+
+export async function* readJsonl(path: string, options: JsonlOptions = {}): AsyncGenerator<JsonlItem> {
+  const input = createReadStream(path, { encoding: 'utf8' });
+  const rl = createInterface({ input, crlfDelay: Infinity });
   let line = 0;
   for await (const text of rl) {
     line++;
+    options.onProgress?.(input.bytesRead);
     if (text.trim() === '') continue;
     try {
       yield { line, value: JSON.parse(text) as unknown };

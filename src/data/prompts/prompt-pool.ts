@@ -24,7 +24,7 @@ import { checkName } from '../ids.js';
 import { counter, gauge } from '../../common/metric-factory.js';
 import { RejectionCounter } from '../metrics.js';
 import { groupIdOf, parseGroupId, validatePrompt, type Prompt } from './prompt.js';
-import { readJsonl, type JsonlItem } from './jsonl.js';
+import { readJsonl, type JsonlItem, type JsonlOptions } from './jsonl.js';
 import * as S from './scripts.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
@@ -128,7 +128,7 @@ interface ReturnedEntry {
   r: string;
 }
 /** A single item or a broken line to report. */
-type LoadItem = { line: number; value: unknown } | { line: number; error: string };
+export type LoadItem = { line: number; value: unknown } | { line: number; error: string };
 
 export class PromptPool {
   readonly name: string;
@@ -180,9 +180,17 @@ export class PromptPool {
     return pool;
   }
 
+  /**
+   * A handle on the pool as it stands, creating and changing nothing (`laminar prompts status`
+   * and `reset`): unlike open(), it records no epoch count in a pool that has none yet.
+   */
+  static attach(options: Omit<PromptPoolOptions, 'epochs'>): PromptPool {
+    return new PromptPool(options);
+  }
+
   /** Loads a JSONL file (`{"id":..,"payload":..,"n":..}` per line); broken lines are reported, good ones load. */
-  async loadJsonl(path: string): Promise<LoadReport> {
-    return this.loadItems(readJsonl(path));
+  async loadJsonl(path: string, options: JsonlOptions = {}): Promise<LoadReport> {
+    return this.loadItems(readJsonl(path, options));
   }
 
   /** Loads prompts from any (async) iterable; rejected items are reported by their index (1-based). */
@@ -194,7 +202,12 @@ export class PromptPool {
     return this.loadItems(numbered());
   }
 
-  private async loadItems(items: AsyncIterable<LoadItem>): Promise<LoadReport> {
+  /**
+   * Loads numbered items (the lines of a file, the rows of a table): an item that could not be
+   * read carries its error and is reported with its number, as a prompt that fails validation
+   * is; `unit` names the numbers in the report's messages.
+   */
+  async loadItems(items: AsyncIterable<LoadItem>, unit: 'line' | 'row' = 'line'): Promise<LoadReport> {
     const report: LoadReport = { loaded: 0, duplicates: 0, rejected: [] };
     let batch: Array<{ line: number; id: string; json: string }> = [];
     const reject = (line: number, code: string, message: string): void => {
@@ -210,21 +223,21 @@ export class PromptPool {
         if (a === 1) report.loaded++;
         else {
           report.duplicates++;
-          reject(b.line, ErrorCodes.DUPLICATE_PROMPT, `line ${b.line}: prompt id ${JSON.stringify(b.id)} is already in the pool`);
+          reject(b.line, ErrorCodes.DUPLICATE_PROMPT, `${unit} ${b.line}: prompt id ${JSON.stringify(b.id)} is already in the pool`);
         }
       });
       batch = [];
     };
     for await (const item of items) {
       if ('error' in item) {
-        reject(item.line, ErrorCodes.BAD_PROMPT, `line ${item.line}: ${item.error}`);
+        reject(item.line, ErrorCodes.BAD_PROMPT, `${unit} ${item.line}: ${item.error}`);
         continue;
       }
       try {
         const { prompt, json } = validatePrompt(item.value, this.defaultN);
         batch.push({ line: item.line, id: prompt.id, json });
       } catch (err) {
-        reject(item.line, ErrorCodes.BAD_PROMPT, `line ${item.line}: ${(err as Error).message}`);
+        reject(item.line, ErrorCodes.BAD_PROMPT, `${unit} ${item.line}: ${(err as Error).message}`);
         continue;
       }
       if (batch.length >= LOAD_BATCH) await flush();
