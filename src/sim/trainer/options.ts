@@ -159,7 +159,8 @@ export function parseSimTrainerOptions(input: SimTrainerOptionsInput = {}): Read
   } catch (err) {
     throw new SimTrainerOptionError('buffer', (err as Error).message, buffer);
   }
-  const trainTimeMs = duration('trainTime', input.trainTime ?? d.trainTimeMs, 0);
+  // The default is in ms already; a value given is a duration with its unit (a bare number is refused).
+  const trainTimeMs = input.trainTime === undefined ? d.trainTimeMs : duration('trainTime', input.trainTime, 0);
   const timeScale = positive('timeScale', input.timeScale ?? d.timeScale);
   return Object.freeze({
     model,
