@@ -43,8 +43,10 @@ def nats_server_binary() -> str:
 class NatsServer:
     """One nats-server process (JetStream on) that can be stopped, killed and started again."""
 
-    def __init__(self, max_payload: int = 1024 * 1024) -> None:
+    def __init__(self, max_payload: int = 1024 * 1024, max_file_store: Optional[int] = None) -> None:
         self.max_payload = max_payload
+        # JetStream's file storage on this server, in bytes (None: the server's default, most of the disk).
+        self.max_file_store = max_file_store
         self.root = tempfile.mkdtemp(prefix="laminar-py-nats-")
         self.store_dir = os.path.join(self.root, "jetstream")
         self.port: Optional[int] = None
@@ -71,7 +73,9 @@ class NatsServer:
                         f'listen: "127.0.0.1:{self.port if self.port is not None else -1}"',
                         f"max_payload: {self.max_payload}",
                         "max_pending: 256MB",
-                        f'jetstream {{ store_dir: "{self.store_dir}" }}',
+                        f'jetstream {{ store_dir: "{self.store_dir}"'
+                        + ("" if self.max_file_store is None else f", max_file_store: {self.max_file_store}")
+                        + " }",
                         "",
                     ]
                 )

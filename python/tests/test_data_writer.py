@@ -188,9 +188,27 @@ async def test_a_full_buffer_is_back_pressure_not_a_silent_drop(nc: Any) -> None
             await writer.write(trajectory_input(100 + i, tokens=1024))  # 8 KiB each
     assert caught.value.code == error_codes.BUFFER_FULL
     assert "is full" in caught.value.message
+    # Recognised by JetStream's API error code (the stream's limit, discard=new), not its text.
+    assert caught.value.__cause__.err_code == 10077
     assert writer.rejections[error_codes.BUFFER_FULL] == 1
     stored = await messages(nc, buffer)
     assert 0 < stored < 10 and writer.stats().written == stored
+
+
+async def test_a_server_out_of_jetstream_storage_is_a_full_buffer(nats_server_factory: Any) -> None:
+    # No limit on the stream: the server's JetStream file storage (256 KiB) runs out first.
+    server = nats_server_factory(max_file_store=256 * 1024)
+    conn = await connect(server.url)
+    try:
+        writer = await ExperienceWriter.open(conn, fresh_buffer())
+        with pytest.raises(DataCapacityError) as caught:
+            for i in range(100):
+                await writer.write(trajectory_input(300 + i, tokens=1024))  # 8 KiB each
+        assert caught.value.code == error_codes.BUFFER_FULL
+        assert caught.value.__cause__.err_code == 10023  # insufficient resources
+        assert writer.rejections[error_codes.BUFFER_FULL] == 1 and 0 < writer.stats().written < 40
+    finally:
+        await conn.close()
 
 
 async def test_write_many_pipelines_and_reports_the_first_failure_after_the_rest(nc: Any) -> None:

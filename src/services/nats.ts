@@ -20,6 +20,8 @@ export interface NatsServerOptions {
   storeDir?: string;
   /** Largest message the server accepts (nats-server default 1 MiB; it warns above 8 MiB). */
   maxPayload?: number;
+  /** JetStream's file storage on this server, in bytes (default: the server's, most of the disk). */
+  maxFileStore?: number;
   port?: number;
   /** Address to listen on (default 127.0.0.1; 0.0.0.0 for clients in other namespaces). */
   host?: string;
@@ -92,7 +94,9 @@ export async function startNatsServer(options: NatsServerOptions = {}): Promise<
       `max_payload: ${maxPayload}`,
       // Room for a batch of large messages in flight to a slow consumer (tests, benches).
       `max_pending: 256MB`,
-      options.jetstream === false ? '' : `jetstream { store_dir: ${JSON.stringify(storeDir)} }`,
+      options.jetstream === false
+        ? ''
+        : `jetstream { store_dir: ${JSON.stringify(storeDir)}${options.maxFileStore === undefined ? '' : `, max_file_store: ${options.maxFileStore}`} }`,
     ].join('\n');
     writeFileSync(configFile, `${config}\n`);
     const proc = new ManagedProcess({

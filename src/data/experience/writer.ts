@@ -56,6 +56,15 @@ export interface WriteResult {
 
 const GROUP_CACHE = 10_000;
 const WRONG_LAST_SEQUENCE = 10071;
+/**
+ * JetStream's API error codes (`err_code`) for a write the buffer has no room for, as nats-server
+ * 2.15.1 answers them: 10077, the stream's store refused it at one of the stream's own limits with
+ * discard=new ("maximum bytes exceeded", "maximum messages exceeded", "maximum messages per subject
+ * exceeded"); 10023, the server's JetStream storage is used up ("insufficient resources"); 10002,
+ * the account's JetStream limits are ("resource limits exceeded for account"). The texts are for
+ * people and may change; the codes are the server's API (python/.../experience/writer.py: same).
+ */
+export const BUFFER_FULL_API_CODES: ReadonlySet<number> = new Set([10077, 10023, 10002]);
 
 export class ExperienceWriter {
   private readonly rejections: RejectionCounter;
@@ -194,7 +203,7 @@ export class ExperienceWriter {
     } catch (err) {
       if (err instanceof JetStreamApiError) {
         if (err.code === WRONG_LAST_SEQUENCE) throw err;
-        if (/maximum (bytes|messages)|resource limits|insufficient resources/i.test(err.message)) {
+        if (BUFFER_FULL_API_CODES.has(err.code)) {
           throw this.rejections.record(
             new DataCapacityError(ErrorCodes.BUFFER_FULL, `experience buffer ${this.names.buffer} is full: ${err.message}`, { cause: err }),
           );

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, List, Optional, TypeVar, Union
@@ -46,7 +45,13 @@ DEFAULT_CONCURRENCY = 64
 
 _GROUP_CACHE = 10_000
 _WRONG_LAST_SEQUENCE = 10071
-_FULL = re.compile(r"maximum (bytes|messages)|resource limits|insufficient resources", re.IGNORECASE)
+# JetStream's API error codes (err_code) for a write the buffer has no room for, as nats-server
+# 2.15.1 answers them: 10077, the stream's store refused it at one of the stream's own limits with
+# discard=new ("maximum bytes/messages [per subject] exceeded"); 10023, the server's JetStream
+# storage is used up ("insufficient resources"); 10002, the account's JetStream limits are. The
+# texts are for people and may change; the codes are the server's API (the TypeScript writer's
+# BUFFER_FULL_API_CODES: the same).
+BUFFER_FULL_API_CODES = frozenset({10077, 10023, 10002})
 
 GroupSizes = Callable[[str], Union[Optional[int], Awaitable[Optional[int]]]]
 """Where a writer checks group ids: n of the group, or None when no such group was ever issued."""
@@ -306,7 +311,7 @@ class ExperienceWriter:
             if err.err_code == _WRONG_LAST_SEQUENCE:
                 raise
             description = err.description or str(err)
-            if _FULL.search(description):
+            if err.err_code in BUFFER_FULL_API_CODES:
                 full = DataCapacityError(
                     error_codes.BUFFER_FULL, f"experience buffer {self.names.buffer} is full: {description}", {"buffer": self.names.buffer}
                 )
