@@ -89,6 +89,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
   const store = new VersionStore({
     ...options,
     shmDir: pages.dir,
+    shmRoot: options.shmDir,
     pages: { size: pages.pageSize, source: pages.source, reason: pages.reason, hint: pages.hint },
     chunkSizer,
     logger: log,

@@ -88,7 +88,7 @@ export class RelayMetrics {
     });
     this.versionDirErrors = counter(registry, {
       name: 'laminar_relay_version_dir_errors_total',
-      help: 'Version directories that could not be made (op="create": the version is served without one) or removed (op="remove": its file is not recycled), by errno',
+      help: 'Version directories that could not be made (op="create": the version is served without one) or removed (op="remove": its file is not recycled), or <shm-dir>/models could not be linked to them (op="link"), by errno',
       labelNames: ['op', 'code'],
     });
     this.checksumBytes = counter(registry, { name: 'laminar_relay_checksum_bytes_total', help: 'Bytes checksummed' });

@@ -62,7 +62,10 @@ export { parseOffered, type OfferedVersion } from './store/offered-version.js';
 export { lockDirectory } from './store/directory-lock.js';
 
 export interface StoreOptions {
+  /** Where segments live: the shm directory, or the relay's huge-page mount in it (pages/segment-dir.ts). */
   shmDir: string;
+  /** The relay's `--shm-dir`: `<shm-dir>/models` leads to the version directories wherever segments live (store/version-dirs.ts). */
+  shmRoot?: string;
   /** How new versions are chunked (`--chunk-size`, `--link-bandwidth`, `--chunk-cost`). */
   chunking: ChunkingOptions;
   /** The relay's chunk sizer (the daemon's, which the broadcaster informs); one of its own otherwise. */

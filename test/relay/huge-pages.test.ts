@@ -7,7 +7,7 @@
  * bytes of each mapping that the kernel maps with 2 MiB (PMD) entries.
  */
 import { execFile, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -149,7 +149,10 @@ describe('segments on 2 MiB pages', () => {
     expect(second.relay.logs.some((l) => l.includes('"migrated":2'))).toBe(true);
     // Moved, not copied: nothing of the earlier run is left behind holding memory.
     expect(existsSync(join(tmp.dir, 'segments', 'm.v2.safetensors'))).toBe(false);
-    expect(existsSync(join(tmp.dir, 'segments', 'models'))).toBe(false);
+    // The earlier run's version directories went with it; <shm-dir>/models now leads to the tree
+    // on the mount (store/version-dirs.ts), and holds only the versions verified there.
+    expect(readlinkSync(join(tmp.dir, 'segments', 'models'))).toBe(join('huge', 'models'));
+    expect(statSync(join(tmp.dir, 'segments', 'models', 'm', 'v2', 'model.safetensors')).ino).toBe(statSync(join(status.shmDir, 'm.v2.safetensors')).ino);
     for (const v of [1, 2]) {
       const read = await readVersion(second.client, v);
       expect(read.allEqual).toBe(true);

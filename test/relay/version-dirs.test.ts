@@ -197,6 +197,46 @@ describe('relay: version directories', () => {
     expect(parsed.tensors.get('layer.weight')!.bytes.equals(bytesOf(weights(4)[0]!.data))).toBe(true);
   });
 
+  it('is at <shm-dir>/models/<model>/v<N> whatever the page size, across restarts that change it', async () => {
+    // The path users build by hand (SGLang's update_weights_from_disk takes one). By default the
+    // relay mounts a huge-page tmpfs at <shm-dir>/huge and keeps the tree there; the documented
+    // path must lead to it all the same, and still after restarts with and without the mount.
+    const engine = engineFilesDir();
+    cleanups.push(() => engine.cleanup());
+    const tmp = tempShmDir();
+    cleanups.push(() => tmp.cleanup());
+    const shmDir = join(tmp.dir, 'segments');
+    const documented = (v: number): string => join(shmDir, 'models', MODEL_DIR, `v${v}`);
+    const run = async (version: number, hugePages: 'auto' | 'off'): Promise<void> => {
+      const relay = await inProcessRelay(tmp.dir, { pin: false, chunkSize: '64KiB', engineFiles: engine.dir, hugePages });
+      try {
+        const client = await RelayClient.connect({ socketPath: relay.options.socketPath });
+        try {
+          const done = await publishVisible(client, { model: MODEL, version, tensors: weights(version) });
+          const weightsFile = join(documented(version), 'model.safetensors');
+          expect(statSync(weightsFile).ino).toBe(statSync(done.path).ino);
+          expect(readSafetensors(weightsFile).metadata['laminar.version']).toBe(String(version));
+          expect(readFileSync(join(documented(version), 'config.json'), 'utf8')).toBe(readFileSync(join(engine.dir, 'config.json'), 'utf8'));
+          // The directory the relay reports is the same directory.
+          expect(statSync(done.dir!).ino).toBe(statSync(documented(version)).ino);
+        } finally {
+          client.close();
+        }
+      } finally {
+        await relay.close();
+      }
+    };
+    await run(1, 'auto');
+    // The relay mounted (the suite runs as root), and the tree is on the mount: the documented
+    // path is a link to it.
+    expect(readlinkSync(join(shmDir, 'models'))).toBe(join('huge', 'models'));
+    await run(2, 'off');
+    // Segments moved into the shm dir: the tree is there, no link in its way.
+    expect(lstatSync(join(shmDir, 'models')).isDirectory()).toBe(true);
+    await run(3, 'auto');
+    expect(readlinkSync(join(shmDir, 'models'))).toBe(join('huge', 'models'));
+  });
+
   it('serves a version whose directory cannot be made, with dir null, and counts the error', async () => {
     const { relay, client, dir } = await start({ keepVersions: 0, spareSegments: 1 });
     // A file where the models/ tree goes: no directory can be made under it.

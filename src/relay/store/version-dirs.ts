@@ -11,6 +11,16 @@
  *                       (EXDEV), and a symlink follows an edit of the file.
  * `<model>` is modelDirName (segments.ts): `org/name` is `org~2fname`.
  *
+ * One path whatever the pages: the tree lives beside the segments, so with the relay's huge-page
+ * mount (pages/segment-dir.ts, the default) it is `<shm-dir>/huge/models/`. Users build the path
+ * by hand (SGLang's update_weights_from_disk takes a path), and it must not depend on whether
+ * the relay could mount: `<shm-dir>/models` is then a symlink to `huge/models` (relative, so it
+ * resolves through a bind mount of the shm dir at another path, as in a container). The link is
+ * made at start and outlives the relay, as the mount does; it dangles only while no version has
+ * a directory (the tree is removed when it empties), which reads as "no such version" as it
+ * should. With segments in the shm dir itself the tree is there and a link of an earlier run goes.
+ * Leases and status report the directory's real path, which needs no link to resolve.
+ *
  * What keeps a directory truthful, i.e. showing the bytes of version N and nothing else:
  * - It is made only for a complete version, before the version is served and never while it is
  *   written, received or verified; it is built under a temporary name and renamed into place,
@@ -29,8 +39,21 @@
  *   directory, removed when it empties, cannot vanish under a version being linked into it.
  * A leased version is never retired, so its directory stays until the last lease goes.
  */
-import { linkSync, lstatSync, mkdirSync, readdirSync, readlinkSync, renameSync, rmSync, rmdirSync, statSync, symlinkSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import {
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readlinkSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  rmdirSync,
+  statSync,
+  symlinkSync,
+  unlinkSync,
+} from 'node:fs';
+import { basename, dirname, join, relative } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCodes } from '../../common/errors.js';
 import type { EngineFiles } from '../engine-files.js';
@@ -45,7 +68,13 @@ const VERSION_DIR = /^v\d+$/;
 const SCRATCH_DIR = /^\.v\d+\.\d+\.\d+\.(new|old)$/;
 
 export interface VersionDirOptions {
+  /** Where the segments are, and so the tree (hard links cannot leave a file system). */
   shmDir: string;
+  /**
+   * The relay's `--shm-dir`, when it may differ from shmDir (the huge-page mount in it):
+   * `<shmRoot>/models` is kept as the path users build by hand. Absent: no link is managed.
+   */
+  shmRoot?: string;
   /** Files linked into every directory besides the weights; null for none. */
   engineFiles: EngineFiles | null;
   logger: Logger;
@@ -116,9 +145,14 @@ export class VersionDirectories {
    * At start, before any version is served or any file recycled: removes every version directory
    * except those of `keep` (versions found unchanged since a clean stop; publish() still checks
    * each before it is served), and whatever a crash left half made. Entries of other shapes are
-   * not the relay's and stay.
+   * not the relay's and stay. Then makes `<shm-dir>/models` lead to the tree (linkStableRoot).
    */
   sweep(keep: readonly StoredVersion[]): void {
+    this.sweepVersions(keep);
+    this.linkStableRoot();
+  }
+
+  private sweepVersions(keep: readonly StoredVersion[]): void {
     const kept = new Set(keep.map((v) => this.pathOf(v.model, v.version)));
     const removed: string[] = [];
     for (const model of listOrNone(this.root)) {
@@ -138,6 +172,48 @@ export class VersionDirectories {
     }
     if (removed.length > 0) {
       this.options.logger.info({ removed: removed.slice(0, 50), count: removed.length }, 'removed version directories of an earlier run');
+    }
+  }
+
+  /**
+   * `<shm-dir>/models` is the tree or a symlink to it (see the top of the file). Only a symlink
+   * is ever replaced or removed: anything else at that path is not the relay's (its own tree of
+   * an earlier run with 4 KiB pages went when its segments moved onto the mount), and stays,
+   * counted and logged as op="link".
+   */
+  private linkStableRoot(): void {
+    if (this.options.shmRoot === undefined) return;
+    let link: string;
+    let root: string;
+    try {
+      link = join(realpathSync(this.options.shmRoot), MODELS_DIR);
+      root = join(realpathSync(this.options.shmDir), MODELS_DIR);
+    } catch (err) {
+      this.failed('link', err, null, join(this.options.shmRoot, MODELS_DIR));
+      return;
+    }
+    const isSymlink = (): boolean => {
+      try {
+        return lstatSync(link).isSymbolicLink();
+      } catch {
+        return false;
+      }
+    };
+    try {
+      if (link === root) {
+        // Segments in the shm dir itself: the tree goes here; a link of a run with the mount
+        // would stand in its way.
+        if (isSymlink()) unlinkSync(link);
+        return;
+      }
+      const target = relative(dirname(link), root);
+      if (isSymlink()) {
+        if (readlinkSync(link) === target) return;
+        unlinkSync(link);
+      }
+      symlinkSync(target, link);
+    } catch (err) {
+      this.failed('link', err, null, link);
     }
   }
 
@@ -207,7 +283,7 @@ export class VersionDirectories {
     }
   }
 
-  private failed(op: 'create' | 'remove', err: unknown, v: StoredVersion | null, path?: string): void {
+  private failed(op: 'create' | 'remove' | 'link', err: unknown, v: StoredVersion | null, path?: string): void {
     const errno = (err as NodeJS.ErrnoException).code ?? ErrorCodes.INTERNAL;
     this.options.metrics.versionDirErrors.inc({ op, code: errno });
     this.options.logger.error(
@@ -218,7 +294,11 @@ export class VersionDirectories {
         ...(v ? { model: v.model, version: v.version } : {}),
         dir: path ?? (v ? this.pathOf(v.model, v.version) : null),
       },
-      op === 'create' ? 'could not make the version directory: the version is served without one' : 'could not remove a version directory',
+      {
+        create: 'could not make the version directory: the version is served without one',
+        remove: 'could not remove a version directory',
+        link: `could not make ${MODELS_DIR}/ in the shm directory lead to the version directories: they are reachable by their real paths only`,
+      }[op],
     );
   }
 }
