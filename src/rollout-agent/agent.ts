@@ -312,7 +312,6 @@ export class RolloutAgent {
           continue;
         }
         if (newer) {
-          session.client.setState('idle');
           lastLook = performance.now();
           if (!(await this.refreshWeights(session))) {
             await this.pause(500);
@@ -340,7 +339,7 @@ export class RolloutAgent {
           continue;
         }
         perPrompt = Math.max(1, tasks[0]!.groupSize);
-        session.client.setState('generating');
+        // The SDK reports the state (generating while it holds trajectories): nothing to set here.
         await engine.resume(tasks);
       }
     } finally {

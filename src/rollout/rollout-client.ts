@@ -19,6 +19,11 @@
  * ownership.ts (what this rollout owns in the partial pool, take-overs and reconciliation),
  * task.ts (one trajectory). This file holds the client's state (weight version, tasks, engine
  * state), claims, and the manager's commands, which run one at a time.
+ *
+ * The engine state the manager sees (and the repack planner selects on: only `generating`
+ * rollouts are repacked) is the SDK's to keep, so that an engine written as the docs show never
+ * sets it: `loading` while weights are acquired and loaded, `reinitialising` during a reinitialise,
+ * else `generating` while the rollout holds trajectories and `idle` when it holds none (settle()).
  */
 import { hostname } from 'node:os';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -133,6 +138,8 @@ export class RolloutClient {
         this.ownership.taskLeft(task.trajectoryId, outcome === 'handed-over');
         this.metrics.tasks.inc({ outcome });
         this.metrics.owned.set(this.tasks.size);
+        // The last trajectory done: idle (unless loading or reinitialising, which end by themselves).
+        if (this.tasks.size === 0) this.settle();
       },
     };
     this.log = (options.logger ?? silentLogger).child({ component: 'rollout', rollout: options.id });
@@ -204,9 +211,25 @@ export class RolloutClient {
     return this.agent.isRegistered;
   }
 
-  /** What the engine is doing, as the manager sees it. */
+  /** What the engine is doing, as the manager sees it (and as the SDK keeps it: see the top of this file). */
+  get engineState(): RolloutState {
+    return this.state;
+  }
+
+  /**
+   * Overrides the state the SDK keeps, for an engine that knows better for a while (an engine
+   * that holds trajectories but is paused, say `idle`, so that the repack planner leaves it out).
+   * Not needed otherwise: the SDK's next change of its own (a load, a claim, the last trajectory
+   * done, a command) replaces it.
+   */
   setState(state: RolloutState): void {
     this.state = state;
+  }
+
+  /** Out of a transition (or when the tasks changed): `generating` while it holds trajectories, else `idle`. */
+  private settle(): void {
+    if (this.loads.size > 0 || this.state === 'reinitialising') return;
+    this.state = this.tasks.size > 0 ? 'generating' : 'idle';
   }
 
   /**
@@ -248,7 +271,6 @@ export class RolloutClient {
             await options.load(acquired.lease);
           } catch (err) {
             await acquired.lease.release().catch(() => undefined);
-            this.state = this.tasks.size > 0 ? 'generating' : 'idle';
             throw err;
           }
           return acquired;
@@ -258,10 +280,13 @@ export class RolloutClient {
       const code = (err as { code?: string }).code ?? ErrorCodes.INTERNAL;
       this.metrics.weightAcquireFailures.inc({ code });
       local.failed(err as Error);
+      // Whether the relay or the engine failed, the rollout goes on with what it had.
+      this.settle();
       throw err;
     }
     local.succeeded(relay, lease.version);
     this.setWeightVersion(lease.version);
+    this.settle();
     this.metrics.weightLoadSeconds.observe((performance.now() - started) / 1e3);
     return { version: lease.version, lease };
   }
@@ -292,7 +317,10 @@ export class RolloutClient {
     return this.claiming.track(
       (async () => {
         const claims = await this.options.prompts.claim(this.id, prompts, this.options.claimLeaseMs ?? 60_000);
-        return (await Promise.all(claims.map((claim) => this.startClaim(claim, version)))).flat();
+        const started = (await Promise.all(claims.map((claim) => this.startClaim(claim, version)))).flat();
+        // Trajectories held: generating (the engine is handed them next).
+        this.settle();
+        return started;
       })(),
     );
   }
@@ -472,18 +500,23 @@ export class RolloutClient {
   private async reinitialise(reason: string): Promise<{ taken: number; lost: number }> {
     this.log.warn({ reason }, "reinitialising the engine at the manager's request");
     this.state = 'reinitialising';
-    const tasks = [...this.tasks.values()];
-    await this.options.engine.stop(tasks);
-    await Promise.allSettled(tasks.map((t) => t.flush()));
-    for (const t of tasks) t.handOver();
-    await this.options.engine.reinitialise();
-    // New weights being loaded land first: what is resumed below is checked against them.
-    await this.loads.settled();
-    // Resume from what the partial pool holds: it is the truth after a hiccup.
-    const owned = (await this.options.partials.list(this.id)).map((t) => t.trajectoryId);
-    const { taken, lost, returned } = await this.ownership.takeOverAndResume(owned, this.id, 'version_mismatch');
-    if (taken === 0) this.state = 'idle';
-    return { taken, lost: lost + returned };
+    try {
+      const tasks = [...this.tasks.values()];
+      await this.options.engine.stop(tasks);
+      await Promise.allSettled(tasks.map((t) => t.flush()));
+      for (const t of tasks) t.handOver();
+      await this.options.engine.reinitialise();
+      // New weights being loaded land first: what is resumed below is checked against them.
+      await this.loads.settled();
+      // Resume from what the partial pool holds: it is the truth after a hiccup.
+      const owned = (await this.options.partials.list(this.id)).map((t) => t.trajectoryId);
+      const { taken, lost, returned } = await this.ownership.takeOverAndResume(owned, this.id, 'version_mismatch');
+      return { taken, lost: lost + returned };
+    } finally {
+      // Done or failed, it is no longer reinitialising: what it holds says the rest.
+      if (this.engineState === 'reinitialising') this.state = 'idle'; // (read through the getter: the await above may have changed it)
+      this.settle();
+    }
   }
 
   /** The periodic reconciliation (ownership.ts), skipped while new weights load. */
