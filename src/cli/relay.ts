@@ -6,7 +6,7 @@ import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 import { parseControlOptions } from '../control/nats-options.js';
 import { startRelay } from '../relay/daemon.js';
 import { DEFAULT_SHM_DIR } from '../relay/options.js';
-import { VersionForwarder } from '../trainer/forwarder.js';
+import { VersionForwarder } from '../relay/forwarding.js';
 import { applyConfigFile } from './config.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 import { stopOnSignals } from './stop-on-signals.js';

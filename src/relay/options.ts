@@ -9,7 +9,7 @@ import { parseBandwidth, parseBytes, parseDuration, parseLatency } from '../comm
 import { parseAddress } from '../ucx/worker.js';
 import { loadSecret } from './broadcast/auth.js';
 import { parsePeerList, positionOf, validatePlan, validateRelayId, type ChainPlan } from './broadcast/plan.js';
-import { DEFAULT_MAX_FRAME_BYTES } from './protocol/frame.js';
+import { DEFAULT_MAX_FRAME_BYTES } from '../common/request-protocol/frame.js';
 import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE, DEFAULT_SHM_DIR, defaultSocketPath } from './protocol/defaults.js';
 import { parseControlOptions, type ControlOptions, type ControlOptionsInput } from '../control/nats-options.js';
 import { readEngineFiles, type EngineFiles } from './engine-files.js';

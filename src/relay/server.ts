@@ -1,19 +1,21 @@
 /**
- * The relay's local API: a unix-domain socket speaking the frame protocol (protocol/). One
+ * The relay's local API: a unix-domain socket speaking the request protocol
+ * (src/common/request-protocol/) with the relay's operations (protocol/messages.ts). One
  * Connection per client; leases and unfinished publications belong to the connection and end
  * with it, so a client that dies can never pin a version or leave a half-written one visible.
  *
- * Framing, the hello handshake and error responses live in protocol/request-connection.ts: a
- * malformed frame closes only the offending connection (after an error frame saying why); a
- * request that is well framed but invalid gets an error response and the connection stays.
+ * Framing, the hello handshake and error responses live in the request protocol's
+ * RequestConnection: a malformed frame closes only the offending connection (after an error
+ * frame saying why); a request that is well framed but invalid gets an error response and the
+ * connection stays.
  */
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { ErrorCodes, LaminarError, NotFoundError, ConflictError } from '../common/errors.js';
 import { UnixSocketServer } from '../common/unix-socket-server.js';
 import type { RelayMetrics } from './metrics.js';
+import { RequestConnection } from '../common/request-protocol/request-connection.js';
 import { PROTOCOL_VERSION, requestSchemas, type Op, type Request, type SegmentDescription } from './protocol/messages.js';
-import { RequestConnection } from './protocol/request-connection.js';
 import { validateSegmentName } from './segments.js';
 import type { StoredVersion, VersionStore } from './store.js';
 import { validatePlan, type ChainPlan } from './broadcast/plan.js';

@@ -27,8 +27,9 @@ import { EventEmitter } from 'node:events';
 import { mkdir, unlink } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { ConflictError, ErrorCodes } from '../common/errors.js';
+import { Mapping } from '../native/index.js';
 import { planLayout, tensorByteLength, validateTensorSpecs, type TensorSpec } from '../safetensors/header.js';
-import { ChunkSizer, type ChunkingOptions } from './chunking/chunk-sizer.js';
+import { ChunkSizer, type ChunkAdvisor, type ChunkingOptions } from './chunking/chunk-sizer.js';
 import { copyCheckpoint, readCheckpoint } from './checkpoint.js';
 import { writeCleanShutdown } from './clean-shutdown.js';
 import type { EngineFiles } from './engine-files.js';
@@ -88,6 +89,15 @@ export interface StoreOptions {
   engineFiles: EngineFiles | null;
   logger: Logger;
   metrics: RelayMetrics;
+}
+
+/** A complete version lent to a reader in the relay's process (see VersionStore.lend). */
+export interface VersionLoan {
+  readonly version: StoredVersion;
+  /** The version's segment, mapped read-only for the loan's length. */
+  readonly mapping: Mapping;
+  /** Ends the loan: the lease goes, and a mapping made for the loan is closed. Once. */
+  release(): void;
 }
 
 export interface StoreEvents {
@@ -206,6 +216,11 @@ export class VersionStore extends EventEmitter<StoreEvents> {
 
   list(): StoredVersion[] {
     return this.table.list();
+  }
+
+  /** The newest complete version of each model held. */
+  latestVersions(): StoredVersion[] {
+    return this.list().filter((v) => v.state === 'complete' && this.latest(v.model) === v);
   }
 
   /** Shared memory held: versions (writing and complete) and spare segments. */
@@ -421,6 +436,45 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   unlease(v: StoredVersion): void {
     v.leases = Math.max(0, v.leases - 1);
     if (v.leases === 0) this.applyRetention(v.model);
+  }
+
+  /**
+   * Lends a complete version to a reader in this process (the forwarding relay's push to the
+   * master): leased, so that retention keeps its segment until release(), and mapped read-only
+   * (the store's own mapping while it has one, else a mapping of the segment file made for the
+   * loan). Null for a version that is no longer complete (retired meanwhile).
+   */
+  lend(v: StoredVersion): VersionLoan | null {
+    if (v.state !== 'complete') return null;
+    this.lease(v);
+    const own = v.mapping;
+    let mapping: Mapping;
+    try {
+      mapping = own ?? new Mapping(v.path, { writable: false });
+    } catch (err) {
+      this.unlease(v);
+      throw err;
+    }
+    let released = false;
+    return {
+      version: v,
+      mapping,
+      release: () => {
+        if (released) return;
+        released = true;
+        if (own === null) mapping.close();
+        this.unlease(v);
+      },
+    };
+  }
+
+  /**
+   * Lets another relay choose the chunk size of the versions laid out here from now on (the
+   * master, for a forwarding relay: its versions go to the master as they are); null to choose
+   * here again. A fixed --chunk-size still wins.
+   */
+  adviseChunkSize(advisor: ChunkAdvisor | null): void {
+    this.chunkSizer.adviseWith(advisor);
   }
 
   /** Keeps the latest complete version, every leased one and `keepVersions` more. */

@@ -206,7 +206,7 @@ export class TrainerClient {
   /**
    * The chunk size the master of the newest plan chooses for a version of `dataBytes` bytes of
    * tensor data; null without a master or an answer. The forwarding relay lays its versions out
-   * in it (forwarder.ts), as they go to the master as they are.
+   * in it (src/relay/forwarding.ts), as they go to the master as they are.
    */
   async masterChunkSize(dataBytes: number): Promise<number | null> {
     // A client that just started may not have seen the plan yet.
@@ -216,7 +216,7 @@ export class TrainerClient {
 
   /**
    * Pushes a version already laid out as a relay holds it (a relay's own segment: the trainer
-   * host's forwarding relay, see forwarder.ts) to the master over UCX, with publish()'s handling
+   * host's forwarding relay, see src/relay/forwarding.ts) to the master over UCX, with publish()'s handling
    * of master changes. `prepared` stays the caller's: it is not closed here.
    */
   pushPrepared(prepared: PreparedVersion, checkpoint: string | null = null): Promise<TrainerPublishResult> {

@@ -16,7 +16,7 @@ import { removeShmTree } from '../../src/relay/pages/huge-mount.js';
 import type { ChunkingStatus, PagesStatus } from '../../src/relay/protocol/status.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
 import type { ChainPlan } from '../../src/relay/broadcast/plan.js';
-import { encodeFrame, FrameDecoder, decodePayload } from '../../src/relay/protocol/frame.js';
+import { encodeFrame, FrameDecoder, decodePayload } from '../../src/common/request-protocol/frame.js';
 import type { SegmentDescription } from '../../src/relay/protocol/messages.js';
 
 export const REPO = fileURLToPath(new URL('../..', import.meta.url));

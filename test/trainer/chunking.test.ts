@@ -12,7 +12,7 @@ import { parseControlOptions } from '../../src/control/nats-options.js';
 import { chooseChunkSize } from '../../src/relay/chunking/chunk-choice.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
-import { VersionForwarder } from '../../src/trainer/forwarder.js';
+import { VersionForwarder } from '../../src/relay/forwarding.js';
 import { TrainerClient } from '../../src/trainer/trainer-client.js';
 import { inProcessRelay, onFreePort, publishVisible, relayChunking, tempShmDir, until } from '../helpers/relay.js';
 import { natsFixture } from '../data/helpers.js';

@@ -9,7 +9,7 @@ import { Manager } from '../../src/manager/manager.js';
 import { parseControlOptions } from '../../src/control/nats-options.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
-import { VersionForwarder, type ForwardRecord } from '../../src/trainer/forwarder.js';
+import { VersionForwarder, type ForwardRecord } from '../../src/relay/forwarding.js';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { CLI, inProcessRelay, onFreePort, tempShmDir } from '../helpers/relay.js';

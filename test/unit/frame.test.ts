@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { FrameDecoder, decodePayload, encodeFrame } from '../../src/relay/protocol/frame.js';
+import { FrameDecoder, decodePayload, encodeFrame } from '../../src/common/request-protocol/frame.js';
 
 describe('frame codec', () => {
   it('round-trips any message split at any points', () => {

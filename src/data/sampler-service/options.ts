@@ -9,7 +9,7 @@
 import { ErrorCodes, InvalidInputError } from '../../common/errors.js';
 import { parseBytes, parseDuration } from '../../common/units.js';
 import { DEFAULT_SHM_DIR } from '../../relay/protocol/defaults.js';
-import { DEFAULT_MAX_FRAME_BYTES } from '../../relay/protocol/frame.js';
+import { DEFAULT_MAX_FRAME_BYTES } from '../../common/request-protocol/frame.js';
 import type { EvictionOptions } from '../experience/eviction.js';
 import type { RateLimitOptions } from '../experience/rate-limiter.js';
 import type { SamplerOptions } from '../experience/sampler.js';

@@ -1,7 +1,7 @@
 /**
- * The sampler service's local protocol (version 1): the relay's frames (length-prefixed msgpack,
- * src/relay/protocol/frame.ts) and envelope, with the sampler's own operations, each validated
- * with zod before it reaches the sampler. docs/reference/protocols.md describes every operation.
+ * The sampler service's local protocol (version 1): the request protocol's frames (length-prefixed
+ * msgpack) and envelope (src/common/request-protocol/), with the sampler's own operations, each
+ * validated with zod before it reaches the sampler. docs/reference/protocols.md describes every operation.
  *
  *   client -> service  { id, op, ...args }                 (first: { id, op: 'hello', protocol })
  *   service -> client  { id, ok: true, result }  |  { id, ok: false, error: { code, message, details? } }

@@ -5,7 +5,7 @@
  * memory, its batches go back to the sampler's arena pool when its socket closes.
  *
  * Framing, the hello handshake and error responses are shared with the relay
- * (src/relay/protocol/request-connection.ts): a malformed frame closes only the offending
+ * (src/common/request-protocol/request-connection.ts): a malformed frame closes only the offending
  * connection (after an error frame saying why); a request that is well framed but invalid gets an
  * error response and the connection stays.
  */
@@ -13,7 +13,7 @@ import type { Socket } from 'node:net';
 import type { Logger } from '../../common/logger.js';
 import { ClosedError, ErrorCodes, LaminarError, NotFoundError } from '../../common/errors.js';
 import { UnixSocketServer } from '../../common/unix-socket-server.js';
-import { RequestConnection } from '../../relay/protocol/request-connection.js';
+import { RequestConnection } from '../../common/request-protocol/request-connection.js';
 import type { Batch } from '../experience/batch.js';
 import type { ExperienceSampler } from '../experience/sampler.js';
 import { payloadLayout, writeColumns, type ColumnInfo } from './batch-layout.js';

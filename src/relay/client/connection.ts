@@ -4,8 +4,9 @@
  */
 import { createConnection, type Socket } from 'node:net';
 import { ClosedError, ErrorCodes, LaminarError, TimeoutError, ProtocolError } from '../../common/errors.js';
-import { FrameDecoder, decodePayload, encodeFrame, DEFAULT_MAX_FRAME_BYTES } from '../protocol/frame.js';
-import type { ErrorBody, ProgressEvent, VersionEvent } from '../protocol/messages.js';
+import type { ErrorBody } from '../../common/request-protocol/envelope.js';
+import { FrameDecoder, decodePayload, encodeFrame, DEFAULT_MAX_FRAME_BYTES } from '../../common/request-protocol/frame.js';
+import type { ProgressEvent, VersionEvent } from '../protocol/messages.js';
 
 interface Pending {
   resolve(result: unknown): void;

@@ -1,6 +1,7 @@
 /**
  * The relay's local protocol: every request, validated with zod before it reaches the store.
- * Version 1. Frames are described in frame.ts; docs/reference/protocols.md lists every operation.
+ * Version 1. Frames and the request/response envelope are the request protocol's
+ * (src/common/request-protocol/); docs/reference/protocols.md lists every operation.
  *
  *   client -> relay   { id, op, ...args }                 (first: { id, op: 'hello', protocol })
  *   relay  -> client  { id, ok: true, result }  |  { id, ok: false, error: { code, message, details? } }
@@ -12,7 +13,6 @@ export const PROTOCOL_VERSION = 1;
 
 const model = z.string();
 const version = z.number();
-const requestId = z.number().int().nonnegative();
 
 const tensorSpec = z.object({ name: z.unknown(), dtype: z.unknown(), shape: z.unknown() }).loose();
 
@@ -68,8 +68,6 @@ export const requestSchemas = {
 export type Op = keyof typeof requestSchemas;
 export type Request<O extends Op> = z.infer<(typeof requestSchemas)[O]>;
 
-export const envelopeSchema = z.object({ id: requestId, op: z.string().min(1).max(64) }).loose();
-
 /** What acquire, begin and attach return about a version's layout. */
 export interface TensorInfo {
   name: string;
@@ -118,11 +116,3 @@ export interface ProgressEvent {
   done: number;
   total: number;
 }
-
-export interface ErrorBody {
-  code: string;
-  message: string;
-  details?: Record<string, unknown>;
-}
-
-export type Response = { id: number | null; ok: true; result: unknown } | { id: number | null; ok: false; error: ErrorBody };

@@ -4,7 +4,7 @@
 
 Nothing here touches a socket (the connection feeds the decoder whatever ``recv`` returned), so
 the codec is tested byte by byte without a relay. The same rules as the TypeScript codec
-(src/relay/protocol/frame.ts): plain maps and arrays only, a length above ``max_frame_bytes`` is
+(src/common/request-protocol/frame.ts): plain maps and arrays only, a length above ``max_frame_bytes`` is
 refused before any of its payload is buffered, an empty frame is malformed.
 """
 

@@ -12,6 +12,10 @@
  *
  * Only the newest version of a model is forwarded: a version superseded before its push began is
  * skipped (the chain would replace it at once), and counted.
+ *
+ * It reads the relay's versions only through the store's public interface: the 'complete'
+ * event, latestVersions(), lend() (a lease and a read-only mapping for the push) and
+ * adviseChunkSize().
  */
 import type { Logger } from 'pino';
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
@@ -20,10 +24,9 @@ import { ErrorCodes } from '../common/error-codes.js';
 import { silentLogger } from '../common/logger.js';
 import { counter, gauge, histogram } from '../common/metric-factory.js';
 import type { ControlOptions } from '../control/nats-options.js';
-import { Mapping } from '../native/index.js';
-import type { PreparedVersion } from '../relay/client/index.js';
-import type { StoredVersion, VersionStore } from '../relay/store.js';
-import { TrainerClient } from './trainer-client.js';
+import { TrainerClient } from '../trainer/trainer-client.js';
+import type { PreparedVersion } from './client/index.js';
+import type { StoredVersion, VersionStore } from './store.js';
 
 export interface ForwarderOptions {
   /** The control plane: where the chain plan and the master's address come from. */
@@ -102,10 +105,10 @@ export class VersionForwarder {
     const forwarder = new VersionForwarder(store, trainer, metrics, log);
     // Versions published here go to the master as they are laid out: in the master's chunk size
     // (unless this relay has a fixed --chunk-size).
-    store.chunkSizer.adviseWith({ name: 'master', chunkSizeFor: (dataBytes) => trainer.masterChunkSize(dataBytes) });
+    store.adviseChunkSize({ name: 'master', chunkSizeFor: (dataBytes) => trainer.masterChunkSize(dataBytes) });
     store.on('complete', forwarder.onComplete);
     // A restarted forwarder sends what it holds: the master declines what it has already.
-    for (const v of store.list()) if (v.state === 'complete' && store.latest(v.model) === v) forwarder.enqueue(v);
+    for (const v of store.latestVersions()) forwarder.enqueue(v);
     return forwarder;
   }
 
@@ -119,7 +122,7 @@ export class VersionForwarder {
   async close(): Promise<void> {
     this.closed = true;
     this.store.off('complete', this.onComplete);
-    this.store.chunkSizer.adviseWith(null);
+    this.store.adviseChunkSize(null);
     this.pending.clear();
     this.metrics.pending.set(0);
     await this.running;
@@ -150,18 +153,16 @@ export class VersionForwarder {
   }
 
   private async forward(v: StoredVersion): Promise<void> {
-    if (v.state !== 'complete') return; // retired meanwhile
+    // Leased for the push (retention must not recycle the segment under the transfer), and
+    // mapped: UCX registers the memory it sends from. Null when retired meanwhile.
+    const loan = this.store.lend(v);
+    if (loan === null) return;
     const started = performance.now();
-    // Leased for the push: retention must not recycle the segment under the transfer.
-    this.store.lease(v);
-    // UCX registers the memory it sends from; the store's own mapping when it has one.
-    const own = v.mapping;
-    const mapping = own ?? new Mapping(v.path, { writable: false });
     const prepared: PreparedVersion = {
       model: v.model,
       version: v.version,
       layout: v.layout,
-      mapping,
+      mapping: loan.mapping,
       kept: false,
       close: () => undefined,
     };
@@ -179,8 +180,7 @@ export class VersionForwarder {
       this.record({ model: v.model, version: v.version, result, master: null, seconds, attempts: 0, code });
       if (result === 'failed') this.log.error({ model: v.model, version: v.version, code, err: (err as Error).message }, 'cannot forward the version');
     } finally {
-      if (own === null) mapping.close();
-      this.store.unlease(v);
+      loan.release();
     }
   }
 

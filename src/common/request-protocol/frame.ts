@@ -8,7 +8,7 @@
  * hostile or broken peer cannot make us allocate what it announces.
  */
 import { Packr } from 'msgpackr';
-import { ErrorCodes, ProtocolError } from '../../common/errors.js';
+import { ErrorCodes, ProtocolError } from '../errors.js';
 
 export const FRAME_HEADER_BYTES = 4;
 export const DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024;

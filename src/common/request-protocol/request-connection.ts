@@ -1,7 +1,7 @@
 /**
  * The server side of one connection speaking the request protocol: frames (frame.ts) carrying
- * requests `{ id, op, ...args }` (messages.ts's envelope), answered by `{ id, ok: true, result }`
- * or `{ id, ok: false, error }`. The relay's local API (../server.ts) and the sampler service
+ * requests `{ id, op, ...args }` (envelope.ts), answered by `{ id, ok: true, result }`
+ * or `{ id, ok: false, error }`. The relay's local API (src/relay/server.ts) and the sampler service
  * (src/data/sampler-service/server.ts) both speak it: a subclass brings its operations (a zod
  * schema each), what hello answers, what the other operations do, and its metrics; decoding,
  * validation, the handshake, error responses and the output limit live here once.
@@ -12,10 +12,10 @@
  */
 import type { Socket } from 'node:net';
 import type { z } from 'zod';
-import type { Logger } from '../../common/logger.js';
-import { ErrorCodes, ProtocolError, toLaminarError, type LaminarError } from '../../common/errors.js';
+import type { Logger } from '../logger.js';
+import { ErrorCodes, ProtocolError, toLaminarError, type LaminarError } from '../errors.js';
+import { envelopeSchema } from './envelope.js';
 import { FrameDecoder, decodePayload, encodeFrame } from './frame.js';
-import { envelopeSchema } from './messages.js';
 
 /** A connection whose unsent output passes this is not reading: it is closed. */
 const MAX_PENDING_OUTPUT = 64 * 1024 * 1024;
