@@ -175,6 +175,9 @@ function play(profile: EngineProfile, pool: LeapRequest[], ops: Op[]): { core: T
   return { core: coreTrace, leap: leapTrace, engine };
 }
 
+// Properties whose generated cases are also counted (coverage claims) run on this seed.
+const COVERAGE_SEED = 20261128;
+
 describe('LeapEngine against EngineCore', () => {
   it('admits, preempts and finishes the same requests at the same virtual times, with the same KV after every step', () => {
     let steps = 0;
@@ -208,7 +211,9 @@ describe('LeapEngine against EngineCore', () => {
           if (profile.kvReadMsPerMToken! > 0 && engine.stats.leapedSteps > 0) reading++;
         },
       ),
-      { numRuns: 300 },
+      // A fixed seed: the coverage counts below are claims about these 300 cases, and with a fresh
+      // seed each run they are only likely (a clean-clone run drew exactly 20 removing cases).
+      { numRuns: 300, seed: COVERAGE_SEED },
     );
     // The cases exercise what they claim to: preemption, removal of half-generated requests,
     // the KV-read term, and leaps over most steps.

@@ -299,6 +299,9 @@ function remainingTokens(rs: SimRequest[]): number {
   return rs.reduce((sum, r) => sum + r.targetTokens - r.generated.length, 0);
 }
 
+// Properties whose generated cases are also counted (coverage claims) run on this seed.
+const COVERAGE_SEED = 20261128;
+
 describe('engine core', () => {
   it('keeps KV within capacity and finishes every request with exactly its target tokens', () => {
     let preempting = 0;
@@ -334,7 +337,8 @@ describe('engine core', () => {
           if (preempted) preempting += 1;
         },
       ),
-      { numRuns: 200 },
+      // A fixed seed: the count below is a claim about these cases, only likely on a fresh seed.
+      { numRuns: 200, seed: COVERAGE_SEED },
     );
     // The generated cases do exercise preemption, not only easy fits.
     expect(preempting).toBeGreaterThan(50);
@@ -426,7 +430,7 @@ describe('engine core', () => {
           }
         },
       ),
-      { numRuns: 200 },
+      { numRuns: 200, seed: COVERAGE_SEED },
     );
     // Requests did move between engines mid-generation (repack), not only before starting.
     expect(carried).toBeGreaterThan(30);
