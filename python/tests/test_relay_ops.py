@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from laminar import ClosedError, LaminarError, RelayClient, RelayError, error_codes
+from laminar import ClosedError, LaminarError, LaminarTimeoutError, RelayClient, RelayError, error_codes
 from laminar.relay.connection import FrameConnection
 
 pytestmark = pytest.mark.timeout(120)
@@ -107,6 +107,14 @@ class TestOperations:
     def test_acquire_gives_up_after_its_timeout(self, client):
         client.publish("org/m", 1, small()).wait_visible(timeout=60)
         assert code_of(client.acquire, "org/m", at_least=2, timeout=0.05) == error_codes.TIMEOUT
+
+    def test_an_acquire_timeout_is_a_timeout_error(self, client):
+        # The relay answers ERR_TIMEOUT; it is the class the code has on every path (the
+        # sampler's too): a builtin TimeoutError and a LaminarTimeoutError.
+        client.publish("org/m", 1, small()).wait_visible(timeout=60)
+        with pytest.raises(TimeoutError) as info:
+            client.acquire("org/m", at_least=2, timeout=0.05)
+        assert isinstance(info.value, LaminarTimeoutError) and info.value.code == error_codes.TIMEOUT
 
     def test_watch_and_unwatch(self, client):
         watch = client.request("watch", model="org/m")["watch"]
@@ -273,3 +281,4 @@ class TestHandshake:
         with pytest.raises(LaminarError) as info:
             RelayClient("/tmp/" + "x" * 200)
         assert info.value.code == error_codes.INVALID_ARG
+

@@ -77,8 +77,8 @@ describe('the error catalogue', () => {
   });
 
   it('has no entry that nothing raises', () => {
-    // The Python client raises codes too (error_codes.X); its generated mirror does not count.
-    const python = files(join('python', 'src'), '.py').filter((f) => !f.endsWith('error_codes.py'));
+    // The Python client raises codes too (error_codes.X); its generated files do not count.
+    const python = files(join('python', 'src'), '.py').filter((f) => !f.endsWith('error_codes.py') && !f.endsWith('error_classes.py'));
     const sources = [...files('src', '.ts').filter((f) => f !== CATALOGUE_FILE), ...files('native', '.cc'), ...python]
       .map((f) => readFileSync(join(REPO, f), 'utf8'))
       .join('\n');
@@ -88,7 +88,18 @@ describe('the error catalogue', () => {
     expect(unused).toEqual([]);
   });
 
-  it('matches the reference page docs/reference/errors.md', async () => {
+  it('gives the Python client one exception class per code, a TimeoutError for ERR_TIMEOUT', () => {
+    // python/src/laminar/error_classes.py, generated below; pytest (test_error_classes.py) checks
+    // that every path raising a received error uses it.
+    const table = readFileSync(join(REPO, 'python', 'src', 'laminar', 'error_classes.py'), 'utf8');
+    const rows = [...table.matchAll(/^ {4}"(ERR_\w+)": (\w+),$/gm)].map(([, code, cls]) => [code, cls]);
+    expect(rows).toContainEqual([ErrorCodes.TIMEOUT, 'LaminarTimeoutError']);
+    expect(rows.filter(([code]) => !codes.has(code!))).toEqual([]);
+    const errors = readFileSync(join(REPO, 'python', 'src', 'laminar', 'errors.py'), 'utf8');
+    expect(errors).toMatch(/^class LaminarTimeoutError\(LaminarError, TimeoutError\):/m);
+  });
+
+  it('matches what scripts/error-reference.mjs generates: the reference page, the Python catalogue and exception table', async () => {
     await expect(
       promisify(execFile)(process.execPath, [join(REPO, 'scripts', 'error-reference.mjs'), '--check'], { cwd: REPO }).then(() => 'current'),
     ).resolves.toBe('current');

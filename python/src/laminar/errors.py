@@ -1,6 +1,8 @@
 """Errors raised by the Python client: one class, `LaminarError`, with the stable `code` of the
 catalogue (`laminar.error_codes`, generated from the TypeScript side's), so that Python code
-switches on the same codes as TypeScript code, metrics and logs.
+switches on the same codes as TypeScript code, metrics and logs. A code received on the wire is
+raised as the class `laminar.error_classes` gives it (generated with the catalogue), the same on
+every path: ERR_TIMEOUT is a `LaminarTimeoutError`, which is also a builtin `TimeoutError`.
 
     try:
         lease = relay.acquire("policy", at_least=7, timeout=0)
@@ -35,7 +37,8 @@ class LaminarError(Exception):
 
 
 class RelayError(LaminarError):
-    """An error the relay returned for a request, with the relay's code."""
+    """An error the relay returned for a request, with the relay's code, when the code has no
+    class of its own (``laminar.error_classes``: ERR_TIMEOUT is a ``LaminarTimeoutError``)."""
 
 
 class ClosedError(LaminarError):
@@ -56,17 +59,3 @@ class LaminarTimeoutError(LaminarError, TimeoutError):
 
     def __reduce__(self):
         return (type(self), (self.message, self.details))
-
-
-def from_wire(body: Mapping[str, Any]) -> LaminarError:
-    """Rebuilds an error the relay or a service sent as ``{code, message, details?}``."""
-    code = body.get("code")
-    message = body.get("message")
-    details = body.get("details")
-    if code == error_codes.CLOSED:
-        return ClosedError(str(message), details if isinstance(details, Mapping) else None)
-    return RelayError(
-        code if isinstance(code, str) else error_codes.INTERNAL,
-        message if isinstance(message, str) else "the relay sent an error without a message",
-        details if isinstance(details, Mapping) else None,
-    )

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 from .. import error_codes
 from ..errors import ClosedError, LaminarError, LaminarTimeoutError
 from ..relay.frame import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, decode_payload, encode_frame
+from ..wire_errors import error_from_wire
 
 PROTOCOL_VERSION = 1
 RECV_BYTES = 256 * 1024
@@ -27,20 +28,6 @@ MAX_SOCKET_PATH_BYTES = 107
 # Waits between connection attempts while the service is away: doubling, at most the cap.
 FIRST_RETRY_SECONDS = 0.05
 MAX_RETRY_SECONDS = 1.0
-
-
-def error_from_wire(body: Any) -> LaminarError:
-    """The service's ``{code, message, details?}`` as the matching LaminarError."""
-    if not isinstance(body, Mapping):
-        return LaminarError(error_codes.BAD_FRAME, "the sampler service sent an error without a body")
-    code = body.get("code") if isinstance(body.get("code"), str) else error_codes.INTERNAL
-    message = body.get("message") if isinstance(body.get("message"), str) else "the sampler service sent an error without a message"
-    details = body.get("details") if isinstance(body.get("details"), Mapping) else None
-    if code == error_codes.TIMEOUT:
-        return LaminarTimeoutError(message, details)
-    if code == error_codes.CLOSED:
-        return ClosedError(message, details)
-    return LaminarError(code, message, details)
 
 
 class _Link:
@@ -199,12 +186,12 @@ class SamplerConnection:
                 if got is None:
                     # About the connection as a whole (a bad frame): it ends.
                     self._drop(link)
-                    raise error_from_wire(message.get("error"))
+                    raise error_from_wire(message.get("error"), sender="the sampler service")
                 if got != request_id:
                     continue  # the answer to a request whose waiter gave up
                 if message.get("ok") is True:
                     return message.get("result")
-                raise error_from_wire(message.get("error"))
+                raise error_from_wire(message.get("error"), sender="the sampler service")
 
     def _recv(self, link: _Link, op: str, wait: Optional[float]) -> bytes:
         try:

@@ -173,7 +173,8 @@ class RelayClient:
 
     def request(self, op: str, **args: Any) -> Any:
         """Sends a raw request of protocol version 1 (arguments by their wire names) and returns
-        its result; the relay's errors raise ``RelayError`` with its code."""
+        its result; the relay's errors raise the class of their code (``laminar.error_classes``:
+        ``LaminarTimeoutError`` for ERR_TIMEOUT), or ``RelayError``, with the code."""
         return self._live().connection.request(op, args)
 
     def status(self) -> dict[str, Any]:

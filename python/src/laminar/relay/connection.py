@@ -19,7 +19,8 @@ from concurrent.futures import Future
 from typing import Any, Callable, Mapping, Optional
 
 from .. import error_codes
-from ..errors import ClosedError, LaminarError, LaminarTimeoutError, from_wire
+from ..errors import ClosedError, LaminarError, LaminarTimeoutError, RelayError
+from ..wire_errors import error_from_wire
 from .frame import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, decode_payload, encode_frame
 
 log = logging.getLogger("laminar.relay")
@@ -196,7 +197,7 @@ class FrameConnection:
         if not isinstance(request_id, int):
             # About the connection as a whole (a bad frame, no hello): everything fails.
             body = message.get("error")
-            raise from_wire(body) if isinstance(body, dict) else LaminarError(error_codes.BAD_FRAME, "unexpected message from the relay")
+            raise error_from_wire(body, sender="the relay", fallback=RelayError)
         with self._lock:
             pending = self._pending.pop(request_id, None)
         if pending is None:
@@ -205,9 +206,7 @@ class FrameConnection:
             pending.future.set_result(message.get("result"))
         else:
             body = message.get("error")
-            pending.future.set_exception(
-                from_wire(body) if isinstance(body, dict) else LaminarError(error_codes.BAD_FRAME, "an error response without an error")
-            )
+            pending.future.set_exception(error_from_wire(body, sender="the relay", fallback=RelayError))
 
     @staticmethod
     def _call_user(fn: Callable[..., None], *args: Any) -> None:
