@@ -10,6 +10,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from laminar import ClosedError, LaminarError, LaminarTimeoutError, RelayClient, RelayError, error_codes
+from laminar.relay import default_socket_path
 from laminar.relay.connection import FrameConnection
 
 pytestmark = pytest.mark.timeout(120)
@@ -282,3 +283,30 @@ class TestHandshake:
             RelayClient("/tmp/" + "x" * 200)
         assert info.value.code == error_codes.INVALID_ARG
 
+
+class TestDefaultSocket:
+    """A client given no socket finds the relay where the relay CLI puts it: LAMINAR_RELAY_SOCKET,
+    else relay.sock in LAMINAR_SHM_DIR (the deploy files set it for relay and clients), else in
+    /dev/shm/laminar; an explicit socket wins over both."""
+
+    def test_the_precedence(self, monkeypatch):
+        monkeypatch.delenv("LAMINAR_RELAY_SOCKET", raising=False)
+        monkeypatch.delenv("LAMINAR_SHM_DIR", raising=False)
+        assert default_socket_path() == "/dev/shm/laminar/relay.sock"
+        monkeypatch.setenv("LAMINAR_SHM_DIR", "/mnt/shm")
+        assert default_socket_path() == "/mnt/shm/relay.sock"
+        monkeypatch.setenv("LAMINAR_RELAY_SOCKET", "/run/r.sock")
+        assert default_socket_path() == "/run/r.sock"
+
+    def test_a_client_with_the_relays_shm_dir_finds_it(self, relay, monkeypatch):
+        # The relay's socket is <root>/relay.sock: what `LAMINAR_SHM_DIR=<root> laminar relay` makes.
+        monkeypatch.delenv("LAMINAR_RELAY_SOCKET", raising=False)
+        monkeypatch.setenv("LAMINAR_SHM_DIR", os.path.dirname(relay.socket_path))
+        with RelayClient(name="env test", reconnect=False) as c:
+            assert c.socket_path == relay.socket_path
+            assert c.status()["connections"] >= 1
+        monkeypatch.setenv("LAMINAR_RELAY_SOCKET", os.path.join(os.path.dirname(relay.socket_path), "nobody-here.sock"))
+        with pytest.raises(ClosedError):
+            RelayClient(reconnect=False)
+        with RelayClient(relay.socket_path, reconnect=False) as c:
+            assert c.socket_path == relay.socket_path

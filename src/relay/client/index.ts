@@ -20,4 +20,5 @@ export { StagingBuffer } from './staging.js';
 export { type TensorArray } from './tensor-view.js';
 export { validateModelId, validateVersion } from '../segments.js';
 export { DEFAULT_SHM_DIR, DEFAULT_CHUNK_SIZE, defaultSocketPath } from '../protocol/defaults.js';
+export { relaySocketFromEnv } from './socket-path.js';
 export type { VersionState, VersionInfo, BroadcastStatus, ChunkingStatus } from '../protocol/status.js';

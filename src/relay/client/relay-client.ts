@@ -21,7 +21,7 @@ import { delay } from '../../common/concurrency.js';
 import { ClosedError, ErrorCodes, LaminarError } from '../../common/errors.js';
 import { Mapping } from '../../native/index.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
-import { defaultSocketPath, DEFAULT_SHM_DIR } from '../protocol/defaults.js';
+import { relaySocketFromEnv } from './socket-path.js';
 import { PROTOCOL_VERSION, type AcquireResult, type SegmentDescription, type VersionEvent } from '../protocol/messages.js';
 import type { BroadcastStatus, ChunkingStatus, PagesStatus, VersionInfo } from '../protocol/status.js';
 import { mapSegment } from './segment-mapping.js';
@@ -31,7 +31,10 @@ import { Publication, type PublishResult, type TensorData } from './publication.
 import { RemotePublisher, type RemoteOptions } from './remote-publisher.js';
 
 export interface ConnectOptions {
-  /** The relay's socket (default: relay.sock in the default shm directory). */
+  /**
+   * The relay's socket (default: LAMINAR_RELAY_SOCKET, else relay.sock in LAMINAR_SHM_DIR, else
+   * in /dev/shm/laminar: the relay CLI's own defaults).
+   */
   socketPath?: string;
   /** Shown in the relay's logs. */
   name?: string;
@@ -170,7 +173,7 @@ export class RelayClient implements AsyncDisposable {
   }
 
   static async connect(options: ConnectOptions = {}): Promise<RelayClient> {
-    const socketPath = options.socketPath ?? process.env.LAMINAR_RELAY_SOCKET ?? defaultSocketPath(DEFAULT_SHM_DIR);
+    const socketPath = options.socketPath ?? relaySocketFromEnv();
     const sessionOptions = { socketPath, name: options.name ?? `pid ${process.pid}`, connectTimeoutMs: options.connectTimeoutMs ?? 10_000 };
     return new RelayClient(await openSession(sessionOptions), sessionOptions, options.reconnect ?? true);
   }

@@ -77,8 +77,8 @@ def _wire_spec(spec: Spec) -> dict[str, Any]:
 class RelayClient:
     """A connection to the relay on this host (see the module doc).
 
-    ``socket_path``: the relay's socket (default ``$LAMINAR_RELAY_SOCKET``, else
-    ``/dev/shm/laminar/relay.sock``); ``name``: shown in the relay's logs; ``reconnect``: connect
+    ``socket_path``: the relay's socket (default ``$LAMINAR_RELAY_SOCKET``, else ``relay.sock`` in
+    ``$LAMINAR_SHM_DIR``, else ``/dev/shm/laminar/relay.sock``, as the relay CLI places it); ``name``: shown in the relay's logs; ``reconnect``: connect
     again after losing the relay; ``connect_timeout``: seconds the relay may take to answer a new
     connection's hello; ``copy_threads``: threads that copy and checksum published tensors
     (default: the cores, at most 4). Connects at once (``ClosedError`` when no relay listens).

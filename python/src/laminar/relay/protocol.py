@@ -18,11 +18,16 @@ PROTOCOL_VERSION = 1
 DEFAULT_SHM_DIR = "/dev/shm/laminar"
 DEFAULT_CHUNK_SIZE = 32 * 1024 * 1024
 SOCKET_ENV = "LAMINAR_RELAY_SOCKET"
+SHM_DIR_ENV = "LAMINAR_SHM_DIR"
 
 
 def default_socket_path() -> str:
-    """``$LAMINAR_RELAY_SOCKET``, else the socket in the default shm directory."""
-    return os.environ.get(SOCKET_ENV) or os.path.join(DEFAULT_SHM_DIR, "relay.sock")
+    """``$LAMINAR_RELAY_SOCKET``, else ``relay.sock`` in ``$LAMINAR_SHM_DIR``, else in the default
+    shm directory: the relay CLI's own precedence (``--socket`` > LAMINAR_RELAY_SOCKET >
+    ``<shm-dir>/relay.sock``, the shm dir from ``--shm-dir`` > LAMINAR_SHM_DIR > the default), so
+    that a client started with the relay's environment (the deploy files set LAMINAR_SHM_DIR for
+    both) finds it. Empty variables count as unset."""
+    return os.environ.get(SOCKET_ENV) or os.path.join(os.environ.get(SHM_DIR_ENV) or DEFAULT_SHM_DIR, "relay.sock")
 
 
 @dataclass(frozen=True)

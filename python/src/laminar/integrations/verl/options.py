@@ -28,7 +28,7 @@ class EngineOptions:
 
     #: The model id the versions are published under (the relay's ``model``).
     model: str
-    #: The relay's unix socket; None: ``$LAMINAR_RELAY_SOCKET``, else ``/dev/shm/laminar/relay.sock``.
+    #: The relay's unix socket; None: ``$LAMINAR_RELAY_SOCKET``, else relay.sock in ``$LAMINAR_SHM_DIR`` or /dev/shm/laminar.
     socket: Optional[str] = None
     #: Seconds ``receive_weights`` waits for its version to complete at the local relay.
     receive_timeout_s: float = DEFAULT_RECEIVE_TIMEOUT_S
