@@ -1,0 +1,341 @@
+/**
+ * Rollout failover (paper §5): a suspected rollout (missed heartbeats) is asked to reinitialise;
+ * a dead one's trajectories (whatever the partial pool says it owns) resume on a live rollout of
+ * the same weight version; with none, they wait up to `orphanWaitMs`, then are parked (taken over
+ * by the manager, which fences the dead owner) and their samples go back to the prompt pool. The
+ * same scan finds the orphans of rollouts that died while no manager was running.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import { ErrorCodes } from '../../common/error-codes.js';
+import { SCHEMA_VERSION } from '../../control/schema.js';
+import { PARKED_OWNER, type PartialPool, type PromptPool } from '../../data/index.js';
+import type { EventJournal } from '../dashboard/journal.js';
+import { orphanDestination } from './failover-plan.js';
+import type { RolloutCoordinatorMetrics } from './metrics.js';
+import type { RolloutCommands } from './rollout-commands.js';
+import type { RolloutView } from './rollout-view.js';
+
+export const DEFAULT_ORPHAN_SCAN_MS = 60_000;
+
+/**
+ * A scan that could not read the partial pool (listing it, or a trajectory's owner) is tried
+ * again this soon after it ended: a trajectory it could not check may be an orphan, and waiting
+ * for the next backstop scan would leave it unowned for up to `orphanScanMs`. The delay doubles
+ * with each scan that fails in a row (a scan reads the whole pool), up to `orphanScanMs`.
+ */
+export const ORPHAN_SCAN_RETRY_MS = 2000;
+
+export interface OrphanFailoverOptions {
+  /** Who owns what. Needed for failover: without it no scan runs (only the trajectories of failed repack moves are placed). */
+  partials: PartialPool | null;
+  /** Needed to return samples nobody can resume. */
+  prompts: PromptPool | null;
+  /** How long orphans wait for a rollout of their weight version. Default 30 s. */
+  orphanWaitMs?: number;
+  /**
+   * The partial pool is scanned for trajectories of owners that are gone when a rollout is
+   * declared dead and when this manager becomes leader; besides, once this often, as a backstop.
+   * A scan reads the last message of every trajectory in flight (50,000 of them: 0.6 s of the
+   * manager's CPU), so it is not a heartbeat. Default 60 s.
+   */
+  orphanScanMs?: number;
+  /** No scan before this much time as leader (members re-register meanwhile). */
+  startupGraceMs?: number;
+  metrics: RolloutCoordinatorMetrics;
+  log: Logger;
+  /** The dashboard's event log: each batch of orphans handled is recorded. */
+  journal?: EventJournal;
+}
+
+/** Orphaned trajectories handled since this process started, by outcome (cumulative, as `laminar_manager_orphans_total`). */
+export interface OrphanCounts {
+  resumed: number;
+  completed: number;
+  returned: number;
+  lost: number;
+}
+
+interface Orphan {
+  trajectoryId: string;
+  /** The owner in the partial pool, which take-overs are conditional on. */
+  from: string;
+  version: number;
+  since: number;
+  /**
+   * Owned by a live rollout that no longer generates it (a repack whose destination and source
+   * both failed); otherwise the owner is gone, and dropped from here if it comes back.
+   */
+  stranded: boolean;
+}
+
+export class OrphanFailover {
+  private readonly orphanWaitMs: number;
+  private readonly orphanScanMs: number;
+  private readonly startupGraceMs: number;
+  private readonly orphans = new Map<string, Orphan>();
+  private lastScan = 0;
+  private scanning = false;
+  /** Scans in a row that could not read the whole pool (their retry delay doubles). */
+  private failedScans = 0;
+  private placing = false;
+  private leaderSince = Date.now();
+  private readonly orphanCounts: OrphanCounts = { resumed: 0, completed: 0, returned: 0, lost: 0 };
+  private warnedNoPrompts = false;
+
+  constructor(
+    private readonly options: OrphanFailoverOptions,
+    private readonly commands: RolloutCommands,
+  ) {
+    this.orphanWaitMs = options.orphanWaitMs ?? 30_000;
+    this.orphanScanMs = options.orphanScanMs ?? DEFAULT_ORPHAN_SCAN_MS;
+    this.startupGraceMs = options.startupGraceMs ?? 6000;
+  }
+
+  /** Called when this manager becomes leader: a fresh start of every timer, no orphans known. */
+  reset(now: number): void {
+    this.leaderSince = now;
+    this.lastScan = 0;
+    this.failedScans = 0;
+    this.orphans.clear();
+    this.options.metrics.orphansWaiting.set(0);
+  }
+
+  /** Orphans waiting for a rollout of their version. */
+  waiting(): number {
+    return this.orphans.size;
+  }
+
+  counts(): OrphanCounts {
+    return { ...this.orphanCounts };
+  }
+
+  /** A rollout missed heartbeats: ask it to rebuild its engine (same devices). */
+  suspected(id: string): void {
+    this.commands.request(id, { v: SCHEMA_VERSION, t: 'reinitialise', reason: 'missed heartbeats' }).then(
+      () => this.options.metrics.reinitialise.inc({ result: 'done' }),
+      (err: unknown) => this.options.metrics.reinitialise.inc({ result: (err as { code?: string }).code ?? 'failed' }),
+    );
+  }
+
+  /** A rollout was declared dead: look for its trajectories now. */
+  dead(): void {
+    this.lastScan = 0;
+  }
+
+  /** Trajectories a live rollout owns but no longer generates (a failed repack move): placed as orphans. */
+  strand(trajectories: readonly string[], from: string, version: number): void {
+    const now = Date.now();
+    for (const id of trajectories) this.orphans.set(id, { trajectoryId: id, from, version, since: now, stranded: true });
+  }
+
+  /** Scans when one is due, and places the orphans known. */
+  tick(rollouts: RolloutView[], now: number): void {
+    if (this.options.partials && now - this.leaderSince >= this.startupGraceMs && now - this.lastScan >= this.orphanScanMs && !this.scanning) {
+      this.lastScan = now;
+      void this.scan(rollouts);
+    }
+    if (this.orphans.size > 0 && !this.placing) void this.placeOrphans(rollouts, now);
+  }
+
+  /**
+   * Finds trajectories whose owner is no live rollout. A store error is no answer: the
+   * trajectory it hid is not taken for "not an orphan"; the failure is counted and logged, and
+   * the scan runs again soon (ORPHAN_SCAN_RETRY_MS). A corrupt log is counted and logged too, but
+   * reading it again would not help: it waits for the next backstop scan. Never rejects.
+   */
+  private async scan(rollouts: RolloutView[]): Promise<void> {
+    const partials = this.options.partials!;
+    this.scanning = true;
+    let unread = 0;
+    let firstError: unknown = null;
+    const failed = (step: 'list' | 'owner', err: unknown): void => {
+      if ((err as { code?: string }).code === ErrorCodes.CORRUPT_RECORD) {
+        this.options.metrics.orphanScanFailures.inc({ step: 'corrupt' });
+        this.options.log.error({ err: (err as Error).message }, 'orphan scan: a partial log is corrupt (its trajectory cannot be failed over)');
+        return;
+      }
+      unread++;
+      firstError ??= err;
+      this.options.metrics.orphanScanFailures.inc({ step });
+    };
+    try {
+      const live = new Set(rollouts.filter((r) => r.health !== 'dead').map((r) => r.id));
+      const now = Date.now();
+      let summaries: Awaited<ReturnType<PartialPool['list']>> = [];
+      try {
+        summaries = await partials.list();
+      } catch (err) {
+        failed('list', err);
+      }
+      for (const s of summaries) {
+        if (live.has(s.owner) || s.owner === PARKED_OWNER || this.orphans.has(s.trajectoryId)) continue;
+        let state: Awaited<ReturnType<PartialPool['startOf']>>;
+        try {
+          state = await partials.startOf(s.trajectoryId);
+        } catch (err) {
+          failed('owner', err);
+          continue;
+        }
+        if (!state || live.has(state.owner) || state.owner === PARKED_OWNER) continue;
+        this.orphans.set(s.trajectoryId, {
+          trajectoryId: s.trajectoryId,
+          from: state.owner,
+          version: state.start.weightVersion,
+          since: now,
+          stranded: false,
+        });
+        this.options.log.warn(
+          { trajectory: s.trajectoryId, owner: state.owner, version: state.start.weightVersion, tokens: s.tokens },
+          'orphaned trajectory (its rollout is gone)',
+        );
+      }
+      this.options.metrics.orphansWaiting.set(this.orphans.size);
+    } finally {
+      this.scanning = false;
+      if (unread === 0) this.failedScans = 0;
+      else {
+        this.failedScans++;
+        const retryMs = Math.min(this.orphanScanMs, ORPHAN_SCAN_RETRY_MS * 2 ** Math.min(this.failedScans - 1, 16));
+        // tick() scans once orphanScanMs have passed since lastScan: the next scan comes retryMs from now
+        // (or at once, if a rollout died meanwhile and reset it).
+        this.lastScan = Math.min(this.lastScan, Date.now() - this.orphanScanMs + retryMs);
+        this.options.log.warn(
+          { err: (firstError as Error | null)?.message, unread, retryMs },
+          'orphan scan could not read the partial pool: scanning again soon',
+        );
+      }
+    }
+  }
+
+  private async placeOrphans(rollouts: RolloutView[], now: number): Promise<void> {
+    this.placing = true;
+    try {
+      const live = new Map(rollouts.filter((r) => r.health === 'alive').map((r) => [r.id, r]));
+      const batches = new Map<string, Orphan[]>();
+      for (const o of this.orphans.values()) {
+        if (live.has(o.from) && !o.stranded) {
+          // The owner came back (re-admitted): its trajectories are its own again.
+          this.orphans.delete(o.trajectoryId);
+          continue;
+        }
+        const key = `${o.version}\u0000${o.from}`;
+        batches.set(key, [...(batches.get(key) ?? []), o]);
+      }
+      for (const batch of batches.values()) {
+        const { version, from } = batch[0]!;
+        const destination = this.destinationFor(version, [...live.values()], now);
+        if (destination) {
+          await this.commands.whileBusy([destination.id], () => this.resumeOn(destination, from, version, batch));
+          continue;
+        }
+        const expired = batch.filter((o) => now - o.since >= this.orphanWaitMs);
+        if (expired.length > 0) await this.returnToPrompts(expired);
+      }
+      this.options.metrics.orphansWaiting.set(this.orphans.size);
+    } finally {
+      this.placing = false;
+    }
+  }
+
+  private destinationFor(version: number, live: RolloutView[], now: number): RolloutView | undefined {
+    // The choice itself is shared with the simulator: failover-plan.ts.
+    const candidates = live.flatMap((r) =>
+      r.load !== null && this.commands.available(r.id, now)
+        ? [
+            {
+              id: r.id,
+              weightVersion: r.load.weightVersion,
+              reinitialising: r.load.state === 'reinitialising',
+              owned: r.load.owned,
+              kvUsed: r.load.kvUsed,
+              view: r,
+            },
+          ]
+        : [],
+    );
+    return orphanDestination(version, candidates)?.view;
+  }
+
+  /** Hands a batch to a live rollout of its version; never rejects (a failure is retried at a later tick). */
+  private async resumeOn(destination: RolloutView, from: string, version: number, batch: Orphan[]): Promise<void> {
+    try {
+      const reply = await this.commands.request(destination.id, {
+        v: SCHEMA_VERSION,
+        t: 'repack-in',
+        repack: `failover-${randomBytes(3).toString('hex')}`,
+        from,
+        version,
+        trajectories: batch.map((o) => o.trajectoryId),
+      });
+      for (const o of batch) this.orphans.delete(o.trajectoryId);
+      this.countOrphans('resumed', reply.taken);
+      this.countOrphans('completed', reply.completed);
+      this.countOrphans('lost', reply.lost);
+      this.options.log.warn(
+        { from, to: destination.id, version, taken: reply.taken, completed: reply.completed, lost: reply.lost },
+        'orphaned trajectories resumed',
+      );
+      this.options.journal?.record(
+        'orphans',
+        from,
+        `${from}'s trajectories of v${version} on ${destination.id}: ${reply.taken} resumed, ${reply.completed} completed, ${reply.lost} lost`,
+      );
+    } catch (err) {
+      this.options.log.warn({ from, to: destination.id, err: (err as Error).message }, 'cannot resume orphans there (retrying)');
+    }
+  }
+
+  /** Parks orphans nobody can resume and gives their samples back to the prompt pool. */
+  private async returnToPrompts(expired: Orphan[]): Promise<void> {
+    const { partials, prompts } = this.options;
+    if (!prompts) {
+      if (!this.warnedNoPrompts) this.options.log.error('orphans cannot be returned: this manager has no prompt pool (--redis); they keep waiting');
+      this.warnedNoPrompts = true;
+      return;
+    }
+    const before = { ...this.orphanCounts };
+    for (const o of expired) {
+      try {
+        const result = await partials!.takeOver(o.trajectoryId, PARKED_OWNER, { from: o.from });
+        if (result.status === 'completed') {
+          this.countOrphans('completed');
+        } else {
+          result.trajectory.release();
+          const start = result.state.start;
+          await prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason: 'failover' });
+          this.countOrphans('returned');
+          this.options.log.warn(
+            { trajectory: o.trajectoryId, version: o.version, waitedMs: Date.now() - o.since },
+            'no rollout of its weight version: sample returned to the prompt pool',
+          );
+        }
+        this.orphans.delete(o.trajectoryId);
+      } catch (err) {
+        const code = (err as { code?: string }).code;
+        if (code === ErrorCodes.NOT_OWNER || code === ErrorCodes.UNKNOWN_TRAJECTORY) {
+          this.countOrphans('lost');
+          this.orphans.delete(o.trajectoryId);
+        } else {
+          this.options.log.warn({ trajectory: o.trajectoryId, err: (err as Error).message }, 'cannot return an orphan yet (retrying)');
+        }
+      }
+    }
+    const returned = this.orphanCounts.returned - before.returned;
+    const completed = this.orphanCounts.completed - before.completed;
+    const lost = this.orphanCounts.lost - before.lost;
+    if (returned + completed + lost > 0) {
+      this.options.journal?.record(
+        'orphans',
+        expired[0]!.from,
+        `no rollout of v${expired[0]!.version} in time: ${returned} returned to the prompt pool, ${completed} completed, ${lost} lost`,
+      );
+    }
+  }
+
+  /** Orphans handled: the metric and the status' counts. */
+  private countOrphans(outcome: keyof OrphanCounts, n = 1): void {
+    this.orphanCounts[outcome] += n;
+    this.options.metrics.orphans.inc({ outcome }, n);
+  }
+}
