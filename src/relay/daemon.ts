@@ -70,6 +70,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
               connections: server!.connectionCount,
               versionDirs: storeRef!.versionDirCount(),
               pageSize: storeRef!.options.pages.size,
+              acquiresWaiting: storeRef!.acquiresWaiting,
             };
           },
         }

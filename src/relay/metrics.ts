@@ -14,6 +14,7 @@ export interface RelayGaugeSource {
     connections: number;
     versionDirs: number;
     pageSize: number;
+    acquiresWaiting: number;
   };
 }
 
@@ -62,6 +63,11 @@ export class RelayMetrics {
       (s) => s.pageSize,
     );
     simple('laminar_relay_connections', 'Open local client connections', (s) => s.connections);
+    simple(
+      'laminar_relay_acquires_waiting',
+      'Acquire requests waiting for a version that has not arrived yet (atLeast or an exact version, with a timeout)',
+      (s) => s.acquiresWaiting,
+    );
     simple('laminar_relay_version_dirs', 'Version directories in place (<shm-dir>/models/<model>/v<N>/, one per complete version)', (s) => s.versionDirs);
     this.publishes = counter(registry, {
       name: 'laminar_relay_publishes_total',

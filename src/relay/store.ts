@@ -229,6 +229,11 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   }
 
   /** Spare segments kept for the next versions: how many, their bytes, and how many are still being touched. */
+  /** Acquires waiting for a version that has not arrived yet. */
+  get acquiresWaiting(): number {
+    return this.waiters.size;
+  }
+
   spareInfo(): { count: number; bytes: number; warming: number } {
     return this.memory.spareInfo();
   }

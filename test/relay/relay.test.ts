@@ -75,11 +75,15 @@ describe('relay: local publish and acquire', () => {
     await expect(client.acquire({ model: 'org/other' })).rejects.toMatchObject({ code: 'ERR_UNKNOWN_MODEL' });
     await expect(client.acquire({ model: MODEL, atLeast: 3, timeoutMs: 50 })).rejects.toMatchObject({ code: 'ERR_TIMEOUT' });
     const waiting = client.acquire({ model: MODEL, atLeast: 3, timeoutMs: 10_000 });
-    await new Promise((r) => setTimeout(r, 50));
+    // The relay has the acquire waiting before version 3 is published: the case under test is a
+    // reader that waits for a version, not one that finds it there.
+    const waitingNow = async (): Promise<number> => metricValue(await metricsText(relay.metricsPort!), 'laminar_relay_acquires_waiting');
+    await vi.waitFor(async () => expect(await waitingNow()).toBe(1), { timeout: 10_000 });
     await publishVisible(client, { model: MODEL, version: 3, tensors: tensors(3) });
     const arrived = await waiting;
     expect(arrived.version).toBe(3);
     expect((arrived.tensor('steps') as Int32Array)[0]).toBe(3);
+    expect(await waitingNow()).toBe(0);
     await Promise.all([latest.release(), exact.release(), arrived.release()]);
   });
 

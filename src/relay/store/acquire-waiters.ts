@@ -27,6 +27,13 @@ export class AcquireWaiters {
 
   constructor(private readonly table: VersionTable) {}
 
+  /** Readers waiting now for a version that has not arrived (the laminar_relay_acquires_waiting gauge). */
+  get size(): number {
+    let n = 0;
+    for (const set of this.waiters.values()) n += set.size;
+    return n;
+  }
+
   /**
    * Finds a complete version (latest, exact or at least N), waiting up to timeoutMs for one to
    * arrive. The caller takes a lease on the result.
