@@ -50,6 +50,15 @@ const UNWATCHED_LOOK_MS = 5000;
 /** Load polls the engine must miss in a row, while idle, to be taken for down. */
 const UNREACHABLE_POLLS = 3;
 
+/**
+ * How long the version watch waits before its `attempt`-th try again (1, 2, ...) in a session:
+ * 250 ms doubling up to 5 s, so that a relay started after the agent (or restarted) is watched
+ * soon without a dead socket being knocked on four times a second.
+ */
+export function watchRetryMs(attempt: number): number {
+  return Math.min(5000, 250 * 2 ** Math.max(0, Math.min(attempt - 1, 5)));
+}
+
 export interface RolloutAgentOptions {
   nc: NatsConnection;
   redis: Redis;
@@ -159,6 +168,7 @@ export class RolloutAgent {
       inFlight: this.session?.engine.inFlight ?? 0,
       refused: this.refused,
       sessions: this.sessions,
+      watching: this.session?.watching ?? false,
     };
   }
 
@@ -182,8 +192,14 @@ export class RolloutAgent {
         await this.waitForEngine();
         if (this.isClosed()) return;
         const session = await this.openSession();
-        await this.serve(session);
-        await this.closeSession(session);
+        try {
+          await this.serve(session);
+        } finally {
+          // However the session ends (the engine down, closing, or a throw), its client stops
+          // heartbeating: left registered, the rollout would look alive to the manager while
+          // nothing generates, and the next session would register beside it.
+          await this.closeSession(session).catch((err: unknown) => this.log.warn({ err: (err as Error).message }, 'closing the engine session failed'));
+        }
       } catch (err) {
         if (this.isClosed()) return;
         this.log.error({ err: (err as Error).message, code: (err as { code?: string }).code }, 'engine session failed; starting again');
@@ -463,15 +479,35 @@ export class RolloutAgent {
   /**
    * Watches the local relay for versions as they complete: an idle or draining engine takes a
    * new one at once instead of at its next look, and with partial rollout each is swapped in
-   * while trajectories run. Without the watch (a relay away) the loop still looks between batches.
+   * while trajectories run. A watch that cannot connect (the relay not up yet, or restarting) or
+   * that ends is tried again for the whole session, at watchRetryMs; meanwhile the serve loop
+   * looks between batches.
    */
   private async watchVersions(session: Session): Promise<void> {
     const stop = AbortSignal.any([this.closing.signal, session.stopWatching.signal]);
-    const relay = await RelayClient.connect({ socketPath: this.options.relaySocket, name: `agent ${this.options.id} (version watch)` }).catch(() => null);
-    if (!relay) return;
+    // Read through a call: the awaits below may see it aborted (TS would keep the loop's narrowing).
+    const stopped = (): boolean => stop.aborted;
+    let attempt = 0;
+    while (!stopped()) {
+      const relay = await RelayClient.connect({ socketPath: this.options.relaySocket, name: `agent ${this.options.id} (version watch)` }).catch(
+        (err: unknown) => {
+          if (attempt === 0) this.log.info({ err: (err as Error).message }, 'the version watch cannot reach the relay yet; trying again');
+          return null;
+        },
+      );
+      if (relay) await this.watchOnce(session, relay, stop, () => (attempt = 0));
+      if (stopped()) return;
+      attempt++;
+      await delay(watchRetryMs(attempt), stop).catch(() => undefined);
+    }
+  }
+
+  /** One watch on one connection, until it ends; `heard` is called at each event. */
+  private async watchOnce(session: Session, relay: RelayClient, stop: AbortSignal, heard: () => void): Promise<void> {
     try {
       // The replay delivers the newest complete version first: from then on the watch knows.
       for await (const event of relay.watch({ model: this.options.model, replay: true, signal: stop })) {
+        heard();
         session.watching = true;
         this.newest = Math.max(this.newest ?? -1, event.version);
         const current = session.client.version;
@@ -480,7 +516,8 @@ export class RolloutAgent {
         else this.wakeAll();
       }
     } catch (err) {
-      if (!stop.aborted) this.log.warn({ err: (err as Error).message }, 'version watch ended; new versions are looked for between batches');
+      if (!stop.aborted)
+        this.log.warn({ err: (err as Error).message }, 'version watch ended; watching again (new versions are looked for between batches meanwhile)');
     } finally {
       session.watching = false;
       relay.close();

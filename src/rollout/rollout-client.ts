@@ -211,6 +211,11 @@ export class RolloutClient {
     return this.agent.isRegistered;
   }
 
+  /** close() has run: no heartbeats, claims or commands any more. */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
   /** What the engine is doing, as the manager sees it (and as the SDK keeps it: see the top of this file). */
   get engineState(): RolloutState {
     return this.state;
