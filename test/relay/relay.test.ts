@@ -108,14 +108,14 @@ describe('relay: local publish and acquire', () => {
 
   it('ends every watch of a client when its connection closes', async () => {
     const other = await RelayClient.connect({ socketPath: relay.options.socketPath });
-    const ended = [0, 1].map(async () => {
-      const seen: number[] = [];
-      for await (const ev of other.watch({ model: MODEL })) seen.push(ev.version);
-      return seen;
+    const seen: number[][] = [[], []];
+    const ended = seen.map(async (mine) => {
+      // With replay, version 1 reaches a watch whether it subscribed before the publish or after.
+      for await (const ev of other.watch({ model: MODEL, replay: true })) mine.push(ev.version);
+      return mine;
     });
-    await new Promise((r) => setTimeout(r, 50));
     await publishVisible(client, { model: MODEL, version: 1, tensors: tensors(1) });
-    await new Promise((r) => setTimeout(r, 50));
+    await vi.waitFor(() => expect(seen).toEqual([[1], [1]]), { timeout: 10_000 });
     other.close();
     expect(await Promise.all(ended)).toEqual([[1], [1]]);
   });
@@ -124,13 +124,12 @@ describe('relay: local publish and acquire', () => {
     await publishVisible(client, { model: MODEL, version: 1, tensors: tensors(1) });
     const held = await client.acquire({ model: MODEL, version: 1 });
     for (const v of [2, 3, 4]) await publishVisible(client, { model: MODEL, version: v, tensors: tensors(v) });
-    let versions = (await client.status()).versions.map((v) => v.version);
+    const versions = (await client.status()).versions.map((v) => v.version);
     expect(versions).toEqual([1, 3, 4]); // 1 leased, 4 latest, 3 kept (keepVersions = 1)
     expect((held.tensor('steps') as Int32Array)[0]).toBe(1); // still readable
     await held.release();
-    await new Promise((r) => setTimeout(r, 50));
-    versions = (await client.status()).versions.map((v) => v.version);
-    expect(versions).toEqual([3, 4]);
+    // Retired once its lease is gone.
+    await vi.waitFor(async () => expect((await client.status()).versions.map((v) => v.version)).toEqual([3, 4]), { timeout: 10_000 });
     const files = readdirSync(relay.store.options.shmDir).filter((f) => f.endsWith('.safetensors'));
     expect(files.sort()).toEqual(['org~2ftiny.v3.safetensors', 'org~2ftiny.v4.safetensors']);
   });
@@ -256,9 +255,9 @@ describe('relay: local publish and acquire', () => {
     await doomed.acquire({ model: MODEL, version: 1 });
     expect((await client.status()).leases).toBe(1);
     doomed.close();
-    await new Promise((r) => setTimeout(r, 100));
+    // The relay sees the connection go: its lease and its publication go with it.
+    await vi.waitFor(async () => expect(await client.status()).toMatchObject({ leases: 0, versions: [{ version: 1 }] }), { timeout: 10_000 });
     const status = await client.status();
-    expect(status.leases).toBe(0);
     expect(status.versions.map((v) => v.version)).toEqual([1]);
     expect(existsSync(pub.description.path)).toBe(false);
   });

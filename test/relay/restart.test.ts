@@ -1,7 +1,7 @@
 import { chmodSync, openSync, readdirSync, writeSync, closeSync, existsSync, statSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { REPO, metricValue, metricsText, spawnRelay, publishVisible, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 
@@ -149,15 +149,13 @@ describe('relay process: crashes and restarts', () => {
     `;
     const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise<void>((resolve) => child.stdout.once('data', () => resolve()));
-    let status = await client.status();
+    const status = await client.status();
     expect(status.leases).toBe(1);
     expect(status.versions.map((v) => v.state)).toEqual(['complete', 'writing']);
     child.kill('SIGKILL');
     await new Promise((r) => child.once('exit', r));
-    await new Promise((r) => setTimeout(r, 200));
-    status = await client.status();
-    expect(status.leases).toBe(0);
-    expect(status.versions.map((v) => v.version)).toEqual([1]);
+    // The relay sees the dead client's connection close: its lease and its publication go.
+    await vi.waitFor(async () => expect(await client.status()).toMatchObject({ leases: 0, versions: [{ version: 1 }] }), { timeout: 10_000 });
     expect(readdirSync(relay.shmDir).filter((f) => f.includes('.v2.'))).toEqual([]);
     client.close();
   });

@@ -5,7 +5,7 @@
  * (the engine has work of the old version), and a repack-in that arrives while new weights are
  * being loaded is refused. Real nats-server, redis-server and relay process.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { SCHEMA_VERSION, commandReplySchema, decode, encode } from '../../src/control/schema.js';
 import { controlNames } from '../../src/control/subjects.js';
 import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
@@ -14,7 +14,12 @@ import { RolloutClient } from '../../src/rollout/rollout-client.js';
 import type { GenerationTask } from '../../src/rollout/task.js';
 import { servicesFixture } from '../data/helpers.js';
 import { inertEngine } from '../helpers/engine.js';
-import { spawnRelay, publishVisible, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { metricValue, metricsText, spawnRelay, publishVisible, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+
+/** Until the relay counts `n` acquires waiting for a version that has not arrived. */
+async function acquiresWaiting(relay: RelayProcess, n: number): Promise<void> {
+  await vi.waitFor(async () => expect(metricValue(await metricsText(relay.metricsPort), 'laminar_relay_acquires_waiting')).toBe(n), { timeout: 10_000 });
+}
 
 const MODEL = 'org/stepped';
 const weights = (v: number) => [{ name: 'w', dtype: 'F32' as const, shape: [256], data: new Float32Array(256).fill(v) }];
@@ -131,11 +136,12 @@ describe('rollout: weight changes and resumes do not overlap', () => {
     const first = await rollout!.acquireWeights();
     await first.lease.release();
     const acquiring = rollout!.acquireWeights({ atLeast: 2, timeoutMs: 10_000 });
-    await new Promise((r) => setTimeout(r, 100));
+    await acquiresWaiting(relay, 1);
     const reply = services.nc
       .request(subject, encode({ v: SCHEMA_VERSION, t: 'reinitialise', reason: 'test' }), { timeout: 10_000 })
       .then((msg) => decode(commandReplySchema, msg.data, 'reply'));
-    await new Promise((r) => setTimeout(r, 200));
+    // The reinitialise has begun (it waits for the load in flight) before version 2 arrives.
+    await vi.waitFor(() => expect(rollout!.engineState).toBe('reinitialising'), { timeout: 10_000 });
     await publish(2);
     const second = await acquiring;
     await second.lease.release();
@@ -152,7 +158,7 @@ describe('rollout: weight changes and resumes do not overlap', () => {
     await first.lease.release();
     // Version 2 is not on the relay yet: the acquire waits for it.
     const acquiring = rollout!.acquireWeights({ atLeast: 2, timeoutMs: 10_000 });
-    await new Promise((r) => setTimeout(r, 100));
+    await acquiresWaiting(relay, 1);
     expect(await repackIn(subject, ids)).toMatchObject({ t: 'failed', code: 'ERR_VERSION_MISMATCH' });
     await publish(2);
     const second = await acquiring;
