@@ -1,6 +1,6 @@
 /** `laminar publish`: adopt a checkpoint (file or directory of shards) as a version on a relay. */
 import { Command, Option } from 'commander';
-import { formatBytes, parseBytes } from '../common/units.js';
+import { formatBytes, parseBytes, parseDurationOption } from '../common/units.js';
 import { RelayClient } from '../relay/client/index.js';
 import { progressBar } from './progress.js';
 
@@ -15,11 +15,25 @@ export function publishCommand(): Command {
     .option('--to <address:port>', 'push over UCX to the master relay listening there (this host runs no relay)')
     .addOption(new Option('--secret-file <file>', 'job secret for --to (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'))
     .option('--relay-id <id>', 'with --to: the relay id expected at that address')
+    .option(
+      '--peer-timeout <duration>',
+      'with --to: a relay that takes nothing, answers no ping, or does not report the version verified for this long fails the push (default 30s)',
+    )
     .option('--json', 'print the result as JSON')
     .action(
       async (
         path: string,
-        opts: { model: string; version: string; socket?: string; chunkSize?: string; json?: boolean; to?: string; secretFile?: string; relayId?: string },
+        opts: {
+          model: string;
+          version: string;
+          socket?: string;
+          chunkSize?: string;
+          json?: boolean;
+          to?: string;
+          secretFile?: string;
+          relayId?: string;
+          peerTimeout?: string;
+        },
       ) => {
         const version = Number(opts.version);
         if (opts.to !== undefined) {
@@ -54,7 +68,7 @@ export function publishCommand(): Command {
 async function pushRemote(
   path: string,
   version: number,
-  opts: { model: string; to: string; chunkSize?: string; json?: boolean; secretFile?: string; relayId?: string },
+  opts: { model: string; to: string; chunkSize?: string; json?: boolean; secretFile?: string; relayId?: string; peerTimeout?: string },
 ): Promise<void> {
   const publisher = await RelayClient.remote({
     address: opts.to,
@@ -62,6 +76,7 @@ async function pushRemote(
     ...(process.env.LAMINAR_SECRET !== undefined ? { secret: process.env.LAMINAR_SECRET } : {}),
     ...(opts.relayId !== undefined ? { relayId: opts.relayId } : {}),
     ...(opts.chunkSize !== undefined ? { chunkSize: parseBytes(opts.chunkSize) } : {}),
+    ...(opts.peerTimeout !== undefined ? { stallMs: parseDurationOption('--peer-timeout', opts.peerTimeout) } : {}),
   });
   const bar = progressBar(`pushing ${opts.model} v${version} to ${publisher.relayId} at ${opts.to}`);
   try {
@@ -74,6 +89,8 @@ async function pushRemote(
           `stalled ${result.stallSeconds.toFixed(2)} s, transfer ${result.transferSeconds.toFixed(2)} s\n`,
       );
   } finally {
+    // A push that failed has closed nothing yet: the close is bounded (a forced close of a link
+    // to a relay that is gone), so the error reaches the caller promptly.
     await publisher.close();
   }
 }

@@ -178,6 +178,11 @@ export const ERROR_CATALOGUE = {
   SUPERSEDED: entry('ERR_SUPERSEDED', 'broadcast', 'A newer version of the model replaced the one being sent.'),
   TRANSFER_ABANDONED: entry('ERR_TRANSFER_ABANDONED', 'broadcast', 'The version being sent or received was dropped locally; its transfer ends.'),
   RELAY_STOPPING: entry('ERR_RELAY_STOPPING', 'broadcast', 'The relay is shutting down and takes no new transfers.'),
+  DESTINATION_LOST: entry(
+    'ERR_DESTINATION_LOST',
+    'broadcast',
+    'The relay a version was being pushed to died or dropped the connection during the push (`details.stage`: connecting, offering, transferring or awaiting its verification; `cause`: the transport error). A trainer client pushes again to the next master.',
+  ),
   PUSH_IN_PROGRESS: entry('ERR_PUSH_IN_PROGRESS', 'broadcast', 'This publisher is already pushing the same model and version.'),
   SECRET_REQUIRED: entry('ERR_SECRET_REQUIRED', 'broadcast', 'A relay with peers, or a pusher, was started without a job secret.'),
   SECRET_TOO_SHORT: entry('ERR_SECRET_TOO_SHORT', 'broadcast', 'The job secret is shorter than 32 characters.'),
@@ -281,7 +286,11 @@ export const ERROR_CATALOGUE = {
     'A prompt file cannot be loaded: missing or unreadable, not JSONL or Parquet, or a Parquet file without the id column.',
   ),
   REDIS_UNREACHABLE: entry('ERR_REDIS_UNREACHABLE', 'data', 'Redis cannot be reached at the given address (refused, unresolved, or no answer in time).'),
-  POOL_IN_USE: entry('ERR_POOL_IN_USE', 'data', 'The prompt pool has claims under lease (rollouts are working on it): `laminar prompts reset` needs `--force`.'),
+  POOL_IN_USE: entry(
+    'ERR_POOL_IN_USE',
+    'data',
+    'The prompt pool has claims under lease (rollouts are working on it): `laminar prompts reset` needs `--force`.',
+  ),
   LEASE_LOST: entry('ERR_LEASE_LOST', 'data', 'The prompt claim expired, or the prompt was given back or claimed again by someone else.'),
   UNKNOWN_CLAIM: entry('ERR_UNKNOWN_CLAIM', 'data', 'No such claim of the prompt exists.'),
   BATCH_IMPOSSIBLE: entry(

@@ -6,6 +6,25 @@ import type { IncomingMessage } from './message.js';
 /** Send flag: always use the rendezvous protocol (the receiver pulls the bytes into place). */
 const SEND_RENDEZVOUS = 1;
 
+/**
+ * How long a forced close waits for UCX to report it done. A forced close cancels what the
+ * endpoint had in flight, and UCX completes it once its lanes are flushed with cancellation; a
+ * lane still connecting, or one whose socket buffer a peer that is gone but not yet noticed
+ * never drains, keeps it pending until UCX's own timeouts (minutes). The endpoint is unusable
+ * from the call on: nobody need wait longer, and the worker's close frees what is still pending.
+ */
+export const FORCED_CLOSE_WAIT_MS = 1000;
+
+/** `closing`, settled or not, after at most `ms`. */
+function bounded(closing: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const waited = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+    timer.unref();
+  });
+  return Promise.race([closing.catch(() => undefined), waited]).finally(() => clearTimeout(timer));
+}
+
 export interface Payload {
   source: Mapping | Uint8Array;
   offset: number;
@@ -89,16 +108,17 @@ export class Endpoint {
    */
   async close(force = false): Promise<void> {
     if (this.state === 'closing' && force) {
-      await this.worker.closeEndpoint(this.id, true).catch(() => undefined);
+      await bounded(this.worker.closeEndpoint(this.id, true), FORCED_CLOSE_WAIT_MS);
+      this.finish(this.failure);
       return;
     }
     if (this.state !== 'open') return;
     this.state = 'closing';
-    try {
-      await this.worker.closeEndpoint(this.id, force);
-    } catch {
-      // A close that fails leaves nothing to clean up on our side: the endpoint is gone.
-    }
+    const closing = this.worker.closeEndpoint(this.id, force);
+    // A close that fails leaves nothing to clean up on our side: the endpoint is gone. A graceful
+    // one waits for what was sent to leave (a forced close cuts it short); a forced one is bounded.
+    if (force) await bounded(closing, FORCED_CLOSE_WAIT_MS);
+    else await closing.catch(() => undefined);
     this.finish(undefined);
   }
 
@@ -111,10 +131,7 @@ export class Endpoint {
     if (this.state === 'closed') return;
     this.failure = error;
     this.state = 'closing';
-    void this.worker
-      .closeEndpoint(this.id, true)
-      .catch(() => undefined)
-      .finally(() => this.finish(error));
+    void bounded(this.worker.closeEndpoint(this.id, true), FORCED_CLOSE_WAIT_MS).then(() => this.finish(error));
   }
 
   /**

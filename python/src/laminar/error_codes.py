@@ -222,6 +222,9 @@ TRANSFER_ABANDONED: Final = "ERR_TRANSFER_ABANDONED"
 RELAY_STOPPING: Final = "ERR_RELAY_STOPPING"
 """The relay is shutting down and takes no new transfers."""
 
+DESTINATION_LOST: Final = "ERR_DESTINATION_LOST"
+"""The relay a version was being pushed to died or dropped the connection during the push (`details.stage`: connecting, offering, transferring or awaiting its verification; `cause`: the transport error). A trainer client pushes again to the next master."""
+
 PUSH_IN_PROGRESS: Final = "ERR_PUSH_IN_PROGRESS"
 """This publisher is already pushing the same model and version."""
 
@@ -491,6 +494,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_SUPERSEDED": "A newer version of the model replaced the one being sent.",
     "ERR_TRANSFER_ABANDONED": "The version being sent or received was dropped locally; its transfer ends.",
     "ERR_RELAY_STOPPING": "The relay is shutting down and takes no new transfers.",
+    "ERR_DESTINATION_LOST": "The relay a version was being pushed to died or dropped the connection during the push (`details.stage`: connecting, offering, transferring or awaiting its verification; `cause`: the transport error). A trainer client pushes again to the next master.",
     "ERR_PUSH_IN_PROGRESS": "This publisher is already pushing the same model and version.",
     "ERR_SECRET_REQUIRED": "A relay with peers, or a pusher, was started without a job secret.",
     "ERR_SECRET_TOO_SHORT": "The job secret is shorter than 32 characters.",

@@ -28,6 +28,12 @@ export interface OutgoingOptions {
   log: Logger;
   /** Called after each chunk the peer has taken (progress of long pushes). */
   onChunk?: (sentChunks: number, chunkCount: number) => void;
+  /**
+   * Once every chunk is taken, the peer must report the version complete within this long (it
+   * verifies each chunk as it lands: only its commit is left). Without it the wait is bounded
+   * only by the link's keepalive, which a peer that answers pings but never completes passes.
+   */
+  completionTimeoutMs?: number;
 }
 
 export class OutgoingTransfer {
@@ -221,7 +227,25 @@ export class OutgoingTransfer {
     const waitingOnPeer = !this.accepted || this.inflight > 0;
     if (waitingOnPeer && Date.now() - this.lastProgress > this.options.stallMs) {
       this.fail(new TimeoutError(`${this.link.peerId} took nothing for ${this.options.stallMs} ms`, { peer: this.link.peerId }));
+      return;
     }
+    const limit = this.options.completionTimeoutMs;
+    if (limit !== undefined && this.awaitingCompletion && Date.now() - this.lastProgress > limit) {
+      this.fail(
+        new TimeoutError(`${this.link.peerId} took every chunk but did not report the version complete within ${limit} ms`, {
+          peer: this.link.peerId,
+          stage: 'verification',
+        }),
+      );
+    }
+  }
+
+  /**
+   * Every chunk is taken and nothing is in flight: only the peer's report of completion is (or,
+   * once the transfer ended, was) awaited.
+   */
+  get awaitingCompletion(): boolean {
+    return this.accepted && this.inflight === 0 && this.resend.length === 0 && this.waitingFor === null && this.pick() === null;
   }
 
   private finish(result: OutgoingResult): void {

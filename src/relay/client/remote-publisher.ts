@@ -44,10 +44,42 @@ export interface RemoteOptions {
   /** A fixed chunk size; without one, each version gets the chunk size the relay chooses for it. */
   chunkSize?: number;
   window?: number;
-  /** A relay that takes nothing (or answers no ping) for this long fails the push. */
+  /**
+   * A relay that takes nothing (or answers no ping) for this long fails the push, and so does
+   * one that took every chunk but does not report the version complete within it.
+   */
   stallMs?: number;
+  /** The connection and handshake must be done within this (default 10 s). */
   timeoutMs?: number;
 }
+
+/** Where a push stood when its destination was lost (`details.stage` of ERR_DESTINATION_LOST). */
+export type PushStage = 'connecting' | 'offering' | 'transferring' | 'verification';
+
+/**
+ * Failures that mean the relay (or the way to it) is gone, as opposed to a refusal, a decline or
+ * a deadline: the transport's own (UCS_*), the link closing under the push, the worker closed.
+ */
+function isTransportLoss(err: unknown): boolean {
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' && (code.startsWith('UCS_') || code === ErrorCodes.PEER_CLOSED || code === ErrorCodes.UCX_CLOSED);
+}
+
+/** A transport loss as ERR_DESTINATION_LOST naming the relay and the stage; anything else unchanged. */
+function destinationLost(err: unknown, relay: string, address: string, stage: PushStage): unknown {
+  if (!isTransportLoss(err)) return err;
+  return new LaminarError(ErrorCodes.DESTINATION_LOST, `the relay ${relay} at ${address} was lost while ${STAGE_WORDS[stage]}: ${(err as Error).message}`, {
+    cause: err,
+    details: { relay, address, stage },
+  });
+}
+
+const STAGE_WORDS: Record<PushStage, string> = {
+  connecting: 'connecting to it',
+  offering: 'offering it the version',
+  transferring: 'transferring the version',
+  verification: 'awaiting its verification of the version',
+};
 
 export interface RemotePublishResult {
   model: string;
@@ -139,7 +171,7 @@ export class RemotePublisher {
       return new RemotePublisher(worker, link, options, new BroadcastMetrics(new Registry(), () => worker.stats().registrations));
     } catch (err) {
       worker.close();
-      throw err;
+      throw destinationLost(err, options.relayId ?? 'relay', options.address, 'connecting');
     }
   }
 
@@ -246,16 +278,24 @@ export class RemotePublisher {
     if (this.sessions.has(key)) throw new ConflictError(ErrorCodes.PUSH_IN_PROGRESS, `${model} v${version} is being pushed already`);
     const registration = prepared.kept ? this.keptRegistration(mapping) : this.worker.register(mapping);
     const transferStarted = performance.now();
+    const stallMs = this.options.stallMs ?? 30_000;
     const transfer = new OutgoingTransfer(this.link, new LocalSource(model, version, layout, mapping), {
       window: this.options.window ?? DEFAULT_BROADCAST_WINDOW,
-      stallMs: this.options.stallMs ?? 30_000,
+      stallMs,
+      completionTimeoutMs: stallMs,
       metrics: this.metrics,
       log: silentLogger,
       ...(onProgress ? { onChunk: (sent: number, total: number) => onProgress(Math.min(sent, total) * layout.chunkSize, layout.dataLength) } : {}),
     });
     this.sessions.set(key, transfer);
     try {
-      const result = await Promise.race([transfer.start(), this.linkClosed]);
+      let result;
+      try {
+        result = await Promise.race([transfer.start(), this.linkClosed]);
+      } catch (err) {
+        const stage: PushStage = transfer.awaitingCompletion ? 'verification' : transfer.sentChunks > 0 ? 'transferring' : 'offering';
+        throw destinationLost(err, this.link.peerId, this.options.address, stage);
+      }
       if (result === 'declined') {
         const reason = transfer.declined ?? { code: ErrorCodes.DECLINED, message: 'the relay declined the version' };
         throw new ConflictError(reason.code, `${this.link.peerId} declined ${model} v${version}: ${reason.message}`);
