@@ -130,6 +130,7 @@ describe("prefetch 'after-release'", () => {
     await expect.poll(() => s.stats().readyBatches).toBe(1); // nothing is held yet
     const b1 = await s.sample({ timeoutMs: 5000 });
     expect(b1.prefetched).toBe(true);
+    // An absence (nothing is prefetched while b1 is held): a window, not an event, to wait for.
     await new Promise((r) => setTimeout(r, 300));
     expect(s.stats()).toMatchObject({ readyBatches: 0, reserved: 0 });
 

@@ -5,7 +5,7 @@
  * case each surviving relay ends with the version byte-identical and verified, and the chunks
  * re-sent per repaired hop stay within 2.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { pack } from 'msgpackr';
 import { NetnsCluster, pattern, waitFor } from '../../bench/cluster.js';
@@ -295,11 +295,17 @@ describe('rollout manager: chain scheduling and repair (netns testbed)', () => {
       const badRegistration = await nc.request(names.register, pack({ v: 2, t: 'register' }), { timeout: 3000 });
       expect(decode(registerReplySchema, badRegistration.data, 'reply')).toMatchObject({ t: 'refused', code: 'ERR_CONTROL_SCHEMA_VERSION' });
       await nc.flush();
-      await new Promise((r) => setTimeout(r, 300));
-      const metrics = await (await fetch(`http://127.0.0.1:${cluster.managers[0]!.ready.httpPort as number}/metrics`)).text();
-      for (const code of ['ERR_CONTROL_DECODE', 'ERR_CONTROL_SCHEMA_VERSION', 'ERR_CONTROL_SCHEMA', 'ERR_UNKNOWN_MEMBER', 'ERR_ID_TAKEN']) {
-        expect(metrics, code).toMatch(new RegExp(`laminar_manager_rejected_total\\{code="${code}"\\} [1-9]`));
-      }
+      // Until the manager has counted every message above (it reads them in its own time).
+      const metricsNow = async (): Promise<string> => (await fetch(`http://127.0.0.1:${cluster.managers[0]!.ready.httpPort as number}/metrics`)).text();
+      await vi.waitFor(
+        async () => {
+          const metrics = await metricsNow();
+          for (const code of ['ERR_CONTROL_DECODE', 'ERR_CONTROL_SCHEMA_VERSION', 'ERR_CONTROL_SCHEMA', 'ERR_UNKNOWN_MEMBER', 'ERR_ID_TAKEN']) {
+            expect(metrics, code).toMatch(new RegExp(`laminar_manager_rejected_total\\{code="${code}"\\} [1-9]`));
+          }
+        },
+        { timeout: 10_000, interval: 100 },
+      );
       // Nobody was declared dead by the forged report, and the manager still answers.
       expect(await chainIds()).toEqual(['r0', 'r1', 'r2', 'r3', 'r4']);
     } finally {

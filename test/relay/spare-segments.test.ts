@@ -108,7 +108,8 @@ describe('relay: spare segments (pages of retired versions reused)', () => {
     expect(metricValue(text, 'laminar_relay_spare_segments_total', 'event="dropped"')).toBe(1);
     const status = await client.status();
     expect(status.usedBytes).toBeLessThanOrEqual(600 * 1024);
-    // And no spare is prepared beyond the budget either.
+    // And no spare is prepared beyond the budget either: nothing to wait for but the quiet
+    // period (spareQuiet 200 ms) passing, three times over, without one.
     await new Promise((r) => setTimeout(r, 600));
     expect((await client.status()).usedBytes).toBeLessThanOrEqual(600 * 1024);
   });
@@ -116,6 +117,7 @@ describe('relay: spare segments (pages of retired versions reused)', () => {
   it('keeps no spare with --spare-segments 0', async () => {
     const { relay, client, dir } = await start({ keepVersions: 0, spareSegments: 0 });
     for (let v = 1; v <= 4; v++) await publishVisible(client, { model: MODEL, version: v, tensors: weights(v) });
+    // An absence: three quiet periods (200 ms) pass without a spare.
     await new Promise((r) => setTimeout(r, 600));
     expect(spareFiles(dir)).toEqual([]);
     const text = await metricsText(relay.metricsPort!);

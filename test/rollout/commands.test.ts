@@ -163,7 +163,14 @@ describe('rollout commands', () => {
           resolve();
         }),
       );
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      const heldUntil = Date.now();
+      // A heartbeat read after the hold-up: the manager's timers (its tick, which saw the silence)
+      // ran before that I/O, so the tick after the hold-up has had its say.
+      const heardAt = (): number => {
+        const m = manager.status().members.find((x) => x.id === 'ro-h');
+        return m ? Date.now() - m.heardMsAgo : 0;
+      };
+      await expect.poll(heardAt, { timeout: 10_000 }).toBeGreaterThan(heldUntil);
       expect(manager.status().rollouts.find((r) => r.id === 'ro-h')?.health).toBe('alive');
       // Not even for a moment (a member heard again after being declared dead is alive again).
       expect(await metricValue(registry, 'laminar_manager_deaths_total', { kind: 'rollout' })).toBe(0);
