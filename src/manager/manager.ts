@@ -33,14 +33,14 @@ import type { Registry } from 'prom-client';
 import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
 import { watchdog, type Watchdog } from '../common/watchdog.js';
-import type { Chunking, Holding, MemberKind, Progress, RolloutLoad } from '../control/schema.js';
 import { controlNames, type ControlNames } from '../control/subjects.js';
 import { progressScore } from './chain.js';
 import { ChainPlanner } from './chain-planning.js';
 import { Leadership } from './leadership.js';
-import { Membership, type MemberHealth } from './membership.js';
+import type { ManagerStatus } from './manager-status.js';
+import { Membership } from './membership.js';
 import { ManagerMetrics } from './metrics.js';
-import { RolloutCoordinator, type CoordinatorStatus, type RolloutCoordinatorOptions } from './rollouts/coordinator.js';
+import { RolloutCoordinator, type RolloutCoordinatorOptions } from './rollouts/coordinator.js';
 import { RolloutCoordinatorMetrics } from './rollouts/metrics.js';
 import { StalenessWatch } from './staleness/staleness-watch.js';
 import { EventJournal } from './dashboard/journal.js';
@@ -49,6 +49,7 @@ import type { StalenessCounts } from './dashboard/model.js';
 import { ErrorCodes } from '../common/error-codes.js';
 
 export { memberHealths, type MemberHealth } from './membership.js';
+export type { ManagerStatus } from './manager-status.js';
 
 export interface ManagerOptions {
   nc: NatsConnection;
@@ -76,46 +77,6 @@ export interface ManagerOptions {
   staleness?: { buffer: string; model?: string };
   /** Period of the dashboard's series points while leading (default 1 s). */
   seriesIntervalMs?: number;
-}
-
-export interface ManagerStatus {
-  manager: string;
-  leader: boolean;
-  /** The manager leading the job: this one while it leads, else the lease's holder as last seen (null: nobody). */
-  leaderId: string | null;
-  job: string;
-  epoch: number | null;
-  master: string | null;
-  chain: {
-    position: number;
-    id: string;
-    address: string;
-    host: string;
-    labels: Record<string, string>;
-    health: MemberHealth;
-    heardMsAgo: number;
-    holds: Holding[];
-    receiving: Progress[];
-    progress: number;
-    /** The relay's chunking, as its last heartbeat said (absent: not reported). */
-    chunking?: Chunking;
-    /** The page size of the relay's segments (absent: not reported). */
-    pageSize?: number;
-    /** Moved to the tail for stalling a link, and not forgiven yet. */
-    demoted: boolean;
-    /**
-     * Chunk bytes the relay sent and received since it started, as its last heartbeat said. Null
-     * until its first heartbeat: a relay that has registered but not heartbeated yet has reported
-     * nothing (every relay under a manager reports them, zeros included, in each heartbeat), so
-     * null reads "no heartbeat yet", never "nothing sent". The dashboard (a relay row's
-     * `reported`) and `laminar status` (its sent / received column) show it so.
-     */
-    bytes: { sent: number; received: number } | null;
-  }[];
-  members: { id: string; kind: MemberKind; host: string; health: MemberHealth; heardMsAgo: number; inChain: boolean }[];
-  newest: Holding[];
-  rollouts: ({ id: string; host: string; health: MemberHealth } & Partial<RolloutLoad>)[];
-  repack: CoordinatorStatus;
 }
 
 export class Manager {

@@ -12,7 +12,7 @@ import { ErrorCodes } from '../common/error-codes.js';
 import { LaminarError } from '../common/errors.js';
 import { sendBody } from '../common/http-answers.js';
 import type { HttpRoute } from '../common/http-server.js';
-import type { ManagerStatus } from './manager.js';
+import type { ManagerStatus } from './manager-status.js';
 import { filterStatus, parseStatusFilter, summarizeStatus } from './status-view.js';
 
 export const STATUS_QUERY = ['kind', 'health', 'behind', 'summary'] as const;

@@ -1,5 +1,5 @@
 /** `laminar status`: the manager's status as tables a person reads. */
-import type { ManagerStatus } from './manager.js';
+import type { ManagerStatus } from './manager-status.js';
 import { memberHealths } from './membership.js';
 import type { StatusSummary } from './status-view.js';
 // Presentation only: the relay's own wording of its chunking, shared with `laminar versions`.

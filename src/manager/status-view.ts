@@ -7,7 +7,7 @@
  */
 import { LaminarError } from '../common/errors.js';
 import { memberKinds, type MemberKind } from '../control/schema.js';
-import type { ManagerStatus } from './manager.js';
+import type { ManagerStatus } from './manager-status.js';
 import { memberHealths, type MemberHealth } from './membership.js';
 import { ErrorCodes } from '../common/error-codes.js';
 

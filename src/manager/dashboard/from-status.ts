@@ -8,7 +8,7 @@
  * on), so that a row that looks the same on the page is the same in the state, and the next
  * delta leaves it out. A relay's progress is not sent: the page computes it (relayProgress).
  */
-import type { ManagerStatus } from '../manager.js';
+import type { ManagerStatus } from '../manager-status.js';
 import {
   DASHBOARD_MODEL_VERSION,
   HEALTHS,

@@ -23,7 +23,7 @@ import type { HeldStream, HttpExchange } from '../../common/http-server.js';
 import type { Logger } from '../../common/logger.js';
 import { counter, gauge, histogram } from '../../common/metric-factory.js';
 import { watchdog, type Watchdog } from '../../common/watchdog.js';
-import type { ManagerStatus } from '../manager.js';
+import type { ManagerStatus } from '../manager-status.js';
 import { diffStates } from './diff.js';
 import { dashboardState } from './from-status.js';
 import type { DashboardEvent, DashboardState, SeriesWindow, StalenessCounts } from './model.js';

@@ -17,7 +17,7 @@
  * minute) is null at that point: the page draws a gap. O(members) a second. Cleared when
  * leadership ends, like the registry: the next leader's series are its own.
  */
-import type { ManagerStatus } from '../manager.js';
+import type { ManagerStatus } from '../manager-status.js';
 import type { StalenessListener } from '../staleness/staleness-watch.js';
 import type { SeriesWindow, StalenessCounts } from './model.js';
 import { CounterRate, SERIES_POINTS, SeriesRing, SlidingCounts, percentileOfCounts } from './series.js';

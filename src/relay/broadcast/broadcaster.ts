@@ -15,15 +15,14 @@
  * arriving upstream to its forwarding downstream.
  */
 import type { Logger } from 'pino';
-import type { Registry } from 'prom-client';
 import type { LaminarError } from '../../common/errors.js';
 import { UcxWorker, assertAddressUp, devicesOfOwnAddress, parseAddress, type Listener } from '../../ucx/index.js';
-import type { BroadcastOptions } from '../options.js';
 import type { BroadcastStatus } from '../protocol/status.js';
 import type { StoredVersion, VersionStore } from '../store.js';
 import { DownstreamSide } from './downstream.js';
 import { BroadcastMetrics } from './metrics.js';
 import { downstreamOf, positionOf, type ChainPlan } from './plan.js';
+import type { BroadcasterOptions } from './options.js';
 import { MappingRegistrations } from './registrations.js';
 import { StoredSource } from './source.js';
 import { UpstreamSide } from './upstream.js';
@@ -31,16 +30,6 @@ import { ErrorCodes } from '../../common/error-codes.js';
 
 // The status shape lives with the wire protocol (clients read it); re-exported for the daemon's code.
 export type { BroadcastStatus };
-
-export interface BroadcasterOptions extends BroadcastOptions {
-  relayId: string;
-  logger: Logger;
-  registry: Registry;
-  /** Told of every transport failure with a neighbour (the control plane reports it to the manager). */
-  onPeerFailure?: (peerId: string, direction: 'downstream' | 'upstream', code: string) => void;
-  /** "address:port" other relays reach this one at, when the listener takes every address (under a manager). */
-  advertise?: string;
-}
 
 export class Broadcaster {
   readonly metrics: BroadcastMetrics;

@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import { LaminarError } from '../../common/errors.js';
 import type { UcxWorker } from '../../ucx/index.js';
 import type { StoredVersion, VersionStore } from '../store.js';
-import type { BroadcasterOptions } from './broadcaster.js';
+import type { BroadcasterOptions } from './options.js';
 import { PeerRefusedError, connectPeer, type PeerLink } from './link.js';
 import type { BroadcastMetrics } from './metrics.js';
 import { OutgoingTransfer, transferKey } from './outgoing.js';

@@ -10,7 +10,7 @@ import { MAX_HEADER_BYTES } from '../../safetensors/header.js';
 import type { Endpoint, IncomingMessage } from '../../ucx/index.js';
 import type { BroadcastStatus } from '../protocol/status.js';
 import { parseOffered, type OfferedVersion, type StoredVersion, type VersionStore } from '../store.js';
-import type { BroadcasterOptions } from './broadcaster.js';
+import type { BroadcasterOptions } from './options.js';
 import { GOODBYE } from './downstream.js';
 import { IncomingTransfer, PullLane } from './incoming.js';
 import { acceptPeer, keepaliveIntervalFor, type PeerLink, type PeerRole } from './link.js';

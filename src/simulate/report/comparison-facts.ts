@@ -8,7 +8,7 @@ import type { SystemName } from '../scenario/schema.js';
 import type { ScenarioRunResult } from '../systems/run-context.js';
 import { failureEffect, type FailureEffect } from './failure-effect.js';
 import type { PaperModel } from './paper.js';
-import type { ScenarioSummary } from './results.js';
+import type { ScenarioSummary } from './scenario-summary.js';
 
 /** The paper's baselines of Figure 11 by the simulator's system names. */
 export const FIG11_BASELINES: ReadonlyArray<{ key: string; system: SystemName; label: string }> = [

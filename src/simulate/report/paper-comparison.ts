@@ -12,7 +12,7 @@ import type { ScenarioRunResult } from '../systems/run-context.js';
 import { comparisonFacts, FIG11_BASELINES, mean, type ComparisonFacts } from './comparison-facts.js';
 import { whyNotWithin } from './known-deviations.js';
 import { paperFigure } from './paper.js';
-import type { ScenarioSummary } from './results.js';
+import type { ScenarioSummary } from './scenario-summary.js';
 
 export { FIG11_BASELINES, runsByPoint } from './comparison-facts.js';
 

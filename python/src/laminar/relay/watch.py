@@ -23,15 +23,29 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from typing import TYPE_CHECKING, Any, AsyncGenerator, Generator, Mapping, Optional
+from typing import Any, AsyncGenerator, Generator, Mapping, Optional, Protocol
 
 from .. import error_codes
 from ..errors import ClosedError, LaminarError
 from .protocol import VersionEvent
 from .session import WATCH_QUEUE_LIMIT, Session
 
-if TYPE_CHECKING:
-    from .client import RelayClient
+
+class WatchedClient(Protocol):
+    """What a watch needs of its client (``RelayClient`` is one): the live session, whether to
+    come back after the relay goes away, and a place to register the watch so that closing the
+    client ends it. A protocol here rather than an import of ``client``, which imports this
+    module."""
+
+    reconnect: bool
+
+    @property
+    def closed(self) -> bool: ...
+
+    def _live(self) -> Session: ...
+
+    def _track_watch(self, control: Any) -> None: ...
+
 
 #: Backoff between attempts to subscribe again while the relay is away.
 RESUBSCRIBE_FIRST_SECONDS = 0.1
@@ -94,7 +108,7 @@ class Watch:
     """An iterator of ``VersionEvent``s (see the module doc). ``close()`` may be called from any
     thread; ``with relay.watch(...) as w:`` closes it on leaving."""
 
-    def __init__(self, client: "RelayClient", model: Optional[str], replay: bool) -> None:
+    def __init__(self, client: WatchedClient, model: Optional[str], replay: bool) -> None:
         self._control = _Control()
         client._track_watch(self._control)
         self._events = _watch(client, _Delivered(model, replay), self._control)
@@ -118,7 +132,7 @@ class Watch:
         self._events.close()
 
 
-def _watch(client: "RelayClient", state: _Delivered, control: _Control) -> Generator[Any, None, None]:
+def _watch(client: WatchedClient, state: _Delivered, control: _Control) -> Generator[Any, None, None]:
     backoff = RESUBSCRIBE_FIRST_SECONDS
     first = True
     while not control.stopped.is_set():
@@ -217,7 +231,7 @@ class AsyncWatch:
     ``await w.aclose()`` (or ``async with relay.awatch(...) as w:``), by breaking out of the
     loop, or by closing the client."""
 
-    def __init__(self, client: "RelayClient", model: Optional[str], replay: bool) -> None:
+    def __init__(self, client: WatchedClient, model: Optional[str], replay: bool) -> None:
         self._control = _AsyncControl()
         client._track_watch(self._control)
         self._events = _awatch(client, _Delivered(model, replay), self._control)
@@ -251,7 +265,7 @@ class AsyncWatch:
         await self.aclose()
 
 
-async def _awatch(client: "RelayClient", state: _Delivered, control: _AsyncControl) -> AsyncGenerator[Any, None]:
+async def _awatch(client: WatchedClient, state: _Delivered, control: _AsyncControl) -> AsyncGenerator[Any, None]:
     loop = asyncio.get_running_loop()
     control.loop = loop
     control.wake = asyncio.Event()
