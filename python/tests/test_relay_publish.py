@@ -145,6 +145,30 @@ class TestStateDict:
                 assert torch.equal(views[name], expected.contiguous()), name
             del views
 
+    @pytest.mark.parametrize("chunk_size", [64 * 1024, 4097])
+    def test_large_non_contiguous_tensors_land_byte_for_byte(self, client, chunk_size):
+        # Parts of many chunks, rows cut by chunk boundaries (64 KiB), elements cut by them
+        # (4097 bytes): copied as they are, in parallel, equal to their contiguous copies.
+        g = torch.Generator().manual_seed(11)
+        rng = np.random.default_rng(11)
+        tensors = {
+            "transposed_f32": torch.randn(300, 517, generator=g).t(),
+            "transposed_bf16": torch.randn(401, 333, generator=g).to(torch.bfloat16).t(),
+            "strided_f16": torch.randn(256, 1030, generator=g).half()[:, ::3],
+            "sliced_i64": torch.arange(200 * 300).reshape(200, 300)[17:190, 3:251],
+            "permuted_3d_f32": torch.randn(9, 70, 41, generator=g).permute(2, 0, 1),
+            "np_transposed_f64": rng.standard_normal((150, 222)).T,
+            "np_reversed_i8": rng.integers(-128, 127, (333, 257), dtype=np.int8)[::-1, ::2],
+        }
+        for name, tensor in tensors.items():
+            contiguous = tensor.is_contiguous() if isinstance(tensor, torch.Tensor) else tensor.flags.c_contiguous
+            assert not contiguous, name
+        client.publish("org/m", 1, tensors, chunk_size=chunk_size).wait_visible(timeout=60)
+        with client.acquire("org/m") as lease:
+            lease.verify()
+            for name, expected in tensors.items():
+                assert digest(lease.numpy(name)) == digest(expected), name
+
     def test_tensors_that_straddle_odd_chunk_boundaries(self, client):
         # 4097-byte chunks cut elements in two; the relay checks every part's checksum at commit.
         rng = np.random.default_rng(3)

@@ -7,6 +7,10 @@ the hash from cache. numpy's ``copyto``, torch's ``copy_`` and xxhash release th
 buffers, so the jobs run in parallel. A job returns the part's XXH3-64 as 16 hex digits: what
 the TypeScript client reports in ``written`` (``chunkAligned: true``).
 
+A tensor that is not contiguous is copied whole into its place by one job of the pool, straight
+from its strides (strided_copy.py), then checksummed: no contiguous copy of it is made first, and
+the caller's thread goes on handing out the other tensors' copies meanwhile.
+
 Small single-part tensors are copied on the caller's thread: handing them to the pool costs more
 than the copy.
 """
@@ -23,6 +27,7 @@ import xxhash
 from .checksums import xxh3_hex
 from .layout import ChunkGrid, chunk_aligned_parts
 from .protocol import TensorInfo
+from .strided_copy import copy_strided
 from .tensor_source import TensorSource
 
 #: Bytes copied, then hashed, at a time: small enough that the hash reads them from the core's
@@ -79,10 +84,7 @@ class SegmentWriter:
                 return [_run_inline(jobs[0])]
             return [self._executor.submit(job) for job in jobs]
         if source.strided is not None:
-            # numpy copies with the source's strides straight into the segment (GIL released).
-            target = self.bytes[info.offset : info.offset + info.byte_length]
-            np.copyto(target.view(source.strided.dtype).reshape(source.strided.shape), source.strided)
-            return self.checksum(info)
+            return self._write_strided(info, source.strided, parts)
         device = source.device
         return [self._executor.submit(self._copy_device_part, o, device, o - info.offset, n) for o, n in parts]
 
@@ -93,6 +95,29 @@ class SegmentWriter:
         if len(parts) == 1 and info.byte_length <= INLINE_BYTES:
             return [_done(xxh3_hex(data[info.offset : info.offset + info.byte_length]))]
         return [self._executor.submit(xxh3_hex, data[o : o + n]) for o, n in parts]
+
+    def _write_strided(self, info: TensorInfo, source: Any, parts: list[tuple[int, int]]) -> list[Future]:
+        """A tensor that is not contiguous: one copy of the whole of it into its place, on the
+        pool (the other tensors' copies go on meanwhile; the caller's thread only hands it
+        over), then its parts' checksums in the same job. One future per part, as ``write``."""
+        results: list[Future] = [Future() for _ in parts]
+
+        def job() -> None:
+            try:
+                data = self.bytes
+                copy_strided(data[info.offset : info.offset + info.byte_length], source)
+                for (offset, length), result in zip(parts, results):
+                    result.set_result(xxh3_hex(data[offset : offset + length]))
+            except BaseException as err:  # noqa: BLE001 - delivered through the futures
+                for result in results:
+                    if not result.done():
+                        result.set_exception(err)
+
+        if len(parts) == 1 and info.byte_length <= INLINE_BYTES:
+            job()
+        else:
+            self._executor.submit(job)
+        return results
 
     def _copy_part(self, offset: int, source: np.ndarray, source_offset: int, length: int) -> str:
         data = self.bytes

@@ -2,8 +2,9 @@
 
 - a contiguous CPU tensor or array is a 1-D ``uint8`` numpy view of its bytes (no copy): it is
   copied into the segment block by block, each block checksummed while it is in cache;
-- a non-contiguous CPU tensor or array is copied into the segment by numpy with its strides
-  (it lands contiguous there; no intermediate contiguous copy), then checksummed;
+- a non-contiguous CPU tensor or array is copied into the segment with its strides by one job
+  of the writer's pool, torch's copy for a torch tensor, numpy's for an array (it lands
+  contiguous there; no intermediate contiguous copy: strided_copy.py), then checksummed;
 - a tensor on an accelerator (CUDA) is copied by torch straight from the device into the
   segment (``copy_`` into a torch view of the shared memory), part by part, never through an
   intermediate host buffer of ours.
@@ -31,8 +32,8 @@ class TensorSource:
     nbytes: int
     #: Contiguous host bytes, as a 1-D uint8 array.
     host: Optional[np.ndarray] = None
-    #: A host array that is not contiguous (copied with its strides).
-    strided: Optional[np.ndarray] = None
+    #: A host array or CPU torch tensor that is not contiguous (copied with its strides).
+    strided: Any = None
     #: A contiguous accelerator tensor, viewed as 1-D uint8.
     device: Any = None
 
@@ -77,6 +78,9 @@ def tensor_source(value: Any) -> TensorSource:
         tensor = value.detach()
         dtype = safetensors_dtype(tensor.dtype)
         if tensor.device.type == "cpu":
+            if not tensor.is_contiguous():
+                # Copied by torch, whose CPU copy kernel handles transposes faster than numpy's.
+                return TensorSource(dtype, tensor.numel() * tensor.element_size(), strided=tensor)
             return _from_numpy(_cpu_tensor_as_numpy(tensor), dtype)
         torch = _torch_module()
         tensor = tensor.contiguous()
