@@ -17,7 +17,7 @@ import { Command } from 'commander';
 import { Mapping } from '../native/index.js';
 import { RelayClient } from '../relay/client/index.js';
 import { median } from '../common/stats.js';
-import { formatBytes, parseBytes, parseDuration } from '../common/units.js';
+import { formatBytes, parseBytes, parseDurationOption } from '../common/units.js';
 import { freePort } from '../services/ports.js';
 import { removeShmTree } from '../relay/pages/huge-mount.js';
 
@@ -53,8 +53,8 @@ async function main(): Promise<void> {
     .option('--relays <n>', 'relays on this host, chained over UCX (the first is the master; pullers are spread over them)', '2')
     .parse(process.argv);
   const opts = program.opts<DemoOptions>();
-  const durationMs = parseDuration(opts.duration);
-  const intervalMs = parseDuration(opts.interval);
+  const durationMs = parseDurationOption('--duration', opts.duration);
+  const intervalMs = parseDurationOption('--interval', opts.interval);
   const size = parseBytes(opts.size);
   const pullerCount = Number(opts.pullers);
   const tensorCount = Number(opts.tensors);

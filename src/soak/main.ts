@@ -16,7 +16,7 @@ import { promisify } from 'node:util';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Command } from 'commander';
 import { delay } from '../common/concurrency.js';
-import { parseBytes, parseDuration } from '../common/units.js';
+import { parseBytes, parseDurationOption } from '../common/units.js';
 import { PromptPool } from '../data/index.js';
 import { intIn, managerStatus, scrape } from '../demo/books.js';
 import { onInterrupt, openStage } from '../demo/stage.js';
@@ -88,10 +88,10 @@ async function main(): Promise<void> {
     .option('--out <dir>', 'where the timeline, the faults, the summary and the PNG go', 'soak-out')
     .parse(process.argv)
     .opts<SoakCliOptions>();
-  const durationMs = parseDuration(opts.duration);
-  const meanGapMs = parseDuration(opts.faultEvery);
-  const sampleMs = parseDuration(opts.sampleEvery);
-  const settleMs = parseDuration(opts.settle);
+  const durationMs = parseDurationOption('--duration', opts.duration);
+  const meanGapMs = parseDurationOption('--fault-every', opts.faultEvery);
+  const sampleMs = parseDurationOption('--sample-every', opts.sampleEvery);
+  const settleMs = parseDurationOption('--settle', opts.settle);
   const relayCount = intIn('relays', opts.relays, 3, 16);
   const rolloutCount = intIn('rollouts', opts.rollouts, 1, 64);
   const sizeBytes = parseBytes(opts.size);

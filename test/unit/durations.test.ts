@@ -130,14 +130,21 @@ describe('every command refuses a duration flag without a unit, before it connec
     expect(err.message).toMatch(/^600 has no unit/);
   });
 
-  it('refuses `npm run demo -- --duration 60` (it used to run for 60 ms of wall time)', async () => {
-    const demo = fileURLToPath(new URL('../../dist/src/demo/main.js', import.meta.url));
+  // The scripts behind `npm run demo`, `npm run soak` and the weight-path demo parse their flags
+  // first. Each also gets a flag checked after the durations that it refuses, so that without the
+  // fix it fails at once too (on that flag) instead of starting a job.
+  it.each([
+    ['demo/main.js', '--duration', '', ['--rollouts', '0']],
+    ['demo/weight-path.js', '--interval', '--interval: ', ['--size', 'huge']],
+    ['soak/main.js', '--fault-every', '--fault-every: ', ['--relays', '1']],
+  ])('refuses `node dist/src/%s %s 60` (`npm run demo -- --duration 60` ran for 60 ms of wall time)', async (script, flag, named, after) => {
+    const path = fileURLToPath(new URL(`../../dist/src/${script}`, import.meta.url));
     const exit = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-      execFile(process.execPath, [demo, '--duration', '60'], { timeout: 60_000 }, (err, _stdout, stderr) =>
+      execFile(process.execPath, [path, flag, '60', ...after], { timeout: 60_000 }, (err, _stdout, stderr) =>
         resolve({ code: err ? (err.code as number) : 0, stderr }),
       );
     });
     expect(exit.code).toBe(1);
-    expect(exit.stderr).toMatch(/"60" has no unit: a duration takes ms, s, m or h \(examples: 60s, 2m, 500ms, 1h\)/);
+    expect(exit.stderr).toContain(`${named}"60" has no unit: a duration takes ms, s, m or h (examples: 60s, 2m, 500ms, 1h)`);
   });
 });
