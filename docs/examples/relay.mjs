@@ -4,7 +4,8 @@
 //   node docs/examples/relay.mjs
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
-import { RelayClient, removeShmTree, startRelay } from 'laminar/relay';
+import { RelayClient, startRelay } from 'laminar/relay';
+import { removeShmTree } from 'laminar/testing';
 
 const dir = mkdtempSync('/dev/shm/laminar-example-');
 const embedded = process.env.LAMINAR_RELAY_SOCKET

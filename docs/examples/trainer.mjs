@@ -7,8 +7,8 @@ import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import { Manager } from 'laminar/manager';
-import { RelayClient, removeShmTree, startRelay } from 'laminar/relay';
-import { freePort, startNatsServer } from 'laminar/testing';
+import { RelayClient, startRelay } from 'laminar/relay';
+import { freePort, removeShmTree, startNatsServer } from 'laminar/testing';
 import { TrainerClient } from 'laminar/trainer';
 
 const job = 'example';

@@ -20,3 +20,14 @@ export { partialNames, type PartialNames } from './partial/partial-stream.js';
 export { PartialTrajectory } from './partial/partial-trajectory.js';
 export { PARKED_OWNER, partialLogKind, type PartialStart, type TrajectoryIdentity } from './partial/log-codec.js';
 export { type PartialState, type PartialSummary } from './partial/log-reader.js';
+// The sampler service (`laminar sampler`), to embed as `startRelay` embeds a relay.
+export {
+  startSamplerService,
+  parseSamplerServiceOptions,
+  defaultSamplerSocket,
+  SamplerServiceOptionError,
+  type SamplerService,
+  type SamplerServiceDeps,
+  type SamplerServiceConfig,
+  type SamplerServiceInput,
+} from './sampler-service/index.js';

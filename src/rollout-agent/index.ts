@@ -3,8 +3,19 @@
  * rollout-agent`). See agent.ts for its life and http-engine.ts for one trajectory's.
  */
 export { RolloutAgent, type RolloutAgentOptions } from './agent.js';
-export type { EngineClient, EngineLoadSample, GenerateRequest, GenerateResult, SamplingParams, ServerInfo, PauseMode, FinishReason } from './engine-client.js';
+export type {
+  EngineClient,
+  EngineLoadSample,
+  GenerateHandlers,
+  GenerateRequest,
+  GenerateResult,
+  SamplingParams,
+  ServerInfo,
+  PauseMode,
+  FinishReason,
+} from './engine-client.js';
 export { SglangClient } from './sglang-client.js';
+export { VllmClient } from './vllm-client.js';
 export { HttpRolloutEngine } from './http-engine.js';
 export { EngineError } from './http.js';
 export { targetMatchReward, loadRewardFunction, type RewardFunction, type RewardInput } from './rewards.js';

@@ -28,4 +28,6 @@ export {
   type SimTrainerConfig,
 } from '../sim/trainer/index.js';
 export { createTestbed, type Testbed, type TestHost } from './testbed.js';
+/** Removes a relay's shm directory, unmounting its huge-page mount first (a test's or an example's clean-up). */
+export { removeShmTree } from '../relay/pages/huge-mount.js';
 export { claimBed, type BedClaim } from './bed-claim.js';

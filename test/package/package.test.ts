@@ -62,6 +62,25 @@ describe('the packed package in a scratch project', () => {
     for (const entry of ENTRY_POINTS) expect(stdout).toMatch(new RegExp(`^${entry} [1-9]\\d*$`, 'm'));
   });
 
+  it('exports what a user embeds, and not the relay internals', async () => {
+    const script = [
+      "import * as relay from 'laminar/relay'; import * as data from 'laminar/data'; import * as rollout from 'laminar/rollout';",
+      "import * as testing from 'laminar/testing'; import * as root from 'laminar';",
+      'console.log(JSON.stringify({ relay: Object.keys(relay), data: Object.keys(data), rollout: Object.keys(rollout), testing: Object.keys(testing), root: Object.keys(root) }));',
+    ].join('\n');
+    writeFileSync(join(scratch, 'exports.mjs'), script);
+    const names = JSON.parse((await run(process.execPath, ['exports.mjs'], { cwd: scratch })).stdout) as Record<string, string[]>;
+    expect(names.relay).toContain('startRelay');
+    for (const internal of ['removeShmTree', 'parseHeader', 'readHeaderLength']) {
+      expect(names.relay).not.toContain(internal);
+      expect(names.root).not.toContain(internal);
+    }
+    expect(names.testing).toContain('removeShmTree');
+    expect(names.data).toEqual(expect.arrayContaining(['startSamplerService', 'parseSamplerServiceOptions']));
+    expect(names.rollout).toEqual(expect.arrayContaining(['RolloutAgent', 'SglangClient', 'VllmClient', 'HttpRolloutEngine']));
+    expect(names.root).toEqual(expect.arrayContaining(['startSamplerService', 'RolloutAgent']));
+  });
+
   it('type-checks a TypeScript user of every entry point through the exports map', async () => {
     writeFileSync(
       join(scratch, 'user.ts'),
@@ -69,10 +88,31 @@ describe('the packed package in a scratch project', () => {
         "import { LaminarError, RelayClient as RootRelayClient } from 'laminar';",
         "import { RelayClient, startRelay, type Lease } from 'laminar/relay';",
         "import { TrainerClient, type TrainerPublishResult } from 'laminar/trainer';",
-        "import { RolloutClient, type RolloutEngine } from 'laminar/rollout';",
-        "import { ExperienceSampler, ExperienceWriter, PartialPool, PromptPool, wholeGroups } from 'laminar/data';",
+        "import { RolloutClient, RolloutAgent, SglangClient, VllmClient, type RolloutEngine, type RolloutAgentOptions } from 'laminar/rollout';",
+        "import type { EngineClient, EngineLoadSample, GenerateHandlers, GenerateRequest, GenerateResult, PauseMode, ServerInfo } from 'laminar/rollout';",
+        "import { ExperienceSampler, ExperienceWriter, PartialPool, PromptPool, wholeGroups, startSamplerService, parseSamplerServiceOptions } from 'laminar/data';",
         "import { Manager } from 'laminar/manager';",
-        "import { startNatsServer, startRedisServer, SimRolloutEngine } from 'laminar/testing';",
+        "import { startNatsServer, startRedisServer, SimRolloutEngine, removeShmTree } from 'laminar/testing';",
+        // A third kind of inference server is a class of the user's, passed to the agent: no fork.
+        'export class MyServerClient implements EngineClient {',
+        '  readonly kind = "my-server";',
+        '  constructor(readonly url: string) {}',
+        '  async health(): Promise<boolean> { return true; }',
+        '  async serverInfo(): Promise<ServerInfo> { return { kvCapacityTokens: null, description: this.kind }; }',
+        '  async generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {',
+        '    handlers.onTokens([request.inputIds.length], [0], null); return { finishReason: "stop", weightVersion: null }; }',
+        '  async loadWeights(dir: string, version: number): Promise<void> { void dir; void version; }',
+        '  async weightVersion(): Promise<string | null> { return null; }',
+        '  async pause(mode: PauseMode): Promise<void> { void mode; }',
+        '  async resume(): Promise<void> {}',
+        '  async abortAll(): Promise<void> {}',
+        '  async load(): Promise<EngineLoadSample> { return { kvUsed: null, running: null, waiting: null, tokensPerSecond: null }; }',
+        '  async tokenize(text: string): Promise<number[]> { return [...text].map((c) => c.charCodeAt(0)); }',
+        '}',
+        'export const engines: EngineClient[] = [new MyServerClient("http://x"), new SglangClient("http://y"), new VllmClient("http://z", { model: "m" })];',
+        'export const agentEngine: RolloutAgentOptions["engine"] = engines[0]!;',
+        'export const samplerConfig = parseSamplerServiceOptions({ buffer: "b", batchSize: "8" });',
+        'export type Embedded = [typeof RolloutAgent.start, typeof startSamplerService, typeof removeShmTree];',
         'export const sameClass: boolean = RelayClient === RootRelayClient;',
         'export async function first(client: RelayClient): Promise<number> { const lease: Lease = await client.acquire({ model: "m" }); return lease.version; }',
         'export type Used = [typeof startRelay, typeof TrainerClient, TrainerPublishResult, typeof RolloutClient, RolloutEngine, typeof ExperienceSampler,',
