@@ -8,8 +8,11 @@ import { promisify } from 'node:util';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
+import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
+import { Manager } from '../../src/manager/manager.js';
 import { projectPython, REPO_ROOT } from '../../src/services/index.js';
 import { RolloutAgent, SglangClient, targetMatchReward, type EngineClient, type RequestDefaults } from '../../src/rollout-agent/index.js';
+import { natsClient } from '../data/helpers.js';
 
 const run = promisify(execFile);
 
@@ -91,4 +94,51 @@ export async function startTestAgent(options: {
       await nc.close();
     },
   };
+}
+
+/** A job's prompt pool (loaded with `prompts`), experience writer and partial pool, on a services fixture. */
+export async function jobPools(
+  fx: { nc: NatsConnection; redis: Redis },
+  job: string,
+  prompts: { id: string; payload: unknown; n: number }[],
+  closers: Array<() => Promise<unknown>>,
+): Promise<{ prompts: PromptPool; writer: ExperienceWriter; partials: PartialPool }> {
+  const pool = await PromptPool.open({ redis: fx.redis, name: job });
+  await pool.load(prompts);
+  const writer = await ExperienceWriter.open({ nc: fx.nc, buffer: job, groups: pool });
+  const partials = await PartialPool.open({ nc: fx.nc, pool: job, writer });
+  closers.push(() => partials.close());
+  return { prompts: pool, writer, partials };
+}
+
+/**
+ * The job's manager, leader, on its own connection, with the fast failure detection the agent
+ * tests use (dead after 1.5 s); `orphanWaitMs` is how long a dead rollout's trajectories wait for
+ * a rollout of their version.
+ */
+export async function jobManager(
+  natsUrl: string,
+  job: string,
+  p: { prompts: PromptPool; partials: PartialPool },
+  closers: Array<() => Promise<unknown>>,
+  orphanWaitMs = 30_000,
+): Promise<Manager> {
+  const managerNc = await natsClient(natsUrl);
+  const m = new Manager({
+    nc: managerNc,
+    job,
+    registry: new Registry(),
+    leaseMs: 1000,
+    suspectAfterMs: 800,
+    deadAfterMs: 1500,
+    tickMs: 50,
+    rollouts: { partials: p.partials, prompts: p.prompts, repackIntervalMs: 0, orphanWaitMs, startupGraceMs: 0, commandTimeoutMs: 10_000 },
+  });
+  await m.start();
+  await m.whenLeader(10_000);
+  closers.push(async () => {
+    await m.close();
+    await managerNc.close();
+  });
+  return m;
 }

