@@ -34,6 +34,19 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): P
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Polls until `condition` holds, every `every` ms; throws after `ms`. The deadline only bounds the
+ * wait (a test fails instead of hanging): the condition decides, so a slow machine waits longer
+ * and a condition that never holds fails.
+ */
+export async function until(condition: () => boolean, ms: number, what: string, every = 2): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!condition()) {
+    if (performance.now() > deadline) throw new Error(`timed out after ${ms} ms: ${what}`);
+    await sleep(every);
+  }
+}
+
 /** Settles to 'ok' or the error's code, for asserting on outcomes without try/catch. */
 export function outcome(promise: Promise<unknown>): Promise<string> {
   return promise.then(

@@ -7,7 +7,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { Mapping } from '../../src/native/index.js';
-import { MiB, Workers, connect, fillPattern, outcome, patternBuffer, sleep, whenClosed, withTimeout } from '../helpers/ucx.js';
+import { MiB, Workers, connect, fillPattern, outcome, patternBuffer, sleep, until, whenClosed, withTimeout } from '../helpers/ucx.js';
 
 const workers = new Workers();
 afterEach(() => workers.closeAll());
@@ -31,7 +31,7 @@ describe('UCX binding: closing with work in flight', () => {
     expect(await withTimeout(receiving, 5_000, 'the receive to settle')).toMatch(/^(ok|UCS_ERR_)/);
     // The messages nobody took can still be declined once their sender is gone.
     for (const m of others) m.release();
-    await sleep(20);
+    await until(() => server.stats().endpoints === 0, 5_000, 'the server to see the sender gone');
     expect(server.stats()).toMatchObject({ endpoints: 0, operations: 0, descriptors: 0 });
 
     // The receiving worker is still fine.
@@ -84,7 +84,7 @@ describe('UCX binding: closing with work in flight', () => {
     const graceful = ep.close();
     await ep.close(true);
     await withTimeout(graceful, 2_000, 'the graceful close');
-    await sleep(20);
+    await until(() => client.stats().endpoints === 0, 5_000, 'the forced close to finish');
     expect(client.stats()).toMatchObject({ endpoints: 0, operations: 0 });
   });
 
@@ -124,13 +124,18 @@ describe('UCX binding: event loop', () => {
     const source = patternBuffer(MiB, 12);
     const pending = ep.send(Buffer.from('wait'), { source, offset: 0, length: MiB });
     const held = await inbox.next();
-    await sleep(100);
-    const before = process.cpuUsage();
-    const started = performance.now();
-    await sleep(1500);
-    const used = process.cpuUsage(before);
-    const share = (used.user + used.system) / 1000 / (performance.now() - started);
-    expect(share).toBeLessThan(0.05);
+    // The wire-up's last packets and this process's own GC may still run as the message lands: no
+    // fixed settle time, but windows of 1 s measured until one is idle (at most 5). A worker that
+    // spins never gives an idle window; a transient burst of work heals by the next one.
+    const shares: number[] = [];
+    while (shares.length < 5 && !(shares.at(-1)! < 0.05)) {
+      const before = process.cpuUsage();
+      const started = performance.now();
+      await sleep(1_000); // the measured window itself, not a wait for an event
+      const used = process.cpuUsage(before);
+      shares.push((used.user + used.system) / 1000 / (performance.now() - started));
+    }
+    expect(Math.min(...shares)).toBeLessThan(0.05);
     // Still responsive after sleeping.
     held.release();
     await withTimeout(pending, 2_000, 'the send after idling');

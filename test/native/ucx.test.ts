@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Mapping, checksumBuffer, createSegment } from '../../src/native/index.js';
 import type { Endpoint, IncomingMessage } from '../../src/ucx/index.js';
-import { Inbox, MiB, Workers, connect, fillPattern, nativeHandle, outcome, patternBuffer, sleep, whenClosed, withTimeout } from '../helpers/ucx.js';
+import { Inbox, MiB, Workers, connect, fillPattern, nativeHandle, outcome, patternBuffer, until, whenClosed, withTimeout } from '../helpers/ucx.js';
 
 const zeros = (length: number): bigint => checksumBuffer(Buffer.alloc(length));
 
@@ -76,7 +76,7 @@ describe('UCX binding: messages and payloads', () => {
   it('moves rendezvous payloads from a mapping and a buffer into a mapping at an offset and into a buffer', async () => {
     const server = workers.create();
     const client = workers.create();
-    const { client: ep, inbox } = await connect(server, client);
+    const { client: ep, server: serverEp, inbox, clientInbox } = await connect(server, client);
 
     const size = 24 * MiB;
     const source = new Mapping(null, { size: size + 8192 });
@@ -91,7 +91,9 @@ describe('UCX binding: messages and payloads', () => {
     expect(message.data).toBeUndefined();
     expect(message.pending).toBe(true);
     expect(server.stats().descriptors).toBe(1);
-    await sleep(50);
+    // A round trip on the same connection: both workers have progressed since the header landed.
+    await serverEp.send(Buffer.from('ping'));
+    expect((await clientInbox.next()).header.toString()).toBe('ping');
     expect(sent).toBe(false); // the bytes wait at the sender until the receiver says where they go
     await message.receiveInto(dst, at);
     await withTimeout(sending, 10_000, 'the rendezvous send');
@@ -231,7 +233,7 @@ describe('UCX binding: messages and payloads', () => {
     await withTimeout(second.client.close(), 3_000, 'a graceful close with a send pending');
     expect(await pending).toMatch(/^UCS_ERR_/);
     held.release();
-    await sleep(50);
+    await until(() => server.stats().descriptors === 0 && server.stats().endpoints === 0, 5_000, 'the server to drop the closed endpoint');
     expect(client.stats()).toMatchObject({ endpoints: 0, operations: 0 });
     expect(server.stats()).toMatchObject({ endpoints: 0, operations: 0, descriptors: 0 });
   });
@@ -418,10 +420,7 @@ describe('UCX binding: errors', () => {
   it('registers on the thread pool: ready settles later; a release or a close before it is done undoes it', async () => {
     const worker = workers.create();
     const mapping = new Mapping(null, { size: 64 * MiB });
-    const memoryJobsDone = async (w: typeof worker): Promise<void> => {
-      for (let i = 0; i < 200 && w.stats().memoryJobs > 0; i++) await sleep(5);
-      expect(w.stats().memoryJobs).toBe(0);
-    };
+    const memoryJobsDone = (w: typeof worker): Promise<void> => until(() => w.stats().memoryJobs === 0, 10_000, 'the thread-pool jobs');
     // Nothing ran on the JS thread: the registration is in flight until a later loop turn.
     const registration = worker.register(mapping);
     expect(worker.stats()).toMatchObject({ registrations: 1, registering: 1, memoryJobs: 1 });
@@ -461,7 +460,7 @@ describe('UCX binding: errors', () => {
     const cut = closing.register(mapping);
     closing.close();
     await expect(cut.ready).rejects.toMatchObject({ code: 'ERR_UCX_CLOSED' });
-    await sleep(50);
+    await memoryJobsDone(closing); // the mapping outlives the job that registers it
     mapping.close();
   });
 
@@ -491,7 +490,7 @@ describe('UCX binding: errors', () => {
     listener.close(); // after the worker: harmless
     expect(server.stats().closed).toBe(true);
     expect(() => server.listen('127.0.0.1', 0, () => undefined)).toThrow(expect.objectContaining({ code: 'ERR_UCX_CLOSED' }));
-    await sleep(10);
+    await until(() => server.stats().endpoints === 0, 5_000, 'the server to drop its endpoint');
     expect(server.stats()).toMatchObject({ closed: true, endpoints: 0, listeners: 0, operations: 0 });
     mapping.close();
   });
