@@ -1,0 +1,63 @@
+/** `npm run demo`'s flags: the simulated job's and `--engine torch`'s. */
+import { Command, Option } from 'commander';
+
+export interface DemoOptions {
+  duration: string;
+  rollouts: string;
+  relays: string;
+  size: string;
+  timeScale: string;
+  trainTime: string;
+  batchSize: string;
+  maxStaleness: string;
+  n: string;
+  killARollout?: boolean;
+  killARelay?: boolean;
+  restartRelayAfter: string;
+  logs?: string;
+  engine: 'sim' | 'torch';
+  engines: string;
+  steps: string;
+  groupSize: string;
+  batchGroups: string;
+  prompts: string;
+  modelConfig: string;
+  plot: string;
+}
+
+export function parseDemoOptions(argv: readonly string[]): DemoOptions {
+  return (
+    new Command('demo')
+      .description('run a laminar job on this machine: manager, relays, a simulated trainer and simulated rollouts on embedded NATS and Redis')
+      .option('--duration <time>', 'how long the job runs', '40s')
+      .option('--rollouts <n>', 'simulated rollouts', '8')
+      .option('--relays <n>', 'relays, one per simulated host (rollouts are spread over them)', '3')
+      .option('--size <bytes>', 'size of each weight version', '32MiB')
+      .option('--time-scale <x>', 'simulated seconds per wall second (rollouts and trainer)', '10')
+      .option('--train-time <time>', 'simulated time of one training step', '20s')
+      .option('--batch-size <n>', 'trajectories per training batch', '512')
+      .option('--max-staleness <n>', 'the trainer drops trajectories more than n versions behind it (staleness-bounded sampling; -1: no bound)', '4')
+      .option('--n <n>', 'samples per prompt (GRPO group size)', '4')
+      .option('--kill-a-rollout', 'SIGKILL the busiest rollout at 40% of the run (its trajectories resume elsewhere; the run waits for that to finish)')
+      .option('--kill-a-relay', 'SIGKILL a middle relay at 50% of the run (the chain is repaired)')
+      .option('--restart-relay-after <time>', 'start the killed relay again after this long, as systemd would (0: leave it dead)', '3s')
+      .option('--logs <dir>', "write each process's log (pino JSON) to <dir>/<name>.log at the end")
+      .addOption(
+        new Option('--engine <kind>', 'sim: simulated rollouts and trainer; torch: reference engines and a GRPO trainer in PyTorch that learn the digits task')
+          .choices(['sim', 'torch'])
+          .default('sim'),
+      )
+      .option('--engines <n>', '--engine torch: reference engines, each with its rollout agent', '2')
+      // 200, not 150: at 150 steps the reward is still on the steep part of its curve (on-policy,
+      // +0.1-0.2 between steps 91-100 and 141-150 across seeds), so the last tenth mostly said where
+      // on the slope a run happened to be; by 200 runs are closer to the plateau.
+      .option('--steps <n>', '--engine torch: training steps (a version published after each)', '200')
+      .option('--group-size <n>', '--engine torch: samples per prompt (GRPO group)', '8')
+      .option('--batch-groups <n>', '--engine torch: groups per training batch', '8')
+      .option('--prompts <n>', '--engine torch: digits prompts loaded (each epoch of the pool goes through them again)', '1400')
+      .option('--model-config <preset>', '--engine torch: TinyLM size (a preset of the example trainer, or a config.json)', 'tiny')
+      .option('--plot <file>', '--engine torch: PNG of reward and staleness over time written at the end', 'demo-torch.png')
+      .parse(argv)
+      .opts<DemoOptions>()
+  );
+}
