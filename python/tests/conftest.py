@@ -1,5 +1,5 @@
-"""Fixtures shared by the Python tests: real relay processes (relay_process.py) and real
-nats-servers with JetStream (nats_server.py)."""
+"""Fixtures shared by the Python tests: real relay processes (relay_process.py), real
+nats-servers with JetStream (nats_server.py) and a real redis-server (redis_server.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Callable, Iterator, List
 
 import pytest
 from nats_server import NatsServer
+from redis_server import redis_server
 from relay_process import RelayFactory, RelayProcess
 
 
@@ -49,3 +50,11 @@ def nats_server_factory() -> Iterator[Callable[..., NatsServer]]:
     yield start
     for server in made:
         server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def redis_socket() -> Iterator[str]:
+    """One redis-server for a test module, on a unix socket; tests keep apart by key names.
+    Stopped and its directory removed after the module."""
+    with redis_server() as socket_path:
+        yield socket_path

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -28,28 +26,9 @@ DIST_DATA = REPO / "dist" / "src" / "data" / "index.js"
 
 
 @pytest.fixture(scope="module")
-def socket_path() -> Iterator[str]:
-    """One redis-server for the module, on a unix socket in a temp dir (no TCP port to race for)."""
-    binary = shutil.which("redis-server")
-    assert binary, "redis-server is not installed (scripts/bootstrap.sh installs it)"
-    root = tempfile.mkdtemp(prefix="laminar-pp-")
-    sock = f"{root}/redis.sock"
-    proc = subprocess.Popen([binary, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", root], stdout=subprocess.DEVNULL)
-    client = redis.Redis(unix_socket_path=sock)
-    deadline = time.monotonic() + 30
-    while True:  # until it answers (or exits, or the deadline passes)
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            assert proc.poll() is None, "redis-server exited at start"
-            assert time.monotonic() < deadline, "redis-server did not answer within 30 s"
-            time.sleep(0.02)
-    client.close()
-    yield sock
-    proc.terminate()
-    proc.wait(10)
-    shutil.rmtree(root, ignore_errors=True)
+def socket_path(redis_socket: str) -> str:
+    """One redis-server for the module (conftest.py's ``redis_socket``)."""
+    return redis_socket
 
 
 @pytest.fixture
