@@ -36,7 +36,7 @@ import { createRegistry } from '../common/metrics.js';
 import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
 import { RelayClient, type Lease } from '../relay/client/index.js';
 import { mustEmptyFirst, promptsToClaim } from '../rollout/claim-policy.js';
-import { RolloutClient } from '../rollout/index.js';
+import { RolloutClient } from '../rollout/rollout-client.js';
 import type { EngineClient } from './engine-client.js';
 import { EngineError } from './http.js';
 import { HttpRolloutEngine } from './http-engine.js';

@@ -15,7 +15,8 @@
 import type { Logger } from 'pino';
 import { delay } from '../common/concurrency.js';
 import { ErrorCodes } from '../common/errors.js';
-import type { EngineLoad, GenerationTask, RolloutEngine } from '../rollout/index.js';
+import type { EngineLoad, RolloutEngine } from '../rollout/engine.js';
+import type { GenerationTask } from '../rollout/task.js';
 import type { EngineClient, EngineLoadSample, FinishReason } from './engine-client.js';
 import type { AgentMetrics } from './metrics.js';
 import { alreadyFinished, promptOf, requestFor, type RequestDefaults } from './requests.js';

@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
-import type { GenerationTask } from '../rollout/index.js';
+import type { GenerationTask } from '../rollout/task.js';
 import type { GenerateRequest, SamplingParams } from './engine-client.js';
 
 export interface RequestDefaults {
