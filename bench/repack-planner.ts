@@ -18,7 +18,7 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { DEFAULT_REPACK_LIMITS, planRepack, repackCandidates, type RolloutLoad } from '../src/manager/repack/planner.js';
 import { ROOFLINE_TOLERANCE, parseDecodeSteps, rooflineBatchOf, type DecodeStep } from '../src/manager/repack/roofline.js';
-import { DEFAULT_ENGINE_PROFILE, decodeStepMs } from '../src/sim/engine-core.js';
+import { DEFAULT_ENGINE_PROFILE, decodeStepMs } from '../src/stand-ins/engine-core.js';
 import { median, percentile, printTable, round } from './support.js';
 import { seededRandom } from '../src/common/random.js';
 

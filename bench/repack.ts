@@ -20,7 +20,7 @@ import { Registry } from 'prom-client';
 import { ExperienceWriter, PartialPool, PromptPool } from '../src/data/index.js';
 import { Manager } from '../src/manager/manager.js';
 import { startNatsServer, startRedisServer } from '../src/services/index.js';
-import { startSimRollout, type SimRollout } from '../src/sim/rollout/sim-rollout.js';
+import { startSimRollout, type SimRollout } from '../src/stand-ins/rollout/sim-rollout.js';
 import { timePlanner } from './repack-planner.js';
 import { printTable } from './support.js';
 

@@ -12,14 +12,14 @@
  *          what a laminar fleet keeps in flight; a 100-step run is about 25 such rounds.
  * Reports simulation events, event steps against leaped steps, preemptions, the virtual
  * makespan, wall time (the fastest of --rounds runs of each load, after one to warm the JIT up)
- * and RSS; and, as the raw limit, EngineCore (src/sim/engine-core.ts) stepping the first
+ * and RSS; and, as the raw limit, EngineCore (src/stand-ins/engine-core.ts) stepping the first
  * engine's share of the batch token by token, whose makespan must agree.
  * Prints a table, then one JSON line (the last line of stdout).
  */
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { EngineCore, type EngineProfile } from '../src/sim/engine-core.js';
-import { makeRng } from '../src/sim/lengths.js';
+import { EngineCore, type EngineProfile } from '../src/stand-ins/engine-core.js';
+import { makeRng } from '../src/stand-ins/lengths.js';
 import { Simulation } from '../src/simulate/core/simulation.js';
 import { EngineActor } from '../src/simulate/engine/engine-actor.js';
 import type { LeapRequest } from '../src/simulate/engine/leap-engine.js';

@@ -7,7 +7,7 @@ import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics } from '../common/metrics.js';
 import { parseDurationOption } from '../common/units.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
-import { startSimRollout } from '../sim/rollout/sim-rollout.js';
+import { startSimRollout } from '../stand-ins/rollout/sim-rollout.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 import { stopOnSignals } from './stop-on-signals.js';
 import { parseLabels } from '../relay/options.js';

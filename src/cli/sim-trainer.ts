@@ -4,8 +4,8 @@ import { createLogger } from '../common/logger.js';
 import { createRegistry, serveMetrics, type MetricsServer } from '../common/metrics.js';
 import { parseBytes, parseDuration } from '../common/units.js';
 import { parseControlOptions } from '../control/nats-options.js';
-import { SimTrainer, formatStep, removalJson, stepJson } from '../sim/trainer/sim-trainer.js';
-import { SIM_TRAINER_STRATEGIES, SimTrainerOptionError } from '../sim/trainer/options.js';
+import { SimTrainer, formatStep, removalJson, stepJson } from '../stand-ins/trainer/sim-trainer.js';
+import { SIM_TRAINER_STRATEGIES, SimTrainerOptionError } from '../stand-ins/trainer/options.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 
 type Opts = Record<string, string | boolean | undefined>;

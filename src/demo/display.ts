@@ -2,7 +2,7 @@
 import { formatBytes } from '../common/units.js';
 import { histogramMean, histogramPercentile, mergeHistograms } from '../common/stats.js';
 import type { ManagerStatus } from '../manager/index.js';
-import type { StalenessJson } from '../sim/trainer/index.js';
+import type { StalenessJson } from '../stand-ins/trainer/index.js';
 
 export interface DemoSnapshot {
   at: string;

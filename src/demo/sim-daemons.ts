@@ -1,6 +1,6 @@
 /** The simulated job's producers: the simulated trainer and rollouts (sim-job.ts). */
 import type { Daemon } from '../services/daemon-process.js';
-import type { StalenessJson } from '../sim/trainer/index.js';
+import type { StalenessJson } from '../stand-ins/trainer/index.js';
 import { simRolloutArgv } from './sim-rollout-argv.js';
 import { MODEL, type DemoRelay, type DemoRollout, type SimJobSettings, type SpawnQuiet, type TrainerProgress } from './sim-job.js';
 import type { Stage } from './stage.js';

@@ -6,7 +6,7 @@
  *   sim-progress.ts  the run: live progress, the kills and the relay's restart
  *   sim-summary.ts   the end: stop the producers, read the books, print the summary and ledger
  */
-import type { StalenessJson } from '../sim/trainer/index.js';
+import type { StalenessJson } from '../stand-ins/trainer/index.js';
 import type { Daemon } from '../services/daemon-process.js';
 import { parseDuration } from '../common/units.js';
 import { intIn } from './books.js';

@@ -13,7 +13,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { PartialPool, PromptPool, type PoolProgress } from '../data/index.js';
 import { recordsInBuffer } from '../demo/books.js';
 import { RelayClient } from '../relay/client/index.js';
-import { SyntheticWeights } from '../sim/trainer/index.js';
+import { SyntheticWeights } from '../stand-ins/trainer/index.js';
 import type { Redis } from 'ioredis';
 import type { BufferAudit } from './audit.js';
 import { SOAK_MODEL, type RelayProcess } from './job.js';

@@ -14,9 +14,9 @@ export {
   type RedisServerOptions,
   type EmbeddedServer,
 } from '../services/index.js';
-export { SimRolloutEngine, type SimEngineOptions, type SimEngineStats } from '../sim/rollout/sim-engine.js';
-export { startSimRollout, type SimRollout, type SimRolloutOptions } from '../sim/rollout/sim-rollout.js';
-export { DEFAULT_ENGINE_PROFILE, decodeStepMs, type EngineProfile } from '../sim/engine-core.js';
+export { SimRolloutEngine, type SimEngineOptions, type SimEngineStats } from '../stand-ins/rollout/sim-engine.js';
+export { startSimRollout, type SimRollout, type SimRolloutOptions } from '../stand-ins/rollout/sim-rollout.js';
+export { DEFAULT_ENGINE_PROFILE, decodeStepMs, type EngineProfile } from '../stand-ins/engine-core.js';
 export {
   SimTrainer,
   parseSimTrainerOptions,
@@ -26,7 +26,7 @@ export {
   type SimTrainerSummary,
   type SimTrainerStep,
   type SimTrainerConfig,
-} from '../sim/trainer/index.js';
+} from '../stand-ins/trainer/index.js';
 export { createTestbed, type Testbed, type TestHost } from './testbed.js';
 /** Removes a relay's shm directory, unmounting its huge-page mount first (a test's or an example's clean-up). */
 export { removeShmTree } from '../relay/pages/huge-mount.js';

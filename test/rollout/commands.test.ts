@@ -14,7 +14,7 @@ import { PartialPool, PromptPool, ExperienceWriter } from '../../src/data/index.
 import { SCHEMA_VERSION, commandReplySchema, decode, encode } from '../../src/control/schema.js';
 import { controlNames } from '../../src/control/subjects.js';
 import { Manager } from '../../src/manager/manager.js';
-import { startSimRollout, type SimRollout } from '../../src/sim/rollout/sim-rollout.js';
+import { startSimRollout, type SimRollout } from '../../src/stand-ins/rollout/sim-rollout.js';
 import { metricValue, natsClient, redisClient } from '../data/helpers.js';
 
 let nats: NatsServer;

@@ -11,7 +11,7 @@ import { Registry } from 'prom-client';
 import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../../src/services/index.js';
 import { ExperienceWriter, PartialPool, PromptPool, groupIdOf } from '../../src/data/index.js';
 import { Manager } from '../../src/manager/manager.js';
-import { startSimRollout, type SimRollout } from '../../src/sim/rollout/sim-rollout.js';
+import { startSimRollout, type SimRollout } from '../../src/stand-ins/rollout/sim-rollout.js';
 import { trajectoryIdOf } from '../../src/rollout/ids.js';
 import { metricValue, natsClient, redisClient } from '../data/helpers.js';
 

@@ -5,7 +5,7 @@
  * duplicates nothing.
  */
 import { describe, expect, it } from 'vitest';
-import type { EngineProfile } from '../../src/sim/engine-core.js';
+import type { EngineProfile } from '../../src/stand-ins/engine-core.js';
 import { Simulation } from '../../src/simulate/core/simulation.js';
 import { EngineActor } from '../../src/simulate/engine/engine-actor.js';
 import { LeapEngine, type LeapRequest } from '../../src/simulate/engine/leap-engine.js';

@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { stepMs, type EngineProfile } from '../../src/sim/engine-core.js';
+import { stepMs, type EngineProfile } from '../../src/stand-ins/engine-core.js';
 import { FinishHeap } from '../../src/simulate/engine/finish-heap.js';
 import { growthRunKvMs, growthRunMs, growthStepsStarted } from '../../src/simulate/engine/growth.js';
 import { EngineRequest } from '../../src/simulate/engine/request.js';

@@ -1,5 +1,5 @@
 /**
- * LeapEngine (src/simulate/engine/) against EngineCore (src/sim/engine-core.ts) stepped one step
+ * LeapEngine (src/simulate/engine/) against EngineCore (src/stand-ins/engine-core.ts) stepped one step
  * at a time: on random profiles and random submissions, removals, resubmissions and idle gaps,
  * every admission, preemption and finish happens at the same virtual time in both, and the KV,
  * running and waiting counts agree after every step, while LeapEngine crosses most steps in
@@ -10,8 +10,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/common/errors.js';
-import { EngineCore, type EngineProfile, type SimRequest } from '../../src/sim/engine-core.js';
-import { makeRng } from '../../src/sim/lengths.js';
+import { EngineCore, type EngineProfile, type SimRequest } from '../../src/stand-ins/engine-core.js';
+import { makeRng } from '../../src/stand-ins/lengths.js';
 import { LeapEngine, type LeapRequest } from '../../src/simulate/engine/leap-engine.js';
 
 const profileArb: fc.Arbitrary<EngineProfile> = fc.record({

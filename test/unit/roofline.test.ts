@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 import { parseDecodeSteps, rooflineBatchOf } from '../../src/manager/repack/roofline.js';
-import { DEFAULT_ENGINE_PROFILE, decodeStepMs } from '../../src/sim/engine-core.js';
+import { DEFAULT_ENGINE_PROFILE, decodeStepMs } from '../../src/stand-ins/engine-core.js';
 
 describe('rooflineBatchOf', () => {
   it("finds the simulated engine's B from its own step times", () => {

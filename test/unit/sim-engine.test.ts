@@ -13,8 +13,8 @@ import {
   type EngineProfile,
   type SimRequest,
   type StepResult,
-} from '../../src/sim/engine-core.js';
-import { makeRng, outputLengthOf, sampleOutputLength, samplePromptLength, seedOf } from '../../src/sim/lengths.js';
+} from '../../src/stand-ins/engine-core.js';
+import { makeRng, outputLengthOf, sampleOutputLength, samplePromptLength, seedOf } from '../../src/stand-ins/lengths.js';
 
 function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;

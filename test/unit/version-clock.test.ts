@@ -3,7 +3,7 @@
  * minus the version that generated it, from the times the trainer's versions became current.
  */
 import { describe, expect, it } from 'vitest';
-import { VersionClock } from '../../src/sim/trainer/version-clock.js';
+import { VersionClock } from '../../src/stand-ins/trainer/version-clock.js';
 
 describe('VersionClock', () => {
   const clock = new VersionClock();

@@ -5,7 +5,7 @@
  * not be called from its own listener, and an owner typically reacts to a finish by submitting
  * more work). Every command takes effect at the simulation's current time.
  */
-import type { EngineProfile } from '../../sim/engine-core.js';
+import type { EngineProfile } from '../../stand-ins/engine-core.js';
 import { Wake, type Simulation } from '../core/simulation.js';
 import { LeapEngine, type EngineLoadView, type LeapListener, type LeapRequest } from './leap-engine.js';
 

@@ -2,14 +2,14 @@
  * Closed forms for a run of growth-only decode steps: steps in which no request is admitted,
  * preempted or finished, so each of the `running` requests gains one token and nothing else
  * changes. With `kvStart` tokens resident at the first, step j decodes with kvStart + j·running,
- * and by src/sim/engine-core.ts's stepMs (no prefill) it takes
+ * and by src/stand-ins/engine-core.ts's stepMs (no prefill) it takes
  *   decodeStepMs(running) + kvReadMs(kvStart + j·running),
  * so a run's duration and its KV-time integral are sums of an arithmetic series. These must stay
  * the sums of stepMs over the run: the property test in test/simulate/leap-engine.test.ts holds
  * LeapEngine's times equal to EngineCore's, step by step, and fails if stepMs changes shape
  * without these.
  */
-import { decodeStepMs, kvReadMs, type EngineProfile } from '../../sim/engine-core.js';
+import { decodeStepMs, kvReadMs, type EngineProfile } from '../../stand-ins/engine-core.js';
 
 /** Sum of the KV resident at each of the first `steps` steps: Σ (kvStart + j·running). */
 function kvSum(running: number, kvStart: number, steps: number): number {

@@ -1,5 +1,5 @@
 /**
- * The simulated engine at cluster scale: EngineCore's rules (src/sim/engine-core.ts: FCFS
+ * The simulated engine at cluster scale: EngineCore's rules (src/stand-ins/engine-core.ts: FCFS
  * admission with every running request's next slot reserved, recompute preemption of the newest,
  * the step-time model), counting tokens instead of storing them, and leaping over the decode
  * steps in which nothing but growth happens.
@@ -27,7 +27,7 @@
  * driver collects what it is told and acts once the call returns).
  */
 import { ErrorCodes, InvalidInputError, LaminarError } from '../../common/errors.js';
-import { canAdmit, fitsAlone, mustPreempt, stepMs, validateProfile, type EngineProfile } from '../../sim/engine-core.js';
+import { canAdmit, fitsAlone, mustPreempt, stepMs, validateProfile, type EngineProfile } from '../../stand-ins/engine-core.js';
 import { FinishHeap } from './finish-heap.js';
 import { growthRunKvMs, growthRunMs, growthStepsStarted } from './growth.js';
 import { EngineRequest } from './request.js';

@@ -17,7 +17,7 @@
  *   simulated yet;
  * - tool calls per trajectory fit the simulator's per-trajectory counter (at most 255).
  */
-import { validateProfile } from '../../sim/engine-core.js';
+import { validateProfile } from '../../stand-ins/engine-core.js';
 import { engineProfileFor, kvBytesPerGpu, weightBytes } from './derive.js';
 import { placementOf, splitOf, tpOf } from './placement.js';
 import { ScenarioError } from './errors.js';

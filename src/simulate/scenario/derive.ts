@@ -1,6 +1,6 @@
 /**
  * Values a scenario does not state but implies: a model's weight bytes, and the simulated
- * engine's profile (src/sim/engine-core.ts) for the model on `tp` GPUs of the scenario's kind.
+ * engine's profile (src/stand-ins/engine-core.ts) for the model on `tp` GPUs of the scenario's kind.
  * Each formula is docs/design/simulator.md's ("Workload and hardware models"); a scenario can
  * override the derived KV capacity and decode step with `engine.kvCapacityTokens` and
  * `engine.decodeStepMs`.
@@ -11,7 +11,7 @@
  *   bandwidth, plus a fixed overhead, plus TP's all-reduces (two per layer);
  * - prefill: compute-bound, 2 FLOPs per parameter and token over the TP group's peak at an MFU.
  */
-import type { EngineProfile } from '../../sim/engine-core.js';
+import type { EngineProfile } from '../../stand-ins/engine-core.js';
 import type { Scenario } from './schema.js';
 
 type Inputs = Pick<Scenario, 'hardware' | 'model' | 'engine'>;

@@ -8,7 +8,7 @@
  * the warm-up step and the last step, over the time between those actor-update completions.
  */
 import { ErrorCodes, LaminarError } from '../../common/errors.js';
-import type { EngineProfile } from '../../sim/engine-core.js';
+import type { EngineProfile } from '../../stand-ins/engine-core.js';
 import { Simulation } from '../core/simulation.js';
 import { EngineActor, type EngineActorOwner } from '../engine/engine-actor.js';
 import type { LeapRequest } from '../engine/leap-engine.js';

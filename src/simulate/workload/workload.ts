@@ -9,7 +9,7 @@
  * median length is the schedule's at that step (length-schedule.ts), so lengths drift over
  * training the same way for every system whatever its staleness.
  *
- * Lengths (docs/design/simulator.md, "Workload and hardware models"; src/sim/lengths.ts draws
+ * Lengths (docs/design/simulator.md, "Workload and hardware models"; src/stand-ins/lengths.ts draws
  * them): prompts log-normal with the scenario's median and spread, clamped to its maximum, one
  * length per prompt shared by its group; responses log-normal with p99/median from the scenario
  * (10 in the paper's Figure 2), clamped to the generation limit, one per trajectory.
@@ -23,7 +23,7 @@
  * agent loop drives vLLM. The tool's own output adds no tokens (not given by the paper).
  */
 import type { LeapRequest } from '../engine/leap-engine.js';
-import { sampleNormal, sampleOutputLength, samplePromptLength } from '../../sim/lengths.js';
+import { sampleNormal, sampleOutputLength, samplePromptLength } from '../../stand-ins/lengths.js';
 import type { Scenario } from '../scenario/schema.js';
 import { medianAt } from './length-schedule.js';
 import { randomStream } from './seeds.js';

@@ -14,7 +14,7 @@ import {
   type WeightPublisher,
   type WeightTensor,
   SyntheticWeights,
-} from '../../src/sim/trainer/index.js';
+} from '../../src/stand-ins/trainer/index.js';
 import { metricValue, natsFixture, trajectory } from '../data/helpers.js';
 import { createHash } from 'node:crypto';
 import { CapacityError, ClosedError } from '../../src/common/errors.js';
