@@ -113,7 +113,7 @@ engines=.venv-engines
 engines_stamp=$engines/.laminar-stamp
 engines_lock=python/requirements-engines.txt
 # The recipe's number goes up when the steps below change, so that a built environment is redone.
-engines_recipe=2
+engines_recipe=3
 engines_want="$(sha256sum "$engines_lock" | cut -c1-16) $(uname -m) recipe $engines_recipe"
 if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$engines_want" ]; then
   engines_log=$engines/bootstrap.log
