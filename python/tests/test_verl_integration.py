@@ -9,7 +9,9 @@ Debian's torch 1.13), so the adapter's methods are driven as verl drives them
 registration test checks the real registry and base class; with ``LAMINAR_VERL_SOURCE`` set to
 an unpacked verl (``pip download verl --no-deps`` + unzip), the conformance test runs the round
 trip through the real ``CheckpointEngineRegistry`` and ``CheckpointEngineWithCache`` classes
-taken from verl's source.
+taken from verl's source. test/engines/verl.test.ts runs this file in the real-engine
+environment (.venv-engines: torch 2, verl 0.9.1 and ray), where verl imports and nothing is skipped
+but the test of a laminar without verl.
 """
 
 from __future__ import annotations
@@ -413,7 +415,21 @@ def _bundled_verl_source() -> Optional[str]:
     return str(found[-1]) if found else None
 
 
-VERL_SOURCE = os.environ.get("LAMINAR_VERL_SOURCE") or _bundled_verl_source()
+def _installed_verl_source() -> Optional[str]:
+    """The installed verl's root (the real-engine environment has verl 0.9.1), if importable."""
+    if not _verl_importable():
+        return None
+    import verl
+
+    return str(Path(verl.__file__).resolve().parents[1])
+
+
+# test/engines/verl.test.ts runs this file in .venv-engines with LAMINAR_REQUIRE_VERL=1: there a
+# verl that cannot be imported is a failure, not a skip.
+if os.environ.get("LAMINAR_REQUIRE_VERL") == "1" and not _verl_importable():
+    raise ImportError(f"verl is required here (LAMINAR_REQUIRE_VERL=1) but cannot be imported: {laminar_verl.VERL_IMPORT_ERROR!r}")
+
+VERL_SOURCE = os.environ.get("LAMINAR_VERL_SOURCE") or _installed_verl_source() or _bundled_verl_source()
 _VERL_CLASSES = ("CheckpointEngineRegistry", "CheckpointEngine", "CheckpointEngineWithCache")
 
 
