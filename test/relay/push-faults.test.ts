@@ -40,6 +40,7 @@ const hold = process.env.HOLD;
 const total = Number(process.env.CHUNKS);
 const say = (line) => process.stdout.write(line + '\\n');
 const worker = new UcxWorker();
+let arrived = 0;
 let taken = 0;
 const listener = worker.listen('127.0.0.1', 0, (endpoint) => {
   say('connection');
@@ -52,8 +53,11 @@ const listener = worker.listen('127.0.0.1', 0, (endpoint) => {
           .receiveInto(Buffer.alloc(incoming.length), 0)
           .then(() => link.send({ t: 'accept', model: message.model, version: message.version, from: 0, have: [] }))
           .then(() => say('offer'));
-      } else if (message.t === 'chunk' && hold === 'transfer' && taken >= 1) {
-        say('holding');
+      } else if (message.t === 'chunk' && hold === 'transfer' && arrived++ >= 1) {
+        // Every chunk after the first is left at the sender, counted on arrival: counted on
+        // receipt, a burst of chunks that all arrived before the first was received would all be
+        // taken and nothing held.
+        if (arrived === 2) say('holding');
       } else if (message.t === 'chunk') {
         incoming.receiveInto(Buffer.alloc(incoming.length), 0).then(() => {
           if (++taken === total) say('all-chunks');
