@@ -1,5 +1,7 @@
-"""The policy of the example: a `laminar.testing.TinyLM` of a named size, built from a seed, and
-the engine files (``config.json``) that tell an engine which model a version directory holds."""
+"""The policy of the example: a `laminar.testing.TinyLM` of a named size, or (``--config llama``)
+a Hugging Face Llama that a real vLLM serves (llama_policy.py), built from a seed, and the engine
+files (``config.json``, and a tokenizer for vLLM) that tell an engine which model a version
+directory holds."""
 
 from __future__ import annotations
 
@@ -7,11 +9,13 @@ import json
 import os
 from pathlib import Path
 
+from typing import TYPE_CHECKING, Mapping, Union
+
 import torch
 
 from laminar import error_codes
 from laminar.errors import LaminarError
-from laminar.testing import TinyLM, TinyLMConfig
+from laminar.testing import TinyLM, TinyLMConfig, validate_state_dict
 from laminar.testing.digits import VOCAB_SIZE
 from laminar.testing.model import CONFIG_FILE
 
@@ -24,13 +28,26 @@ PRESETS: dict[str, TinyLMConfig] = {
     "default": TinyLMConfig(vocab_size=VOCAB_SIZE),
 }
 DEFAULT_PRESET = "tiny"
+#: ``--config llama``: llama_policy.py's model, for vLLM engines (needs transformers: .venv-engines).
+LLAMA_PRESET = "llama"
+
+if TYPE_CHECKING:
+    from transformers import LlamaConfig
+
+    ModelConfig = Union[TinyLMConfig, LlamaConfig]
+else:
+    ModelConfig = TinyLMConfig
 
 
-def resolve_config(spec: str) -> TinyLMConfig:
-    """A preset name (`PRESETS`), or the path of a config.json (a model directory's, or one that
+def resolve_config(spec: str) -> "ModelConfig":
+    """A preset name (`PRESETS`, or `LLAMA_PRESET`), or the path of a config.json (a model directory's, or one that
     --engine-files wrote), into a `TinyLMConfig`; anything else is ``ERR_INVALID_ARG``."""
     if spec in PRESETS:
         return PRESETS[spec]
+    if spec == LLAMA_PRESET:
+        from llama_policy import digits_llama_config
+
+        return digits_llama_config()
     path = Path(spec)
     if path.is_dir():
         path = path / CONFIG_FILE
@@ -39,11 +56,16 @@ def resolve_config(spec: str) -> TinyLMConfig:
             return TinyLMConfig.from_json(json.loads(path.read_text()))
         except ValueError as err:
             raise LaminarError(error_codes.INVALID_ARG, f"--config {spec}: not JSON ({err})") from err
-    raise LaminarError(error_codes.INVALID_ARG, f"--config {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json")
+    raise LaminarError(error_codes.INVALID_ARG, f"--config {spec!r} is neither a preset ({', '.join([*PRESETS, LLAMA_PRESET])}) nor a config.json")
 
 
-def build_model(config: TinyLMConfig, seed: int) -> TinyLM:
-    """A freshly initialised TinyLM; the same seed and config give the same weights."""
+def build_model(config: "ModelConfig", seed: int) -> torch.nn.Module:
+    """A freshly initialised TinyLM, or Llama for a Llama config; the same seed and config give
+    the same weights."""
+    if not isinstance(config, TinyLMConfig):
+        from llama_policy import build_llama
+
+        return build_llama(config, seed)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
@@ -52,11 +74,26 @@ def build_model(config: TinyLMConfig, seed: int) -> TinyLM:
         torch.random.set_rng_state(generator_state)
 
 
-def write_engine_files(directory: str | os.PathLike[str], config: TinyLMConfig) -> Path:
+def validate_tensors(tensors: Mapping[str, torch.Tensor], model: torch.nn.Module) -> None:
+    """Raises ``ERR_MODEL_MISMATCH`` unless ``tensors`` (a version from the relay) are ``model``'s
+    parameters, name for name and shape for shape."""
+    if isinstance(model, TinyLM):
+        validate_state_dict(tensors, model.config)
+    else:
+        from llama_policy import validate_llama_tensors
+
+        validate_llama_tensors(tensors, model)
+
+
+def write_engine_files(directory: str | os.PathLike[str], config: "ModelConfig") -> Path:
     """Writes ``config.json`` into ``directory`` (made if missing) for ``laminar relay
     --engine-files DIR``, which links it into every version directory next to the weights; the
     engine reads both. Written under a temporary name and renamed: a relay starting meanwhile never
     sees half a file. Returns the file's path."""
+    if not isinstance(config, TinyLMConfig):
+        from llama_policy import write_llama_engine_files
+
+        return write_llama_engine_files(directory, config)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     path = out / CONFIG_FILE

@@ -5,7 +5,8 @@ weights out through the relay after every step.
     laminar sampler --nats URL --batch-size 64 --strategy groups --max-staleness 4 ...
     .venv/bin/python python/examples/grpo_digits/trainer.py --steps 150 --metrics-out /tmp/grpo.jsonl
 
-At start it builds a TinyLM from ``--seed`` and publishes it as ``--start-version`` (or, when the
+At start it builds a TinyLM (or, with ``--config llama``, the Llama a vLLM serves:
+llama_policy.py, run with .venv-engines' Python) from ``--seed`` and publishes it as ``--start-version`` (or, when the
 relay already holds that version of ``--model``, takes its weights from there: a restarted
 trainer goes on from what it published). Each step:
 
@@ -47,7 +48,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from grpo_update import UpdateOptions, grpo_step
-from model_setup import DEFAULT_PRESET, PRESETS, build_model, resolve_config, write_engine_files
+from model_setup import DEFAULT_PRESET, LLAMA_PRESET, PRESETS, build_model, resolve_config, validate_tensors, write_engine_files
 from staleness import VersionClock, summary
 from step_metrics import MetricsLog
 from training_batch import TrainingBatch
@@ -56,7 +57,6 @@ import laminar
 from laminar import error_codes
 from laminar.data import Sampler, default_socket_path
 from laminar.errors import ClosedError, LaminarError, LaminarTimeoutError
-from laminar.testing import TinyLM, validate_state_dict
 
 DEFAULT_MODEL = "digits/tiny"
 DEFAULT_STEPS = 150
@@ -85,7 +85,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     )
     where.add_argument("--engine-files-only", action="store_true", help="write --engine-files and exit (run it before starting the relay)")
     model = p.add_argument_group("model and optimiser")
-    model.add_argument("--config", default=DEFAULT_PRESET, help=f"model size: a preset ({', '.join(PRESETS)}) or a config.json path (default %(default)s)")
+    model.add_argument(
+        "--config",
+        default=DEFAULT_PRESET,
+        help=f"model: a TinyLM preset ({', '.join(PRESETS)}), a TinyLM config.json path, or {LLAMA_PRESET} "
+        "(a Hugging Face Llama for vLLM engines; needs transformers) (default %(default)s)",
+    )
     model.add_argument("--seed", type=int, default=0, help="seed of the initial weights (default %(default)s)")
     model.add_argument("--lr", type=float, default=DEFAULT_LR, help="Adam learning rate (default %(default)s)")
     model.add_argument("--clip", type=float, default=0.2, help="PPO clip: the importance ratio is held to [1-clip, 1+clip] (default %(default)s)")
@@ -158,13 +163,13 @@ class GrpoTrainer:
         self.relay = relay
         self.sampler = sampler
         self.stop = stop
-        self.model: TinyLM = build_model(args.model_config, args.seed)
+        self.model = build_model(args.model_config, args.seed)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=args.lr)
         self.options = UpdateOptions(clip=args.clip, updates=args.updates, max_grad_norm=args.max_grad_norm, kl_coef=args.kl_coef)
         self.clock = VersionClock()
         self.version = args.start_version
         self.resumed = False
-        self.reference: Optional[TinyLM] = None
+        self.reference: Optional[torch.nn.Module] = None
         self.started = time.monotonic()
         #: The version published last, verified by the relay while the next step trains.
         self.last_publish: Optional[laminar.PublishResult] = None
@@ -192,7 +197,7 @@ class GrpoTrainer:
             raise
         with lease:
             tensors = lease.torch()
-            validate_state_dict(tensors, self.model.config)
+            validate_tensors(tensors, self.model)
             self.model.load_state_dict(tensors)  # copies out of the shared memory
         return True
 
