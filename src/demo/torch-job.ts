@@ -1,10 +1,12 @@
 /**
- * `npm run demo -- --engine torch`: a job that learns. Everything real on this host: the manager,
- * relays in a chain, a forwarding relay on the trainer's "host", the sampler service, a GRPO
- * trainer in PyTorch (python/examples/grpo_digits) publishing a new version after every step,
- * reference engines (a small transformer on the CPU behind SGLang's HTTP API) each driven by a
- * `laminar rollout-agent`, on embedded NATS and Redis. The task is the digits task
- * (laminar.testing.digits: reverse or repeat a digit string; reward = share of positions right).
+ * `npm run demo -- --engine torch|vllm`: a job that learns. Everything real on this host: the
+ * manager, relays in a chain, a forwarding relay on the trainer's "host", the sampler service, a
+ * GRPO trainer in PyTorch (python/examples/grpo_digits) publishing a new version after every step,
+ * engines each driven by a `laminar rollout-agent`, on embedded NATS and Redis. The engines are
+ * reference engines (a small transformer on the CPU behind SGLang's HTTP API) or, with
+ * `--engine vllm`, real vLLM servers serving a Llama the trainer trains (job-engines.ts). The
+ * task is the digits task (laminar.testing.digits: reverse or repeat a digit string; reward =
+ * share of positions right).
  *
  * The live view shows reward, staleness (inherent, as the paper's Figure 10 defines it: trainer
  * version at completion − generating version; and consumption: at training) and each engine's
@@ -18,15 +20,17 @@ import { promisify } from 'node:util';
 import { delay } from '../common/concurrency.js';
 import { median } from '../common/stats.js';
 import { PartialPool, PromptPool } from '../data/index.js';
-import { freePort, projectPython, REPO_ROOT, TORCH_ENV, spawnProgram, spawnReferenceEngine, type ReferenceEngine } from '../services/index.js';
+import { freePort, projectPython, REPO_ROOT, TORCH_ENV, spawnProgram } from '../services/index.js';
 import { spawnDaemon, type Daemon } from '../services/daemon-process.js';
 import { managerStatus, recordsInBuffer } from './books.js';
 import { openStage } from './stage.js';
 import { dashboardLine } from './display.js';
+import { jobEngines, type JobEngine, type JobEngineKind } from './job-engines.js';
 
 const run = promisify(execFile);
 
 export interface TorchJobOptions {
+  engine: JobEngineKind;
   duration: number;
   engines: number;
   relays: number;
@@ -42,7 +46,6 @@ export interface TorchJobOptions {
   logs?: string;
 }
 
-const MODEL = 'digits/tiny';
 /**
  * Groups generated more than this many versions before the trainer's are dropped. Rollouts
  * outrun this trainer, so with a FIFO sampler every batch is as old as the bound allows: the
@@ -73,7 +76,7 @@ interface StepRecord {
 
 export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Promise<void> {
   const python = projectPython();
-  const stage = await openStage('laminar-demo-torch-', opts.logs);
+  const stage = await openStage(`laminar-demo-${opts.engine}-`, opts.logs);
   const { root, secretFile, nats, redisServer, nc, redis, ledger } = stage;
   const keep = <D extends Daemon>(daemon: D): D => stage.keep(daemon);
   const engineFiles = join(root, 'engine-files');
@@ -86,6 +89,8 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     stage.keep(await spawnDaemon(name, argv, ready, [], env), { last });
 
   try {
+    const kind = jobEngines(opts.engine, engineFiles, opts.config);
+    const model = kind.model;
     // The task's prompts, written by the task's own module, into the prompt pool.
     const promptFile = join(root, 'prompts.jsonl');
     // Repeat a 3-digit string: a task a 100k-parameter model learns by RL alone in a few minutes of CPU.
@@ -101,8 +106,8 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     writeFileSync(promptFile, stdout);
     const pool = await PromptPool.open({ redis, epochs: 0 });
     const loaded = await pool.loadJsonl(promptFile);
-    // The model's config.json, linked into every version directory by the relays.
-    await run(python, [TRAINER, '--engine-files', engineFiles, '--engine-files-only', '--config', opts.config], { cwd: REPO_ROOT });
+    // The model's config.json (and vLLM's tokenizer), linked into every version directory by the relays.
+    await run(kind.trainerPython, [TRAINER, '--engine-files', engineFiles, '--engine-files-only', '--config', kind.trainerConfig], { cwd: REPO_ROOT, env });
     console.log(`${loaded.loaded} digits prompts (groups of ${opts.groupSize}) loaded; model config in ${engineFiles}`);
 
     const common = ['--nats', nats.url, '--log-level', 'info'];
@@ -112,7 +117,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
       [
         'manager',
         ...common,
-        ...['--http-port', String(managerPort), '--redis', redisServer.url, '--model', MODEL],
+        ...['--http-port', String(managerPort), '--redis', redisServer.url, '--model', model],
         ...['--suspect-after', '1500ms', '--dead-after', `${DEAD_AFTER_MS}ms`, '--orphan-wait', '10s', '--repack-interval', '2s'],
       ],
       'manager started',
@@ -173,29 +178,35 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     );
     console.log(dashboardLine(managerPort));
 
-    const engines: { id: string; engine: ReferenceEngine; agent: Daemon; relay: number; agentArgv: string[] }[] = [];
-    for (let i = 0; i < opts.engines; i++) {
+    const engines: { id: string; engine: JobEngine; agent: Daemon; relay: number; agentArgv: string[] }[] = [];
+    // Side by side: a vLLM server takes 35-75 s to start. Every one that started is kept (and
+    // stopped at the end) even when another failed.
+    const starts = await Promise.allSettled(Array.from({ length: opts.engines }, (_, i) => kind.start(`engine e${i}`, i + 1).then(keep)));
+    const failed = starts.find((s) => s.status === 'rejected');
+    if (failed) throw failed.reason;
+    const running = starts.map((s) => (s as PromiseFulfilledResult<JobEngine>).value);
+    for (const [i, engine] of running.entries()) {
       const relay = i % opts.relays;
-      const engine = keep(await spawnReferenceEngine(`engine e${i}`, { kvCapacityTokens: 4096, maxRunning: 32, seed: i + 1, env }));
       const agentArgv = [
         'rollout-agent',
+        ...kind.agentArgs,
         ...common,
-        ...['--id', `e${i}`, '--engine-url', engine.url, '--relay-socket', relays[relay]!.socket, '--model', MODEL, '--redis', redisServer.url],
+        ...['--id', `e${i}`, '--engine-url', engine.url, '--relay-socket', relays[relay]!.socket, '--model', model, '--redis', redisServer.url],
         ...['--host', `host${relay}`, '--batch-prompts', String(Math.max(1, Math.ceil(opts.batchGroups / opts.engines))), '--stop-token-ids', '2'],
         ...['--heartbeat', '500ms', '--metrics-port', '0'],
       ];
       const agent = await laminar(`agent e${i}`, agentArgv, 'rollout agent started');
       engines.push({ id: `e${i}`, engine, agent, relay, agentArgv });
     }
-    console.log(`${opts.engines} reference engines (TinyLM on the CPU, SGLang's HTTP API), each driven by a rollout agent`);
+    console.log(`${opts.engines} ${kind.description}, each driven by a rollout agent`);
 
     const trainer = keep(
       await spawnProgram(
         'trainer',
         [
-          python,
+          kind.trainerPython,
           TRAINER,
-          ...['--relay-socket', gatewaySocket, '--sampler-socket', join(samplerDir, 'sampler-default.sock'), '--model', MODEL, '--config', opts.config],
+          ...['--relay-socket', gatewaySocket, '--sampler-socket', join(samplerDir, 'sampler-default.sock'), '--model', model, '--config', kind.trainerConfig],
           ...['--steps', String(opts.steps), '--metrics-out', metricsFile],
         ],
         (line) => (line.startsWith('grpo trainer:') ? { line } : null),
@@ -228,7 +239,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
       }
       if (killedEngine && !killedEngine.back && performance.now() - killedEngine.at >= opts.restartAfterMs) {
         const e = engines.find((x) => x.id === killedEngine!.id)!;
-        e.engine = keep(await spawnReferenceEngine(`engine ${e.id} restarted`, { port: e.engine.port, kvCapacityTokens: 4096, maxRunning: 32, seed: 99, env }));
+        e.engine = keep(await kind.start(`engine ${e.id} restarted`, 99, e.engine.port));
         killedEngine.back = true;
         events.push(`${at()} restarted engine ${e.id} (its agent serves it again)`);
       }
