@@ -24,6 +24,16 @@ export class LaminarError extends Error {
   }
 }
 
+/**
+ * How a script (the demo, the soak) reports what ended it: a LaminarError (a refused flag, a
+ * missing environment) as its code and message, as `laminar` does; anything else, a bug or an
+ * unexpected fault, with its stack.
+ */
+export function describeFailure(err: unknown): string {
+  if (err instanceof LaminarError) return `${err.code}: ${err.message}`;
+  return err instanceof Error ? (err.stack ?? err.message) : String(err);
+}
+
 /** A failure of a syscall or library call in the native addon; `code` is the errno name. */
 export class NativeError extends LaminarError {
   syscall?: string;

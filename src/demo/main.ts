@@ -16,7 +16,8 @@
  * twice, and every live relay holds the newest version. Every process it started is stopped at
  * the end and on Ctrl-C.
  */
-import { parseDuration } from '../common/units.js';
+import { describeFailure } from '../common/errors.js';
+import { parseDurationOption } from '../common/units.js';
 import { spawnDaemon } from '../services/daemon-process.js';
 import { intIn } from './books.js';
 import { parseDemoOptions, type DemoOptions } from './options.js';
@@ -86,7 +87,7 @@ async function runLearningDemo(opts: DemoOptions, engine: 'torch' | 'vllm'): Pro
     {
       engine,
       // The run ends when the trainer has taken its steps; --duration bounds it (default: 15 minutes).
-      duration: explicit('--duration') ? parseDuration(opts.duration) : 15 * 60_000,
+      duration: explicit('--duration') ? parseDurationOption('--duration', opts.duration) : 15 * 60_000,
       engines: intIn('engines', opts.engines ?? defaults.engines, 1, 16),
       relays: intIn('relays', opts.relays, 1, 16),
       steps: intIn('steps', opts.steps ?? defaults.steps, 1, 100_000),
@@ -96,7 +97,7 @@ async function runLearningDemo(opts: DemoOptions, engine: 'torch' | 'vllm'): Pro
       config: opts.modelConfig,
       killARollout: opts.killARollout === true,
       killARelay: opts.killARelay === true,
-      restartAfterMs: Math.max(1000, parseDuration(opts.restartRelayAfter)),
+      restartAfterMs: Math.max(1000, parseDurationOption('--restart-relay-after', opts.restartRelayAfter)),
       plot: opts.plot ?? `demo-${engine}.png`,
       ...(opts.logs ? { logs: opts.logs } : {}),
     },
@@ -106,6 +107,6 @@ async function runLearningDemo(opts: DemoOptions, engine: 'torch' | 'vllm'): Pro
 }
 
 main().catch((err: unknown) => {
-  console.error(`demo failed: ${(err as Error).stack ?? String(err)}`);
+  console.error(`demo failed: ${describeFailure(err)}`);
   process.exit(1);
 });

@@ -8,7 +8,7 @@
  */
 import type { StalenessJson } from '../stand-ins/trainer/index.js';
 import type { Daemon } from '../services/daemon-process.js';
-import { parseDuration } from '../common/units.js';
+import { parseDurationOption } from '../common/units.js';
 import { intIn } from './books.js';
 import type { DemoOptions } from './options.js';
 
@@ -38,8 +38,8 @@ export interface SimJobSettings {
 }
 
 export function simJobSettings(opts: DemoOptions): SimJobSettings {
-  const durationMs = parseDuration(opts.duration);
-  const restartRelayMs = parseDuration(opts.restartRelayAfter);
+  const durationMs = parseDurationOption('--duration', opts.duration);
+  const restartRelayMs = parseDurationOption('--restart-relay-after', opts.restartRelayAfter);
   const rolloutCount = intIn('rollouts', opts.rollouts, 1, 64);
   const relayCount = intIn('relays', opts.relays, 1, 16);
   const n = intIn('n', opts.n, 1, 64);

@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { Mapping } from '../native/index.js';
 import { RelayClient } from '../relay/client/index.js';
+import { describeFailure } from '../common/errors.js';
 import { median } from '../common/stats.js';
 import { formatBytes, parseBytes, parseDurationOption } from '../common/units.js';
 import { freePort } from '../services/ports.js';
@@ -236,6 +237,6 @@ async function startPuller(
 }
 
 main().catch((err: unknown) => {
-  console.error(`demo failed: ${(err as Error).stack ?? String(err)}`);
+  console.error(`demo failed: ${describeFailure(err)}`);
   process.exit(1);
 });

@@ -15,6 +15,7 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Command } from 'commander';
+import { describeFailure } from '../common/errors.js';
 import { delay } from '../common/concurrency.js';
 import { parseBytes, parseDurationOption } from '../common/units.js';
 import { PromptPool } from '../data/index.js';
@@ -424,6 +425,6 @@ const round = (x: number): number => (Number.isFinite(x) ? Math.round(x * 100) /
 const signed = (x: number): string => `${x >= 0 ? '+' : ''}${round(x)}`;
 
 main().catch((err: unknown) => {
-  console.error(`soak failed: ${(err as Error).stack ?? String(err)}`);
+  console.error(`soak failed: ${describeFailure(err)}`);
   process.exit(1);
 });

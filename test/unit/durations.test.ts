@@ -134,7 +134,7 @@ describe('every command refuses a duration flag without a unit, before it connec
   // first. Each also gets a flag checked after the durations that it refuses, so that without the
   // fix it fails at once too (on that flag) instead of starting a job.
   it.each([
-    ['demo/main.js', '--duration', '', ['--rollouts', '0']],
+    ['demo/main.js', '--duration', '--duration: ', ['--rollouts', '0']],
     ['demo/weight-path.js', '--interval', '--interval: ', ['--size', 'huge']],
     ['soak/main.js', '--fault-every', '--fault-every: ', ['--relays', '1']],
   ])('refuses `node dist/src/%s %s 60` (`npm run demo -- --duration 60` ran for 60 ms of wall time)', async (script, flag, named, after) => {
@@ -146,5 +146,8 @@ describe('every command refuses a duration flag without a unit, before it connec
     });
     expect(exit.code).toBe(1);
     expect(exit.stderr).toContain(`${named}"60" has no unit: a duration takes ms, s, m or h (examples: 60s, 2m, 500ms, 1h)`);
+    // A refusal, not a crash: its code, and no stack trace.
+    expect(exit.stderr).toContain('ERR_INVALID_ARG');
+    expect(exit.stderr).not.toMatch(/\n\s+at /);
   });
 });
