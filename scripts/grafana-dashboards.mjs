@@ -254,8 +254,10 @@ const relays = dashboard({
         [
           [`laminar_relay_leases{${I}}`, '{{instance}} leases'],
           [`laminar_relay_connections{${I}}`, '{{instance}} connections'],
+          // Rollouts waiting for a version newer than the relay holds: a broadcast they wait on.
+          [`laminar_relay_acquires_waiting{${I}}`, '{{instance}} acquires waiting'],
         ],
-        { w: 12 },
+        { w: 12, description: 'Leases held, client connections, and acquires waiting for a version the relay does not hold yet.' },
       ),
       panel('Commit time', latency('laminar_relay_commit_seconds'), { w: 12, unit: 's' }),
       panel('Publishes by result', [[rate('laminar_relay_publishes_total', ['result'], I, '5m'), '{{result}}']], { unit: 'ops' }),
