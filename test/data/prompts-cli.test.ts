@@ -154,8 +154,15 @@ describe('laminar prompts load', () => {
     expect(text.length).toBeGreaterThan(2 ** 20);
     const r = await prompts(['load', file('long.jsonl', text), '--prompt-pool', pool]);
     expect(r.code).toBe(0);
-    const lines = r.stderr.trim().split('\n');
-    expect(lines.map((l) => /: (\d+)% \(/.exec(l)?.[1])).toEqual(['10', '20', '30', '40', '50', '60', '70', '80', '90', '100']);
+    const tenths = r.stderr
+      .trim()
+      .split('\n')
+      .map((l) => Number(/: (\d+)% \(/.exec(l)?.[1]));
+    // A line per tenth passed, rising, ending at 100%; a batch that passes two tenths at once
+    // (how the reads and the Redis batches fall depends on the machine's load) prints the later.
+    expect(tenths.at(-1)).toBe(100);
+    expect(tenths.every((t, i) => t % 10 === 0 && (i === 0 || t > tenths[i - 1]!))).toBe(true);
+    expect(tenths.length).toBeGreaterThanOrEqual(5);
     expect((await attach(pool).progress()).total).toBe(12_000);
     // --quiet: none.
     expect((await prompts(['load', file('long.jsonl', text), '--prompt-pool', pool, '--quiet'])).stderr).toBe('');

@@ -1,7 +1,8 @@
 /**
  * Progress of a long `laminar prompts load` on stderr: a bar redrawn in place on a terminal; in
- * a log (stderr not a terminal) one line at each tenth of the file, so that a job's log shows a
- * load moving without a line per batch. Files smaller than QUIET_BELOW bytes load in well under a
+ * a log (stderr not a terminal) a line when a tenth of the file is passed (one line for the
+ * last tenth passed when a batch passes two), so that a job's log shows a load moving without a
+ * line per batch. Files smaller than QUIET_BELOW bytes load in well under a
  * second and show none.
  */
 export const QUIET_BELOW = 1024 * 1024;
