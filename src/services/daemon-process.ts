@@ -62,6 +62,13 @@ export async function spawnProgram(
     readyTimeoutMs?: number;
     /** Where the ready line appears (default stderr, where daemons log); stdout lines are kept in the logs too. */
     readyOn?: 'stderr' | 'stdout';
+    /**
+     * The program is a tree of processes (vLLM: an API server, its engine core and workers) that
+     * must live and die as one: it gets a process group of its own, signals go to the group, and
+     * whatever of the group is left when the leader exits is killed (an engine core whose API
+     * server was SIGKILLed would otherwise run on, orphaned, holding gigabytes).
+     */
+    processGroup?: boolean;
   } = {},
 ): Promise<Daemon> {
   const readyOnStdout = options.readyOn === 'stdout';
@@ -69,7 +76,18 @@ export async function spawnProgram(
     stdio: ['ignore', options.onStdoutLine || readyOnStdout ? 'pipe' : 'ignore', 'pipe'],
     env: options.env ?? process.env,
     ...(options.cwd ? { cwd: options.cwd } : {}),
+    ...(options.processGroup ? { detached: true } : {}),
   });
+  const signal = (sig: NodeJS.Signals): void => {
+    if (options.processGroup && child.pid !== undefined) {
+      try {
+        process.kill(-child.pid, sig);
+      } catch {
+        // The group is gone already.
+      }
+    } else child.kill(sig);
+  };
+  if (options.processGroup) child.once('exit', () => signal('SIGKILL'));
   const stdoutListeners: ((line: string) => void)[] = [];
   if (options.onStdoutLine) stdoutListeners.push(options.onStdoutLine);
   if (child.stdout) onLines(child.stdout, (line) => stdoutListeners.forEach((fn) => fn(line)));
@@ -79,7 +97,7 @@ export async function spawnProgram(
   const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
     const timer = setTimeout(() => {
       // Not left running: a late start would be a second copy of what the caller starts again.
-      child.kill('SIGKILL');
+      signal('SIGKILL');
       reject(new Error(`${name} did not start in ${timeoutMs / 1000} s:\n${logs.slice(-20).join('\n')}`));
     }, timeoutMs);
     let found = false;
@@ -108,8 +126,8 @@ export async function spawnProgram(
     logs,
     exited,
     ready,
-    kill(signal = 'SIGKILL') {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    kill(sig = 'SIGKILL') {
+      if (child.exitCode === null && child.signalCode === null) signal(sig);
       return exited;
     },
   };

@@ -5,6 +5,8 @@
  * python/tools/tiny_llama.py with transformers: no hub download).
  */
 import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { spawnProgram, type Daemon } from './daemon-process.js';
@@ -73,8 +75,14 @@ export async function startVllm(
       '64',
       ...(options.extraArgs ?? []),
     ];
+    // vLLM's processes talk over ZMQ IPC sockets and write files that they create in TMPDIR; a
+    // server ended by SIGKILL leaves them behind (about 20 per server start in /tmp). Each server
+    // gets a TMPDIR of its own, removed once it has exited.
+    const scratch = mkdtempSync(join(tmpdir(), 'laminar-vllm-'));
+    const removeScratch = (): void => rmSync(scratch, { recursive: true, force: true });
     const env = {
       ...process.env,
+      TMPDIR: scratch,
       VLLM_SERVER_DEV_MODE: '1',
       VLLM_CPU_KVCACHE_SPACE: String(KV_CACHE_GIB),
       // Two cores shared with the rest of the suite: vLLM's workers would bind every core otherwise.
@@ -86,12 +94,20 @@ export async function startVllm(
       TRANSFORMERS_OFFLINE: '1',
       VLLM_LOGGING_LEVEL: 'INFO',
     };
-    const daemon = await spawnProgram(options.name ?? 'vllm', argv, (line) => (/Application startup complete/.test(line) ? { line } : null), {
-      env,
-      cwd: REPO_ROOT,
-      readyTimeoutMs: 240_000,
-      onStdoutLine: () => undefined,
-    });
+    let daemon: Daemon;
+    try {
+      daemon = await spawnProgram(options.name ?? 'vllm', argv, (line) => (/Application startup complete/.test(line) ? { line } : null), {
+        env,
+        cwd: REPO_ROOT,
+        readyTimeoutMs: 240_000,
+        onStdoutLine: () => undefined,
+        processGroup: true,
+      });
+    } catch (err) {
+      removeScratch();
+      throw err;
+    }
+    void daemon.exited.then(removeScratch, removeScratch);
     return { ...daemon, url: `http://127.0.0.1:${port}`, port };
   });
 }
