@@ -4,6 +4,8 @@
   generation), saved and loaded as a model directory (`config.json` + `model.safetensors`);
 - `laminar.testing.digits`: the digits task (reverse/repeat a digit string), its vocabulary,
   prompts and reward;
+- `laminar.testing.tools`: the lookup task (the answer must be fetched with a tool call), its
+  vocabulary (the digits' plus the tool protocol's ids), prompts, tool and reward;
 - `laminar.testing.engine`: the reference inference engine, serving the SGLang HTTP subset of
   docs/reference/engine-http.md (`python -m laminar.testing.engine`).
 

@@ -15,9 +15,9 @@ from typing import Any, Optional
 
 from aiohttp import web
 
-from ..digits import BOS, VOCAB, VOCAB_SIZE
 from . import metrics
 from .options import EngineOptions
+from .chat_template import chat_template_ids, parse_messages, tokenize_text, vocabulary_of
 from .protocol import (
     SSE_DONE,
     InvalidRequest,
@@ -279,24 +279,34 @@ class EngineServer:
         )
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        """The digits task's vocabulary: words named in VOCAB (`reverse`, `<sep>`, ...) or digit runs."""
+        """The task vocabularies' tokenizer: words named in the vocabulary (`reverse`, `<sep>`,
+        `lookup`, ...) or digit runs. `{"prompt": ...}` as SGLang and vLLM; `{"messages": [...]}`
+        as vLLM's chat form, through the reference chat template (`chat_template_ids`)."""
         try:
             body = parse_json_object(await request.read())
             prompt = body.get("prompt")
-            if not (isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, str) for p in prompt))):
-                raise SchemaError("prompt must be a string or a list of strings")
-            special = optional_bool(body, "add_special_tokens", True)
+            messages = body.get("messages")
+            if messages is not None:
+                messages = parse_messages(messages)
+            elif not (isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, str) for p in prompt))):
+                raise SchemaError("prompt must be a string or a list of strings (or give messages)")
+            special = optional_bool(body, "add_special_tokens", messages is None)
+            generation_prompt = optional_bool(body, "add_generation_prompt", False)
         except SchemaError as err:
             return _schema_error(err)
         config = self.scheduler.config
-        if config is None or config.vocab_size != VOCAB_SIZE:
-            return _json(error_body("this model has no tokenizer (the reference engine knows only the digits task's vocabulary)"), status=400)
+        vocab = vocabulary_of(config.vocab_size) if config is not None else None
+        if config is None or vocab is None:
+            return _json(error_body("this model has no tokenizer (the reference engine knows only the digits and lookup tasks' vocabularies)"), status=400)
         try:
-            if isinstance(prompt, str):
-                tokens: Any = _tokenize(prompt, special)
+            if messages is not None:
+                tokens: Any = chat_template_ids(messages, vocab, special, generation_prompt)
                 count: Any = len(tokens)
+            elif isinstance(prompt, str):
+                tokens = tokenize_text(prompt, special, vocab)
+                count = len(tokens)
             else:
-                tokens = [_tokenize(p, special) for p in prompt]
+                tokens = [tokenize_text(p, special, vocab) for p in prompt]
                 count = [len(t) for t in tokens]
         except InvalidRequest as err:
             return _json(error_body(str(err)), status=400)
@@ -316,19 +326,6 @@ async def _fastapi_errors(request: web.Request, handler: Any) -> web.StreamRespo
         return _json({"detail": "Not Found"}, status=404)
     except web.HTTPMethodNotAllowed as err:
         return web.json_response({"detail": "Method Not Allowed"}, status=405, headers={"Allow": ", ".join(sorted(err.allowed_methods))})
-
-
-def _tokenize(text: str, add_special_tokens: bool) -> list[int]:
-    ids = [BOS] if add_special_tokens else []
-    for word in text.split():
-        if word in VOCAB:
-            ids.append(VOCAB.index(word))
-            continue
-        for char in word:
-            if char not in VOCAB:
-                raise InvalidRequest(f"{char!r} is not in the vocabulary")
-            ids.append(VOCAB.index(char))
-    return ids
 
 
 async def serve(server: EngineServer, host: str, port: int, stop: asyncio.Event, ready: Optional[asyncio.Event] = None) -> int:
