@@ -6,9 +6,11 @@
  *   fraction of target positions the response got right. An EOS (one of the request's stop
  *   tokens) ends the response; missing positions count as wrong. The same rule as
  *   `laminar.testing.digits.reward` in Python.
+ * - `tool-match` (built in, multi-turn): the lookup task's rule (`laminar.testing.tools.reward`):
+ *   half for the first turn matching `payload.call`, half for the second matching `payload.target`.
  * - a JavaScript module (`--reward-module file.mjs`) whose default export is
  *   `(input: RewardInput) => number | Promise<number>`;
- * - an HTTP endpoint (`--reward-url`): POST `{payload, prompt_ids, response_ids, finish_reason,
+ * - an HTTP endpoint (`--reward-url`): POST `{payload, prompt_ids, response_ids, finish_reason, segments?,
  *   trajectory_id}` → `{"reward": number}` (a Python reward server, a sandbox).
  */
 import { pathToFileURL } from 'node:url';
@@ -24,6 +26,11 @@ export interface RewardInput {
   responseTokens: readonly number[];
   finishReason: FinishReason;
   stopTokenIds: readonly number[];
+  /**
+   * A multi-turn response's segments in order (generated turns and observations); absent for a
+   * single-turn one (one generated segment).
+   */
+  segments?: readonly { kind: 'generated' | 'observation'; length: number }[];
 }
 
 export type RewardFunction = (input: RewardInput) => number | Promise<number>;
@@ -44,6 +51,41 @@ export function targetMatchReward(input: RewardInput): number {
     if (token === target[i]) right++;
   }
   return right / target.length;
+}
+
+/** The generated turns of a response (observations left out), in order. */
+export function generatedTurns(input: Pick<RewardInput, 'responseTokens' | 'segments'>): (readonly number[])[] {
+  if (!input.segments) return [input.responseTokens];
+  const turns: (readonly number[])[] = [];
+  let at = 0;
+  for (const s of input.segments) {
+    if (s.kind === 'generated') turns.push(input.responseTokens.slice(at, at + s.length));
+    at += s.length;
+  }
+  return turns;
+}
+
+/** `tool-match`: (first turn vs `payload.call` + second turn vs `payload.target`) / 2, each cut at its first stop token that is EOS. */
+export function toolMatchReward(input: RewardInput): number {
+  const { call, target } = (input.payload ?? {}) as { call?: unknown; target?: unknown };
+  const ids = (v: unknown): v is number[] => Array.isArray(v) && v.length > 0 && v.every((t) => Number.isInteger(t));
+  if (!ids(call) || !ids(target))
+    throw new RewardError(
+      ErrorCodes.REWARD_FAILED,
+      `tool-match needs payload.call and payload.target, non-empty lists of token ids (trajectory ${input.trajectoryId})`,
+    );
+  // Only the EOS ends a turn's answer: the call's own closing tag is one of the stop ids and must count.
+  const eos = new Set(input.stopTokenIds.filter((t) => !call.includes(t)));
+  const matched = (turn: readonly number[] | undefined, want: number[]): number => {
+    let right = 0;
+    for (let i = 0; turn && i < want.length && i < turn.length; i++) {
+      if (eos.has(turn[i]!)) break;
+      if (turn[i] === want[i]) right++;
+    }
+    return right / want.length;
+  };
+  const turns = generatedTurns(input);
+  return (matched(turns[0], call) + matched(turns[1], target)) / 2;
 }
 
 export async function loadRewardFunction(spec: { builtin?: string; module?: string; url?: string }): Promise<RewardFunction> {
@@ -71,6 +113,7 @@ export async function loadRewardFunction(spec: { builtin?: string; module?: stri
           prompt_ids: input.promptTokens,
           response_ids: input.responseTokens,
           finish_reason: input.finishReason,
+          ...(input.segments ? { segments: input.segments } : {}),
         },
         timeoutMs: 60_000,
       })) as { reward?: unknown } | null;
@@ -79,7 +122,11 @@ export async function loadRewardFunction(spec: { builtin?: string; module?: stri
   }
   const name = spec.builtin ?? 'target-match';
   if (name === 'target-match') return targetMatchReward;
-  throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--reward must be target-match (or give --reward-module / --reward-url), got ${JSON.stringify(name)}`);
+  if (name === 'tool-match') return toolMatchReward;
+  throw new InvalidInputError(
+    ErrorCodes.INVALID_ARG,
+    `--reward must be target-match or tool-match (or give --reward-module / --reward-url), got ${JSON.stringify(name)}`,
+  );
 }
 
 /** Runs `fn`; a throw or a non-finite result is ERR_REWARD_FAILED. */
