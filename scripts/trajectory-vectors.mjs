@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /**
- * Writes test/vectors/trajectories.json: the experience record format (v1) as the TypeScript
+ * Writes test/vectors/trajectories.json: the experience record format (v1, and v2: records with
+ * segments, a multi-turn trajectory's turns and observations) as the TypeScript
  * encoder (dist/) produces it, for every writer of the format to check itself against. Each valid
  * case has a writer's input and the record it becomes (subject, `Laminar-Meta` header, payload,
  * and chunks where the payload exceeds a given max_payload); each invalid case has an input and
@@ -22,7 +23,7 @@ const target = join(root, 'test', 'vectors', 'trajectories.json');
 const dist = (p) => import(join(root, 'dist', 'src', 'data', p));
 const { validateTrajectory, checkPayloadSize, bufferNames, chunkMsgId } = await dist('index.js');
 const { encodeMeta, metaOf } = await dist('codec/record-meta.js');
-const { encodePayload, chunkLimit, splitPayload } = await dist('codec/payload.js');
+const { encodePayload, chunkLimit, splitPayload, HEADER_ROOM } = await dist('codec/payload.js');
 
 const T0 = 1_700_000_000_000;
 
@@ -135,12 +136,73 @@ const valid = [
   {
     name: 'chunked: 300 tokens (2400 bytes) on a server whose max_payload leaves 1000 bytes',
     input: base('t-15', 300),
-    maxPayload: 8192 + 1000,
+    maxPayload: HEADER_ROOM + 1000,
     chunkSeqs: [7, 8, 9],
   },
-  { name: 'chunked: a payload that is exactly two chunks', input: base('t-16', 250), maxPayload: 8192 + 1000, chunkSeqs: [4294967296, 4294967297] },
-  { name: 'not chunked: a payload of exactly the limit', input: base('t-17', 125), maxPayload: 8192 + 1000 },
+  { name: 'chunked: a payload that is exactly two chunks', input: base('t-16', 250), maxPayload: HEADER_ROOM + 1000, chunkSeqs: [4294967296, 4294967297] },
+  { name: 'not chunked: a payload of exactly the limit', input: base('t-17', 125), maxPayload: HEADER_ROOM + 1000 },
 ];
+
+/** A multi-turn input: a 2-token prompt, then the given segments' tokens (observations at logprob 0). */
+function turns(id, segments, over = {}) {
+  const n = segments.reduce((k, s) => k + s.length, 0);
+  const logprobs = [0, 0];
+  for (const s of segments) for (let i = 0; i < s.length; i++) logprobs.push(s.kind === 'generated' ? -(i + 1) / 4 : 0);
+  return base(id, n + 2, { logprobs, segments, ...over });
+}
+const gen = (length, weightVersion = 3, finishReason = 'tool_call') => ({ kind: 'generated', length, weightVersion, finishReason });
+const obs = (length, action = {}) => ({ kind: 'observation', length, action: { tool: 'lookup', actionId: 'a-1', status: 'ok', latencyMs: 12, ...action } });
+
+valid.push(
+  { name: 'v2: one generated segment (the v1 meaning, written out)', input: turns('s-1', [gen(3, 3, 'stop')]) },
+  { name: 'v2: a tool call, its observation, the answer', input: turns('s-2', [gen(3), obs(2), gen(2, 3, 'stop')]) },
+  {
+    name: 'v2: turns from several weight versions, every action status, fractional latency',
+    input: turns(
+      's-3',
+      [
+        gen(2, 3),
+        obs(1, { status: 'error', latencyMs: 0.5 }),
+        gen(1, 4),
+        obs(1, { status: 'timeout', tool: 'python' }),
+        gen(1, 5),
+        obs(1, { status: 'failed' }),
+        gen(1, 5),
+        obs(2, { status: 'truncated', latencyMs: 70000 }),
+        gen(1, 6),
+        obs(1, { status: 'bad_call', actionId: 'é'.repeat(20) }),
+        gen(1, 6, 'length'),
+      ],
+      { weightVersion: 3 },
+    ),
+    context: { maxWeightVersion: 6 },
+  },
+  { name: 'v2: empty segments (a zero-length observation and turn)', input: turns('s-4', [gen(2), obs(0), gen(0, 3, 'stop')]) },
+  { name: 'v2: no segments at all for an empty response', input: base('s-5', 2, { segments: [] }) },
+  {
+    name: 'v2: 256 segments, the most a record holds',
+    input: turns(
+      's-6',
+      Array.from({ length: 256 }, (_, i) => (i % 2 === 0 ? gen(1, 3, 's') : obs(1, { tool: 't', actionId: 'a', latencyMs: 1 }))),
+    ),
+  },
+  {
+    name: 'v2: segments, info and ids at their largest (the header fits its room)',
+    input: turns(
+      'v'.repeat(256),
+      Array.from({ length: 40 }, (_, i) =>
+        i % 2 === 0 ? gen(1, 2 ** 40, 'f'.repeat(64)) : obs(1, { tool: 't'.repeat(64), actionId: 'a'.repeat(32), latencyMs: 0.25 }),
+      ),
+      {
+        promptId: 'p'.repeat(256),
+        groupId: 'g'.repeat(256),
+        rolloutId: 'r'.repeat(256),
+        info: infoOfJsonSize(4096, {}),
+      },
+    ),
+  },
+  { name: 'v2: chunked, with segments', input: turns('s-8', [gen(200), obs(50), gen(48)]), maxPayload: HEADER_ROOM + 1000, chunkSeqs: [11, 12, 13] },
+);
 
 const invalid = [
   {
@@ -206,6 +268,48 @@ const invalid = [
   { name: 'a sample index outside its group', input: base('bad-35', 4, { sampleIndex: 2, groupSize: 2 }) },
   { name: 'a weight version from the future', input: base('bad-36', 4, { weightVersion: 11 }), context: { maxWeightVersion: 10 } },
   { name: 'a payload over the maximum', input: base('bad-37', 9), context: { maxTrajectoryBytes: 64 } },
+  { name: 'segments that are not an array', input: base('seg-1', 4, { segments: { kind: 'generated' } }) },
+  { name: 'a segment that is not an object', input: turns('seg-2', [gen(1)], { segments: [gen(1), 3] }) },
+  { name: 'a segment of an unknown kind', input: turns('seg-3', [gen(2)], { segments: [{ kind: 'tool', length: 2 }] }) },
+  { name: 'a negative segment length', input: turns('seg-4', [gen(2)], { segments: [gen(-1)] }) },
+  { name: 'a fractional segment length', input: turns('seg-5', [gen(2)], { segments: [gen(1.5)] }) },
+  {
+    name: 'a generated segment without a weight version',
+    input: turns('seg-6', [gen(2)], { segments: [{ kind: 'generated', length: 2, finishReason: 'stop' }] }),
+  },
+  { name: 'a boolean segment weight version', input: turns('seg-7', [gen(2)], { segments: [gen(2, true)] }) },
+  { name: 'an empty finish reason', input: turns('seg-8', [gen(2)], { segments: [gen(2, 3, '')] }) },
+  { name: 'a finish reason over 64 bytes', input: turns('seg-9', [gen(2)], { segments: [gen(2, 3, 'é'.repeat(33))] }) },
+  { name: 'an observation without its action', input: turns('seg-10', [gen(1), obs(1)], { segments: [gen(1), { kind: 'observation', length: 1 }] }) },
+  { name: 'an observation whose tool is a number', input: turns('seg-11', [gen(1), obs(1, { tool: 5 })]) },
+  { name: 'a tool name over 64 bytes', input: turns('seg-12', [gen(1), obs(1, { tool: 'x'.repeat(65) })]) },
+  { name: 'an empty action id', input: turns('seg-13', [gen(1), obs(1, { actionId: '' })]) },
+  { name: 'an action id over 256 bytes', input: turns('seg-14', [gen(1), obs(1, { actionId: 'é'.repeat(129) })]) },
+  { name: 'an unknown action status', input: turns('seg-15', [gen(1), obs(1, { status: 'done' })]) },
+  { name: 'a negative action latency', input: turns('seg-16', [gen(1), obs(1, { latencyMs: -1 })]) },
+  { name: 'an infinite action latency', input: turns('seg-17', [gen(1), obs(1, { latencyMs: Infinity })]) },
+  { name: 'the first bad segment is the one reported', input: turns('seg-18', [gen(1), obs(1)], { segments: [gen(1, -1), obs(1, { status: 'x' })] }) },
+  { name: 'segments shorter than the response', input: turns('seg-19', [gen(3), obs(2)], { segments: [gen(3), obs(1)] }) },
+  { name: 'segments longer than the response', input: turns('seg-20', [gen(3)], { segments: [gen(4)] }) },
+  { name: 'segments for an empty response', input: base('seg-21', 2, { segments: [gen(1)] }) },
+  { name: 'an observation token with a logprob', input: turns('seg-22', [gen(2), obs(3)], { logprobs: [0, 0, -1, -1, 0, -0.5, 0] }) },
+  { name: 'an observation token with a NaN logprob', input: turns('seg-23', [gen(1), obs(1)], { logprobs: [0, 0, -1, Number.NaN] }) },
+  { name: 'a turn from a future weight version', input: turns('seg-24', [gen(1, 3), obs(1), gen(1, 11)]), context: { maxWeightVersion: 10 } },
+  {
+    name: '257 segments',
+    input: turns(
+      'seg-25',
+      Array.from({ length: 257 }, () => gen(1)),
+    ),
+  },
+  {
+    name: 'segments over 4096 bytes',
+    input: turns(
+      'seg-26',
+      Array.from({ length: 40 }, () => obs(1, { actionId: 'a'.repeat(100) })),
+    ),
+  },
+  { name: 'a v1 field wrong beside bad segments: the field is reported', input: turns('seg-27', [gen(1)], { reward: 'x', segments: 'x' }) },
 ];
 
 const bufferNameCases = ['default', 'main', 'a-b_C9', 'x'.repeat(64), '', 'a.b', 'a b', 'a*', 'x'.repeat(65), 'é', 'a>'];
@@ -279,9 +383,9 @@ function bufferNameCase(buffer) {
 
 const vectors = {
   about:
-    'Experience record v1 (docs/reference/protocols.md): inputs of a writer and the records or errors they give, from the TypeScript encoder. ' +
+    'Experience record v1 and v2 (docs/reference/protocols.md): inputs of a writer and the records or errors they give, from the TypeScript encoder. ' +
     'Regenerate with `node scripts/trajectory-vectors.mjs`; numbers JSON cannot hold are {"$number": "NaN" | "Infinity" | "-Infinity"}.',
-  headerRoom: 8192,
+  headerRoom: HEADER_ROOM,
   valid: valid.map(validCase),
   invalid: invalid.map(invalidCase),
   bufferNames: bufferNameCases.map(bufferNameCase),

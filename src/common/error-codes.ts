@@ -24,7 +24,8 @@ export type ErrorArea =
   | 'rollout'
   | 'data'
   | 'services'
-  | 'simulator';
+  | 'simulator'
+  | 'actions';
 
 interface Entry<C extends string> {
   readonly code: C;
@@ -275,6 +276,22 @@ export const ERROR_CATALOGUE = {
   NEGATIVE_LENGTH: entry('ERR_NEGATIVE_LENGTH', 'data', 'A prompt or response length is negative.'),
   FUTURE_VERSION: entry('ERR_FUTURE_VERSION', 'data', 'A trajectory claims a weight version newer than any published.'),
   PAYLOAD_TOO_LARGE: entry('ERR_PAYLOAD_TOO_LARGE', 'data', 'A trajectory or prompt is larger than the configured limit.'),
+  BAD_SEGMENTS: entry(
+    'ERR_BAD_SEGMENTS',
+    'data',
+    "A trajectory's segments (generated turns and observations) do not satisfy their schema, or a partial trajectory's turn calls come in an order that makes none (a turn closed with no tokens in it).",
+  ),
+  SEGMENT_LENGTHS: entry('ERR_SEGMENT_LENGTHS', 'data', "A trajectory's segment lengths do not add up to its response length."),
+  OBSERVATION_LOGPROB: entry(
+    'ERR_OBSERVATION_LOGPROB',
+    'data',
+    'A token of an observation segment has a logprob other than 0 (observations are not sampled; a non-zero value means the segments and the tokens disagree).',
+  ),
+  TOO_MANY_SEGMENTS: entry(
+    'ERR_TOO_MANY_SEGMENTS',
+    'data',
+    "A trajectory has more segments than a record holds (256), or their metadata is over 4096 bytes (it is kept in the record's header and the sampler's index).",
+  ),
   UNKNOWN_GROUP: entry('ERR_UNKNOWN_GROUP', 'data', 'A group id is malformed or names no claimed prompt.'),
   GROUP_MISMATCH: entry('ERR_GROUP_MISMATCH', 'data', "A trajectory's sample index or group size does not fit its group."),
   BUFFER_FULL: entry('ERR_BUFFER_FULL', 'data', 'The experience buffer is at its limit and the writer may not evict.'),
@@ -319,6 +336,45 @@ export const ERROR_CATALOGUE = {
     'A simulator scenario fails its schema or contradicts itself (placements that do not add up, a model that does not fit its GPUs); `details.field` names the field.',
   ),
   SIM_PAST_EVENT: entry('ERR_SIM_PAST_EVENT', 'simulator', 'An event was scheduled before the virtual clock, or at a time that is not a finite number.'),
+
+  // Actions: tool calls executed by shared worker pools (src/actions)
+  BAD_ACTION: entry(
+    'ERR_BAD_ACTION',
+    'actions',
+    'An action submitted to the ActionClient, or action options (kind, tool, idempotency key, timeout, quota, pool), break the rules of docs/components/actions.md.',
+  ),
+  ACTION_BAD_ARGS: entry(
+    'ERR_ACTION_BAD_ARGS',
+    'actions',
+    "A tool's arguments have the wrong shape or type; the action's result has status `bad_call` and this code.",
+  ),
+  ACTION_UNKNOWN_TOOL: entry('ERR_ACTION_UNKNOWN_TOOL', 'actions', 'No worker of the kind serves the tool the action names; the result has status `bad_call`.'),
+  ACTION_HANDLER_FAILED: entry(
+    'ERR_ACTION_HANDLER_FAILED',
+    'actions',
+    "The tool's handler threw (or the sandboxed program failed); the result has status `error` and the message.",
+  ),
+  ACTION_TIMEOUT: entry('ERR_ACTION_TIMEOUT', 'actions', "The tool ran past the action's timeout and was stopped; the result has status `timeout`."),
+  ACTION_MAX_DELIVERIES: entry(
+    'ERR_ACTION_MAX_DELIVERIES',
+    'actions',
+    'The action was handed to workers its maximum number of times without a result (each worker died or hung); the result has status `failed`.',
+  ),
+  ACTION_NO_RESULT: entry(
+    'ERR_ACTION_NO_RESULT',
+    'actions',
+    "No result came within the submitter's own deadline (`deadlineMs`); the result has status `failed`.",
+  ),
+  ACTION_MALFORMED: entry(
+    'ERR_ACTION_MALFORMED',
+    'actions',
+    'A message on an action queue or result subject does not decode as an action or result of wire version 1; it is dropped and counted.',
+  ),
+  SANDBOX_UNAVAILABLE: entry(
+    'ERR_SANDBOX_UNAVAILABLE',
+    'actions',
+    'The code sandbox cannot start: it needs root (a network namespace per action), util-linux `unshare`/`prlimit`/`setpriv` and a Python interpreter.',
+  ),
 
   // The embedded servers (tests, benches, the demo)
   SERVICE_BINARY_MISSING: entry(

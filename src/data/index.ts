@@ -4,7 +4,21 @@ export * from './errors.js';
 export { PromptPool, type PromptPoolOptions, type PromptClaim, type LoadReport, type PoolProgress } from './prompts/prompt-pool.js';
 export { type Prompt, groupIdOf, parseGroupId } from './prompts/prompt.js';
 export { type Trajectory, type TrajectoryInput, validateTrajectory, checkPayloadSize } from './codec/trajectory.js';
-export { type RecordMeta } from './codec/record-meta.js';
+export { type RecordMeta, RECORD_VERSION } from './codec/record-meta.js';
+export {
+  type TrajectorySegment,
+  type GeneratedSegment,
+  type ObservationSegment,
+  type ObservationAction,
+  type ActionStatus,
+  ACTION_STATUSES,
+  MAX_SEGMENTS,
+  MAX_SEGMENT_BYTES,
+  lossMaskOf,
+  fillLossMask,
+  turnBoundariesOf,
+} from './codec/segments.js';
+export { TrajectoryBuilder, type TrajectoryFields } from './codec/trajectory-builder.js';
 export { trajectoryIdOfSubject } from './ids.js';
 export { ExperienceWriter, type WriterOptions, type WriteResult, type GroupRegistry } from './experience/writer.js';
 export { ExperienceSampler, type SamplerOptions, type SampleOptions, type SamplerStats } from './experience/sampler.js';
@@ -18,7 +32,15 @@ export { RateLimiter, type RateLimitOptions } from './experience/rate-limiter.js
 export { PartialPool, type PartialPoolOptions, type TakeoverResult } from './partial/partial-pool.js';
 export { partialNames, type PartialNames } from './partial/partial-stream.js';
 export { PartialTrajectory } from './partial/partial-trajectory.js';
-export { PARKED_OWNER, partialLogKind, type PartialStart, type TrajectoryIdentity } from './partial/log-codec.js';
+export {
+  PARKED_OWNER,
+  partialLogKind,
+  type PartialStart,
+  type TrajectoryIdentity,
+  type TurnClose,
+  type AwaitedAction,
+  type LogKind,
+} from './partial/log-codec.js';
 export { type PartialState, type PartialSummary } from './partial/log-reader.js';
 // The sampler service (`laminar sampler`), to embed as `startRelay` embeds a relay.
 export {

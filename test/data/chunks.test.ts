@@ -14,6 +14,7 @@ import { META_HEADER, encodeMeta, metaOf } from '../../src/data/codec/record-met
 import { encodePayload } from '../../src/data/codec/payload.js';
 import { delay } from '../../src/common/concurrency.js';
 import { metricValue, natsClient, trajectory } from './helpers.js';
+import { HEADER_ROOM } from '../../src/data/codec/payload.js';
 
 let nats: NatsServer;
 let nc: NatsConnection;
@@ -24,7 +25,7 @@ const CHUNK = 256 * 1024;
 
 beforeAll(async () => {
   // A small max payload, so that modest trajectories are chunked.
-  nats = await startNatsServer({ jetstream: true, maxPayload: CHUNK + 8 * 1024 });
+  nats = await startNatsServer({ jetstream: true, maxPayload: CHUNK + HEADER_ROOM });
   nc = await natsClient(nats.url);
 });
 afterAll(async () => {

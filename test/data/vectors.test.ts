@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { bufferNames, checkPayloadSize, chunkMsgId, validateTrajectory } from '../../src/data/index.js';
-import { encodeMeta, metaOf } from '../../src/data/codec/record-meta.js';
+import { decodeMeta, encodeMeta, metaOf } from '../../src/data/codec/record-meta.js';
 import { chunkLimit, encodePayload, HEADER_ROOM, splitPayload } from '../../src/data/codec/payload.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 
@@ -91,9 +91,26 @@ describe('shared trajectory vectors', () => {
         ErrorCodes.GROUP_MISMATCH,
         ErrorCodes.FUTURE_VERSION,
         ErrorCodes.PAYLOAD_TOO_LARGE,
+        ErrorCodes.BAD_SEGMENTS,
+        ErrorCodes.SEGMENT_LENGTHS,
+        ErrorCodes.OBSERVATION_LOGPROB,
+        ErrorCodes.TOO_MANY_SEGMENTS,
       ]),
     );
     expect(vectors.valid.some((c) => c.chunks !== undefined)).toBe(true);
+    // Both record versions: v1 (no segments, as written before segments) and v2.
+    const versions = new Set(vectors.valid.map((c) => decodeMeta(c.metaHeader).v));
+    expect(versions).toEqual(new Set([1, 2]));
+  });
+
+  it.each(vectors.valid.map((c) => [c.name, c] as const))('header decodes: %s', (_name, c) => {
+    const t = validateTrajectory(c.input);
+    const meta = decodeMeta(c.metaHeader);
+    expect(meta.v).toBe(t.segments === undefined ? 1 : 2);
+    expect(meta.segments).toEqual(t.segments);
+    expect(encodeMeta(meta)).toBe(c.metaHeader);
+    // What a record carries must leave room for NATS's own headers (the message id) in HEADER_ROOM.
+    expect(c.metaHeader.length + 1024).toBeLessThanOrEqual(HEADER_ROOM);
   });
 
   it.each(vectors.valid.map((c) => [c.name, c] as const))('valid: %s', (_name, c) => {

@@ -345,6 +345,18 @@ FUTURE_VERSION: Final = "ERR_FUTURE_VERSION"
 PAYLOAD_TOO_LARGE: Final = "ERR_PAYLOAD_TOO_LARGE"
 """A trajectory or prompt is larger than the configured limit."""
 
+BAD_SEGMENTS: Final = "ERR_BAD_SEGMENTS"
+"""A trajectory's segments (generated turns and observations) do not satisfy their schema, or a partial trajectory's turn calls come in an order that makes none (a turn closed with no tokens in it)."""
+
+SEGMENT_LENGTHS: Final = "ERR_SEGMENT_LENGTHS"
+"""A trajectory's segment lengths do not add up to its response length."""
+
+OBSERVATION_LOGPROB: Final = "ERR_OBSERVATION_LOGPROB"
+"""A token of an observation segment has a logprob other than 0 (observations are not sampled; a non-zero value means the segments and the tokens disagree)."""
+
+TOO_MANY_SEGMENTS: Final = "ERR_TOO_MANY_SEGMENTS"
+"""A trajectory has more segments than a record holds (256), or their metadata is over 4096 bytes (it is kept in the record's header and the sampler's index)."""
+
 UNKNOWN_GROUP: Final = "ERR_UNKNOWN_GROUP"
 """A group id is malformed or names no claimed prompt."""
 
@@ -410,6 +422,33 @@ BAD_SCENARIO: Final = "ERR_BAD_SCENARIO"
 
 SIM_PAST_EVENT: Final = "ERR_SIM_PAST_EVENT"
 """An event was scheduled before the virtual clock, or at a time that is not a finite number."""
+
+BAD_ACTION: Final = "ERR_BAD_ACTION"
+"""An action submitted to the ActionClient, or action options (kind, tool, idempotency key, timeout, quota, pool), break the rules of docs/components/actions.md."""
+
+ACTION_BAD_ARGS: Final = "ERR_ACTION_BAD_ARGS"
+"""A tool's arguments have the wrong shape or type; the action's result has status `bad_call` and this code."""
+
+ACTION_UNKNOWN_TOOL: Final = "ERR_ACTION_UNKNOWN_TOOL"
+"""No worker of the kind serves the tool the action names; the result has status `bad_call`."""
+
+ACTION_HANDLER_FAILED: Final = "ERR_ACTION_HANDLER_FAILED"
+"""The tool's handler threw (or the sandboxed program failed); the result has status `error` and the message."""
+
+ACTION_TIMEOUT: Final = "ERR_ACTION_TIMEOUT"
+"""The tool ran past the action's timeout and was stopped; the result has status `timeout`."""
+
+ACTION_MAX_DELIVERIES: Final = "ERR_ACTION_MAX_DELIVERIES"
+"""The action was handed to workers its maximum number of times without a result (each worker died or hung); the result has status `failed`."""
+
+ACTION_NO_RESULT: Final = "ERR_ACTION_NO_RESULT"
+"""No result came within the submitter's own deadline (`deadlineMs`); the result has status `failed`."""
+
+ACTION_MALFORMED: Final = "ERR_ACTION_MALFORMED"
+"""A message on an action queue or result subject does not decode as an action or result of wire version 1; it is dropped and counted."""
+
+SANDBOX_UNAVAILABLE: Final = "ERR_SANDBOX_UNAVAILABLE"
+"""The code sandbox cannot start: it needs root (a network namespace per action), util-linux `unshare`/`prlimit`/`setpriv` and a Python interpreter."""
 
 SERVICE_BINARY_MISSING: Final = "ERR_SERVICE_BINARY_MISSING"
 """nats-server or redis-server is not installed, or the project's Python environment (.venv) is missing (run `bash scripts/bootstrap.sh`)."""
@@ -535,6 +574,10 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_NEGATIVE_LENGTH": "A prompt or response length is negative.",
     "ERR_FUTURE_VERSION": "A trajectory claims a weight version newer than any published.",
     "ERR_PAYLOAD_TOO_LARGE": "A trajectory or prompt is larger than the configured limit.",
+    "ERR_BAD_SEGMENTS": "A trajectory's segments (generated turns and observations) do not satisfy their schema, or a partial trajectory's turn calls come in an order that makes none (a turn closed with no tokens in it).",
+    "ERR_SEGMENT_LENGTHS": "A trajectory's segment lengths do not add up to its response length.",
+    "ERR_OBSERVATION_LOGPROB": "A token of an observation segment has a logprob other than 0 (observations are not sampled; a non-zero value means the segments and the tokens disagree).",
+    "ERR_TOO_MANY_SEGMENTS": "A trajectory has more segments than a record holds (256), or their metadata is over 4096 bytes (it is kept in the record's header and the sampler's index).",
     "ERR_UNKNOWN_GROUP": "A group id is malformed or names no claimed prompt.",
     "ERR_GROUP_MISMATCH": "A trajectory's sample index or group size does not fit its group.",
     "ERR_BUFFER_FULL": "The experience buffer is at its limit and the writer may not evict.",
@@ -557,6 +600,15 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_SCENARIO_UNREADABLE": "A simulator scenario file cannot be read, or does not hold JSON.",
     "ERR_BAD_SCENARIO": "A simulator scenario fails its schema or contradicts itself (placements that do not add up, a model that does not fit its GPUs); `details.field` names the field.",
     "ERR_SIM_PAST_EVENT": "An event was scheduled before the virtual clock, or at a time that is not a finite number.",
+    "ERR_BAD_ACTION": "An action submitted to the ActionClient, or action options (kind, tool, idempotency key, timeout, quota, pool), break the rules of docs/components/actions.md.",
+    "ERR_ACTION_BAD_ARGS": "A tool's arguments have the wrong shape or type; the action's result has status `bad_call` and this code.",
+    "ERR_ACTION_UNKNOWN_TOOL": "No worker of the kind serves the tool the action names; the result has status `bad_call`.",
+    "ERR_ACTION_HANDLER_FAILED": "The tool's handler threw (or the sandboxed program failed); the result has status `error` and the message.",
+    "ERR_ACTION_TIMEOUT": "The tool ran past the action's timeout and was stopped; the result has status `timeout`.",
+    "ERR_ACTION_MAX_DELIVERIES": "The action was handed to workers its maximum number of times without a result (each worker died or hung); the result has status `failed`.",
+    "ERR_ACTION_NO_RESULT": "No result came within the submitter's own deadline (`deadlineMs`); the result has status `failed`.",
+    "ERR_ACTION_MALFORMED": "A message on an action queue or result subject does not decode as an action or result of wire version 1; it is dropped and counted.",
+    "ERR_SANDBOX_UNAVAILABLE": "The code sandbox cannot start: it needs root (a network namespace per action), util-linux `unshare`/`prlimit`/`setpriv` and a Python interpreter.",
     "ERR_SERVICE_BINARY_MISSING": "nats-server or redis-server is not installed, or the project's Python environment (.venv) is missing (run `bash scripts/bootstrap.sh`).",
     "ERR_SERVICE_START_FAILED": "The server exited or did not accept connections in time.",
     "ERR_SERVICE_STOPPED": "An operation on a server that was stopped for good.",

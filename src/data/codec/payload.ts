@@ -24,8 +24,13 @@ export function decodePayload(bytes: Uint8Array, tokenCount: number): { tokens: 
   };
 }
 
-/** Room left in a message for its headers (the record's metadata): payloads above max_payload minus this are chunked. */
-export const HEADER_ROOM = 8 * 1024;
+/**
+ * Room left in a message for its headers (the record's metadata): payloads above max_payload
+ * minus this are chunked. 16 KiB: a header of every field at its largest (ids, 4 KiB of info,
+ * 4 KiB of segments) is under 13 KiB in base64. (8 KiB before segments; a record chunked for
+ * that room reads the same.)
+ */
+export const HEADER_ROOM = 16 * 1024;
 
 /** The largest payload a record carries in its body on a server with this max_payload; larger ones go in chunks of this size. */
 export function chunkLimit(maxPayload: number): number {

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { DataCapacityError, DataInputError } from '../errors.js';
 import { CONTROL_CHARACTERS, EDGE_WHITESPACE, MAX_ID_BYTES } from '../ids.js';
 import { ErrorCodes } from '../../common/error-codes.js';
+import { validateSegments, type TrajectorySegment } from './segments.js';
 
 export interface Trajectory {
   id: string;
@@ -33,10 +34,17 @@ export interface Trajectory {
   priority?: number;
   /** Small user metadata (advantages, scores); kept in the sampler index, so keep it small. */
   info?: Record<string, string | number | boolean>;
+  /**
+   * The response as ordered turns: generated segments and the observations between them
+   * (segments.ts). Their lengths add up to responseLength; observation tokens have logprob 0.
+   * Absent: one generated segment of the whole response (a single-turn trajectory).
+   */
+  segments?: TrajectorySegment[];
 }
 
 /** What a writer accepts: arrays may be plain number arrays; timestamps default to now. */
-export type TrajectoryInput = Omit<Trajectory, 'tokens' | 'logprobs' | 'createdAt' | 'completedAt'> & {
+export type TrajectoryInput = Omit<Trajectory, 'tokens' | 'logprobs' | 'createdAt' | 'completedAt' | 'segments'> & {
+  segments?: readonly TrajectorySegment[];
   tokens: Int32Array | readonly number[];
   logprobs: Float32Array | readonly number[];
   createdAt?: number;
@@ -80,6 +88,8 @@ const schema = z.object({
   rolloutId: z.string().max(MAX_ID_BYTES).optional(),
   priority: z.number().nonnegative().optional(),
   info: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()])).optional(),
+  // Checked after the lengths by validateSegments, whose messages the Python writer mirrors.
+  segments: z.unknown().optional(),
 });
 
 export interface ValidationContext {
@@ -137,14 +147,27 @@ export function validateTrajectory(input: unknown, ctx: ValidationContext = {}):
   if (t.info !== undefined && Buffer.byteLength(JSON.stringify(t.info)) > MAX_INFO_BYTES) {
     fail(ErrorCodes.BAD_TRAJECTORY, `info is larger than ${MAX_INFO_BYTES} bytes`, d);
   }
+  const logprobs = t.logprobs instanceof Float32Array ? t.logprobs : Float32Array.from(t.logprobs);
+  const { segments: rawSegments, ...fields } = t;
+  const segments =
+    rawSegments === undefined
+      ? undefined
+      : validateSegments(rawSegments, {
+          id: t.id,
+          promptLength: t.promptLength,
+          responseLength: t.responseLength,
+          logprobs,
+          maxWeightVersion: ctx.maxWeightVersion,
+        });
   const now = Date.now();
   const out: Trajectory = {
-    ...t,
+    ...fields,
     tokens: t.tokens instanceof Int32Array ? t.tokens : Int32Array.from(t.tokens),
-    logprobs: t.logprobs instanceof Float32Array ? t.logprobs : Float32Array.from(t.logprobs),
+    logprobs,
     createdAt: t.createdAt ?? now,
     completedAt: t.completedAt ?? now,
   };
+  if (segments !== undefined) out.segments = segments;
   return out;
 }
 

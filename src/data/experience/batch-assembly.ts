@@ -133,6 +133,7 @@ export class BatchAssembler {
         rolloutId: e.rolloutId,
         priority: e.priority,
         info: e.info,
+        segments: e.segments,
         seq: e.seq,
         staleness: 0,
         timesSampled: e.timesSampled,

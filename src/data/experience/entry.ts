@@ -33,6 +33,7 @@ export function entryOf(seq: number, m: RecordMeta, indexedAt: number): BufferEn
     completedAt: m.completedAt,
     rolloutId: m.rolloutId,
     info: m.info,
+    segments: m.segments,
     bytes: m.bytes,
     chunkSeqs: m.chunkSeqs,
     seq,

@@ -8,16 +8,28 @@
  * leave the sample in neither pool). The last start is the one in force: every other message
  * names it in a header (its stream sequence), readers ignore what came before it, and the older
  * messages are purged once the new start is stored.
+ *
+ * A multi-turn trajectory's log also records its segments as they happen (version 2 messages,
+ * written only by a trajectory that uses them, so that a single-turn log is what it always was):
+ * 'turn' closes the generated tokens since the last segment with their weight version and
+ * finish reason, 'waiting' says the trajectory waits for an action (tool call), and
+ * 'observation' carries the tokens the environment returned and the action they answer.
  */
 import { pack, unpack } from 'msgpackr';
 import { z } from 'zod';
+import { ACTION_STATUSES, type ObservationAction } from '../codec/segments.js';
 
 export const OWNER_HEADER = 'Laminar-Owner';
 export const KIND_HEADER = 'Laminar-Kind';
 export const TOKENS_HEADER = 'Laminar-Tokens';
 /** On every message but a start: the stream sequence of the start in force. */
 export const START_SEQ_HEADER = 'Laminar-Start-Seq';
+/** On a 'waiting' message: the action id and tool waited for (listing shows them from headers alone). */
+export const ACTION_HEADER = 'Laminar-Action';
+export const TOOL_HEADER = 'Laminar-Tool';
 export const LOG_VERSION = 1;
+/** Messages of the kinds that segments added ('turn', 'waiting', 'observation'). */
+export const SEGMENT_LOG_VERSION = 2;
 
 /**
  * Owner of trajectories the manager took from a dead rollout and could not place: the take-over
@@ -27,7 +39,19 @@ export const LOG_VERSION = 1;
  */
 export const PARKED_OWNER = 'laminar:parked';
 
-export type LogKind = 'start' | 'delta' | 'takeover' | 'completing';
+export type LogKind = 'start' | 'delta' | 'takeover' | 'completing' | 'turn' | 'waiting' | 'observation';
+
+/** The close of a generated turn ('turn' message). */
+export interface TurnClose {
+  weightVersion: number;
+  finishReason: string;
+}
+
+/** The action a trajectory waits for ('waiting' message). */
+export interface AwaitedAction {
+  actionId: string;
+  tool: string;
+}
 
 /**
  * The kind of a log message from its headers alone (no body decoded), for tools that watch the
@@ -68,6 +92,10 @@ export interface LogMessage {
   tokens?: Uint8Array;
   logprobs?: Uint8Array;
   start?: PartialStart;
+  turn?: TurnClose;
+  waiting?: AwaitedAction;
+  /** On an 'observation': the action its tokens answer (the tokens have no logprobs). */
+  action?: ObservationAction;
 }
 
 const startSchema = z.object({
@@ -89,13 +117,23 @@ const startSchema = z.object({
 export const partialStartSchema = startSchema;
 
 const messageSchema = z.object({
-  v: z.literal(LOG_VERSION),
-  kind: z.enum(['start', 'delta', 'takeover', 'completing']),
+  v: z.union([z.literal(LOG_VERSION), z.literal(SEGMENT_LOG_VERSION)]),
+  kind: z.enum(['start', 'delta', 'takeover', 'completing', 'turn', 'waiting', 'observation']),
   owner: z.string(),
   offset: z.number().int().nonnegative(),
   tokens: z.instanceof(Uint8Array).optional(),
   logprobs: z.instanceof(Uint8Array).optional(),
   start: startSchema.optional(),
+  turn: z.object({ weightVersion: z.number().int().nonnegative(), finishReason: z.string() }).optional(),
+  waiting: z.object({ actionId: z.string(), tool: z.string() }).optional(),
+  action: z
+    .object({
+      tool: z.string(),
+      actionId: z.string(),
+      status: z.enum(ACTION_STATUSES as [string, ...string[]]),
+      latencyMs: z.number().nonnegative(),
+    })
+    .optional(),
 });
 
 export function encodeLog(m: LogMessage): Uint8Array {
@@ -103,5 +141,5 @@ export function encodeLog(m: LogMessage): Uint8Array {
 }
 
 export function decodeLog(bytes: Uint8Array): LogMessage {
-  return messageSchema.parse(unpack(bytes));
+  return messageSchema.parse(unpack(bytes)) as LogMessage;
 }

@@ -5,7 +5,18 @@
  */
 import { DeliverPolicy, type Consumer, type JetStreamClient } from '@nats-io/jetstream';
 import { CorruptRecordError } from '../errors.js';
-import { decodeLog, KIND_HEADER, OWNER_HEADER, TOKENS_HEADER, type LogKind, type PartialStart } from './log-codec.js';
+import {
+  ACTION_HEADER,
+  decodeLog,
+  KIND_HEADER,
+  OWNER_HEADER,
+  TOKENS_HEADER,
+  TOOL_HEADER,
+  type AwaitedAction,
+  type LogKind,
+  type PartialStart,
+} from './log-codec.js';
+import type { TrajectorySegment } from '../codec/segments.js';
 import { decodePayload, joinChunks } from '../codec/payload.js';
 import { tokenToId } from '../ids.js';
 
@@ -14,8 +25,16 @@ export interface PartialState {
   owner: string;
   /** Kind of the last message (state of the trajectory). */
   state: LogKind;
+  /** The response so far (observations included, at logprob 0); the prompt is in `start`. */
   tokens: Int32Array;
   logprobs: Float32Array;
+  /**
+   * The closed segments, in order: they cover tokens [0, sum of lengths); the tokens after them
+   * are the model's turn in progress (empty for a single-turn log, whose tokens are all open).
+   */
+  segments: TrajectorySegment[];
+  /** The action the trajectory was waiting for when last logged (its observation not yet in). */
+  waiting?: AwaitedAction;
   /** Stream sequence of the last message (ownership changes are conditional on it). */
   lastSeq: number;
   /** Stream sequence of the start in force (later messages name it). */
@@ -28,6 +47,8 @@ export interface PartialSummary {
   state: LogKind;
   tokens: number;
   lastSeq: number;
+  /** When the state is 'waiting': the action (tool call) the trajectory waits for. */
+  waitingFor?: AwaitedAction;
 }
 
 export async function readLog(js: JetStreamClient, stream: string, subject: string): Promise<PartialState | undefined> {
@@ -52,6 +73,9 @@ async function readLogFrom(consumer: Consumer, subject: string): Promise<Partial
   let lastSeq = 0;
   let startSeq = 0;
   let count = 0;
+  let segments: TrajectorySegment[] = [];
+  let segmentEnd = 0;
+  let waiting: AwaitedAction | undefined;
   const messages = await consumer.fetch({ max_messages: info.num_pending, expires: 10_000 });
   for await (const m of messages) {
     const msg = decodeLog(m.data);
@@ -62,13 +86,30 @@ async function readLogFrom(consumer: Consumer, subject: string): Promise<Partial
       tokenParts.length = 0;
       logprobParts.length = 0;
       count = 0;
+      segments = [];
+      segmentEnd = 0;
+      waiting = undefined;
     }
-    if (msg.tokens && msg.logprobs) {
+    if (msg.kind === 'observation' && count !== segmentEnd) {
+      throw new CorruptRecordError(`partial log of ${subject} has an observation after ${count - segmentEnd} generated tokens of an open turn`);
+    }
+    if (msg.tokens) {
       // Deltas are contiguous by construction (each append is conditional on the previous).
       if (msg.offset !== count) throw new CorruptRecordError(`partial log of ${subject} has a gap at token ${count}`);
       tokenParts.push(msg.tokens);
-      logprobParts.push(msg.logprobs);
+      // An observation's tokens have no logprobs: 0 each (a fresh buffer is zeroed).
+      logprobParts.push(msg.logprobs ?? new Uint8Array(msg.tokens.byteLength));
       count += msg.tokens.byteLength / 4;
+    }
+    if (msg.kind === 'turn' && msg.turn) {
+      segments.push({ kind: 'generated', length: count - segmentEnd, weightVersion: msg.turn.weightVersion, finishReason: msg.turn.finishReason });
+      segmentEnd = count;
+    } else if (msg.kind === 'observation' && msg.action) {
+      segments.push({ kind: 'observation', length: count - segmentEnd, action: msg.action });
+      segmentEnd = count;
+      waiting = undefined;
+    } else if (msg.kind === 'waiting' && msg.waiting) {
+      waiting = msg.waiting;
     }
     owner = msg.owner;
     state = msg.kind;
@@ -79,7 +120,7 @@ async function readLogFrom(consumer: Consumer, subject: string): Promise<Partial
   if (!start) throw new CorruptRecordError(`partial log of ${subject} has no start message`);
   const payload = joinChunks([...tokenParts, ...logprobParts], count * 8);
   const { tokens, logprobs } = decodePayload(payload, count);
-  return { start, owner, state, tokens, logprobs, lastSeq, startSeq };
+  return { start, owner, state, tokens, logprobs, segments, ...(waiting ? { waiting } : {}), lastSeq, startSeq };
 }
 
 /** The last message of every trajectory log under `filter` (headers only). */
@@ -103,11 +144,14 @@ export async function listLogs(js: JetStreamClient, stream: string, filter: stri
 
 /** A log's summary from its last message's subject, headers and stream sequence. */
 export function summaryOf(subject: string, headers: { get(key: string): string } | undefined, seq: number): PartialSummary {
-  return {
+  const state = (headers?.get(KIND_HEADER) || 'delta') as LogKind;
+  const summary: PartialSummary = {
     trajectoryId: tokenToId(subject.slice(subject.lastIndexOf('.') + 1)),
     owner: headers?.get(OWNER_HEADER) ?? '',
-    state: (headers?.get(KIND_HEADER) || 'delta') as LogKind,
+    state,
     tokens: Number(headers?.get(TOKENS_HEADER) ?? 0),
     lastSeq: seq,
   };
+  if (state === 'waiting') summary.waitingFor = { actionId: headers?.get(ACTION_HEADER) ?? '', tool: headers?.get(TOOL_HEADER) ?? '' };
+  return summary;
 }

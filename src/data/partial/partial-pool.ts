@@ -256,7 +256,12 @@ export class PartialPool {
     try {
       const seq = await this.publishTakeover(trajectoryId, rolloutId, state);
       this.m.takeovers.inc({ pool: this.names.pool });
-      const t = this.track(new PartialTrajectory(this.host, state.start, rolloutId, seq, state.tokens.length, state.startSeq));
+      const t = this.track(
+        new PartialTrajectory(this.host, state.start, rolloutId, seq, state.tokens.length, state.startSeq, {
+          segments: state.segments,
+          waiting: state.waiting,
+        }),
+      );
       return { status: 'taken', trajectory: t, state: { ...state, owner: rolloutId, state: 'takeover', lastSeq: seq } };
     } catch (err) {
       if (err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE) {

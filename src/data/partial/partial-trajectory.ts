@@ -4,13 +4,35 @@
  * one message at a time, each conditional on the previous one (expected last sequence on the
  * trajectory's subject). A takeover by another rollout appends to the same subject, so the old
  * owner's next append fails: it is fenced (ERR_NOT_OWNER) and can never resume the trajectory.
+ *
+ * A multi-turn trajectory also logs its segments as they happen: closeTurn() after the model's
+ * turn, waitForAction() while a tool call runs (the pool's listing shows it waiting), and
+ * appendObservation() with what the environment returned. Each goes on the same conditional
+ * chain after the tokens buffered before it, so the log is in the order the calls were made
+ * and a rollout that resumes the trajectory rebuilds its context exactly.
  */
 import { headers } from '@nats-io/transport-node';
 import { JetStreamApiError, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { DataInputError, OwnershipError } from '../errors.js';
 import { retryTransient } from '../retry.js';
-import { encodeLog, KIND_HEADER, LOG_VERSION, OWNER_HEADER, START_SEQ_HEADER, TOKENS_HEADER, type LogKind, type PartialStart } from './log-codec.js';
+import {
+  ACTION_HEADER,
+  encodeLog,
+  KIND_HEADER,
+  LOG_VERSION,
+  OWNER_HEADER,
+  SEGMENT_LOG_VERSION,
+  START_SEQ_HEADER,
+  TOKENS_HEADER,
+  TOOL_HEADER,
+  type AwaitedAction,
+  type LogKind,
+  type LogMessage,
+  type PartialStart,
+  type TurnClose,
+} from './log-codec.js';
 import { ErrorCodes } from '../../common/error-codes.js';
+import { validateSegments, type ObservationAction, type ObservationSegment, type TrajectorySegment } from '../codec/segments.js';
 
 export const WRONG_LAST_SEQUENCE = 10071;
 
@@ -30,14 +52,31 @@ function toBytes(a: Int32Array | Float32Array): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 }
 
+type SegmentKind = 'turn' | 'waiting' | 'observation';
+type SegmentExtra = Pick<LogMessage, 'turn' | 'waiting' | 'action'>;
+
+/**
+ * What is still to be logged, in call order: runs of generated tokens (one 'delta' each) and
+ * segment messages. A failed send leaves its entry at the front for the next flush, so the log
+ * never skips one (a gap would make the log unreadable).
+ */
+type Outgoing = { kind: 'delta'; tokens: number[]; logprobs: number[] } | { kind: SegmentKind; tokens?: Int32Array; extra: SegmentExtra };
+
 export class PartialTrajectory {
-  private pendingTokens: number[] = [];
-  private pendingLogprobs: number[] = [];
-  /** When the oldest pending token was appended (for the time-based flush). */
+  private readonly outbox: Outgoing[] = [];
+  /** Generated tokens in the outbox (the size-based flush counts these). */
+  private pendingGenerated = 0;
+  /** Observation tokens in the outbox. */
+  private pendingObserved = 0;
+  /** When the oldest pending entry was added (for the time-based flush). */
   pendingSince = 0;
   private chain: Promise<void> = Promise.resolve();
   private fenced: OwnershipError | undefined;
   private sentTokens: number;
+  private readonly closedSegments: TrajectorySegment[];
+  /** Response tokens the closed segments cover; the tokens after it are the open turn. */
+  private segmentEnd: number;
+  private awaited: AwaitedAction | undefined;
 
   constructor(
     private readonly host: TrajectoryHost,
@@ -47,21 +86,37 @@ export class PartialTrajectory {
     tokensSoFar: number,
     /** Stream sequence of the start in force: every message of ours names it. */
     private readonly startSeq: number,
+    /** A resumed trajectory's closed segments and the action it waited for (PartialState). */
+    resumed: { segments: readonly TrajectorySegment[]; waiting?: AwaitedAction | undefined } = { segments: [] },
   ) {
     this.sentTokens = tokensSoFar;
+    this.closedSegments = [...resumed.segments];
+    this.segmentEnd = this.closedSegments.reduce((n, s) => n + s.length, 0);
+    this.awaited = resumed.waiting;
   }
 
   get trajectoryId(): string {
     return this.start.trajectoryId;
   }
 
-  /** Tokens of the trajectory so far (stored + buffered). */
+  /** Response tokens of the trajectory so far (stored + buffered), observations included. */
   get tokenCount(): number {
-    return this.sentTokens + this.pendingTokens.length;
+    return this.sentTokens + this.pendingGenerated + this.pendingObserved;
   }
 
+  /** Tokens waiting to be logged; at least 1 while a segment message waits (the timer flushes it). */
   get pendingCount(): number {
-    return this.pendingTokens.length;
+    return this.outbox.length === 0 ? 0 : Math.max(1, this.pendingGenerated + this.pendingObserved);
+  }
+
+  /** The closed segments so far (generated turns and observations), in order. */
+  get segments(): readonly TrajectorySegment[] {
+    return this.closedSegments;
+  }
+
+  /** The action the trajectory waits for, between waitForAction() and appendObservation(). */
+  get waitingFor(): AwaitedAction | undefined {
+    return this.awaited;
   }
 
   /** Buffers newly generated tokens and their logprobs. Throws ERR_NOT_OWNER once fenced. */
@@ -71,12 +126,52 @@ export class PartialTrajectory {
       throw new DataInputError(ErrorCodes.BAD_APPEND, `append of ${tokens.length} tokens with ${logprobs.length} logprobs`, { id: this.trajectoryId });
     }
     if (tokens.length === 0) return;
-    if (this.pendingTokens.length === 0) this.pendingSince = Date.now();
+    if (this.outbox.length === 0) this.pendingSince = Date.now();
+    let run = this.outbox[this.outbox.length - 1];
+    if (run?.kind !== 'delta') this.outbox.push((run = { kind: 'delta', tokens: [], logprobs: [] }));
     for (let i = 0; i < tokens.length; i++) {
-      this.pendingTokens.push(tokens[i]!);
-      this.pendingLogprobs.push(logprobs[i]!);
+      run.tokens.push(tokens[i]!);
+      run.logprobs.push(logprobs[i]!);
     }
-    if (this.pendingTokens.length >= this.host.flushTokens) void this.flush().catch(() => undefined);
+    this.pendingGenerated += tokens.length;
+    if (this.pendingGenerated >= this.host.flushTokens) void this.flush().catch(() => undefined);
+  }
+
+  /**
+   * Closes the model's turn: the generated tokens appended since the last segment become a
+   * generated segment with this weight version and finish reason. Resolves once logged.
+   */
+  closeTurn(turn: TurnClose): Promise<void> {
+    if (this.fenced) throw this.fenced;
+    const length = this.tokenCount - this.segmentEnd;
+    const segment = this.checked({ kind: 'generated', length, weightVersion: turn.weightVersion, finishReason: turn.finishReason });
+    this.closedSegments.push(segment);
+    this.segmentEnd += length;
+    return this.push({ kind: 'turn', extra: { turn: { weightVersion: turn.weightVersion, finishReason: turn.finishReason } } });
+  }
+
+  /** Marks the trajectory as waiting for an action (a tool call): the pool's listing shows it. */
+  waitForAction(action: AwaitedAction): Promise<void> {
+    if (this.fenced) throw this.fenced;
+    this.requireClosedTurn('wait for an action');
+    this.awaited = { actionId: action.actionId, tool: action.tool };
+    return this.push({ kind: 'waiting', extra: { waiting: this.awaited } });
+  }
+
+  /**
+   * Appends what the environment returned for an action, tokenized: an observation segment
+   * (logprob 0, masked out of the loss). The model's turn before it must be closed.
+   */
+  appendObservation(tokens: ArrayLike<number>, action: ObservationAction): Promise<void> {
+    if (this.fenced) throw this.fenced;
+    this.requireClosedTurn('append an observation');
+    const ids = Int32Array.from(tokens);
+    const segment = this.checked({ kind: 'observation', length: ids.length, action }) as ObservationSegment;
+    this.closedSegments.push(segment);
+    this.segmentEnd += ids.length;
+    this.awaited = undefined;
+    this.pendingObserved += ids.length;
+    return this.push({ kind: 'observation', tokens: ids, extra: { action: segment.action } });
   }
 
   /** Sends what is buffered; resolves once it is stored. */
@@ -92,29 +187,48 @@ export class PartialTrajectory {
     return this.chain;
   }
 
-  private async sendPending(): Promise<void> {
-    if (this.fenced) throw this.fenced;
-    if (this.pendingTokens.length === 0) return;
-    const tokens = Int32Array.from(this.pendingTokens);
-    const logprobs = Float32Array.from(this.pendingLogprobs);
-    this.pendingTokens = [];
-    this.pendingLogprobs = [];
-    this.pendingSince = 0;
-    try {
-      await this.send('delta', tokens, logprobs);
-    } catch (err) {
-      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- send() sets this.fenced while it is awaited; the narrowing from the check above does not survive the await
-      if (!this.fenced) {
-        // Transient: keep the tokens for the next flush, in order.
-        this.pendingTokens = [...tokens, ...this.pendingTokens];
-        this.pendingLogprobs = [...logprobs, ...this.pendingLogprobs];
-        this.pendingSince = Date.now();
-      }
-      throw err;
+  private push(entry: Outgoing): Promise<void> {
+    if (this.outbox.length === 0) this.pendingSince = Date.now();
+    this.outbox.push(entry);
+    return this.flush();
+  }
+
+  private requireClosedTurn(what: string): void {
+    const open = this.tokenCount - this.segmentEnd;
+    if (open > 0) {
+      throw new DataInputError(ErrorCodes.BAD_SEGMENTS, `cannot ${what} with ${open} generated tokens in an open turn: closeTurn() first`, {
+        id: this.trajectoryId,
+        open,
+      });
     }
   }
 
-  private async send(kind: LogKind, tokens: Int32Array | undefined, logprobs: Float32Array | undefined): Promise<void> {
+  /** A new segment through the record's checks (shape and limits), so that a bad one fails at the call, not at completion. */
+  private checked(segment: TrajectorySegment): TrajectorySegment {
+    const all = [...this.closedSegments, segment];
+    const responseLength = this.segmentEnd + segment.length;
+    // Observation logprobs are 0 by construction here: a zero array of the length passes.
+    return validateSegments(all, { id: this.trajectoryId, promptLength: 0, responseLength, logprobs: new Float32Array(responseLength) })[all.length - 1]!;
+  }
+
+  private async sendPending(): Promise<void> {
+    if (this.fenced) throw this.fenced;
+    while (this.outbox.length > 0) {
+      const next = this.outbox[0]!;
+      if (next.kind === 'delta') {
+        await this.send('delta', Int32Array.from(next.tokens), Float32Array.from(next.logprobs));
+        this.pendingGenerated -= next.tokens.length;
+      } else {
+        await this.send(next.kind, next.tokens, undefined, next.extra);
+        this.pendingObserved -= next.tokens?.length ?? 0;
+      }
+      // Taken off only once stored: a failure leaves it first for the next flush.
+      this.outbox.shift();
+    }
+    this.pendingSince = 0;
+  }
+
+  private async send(kind: LogKind, tokens: Int32Array | undefined, logprobs: Float32Array | undefined, extra: SegmentExtra = {}): Promise<void> {
     if (this.fenced) throw this.fenced;
     const count = this.sentTokens + (tokens?.length ?? 0);
     const h = headers();
@@ -122,13 +236,19 @@ export class PartialTrajectory {
     h.set(KIND_HEADER, kind);
     h.set(TOKENS_HEADER, String(count));
     h.set(START_SEQ_HEADER, String(this.startSeq));
+    if (extra.waiting) {
+      h.set(ACTION_HEADER, extra.waiting.actionId);
+      h.set(TOOL_HEADER, extra.waiting.tool);
+    }
+    const segmentKind = kind === 'turn' || kind === 'waiting' || kind === 'observation';
     const body = encodeLog({
-      v: LOG_VERSION,
+      v: segmentKind ? SEGMENT_LOG_VERSION : LOG_VERSION,
       kind,
       owner: this.owner,
       offset: this.sentTokens,
       tokens: tokens && toBytes(tokens),
       logprobs: logprobs && toBytes(logprobs),
+      ...extra,
     });
     const subject = this.host.subject(this.trajectoryId);
     try {
@@ -154,7 +274,7 @@ export class PartialTrajectory {
       this.lastSeq = last.seq;
     }
     this.sentTokens = count;
-    if (tokens) this.host.onAppend(tokens.byteLength * 2);
+    if (tokens) this.host.onAppend(tokens.byteLength * (logprobs ? 2 : 1));
   }
 
   /** Stops tracking here without touching the log (the trajectory is handed to another rollout). */
