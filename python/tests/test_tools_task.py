@@ -23,10 +23,11 @@ def d(s: str) -> list[int]:
     return [DIGIT_BASE + int(c) for c in s]
 
 
-def test_lookup_is_sha256_digits_and_refuses_non_digits() -> None:
-    # The TypeScript tool computes the same: BigInt('0x' + sha256hex('lookup:314')).toString().slice(-3).
-    assert tools.lookup_value("314") == "921"
-    assert tools.lookup_value("0000") == tools.lookup_value("0000") and len(tools.lookup_value("0000")) == 4
+def test_lookup_is_fnv_digits_and_refuses_non_digits() -> None:
+    # The action service's lookup tool (src/actions/executors/lookup.ts) answers the same digits.
+    assert tools.lookup_value("314") == "6543"
+    assert tools.lookup_value("0000") == "2143"
+    assert tools.lookup_value("314", 2) == "65"
     with pytest.raises(LaminarError):
         tools.lookup_value("3a")
 
@@ -38,7 +39,7 @@ def test_prompt_payload_carries_the_call_the_answer_and_the_limits() -> None:
     assert p.call == [tools.TOOL_CALL, tools.LOOKUP, *d("314"), tools.TOOL_CALL_END]
     payload = p.payload()
     assert payload["target"] == d(value)
-    assert payload["max_new_tokens"] == 6 + 3 + 1
+    assert payload["max_new_tokens"] == 6 + 4 + 1
     assert payload["stop_token_ids"] == [EOS, tools.TOOL_CALL_END]
     assert payload["max_turns"] == tools.MAX_TURNS
     assert tools.decode(p.call) == "<tool_call> lookup 3 1 4 </tool_call>"
@@ -77,10 +78,10 @@ def _lines(seed: int) -> list[str]:
 def test_chat_template_tool_role() -> None:
     vocab = vocabulary_of(tools.VOCAB_SIZE)
     assert vocab is tools.TOOLS_VOCAB and vocabulary_of(16) is not None and vocabulary_of(17) is None
-    assert chat_template_ids([{"role": "tool", "content": "495"}], vocab, False, True) == [tools.TOOL, *d("495"), tools.TOOL_END]
+    assert chat_template_ids([{"role": "tool", "content": "6543"}], vocab, False, True) == [tools.TOOL, *d("6543"), tools.TOOL_END]
     assert chat_template_ids([{"role": "tool", "content": "error"}], vocab, False, True) == [tools.TOOL, tools.ERROR, tools.TOOL_END]
-    convo = [{"role": "user", "content": "lookup 314"}, {"role": "assistant", "content": "495"}]
-    assert chat_template_ids(convo, vocab, True, False) == [BOS, tools.LOOKUP, *d("314"), SEP, *d("495"), EOS]
+    convo = [{"role": "user", "content": "lookup 314"}, {"role": "assistant", "content": "6543"}]
+    assert chat_template_ids(convo, vocab, True, False) == [BOS, tools.LOOKUP, *d("314"), SEP, *d("6543"), EOS]
     with pytest.raises(InvalidRequest):
         chat_template_ids([{"role": "tool", "content": "1"}], vocabulary_of(16), False, False)  # type: ignore[arg-type]
     with pytest.raises(InvalidRequest):
@@ -105,8 +106,8 @@ def test_engine_tokenizes_an_observation_in_the_tool_role(tmp_path: Path) -> Non
                 async with s.post(engine.url + "/tokenize", json=body) as r:
                     return r.status, await r.json()
 
-            status, body = await post({"messages": [{"role": "tool", "content": "495"}], "add_generation_prompt": True})
-            assert (status, body["tokens"]) == (200, [tools.TOOL, *d("495"), tools.TOOL_END])
+            status, body = await post({"messages": [{"role": "tool", "content": "6543"}], "add_generation_prompt": True})
+            assert (status, body["tokens"]) == (200, [tools.TOOL, *d("6543"), tools.TOOL_END])
             assert (await post({"prompt": "lookup 314 <sep>"}))[1]["tokens"] == [BOS, tools.LOOKUP, *d("314"), SEP]
             assert (await post({"messages": [{"role": "tool"}]}))[0] == 400
             assert (await post({"messages": [{"role": "critic", "content": "1"}]}))[0] == 400

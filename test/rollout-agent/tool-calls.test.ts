@@ -22,7 +22,7 @@ describe('token-calls parser (the lookup task)', () => {
   it('reads lookup(key) from token ids and stops turns at </tool_call>', async () => {
     expect(parser.stopTokenIds).toEqual([END]);
     expect(await parser.parse([CALL, LOOKUP, ...d('314'), END])).toEqual({ kind: 'call', call: { tool: 'lookup', args: { key: '314' } } });
-    expect(await parser.parse([...d('921'), EOS])).toEqual({ kind: 'answer' });
+    expect(await parser.parse([...d('6543'), EOS])).toEqual({ kind: 'answer' });
   });
 
   it('a malformed call is a bad call with the reason', async () => {
@@ -43,9 +43,9 @@ describe('token-calls parser (the lookup task)', () => {
   });
 
   it('observations are the digits, or error for anything else', () => {
-    expect(parser.observationText({ status: 'ok', output: '921' })).toBe('921');
+    expect(parser.observationText({ status: 'ok', output: '6543' })).toBe('6543');
     expect(parser.observationText({ status: 'ok', output: 'x' })).toBe('error');
-    for (const status of ['error', 'timeout', 'failed', 'bad_call']) expect(parser.observationText({ status, output: '921' })).toBe('error');
+    for (const status of ['error', 'timeout', 'failed', 'bad_call']) expect(parser.observationText({ status, output: '6543' })).toBe('error');
   });
 });
 
@@ -115,8 +115,8 @@ describe('tool specs', () => {
 });
 
 describe('tool-match reward (laminar.testing.tools.reward)', () => {
-  const payload = { call: [CALL, LOOKUP, ...d('314'), END], target: d('921') };
-  const input = (turns: number[][], observation = [18, ...d('921'), 19]): RewardInput => {
+  const payload = { call: [CALL, LOOKUP, ...d('314'), END], target: d('6543') };
+  const input = (turns: number[][], observation = [18, ...d('6543'), 19]): RewardInput => {
     const responseTokens: number[] = [];
     const segments: { kind: 'generated' | 'observation'; length: number }[] = [];
     turns.forEach((turn, i) => {

@@ -1,7 +1,7 @@
 """The lookup task: a digits task whose answer must be fetched with a tool call and copied.
 
 A prompt names a key (a short digit string); the answer is the value a `lookup` tool returns for
-it, which the model cannot compute (it is digits of a SHA-256, see `lookup_value`). The model
+it, which the model cannot compute (digits of a hash, see `lookup_value`). The model
 learns to call the tool, read its observation and copy it. The vocabulary is the digits task's
 16 ids (`laminar.testing.digits.VOCAB`) followed by six ids of the tool protocol, a token-level
 Hermes layout (`<tool_call> name args </tool_call>`; the observation comes back in the tool role
@@ -12,8 +12,8 @@ as `<tool> content </tool>`, the reference engine's chat template):
 - prompt ids: `[BOS, lookup, k1, ..., kn, SEP]`;
 - the ideal episode: turn 1 generates the call `[<tool_call>, lookup, k1, ..., kn, </tool_call>]`
   (generation stops at `</tool_call>`), the rollout agent executes the action and appends the
-  observation `[<tool>, v1, ..., vn, </tool>]` (masked out of the loss), turn 2 generates
-  `[v1, ..., vn, EOS]`;
+  observation `[<tool>, v1, ..., v4, </tool>]` (masked out of the loss), turn 2 generates
+  `[v1, ..., v4, EOS]` (a value has 4 digits whatever the key's length);
 - a call the tool refuses (a malformed call, an unknown key) is answered `[<tool>, error, </tool>]`.
 
 Reward rule (the TypeScript `tool-match` reward of the rollout agent computes the same; this is
@@ -33,7 +33,6 @@ Prompt pool lines: `python -m laminar.testing.tools prompts --count N --seed S -
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import sys
@@ -63,15 +62,21 @@ STOP_TOKEN_IDS = (EOS, TOOL_CALL_END)
 
 MAX_TURNS = 3
 DEFAULT_KEY_DIGITS = 3
+VALUE_DIGITS = 4
+"""Digits of a looked-up value (the lookup tool's default length)."""
 
 
-def lookup_value(key: str) -> str:
-    """The `lookup` tool: as many digits as `key` has, the last decimal digits of
-    SHA-256("lookup:" + key) read as a big-endian integer. Deterministic, the same in every
-    language (the TypeScript tool computes it with BigInt), and not learnable from the key."""
+def lookup_value(key: str, length: int = VALUE_DIGITS) -> str:
+    """The `lookup` tool (the action service's deterministic tool, src/actions/executors/lookup.ts):
+    digit i is FNV-1a-32(utf8(key + "#" + i)) mod 10. The model cannot compute it from the key."""
     encode_digits(key)  # refuses a key that is not digits
-    number = int.from_bytes(hashlib.sha256(f"lookup:{key}".encode()).digest(), "big")
-    return str(number)[-len(key) :]
+    out = []
+    for i in range(length):
+        h = 0x811C9DC5
+        for byte in f"{key}#{i}".encode():
+            h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+        out.append(str(h % 10))
+    return "".join(out)
 
 
 def call_ids(tool: str, key: str) -> list[int]:
