@@ -89,8 +89,22 @@ def assert_stored_equals(stored: Any, written: Dict[str, Any]) -> None:
     assert stored.rollout_id == written.get("rolloutId")
     assert stored.priority == written.get("priority", 1)
     assert stored.info == written.get("info")
+    assert stored.segments == written.get("segments")
     np.testing.assert_array_equal(stored.tokens, np.asarray(written["tokens"], dtype=np.int32))
     np.testing.assert_array_equal(stored.logprobs, np.asarray(written["logprobs"], dtype=np.float32))
+
+
+def multi_turn_input(seed: int) -> Dict[str, Any]:
+    """A valid multi-turn writer input: a 4-token prompt, a tool call, its observation (logprob 0)
+    and the answer."""
+    t = trajectory_input(seed, tokens=14)
+    t["logprobs"][8:11] = [0.0, 0.0, 0.0]
+    t["segments"] = [
+        {"kind": "generated", "length": 4, "weightVersion": 2, "finishReason": "tool_call"},
+        {"kind": "observation", "length": 3, "action": {"tool": "lookup", "actionId": f"traj-{seed}/turn-0", "status": "ok", "latencyMs": 12.5}},
+        {"kind": "generated", "length": 3, "weightVersion": 2, "finishReason": "stop"},
+    ]
+    return t
 
 
 def decode_sampled(item: Dict[str, Any]) -> Dict[str, Any]:

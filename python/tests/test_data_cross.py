@@ -10,11 +10,11 @@ from typing import Any, AsyncIterator, Dict, List
 
 import nats
 import pytest
-from experience_support import assert_stored_equals, decode_sampled, node, trajectory_input
+from experience_support import assert_stored_equals, decode_sampled, multi_turn_input, node, trajectory_input
 from nats_server import NatsServer
 
 from laminar.data import ExperienceWriter, read_record
-from laminar.data.codec import encode_meta, meta_of, validate_trajectory
+from laminar.data.codec import HEADER_ROOM, encode_meta, meta_of, validate_trajectory
 from laminar.data.experience import buffer_names
 from laminar.data.experience.jetstream import api_request
 
@@ -24,7 +24,7 @@ CHUNK = 4096
 
 @pytest.fixture(scope="module")
 def chunking_server() -> Any:
-    server = NatsServer(max_payload=8192 + CHUNK).start()
+    server = NatsServer(max_payload=HEADER_ROOM + CHUNK).start()
     yield server
     server.cleanup()
 
@@ -42,7 +42,8 @@ async def nc(chunking_server: NatsServer) -> AsyncIterator[Any]:
 
 
 def mixed_inputs(first_seed: int) -> List[Dict[str, Any]]:
-    """Trajectories of every shape: short, every optional field, one at the chunk limit, chunked."""
+    """Trajectories of every shape: short, every optional field, one at the chunk limit, chunked,
+    multi-turn (a v2 record with segments)."""
     return [
         trajectory_input(first_seed, tokens=1),
         trajectory_input(first_seed + 1, tokens=40, priority=3.5, reward=-2, info={"advantage": -0.125, "tag": "é", "2": True}),
@@ -50,6 +51,7 @@ def mixed_inputs(first_seed: int) -> List[Dict[str, Any]]:
         trajectory_input(first_seed + 3, tokens=CHUNK // 8 + 1),  # one byte over: 2 chunks
         trajectory_input(first_seed + 4, tokens=2000),  # 16000 bytes: 4 chunks
         trajectory_input(first_seed + 5, tokens=0, promptLength=0, responseLength=0),
+        multi_turn_input(first_seed + 6),
     ]
 
 
@@ -62,7 +64,7 @@ async def test_python_writes_and_the_typescript_sampler_samples_them_equal(chunk
     writer = await ExperienceWriter.open(nc, buffer)
     inputs = mixed_inputs(1000) + [without_optional(trajectory_input(1010, tokens=9), "rolloutId")]
     results = {t["id"]: await writer.write(t) for t in inputs}
-    assert [r.chunks for r in results.values()] == [0, 0, 0, 2, 4, 0, 0]
+    assert [r.chunks for r in results.values()] == [0, 0, 0, 2, 4, 0, 0, 0]
     items = {i["id"]: decode_sampled(i) for i in node("sample", chunking_server.url, buffer, str(len(inputs)))}
     assert set(items) == set(results)
     for t in inputs:
@@ -73,6 +75,7 @@ async def test_python_writes_and_the_typescript_sampler_samples_them_equal(chunk
         assert item.get("rolloutId") == t.get("rolloutId")
         assert item["priority"] == t.get("priority", 1)
         assert item.get("info") == t.get("info")
+        assert item.get("segments") == t.get("segments")
         assert list(item["tokens"]) == list(t["tokens"])
         assert item["logprobs"].tolist() == t["logprobs"]
     # Sampled out, the records are gone; the TypeScript sampler's completion marks answer has().
@@ -86,7 +89,7 @@ async def test_typescript_writes_and_python_reads_them_back_byte_for_byte(chunki
     buffer = "ts-to-py"
     inputs = mixed_inputs(2000)
     results = node("write", chunking_server.url, buffer, stdin=inputs)
-    assert [r["chunks"] for r in results] == [0, 0, 0, 2, 4, 0]
+    assert [r["chunks"] for r in results] == [0, 0, 0, 2, 4, 0, 0]
     for t, r in zip(inputs, results):
         stored = await read_record(nc, t["id"], buffer)
         assert stored is not None and stored.seq == r["seq"]

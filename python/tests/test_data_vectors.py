@@ -19,6 +19,7 @@ from laminar.data.codec import (
     encode_payload,
     meta_of,
     split_payload,
+    trajectory_of,
     validate_trajectory,
     check_payload_size,
 )
@@ -41,7 +42,13 @@ def test_the_vectors_cover_the_format() -> None:
         error_codes.GROUP_MISMATCH,
         error_codes.FUTURE_VERSION,
         error_codes.PAYLOAD_TOO_LARGE,
+        error_codes.BAD_SEGMENTS,
+        error_codes.SEGMENT_LENGTHS,
+        error_codes.OBSERVATION_LOGPROB,
+        error_codes.TOO_MANY_SEGMENTS,
     }
+    # Both record versions: v1 (no segments, as written before segments) and v2.
+    assert {decode_meta(c["metaHeader"])["v"] for c in VECTORS["valid"]} == {1, 2}
 
 
 @pytest.mark.parametrize("case", VECTORS["valid"], ids=lambda c: c["name"])
@@ -76,6 +83,8 @@ def test_a_header_decodes_to_the_metadata_it_was_made_of(case: dict) -> None:
     decoded = decode_meta(case["metaHeader"])
     assert decoded == meta
     assert encode_meta(decoded) == case["metaHeader"]
+    assert decoded["v"] == (1 if t.segments is None else 2)
+    assert trajectory_of(decoded, t.tokens, t.logprobs).segments == t.segments
 
 
 @pytest.mark.parametrize("case", VECTORS["invalid"], ids=lambda c: c["name"])

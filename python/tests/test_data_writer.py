@@ -23,7 +23,7 @@ from laminar.data import (
     SyncExperienceWriter,
     read_record,
 )
-from laminar.data.codec import encode_meta, encode_payload, meta_of, validate_trajectory
+from laminar.data.codec import HEADER_ROOM, encode_meta, encode_payload, meta_of, validate_trajectory
 from laminar.data.experience import buffer_names
 from laminar.data.experience.jetstream import api_request
 from laminar.errors import ClosedError
@@ -118,7 +118,7 @@ async def test_a_record_outside_the_duplicate_window_is_found_by_its_subject(nc:
 
 
 async def test_large_payloads_go_in_chunks_before_their_record(nats_server_factory: Any) -> None:
-    server = nats_server_factory(max_payload=8192 + 4096)  # chunks of 4096 bytes
+    server = nats_server_factory(max_payload=HEADER_ROOM + 4096)  # chunks of 4096 bytes
     nc = await connect(server.url)
     try:
         buffer = fresh_buffer()

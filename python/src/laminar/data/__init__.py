@@ -12,6 +12,7 @@ Each submodule's names are imported on a line of its own, so that modules added 
 """
 
 from .codec import Trajectory, validate_trajectory
+from .codec import TrajectoryBuilder, loss_mask_of, turn_boundaries_of
 from .errors import CorruptRecordError, DataCapacityError, DataInputError, StoreError
 from .experience import (
     ExperienceWriter,
@@ -39,9 +40,12 @@ __all__ = [
     "StoredRecord",
     "SyncExperienceWriter",
     "Trajectory",
+    "TrajectoryBuilder",
     "WriteResult",
     "WriterStats",
     "buffer_names",
+    "loss_mask_of",
     "read_record",
+    "turn_boundaries_of",
     "validate_trajectory",
 ]

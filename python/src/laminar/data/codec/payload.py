@@ -8,8 +8,9 @@ from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 
-HEADER_ROOM = 8 * 1024
-"""Room left in a message for its headers (the record's metadata)."""
+HEADER_ROOM = 16 * 1024
+"""Room left in a message for its headers (the record's metadata): a header of every field at
+its largest (ids, 4 KiB of info, 4 KiB of segments) fits. 8 KiB before segments."""
 
 _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")

@@ -27,6 +27,7 @@ from ... import error_codes
 from ..errors import DataCapacityError, DataInputError
 from ..ids import MAX_ID_BYTES
 from . import arrays
+from .segments import Segment, validate_segments
 from .js_values import MAX_SAFE_INTEGER, is_number, js_double, js_json_size, js_key_order, js_number_string, type_name
 
 MAX_INFO_BYTES = 4096
@@ -66,6 +67,10 @@ class Trajectory:
     """Initial priority for the prioritized strategy (default 1)."""
     info: Optional[Dict[str, InfoValue]] = field(default=None)
     """Small user metadata (scores, advantages); kept in the sampler's index, at most 4 KiB of JSON."""
+    segments: Optional[List[Segment]] = field(default=None)
+    """The response as ordered turns: generated segments and the observations between them
+    (segments.py); their lengths add up to ``response_length`` and observation tokens have
+    logprob 0. None: one generated segment of the whole response (a single-turn trajectory)."""
 
     def to_dict(self) -> Dict[str, Any]:
         """The trajectory under the record's own (camelCase) names, absent optionals left out."""
@@ -177,6 +182,7 @@ _FIELDS: Tuple[Tuple[str, str, str], ...] = (
     ("rolloutId", "rollout_id", "rolloutId?"),
     ("priority", "priority", "priority?"),
     ("info", "info", "info?"),
+    ("segments", "segments", "segments?"),
 )
 _SCALAR_CHECKS: Dict[str, Callable[[Any], Tuple[Any, Optional[str]]]] = {
     "id": _id,
@@ -292,6 +298,10 @@ def validate_trajectory(input: Any, *, max_weight_version: Optional[int] = None,
             if check == "info?":
                 values[attr] = _info(v, path, issues)
                 continue
+            if check == "segments?":
+                # Checked after the lengths (validate_segments), as the TypeScript writer does.
+                values[attr] = v
+                continue
             if check in ("tokens", "logprobs"):
                 converted = arrays.token_ids(v) if check == "tokens" else arrays.logprobs(v)
                 if isinstance(converted, arrays.Problem):
@@ -349,6 +359,11 @@ def validate_trajectory(input: Any, *, max_weight_version: Optional[int] = None,
     info = values["info"]
     if info is not None and js_json_size(info) > MAX_INFO_BYTES:
         raise _fail(error_codes.BAD_TRAJECTORY, f"info is larger than {MAX_INFO_BYTES} bytes", d)
+    segments = values["segments"]
+    if segments is not None:
+        segments = validate_segments(
+            segments, id=t_id, prompt_length=pl, response_length=rl, logprobs=values["logprobs"], max_weight_version=max_weight_version
+        )
     now = float(time.time_ns() // 1_000_000) if now_ms is None else float(now_ms)
     return Trajectory(
         id=t_id,
@@ -367,6 +382,7 @@ def validate_trajectory(input: Any, *, max_weight_version: Optional[int] = None,
         rollout_id=values["rollout_id"],
         priority=values["priority"],
         info=info,
+        segments=segments,
     )
 
 
