@@ -7,7 +7,7 @@ import tseslint from 'typescript-eslint';
 export default tseslint.config(
   // python/: the Python client's tests drive the TypeScript side through small .mjs helpers, outside the TypeScript project.
   // .venv*/: the Python environments hold other projects' JavaScript (torch's and vLLM's pages).
-  { ignores: ['dist/', 'build/', 'node_modules/', 'docs/examples/', 'scripts/', 'python/', 'eslint.config.js', '.venv/', '.venv-engines/'] },
+  { ignores: ['dist/', 'build/', 'node_modules/', 'docs/examples/', 'scripts/', 'python/', 'eslint.config.js', '.venv/', '.venv-engines/', '.venv-gpu/'] },
   eslint.configs.recommended,
   ...tseslint.configs.strictTypeChecked,
   {
