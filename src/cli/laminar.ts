@@ -2,6 +2,8 @@
 /** The `laminar` command: one subcommand per process of the system. */
 import { Command, CommanderError } from 'commander';
 import { LaminarError } from '../common/errors.js';
+import { actionWorkerCommand } from './action-worker.js';
+import { actionsCommand } from './actions.js';
 import { chunkSizeCommand } from './chunk-size.js';
 import { managerCommand } from './manager.js';
 import { planCommand } from './plan.js';
@@ -32,7 +34,9 @@ const program = new Command('laminar')
   .addCommand(simRolloutCommand())
   .addCommand(simTrainerCommand())
   .addCommand(simulateCommand())
-  .addCommand(planCommand());
+  .addCommand(planCommand())
+  .addCommand(actionWorkerCommand())
+  .addCommand(actionsCommand());
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   if (err instanceof CommanderError) {

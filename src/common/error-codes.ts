@@ -337,6 +337,12 @@ export const ERROR_CATALOGUE = {
   ),
   SIM_PAST_EVENT: entry('ERR_SIM_PAST_EVENT', 'simulator', 'An event was scheduled before the virtual clock, or at a time that is not a finite number.'),
 
+  BAD_TOOL_CALL: entry(
+    'ERR_BAD_TOOL_CALL',
+    'rollout',
+    "A model's tool call does not parse (not the parser's format, not JSON, no tool name): the rollout agent answers it with a `bad_call` observation carrying this code, and the episode goes on or ends by `--on-bad-call`.",
+  ),
+
   // Actions: tool calls executed by shared worker pools (src/actions)
   BAD_ACTION: entry(
     'ERR_BAD_ACTION',

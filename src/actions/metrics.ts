@@ -1,0 +1,76 @@
+/**
+ * The actions' Prometheus metrics (docs/reference/metrics.md, the "laminar / actions" Grafana
+ * dashboard). The submitter's side (ActionClient) measures what a trajectory sees: completion time,
+ * split into queue wait and execution, and results by status. The worker's side (ActionWorker)
+ * counts executions and reports its kind's queue (depth, unacked) and its own busy slots.
+ */
+import type { Registry } from 'prom-client';
+import { counter, gauge, histogram } from '../common/metric-factory.js';
+
+const SECONDS = [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+export function clientMetrics(registry: Registry) {
+  return {
+    completion: histogram(registry, {
+      name: 'laminar_action_completion_seconds',
+      help: 'Actions from submission to result, as the waiting trajectory sees it, by kind',
+      labelNames: ['kind'],
+      buckets: SECONDS,
+    }),
+    queueWait: histogram(registry, {
+      name: 'laminar_action_queue_wait_seconds',
+      help: 'Actions from submission to the start of the execution that produced the result, by kind',
+      labelNames: ['kind'],
+      buckets: SECONDS,
+    }),
+    execution: histogram(registry, {
+      name: 'laminar_action_execution_seconds',
+      help: "The executor's own time of each completed action, by kind",
+      labelNames: ['kind'],
+      buckets: SECONDS,
+    }),
+    results: counter(registry, {
+      name: 'laminar_action_results_total',
+      help: 'Action results received by submitters, by kind and status (ok, truncated, error, timeout, failed, bad_call)',
+      labelNames: ['kind', 'status'],
+    }),
+    dropped: counter(registry, {
+      name: 'laminar_action_results_dropped_total',
+      help: 'Results dropped by a submitter: duplicate (a second result of an action), foreign (names another trajectory), malformed',
+      labelNames: ['reason'],
+    }),
+    inFlight: gauge(registry, { name: 'laminar_action_in_flight', help: 'Actions submitted and waiting for their result, by kind', labelNames: ['kind'] }),
+  };
+}
+
+export function workerMetrics(registry: Registry) {
+  return {
+    executions: counter(registry, {
+      name: 'laminar_action_executions_total',
+      help: 'Deliveries handled by action workers, by kind and status (the last one of an action that ran out of deliveries is failed)',
+      labelNames: ['kind', 'status'],
+    }),
+    busy: gauge(registry, { name: 'laminar_action_worker_busy', help: "Action workers' slots executing an action, by kind", labelNames: ['kind'] }),
+    slots: gauge(registry, { name: 'laminar_action_worker_slots', help: "Action workers' slots (their concurrency), by kind", labelNames: ['kind'] }),
+    queueDepth: gauge(registry, {
+      name: 'laminar_action_queue_depth',
+      help: "Actions waiting in a kind's queue for a worker (its consumer's pending count, read at scrape)",
+      labelNames: ['kind'],
+    }),
+    unacked: gauge(registry, {
+      name: 'laminar_action_queue_running',
+      help: "Actions of a kind handed to a worker and not finished (its consumer's ack-pending count, read at scrape)",
+      labelNames: ['kind'],
+    }),
+    redeliveries: counter(registry, {
+      name: 'laminar_action_redeliveries_total',
+      help: 'Actions a worker received again after another delivery lapsed (a worker died or hung), by kind',
+      labelNames: ['kind'],
+    }),
+    malformed: counter(registry, {
+      name: 'laminar_action_malformed_total',
+      help: 'Messages on action queues that do not decode, dropped',
+      labelNames: ['kind'],
+    }),
+  };
+}

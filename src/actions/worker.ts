@@ -1,0 +1,374 @@
+/**
+ * ActionWorker: one process's share of a kind's worker pool. It takes actions from the kind's
+ * work queue only when it has a free slot (pull credit: a pull request for exactly its free
+ * slots, so a busy worker never holds actions another could start), runs each with the tool's
+ * handler, publishes the result to the submitter's result subject, then acks.
+ *
+ * - While an action runs the worker heartbeats it (in-progress acks) every third of the ack wait,
+ *   so a long action keeps its delivery; a worker that dies or freezes stops heartbeating, and
+ *   the action goes to another worker after the ack wait.
+ * - The action's timeout is enforced here: at the timeout the handler's signal is aborted and the
+ *   result is 'timeout' (the slot is freed even if an in-process handler ignores the signal).
+ * - The consumer allows max deliveries + 1: a worker that receives the last delivery does not run
+ *   the action but reports it 'failed' (ERR_ACTION_MAX_DELIVERIES), so a trajectory never waits
+ *   for ever on an action that kills or freezes every worker it reaches.
+ * - The result is published before the ack: a worker that dies in between leaves the action to be
+ *   run again (at-least-once); the result stream drops the second result by action id inside its
+ *   duplicate window, and the client drops any second result it receives.
+ */
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager, type Consumer, type ConsumerMessages, type JetStreamClient, type JsMsg } from '@nats-io/jetstream';
+import { Registry } from 'prom-client';
+import { InvalidInputError, LaminarError } from '../common/errors.js';
+import { ErrorCodes } from '../common/error-codes.js';
+import { silentLogger, type Logger } from '../common/logger.js';
+import { ActionArgumentError, type ActionContext, type ActionHandler } from './handler.js';
+import { workerMetrics } from './metrics.js';
+import { checkActionName, type ActionNames } from './names.js';
+import { capOutput, DEFAULT_MAX_OUTPUT_BYTES } from './output-cap.js';
+import { ensureActionStreams, ensureKindConsumer, type ActionStreamOptions, type KindConsumerOptions } from './streams.js';
+import type { ActionStatus } from './types.js';
+import { decodeAction, encodeResult, type ActionMessage } from './wire.js';
+import { WorkerPresence } from './worker-presence.js';
+
+export interface ActionWorkerOptions extends ActionStreamOptions, KindConsumerOptions {
+  nc: NatsConnection;
+  kind: string;
+  /** The tools this worker serves, by name. */
+  tools: Record<string, ActionHandler>;
+  /** Actions this worker runs at once (default 1). */
+  concurrency?: number;
+  /** Output cap in bytes (default 16 KiB): longer outputs are cut with a marker, status 'truncated'. */
+  maxOutputBytes?: number;
+  /**
+   * Apply capacity / ackWaitMs / maxDeliveries to the kind's consumer even if it exists (default:
+   * only when it is created; `laminar action-worker` sets it when those flags are given).
+   */
+  updateConsumer?: boolean;
+  /** The worker's id in results and `laminar actions` (default host:pid:random). */
+  id?: string;
+  /** What the worker runs, for `laminar actions` (default 'custom'). */
+  executor?: string;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+export interface ActionWorkerStatus {
+  id: string;
+  kind: string;
+  executor: string;
+  slots: number;
+  busy: number;
+  done: number;
+}
+
+const QUEUE_GAUGE_MS = 2_000;
+
+interface Outcome {
+  status: ActionStatus;
+  output: string;
+  code?: string;
+  truncated?: boolean;
+}
+
+export class ActionWorker {
+  readonly id: string;
+  private readonly js: JetStreamClient;
+  private readonly metrics: ReturnType<typeof workerMetrics>;
+  private readonly logger: Logger;
+  private readonly slots: number;
+  private readonly maxOutputBytes: number;
+  private readonly labels: { kind: string };
+  private busy = 0;
+  private done = 0;
+  /** Slots asked of the server by pull requests still open and not yet delivered. */
+  private outstanding = 0;
+  private readonly fetches = new Set<ConsumerMessages>();
+  private readonly running = new Set<Promise<void>>();
+  /** Aborts the handlers still running when stop()'s grace ends. */
+  private readonly stopController = new AbortController();
+  /** stop() was called: no more pull requests; deliveries that still arrive are handed back. */
+  private leaving = false;
+  private slotFreed: (() => void) | undefined;
+  private loop: Promise<void> | undefined;
+  private presence: WorkerPresence | undefined;
+  private queueTimer: NodeJS.Timeout | undefined;
+
+  private constructor(
+    private readonly consumer: Consumer,
+    readonly names: ActionNames,
+    readonly kind: string,
+    private readonly tools: Record<string, ActionHandler>,
+    /** The consumer's settings, read at start. */
+    private readonly ackWaitMs: number,
+    private readonly maxDeliveries: number,
+    private readonly options: ActionWorkerOptions,
+  ) {
+    this.id = options.id ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+    this.js = jetstream(options.nc);
+    this.metrics = workerMetrics(options.registry ?? new Registry());
+    this.logger = (options.logger ?? silentLogger).child({ component: 'action-worker', kind, worker: this.id });
+    this.slots = options.concurrency ?? 1;
+    this.maxOutputBytes = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+    this.labels = { kind };
+  }
+
+  /** Creates the streams and the kind's consumer when missing, and starts taking actions. */
+  static async start(options: ActionWorkerOptions): Promise<ActionWorker> {
+    const kind = checkActionName('an action kind', options.kind);
+    const concurrency = options.concurrency ?? 1;
+    if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 4096)
+      throw new InvalidInputError(ErrorCodes.BAD_ACTION, `concurrency must be an integer in 1..4096, got ${concurrency}`);
+    const maxOutput = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+    if (!Number.isInteger(maxOutput) || maxOutput < 64)
+      throw new InvalidInputError(ErrorCodes.BAD_ACTION, `maxOutputBytes must be an integer >= 64, got ${maxOutput}`);
+    if (Object.keys(options.tools).length === 0) throw new InvalidInputError(ErrorCodes.BAD_ACTION, 'an action worker needs at least one tool');
+    const jsm = await jetstreamManager(options.nc);
+    const names = await ensureActionStreams(jsm, options);
+    await ensureKindConsumer(jsm, names, kind, options, options.updateConsumer ?? false);
+    const info = await jsm.consumers.info(names.stream, names.consumer(kind));
+    const consumer = await jetstream(options.nc).consumers.get(names.stream, names.consumer(kind));
+    const worker = new ActionWorker(
+      consumer,
+      names,
+      kind,
+      options.tools,
+      Math.round((info.config.ack_wait ?? 30e9) / 1e6),
+      Math.max(1, (info.config.max_deliver ?? 2) - 1),
+      options,
+    );
+    worker.metrics.slots.inc(worker.labels, worker.slots);
+    // The kind's queue, for the gauges: read every few seconds rather than at scrape (a scrape
+    // cannot wait for NATS).
+    worker.queueTimer = setInterval(() => void worker.collectQueue(), QUEUE_GAUGE_MS);
+    worker.queueTimer.unref();
+    await worker.collectQueue();
+    worker.presence = await WorkerPresence.start(options.nc, names, () => worker.status(), worker.logger);
+    worker.loop = worker.pull();
+    return worker;
+  }
+
+  status(): ActionWorkerStatus {
+    return { id: this.id, kind: this.kind, executor: this.options.executor ?? 'custom', slots: this.slots, busy: this.busy, done: this.done };
+  }
+
+  /** Pull credit: asks the server for exactly the free slots not already asked for. */
+  private async pull(): Promise<void> {
+    while (!this.leaving) {
+      const free = this.slots - this.busy - this.outstanding;
+      if (free <= 0) {
+        await new Promise<void>((resolve) => (this.slotFreed = resolve));
+        continue;
+      }
+      this.outstanding += free;
+      let batch: ConsumerMessages;
+      try {
+        batch = await this.consumer.fetch({ max_messages: free, expires: 5_000 });
+      } catch (err) {
+        this.outstanding -= free;
+        if (this.isLeaving()) break;
+        this.logger.warn({ err }, 'pull request failed; retrying');
+        await new Promise((r) => setTimeout(r, 250));
+        continue;
+      }
+      this.fetches.add(batch);
+      void this.drain(batch, free);
+    }
+  }
+
+  /** Starts each action a pull request delivers; returns its undelivered credit when it ends. */
+  private async drain(batch: ConsumerMessages, asked: number): Promise<void> {
+    let got = 0;
+    try {
+      for await (const m of batch) {
+        got++;
+        this.outstanding--;
+        if (this.leaving) {
+          // Leaving: hand it back at once rather than after the ack wait.
+          m.nak();
+          continue;
+        }
+        this.busy++;
+        this.metrics.busy.inc(this.labels);
+        const run = this.handle(m).finally(() => {
+          this.busy--;
+          this.done++;
+          this.metrics.busy.dec(this.labels);
+          this.running.delete(run);
+          this.wake();
+        });
+        this.running.add(run);
+      }
+    } catch (err) {
+      if (!this.leaving) this.logger.warn({ err }, 'pull request ended with an error');
+    } finally {
+      this.fetches.delete(batch);
+      this.outstanding -= asked - got;
+      this.wake();
+    }
+  }
+
+  /** A method, not the field, where a loop tests it after an await (it changes meanwhile). */
+  private isLeaving(): boolean {
+    return this.leaving;
+  }
+
+  private wake(): void {
+    const f = this.slotFreed;
+    this.slotFreed = undefined;
+    f?.();
+  }
+
+  private async handle(m: JsMsg): Promise<void> {
+    let action: ActionMessage;
+    try {
+      action = decodeAction(m.data);
+    } catch (err) {
+      // Nothing to answer to: dropped for good, counted and logged.
+      this.metrics.malformed.inc(this.labels);
+      this.logger.warn({ err, seq: m.seq }, 'dropped an action that does not decode');
+      m.term((err as Error).message);
+      return;
+    }
+    const delivery = m.info.deliveryCount;
+    if (delivery > 1) this.metrics.redeliveries.inc(this.labels);
+    const startedWall = Date.now();
+    const t0 = performance.now();
+    let outcome: Outcome;
+    let ran = false;
+    if (delivery > this.maxDeliveries) {
+      outcome = {
+        status: 'failed',
+        output: `the action was handed to workers ${this.maxDeliveries} time(s) and none returned a result (each died or hung)`,
+        code: ErrorCodes.ACTION_MAX_DELIVERIES,
+      };
+    } else {
+      ran = true;
+      outcome = await this.execute(action, m, delivery);
+    }
+    const execMs = ran ? performance.now() - t0 : 0;
+    const capped = outcome.truncated ? { output: outcome.output, truncated: true } : capOutput(outcome.output, this.maxOutputBytes);
+    const status: ActionStatus = capped.truncated && outcome.status === 'ok' ? 'truncated' : outcome.status;
+    const body = encodeResult({
+      id: action.id,
+      traj: action.traj,
+      kind: action.kind,
+      tool: action.tool,
+      status,
+      output: capped.output,
+      truncated: capped.truncated,
+      queueMs: ran ? Math.max(0, startedWall - action.at) : 0,
+      execMs,
+      deliveries: delivery,
+      worker: this.id,
+      ...(outcome.code !== undefined ? { code: outcome.code } : {}),
+      at: Date.now(),
+    });
+    try {
+      await this.js.publish(action.reply, body, { msgID: action.id });
+    } catch (err) {
+      // Not acked: the action runs again elsewhere after the ack wait.
+      this.logger.warn({ err, actionId: action.id }, 'could not publish a result; the action will be delivered again');
+      return;
+    }
+    this.metrics.executions.inc({ kind: this.kind, status });
+    m.ack();
+  }
+
+  private async execute(action: ActionMessage, m: JsMsg, delivery: number): Promise<Outcome> {
+    const handler = this.tools[action.tool];
+    if (!handler) {
+      return {
+        status: 'bad_call',
+        output: `unknown tool ${JSON.stringify(action.tool)} for kind ${this.kind} (tools: ${Object.keys(this.tools).join(', ')})`,
+        code: ErrorCodes.ACTION_UNKNOWN_TOOL,
+      };
+    }
+    const controller = new AbortController();
+    const onStop = (): void => controller.abort(new LaminarError(ErrorCodes.CLOSED, 'the worker is stopping'));
+    this.stopController.signal.addEventListener('abort', onStop);
+    // Heartbeats keep the delivery while the action runs (and only until its timeout).
+    const beat = setInterval(() => m.working(), Math.max(50, Math.floor(this.ackWaitMs / 3)));
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<Outcome>((resolve) => {
+      timer = setTimeout(() => {
+        controller.abort(new LaminarError(ErrorCodes.ACTION_TIMEOUT, 'timeout'));
+        resolve({ status: 'timeout', output: `the tool ran past the action's timeout of ${action.timeoutMs} ms`, code: ErrorCodes.ACTION_TIMEOUT });
+      }, action.timeoutMs);
+    });
+    const context: ActionContext = {
+      actionId: action.id,
+      trajectoryId: action.traj,
+      jobId: action.job,
+      kind: this.kind,
+      tool: action.tool,
+      delivery,
+      timeoutMs: action.timeoutMs,
+      signal: controller.signal,
+    };
+    const run = (async (): Promise<Outcome> => {
+      try {
+        const output = await handler(action.args, context);
+        if (typeof output !== 'string')
+          return { status: 'error', output: `${action.tool} returned ${typeof output}, not text`, code: ErrorCodes.ACTION_HANDLER_FAILED };
+        return { status: 'ok', output };
+      } catch (err) {
+        if (err instanceof ActionArgumentError) return { status: 'bad_call', output: err.message, code: err.code };
+        if (err instanceof ToolOutcome) return err.outcome;
+        return { status: 'error', output: err instanceof Error ? err.message : String(err), code: ErrorCodes.ACTION_HANDLER_FAILED };
+      }
+    })();
+    try {
+      return await Promise.race([run, timedOut]);
+    } finally {
+      clearTimeout(timer);
+      clearInterval(beat);
+      this.stopController.signal.removeEventListener('abort', onStop);
+    }
+  }
+
+  private async collectQueue(): Promise<void> {
+    try {
+      const info = await this.consumer.info(true);
+      this.metrics.queueDepth.set(this.labels, info.num_pending);
+      this.metrics.unacked.set(this.labels, info.num_ack_pending);
+    } catch {
+      // A scrape during a NATS outage keeps the last values.
+    }
+  }
+
+  /**
+   * Stops taking actions and waits for those running (at most `graceMs`, default their timeouts;
+   * then their handlers are aborted and their actions left to be delivered again).
+   */
+  async stop(graceMs?: number): Promise<void> {
+    if (this.leaving) return;
+    this.leaving = true;
+    const grace = graceMs ?? Number.POSITIVE_INFINITY;
+    for (const f of this.fetches) f.stop();
+    this.wake();
+    const drained = Promise.allSettled([...this.running]);
+    const finished = Number.isFinite(grace)
+      ? await Promise.race([drained.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), grace))])
+      : await drained.then(() => true);
+    this.stopController.abort();
+    this.wake();
+    if (!finished) this.logger.warn({ running: this.running.size }, 'stopped with actions running: they will be delivered again');
+    await this.loop;
+    clearInterval(this.queueTimer);
+    this.metrics.slots.dec(this.labels, this.slots);
+    await this.presence?.stop();
+  }
+}
+
+/**
+ * Thrown by an executor that decides the outcome itself (the sandbox: a program killed at its
+ * wall-clock limit is 'timeout', one whose output ran over is 'truncated').
+ */
+export class ToolOutcome extends Error {
+  constructor(readonly outcome: Outcome) {
+    super(outcome.output);
+  }
+}
