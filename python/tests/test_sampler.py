@@ -5,6 +5,7 @@ killed and restarted under a trainer with nothing lost."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import shutil
@@ -14,13 +15,15 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable, Iterator, List
+from typing import Any, Callable, Iterator, List
 
+import nats
 import numpy as np
 import pytest
+import torch
 
 from laminar import error_codes
-from laminar.data import Batch, Sampler
+from laminar.data import Batch, ExperienceWriter, Sampler, TrajectoryBuilder, loss_mask_of, turn_boundaries_of
 from laminar.errors import ClosedError, LaminarError, LaminarTimeoutError
 from sampler_service import SamplerService, expected_logprobs, expected_tokens, write_trajectories
 
@@ -79,6 +82,9 @@ def check_contents(batch: Batch, length_of: Callable[[int], int]) -> None:
         np.testing.assert_array_equal(item.tokens, expected_tokens(seed, n))
         np.testing.assert_array_equal(item.logprobs, expected_logprobs(seed, n))
         np.testing.assert_array_equal(batch.tokens[offset : offset + n], expected_tokens(seed, n))
+        # Single-turn records: the prompt masked out, the whole response in.
+        np.testing.assert_array_equal(item.loss_mask, np.repeat(np.array([0, 1], np.uint8), [min(4, n), n - min(4, n)]))
+        assert item.segments is None and item.turn_boundaries == [min(4, n), n]
         assert item.reward == batch.rewards[i] == seed / 2
         assert item.prompt_length == batch.prompt_lengths[i] == min(4, n)
         assert item.response_length == n - min(4, n)
@@ -86,7 +92,7 @@ def check_contents(batch: Batch, length_of: Callable[[int], int]) -> None:
         assert item.group_id == f"g{seed}" and item.sample_index == 0 and item.group_size == 1
         assert item.times_sampled == 1 and item.staleness == 0 and item.weight_version == 0
         offset += n
-    assert batch.tokens.size == batch.logprobs.size == offset
+    assert batch.tokens.size == batch.logprobs.size == batch.loss_mask.size == offset
     assert batch.bytes == offset * 8
     assert batch.tokens.dtype == np.int32 and batch.logprobs.dtype == np.float32
 
@@ -112,6 +118,59 @@ def test_batches_hold_what_was_written_read_in_place(nats_server, buffer, servic
             assert int(tensors["lengths"].sum()) == batch.tokens.size
         assert batch.released
     assert sorted(seen) == sorted(written)
+    sampler.close()
+
+
+def write_multi_turn(nats_url: str, buffer: str, count: int) -> List[Any]:
+    """Writes `count` multi-turn trajectories with the Python writer (TrajectoryBuilder); returns them."""
+
+    def built(seed: int) -> Any:
+        b = TrajectoryBuilder([seed, seed + 1, seed + 2])
+        for turn in range(1 + seed % 3):
+            n = 2 + (seed + turn) % 5
+            b.add_generated([seed * 100 + turn * 10 + k for k in range(n)], [-0.5 - k for k in range(n)], weight_version=0, finish_reason="tool_call")
+            b.add_observation([7] * (1 + turn), tool="lookup", action_id=f"m{seed}/turn-{turn}", status="ok", latency_ms=3 + turn)
+        b.add_generated([seed, 2], [-1.0, -2.0], weight_version=0, finish_reason="stop")
+        return b.build(id=f"m{seed}", prompt_id=f"p{seed}", group_id=f"g{seed}", sample_index=0, group_size=1, reward=float(seed))
+
+    async def write() -> List[Any]:
+        nc = await nats.connect(nats_url)
+        try:
+            writer = await ExperienceWriter.open(nc, buffer)
+            out = [built(seed) for seed in range(count)]
+            for t in out:
+                await writer.write(t)
+            return out
+        finally:
+            await nc.close()
+
+    return asyncio.run(write())
+
+
+def test_multi_turn_batches_carry_the_loss_mask_and_segments_in_place(nats_server, buffer, service_factory):
+    written = {t.id: t for t in write_multi_turn(nats_server.url, buffer, 8)}
+    write_trajectories(nats_server.url, buffer, start=100, count=4, tokens=9)  # single-turn beside them
+    service = service_factory("--batch-size", "6", "--prefetch", "off")
+    sampler = Sampler(service.socket_path)
+    for _ in range(2):  # the second batch is built in the first one's released file
+        with sampler.sample(timeout=30) as batch:
+            assert batch.copies() == 0  # the mask is a view of the file too
+            tensors = batch.torch()
+            assert tensors["loss_mask"].data_ptr() == batch.loss_mask.ctypes.data and tensors["loss_mask"].dtype == torch.uint8
+            for item in batch:
+                t = written.get(item.id)
+                if t is None:
+                    np.testing.assert_array_equal(item.loss_mask, loss_mask_of(4, 5))
+                    assert item.segments is None
+                    continue
+                assert item.segments == t.segments
+                np.testing.assert_array_equal(item.tokens, t.tokens)
+                np.testing.assert_array_equal(item.logprobs, t.logprobs)
+                np.testing.assert_array_equal(item.loss_mask, loss_mask_of(t.prompt_length, t.response_length, t.segments))
+                bounds = item.turn_boundaries
+                assert bounds == turn_boundaries_of(t.prompt_length, t.response_length, t.segments) and bounds[-1] == len(item.tokens)
+                # Observations are out of the loss: the masked logprobs are the generated ones only.
+                assert (item.logprobs[item.loss_mask == 0] == 0).all()
     sampler.close()
 
 

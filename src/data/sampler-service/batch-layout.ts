@@ -5,12 +5,16 @@
  *                                  to 64 bytes and sized for the service's batch size
  *   [headerBytes, + 4 T)           every item's tokens, packed in item order (int32)
  *   [headerBytes + 4 T, + 8 T)     every item's logprobs, same order and indices (float32)
+ *   [maskOffset, + T)              every item's loss mask, same order and indices (uint8: 1 for
+ *                                  a generated token, 0 for prompt and observation tokens);
+ *                                  maskOffset is after the block's whole payload room
  *
  * T is the batch's token count. The payload part is the sampler's arena (payload-loader.ts
  * writes it in this packed layout); the columns are written here at hand-over, so that the
  * client builds one numpy view per column instead of doing per-item work. Little endian.
  */
 import type { Batch } from '../experience/batch.js';
+import { fillLossMask } from '../codec/segments.js';
 import { LaminarError } from '../../common/errors.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
@@ -126,4 +130,12 @@ function columnValue(name: string): (it: Item) => number {
     default:
       throw new LaminarError(ErrorCodes.INTERNAL, `no value for column ${name}`);
   }
+}
+
+/**
+ * Writes every item's loss mask into `mask` at its tokens' indices: one fill per segment from
+ * the segments the index already holds (a record's header), never a pass over the tokens.
+ */
+export function writeLossMask(mask: Uint8Array, batch: Batch): void {
+  for (const it of batch.items) fillLossMask(mask, it.tokens.byteOffset / 4, it);
 }

@@ -8,11 +8,16 @@
  *
  * A batch is handed over as a BatchDescriptor: the shared-memory file it lives in and where each
  * array is in it (batch-layout.ts). The client maps the file and reads it in place.
+ *
+ * Fields are only ever added to a descriptor within a protocol version, and a client ignores the
+ * ones it does not know (`lossMask` and `segments` came with multi-turn trajectories): the
+ * version changes only when a field a client reads changes meaning or goes away.
  */
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { StalenessSummary } from '../experience/batch.js';
 import type { ColumnInfo } from './batch-layout.js';
+import type { WireSegment } from '../codec/segments.js';
 
 export const SAMPLER_PROTOCOL_VERSION = 1;
 
@@ -71,6 +76,11 @@ export interface BatchDescriptor {
   tokens: ArrayRegion;
   /** Every item's logprobs, in the same order and at the same indices as `tokens` (float32). */
   logprobs: ArrayRegion;
+  /**
+   * Every item's loss mask, at the same indices as `tokens` (uint8: 1 generated, 0 prompt and
+   * observation tokens). Absent from a service before multi-turn trajectories.
+   */
+  lossMask: ArrayRegion;
   /** Per-item numeric columns, each `count` long, little endian. */
   columns: ColumnInfo[];
   ids: string[];
@@ -78,6 +88,8 @@ export interface BatchDescriptor {
   groupIds: string[];
   rolloutIds: Array<string | null>;
   infos: Array<Record<string, string | number | boolean> | null>;
+  /** Per item: its segments in the record's wire form (segments.ts), or null for a single-turn one. */
+  segments: Array<WireSegment[] | null>;
   trainerVersion: number;
   staleness: StalenessSummary;
   /** Group ids in the batch, in order of first appearance. */

@@ -16,7 +16,8 @@ import { UnixSocketServer } from '../../common/unix-socket-server.js';
 import { RequestConnection } from '../../common/request-protocol/request-connection.js';
 import type { Batch } from '../experience/batch.js';
 import type { ExperienceSampler } from '../experience/sampler.js';
-import { payloadLayout, writeColumns, type ColumnInfo } from './batch-layout.js';
+import { payloadLayout, writeColumns, writeLossMask, type ColumnInfo } from './batch-layout.js';
+import { segmentsToWire } from '../codec/segments.js';
 import type { SamplerServiceMetrics } from './metrics.js';
 import { SAMPLER_PROTOCOL_VERSION, samplerRequestSchemas, type BatchDescriptor, type HelloResult, type SamplerOp, type SamplerRequest } from './protocol.js';
 import type { ShmBlock } from './shm-arenas.js';
@@ -211,11 +212,12 @@ class Connection extends RequestConnection<SamplerOp> {
   /** Writes the batch's columns into its arena file and says where everything is. */
   private describe(batch: Batch, id: number): BatchDescriptor {
     const block = batch.memory as Partial<ShmBlock>;
-    if (block.path === undefined || block.header === undefined || block.fileBytes === undefined) {
+    if (block.path === undefined || block.header === undefined || block.fileBytes === undefined || block.mask === undefined || block.maskOffset === undefined) {
       throw new LaminarError(ErrorCodes.INTERNAL, 'the batch is not in a shared-memory arena');
     }
     const { tokenCount } = payloadLayout(batch);
     writeColumns(block.header, this.options.columns, batch);
+    writeLossMask(new Uint8Array(block.mask, 0, tokenCount), batch);
     const items = batch.items;
     const base = this.options.headerBytes;
     return {
@@ -226,12 +228,14 @@ class Connection extends RequestConnection<SamplerOp> {
       count: items.length,
       tokens: { offset: base, count: tokenCount },
       logprobs: { offset: base + tokenCount * 4, count: tokenCount },
+      lossMask: { offset: block.maskOffset, count: tokenCount },
       columns: [...this.options.columns],
       ids: items.map((it) => it.id),
       promptIds: items.map((it) => it.promptId),
       groupIds: items.map((it) => it.groupId),
       rolloutIds: items.map((it) => it.rolloutId ?? null),
       infos: items.map((it) => it.info ?? null),
+      segments: items.map((it) => (it.segments ? segmentsToWire(it.segments) : null)),
       trainerVersion: batch.trainerVersion,
       staleness: batch.staleness,
       groups: batch.groups,

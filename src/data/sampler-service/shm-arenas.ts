@@ -3,7 +3,9 @@
  * the service with the native Mapping, that a trainer in another process maps too. The file
  * starts with the batch's per-item columns (batch-layout.ts: `headerBytes`, sized for the batch
  * size), and the sampler writes the payloads after them (the block's `buffer` is a view of that
- * part only, so the sampler's code is the same as for private memory).
+ * part only, so the sampler's code is the same as for private memory). After the payload part
+ * comes room for the batch's loss mask, one byte per token: a payload part of `size` bytes holds
+ * at most size / 8 tokens (int32 + float32 each), so a reused block always has room for it.
  *
  * Files are reserved with posix_fallocate on the libuv pool (createSegmentAsync): on tmpfs a
  * sparse file that later runs out of room kills its writer with SIGBUS, and the reservation
@@ -24,6 +26,9 @@ export interface ShmBlock extends ArenaBlock {
   readonly fileBytes: number;
   /** The file's first headerBytes: the per-item columns. */
   readonly header: ArrayBuffer;
+  /** The loss mask's room after the payload part (byte offset `maskOffset` in the file). */
+  readonly mask: ArrayBuffer;
+  readonly maskOffset: number;
   readonly mapping: MappingHandle;
 }
 
@@ -78,7 +83,8 @@ export class ShmArenas implements ArenaAllocator<ShmBlock> {
   async allocate(size: number): Promise<ShmBlock> {
     const { dir, prefix, headerBytes, fileMode } = this.options;
     const path = join(dir, `${prefix}.${this.options.instance}.${this.next++}.arena`);
-    const fileBytes = headerBytes + size;
+    const maskBytes = maskRoom(size);
+    const fileBytes = headerBytes + size + maskBytes;
     await createSegmentAsync(path, fileBytes, fileMode);
     let mapping: MappingHandle;
     try {
@@ -87,7 +93,16 @@ export class ShmArenas implements ArenaAllocator<ShmBlock> {
       await unlink(path).catch(() => undefined);
       throw err;
     }
-    const block: ShmBlock = { path, fileBytes, header: mapping.view(0, headerBytes), buffer: mapping.view(headerBytes, size), populate: false, mapping };
+    const block: ShmBlock = {
+      path,
+      fileBytes,
+      header: mapping.view(0, headerBytes),
+      buffer: mapping.view(headerBytes, size),
+      mask: mapping.view(headerBytes + size, maskBytes),
+      maskOffset: headerBytes + size,
+      populate: false,
+      mapping,
+    };
     this.live.add(block);
     this.changed();
     if (this.closed) this.free(block);
@@ -119,6 +134,11 @@ export class ShmArenas implements ArenaAllocator<ShmBlock> {
   private changed(): void {
     this.options.onChange?.(this.live.size, this.bytes);
   }
+}
+
+/** Bytes of loss mask a payload part of `size` bytes may need: one per token, 8 payload bytes a token. */
+export function maskRoom(size: number): number {
+  return Math.ceil(size / 8);
 }
 
 function isArenaFile(name: string, prefix: string): boolean {

@@ -17,7 +17,10 @@ trainer copies it (to a GPU, typically)::
         sampler.set_trainer_version(step)
 
 Layout of a batch: ``tokens`` (int32) holds every item's tokens one after the other, in item
-order; ``logprobs`` (float32) every item's logprobs at the same indices. Item ``i`` is
+order; ``logprobs`` (float32) every item's logprobs at the same indices, and ``loss_mask`` (uint8)
+every item's loss mask at the same indices: 1 for a token the model generated, 0 for prompt
+tokens and for the observations of a multi-turn trajectory (what tools returned), so that a loss
+is ``(per_token_loss * loss_mask).sum()``. Item ``i`` is
 ``tokens[offsets[i] : offsets[i] + lengths[i]]`` (``batch.item(i).tokens``). The per-item numbers
 (``rewards``, ``staleness``, ``weight_versions``, ``prompt_lengths``, ...) are arrays too, read
 from the same file. Strings (ids, group ids, info) are lists.
@@ -42,6 +45,7 @@ import numpy as np
 
 from .. import error_codes
 from ..errors import ClosedError, LaminarError
+from .codec.segments import Segment, from_wire, loss_mask_of, turn_boundaries_of
 from .sampler_connection import SamplerConnection
 
 DEFAULT_SHM_DIR = "/dev/shm/laminar"
@@ -63,7 +67,7 @@ def default_socket_path(buffer: str = "default", shm_dir: Optional[str] = None) 
 
 
 class BatchItem:
-    """One trajectory of a batch: its metadata, and views of its tokens and logprobs."""
+    """One trajectory of a batch: its metadata, and views of its tokens, logprobs and loss mask."""
 
     __slots__ = ("_batch", "index")
 
@@ -85,6 +89,23 @@ class BatchItem:
         b = self._batch
         start = int(b.offsets[self.index])
         return b.logprobs[start : start + int(b.lengths[self.index])]
+
+    @property
+    def loss_mask(self) -> np.ndarray:
+        """1 for the tokens the model generated, 0 for prompt and observation tokens."""
+        b = self._batch
+        start = int(b.offsets[self.index])
+        return b.loss_mask[start : start + int(b.lengths[self.index])]
+
+    @property
+    def segments(self) -> Optional[list[Segment]]:
+        """The trajectory's turns and observations in order; None for a single-turn one."""
+        return self._batch.segments[self.index]
+
+    @property
+    def turn_boundaries(self) -> list[int]:
+        """Where each segment starts (an index into this item's tokens), then the end."""
+        return turn_boundaries_of(self.prompt_length, self.response_length, self.segments)
 
     @property
     def id(self) -> str:
@@ -162,10 +183,11 @@ class Batch:
     """A sampled batch, read in place from its shared-memory file (see the module's doc).
 
     Arrays (numpy, read-only unless the file could be mapped writable): ``tokens``, ``logprobs``,
-    ``offsets``, ``lengths``, ``rewards``, ``staleness``, ``weight_versions``, ``prompt_lengths``,
+    ``loss_mask``, ``offsets``, ``lengths``, ``rewards``, ``staleness``, ``weight_versions``, ``prompt_lengths``,
     ``response_lengths``, ``sample_indices``, ``group_sizes``, ``times_sampled``, ``seqs``,
     ``priorities``, ``created_at``, ``completed_at`` (all in ``columns`` by name). Lists: ``ids``,
-    ``prompt_ids``, ``group_ids``, ``rollout_ids``, ``infos``, ``groups``.
+    ``prompt_ids``, ``group_ids``, ``rollout_ids``, ``infos``, ``groups``, ``segments`` (per item:
+    its segments, or None for a single-turn trajectory; ``item(i).turn_boundaries`` from them).
     """
 
     def __init__(self, sampler: "Sampler", descriptor: Mapping[str, Any], epoch: int) -> None:
@@ -201,6 +223,9 @@ class Batch:
         logprobs = descriptor["logprobs"]
         self.tokens: np.ndarray = np.frombuffer(mm, dtype="<i4", count=tokens["count"], offset=tokens["offset"])
         self.logprobs: np.ndarray = np.frombuffer(mm, dtype="<f4", count=logprobs["count"], offset=logprobs["offset"])
+        wire = descriptor.get("segments")
+        #: Per item: its segments (dicts, segments.py), or None for a single-turn trajectory.
+        self.segments: list[Optional[list[Segment]]] = [None if w is None else from_wire(w) for w in wire] if wire else [None] * self.count
         #: Per-item arrays by name (one view each, whatever the batch size).
         self.columns: dict[str, np.ndarray] = {
             c["name"]: np.frombuffer(mm, dtype=_DTYPES[c["dtype"]], count=self.count, offset=c["offset"]) for c in descriptor["columns"]
@@ -220,6 +245,14 @@ class Batch:
         self.priorities: np.ndarray = cols["priorities"]
         self.created_at: np.ndarray = cols["created_at"]
         self.completed_at: np.ndarray = cols["completed_at"]
+        mask = descriptor.get("lossMask")
+        if mask is not None:
+            self.loss_mask: np.ndarray = np.frombuffer(mm, dtype=np.uint8, count=mask["count"], offset=mask["offset"])
+        else:
+            # A service from before multi-turn trajectories: every record is single-turn.
+            self.loss_mask = np.concatenate(
+                [loss_mask_of(int(p), int(r)) for p, r in zip(self.prompt_lengths, self.response_lengths)] or [np.zeros(0, np.uint8)]
+            )
 
     def __len__(self) -> int:
         return self.count
@@ -238,7 +271,7 @@ class Batch:
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array of the batch by name: ``tokens``, ``logprobs`` and the per-item columns
         (``offsets`` stands for ``token_offsets``)."""
-        out = {"tokens": self.tokens, "logprobs": self.logprobs, "offsets": self.offsets}
+        out = {"tokens": self.tokens, "logprobs": self.logprobs, "loss_mask": self.loss_mask, "offsets": self.offsets}
         out.update((name, a) for name, a in self.columns.items() if name != "token_offsets")
         return out
 
@@ -259,7 +292,8 @@ class Batch:
         place: 0 unless something copied. What the benchmark reports as ``py_batch_copies``."""
         arrays = list(self.arrays().values())
         if self.count:
-            arrays += [self.item(0).tokens, self.item(0).logprobs, self.item(-1).tokens, self.item(-1).logprobs]
+            for item in (self.item(0), self.item(-1)):
+                arrays += [item.tokens, item.logprobs, item.loss_mask]
         return sum(0 if _reads(a, self._mmap) else 1 for a in arrays)
 
     @property
