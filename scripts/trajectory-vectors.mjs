@@ -293,7 +293,10 @@ const invalid = [
   { name: 'segments longer than the response', input: turns('seg-20', [gen(3)], { segments: [gen(4)] }) },
   { name: 'segments for an empty response', input: base('seg-21', 2, { segments: [gen(1)] }) },
   { name: 'an observation token with a logprob', input: turns('seg-22', [gen(2), obs(3)], { logprobs: [0, 0, -1, -1, 0, -0.5, 0] }) },
-  { name: 'an observation token with a NaN logprob', input: turns('seg-23', [gen(1), obs(1)], { logprobs: [0, 0, -1, Number.NaN] }) },
+  {
+    name: 'a NaN logprob in an observation: a number[] refuses NaN before the segments are looked at',
+    input: turns('seg-23', [gen(1), obs(1)], { logprobs: [0, 0, -1, Number.NaN] }),
+  },
   { name: 'a turn from a future weight version', input: turns('seg-24', [gen(1, 3), obs(1), gen(1, 11)]), context: { maxWeightVersion: 10 } },
   {
     name: '257 segments',

@@ -279,7 +279,7 @@ export const ERROR_CATALOGUE = {
   BAD_SEGMENTS: entry(
     'ERR_BAD_SEGMENTS',
     'data',
-    "A trajectory's segments (generated turns and observations) do not satisfy their schema, or a partial trajectory's turn calls come in an order that makes none (a turn closed with no tokens in it).",
+    "A trajectory's segments (generated turns and observations) do not satisfy their schema, or a partial trajectory waits for an action or appends an observation while generated tokens are still in an open turn (closeTurn first).",
   ),
   SEGMENT_LENGTHS: entry('ERR_SEGMENT_LENGTHS', 'data', "A trajectory's segment lengths do not add up to its response length."),
   OBSERVATION_LOGPROB: entry(

@@ -2,7 +2,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { headers } from '@nats-io/transport-node';
-import { ExperienceSampler, ExperienceWriter, wholeGroups, type GroupRegistry, type TrajectoryInput } from '../../src/data/index.js';
+import { ExperienceSampler, ExperienceWriter, wholeGroups, type GroupRegistry, type TrajectoryInput, type TrajectorySegment } from '../../src/data/index.js';
 import { metricValue, natsFixture, trajectory } from './helpers.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 
@@ -17,6 +17,8 @@ beforeEach(async () => {
   w = await ExperienceWriter.open({ nc: nats.nc, buffer: `bad${++k}`, registry, maxWeightVersion: () => 10, maxTrajectoryBytes: 64 * 1024 });
 });
 
+const gen = (length: number, weightVersion = 0): TrajectorySegment => ({ kind: 'generated', length, weightVersion, finishReason: 'stop' });
+const obs = (length: number): TrajectorySegment => ({ kind: 'observation', length, action: { tool: 't', actionId: 'a', status: 'ok', latencyMs: 1 } });
 const rejected = (code: string): Promise<number> => metricValue(registry, 'laminar_data_rejections_total', { component: 'writer', code });
 
 describe('writer rejects bad trajectories with typed, counted errors', () => {
@@ -41,6 +43,12 @@ describe('writer rejects bad trajectories with typed, counted errors', () => {
     ['a weight version from the future', trajectory({ weightVersion: 11 }), ErrorCodes.FUTURE_VERSION, /version 11 is from the future \(newest is 10\)/],
     ['a sample index outside its group', trajectory({ sampleIndex: 2, groupSize: 2 }), ErrorCodes.GROUP_MISMATCH, /outside the group/],
     ['not an object at all', 42, ErrorCodes.BAD_TRAJECTORY, /invalid trajectory/],
+    // Multi-turn segments (src/data/codec/segments.ts).
+    ['a segment of an unknown kind', trajectory({ segments: [{ kind: 'tool', length: 8 } as never] }), ErrorCodes.BAD_SEGMENTS, /segments\.0\.kind/],
+    ['segments that do not add up', trajectory({ segments: [gen(3)] }), ErrorCodes.SEGMENT_LENGTHS, /add up to 3, not the response length 8/],
+    ['an observation token with a logprob', trajectory({ segments: [gen(4), obs(4)] }), ErrorCodes.OBSERVATION_LOGPROB, /token 8 is in observation segment 1/],
+    ['a turn from the future', trajectory({ segments: [gen(8, 11)] }), ErrorCodes.FUTURE_VERSION, /segment 0 has weight version 11/],
+    ['257 segments', trajectory({ segments: Array.from({ length: 257 }, () => gen(0)) }), ErrorCodes.TOO_MANY_SEGMENTS, /257 segments/],
   ];
   for (const [what, input, code, message] of cases) {
     it(what, async () => {

@@ -423,6 +423,9 @@ BAD_SCENARIO: Final = "ERR_BAD_SCENARIO"
 SIM_PAST_EVENT: Final = "ERR_SIM_PAST_EVENT"
 """An event was scheduled before the virtual clock, or at a time that is not a finite number."""
 
+BAD_TOOL_CALL: Final = "ERR_BAD_TOOL_CALL"
+"""A model's tool call does not parse (not the parser's format, not JSON, no tool name): the rollout agent answers it with a `bad_call` observation carrying this code, and the episode goes on or ends by `--on-bad-call`."""
+
 BAD_ACTION: Final = "ERR_BAD_ACTION"
 """An action submitted to the ActionClient, or action options (kind, tool, idempotency key, timeout, quota, pool), break the rules of docs/components/actions.md."""
 
@@ -600,6 +603,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_SCENARIO_UNREADABLE": "A simulator scenario file cannot be read, or does not hold JSON.",
     "ERR_BAD_SCENARIO": "A simulator scenario fails its schema or contradicts itself (placements that do not add up, a model that does not fit its GPUs); `details.field` names the field.",
     "ERR_SIM_PAST_EVENT": "An event was scheduled before the virtual clock, or at a time that is not a finite number.",
+    "ERR_BAD_TOOL_CALL": "A model's tool call does not parse (not the parser's format, not JSON, no tool name): the rollout agent answers it with a `bad_call` observation carrying this code, and the episode goes on or ends by `--on-bad-call`.",
     "ERR_BAD_ACTION": "An action submitted to the ActionClient, or action options (kind, tool, idempotency key, timeout, quota, pool), break the rules of docs/components/actions.md.",
     "ERR_ACTION_BAD_ARGS": "A tool's arguments have the wrong shape or type; the action's result has status `bad_call` and this code.",
     "ERR_ACTION_UNKNOWN_TOOL": "No worker of the kind serves the tool the action names; the result has status `bad_call`.",
