@@ -30,8 +30,10 @@ export class TrajectoryBuilder {
 
   /**
    * A builder that continues a trajectory resumed from the partial pool: its prompt, then the
-   * response so far and its closed segments (PartialState). Tokens after the last closed
-   * segment are a turn still open: they come back to addGenerated's caller to continue.
+   * response so far and its closed segments (PartialState). The tokens after the last closed
+   * segment (`state.tokens.subarray(sum of lengths)`) are a turn in progress: they are not in
+   * the builder; the engine continues from prompt + all of `state.tokens`, and the caller
+   * passes them with the rest of that turn to addGenerated when it ends.
    */
   static resume(
     promptTokens: ArrayLike<number>,

@@ -44,7 +44,8 @@ class TrajectoryBuilder:
     @classmethod
     def resume(cls, prompt_tokens: Any, tokens: Any, logprobs: Any, segments: Sequence[Segment]) -> "TrajectoryBuilder":
         """Continues a trajectory from its response so far and its closed segments (as the
-        partial pool's log holds them); tokens after the last segment are not taken."""
+        partial pool's log holds them). Tokens after the last segment are a turn in progress:
+        they are not taken; pass them with the rest of that turn to `add_generated`."""
         b = cls(prompt_tokens)
         ids, lps = _ids(tokens, "tokens"), np.asarray(logprobs, dtype=np.float32)
         at = 0
