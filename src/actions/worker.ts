@@ -65,6 +65,8 @@ export interface ActionWorkerStatus {
 }
 
 const QUEUE_GAUGE_MS = 2_000;
+/** How long a handler aborted at its timeout may take to hand back what it has. */
+export const TIMEOUT_GRACE_MS = 1_000;
 
 interface Outcome {
   status: ActionStatus;
@@ -246,6 +248,7 @@ export class ActionWorker {
       };
     } else {
       ran = true;
+      this.logger.debug({ actionId: action.id, tool: action.tool, delivery }, 'action started');
       outcome = await this.execute(action, m, delivery);
     }
     const execMs = ran ? performance.now() - t0 : 0;
@@ -291,11 +294,20 @@ export class ActionWorker {
     this.stopController.signal.addEventListener('abort', onStop);
     // Heartbeats keep the delivery while the action runs (and only until its timeout).
     const beat = setInterval(() => m.working(), Math.max(50, Math.floor(this.ackWaitMs / 3)));
+    // At the timeout the handler's signal is aborted; it has TIMEOUT_GRACE_MS more to hand back
+    // what it has (the sandbox: the output so far), then the worker answers for it.
+    let timedOutAt = false;
     let timer: NodeJS.Timeout | undefined;
+    const timeoutOutcome = (output?: string): Outcome => ({
+      status: 'timeout',
+      output: output ?? `the tool ran past the action's timeout of ${action.timeoutMs} ms`,
+      code: ErrorCodes.ACTION_TIMEOUT,
+    });
     const timedOut = new Promise<Outcome>((resolve) => {
       timer = setTimeout(() => {
+        timedOutAt = true;
         controller.abort(new LaminarError(ErrorCodes.ACTION_TIMEOUT, 'timeout'));
-        resolve({ status: 'timeout', output: `the tool ran past the action's timeout of ${action.timeoutMs} ms`, code: ErrorCodes.ACTION_TIMEOUT });
+        timer = setTimeout(() => resolve(timeoutOutcome()), TIMEOUT_GRACE_MS);
       }, action.timeoutMs);
     });
     const context: ActionContext = {
@@ -311,12 +323,15 @@ export class ActionWorker {
     const run = (async (): Promise<Outcome> => {
       try {
         const output = await handler(action.args, context);
+        // A handler that returns once aborted at the timeout returns what it had: still a timeout.
+        if (timedOutAt) return timeoutOutcome(typeof output === 'string' && output.length > 0 ? output : undefined);
         if (typeof output !== 'string')
           return { status: 'error', output: `${action.tool} returned ${typeof output}, not text`, code: ErrorCodes.ACTION_HANDLER_FAILED };
         return { status: 'ok', output };
       } catch (err) {
         if (err instanceof ActionArgumentError) return { status: 'bad_call', output: err.message, code: err.code };
         if (err instanceof ToolOutcome) return err.outcome;
+        if (timedOutAt) return timeoutOutcome();
         return { status: 'error', output: err instanceof Error ? err.message : String(err), code: ErrorCodes.ACTION_HANDLER_FAILED };
       }
     })();

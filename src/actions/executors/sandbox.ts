@@ -115,7 +115,7 @@ function run(dir: string, stdin: string, limits: SandboxLimits, wallMs: number, 
     const chunks: Buffer[] = [];
     let bytes = 0;
     let total = 0;
-    let ended: 'wall' | 'output' | 'aborted' | undefined;
+    let ended: 'wall' | 'output' | undefined;
     const kill = (why: typeof ended): void => {
       ended ??= why;
       try {
@@ -137,7 +137,8 @@ function run(dir: string, stdin: string, limits: SandboxLimits, wallMs: number, 
     child.stdin.on('error', () => {}); // a program that exits without reading its input
     child.stdin.end(stdin);
     const timer = setTimeout(() => kill('wall'), wallMs);
-    const onAbort = (): void => kill('aborted');
+    // The worker aborts at the action's timeout (or when it stops): the same as the wall clock.
+    const onAbort = (): void => kill('wall');
     signal.addEventListener('abort', onAbort);
     child.once('error', (err) => {
       clearTimeout(timer);
