@@ -4,6 +4,7 @@ relay killed and the directory removed at the end)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -25,6 +26,18 @@ def require_relay_cli() -> None:
         raise EnvironmentMissing(f"{CLI} is missing: run `bash scripts/bootstrap.sh` (or `npx tsc -p tsconfig.json`)")
 
 
+def _alive(relay: Any) -> Any:
+    """The relay, if it still runs and its socket is there; else RuntimeError with its last log
+    lines (a relay that exits right after "relay ready" would otherwise show only as ENOENT)."""
+    if relay.process.poll() is not None or not os.path.exists(relay.socket_path):
+        state = "running" if relay.process.poll() is None else f"exited with {relay.process.returncode}"
+        raise RuntimeError(
+            f"the relay at {relay.socket_path} is gone ({state}, socket {'there' if os.path.exists(relay.socket_path) else 'missing'}):\n"
+            + "\n".join(list(relay.logs)[-20:])
+        )
+    return relay
+
+
 class Relays:
     """Starts relays on demand; ``close()`` kills them and removes their shared memory."""
 
@@ -37,10 +50,10 @@ class Relays:
         arguments is started once and shared by the parts that need nothing more."""
         require_relay_cli()
         if extra_args:
-            return self._factory([*DEFAULT_ARGS, *extra_args])
+            return _alive(self._factory([*DEFAULT_ARGS, *extra_args]))
         if self._plain is None:
             self._plain = self._factory(DEFAULT_ARGS)
-        return self._plain
+        return _alive(self._plain)
 
     def close(self) -> None:
         self._factory.cleanup()
