@@ -215,14 +215,21 @@ export class PartialTrajectory {
     if (this.fenced) throw this.fenced;
     while (this.outbox.length > 0) {
       const next = this.outbox[0]!;
-      if (next.kind === 'delta') {
-        await this.send('delta', Int32Array.from(next.tokens), Float32Array.from(next.logprobs));
-        this.pendingGenerated -= next.tokens.length;
-      } else {
-        await this.send(next.kind, next.tokens, undefined, next.extra);
-        this.pendingObserved -= next.tokens?.length ?? 0;
+      try {
+        if (next.kind === 'delta') {
+          await this.send('delta', Int32Array.from(next.tokens), Float32Array.from(next.logprobs));
+          this.pendingGenerated -= next.tokens.length;
+        } else {
+          await this.send(next.kind, next.tokens, undefined, next.extra);
+          this.pendingObserved -= next.tokens?.length ?? 0;
+        }
+      } catch (err) {
+        // Transient (send() retried through it already): the entry stays first, and the
+        // time-based flush tries again flushMs from now rather than at every tick.
+        this.pendingSince = Date.now();
+        throw err;
       }
-      // Taken off only once stored: a failure leaves it first for the next flush.
+      // Taken off only once stored.
       this.outbox.shift();
     }
     this.pendingSince = 0;
