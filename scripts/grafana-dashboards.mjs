@@ -585,6 +585,7 @@ const data = dashboard({
         [
           [increase('laminar_buffer_chunked_writes_total', ['buffer']), '{{buffer}} chunked'],
           [increase('laminar_buffer_write_retries_total', ['buffer']), '{{buffer}} retries'],
+          [increase('laminar_buffer_write_lost_acks_total', ['buffer']), '{{buffer}} stored, ack lost'],
         ],
         {},
       ),

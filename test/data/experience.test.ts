@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { jetstreamManager, type JetStreamClient } from '@nats-io/jetstream';
 import { ExperienceWriter, prioritized, stalenessBounded, uniform, wholeGroups, type SamplingStrategy, type TrajectoryInput } from '../../src/data/index.js';
 import { bufferFixture, metricValue, trajectory } from './helpers.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
@@ -71,6 +71,35 @@ describe('experience buffer: writer + FIFO sampler', () => {
     expect(again.duplicate).toBe(true);
     expect(await streamMessages()).toBe(1);
     expect(await metricValue(fx.registry, 'laminar_buffer_writes_total', { result: 'duplicate' })).toBe(2);
+  });
+
+  it('a retried write whose earlier attempt was stored but never acknowledged is ok, not a duplicate', async () => {
+    const w = await writer();
+    // The fault a server killed between storing and answering leaves: the record is stored and
+    // the answer never comes (a transport timeout, which the writer retries).
+    const inner = w as unknown as { js: JetStreamClient };
+    const real = inner.js;
+    let attempts = 0;
+    inner.js = new Proxy(real, {
+      get: (target, key) =>
+        key === 'publish'
+          ? async (...args: Parameters<JetStreamClient['publish']>) => {
+              const first = attempts++ === 0;
+              const ack = await target.publish(...args);
+              if (!first) return ack;
+              throw Object.assign(new Error('timeout'), { name: 'TimeoutError' });
+            }
+          : Reflect.get(target, key),
+    });
+    const t = trajectory({ id: 'lost-ack' });
+    expect(await w.write(t)).toMatchObject({ duplicate: false });
+    expect(attempts).toBe(2);
+    expect(await streamMessages()).toBe(1);
+    expect(await metricValue(fx.registry, 'laminar_buffer_write_lost_acks_total')).toBe(1);
+    expect(await metricValue(fx.registry, 'laminar_buffer_writes_total', { result: 'duplicate' })).toBe(0);
+    // A second write of the id is still a duplicate.
+    inner.js = real;
+    expect(await w.write(t)).toMatchObject({ duplicate: true });
   });
 
   it('stores payloads larger than the max payload as chunks behind a record (claim check)', async () => {

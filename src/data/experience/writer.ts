@@ -6,13 +6,17 @@
  * Duplicates: the record is published with the trajectory id as Nats-Msg-Id (the server drops
  * a repeat within the duplicate window) and with "expected last sequence on this subject = 0"
  * (the subject is per id, so a second record for an id stored in the buffer is refused at any
- * time). Both make write() idempotent, so it retries freely through a server restart.
+ * time). Both make write() idempotent, so it retries freely through a server restart. A retried
+ * attempt refused because the attempt before it was stored (its acknowledgement was lost) is
+ * told apart from a second write of the id by the stored record's metadata: only the latter is
+ * a `duplicate`.
  * Once the record has left the buffer (trained on, evicted), its completion mark
  * (completion-marks.ts) still answers has() for the completion horizon.
  */
+import { isDeepStrictEqual } from 'node:util';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { headers } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, JetStreamApiError } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, JetStreamApiError, type PubAck } from '@nats-io/jetstream';
 import type { Registry } from 'prom-client';
 import { createRegistry } from '../../common/metrics.js';
 import { silentLogger, type Logger } from '../../common/logger.js';
@@ -21,7 +25,7 @@ import { counter } from '../../common/metric-factory.js';
 import { RejectionCounter } from '../metrics.js';
 import { checkPayloadSize, validateTrajectory, type Trajectory } from '../codec/trajectory.js';
 import { chunkLimit, encodePayload, splitPayload } from '../codec/payload.js';
-import { META_HEADER, encodeMeta, metaOf } from '../codec/record-meta.js';
+import { META_HEADER, decodeMeta, encodeMeta, metaOf, type RecordMeta } from '../codec/record-meta.js';
 import { retryTransient } from '../retry.js';
 import { chunkMsgId, ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
 import { CompletionMarks } from './completion-marks.js';
@@ -97,6 +101,11 @@ export class ExperienceWriter {
         help: 'Trajectories stored claim-check style (payload in chunks)',
         labelNames: ['buffer'],
       }),
+      lostAcks: counter(registry, {
+        name: 'laminar_buffer_write_lost_acks_total',
+        help: 'Writes whose stored record was found after its acknowledgement was lost (counted as ok, not duplicate)',
+        labelNames: ['buffer'],
+      }),
       retries: counter(registry, {
         name: 'laminar_buffer_write_retries_total',
         help: 'Publish attempts retried after a transient JetStream failure',
@@ -155,6 +164,7 @@ export class ExperienceWriter {
 
   private async store(t: Trajectory): Promise<WriteResult> {
     const payload = encodePayload(t.tokens, t.logprobs);
+    const meta = metaOf(t, []);
     const limit = chunkLimit(this.options.nc.info?.max_payload ?? 1024 * 1024);
     const recordSubject = this.names.recordSubject(t.id);
     const chunkSeqs: number[] = [];
@@ -169,19 +179,43 @@ export class ExperienceWriter {
       this.m.chunked.inc({ buffer: this.names.buffer });
     }
     const h = headers();
-    h.set(META_HEADER, encodeMeta(metaOf(t, chunkSeqs)));
+    h.set(META_HEADER, encodeMeta({ ...meta, chunkSeqs }));
+    let attempts = 0;
+    let ack: PubAck | undefined;
     try {
-      const ack = await this.retry(() =>
-        this.js.publish(recordSubject, chunkSeqs.length > 0 ? undefined : payload, { msgID: t.id, headers: h, expect: { lastSubjectSequence: 0 } }),
-      );
-      return this.counted({ seq: ack.seq, duplicate: ack.duplicate, chunks: chunkSeqs.length }, payload.byteLength);
+      ack = await this.retry(() => {
+        attempts++;
+        return this.js.publish(recordSubject, chunkSeqs.length > 0 ? undefined : payload, { msgID: t.id, headers: h, expect: { lastSubjectSequence: 0 } });
+      });
+      if (!ack.duplicate) return this.counted({ seq: ack.seq, duplicate: false, chunks: chunkSeqs.length }, payload.byteLength);
     } catch (err) {
-      if (err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE) {
-        const seq = (await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: recordSubject })))?.seq ?? 0;
-        return this.counted({ seq, duplicate: true, chunks: 0 }, 0);
-      }
-      throw err;
+      if (!(err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE)) throw err;
     }
+    // The buffer holds a record for this id. After a retried attempt whose acknowledgement was
+    // lost (the server killed or restarted between storing and answering), it may be this
+    // write's own: the stored metadata says so. Anything else is a second write of the id: a
+    // duplicate, which the buffer kept out.
+    const stored = attempts > 1 ? await this.storedRecord(recordSubject) : null;
+    if (stored && sameRecord(stored.meta, { ...meta, chunkSeqs })) {
+      this.m.lostAcks.inc({ buffer: this.names.buffer });
+      return this.counted({ seq: stored.seq, duplicate: false, chunks: chunkSeqs.length }, payload.byteLength);
+    }
+    const seq = stored?.seq ?? (await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: recordSubject })))?.seq ?? ack?.seq ?? 0;
+    return this.counted({ seq, duplicate: true, chunks: 0 }, 0);
+  }
+
+  /** The record stored for a trajectory id, with its metadata (null when none, or unreadable). */
+  private async storedRecord(recordSubject: string): Promise<{ seq: number; meta: RecordMeta | null } | null> {
+    const m = await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: recordSubject }));
+    if (!m) return null;
+    const header = m.header.get(META_HEADER);
+    let meta: RecordMeta | null = null;
+    try {
+      meta = header ? decodeMeta(header) : null;
+    } catch {
+      meta = null;
+    }
+    return { seq: m.seq, meta };
   }
 
   private counted(r: WriteResult, bytes: number): WriteResult {
@@ -212,4 +246,10 @@ export class ExperienceWriter {
       throw this.rejections.record(new StoreError(`jetstream: ${(err as Error).message}`, err, { buffer: this.names.buffer }));
     }
   }
+}
+
+/** Whether a stored record's metadata is exactly the one this write published. */
+function sameRecord(stored: RecordMeta | null, ours: RecordMeta): boolean {
+  // Through JSON: the stored side has no keys for absent optionals, ours holds them as undefined.
+  return stored !== null && isDeepStrictEqual(JSON.parse(JSON.stringify(stored)), JSON.parse(JSON.stringify(ours)));
 }
