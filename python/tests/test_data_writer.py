@@ -100,6 +100,33 @@ async def test_the_same_id_twice_is_a_duplicate_with_the_first_sequence(nc: Any)
     assert writer.stats().duplicates == 1
 
 
+async def test_a_retry_after_a_lost_acknowledgement_is_written_not_a_duplicate(nc: Any) -> None:
+    """The server stores the record and is killed before it answers: the writer retries, the
+    server refuses the retry, and the stored record is this write's own (TypeScript: same)."""
+    buffer = fresh_buffer()
+    writer = await ExperienceWriter.open(nc, buffer)
+    real = writer._js.publish
+    attempts = 0
+
+    async def lose_first_ack(*args: Any, **kwargs: Any) -> Any:
+        nonlocal attempts
+        attempts += 1
+        ack = await real(*args, **kwargs)
+        if attempts == 1:
+            raise asyncio.TimeoutError()
+        return ack
+
+    writer._js.publish = lose_first_ack  # type: ignore[method-assign]
+    t = trajectory_input(4)
+    result = await writer.write(t)
+    assert not result.duplicate and attempts == 2
+    assert await messages(nc, buffer) == 1
+    s = writer.stats()
+    assert (s.written, s.duplicates, s.lost_acks) == (1, 0, 1)
+    writer._js.publish = real  # type: ignore[method-assign]
+    assert (await writer.write(t)).duplicate
+
+
 async def test_a_record_outside_the_duplicate_window_is_found_by_its_subject(nc: Any) -> None:
     """Wrong last subject sequence (10071): the record exists, but not under this message id
     any more (written before the window); the result names the existing record."""

@@ -79,6 +79,8 @@ class WriterStats:
     """Trajectories stored claim-check style (payload in chunks)."""
     retries: int = 0
     """Publish attempts retried after a transient JetStream failure."""
+    lost_acks: int = 0
+    """Writes found stored after their acknowledgement was lost (counted as written, not duplicates)."""
 
 
 def _msg_id(value: str) -> str:
@@ -271,20 +273,33 @@ class ExperienceWriter:
                 ack = await self._retry(lambda: self._js.publish(chunk_subject, body, headers=headers))
                 chunk_seqs.append(ack.seq)
             self._stats.chunked += 1
-        headers = {
-            META_HEADER: encode_meta(meta_of(t, chunk_seqs)),
-            "Nats-Msg-Id": msg_id,
-            "Nats-Expected-Last-Subject-Sequence": "0",
-        }
+        meta = encode_meta(meta_of(t, chunk_seqs))
+        headers = {META_HEADER: meta, "Nats-Msg-Id": msg_id, "Nats-Expected-Last-Subject-Sequence": "0"}
         body = b"" if chunk_seqs else payload
+        attempts = 0
+
+        async def publish() -> Any:
+            nonlocal attempts
+            attempts += 1
+            return await self._js.publish(record_subject, body, headers=headers)
+
+        ack = None
         try:
-            ack = await self._retry(lambda: self._js.publish(record_subject, body, headers=headers))
+            ack = await self._retry(publish)
+            if not ack.duplicate:
+                return self._counted(WriteResult(ack.seq, False, len(chunk_seqs)), len(payload))
         except nats.js.errors.APIError as err:
             if err.err_code != _WRONG_LAST_SEQUENCE:
                 raise
-            seq = await self._last_record(record_subject)
-            return self._counted(WriteResult(seq or 0, True, 0), 0)
-        return self._counted(WriteResult(ack.seq, bool(ack.duplicate), len(chunk_seqs)), len(payload))
+        # The buffer holds a record for this id. After a retried attempt whose acknowledgement
+        # was lost (the server killed between storing and answering), it may be this write's
+        # own: the stored metadata says so (the TypeScript writer decides the same way).
+        stored = await self._retry(lambda: direct_get(self.nc, self.names.stream, last_by_subj=record_subject, timeout=self._timeout))
+        if attempts > 1 and stored is not None and stored.headers.get(META_HEADER) == meta:
+            self._stats.lost_acks += 1
+            return self._counted(WriteResult(stored.seq, False, len(chunk_seqs)), len(payload))
+        seq = stored.seq if stored is not None else (ack.seq if ack is not None else 0)
+        return self._counted(WriteResult(seq, True, 0), 0)
 
     async def _last_record(self, subject: str) -> Optional[int]:
         """Sequence of the record on `subject`, or None."""
