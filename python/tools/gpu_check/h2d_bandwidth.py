@@ -15,6 +15,8 @@ and registered copies are skipped with the reason torch or the machine gives.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import statistics
 import time
 from typing import Any, Callable, Optional
@@ -46,6 +48,16 @@ def _summary(nbytes: int, seconds: list[float]) -> dict[str, float]:
     return {"best_gb_s": round(nbytes / min(seconds) / 1e9, 3), "median_gb_s": round(nbytes / statistics.median(seconds) / 1e9, 3)}
 
 
+def _clear_last_error() -> None:
+    """cudaGetLastError of the CUDA runtime torch loaded (found by its soname; best effort)."""
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"):
+        try:
+            ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL).cudaGetLastError()
+            return
+        except (OSError, AttributeError):
+            continue
+
+
 class HostRegistration:
     """``cudaHostRegister`` of a host range through torch's binding of the CUDA runtime; the
     read-only flag first (a lease's mapping is PROT_READ), then without it."""
@@ -69,6 +81,9 @@ class HostRegistration:
                 self.flags = flags
                 return self
             self.errors.append(f"flags {flags:#x}: {self._error_text(code)}")
+            # A refused call leaves its error as the runtime's "last error", which torch's next
+            # kernel launch check would raise as its own.
+            _clear_last_error()
         raise CheckFailed("cudaHostRegister refused the lease's mapping: " + "; ".join(self.errors))
 
     def __exit__(self, *exc: Any) -> None:
@@ -79,6 +94,7 @@ def run(torch: Any, device: str, relays: Any, size_mib: int, repeats: int) -> Pa
     from laminar.relay import RelayClient
 
     part = PartResult("h2d")
+    refused: Optional[str] = None
     nbytes = size_mib << 20
     g = torch.Generator(device=device).manual_seed(5)
     published = torch.randint(0, 256, (nbytes,), generator=g, device=device, dtype=torch.uint8)
@@ -106,10 +122,16 @@ def run(torch: Any, device: str, relays: Any, size_mib: int, repeats: int) -> Pa
                 figures["registered"] = None
                 part.row("leased mapping, cudaHostRegister", "skipped", "no CUDA device: nothing to register with")
             else:
-                with HostRegistration(torch, leased.data_ptr(), nbytes) as registration:
-                    read_only = bool(registration.flags and registration.flags & HOST_REGISTER_READ_ONLY)
-                    note = "registered read-only" if read_only else "registered without the read-only flag"
-                    measure("registered", "leased mapping, cudaHostRegister", leased, True, note)["flags"] = registration.flags
+                try:
+                    with HostRegistration(torch, leased.data_ptr(), nbytes) as registration:
+                        read_only = bool(registration.flags and registration.flags & HOST_REGISTER_READ_ONLY)
+                        note = "registered read-only" if read_only else "registered without the read-only flag"
+                        measure("registered", "leased mapping, cudaHostRegister", leased, True, note)["flags"] = registration.flags
+                except CheckFailed as err:
+                    # Reported, and the part fails at the end; the other measurements still run.
+                    refused = str(err)
+                    figures["registered"] = {"error": refused}
+                    part.row("leased mapping, cudaHostRegister", "refused", refused)
 
     try:
         pinned_source = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
@@ -145,4 +167,4 @@ def run(torch: Any, device: str, relays: Any, size_mib: int, repeats: int) -> Pa
                     figures[key]["of_link"] = round(figures[key]["best_gb_s"] / ceiling, 3)
     part.row("size", f"{size_mib} MiB", f"best and median of {repeats} copies after a warm-up")
     part.figures.update(figures)
-    return part
+    return part if refused is None else part.fail(refused)
