@@ -26,6 +26,7 @@ import datetime
 import os
 import platform
 import shlex
+import signal
 import sys
 import tempfile
 import time
@@ -143,6 +144,13 @@ def main(argv: list[str]) -> int:
     return EXIT_ENVIRONMENT if missing else EXIT_PASSED
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    # `timeout` (scripts/gpu-check.sh) ends the check with SIGTERM: unwinding runs the cleanups,
+    # which stop vllm serve's process group and the relays, instead of leaving them behind.
+    sys.exit(128 + signum)
+
+
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.exit(main(sys.argv[1:]))
