@@ -18,7 +18,7 @@
 # Also needed: node 20 and the built tree (dist/, the native addon): `bash scripts/bootstrap.sh`.
 #
 # Exits: 0 passed; 1 a check failed; 2 usage; 3 no CUDA device; 4 something this machine lacks
-# (the environment could not be made, no node, no dist/, no vllm): the message says what.
+# (the environment could not be made, no node, no dist/ or addon, no vllm): the message says what.
 # The check itself is bounded to ten minutes (--budget-s 540 inside, `timeout 600` around it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,7 @@ EXIT_ENVIRONMENT=4
 
 command -v node >/dev/null || { say "node is not on PATH: the relay is \`laminar relay\` (Node 20); install it, then bash scripts/bootstrap.sh"; exit $EXIT_ENVIRONMENT; }
 [ -f dist/src/cli/laminar.js ] || { say "dist/ is not built: run bash scripts/bootstrap.sh (or npx tsc -p tsconfig.json)"; exit $EXIT_ENVIRONMENT; }
+[ -f build/Release/laminar_native.node ] || { say "the native addon is not built: run bash scripts/bootstrap.sh"; exit $EXIT_ENVIRONMENT; }
 
 venv=.venv-gpu
 lock=python/requirements-gpu.txt

@@ -19,7 +19,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 #: No CUDA device, and the check was asked to require one (the default; `--cpu` runs without).
 EXIT_NO_GPU = 3
-#: A prerequisite is missing: vLLM not importable, relay CLI not built, node not found.
+#: A prerequisite is missing: vLLM not importable, relay CLI or native addon not built, node not found.
 EXIT_ENVIRONMENT = 4
 
 

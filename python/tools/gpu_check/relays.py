@@ -17,6 +17,9 @@ sys.path.insert(0, str(REPO / "python" / "tests"))
 
 from relay_process import CLI, DEFAULT_ARGS, RelayFactory  # noqa: E402
 
+#: The native addon the relay maps its segments with (node-gyp's output).
+ADDON = REPO / "build" / "Release" / "laminar_native.node"
+
 
 def require_relay_cli() -> None:
     """The relay is the Node CLI: node on PATH and dist/ built, else EnvironmentMissing."""
@@ -24,6 +27,9 @@ def require_relay_cli() -> None:
         raise EnvironmentMissing("node is not on PATH: the relay is `laminar relay` (Node 20); install Node and run `bash scripts/bootstrap.sh`")
     if not CLI.exists():
         raise EnvironmentMissing(f"{CLI} is missing: run `bash scripts/bootstrap.sh` (or `npx tsc -p tsconfig.json`)")
+    if not ADDON.exists():
+        # The relay would exit at once with ERR_NATIVE_MISSING (also while a rebuild is under way).
+        raise EnvironmentMissing(f"{ADDON} is missing: run `bash scripts/bootstrap.sh` (or `npx node-gyp rebuild`)")
 
 
 def _alive(relay: Any) -> Any:
