@@ -564,6 +564,25 @@ const rollouts = dashboard({
         ],
         { w: 16 },
       ),
+      panel(
+        'Multi-turn episodes',
+        [
+          [quantile(0.5, 'laminar_agent_turns'), 'turns per trajectory p50'],
+          [quantile(0.99, 'laminar_agent_turns'), 'turns p99'],
+          [increase('laminar_agent_stale_aborts_total'), 'stale at a turn: returned'],
+          [increase('laminar_agent_episode_limits_total', ['reason']), 'ended by {{reason}}'],
+        ],
+        {},
+      ),
+      panel(
+        'Tool calls',
+        [
+          [increase('laminar_agent_tool_calls_total', ['status']), '{{status}}'],
+          [quantile(0.5, 'laminar_agent_tool_wait_seconds'), 'wait at a tool p50 (s)'],
+          [quantile(0.99, 'laminar_agent_tool_wait_seconds'), 'wait p99 (s)'],
+        ],
+        { w: 16 },
+      ),
     ]),
     processRow(),
   ],

@@ -8,7 +8,10 @@ import { createRegistry, serveMetrics } from '../common/metrics.js';
 import { parseDurationOption } from '../common/units.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
 import { parseLabels } from '../relay/options.js';
-import { RolloutAgent } from '../rollout-agent/agent.js';
+import { ActionClient } from '../actions/index.js';
+import { RolloutAgent, type MultiTurnOptions } from '../rollout-agent/agent.js';
+import { DEFAULT_MAX_TURNS, type BadCallPolicy } from '../rollout-agent/episode.js';
+import { createToolCallParser, LOOKUP_TOOLS, parseToolSpecs } from '../rollout-agent/tool-calls/index.js';
 import type { EngineClient } from '../rollout-agent/engine-client.js';
 import { loadRewardFunction } from '../rollout-agent/rewards.js';
 import { SglangClient } from '../rollout-agent/sglang-client.js';
@@ -67,6 +70,38 @@ export function rolloutAgentCommand(): Command {
     .addOption(new Option('--reward-module <file>', 'JavaScript module whose default export (input) => number computes the reward'))
     .addOption(new Option('--reward-url <url>', 'HTTP endpoint: POST {payload, prompt_ids, response_ids, finish_reason} -> {reward}'))
     .addOption(new Option('--partial-rollout', 'load newer weights while trajectories run (pause, load, continue): tokens of one trajectory then mix versions'))
+    .addOption(
+      new Option(
+        '--tools <json|lookup>',
+        'multi-turn episodes with tool calls: the tools, as JSON {"name": {"kind", "args": {"arg": "string|number|integer|boolean|object|array"}, "timeoutMs"}}, or lookup (the lookup task\'s tool)',
+      ),
+    )
+    .addOption(
+      new Option('--tool-parser <name>', 'how a turn spells a tool call: hermes (<tool_call>{json}</tool_call>) or token-calls (the lookup task)').default(
+        'hermes',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--tool-call-ids <open,close>',
+        '--tool-parser hermes: the ids of <tool_call> and </tool_call> (Qwen2.5/3: 151657,151658); </tool_call> ends a turn',
+      ),
+    )
+    .addOption(new Option('--max-turns <n>', "generated turns per trajectory at most (the payload's max_turns wins)").default(String(DEFAULT_MAX_TURNS)))
+    .addOption(new Option('--max-context <n>', 'prompt + response tokens at most in an episode (default: the engine limit only)'))
+    .addOption(new Option('--action-timeout <duration>', "each tool call's timeout (default: the tool's timeoutMs)"))
+    .addOption(
+      new Option('--on-bad-call <policy>', 'a tool call that does not parse or fit its tool: continue (an error observation, next turn) or end the episode')
+        .choices(['continue', 'end'])
+        .default('continue'),
+    )
+    .addOption(
+      new Option(
+        '--max-staleness <n>',
+        'at each turn boundary, give back to the prompt pool a trajectory more than n versions behind the newest (-1: no bound)',
+      ).default('-1'),
+    )
+    .addOption(new Option('--action-pool <name>', 'action pool the tool calls go to').env('LAMINAR_ACTION_POOL').default('default'))
     .addOption(new Option('--host <name>', 'host name reported to the manager').env('LAMINAR_HOST'))
     .addOption(new Option('--labels <k=v,...>', 'labels reported to the manager').env('LAMINAR_LABELS'))
     .addOption(new Option('--heartbeat <duration>', 'heartbeat period to the manager').env('LAMINAR_HEARTBEAT').default('1s'))
@@ -100,10 +135,34 @@ export function rolloutAgentCommand(): Command {
         ...(opts.rewardUrl !== undefined ? { url: s('rewardUrl') } : {}),
       });
       const engine: EngineClient = s('engine') === 'vllm' ? new VllmClient(s('engineUrl'), { model: s('model') }) : new SglangClient(s('engineUrl'));
+      const tools = opts.tools === undefined ? null : s('tools') === 'lookup' ? LOOKUP_TOOLS : parseToolSpecs(s('tools'));
+      const parser = tools
+        ? createToolCallParser(s('toolParser'), {
+            callIds: tokenList('tool-call-ids', opts.toolCallIds as string | undefined),
+            ...(engine.detokenize ? { decode: engine.detokenize.bind(engine) } : {}),
+          })
+        : null;
+      const maxStaleness = number('max-staleness', s('maxStaleness'), (n) => Number.isInteger(n) && n >= -1, 'an integer >= -1');
+      const registry = createRegistry();
       const nc = await connectControl(control, `rollout-agent ${s('id')}`);
+      // Its metrics (actions in flight, queue wait and execution time) are on the agent's /metrics.
+      const actions = tools ? await ActionClient.open({ nc, pool: s('actionPool'), job: control.job, registry, logger }) : null;
+      const multiTurn: MultiTurnOptions | undefined =
+        tools && parser && actions
+          ? {
+              parser,
+              tools,
+              actions,
+              maxTurns: number('max-turns', s('maxTurns'), (n) => Number.isInteger(n) && n > 0, 'a positive integer'),
+              maxContext:
+                opts.maxContext === undefined ? null : number('max-context', s('maxContext'), (n) => Number.isInteger(n) && n > 0, 'a positive integer'),
+              actionTimeoutMs: opts.actionTimeout === undefined ? null : parseDurationOption('--action-timeout', s('actionTimeout')),
+              onBadCall: s('onBadCall') as BadCallPolicy,
+              maxStaleness: maxStaleness < 0 ? null : maxStaleness,
+            }
+          : undefined;
       const redis = new Redis(s('redis'), { maxRetriesPerRequest: null, lazyConnect: false });
       redis.on('error', (err) => logger.warn({ err: err.message }, 'redis'));
-      const registry = createRegistry();
       const agent = await RolloutAgent.start({
         nc,
         redis,
@@ -117,6 +176,7 @@ export function rolloutAgentCommand(): Command {
         batchPrompts,
         maxInFlight,
         partialRollout: opts.partialRollout === true,
+        ...(multiTurn ? { multiTurn } : {}),
         ...(opts.host ? { host: s('host') } : {}),
         ...(opts.labels ? { labels: parseLabels(s('labels')) } : {}),
         heartbeatMs,
@@ -136,6 +196,7 @@ export function rolloutAgentCommand(): Command {
         details: () => agent.status(),
         close: async () => {
           await agent.close();
+          await actions?.close();
           await http?.close();
           await nc.drain().catch(() => undefined);
           redis.disconnect();

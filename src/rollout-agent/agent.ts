@@ -38,6 +38,7 @@ import { RelayClient, type Lease } from '../relay/client/index.js';
 import { mustEmptyFirst, promptsToClaim } from '../rollout/claim-policy.js';
 import { RolloutClient } from '../rollout/rollout-client.js';
 import type { EngineClient } from './engine-client.js';
+import { Episodes, type EpisodeOptions } from './episode.js';
 import { EngineError } from './http.js';
 import { HttpRolloutEngine } from './http-engine.js';
 import { AgentMetrics } from './metrics.js';
@@ -75,6 +76,12 @@ export interface RolloutAgentOptions {
   /** Load newer versions while trajectories run (their tokens then mix versions). Default false. */
   partialRollout?: boolean;
   /**
+   * Multi-turn episodes with tool calls (episode.ts): generate until a call, run it as an action,
+   * append the observation, go on. Absent: a trajectory is one request. The engine must tokenize
+   * tool messages (`toolMessageIds`).
+   */
+  multiTurn?: MultiTurnOptions;
+  /**
    * 0 (default): batch mode, the paper's rollout loop: claim `batchPrompts` prompts, generate
    * until all are done, take the newest weights, claim again. N > 0: continuous mode: keep up to
    * N trajectories generating, claiming as they finish, as long as no newer version waits (then
@@ -92,6 +99,9 @@ export interface RolloutAgentOptions {
   registry?: Registry;
   logger?: Logger;
 }
+
+/** What the agent's flags set of an episode; the rest (metrics, the newest version, the engine's tokenizer) is the agent's. */
+export type MultiTurnOptions = Omit<EpisodeOptions, 'metrics' | 'log' | 'newestVersion' | 'observationIds'>;
 
 /** One engine session: from the engine found up to it found down (or the agent closed). */
 interface Session {
@@ -251,6 +261,7 @@ export class RolloutAgent {
       metrics: this.metrics,
       kvCapacityTokens: info.kvCapacityTokens,
       versionsMayMix: this.options.partialRollout ?? false,
+      episodes: this.episodes(),
       log: this.log,
       hooks: {
         engineDown: (err) => session.markDown(err),
@@ -285,6 +296,21 @@ export class RolloutAgent {
     this.log.info({ engine: info.description, kvCapacityTokens: info.kvCapacityTokens, session: this.sessions }, 'engine up: serving it');
     this.session = session;
     return session;
+  }
+
+  /** The episodes of multi-turn trajectories, or null when a trajectory is one request. */
+  private episodes(): Episodes | null {
+    const { multiTurn, engine } = this.options;
+    if (!multiTurn) return null;
+    const toolMessageIds = engine.toolMessageIds?.bind(engine);
+    if (!toolMessageIds) throw new EngineError(ErrorCodes.INVALID_ARG, `a ${engine.kind} engine client cannot tokenize tool messages: no multi-turn episodes`);
+    return new Episodes({
+      ...multiTurn,
+      observationIds: toolMessageIds,
+      newestVersion: () => this.newest,
+      metrics: this.metrics,
+      log: this.log,
+    });
   }
 
   private async closeSession(session: Session): Promise<void> {

@@ -75,4 +75,11 @@ export interface EngineClient {
   load(): Promise<EngineLoadSample>;
   /** Token ids of a text, where the engine can tokenize (prompts given as text). */
   tokenize(text: string): Promise<number[]>;
+  /**
+   * Token ids of a tool message (an observation, appended after a tool call) through the
+   * engine's chat template (chat-tokens.ts). Multi-turn episodes need it.
+   */
+  toolMessageIds?(content: string): Promise<number[]>;
+  /** The text of token ids (the Hermes tool-call parser reads a call's JSON so). */
+  detokenize?(ids: readonly number[]): Promise<string>;
 }

@@ -18,6 +18,7 @@ import { ErrorCodes } from '../common/errors.js';
 import type { EngineLoad, RolloutEngine } from '../rollout/engine.js';
 import type { GenerationTask } from '../rollout/task.js';
 import type { EngineClient, EngineLoadSample, FinishReason } from './engine-client.js';
+import type { AfterTurn, Episodes } from './episode.js';
 import type { AgentMetrics } from './metrics.js';
 import { alreadyFinished, promptOf, requestFor, type RequestDefaults } from './requests.js';
 import { computeReward, type RewardFunction } from './rewards.js';
@@ -41,6 +42,8 @@ export interface HttpEngineOptions {
   kvCapacityTokens: number | null;
   /** Tokens of one trajectory with a version other than its own are counted, not refused (partial rollout). */
   versionsMayMix: boolean;
+  /** Multi-turn episodes with tool calls (episode.ts); absent: one request per trajectory. */
+  episodes?: Episodes | null;
   log: Logger;
 }
 
@@ -49,6 +52,8 @@ interface Running {
   controller: AbortController;
   /** Resolves when the request's stream has ended and nothing more of it reaches the task. */
   done: Promise<void>;
+  /** Between turns (at a tool call): no request at the engine, no KV held there. */
+  betweenTurns: boolean;
 }
 
 /** Codes with which the experience buffer refuses a record for good (the rest are retried: the store is away). */
@@ -171,14 +176,14 @@ export class HttpRolloutEngine implements RolloutEngine {
     const capacity = this.options.kvCapacityTokens;
     if (!capacity) return 0;
     let tokens = 0;
-    for (const r of this.running.values()) tokens += r.task.promptTokens.length + r.task.generated;
+    for (const r of this.running.values()) if (!r.betweenTurns) tokens += r.task.promptTokens.length + r.task.generated;
     return Math.min(1, tokens / capacity);
   }
 
   private start(task: GenerationTask): void {
     if (this.running.has(task.trajectoryId)) return;
     const controller = new AbortController();
-    const entry: Running = { task, controller, done: Promise.resolve() };
+    const entry: Running = { task, controller, done: Promise.resolve(), betweenTurns: false };
     this.running.set(task.trajectoryId, entry);
     entry.done = this.generate(entry).finally(() => {
       if (this.running.get(task.trajectoryId) === entry) this.running.delete(task.trajectoryId);
@@ -196,9 +201,10 @@ export class HttpRolloutEngine implements RolloutEngine {
     // The versions the engine reported for this trajectory's tokens (more than one only with partial rollout).
     const versions = new Set([version]);
     let serverErrors = 0;
+    const episodes = this.options.episodes ?? null;
     for (;;) {
-      const request = requestFor(task, this.options.defaults);
-      let finish: FinishReason | null = alreadyFinished(task, request);
+      const request = requestFor(task, this.options.defaults, episodes?.stopTokenIds);
+      let finish: FinishReason | null = alreadyFinished(task, request, episodes?.stopTokenIds);
       if (finish === null) {
         try {
           const result = await client.generate(request, {
@@ -259,10 +265,42 @@ export class HttpRolloutEngine implements RolloutEngine {
         if (this.isClosed() || aborted(controller.signal)) return;
         continue;
       }
+      if (episodes) {
+        const after = await this.turnBoundary(entry, episodes, finish);
+        if (after.next === 'gone') return;
+        if (after.next === 'generate') continue;
+        finish = after.finish;
+      }
       const completion = this.complete(task, finish, versions, request.sampling.stopTokenIds);
       this.completing.add(completion);
       void completion.finally(() => this.completing.delete(completion));
       return;
+    }
+  }
+
+  /**
+   * A turn ended: the episode decides what follows (episode.ts). A failure there (the action
+   * service or the engine's tokenizer away) leaves the trajectory in the partial pool, where the
+   * SDK's reconciliation offers it again.
+   */
+  private async turnBoundary(entry: Running, episodes: Episodes, finish: FinishReason): Promise<AfterTurn> {
+    const { task, controller } = entry;
+    entry.betweenTurns = true;
+    try {
+      return await episodes.afterTurn(task, finish, controller.signal);
+    } catch (err) {
+      if (controller.signal.aborted) return { next: 'gone' };
+      const code = (err as { code?: string }).code ?? ErrorCodes.INTERNAL;
+      this.options.metrics.engineErrors.inc({ code });
+      if (code === ErrorCodes.ENGINE_UNAVAILABLE) this.options.hooks.engineDown(err as Error);
+      else
+        this.options.log.error(
+          { trajectory: task.trajectoryId, code, err: (err as Error).message },
+          'a turn boundary failed: the trajectory stays in the partial pool',
+        );
+      return { next: 'gone' };
+    } finally {
+      entry.betweenTurns = false;
     }
   }
 
@@ -278,12 +316,14 @@ export class HttpRolloutEngine implements RolloutEngine {
         responseTokens: Array.from(task.generatedTokens),
         finishReason: finish,
         stopTokenIds,
+        ...(task.segments.length > 0 ? { segments: task.segments } : {}),
       });
     } catch (err) {
       metrics.rewardFailures.inc();
       log.error({ trajectory: task.trajectoryId, err: (err as Error).message }, 'no reward: the trajectory stays in the partial pool');
       return;
     }
+    metrics.turns.observe(Math.max(1, task.segments.filter((s) => s.kind === 'generated').length));
     for (let attempt = 0; !this.closed || attempt === 0; attempt++) {
       try {
         const info: Record<string, string> = { finish_reason: finish };

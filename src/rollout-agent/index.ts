@@ -2,7 +2,10 @@
  * The rollout agent: an inference server driven over HTTP by the rollout SDK (`laminar
  * rollout-agent`). See agent.ts for its life and http-engine.ts for one trajectory's.
  */
-export { RolloutAgent, type RolloutAgentOptions } from './agent.js';
+export { RolloutAgent, type RolloutAgentOptions, type MultiTurnOptions } from './agent.js';
+export { Episodes, DEFAULT_MAX_TURNS, type ActionSubmitter, type BadCallPolicy, type EpisodeOptions } from './episode.js';
+export { staleAtTurn } from './turn-staleness.js';
+export * from './tool-calls/index.js';
 export type {
   EngineClient,
   EngineLoadSample,
@@ -18,5 +21,5 @@ export { SglangClient } from './sglang-client.js';
 export { VllmClient } from './vllm-client.js';
 export { HttpRolloutEngine } from './http-engine.js';
 export { EngineError } from './http.js';
-export { targetMatchReward, loadRewardFunction, type RewardFunction, type RewardInput } from './rewards.js';
+export { targetMatchReward, toolMatchReward, loadRewardFunction, type RewardFunction, type RewardInput } from './rewards.js';
 export { seedOf, type RequestDefaults } from './requests.js';

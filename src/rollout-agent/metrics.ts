@@ -14,6 +14,11 @@ export class AgentMetrics {
   readonly badPayloads: Counter;
   readonly versionMismatches: Counter;
   readonly engineErrors: Counter<'code'>;
+  readonly turns: Histogram;
+  readonly toolCalls: Counter<'status'>;
+  readonly toolWaitSeconds: Histogram;
+  readonly staleAborts: Counter;
+  readonly episodeEnds: Counter<'reason'>;
 
   constructor(registry: Registry) {
     this.engineUp = gauge(registry, { name: 'laminar_agent_engine_up', help: '1 while the engine answers its health check and the agent serves it, else 0' });
@@ -55,5 +60,29 @@ export class AgentMetrics {
       help: 'streamed tokens the engine reported under another weight version than the trajectory (should stay 0 without --partial-rollout)',
     });
     this.engineErrors = counter(registry, { name: 'laminar_agent_engine_errors_total', help: 'failed engine calls, by code', labelNames: ['code'] });
+    this.turns = histogram(registry, {
+      name: 'laminar_agent_turns',
+      help: 'generated turns per completed trajectory (multi-turn episodes; 1 for a single-turn one)',
+      buckets: [1, 2, 3, 4, 6, 8, 12, 16, 32],
+    });
+    this.toolCalls = counter(registry, {
+      name: 'laminar_agent_tool_calls_total',
+      help: 'tool calls of multi-turn episodes, by the status of their observation: ok, truncated, error, timeout, failed, bad_call (did not parse, unknown tool, arguments of the wrong type)',
+      labelNames: ['status'],
+    });
+    this.toolWaitSeconds = histogram(registry, {
+      name: 'laminar_agent_tool_wait_seconds',
+      help: "a trajectory's wait at a tool call, from the action's submission to its result (queue wait + execution; the engine holds nothing meanwhile)",
+      buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+    });
+    this.staleAborts = counter(registry, {
+      name: 'laminar_agent_stale_aborts_total',
+      help: 'trajectories given back to the prompt pool at a turn boundary: more than --max-staleness versions behind the newest',
+    });
+    this.episodeEnds = counter(registry, {
+      name: 'laminar_agent_episode_limits_total',
+      help: 'episodes ended by a limit rather than by an answer: max_turns (a call at the last turn allowed), context (the next observation would not fit)',
+      labelNames: ['reason'],
+    });
   }
 }

@@ -43,10 +43,16 @@ export function promptOf(payload: unknown): { ids: number[] } | { text: string }
   throw badPayload('the payload has neither input_ids (token ids) nor text');
 }
 
-export function requestFor(task: GenerationTask, defaults: RequestDefaults): GenerateRequest {
+/**
+ * The request that generates `task`'s next tokens: prompt + response so far in, the rest of the
+ * budget out. The budget counts generated tokens only (a multi-turn response's observations are
+ * not the model's); `turnStops` (a tool-call parser's closing ids) end a turn at a call.
+ */
+export function requestFor(task: GenerationTask, defaults: RequestDefaults, turnStops: readonly number[] = []): GenerateRequest {
   const p = (task.payload ?? {}) as PayloadFields;
   const budget = p.max_new_tokens === undefined ? defaults.maxNewTokens : positiveInt(p.max_new_tokens, 'max_new_tokens');
-  const stopTokenIds = p.stop_token_ids === undefined ? defaults.stopTokenIds : tokenIds(p.stop_token_ids, 'stop_token_ids');
+  const stops = p.stop_token_ids === undefined ? defaults.stopTokenIds : tokenIds(p.stop_token_ids, 'stop_token_ids');
+  const stopTokenIds = turnStops.length === 0 ? stops : [...new Set([...stops, ...turnStops])];
   const sampling: SamplingParams = {
     temperature: defaults.temperature,
     topP: defaults.topP,
@@ -59,14 +65,21 @@ export function requestFor(task: GenerationTask, defaults: RequestDefaults): Gen
   for (let i = 0; i < task.promptTokens.length; i++) inputIds[i] = task.promptTokens[i]!;
   const generated = task.generatedTokens;
   for (let i = 0; i < generated.length; i++) inputIds[task.promptTokens.length + i] = generated[i]!;
-  return { rid: task.trajectoryId, inputIds, maxNewTokens: budget - task.generated, sampling };
+  return { rid: task.trajectoryId, inputIds, maxNewTokens: budget - task.modelTokens, sampling };
 }
 
-/** True when a resumed trajectory is already finished: its budget is spent or it ended with a stop token. */
-export function alreadyFinished(task: GenerationTask, request: GenerateRequest): 'length' | 'stop' | null {
+/**
+ * True when a resumed trajectory is already finished: its budget is spent or it ended with a stop
+ * token. A turn that ended at a call (one of `turnStops`, which end turns even with ignore_eos)
+ * is finished too: the episode goes on from there (a resume while it waited at a tool call).
+ */
+export function alreadyFinished(task: GenerationTask, request: GenerateRequest, turnStops: readonly number[] = []): 'length' | 'stop' | null {
   if (request.maxNewTokens <= 0) return 'length';
   const last = task.generated > 0 ? task.generatedTokens[task.generated - 1]! : null;
-  if (last !== null && !request.sampling.ignoreEos && request.sampling.stopTokenIds.includes(last)) return 'stop';
+  if (last === null) return null;
+  if (!request.sampling.ignoreEos && request.sampling.stopTokenIds.includes(last)) return 'stop';
+  const inTurn = task.openTurn > 0 || task.segments.at(-1)?.kind === 'generated';
+  if (inTurn && turnStops.includes(last)) return 'stop';
   return null;
 }
 

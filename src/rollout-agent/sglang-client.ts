@@ -10,6 +10,8 @@ import { ErrorCodes } from '../common/errors.js';
 import type { EngineClient, EngineLoadSample, GenerateHandlers, GenerateRequest, GenerateResult, PauseMode, ServerInfo } from './engine-client.js';
 import { EngineError, engineFetch, engineHealthy, engineJson, errorMessage, protocolError, readText, streamEnded, streamedEvents } from './http.js';
 import { meanOf, parsePrometheusText, sumOf } from './prometheus-text.js';
+import { shapesMismatch, tensorShapes, type TensorShapes } from './weights-manifest.js';
+import { ToolMessageIds } from './chat-tokens.js';
 
 /** SGLang's Prometheus names (python/sglang/srt/metrics/collector.py). */
 const METRICS = {
@@ -33,6 +35,9 @@ interface StreamChunk {
 export class SglangClient implements EngineClient {
   readonly kind = 'sglang';
   readonly url: string;
+  /** The tensors of the version in service, once known (weights-manifest.ts says why). */
+  private served: TensorShapes | null = null;
+  private toolMessages: ToolMessageIds | null = null;
 
   constructor(
     url: string,
@@ -89,6 +94,7 @@ export class SglangClient implements EngineClient {
   }
 
   async loadWeights(dir: string, version: number): Promise<void> {
+    const next = await this.checkedShapes(dir, version);
     const url = `${this.url}/update_weights_from_disk`;
     const response = await engineFetch(url, {
       body: { model_path: dir, weight_version: String(version), abort_all_requests: false },
@@ -101,15 +107,43 @@ export class SglangClient implements EngineClient {
     } catch {
       // a proxy's or a crashed handler's page: reported below with the status
     }
-    if (response.ok && body?.success === true) return;
+    if (response.ok && body?.success === true) {
+      this.served = next;
+      return;
+    }
     const message = typeof body?.message === 'string' ? body.message : errorMessage(text);
     throw new EngineError(ErrorCodes.ENGINE_RELOAD, `the engine refused version ${version} from ${dir}: ${message}`, {
       details: { status: response.status, version, dir },
     });
   }
 
+  /**
+   * Refuses a version whose tensors could not all replace the served ones (SGLang would load it
+   * and say `success`); the first time, the served ones are read from the engine's model path.
+   */
+  private async checkedShapes(dir: string, version: number): Promise<TensorShapes> {
+    const refuse = (why: string): EngineError =>
+      new EngineError(ErrorCodes.ENGINE_RELOAD, `version ${version} from ${dir} refused before loading: ${why}`, { details: { version, dir } });
+    const next = await tensorShapes(dir).catch((err: unknown) => {
+      throw refuse((err as Error).message);
+    });
+    this.served ??= await this.modelInfo()
+      .then((info) => (typeof info?.model_path === 'string' ? tensorShapes(info.model_path) : null))
+      .catch(() => null);
+    const why = this.served && shapesMismatch(this.served, next);
+    if (why) throw refuse(why);
+    return next;
+  }
+
+  private async modelInfo(): Promise<{ model_path?: unknown; weight_version?: unknown } | null> {
+    return (await engineJson(`${this.url}/get_model_info`, { timeoutMs: 10_000 })) as { model_path?: unknown; weight_version?: unknown } | null;
+  }
+
+  /** `/get_model_info`'s label (SGLang 0.5.23 has no `/get_weight_version`; older releases do). */
   async weightVersion(): Promise<string | null> {
-    const body = (await engineJson(`${this.url}/get_weight_version`, { timeoutMs: 10_000 })) as { weight_version?: unknown } | null;
+    const body =
+      (await this.modelInfo().catch(() => null)) ??
+      ((await engineJson(`${this.url}/get_weight_version`, { timeoutMs: 10_000 })) as { weight_version?: unknown } | null);
     const v = body?.weight_version;
     return typeof v === 'string' ? v : typeof v === 'number' ? String(v) : null;
   }
@@ -145,6 +179,19 @@ export class SglangClient implements EngineClient {
     if (!Array.isArray(body?.tokens) || !body.tokens.every((t) => Number.isInteger(t)))
       throw protocolError(`${this.url}/tokenize`, 'no token ids in the answer');
     return body.tokens as number[];
+  }
+
+  /** `/tokenize` with `messages` (the reference engine's chat template; SGLang's own /tokenize takes only `prompt`). */
+  toolMessageIds(content: string): Promise<number[]> {
+    this.toolMessages ??= new ToolMessageIds(`${this.url}/tokenize`);
+    return this.toolMessages.of(content);
+  }
+
+  /** SGLang's `/detokenize` (`{tokens}` → `{text}`; needs a tokenizer, so not with `--skip-tokenizer-init`). */
+  async detokenize(ids: readonly number[]): Promise<string> {
+    const body = (await engineJson(`${this.url}/detokenize`, { body: { tokens: ids }, timeoutMs: 30_000 })) as { text?: unknown } | null;
+    if (typeof body?.text !== 'string') throw protocolError(`${this.url}/detokenize`, 'no text in the answer');
+    return body.text;
   }
 }
 

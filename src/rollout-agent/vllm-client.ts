@@ -21,6 +21,7 @@ import { ErrorCodes } from '../common/errors.js';
 import type { EngineClient, EngineLoadSample, GenerateHandlers, GenerateRequest, GenerateResult, PauseMode, ServerInfo } from './engine-client.js';
 import { EngineError, engineFetch, engineHealthy, engineJson, protocolError, readText, streamEnded, streamedEvents } from './http.js';
 import { meanOf, parsePrometheusText, sumOf, type Sample } from './prometheus-text.js';
+import { ToolMessageIds } from './chat-tokens.js';
 
 const METRICS = {
   /** The KV-cache share in use: renamed in vLLM 0.9.2 (gpu_cache_usage_perc before, gone in 0.12). */
@@ -83,6 +84,7 @@ export class VllmClient implements EngineClient {
   /** The workers' device and reload mode, read once per session (null inside: no extension). */
   private info: Promise<EngineInfo | null> | null = null;
   private releaseSeen: string | null | undefined = undefined;
+  private toolMessages: ToolMessageIds | null = null;
   /** The last generation-tokens counter read and when, for a rate. */
   private lastGenerated: { at: number; tokens: number } | null = null;
 
@@ -247,6 +249,22 @@ export class VllmClient implements EngineClient {
     if (!Array.isArray(body?.tokens) || !body.tokens.every((t) => Number.isInteger(t)))
       throw protocolError(`${this.url}/tokenize`, 'no token ids in the answer');
     return body.tokens as number[];
+  }
+
+  /** vLLM's `/tokenize` with `messages`: the model's own chat template. */
+  toolMessageIds(content: string): Promise<number[]> {
+    this.toolMessages ??= new ToolMessageIds(`${this.url}/tokenize`, { model: this.options.servedModelName ?? this.options.model });
+    return this.toolMessages.of(content);
+  }
+
+  /** vLLM's `/detokenize` (`{model, tokens}` → `{prompt}`). */
+  async detokenize(ids: readonly number[]): Promise<string> {
+    const url = `${this.url}/detokenize`;
+    const body = (await engineJson(url, { body: { model: this.options.servedModelName ?? this.options.model, tokens: ids }, timeoutMs: 30_000 })) as {
+      prompt?: unknown;
+    } | null;
+    if (typeof body?.prompt !== 'string') throw protocolError(url, 'no text in the answer');
+    return body.prompt;
   }
 
   /** Every worker's answer to laminar_reload_weights (an error status is ERR_ENGINE_RELOAD). */

@@ -19,7 +19,7 @@ export class RolloutMetrics {
   constructor(registry: Registry) {
     this.tasks = counter(registry, {
       name: 'laminar_rollout_tasks_total',
-      help: 'trajectories by what happened to them here: started, resumed, completed, duplicate, lost (taken by another rollout), handed-over, skipped (already done elsewhere), bad-prompt (samples of a prompt whose payload the engine cannot take: the prompt is dropped)',
+      help: 'trajectories by what happened to them here: started, resumed, completed, duplicate, lost (taken by another rollout), handed-over, returned (given back to the prompt pool: stale at a turn boundary), skipped (already done elsewhere), bad-prompt (samples of a prompt whose payload the engine cannot take: the prompt is dropped)',
       labelNames: ['outcome'],
     });
     this.owned = gauge(registry, { name: 'laminar_rollout_owned', help: 'trajectories this rollout generates now' });

@@ -89,6 +89,28 @@ export class Ownership {
     }
   }
 
+  /**
+   * Gives a trajectory this rollout generates back to the prompt pool (stale at a turn boundary):
+   * its log is parked (one conditional step; the sample's next start restarts it) and its sample
+   * returned for regeneration. False when another rollout had taken it meanwhile.
+   */
+  async returnToPool(partial: PartialTrajectory, start: { groupId: string; sampleIndex: number }, reason: string): Promise<boolean> {
+    const { partials, prompts, rolloutId } = this.options;
+    const trajectoryId = partial.trajectoryId;
+    partial.release();
+    let parked;
+    try {
+      parked = await this.write(trajectoryId, () => partials.takeOver(trajectoryId, PARKED_OWNER, { from: rolloutId }));
+    } catch (err) {
+      if ((err as { code?: string }).code === ErrorCodes.NOT_OWNER) return false;
+      throw err;
+    }
+    if (parked.status !== 'taken') return false;
+    parked.trajectory.release();
+    await prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason });
+    return true;
+  }
+
   /** Resumes (or returns) trajectories the partial pool says are ours but nobody generates. */
   async reconcile(): Promise<void> {
     const { partials, rolloutId, tasks } = this.options;

@@ -133,7 +133,7 @@ export class RolloutClient {
     this.taskHost = {
       rolloutId: options.id,
       partials: options.partials,
-      released: (task: GenerationTask, outcome: TaskOutcome | 'handed-over'): void => {
+      released: (task: GenerationTask, outcome: TaskOutcome | 'handed-over' | 'returned'): void => {
         this.tasks.delete(task.trajectoryId);
         this.ownership.taskLeft(task.trajectoryId, outcome === 'handed-over');
         this.metrics.tasks.inc({ outcome });
@@ -141,6 +141,7 @@ export class RolloutClient {
         // The last trajectory done: idle (unless loading or reinitialising, which end by themselves).
         if (this.tasks.size === 0) this.settle();
       },
+      returnToPool: (task, partial, reason) => this.ownership.returnToPool(partial, task, reason),
     };
     this.log = (options.logger ?? silentLogger).child({ component: 'rollout', rollout: options.id });
     this.metrics = new RolloutMetrics(options.registry ?? createRegistry({ defaultMetrics: false }));

@@ -5,7 +5,16 @@
  * The task keeps the whole response in memory (a trajectory is at most tens of thousands of
  * tokens) because completion writes prompt + response in one record.
  */
-import { type PartialPool, type PartialTrajectory, type TrajectoryIdentity, type WriteResult } from '../data/index.js';
+import {
+  type AwaitedAction,
+  type ObservationAction,
+  type PartialPool,
+  type PartialTrajectory,
+  type TrajectoryIdentity,
+  type TrajectorySegment,
+  type TurnClose,
+  type WriteResult,
+} from '../data/index.js';
 import { ErrorCodes } from '../common/error-codes.js';
 
 export interface TaskInit extends TrajectoryIdentity {
@@ -29,7 +38,9 @@ interface TaskHost {
   readonly rolloutId: string;
   readonly partials: PartialPool;
   /** The task left this rollout (completed, handed over, or taken by another). */
-  released(task: GenerationTask, outcome: TaskOutcome | 'handed-over'): void;
+  released(task: GenerationTask, outcome: TaskOutcome | 'handed-over' | 'returned'): void;
+  /** Gives the sample back to the prompt pool (its partial log parked); false when another rollout had taken it. */
+  returnToPool(task: GenerationTask, partial: PartialTrajectory, reason: string): Promise<boolean>;
 }
 
 export class GenerationTask {
@@ -115,6 +126,81 @@ export class GenerationTask {
     return true;
   }
 
+  // ---- multi-turn (segments) -----------------------------------------------------------------
+
+  /** The closed segments: generated turns and observations, in order (empty for a single-turn trajectory). */
+  get segments(): readonly TrajectorySegment[] {
+    return this.partial.segments;
+  }
+
+  /** The action the trajectory waits for (a tool call), between waitForAction and appendObservation. */
+  get waitingFor(): AwaitedAction | undefined {
+    return this.partial.waitingFor;
+  }
+
+  /** Tokens of the turn in progress (generated since the last closed segment). */
+  get openTurn(): number {
+    return this.length - this.segments.reduce((n, s) => n + s.length, 0);
+  }
+
+  /** Tokens the model generated (observations left out): what a response budget counts. */
+  get modelTokens(): number {
+    return this.length - this.segments.reduce((n, s) => n + (s.kind === 'observation' ? s.length : 0), 0);
+  }
+
+  /** Closes the model's turn (logged); false when another rollout has taken the trajectory. */
+  closeTurn(turn: TurnClose): Promise<boolean> {
+    return this.logSegment(() => this.partial.closeTurn(turn));
+  }
+
+  /** Marks the trajectory as waiting for an action (the partial pool lists it so); false when taken. */
+  waitForAction(action: AwaitedAction): Promise<boolean> {
+    return this.logSegment(() => this.partial.waitForAction(action));
+  }
+
+  /** Appends an observation (logprob 0, masked out of the loss); false when another rollout has taken the trajectory. */
+  async appendObservation(tokens: ArrayLike<number>, action: ObservationAction): Promise<boolean> {
+    if (!(await this.logSegment(() => this.partial.appendObservation(tokens, action)))) return false;
+    this.grow(this.length + tokens.length);
+    for (let i = 0; i < tokens.length; i++) {
+      this.tokens[this.length] = tokens[i]!;
+      this.logprobs[this.length++] = 0;
+    }
+    return true;
+  }
+
+  /**
+   * Gives the sample back to the prompt pool (a stale multi-turn trajectory): its log is parked
+   * and the prompt's sample is generated again later, from scratch. 'returned', or 'lost' when
+   * another rollout had taken it.
+   */
+  async returnToPool(reason: string): Promise<'returned' | 'lost'> {
+    if (this.state !== 'active') return 'lost';
+    this.state = 'completing';
+    let returned: boolean;
+    try {
+      returned = await this.host.returnToPool(this, this.partial, reason);
+    } catch (err) {
+      this.state = 'active';
+      throw err;
+    }
+    const outcome = returned ? 'returned' : 'lost';
+    this.finish(outcome);
+    return outcome;
+  }
+
+  private async logSegment(log: () => Promise<void>): Promise<boolean> {
+    if (this.state !== 'active') return false;
+    try {
+      await log();
+      return true;
+    } catch (err) {
+      if ((err as { code?: string }).code !== ErrorCodes.NOT_OWNER) throw err;
+      this.finish('lost');
+      return false;
+    }
+  }
+
   /**
    * Moves the finished trajectory to the experience buffer (prompt + response, one record) and
    * out of the partial pool, in one logical step. 'lost' when another rollout took it meanwhile
@@ -163,6 +249,8 @@ export class GenerationTask {
         rolloutId: this.host.rolloutId,
         ...(input.priority !== undefined ? { priority: input.priority } : {}),
         ...(input.info !== undefined ? { info: input.info } : {}),
+        // A multi-turn trajectory's turns and observations (its last turn closed by the engine).
+        ...(this.segments.length > 0 ? { segments: this.segments } : {}),
       });
     } catch (err) {
       if ((err as { code?: string }).code !== ErrorCodes.NOT_OWNER) {
@@ -191,7 +279,7 @@ export class GenerationTask {
     this.host.released(this, 'handed-over');
   }
 
-  private finish(outcome: TaskOutcome): void {
+  private finish(outcome: TaskOutcome | 'returned'): void {
     if (this.state === 'done') return;
     this.state = 'done';
     this.host.released(this, outcome);

@@ -346,7 +346,7 @@ PAYLOAD_TOO_LARGE: Final = "ERR_PAYLOAD_TOO_LARGE"
 """A trajectory or prompt is larger than the configured limit."""
 
 BAD_SEGMENTS: Final = "ERR_BAD_SEGMENTS"
-"""A trajectory's segments (generated turns and observations) do not satisfy their schema, or a partial trajectory's turn calls come in an order that makes none (a turn closed with no tokens in it)."""
+"""A trajectory's segments (generated turns and observations) do not satisfy their schema, or a partial trajectory waits for an action or appends an observation while generated tokens are still in an open turn (closeTurn first)."""
 
 SEGMENT_LENGTHS: Final = "ERR_SEGMENT_LENGTHS"
 """A trajectory's segment lengths do not add up to its response length."""
@@ -577,7 +577,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_NEGATIVE_LENGTH": "A prompt or response length is negative.",
     "ERR_FUTURE_VERSION": "A trajectory claims a weight version newer than any published.",
     "ERR_PAYLOAD_TOO_LARGE": "A trajectory or prompt is larger than the configured limit.",
-    "ERR_BAD_SEGMENTS": "A trajectory's segments (generated turns and observations) do not satisfy their schema, or a partial trajectory's turn calls come in an order that makes none (a turn closed with no tokens in it).",
+    "ERR_BAD_SEGMENTS": "A trajectory's segments (generated turns and observations) do not satisfy their schema, or a partial trajectory waits for an action or appends an observation while generated tokens are still in an open turn (closeTurn first).",
     "ERR_SEGMENT_LENGTHS": "A trajectory's segment lengths do not add up to its response length.",
     "ERR_OBSERVATION_LOGPROB": "A token of an observation segment has a logprob other than 0 (observations are not sampled; a non-zero value means the segments and the tokens disagree).",
     "ERR_TOO_MANY_SEGMENTS": "A trajectory has more segments than a record holds (256), or their metadata is over 4096 bytes (it is kept in the record's header and the sampler's index).",

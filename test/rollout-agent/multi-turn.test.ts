@@ -1,0 +1,304 @@
+/**
+ * Multi-turn episodes of the rollout agent on real processes: nats-server, redis-server, a relay,
+ * a reference engine serving a model of the lookup task's vocabulary (22 ids), and lookup action
+ * workers on JetStream. A random model's turns end at `</tool_call>` (a stop id) often enough to
+ * make episodes of several turns; the calls it spells are mostly malformed (the token-calls
+ * parser answers them with an error observation), and a test parser that reads every closed turn
+ * as a lookup call drives the actions themselves.
+ */
+import { execFile } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Registry } from 'prom-client';
+import { ActionClient, ActionWorker, lookupDigits } from '../../src/actions/index.js';
+import { ExperienceSampler, groupIdOf, lossMaskOf, type PartialPool } from '../../src/data/index.js';
+import { trajectoryIdOf } from '../../src/rollout/ids.js';
+import {
+  LOOKUP_TOOLS,
+  RolloutAgent,
+  SglangClient,
+  TokenCallsParser,
+  targetMatchReward,
+  type MultiTurnOptions,
+  type ToolCallParser,
+} from '../../src/rollout-agent/index.js';
+import { projectPython, REPO_ROOT, spawnReferenceEngine, type ReferenceEngine } from '../../src/services/index.js';
+import { metricValue, natsClient, servicesFixture } from '../data/helpers.js';
+import { FIXED_LENGTH, jobManager, jobPools } from '../helpers/agents.js';
+import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+
+const run = promisify(execFile);
+const fx = servicesFixture();
+/** The lookup task's vocabulary (python/src/laminar/testing/tools.py), a small model. */
+const CONFIG = { vocab_size: 22, d_model: 32, n_layers: 2, n_heads: 2, max_seq_len: 256 };
+const [CLOSE, TOOL, ERROR, TOOL_END] = [17, 18, 21, 19];
+const digitIds = (s: string): number[] => Array.from(s, (c) => 4 + Number(c));
+let tmp: ReturnType<typeof tempShmDir>;
+let relay: RelayProcess;
+let engines: ReferenceEngine[] = [];
+const closers: Array<() => Promise<unknown>> = [];
+
+beforeAll(async () => {
+  tmp = tempShmDir('laminar-multi-turn-');
+  const configDir = join(tmp.dir, 'engine-files');
+  mkdirSync(configDir);
+  await publish(null, 'unused', [], configDir);
+  relay = await spawnRelay(tmp.dir, ['--no-pin', '--engine-files', configDir]);
+  engines = await Promise.all([spawnReferenceEngine('engine a', { seed: 1 }), spawnReferenceEngine('engine b', { seed: 2 })]);
+}, 120_000);
+afterAll(async () => {
+  for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
+  await Promise.all(engines.map((e) => e.kill('SIGTERM')));
+  await (relay as RelayProcess | undefined)?.stop('SIGKILL');
+  (tmp as typeof tmp | undefined)?.cleanup();
+});
+
+/** Publishes lookup-vocabulary TinyLM versions into the relay (or only writes config.json into `configDir`). */
+async function publish(socket: string | null, model: string, versions: number[], configDir?: string): Promise<void> {
+  const args = ['-m', 'laminar.testing.publish', '--config', JSON.stringify(CONFIG)];
+  if (socket) args.push('--socket', socket, '--model', model, '--versions', ...versions.map(String));
+  if (configDir) args.push('--config-dir', configDir);
+  await run(projectPython(), args, { cwd: REPO_ROOT, env: { ...process.env, OMP_NUM_THREADS: '1' } });
+}
+
+/** Reads every turn that ends at `</tool_call>` as lookup(key = its length): each closed turn is an action. */
+class EveryCloseIsALookup implements ToolCallParser {
+  readonly name = 'every-close';
+  readonly stopTokenIds = [CLOSE];
+  private readonly format = new TokenCallsParser();
+  parse(turn: readonly number[]): ReturnType<ToolCallParser['parse']> {
+    return Promise.resolve(turn.at(-1) === CLOSE ? { kind: 'call', call: { tool: 'lookup', args: { key: String(turn.length) } } } : { kind: 'answer' });
+  }
+  observationText(result: Parameters<ToolCallParser['observationText']>[0]): string {
+    return this.format.observationText(result);
+  }
+}
+
+/** A lookup worker whose actions wait for `open()` when gated; it records the action ids it ran. */
+async function lookupWorker(job: string, gated = false): Promise<{ ran: string[]; open(): void; waiting: () => number }> {
+  const nc = await natsClient(fx.nats.url);
+  const ran: string[] = [];
+  let waiting = 0;
+  let open!: () => void;
+  const gate = gated ? new Promise<void>((resolve) => (open = resolve)) : Promise.resolve();
+  if (!gated) open = () => undefined;
+  const worker = await ActionWorker.start({
+    nc,
+    kind: 'lookup',
+    pool: job,
+    concurrency: 16,
+    tools: {
+      lookup: async (args, context) => {
+        ran.push(context.actionId);
+        waiting++;
+        await gate;
+        waiting--;
+        return lookupDigits((args as { key: string }).key);
+      },
+    },
+  });
+  closers.push(async () => {
+    await worker.stop(0);
+    await nc.close();
+  });
+  return { ran, open: () => open(), waiting: () => waiting };
+}
+
+async function agent(
+  job: string,
+  id: string,
+  engine: ReferenceEngine,
+  model: string,
+  multiTurn: Partial<MultiTurnOptions> & Pick<MultiTurnOptions, 'parser'>,
+): Promise<{ agent: RolloutAgent; registry: Registry; close(): Promise<void> }> {
+  const nc = await natsClient(fx.nats.url);
+  const registry = new Registry();
+  const actions = await ActionClient.open({ nc, pool: job, job, registry });
+  const a = await RolloutAgent.start({
+    nc,
+    redis: fx.redis,
+    job,
+    id,
+    model,
+    relaySocket: relay.socketPath,
+    engine: new SglangClient(engine.url),
+    defaults: { ...FIXED_LENGTH, maxNewTokens: 60 },
+    reward: targetMatchReward,
+    batchPrompts: 4,
+    heartbeatMs: 200,
+    promptPool: job,
+    partialPool: job,
+    buffer: job,
+    registry,
+    multiTurn: {
+      tools: LOOKUP_TOOLS,
+      actions,
+      maxTurns: 4,
+      maxContext: null,
+      actionTimeoutMs: 120_000,
+      onBadCall: 'continue',
+      maxStaleness: null,
+      ...multiTurn,
+    },
+  });
+  const close = async (): Promise<void> => {
+    await a.close();
+    await actions.close();
+    await nc.close();
+  };
+  closers.push(close);
+  return { agent: a, registry, close };
+}
+
+function prompts(count: number, n: number): { id: string; payload: unknown; n: number }[] {
+  return Array.from({ length: count }, (_, i) => ({
+    id: `q${i}`,
+    payload: { input_ids: [1, 20, 7, 5, 8, 3], target: digitIds(lookupDigits('314')), max_turns: 4 },
+    n,
+  }));
+}
+
+function ids(count: number, n: number): string[] {
+  return Array.from({ length: count }, (_, i) => Array.from({ length: n }, (_, s) => trajectoryIdOf(groupIdOf(`q${i}`, 0), s))).flat();
+}
+
+async function records(job: string, count: number): Promise<Awaited<ReturnType<ExperienceSampler['sample']>>['items']> {
+  const sampler = await ExperienceSampler.open({ nc: fx.nc, buffer: job, batchSize: count, prefetch: false, registry: new Registry() });
+  closers.push(() => sampler.close());
+  return (await sampler.sample({ timeoutMs: 60_000 })).items;
+}
+
+function waitingAtTool(p: { partials: PartialPool }, owner?: string): Promise<number> {
+  return p.partials.list(owner).then((list) => list.filter((s) => s.state === 'waiting').length);
+}
+
+describe('multi-turn episodes', () => {
+  it('each call runs as an action and its observation is appended in the tool role, masked out of the loss', async () => {
+    const job = 'mt-calls';
+    const model = 'mt/calls';
+    await publish(relay.socketPath, model, [0]);
+    await jobPools(fx, job, prompts(2, 2), closers);
+    const worker = await lookupWorker(job);
+    const a = await agent(job, 'mt-a', engines[0]!, model, { parser: new EveryCloseIsALookup() });
+    const items = await records(job, 4);
+    expect(items.map((i) => i.id).sort()).toEqual(ids(2, 2).sort());
+    let observations = 0;
+    for (const item of items) {
+      const segments = item.segments!;
+      expect(segments, item.id).toBeDefined();
+      expect(segments.reduce((n, s) => n + s.length, 0)).toBe(item.responseLength);
+      let at = item.promptLength;
+      let turns = 0;
+      for (const [k, s] of segments.entries()) {
+        const tokens = Array.from(item.tokens.subarray(at, at + s.length));
+        if (s.kind === 'generated') {
+          turns++;
+          expect(s.weightVersion).toBe(0);
+          if (k < segments.length - 1) expect(tokens.at(-1), 'a turn followed by an observation ended at its call').toBe(CLOSE);
+        } else {
+          observations++;
+          // The previous turn's length is the key the test parser read; the worker answered its lookup.
+          const key = String(segments[k - 1]!.length);
+          expect(s.action).toMatchObject({ tool: 'lookup', actionId: `${item.id}/turn-${turns}`, status: 'ok' });
+          expect(tokens).toEqual([TOOL, ...digitIds(lookupDigits(key)), TOOL_END]);
+          expect(Array.from(item.logprobs.subarray(at, at + s.length))).toEqual(tokens.map(() => 0));
+        }
+        at += s.length;
+      }
+      expect(turns).toBeLessThanOrEqual(4);
+      const mask = lossMaskOf(item);
+      expect(mask.reduce((n, m) => n + m, 0)).toBe(segments.filter((s) => s.kind === 'generated').reduce((n, s) => n + s.length, 0));
+    }
+    expect(observations, 'a random model closes some turn within 60 tokens').toBeGreaterThan(0);
+    // Every action once: one execution per observation.
+    expect(worker.ran.length).toBe(observations);
+    expect(new Set(worker.ran).size).toBe(worker.ran.length);
+    expect(await metricValue(a.registry, 'laminar_agent_tool_calls_total', { status: 'ok' })).toBe(observations);
+    // Every completed trajectory observed its turns.
+    expect(await a.registry.getSingleMetricAsString('laminar_agent_turns')).toMatch(/^laminar_agent_turns_count 4$/m);
+  }, 180_000);
+
+  it('a malformed call is answered by an error observation and the episode goes on (or ends by policy)', async () => {
+    const model = 'mt/bad';
+    await publish(relay.socketPath, model, [0]);
+    for (const onBadCall of ['continue', 'end'] as const) {
+      const job = `mt-bad-${onBadCall}`;
+      await jobPools(fx, job, prompts(2, 2), closers);
+      const worker = await lookupWorker(job);
+      const a = await agent(job, `mt-bad-${onBadCall}`, engines[0]!, model, { parser: new TokenCallsParser(), onBadCall });
+      const items = await records(job, 4);
+      let bad = 0;
+      for (const item of items) {
+        const segments = item.segments!;
+        let at = item.promptLength;
+        for (const [k, s] of segments.entries()) {
+          if (s.kind === 'observation') {
+            bad++;
+            expect(s.action.status).toBe('bad_call');
+            expect(Array.from(item.tokens.subarray(at, at + s.length))).toEqual([TOOL, ERROR, TOOL_END]);
+            // 'end': the error observation is the episode's last segment.
+            if (onBadCall === 'end') expect(k).toBe(segments.length - 1);
+          }
+          at += s.length;
+        }
+      }
+      expect(bad, 'random turns spell malformed calls').toBeGreaterThan(0);
+      expect(worker.ran, 'no malformed call reaches a worker').toEqual([]);
+      expect(await metricValue(a.registry, 'laminar_agent_tool_calls_total', { status: 'bad_call' })).toBe(bad);
+      await a.close();
+    }
+  }, 180_000);
+
+  it('a trajectory over the staleness bound at a turn boundary goes back to the prompt pool and is generated again with new weights', async () => {
+    const job = 'mt-stale';
+    const model = 'mt/stale';
+    await publish(relay.socketPath, model, [0]);
+    const p = await jobPools(fx, job, prompts(1, 2), closers);
+    const worker = await lookupWorker(job, true);
+    const a = await agent(job, 'mt-s', engines[0]!, model, { parser: new EveryCloseIsALookup(), maxStaleness: 0 });
+    // Both wait at a tool call with version 0; then version 1 is published and the tools answer.
+    await expect.poll(() => waitingAtTool(p), { timeout: 60_000, interval: 50 }).toBe(2);
+    await publish(relay.socketPath, model, [1]);
+    await expect.poll(() => a.agent.status().version === 0 && (a.agent as unknown as { newest: number | null }).newest, { timeout: 30_000 }).toBe(1);
+    worker.open();
+    const items = await records(job, 2);
+    expect(items.map((i) => i.id).sort()).toEqual(ids(1, 2).sort());
+    for (const item of items) expect(item.weightVersion).toBe(1);
+    expect(await metricValue(a.registry, 'laminar_agent_stale_aborts_total')).toBe(2);
+    expect(await metricValue(a.registry, 'laminar_rollout_tasks_total', { outcome: 'returned' })).toBe(2);
+    await expect.poll(async () => (await p.partials.list()).length, { timeout: 10_000 }).toBe(0);
+  }, 180_000);
+
+  it('a rollout killed while its trajectories wait at a tool call: another resumes them with their observation, each action run once', async () => {
+    const job = 'mt-resume';
+    const model = 'mt/resume';
+    await publish(relay.socketPath, model, [0]);
+    const p = await jobPools(fx, job, prompts(1, 2), closers);
+    await jobManager(fx.nats.url, job, p, closers);
+    const worker = await lookupWorker(job, true);
+    const a = await agent(job, 'mt-r1', engines[0]!, model, { parser: new EveryCloseIsALookup() });
+    await expect.poll(() => waitingAtTool(p, 'mt-r1'), { timeout: 60_000, interval: 50 }).toBe(2);
+    const b = await agent(job, 'mt-r2', engines[1]!, model, { parser: new EveryCloseIsALookup() });
+    await expect.poll(() => b.agent.client?.version, { timeout: 30_000 }).toBe(0);
+    // a stops heartbeating with both trajectories waiting: the manager moves them to b.
+    await a.close();
+    await expect.poll(() => b.agent.client?.owned.size ?? 0, { timeout: 30_000, interval: 50 }).toBe(2);
+    worker.open();
+    const items = await records(job, 2);
+    expect(items.map((i) => i.id).sort()).toEqual(ids(1, 2).sort());
+    for (const item of items) {
+      expect(item.rolloutId).toBe('mt-r2');
+      expect(item.segments!.find((s) => s.kind === 'observation')).toMatchObject({ action: { status: 'ok', actionId: `${item.id}/turn-1` } });
+    }
+    // The first calls were submitted by a and again by b: one execution each.
+    expect(worker.ran.filter((id) => id.endsWith('/turn-1')).sort()).toEqual(
+      ids(1, 2)
+        .map((id) => `${id}/turn-1`)
+        .sort(),
+    );
+    expect(new Set(worker.ran).size).toBe(worker.ran.length);
+    expect(await metricValue(b.registry, 'laminar_rollout_tasks_total', { outcome: 'resumed' })).toBe(2);
+  }, 180_000);
+});
