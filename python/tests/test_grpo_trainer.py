@@ -143,6 +143,17 @@ def test_layout_of_sequences_masks_and_behaviour_logprobs():
         pad_sequences([np.array([1, 2])], [3])
 
 
+def test_observation_tokens_of_a_multi_turn_response_are_masked_out():
+    # prompt [1, 20], turn [16, 17], observation [18, 7, 19], turn [7, 2]: the sampler's loss mask.
+    seq = np.array([1, 20, 16, 17, 18, 7, 19, 7, 2])
+    loss_mask = np.array([0, 0, 1, 1, 0, 0, 0, 1, 1], dtype=np.uint8)
+    _, mask = pad_sequences([seq, np.array([1, 2, 3])], [2, 1], loss_masks=[loss_mask, np.array([0, 1, 1], dtype=np.uint8)])
+    # entry t predicts token t + 1: the observation's three tokens (4..6) are not trained on.
+    assert mask.tolist() == [[0, 1, 1, 0, 0, 0, 1, 1], [1, 1, 0, 0, 0, 0, 0, 0]]
+    with pytest.raises(ValueError):
+        pad_sequences([seq], [2], loss_masks=[loss_mask[:-1]])
+
+
 def test_token_logprobs_are_the_models_log_softmax():
     model = build_model(PRESETS["tiny"], seed=3)
     tokens = torch.tensor([[1, 15, 5, 6, 3, 5, 6, 2]])

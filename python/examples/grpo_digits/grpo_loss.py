@@ -47,12 +47,16 @@ def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], eps: fl
     return out
 
 
-def pad_sequences(sequences: Sequence[np.ndarray], prompt_lengths: Sequence[int], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_sequences(
+    sequences: Sequence[np.ndarray], prompt_lengths: Sequence[int], pad_id: int = 0, loss_masks: Optional[Sequence[np.ndarray]] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Packs sequences (prompt + response token ids) into ``tokens [B, L]`` (right-padded with
     ``pad_id``, L at least 2) and the response mask ``[B, L - 1]`` of the module's layout. A
     response token with nothing before it (prompt length 0) cannot be predicted and is left out;
     a sequence without response tokens has an all-zero mask row (it still counts in its group's
-    advantages)."""
+    advantages). ``loss_masks`` (one per sequence, per token: 1 generated, 0 prompt and
+    observation, as the sampler gives them) leaves a multi-turn response's observations out of
+    the loss: the model did not generate them."""
     if len(sequences) != len(prompt_lengths) or not sequences:
         raise ValueError("one prompt length per sequence, at least one sequence")
     width = max(2, max(len(s) for s in sequences))
@@ -63,6 +67,11 @@ def pad_sequences(sequences: Sequence[np.ndarray], prompt_lengths: Sequence[int]
             raise ValueError(f"sequence {b}: prompt length {p} outside 0..{len(seq)}")
         tokens[b, : len(seq)] = torch.as_tensor(np.asarray(seq, dtype=np.int64))
         mask[b, max(p, 1) - 1 : len(seq) - 1] = 1.0
+        if loss_masks is not None:
+            if len(loss_masks[b]) != len(seq):
+                raise ValueError(f"sequence {b}: {len(seq)} tokens but a loss mask of {len(loss_masks[b])}")
+            # Entry t predicts token t + 1: it counts when that token was generated.
+            mask[b, : len(seq) - 1] *= torch.as_tensor(np.asarray(loss_masks[b][1:], dtype=np.float32))
     return tokens, mask
 
 

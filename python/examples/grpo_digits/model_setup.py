@@ -17,6 +17,7 @@ from laminar import error_codes
 from laminar.errors import LaminarError
 from laminar.testing import TinyLM, TinyLMConfig, validate_state_dict
 from laminar.testing.digits import VOCAB_SIZE
+from laminar.testing.tools import VOCAB_SIZE as TOOLS_VOCAB_SIZE
 from laminar.testing.model import CONFIG_FILE
 
 #: Sizes for --config. "tiny" is the default: on one CPU thread it learns the digits task in the
@@ -26,6 +27,8 @@ PRESETS: dict[str, TinyLMConfig] = {
     "tiny": TinyLMConfig(vocab_size=VOCAB_SIZE, d_model=64, n_layers=2, n_heads=4, max_seq_len=32),
     "small": TinyLMConfig(vocab_size=VOCAB_SIZE, d_model=128, n_layers=3, n_heads=4, max_seq_len=32),
     "default": TinyLMConfig(vocab_size=VOCAB_SIZE),
+    # The lookup task (laminar.testing.tools, the demo's --task tools): its 22-id vocabulary.
+    "tiny-tools": TinyLMConfig(vocab_size=TOOLS_VOCAB_SIZE, d_model=64, n_layers=2, n_heads=4, max_seq_len=32),
 }
 DEFAULT_PRESET = "tiny"
 #: ``--config llama``: llama_policy.py's model, for vLLM engines (needs transformers: .venv-engines).

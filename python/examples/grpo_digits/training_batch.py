@@ -24,7 +24,8 @@ class TrainingBatch:
     tokens: torch.Tensor
     """``[B, L]`` int64: prompt + response ids, right-padded."""
     mask: torch.Tensor
-    """``[B, L - 1]``: 1 where the predicted token is a response token."""
+    """``[B, L - 1]``: 1 where the predicted token is a response token the model generated
+    (a multi-turn response's observations are 0: masked out of the loss)."""
     behaviour_logprobs: torch.Tensor
     """``[B, L - 1]``: the logprob the generating engine gave each token (entry t: token t + 1)."""
     advantages: torch.Tensor
@@ -58,6 +59,7 @@ class TrainingBatch:
         group_ids: Sequence[str],
         weight_versions: Sequence[int],
         completed_at: Sequence[float] | None = None,
+        loss_masks: Sequence[np.ndarray] | None = None,
     ) -> "TrainingBatch":
         """From one entry per sequence: its ids (prompt + response), its stored logprobs (one per
         id), its prompt length, reward, group id and generating version."""
@@ -66,7 +68,7 @@ class TrainingBatch:
         for b, (seq, lp) in enumerate(zip(sequences, logprobs)):
             if len(seq) != len(lp):
                 raise ValueError(f"sequence {b}: {len(seq)} tokens but {len(lp)} logprobs")
-        tokens, mask = pad_sequences(sequences, prompt_lengths)
+        tokens, mask = pad_sequences(sequences, prompt_lengths, loss_masks=loss_masks)
         behaviour = shift_behaviour_logprobs(logprobs, tokens.shape[1])
         advantages = torch.as_tensor(group_advantages(rewards, group_ids), dtype=torch.float32)
         done = np.zeros(len(sequences)) if completed_at is None else np.asarray(completed_at, dtype=np.float64)
@@ -89,6 +91,8 @@ class TrainingBatch:
         count = len(batch)
         sequences = [np.array(batch.item(i).tokens, dtype=np.int64) for i in range(count)]
         logprobs = [np.array(batch.item(i).logprobs, dtype=np.float32) for i in range(count)]
+        # Per token: 1 generated, 0 prompt and observation (tool results of multi-turn records).
+        loss_masks = [np.array(batch.item(i).loss_mask, dtype=np.uint8) for i in range(count)]
         return cls.build(
             sequences=sequences,
             logprobs=logprobs,
@@ -97,4 +101,5 @@ class TrainingBatch:
             group_ids=list(batch.group_ids),
             weight_versions=np.array(batch.weight_versions, dtype=np.int64),
             completed_at=np.array(batch.completed_at, dtype=np.float64),
+            loss_masks=loss_masks,
         )
