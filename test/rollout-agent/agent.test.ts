@@ -231,6 +231,9 @@ describe('rollout agent on reference engines', () => {
       .toMatchObject({ version: 1, code: 'ERR_ENGINE_RELOAD' });
     const refusal = m.status().rollouts.find((r) => r.id === 'ag-r')!.weightError!;
     expect(refusal.message).toContain('lm_head.weight');
+    // Refused by the client before the engine was asked: SGLang 0.5.23 itself would load the
+    // other tensors and answer success (weights-manifest.ts).
+    expect(refusal.message).toContain('refused before loading: 1 tensor(s) missing (lm_head.weight)');
     expect(await engineVersion(engines[1]!.url)).toBe('0');
     expect(a.agent.client?.version).toBe(0);
 
