@@ -15,6 +15,7 @@ const BENCHES = [
   'simulate-engines',
   'simulate',
   'dashboard',
+  'actions',
 ] as const;
 
 async function main(): Promise<void> {

@@ -584,6 +584,45 @@ const rollouts = dashboard({
         { w: 16 },
       ),
     ]),
+    row('Actions (tool calls on worker pools)', [
+      panel(
+        'Action queues',
+        [
+          [`sum by (kind) (max by (kind, instance) (laminar_action_queue_depth{${I}}))`, '{{kind}} waiting'],
+          [`sum by (kind) (max by (kind, instance) (laminar_action_queue_running{${I}}))`, '{{kind}} running'],
+        ],
+        { description: "Per kind: actions waiting for a worker and handed to one, from the kind's consumer (every worker of a kind reports the same; max)." },
+      ),
+      panel(
+        'Action workers',
+        [
+          [sum(['kind'], `laminar_action_worker_slots{${I}}`), '{{kind}} slots'],
+          [sum(['kind'], `laminar_action_worker_busy{${I}}`), '{{kind}} busy'],
+        ],
+        { description: 'Slots of the action workers of each kind (their concurrency), and those running an action.' },
+      ),
+      panel(
+        'Action time: queue wait and execution',
+        [
+          ...latency('laminar_action_queue_wait_seconds', ['kind']).map(([q, l]) => [q, `${l} queue wait`]),
+          ...latency('laminar_action_execution_seconds', ['kind']).map(([q, l]) => [q, `${l} execution`]),
+        ],
+        { unit: 's', description: "From submission to the start of the execution, and the executor's own time, as the workers measure them." },
+      ),
+      panel(
+        'Actions by status',
+        [
+          [increase('laminar_action_executions_total', ['kind', 'status']), '{{kind}} {{status}}'],
+          [increase('laminar_action_redeliveries_total', ['kind']), '{{kind}} redelivered'],
+          [increase('laminar_action_malformed_total', ['kind']), '{{kind}} malformed'],
+        ],
+        {
+          w: 16,
+          description:
+            'Results of the last 5 minutes (ok, truncated, error, timeout, failed, bad_call), actions taken over from a worker that died or hung, and undecodable messages dropped.',
+        },
+      ),
+    ]),
     processRow(),
   ],
 });

@@ -24,6 +24,7 @@ import { ClosedError, InvalidInputError } from '../common/errors.js';
 import { ErrorCodes } from '../common/error-codes.js';
 import { silentLogger, type Logger } from '../common/logger.js';
 import { CONTROL_CHARACTERS, EDGE_WHITESPACE } from '../data/ids.js';
+import { retryTransient } from '../data/retry.js';
 import { JobQuotas } from './job-quota.js';
 import { clientMetrics } from './metrics.js';
 import { checkActionName, type ActionNames } from './names.js';
@@ -32,6 +33,9 @@ import type { ActionRequest, ActionResult } from './types.js';
 import { decodeResult, encodeAction, type ResultMessage } from './wire.js';
 
 export const MAX_IDEMPOTENCY_KEY_BYTES = 256;
+/** Action publishes in flight from one client. */
+export const PUBLISH_WINDOW = 256;
+const PUBLISH_WINDOW_KEY = '';
 
 export interface ActionClientOptions extends ActionStreamOptions {
   nc: NatsConnection;
@@ -66,6 +70,8 @@ export class ActionClient {
   private readonly js: JetStreamClient;
   private readonly metrics: ReturnType<typeof clientMetrics>;
   private readonly quotas: JobQuotas;
+  /** The publishes in flight, as one "job" of a quota: see publish(). */
+  private readonly publishWindow = new JobQuotas(new Map(), PUBLISH_WINDOW);
   private readonly job: string;
   private sub: Subscription | undefined;
   private closed = false;
@@ -172,7 +178,18 @@ export class ActionClient {
       at: Date.now(),
       reply: this.names.resultSubject(this.id, id),
     });
-    const ack = await this.js.publish(this.names.queueSubject(request.kind), body, { headers: h });
+    // A bounded number of publishes in flight (a burst of thousands of submissions waits here,
+    // not in nats.js's outstanding requests, whose acks would time out); a publish that times out
+    // is sent again: the same message id makes the retry safe.
+    await this.publishWindow.acquire(PUBLISH_WINDOW_KEY);
+    let ack;
+    try {
+      ack = await retryTransient(() => this.js.publish(this.names.queueSubject(request.kind), body, { headers: h }), {
+        onRetry: (err) => this.logger.debug({ err, actionId: id }, 'publishing an action again'),
+      });
+    } finally {
+      this.publishWindow.release(PUBLISH_WINDOW_KEY);
+    }
     if (ack.duplicate && this.pending.get(id) === entry) entry.watch = this.watchAction(id);
   }
 
@@ -242,8 +259,6 @@ export class ActionClient {
     if (entry.holdsQuota) this.quotas.release(entry.job);
     const kind = { kind: entry.kind };
     this.metrics.completion.observe(kind, (performance.now() - entry.startedAt) / 1000);
-    this.metrics.queueWait.observe(kind, result.queueMs / 1000);
-    this.metrics.execution.observe(kind, result.execMs / 1000);
     this.metrics.results.inc({ kind: entry.kind, status: result.status });
     entry.resolve(result);
   }

@@ -1,8 +1,9 @@
 /**
  * The actions' Prometheus metrics (docs/reference/metrics.md, the "laminar / actions" Grafana
- * dashboard). The submitter's side (ActionClient) measures what a trajectory sees: completion time,
- * split into queue wait and execution, and results by status. The worker's side (ActionWorker)
- * counts executions and reports its kind's queue (depth, unacked) and its own busy slots.
+ * dashboard). The submitter's side (ActionClient, in the rollout agent) measures what a trajectory sees:
+ * completion time and results by status. The worker's side (ActionWorker, `laminar
+ * action-worker`) splits the time into queue wait and execution, counts executions and reports
+ * its kind's queue (depth, running) and its own slots.
  */
 import type { Registry } from 'prom-client';
 import { counter, gauge, histogram } from '../common/metric-factory.js';
@@ -14,18 +15,6 @@ export function clientMetrics(registry: Registry) {
     completion: histogram(registry, {
       name: 'laminar_action_completion_seconds',
       help: 'Actions from submission to result, as the waiting trajectory sees it, by kind',
-      labelNames: ['kind'],
-      buckets: SECONDS,
-    }),
-    queueWait: histogram(registry, {
-      name: 'laminar_action_queue_wait_seconds',
-      help: 'Actions from submission to the start of the execution that produced the result, by kind',
-      labelNames: ['kind'],
-      buckets: SECONDS,
-    }),
-    execution: histogram(registry, {
-      name: 'laminar_action_execution_seconds',
-      help: "The executor's own time of each completed action, by kind",
       labelNames: ['kind'],
       buckets: SECONDS,
     }),
@@ -49,6 +38,18 @@ export function workerMetrics(registry: Registry) {
       name: 'laminar_action_executions_total',
       help: 'Deliveries handled by action workers, by kind and status (the last one of an action that ran out of deliveries is failed)',
       labelNames: ['kind', 'status'],
+    }),
+    queueWait: histogram(registry, {
+      name: 'laminar_action_queue_wait_seconds',
+      help: 'Actions from submission to the start of their execution, measured by the worker that ran them, by kind',
+      labelNames: ['kind'],
+      buckets: SECONDS,
+    }),
+    execution: histogram(registry, {
+      name: 'laminar_action_execution_seconds',
+      help: "The executor's own time of each action a worker ran, by kind",
+      labelNames: ['kind'],
+      buckets: SECONDS,
     }),
     busy: gauge(registry, { name: 'laminar_action_worker_busy', help: "Action workers' slots executing an action, by kind", labelNames: ['kind'] }),
     slots: gauge(registry, { name: 'laminar_action_worker_slots', help: "Action workers' slots (their concurrency), by kind", labelNames: ['kind'] }),

@@ -18,6 +18,11 @@ export interface ActionStreamOptions {
   duplicateWindowMs?: number;
   /** How long results are kept, for trajectories resumed elsewhere and `laminar actions` (default 30 min). */
   resultHorizonMs?: number;
+  /**
+   * Where results are kept (default memory: a nats-server restart loses the results not yet read,
+   * and their submitters then get status 'failed' at their deadline or resubmit; file keeps them).
+   */
+  resultStorage?: 'memory' | 'file';
 }
 
 export const DEFAULT_DUPLICATE_WINDOW_MS = 10 * 60_000;
@@ -44,7 +49,9 @@ export async function ensureActionStreams(jsm: JetStreamManager, options: Action
   await ensureStream(jsm, {
     name: names.resultStream,
     subjects: [names.resultFilter],
-    storage: StorageType.File,
+    // Memory by default: a result is read within moments by a waiting client, and kept only for
+    // trajectories resumed elsewhere; file storage would double each action's disk writes.
+    storage: options.resultStorage === 'file' ? StorageType.File : StorageType.Memory,
     retention: RetentionPolicy.Limits,
     discard: DiscardPolicy.Old,
     max_age: horizonMs * 1_000_000,

@@ -24,6 +24,7 @@ import { Registry } from 'prom-client';
 import { InvalidInputError, LaminarError } from '../common/errors.js';
 import { ErrorCodes } from '../common/error-codes.js';
 import { silentLogger, type Logger } from '../common/logger.js';
+import { retryTransient } from '../data/retry.js';
 import { ActionArgumentError, type ActionContext, type ActionHandler } from './handler.js';
 import { workerMetrics } from './metrics.js';
 import { checkActionName, type ActionNames } from './names.js';
@@ -270,13 +271,18 @@ export class ActionWorker {
       at: Date.now(),
     });
     try {
-      await this.js.publish(action.reply, body, { msgID: action.id });
+      // Retried through timeouts (the message id makes it safe), for a while: then left to redelivery.
+      await retryTransient(() => this.js.publish(action.reply, body, { msgID: action.id }), { retryForMs: 10_000 });
     } catch (err) {
       // Not acked: the action runs again elsewhere after the ack wait.
       this.logger.warn({ err, actionId: action.id }, 'could not publish a result; the action will be delivered again');
       return;
     }
     this.metrics.executions.inc({ kind: this.kind, status });
+    if (ran) {
+      this.metrics.queueWait.observe(this.labels, Math.max(0, startedWall - action.at) / 1000);
+      this.metrics.execution.observe(this.labels, execMs / 1000);
+    }
     m.ack();
   }
 
@@ -296,7 +302,8 @@ export class ActionWorker {
     const beat = setInterval(() => m.working(), Math.max(50, Math.floor(this.ackWaitMs / 3)));
     // At the timeout the handler's signal is aborted; it has TIMEOUT_GRACE_MS more to hand back
     // what it has (the sandbox: the output so far), then the worker answers for it.
-    let timedOutAt = false;
+    // An object: the handler's callbacks below read it after the timer changed it.
+    const clock = { timedOut: false };
     let timer: NodeJS.Timeout | undefined;
     const timeoutOutcome = (output?: string): Outcome => ({
       status: 'timeout',
@@ -305,7 +312,7 @@ export class ActionWorker {
     });
     const timedOut = new Promise<Outcome>((resolve) => {
       timer = setTimeout(() => {
-        timedOutAt = true;
+        clock.timedOut = true;
         controller.abort(new LaminarError(ErrorCodes.ACTION_TIMEOUT, 'timeout'));
         timer = setTimeout(() => resolve(timeoutOutcome()), TIMEOUT_GRACE_MS);
       }, action.timeoutMs);
@@ -324,14 +331,14 @@ export class ActionWorker {
       try {
         const output = await handler(action.args, context);
         // A handler that returns once aborted at the timeout returns what it had: still a timeout.
-        if (timedOutAt) return timeoutOutcome(typeof output === 'string' && output.length > 0 ? output : undefined);
+        if (clock.timedOut) return timeoutOutcome(typeof output === 'string' && output.length > 0 ? output : undefined);
         if (typeof output !== 'string')
           return { status: 'error', output: `${action.tool} returned ${typeof output}, not text`, code: ErrorCodes.ACTION_HANDLER_FAILED };
         return { status: 'ok', output };
       } catch (err) {
         if (err instanceof ActionArgumentError) return { status: 'bad_call', output: err.message, code: err.code };
         if (err instanceof ToolOutcome) return err.outcome;
-        if (timedOutAt) return timeoutOutcome();
+        if (clock.timedOut) return timeoutOutcome();
         return { status: 'error', output: err instanceof Error ? err.message : String(err), code: ErrorCodes.ACTION_HANDLER_FAILED };
       }
     })();

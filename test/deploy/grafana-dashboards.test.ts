@@ -15,6 +15,8 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect } from '@nats-io/transport-node';
+import { ActionClient } from '../../src/actions/index.js';
 import { PromptPool } from '../../src/data/index.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import { freePort, spawnDaemon, startNatsServer, startRedisServer, type Daemon, type NatsServer, type RedisServer } from '../../src/services/index.js';
@@ -404,6 +406,12 @@ describe('every metric the dashboards query, in the /metrics of real daemons', (
     sampler = await spawnSampler(nats.url, shm.dir, ['--job', JOB, '--buffer', 'side', '--batch-size', '4']);
     daemons.push(sampler.daemon);
     ports.set('sampler', sampler.metricsPort);
+    await start(
+      'action-worker',
+      ['action-worker', ...control, '--kind', 'lookup', '--executor', 'lookup', '--metrics-port', '0'],
+      'action worker ready',
+      'metricsPort',
+    );
   }, 240_000);
 
   afterAll(async () => {
@@ -438,6 +446,16 @@ describe('every metric the dashboards query, in the /metrics of real daemons', (
     }
     await metricUntil('sampler', 'laminar_sampler_service_requests_total', {}, (v) => (v ?? 0) >= 1);
     await metricUntil('manager', 'laminar_manager_rollout_weight_version', {}, (v) => v !== null);
+    // One action through the action worker (its labelled series).
+    const nc = await connect({ servers: nats!.url });
+    const actions = await ActionClient.open({ nc });
+    try {
+      await actions.submit({ kind: 'lookup', tool: 'lookup', args: { key: 'k' }, idempotencyKey: 'grafana-1', trajectoryId: 't', timeoutMs: 10_000 });
+    } finally {
+      await actions.close();
+      await nc.close();
+    }
+    await metricUntil('action-worker', 'laminar_action_executions_total', { kind: 'lookup', status: 'ok' }, (v) => (v ?? 0) >= 1);
 
     const families = new Map<string, MetricType>();
     const where = new Map<string, string[]>();
@@ -455,6 +473,7 @@ describe('every metric the dashboards query, in the /metrics of real daemons', (
       ['sim-rollout ro0', 'laminar_rollout_tasks_total'],
       ['rollout-agent', 'laminar_agent_engine_up'],
       ['sampler', 'laminar_sampler_service_connections'],
+      ['action-worker', 'laminar_action_worker_slots'],
     ])
       expect(where.get(family!), family).toContain(daemon);
 
