@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- simulate [--steps 100] [--sweep-steps n] [--no-sweep] [--write-docs]`
+ * `npm run bench -- simulate [--steps 100] [--sweep-steps n] [--no-sweep] [--write-docs] [--mechanisms]`
  *
  * The cluster simulator's own performance (issue #27, docs/design/simulator.md, "Performance
  * plan") and its paper comparison:
@@ -12,12 +12,19 @@
  *   failure-32b-128 for §8.5; every row, every system of each, the
  *   scenarios' own steps unless --sweep-steps) and the paper comparison computed from it.
  * --write-docs writes the sweep's tables.md and SVG charts into docs/images/sim/.
+ * --mechanisms runs --mechanism-scenarios (default: the math and tool-call scenarios) with every
+ * mechanism of issue #48 on, with each switched off in turn and with all of them off, and prints
+ * (with --write-docs, writes docs/images/sim/mechanisms.md) what each closes
+ * (report/mechanism-effect.ts); with --no-sweep it runs alone.
  * Prints tables, then one JSON line (the last line of stdout).
  */
+import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { resolveScenarioPath } from '../src/simulate/files.js';
-import { comparisonTable, toText } from '../src/simulate/report/tables.js';
+import { MECHANISMS, mechanismsWithout, NO_MECHANISMS } from '../src/simulate/mechanisms.js';
+import { mechanismEffectTable, type ComparisonVariant } from '../src/simulate/report/mechanism-effect.js';
+import { comparisonTable, toMarkdown, toText } from '../src/simulate/report/tables.js';
 import { writeReport } from '../src/simulate/report/write-report.js';
 import { runScenario } from '../src/simulate/run.js';
 import { loadScenario } from '../src/simulate/scenario/load.js';
@@ -26,6 +33,8 @@ import { printTable, round } from './support.js';
 
 const DOCS_DIR = fileURLToPath(new URL('../../docs/images/sim/', import.meta.url));
 const SWEEP = ['math-7b', 'math-32b', 'math-72b', 'toolcall-7b', 'failure-32b-128'];
+/** The scenarios of the mechanisms' table: the throughput figures they act on. */
+const MECHANISM_SWEEP = ['math-7b', 'math-32b', 'math-72b', 'toolcall-7b'];
 const GOAL_S = 60;
 const GOAL_RSS_MB = 1000;
 
@@ -37,6 +46,8 @@ export function run(args: string[]): Promise<void> {
       'sweep-steps': { type: 'string' },
       'no-sweep': { type: 'boolean', default: false },
       'write-docs': { type: 'boolean', default: false },
+      mechanisms: { type: 'boolean', default: false },
+      'mechanism-scenarios': { type: 'string', default: MECHANISM_SWEEP.join(',') },
     },
   });
   const steps = Number(values.steps);
@@ -106,6 +117,36 @@ export function run(args: string[]): Promise<void> {
       const written = writeReport(results, DOCS_DIR, { results: false });
       process.stderr.write(`simulate: wrote ${written.files.join(', ')} to ${DOCS_DIR}\n`);
       line.docs = written.files.map((f) => `docs/images/sim/${f}`);
+    }
+  }
+  if (values.mechanisms) {
+    const sweepSteps = values['sweep-steps'] === undefined ? undefined : Number(values['sweep-steps']);
+    const names = values['mechanism-scenarios'].split(',').map((x) => x.trim());
+    const chosen = names.map((name) => loadScenario(resolveScenarioPath(name)));
+    const variants: ComparisonVariant[] = [];
+    for (const without of ['', ...MECHANISMS, 'all']) {
+      const mechanisms = without === 'all' ? NO_MECHANISMS : mechanismsWithout(without === '' ? [] : [without]);
+      const results = simulateRuns(chosen, {
+        steps: sweepSteps,
+        mechanisms,
+        progress: (e) => {
+          if (e.kind === 'end')
+            process.stderr.write(
+              `simulate: without ${without || 'nothing'} ${e.index + 1}/${e.total} ${e.run.scenario.name} ${e.run.gpus} GPUs ${e.run.system}\n`,
+            );
+        },
+      });
+      variants.push({ without, rows: results.comparison });
+    }
+    const table = mechanismEffectTable(variants);
+    process.stdout.write(`\n${toText(table, 60)}\n`);
+    line.mechanism_scenarios = names;
+    line.mechanisms = table.rows.map((r) => Object.fromEntries(table.columns.map((c, i) => [c, r[i]])));
+    if (values['write-docs']) {
+      writeFileSync(
+        `${DOCS_DIR}mechanisms.md`,
+        `# What each mechanism closes\n\nWritten by \`npm run bench -- simulate --mechanisms --mechanism-scenarios ${names.join(',')} --write-docs\`: ${names.join(', ')}, every row and system, ${sweepSteps ?? "the scenarios' own"} steps.\n\n${toMarkdown(table)}`,
+      );
     }
   }
   process.stdout.write(`${JSON.stringify(line)}\n`);

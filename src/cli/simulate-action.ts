@@ -8,6 +8,7 @@
 import { join } from 'node:path';
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 import { resolveScenarioPath } from '../simulate/files.js';
+import { mechanismsWithout } from '../simulate/mechanisms.js';
 import type { ComparisonRow } from '../simulate/report/paper-comparison.js';
 import type { SimulationResults } from '../simulate/report/results.js';
 import { comparisonTable, formatNumber, repackTable, stalenessTable, throughputTable, toText, type Table } from '../simulate/report/tables.js';
@@ -21,6 +22,7 @@ export interface SimulateFlags {
   warmup?: string;
   out?: string;
   json?: boolean;
+  without?: string;
 }
 
 function positiveInts(flag: string, text: string): number[] {
@@ -82,6 +84,15 @@ export async function simulateAction(args: string[], opts: SimulateFlags): Promi
     gpus: opts.gpus === undefined ? undefined : positiveInts('--gpus', opts.gpus),
     steps,
     warmupSteps: warmup,
+    mechanisms:
+      opts.without === undefined
+        ? undefined
+        : mechanismsWithout(
+            opts.without
+              .split(',')
+              .map((s) => s.trim())
+              .filter((s) => s !== ''),
+          ),
     progress: (e) => process.stderr.write(progressLine(e)),
   });
   const dir = opts.out ?? join('sim-out', scenarios.map((s) => s.name).join('+'));

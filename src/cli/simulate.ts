@@ -4,12 +4,13 @@
  */
 import { Command } from 'commander';
 import { shippedScenarios } from '../simulate/files.js';
+import { MECHANISMS } from '../simulate/mechanisms.js';
 import type { SimulateFlags } from './simulate-action.js';
 
 export function simulateCommand(): Command {
   return new Command('simulate')
     .description(
-      `simulate an RL post-training job at cluster scale in virtual time (laminar, laminar-no-repack, one-step, stream, sync), ` +
+      `simulate an RL post-training job at cluster scale in virtual time (laminar, laminar-no-repack, one-step, stream, sync, areal), ` +
         `with the paper comparison; a scenario is a JSON file or a shipped name (${shippedScenarios().join(', ')})`,
     )
     .argument('<scenario...>', 'scenario file(s), or names of src/simulate/scenarios/')
@@ -19,6 +20,7 @@ export function simulateCommand(): Command {
     .option('--warmup <n>', "warm-up steps left out of the throughput (default: the scenario's, at most steps - 1)")
     .option('--out <dir>', 'where to write results.json, tables.md and the SVG charts (default: sim-out/<scenario>)')
     .option('--json', 'print one JSON line last (the runs, the comparison, the files written)')
+    .option('--without <list>', `mechanisms to switch off, comma-separated, to see what each closes (${MECHANISMS.join(', ')}; default: none)`)
     .action(async (args: string[], opts: SimulateFlags) => {
       const { simulateAction } = await import('./simulate-action.js');
       await simulateAction(args, opts);

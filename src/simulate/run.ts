@@ -9,9 +9,11 @@
 import { performance } from 'node:perf_hooks';
 import { ErrorCodes, InvalidInputError, LaminarError } from '../common/errors.js';
 import { REAL_COMPONENTS, type SimComponents } from './components.js';
+import { ALL_MECHANISMS, type Mechanisms } from './mechanisms.js';
 import { engineProfileFor } from './scenario/derive.js';
 import { placementOf } from './scenario/placement.js';
 import type { Scenario, SystemName } from './scenario/schema.js';
+import { runAreal } from './systems/areal.js';
 import { runLaminar } from './systems/laminar.js';
 import { runOneStep } from './systems/one-step.js';
 import { RunContext, type ScenarioRunResult } from './systems/run-context.js';
@@ -29,10 +31,12 @@ export interface RunScenarioOptions {
   components?: Partial<SimComponents>;
   /** A guard against a run that never reaches its steps (default 50 M events). */
   maxEvents?: number;
+  /** Switch mechanisms off (mechanisms.ts; default: all on). */
+  mechanisms?: Partial<Mechanisms>;
 }
 
 /** The systems with a driver (every one of SYSTEMS). */
-export const SIMULATED_SYSTEMS: readonly SystemName[] = ['laminar', 'laminar-no-repack', 'one-step', 'stream', 'sync'];
+export const SIMULATED_SYSTEMS: readonly SystemName[] = ['laminar', 'laminar-no-repack', 'one-step', 'stream', 'sync', 'areal'];
 
 export function runScenario(scenario: Scenario, system: SystemName, options: RunScenarioOptions = {}): ScenarioRunResult {
   const steps = options.steps ?? scenario.run.steps;
@@ -47,12 +51,14 @@ export function runScenario(scenario: Scenario, system: SystemName, options: Run
     throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${scenario.name} places no ${system} on ${row.gpus} GPUs`, { system, gpus: row.gpus });
   if (!SIMULATED_SYSTEMS.includes(system)) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${system} is not simulated yet`, { system });
   const components: SimComponents = { ...REAL_COMPONENTS, ...options.components };
-  const ctx = new RunContext(scenario, placement, engineProfileFor(scenario, placement.tp), steps, warmupSteps);
+  const mechanisms: Mechanisms = { ...ALL_MECHANISMS, ...options.mechanisms };
+  const ctx = new RunContext(scenario, placement, engineProfileFor(scenario, placement.tp, mechanisms), steps, warmupSteps, mechanisms);
 
   const started = performance.now();
   if (system === 'sync') runSync(ctx);
   else if (system === 'one-step') runOneStep(ctx);
   else if (system === 'stream') runStream(ctx);
+  else if (system === 'areal') runAreal(ctx);
   else
     runLaminar(ctx, {
       repack: system === 'laminar',

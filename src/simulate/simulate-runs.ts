@@ -11,6 +11,7 @@ import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 import { buildResults, type SimulationResults } from './report/results.js';
 import { runScenario } from './run.js';
 import { placementOf } from './scenario/placement.js';
+import type { Mechanisms } from './mechanisms.js';
 import { SYSTEMS, type Scenario, type SystemName } from './scenario/schema.js';
 import type { ScenarioRunResult } from './systems/run-context.js';
 
@@ -23,6 +24,8 @@ export interface SimulateOptions {
   steps?: number;
   /** Warm-up steps left out of the throughput (default: the scenario's, at most steps − 1). */
   warmupSteps?: number;
+  /** Mechanisms switched on or off (mechanisms.ts; default: all on). */
+  mechanisms?: Partial<Mechanisms>;
   progress?: (event: ProgressEvent) => void;
 }
 
@@ -78,7 +81,12 @@ export function simulateRuns(scenarios: readonly Scenario[], options: SimulateOp
   const results: ScenarioRunResult[] = [];
   planned.forEach((run, index) => {
     options.progress?.({ kind: 'start', index, total: planned.length, run });
-    const result = runScenario(run.scenario, run.system, { gpus: run.gpus, steps: run.steps, warmupSteps: options.warmupSteps });
+    const result = runScenario(run.scenario, run.system, {
+      gpus: run.gpus,
+      steps: run.steps,
+      warmupSteps: options.warmupSteps,
+      mechanisms: options.mechanisms,
+    });
     results.push(result);
     options.progress?.({ kind: 'end', index, total: planned.length, run, result });
   });

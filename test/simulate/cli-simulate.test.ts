@@ -36,15 +36,15 @@ describe('laminar simulate', () => {
     const r = await laminar([scenarioFile('tiny'), '--steps', '4', '--out', out, '--json']);
     expect(r.stderr).not.toMatch(/ERR_/);
     expect(r.code).toBe(0);
-    const systems = ['laminar', 'laminar-no-repack', 'one-step', 'stream', 'sync'];
+    const systems = ['laminar', 'laminar-no-repack', 'one-step', 'stream', 'sync', 'areal'];
     // Progress: a start and an end line per run, with its events and simulated time.
     for (const [i, s] of systems.entries()) {
-      expect(r.stderr).toContain(`[${i + 1}/5] ci-tiny 32 GPUs ${s}: simulating 4 training steps`);
-      expect(r.stderr).toMatch(new RegExp(`\\[${i + 1}/5\\] ci-tiny 32 GPUs ${s}: [\\d,]+ events, [\\d,.]+ s simulated`));
+      expect(r.stderr).toContain(`[${i + 1}/6] ci-tiny 32 GPUs ${s}: simulating 4 training steps`);
+      expect(r.stderr).toMatch(new RegExp(`\\[${i + 1}/6\\] ci-tiny 32 GPUs ${s}: [\\d,]+ events, [\\d,.]+ s simulated`));
     }
     // The summary tables: a throughput row for the 32-GPU point with laminar's speedups.
     expect(r.stdout).toMatch(/^Throughput$/m);
-    expect(r.stdout).toMatch(/^7B\s+32\s+[\d,]+\s+[\d,]+\s+[\d,]+\s+[\d,]+\s+[\d,]+\s+[\d.]+×/m);
+    expect(r.stdout).toMatch(/^7B\s+32\s+[\d,]+\s+[\d,]+\s+[\d,]+\s+[\d,]+\s+[\d,]+\s+[\d,]+\s+[\d.]+×/m);
     expect(r.stdout).toMatch(/^Staleness$/m);
     expect(r.stdout).toMatch(/^Paper comparison$/m);
 
@@ -77,7 +77,7 @@ describe('laminar simulate', () => {
       ]),
     );
     const results = JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')) as SimulationResults;
-    expect(results.runs).toHaveLength(5);
+    expect(results.runs).toHaveLength(6);
     expect(results.runs.every((x) => x.steps === 4 && x.ledger.consumed === 4 * 64)).toBe(true);
     expect(results.scenarios[0]!.paperModel).toBe('7B');
     const md = readFileSync(join(out, 'tables.md'), 'utf8');
@@ -127,6 +127,9 @@ describe('laminar simulate', () => {
     const steps = await failure([file, '--steps', '0']);
     expect(steps.code).toBe(ErrorCodes.INVALID_ARG);
     expect(steps.message).toContain('--steps takes positive integers');
+    const without = await failure([file, '--without', 'attentionKvRead,warpDrive']);
+    expect(without.code).toBe(ErrorCodes.INVALID_ARG);
+    expect(without.message).toBe("unknown mechanism 'warpDrive' (one of attentionKvRead, trainerCommunication, dataParallelStragglers)");
   });
 
   it('a shipped scenario is found by its bare name', () => {

@@ -23,7 +23,14 @@ const STEPS = 24;
 function withFailures(failures: ScenarioInput['failures'], edit: (s: ScenarioInput) => void = () => {}) {
   return tinyScenario((s) => {
     s.placements = [
-      { gpus: 64, laminar: { train: 16, rollout: 48 }, 'one-step': { train: 16, rollout: 48 }, stream: { train: 16, rollout: 48 }, sync: { colocated: 64 } },
+      {
+        gpus: 64,
+        laminar: { train: 16, rollout: 48 },
+        'one-step': { train: 16, rollout: 48 },
+        stream: { train: 16, rollout: 48 },
+        sync: { colocated: 64 },
+        areal: { train: 16, rollout: 48 },
+      },
     ];
     s.failures = failures;
     s.run = { steps: STEPS, warmupSteps: 2, reportWindowS: 5 };

@@ -21,7 +21,12 @@ const paper = JSON.parse(readFileSync(join(REPO, 'src', 'simulate', 'paper-figur
 };
 
 /** The paper's system names in src/simulate/paper-figures.json, by the simulator's. */
-const PAPER_NAME: Record<Exclude<SystemName, 'laminar-no-repack' | 'sync'>, string> = { laminar: 'laminar', 'one-step': 'oneStep', stream: 'stream' };
+const PAPER_NAME: Record<Exclude<SystemName, 'laminar-no-repack' | 'sync'>, string> = {
+  laminar: 'laminar',
+  'one-step': 'oneStep',
+  stream: 'stream',
+  areal: 'areal',
+};
 
 const raw = (file: string): Record<string, unknown> => JSON.parse(readFileSync(join(SCENARIOS, file), 'utf8')) as Record<string, unknown>;
 

@@ -35,6 +35,7 @@ const SYSTEM_COLOURS: Record<SystemName, string> = {
   'one-step': '#e0872b',
   stream: '#3aa565',
   sync: '#8a8a8a',
+  areal: '#a05cc8',
 };
 
 function render(option: echarts.EChartsCoreOption, width = WIDTH, height = HEIGHT): string {

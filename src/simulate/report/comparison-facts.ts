@@ -15,7 +15,11 @@ export const FIG11_BASELINES: ReadonlyArray<{ key: string; system: SystemName; l
   { key: 'verl', system: 'sync', label: 'sync (verl)' },
   { key: 'one_step', system: 'one-step', label: 'one-step' },
   { key: 'stream', system: 'stream', label: 'stream' },
+  { key: 'areal', system: 'areal', label: 'areal (AReaL)' },
 ];
+
+/** Appendix B's "small cluster scales": at most this many GPUs. */
+export const SMALL_SCALE_GPUS = 64;
 
 /** Runs by (scenario, GPUs) and then by system, in the order they first appear. */
 export function runsByPoint(runs: readonly ScenarioRunResult[]): Map<string, Map<SystemName, ScenarioRunResult>> {
@@ -39,6 +43,12 @@ export interface ComparisonFacts {
   laminarEfficiency: number[];
   /** Each baseline's mean strong-scaling efficiency over math scenarios, for those that have one. */
   baselineEfficiency: number[];
+  /** The best baseline's (by mean) efficiency per math scenario. */
+  bestBaselineEfficiencies: number[];
+  /** Laminar's speedup over every baseline at the largest cluster of each math scenario (§8.1, appendix B: 3.34×). */
+  largestScaleSpeedups: number[];
+  /** Laminar's speedup over every baseline at the math points of at most 64 GPUs (appendix B: 1.41×). */
+  smallScaleSpeedups: number[];
   /** Laminar's math runs of the paper's models. */
   laminarMath: ScenarioRunResult[];
   /** Figure 10's setting (7B on 64 GPUs, laminar): the p90 of inherent staleness per finish-time range. */
@@ -59,6 +69,8 @@ export interface ComparisonFacts {
   /** Figure 12: laminar's speedups over every baseline on the tool-call scenarios, and its scaling efficiency there. */
   toolSpeedups: number[];
   toolEfficiency: number[];
+  /** The best baseline's mean strong-scaling efficiency on the tool-call scenarios (the paper: stream, 12.9 %). */
+  toolBaselineEfficiency: number | null;
   /** §8.5: the machine failure of a run (32B on 128 GPUs first), and what it did. */
   failure: FailureEffect | undefined;
   failureBasis: string;
@@ -107,14 +119,32 @@ export function comparisonFacts(summaries: readonly ScenarioSummary[], runs: rea
   const toolRuns = runs.filter((r) => toolNames.has(r.scenario));
   const effects = runs.map(failureEffect).filter((e) => e !== null);
   const failure = effects.find((e) => modelOf.get(e.scenario) === '32B' && e.gpus === 128) ?? effects[0];
+  const perBaseline = FIG11_BASELINES.map((b) => scalingEfficiencies(summaries, mathRuns, b.system)).filter((xs) => xs.length > 0);
+  const best = perBaseline.reduce<number[] | null>((a, xs) => (a === null || mean(xs) > mean(a) ? xs : a), null);
+  const largest = new Map<string, number>();
+  for (const r of mathRuns) largest.set(r.scenario, Math.max(largest.get(r.scenario) ?? 0, r.gpus));
+  const toolBaselines = FIG11_BASELINES.map((b) => scalingEfficiencies(summaries, toolRuns, b.system))
+    .filter((xs) => xs.length > 0)
+    .map(mean);
 
   return {
     summaries,
     fig11Speedups: new Map(FIG11_BASELINES.map((b) => [b.key, speedups(mathRuns, b.system)])),
     laminarEfficiency: scalingEfficiencies(summaries, mathRuns, 'laminar'),
-    baselineEfficiency: FIG11_BASELINES.map((b) => scalingEfficiencies(summaries, mathRuns, b.system))
-      .filter((xs) => xs.length > 0)
-      .map(mean),
+    baselineEfficiency: perBaseline.map(mean),
+    bestBaselineEfficiencies: best ?? [],
+    largestScaleSpeedups: FIG11_BASELINES.flatMap((b) =>
+      speedups(
+        mathRuns.filter((r) => r.gpus === largest.get(r.scenario)),
+        b.system,
+      ),
+    ),
+    smallScaleSpeedups: FIG11_BASELINES.flatMap((b) =>
+      speedups(
+        mathRuns.filter((r) => r.gpus <= SMALL_SCALE_GPUS),
+        b.system,
+      ),
+    ),
     laminarMath: mathRuns.filter((r) => r.system === 'laminar'),
     fig10P90s: fig10 ? fig10.staleness.inherentByVersion.filter((v) => v.count > 0).map((v) => v.p90) : [],
     withRepack,
@@ -127,6 +157,7 @@ export function comparisonFacts(summaries: readonly ScenarioSummary[], runs: rea
     splices: s72 ? s72.broadcast.relayRepair.splice : true,
     toolSpeedups: FIG11_BASELINES.flatMap((b) => speedups(toolRuns, b.system)),
     toolEfficiency: scalingEfficiencies(summaries, toolRuns, 'laminar'),
+    toolBaselineEfficiency: toolBaselines.length > 0 ? Math.max(...toolBaselines) : null,
     failure,
     failureBasis: failure
       ? `${failure.scenario} on ${failure.gpus} GPUs: ${failure.rolloutsLost} of ${failure.rolloutsBefore} rollouts lost at ${failure.atS.toFixed(0)} s, replaced at ${failure.backAtS === null ? 'never' : `${failure.backAtS.toFixed(0)} s`}`

@@ -18,28 +18,32 @@ interface Deviation {
 const FIG11_INPUTS =
   "Figure 11's per-point values are an image, not in the text; the ratios rest on the trainer's MFU (0.35 assumed, the same for every system) and the baselines' NCCL sync inputs, which the paper does not give";
 
+/** What the mechanisms of issue #48 leave: laminar on Table 2's placements is generation-bound at scale. */
+const PLACEMENT_BALANCE =
+  "With attention's KV read (mechanism attentionKvRead) a simulated rollout decodes KV-bandwidth-bound, and the simulated trainer (MFU 0.35, an assumption) trains faster per GPU than the paper's placements imply: the paper tuned Table 2 to balance generation and training (§8.1), and it gives laminar 3 trainer GPUs per rollout GPU at the largest scales (7B: 192 + 64), which in the simulation leaves laminar waiting for its 64 rollout GPUs (7B on 256 GPUs: 309 K tokens/s, 1.25 times its 128-GPU throughput) while AReaL's 128 rollout GPUs feed a trainer as fast. The missing mechanism is on the trainer's side at scale (attention's FLOPs over 16 K-token sequences, micro-batch and kernel efficiency at a few sequences per GPU, not in the time model) or the trainer's MFU itself; no constant is tuned to close it";
+
 const DEVIATIONS: Deviation[] = [
   {
     ids: ['fig11.avg_speedup.', 'fig11.max_speedup.'],
     missing: 'needs laminar and that baseline on the math scenarios (math-7b, math-32b, math-72b)',
-    outside: `${FIG11_INPUTS}. Where both are trainer-bound on the same trainer GPUs (the small rows of Table 2, where laminar and one-step/stream split the GPUs alike), the simulated speedup is about 1.0, and sync trains on every GPU; the simulated baselines also lack the engine and resharding costs of real verl runs beyond the sync formula`,
+    outside: `${FIG11_INPUTS}. ${PLACEMENT_BALANCE}. Against AReaL the simulated partial rollout re-prefills only what its engines were running at each interruption (about 29 s per update for 7B on TP 1, near §2.3's 24.1 % of rollout time), and scales almost as well as laminar; the paper's AReaL runs its own SGLang and Megatron, whose costs beyond that are not modelled`,
   },
   {
     ids: ['fig11.scaling_efficiency.'],
     missing: 'needs a system at two cluster sizes or more of a math scenario',
-    outside: `${FIG11_INPUTS}. The simulated trainer's step time is linear in its GPUs (no data-parallel or sequence-parallel communication, no efficiency lost at 768 trainer GPUs), and Table 2 gives laminar a larger share of trainer GPUs at scale (7B: 8 of 16, 192 of 256); a trainer-bound laminar then scales about linearly, where the paper's real trainer does not`,
+    outside: `${FIG11_INPUTS}. The trainer's collectives and data-parallel stragglers (mechanisms trainerCommunication, dataParallelStragglers) make the trainer sub-linear (7B: 24 times the GPUs give about 16 times the speed) and bring laminar's mean from 1.01 to about 0.69, but laminar's scaling on 32B stays near linear where the paper's is 0.68. The baselines' best here is AReaL (0.73), which the simulation lets scale as well as laminar (see the speedups over AReaL); one-step, sync and stream reach 0.35, 0.36 and 0.42 on average, near the paper's 0.336 for its best`,
   },
   {
     ids: ['sec8_1.max_inherent_staleness', 'fig10.'],
     missing: 'needs laminar on a math scenario (7B on 64 GPUs for Figure 10)',
     outside:
-      "each simulated rollout claims by the rollout agent's own rule (src/rollout/claim-policy.ts): in the shipped scenarios batch mode, maxConcurrency = 1,024 trajectories (A.3), claimed again when its engine is empty (§3.2: a rollout fetches the newest weights upon completing its batch). Where rollouts × 1,024 is several batches (7B on 256 GPUs: 64 rollouts, 65,536 in flight, 8 batches of 8,192) the KV cache (938 K tokens per 7B engine) decodes a claim over several trainer steps, so its last trajectories complete many versions after their start. The agent's continuous mode (claims refilled as trajectories finish, claimMode 'continuous') gives the same maxima (7B/256: 10, 32B/512: 7, 72B/1,024: 6): a newer version waits on the relay almost always, so the rollout stops claiming and drains, and what is queued behind the KV cache waits either way. The paper's maximum of 4 suggests its rollouts hold fewer in flight than 1,024 (vLLM's scheduling), which the paper does not give; the trainer step (MFU input) and the length schedule (an assumption) also set it",
+      "inherent staleness is set by the work a claim holds: each simulated rollout claims maxConcurrency = 1,024 trajectories (A.3) by the rollout agent's own rule (src/rollout/claim-policy.ts) and claims again only when its engine is empty (§3.2), so the fleet holds rollouts × 1,024 trajectories in flight (7B on 256 GPUs: 64 rollouts, 65,536, 8 batches of 8,192), and the last trajectories of a claim, queued behind the KV cache (938 K tokens per 7B engine), complete about that many versions after they started: 10 at 7B on 256 GPUs, 3 at 7B on 64 (3 batches in flight; Figure 10's p90 at its bound of 3 once attention's KV read slows decoding). The agent's continuous mode gives the same maxima: a newer version waits on the relay almost always, so the rollout stops claiming and drains. The paper's maximum of 4 means its rollouts held fewer than 1,024 trajectories in flight each, or its trainer was slower against generation than the simulated one (see the placement note of Figure 11); neither is given, and the simulator picks neither",
   },
   {
     ids: ['tab1.', 'sec8_4.', 'fig15.'],
     missing: 'needs laminar and laminar-no-repack on 32B at 128 GPUs (math-32b --gpus 128)',
     outside:
-      "KV utilisation depends on the engine's KV-read cost (0 in the shipped scenarios until Table 1's calibration), on vLLM's admission and preemption policy beyond the simulated engine's, and on the definition of the average (time-weighted over every rollout engine and the whole run here); the paper does not give its length distribution over the run",
+      "KV utilisation depends on vLLM's admission and preemption policy beyond the simulated engine's and on the definition of the average (time-weighted over every rollout engine and the whole run here); with attention's KV read an engine at a full cache decodes slowly, so it spends longer full and the KV utilisation without repack rises (0.88 against 0.72) while repack's generation gain falls (1.04 against 1.26); the paper does not give its length distribution over the run",
   },
   {
     ids: ['sec4_2.'],
@@ -60,14 +64,13 @@ const DEVIATIONS: Deviation[] = [
   {
     ids: ['fig12.'],
     missing: 'needs laminar and the baselines on a tool-call scenario (toolcall-7b), at two sizes or more for the scaling efficiency',
-    outside:
-      "the tool-call task's inputs are not in the paper (calls per trajectory beyond the cap of 8, the sandbox latency distribution of Figure 2, the ReTool checkpoint's response lengths): the scenario assumes a mean of 3 calls, a 2 s median latency and the math task's lengths. As on math (Figure 11), the simulated laminar is trainer-bound on the small rows of Table 2 where it has as many or fewer trainer GPUs than the baselines, so its smallest speedup is near or below 1; the trainer's linear time model (no communication term) makes it scale about linearly where the paper's does not",
+    outside: `the tool-call task's inputs are not in the paper (calls per trajectory beyond the cap of 8, the sandbox latency distribution of Figure 2, the ReTool checkpoint's response lengths): the scenario assumes a mean of 3 calls, a 2 s median latency and the math task's lengths. Laminar's scaling efficiency there is now the paper's (0.46), but ${PLACEMENT_BALANCE.charAt(0).toLowerCase()}${PLACEMENT_BALANCE.slice(1)}; so the speedups stay low (7B on 32 GPUs: laminar generates on 8 GPUs, sync on 32, AReaL on 16) and the baselines scale better than the paper's (its stream: 0.129)`,
   },
   {
     ids: ['sec8_5.'],
     missing: 'needs a run with a machine failure and its replacement (failure-32b-128)',
     outside:
-      "the paper gives the shape, not values (Figure 16 is an image): the drop follows the share of rollouts lost and how saturated the others are (the survivors absorb the orphans and the rest of the queue); the trainer's step (about 9 minutes for 32B on 64 GPUs at MFU 0.35, an assumption) is longer than the 252-s outage, so one step spans it and the trainer's rate moves only by what the buffer lacked",
+      "the paper gives the shape, not values (Figure 16 is an image). With attention's KV read an engine's generation rate follows its claim's life (a fresh claim decodes up to 1,024 short contexts a step, its tail a few long ones at a full cache: 40-130 K tokens/s for the 16 rollouts of failure-32b-128), and the 16 rollouts start together, so the windows before, during and after the 252-s outage compare phases of that cycle as much as the loss of 2 of 16 rollouts",
   },
 ];
 

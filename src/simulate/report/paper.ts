@@ -13,6 +13,10 @@ export interface PaperFigure {
   id: string;
   what: string;
   value: unknown;
+  /** "up to": the largest over the points or models the value is a mean of. */
+  maxValue?: number;
+  /** The best baseline's value beside laminar's. */
+  baselineValue?: number;
   unit?: string;
   source: { section?: string; figure?: string; table?: string };
   role: 'validate' | 'input' | 'calibrate' | 'context' | 'out-of-scope';

@@ -12,6 +12,7 @@
  * - prefill: compute-bound, 2 FLOPs per parameter and token over the TP group's peak at an MFU.
  */
 import type { EngineProfile } from '../../stand-ins/engine-core.js';
+import { ALL_MECHANISMS, type Mechanisms } from '../mechanisms.js';
 import type { Scenario } from './schema.js';
 
 type Inputs = Pick<Scenario, 'hardware' | 'model' | 'engine'>;
@@ -41,8 +42,20 @@ export function prefillMsPerToken(s: Inputs, tp: number): number {
   return ((2 * s.model.params) / (tp * s.hardware.gpu.bf16Tflops * 1e12 * s.engine.prefillMfu)) * 1e3;
 }
 
+/**
+ * Attention's KV read per decode step, ms per million resident tokens: each GPU of the TP group
+ * reads its shard of every running request's K and V once per step, at the achieved HBM bandwidth
+ * (the same hbmEfficiency as the weights' read). A scenario's own value wins; 0 with the
+ * mechanism off.
+ */
+export function kvReadMsPerMToken(s: Inputs, tp: number, mech: Pick<Mechanisms, 'attentionKvRead'> = ALL_MECHANISMS): number {
+  if (s.engine.kvReadMsPerMToken !== undefined) return s.engine.kvReadMsPerMToken;
+  if (!mech.attentionKvRead) return 0;
+  return ((1e6 * s.model.kvBytesPerToken) / tp / (s.hardware.gpu.hbmTBs * 1e12 * s.engine.hbmEfficiency)) * 1e3;
+}
+
 /** The simulated engine's profile for one rollout replica of `tp` GPUs. */
-export function engineProfileFor(s: Inputs, tp: number): EngineProfile {
+export function engineProfileFor(s: Inputs, tp: number, mech: Pick<Mechanisms, 'attentionKvRead'> = ALL_MECHANISMS): EngineProfile {
   return {
     kvCapacityTokens: kvCapacityTokens(s, tp),
     rooflineBatch: s.engine.rooflineBatch,
@@ -50,6 +63,6 @@ export function engineProfileFor(s: Inputs, tp: number): EngineProfile {
     decodeStepMs: decodeStepMs(s, tp),
     prefillMsPerToken: prefillMsPerToken(s, tp),
     slopeBeyondRoofline: s.engine.slopeBeyondRoofline,
-    kvReadMsPerMToken: s.engine.kvReadMsPerMToken,
+    kvReadMsPerMToken: kvReadMsPerMToken(s, tp, mech),
   };
 }

@@ -10,7 +10,7 @@
 import { z } from 'zod';
 
 /** The systems the simulator compares (docs/design/simulator.md, "The five systems"). */
-export const SYSTEMS = ['laminar', 'laminar-no-repack', 'one-step', 'stream', 'sync'] as const;
+export const SYSTEMS = ['laminar', 'laminar-no-repack', 'one-step', 'stream', 'sync', 'areal'] as const;
 export type SystemName = (typeof SYSTEMS)[number];
 
 const positive = z.number().positive();
@@ -42,6 +42,11 @@ const hardwareSchema = z.strictObject({
    */
   ncclSyncGBs: positive,
   ncclSyncFixedS: nonNegative,
+  /**
+   * Each GPU's share of its machine's inter-machine bandwidth (§8: 8 × 400 Gbps for 8 GPUs, 50 GB/s):
+   * the trainer's collectives across machines (mechanism trainerCommunication). Default: nvlinkGBs.
+   */
+  interMachineGBsPerGpu: positive.optional(),
 });
 
 const modelSchema = z.strictObject({
@@ -72,8 +77,12 @@ const engineSchema = z.strictObject({
   slopeBeyondRoofline: nonNegative,
   /** vLLM's max_num_seqs. */
   maxRunning: count,
-  /** Attention's read of the resident KV cache per step, ms per million tokens (0: not modelled). */
-  kvReadMsPerMToken: nonNegative.default(0),
+  /**
+   * Attention's read of the resident KV cache per step, ms per million tokens. Default: derived
+   * from the hardware (KV bytes of a token over TP at hbmEfficiency of the HBM bandwidth) while
+   * the mechanism attentionKvRead is on, 0 while it is off.
+   */
+  kvReadMsPerMToken: nonNegative.optional(),
   /** Overrides of the derived values. */
   kvCapacityTokens: count.optional(),
   decodeStepMs: positive.optional(),
@@ -119,6 +128,14 @@ const trainerSchema = z.strictObject({
   strategy: z.enum(['fifo', 'uniform', 'groups']).default('fifo'),
   maxStaleness: index.nullable().default(null),
   prefetch: z.boolean().default(true),
+  /**
+   * The FSDP trainer's layout (appendix A.3; laminar, one-step, stream, sync): parameters sharded
+   * over `fsdp` GPUs, sequences shared by `sequenceParallel` GPUs (Ulysses). null: no layout, the
+   * trainer's time is linear in its GPUs (trainer/parallel-step.ts).
+   */
+  layout: z.strictObject({ fsdp: count, sequenceParallel: count }).nullable().default(null),
+  /** AReaL's Megatron-LM trainer (appendix A.3): tensor and pipeline parallel sizes. null: as `layout`. */
+  megatron: z.strictObject({ tp: count, pp: count }).nullable().default(null),
 });
 
 const managerSchema = z.strictObject({
@@ -147,6 +164,7 @@ const placementSchema = z.strictObject({
   'one-step': splitSchema.optional(),
   stream: splitSchema.optional(),
   sync: z.strictObject({ colocated: count }).optional(),
+  areal: splitSchema.optional(),
 });
 
 const tpSchema = z.strictObject({
@@ -155,6 +173,7 @@ const tpSchema = z.strictObject({
   'one-step': count.optional(),
   stream: count.optional(),
   sync: count.optional(),
+  areal: count.optional(),
 });
 
 /** When a failure happens: at a virtual time, or when the trainer starts a given step. */
@@ -204,6 +223,11 @@ export const scenarioSchema = z.strictObject({
    * up to maxConcurrency in flight, until a newer version waits on its relay.
    */
   claimMode: z.enum(['batch', 'continuous']).default('batch'),
+  /**
+   * AReaL's staleness bound, max_head_offpolicyness (systems/areal.ts): null is ∞, as the paper
+   * sets it for the throughput runs (§8.1); its convergence runs use 4 (§8.2).
+   */
+  areal: z.strictObject({ maxHeadOffpolicyness: index.nullable() }).default({ maxHeadOffpolicyness: null }),
   placements: z.array(placementSchema).min(1),
   systems: z.array(z.enum(SYSTEMS)).min(1),
   failures: z.array(failureSchema).default([]),

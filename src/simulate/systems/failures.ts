@@ -268,6 +268,11 @@ export function failuresOf(ctx: RunContext, fleet: LaminarFleet): RunFailures {
     orphan(r, reqs) {
       if (!current.has(r)) return;
       orphan(r, reqs);
+      // A move that lands on a rollout after its death: these orphans are declared later than
+      // the machine's, so they get their own placement and give-back (else they would wait forever).
+      const declaredAt = sim.now + m.deadAfterS * 1e3;
+      sim.at(declaredAt, { fire: () => placeOrphans() });
+      sim.at(declaredAt + m.orphanWaitS * 1e3, { fire: () => giveBackExpired() });
     },
     placeOrphans,
   };

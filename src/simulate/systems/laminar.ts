@@ -42,7 +42,7 @@ import { weightBytes } from '../scenario/derive.js';
 import { failuresOf } from './failures.js';
 import { StrategyBuffer } from '../trainer/strategy-buffer.js';
 import { randomStream } from '../workload/seeds.js';
-import { dataPlaneOverheadMs, pushToMasterMs, rolloutLoadMs, trainStepMs } from '../trainer/time-model.js';
+import { dataPlaneOverheadMs, pushToMasterMs, rolloutLoadMs } from '../trainer/time-model.js';
 import type { RunContext } from './run-context.js';
 
 export interface LaminarOptions {
@@ -174,7 +174,7 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
     training = true;
     failures.trainingStarts(ctx.stepsDone);
     const tokens = ctx.consume(ids, trainerVersion);
-    sim.after(dataPlaneOverheadMs(scenario) + trainStepMs(scenario, tokens, placement.trainGpus), {
+    sim.after(dataPlaneOverheadMs(scenario) + ctx.trainMs(ids), {
       fire: () => {
         trainerVersion++;
         ctx.stepEnded(tokens, ids.length);

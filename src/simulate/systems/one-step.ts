@@ -9,7 +9,7 @@
  * generated with version i − 1 (version 0 for the first two batches, as the pipeline starts with
  * the initial weights), so consumption staleness is 1 after the first step.
  */
-import { ncclSyncMs, trainStepMs } from '../trainer/time-model.js';
+import { ncclSyncMs } from '../trainer/time-model.js';
 import type { RunContext } from './run-context.js';
 
 export function runOneStep(ctx: RunContext): void {
@@ -39,9 +39,9 @@ export function runOneStep(ctx: RunContext): void {
       if (perReplica[i]!.length > 0) actor.submit(perReplica[i]!);
     });
     if (toTrain !== null) {
-      const ids = toTrain;
-      const tokens = ctx.consume(Int32Array.from(ids), trainerVersion);
-      sim.after(trainStepMs(scenario, tokens, placement.trainGpus), {
+      const ids = Int32Array.from(toTrain);
+      const tokens = ctx.consume(ids, trainerVersion);
+      sim.after(ctx.trainMs(ids), {
         fire: () => {
           trainerVersion++;
           ctx.stepEnded(tokens, ids.length);

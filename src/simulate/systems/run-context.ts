@@ -16,9 +16,11 @@ import type { ChainRepair } from '../fleet/relay-chain.js';
 import { PromptPool } from '../fleet/prompt-pool.js';
 import { ToolCallLoop } from '../fleet/tool-calls.js';
 import { Ledger, type LedgerTotals } from '../ledger.js';
+import { ALL_MECHANISMS, type Mechanisms } from '../mechanisms.js';
 import { StalenessHistogram, type StalenessSummary } from '../metrics/staleness.js';
 import type { RunPlacement } from '../scenario/placement.js';
 import type { Scenario, SystemName } from '../scenario/schema.js';
+import { trainIterationMs, type TrainLayout } from '../trainer/parallel-step.js';
 import { Workload } from '../workload/workload.js';
 
 export interface ScenarioRunResult {
@@ -46,7 +48,8 @@ export interface ScenarioRunResult {
   };
   /** Time-weighted KV use over every rollout engine and the whole run, idle time counting as 0. */
   kvUtilisation: number;
-  engines: { count: number; kvCapacityTokens: number; preemptions: number; eventSteps: number; leapedSteps: number };
+  /** prefillTokens: prompts and resumed trajectories' tokens prefilled (a resume re-prefills what it had generated). */
+  engines: { count: number; kvCapacityTokens: number; preemptions: number; eventSteps: number; leapedSteps: number; prefillTokens: number };
   repack: { rounds: number; moves: number; movedTrajectories: number };
   /** Tool calls made (the tool-call task; 0 otherwise). */
   toolCalls: number;
@@ -115,6 +118,7 @@ export class RunContext {
     readonly profile: EngineProfile,
     readonly steps: number,
     readonly warmupSteps: number,
+    readonly mechanisms: Mechanisms = ALL_MECHANISMS,
   ) {
     this.workload = new Workload(scenario);
     this.pool = new PromptPool(this.workload, this.ledger);
@@ -173,6 +177,23 @@ export class RunContext {
       tokens += this.pool.tokensOf(id);
     }
     return tokens;
+  }
+
+  /** The trainer's layout for this run's system: AReaL's Megatron, the others' FSDP (null: none given). */
+  get trainLayout(): TrainLayout | null {
+    const t = this.scenario.trainer;
+    if (this.placement.system === 'areal' && t.megatron !== null) return { kind: 'megatron', ...t.megatron };
+    return t.layout === null ? null : { kind: 'fsdp', ...t.layout };
+  }
+
+  /**
+   * The trainer's time for `ids` in `miniBatches` optimizer steps (default: the scenario's per
+   * batch) on this run's trainer GPUs (trainer/parallel-step.ts).
+   */
+  trainMs(ids: Int32Array, miniBatches = this.scenario.workload.miniBatches): number {
+    const lengths = new Float64Array(ids.length);
+    for (let i = 0; i < ids.length; i++) lengths[i] = this.pool.tokensOf(ids[i]!);
+    return trainIterationMs(this.scenario, lengths, this.placement.trainGpus, miniBatches, this.trainLayout, this.mechanisms);
   }
 
   /** A trajectory completed while the trainer had produced `trainerVersion` versions (inherent staleness). */
@@ -237,6 +258,7 @@ export class RunContext {
     let preemptions = 0;
     let eventSteps = 0;
     let leapedSteps = 0;
+    let prefillTokens = 0;
     for (const a of this.actors) {
       a.engine.advanceTo(end);
       const st = a.engine.stats;
@@ -245,6 +267,7 @@ export class RunContext {
       preemptions += st.preemptions;
       eventSteps += st.eventSteps;
       leapedSteps += st.leapedSteps;
+      prefillTokens += st.prefillTokens;
     }
     const cap = this.profile.kvCapacityTokens;
     return {
@@ -267,7 +290,7 @@ export class RunContext {
         }),
       },
       kvUtilisation: end > 0 && this.actors.length > 0 ? kvTokenMs / (cap * this.actors.length * end) : 0,
-      engines: { count: this.actors.length, kvCapacityTokens: cap, preemptions, eventSteps, leapedSteps },
+      engines: { count: this.actors.length, kvCapacityTokens: cap, preemptions, eventSteps, leapedSteps, prefillTokens },
       repack: { ...this.repack },
       toolCalls: this.tools?.calls ?? 0,
       failures: this.failures.map((f) => ({ ...f })),

@@ -10,7 +10,7 @@
  * with and trained from version i: staleness 0 in versions. The paper's bound of 1 counts
  * mini-batch updates, which the per-step histograms here do not resolve.
  */
-import { ncclSyncMs, trainStepMs } from '../trainer/time-model.js';
+import { ncclSyncMs } from '../trainer/time-model.js';
 import type { RunContext } from './run-context.js';
 
 export function runStream(ctx: RunContext): void {
@@ -51,7 +51,8 @@ export function runStream(ctx: RunContext): void {
     const ids = Int32Array.from(ready.splice(0, miniBatch));
     const tokens = ctx.consume(ids, version);
     batchTokens += tokens;
-    sim.after(trainStepMs(scenario, tokens, placement.trainGpus), {
+    // One optimizer step per mini-batch (the remainder at the batch's end may be several).
+    sim.after(ctx.trainMs(ids, Math.max(1, Math.round(ids.length / miniBatch))), {
       fire: () => {
         training = false;
         untrained -= ids.length;

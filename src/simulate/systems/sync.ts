@@ -5,7 +5,7 @@
  * NVLink). Iteration = generation (until the batch's slowest trajectory) + switch + training.
  * Staleness is 0 by construction: the trainer never runs while the batch generates.
  */
-import { colocatedSwitchMs, trainStepMs } from '../trainer/time-model.js';
+import { colocatedSwitchMs } from '../trainer/time-model.js';
 import type { RunContext } from './run-context.js';
 
 export function runSync(ctx: RunContext): void {
@@ -33,8 +33,9 @@ export function runSync(ctx: RunContext): void {
   function finished(id: number): void {
     ctx.completed(id, version);
     if (--outstanding > 0) return;
-    const tokens = ctx.consume(Int32Array.from(batch), version);
-    sim.after(switchMs + trainStepMs(scenario, tokens, placement.trainGpus), {
+    const ids = Int32Array.from(batch);
+    const tokens = ctx.consume(ids, version);
+    sim.after(switchMs + ctx.trainMs(ids), {
       fire: () => {
         version++;
         ctx.stepEnded(tokens, batch.length);

@@ -1,0 +1,36 @@
+/**
+ * The mechanisms issue #48 added to close the gaps to the paper's evaluation, each switchable so
+ * that its effect can be shown on its own (docs/components/simulator.md, "What each mechanism
+ * closes"). All are on by default; `laminar simulate --without a,b` and `runScenario(...,
+ * { mechanisms: { name: false } })` switch them off. With all of them off a run is the simulator
+ * as it was before them.
+ *
+ * - attentionKvRead: a decode step also reads every running request's resident KV cache from HBM
+ *   (the KV bytes of a token over TP at the achieved HBM bandwidth), unless the scenario states
+ *   its own `engine.kvReadMsPerMToken`;
+ * - trainerCommunication: each mini-batch's collectives on the paper's interconnect (FSDP's
+ *   parameter gathers and gradient reduce-scatter, the gradient all-reduce across data-parallel
+ *   replicas; for AReaL's Megatron trainer the gradient all-reduce and the pipeline bubble);
+ * - dataParallelStragglers: a mini-batch's optimizer step waits for the data-parallel group with
+ *   the most tokens (the batch dealt to the groups balanced by length, as verl's balance_batch,
+ *   then each group's share cut into the mini-batches).
+ */
+import { ErrorCodes, InvalidInputError } from '../common/errors.js';
+
+export const MECHANISMS = ['attentionKvRead', 'trainerCommunication', 'dataParallelStragglers'] as const;
+export type MechanismName = (typeof MECHANISMS)[number];
+export type Mechanisms = Readonly<Record<MechanismName, boolean>>;
+
+export const ALL_MECHANISMS: Mechanisms = Object.freeze(Object.fromEntries(MECHANISMS.map((m) => [m, true])) as Record<MechanismName, boolean>);
+export const NO_MECHANISMS: Mechanisms = Object.freeze(Object.fromEntries(MECHANISMS.map((m) => [m, false])) as Record<MechanismName, boolean>);
+
+/** Every mechanism on except `off`. */
+export function mechanismsWithout(off: readonly string[]): Mechanisms {
+  const out: Record<MechanismName, boolean> = { ...ALL_MECHANISMS };
+  for (const name of off) {
+    if (!(MECHANISMS as readonly string[]).includes(name))
+      throw new InvalidInputError(ErrorCodes.INVALID_ARG, `unknown mechanism '${name}' (one of ${MECHANISMS.join(', ')})`, { mechanism: name });
+    out[name as MechanismName] = false;
+  }
+  return Object.freeze(out);
+}

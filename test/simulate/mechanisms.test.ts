@@ -1,0 +1,179 @@
+/**
+ * The mechanisms of issue #48, each on its own (src/simulate/mechanisms.ts): the parallel
+ * trainer's time (communication on the paper's interconnect, data-parallel stragglers, the
+ * pipeline bubble), attention's KV read derived from the hardware, AReaL's partial rollout, and
+ * the switches that turn each off.
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { ErrorCodes } from '../../src/common/errors.js';
+import { ALL_MECHANISMS, mechanismsWithout, NO_MECHANISMS } from '../../src/simulate/mechanisms.js';
+import { runScenario } from '../../src/simulate/run.js';
+import { engineProfileFor } from '../../src/simulate/scenario/derive.js';
+import { parseScenario, type Scenario } from '../../src/simulate/scenario/load.js';
+import type { ScenarioInput } from '../../src/simulate/scenario/schema.js';
+import {
+  dataParallelGroups,
+  fsdpCommMs,
+  megatronAllReduceMs,
+  slowestGroupTokens,
+  trainIterationMs,
+  type TrainLayout,
+} from '../../src/simulate/trainer/parallel-step.js';
+import { trainStepMs } from '../../src/simulate/trainer/time-model.js';
+import { tinyScenario } from './tiny-scenario.js';
+
+function shipped(name: string): Scenario {
+  const path = fileURLToPath(new URL(`../../src/simulate/scenarios/${name}.json`, import.meta.url));
+  return parseScenario(JSON.parse(readFileSync(path, 'utf8')) as ScenarioInput, name);
+}
+
+const math7b = shipped('math-7b');
+const math72b = shipped('math-72b');
+const fsdp7b: TrainLayout = { kind: 'fsdp', ...math7b.trainer.layout! };
+
+/** A batch of 8,192 long-tailed lengths (log-normal, median 3,500, p99/median 10, capped at 16K), fixed by a seed. */
+function longTailBatch(n = 8192): Float64Array {
+  let state = 12345;
+  const uniform = (): number => {
+    state = (Math.imul(state, 1103515245) + 12345) >>> 0;
+    return (state + 0.5) / 2 ** 32;
+  };
+  const sigma = Math.log(10) / 2.326;
+  const out = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    const z = Math.sqrt(-2 * Math.log(uniform())) * Math.cos(2 * Math.PI * uniform());
+    out[i] = 256 + Math.min(16384, Math.round(3500 * Math.exp(sigma * z)));
+  }
+  return out;
+}
+
+const batch = longTailBatch();
+const total = batch.reduce((a, b) => a + b, 0);
+
+describe('the parallel trainer (trainer/parallel-step.ts)', () => {
+  it('with no layout, or with both mechanisms off, is the linear formula', () => {
+    const linear = trainStepMs(math7b, total, 192);
+    expect(trainIterationMs(math7b, batch, 192, 16, null, ALL_MECHANISMS)).toBeCloseTo(linear, 6);
+    expect(trainIterationMs(math7b, batch, 192, 16, fsdp7b, NO_MECHANISMS)).toBeCloseTo(linear, 6);
+  });
+
+  it('stragglers: equal lengths cost nothing, a long tail costs more the more groups share a mini-batch', () => {
+    const equal = new Float64Array(8192).fill(4000);
+    expect(slowestGroupTokens(equal, 32, 16).tokens).toBe(8192 * 4000);
+    // 8,192 over 48 groups: 170 or 171 each, so a mini-batch waits for a group with one more.
+    expect(slowestGroupTokens(equal, 48, 16).tokens).toBeGreaterThan(8192 * 4000);
+    const factor = (groups: number): number => slowestGroupTokens(batch, groups, 16).tokens / total;
+    expect(factor(1)).toBe(1);
+    expect(factor(2)).toBeLessThan(1.05);
+    expect(factor(48)).toBeGreaterThan(1.3);
+    expect(factor(96)).toBeGreaterThan(factor(48));
+    // A group of appendix A.3's layout is its sequence-parallel GPUs: 192 GPUs of SP 4 are 48 groups.
+    expect(dataParallelGroups(fsdp7b, 192)).toBe(48);
+    expect(dataParallelGroups({ kind: 'megatron', tp: 4, pp: 4 }, 640)).toBe(40);
+  });
+
+  it("FSDP's collectives: inside a machine over NVLink, across machines over its share of the NICs", () => {
+    // 7B, FSDP 8 on one machine: 2 gathers + a reduce-scatter of 15.2 GB × 7/8 at 400 GB/s, no replicas on 8 GPUs.
+    const one = fsdpCommMs(math7b, { fsdp: 8 }, 8);
+    expect(one.hideable).toBeCloseTo(((4 * 15.2e9 * 7) / 8 / 400e9) * 1e3, 3);
+    expect(one.exposed).toBe(0);
+    // 24 replicas: the FP32 shard (2 × 15.2 GB / 8) all-reduced, 2 × 23/24 of it at 50 GB/s.
+    expect(fsdpCommMs(math7b, { fsdp: 8 }, 192).exposed).toBeCloseTo(((2 * (23 / 24) * ((2 * 15.2e9) / 8)) / 50e9) * 1e3, 3);
+    // 72B, FSDP 32 spans 4 machines: the gathers run at the inter-machine rate.
+    const wide = fsdpCommMs(math72b, { fsdp: 32 }, 32);
+    expect(wide.hideable).toBeCloseTo(((4 * math72b.model.weightBytes! * 31) / 32 / 50e9) * 1e3, 3);
+  });
+
+  it("Megatron's pipeline bubble: none at PP 1, (PP - 1) micro-batches over those a group runs", () => {
+    const commOnly = { trainerCommunication: true, dataParallelStragglers: false };
+    const linear = trainStepMs(math7b, total, 128);
+    const pp1 = { tp: 2, pp: 1 };
+    const pp4 = { tp: 2, pp: 4 };
+    expect(trainIterationMs(math7b, batch, 128, 16, { kind: 'megatron', ...pp1 }, commOnly)).toBeCloseTo(
+      linear + 16 * megatronAllReduceMs(math7b, pp1, 128),
+      6,
+    );
+    // 512 sequences a mini-batch over 16 groups of TP 2 × PP 4: 32 micro-batches each, a bubble of 3/32.
+    expect(trainIterationMs(math7b, batch, 128, 16, { kind: 'megatron', ...pp4 }, commOnly)).toBeCloseTo(
+      linear * (1 + 3 / 32) + 16 * megatronAllReduceMs(math7b, pp4, 128),
+      6,
+    );
+    // The gradient all-reduce: the FP32 shard over TP × PP, 2 (d − 1)/d of it across d = 16 groups at 50 GB/s.
+    expect(megatronAllReduceMs(math7b, pp4, 128)).toBeCloseTo(((2 * (15 / 16) * ((2 * 15.2e9) / 8)) / 50e9) * 1e3, 6);
+  });
+
+  it('makes strong scaling sub-linear: 24 times the GPUs give much less than 24 times the speed', () => {
+    const speedup = (mech: typeof ALL_MECHANISMS): number =>
+      trainIterationMs(math7b, batch, 8, 16, fsdp7b, mech) / trainIterationMs(math7b, batch, 192, 16, fsdp7b, mech);
+    expect(speedup(NO_MECHANISMS)).toBeCloseTo(24, 6);
+    const withAll = speedup(ALL_MECHANISMS);
+    expect(withAll).toBeLessThan(24 * 0.8);
+    expect(withAll).toBeGreaterThan(8);
+    expect(speedup(mechanismsWithout(['dataParallelStragglers']))).toBeGreaterThan(withAll);
+    expect(speedup(mechanismsWithout(['trainerCommunication']))).toBeGreaterThan(withAll);
+  });
+});
+
+describe("attention's KV read (scenario/derive.ts)", () => {
+  it('is the KV bytes of a token over TP at the achieved HBM bandwidth, 0 when switched off, the scenario’s own value when it gives one', () => {
+    const perGpu = (tp: number): number => ((1e6 * 57344) / tp / (3.35e12 * 0.65)) * 1e3;
+    expect(engineProfileFor(math7b, 1).kvReadMsPerMToken).toBeCloseTo(perGpu(1), 6);
+    expect(engineProfileFor(math7b, 2).kvReadMsPerMToken).toBeCloseTo(perGpu(2), 6);
+    expect(engineProfileFor(math7b, 1, NO_MECHANISMS).kvReadMsPerMToken).toBe(0);
+    const own = tinyScenario((s) => {
+      s.engine = { ...s.engine, kvReadMsPerMToken: 7 };
+    });
+    expect(engineProfileFor(own, 1, NO_MECHANISMS).kvReadMsPerMToken).toBe(7);
+  });
+});
+
+describe('the switches', () => {
+  it('an unknown mechanism is refused with ERR_INVALID_ARG', () => {
+    expect(() => mechanismsWithout(['warpDrive'])).toThrow(expect.objectContaining({ code: ErrorCodes.INVALID_ARG }));
+    expect(mechanismsWithout([])).toEqual(ALL_MECHANISMS);
+  });
+
+  it('each mechanism, switched on alone, slows a run down', () => {
+    const scenario = tinyScenario((s) => {
+      s.trainer = { ...s.trainer, layout: { fsdp: 8, sequenceParallel: 4 } };
+    });
+    const base = runScenario(scenario, 'sync', { steps: 4, mechanisms: NO_MECHANISMS });
+    for (const name of ['attentionKvRead', 'dataParallelStragglers', 'trainerCommunication'] as const) {
+      const on = runScenario(scenario, 'sync', { steps: 4, mechanisms: { ...NO_MECHANISMS, [name]: true } });
+      expect(on.virtualS, name).toBeGreaterThan(base.virtualS);
+    }
+  });
+});
+
+describe('AReaL (systems/areal.ts)', () => {
+  const scenario = tinyScenario();
+  const areal = runScenario(scenario, 'areal', { steps: 8 });
+
+  it('interrupts every rollout at each version and re-prefills what they had generated', () => {
+    // Prefill covers every claimed prompt once, and on top the tokens of the interrupted trajectories.
+    const claimedPromptTokens = areal.ledger.claimed * 128;
+    expect(areal.engines.prefillTokens).toBeGreaterThan(claimedPromptTokens * 1.5);
+    expect(areal.ledger.moving).toBe(0);
+  });
+
+  it('keeps trajectories of several versions in flight without a bound; max_head_offpolicyness admits only what stays within it', () => {
+    expect(areal.staleness.consumption.p90).toBeGreaterThan(1);
+    const bounded = (bound: number): ReturnType<typeof runScenario> =>
+      runScenario(
+        tinyScenario((s) => {
+          s.areal = { maxHeadOffpolicyness: bound };
+        }),
+        'areal',
+        { steps: 8 },
+      );
+    // η = 0 is synchronous: nothing starts before the trainer has the version it is trained at.
+    expect(bounded(0).staleness.consumption.max).toBe(0);
+    // η = 1: the batches are admitted within one version; a long trajectory may still finish later
+    // than its batch (the trainer takes completed trajectories in order), as AReaL's admission allows.
+    const one = bounded(1);
+    expect(one.staleness.consumption.p50).toBeLessThanOrEqual(1);
+    expect(one.staleness.consumption.mean).toBeLessThan(areal.staleness.consumption.mean);
+  });
+});
