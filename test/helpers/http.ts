@@ -19,11 +19,12 @@ export interface Answer {
  * arrived, or when the server closes the connection (with whatever arrived: nothing for a
  * connection the server dropped). `untilClose`: only once the server closed the connection.
  * `keepOpen`: the connection is left open after the answer (else the client closes it).
+ * `writeAfter`: the bytes are sent once it settles (the connection is made at once).
  */
 export function raw(
   port: number,
   bytes: string | Buffer,
-  options: { onSocket?: (socket: Socket) => void; keepOpen?: boolean; untilClose?: boolean } = {},
+  options: { onSocket?: (socket: Socket) => void; keepOpen?: boolean; untilClose?: boolean; writeAfter?: Promise<void> } = {},
 ): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const socket = connect(port, '127.0.0.1');
@@ -61,8 +62,9 @@ export function raw(
       else if (!settled) reject(err);
     });
     socket.on('connect', () => {
-      socket.write(bytes);
       options.onSocket?.(socket);
+      if (options.writeAfter === undefined) socket.write(bytes);
+      else void options.writeAfter.then(() => socket.destroyed || socket.write(bytes));
     });
   });
 }
