@@ -98,6 +98,9 @@ export class ActionWorker {
   private loop: Promise<void> | undefined;
   private presence: WorkerPresence | undefined;
   private queueTimer: NodeJS.Timeout | undefined;
+  /** Deliveries running, heartbeaten every third of the ack wait by one timer. */
+  private readonly heartbeating = new Set<JsMsg>();
+  private heartbeatTimer: NodeJS.Timeout | undefined;
 
   private constructor(
     private readonly consumer: Consumer,
@@ -149,6 +152,9 @@ export class ActionWorker {
     worker.queueTimer.unref();
     await worker.collectQueue();
     worker.presence = await WorkerPresence.start(options.nc, names, () => worker.status(), worker.logger);
+    worker.heartbeatTimer = setInterval(() => {
+      for (const m of worker.heartbeating) m.working();
+    }, Math.max(50, Math.floor(worker.ackWaitMs / 3)));
     worker.loop = worker.pull();
     return worker;
   }
@@ -298,8 +304,8 @@ export class ActionWorker {
     const controller = new AbortController();
     const onStop = (): void => controller.abort(new LaminarError(ErrorCodes.CLOSED, 'the worker is stopping'));
     this.stopController.signal.addEventListener('abort', onStop);
-    // Heartbeats keep the delivery while the action runs (and only until its timeout).
-    const beat = setInterval(() => m.working(), Math.max(50, Math.floor(this.ackWaitMs / 3)));
+    // Heartbeats keep the delivery while the action runs (one timer for all: see heartbeat()).
+    this.heartbeating.add(m);
     // At the timeout the handler's signal is aborted; it has TIMEOUT_GRACE_MS more to hand back
     // what it has (the sandbox: the output so far), then the worker answers for it.
     // An object: the handler's callbacks below read it after the timer changed it.
@@ -346,7 +352,7 @@ export class ActionWorker {
       return await Promise.race([run, timedOut]);
     } finally {
       clearTimeout(timer);
-      clearInterval(beat);
+      this.heartbeating.delete(m);
       this.stopController.signal.removeEventListener('abort', onStop);
     }
   }
@@ -380,6 +386,7 @@ export class ActionWorker {
     if (!finished) this.logger.warn({ running: this.running.size }, 'stopped with actions running: they will be delivered again');
     await this.loop;
     clearInterval(this.queueTimer);
+    clearInterval(this.heartbeatTimer);
     this.metrics.slots.dec(this.labels, this.slots);
     await this.presence?.stop();
   }
