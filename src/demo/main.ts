@@ -81,6 +81,9 @@ async function runLearningDemo(opts: DemoOptions, engine: 'torch' | 'vllm'): Pro
   const explicit = (flag: string): boolean => process.argv.some((a) => a === flag || a.startsWith(`${flag}=`));
   if (engine === 'vllm' && explicit('--model-config'))
     throw new Error('--model-config sizes the TinyLM of --engine torch; the vLLM job trains its Llama (llama_policy.py)');
+  if (engine === 'vllm' && opts.task === 'tools')
+    throw new Error("--task tools runs on --engine torch (the lookup task's vocabulary is the reference engine's)");
+  if (opts.killAnActionWorker && opts.task !== 'tools') throw new Error('--kill-an-action-worker needs --task tools (the digits task calls no tools)');
   const run = onInterrupt();
   const defaults = LEARNING_DEFAULTS[engine];
   await runTorchJob(
@@ -97,8 +100,10 @@ async function runLearningDemo(opts: DemoOptions, engine: 'torch' | 'vllm'): Pro
       config: opts.modelConfig,
       killARollout: opts.killARollout === true,
       killARelay: opts.killARelay === true,
+      task: opts.task,
+      killAnActionWorker: opts.killAnActionWorker === true,
       restartAfterMs: Math.max(1000, parseDurationOption('--restart-relay-after', opts.restartRelayAfter)),
-      plot: opts.plot ?? `demo-${engine}.png`,
+      plot: opts.plot ?? `demo-${engine}${opts.task === 'tools' ? '-tools' : ''}.png`,
       ...(opts.logs ? { logs: opts.logs } : {}),
     },
     run.signal,

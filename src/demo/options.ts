@@ -13,6 +13,8 @@ export interface DemoOptions {
   n: string;
   killARollout?: boolean;
   killARelay?: boolean;
+  killAnActionWorker?: boolean;
+  task: 'digits' | 'tools';
   restartRelayAfter: string;
   logs?: string;
   engine: 'sim' | 'torch' | 'vllm';
@@ -40,6 +42,18 @@ export function parseDemoOptions(argv: readonly string[]): DemoOptions {
       .option('--n <n>', 'samples per prompt (GRPO group size)', '4')
       .option('--kill-a-rollout', 'SIGKILL the busiest rollout at 40% of the run (its trajectories resume elsewhere; the run waits for that to finish)')
       .option('--kill-a-relay', 'SIGKILL a middle relay at 50% of the run (the chain is repaired)')
+      .addOption(
+        new Option(
+          '--task <name>',
+          '--engine torch: digits (repeat a digit string, one turn) or tools (the lookup task: the answer is fetched with a tool call run by action workers; multi-turn episodes)',
+        )
+          .choices(['digits', 'tools'])
+          .default('digits'),
+      )
+      .option(
+        '--kill-an-action-worker',
+        '--task tools: SIGKILL a lookup action worker at 60% of the run, when the model calls the tool (its actions are redelivered; restarted after --restart-relay-after)',
+      )
       .option('--restart-relay-after <time>', 'start the killed relay again after this long, as systemd would (0: leave it dead)', '3s')
       .option('--logs <dir>', "write each process's log (pino JSON) to <dir>/<name>.log at the end")
       .addOption(

@@ -6,7 +6,8 @@
  * reference engines (a small transformer on the CPU behind SGLang's HTTP API) or, with
  * `--engine vllm`, real vLLM servers serving a Llama the trainer trains (job-engines.ts). The
  * task is the digits task (laminar.testing.digits: reverse or repeat a digit string; reward =
- * share of positions right).
+ * share of positions right), or with `--task tools` the lookup task (tool-task.ts: a tool call
+ * fetches the answer, multi-turn episodes through action workers).
  *
  * The live view shows reward, staleness (inherent, as the paper's Figure 10 defines it: trainer
  * version at completion − generating version; and consumption: at training) and each engine's
@@ -26,6 +27,7 @@ import { managerStatus, recordsInBuffer } from './books.js';
 import { openStage } from './stage.js';
 import { dashboardLine } from './display.js';
 import { jobEngines, type JobEngine, type JobEngineKind } from './job-engines.js';
+import { actionLedger, actionWorkerArgv, promptArgs, readToolView, toolAgentArgs, toolLine, toolSummary, type DemoTask, type ToolView } from './tool-task.js';
 
 const run = promisify(execFile);
 
@@ -41,6 +43,10 @@ export interface TorchJobOptions {
   config: string;
   killARollout: boolean;
   killARelay: boolean;
+  /** digits (one turn) or tools (the lookup task: multi-turn episodes with tool calls; tool-task.ts). */
+  task: DemoTask;
+  /** --task tools: SIGKILL a lookup action worker at 60% of the run (restarted after restartAfterMs). */
+  killAnActionWorker: boolean;
   restartAfterMs: number;
   plot: string;
   logs?: string;
@@ -89,26 +95,19 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     stage.keep(await spawnDaemon(name, argv, ready, [], env), { last });
 
   try {
-    const kind = jobEngines(opts.engine, engineFiles, opts.config);
+    const tools = opts.task === 'tools';
+    // The lookup task's vocabulary needs its own model size (the tiny preset's, 22 ids).
+    const kind = jobEngines(opts.engine, engineFiles, tools && opts.config === 'tiny' ? 'tiny-tools' : opts.config);
     const model = kind.model;
     // The task's prompts, written by the task's own module, into the prompt pool.
     const promptFile = join(root, 'prompts.jsonl');
-    // Repeat a 3-digit string: a task a 100k-parameter model learns by RL alone in a few minutes of CPU.
-    const task = ['--min-digits', '3', '--max-digits', '3', '--tasks', 'repeat'];
-    const { stdout } = await run(
-      python,
-      ['-m', 'laminar.testing.digits', 'prompts', '--count', String(opts.prompts), '--seed', '1', '--n', String(opts.groupSize), ...task],
-      {
-        cwd: REPO_ROOT,
-        maxBuffer: 64 * 1024 * 1024,
-      },
-    );
+    const { stdout } = await run(python, promptArgs(opts.task, opts.prompts, opts.groupSize), { cwd: REPO_ROOT, maxBuffer: 64 * 1024 * 1024 });
     writeFileSync(promptFile, stdout);
     const pool = await PromptPool.open({ redis, epochs: 0 });
     const loaded = await pool.loadJsonl(promptFile);
     // The model's config.json (and vLLM's tokenizer), linked into every version directory by the relays.
     await run(kind.trainerPython, [TRAINER, '--engine-files', engineFiles, '--engine-files-only', '--config', kind.trainerConfig], { cwd: REPO_ROOT, env });
-    console.log(`${loaded.loaded} digits prompts (groups of ${opts.groupSize}) loaded; model config in ${engineFiles}`);
+    console.log(`${loaded.loaded} ${tools ? 'lookup' : 'digits'} prompts (groups of ${opts.groupSize}) loaded; model config in ${engineFiles}`);
 
     const common = ['--nats', nats.url, '--log-level', 'info'];
     const managerPort = await freePort();
@@ -178,6 +177,17 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     );
     console.log(dashboardLine(managerPort));
 
+    // The lookup task's tool: a pool of workers on the action queue, each its own process.
+    const workers: { id: string; daemon: Daemon; argv: string[] }[] = [];
+    if (tools) {
+      for (const id of ['w0', 'w1']) {
+        const argv = actionWorkerArgv(common, id);
+        workers.push({ id, daemon: await laminar(`action worker ${id}`, argv, 'action worker ready'), argv });
+      }
+      console.log(`lookup action workers ${workers.map((w) => w.id).join(', ')} on the action queue`);
+    }
+    const agentPorts: number[] = [];
+
     const engines: { id: string; engine: JobEngine; agent: Daemon; relay: number; agentArgv: string[] }[] = [];
     // Side by side: a vLLM server takes 35-75 s to start. Every one that started is kept (and
     // stopped at the end) even when another failed.
@@ -193,7 +203,8 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
         ...common,
         ...['--id', `e${i}`, '--engine-url', engine.url, '--relay-socket', relays[relay]!.socket, '--model', model, '--redis', redisServer.url],
         ...['--host', `host${relay}`, '--batch-prompts', String(Math.max(1, Math.ceil(opts.batchGroups / opts.engines))), '--stop-token-ids', '2'],
-        ...['--heartbeat', '500ms', '--metrics-port', '0'],
+        ...['--heartbeat', '500ms', '--metrics-port', String(agentPorts[agentPorts.push(await freePort()) - 1])],
+        ...(tools ? toolAgentArgs(MAX_STALENESS) : []),
       ];
       const agent = await laminar(`agent e${i}`, agentArgv, 'rollout agent started');
       engines.push({ id: `e${i}`, engine, agent, relay, agentArgv });
@@ -218,6 +229,8 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
 
     let killedEngine: { id: string; at: number; back: boolean } | null = null;
     let killedRelay: { index: number; at: number; back: boolean } | null = null;
+    let killedWorker: { index: number; at: number; back: boolean } | null = null;
+    let toolView: ToolView | null = null;
     let steps: StepRecord[] = [];
     const trainerDone = trainer.exited.then(() => true);
     const trainerState = { done: false };
@@ -258,7 +271,19 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
         killedRelay.back = true;
         events.push(`${at()} restarted relay ${r.id}`);
       }
-      process.stdout.write(renderTorchProgress(at(), steps, status, ledger, events));
+      if (opts.killAnActionWorker && tools && !killedWorker && Math.max(fraction, stepFraction) >= 0.6) {
+        await workers[0]!.daemon.kill('SIGKILL');
+        killedWorker = { index: 0, at: performance.now(), back: false };
+        events.push(`${at()} SIGKILL action worker ${workers[0]!.id} (its actions are redelivered to ${workers[1]!.id})`);
+      }
+      if (killedWorker && !killedWorker.back && performance.now() - killedWorker.at >= opts.restartAfterMs) {
+        const w = workers[killedWorker.index]!;
+        w.daemon = await laminar(`action worker ${w.id} restarted`, w.argv, 'action worker ready');
+        killedWorker.back = true;
+        events.push(`${at()} restarted action worker ${w.id}`);
+      }
+      if (tools) toolView = await readToolView(nc, agentPorts);
+      process.stdout.write(renderTorchProgress(at(), steps, status, ledger, events) + (toolView ? `${toolLine(toolView)}\n` : ''));
     }
 
     console.log('\nstopping the trainer and the agents ...');
@@ -270,7 +295,20 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     const caughtUp = async (): Promise<boolean> =>
       (await managerStatus(managerPort))?.rollouts.filter((r) => r.health === 'alive').every((r) => r.weightVersion === last) ?? false;
     for (const until = performance.now() + 20_000; !stop.aborted && performance.now() < until && !(await caughtUp());) await delay(250);
+    if (tools) toolView = await readToolView(nc, agentPorts);
     await Promise.all(engines.map((e) => e.agent.kill('SIGTERM')));
+    // The workers finish what the agents submitted last (its results wait in the results stream for
+    // whoever resumes those trajectories): the action ledger is read once the queue is empty.
+    let actions: ReturnType<typeof actionLedger> | null = null;
+    if (tools && toolView) {
+      for (const until = performance.now() + 20_000; ;) {
+        const now = await readToolView(nc, []);
+        toolView = { ...toolView, ...pick(now) };
+        if ((now.waiting === 0 && now.running === 0) || performance.now() > until) break;
+        await delay(250);
+      }
+      actions = actionLedger(toolView);
+    }
     const partials = await PartialPool.open({ nc });
     const inPool = new Set((await partials.list()).map((s) => s.trajectoryId));
     await partials.close();
@@ -303,7 +341,9 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     const versions = (final?.rollouts ?? []).map((r) => `${r.id} v${r.weightVersion ?? '-'}${r.health === 'alive' ? '' : ` (${r.health})`}`);
     console.log(`  engines' weights at the end  ${versions.join(', ')}`);
     for (const e of events) console.log(`  event                        ${e}`);
+    if (toolView) for (const line of toolSummary(toolView)) console.log(line);
     console.log(`  ledger                       ${lost.length} trajectories lost, ${ledger.writtenTwice} written twice`);
+    if (actions) console.log(actions.line);
     if (steps.length > 0 && existsSync(metricsFile)) {
       mkdirSync(join(opts.plot, '..'), { recursive: true });
       await run(python, [PLOT, metricsFile, '--out', opts.plot], { cwd: REPO_ROOT }).then(
@@ -312,10 +352,16 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
       );
       writeFileSync(`${opts.plot.replace(/\.png$/, '')}.jsonl`, readFileSync(metricsFile));
     }
-    if (lost.length > 0 || ledger.writtenTwice > 0 || steps.length === 0) process.exitCode = 1;
+    if (lost.length > 0 || ledger.writtenTwice > 0 || steps.length === 0 || (actions && !actions.ok)) process.exitCode = 1;
   } finally {
     await stage.shutdown();
   }
+}
+
+/** The action pool's part of a view (the agents' part is kept from before they stopped). */
+function pick(v: ToolView): Partial<ToolView> {
+  const { queueMsP50, execMsP50, queueMsP99, execMsP99, waiting, running, redelivered, results, resultsByStatus } = v;
+  return { queueMsP50, execMsP50, queueMsP99, execMsP99, waiting, running, redelivered, results, resultsByStatus };
 }
 
 function readSteps(path: string): StepRecord[] {
