@@ -13,7 +13,8 @@ import nats
 import pytest
 
 from laminar import error_codes
-from laminar.actions import ActionArgumentError, ActionWorker, action_names, decode_result, encode_action, lookup_digits, lookup_handler
+from laminar.errors import LaminarError
+from laminar.actions import ActionArgumentError, ActionClient, ActionWorker, action_names, decode_result, encode_action, lookup_digits, lookup_handler
 
 from experience_support import REPO as REPO_ROOT
 
@@ -92,3 +93,48 @@ def test_lookup_matches_the_typescript_tool() -> None:
 def test_lookup_refuses_bad_arguments(args) -> None:
     with pytest.raises(ActionArgumentError):
         lookup_handler(args)
+
+
+async def test_python_client_against_a_typescript_worker_process(nats_server) -> None:
+    """The wire both ways: laminar.actions.ActionClient submits, `laminar action-worker` (TypeScript) runs."""
+    worker = subprocess.Popen(
+        [
+            "node",
+            str(REPO_ROOT / "dist" / "src" / "cli" / "laminar.js"),
+            "action-worker",
+            "--nats",
+            nats_server.url,
+            "--pool",
+            "cross",
+            "--kind",
+            "lookup",
+            "--executor",
+            "lookup",
+            "--metrics-port",
+            "-1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in worker.stderr:  # type: ignore[union-attr]
+            if '"action worker ready"' in line:
+                break
+        else:
+            raise AssertionError(f"the worker exited ({worker.wait()}) before it was ready")
+        nc = await nats.connect(nats_server.url)
+        client = await ActionClient.open(nc, pool="cross")
+        try:
+            r = await client.submit(kind="lookup", tool="lookup", args={"key": "apple", "length": 6}, idempotency_key="x1", trajectory_id="t1", timeout_ms=5000)
+            assert (r["status"], r["output"], r["deliveries"]) == ("ok", "098743", 1)
+            r = await client.submit(kind="lookup", tool="lookup", args={"key": 3}, idempotency_key="x2", trajectory_id="t1", timeout_ms=5000)
+            assert (r["status"], r["code"]) == ("bad_call", error_codes.ACTION_BAD_ARGS)
+            with pytest.raises(LaminarError) as err:
+                await client.submit(kind="a.b", tool="lookup", args={}, idempotency_key="x3", trajectory_id="t1", timeout_ms=5000)
+            assert err.value.code == error_codes.BAD_ACTION
+        finally:
+            await client.close()
+            await nc.close()
+    finally:
+        worker.kill()
+        worker.wait()

@@ -1,5 +1,5 @@
 """Actions: tool calls of agentic trajectories, executed by shared worker pools over NATS
-JetStream (docs/components/actions.md). The worker SDK, wire-compatible with the TypeScript
+JetStream (docs/components/actions.md). The worker SDK and a client, wire-compatible with the TypeScript
 ActionClient and ActionWorker (src/actions):
 
     from laminar.actions import ActionWorker, ActionArgumentError
@@ -15,6 +15,7 @@ Handlers may run more than once for one action (at-least-once): make them idempo
 action id (``ctx.action_id``), see "What a tool author must do" in the docs.
 """
 
+from .client import ActionClient
 from .errors import ActionArgumentError
 from .lookup import LOOKUP_TOOL, fnv1a32, lookup_digits, lookup_handler
 from .wire import action_names, cap_output, decode_result, encode_action, truncation_marker
@@ -22,6 +23,7 @@ from .worker import ActionContext, ActionWorker
 
 __all__ = [
     "ActionArgumentError",
+    "ActionClient",
     "ActionContext",
     "ActionWorker",
     "LOOKUP_TOOL",

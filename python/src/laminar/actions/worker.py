@@ -55,8 +55,8 @@ class ActionContext:
     timeout_s: float
 
 
-async def _ensure(js: Any, names: ActionNames, kind: str) -> None:
-    """The pool's streams and the kind's consumer, as streams.ts creates them, when missing."""
+async def _ensure_streams(js: Any, names: ActionNames) -> None:
+    """The pool's streams, as streams.ts creates them, when missing."""
     for config in (
         StreamConfig(
             name=names.stream,
@@ -79,6 +79,11 @@ async def _ensure(js: Any, names: ActionNames, kind: str) -> None:
             await js.stream_info(config.name)
         except NotFoundError:
             await js.add_stream(config)
+
+
+async def _ensure(js: Any, names: ActionNames, kind: str) -> None:
+    """The pool's streams and the kind's consumer, as streams.ts creates them, when missing."""
+    await _ensure_streams(js, names)
     try:
         await js.consumer_info(names.stream, names.consumer(kind))
     except NotFoundError:
