@@ -81,7 +81,7 @@ describe('experience buffer: writer + FIFO sampler', () => {
     const real = inner.js;
     let attempts = 0;
     inner.js = new Proxy(real, {
-      get: (target, key) =>
+      get: (target, key): unknown =>
         key === 'publish'
           ? async (...args: Parameters<JetStreamClient['publish']>) => {
               const first = attempts++ === 0;
@@ -89,7 +89,7 @@ describe('experience buffer: writer + FIFO sampler', () => {
               if (!first) return ack;
               throw Object.assign(new Error('timeout'), { name: 'TimeoutError' });
             }
-          : Reflect.get(target, key),
+          : (Reflect.get(target, key) as unknown),
     });
     const t = trajectory({ id: 'lost-ack' });
     expect(await w.write(t)).toMatchObject({ duplicate: false });
