@@ -90,8 +90,9 @@ async function ourThroughput(nc: NatsConnection, count: number, window: number):
   return count / s;
 }
 
-function spawnWorkers(url: string, pool: string, n: number, extra: string[] = []): Promise<Daemon[]> {
-  return Promise.all(
+/** `n` worker processes; if one fails to start, those that did are killed (none left behind). */
+async function spawnWorkers(url: string, pool: string, n: number, extra: string[] = []): Promise<Daemon[]> {
+  const started = await Promise.allSettled(
     Array.from({ length: n }, (_, i) =>
       spawnDaemon(
         `action-worker ${i}`,
@@ -100,6 +101,13 @@ function spawnWorkers(url: string, pool: string, n: number, extra: string[] = []
       ),
     ),
   );
+  const workers = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const failed = started.find((s) => s.status === 'rejected');
+  if (failed) {
+    await Promise.all(workers.map((w) => w.kill('SIGKILL')));
+    throw failed.reason;
+  }
+  return workers;
 }
 
 /** No-op actions at `rate`/s for `secs` s to 2 worker processes: completion minus execution, ms. */
