@@ -4,7 +4,8 @@
  */
 
 /**
- * How an action ended, as its observation carries it:
+ * How an action ended, as its observation carries it (one type with the trajectory record's
+ * observation segments, src/data/codec/segments.ts):
  * - ok: the tool answered; truncated: it answered more than the output cap, cut with a marker;
  * - error: the tool's handler threw (or the sandboxed program failed), the message is the output;
  * - timeout: the tool ran past the action's timeout and was stopped;
@@ -13,9 +14,8 @@
  * - bad_call: the call itself is wrong (unknown tool, arguments of the wrong type), or, in the
  *   rollout agent, a tool call that does not parse.
  */
-export type ActionStatus = 'ok' | 'error' | 'timeout' | 'failed' | 'truncated' | 'bad_call';
-
-export const ACTION_STATUSES: readonly ActionStatus[] = ['ok', 'error', 'timeout', 'failed', 'truncated', 'bad_call'];
+import type { ActionStatus } from '../data/codec/segments.js';
+export { ACTION_STATUSES, type ActionStatus } from '../data/codec/segments.js';
 
 /** One tool call to execute. */
 export interface ActionRequest {
