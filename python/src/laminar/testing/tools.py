@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence, TextIO
 
 from .. import error_codes
+from ..actions.lookup import lookup_digits
 from ..errors import LaminarError
 from .digits import BOS, EOS, SEP, VOCAB, encode_digits, response_until_eos
 
@@ -67,16 +68,11 @@ VALUE_DIGITS = 4
 
 
 def lookup_value(key: str, length: int = VALUE_DIGITS) -> str:
-    """The `lookup` tool (the action service's deterministic tool, src/actions/executors/lookup.ts):
-    digit i is FNV-1a-32(utf8(key + "#" + i)) mod 10. The model cannot compute it from the key."""
+    """The `lookup` tool's answer (`laminar.actions.lookup_digits`, the same function as the action
+    workers' src/actions/executors/lookup.ts): digit i is FNV-1a-32(utf8(key + "#" + i)) mod 10.
+    The model cannot compute it from the key."""
     encode_digits(key)  # refuses a key that is not digits
-    out = []
-    for i in range(length):
-        h = 0x811C9DC5
-        for byte in f"{key}#{i}".encode():
-            h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
-        out.append(str(h % 10))
-    return "".join(out)
+    return lookup_digits(key, length)
 
 
 def call_ids(tool: str, key: str) -> list[int]:
