@@ -163,7 +163,7 @@ describe('action workers as processes', () => {
     const registry = new Registry();
     const c = await client('elastic', registry);
     // Queued before any worker exists.
-    const all = Array.from({ length: 60 }, (_, i) => c.submit(sleepy(`e${i}`, 300)));
+    const all = Array.from({ length: 40 }, (_, i) => c.submit(sleepy(`e${i}`, 300)));
     const w1 = await worker('elastic', 'j1', ['--concurrency', '2']);
     await started(w1, 'e0');
     await worker('elastic', 'j2', ['--concurrency', '2']);
@@ -171,6 +171,8 @@ describe('action workers as processes', () => {
     // j1 leaves cleanly (SIGTERM: it finishes what it runs); j3 joins.
     await w1.kill('SIGTERM');
     await worker('elastic', 'j3', ['--concurrency', '2']);
+    // More work once j3 is in: queued at once, it goes to whichever of j2 and j3 has a free slot.
+    all.push(...Array.from({ length: 20 }, (_, i) => c.submit(sleepy(`e${40 + i}`, 300))));
     const results = await Promise.all(all);
     expect(results.map((r) => r.output)).toEqual(Array.from({ length: 60 }, (_, i) => `e${i}`));
     expect(results.every((r) => r.status === 'ok')).toBe(true);
