@@ -8,7 +8,7 @@ import { DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { actionNames } from './names.js';
 import type { ActionWorkerStatus } from './worker.js';
 import { decodeResult } from './wire.js';
-import { openWorkersBucket } from './worker-presence.js';
+import { Kvm } from '@nats-io/kv';
 
 export interface KindStatus {
   kind: string;
@@ -68,6 +68,15 @@ export async function readActionsStatus(nc: NatsConnection, pool = 'default', re
     }
     return k;
   };
+  // A pool no client or worker has used yet: nothing to show (and nothing created by looking).
+  const exists = await jsm.streams.info(names.stream).then(
+    () => true,
+    (err: unknown) => {
+      if (/stream not found/i.test((err as Error).message)) return false;
+      throw err;
+    },
+  );
+  if (!exists) return { pool, recent: 0, kinds: [] };
   for await (const c of jsm.consumers.list(names.stream)) {
     const kind = names.kindOfConsumer(c.name);
     if (kind === null) continue;
@@ -80,9 +89,10 @@ export async function readActionsStatus(nc: NatsConnection, pool = 'default', re
       redelivered: c.num_redelivered,
     });
   }
-  const kv = await openWorkersBucket(nc, names);
-  for await (const key of await kv.keys()) {
-    const e = await kv.get(key);
+  // Opened, not created: a pool whose workers never started has no bucket.
+  const kv = await new Kvm(nc).open(names.workersBucket).catch(() => null);
+  for await (const key of kv ? await kv.keys() : []) {
+    const e = await kv!.get(key);
     if (!e || e.operation !== 'PUT') continue;
     const w = JSON.parse(e.string()) as ActionWorkerStatus;
     kindOf(w.kind).workers.push(w);

@@ -6,11 +6,15 @@
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { Registry } from 'prom-client';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { ActionClient, actionNames, lookupDigits, readActionsStatus, type ActionRequest } from '../../src/actions/index.js';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { ActionClient, actionNames, lookupDigits, readActionsStatus, type ActionRequest, type ActionsStatus } from '../../src/actions/index.js';
+import { CLI } from '../../src/services/daemon-process.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 import { spawnDaemon, type Daemon } from '../../src/services/index.js';
 import { metricValue, natsFixture } from '../data/helpers.js';
 
+const run = promisify(execFile);
 const nats = natsFixture();
 const daemons: Daemon[] = [];
 const clients: ActionClient[] = [];
@@ -182,5 +186,11 @@ describe('action workers as processes', () => {
     const status = await readActionsStatus(nats.nc, 'elastic');
     expect(status.kinds[0]).toMatchObject({ kind: 'k', waiting: 0, results: 60 });
     expect(status.kinds[0]!.workers.map((w) => w.id).sort()).toEqual(['j2', 'j3']);
+    // The CLI shows the same; a pool nobody used is empty (and is not created by looking).
+    const cli = async (pool: string): Promise<ActionsStatus> =>
+      JSON.parse((await run(process.execPath, [CLI, 'actions', '--nats', nats.server.url, '--pool', pool, '--json'])).stdout) as ActionsStatus;
+    expect((await cli('elastic')).kinds[0]).toMatchObject({ kind: 'k', results: 60, workers: expect.any(Array) as unknown });
+    expect(await cli('unused')).toEqual({ pool: 'unused', recent: 0, kinds: [] });
+    await expect((await jetstreamManager(nats.nc)).streams.info(actionNames('unused').stream)).rejects.toThrow(/not found/);
   });
 });
