@@ -10,7 +10,13 @@
         "native/segment.cc",
         "native/checksum.cc",
         "native/ucx_status.cc",
+        "native/ucx_context.cc",
         "native/ucx_worker.cc",
+        "native/ucx_listener.cc",
+        "native/ucx_endpoint.cc",
+        "native/ucx_memory_handle.cc",
+        "native/ucx_request.cc",
+        "native/ucx_binding.cc",
         "native/ucx_connections.cc",
         "native/ucx_transfer.cc",
         "native/ucx_registration.cc"

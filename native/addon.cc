@@ -6,7 +6,7 @@
 #include "errors.h"
 #include "mapping.h"
 #include "segment.h"
-#include "ucx_worker.h"
+#include "ucx_binding.h"
 
 namespace laminar {
 namespace {
@@ -30,7 +30,7 @@ static Napi::Object InitLaminar(Napi::Env env, Napi::Object exports) {
   exports.Set("createSegment", Napi::Function::New(env, CreateSegment, "createSegment"));
   exports.Set("createSegmentAsync", Napi::Function::New(env, CreateSegmentAsync, "createSegmentAsync"));
   exports.Set("memlockLimit", Napi::Function::New(env, MemlockLimit, "memlockLimit"));
-  exports.Set("UcxWorker", UcxWorker::Init(env));
+  exports.Set("UcxWorker", UcxWorkerBinding::Init(env));
   exports.Set("checksumBuffer", Napi::Function::New(env, ChecksumBuffer, "checksumBuffer"));
   return exports;
 }

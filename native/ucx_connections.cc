@@ -1,6 +1,6 @@
-// UcxWorker's connections: parsing and printing socket addresses, listeners and the endpoints
-// they accept, endpoints it connects, and closing them (gracefully, or by force when a peer is
-// gone). Split from ucx_worker.cc, which keeps the worker's lifecycle and its progress loop.
+// The UcxWorker binding's connections: parsing and printing socket addresses, listeners and the
+// endpoints they accept, endpoints it connects, and closing them (gracefully, or by force when a
+// peer is gone). The UCP objects are ucx::Listener and ucx::Endpoint.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 
 #include "errors.h"
 #include "ucx_status.h"
-#include "ucx_worker.h"
+#include "ucx_binding.h"
 
 namespace laminar {
 
@@ -49,40 +49,29 @@ std::string FormatSockaddr(const struct sockaddr_storage* addr) {
   return "unknown";
 }
 
-void UcxWorker::ConnectionHandler(ucp_conn_request_h conn, void* arg) {
-  auto* slot = static_cast<std::pair<UcxWorker*, uint32_t>*>(arg);
-  UcxEvent event;
-  event.kind = UcxEvent::kAccept;
+void UcxWorkerBinding::ConnectionHandler(ucp_conn_request_h conn, void* arg) {
+  auto* slot = static_cast<std::pair<UcxWorkerBinding*, uint32_t>*>(arg);
+  ucx::Event event;
+  event.kind = ucx::Event::kAccept;
   event.listener = slot->second;
   event.conn = conn;
   ucp_conn_request_attr_t attr;
   attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
   if (ucp_conn_request_query(conn, &attr) == UCS_OK) event.address = FormatSockaddr(&attr.client_address);
-  slot->first->OnMessage(std::move(event));
+  slot->first->worker_->events.push_back(std::move(event));
 }
 
 // Endpoints for incoming connections are created outside progress, when the event is delivered.
-ucs_status_t UcxWorker::CreateAcceptedEndpoint(UcxEvent& event) {
-  auto state = std::make_unique<UcxEndpoint>();
-  state->worker = this;
-  state->peer = event.address;
-  ucp_ep_params_t params;
-  memset(&params, 0, sizeof(params));
-  params.field_mask =
-      UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.conn_request = event.conn;
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = ErrorHandler;
-  params.err_handler.arg = state.get();
-  ucp_ep_h ep = nullptr;
-  ucs_status_t status = ucp_ep_create(worker_, &params, &ep);
-  if (status != UCS_OK) return status;  // UCX has consumed the request either way
-  event.endpoint = AddEndpoint(ep, std::move(state));
+ucs_status_t UcxWorkerBinding::CreateAcceptedEndpoint(ucx::Event& event) {
+  ucs_status_t status = UCS_OK;
+  auto endpoint = ucx::Endpoint::Accept(worker_, event.conn, event.address, &status);
+  if (!endpoint) return status;  // UCX has consumed the request either way
+  event.endpoint = AddEndpoint(std::move(endpoint));
   return UCS_OK;
 }
 
 // listen(host: string, port: number): { id, port }
-Napi::Value UcxWorker::Listen(const Napi::CallbackInfo& info) {
+Napi::Value UcxWorkerBinding::Listen(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!CheckOpen(env)) return env.Undefined();
   size_t port;
@@ -100,39 +89,23 @@ Napi::Value UcxWorker::Listen(const Napi::CallbackInfo& info) {
   uint32_t id = next_listener_++;
   // The handler's argument must outlive the listener; it is leaked deliberately per listener
   // (a few bytes) because UCX may still call the handler while the listener is being destroyed.
-  auto* slot = new std::pair<UcxWorker*, uint32_t>(this, id);
-  ucp_listener_params_t params;
-  memset(&params, 0, sizeof(params));
-  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&addr);
-  params.sockaddr.addrlen = len;
-  params.conn_handler.cb = ConnectionHandler;
-  params.conn_handler.arg = slot;
-  ucp_listener_h listener = nullptr;
-  ucs_status_t status = ucp_listener_create(worker_, &params, &listener);
-  if (status != UCS_OK) {
+  auto* slot = new std::pair<UcxWorkerBinding*, uint32_t>(this, id);
+  ucs_status_t status = UCS_OK;
+  auto listener = ucx::Listener::Create(worker_, addr, len, ConnectionHandler, slot, &status);
+  if (!listener) {
     delete slot;
     ThrowUcs(env, status, "listening on " + host + ":" + std::to_string(port));
     return env.Undefined();
   }
-  listeners_[id] = listener;
-  ucp_listener_attr_t attr;
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  uint32_t bound_port = static_cast<uint32_t>(port);
-  if (ucp_listener_query(listener, &attr) == UCS_OK) {
-    if (attr.sockaddr.ss_family == AF_INET) {
-      bound_port = ntohs(reinterpret_cast<struct sockaddr_in*>(&attr.sockaddr)->sin_port);
-    } else if (attr.sockaddr.ss_family == AF_INET6) {
-      bound_port = ntohs(reinterpret_cast<struct sockaddr_in6*>(&attr.sockaddr)->sin6_port);
-    }
-  }
+  uint32_t bound_port = listener->port();
+  listeners_[id] = std::move(listener);
   Napi::Object result = Napi::Object::New(env);
   result.Set("id", id);
   result.Set("port", bound_port);
   return result;
 }
 
-Napi::Value UcxWorker::CloseListener(const Napi::CallbackInfo& info) {
+Napi::Value UcxWorkerBinding::CloseListener(const Napi::CallbackInfo& info) {
   size_t id;
   if (!ToSize(info[0], &id)) {
     ThrowCode(info.Env(), "ERR_INVALID_ARG", "listener id must be a non-negative integer");
@@ -142,10 +115,10 @@ Napi::Value UcxWorker::CloseListener(const Napi::CallbackInfo& info) {
   if (it != listeners_.end()) {
     // Connections that arrived for it and wait for delivery are turned away, not left to time out.
     RejectPendingAccepts(it->first);
-    events_.erase(std::remove_if(events_.begin(), events_.end(),
-                                 [](const UcxEvent& e) { return e.kind == UcxEvent::kAccept && e.conn == nullptr; }),
-                  events_.end());
-    ucp_listener_destroy(it->second);
+    auto& events = worker_->events;
+    events.erase(std::remove_if(events.begin(), events.end(),
+                                [](const ucx::Event& e) { return e.kind == ucx::Event::kAccept && e.conn == nullptr; }),
+                 events.end());
     listeners_.erase(it);
   }
   return info.Env().Undefined();
@@ -153,7 +126,7 @@ Napi::Value UcxWorker::CloseListener(const Napi::CallbackInfo& info) {
 
 // connect(host: string, port: number): endpoint id. Establishment is asynchronous: sends wait
 // for it, and a failure arrives as an "error" event for the endpoint.
-Napi::Value UcxWorker::Connect(const Napi::CallbackInfo& info) {
+Napi::Value UcxWorkerBinding::Connect(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!CheckOpen(env)) return env.Undefined();
   size_t port;
@@ -168,26 +141,13 @@ Napi::Value UcxWorker::Connect(const Napi::CallbackInfo& info) {
     ThrowCode(env, "ERR_BAD_ADDRESS", "not a numeric IP address: " + host);
     return env.Undefined();
   }
-  auto state = std::make_unique<UcxEndpoint>();
-  state->worker = this;
-  state->peer = FormatSockaddr(&addr);
-  ucp_ep_params_t params;
-  memset(&params, 0, sizeof(params));
-  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&addr);
-  params.sockaddr.addrlen = len;
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = ErrorHandler;
-  params.err_handler.arg = state.get();
-  ucp_ep_h ep = nullptr;
-  ucs_status_t status = ucp_ep_create(worker_, &params, &ep);
-  if (status != UCS_OK) {
+  ucs_status_t status = UCS_OK;
+  auto endpoint = ucx::Endpoint::Connect(worker_, addr, len, FormatSockaddr(&addr), &status);
+  if (!endpoint) {
     ThrowUcs(env, status, "connecting to " + host + ":" + std::to_string(port));
     return env.Undefined();
   }
-  return Napi::Number::New(env, AddEndpoint(ep, std::move(state)));
+  return Napi::Number::New(env, AddEndpoint(std::move(endpoint)));
 }
 
 // closeEndpoint(id, force): Promise<void>. A failed endpoint is always closed by force.
@@ -197,7 +157,7 @@ Napi::Value UcxWorker::Connect(const Napi::CallbackInfo& info) {
 // cancelled. UCX's own graceful close is not used because it cannot be cut short: a worker
 // closed while one is in flight could neither close that endpoint again nor be destroyed (UCX
 // aborts in both cases). A forced close, by the worker or by close(id, true), cancels the flush.
-Napi::Value UcxWorker::CloseEndpoint(const Napi::CallbackInfo& info) {
+Napi::Value UcxWorkerBinding::CloseEndpoint(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   size_t id;
   if (!ToSize(info[0], &id)) {
@@ -211,22 +171,14 @@ Napi::Value UcxWorker::CloseEndpoint(const Napi::CallbackInfo& info) {
     deferred.Resolve(env.Undefined());  // closing twice is harmless
     return deferred.Promise();
   }
-  UcxEndpoint* state = it->second.get();
-  force = force || state->failed || state->closing;
-  state->closing = true;
-  auto op = std::make_unique<UcxOp>(env);
-  op->worker = this;
-  op->id = next_op_++;
-  op->what = "close";
-  op->endpoint = state->id;
+  ucx::Endpoint* endpoint = it->second.get();
+  force = force || endpoint->failed || endpoint->closing;
+  endpoint->closing = true;
+  auto op = NewRequest(env, "close");
+  op->endpoint = endpoint->id;
   Napi::Promise promise = op->deferred.Promise();
   if (!force) {
-    ucp_request_param_t param;
-    memset(&param, 0, sizeof(param));
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = SendCallback;
-    param.user_data = op.get();
-    ucs_status_ptr_t request = ucp_ep_flush_nbx(state->ep, &param);
+    ucs_status_ptr_t request = endpoint->Flush(op.get());
     if (UCS_PTR_IS_PTR(request)) {
       op->flushing = true;
       op->request = request;
@@ -235,11 +187,10 @@ Napi::Value UcxWorker::CloseEndpoint(const Napi::CallbackInfo& info) {
     }
     // Flushed already (or failed: closed by force either way).
   }
-  ucs_status_ptr_t request = ForceClose(state, op.get());
+  ucs_status_ptr_t request = endpoint->CloseByForce(op.get());
   if (!UCS_PTR_IS_PTR(request)) {
     // Done now (or failed: the endpoint is gone either way).
-    endpoint_ids_.erase(state->ep);
-    endpoints_.erase(it);
+    ForgetEndpoint(endpoint->id);
     deferred.Resolve(env.Undefined());
     return deferred.Promise();
   }
@@ -248,32 +199,13 @@ Napi::Value UcxWorker::CloseEndpoint(const Napi::CallbackInfo& info) {
   return promise;
 }
 
-ucs_status_ptr_t UcxWorker::ForceClose(UcxEndpoint* state, UcxOp* op) {
-  ucp_request_param_t param;
-  memset(&param, 0, sizeof(param));
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  param.cb.send = SendCallback;
-  param.user_data = op;
-  state->ucx_closed = true;
-  return ucp_ep_close_nbx(state->ep, &param);
-}
-
 // endpointInfo(id): UCX's description of the endpoint (transports and lanes in use).
-Napi::Value UcxWorker::EndpointInfo(const Napi::CallbackInfo& info) {
+Napi::Value UcxWorkerBinding::EndpointInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!CheckOpen(env)) return env.Undefined();
-  UcxEndpoint* state = FindEndpoint(env, info[0]);
-  if (state == nullptr) return env.Undefined();
-  char* text = nullptr;
-  size_t size = 0;
-  FILE* stream = open_memstream(&text, &size);
-  if (stream == nullptr) return Napi::String::New(env, "");
-  ucp_ep_print_info(state->ep, stream);
-  fclose(stream);
-  Napi::String result = Napi::String::New(env, text, size);
-  free(text);
-  return result;
+  ucx::Endpoint* endpoint = FindEndpoint(env, info[0]);
+  if (endpoint == nullptr) return env.Undefined();
+  return Napi::String::New(env, endpoint->Info());
 }
 
 }  // namespace laminar

@@ -1,30 +1,29 @@
-// UcxWorker: memory registrations. register(mapping) registers a whole mapping with every
-// transport once (RDMA pinning), so that later sends from it need not register per operation.
-// ucp_mem_map and ucp_mem_unmap run on the libuv pool: on InfiniBand they pin or unpin every
-// page of a version (tens to hundreds of gigabytes), seconds of work that must not hold the
-// event loop of a relay whose heartbeats decide whether it stays master. Until a registration is
-// done, sends from its region go without one (UCX then registers per operation, as for any
-// unregistered buffer).
+// The UcxWorker binding: memory registrations (ucx::MemoryHandle). register(mapping) registers a whole mapping with
+// every transport once (RDMA pinning), so that later sends from it need not register per operation. ucp_mem_map and
+// ucp_mem_unmap run on the libuv pool: on InfiniBand they pin or unpin every page of a version (tens to hundreds of
+// gigabytes), seconds of work that must not hold the event loop of a relay whose heartbeats decide whether it stays
+// master. Until a registration is done, sends from its region go without one (UCX then registers per operation, as for
+// any unregistered buffer).
 #include <string.h>
 
 #include "errors.h"
 #include "ucx_status.h"
-#include "ucx_worker.h"
+#include "ucx_binding.h"
 
 namespace laminar {
 
 // A registration job on the pool. It holds the region (its pages stay mapped while UCX works on
-// them, whatever JS does with the mapping) and the JS worker object (the UcxWorker and its
-// context cannot be collected under it), and counts in the worker's mem_jobs_ from its creation
-// to its completion: the context outlives a close() until the last job is done.
+// them, whatever JS does with the mapping), the context (which outlives a close() of the worker
+// until the last job is done) and the JS worker object (the binding cannot be collected under
+// it), and counts in the binding's mem_jobs_ from its creation to its completion. The job object
+// is deleted on the JS thread: the context's last holder, if it is one, cleans up there.
 class MemJob : public Napi::AsyncWorker {
  protected:
-  MemJob(UcxWorker* worker, const char* name, std::shared_ptr<Region> region)
+  MemJob(UcxWorkerBinding* worker, const char* name)
       : Napi::AsyncWorker(worker->Env(), name),
         worker_(worker),
         self_(Napi::Persistent(worker->Value())),
-        context_(worker->context_),
-        region_(std::move(region)) {
+        context_(worker->worker_->context()) {
     worker_->mem_jobs_++;
   }
   // On the JS thread, once Execute() is done.
@@ -32,62 +31,54 @@ class MemJob : public Napi::AsyncWorker {
   // UCX failures are not job failures: Done() deals with the UCS status.
   void OnOK() override {
     Done();
-    worker_->FinishMemJob();
+    worker_->mem_jobs_--;
     self_.Reset();
   }
 
-  UcxWorker* worker_;
+  UcxWorkerBinding* worker_;
   Napi::ObjectReference self_;
-  ucp_context_h context_;
-  std::shared_ptr<Region> region_;
+  std::shared_ptr<ucx::Context> context_;
 };
 
 // ucp_mem_map of one region.
 class MemMapJob : public MemJob {
  public:
-  MemMapJob(UcxWorker* worker, uint64_t id, std::shared_ptr<Region> region)
-      : MemJob(worker, "laminar:ucx-register", std::move(region)), id_(id), length_(region_->size) {}
+  MemMapJob(UcxWorkerBinding* worker, uint64_t id, std::shared_ptr<Region> region)
+      : MemJob(worker, "laminar:ucx-register"), id_(id), length_(region->size), region_(std::move(region)) {}
 
   void Execute() override {
-    ucp_mem_map_params_t params;
-    memset(&params, 0, sizeof(params));
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    params.address = region_->addr;
-    params.length = region_->size;
-    status_ = ucp_mem_map(context_, &params, &memh_);
-    // If ours is the last reference (the mapping closed meanwhile), the munmap happens here.
-    if (status_ != UCS_OK) region_.reset();
+    // The handle holds the region from here; if ours is the last reference otherwise (the mapping
+    // closed meanwhile) and the registration failed, the munmap happens here, on the pool.
+    memory_ = ucx::MemoryHandle::Map(context_, std::move(region_), &status_);
   }
-  void Done() override { worker_->OnMapped(id_, memh_, status_, length_, std::move(region_)); }
+  void Done() override { worker_->OnMapped(id_, std::move(memory_), status_, length_); }
 
  private:
   uint64_t id_;
   size_t length_;
-  ucp_mem_h memh_ = nullptr;
+  std::shared_ptr<Region> region_;
+  std::unique_ptr<ucx::MemoryHandle> memory_;
   ucs_status_t status_ = UCS_OK;
 };
 
-// ucp_mem_unmap (unpinning is as long as pinning), then the job's hold on the region goes, on
+// ucp_mem_unmap (unpinning is as long as pinning), then the handle's hold on the region goes, on
 // the pool too: when it is the last one, the munmap of the mapping runs there as well.
 class MemUnmapJob : public MemJob {
  public:
-  MemUnmapJob(UcxWorker* worker, ucp_mem_h memh, std::shared_ptr<Region> region)
-      : MemJob(worker, "laminar:ucx-unregister", std::move(region)), memh_(memh) {}
+  MemUnmapJob(UcxWorkerBinding* worker, std::unique_ptr<ucx::MemoryHandle> memory)
+      : MemJob(worker, "laminar:ucx-unregister"), memory_(std::move(memory)) {}
 
-  void Execute() override {
-    ucp_mem_unmap(context_, memh_);
-    region_.reset();
-  }
+  void Execute() override { memory_->Unmap(); }
   void Done() override {}
 
  private:
-  ucp_mem_h memh_;
+  std::unique_ptr<ucx::MemoryHandle> memory_;
 };
 
 // register(mapping): { id, ready }. `ready` resolves once the registration is in place, or
 // rejects with the UCS status (the mapping is then simply used unregistered). Registering a
 // mapping that is registered or being registered returns the same id.
-Napi::Value UcxWorker::Register(const Napi::CallbackInfo& info) {
+Napi::Value UcxWorkerBinding::Register(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!CheckOpen(env)) return env.Undefined();
   Mapping* mapping = Mapping::Unwrap(info[0]);
@@ -102,7 +93,7 @@ Napi::Value UcxWorker::Register(const Napi::CallbackInfo& info) {
   auto existing = registrations_.find(region.get());
   if (existing != registrations_.end()) {
     result.Set("id", static_cast<double>(existing->second.id));
-    if (existing->second.memh != nullptr) {
+    if (existing->second.memory != nullptr) {
       deferred.Resolve(env.Undefined());
     } else {
       existing->second.waiting.push_back(std::move(deferred));
@@ -123,26 +114,23 @@ Napi::Value UcxWorker::Register(const Napi::CallbackInfo& info) {
   return result;
 }
 
-void UcxWorker::OnMapped(uint64_t id, ucp_mem_h memh, ucs_status_t status, size_t length,
-                         std::shared_ptr<Region> region) {
+void UcxWorkerBinding::OnMapped(uint64_t id, std::unique_ptr<ucx::MemoryHandle> memory, ucs_status_t status,
+                                size_t length) {
   auto key = closed_ ? registration_ids_.end() : registration_ids_.find(id);
   std::vector<Napi::Promise::Deferred> waiting;
   if (key != registration_ids_.end()) {
     auto it = registrations_.find(key->second);
     waiting = std::move(it->second.waiting);
     if (status == UCS_OK) {
-      it->second.memh = memh;
+      it->second.memory = std::move(memory);
     } else {
       registrations_.erase(it);
       registration_ids_.erase(key);
     }
-  } else if (status == UCS_OK) {
-    // Unregistered, or the worker closed, while UCX was registering: undo it.
-    if (closed_) {
-      ucp_mem_unmap(context_, memh);
-    } else {
-      QueueUnmap(memh, std::move(region));
-    }
+  } else if (status == UCS_OK && !closed_) {
+    // Unregistered while UCX was registering: undo it, on the pool. (The worker closed
+    // meanwhile: the handle's destructor undoes it here, and the caller was told already.)
+    QueueUnmap(std::move(memory));
   }
   for (auto& deferred : waiting) {
     if (status == UCS_OK) {
@@ -153,22 +141,13 @@ void UcxWorker::OnMapped(uint64_t id, ucp_mem_h memh, ucs_status_t status, size_
   }
 }
 
-void UcxWorker::QueueUnmap(ucp_mem_h memh, std::shared_ptr<Region> region) {
-  (new MemUnmapJob(this, memh, std::move(region)))->Queue();
-}
-
-void UcxWorker::FinishMemJob() {
-  mem_jobs_--;
-  // A close() while jobs ran left the context to the last of them.
-  if (mem_jobs_ == 0 && closed_ && worker_ == nullptr && context_ != nullptr) {
-    ucp_cleanup(context_);
-    context_ = nullptr;
-  }
+void UcxWorkerBinding::QueueUnmap(std::unique_ptr<ucx::MemoryHandle> memory) {
+  (new MemUnmapJob(this, std::move(memory)))->Queue();
 }
 
 // unregister(id): drops a registration; unknown ids are ignored. One still being made is undone
 // when it is done.
-Napi::Value UcxWorker::Unregister(const Napi::CallbackInfo& info) {
+Napi::Value UcxWorkerBinding::Unregister(const Napi::CallbackInfo& info) {
   size_t id;
   if (!ToSize(info[0], &id)) {
     ThrowCode(info.Env(), "ERR_INVALID_ARG", "registration id must be a non-negative integer");
@@ -185,7 +164,7 @@ Napi::Value UcxWorker::Unregister(const Napi::CallbackInfo& info) {
       deferred.Reject(
           MakeError(info.Env(), "ERR_UCX_UNREGISTERED", "ucx", "unregistered before the registration was done"));
     registration.waiting.clear();
-    if (registration.memh != nullptr) {
+    if (registration.memory != nullptr) {
       retiring_.push_back(std::move(registration));
       UnmapRetired();
     }
@@ -194,7 +173,7 @@ Napi::Value UcxWorker::Unregister(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-void UcxWorker::UnmapRetired() {
+void UcxWorkerBinding::UnmapRetired() {
   for (size_t i = 0; i < retiring_.size();) {
     const Region* region = retiring_[i].region.get();
     bool in_use = false;
@@ -203,7 +182,7 @@ void UcxWorker::UnmapRetired() {
       ++i;
       continue;
     }
-    QueueUnmap(retiring_[i].memh, std::move(retiring_[i].region));
+    QueueUnmap(std::move(retiring_[i].memory));
     retiring_.erase(retiring_.begin() + static_cast<std::ptrdiff_t>(i));
   }
 }

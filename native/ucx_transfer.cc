@@ -1,4 +1,4 @@
-// UcxWorker: messages and their payloads. A payload is sent straight from, and received straight
+// The UcxWorker binding: messages and their payloads. A payload is sent straight from, and received straight
 // into, a shared-memory mapping (or a JS buffer for small ones): no staging copy. Mappings used
 // repeatedly are registered once (register, ucx_registration.cc) so that RDMA transports need
 // not pin per operation.
@@ -6,7 +6,7 @@
 
 #include "errors.h"
 #include "ucx_status.h"
-#include "ucx_worker.h"
+#include "ucx_binding.h"
 
 namespace laminar {
 
@@ -68,21 +68,7 @@ bool ResolvePayload(Napi::Env env, Napi::Value target, Napi::Value offset_value,
 
 }  // namespace
 
-void UcxWorker::SendCallback(void* request, ucs_status_t status, void* user_data) {
-  auto* op = static_cast<UcxOp*>(user_data);
-  op->request = nullptr;
-  op->worker->OnComplete(op, status);
-  ucp_request_free(request);
-}
-
-void UcxWorker::ReceiveCallback(void* request, ucs_status_t status, size_t length, void* user_data) {
-  auto* op = static_cast<UcxOp*>(user_data);
-  op->request = nullptr;
-  op->worker->OnComplete(op, status);
-  ucp_request_free(request);
-}
-
-Napi::Value UcxWorker::Track(Napi::Env env, std::unique_ptr<UcxOp> op, ucs_status_ptr_t request) {
+Napi::Value UcxWorkerBinding::Track(Napi::Env env, std::unique_ptr<Request> op, ucs_status_ptr_t request) {
   Napi::Promise promise = op->deferred.Promise();
   if (UCS_PTR_IS_ERR(request)) {
     op->deferred.Reject(MakeUcsError(env, UCS_PTR_STATUS(request), op->what));
@@ -95,29 +81,26 @@ Napi::Value UcxWorker::Track(Napi::Env env, std::unique_ptr<UcxOp> op, ucs_statu
   return promise;
 }
 
-ucp_mem_h UcxWorker::MemoryHandleFor(const Region* region) const {
+ucp_mem_h UcxWorkerBinding::MemoryHandleFor(const Region* region) const {
   auto it = registrations_.find(region);
-  return it == registrations_.end() ? nullptr : it->second.memh;
+  return it == registrations_.end() || !it->second.memory ? nullptr : it->second.memory->handle();
 }
 
 // send(endpoint, header: Uint8Array, payload: Mapping | ArrayBufferView | null, offset, length,
 //      flags): Promise<void>. Resolves when the payload may be reused: for a rendezvous send,
 // when the receiver has taken (or declined) the bytes.
-Napi::Value UcxWorker::Send(const Napi::CallbackInfo& info) {
+Napi::Value UcxWorkerBinding::Send(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!CheckOpen(env)) return env.Undefined();
-  UcxEndpoint* state = FindEndpoint(env, info[0]);
-  if (state == nullptr) return env.Undefined();
+  ucx::Endpoint* endpoint = FindEndpoint(env, info[0]);
+  if (endpoint == nullptr) return env.Undefined();
   const uint8_t* header = nullptr;
   size_t header_length = 0;
   if (!SourceBytes(info[1], &header, &header_length)) {
     ThrowCode(env, "ERR_INVALID_ARG", "header must be a Uint8Array");
     return env.Undefined();
   }
-  auto op = std::make_unique<UcxOp>(env);
-  op->worker = this;
-  op->id = next_op_++;
-  op->what = "send";
+  auto op = NewRequest(env, "send");
   op->header.assign(header, header + header_length);
   Payload payload;
   if (!info[2].IsNull() && !info[2].IsUndefined()) {
@@ -128,11 +111,8 @@ Napi::Value UcxWorker::Send(const Napi::CallbackInfo& info) {
   size_t flags_value = 0;
   ToSize(info[5], &flags_value);
 
-  ucp_request_param_t param;
-  memset(&param, 0, sizeof(param));
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  param.cb.send = SendCallback;
-  param.user_data = op.get();
+  ucp_request_param_t param = op->SendParam();
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   // REPLY: the receiver learns which endpoint a message came from.
   param.flags = UCP_AM_SEND_FLAG_REPLY | ((flags_value & kSendRendezvous) ? UCP_AM_SEND_FLAG_RNDV : 0);
   if (payload.region) {
@@ -142,14 +122,13 @@ Napi::Value UcxWorker::Send(const Napi::CallbackInfo& info) {
       param.memh = memh;
     }
   }
-  ucs_status_ptr_t request = ucp_am_send_nbx(state->ep, kMessageId, op->header.data(), op->header.size(), payload.data,
-                                             payload.length, &param);
+  ucs_status_ptr_t request = endpoint->Send(op->header.data(), op->header.size(), payload.data, payload.length, &param);
   return Track(env, std::move(op), request);
 }
 
 // receive(desc, target: Mapping | ArrayBufferView, offset, length): Promise<void>. Pulls a
 // rendezvous payload into its final place. `length` must be the announced length.
-Napi::Value UcxWorker::Receive(const Napi::CallbackInfo& info) {
+Napi::Value UcxWorkerBinding::Receive(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!CheckOpen(env)) return env.Undefined();
   size_t desc_id;
@@ -164,17 +143,10 @@ Napi::Value UcxWorker::Receive(const Napi::CallbackInfo& info) {
   }
   Payload payload;
   if (!ResolvePayload(env, info[1], info[2], info[3], true, &payload)) return env.Undefined();
-  auto op = std::make_unique<UcxOp>(env);
-  op->worker = this;
-  op->id = next_op_++;
-  op->what = "receive";
+  auto op = NewRequest(env, "receive");
   op->region = payload.region;
   if (payload.is_buffer) op->buffer = Napi::Persistent(info[1].As<Napi::Object>());
-  ucp_request_param_t param;
-  memset(&param, 0, sizeof(param));
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.recv_am = ReceiveCallback;
-  param.user_data = op.get();
+  ucp_request_param_t param = op->ReceiveParam();
   if (payload.region) {
     ucp_mem_h memh = MemoryHandleFor(payload.region.get());
     if (memh != nullptr) {
@@ -184,13 +156,13 @@ Napi::Value UcxWorker::Receive(const Napi::CallbackInfo& info) {
   }
   void* data_desc = desc->second;
   descs_.erase(desc);  // UCX owns the descriptor from here, whatever happens
-  ucs_status_ptr_t request = ucp_am_recv_data_nbx(worker_, data_desc, payload.data, payload.length, &param);
+  ucs_status_ptr_t request = worker_->ReceiveData(data_desc, payload.data, payload.length, &param);
   return Track(env, std::move(op), request);
 }
 
 // release(desc): declines a rendezvous payload; the sender's send completes without the bytes
 // ever crossing the wire.
-Napi::Value UcxWorker::Release(const Napi::CallbackInfo& info) {
+Napi::Value UcxWorkerBinding::Release(const Napi::CallbackInfo& info) {
   size_t desc_id;
   if (!ToSize(info[0], &desc_id)) {
     ThrowCode(info.Env(), "ERR_INVALID_ARG", "descriptor id must be a non-negative integer");
@@ -198,7 +170,7 @@ Napi::Value UcxWorker::Release(const Napi::CallbackInfo& info) {
   }
   auto desc = descs_.find(desc_id);
   if (desc != descs_.end()) {
-    if (!closed_) ucp_am_data_release(worker_, desc->second);
+    if (!closed_) worker_->ReleaseData(desc->second);
     descs_.erase(desc);
   }
   return info.Env().Undefined();

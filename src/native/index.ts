@@ -51,7 +51,7 @@ export interface Mapping {
   closeAsync(): Promise<void>;
 }
 
-/** Raw events of the native UCX worker (see native/ucx_worker.h); src/ucx wraps them. */
+/** Raw events of the native UCX worker (see native/ucx_binding.h); src/ucx wraps them. */
 export type UcxNativeEvent =
   | { type: 'message'; endpoint: number; header: Buffer; length: number; desc?: number; data?: Buffer; dropped?: boolean }
   | { type: 'accept'; listener: number; address: string; endpoint?: number; error?: Error }

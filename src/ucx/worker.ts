@@ -46,7 +46,7 @@ export interface Registration {
 }
 
 /**
- * A UCX worker on the Node event loop (see native/ucx_worker.h): listeners, endpoints and memory
+ * A UCX worker on the Node event loop (see native/ucx_binding.h): listeners, endpoints and memory
  * registrations. Transports are UCX's choice, steered by its environment (UCX_TLS,
  * UCX_NET_DEVICES, or `netDevices` per worker): TCP on loopback and between network namespaces,
  * RDMA verbs on InfiniBand or RoCE. The worker keeps the process alive while open (like a

@@ -8,12 +8,21 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { LaminarError } from '../../src/common/errors.js';
 import type { Mapping } from '../../src/native/index.js';
-import { UcxWorker, type Endpoint, type IncomingMessage, type Listener } from '../../src/ucx/index.js';
+import { UcxWorker, type Endpoint, type IncomingMessage, type Listener, type NetDeviceChoice } from '../../src/ucx/index.js';
 
 export const REPO = fileURLToPath(new URL('../..', import.meta.url));
 /** What child processes import: the compiled binding. */
 export const DIST_UCX = join(REPO, 'dist/src/ucx/index.js');
 export const DIST_NATIVE = join(REPO, 'dist/src/native/index.js');
+
+/**
+ * The UCX tests connect over 127.0.0.1, and their workers use the loopback device alone. Left to
+ * UCX (UCX_NET_DEVICES=all), a worker opens every device that is up when it is created, and a
+ * loopback connection may put a lane, even its active-message lane, on any of them: on a testbed's
+ * bridge that another test file (the soak) creates in the root namespace and deletes a minute
+ * later. The lane dies with the device, and so does the endpoint ("send: Endpoint timeout").
+ */
+export const LOOPBACK: NetDeviceChoice = { devices: ['lo'], reason: 'the UCX tests connect over 127.0.0.1' };
 
 /** Sizes in the UCX tests are in MiB. */
 export const MiB = 1 << 20;
@@ -109,12 +118,12 @@ export async function connect(server: UcxWorker, client: UcxWorker): Promise<Con
   return { listener, client: clientEp, server: serverEp, inbox: inbox!, clientInbox };
 }
 
-/** Workers created by a test, closed after it. */
+/** Workers created by a test (on loopback unless told otherwise), closed after it. */
 export class Workers {
   private readonly all: UcxWorker[] = [];
 
   create(options?: ConstructorParameters<typeof UcxWorker>[0]): UcxWorker {
-    const worker = new UcxWorker(options);
+    const worker = new UcxWorker({ netDevices: LOOPBACK, ...options });
     this.all.push(worker);
     return worker;
   }
@@ -164,7 +173,7 @@ export function nodeChild(script: string, nodeArgs: string[] = [], env: NodeJS.P
   const child = spawn(process.execPath, [...nodeArgs, '--input-type=module', '-e', script], {
     cwd: REPO,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...env },
+    env: { ...process.env, UCX_NET_DEVICES: LOOPBACK.devices.join(','), ...env }, // see LOOPBACK
   });
   const lines: string[] = [];
   let err = '';

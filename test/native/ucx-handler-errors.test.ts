@@ -12,7 +12,7 @@ import type { LaminarError } from '../../src/common/errors.js';
 import { native } from '../../src/native/index.js';
 import type { Endpoint } from '../../src/ucx/index.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
-import { DIST_UCX, Inbox, NodeChildren, Workers, connect, requireDist, whenClosed, withTimeout, type NodeChild } from '../helpers/ucx.js';
+import { DIST_UCX, Inbox, LOOPBACK, NodeChildren, Workers, connect, requireDist, whenClosed, withTimeout, type NodeChild } from '../helpers/ucx.js';
 
 process.env.UCX_TLS ??= 'tcp';
 
@@ -105,7 +105,7 @@ describe('UCX binding: handlers that throw', () => {
         batches++;
         throw new TypeError(`handler bug ${batches}`);
       },
-      { onError: (err) => errors.push(err) },
+      { onError: (err) => errors.push(err), netDevices: LOOPBACK.devices.join(',') },
     );
     try {
       const { port } = handle.listen('127.0.0.1', 0);
