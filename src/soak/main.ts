@@ -272,13 +272,20 @@ async function main(): Promise<void> {
     await takeSample();
 
     // ---- the end: stop the producers, then read the books ----------------------------------
+    say('stopping the trainer');
     await liveJob.trainer.stop();
-    // The trainer's last version reaches every relay before the books are read.
-    await settle(liveJob, settleMs, () => newestPublished, run.signal);
+    // The trainer's last version reaches every relay before the books are read. (The stopped
+    // trainer is not waited for: it was, and every run spent --settle here.)
+    if (!(await settle(liveJob, settleMs, () => newestPublished, run.signal, [liveJob.trainer])))
+      say(`not settled after the trainer stopped, within ${opts.settle}`);
+    say('stopping the rollouts');
     await Promise.all(liveJob.rollouts.map((r) => r.stop()));
     await delay(500);
+    say('reading the books: trajectories');
     const trajectories = await trajectoryBooks(stage.nc, { ...stage.ledger, removed: removedByTrainer }, bufferAudit);
+    say('reading the books: weights');
     const weights = await weightBooks(liveJob.relays, published, newestPublished >= 0 ? newestPublished : null, { size: sizeBytes, tensors: TENSORS });
+    say('reading the books: prompts');
     const promptsBooks = await promptBooks(stage.redis);
 
     // ---- resources: the trend over the last half of the run --------------------------------
@@ -385,11 +392,21 @@ async function main(): Promise<void> {
 }
 
 /** Waits until every relay is up and holds the newest published version (by the leader's status). */
-async function settle(job: SoakJob, timeoutMs: number, newest: () => number, signal: AbortSignal): Promise<boolean> {
+/**
+ * Waits until every process of the job is up (but those stopped on purpose) and every live relay
+ * holds the newest version; false after `timeoutMs`.
+ */
+async function settle(
+  job: SoakJob,
+  timeoutMs: number,
+  newest: () => number,
+  signal: AbortSignal,
+  stopped: ReadonlyArray<ReturnType<SoakJob['all']>[number]> = [],
+): Promise<boolean> {
   const deadline = performance.now() + timeoutMs;
   while (performance.now() < deadline && !signal.aborted) {
     const target = newest();
-    if (target >= 0 && job.all().every((p) => p.up && !p.paused)) {
+    if (target >= 0 && job.all().every((p) => stopped.includes(p) || (p.up && !p.paused))) {
       for (const port of job.managerPorts()) {
         const status = await managerStatus(port);
         if (!status?.leader) continue;
