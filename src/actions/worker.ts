@@ -152,9 +152,12 @@ export class ActionWorker {
     worker.queueTimer.unref();
     await worker.collectQueue();
     worker.presence = await WorkerPresence.start(options.nc, names, () => worker.status(), worker.logger);
-    worker.heartbeatTimer = setInterval(() => {
-      for (const m of worker.heartbeating) m.working();
-    }, Math.max(50, Math.floor(worker.ackWaitMs / 3)));
+    worker.heartbeatTimer = setInterval(
+      () => {
+        for (const m of worker.heartbeating) m.working();
+      },
+      Math.max(50, Math.floor(worker.ackWaitMs / 3)),
+    );
     worker.loop = worker.pull();
     return worker;
   }

@@ -14,7 +14,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPO } from '../helpers/relay.js';
 
 const run = promisify(execFile);
-const ENTRY_POINTS = ['laminar', 'laminar/relay', 'laminar/trainer', 'laminar/rollout', 'laminar/data', 'laminar/manager', 'laminar/testing', 'laminar/actions'];
+const ENTRY_POINTS = [
+  'laminar',
+  'laminar/relay',
+  'laminar/trainer',
+  'laminar/rollout',
+  'laminar/data',
+  'laminar/manager',
+  'laminar/testing',
+  'laminar/actions',
+];
 const EXAMPLES = join(REPO, 'docs', 'examples');
 
 let scratch: string;
