@@ -187,7 +187,9 @@ describe.skipIf(cannotRun !== null)('the rollout agent on real vLLM servers (vll
 
   it('--partial-rollout: a version swapped in under running trajectories, whose records carry info.versions', async () => {
     const job = 'partial';
-    await pools(job, [prompt('q0', 400)]);
+    // Long enough that the trajectories are still running when the pause lands: the engine streams
+    // ahead of what the agent has counted (400 tokens were all done first once, on a quiet machine).
+    await pools(job, [prompt('q0', 1000)]);
     const x = engines[0]!;
     const a = await agent(job, 'ag-p', x, { batchPrompts: 1, partialRollout: true });
     await expect.poll(() => a.agent.client?.version, { timeout: 60_000 }).toBe(1);

