@@ -117,11 +117,19 @@ describe('rollout SDK: the engine state is the SDK’s', () => {
         .poll(() => ['ro-a', 'ro-b'].map((id) => `${reported(id)?.state} ${reported(id)?.kvUsed}`), { timeout: 10_000 })
         .toEqual(['generating 0.6', 'generating 0.6']);
 
-      // Both ramp down (KV use falls below the last round's): the planner moves the smaller to the other.
-      a.engine.kvUsed = 0.2;
-      b.engine.kvUsed = 0.3;
+      // Both ramp down: the planner moves the smaller to the other. A rollout is a candidate only in
+      // a round that sees its KV use below the previous round's, and the two heartbeats reach the
+      // manager independently, so the use keeps falling (as in a real ramp-down) until one round
+      // sees both fall; a single step could be seen by two rounds one rollout at a time, and then
+      // neither round has two candidates.
+      let fallen = 0;
+      const rampDown = () => {
+        fallen += 0.0002;
+        a.engine.kvUsed = 0.2 - fallen;
+        b.engine.kvUsed = 0.3 - fallen;
+      };
       await expect
-        .poll(() => metricValue(registry, 'laminar_manager_repack_moves_total', { result: 'done' }), {
+        .poll(() => (rampDown(), metricValue(registry, 'laminar_manager_repack_moves_total', { result: 'done' })), {
           timeout: 20_000,
           message: 'the docs-style rollouts were never repacked',
         })
