@@ -33,7 +33,7 @@ import json
 import random
 import sys
 from dataclasses import dataclass
-from typing import Iterator, Sequence, TextIO
+from typing import Iterable, Iterator, Protocol, Sequence, TextIO
 
 from .. import error_codes
 from ..errors import LaminarError
@@ -137,11 +137,15 @@ def decode(ids: Sequence[int]) -> str:
     return " ".join(VOCAB[i] if 0 <= i < VOCAB_SIZE else f"<{i}>" for i in ids)
 
 
-def write_prompt_lines(out: TextIO, prompts: Iterator[Prompt], seed: int, n: int) -> int:
-    """Writes prompt-pool JSONL lines (ids `digits-<seed>-<index>`); returns how many."""
+class _HasPayload(Protocol):
+    def payload(self) -> dict[str, object]: ...
+
+
+def write_prompt_lines(out: TextIO, prompts: Iterable[_HasPayload], seed: int, n: int, task: str = "digits") -> int:
+    """Writes prompt-pool JSONL lines (ids `<task>-<seed>-<index>`); returns how many."""
     count = 0
     for index, prompt in enumerate(prompts):
-        out.write(json.dumps({"id": f"digits-{seed}-{index}", "payload": prompt.payload(), "n": n}, separators=(",", ":")) + "\n")
+        out.write(json.dumps({"id": f"{task}-{seed}-{index}", "payload": prompt.payload(), "n": n}, separators=(",", ":")) + "\n")
         count += 1
     return count
 

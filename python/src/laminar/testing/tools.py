@@ -33,7 +33,6 @@ Prompt pool lines: `python -m laminar.testing.tools prompts --count N --seed S -
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from typing import Iterator, Sequence, TextIO
 from .. import error_codes
 from ..actions.lookup import lookup_digits
 from ..errors import LaminarError
+from . import digits
 from .digits import BOS, EOS, SEP, VOCAB, encode_digits, response_until_eos
 
 TOOL_CALL = 16
@@ -150,11 +150,8 @@ def decode(ids: Sequence[int]) -> str:
 
 
 def write_prompt_lines(out: TextIO, prompts: Iterator[Prompt], seed: int, n: int) -> int:
-    count = 0
-    for index, prompt in enumerate(prompts):
-        out.write(json.dumps({"id": f"lookup-{seed}-{index}", "payload": prompt.payload(), "n": n}, separators=(",", ":")) + "\n")
-        count += 1
-    return count
+    """Writes prompt-pool JSONL lines (ids `lookup-<seed>-<index>`); returns how many."""
+    return digits.write_prompt_lines(out, prompts, seed, n, task="lookup")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
