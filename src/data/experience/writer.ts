@@ -139,8 +139,7 @@ export class ExperienceWriter {
    * trajectory completed before it removes the record, so no removal falls between the reads.
    */
   async has(id: string): Promise<boolean> {
-    const m = await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: this.names.recordSubject(id) }));
-    return m !== null || (await this.retry(() => this.marks.has(id)));
+    return (await this.storedRecord(this.names.recordSubject(id))) !== null || (await this.retry(() => this.marks.has(id)));
   }
 
   private async checkGroup(t: Trajectory): Promise<void> {
@@ -170,7 +169,7 @@ export class ExperienceWriter {
     const chunkSeqs: number[] = [];
     if (payload.byteLength > limit) {
       // Do not leave orphan chunks behind for a trajectory that is already stored.
-      const existing = await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: recordSubject }));
+      const existing = await this.storedRecord(recordSubject);
       if (existing) return this.counted({ seq: existing.seq, duplicate: true, chunks: 0 }, 0);
       for (const [i, part] of splitPayload(payload, limit).entries()) {
         const ack = await this.retry(() => this.js.publish(this.names.chunkSubject(t.id), part, { msgID: chunkMsgId(t.id, i) }));
@@ -195,13 +194,12 @@ export class ExperienceWriter {
     // lost (the server killed or restarted between storing and answering), it may be this
     // write's own: the stored metadata says so. Anything else is a second write of the id: a
     // duplicate, which the buffer kept out.
-    const stored = attempts > 1 ? await this.storedRecord(recordSubject) : null;
-    if (stored && sameRecord(stored.meta, { ...meta, chunkSeqs })) {
+    const stored = await this.storedRecord(recordSubject);
+    if (attempts > 1 && stored && sameRecord(stored.meta, { ...meta, chunkSeqs })) {
       this.m.lostAcks.inc({ buffer: this.names.buffer });
       return this.counted({ seq: stored.seq, duplicate: false, chunks: chunkSeqs.length }, payload.byteLength);
     }
-    const seq = stored?.seq ?? (await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: recordSubject })))?.seq ?? ack?.seq ?? 0;
-    return this.counted({ seq, duplicate: true, chunks: 0 }, 0);
+    return this.counted({ seq: stored?.seq ?? ack?.seq ?? 0, duplicate: true, chunks: 0 }, 0);
   }
 
   /** The record stored for a trajectory id, with its metadata (null when none, or unreadable). */
