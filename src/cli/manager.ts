@@ -12,6 +12,8 @@ import { Manager } from '../manager/manager.js';
 import { managerStatusRoute } from '../manager/status-route.js';
 import { DashboardPublisher, EVENTS_SHOWN } from '../manager/dashboard/publisher.js';
 import { dashboardRoutes } from '../manager/dashboard/routes.js';
+import { ActionPoolWatch, actionsPanel } from '../manager/dashboard/action-pool-watch.js';
+import { checkActionName } from '../actions/names.js';
 import { loadDashboardAssets, type DashboardAssets } from '../manager/dashboard/assets.js';
 import { DEFAULT_REPACK_LIMITS, validateRepackLimits } from '../manager/repack/planner.js';
 import { InvalidInputError } from '../common/errors.js';
@@ -56,6 +58,11 @@ export function managerCommand(): Command {
         'experience buffer name (a taken-over trajectory already there is not resumed; completions and staleness are reported from it)',
       )
         .env('LAMINAR_BUFFER')
+        .default('default'),
+    )
+    .addOption(
+      new Option('--action-pool <name>', 'action pool whose queues, workers and completion times the dashboard shows (as `laminar actions`)')
+        .env('LAMINAR_ACTION_POOL')
         .default('default'),
     )
     .addOption(new Option('--model <name>', 'model the rollouts generate with').env('LAMINAR_MODEL'))
@@ -116,6 +123,7 @@ export function managerCommand(): Command {
         commandTimeoutMs: parseDurationOption('--command-timeout', opts.commandTimeout!),
       };
       const dashboard = parseDashboardOptions(opts.dashboardInterval!, opts.dashboardPages!);
+      const actionPoolName = checkActionName('--action-pool', opts.actionPool!);
       const nc = await connectControl(control, `manager ${opts.id ?? process.pid}`);
       const roofline = parseRooflineBatch(opts.rooflineBatch!);
       const limits = { cMax: Number(opts.kvMax), rooflineBatch: roofline.default };
@@ -147,11 +155,14 @@ export function managerCommand(): Command {
       await manager.start();
       watchEventLoop({ registry, log: logger });
       const port = Number(opts.httpPort);
+      // Read only while a page is open (action-pool-watch.ts).
+      const actionPool = new ActionPoolWatch({ nc, pool: actionPoolName, logger });
       const publisher = new DashboardPublisher({
         status: () => manager.status(),
         series: () => manager.series.window(),
         events: () => manager.journal.latest(EVENTS_SHOWN),
         staleness: (t) => manager.stalenessCounts(t),
+        actions: (t) => (manager.isLeader ? actionsPanel(actionPool.latest(), manager.turnCounts(t)) : null),
         registry,
         ...dashboard,
         logger,
@@ -165,6 +176,7 @@ export function managerCommand(): Command {
         close: async () => {
           // Open pages' streams first: they would hold the HTTP server's close.
           publisher.close();
+          await actionPool.close();
           await manager.close();
           await partials.close();
           redis?.disconnect();

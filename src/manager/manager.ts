@@ -44,7 +44,7 @@ import { RolloutCoordinator, type RolloutCoordinatorOptions } from './rollouts/c
 import { RolloutCoordinatorMetrics } from './rollouts/metrics.js';
 import { StalenessWatch } from './staleness/staleness-watch.js';
 import { EventJournal } from './dashboard/journal.js';
-import { SeriesRecorder } from './dashboard/series-recorder.js';
+import { SeriesRecorder, type TurnCounts } from './dashboard/series-recorder.js';
 import type { StalenessCounts } from './dashboard/model.js';
 import { ErrorCodes } from '../common/error-codes.js';
 
@@ -247,6 +247,11 @@ export class Manager {
    */
   stalenessCounts(t = Date.now()): StalenessCounts | null {
     return this.isLeader && this.stalenessWatch !== null ? this.series.stalenessCounts(t) : null;
+  }
+
+  /** Turns per trajectory completed in the last minute up to `t` (the actions panel's); null as stalenessCounts. */
+  turnCounts(t = Date.now()): TurnCounts | null {
+    return this.isLeader && this.stalenessWatch !== null ? this.series.turnsCounts(t) : null;
   }
 
   // ---- leadership --------------------------------------------------------------------------

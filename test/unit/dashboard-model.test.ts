@@ -21,6 +21,7 @@ import {
   type RolloutColumn,
   type SeriesWindow,
   type StalenessCounts,
+  type ActionsPanel,
 } from '../../src/manager/dashboard/model.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 import { LaminarError } from '../../src/common/errors.js';
@@ -120,7 +121,36 @@ const stateOf = (
   series = window(0, 0),
   log: DashboardEvent[] = [],
   staleness: StalenessCounts | null = null,
-): DashboardState => dashboardState(status, { seq, at: 1_700_000_000_000 + seq * 1000, series, events: log, staleness });
+  actions: ActionsPanel | null = null,
+): DashboardState => dashboardState(status, { seq, at: 1_700_000_000_000 + seq * 1000, series, events: log, staleness, actions });
+
+/** An actions panel with one kind whose queue holds `waiting` actions, and these turn counts. */
+const actionsOf = (waiting: number, turns: number[] | null): ActionsPanel => ({
+  pool: 'default',
+  kinds: [
+    {
+      kind: 'lookup',
+      waiting,
+      running: 2,
+      capacity: 64,
+      redelivered: 0,
+      workers: 2,
+      slots: 8,
+      busy: 2,
+      results: 40,
+      byStatus: { ok: 39, timeout: 1 },
+      queueMsP50: 0.8,
+      queueMsP99: 3.1,
+      execMsP50: 12.5,
+      execMsP99: null,
+    },
+  ],
+  recent: 40,
+  error: null,
+  turns,
+  windowS: 60,
+  maxTurns: 64,
+});
 
 /** Staleness histograms of the last minute as the series recorder gives them. */
 const stalenessOf = (inherent: number[], consumption: number[]): StalenessCounts => ({ inherent, consumption, windowS: 60, maxValue: 64 });
@@ -303,6 +333,22 @@ describe('dashboard deltas', () => {
     expect(applyDelta(page, overTheWire(diffStates(gone, back)))).toEqual(back);
   });
 
+  it('the actions panel: sent whole when it changed, left out when not, null on a standby', () => {
+    const status = fleet(2, 2);
+    const a = stateOf(status, 1, undefined, undefined, null, actionsOf(3, [0, 4, 0, 2]));
+    expect(stateOf(status, 1).actions).toBeNull();
+    const same = stateOf(status, 2, undefined, undefined, null, actionsOf(3, [0, 4, 0, 2]));
+    expect(isEmptyDelta(diffStates(a, same))).toBe(true);
+    const b = stateOf(status, 3, undefined, undefined, null, actionsOf(5, [0, 4, 1, 2]));
+    const changed = diffStates(same, b);
+    expect(Object.keys(changed).sort()).toEqual(['actions', 'at', 'base', 'seq', 'v']);
+    expect(applyDelta(overTheWire(same), overTheWire(changed))).toEqual(b);
+    const gone = stateOf(status, 4);
+    const page = applyDelta(overTheWire(b), overTheWire(diffStates(b, gone)));
+    expect(page.actions).toBeNull();
+    expect(page).toEqual(gone);
+  });
+
   it('a delta that does not follow the page state is refused with ERR_DASHBOARD_DELTA', () => {
     const a = stateOf(fleet(2, 2), 1);
     const b = stateOf(fleet(2, 3), 2);
@@ -336,6 +382,12 @@ describe('dashboard deltas', () => {
         fc.constant(null),
         fc.record({ inherent: fc.array(fc.nat(50), { maxLength: 8 }), consumption: fc.array(fc.nat(50), { maxLength: 8 }) }),
       ),
+      // The actions panel: the same, a new reading (queue depth and turns), or none (a standby).
+      actions: fc.oneof(
+        fc.constant('same' as const),
+        fc.constant(null),
+        fc.record({ waiting: fc.nat(100), turns: fc.option(fc.array(fc.nat(20), { maxLength: 6 })) }),
+      ),
     });
     fc.assert(
       fc.property(fc.array(step, { minLength: 1, maxLength: 8 }), (steps) => {
@@ -363,7 +415,9 @@ describe('dashboard deltas', () => {
           const last = states[states.length - 1]!.staleness;
           // 'same': equal counts in a new object, as the recorder makes them at every update.
           const staleness = s.staleness === 'same' ? last && overTheWire(last) : s.staleness && stalenessOf(s.staleness.inherent, s.staleness.consumption);
-          states.push(stateOf(status, i + 1, window(Math.min(6, 3 + i + s.points), t), log, staleness));
+          const lastActions = states[states.length - 1]!.actions;
+          const actions = s.actions === 'same' ? lastActions && overTheWire(lastActions) : s.actions && actionsOf(s.actions.waiting, s.actions.turns);
+          states.push(stateOf(status, i + 1, window(Math.min(6, 3 + i + s.points), t), log, staleness, actions));
         });
         let page = overTheWire(states[0]!);
         for (let i = 1; i < states.length; i++) {

@@ -194,3 +194,22 @@ describe('the series recorder', () => {
     expect(after.values[SERIES_NAMES.indexOf('inherentMax')]).toEqual([null]);
   });
 });
+
+describe('the turns per trajectory the series recorder counts (the actions panel)', () => {
+  it('counts each completed trajectory at its number of turns over the last minute, and starts over when cleared', () => {
+    let now = 100_000;
+    const recorder = new SeriesRecorder({}, () => now);
+    for (const turns of [1, 3, 3, 2, 70]) recorder.turns(turns);
+    // 70 is past the largest value kept: counted at 64 ("64+").
+    const counts = recorder.turnsCounts(now);
+    expect(counts.windowS).toBe(60);
+    expect(counts.maxValue).toBe(64);
+    expect(counts.counts.slice(0, 4)).toEqual([0, 1, 1, 2]);
+    expect(counts.counts[64]).toBe(1);
+    now += 61_000;
+    recorder.turns(2);
+    expect(recorder.turnsCounts(now).counts).toEqual([0, 0, 1]);
+    recorder.clear();
+    expect(recorder.turnsCounts(now).counts).toEqual([]);
+  });
+});

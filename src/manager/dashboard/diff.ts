@@ -9,7 +9,8 @@
  *   column by column, as pairs of row index and value, or a column whole when most of it changed;
  * - the series and events as what was appended and how many of the oldest were dropped, or the
  *   whole window when the new one does not continue the old (the manager started over);
- * - the staleness histograms whole when they changed (two short arrays of counts).
+ * - the staleness histograms whole when they changed (two short arrays of counts), and so the
+ *   actions panel (a row per action kind and a short array of counts).
  */
 import {
   DASHBOARD_MODEL_VERSION,
@@ -29,6 +30,7 @@ export function diffStates(prev: DashboardState, next: DashboardState): Dashboar
   diffSeries(prev.series, next.series, delta);
   diffEvents(prev.events, next.events, delta);
   if (!sameJson(prev.staleness, next.staleness)) delta.staleness = next.staleness;
+  if (!sameJson(prev.actions, next.actions)) delta.actions = next.actions;
   return delta;
 }
 
@@ -45,7 +47,8 @@ export function isEmptyDelta(delta: DashboardDelta): boolean {
     delta.series === undefined &&
     delta.points === undefined &&
     delta.events === undefined &&
-    delta.staleness === undefined
+    delta.staleness === undefined &&
+    delta.actions === undefined
   );
 }
 

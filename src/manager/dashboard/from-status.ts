@@ -1,7 +1,7 @@
 /**
  * The dashboard's state (model.ts) from the manager's status: the header, the relays (the chain
- * in plan order, then the relays outside it) and the rollout grid. The series, the event log and
- * the staleness histograms are not in the status; their recorders hand them in. Pure: the
+ * in plan order, then the relays outside it) and the rollout grid. The series, the event log,
+ * the staleness histograms and the actions panel are not in the status; their recorders hand them in. Pure: the
  * manager calls it once per update, whatever the number of open pages.
  *
  * Values are rounded to what the page shows (KV use to a percent, silences to seconds from 2 s
@@ -15,6 +15,7 @@ import {
   MEMBER_KINDS,
   ROLLOUT_COLUMNS,
   ROLLOUT_STATES,
+  type ActionsPanel,
   type DashboardEvent,
   type DashboardHeader,
   type DashboardState,
@@ -38,6 +39,8 @@ export interface StateInputs {
   events: DashboardEvent[];
   /** The staleness histograms (the series recorder's); absent or null: no staleness source. */
   staleness?: StalenessCounts | null;
+  /** The actions panel (the manager's action pool watch and turn counts); absent or null: none (a standby). */
+  actions?: ActionsPanel | null;
 }
 
 export function dashboardState(status: ManagerStatus, inputs: StateInputs): DashboardState {
@@ -51,6 +54,7 @@ export function dashboardState(status: ManagerStatus, inputs: StateInputs): Dash
     series: inputs.series,
     events: inputs.events,
     staleness: inputs.staleness ?? null,
+    actions: inputs.actions ?? null,
   };
 }
 

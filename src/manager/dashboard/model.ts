@@ -23,9 +23,9 @@ import { LaminarError } from '../../common/errors.js';
 /**
  * Bumped when a field is added or changes meaning; a page that reads another version reloads
  * itself (and so loads the assets that read it). 2: `staleness`, the histograms of the last minute;
- * 3: a relay row's `reported`.
+ * 3: a relay row's `reported`; 4: `actions`, the action pool's queues and turns per trajectory.
  */
-export const DASHBOARD_MODEL_VERSION = 3;
+export const DASHBOARD_MODEL_VERSION = 4;
 
 export const HEALTHS = ['alive', 'suspected', 'dead'] as const;
 export type Health = (typeof HEALTHS)[number];
@@ -149,6 +149,50 @@ export interface StalenessCounts {
   maxValue: number;
 }
 
+/**
+ * One resource kind of the action pool, as `laminar actions` shows it (src/actions/status.ts):
+ * its queue (waiting for a worker, running, the kind's cap, deliveries that lapsed and were made
+ * again), its workers (those heartbeating, their slots and how many are busy) and, over the most
+ * recent results, the count by status and the queue wait and execution times (ms, p50 and p99;
+ * null when none of them ran).
+ */
+export interface ActionKindRow {
+  kind: string;
+  waiting: number;
+  running: number;
+  capacity: number;
+  redelivered: number;
+  workers: number;
+  slots: number;
+  busy: number;
+  results: number;
+  byStatus: Record<string, number>;
+  queueMsP50: number | null;
+  queueMsP99: number | null;
+  execMsP50: number | null;
+  execMsP99: number | null;
+}
+
+/**
+ * The actions panel: the pool's kinds, read every few seconds while a page is open, and the turns
+ * per trajectory completed over the last `windowS` seconds (from the buffer's records, like the
+ * staleness histograms): `turns[n]` trajectories of n generated turns (a single-turn one has 1;
+ * `maxTurns` or more count at `maxTurns`; no trailing zeros).
+ */
+export interface ActionsPanel {
+  pool: string;
+  /** The kinds at the last read of the pool, by name; null before the first read answered. */
+  kinds: ActionKindRow[] | null;
+  /** The results the times are over (the last `recent` of the results stream). */
+  recent: number;
+  /** Why the last read failed (the rows are then the read before); null when it answered. */
+  error: string | null;
+  /** Null where the manager follows no buffer. */
+  turns: number[] | null;
+  windowS: number;
+  maxTurns: number;
+}
+
 /** One entry of the event log; `n` numbers the manager's events, strictly increasing. */
 export interface DashboardEvent {
   n: number;
@@ -175,6 +219,8 @@ export interface DashboardState {
   events: DashboardEvent[];
   /** The staleness histograms of the last minute; null where the manager has no staleness source (a standby, no staleness watch). */
   staleness: StalenessCounts | null;
+  /** The action pool and turns per trajectory; null on a standby. */
+  actions: ActionsPanel | null;
 }
 
 /** What changed from the state numbered `base` to the state numbered `seq`; absent fields did not change. */
@@ -208,6 +254,8 @@ export interface DashboardDelta {
   events?: { dropEvents: number; added: DashboardEvent[] };
   /** The staleness histograms whole, when they changed (null: no source any more). */
   staleness?: StalenessCounts | null;
+  /** The actions panel whole, when it changed (a few rows). */
+  actions?: ActionsPanel | null;
 }
 
 /** What a page gets for a delta that does not follow its state (ERR_DASHBOARD_DELTA): it then takes a new snapshot. */
@@ -241,6 +289,7 @@ export function applyDelta(state: DashboardState, delta: DashboardDelta): Dashbo
     series: applySeries(state.series, delta),
     events: delta.events ? [...state.events.slice(delta.events.dropEvents), ...delta.events.added] : state.events,
     staleness: delta.staleness === undefined ? state.staleness : delta.staleness,
+    actions: delta.actions === undefined ? state.actions : delta.actions,
   };
 }
 

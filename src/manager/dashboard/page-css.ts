@@ -70,6 +70,12 @@ h3 { font-size: 12px; margin: 4px 0; color: var(--muted); font-weight: 600; }
 .hist-stats { margin-top: 4px; font-size: 11px; }
 .hist-empty { height: 128px; display: flex; align-items: center; justify-content: center; color: var(--muted); border: 1px dashed var(--line); border-radius: 4px; }
 .error { color: var(--bad); }
+.kinds { border-collapse: collapse; margin-bottom: 8px; font-variant-numeric: tabular-nums; }
+.kinds th, .kinds td { text-align: right; padding: 2px 8px; border-bottom: 1px solid #eaeef2; white-space: nowrap; }
+.kinds th:first-child, .kinds td:first-child, .kinds td[data-field=results] { text-align: left; }
+.kinds th { color: var(--muted); font-weight: 600; }
+.muted { color: var(--muted); }
+.hist.turns { max-width: 480px; }
 .chips { display: flex; flex-wrap: wrap; gap: 4px; margin-bottom: 6px; }
 .chip { border: 1px solid var(--line); border-radius: 10px; background: var(--panel); padding: 1px 8px; font-size: 11px; cursor: pointer; }
 .chip[aria-pressed=false] { opacity: 0.4; text-decoration: line-through; }

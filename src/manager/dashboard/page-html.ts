@@ -62,6 +62,11 @@ export function renderPage(prefix: string): string {
       </div>
     </div>
   </section>
+  <section id="actions-section">
+    <h2>Actions <small id="actions-summary"></small></h2>
+    <table id="action-kinds" class="kinds"></table>
+    <div id="hist-turns" class="hist turns"></div>
+  </section>
   <section id="event-section">
     <h2>Events</h2>
     <div id="event-kinds" class="chips"></div>

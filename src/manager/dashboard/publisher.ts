@@ -2,7 +2,8 @@
  * The dashboard's live updates (docs/design/dashboard.md, "Updates"): every open page holds a
  * server-sent-events response of `GET /events`. A page first gets `event: snapshot` with the
  * whole state; then, while at least one page is open, one timer (1 s) takes the manager's status,
- * builds the next state with the series, the events and the staleness histograms, diffs it
+ * builds the next state with the series, the events, the staleness histograms and the actions
+ * panel, diffs it
  * against the current one and writes the same bytes, `event: delta`, to every page. The state,
  * the diff and the serialisation are paid once per update whatever the number of pages; a
  * snapshot's JSON is made once per state, so pages opening together cost one. No page open: no
@@ -26,7 +27,7 @@ import { watchdog, type Watchdog } from '../../common/watchdog.js';
 import type { ManagerStatus } from '../manager-status.js';
 import { diffStates } from './diff.js';
 import { dashboardState } from './from-status.js';
-import type { DashboardEvent, DashboardState, SeriesWindow, StalenessCounts } from './model.js';
+import type { ActionsPanel, DashboardEvent, DashboardState, SeriesWindow, StalenessCounts } from './model.js';
 
 /** Events a state carries (the page's log); the journal keeps more. */
 export const EVENTS_SHOWN = 200;
@@ -58,6 +59,8 @@ export interface DashboardPublisherOptions {
   events: () => DashboardEvent[];
   /** The staleness histograms of the window ending at the state's time `t` (the manager's); absent or null: no staleness source. */
   staleness?: (t: number) => StalenessCounts | null;
+  /** The actions panel at the state's time `t` (action-pool-watch.ts); absent or null: none (a standby). */
+  actions?: (t: number) => ActionsPanel | null;
   /** Where the dashboard's metrics go (the manager's registry). */
   registry: Registry;
   /** Period of the updates while a page is open (default 1 s). */
@@ -198,6 +201,7 @@ export class DashboardPublisher {
       series: this.options.series(),
       events: this.options.events(),
       staleness: this.options.staleness?.(at) ?? null,
+      actions: this.options.actions?.(at) ?? null,
     });
   }
 

@@ -47,6 +47,13 @@ export const SERIES_NAMES = [
 export type SeriesName = (typeof SERIES_NAMES)[number];
 export type SeriesPoint = Record<SeriesName, number | null>;
 
+/** Turns per trajectory completed over a window, as counts (counts[n]: trajectories of n turns). */
+export interface TurnCounts {
+  counts: number[];
+  windowS: number;
+  maxValue: number;
+}
+
 /** Counts the status does not carry, read by the manager at each point. */
 export interface RecorderCounts {
   /** Chunk bytes the relays received while this manager led (cumulative); null: no relay reports it. */
@@ -66,6 +73,8 @@ export class SeriesRecorder implements StalenessListener {
   private readonly ring: SeriesRing;
   private readonly inherentCounts: SlidingCounts;
   private readonly consumptionCounts: SlidingCounts;
+  /** Generated turns per trajectory completed (the actions panel's histogram, model.ts `ActionsPanel`). */
+  private readonly turnCounts: SlidingCounts;
   private readonly rates = {
     completions: new CounterRate(),
     movesDone: new CounterRate(),
@@ -84,6 +93,7 @@ export class SeriesRecorder implements StalenessListener {
     const windowMs = options.stalenessWindowMs ?? 60_000;
     this.inherentCounts = new SlidingCounts(windowMs);
     this.consumptionCounts = new SlidingCounts(windowMs);
+    this.turnCounts = new SlidingCounts(windowMs);
   }
 
   // ---- what the staleness watch hands in (StalenessListener) ----------------------------------
@@ -98,6 +108,10 @@ export class SeriesRecorder implements StalenessListener {
 
   consumption(value: number, count: number): void {
     this.consumptionCounts.add(this.clock(), value, count);
+  }
+
+  turns(turns: number): void {
+    this.turnCounts.add(this.clock(), turns);
   }
 
   // ---- points ---------------------------------------------------------------------------------
@@ -161,6 +175,11 @@ export class SeriesRecorder implements StalenessListener {
     };
   }
 
+  /** Turns per trajectory completed in the window ending at `t` (the actions panel's), as counts. */
+  turnsCounts(t: number): TurnCounts {
+    return { counts: this.turnCounts.counts(t), windowS: this.turnCounts.windowMs / 1000, maxValue: this.turnCounts.maxValue };
+  }
+
   /** The window as a state holds it (a copy). */
   window(): SeriesWindow {
     return this.ring.window();
@@ -175,6 +194,7 @@ export class SeriesRecorder implements StalenessListener {
     this.ring.clear();
     this.inherentCounts.clear();
     this.consumptionCounts.clear();
+    this.turnCounts.clear();
     for (const rate of Object.values(this.rates)) rate.reset();
   }
 }

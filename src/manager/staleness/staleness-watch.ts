@@ -36,6 +36,8 @@ export interface StalenessListener {
   inherent(value: number): void;
   /** `count` trajectories of a batch trained on had consumption staleness `value`. */
   consumption(value: number, count: number): void;
+  /** The trajectory written had `turns` generated turns (1 for a single-turn one). */
+  turns(turns: number): void;
 }
 
 export interface StalenessWatchOptions {
@@ -60,6 +62,7 @@ export class StalenessWatch {
       onRecord: (meta) => {
         metrics.completed.inc();
         listener?.completed();
+        listener?.turns(meta.segments ? meta.segments.filter((s) => s.kind === 'generated').length : 1);
         const version = options.trainerVersion();
         if (version !== undefined) {
           const staleness = Math.max(version - meta.weightVersion, 0);

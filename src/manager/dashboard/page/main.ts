@@ -1,7 +1,8 @@
 /**
  * The dashboard page (docs/design/dashboard.md, "The views"): connects to the manager's
  * `/events`, keeps the state the deltas make, and renders it at most once a frame: the header,
- * the chain, the rollout grid, the time series, the staleness histograms and the event log, each
+ * the chain, the rollout grid, the time series, the staleness histograms, the actions panel and
+ * the event log, each
  * view redrawing only what changed since it last drew. A hidden tab applies the deltas and renders
  * once shown again.
  *
@@ -9,6 +10,7 @@
  * (for the browser tests and the bench; nothing reads it otherwise).
  */
 import type { DashboardState } from '../model.js';
+import { ActionsView } from './actions-view.js';
 import { ChainView } from './chain-view.js';
 import { DashboardConnection, type StreamState } from './connection.js';
 import { EventLog } from './event-log.js';
@@ -23,6 +25,7 @@ const chain = new ChainView();
 const grid = new RolloutGrid(() => schedule());
 const series = new SeriesView();
 const staleness = new StalenessView();
+const actions = new ActionsView();
 const log = new EventLog();
 const timings = new RenderTimings();
 
@@ -58,6 +61,7 @@ function render(): void {
     grid.render(state.rollouts, state.header);
     series.render(state.series);
     staleness.render(state.staleness);
+    actions.render(state.actions);
     log.render(state.events, Date.now() + offset);
     renders++;
   }

@@ -5,17 +5,14 @@
  * by how many versions behind the trainer they were, from the samplers' batch summaries). A bar
  * per value from 0, coloured by the version's age as in the rollout grid, the last one "N+" when
  * larger values were folded into it; under each, p50, p90, max and how many trajectories. Both
- * share the x range so that they read together; each has its own height scale.
- *
- * Plain DOM: a bar is a div whose height is set from script (the CSSOM, which the page's
- * Content-Security-Policy allows; a `style` attribute in HTML it would not). Redrawn only when the
+ * share the x range so that they read together; each has its own height scale (histogram.ts
+ * draws them). Redrawn only when the
  * counts changed (the delta carries them only then, so the state keeps the same object).
  */
 import type { StalenessCounts } from '../model.js';
-import { percentileOfCounts } from '../series.js';
 import { ageColour } from './colours.js';
-import { byId, el, setText } from './dom.js';
-import { count } from './format.js';
+import { byId, setText } from './dom.js';
+import { drawEmptyHistogram, drawHistogram } from './histogram.js';
 
 interface Histogram {
   key: 'inherent' | 'consumption';
@@ -25,10 +22,7 @@ interface Histogram {
   box: HTMLElement;
 }
 
-/** Height of the tallest bar, in CSS pixels. */
-const BAR_PX = 96;
-/** Bars up to this many carry their count on top; x labels are thinned out to about this many. */
-const LABELLED = 12;
+const behind = (label: string, v: number): string => `${label} ${v === 1 ? 'version' : 'versions'} behind`;
 
 export class StalenessView {
   private readonly heading = byId('staleness-heading');
@@ -47,52 +41,8 @@ export class StalenessView {
     // One x range for both: the larger of the two.
     const width = staleness === null ? 0 : Math.max(staleness.inherent.length, staleness.consumption.length);
     for (const h of this.histograms) {
-      if (staleness === null) drawEmpty(h, 'none', 'no staleness source (a standby manager, or no staleness watch)');
-      else draw(h, staleness[h.key], width, staleness.maxValue);
+      if (staleness === null) drawEmptyHistogram(h.box, h.title, 'none', 'no staleness source (a standby manager, or no staleness watch)');
+      else drawHistogram(h.box, { title: h.title, valueText: behind, colour: ageColour }, staleness[h.key], width, staleness.maxValue, h.empty);
     }
   }
-}
-
-function drawEmpty(h: Histogram, state: 'none' | 'empty', why: string): void {
-  h.box.dataset.state = state;
-  h.box.dataset.total = '0';
-  h.box.replaceChildren(el('div', 'hist-title', h.title), el('div', 'hist-empty', why));
-}
-
-function draw(h: Histogram, counts: readonly number[], width: number, maxValue: number): void {
-  const total = counts.reduce((a, b) => a + b, 0);
-  if (total === 0) {
-    drawEmpty(h, 'empty', h.empty);
-    return;
-  }
-  const tallest = Math.max(...counts);
-  // The value a count stands for: the last one is "that many or more" once the values reach it.
-  const label = (v: number): string => (v >= maxValue ? `${v}+` : String(v));
-  const every = Math.ceil(width / LABELLED);
-  const plot = el('div', 'hist-plot');
-  for (let v = 0; v < width; v++) {
-    const n = counts[v] ?? 0;
-    const column = el('div', 'hist-col');
-    column.title = `${label(v)} ${v === 1 ? 'version' : 'versions'} behind: ${count(n)} ${n === 1 ? 'trajectory' : 'trajectories'}`;
-    const bar = el('div', 'hist-bar');
-    bar.dataset.value = String(v);
-    bar.dataset.count = String(n);
-    // A count above 0 stays visible, however small beside the tallest.
-    bar.style.height = `${n === 0 ? 0 : Math.max(2, Math.round((n / tallest) * BAR_PX))}px`;
-    bar.style.background = ageColour(v);
-    const showX = v % every === 0 || v === width - 1;
-    column.append(el('div', 'hist-n', width <= LABELLED && n > 0 ? count(n) : ''), bar, el('div', 'hist-x', showX ? label(v) : ''));
-    plot.append(column);
-  }
-  const p = (q: number): string => {
-    const value = percentileOfCounts(counts, q);
-    return value === null ? '–' : label(value);
-  };
-  h.box.dataset.state = 'bars';
-  h.box.dataset.total = String(total);
-  h.box.replaceChildren(
-    el('div', 'hist-title', h.title),
-    plot,
-    el('div', 'hist-stats', `p50 ${p(0.5)} · p90 ${p(0.9)} · max ${p(1)} · ${count(total)} ${total === 1 ? 'trajectory' : 'trajectories'}`),
-  );
 }
