@@ -1,4 +1,5 @@
 export { natsServerBinary, startNatsServer, type NatsServer, type NatsServerOptions } from './nats.js';
+export { startNatsCluster, type NatsCluster, type NatsClusterNode, type NatsClusterOptions, type StreamReplicaState } from './nats-cluster.js';
 export { startRedisServer, type RedisServer, type RedisServerOptions } from './redis.js';
 export { ServiceError } from './errors.js';
 export { freePort } from './ports.js';

@@ -26,6 +26,20 @@ export interface NatsServerOptions {
   /** Address to listen on (default 127.0.0.1; 0.0.0.0 for clients in other namespaces). */
   host?: string;
   startTimeoutMs?: number;
+  /** Makes this server one node of a cluster (routes to the others): see startNatsCluster(). */
+  cluster?: NatsClusterNodeOptions;
+}
+
+/** A cluster node's name and routes. The cluster port is fixed: the other nodes' routes name it. */
+export interface NatsClusterNodeOptions {
+  /** The cluster's name (the same on every node). */
+  name: string;
+  /** This server's name, unique in the cluster: JetStream's stream info names leaders by it. */
+  serverName: string;
+  /** The port this node listens on for routes from the other nodes. */
+  port: number;
+  /** The route ports of the other nodes (on 127.0.0.1). */
+  routes: readonly number[];
 }
 
 export interface NatsServer extends EmbeddedServer {
@@ -78,6 +92,16 @@ export function natsServerBinary(): string {
   return findBinary('nats-server', 'LAMINAR_NATS_SERVER', [join(REPO_ROOT, '.venv', 'bin')]);
 }
 
+/** The config lines of a cluster node (none for a lone server). */
+function clusterConfig(cluster: NatsClusterNodeOptions | undefined): string[] {
+  if (!cluster) return [];
+  const routes = cluster.routes.map((p) => JSON.stringify(`nats-route://127.0.0.1:${p}`)).join(', ');
+  return [
+    `server_name: ${JSON.stringify(cluster.serverName)}`,
+    `cluster { name: ${JSON.stringify(cluster.name)}, listen: "127.0.0.1:${cluster.port}", routes: [${routes}] }`,
+  ];
+}
+
 export async function startNatsServer(options: NatsServerOptions = {}): Promise<NatsServer> {
   const binary = natsServerBinary();
   const rootDir = makeTempDir('nats');
@@ -94,6 +118,7 @@ export async function startNatsServer(options: NatsServerOptions = {}): Promise<
       `max_payload: ${maxPayload}`,
       // Room for a batch of large messages in flight to a slow consumer (tests, benches).
       `max_pending: 256MB`,
+      ...clusterConfig(options.cluster),
       options.jetstream === false
         ? ''
         : `jetstream { store_dir: ${JSON.stringify(storeDir)}${options.maxFileStore === undefined ? '' : `, max_file_store: ${options.maxFileStore}`} }`,

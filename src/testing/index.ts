@@ -5,11 +5,16 @@
  */
 export {
   startNatsServer,
+  startNatsCluster,
   startRedisServer,
   freePort,
   ServiceError,
   type NatsServer,
   type NatsServerOptions,
+  type NatsCluster,
+  type NatsClusterNode,
+  type NatsClusterOptions,
+  type StreamReplicaState,
   type RedisServer,
   type RedisServerOptions,
   type EmbeddedServer,
