@@ -9,6 +9,7 @@
         "native/mapping_async.cc",
         "native/segment.cc",
         "native/checksum.cc",
+        "native/fp8_quantize.cc",
         "native/ucx_status.cc",
         "native/ucx_context.cc",
         "native/ucx_worker.cc",

@@ -16,6 +16,8 @@ const BENCHES = [
   'simulate',
   'dashboard',
   'actions',
+  'fp8',
+  'multi-trainer',
 ] as const;
 
 async function main(): Promise<void> {

@@ -4,6 +4,7 @@
 
 #include "checksum.h"
 #include "errors.h"
+#include "fp8_quantize.h"
 #include "mapping.h"
 #include "segment.h"
 #include "ucx_binding.h"
@@ -32,6 +33,7 @@ static Napi::Object InitLaminar(Napi::Env env, Napi::Object exports) {
   exports.Set("memlockLimit", Napi::Function::New(env, MemlockLimit, "memlockLimit"));
   exports.Set("UcxWorker", UcxWorkerBinding::Init(env));
   exports.Set("checksumBuffer", Napi::Function::New(env, ChecksumBuffer, "checksumBuffer"));
+  exports.Set("fp8QuantizeAsync", Napi::Function::New(env, Fp8QuantizeAsync, "fp8QuantizeAsync"));
   return exports;
 }
 

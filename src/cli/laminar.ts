@@ -5,6 +5,7 @@ import { LaminarError } from '../common/errors.js';
 import { actionWorkerCommand } from './action-worker.js';
 import { actionsCommand } from './actions.js';
 import { chunkSizeCommand } from './chunk-size.js';
+import { fp8ConvertCommand } from './fp8-convert.js';
 import { managerCommand } from './manager.js';
 import { planCommand } from './plan.js';
 import { promptsCommand } from './prompts/index.js';
@@ -30,6 +31,7 @@ const program = new Command('laminar')
   .addCommand(samplerCommand())
   .addCommand(promptsCommand())
   .addCommand(chunkSizeCommand())
+  .addCommand(fp8ConvertCommand())
   .addCommand(rolloutAgentCommand())
   .addCommand(simRolloutCommand())
   .addCommand(simTrainerCommand())

@@ -89,6 +89,21 @@ export const ERROR_CATALOGUE = {
   DUPLICATE_TENSOR: entry('ERR_DUPLICATE_TENSOR', 'weights', 'Two tensors of one version have the same name.'),
   BAD_MODEL_ID: entry('ERR_BAD_MODEL_ID', 'weights', 'A model id is empty, too long or has characters a segment name cannot carry.'),
   BAD_VERSION: entry('ERR_BAD_VERSION', 'weights', 'A version number is not a non-negative safe integer.'),
+  FP8_NON_FINITE: entry(
+    'ERR_FP8_NON_FINITE',
+    'weights',
+    'A tensor to be quantised to FP8 holds a NaN or an infinity (`details.tensor`, `details.index`: the first one): no FP8 version is made of it.',
+  ),
+  FP8_NO_ELIGIBLE_TENSORS: entry(
+    'ERR_FP8_NO_ELIGIBLE_TENSORS',
+    'weights',
+    'An FP8 version was asked of a model none of whose tensors is quantised (2-D BF16 or F32 and not kept by `--fp8-keep`): there would be nothing FP8 in it.',
+  ),
+  FP8_BAD_CONFIG: entry(
+    'ERR_FP8_BAD_CONFIG',
+    'weights',
+    "The `config.json` an FP8 version's directory is made from (`--engine-files`) does not parse as a JSON object: no FP8 version is served.",
+  ),
   BAD_SEGMENT_NAME: entry('ERR_BAD_SEGMENT_NAME', 'weights', 'A segment file name is not one the relay makes (`<model>.v<N>.safetensors`).'),
   BAD_SAFETENSORS: entry(
     'ERR_BAD_SAFETENSORS',

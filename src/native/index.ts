@@ -109,6 +109,19 @@ interface NativeAddon {
   createSegmentAsync: (path: string, size: number, mode?: number) => Promise<void>;
   memlockLimit: () => { soft: number; hard: number };
   checksumBuffer: (data: ArrayBufferView | ArrayBuffer) => bigint;
+  /** See native/fp8_quantize.h; src/relay/fp8/quantize.ts is the friendly surface. */
+  fp8QuantizeAsync: (
+    source: Mapping,
+    sourceOffset: number,
+    dtype: 'BF16' | 'F32',
+    rows: number,
+    cols: number,
+    rowBegin: number,
+    rowEnd: number,
+    target: Mapping,
+    weightOffset: number,
+    scaleOffset: number,
+  ) => Promise<number>;
 }
 
 function findAddon(): string {
@@ -159,6 +172,7 @@ export const createSegment = native.createSegment;
 export const createSegmentAsync = native.createSegmentAsync;
 export const memlockLimit = native.memlockLimit;
 export const checksumBuffer = native.checksumBuffer;
+export const fp8QuantizeAsync = native.fp8QuantizeAsync;
 
 /** Checksums are carried as 16 lowercase hex digits (XXH3-64, seed 0). */
 export function checksumHex(value: bigint): string {

@@ -78,6 +78,15 @@ BAD_MODEL_ID: Final = "ERR_BAD_MODEL_ID"
 BAD_VERSION: Final = "ERR_BAD_VERSION"
 """A version number is not a non-negative safe integer."""
 
+FP8_NON_FINITE: Final = "ERR_FP8_NON_FINITE"
+"""A tensor to be quantised to FP8 holds a NaN or an infinity (`details.tensor`, `details.index`: the first one): no FP8 version is made of it."""
+
+FP8_NO_ELIGIBLE_TENSORS: Final = "ERR_FP8_NO_ELIGIBLE_TENSORS"
+"""An FP8 version was asked of a model none of whose tensors is quantised (2-D BF16 or F32 and not kept by `--fp8-keep`): there would be nothing FP8 in it."""
+
+FP8_BAD_CONFIG: Final = "ERR_FP8_BAD_CONFIG"
+"""The `config.json` an FP8 version's directory is made from (`--engine-files`) does not parse as a JSON object: no FP8 version is served."""
+
 BAD_SEGMENT_NAME: Final = "ERR_BAD_SEGMENT_NAME"
 """A segment file name is not one the relay makes (`<model>.v<N>.safetensors`)."""
 
@@ -224,6 +233,21 @@ RELAY_STOPPING: Final = "ERR_RELAY_STOPPING"
 
 DESTINATION_LOST: Final = "ERR_DESTINATION_LOST"
 """The relay a version was being pushed to died or dropped the connection during the push (`details.stage`: connecting, offering, transferring or awaiting its verification; `cause`: the transport error). A trainer client pushes again to the next master."""
+
+PART_LOST: Final = "ERR_PART_LOST"
+"""A version was being published in parts and one part's publisher died or dropped its connection before its part was in: the partial version is discarded, and every other part's push fails with this code. Publish the version again (all parts)."""
+
+PART_EXPIRED: Final = "ERR_PART_EXPIRED"
+"""A version published in parts did not receive anything from any part for `--partial-ttl`: the partial version is discarded and the parts still pushing fail with this code."""
+
+PART_MISMATCH: Final = "ERR_PART_MISMATCH"
+"""A part of a version published in parts does not agree with the parts already offered: another layout (model, tensors, dtypes, shapes, chunk size or metadata) or another part count. Only that part is refused."""
+
+PART_OVERLAP: Final = "ERR_PART_OVERLAP"
+"""A part of a version published in parts claims a tensor (or a part index) that another part of the version already holds. Only that part is refused."""
+
+PART_MISSING: Final = "ERR_PART_MISSING"
+"""Every part of a version published in parts was offered, but some tensors are in none of them: the partial version is discarded and every part fails with this code (`details.missing` names some)."""
 
 PUSH_IN_PROGRESS: Final = "ERR_PUSH_IN_PROGRESS"
 """This publisher is already pushing the same model and version."""
@@ -375,6 +399,12 @@ DUPLICATE_PROMPT: Final = "ERR_DUPLICATE_PROMPT"
 PROMPT_FILE: Final = "ERR_PROMPT_FILE"
 """A prompt file cannot be loaded: missing or unreadable, not JSONL or Parquet, or a Parquet file without the id column."""
 
+BAD_REDIS_URL: Final = "ERR_BAD_REDIS_URL"
+"""A Redis address is not redis://, rediss://, redis+sentinel://<sentinels>/<master> or redis+cluster://<nodes>, or a host, port or database in it is malformed."""
+
+NOT_REPLICATED: Final = "ERR_NOT_REPLICATED"
+"""A prompt-pool write reached the Redis master but fewer replicas than the pool's `replicas` acknowledged it in time (WAIT): a failover now could lose it. A claim is given back; retry the call."""
+
 REDIS_UNREACHABLE: Final = "ERR_REDIS_UNREACHABLE"
 """Redis cannot be reached at the given address (refused, unresolved, or no answer in time)."""
 
@@ -488,6 +518,9 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_DUPLICATE_TENSOR": "Two tensors of one version have the same name.",
     "ERR_BAD_MODEL_ID": "A model id is empty, too long or has characters a segment name cannot carry.",
     "ERR_BAD_VERSION": "A version number is not a non-negative safe integer.",
+    "ERR_FP8_NON_FINITE": "A tensor to be quantised to FP8 holds a NaN or an infinity (`details.tensor`, `details.index`: the first one): no FP8 version is made of it.",
+    "ERR_FP8_NO_ELIGIBLE_TENSORS": "An FP8 version was asked of a model none of whose tensors is quantised (2-D BF16 or F32 and not kept by `--fp8-keep`): there would be nothing FP8 in it.",
+    "ERR_FP8_BAD_CONFIG": "The `config.json` an FP8 version's directory is made from (`--engine-files`) does not parse as a JSON object: no FP8 version is served.",
     "ERR_BAD_SEGMENT_NAME": "A segment file name is not one the relay makes (`<model>.v<N>.safetensors`).",
     "ERR_BAD_SAFETENSORS": "A file or segment is not a valid safetensors file (header length, JSON, offsets, laminar metadata).",
     "ERR_MODEL_MISMATCH": "A model directory does not fit the model it is loaded into: `config.json` unreadable or invalid, a tensor missing, unexpected, or of another shape or dtype.",
@@ -537,6 +570,11 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_TRANSFER_ABANDONED": "The version being sent or received was dropped locally; its transfer ends.",
     "ERR_RELAY_STOPPING": "The relay is shutting down and takes no new transfers.",
     "ERR_DESTINATION_LOST": "The relay a version was being pushed to died or dropped the connection during the push (`details.stage`: connecting, offering, transferring or awaiting its verification; `cause`: the transport error). A trainer client pushes again to the next master.",
+    "ERR_PART_LOST": "A version was being published in parts and one part's publisher died or dropped its connection before its part was in: the partial version is discarded, and every other part's push fails with this code. Publish the version again (all parts).",
+    "ERR_PART_EXPIRED": "A version published in parts did not receive anything from any part for `--partial-ttl`: the partial version is discarded and the parts still pushing fail with this code.",
+    "ERR_PART_MISMATCH": "A part of a version published in parts does not agree with the parts already offered: another layout (model, tensors, dtypes, shapes, chunk size or metadata) or another part count. Only that part is refused.",
+    "ERR_PART_OVERLAP": "A part of a version published in parts claims a tensor (or a part index) that another part of the version already holds. Only that part is refused.",
+    "ERR_PART_MISSING": "Every part of a version published in parts was offered, but some tensors are in none of them: the partial version is discarded and every part fails with this code (`details.missing` names some).",
     "ERR_PUSH_IN_PROGRESS": "This publisher is already pushing the same model and version.",
     "ERR_SECRET_REQUIRED": "A relay with peers, or a pusher, was started without a job secret.",
     "ERR_SECRET_TOO_SHORT": "The job secret is shorter than 32 characters.",
@@ -587,6 +625,8 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_BAD_PROMPT": "A prompt does not satisfy its schema.",
     "ERR_DUPLICATE_PROMPT": "A prompt id is loaded twice.",
     "ERR_PROMPT_FILE": "A prompt file cannot be loaded: missing or unreadable, not JSONL or Parquet, or a Parquet file without the id column.",
+    "ERR_BAD_REDIS_URL": "A Redis address is not redis://, rediss://, redis+sentinel://<sentinels>/<master> or redis+cluster://<nodes>, or a host, port or database in it is malformed.",
+    "ERR_NOT_REPLICATED": "A prompt-pool write reached the Redis master but fewer replicas than the pool's `replicas` acknowledged it in time (WAIT): a failover now could lose it. A claim is given back; retry the call.",
     "ERR_REDIS_UNREACHABLE": "Redis cannot be reached at the given address (refused, unresolved, or no answer in time).",
     "ERR_POOL_IN_USE": "The prompt pool has claims under lease (rollouts are working on it): `laminar prompts reset` needs `--force`.",
     "ERR_LEASE_LOST": "The prompt claim expired, or the prompt was given back or claimed again by someone else.",
