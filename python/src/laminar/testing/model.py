@@ -109,7 +109,8 @@ class TinyLMConfig:
         model_type = obj.get("model_type", MODEL_TYPE)
         if model_type != MODEL_TYPE:
             raise LaminarError(error_codes.MODEL_MISMATCH, f"config.json model_type is {model_type!r}, expected {MODEL_TYPE!r}")
-        unknown = sorted(set(obj) - fields - {"model_type"})
+        # quantization_config: an FP8 variant's config.json (its weights are dequantised at load).
+        unknown = sorted(set(obj) - fields - {"model_type", "quantization_config"})
         if unknown:
             raise LaminarError(error_codes.MODEL_MISMATCH, f"config.json has unknown keys: {', '.join(unknown)}")
         try:

@@ -4,6 +4,7 @@ with the real safetensors library and validated strictly before anything is swap
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +12,8 @@ import torch
 
 from ... import error_codes
 from ...errors import LaminarError
-from ..model import CONFIG_FILE, WEIGHTS_FILE, TinyLM, TinyLMConfig, load_config, load_state_dict_file
+from ..model import CONFIG_FILE, WEIGHTS_FILE, TinyLM, TinyLMConfig, load_config, load_state_dict_file, validate_state_dict
+from .fp8 import is_fp8_config, load_fp8_state_dict
 
 LOAD_FORMATS = (None, "auto", "safetensors")
 """The `load_format` values the engine accepts (it reads safetensors only)."""
@@ -27,7 +29,7 @@ def _describe_difference(found: TinyLMConfig, serving: TinyLMConfig) -> str:
 
 
 def load_weights(model_path: str, serving: Optional[TinyLMConfig], fallback: Optional[TinyLMConfig]) -> tuple[TinyLM, TinyLMConfig]:
-    """A validated model from `model_path`.
+    """A validated model from `model_path` (an FP8 directory's weights dequantised to float32).
 
     The directory's config.json (if present) must describe the model being served (`serving`);
     without config.json the serving config, else `fallback` (`--config`), is assumed. Raises
@@ -49,7 +51,11 @@ def load_weights(model_path: str, serving: Optional[TinyLMConfig], fallback: Opt
             f"{directory / CONFIG_FILE} describes another model: {_describe_difference(config, serving)}",
             {"path": model_path},
         )
-    state_dict = load_state_dict_file(directory / WEIGHTS_FILE, config)
+    if (directory / CONFIG_FILE).exists() and is_fp8_config(json.loads((directory / CONFIG_FILE).read_text())):
+        state_dict = load_fp8_state_dict(directory / WEIGHTS_FILE)
+        validate_state_dict(state_dict, config)
+    else:
+        state_dict = load_state_dict_file(directory / WEIGHTS_FILE, config)
     model = TinyLM(config)
     model.load_state_dict(state_dict, strict=True)
     return model.eval(), config
