@@ -19,6 +19,7 @@ import { DEFAULT_REPACK_LIMITS, validateRepackLimits } from '../manager/repack/p
 import { InvalidInputError } from '../common/errors.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 import { stopOnSignals } from './stop-on-signals.js';
+import { parseReplicas, replicasOption } from './replicas-flag.js';
 import { ErrorCodes } from '../common/error-codes.js';
 
 export function managerCommand(): Command {
@@ -44,7 +45,7 @@ export function managerCommand(): Command {
     .addOption(new Option('--dead-after <duration>', 'silence after which a member is declared dead').env('LAMINAR_DEAD_AFTER').default('6s'))
     .addOption(new Option('--stall-timeout <duration>', 'a chain link without progress this long is repaired').env('LAMINAR_STALL_TIMEOUT').default('3s'))
     .addOption(new Option('--group-label <key>', 'relays with equal values of this label sit together in the chain').env('LAMINAR_GROUP_LABEL').default('rack'))
-    .addOption(new Option('--replicas <n>', 'replicas of the control bucket (3 on a NATS cluster)').env('LAMINAR_REPLICAS').default('1'))
+    .addOption(replicasOption('the control bucket, the experience buffer and the partial pool'))
     .addOption(new Option('--redis <url>', 'Redis of the prompt pool (rollout failover returns samples there)').env('LAMINAR_REDIS'))
     .addOption(new Option('--prompt-pool <name>', 'prompt pool name').env('LAMINAR_PROMPT_POOL').default('default'))
     .addOption(
@@ -122,6 +123,7 @@ export function managerCommand(): Command {
         orphanScanMs: parseDurationOption('--orphan-scan', opts.orphanScan!),
         commandTimeoutMs: parseDurationOption('--command-timeout', opts.commandTimeout!),
       };
+      const replicas = parseReplicas(opts.replicas!);
       const dashboard = parseDashboardOptions(opts.dashboardInterval!, opts.dashboardPages!);
       const actionPoolName = checkActionName('--action-pool', opts.actionPool!);
       const nc = await connectControl(control, `manager ${opts.id ?? process.pid}`);
@@ -131,8 +133,8 @@ export function managerCommand(): Command {
       const redis = opts.redis ? new Redis(opts.redis, { maxRetriesPerRequest: null }) : null;
       redis?.on('error', (err) => logger.warn({ err: err.message }, 'redis'));
       const prompts = redis ? await PromptPool.open({ redis, name: opts.promptPool!, registry, logger }) : null;
-      const writer = await ExperienceWriter.open({ nc, buffer: opts.buffer!, registry, logger });
-      const partials = await PartialPool.open({ nc, pool: opts.partialPool!, writer, registry, logger });
+      const writer = await ExperienceWriter.open({ nc, buffer: opts.buffer!, replicas, registry, logger });
+      const partials = await PartialPool.open({ nc, pool: opts.partialPool!, replicas, writer, registry, logger });
       const manager = new Manager({
         nc,
         job: control.job,
@@ -141,7 +143,7 @@ export function managerCommand(): Command {
         logger,
         ...durations,
         groupLabel: opts.groupLabel!,
-        replicas: Number(opts.replicas),
+        replicas,
         rollouts: {
           partials,
           prompts,

@@ -18,6 +18,7 @@ import { SglangClient } from '../rollout-agent/sglang-client.js';
 import { VllmClient } from '../rollout-agent/vllm-client.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 import { stopOnSignals } from './stop-on-signals.js';
+import { parseReplicas, replicasOption } from './replicas-flag.js';
 
 function number(name: string, value: string, check: (n: number) => boolean, what: string): number {
   const n = Number(value);
@@ -52,6 +53,7 @@ export function rolloutAgentCommand(): Command {
     .addOption(new Option('--prompt-pool <name>', 'prompt pool name').env('LAMINAR_PROMPT_POOL').default('default'))
     .addOption(new Option('--partial-pool <name>', 'partial-response pool name').env('LAMINAR_PARTIAL_POOL').default('default'))
     .addOption(new Option('--buffer <name>', 'experience buffer name').env('LAMINAR_BUFFER').default('default'))
+    .addOption(replicasOption('the experience buffer, the partial pool and the control bucket'))
     .addOption(new Option('--batch-prompts <n>', 'prompts claimed per batch (each brings its n samples)').default('8'))
     .addOption(
       new Option(
@@ -183,6 +185,7 @@ export function rolloutAgentCommand(): Command {
         promptPool: s('promptPool'),
         partialPool: s('partialPool'),
         buffer: s('buffer'),
+        replicas: parseReplicas(s('replicas')),
         registry,
         logger,
       });

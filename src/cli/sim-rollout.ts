@@ -11,6 +11,7 @@ import { startSimRollout } from '../stand-ins/rollout/sim-rollout.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 import { stopOnSignals } from './stop-on-signals.js';
 import { parseLabels } from '../relay/options.js';
+import { parseReplicas, replicasOption } from './replicas-flag.js';
 
 function positive(name: string, value: string, integer = true): number {
   const n = Number(value);
@@ -33,6 +34,7 @@ export function simRolloutCommand(): Command {
     .addOption(new Option('--prompt-pool <name>', 'prompt pool name').env('LAMINAR_PROMPT_POOL').default('default'))
     .addOption(new Option('--partial-pool <name>', 'partial-response pool name').env('LAMINAR_PARTIAL_POOL').default('default'))
     .addOption(new Option('--buffer <name>', 'experience buffer name').env('LAMINAR_BUFFER').default('default'))
+    .addOption(replicasOption('the experience buffer, the partial pool and the control bucket'))
     .addOption(new Option('--batch-prompts <n>', 'prompts claimed per batch (each brings n samples)').default('32'))
     .addOption(new Option('--kv-capacity <tokens>', 'KV cache capacity in tokens').default('65536'))
     .addOption(new Option('--roofline-batch <n>', 'decode batch up to which a step costs the same (B)').default('64'))
@@ -96,6 +98,7 @@ export function simRolloutCommand(): Command {
         promptPool: opts.promptPool!,
         partialPool: opts.partialPool!,
         buffer: opts.buffer!,
+        replicas: parseReplicas(opts.replicas!),
         registry,
         logger,
       });

@@ -46,6 +46,9 @@ export function parseControlOptions(input: ControlOptionsInput): ControlOptions 
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
     pingInterval: 10_000,
+    // A server that accepts the connection but never answers (a NATS node cut off or frozen) is
+    // given up after 5 s and the next URL of --nats tried, instead of the client's default 20 s.
+    timeout: 5_000,
   };
   if (input.natsUser !== undefined) Object.assign(connection, { user: input.natsUser, pass: input.natsPass });
   if (input.natsToken !== undefined) connection.token = input.natsToken;

@@ -13,6 +13,13 @@ export interface RetryOptions {
 }
 
 const TRANSIENT = new Set(['TimeoutError', 'NoRespondersError', 'RequestError', 'ConnectionError']);
+/**
+ * What the JetStream client makes of "no responders" to a publish or an API request (its cause).
+ * On a cluster it is the moment between the loss of a stream's leader (or of the server a client
+ * was on) and the new leader's interest reaching the server the client now uses: seen when a
+ * buffer stream's leader was SIGKILLed under writers (test/cluster-nats/leader-kill.test.ts).
+ */
+const NO_STREAM_RESPONDER = new Set(['JetStreamNotEnabled']);
 
 export function isTransient(err: unknown): boolean {
   if (err instanceof JetStreamApiError || !(err instanceof Error)) return false;
@@ -20,7 +27,7 @@ export function isTransient(err: unknown): boolean {
   if (err.name === 'ClosedConnectionError' || err.name === 'DrainingConnectionError') return false;
   // The server refused this client the subject (a RequestError caused by it): its answer, not a transport failure.
   if (err.name === 'PermissionViolationError' || (err.cause as Error | undefined)?.name === 'PermissionViolationError') return false;
-  return TRANSIENT.has(err.name) || /timeout|no responders|503/i.test(err.message);
+  return TRANSIENT.has(err.name) || NO_STREAM_RESPONDER.has(err.name) || /timeout|no responders|503/i.test(err.message);
 }
 
 export async function retryTransient<T>(fn: () => Promise<T>, options: RetryOptions = {}): Promise<T> {

@@ -94,6 +94,8 @@ export interface RolloutAgentOptions {
   promptPool?: string;
   partialPool?: string;
   buffer?: string;
+  /** Replicas of the buffer, the partial pool and the control bucket if this agent creates them (3 on a NATS cluster). */
+  replicas?: number;
   /** How often the engine's /metrics are read for the load the heartbeat reports. Default: the heartbeat. */
   loadPollMs?: number;
   registry?: Registry;
@@ -147,8 +149,15 @@ export class RolloutAgent {
     const agent = new RolloutAgent(options);
     const { registry, log: logger } = agent;
     const prompts = await PromptPool.open({ redis: options.redis, name: options.promptPool ?? 'default', registry, logger });
-    const writer = await ExperienceWriter.open({ nc: options.nc, buffer: options.buffer ?? 'default', groups: prompts, registry, logger });
-    const partials = await PartialPool.open({ nc: options.nc, pool: options.partialPool ?? 'default', writer, registry, logger });
+    const writer = await ExperienceWriter.open({
+      nc: options.nc,
+      buffer: options.buffer ?? 'default',
+      replicas: options.replicas,
+      groups: prompts,
+      registry,
+      logger,
+    });
+    const partials = await PartialPool.open({ nc: options.nc, pool: options.partialPool ?? 'default', replicas: options.replicas, writer, registry, logger });
     agent.pools = { prompts, writer, partials };
     agent.loop = agent.run();
     return agent;
@@ -288,6 +297,7 @@ export class RolloutAgent {
       host: this.options.host ?? hostname(),
       labels: { engine: engine.kind, ...this.options.labels },
       ...(this.options.heartbeatMs ? { heartbeatMs: this.options.heartbeatMs } : {}),
+      ...(this.options.replicas !== undefined ? { replicas: this.options.replicas } : {}),
       registry: this.registry,
       logger: this.log,
     });

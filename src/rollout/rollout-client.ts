@@ -68,6 +68,8 @@ export interface RolloutClientOptions {
   host?: string;
   labels?: Record<string, string>;
   heartbeatMs?: number;
+  /** Replicas of the control bucket if this client creates it (3 on a NATS cluster). */
+  replicas?: number;
   /** Prompt lease while its samples are being started (short: it is completed at once). */
   claimLeaseMs?: number;
   /**
@@ -177,6 +179,7 @@ export class RolloutClient {
       host: options.host ?? hostname(),
       labels: options.labels ?? {},
       heartbeatMs: options.heartbeatMs ?? 1000,
+      ...(options.replicas !== undefined ? { replicas: options.replicas } : {}),
       state: () => ({ epoch: null, holds: [], receiving: [], downstream: null }),
       rolloutLoad: () => this.load(),
       onCommand: (command) => this.onCommand(command),

@@ -12,6 +12,7 @@ import type { JetStreamManager, StreamConfig } from '@nats-io/jetstream';
 import { DiscardPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
 import { DataInputError, StoreError } from '../errors.js';
 import { checkName, idToken } from '../ids.js';
+import { retryTransient } from '../retry.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface BufferStreamOptions {
@@ -124,13 +125,18 @@ export function completionStreamConfig(names: BufferNames, replicas: number, hor
   };
 }
 
+/**
+ * Looks the stream up, and creates it when missing. Transport failures are retried (retry.ts):
+ * a process that starts while its NATS cluster elects leaders (a whole-cluster restart) waits
+ * for them instead of failing with a timeout.
+ */
 async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }): Promise<void> {
   try {
-    await jsm.streams.info(config.name);
+    await retryTransient(() => jsm.streams.info(config.name));
   } catch (err) {
     if (!/stream not found/i.test((err as Error).message)) throw new StoreError(`jetstream: ${(err as Error).message}`, err);
     try {
-      await jsm.streams.add(config);
+      await retryTransient(() => jsm.streams.add(config));
     } catch (err2) {
       // Another writer or sampler created it at the same moment.
       if (!/already in use|already exists/i.test((err2 as Error).message))

@@ -2,6 +2,7 @@
 import { DiscardPolicy, RetentionPolicy, StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { DataInputError, StoreError } from '../errors.js';
 import { checkName, idToken } from '../ids.js';
+import { retryTransient } from '../retry.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface PartialStreamOptions {
@@ -36,11 +37,12 @@ export async function ensurePartialStream(jsm: JetStreamManager, options: Partia
   if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5)
     throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, `replicas must be 1..5, got ${replicas}`);
   try {
-    await jsm.streams.info(names.stream);
+    // Retried through transport failures, as the buffer's stream (experience/stream.ts).
+    await retryTransient(() => jsm.streams.info(names.stream));
   } catch (err) {
     if (!/stream not found/i.test((err as Error).message)) throw new StoreError(`jetstream: ${(err as Error).message}`, err);
-    await jsm.streams
-      .add({
+    await retryTransient(() =>
+      jsm.streams.add({
         name: names.stream,
         subjects: [`laminar.partial.${names.pool}.>`],
         storage: StorageType.File,
@@ -49,10 +51,10 @@ export async function ensurePartialStream(jsm: JetStreamManager, options: Partia
         max_bytes: options.maxStreamBytes ?? -1,
         num_replicas: replicas,
         allow_direct: true,
-      })
-      .catch((err2: unknown) => {
-        if (!/already in use|already exists/i.test((err2 as Error).message)) throw new StoreError(`jetstream: ${(err2 as Error).message}`, err2);
-      });
+      }),
+    ).catch((err2: unknown) => {
+      if (!/already in use|already exists/i.test((err2 as Error).message)) throw new StoreError(`jetstream: ${(err2 as Error).message}`, err2);
+    });
   }
   return names;
 }

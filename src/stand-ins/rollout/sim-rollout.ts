@@ -26,6 +26,8 @@ export interface SimRolloutOptions extends SimEngineOptions {
   promptPool?: string;
   partialPool?: string;
   buffer?: string;
+  /** Replicas of the buffer, the partial pool and the control bucket if this rollout creates them (3 on a NATS cluster). */
+  replicas?: number;
   /** Partial-pool flush policy (every K tokens or T ms). */
   flushTokens?: number;
   flushMs?: number;
@@ -43,10 +45,18 @@ export async function startSimRollout(options: SimRolloutOptions): Promise<SimRo
   const registry = options.registry ?? createRegistry({ defaultMetrics: false });
   const logger = options.logger ?? silentLogger;
   const prompts = await PromptPool.open({ redis: options.redis, name: options.promptPool ?? 'default', registry, logger });
-  const writer = await ExperienceWriter.open({ nc: options.nc, buffer: options.buffer ?? 'default', groups: prompts, registry, logger });
+  const writer = await ExperienceWriter.open({
+    nc: options.nc,
+    buffer: options.buffer ?? 'default',
+    replicas: options.replicas,
+    groups: prompts,
+    registry,
+    logger,
+  });
   const partials = await PartialPool.open({
     nc: options.nc,
     pool: options.partialPool ?? 'default',
+    replicas: options.replicas,
     writer,
     ...(options.flushTokens !== undefined ? { flushTokens: options.flushTokens } : {}),
     ...(options.flushMs !== undefined ? { flushMs: options.flushMs } : {}),
@@ -67,6 +77,7 @@ export async function startSimRollout(options: SimRolloutOptions): Promise<SimRo
     ...(options.host ? { host: options.host } : {}),
     ...(options.labels ? { labels: options.labels } : {}),
     ...(options.heartbeatMs ? { heartbeatMs: options.heartbeatMs } : {}),
+    ...(options.replicas !== undefined ? { replicas: options.replicas } : {}),
     registry,
     logger,
   });
