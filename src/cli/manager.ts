@@ -6,8 +6,8 @@ import { watchEventLoop } from '../common/event-loop.js';
 import { createRegistry, serveMetrics } from '../common/metrics.js';
 import { parseDurationOption } from '../common/units.js';
 import { connectControl, parseControlOptions } from '../control/nats-options.js';
-import { Redis } from 'ioredis';
 import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
+import { createPoolRedis } from '../data/prompts/redis-address.js';
 import { Manager } from '../manager/manager.js';
 import { managerStatusRoute } from '../manager/status-route.js';
 import { DashboardPublisher, EVENTS_SHOWN } from '../manager/dashboard/publisher.js';
@@ -46,7 +46,12 @@ export function managerCommand(): Command {
     .addOption(new Option('--stall-timeout <duration>', 'a chain link without progress this long is repaired').env('LAMINAR_STALL_TIMEOUT').default('3s'))
     .addOption(new Option('--group-label <key>', 'relays with equal values of this label sit together in the chain').env('LAMINAR_GROUP_LABEL').default('rack'))
     .addOption(replicasOption('the control bucket, the experience buffer and the partial pool'))
-    .addOption(new Option('--redis <url>', 'Redis of the prompt pool (rollout failover returns samples there)').env('LAMINAR_REDIS'))
+    .addOption(
+      new Option(
+        '--redis <url>',
+        'Redis of the prompt pool (rollout failover returns samples there): redis://, redis+sentinel:// or redis+cluster://, as the rollout agent',
+      ).env('LAMINAR_REDIS'),
+    )
     .addOption(new Option('--prompt-pool <name>', 'prompt pool name').env('LAMINAR_PROMPT_POOL').default('default'))
     .addOption(
       new Option('--partial-pool <name>', 'partial-response pool name (repack and failover move trajectories through it)')
@@ -130,8 +135,8 @@ export function managerCommand(): Command {
       const roofline = parseRooflineBatch(opts.rooflineBatch!);
       const limits = { cMax: Number(opts.kvMax), rooflineBatch: roofline.default };
       validateRepackLimits(limits);
-      const redis = opts.redis ? new Redis(opts.redis, { maxRetriesPerRequest: null }) : null;
-      redis?.on('error', (err) => logger.warn({ err: err.message }, 'redis'));
+      const redis = opts.redis ? createPoolRedis(opts.redis, { maxRetriesPerRequest: null }) : null;
+      redis?.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis'));
       const prompts = redis ? await PromptPool.open({ redis, name: opts.promptPool!, registry, logger }) : null;
       const writer = await ExperienceWriter.open({ nc, buffer: opts.buffer!, replicas, registry, logger });
       const partials = await PartialPool.open({ nc, pool: opts.partialPool!, replicas, writer, registry, logger });

@@ -1,6 +1,6 @@
 /** `laminar rollout-agent`: an inference server (SGLang, vLLM, the reference engine) in the job, driven over HTTP. */
+import { createPoolRedis } from '../data/prompts/redis-address.js';
 import { Command, Option } from 'commander';
-import { Redis } from 'ioredis';
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 import { watchEventLoop } from '../common/event-loop.js';
 import { createLogger } from '../common/logger.js';
@@ -49,7 +49,14 @@ export function rolloutAgentCommand(): Command {
       new Option('--relay-socket <path>', "the local relay's socket (weights and their directories)").env('LAMINAR_RELAY_SOCKET').makeOptionMandatory(),
     )
     .addOption(new Option('--model <name>', 'model whose weights the engine serves').env('LAMINAR_MODEL').makeOptionMandatory())
-    .addOption(new Option('--redis <url>', 'Redis of the prompt pool').env('LAMINAR_REDIS').default('redis://127.0.0.1:6379'))
+    .addOption(
+      new Option(
+        '--redis <url>',
+        'Redis of the prompt pool: redis://host:port, redis+sentinel://s1,s2,s3/master or redis+cluster://n1,n2 (?replicas=1 waits for a replica)',
+      )
+        .env('LAMINAR_REDIS')
+        .default('redis://127.0.0.1:6379'),
+    )
     .addOption(new Option('--prompt-pool <name>', 'prompt pool name').env('LAMINAR_PROMPT_POOL').default('default'))
     .addOption(new Option('--partial-pool <name>', 'partial-response pool name').env('LAMINAR_PARTIAL_POOL').default('default'))
     .addOption(new Option('--buffer <name>', 'experience buffer name').env('LAMINAR_BUFFER').default('default'))
@@ -163,8 +170,8 @@ export function rolloutAgentCommand(): Command {
               maxStaleness: maxStaleness < 0 ? null : maxStaleness,
             }
           : undefined;
-      const redis = new Redis(s('redis'), { maxRetriesPerRequest: null, lazyConnect: false });
-      redis.on('error', (err) => logger.warn({ err: err.message }, 'redis'));
+      const redis = createPoolRedis(s('redis'), { maxRetriesPerRequest: null, lazyConnect: false });
+      redis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis'));
       const agent = await RolloutAgent.start({
         nc,
         redis,

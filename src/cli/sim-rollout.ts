@@ -1,6 +1,6 @@
 /** `laminar sim-rollout`: a simulated rollout engine on the real SDK and services. */
+import { createPoolRedis } from '../data/prompts/redis-address.js';
 import { Command, Option } from 'commander';
-import { Redis } from 'ioredis';
 import { InvalidInputError, ErrorCodes } from '../common/errors.js';
 import { createLogger } from '../common/logger.js';
 import { watchEventLoop } from '../common/event-loop.js';
@@ -25,7 +25,14 @@ export function simRolloutCommand(): Command {
   return addControlFlags(new Command('sim-rollout'), true)
     .description('run a simulated rollout engine (continuous batching, KV cache, long-tail lengths) on the real rollout SDK')
     .addOption(new Option('--id <name>', 'rollout id in the job').env('LAMINAR_ROLLOUT_ID').makeOptionMandatory())
-    .addOption(new Option('--redis <url>', 'Redis of the prompt pool').env('LAMINAR_REDIS').default('redis://127.0.0.1:6379'))
+    .addOption(
+      new Option(
+        '--redis <url>',
+        'Redis of the prompt pool: redis://host:port, redis+sentinel://s1,s2,s3/master or redis+cluster://n1,n2 (?replicas=1 waits for a replica)',
+      )
+        .env('LAMINAR_REDIS')
+        .default('redis://127.0.0.1:6379'),
+    )
     .addOption(new Option('--relay-socket <path>', "the local relay's socket (weights); without it --fixed-version is used").env('LAMINAR_RELAY_SOCKET'))
     .addOption(new Option('--fixed-version <n>', 'generate with this weight version and no relay (tests)').env('LAMINAR_FIXED_VERSION'))
     .addOption(new Option('--model <name>', 'model whose weights the rollout pulls').env('LAMINAR_MODEL').default('sim/policy'))
@@ -81,8 +88,8 @@ export function simRolloutCommand(): Command {
       };
       const heartbeatMs = parseDurationOption('--heartbeat', opts.heartbeat!);
       const nc = await connectControl(control, `sim-rollout ${opts.id}`);
-      const redis = new Redis(opts.redis!, { maxRetriesPerRequest: null, lazyConnect: false });
-      redis.on('error', (err) => logger.warn({ err: err.message }, 'redis'));
+      const redis = createPoolRedis(opts.redis!, { maxRetriesPerRequest: null, lazyConnect: false });
+      redis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis'));
       const registry = createRegistry();
       const rollout = await startSimRollout({
         ...engineOptions,

@@ -317,6 +317,16 @@ export const ERROR_CATALOGUE = {
     'data',
     'A prompt file cannot be loaded: missing or unreadable, not JSONL or Parquet, or a Parquet file without the id column.',
   ),
+  BAD_REDIS_URL: entry(
+    'ERR_BAD_REDIS_URL',
+    'data',
+    'A Redis address is not redis://, rediss://, redis+sentinel://<sentinels>/<master> or redis+cluster://<nodes>, or a host, port or database in it is malformed.',
+  ),
+  NOT_REPLICATED: entry(
+    'ERR_NOT_REPLICATED',
+    'data',
+    "A prompt-pool write reached the Redis master but fewer replicas than the pool's `replicas` acknowledged it in time (WAIT): a failover now could lose it. A claim is given back; retry the call.",
+  ),
   REDIS_UNREACHABLE: entry('ERR_REDIS_UNREACHABLE', 'data', 'Redis cannot be reached at the given address (refused, unresolved, or no answer in time).'),
   POOL_IN_USE: entry(
     'ERR_POOL_IN_USE',

@@ -20,10 +20,13 @@ export class DataNotFoundError extends NotFoundError {}
 /** A request that can never be satisfied (a batch larger than the buffer can ever hold). */
 export class ImpossibleRequestError extends LaminarError {}
 
-/** Redis or JetStream failed underneath; the original error is the `cause`. */
+/**
+ * Redis or JetStream failed underneath; the original error is the `cause`. The code is ERR_STORE,
+ * or a more precise one of the same kind (ERR_NOT_REPLICATED: a write the replicas missed).
+ */
 export class StoreError extends LaminarError {
-  constructor(message: string, cause: unknown, details?: Record<string, unknown>) {
-    super(ErrorCodes.STORE, message, { cause, details });
+  constructor(message: string, cause: unknown, details?: Record<string, unknown>, code: string = ErrorCodes.STORE) {
+    super(code, message, { cause, details });
   }
 }
 

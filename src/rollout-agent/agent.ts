@@ -26,7 +26,7 @@
  */
 import { hostname } from 'node:os';
 import type { NatsConnection } from '@nats-io/transport-node';
-import type { Redis } from 'ioredis';
+import type { PoolRedis } from '../data/prompts/redis-address.js';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { delay } from '../common/concurrency.js';
@@ -62,7 +62,8 @@ export function watchRetryMs(attempt: number): number {
 
 export interface RolloutAgentOptions {
   nc: NatsConnection;
-  redis: Redis;
+  /** The prompt pool's Redis: one server, Sentinel or Cluster (createPoolRedis). */
+  redis: PoolRedis;
   job: string;
   id: string;
   model: string;

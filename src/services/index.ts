@@ -1,6 +1,8 @@
 export { natsServerBinary, startNatsServer, type NatsServer, type NatsServerOptions } from './nats.js';
 export { startNatsCluster, type NatsCluster, type NatsClusterNode, type NatsClusterOptions, type StreamReplicaState } from './nats-cluster.js';
 export { startRedisServer, type RedisServer, type RedisServerOptions } from './redis.js';
+export { startRedisSentinelGroup, type RedisSentinelGroup, type RedisSentinelOptions } from './redis-sentinel.js';
+export { startRedisCluster, type RedisCluster, type RedisClusterOptions } from './redis-cluster.js';
 export { ServiceError } from './errors.js';
 export { freePort } from './ports.js';
 export type { EmbeddedServer } from './embedded-server.js';

@@ -7,6 +7,8 @@ export {
   startNatsServer,
   startNatsCluster,
   startRedisServer,
+  startRedisSentinelGroup,
+  startRedisCluster,
   freePort,
   ServiceError,
   type NatsServer,
@@ -17,6 +19,10 @@ export {
   type StreamReplicaState,
   type RedisServer,
   type RedisServerOptions,
+  type RedisSentinelGroup,
+  type RedisSentinelOptions,
+  type RedisCluster,
+  type RedisClusterOptions,
   type EmbeddedServer,
 } from '../services/index.js';
 export { SimRolloutEngine, type SimEngineOptions, type SimEngineStats } from '../stand-ins/rollout/sim-engine.js';

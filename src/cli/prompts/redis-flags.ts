@@ -6,8 +6,8 @@
  * hand must not hang).
  */
 import { Option, type Command } from 'commander';
-import { Redis } from 'ioredis';
 import { LaminarError } from '../../common/errors.js';
+import { createPoolRedis, maskPassword, parseRedisAddress, type PoolRedis } from '../../data/prompts/redis-address.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 import { applyConfigFile } from '../config.js';
 
@@ -21,26 +21,27 @@ export interface PoolFlags {
 
 export function addPoolFlags(command: Command): Command {
   return command
-    .addOption(new Option('--redis <url>', 'Redis of the prompt pool').env('LAMINAR_REDIS').default(DEFAULT_REDIS))
+    .addOption(
+      new Option('--redis <url>', 'Redis of the prompt pool: redis://host:port, redis+sentinel://s1,s2,s3/master or redis+cluster://n1,n2')
+        .env('LAMINAR_REDIS')
+        .default(DEFAULT_REDIS),
+    )
     .addOption(new Option('--prompt-pool <name>', 'prompt pool name (several datasets can share one Redis)').env('LAMINAR_PROMPT_POOL').default('default'))
     .addOption(new Option('--config <file>', 'JSON file of options (keys in camelCase: redis, promptPool, ...)').env('LAMINAR_CONFIG'))
     .hook('preAction', (cmd) => applyConfigFile(cmd));
 }
 
-/** The URL as it may be printed: a password in it is masked. */
+/** The address as it may be printed: a password in it is masked. */
 export function shownUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return url;
-  }
+  return maskPassword(url);
 }
 
-/** Connects, or throws ERR_REDIS_UNREACHABLE within CONNECT_TIMEOUT_MS. */
-export async function connectRedis(url: string): Promise<Redis> {
-  const redis = new Redis(url, {
+/**
+ * Connects (one server, through the sentinels, or to a cluster), or throws ERR_REDIS_UNREACHABLE
+ * within CONNECT_TIMEOUT_MS; ERR_BAD_REDIS_URL for an address that is none of these.
+ */
+export async function connectRedis(url: string): Promise<PoolRedis> {
+  const redis = createPoolRedis(parseRedisAddress(url), {
     lazyConnect: true,
     connectTimeout: CONNECT_TIMEOUT_MS,
     maxRetriesPerRequest: 1,

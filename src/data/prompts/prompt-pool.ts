@@ -12,9 +12,13 @@
  *
  * Persistence: run redis-server with `appendonly yes` (see docs/components/data.md, "Persistence"); every key of a pool
  * lives in one hash slot (`{pool}`), so the pool also works on Redis Cluster.
+ *
+ * Failover (Sentinel, Cluster): Redis replicates asynchronously, so a write acknowledged by the
+ * master can be lost with it. With `replicas` > 0 every write waits for that many replicas
+ * (replicated-write.ts) and a shortfall is ERR_NOT_REPLICATED; docs/components/data.md
+ * ("Failover") says what each lost write costs and what repairs it.
  */
 import { createHash } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import { createRegistry } from '../../common/metrics.js';
 import type { Logger } from '../../common/logger.js';
@@ -26,10 +30,13 @@ import { RejectionCounter } from '../metrics.js';
 import { groupIdOf, parseGroupId, validatePrompt, type Prompt } from './prompt.js';
 import { readJsonl, type JsonlItem, type JsonlOptions } from './jsonl.js';
 import * as S from './scripts.js';
+import { replicationOf, DEFAULT_REPLICA_TIMEOUT_MS, type PoolRedis, type Replication } from './redis-address.js';
+import { NotReplicatedError, replicatedWrite } from './replicated-write.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
 export interface PromptPoolOptions {
-  redis: Redis;
+  /** One server, a Sentinel-managed master (both `Redis`) or a `Cluster`: see createPoolRedis. */
+  redis: PoolRedis;
   /** Pool name: several datasets can share one Redis. */
   name?: string;
   /** Passes over the dataset; 0 = unbounded. Default 1. Stored in Redis at first open. */
@@ -38,6 +45,14 @@ export interface PromptPoolOptions {
   defaultGroupSize?: number;
   /** Default lease (visibility timeout) of a claim. Default 10 min. */
   leaseMs?: number;
+  /**
+   * Replicas that must acknowledge each write (WAIT) before the call returns; fewer within
+   * `replicaTimeoutMs` is ERR_NOT_REPLICATED. Default: what the client's address asked
+   * (`?replicas=`), else 0 (no wait: a failover can lose the last writes).
+   */
+  replicas?: number;
+  /** Bound of each wait for the replicas. Default: the address's `replicaTimeoutMs`, else 1000. */
+  replicaTimeoutMs?: number;
   registry?: Registry;
   logger?: Logger;
 }
@@ -132,7 +147,8 @@ export type LoadItem = { line: number; value: unknown } | { line: number; error:
 
 export class PromptPool {
   readonly name: string;
-  private readonly redis: Redis;
+  private readonly redis: PoolRedis;
+  private readonly replication: Replication;
   private readonly keys: string[];
   private readonly defaultN: number;
   private readonly leaseMs: number;
@@ -145,6 +161,11 @@ export class PromptPool {
     this.redis = options.redis;
     this.defaultN = options.defaultGroupSize ?? 1;
     this.leaseMs = options.leaseMs ?? 600_000;
+    const asked = replicationOf(options.redis);
+    this.replication = {
+      replicas: options.replicas ?? asked?.replicas ?? 0,
+      timeoutMs: options.replicaTimeoutMs ?? asked?.timeoutMs ?? DEFAULT_REPLICA_TIMEOUT_MS,
+    };
     this.logger = (options.logger ?? silentLogger).child({ component: 'prompt-pool', pool: this.name });
     this.keys = S.KEY_NAMES.map((k) => `laminar:pp:{${this.name}}:${k}`);
     const registry = options.registry ?? createRegistry({ defaultMetrics: false });
@@ -169,6 +190,9 @@ export class PromptPool {
     if (!Number.isInteger(this.defaultN) || this.defaultN < 1)
       throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'defaultGroupSize must be an integer >= 1');
     if (!(this.leaseMs > 0)) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'leaseMs must be > 0');
+    if (!Number.isInteger(this.replication.replicas) || this.replication.replicas < 0)
+      throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'replicas must be an integer >= 0');
+    if (!(this.replication.timeoutMs > 0)) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'replicaTimeoutMs must be > 0');
   }
 
   /** Opens (creating when new) the pool; `epochs` is recorded on first open only. */
@@ -176,7 +200,7 @@ export class PromptPool {
     const pool = new PromptPool(options);
     const epochs = options.epochs ?? 1;
     if (!Number.isInteger(epochs) || epochs < 0) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'epochs must be an integer >= 0 (0 = unbounded)');
-    await pool.call(() => pool.redis.hsetnx(pool.keys[7]!, 'maxEpochs', epochs));
+    await pool.call(() => replicatedWrite(pool.redis, pool.replication, ['hsetnx', pool.keys[7]!, 'maxEpochs', epochs]));
     return pool;
   }
 
@@ -253,7 +277,9 @@ export class PromptPool {
   async claim(rolloutId: string, count = 1, leaseMs = this.leaseMs): Promise<PromptClaim[]> {
     if (!Number.isInteger(count) || count < 1)
       throw this.rejections.record(new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, `claim count must be an integer >= 1, got ${count}`));
-    const res = (await this.call(() => this.script(S.CLAIM, Math.ceil(leaseMs), rolloutId, count))) as unknown[];
+    const res = (await this.call(() => this.script(S.CLAIM, Math.ceil(leaseMs), rolloutId, count)).catch((err: unknown) =>
+      this.unreplicatedClaims(err),
+    )) as unknown[];
     const [epoch, , expired, returnedExpired, returnedClaimed] = res as [number, number, number, number, number];
     const items = res.slice(5) as Array<[string, number | string, string, number, string?]>;
     const claims: PromptClaim[] = items.map(([id, token, json, deadline, entryJson], i) => {
@@ -278,6 +304,27 @@ export class PromptPool {
     if (returnedClaimed > 0) this.m.returnedClaims.inc({ pool: this.name, event: 'claimed' }, returnedClaimed);
     this.m.claims.inc({ pool: this.name }, claims.length - returnedClaimed);
     return claims;
+  }
+
+  /**
+   * A claim the replicas did not acknowledge is handed to no one: a failover could undo it and
+   * give the same prompts to another rollout under the same tokens. Its claims go back to the
+   * front of their queues at once (not after their lease), and the error is thrown on.
+   */
+  private async unreplicatedClaims(err: unknown): Promise<never> {
+    const cause = (err as { cause?: unknown }).cause;
+    if (!(cause instanceof NotReplicatedError)) throw err;
+    const items = ((cause.value as unknown[] | undefined) ?? []).slice(5) as Array<[string, number | string]>;
+    for (const [id, token] of items) {
+      const returned = RETURNED_TOKEN.test(String(token));
+      // Without waiting for replicas again: the master has the claim, and has this give-back.
+      await this.run(returned ? S.GIVE_BACK_RETURNED : S.GIVE_BACK, [returned ? this.entryOf({ id, token: String(token) }) : id, String(token)], {
+        replicas: 0,
+        timeoutMs: 1,
+      }).catch(() => undefined);
+    }
+    this.logger.warn({ claims: items.length, details: cause.details }, 'claim not replicated: its prompts were given back');
+    throw err;
   }
 
   /**
@@ -469,28 +516,36 @@ export class PromptPool {
 
   /** Removes every key of this pool (tests, a new run). */
   async destroy(): Promise<void> {
-    await this.call(() => this.redis.del(...this.keys));
+    await this.call(() => replicatedWrite(this.redis, this.replication, ['del', ...this.keys]));
   }
 
   /** EVALSHA (the script is sent once per connection), EVAL when Redis does not know it yet. */
   private async script(lua: string, ...args: Array<string | number>): Promise<unknown> {
+    return this.run(lua, args, this.replication);
+  }
+
+  private async run(lua: string, args: Array<string | number>, replication: Replication): Promise<unknown> {
     let sha = SHAS.get(lua);
     if (sha === undefined) {
       sha = createHash('sha1').update(lua).digest('hex');
       SHAS.set(lua, sha);
     }
     try {
-      return await this.redis.evalsha(sha, S.KEY_NAMES.length, ...this.keys, ...args);
+      return await replicatedWrite(this.redis, replication, ['evalsha', sha, S.KEY_NAMES.length, ...this.keys, ...args]);
     } catch (err) {
       if (!String((err as { message?: unknown }).message).startsWith('NOSCRIPT')) throw err;
-      return this.redis.eval(lua, S.KEY_NAMES.length, ...this.keys, ...args);
+      return replicatedWrite(this.redis, replication, ['eval', lua, S.KEY_NAMES.length, ...this.keys, ...args]);
     }
   }
 
+  /** Redis failures become ERR_STORE; a write the replicas missed is ERR_NOT_REPLICATED (its cause). */
   private async call<T>(fn: () => Promise<T>): Promise<T> {
     try {
       return await fn();
     } catch (err) {
+      // Same class for callers that catch StoreError; its own code for those that switch on it.
+      if (err instanceof NotReplicatedError)
+        throw this.rejections.record(new StoreError(`redis: ${err.message}`, err, { pool: this.name, ...err.details }, ErrorCodes.NOT_REPLICATED));
       throw this.rejections.record(new StoreError(`redis: ${(err as Error).message}`, err, { pool: this.name }));
     }
   }

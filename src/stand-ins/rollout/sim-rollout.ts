@@ -4,7 +4,7 @@
  * SimRolloutEngine. Used by `laminar sim-rollout`, the demo and the repack benchmark.
  */
 import type { NatsConnection } from '@nats-io/transport-node';
-import type { Redis } from 'ioredis';
+import type { PoolRedis } from '../../data/prompts/redis-address.js';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { silentLogger } from '../../common/logger.js';
@@ -15,7 +15,7 @@ import { SimRolloutEngine, type SimEngineOptions } from './sim-engine.js';
 
 export interface SimRolloutOptions extends SimEngineOptions {
   nc: NatsConnection;
-  redis: Redis;
+  redis: PoolRedis;
   job: string;
   id: string;
   model: string;
