@@ -26,13 +26,15 @@ class DataCapacityError(LaminarError):
 
 
 class StoreError(LaminarError):
-    """JetStream failed underneath (ERR_STORE); the original exception is ``__cause__``."""
+    """Redis or JetStream failed underneath (ERR_STORE); the original exception is ``__cause__``.
+    The code is a more precise one of the same kind where there is one (ERR_NOT_REPLICATED: a
+    prompt-pool write the Redis replicas did not acknowledge)."""
 
-    def __init__(self, message: str, details: Optional[Mapping[str, Any]] = None) -> None:
-        super().__init__(error_codes.STORE, message, details)
+    def __init__(self, message: str, details: Optional[Mapping[str, Any]] = None, code: str = error_codes.STORE) -> None:
+        super().__init__(code, message, details)
 
     def __reduce__(self):
-        return (type(self), (self.message, self.details))
+        return (type(self), (self.message, self.details, self.code))
 
 
 class CorruptRecordError(LaminarError):

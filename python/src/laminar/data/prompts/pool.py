@@ -14,6 +14,11 @@ whichever language sends it.
 
 Semantics (leases, epochs, returned samples) are those of the TypeScript class; see
 docs/components/data.md. Every Redis failure is a StoreError (ERR_STORE) with the cause chained.
+
+On Sentinel or Cluster (`connect(address)`, redis_address.py), `replicas=k` makes every write wait
+until k replicas acknowledged it (WAIT, in the same pipeline); fewer is a StoreError with code
+ERR_NOT_REPLICATED, and a claim's prompts are given back at once (docs/components/data.md,
+"Failover: Sentinel and Cluster").
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, TypeVar, Union
 
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from ... import error_codes
@@ -31,6 +37,7 @@ from ..ids import check_name
 from . import scripts as S
 from .errors import DataNotFoundError, OwnershipError
 from .prompt import group_id_of, parse_group_id, validate_prompt
+from .redis_address import Replication, replication_of
 
 LOAD_BATCH = 500
 """Prompts per LOAD script call (as in TypeScript)."""
@@ -102,6 +109,15 @@ class PoolProgress:
     finished: bool
 
 
+class _NotReplicated(Exception):
+    """Inside the pool: a write the replicas missed, with its answer (claim() gives its claims back)."""
+
+    def __init__(self, value: Any, error: StoreError) -> None:
+        super().__init__(error.message)
+        self.value = value
+        self.error = error
+
+
 def _is_returned(claim: PromptClaim) -> bool:
     """A returned claim: flagged, or known by its token `<entry>:<seq>` (a fresh token is a number)."""
     return claim.returned or _RETURNED_TOKEN.fullmatch(claim.token) is not None
@@ -115,13 +131,32 @@ class PromptPool:
     """A prompt pool in Redis, shared with TypeScript rollouts and managers. Thread-safe as far as
     the redis-py client is (a `redis.Redis` is)."""
 
-    def __init__(self, redis: Any, name: str = "default", *, default_group_size: int = 1, lease_ms: float = 600_000) -> None:
-        """A handle on the pool, creating nothing (see `open`)."""
+    def __init__(
+        self,
+        redis: Any,
+        name: str = "default",
+        *,
+        default_group_size: int = 1,
+        lease_ms: float = 600_000,
+        replicas: Optional[int] = None,
+        replica_timeout_ms: Optional[int] = None,
+    ) -> None:
+        """A handle on the pool, creating nothing (see `open`). `replicas`: replicas that must
+        acknowledge each write (default: what the address of `connect` asked, else 0)."""
         self.name = check_name("prompt pool", name)
         if not isinstance(default_group_size, int) or isinstance(default_group_size, bool) or default_group_size < 1:
             raise DataInputError(error_codes.BAD_DATA_OPTIONS, "default_group_size must be an integer >= 1")
         if not lease_ms > 0:
             raise DataInputError(error_codes.BAD_DATA_OPTIONS, "lease_ms must be > 0")
+        asked = replication_of(redis) or Replication()
+        self._replication = Replication(
+            asked.replicas if replicas is None else replicas,
+            asked.timeout_ms if replica_timeout_ms is None else replica_timeout_ms,
+        )
+        if not isinstance(self._replication.replicas, int) or self._replication.replicas < 0:
+            raise DataInputError(error_codes.BAD_DATA_OPTIONS, "replicas must be an integer >= 0")
+        if not self._replication.timeout_ms > 0:
+            raise DataInputError(error_codes.BAD_DATA_OPTIONS, "replica_timeout_ms must be > 0")
         self._redis = redis
         self._default_n = default_group_size
         self._lease_ms = lease_ms
@@ -129,13 +164,23 @@ class PromptPool:
         self._scripts: Dict[str, Any] = {}
 
     @classmethod
-    def open(cls, redis: Any, name: str = "default", *, epochs: int = 1, default_group_size: int = 1, lease_ms: float = 600_000) -> "PromptPool":
+    def open(
+        cls,
+        redis: Any,
+        name: str = "default",
+        *,
+        epochs: int = 1,
+        default_group_size: int = 1,
+        lease_ms: float = 600_000,
+        replicas: Optional[int] = None,
+        replica_timeout_ms: Optional[int] = None,
+    ) -> "PromptPool":
         """Opens the pool, creating it when new: `epochs` (passes over the dataset, 0 = unbounded) is
         recorded at the first open only, by whichever language opens it first."""
-        pool = cls(redis, name, default_group_size=default_group_size, lease_ms=lease_ms)
+        pool = cls(redis, name, default_group_size=default_group_size, lease_ms=lease_ms, replicas=replicas, replica_timeout_ms=replica_timeout_ms)
         if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
             raise DataInputError(error_codes.BAD_DATA_OPTIONS, "epochs must be an integer >= 0 (0 = unbounded)")
-        pool._call(lambda: redis.hsetnx(pool._key("state"), "maxEpochs", epochs))
+        pool._write(lambda c: c.hsetnx(pool._key("state"), "maxEpochs", epochs), pool._replication)
         return pool
 
     # -- loading -------------------------------------------------------------------------------
@@ -206,7 +251,11 @@ class PromptPool:
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise DataInputError(error_codes.BAD_DATA_OPTIONS, f"claim count must be an integer >= 1, got {count}")
         lease = -(-(self._lease_ms if lease_ms is None else lease_ms) // 1)  # Math.ceil
-        res = self._script(S.CLAIM, int(lease), rollout_id, count)
+        try:
+            res = self._script(S.CLAIM, int(lease), rollout_id, count)
+        except _NotReplicated as err:
+            self._give_back_unreplicated(err.value)
+            raise err.error from None
         epoch, returned_claimed = int(res[0]), int(res[4])
         claims: List[PromptClaim] = []
         for i, item in enumerate(res[5:]):
@@ -218,6 +267,20 @@ class PromptPool:
                 e = int(entry["e"])
                 claims.append(PromptClaim(id, stored["p"], int(stored["n"]), token, e, group_id_of(id, e), deadline, list(entry["s"]), True))
         return claims
+
+    def _give_back_unreplicated(self, res: Any) -> None:
+        """A claim the replicas did not acknowledge is handed to no one (a failover could give the
+        same prompts to another rollout): its claims go back to the front of their queues now."""
+        for item in res[5:]:
+            id, token = _text(item[0]), _text(item[1])
+            returned = _RETURNED_TOKEN.fullmatch(token) is not None
+            try:
+                if returned:
+                    self._run(S.GIVE_BACK_RETURNED, [token.split(":")[0], token], Replication(0))
+                else:
+                    self._run(S.GIVE_BACK, [id, token], Replication(0))
+            except (StoreError, _NotReplicated):
+                pass  # the lease returns it
 
     def complete(self, claim: PromptClaim) -> CompleteResult:
         """Marks a claim complete: "ok" once, "duplicate" for a retry. OwnershipError(ERR_LEASE_LOST)
@@ -367,7 +430,7 @@ class PromptPool:
 
     def destroy(self) -> None:
         """Removes every key of this pool."""
-        self._call(lambda: self._redis.delete(*self._keys))
+        self._write(lambda c: c.delete(*self._keys), self._replication)
 
     # -- Redis -----------------------------------------------------------------------------------
 
@@ -381,12 +444,49 @@ class PromptPool:
         return m.group(1)
 
     def _script(self, lua: str, *args: Union[str, int]) -> Any:
-        """Runs one of the scripts: redis-py's Script sends EVALSHA, and EVAL when Redis does not
-        know the script yet (the same SHA-1 as the TypeScript side's, the text being the same)."""
+        """Runs one of the scripts, waiting for the pool's replicas; a shortfall raises the
+        StoreError (ERR_NOT_REPLICATED), except in claim(), which gives its claims back first."""
+        try:
+            return self._run(lua, list(args), self._replication)
+        except _NotReplicated as err:
+            if lua is S.CLAIM:
+                raise
+            raise err.error from None
+
+    def _run(self, lua: str, args: List[Union[str, int]], replication: Replication) -> Any:
+        """redis-py's Script sends EVALSHA, and EVAL when Redis does not know the script yet (the
+        same SHA-1 as the TypeScript side's, the text being the same)."""
         script = self._scripts.get(lua)
         if script is None:
             script = self._scripts[lua] = self._redis.register_script(lua)
-        return self._call(lambda: script(keys=self._keys, args=list(args)))
+        return self._write(lambda c: script(keys=self._keys, args=args, client=c), replication)
+
+    def _write(self, command: Callable[[Any], Any], replication: Replication) -> Any:
+        """One write, then WAIT for `replication.replicas` acknowledgements in the same pipeline:
+        one connection (WAIT counts what its own connection wrote) and one round trip. On a
+        cluster, the pipeline is the node's that holds the pool's slot (WAIT has no key)."""
+        if replication.replicas == 0:
+            return self._call(lambda: command(self._redis))
+
+        def run() -> Tuple[Any, int]:
+            target = self._redis
+            if isinstance(target, RedisCluster):
+                target = target.get_redis_connection(target.get_node_from_key(self._keys[0]))
+            pipe = target.pipeline(transaction=False)
+            command(pipe)
+            pipe.execute_command("WAIT", replication.replicas, replication.timeout_ms)
+            value, acks = pipe.execute()
+            return value, int(acks)
+
+        value, acks = self._call(run)
+        if acks < replication.replicas:
+            details = {"pool": self.name, "acknowledged": acks, "replicas": replication.replicas, "timeoutMs": replication.timeout_ms}
+            message = (
+                f"redis: the write reached the master, but {acks} of the {replication.replicas} replicas asked "
+                f"acknowledged it within {replication.timeout_ms} ms"
+            )
+            raise _NotReplicated(value, StoreError(message, details, error_codes.NOT_REPLICATED))
+        return value
 
     def _call(self, fn: Callable[[], _T]) -> _T:
         try:
