@@ -293,6 +293,10 @@ const relays = dashboard({
       panel('Transfers', [[increase('laminar_relay_broadcast_transfers_total', ['direction', 'result']), '{{direction}} {{result}}']], {
         description: 'Versions sent and received over one hop in 5 minutes.',
       }),
+      panel('Versions from several trainer hosts', [[increase('laminar_relay_part_versions_total', ['result']), '{{result}}']], {
+        description:
+          "Versions published in parts (one per trainer host) in 5 minutes: complete, or discarded (part_lost: a part's publisher died before its part was in; expired; missing: the parts miss a tensor; superseded), and parts refused (refused).",
+      }),
       panel('Transfer time', latency('laminar_relay_broadcast_transfer_seconds', ['direction']), { unit: 's' }),
       panel(
         'Trouble',

@@ -2,6 +2,9 @@
 import { Command, Option } from 'commander';
 import { formatBytes, parseBytes, parseDurationOption } from '../common/units.js';
 import { RelayClient } from '../relay/client/index.js';
+import { ErrorCodes, InvalidInputError } from '../common/errors.js';
+import { readManifest, readPartTensors } from '../relay/parts/manifest.js';
+import { parsePartOf } from '../relay/parts/part-plan.js';
 import { progressBar } from './progress.js';
 
 export function publishCommand(): Command {
@@ -15,6 +18,14 @@ export function publishCommand(): Command {
     .option('--to <address:port>', 'push over UCX to the master relay listening there (this host runs no relay)')
     .addOption(new Option('--secret-file <file>', 'job secret for --to (or LAMINAR_SECRET)').env('LAMINAR_SECRET_FILE'))
     .option('--relay-id <id>', 'with --to: the relay id expected at that address')
+    .option(
+      '--part <k/n>',
+      "with --to and --manifest: <path> holds this host's part (k of n) of a version whose tensors live on n hosts; each host pushes its part at once, and the master serves the version once every part is in",
+    )
+    .option(
+      '--manifest <file>',
+      'with --part: JSON list of every tensor of the version ({name, dtype, shape}, in order; or {tensors, metadata}), the same file on every host',
+    )
     .option(
       '--peer-timeout <duration>',
       'with --to: a relay that takes nothing, answers no ping, or does not report the version verified for this long fails the push (default 30s)',
@@ -33,9 +44,14 @@ export function publishCommand(): Command {
           secretFile?: string;
           relayId?: string;
           peerTimeout?: string;
+          part?: string;
+          manifest?: string;
         },
       ) => {
         const version = Number(opts.version);
+        if ((opts.part === undefined) !== (opts.manifest === undefined) || (opts.part !== undefined && opts.to === undefined)) {
+          throw new InvalidInputError(ErrorCodes.INVALID_ARG, '--part and --manifest go together, with --to');
+        }
         if (opts.to !== undefined) {
           await pushRemote(path, version, opts as typeof opts & { to: string });
           return;
@@ -68,8 +84,23 @@ export function publishCommand(): Command {
 async function pushRemote(
   path: string,
   version: number,
-  opts: { model: string; to: string; chunkSize?: string; json?: boolean; secretFile?: string; relayId?: string; peerTimeout?: string },
+  opts: {
+    model: string;
+    to: string;
+    chunkSize?: string;
+    json?: boolean;
+    secretFile?: string;
+    relayId?: string;
+    peerTimeout?: string;
+    part?: string;
+    manifest?: string;
+  },
 ): Promise<void> {
+  // Read before connecting: a bad manifest or part fails without touching the relay.
+  const part =
+    opts.part !== undefined && opts.manifest !== undefined
+      ? { part: parsePartOf(opts.part), manifest: await readManifest(opts.manifest), tensors: await readPartTensors(path) }
+      : null;
   const publisher = await RelayClient.remote({
     address: opts.to,
     ...(opts.secretFile !== undefined ? { secretFile: opts.secretFile } : {}),
@@ -80,9 +111,21 @@ async function pushRemote(
   });
   const bar = progressBar(`pushing ${opts.model} v${version} to ${publisher.relayId} at ${opts.to}`);
   try {
-    const result = await publisher.publishFile(path, { model: opts.model, version, onProgress: (done, total) => bar.update(done, total) });
+    const onProgress = (done: number, total: number): void => bar.update(done, total);
+    const result =
+      part === null
+        ? await publisher.publishFile(path, { model: opts.model, version, onProgress })
+        : await publisher.publishPart({
+            model: opts.model,
+            version,
+            part: part.part,
+            manifest: part.manifest.tensors,
+            metadata: part.manifest.metadata,
+            tensors: part.tensors,
+            onProgress,
+          });
     bar.end();
-    if (opts.json) process.stdout.write(`${JSON.stringify({ ...result, relay: publisher.relayId })}\n`);
+    if (opts.json) process.stdout.write(`${JSON.stringify({ ...result, relay: publisher.relayId, ...(part ? { part: opts.part } : {}) })}\n`);
     else
       process.stdout.write(
         `pushed ${result.model} v${result.version} (${formatBytes(result.size)}, ${result.chunks} chunks) to ${publisher.relayId}: ` +

@@ -199,6 +199,31 @@ export const ERROR_CATALOGUE = {
     'broadcast',
     'The relay a version was being pushed to died or dropped the connection during the push (`details.stage`: connecting, offering, transferring or awaiting its verification; `cause`: the transport error). A trainer client pushes again to the next master.',
   ),
+  PART_LOST: entry(
+    'ERR_PART_LOST',
+    'broadcast',
+    "A version was being published in parts and one part's publisher died or dropped its connection before its part was in: the partial version is discarded, and every other part's push fails with this code. Publish the version again (all parts).",
+  ),
+  PART_EXPIRED: entry(
+    'ERR_PART_EXPIRED',
+    'broadcast',
+    'A version published in parts did not receive anything from any part for `--partial-ttl`: the partial version is discarded and the parts still pushing fail with this code.',
+  ),
+  PART_MISMATCH: entry(
+    'ERR_PART_MISMATCH',
+    'broadcast',
+    'A part of a version published in parts does not agree with the parts already offered: another layout (model, tensors, dtypes, shapes, chunk size or metadata) or another part count. Only that part is refused.',
+  ),
+  PART_OVERLAP: entry(
+    'ERR_PART_OVERLAP',
+    'broadcast',
+    'A part of a version published in parts claims a tensor (or a part index) that another part of the version already holds. Only that part is refused.',
+  ),
+  PART_MISSING: entry(
+    'ERR_PART_MISSING',
+    'broadcast',
+    'Every part of a version published in parts was offered, but some tensors are in none of them: the partial version is discarded and every part fails with this code (`details.missing` names some).',
+  ),
   PUSH_IN_PROGRESS: entry('ERR_PUSH_IN_PROGRESS', 'broadcast', 'This publisher is already pushing the same model and version.'),
   SECRET_REQUIRED: entry('ERR_SECRET_REQUIRED', 'broadcast', 'A relay with peers, or a pusher, was started without a job secret.'),
   SECRET_TOO_SHORT: entry('ERR_SECRET_TOO_SHORT', 'broadcast', 'The job secret is shorter than 32 characters.'),

@@ -26,6 +26,8 @@ import { counter, gauge, histogram } from '../common/metric-factory.js';
 import type { ControlOptions } from '../control/nats-options.js';
 import { TrainerClient } from '../trainer/trainer-client.js';
 import type { PreparedVersion } from './client/index.js';
+import type { Mapping } from '../native/index.js';
+import { partOfMetadata } from './parts/part-metadata.js';
 import type { StoredVersion, VersionStore } from './store.js';
 
 export interface ForwarderOptions {
@@ -167,7 +169,7 @@ export class VersionForwarder {
       close: () => undefined,
     };
     try {
-      const result = await this.trainer.pushPrepared(prepared);
+      const result = await this.push(v, prepared, loan.mapping);
       const seconds = (performance.now() - started) / 1e3;
       this.metrics.seconds.observe(seconds);
       this.record({ model: v.model, version: v.version, result: 'forwarded', master: result.master, seconds, attempts: result.attempts });
@@ -182,6 +184,24 @@ export class VersionForwarder {
     } finally {
       loan.release();
     }
+  }
+
+  /**
+   * A whole version goes as it is laid out here; a part of a version published from several
+   * hosts (its metadata names the part: parts/part-metadata.ts) goes as that part, its tensors
+   * read from the segment.
+   */
+  private push(v: StoredVersion, prepared: PreparedVersion, mapping: Mapping): ReturnType<TrainerClient['pushPrepared']> {
+    const part = partOfMetadata(v.metadata);
+    if (part === null) return this.trainer.pushPrepared(prepared);
+    return this.trainer.publishPart({
+      model: v.model,
+      version: v.version,
+      part: part.part,
+      manifest: part.manifest,
+      metadata: part.metadata,
+      tensors: v.layout.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, data: new Uint8Array(mapping.view(t.offset, t.byteLength)) })),
+    });
   }
 
   private record(record: ForwardRecord): void {

@@ -43,6 +43,7 @@ import {
   type TensorVersion,
 } from '../relay/client/index.js';
 import { ErrorCodes } from '../common/error-codes.js';
+import { preparePart, type PreparedPart, type TensorPart } from '../relay/client/prepared-part.js';
 
 /** How long masterChunkSize() waits for a first plan. */
 const PLAN_FOR_ADVICE_MS = 2000;
@@ -224,6 +225,38 @@ export class TrainerClient {
       await this.pushRemote(master, prepared);
       return { mode: 'remote', served: Promise.resolve() };
     });
+  }
+
+  /**
+   * Publishes this host's part of a version whose tensors live on several hosts (each host's
+   * trainer calls this at once with its own tensors and the same manifest; see
+   * docs/components/broadcast.md#a-version-from-several-trainer-hosts): always pushed to the
+   * master over UCX, with publish()'s handling of master changes (every part then goes to the
+   * new master). Returns once the master serves the whole version; a part lost or refused
+   * fails every part with the master's code (ERR_PART_LOST, ERR_PART_MISSING, ...), not retried.
+   */
+  async publishPart(request: TensorPart): Promise<TrainerPublishResult> {
+    let prepared: PreparedPart | null = null;
+    try {
+      return await this.deliver(request.model, request.version, null, async (master) => {
+        const publisher = await this.remoteTo(master);
+        prepared ??= await preparePart(
+          request,
+          this.options.chunkSize !== undefined
+            ? { chunkSize: this.options.chunkSize }
+            : await publisher.chunkingFor(tensorDataBytes({ tensors: request.manifest })),
+        );
+        try {
+          await publisher.pushPart(prepared);
+        } catch (err) {
+          if (!(err instanceof ConflictError)) await publisher.close().catch(() => undefined);
+          throw err;
+        }
+        return { mode: 'remote', served: Promise.resolve() };
+      });
+    } finally {
+      (prepared as PreparedPart | null)?.close();
+    }
   }
 
   /**

@@ -14,6 +14,7 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 export const LONGEST_FILES = [
   'test/soak/soak.test.ts', // 218 s
+  'test/relay/parts.test.ts', // 36 s: publisher processes per part (a loaded 2-core machine)
   'test/rollout-agent/agent.test.ts', // 35 s
   'test/rollout/repack-failover.test.ts', // 21 s
   'test/relay/chunk-probe.test.ts', // 17 s

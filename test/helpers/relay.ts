@@ -102,6 +102,8 @@ export interface RelayProcess {
   /** The directory of the relay's segments (`<root>/segments`, or the huge-page mount in it). */
   shmDir: string;
   metricsPort: number;
+  /** The broadcast's UCX port (`--listen`), -1 without one. */
+  ucxPort: number;
   logs: string[];
   /** Resolves with the exit code (or signal name). */
   exited: Promise<number | string>;
@@ -119,6 +121,7 @@ export async function spawnRelay(root: string, extraArgs: string[] = [], wrap: s
     // Where the segments are: the relay's huge-page mount in the directory, where it made one.
     shmDir: (daemon.ready.segmentDir as string | undefined) ?? shmDir,
     metricsPort: (daemon.ready.metricsPort as number | null) ?? -1,
+    ucxPort: (daemon.ready.ucxPort as number | null) ?? -1,
     logs: daemon.logs,
     exited: daemon.exited,
     stop: (signal = 'SIGTERM') => daemon.kill(signal),

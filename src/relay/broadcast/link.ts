@@ -41,6 +41,8 @@ export class PeerLink {
   onBadMessage: ((code: string) => void) | undefined;
   /** The relay at the other end answers `chunk-query` (its welcome said so; connector side only). */
   chunkAdvice = false;
+  /** The relay assembles versions published in parts (its welcome said so). */
+  parts = false;
 
   private lastHeard = Date.now();
 
@@ -236,6 +238,7 @@ async function connectHandshake(endpoint: Endpoint, peerId: string | null, addre
   if (welcome.t !== 'welcome') throw new ProtocolError(ErrorCodes.PEER_HANDSHAKE, `expected welcome, got ${welcome.t}`);
   const link = new PeerLink(endpoint, challenge.id, 'relay', options.silenceMs);
   link.chunkAdvice = welcome.chunkAdvice === true;
+  link.parts = welcome.parts === true;
   return link;
 }
 
@@ -294,6 +297,6 @@ async function acceptHandshake(endpoint: Endpoint, options: AcceptOptions): Prom
   // Relays are held to the keepalive; a publisher is only answered: between its pushes it may
   // sit idle for long, busy with training, and dropping it would gain nothing.
   const link = new PeerLink(endpoint, hello.from, hello.role, hello.role === 'relay' ? options.silenceMs : 0);
-  await endpoint.send(encodePeerMessage({ t: 'welcome', epoch: hello.epoch, chunkAdvice: true }));
+  await endpoint.send(encodePeerMessage({ t: 'welcome', epoch: hello.epoch, chunkAdvice: true, parts: true }));
   return link;
 }

@@ -9,6 +9,9 @@
  *   connector -> acceptor  auth {proof}
  *   acceptor  -> connector welcome {epoch, chunkAdvice?}         | refuse {code, message}
  *   sender    -> receiver  offer {model, version, size, headerBytes} + payload: header bytes
+ *   publisher -> relay     part-offer {model, version, size, headerBytes, part, parts, runs, pieces}
+ *                          + payload: header bytes (placeholder chunk checksums), then one u64 LE
+ *                          XXH3 per piece            (only to a relay whose welcome said parts)
  *   receiver  -> sender    accept {model, version, from, have}    | decline {model, version, code}
  *   sender    -> receiver  chunk {model, version, index} + payload: chunk bytes
  *   receiver  -> sender    nack {model, version, index}           (failed its checksum: send again)
@@ -44,9 +47,27 @@ export const peerMessageSchema = z.discriminatedUnion('t', [
   z.object({ t: z.literal('auth'), proof: bytes }),
   // chunkAdvice: this relay answers chunk-query (a relay of an older build leaves it out, and a
   // message it does not know would drop the link: the publisher asks only when it is there).
-  z.object({ t: z.literal('welcome'), epoch: z.number().int().nonnegative(), chunkAdvice: z.boolean().optional() }),
+  // parts: this relay assembles versions published in parts (part-offer); an older one does not.
+  z.object({ t: z.literal('welcome'), epoch: z.number().int().nonnegative(), chunkAdvice: z.boolean().optional(), parts: z.boolean().optional() }),
   z.object({ t: z.literal('refuse'), code: z.string().max(64), message: z.string().max(1024) }),
   z.object({ t: z.literal('offer'), model, version, size: z.number().int().positive(), headerBytes: z.number().int().positive() }),
+  // One part of a version published from several hosts (relay/parts/): the tensors of `runs`
+  // ([first, count] of the header's tensor order), sent as `pieces` chunk messages whose index
+  // is the piece's (relay/parts/part-plan.ts).
+  z.object({
+    t: z.literal('part-offer'),
+    model,
+    version,
+    size: z.number().int().positive(),
+    headerBytes: z.number().int().positive(),
+    part: index,
+    parts: z.number().int().min(1).max(1024),
+    runs: z
+      .array(z.tuple([index, z.number().int().positive()]))
+      .min(1)
+      .max(4096),
+    pieces: z.number().int().nonnegative(),
+  }),
   z.object({ t: z.literal('accept'), model, version, from: index, have: z.array(index).max(65536) }),
   z.object({ t: z.literal('decline'), model, version, code: z.string().max(64), message: z.string().max(1024) }),
   z.object({ t: z.literal('chunk'), model, version, index }),

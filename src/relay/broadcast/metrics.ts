@@ -16,6 +16,7 @@ export class BroadcastMetrics {
   readonly peerFailures: Counter<'reason'>;
   readonly upstreamFailures: Counter<'reason'>;
   readonly transfers: Counter<'direction' | 'result'>;
+  readonly partVersions: Counter<'result'>;
   readonly transferSeconds: Histogram<'direction'>;
   readonly epoch: Gauge;
   readonly retargets: Counter;
@@ -74,6 +75,11 @@ export class BroadcastMetrics {
       name: 'laminar_relay_broadcast_transfers_total',
       help: 'Version transfers by direction and result',
       labelNames: ['direction', 'result'],
+    });
+    this.partVersions = counter(registry, {
+      name: 'laminar_relay_part_versions_total',
+      help: 'Versions published in parts (several trainer hosts) that this relay assembled or discarded, by result (complete, part_lost, expired, missing, superseded, failed), and parts refused (refused)',
+      labelNames: ['result'],
     });
     this.retargets = counter(registry, { name: 'laminar_relay_broadcast_retargets_total', help: 'Changes of the downstream relay this relay sends to' });
     this.transferSeconds = histogram(registry, {

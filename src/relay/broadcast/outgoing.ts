@@ -11,6 +11,7 @@ import { LaminarError, TimeoutError } from '../../common/errors.js';
 import { watchdog, type Watchdog } from '../../common/watchdog.js';
 import { chunkRange } from '../../safetensors/header.js';
 import type { PeerLink } from './link.js';
+import type { Payload } from '../../ucx/index.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
 import type { BroadcastMetrics } from './metrics.js';
 import type { ChunkSource } from './source.js';
@@ -34,6 +35,8 @@ export interface OutgoingOptions {
    * only by the link's keepalive, which a peer that answers pings but never completes passes.
    */
   completionTimeoutMs?: number;
+  /** What to offer instead of the source's whole version (a part: relay/parts/). */
+  offer?: { message: PeerMessage; payload: Payload };
 }
 
 export class OutgoingTransfer {
@@ -73,6 +76,11 @@ export class OutgoingTransfer {
     this.result.catch(() => undefined);
   }
 
+  /** Chunks (or a part's pieces) to send. */
+  private get count(): number {
+    return this.source.pieces?.count ?? this.source.layout.chunkCount;
+  }
+
   get done(): boolean {
     return this.finished;
   }
@@ -91,13 +99,11 @@ export class OutgoingTransfer {
   start(): Promise<OutgoingResult> {
     this.startedAt = performance.now();
     const { layout } = this.source;
-    const mapping = this.source.mapping;
-    this.link
-      .send(
-        { t: 'offer', model: this.source.model, version: this.source.version, size: layout.totalSize, headerBytes: layout.dataOffset },
-        { source: mapping, offset: 0, length: layout.dataOffset },
-      )
-      .catch((err: unknown) => this.fail(err as Error));
+    const offer = this.options.offer ?? {
+      message: { t: 'offer', model: this.source.model, version: this.source.version, size: layout.totalSize, headerBytes: layout.dataOffset },
+      payload: { source: this.source.mapping, offset: 0, length: layout.dataOffset },
+    };
+    this.link.send(offer.message, offer.payload).catch((err: unknown) => this.fail(err as Error));
     this.stallWatch = watchdog(Math.max(50, Math.floor(this.options.stallMs / 4)), (heldUp) => this.checkStall(heldUp));
     return this.result;
   }
@@ -113,7 +119,7 @@ export class OutgoingTransfer {
         this.finish('declined');
         return;
       case 'nack':
-        if (message.index < this.source.layout.chunkCount) {
+        if (message.index < this.count) {
           this.options.metrics.nacks.inc();
           this.resend.push(message.index);
           this.pump();
@@ -137,7 +143,7 @@ export class OutgoingTransfer {
     if (this.accepted) return;
     this.accepted = true;
     this.progressed('to accept the offer');
-    this.next = Math.min(message.from, this.source.layout.chunkCount);
+    this.next = Math.min(message.from, this.count);
     for (const i of message.have) this.skip.add(i);
     this.options.log.debug({ peer: this.link.peerId, model: this.source.model, version: this.source.version, from: this.next }, 'offer accepted');
     this.pump();
@@ -145,8 +151,8 @@ export class OutgoingTransfer {
 
   private pick(): number | null {
     if (this.resend.length > 0) return this.resend[0]!;
-    while (this.next < this.source.layout.chunkCount && this.skip.has(this.next)) this.next++;
-    return this.next < this.source.layout.chunkCount ? this.next : null;
+    while (this.next < this.count && this.skip.has(this.next)) this.next++;
+    return this.next < this.count ? this.next : null;
   }
 
   private pump(): void {
@@ -172,7 +178,7 @@ export class OutgoingTransfer {
   }
 
   private sendChunk(index: number): void {
-    const { offset, length } = chunkRange(this.source.layout, index);
+    const { offset, length } = this.source.pieces?.range(index) ?? chunkRange(this.source.layout, index);
     let mapping;
     try {
       mapping = this.source.mapping;
@@ -198,7 +204,7 @@ export class OutgoingTransfer {
         this.options.metrics.chunksSent.inc();
         this.options.metrics.chunkBytesSent.inc(length);
         this.options.metrics.bytes.sent += length;
-        this.options.onChunk?.(this.sentChunks, this.source.layout.chunkCount);
+        this.options.onChunk?.(this.sentChunks, this.count);
         this.pump();
       },
       (err: unknown) => this.fail(err as Error),

@@ -14,6 +14,11 @@ export interface ChunkSource {
   readonly layout: VersionLayout;
   /** The current mapping of the segment (a received version is re-mapped read-only when it completes). */
   readonly mapping: Mapping;
+  /**
+   * A part of a version (relay/parts/): what is sent is its pieces, by index, from these ranges
+   * of `mapping`, instead of the layout's chunks.
+   */
+  readonly pieces?: { readonly count: number; range(index: number): { offset: number; length: number } };
   available(index: number): boolean;
   /** Resolves when chunk `index` is available; rejects when the source is abandoned. */
   whenAvailable(index: number): Promise<void>;

@@ -22,6 +22,7 @@ import type { MappingRegistrations } from './registrations.js';
 import type { ChunkSource } from './source.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 import { inBackground } from '../background.js';
+import { PartAssembler } from '../parts/assembly.js';
 
 interface Arrival {
   transfer: IncomingTransfer;
@@ -54,6 +55,8 @@ export class UpstreamSide {
   private readonly options: BroadcasterOptions;
   private readonly metrics: BroadcastMetrics;
   private readonly log: Logger;
+  /** Versions published in parts, from several publishers at once (relay/parts/). */
+  private readonly parts: PartAssembler;
 
   constructor(private readonly ctx: UpstreamContext) {
     this.store = ctx.store;
@@ -61,6 +64,13 @@ export class UpstreamSide {
     this.metrics = ctx.metrics;
     this.log = ctx.log;
     this.failures = { failures: ctx.metrics.backgroundFailures };
+    this.parts = new PartAssembler({
+      store: ctx.store,
+      metrics: ctx.metrics,
+      log: ctx.log,
+      registrations: ctx.registrations,
+      partialTtlMs: ctx.options.partialTtlMs,
+    });
   }
 
   private readonly failures: { failures: BroadcastMetrics['backgroundFailures'] };
@@ -106,11 +116,12 @@ export class UpstreamSide {
 
   /** True while a version is arriving here. */
   get busy(): boolean {
-    return this.arrivals.size > 0;
+    return this.arrivals.size > 0 || this.parts.busy;
   }
 
   /** Abandons arrivals no upstream has sent anything for in `partialTtlMs`. */
   expireIdle(now: number): void {
+    this.parts.tick(now);
     for (const { transfer } of this.arrivals.values()) {
       if (now - transfer.lastActivity > this.options.partialTtlMs) {
         inBackground(transfer.abandon(`no upstream sent anything for ${this.options.partialTtlMs} ms`), this.log, 'abandoning an idle arrival', this.failures);
@@ -120,6 +131,7 @@ export class UpstreamSide {
 
   /** A newer version is complete here: older partial arrivals of the model are pointless. */
   abandonOlderThan(v: StoredVersion): void {
+    this.parts.abandonOlderThan(v);
     for (const { transfer } of [...this.arrivals.values()]) {
       if (transfer.model === v.model && transfer.version < v.version) {
         inBackground(transfer.abandon(`version ${v.version} is complete`), this.log, 'abandoning a superseded arrival', this.failures);
@@ -128,6 +140,7 @@ export class UpstreamSide {
   }
 
   async close(): Promise<void> {
+    this.parts.close();
     await Promise.all([...this.upstreams].map((l) => l.close()));
   }
 
@@ -155,6 +168,7 @@ export class UpstreamSide {
     link.endpoint.onClose((err) => {
       this.upstreams.delete(link);
       for (const arrival of this.arrivals.values()) arrival.upstreams.delete(link);
+      this.parts.linkGone(link, err?.code);
       this.log.info({ peer: link.peerId, code: err?.code }, 'upstream peer gone');
       if (err && link.role === 'relay' && !this.ctx.closed() && !this.leftOnPurpose.has(link)) {
         this.metrics.upstreamFailures.inc({ reason: err.code });
@@ -173,7 +187,14 @@ export class UpstreamSide {
           recover: (err) => void link.closeWith(ErrorCodes.INTERNAL, `the offer failed: ${(err as Error).message}`),
         });
         return;
+      case 'part-offer':
+        inBackground(this.parts.offer(link, message, incoming), this.log, 'taking a part offer', {
+          ...this.failures,
+          recover: (err) => void link.closeWith(ErrorCodes.INTERNAL, `the part offer failed: ${(err as Error).message}`),
+        });
+        return;
       case 'chunk':
+        if (this.parts.chunk(link, message, incoming)) return;
         this.handleChunk(link, message, incoming);
         return;
       case 'chunk-query':

@@ -18,7 +18,7 @@ import { UcxWorker, devicesToward, parseAddress, type Registration } from '../..
 import { loadSecret } from '../broadcast/auth.js';
 import { connectPeer, type PeerLink } from '../broadcast/link.js';
 import { BroadcastMetrics } from '../broadcast/metrics.js';
-import { OutgoingTransfer, transferKey } from '../broadcast/outgoing.js';
+import { OutgoingTransfer, transferKey, type OutgoingOptions } from '../broadcast/outgoing.js';
 import type { ChunkSource } from '../broadcast/source.js';
 import { copyCheckpoint, readCheckpoint } from '../checkpoint.js';
 import { chunkChecksums } from '../chunk-checksums.js';
@@ -27,9 +27,11 @@ import { validateModelId, validateVersion } from '../segments.js';
 import { Registry } from 'prom-client';
 import { writeChunkAligned } from './chunk-aligned-write.js';
 import { StagingBuffer } from './staging.js';
-import { asBytes } from './tensor-view.js';
+import { sizedBytes } from './tensor-view.js';
 import type { TensorData } from './publication.js';
 import { ErrorCodes } from '../../common/error-codes.js';
+import { packedBytes } from '../parts/part-plan.js';
+import { preparePart, type PreparedPart, type TensorPart } from './prepared-part.js';
 
 export interface RemoteOptions {
   /** The master relay's UCX listener, "address:port". */
@@ -260,6 +262,66 @@ export class RemotePublisher {
     }
   }
 
+  /**
+   * Publishes this host's part of a version whose tensors live on several hosts (every part's
+   * host calls this at once, each with its own tensors and the same manifest): resolves when the
+   * relay holds, has verified and serves the whole version, and fails with the relay's code
+   * when the version is discarded (ERR_PART_LOST, ERR_PART_MISSING, ...) or this part refused
+   * (ERR_PART_MISMATCH, ERR_PART_OVERLAP). See docs/components/broadcast.md.
+   */
+  async publishPart(request: TensorPart & { onProgress?: (done: number, total: number) => void }): Promise<RemotePublishResult> {
+    if (!this.link.parts) {
+      throw new LaminarError(
+        ErrorCodes.PEER_UNEXPECTED,
+        `${this.link.peerId} does not take versions in parts (an older build): publish the whole version from one host`,
+      );
+    }
+    const started = performance.now();
+    const prepared = await preparePart(request, await this.chunkingFor(tensorDataBytes({ tensors: request.manifest })));
+    try {
+      return await this.pushPart(prepared, started, request.onProgress);
+    } finally {
+      prepared.close();
+    }
+  }
+
+  /** Streams a prepared part to the relay; resolves when the relay holds and verified the whole version. */
+  async pushPart(prepared: PreparedPart, started = performance.now(), onProgress?: (done: number, total: number) => void): Promise<RemotePublishResult> {
+    const { layout, pieces, mapping } = prepared;
+    const source: ChunkSource = {
+      model: prepared.model,
+      version: prepared.version,
+      layout,
+      mapping,
+      pieces: { count: pieces.length, range: (i) => ({ offset: pieces[i]!.packed, length: pieces[i]!.length }) },
+      available: () => true,
+      whenAvailable: () => Promise.resolve(),
+    };
+    const offer = {
+      message: {
+        t: 'part-offer' as const,
+        model: prepared.model,
+        version: prepared.version,
+        size: layout.totalSize,
+        headerBytes: layout.dataOffset,
+        part: prepared.part.index,
+        parts: prepared.part.count,
+        runs: prepared.runs,
+        pieces: pieces.length,
+      },
+      payload: { source: prepared.offerPayload, offset: 0, length: prepared.offerPayload.byteLength },
+    };
+    const bytes = packedBytes(pieces);
+    // Pieces go in order (resends aside): the bytes up to the last one sent.
+    const progress = onProgress
+      ? (sent: number) => {
+          const last = pieces[Math.min(sent, pieces.length) - 1];
+          onProgress(last === undefined ? 0 : last.packed + last.length, bytes);
+        }
+      : undefined;
+    return this.pushSource(source, this.worker.register(mapping), false, started, progress, offer);
+  }
+
   async close(): Promise<void> {
     this.staging.close();
     this.kept?.registration.release();
@@ -274,18 +336,36 @@ export class RemotePublisher {
    */
   async push(prepared: PreparedVersion, started = performance.now(), onProgress?: (done: number, total: number) => void): Promise<RemotePublishResult> {
     const { model, version, layout, mapping } = prepared;
-    const key = transferKey(model, version);
-    if (this.sessions.has(key)) throw new ConflictError(ErrorCodes.PUSH_IN_PROGRESS, `${model} v${version} is being pushed already`);
     const registration = prepared.kept ? this.keptRegistration(mapping) : this.worker.register(mapping);
+    const chunkProgress = onProgress ? (sent: number) => onProgress(Math.min(sent, layout.chunkCount) * layout.chunkSize, layout.dataLength) : undefined;
+    return this.pushSource(new LocalSource(model, version, layout, mapping), registration, prepared.kept, started, chunkProgress);
+  }
+
+  /** One push of `source` (a whole version, or a part with its own offer): the session, its failures and its result. */
+  private async pushSource(
+    source: ChunkSource,
+    registration: Registration,
+    kept: boolean,
+    started: number,
+    onSent?: (sent: number) => void,
+    offer?: OutgoingOptions['offer'],
+  ): Promise<RemotePublishResult> {
+    const { model, version, layout } = source;
+    const key = transferKey(model, version);
+    if (this.sessions.has(key)) {
+      if (!kept) registration.release();
+      throw new ConflictError(ErrorCodes.PUSH_IN_PROGRESS, `${model} v${version} is being pushed already`);
+    }
     const transferStarted = performance.now();
     const stallMs = this.options.stallMs ?? 30_000;
-    const transfer = new OutgoingTransfer(this.link, new LocalSource(model, version, layout, mapping), {
+    const transfer = new OutgoingTransfer(this.link, source, {
       window: this.options.window ?? DEFAULT_BROADCAST_WINDOW,
       stallMs,
       completionTimeoutMs: stallMs,
       metrics: this.metrics,
       log: silentLogger,
-      ...(onProgress ? { onChunk: (sent: number, total: number) => onProgress(Math.min(sent, total) * layout.chunkSize, layout.dataLength) } : {}),
+      ...(onSent ? { onChunk: (sent: number) => onSent(sent) } : {}),
+      ...(offer ? { offer } : {}),
     });
     this.sessions.set(key, transfer);
     try {
@@ -303,7 +383,7 @@ export class RemotePublisher {
     } finally {
       this.sessions.delete(key);
       transfer.cancel(new LaminarError(ErrorCodes.ABORTED, 'the push ended'));
-      if (!prepared.kept) registration.release();
+      if (!kept) registration.release();
     }
     const now = performance.now();
     return {
@@ -396,17 +476,7 @@ export async function prepareVersion(
 ): Promise<PreparedVersion> {
   const metadata = request.metadata ?? {};
   const layout = planFor(request.model, request.version, request.tensors, metadata, typeof chunking === 'number' ? { chunkSize: chunking } : chunking);
-  const sources = request.tensors.map((t, i) => {
-    const entry = layout.tensors[i]!;
-    const bytes = asBytes(t.data);
-    if (bytes.byteLength !== entry.byteLength) {
-      throw new LaminarError(
-        ErrorCodes.BAD_TENSOR,
-        `tensor ${t.name} has ${bytes.byteLength} bytes, ${entry.byteLength} expected for ${t.dtype}[${t.shape.join(',')}]`,
-      );
-    }
-    return bytes;
-  });
+  const sources = request.tensors.map((t, i) => sizedBytes(t, layout.tensors[i]!.byteLength));
   const mapping = staging ? staging.take(layout.totalSize) : new Mapping(null, { size: layout.totalSize });
   const release = staging ? () => staging.give(mapping) : () => void mapping.closeAsync();
   try {

@@ -15,6 +15,18 @@ export function asBytes(data: ArrayBufferView | ArrayBuffer): Uint8Array {
   return data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
 
+/** The bytes of a publisher's tensor, checked against the length its dtype and shape give. */
+export function sizedBytes(t: { name: string; dtype: Dtype; shape: readonly number[]; data: ArrayBufferView | ArrayBuffer }, byteLength: number): Uint8Array {
+  const bytes = asBytes(t.data);
+  if (bytes.byteLength !== byteLength) {
+    throw new InvalidInputError(
+      ErrorCodes.BAD_TENSOR,
+      `tensor ${t.name} has ${bytes.byteLength} bytes, ${byteLength} expected for ${t.dtype}[${t.shape.join(',')}]`,
+    );
+  }
+  return bytes;
+}
+
 export function tensorBytes(mapping: Mapping, t: TensorInfo): Uint8Array {
   if (t.byteLength > MAX_VIEW_BYTES) {
     throw new InvalidInputError(

@@ -31,6 +31,7 @@ from .. import error_codes
 from ..errors import ClosedError, LaminarError
 from .dtypes import safetensors_dtype
 from .lease import Lease
+from .parts import part_metadata
 from .protocol import default_socket_path
 from .publication import Publication, Tensors
 from .publish_result import PublishResult
@@ -272,6 +273,8 @@ class RelayClient:
         *,
         specs: Optional[Iterable[Spec]] = None,
         chunk_size: Optional[int] = None,
+        part: Optional[tuple[int, int]] = None,
+        manifest: Optional[Iterable[Spec]] = None,
     ) -> PublishResult:
         """Publishes a version in one call: begin, copy every tensor into the segment (copies and
         checksums in parallel), commit. ``tensors``: a mapping of name to torch tensor (any
@@ -281,8 +284,18 @@ class RelayClient:
         then on): the relay verifies the version after, and serves it only once it passed. The
         ``PublishResult``'s ``wait_visible()`` waits for that and returns the relay's description
         of the version; a refused version (``ERR_CHECKSUM_MISMATCH``) is aborted and raised there.
-        On any failure before the return the publication is aborted and the error raised."""
+        On any failure before the return the publication is aborted and the error raised.
+
+        A trainer whose tensors live on several hosts publishes from each host into the
+        forwarding relay there, at once: ``part=(k, n)`` (this host's part, k from 1) and
+        ``manifest`` (every tensor of the version, in order, the same list on every host) make
+        this publication part k of n, which the forwarding relay pushes to the master; the master
+        serves the version once every part is in. See docs/components/python-relay.md."""
         started = time.perf_counter()
+        if (part is None) != (manifest is None):
+            raise LaminarError(error_codes.INVALID_ARG, "part=(k, n) and manifest=[every spec] go together")
+        if part is not None and manifest is not None:
+            metadata = {**(metadata or {}), **part_metadata(part, [_wire_spec(s) for s in manifest])}
         streamed = not isinstance(tensors, Mapping)
         if specs is None:
             if streamed:
