@@ -7,50 +7,17 @@
  * The Go build: `scripts/bootstrap.sh` builds the tool once (the first build compiles k8s.io/api:
  * minutes on 2 cores); here it is built again from Go's cache, which takes a second or two.
  */
-import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO } from '../helpers/relay.js';
 import { DAEMONS, unknownEnv, unknownFlags } from './cli-flags.js';
+import { BUILD_TIMEOUT_MS, MANIFESTS, buildValidator, validate as run, type Summary } from './k8s-validate.js';
 
-const MANIFESTS = join(REPO, 'docs/deploy/kubernetes');
-const TOOL = join(REPO, 'tools/k8s-validate');
-/** Made outside the manifests (kubectl create secret: never committed). */
-const EXTERNAL = ['--secret', 'laminar-job-secret'];
 const CLI_PATH = '/opt/laminar/dist/src/cli/laminar.js';
-
-interface Container {
-  file: string;
-  object: string;
-  name: string;
-  image: string;
-  command: string[] | null;
-  args: string[] | null;
-  env: string[];
-  envFrom: string[];
-}
-interface Summary {
-  objects: string[];
-  containers: Container[];
-  configMaps: Record<string, string[]>;
-}
-
-/** `go` on PATH, else where the official archive installs it. */
-function findGo(): string | null {
-  for (const go of [process.env.GO, 'go', '/usr/local/go/bin/go']) {
-    if (go && spawnSync(go, ['version']).status === 0) return go;
-  }
-  return null;
-}
-
 const scratch = mkdtempSync(join(tmpdir(), 'laminar-k8s-'));
-const binary = join(scratch, 'k8s-validate');
-
-function validate(files: string[]): { status: number | null; stdout: string; stderr: string } {
-  return spawnSync(binary, [...EXTERNAL, ...files], { encoding: 'utf8', timeout: 30_000 });
-}
+let binary = '';
+const validate = (files: string[]) => run(binary, files);
 
 const manifests = readdirSync(MANIFESTS)
   .filter((f) => f.endsWith('.yaml'))
@@ -76,16 +43,10 @@ function cliProblems(summary: Summary): string[] {
   return problems;
 }
 
-const go = findGo();
-
 describe('Kubernetes manifests (docs/deploy/kubernetes)', () => {
   beforeAll(() => {
-    if (!go) throw new Error('Go is not installed (go on PATH or /usr/local/go/bin/go): tools/k8s-validate cannot be built; install Go 1.26 or later');
-    // A cold build (no module or build cache) downloads the modules and compiles k8s.io/api: the
-    // bootstrap does it; this bound is only for a machine where it has not run.
-    const build = spawnSync(go, ['build', '-o', binary, '.'], { cwd: TOOL, encoding: 'utf8', timeout: 590_000 });
-    if (build.status !== 0) throw new Error(`go build in tools/k8s-validate failed:\n${build.stderr}`);
-  }, 600_000);
+    binary = buildValidator(scratch);
+  }, BUILD_TIMEOUT_MS + 10_000);
   afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
   it('decode strictly into the Kubernetes API types, with every mount, selector and ConfigMap in place', () => {

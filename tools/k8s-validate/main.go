@@ -53,6 +53,8 @@ type Summary struct {
 	Objects    []string            `json:"objects"`
 	Containers []Container         `json:"containers"`
 	ConfigMaps map[string][]string `json:"configMaps"`
+	// ConfigMapData is each ConfigMap's data, for tests that run what a ConfigMap holds.
+	ConfigMapData map[string]map[string]string `json:"configMapData"`
 }
 
 func newScheme() *runtime.Scheme {
@@ -240,7 +242,7 @@ func main() {
 		os.Exit(2)
 	}
 	s := newScheme()
-	summary := Summary{Objects: []string{}, Containers: []Container{}, ConfigMaps: map[string][]string{}}
+	summary := Summary{Objects: []string{}, Containers: []Container{}, ConfigMaps: map[string][]string{}, ConfigMapData: map[string]map[string]string{}}
 	secrets := map[string]bool{}
 	needed := refs{configMaps: map[string]string{}, secrets: map[string]string{}}
 	var problems []string
@@ -277,7 +279,9 @@ func main() {
 				for k := range o.Data {
 					keys = append(keys, k)
 				}
+				sort.Strings(keys)
 				summary.ConfigMaps[o.Name] = keys
+				summary.ConfigMapData[o.Name] = o.Data
 			case *corev1.Secret:
 				secrets[o.Name] = true
 			}
