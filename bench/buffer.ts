@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- buffer [--batch 8192] [--tokens 16384] [--inflight 1000] [--partial-s 10] [--train-s 4]
- *                          [--deletion-delay-ms N]`
+ *                          [--deletion-delay-ms N] [--r3-batch 1024] [--r3-only]`
  *
  * Experience buffer against raw JetStream, in the same run, on a real nats-server (file storage):
  *   write  : ExperienceWriter.write() of `batch` trajectories vs raw js.publish of the same bytes
@@ -19,6 +19,10 @@
  *   partial: CPU of streaming `inflight` trajectories at 50 tokens/s to the partial pool
  *   cost   : CPU seconds and page faults of the cold sample and of the raw fetch (and of
  *            nats-server meanwhile), to tell where their time went on a shared machine
+ *   R3     : `r3-batch` trajectories written and then sampled cold (one batch, child process)
+ *            on one server (R1) and on a 3-node cluster on this machine (R3, startNatsCluster),
+ *            each on fresh servers: write_r3_over_r1 and sample_r3_over_r1 are throughput ratios.
+ *            --r3-only runs this part alone.
  * Dirty pages are written out (sync) before every measured read, so that the kernel's writeback
  * of the writes just made does not fall into one measurement and not another.
  * Prints a table, then one JSON line (last line of stdout).
@@ -28,7 +32,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
-import { startNatsServer } from '../src/services/index.js';
+import { startNatsCluster, startNatsServer } from '../src/services/index.js';
 import { ExperienceSampler, ExperienceWriter, PartialPool, type Batch, type TrajectoryInput } from '../src/data/index.js';
 import { mapLimit } from '../src/common/concurrency.js';
 import { formatBytes } from '../src/common/units.js';
@@ -43,6 +47,9 @@ interface Args {
   trainSeconds: number;
   /** The samplers' maxDeletionDelayMs (0: delete at once, beside a running assembly). */
   deletionDelayMs: number | undefined;
+  /** Trajectories written and sampled on R1 and on R3 (0: that part is skipped). */
+  r3Batch: number;
+  r3Only: boolean;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -61,6 +68,8 @@ function parseArgs(argv: string[]): Args {
     window: get('window', 64),
     trainSeconds: get('train-s', 4),
     deletionDelayMs: get('deletion-delay-ms', undefined, true),
+    r3Batch: get('r3-batch', 1024, true),
+    r3Only: argv.includes('--r3-only'),
   };
 }
 
@@ -167,8 +176,8 @@ async function rawFetch(nc: NatsConnection, count: number, serverPid: number | u
   return { s, cost };
 }
 
-async function ourWrite(nc: NatsConnection, buffer: string, from: number, count: number, tokens: number, window: number): Promise<number> {
-  const w = await ExperienceWriter.open({ nc, buffer });
+async function ourWrite(nc: NatsConnection, buffer: string, from: number, count: number, tokens: number, window: number, replicas = 1): Promise<number> {
+  const w = await ExperienceWriter.open({ nc, buffer, replicas });
   // Trajectories are built before the clock starts: we measure the writer, not the generator.
   const ts = Array.from({ length: Math.min(count, window * 4) }, (_, i) => makeTrajectory(from + i, tokens, 1));
   const t0 = process.hrtime.bigint();
@@ -370,11 +379,96 @@ function runChild(settings: ChildSettings): Promise<ChildResult> {
   });
 }
 
+/** One side of the R3 comparison: the writes' and the cold sample's seconds. */
+interface ReplicaRun {
+  writeS: number;
+  sampleS: number;
+}
+
+/**
+ * `count` trajectories written, then sampled cold as one batch by a child process, on servers
+ * started for it (`urls`; the child reads through the first). The same steps for R1 and R3.
+ */
+async function replicaRun(a: Args, count: number, urls: string[], replicas: number, serverPid: number | undefined): Promise<ReplicaRun> {
+  const nc = await connect({ servers: urls });
+  const writeS = await ourWrite(nc, 'replicas', 0, count, a.tokens, a.window, replicas);
+  await nc.close();
+  const sampled = await runChild({
+    url: urls[0]!,
+    buffer: 'replicas',
+    batch: count,
+    mode: 'cold',
+    serverPid,
+    trainSeconds: a.trainSeconds,
+    deletionDelayMs: a.deletionDelayMs,
+  });
+  return { writeS, sampleS: sampled.sampleS };
+}
+
+/** R1 on one nats-server against R3 on a 3-node cluster on this machine, each on fresh servers. */
+async function replicationCost(a: Args, log: (s: string) => void): Promise<{ r1: ReplicaRun; r3: ReplicaRun }> {
+  log(`R1: ${a.r3Batch} trajectories on one nats-server`);
+  const single = await startNatsServer({ jetstream: true });
+  let r1: ReplicaRun;
+  try {
+    r1 = await replicaRun(a, a.r3Batch, [single.url], 1, single.pid);
+  } finally {
+    await single.stop();
+  }
+  log(`R3: the same on a 3-node cluster`);
+  const cluster = await startNatsCluster();
+  try {
+    return { r1, r3: await replicaRun(a, a.r3Batch, [...cluster.urls], 3, cluster.nodes[0]!.pid) };
+  } finally {
+    await cluster.stop();
+  }
+}
+
+/** The R3 comparison's JSON fields and table rows. */
+function replicationReport(a: Args, r: { r1: ReplicaRun; r3: ReplicaRun }): { fields: Record<string, number>; rows: Array<[string, string, string]> } {
+  const bytes = a.r3Batch * a.tokens * 8;
+  const gbs = (s: number): number => +(bytes / s / 1e9).toFixed(3);
+  const fields = {
+    r3_batch: a.r3Batch,
+    r1_write_gbps: gbs(r.r1.writeS),
+    r3_write_gbps: gbs(r.r3.writeS),
+    write_r3_over_r1: +(r.r1.writeS / r.r3.writeS).toFixed(3),
+    r1_sample_gbps: gbs(r.r1.sampleS),
+    r3_sample_gbps: gbs(r.r3.sampleS),
+    sample_r3_over_r1: +(r.r1.sampleS / r.r3.sampleS).toFixed(3),
+  };
+  const rows: Array<[string, string, string]> = [
+    ['write, R3 cluster', `${fields.r3_write_gbps} GB/s`, `R1 one server ${fields.r1_write_gbps} GB/s -> ratio ${fields.write_r3_over_r1} (goal >= 0.5)`],
+    [
+      'sample (cold), R3 cluster',
+      `${fields.r3_sample_gbps} GB/s`,
+      `R1 one server ${fields.r1_sample_gbps} GB/s -> ratio ${fields.sample_r3_over_r1} (goal >= 0.5)`,
+    ],
+  ];
+  return { fields, rows };
+}
+
+function printReport(title: string, rows: Array<[string, string, string]>, result: object): void {
+  const w0 = Math.max(...rows.map((r) => r[0].length));
+  const w1 = Math.max(...rows.map((r) => r[1].length));
+  process.stdout.write(`${title}\n`);
+  for (const [k, v, note] of rows) process.stdout.write(`  ${k.padEnd(w0)}  ${v.padEnd(w1)}  ${note}\n`);
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
 export async function run(argv: string[]): Promise<void> {
   const a = parseArgs(argv);
   const itemBytes = a.tokens * 8;
   const batchBytes = a.batch * itemBytes;
   const log = (s: string): boolean => process.stderr.write(`buffer bench: ${s}\n`);
+  const r3Title = `R3 against R1: ${a.r3Batch} x ${a.tokens} tokens (${formatBytes(a.r3Batch * itemBytes)}), 3 nodes on this machine`;
+  if (a.r3Only) {
+    if (a.r3Batch === 0) throw new Error('--r3-only needs --r3-batch > 0');
+    const r3 = replicationReport(a, await replicationCost(a, log));
+    printReport(r3Title, r3.rows, { bench: 'buffer', tokens: a.tokens, ...r3.fields });
+    return;
+  }
+  const replication = a.r3Batch > 0 ? replicationReport(a, await replicationCost(a, log)) : { fields: {}, rows: [] };
   const nats = await startNatsServer({ jetstream: true });
   try {
     const nc = await connect({ servers: nats.url });
@@ -462,6 +556,7 @@ export async function run(argv: string[]): Promise<void> {
       assemble_reused_s: released.assembleS === undefined ? undefined : +released.assembleS.toFixed(3),
       assemble_reused_cpu_s: released.assembleCost?.client?.cpuS,
       assemble_reused_page_faults: released.assembleCost?.client?.faults,
+      ...replication.fields,
     };
     const rows: Array<[string, string, string]> = [
       ['write throughput', `${result.write_gbps} GB/s`, `raw publish ${result.raw_publish_gbps} GB/s -> ratio ${result.write_over_raw} (goal >= 0.7)`],
@@ -506,12 +601,13 @@ export async function run(argv: string[]): Promise<void> {
       ['sampler peak RSS, cold', formatBytes(cold.peakRssBytes), `${(cold.peakRssBytes / batchBytes).toFixed(3)} x batch`],
       ['partial pool CPU', `${result.partial_cpu_pct} % of a core`, `${a.inflight} in flight x 50 tok/s, ${partial.appends} appends (goal < 5 %)`],
       ['data plane on critical path', `${result.critical_path_s} s / iteration`, `paper (Laminar, §8.1): ${PAPER_OVERHEAD_S} s`],
+      ...replication.rows.map(([k, v, note]): [string, string, string] => [k, v, `${note}; ${r3Title}`]),
     ];
-    const w0 = Math.max(...rows.map((r) => r[0].length));
-    const w1 = Math.max(...rows.map((r) => r[1].length));
-    process.stdout.write(`experience buffer: batch ${a.batch} x ${a.tokens} tokens (${formatBytes(itemBytes)} each, ${formatBytes(batchBytes)} per batch)\n`);
-    for (const [k, v, note] of rows) process.stdout.write(`  ${k.padEnd(w0)}  ${v.padEnd(w1)}  ${note}\n`);
-    process.stdout.write(`${JSON.stringify(result)}\n`);
+    printReport(
+      `experience buffer: batch ${a.batch} x ${a.tokens} tokens (${formatBytes(itemBytes)} each, ${formatBytes(batchBytes)} per batch)`,
+      rows,
+      result,
+    );
   } finally {
     await nats.stop();
   }
