@@ -72,7 +72,10 @@ describe('a failover loses a claim and its completion', () => {
     try {
       const direct = createPoolRedis(master.url);
       direct.on('error', () => undefined);
-      closers.push(() => Promise.resolve(direct.disconnect()));
+      closers.push(() => {
+        direct.disconnect();
+        return Promise.resolve();
+      });
       await direct.call('CLIENT', 'KILL', 'TYPE', 'replica');
       const first = await connect('ro-a', new Registry());
       const tasks = await first.claim(1);
