@@ -78,6 +78,12 @@ export function relayCommand(): Command {
       ).env('LAMINAR_ENGINE_FILES'),
     )
     .addOption(
+      new Option(
+        '--fp8-keep <regex>',
+        'tensor names the FP8 variant of a version (acquire <model>@fp8) keeps in their dtype; 2-D BF16/F32 tensors not matching it become FP8 (default: embeddings, norms, lm_head, biases, MoE routers)',
+      ).env('LAMINAR_FP8_KEEP'),
+    )
+    .addOption(
       new Option('--listen <address:port>', "UCX listener for the broadcast (default: this relay's address in the plan; 0.0.0.0:13337 with --nats)").env(
         'LAMINAR_LISTEN',
       ),
@@ -129,6 +135,7 @@ export function relayCommand(): Command {
         metricsPort: opts.metricsPort as string,
         verifyConcurrency: opts.verifyConcurrency as string,
         ...(opts.engineFiles ? { engineFiles: opts.engineFiles as string } : {}),
+        ...(opts.fp8Keep ? { fp8Keep: opts.fp8Keep as string } : {}),
         ...(opts.listen ? { listen: opts.listen as string } : {}),
         ...(opts.peers ? { peers: opts.peers as string } : {}),
         ...(opts.planFile ? { planFile: opts.planFile as string } : {}),

@@ -1,5 +1,6 @@
 /** `laminar rollout-agent`: an inference server (SGLang, vLLM, the reference engine) in the job, driven over HTTP. */
 import { createPoolRedis } from '../data/prompts/redis-address.js';
+import type { WeightsVariant } from '../relay/fp8/model-id.js';
 import { Command, Option } from 'commander';
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 import { watchEventLoop } from '../common/event-loop.js';
@@ -49,6 +50,15 @@ export function rolloutAgentCommand(): Command {
       new Option('--relay-socket <path>', "the local relay's socket (weights and their directories)").env('LAMINAR_RELAY_SOCKET').makeOptionMandatory(),
     )
     .addOption(new Option('--model <name>', 'model whose weights the engine serves').env('LAMINAR_MODEL').makeOptionMandatory())
+    .addOption(
+      new Option(
+        '--weights <variant>',
+        'the weights the engine loads: each version as published (bf16), or its FP8 variant the relay makes (fp8: e4m3, 128x128 block scales)',
+      )
+        .choices(['bf16', 'fp8'])
+        .env('LAMINAR_WEIGHTS')
+        .default('bf16'),
+    )
     .addOption(
       new Option(
         '--redis <url>',
@@ -179,6 +189,7 @@ export function rolloutAgentCommand(): Command {
         id: s('id'),
         model: s('model'),
         relaySocket: s('relaySocket'),
+        weights: s('weights') as WeightsVariant,
         engine,
         defaults,
         reward,

@@ -13,6 +13,7 @@ import { VersionStore, lockDirectory } from './store.js';
 import { Broadcaster } from './broadcast/broadcaster.js';
 import { RelayControl } from './control.js';
 import { ChunkSizer } from './chunking/chunk-sizer.js';
+import { Fp8Variants, variantDirFiles } from './fp8/variants.js';
 import type { Registry } from 'prom-client';
 import { chooseSegmentDir, type SegmentPages } from './pages/segment-dir.js';
 
@@ -93,6 +94,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     shmRoot: options.shmDir,
     pages: { size: pages.pageSize, source: pages.source, reason: pages.reason, hint: pages.hint },
     chunkSizer,
+    dirFiles: variantDirFiles(options.engineFiles),
     logger: log,
     metrics,
   });
@@ -121,7 +123,8 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     }
     // eslint-disable-next-line @typescript-eslint/no-unused-vars -- the two are taken out only to leave the server's options in the rest
     const { broadcast: _broadcastOptions, control: _controlOptions, ...serverOptions } = options;
-    server = new RelayServer(store, { ...serverOptions, logger: log, metrics, ...(broadcaster ? { broadcast: broadcaster } : {}) });
+    const variants = new Fp8Variants(store, { keep: options.fp8Keep, engineFiles: options.engineFiles, concurrency: options.verifyConcurrency, logger: log });
+    server = new RelayServer(store, { ...serverOptions, logger: log, metrics, variants, ...(broadcaster ? { broadcast: broadcaster } : {}) });
     await server.listen();
     if (options.metricsPort >= 0) {
       metricsServer = await serveMetrics(registry, { host: options.metricsHost, port: options.metricsPort });

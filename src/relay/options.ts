@@ -13,6 +13,7 @@ import { DEFAULT_MAX_FRAME_BYTES } from '../common/request-protocol/frame.js';
 import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE, DEFAULT_SHM_DIR, defaultSocketPath } from './protocol/defaults.js';
 import { parseControlOptions, type ControlOptions, type ControlOptionsInput } from '../control/nats-options.js';
 import { readEngineFiles, type EngineFiles } from './engine-files.js';
+import { compileKeepPattern, DEFAULT_FP8_KEEP } from './fp8/plan.js';
 import type { ChunkingOptions } from './chunking/chunk-sizer.js';
 import { HUGE_PAGES_MODES, type HugePagesMode } from './pages/segment-dir.js';
 
@@ -46,6 +47,8 @@ export interface RelayOptions {
   verifyConcurrency: number;
   /** Config and tokenizer files linked into every version directory (`--engine-files`); null for none. */
   engineFiles: EngineFiles | null;
+  /** Tensor names an FP8 variant keeps in their dtype (`--fp8-keep`, src/relay/fp8/plan.ts). */
+  fp8Keep: RegExp;
   /** The broadcast between relays; null when this relay takes no part in one. */
   broadcast: BroadcastOptions | null;
   /** The control plane (the rollout manager orders the chain); null with a static plan. */
@@ -100,6 +103,8 @@ export interface RelayOptionsInput extends Partial<ControlOptionsInput> {
   verifyConcurrency?: string | number;
   /** A model directory (config.json, tokenizer files) whose engine files every version directory links. */
   engineFiles?: string;
+  /** A regular expression of the tensor names FP8 variants keep unquantised (default DEFAULT_FP8_KEEP). */
+  fp8Keep?: string;
   /** UCX listener "address:port" (default: this relay's address in the plan). */
   listen?: string;
   /** Static chain plan "id@address:port,..." (master first). */
@@ -165,6 +170,7 @@ export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<Relay
     metricsPort: int('metrics port', input.metricsPort ?? 9470, -1, 65535),
     verifyConcurrency: int('verify concurrency', input.verifyConcurrency ?? 4, 1, 64),
     engineFiles: input.engineFiles === undefined ? null : readEngineFiles(input.engineFiles),
+    fp8Keep: compileKeepPattern(input.fp8Keep ?? DEFAULT_FP8_KEEP),
     broadcast,
     control: parseRelayControl(input, broadcast),
   });

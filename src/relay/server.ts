@@ -17,7 +17,7 @@ import type { RelayMetrics } from './metrics.js';
 import { RequestConnection } from '../common/request-protocol/request-connection.js';
 import { PROTOCOL_VERSION, requestSchemas, type Op, type Request, type SegmentDescription } from './protocol/messages.js';
 import { validateSegmentName } from './segments.js';
-import type { StoredVersion, VersionStore } from './store.js';
+import type { AcquireRequest, StoredVersion, VersionStore } from './store.js';
 import { validatePlan, type ChainPlan } from './broadcast/plan.js';
 
 export interface ServerOptions {
@@ -30,6 +30,14 @@ export interface ServerOptions {
   metrics: RelayMetrics;
   /** The broadcast between relays, when this relay takes part in one. */
   broadcast?: BroadcastControl;
+  /** Answers acquires of `<model>@fp8` (src/relay/fp8/variants.ts). */
+  variants?: VariantSource;
+}
+
+/** Finds (making it if need be) the variant an acquire names. */
+export interface VariantSource {
+  names(model: unknown): boolean;
+  find(request: AcquireRequest, signal?: AbortSignal): Promise<StoredVersion>;
 }
 
 /** What the local API may ask of the broadcast (see broadcast/broadcaster.ts). */
@@ -191,7 +199,8 @@ class Connection extends RequestConnection<Op> {
         const r = req as Request<'acquire'>;
         let v: StoredVersion;
         try {
-          v = await store.find(r, this.aborter.signal);
+          const variants = this.relay.options.variants;
+          v = variants?.names(r.model) ? await variants.find(r, this.aborter.signal) : await store.find(r, this.aborter.signal);
         } catch (err) {
           this.relay.options.metrics.acquires.inc({ result: (err as { code?: string }).code ?? 'error' });
           throw err;
@@ -241,7 +250,7 @@ class Connection extends RequestConnection<Op> {
           chunking: store.chunkSizer.status(),
           leases: this.relay.leaseCount,
           connections: this.relay.connectionCount,
-          versions: store.list().map((v) => v.info()),
+          versions: store.list({ variants: true }).map((v) => v.info()),
           verifying: store.verifyingVersions(),
           broadcast: this.relay.options.broadcast?.status() ?? null,
         };

@@ -87,6 +87,8 @@ export interface StoreOptions {
   spareQuietMs: number;
   /** Files linked into every version directory besides the weights (`--engine-files`); null for none. */
   engineFiles: EngineFiles | null;
+  /** Files written into a version's directory instead (an FP8 variant's config.json, src/relay/fp8/). */
+  dirFiles?: (v: StoredVersion) => ReadonlyMap<string, string> | null;
   logger: Logger;
   metrics: RelayMetrics;
 }
@@ -214,8 +216,18 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     return this.table.latest(model);
   }
 
-  list(): StoredVersion[] {
-    return this.table.list();
+  /**
+   * The versions held. Variants derived here (FP8, src/relay/fp8/) only with `variants`: they
+   * are this relay's own, and neither broadcast, nor announced to the manager, nor forwarded.
+   */
+  list(options: { variants?: boolean } = {}): StoredVersion[] {
+    const all = this.table.list();
+    return options.variants ? all : all.filter((v) => !v.derived);
+  }
+
+  /** The version, in whatever state, or undefined. */
+  peek(model: string, version: number): StoredVersion | undefined {
+    return this.table.peek(model, version);
   }
 
   /** The newest complete version of each model held. */
@@ -360,14 +372,42 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     return badChunks(v, expected, this.options.verifyConcurrency, this.options.metrics);
   }
 
-  private async complete(v: StoredVersion, checksums: string[], writeHeader = true): Promise<void> {
+  /**
+   * Makes a version derived here from another (its FP8 variant: src/relay/fp8/variants.ts): laid
+   * out from `specs`, filled by `fill` through its writable mapping, checksummed and completed
+   * like an adopted checkpoint, or discarded when `fill` fails. `metadata` must carry
+   * VARIANT_KEY. It is served to whoever acquires it by its model id, but not announced
+   * ('complete' is not emitted: no broadcast, no watch, no forwarding) nor listed by list().
+   */
+  async derive(
+    request: { model: string; version: number; specs: TensorSpec[]; metadata: Record<string, string> },
+    fill: (v: StoredVersion) => Promise<void>,
+  ): Promise<StoredVersion> {
+    const model = validateModelId(request.model);
+    const version = validateVersion(request.version);
+    // Before the version is claimed: nothing may come between the check and the allocation.
+    const chunking = await this.chunkSizer.chunkingFor(dataBytes(request.specs));
+    this.table.checkNewVersion(model, version);
+    const layout = planLayout(request.specs, { model, version, ...chunking, extraMetadata: request.metadata });
+    const v = await this.memory.allocate(model, version, layout, request.metadata, null);
+    try {
+      await fill(v);
+      await this.complete(v, await computeChunkChecksums(v, this.options.verifyConcurrency, this.options.metrics), true, false);
+      return v;
+    } catch (err) {
+      await this.discard(v, 'derived version not made');
+      throw err;
+    }
+  }
+
+  private async complete(v: StoredVersion, checksums: string[], writeHeader = true, announce = true): Promise<void> {
     await sealSegment(v, checksums, this.options, writeHeader);
     // The directory is there before anyone is handed the version: acquire's `dir` exists.
     v.dir = this.dirs.publish(v);
     markComplete(v, checksums);
     this.options.metrics.publishes.inc({ result: 'complete' });
     this.log.info({ model: v.model, version: v.version, size: v.layout.totalSize, chunks: checksums.length, dir: v.dir }, 'version complete');
-    this.emit('complete', v);
+    if (announce) this.emit('complete', v);
     this.waiters.wake(v);
     this.applyRetention(v.model);
     this.pins.pin(v);

@@ -25,6 +25,7 @@
  * started with and `info.versions` the span.
  */
 import { hostname } from 'node:os';
+import type { WeightsVariant } from '../relay/fp8/model-id.js';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { PoolRedis } from '../data/prompts/redis-address.js';
 import type { Logger } from 'pino';
@@ -69,6 +70,8 @@ export interface RolloutAgentOptions {
   model: string;
   /** The host's relay, where versions and their directories come from. */
   relaySocket: string;
+  /** The weights the engine loads: each version as published, or its FP8 variant (`--weights`). Default bf16. */
+  weights?: WeightsVariant;
   engine: EngineClient;
   defaults: RequestDefaults;
   reward: RewardFunction;
@@ -428,6 +431,7 @@ export class RolloutAgent {
         atLeast: current ?? (this.refused !== null ? this.refused + 1 : 0),
         timeoutMs: current === null ? 5000 : 0,
         signal: this.closing.signal,
+        weights: this.options.weights ?? 'bf16',
         load: (lease) => this.loadIntoEngine(session, lease),
       });
       this.keep(lease);

@@ -26,6 +26,7 @@
  * else `generating` while the rollout holds trajectories and `idle` when it holds none (settle()).
  */
 import { hostname } from 'node:os';
+import { variantModelId, type WeightsVariant } from '../relay/fp8/model-id.js';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
@@ -89,6 +90,12 @@ export interface AcquireWeightsOptions {
   atLeast?: number;
   timeoutMs?: number;
   signal?: AbortSignal;
+  /**
+   * Which weights the engine loads: the version as published (`bf16`, the default) or its FP8
+   * variant, which the relay makes on request (`<model>@fp8`, src/relay/fp8/variants.ts). The
+   * version number is the same either way.
+   */
+  weights?: WeightsVariant;
   /**
    * Loads the leased version into the engine before it becomes the rollout's version. When it
    * throws, the lease is released, the version in use does not change, and the error is rethrown.
@@ -263,7 +270,7 @@ export class RolloutClient {
     const started = performance.now();
     this.state = 'loading';
     const load = local.acquire({
-      model: this.options.model,
+      model: variantModelId(this.options.model, options.weights ?? 'bf16'),
       atLeast: options.atLeast ?? 0,
       timeoutMs: options.timeoutMs ?? 60_000,
       ...(options.signal ? { signal: options.signal } : {}),

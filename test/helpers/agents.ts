@@ -4,6 +4,7 @@
  * services.
  */
 import { execFile } from 'node:child_process';
+import type { WeightsVariant } from '../../src/relay/fp8/model-id.js';
 import { promisify } from 'node:util';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Redis } from 'ioredis';
@@ -64,6 +65,7 @@ export async function startTestAgent(options: {
   defaults?: Partial<RequestDefaults>;
   engine?: EngineClient;
   partialRollout?: boolean;
+  weights?: WeightsVariant;
 }): Promise<TestAgent> {
   const nc = await options.connect(options.natsUrl);
   const registry = new Registry();
@@ -74,6 +76,7 @@ export async function startTestAgent(options: {
     id: options.id,
     model: options.model,
     relaySocket: options.relaySocket,
+    ...(options.weights ? { weights: options.weights } : {}),
     engine: options.engine ?? new SglangClient(options.engineUrl),
     defaults: { ...FIXED_LENGTH, ...options.defaults },
     reward: targetMatchReward,

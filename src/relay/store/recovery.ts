@@ -90,6 +90,14 @@ export class StoreRecovery {
       if (!name.endsWith(COMPLETE_SUFFIX)) continue;
       try {
         const found = this.openFoundSegment(path, name, await unchangedSinceCleanStop(name));
+        if (found.v.derived) {
+          // A variant (FP8) of an earlier run: a cache, made again on request from its version.
+          found.v.mapping?.close();
+          await unlink(path).catch(() => undefined);
+          this.log.info({ segment: name }, 'deleted a derived variant left by an earlier run');
+          discarded++;
+          continue;
+        }
         const list = byModel.get(found.v.model) ?? [];
         byModel.set(found.v.model, list);
         list.push(found);

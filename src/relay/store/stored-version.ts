@@ -13,6 +13,9 @@ export type { VersionInfo, VersionState };
 /** Who asked: a connection id (for ownership and leases) or null for the relay itself. */
 export type Requester = number | null;
 
+/** Metadata key of a version derived on this relay from another (its FP8 variant, src/relay/fp8/). */
+export const VARIANT_KEY = 'laminar.variant';
+
 export class StoredVersion {
   state: VersionState = 'writing';
   checksums: string[] | null = null;
@@ -25,6 +28,10 @@ export class StoredVersion {
   /** Its version directory (store/version-dirs.ts) while that exists; null before, after, or when it could not be made. */
   dir: string | null = null;
   readonly createdAt = Date.now();
+  /** A variant derived here (VARIANT_KEY): this relay's own, made again on request after a restart. */
+  get derived(): boolean {
+    return this.metadata[VARIANT_KEY] !== undefined;
+  }
   private readonly tensorIndex: Map<string, TensorEntry>;
 
   constructor(

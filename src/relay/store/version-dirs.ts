@@ -43,6 +43,7 @@ import {
   linkSync,
   lstatSync,
   mkdirSync,
+  readFileSync,
   readdirSync,
   readlinkSync,
   realpathSync,
@@ -52,6 +53,7 @@ import {
   statSync,
   symlinkSync,
   unlinkSync,
+  writeFileSync,
 } from 'node:fs';
 import { basename, dirname, join, relative } from 'node:path';
 import type { Logger } from 'pino';
@@ -77,6 +79,12 @@ export interface VersionDirOptions {
   shmRoot?: string;
   /** Files linked into every directory besides the weights; null for none. */
   engineFiles: EngineFiles | null;
+  /**
+   * Files written into a version's directory (regular files, replacing an engine file of the
+   * same name): an FP8 variant's config.json. Null for none; throwing leaves the version
+   * without a directory, as any failure to make one does.
+   */
+  dirFiles?: (v: StoredVersion) => ReadonlyMap<string, string> | null;
   logger: Logger;
   metrics: RelayMetrics;
 }
@@ -109,7 +117,8 @@ export class VersionDirectories {
   publish(v: StoredVersion): string | null {
     const dir = this.pathOf(v.model, v.version);
     try {
-      if (!this.intact(dir, v.path)) this.build(dir, v.path);
+      const written = this.options.dirFiles?.(v) ?? null;
+      if (!this.intact(dir, v.path, written)) this.build(dir, v.path, written);
       this.present.add(dir);
       return dir;
     } catch (err) {
@@ -217,16 +226,24 @@ export class VersionDirectories {
     }
   }
 
-  /** Whether `dir` holds exactly a hard link to `segment` and the engine files' symlinks. */
-  private intact(dir: string, segment: string): boolean {
+  /** Whether `dir` holds exactly a hard link to `segment`, the engine files' symlinks and the files `written`. */
+  private intact(dir: string, segment: string, written: ReadonlyMap<string, string> | null): boolean {
     const entries = listOrNone(dir);
     const engine = this.options.engineFiles;
-    const expected = [WEIGHTS_FILE, ...(engine?.files ?? [])].sort();
+    const linked = (engine?.files ?? []).filter((name) => !written?.has(name));
+    const expected = [WEIGHTS_FILE, ...linked, ...(written?.keys() ?? [])].sort();
     if (entries.length !== expected.length || entries.sort().some((e, i) => e !== expected[i])) return false;
     const weights = lstatSync(join(dir, WEIGHTS_FILE));
     const file = statSync(segment);
     if (!weights.isFile() || weights.ino !== file.ino || weights.dev !== file.dev) return false;
-    for (const name of engine?.files ?? []) {
+    for (const [name, text] of written ?? []) {
+      try {
+        if (!lstatSync(join(dir, name)).isFile() || readFileSync(join(dir, name), 'utf8') !== text) return false;
+      } catch {
+        return false;
+      }
+    }
+    for (const name of linked) {
       let target: string | null = null;
       try {
         target = readlinkSync(join(dir, name));
@@ -239,7 +256,7 @@ export class VersionDirectories {
   }
 
   /** Builds the directory under a scratch name and renames it into place (over a stale one). */
-  private build(dir: string, segment: string): void {
+  private build(dir: string, segment: string, written: ReadonlyMap<string, string> | null): void {
     const modelDir = dirname(dir);
     mkdirSync(modelDir, { recursive: true, mode: 0o750 });
     const scratch = (kind: 'new' | 'old'): string => join(modelDir, `.${basename(dir)}.${process.pid}.${++this.scratchCounter}.${kind}`);
@@ -248,7 +265,8 @@ export class VersionDirectories {
     try {
       linkSync(segment, join(fresh, WEIGHTS_FILE));
       const engine = this.options.engineFiles;
-      for (const name of engine?.files ?? []) symlinkSync(join(engine!.dir, name), join(fresh, name));
+      for (const name of engine?.files ?? []) if (!written?.has(name)) symlinkSync(join(engine!.dir, name), join(fresh, name));
+      for (const [name, text] of written ?? []) writeFileSync(join(fresh, name), text, { mode: 0o640 });
       try {
         renameSync(fresh, dir);
       } catch (err) {
