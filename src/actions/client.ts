@@ -17,7 +17,7 @@
  * horizon) whether it already came or is still to come.
  */
 import { randomBytes } from 'node:crypto';
-import { headers, type NatsConnection, type Subscription } from '@nats-io/transport-node';
+import type { NatsConnection, Subscription } from '@nats-io/transport-node';
 import { DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient } from '@nats-io/jetstream';
 import { Registry } from 'prom-client';
 import { ClosedError, InvalidInputError } from '../common/errors.js';
@@ -30,6 +30,7 @@ import { clientMetrics } from './metrics.js';
 import { checkActionName, type ActionNames } from './names.js';
 import { ensureActionStreams, type ActionStreamOptions } from './streams.js';
 import type { ActionRequest, ActionResult } from './types.js';
+import { StreamPublisher } from './stream-publisher.js';
 import { decodeResult, encodeAction, type ResultMessage } from './wire.js';
 
 export const MAX_IDEMPOTENCY_KEY_BYTES = 256;
@@ -68,6 +69,8 @@ export class ActionClient {
   readonly id = `c${randomBytes(9).toString('base64url')}`;
   private readonly pending = new Map<string, Pending>();
   private readonly js: JetStreamClient;
+  /** The actions' publishes (stream-publisher.ts). */
+  private readonly publisher: StreamPublisher;
   private readonly metrics: ReturnType<typeof clientMetrics>;
   private readonly quotas: JobQuotas;
   /** The publishes in flight, as one "job" of a quota: see publish(). */
@@ -82,6 +85,7 @@ export class ActionClient {
     options: ActionClientOptions,
   ) {
     this.js = jetstream(nc);
+    this.publisher = new StreamPublisher(nc);
     this.metrics = clientMetrics(options.registry ?? new Registry());
     this.job = options.job ?? 'default';
     const limits = new Map(Object.entries(options.quotas ?? {}));
@@ -165,8 +169,6 @@ export class ActionClient {
         request.deadlineMs,
       );
     }
-    const h = headers();
-    h.set('Nats-Msg-Id', id);
     const body = encodeAction({
       id,
       kind: request.kind,
@@ -184,7 +186,7 @@ export class ActionClient {
     await this.publishWindow.acquire(PUBLISH_WINDOW_KEY);
     let ack;
     try {
-      ack = await retryTransient(() => this.js.publish(this.names.queueSubject(request.kind), body, { headers: h }), {
+      ack = await retryTransient(() => this.publisher.publish(this.names.queueSubject(request.kind), body, id), {
         onRetry: (err) => this.logger.debug({ err, actionId: id }, 'publishing an action again'),
       });
     } finally {
@@ -317,6 +319,7 @@ export class ActionClient {
       });
     }
     this.sub?.unsubscribe();
+    this.publisher.close();
     return Promise.resolve();
   }
 }

@@ -1,8 +1,8 @@
 /**
  * ActionWorker: one process's share of a kind's worker pool. It takes actions from the kind's
- * work queue only when it has a free slot (pull credit: a pull request for exactly its free
- * slots, so a busy worker never holds actions another could start), runs each with the tool's
- * handler, publishes the result to the submitter's result subject, then acks.
+ * work queue only when it has a free slot (pull credit, pull-credit.ts: pull requests for exactly
+ * its free slots, so a busy worker never holds actions another could start), runs each with the
+ * tool's handler, publishes the result to the submitter's result subject, then acks.
  *
  * - While an action runs the worker heartbeats it (in-progress acks) every third of the ack wait,
  *   so a long action keeps its delivery; a worker that dies or freezes stops heartbeating, and
@@ -19,12 +19,13 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager, type Consumer, type ConsumerMessages, type JetStreamClient, type JsMsg } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, type Consumer } from '@nats-io/jetstream';
 import { Registry } from 'prom-client';
 import { InvalidInputError, LaminarError } from '../common/errors.js';
 import { ErrorCodes } from '../common/error-codes.js';
 import { silentLogger, type Logger } from '../common/logger.js';
 import { retryTransient } from '../data/retry.js';
+import type { ActionDelivery } from './delivery.js';
 import { ActionArgumentError, type ActionContext, type ActionHandler } from './handler.js';
 import { workerMetrics } from './metrics.js';
 import { checkActionName, type ActionNames } from './names.js';
@@ -32,6 +33,8 @@ import { capOutput, DEFAULT_MAX_OUTPUT_BYTES } from './output-cap.js';
 import { ensureActionStreams, ensureKindConsumer, type ActionStreamOptions, type KindConsumerOptions } from './streams.js';
 import type { ActionStatus } from './types.js';
 import { decodeAction, encodeResult, type ActionMessage } from './wire.js';
+import { PullCredit } from './pull-credit.js';
+import { StreamPublisher } from './stream-publisher.js';
 import { WorkerPresence } from './worker-presence.js';
 
 export interface ActionWorkerOptions extends ActionStreamOptions, KindConsumerOptions {
@@ -66,6 +69,8 @@ export interface ActionWorkerStatus {
 }
 
 const QUEUE_GAUGE_MS = 2_000;
+/** Wait before asking again after a pull request was refused (no consumer, too many requests). */
+const PULL_RETRY_MS = 250;
 /** How long a handler aborted at its timeout may take to hand back what it has. */
 export const TIMEOUT_GRACE_MS = 1_000;
 
@@ -78,7 +83,8 @@ interface Outcome {
 
 export class ActionWorker {
   readonly id: string;
-  private readonly js: JetStreamClient;
+  /** The results' publishes (stream-publisher.ts). */
+  private readonly publisher: StreamPublisher;
   private readonly metrics: ReturnType<typeof workerMetrics>;
   private readonly logger: Logger;
   private readonly slots: number;
@@ -86,20 +92,20 @@ export class ActionWorker {
   private readonly labels: { kind: string };
   private busy = 0;
   private done = 0;
-  /** Slots asked of the server by pull requests still open and not yet delivered. */
-  private outstanding = 0;
-  private readonly fetches = new Set<ConsumerMessages>();
+  /** The pull requests: slots asked of the server and not yet delivered. */
+  private credit: PullCredit | undefined;
+  /** A refill is scheduled (one per tick, however many slots freed in it). */
+  private refillQueued = false;
+  private refillTimer: NodeJS.Timeout | undefined;
   private readonly running = new Set<Promise<void>>();
   /** Aborts the handlers still running when stop()'s grace ends. */
   private readonly stopController = new AbortController();
   /** stop() was called: no more pull requests; deliveries that still arrive are handed back. */
   private leaving = false;
-  private slotFreed: (() => void) | undefined;
-  private loop: Promise<void> | undefined;
   private presence: WorkerPresence | undefined;
   private queueTimer: NodeJS.Timeout | undefined;
   /** Deliveries running, heartbeaten every third of the ack wait by one timer. */
-  private readonly heartbeating = new Set<JsMsg>();
+  private readonly heartbeating = new Set<ActionDelivery>();
   private heartbeatTimer: NodeJS.Timeout | undefined;
 
   private constructor(
@@ -113,7 +119,7 @@ export class ActionWorker {
     private readonly options: ActionWorkerOptions,
   ) {
     this.id = options.id ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
-    this.js = jetstream(options.nc);
+    this.publisher = new StreamPublisher(options.nc);
     this.metrics = workerMetrics(options.registry ?? new Registry());
     this.logger = (options.logger ?? silentLogger).child({ component: 'action-worker', kind, worker: this.id });
     this.slots = options.concurrency ?? 1;
@@ -158,7 +164,14 @@ export class ActionWorker {
       },
       Math.max(50, Math.floor(worker.ackWaitMs / 3)),
     );
-    worker.loop = worker.pull();
+    worker.credit = new PullCredit({
+      nc: options.nc,
+      stream: names.stream,
+      consumer: names.consumer(kind),
+      onDelivery: (m) => worker.start(m),
+      onCredit: (trouble) => worker.refill(trouble ? PULL_RETRY_MS : 0),
+    });
+    worker.refill();
     return worker;
   }
 
@@ -166,74 +179,39 @@ export class ActionWorker {
     return { id: this.id, kind: this.kind, executor: this.options.executor ?? 'custom', slots: this.slots, busy: this.busy, done: this.done };
   }
 
-  /** Pull credit: asks the server for exactly the free slots not already asked for. */
-  private async pull(): Promise<void> {
-    while (!this.leaving) {
-      const free = this.slots - this.busy - this.outstanding;
-      if (free <= 0) {
-        await new Promise<void>((resolve) => (this.slotFreed = resolve));
-        continue;
-      }
-      this.outstanding += free;
-      let batch: ConsumerMessages;
-      try {
-        batch = await this.consumer.fetch({ max_messages: free, expires: 5_000 });
-      } catch (err) {
-        this.outstanding -= free;
-        if (this.isLeaving()) break;
-        this.logger.warn({ err }, 'pull request failed; retrying');
-        await new Promise((r) => setTimeout(r, 250));
-        continue;
-      }
-      this.fetches.add(batch);
-      void this.drain(batch, free);
+  /** Asks the server for the free slots not already asked for, once per tick (or after `delayMs`). */
+  private refill(delayMs = 0): void {
+    if (this.leaving || this.refillQueued) return;
+    this.refillQueued = true;
+    const ask = (): void => {
+      this.refillQueued = false;
+      if (this.leaving || !this.credit) return;
+      this.credit.ask(this.slots - this.busy - this.credit.outstanding);
+    };
+    if (delayMs > 0) this.refillTimer = setTimeout(ask, delayMs);
+    else queueMicrotask(ask);
+  }
+
+  /** Starts an action delivered; its slot asks for the next one when it ends. */
+  private start(m: ActionDelivery): void {
+    if (this.leaving) {
+      // Leaving: hand it back at once rather than after the ack wait.
+      m.nak();
+      return;
     }
+    this.busy++;
+    this.metrics.busy.inc(this.labels);
+    const run = this.handle(m).finally(() => {
+      this.busy--;
+      this.done++;
+      this.metrics.busy.dec(this.labels);
+      this.running.delete(run);
+      this.refill();
+    });
+    this.running.add(run);
   }
 
-  /** Starts each action a pull request delivers; returns its undelivered credit when it ends. */
-  private async drain(batch: ConsumerMessages, asked: number): Promise<void> {
-    let got = 0;
-    try {
-      for await (const m of batch) {
-        got++;
-        this.outstanding--;
-        if (this.leaving) {
-          // Leaving: hand it back at once rather than after the ack wait.
-          m.nak();
-          continue;
-        }
-        this.busy++;
-        this.metrics.busy.inc(this.labels);
-        const run = this.handle(m).finally(() => {
-          this.busy--;
-          this.done++;
-          this.metrics.busy.dec(this.labels);
-          this.running.delete(run);
-          this.wake();
-        });
-        this.running.add(run);
-      }
-    } catch (err) {
-      if (!this.leaving) this.logger.warn({ err }, 'pull request ended with an error');
-    } finally {
-      this.fetches.delete(batch);
-      this.outstanding -= asked - got;
-      this.wake();
-    }
-  }
-
-  /** A method, not the field, where a loop tests it after an await (it changes meanwhile). */
-  private isLeaving(): boolean {
-    return this.leaving;
-  }
-
-  private wake(): void {
-    const f = this.slotFreed;
-    this.slotFreed = undefined;
-    f?.();
-  }
-
-  private async handle(m: JsMsg): Promise<void> {
+  private async handle(m: ActionDelivery): Promise<void> {
     let action: ActionMessage;
     try {
       action = decodeAction(m.data);
@@ -244,7 +222,7 @@ export class ActionWorker {
       m.term((err as Error).message);
       return;
     }
-    const delivery = m.info.deliveryCount;
+    const delivery = m.deliveryCount;
     if (delivery > 1) this.metrics.redeliveries.inc(this.labels);
     const startedWall = Date.now();
     const t0 = performance.now();
@@ -281,7 +259,7 @@ export class ActionWorker {
     });
     try {
       // Retried through timeouts (the message id makes it safe), for a while: then left to redelivery.
-      await retryTransient(() => this.js.publish(action.reply, body, { msgID: action.id }), { retryForMs: 10_000 });
+      await retryTransient(() => this.publisher.publish(action.reply, body, action.id), { retryForMs: 10_000 });
     } catch (err) {
       // Not acked: the action runs again elsewhere after the ack wait.
       this.logger.warn({ err, actionId: action.id }, 'could not publish a result; the action will be delivered again');
@@ -295,7 +273,7 @@ export class ActionWorker {
     m.ack();
   }
 
-  private async execute(action: ActionMessage, m: JsMsg, delivery: number): Promise<Outcome> {
+  private async execute(action: ActionMessage, m: ActionDelivery, delivery: number): Promise<Outcome> {
     const handler = this.tools[action.tool];
     if (!handler) {
       return {
@@ -377,17 +355,17 @@ export class ActionWorker {
   async stop(graceMs?: number): Promise<void> {
     if (this.leaving) return;
     this.leaving = true;
+    clearTimeout(this.refillTimer);
     const grace = graceMs ?? Number.POSITIVE_INFINITY;
-    for (const f of this.fetches) f.stop();
-    this.wake();
     const drained = Promise.allSettled([...this.running]);
     const finished = Number.isFinite(grace)
       ? await Promise.race([drained.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), grace))])
       : await drained.then(() => true);
     this.stopController.abort();
-    this.wake();
     if (!finished) this.logger.warn({ running: this.running.size }, 'stopped with actions running: they will be delivered again');
-    await this.loop;
+    // Deliveries that still arrived meanwhile were handed back; none is taken from here on.
+    this.credit?.stop();
+    this.publisher.close();
     clearInterval(this.queueTimer);
     clearInterval(this.heartbeatTimer);
     this.metrics.slots.dec(this.labels, this.slots);

@@ -1,0 +1,135 @@
+/**
+ * A worker's pull credit (src/actions/pull-credit.ts) on a real nats-server: the server delivers
+ * exactly what was asked for, however many actions wait; an expired request gives its credit
+ * back; a request to a consumer that does not exist comes back as trouble; and an ActionWorker
+ * whose slots are all busy holds no action beyond them (the kind's ack-pending count equals its
+ * slots while the rest wait in the queue for another worker, which takes them).
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { AckPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { ActionClient, ActionWorker, actionNames } from '../../src/actions/index.js';
+import type { ActionDelivery } from '../../src/actions/delivery.js';
+import { PullCredit } from '../../src/actions/pull-credit.js';
+import { natsFixture } from '../data/helpers.js';
+
+const nats = natsFixture();
+const closers: Array<() => Promise<void> | void> = [];
+afterAll(async () => {
+  for (const c of closers.reverse()) await c();
+});
+
+/** A stream of `count` messages and a consumer of them, and the credit's events as promises. */
+async function setup(stream: string, count: number, expiresMs = 5_000, consumer = 'c') {
+  const jsm = await jetstreamManager(nats.nc);
+  await jsm.streams.add({ name: stream, subjects: [`${stream}.>`], retention: 'workqueue' });
+  await jsm.consumers.add(stream, { durable_name: 'c', ack_policy: AckPolicy.Explicit, filter_subject: `${stream}.k` });
+  const js = jetstream(nats.nc);
+  for (let i = 0; i < count; i++) await js.publish(`${stream}.k`, `m${i}`);
+  const delivered: ActionDelivery[] = [];
+  const credits: boolean[] = [];
+  let onEvent = (): void => undefined;
+  const credit = new PullCredit({
+    nc: nats.nc,
+    stream,
+    consumer,
+    expiresMs,
+    onDelivery: (d) => {
+      delivered.push(d);
+      onEvent();
+    },
+    onCredit: (trouble) => {
+      credits.push(trouble);
+      onEvent();
+    },
+  });
+  closers.push(() => credit.stop());
+  /** Resolves once `holds` is true (checked at every delivery and credit returned). */
+  const until = (holds: () => boolean): Promise<void> =>
+    new Promise((resolve) => {
+      onEvent = () => {
+        if (holds()) resolve();
+      };
+      onEvent();
+    });
+  return { jsm, credit, delivered, credits, until };
+}
+
+describe('pull credit', () => {
+  it('gets exactly the actions asked for, however many wait, and acks them', async () => {
+    const { jsm, credit, delivered, until } = await setup('PC1', 8);
+    credit.ask(3);
+    expect(credit.outstanding).toBe(3);
+    await until(() => delivered.length === 3);
+    expect(credit.outstanding).toBe(0);
+    expect(delivered.map((d) => new TextDecoder().decode(d.data))).toEqual(['m0', 'm1', 'm2']);
+    expect(delivered.map((d) => d.deliveryCount)).toEqual([1, 1, 1]);
+    expect(delivered.map((d) => d.seq)).toEqual([1, 2, 3]);
+    const info = await jsm.consumers.info('PC1', 'c');
+    expect(info.num_ack_pending).toBe(3);
+    expect(info.num_pending).toBe(5);
+    for (const d of delivered) d.ack();
+    credit.ask(2);
+    await until(() => delivered.length === 5);
+    await nats.nc.flush();
+    expect((await jsm.consumers.info('PC1', 'c')).num_ack_pending).toBe(2);
+  });
+
+  it('gives the credit of an expired request back, and of one the server refuses as trouble', async () => {
+    const empty = await setup('PC2', 0, 300);
+    empty.credit.ask(4);
+    await empty.until(() => empty.credits.length === 1);
+    expect(empty.credits).toEqual([false]);
+    expect(empty.credit.outstanding).toBe(0);
+
+    const missing = await setup('PC3', 0, 300, 'nope');
+    missing.credit.ask(2);
+    await missing.until(() => missing.credits.length === 1);
+    expect(missing.credits).toEqual([true]);
+    expect(missing.credit.outstanding).toBe(0);
+  });
+
+  it('keeps a worker whose slots are all busy from holding more: the rest wait for another worker', async () => {
+    const pool = 'pcw';
+    const names = actionNames(pool);
+    const jsm = await jetstreamManager(nats.nc);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let waiting = 0;
+    let onWaiting = (): void => undefined;
+    const busy = await ActionWorker.start({
+      nc: nats.nc,
+      pool,
+      kind: 'k',
+      concurrency: 2,
+      tools: {
+        hold: async () => {
+          waiting++;
+          onWaiting();
+          await gate;
+          return 'held';
+        },
+      },
+    });
+    const client = await ActionClient.open({ nc: nats.nc, pool });
+    closers.push(
+      () => busy.stop(1000),
+      () => client.close(),
+    );
+    const submit = (i: number) => client.submit({ kind: 'k', tool: 'hold', args: null, idempotencyKey: `h${i}`, trajectoryId: `t${i}`, timeoutMs: 30_000 });
+    const results = Array.from({ length: 6 }, (_, i) => submit(i));
+    await new Promise<void>((resolve) => {
+      onWaiting = () => waiting === 2 && resolve();
+      onWaiting();
+    });
+    const info = await jsm.consumers.info(names.stream, names.consumer('k'));
+    expect(info.num_ack_pending).toBe(2);
+    expect(info.num_pending).toBe(4);
+    // Another worker takes the four waiting while the first still holds its two.
+    const other = await ActionWorker.start({ nc: nats.nc, pool, kind: 'k', concurrency: 4, tools: { hold: () => 'other' } });
+    closers.push(() => other.stop(1000));
+    const byOther = await Promise.all(results.slice(2));
+    expect(byOther.map((r) => r.output)).toEqual(['other', 'other', 'other', 'other']);
+    release();
+    expect((await Promise.all(results.slice(0, 2))).map((r) => r.output)).toEqual(['held', 'held']);
+  });
+});
