@@ -163,7 +163,7 @@ def test_non_finite_refused(tmp_path: Path, bad: float) -> None:
     x[150, 7] = bad
     save_file({"w.weight": x}, str(tmp_path / "in.safetensors"))
     result = convert(tmp_path / "in.safetensors", tmp_path / "out")
-    assert result.returncode == 1
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
     assert "ERR_FP8_NON_FINITE" in result.stderr and f"element {150 * 200 + 7}" in result.stderr
     assert not (tmp_path / "out" / "model.safetensors").exists()
     assert list((tmp_path / "out").iterdir()) == []
@@ -172,7 +172,7 @@ def test_non_finite_refused(tmp_path: Path, bad: float) -> None:
 def test_nothing_to_quantise_refused(tmp_path: Path) -> None:
     save_file({"norm.weight": np.ones(8, np.float32), "embed_tokens.weight": np.ones((4, 8), np.float32)}, str(tmp_path / "in.safetensors"))
     result = convert(tmp_path / "in.safetensors", tmp_path / "out")
-    assert result.returncode == 1 and "ERR_FP8_NO_ELIGIBLE_TENSORS" in result.stderr
+    assert result.returncode == 1 and "ERR_FP8_NO_ELIGIBLE_TENSORS" in result.stderr, (result.returncode, result.stdout, result.stderr)
     assert not (tmp_path / "out").exists()
 
 
@@ -180,7 +180,7 @@ def test_config_that_does_not_parse_refused(tmp_path: Path) -> None:
     save_file({"w.weight": np.ones((4, 8), np.float32)}, str(tmp_path / "model.safetensors"))
     (tmp_path / "config.json").write_text('{"model_type": "llama",')
     result = convert(tmp_path, tmp_path / "out")
-    assert result.returncode == 1 and "ERR_FP8_BAD_CONFIG" in result.stderr
+    assert result.returncode == 1 and "ERR_FP8_BAD_CONFIG" in result.stderr, (result.returncode, result.stdout, result.stderr)
     assert not (tmp_path / "out").exists()
 
 
@@ -202,3 +202,8 @@ def test_reference_engine_loads_fp8_close_to_float32(tmp_path: Path) -> None:
     assert relative < 0.05, relative
     agree = (got.argmax(-1) == want.argmax(-1)).float().mean()
     assert agree > 0.9, agree
+    # Without config.json (a relay without --engine-files serves the weights alone): found by dtype.
+    (tmp_path / "fp8" / "config.json").unlink()
+    bare, _ = load_weights(str(tmp_path / "fp8"), serving=config, fallback=None)
+    with torch.no_grad():
+        assert torch.equal(bare(ids), got)

@@ -49,6 +49,18 @@ def is_fp8_config(config: Mapping[str, Any]) -> bool:
     return isinstance(quant, Mapping) and quant.get("quant_method") == "fp8"
 
 
+def has_fp8_tensors(path: Path) -> bool:
+    """Whether a safetensors file holds F8_E4M3 tensors (an FP8 directory need not have a config.json:
+    a relay without `--engine-files` serves the weights alone). Reads the header only."""
+    try:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+    except (OSError, ValueError, struct.error):
+        return False  # the regular loader names what is wrong with the file
+    return isinstance(header, dict) and any(isinstance(v, dict) and v.get("dtype") == "F8_E4M3" for v in header.values())
+
+
 def _read_raw(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
     try:
         data = path.read_bytes()

@@ -13,7 +13,7 @@ import torch
 from ... import error_codes
 from ...errors import LaminarError
 from ..model import CONFIG_FILE, WEIGHTS_FILE, TinyLM, TinyLMConfig, load_config, load_state_dict_file, validate_state_dict
-from .fp8 import is_fp8_config, load_fp8_state_dict
+from .fp8 import has_fp8_tensors, is_fp8_config, load_fp8_state_dict
 
 LOAD_FORMATS = (None, "auto", "safetensors")
 """The `load_format` values the engine accepts (it reads safetensors only)."""
@@ -51,7 +51,8 @@ def load_weights(model_path: str, serving: Optional[TinyLMConfig], fallback: Opt
             f"{directory / CONFIG_FILE} describes another model: {_describe_difference(config, serving)}",
             {"path": model_path},
         )
-    if (directory / CONFIG_FILE).exists() and is_fp8_config(json.loads((directory / CONFIG_FILE).read_text())):
+    declared = (directory / CONFIG_FILE).exists() and is_fp8_config(json.loads((directory / CONFIG_FILE).read_text()))
+    if declared or has_fp8_tensors(directory / WEIGHTS_FILE):
         state_dict = load_fp8_state_dict(directory / WEIGHTS_FILE)
         validate_state_dict(state_dict, config)
     else:
