@@ -42,7 +42,7 @@ async function main(): Promise<void> {
 async function runSimDemo(opts: DemoOptions): Promise<void> {
   const settings = simJobSettings(opts);
   const run = onInterrupt();
-  const stage = await openStage('laminar-demo-', opts.logs);
+  const stage = await openStage('laminar-demo-', opts.logs, { natsNodes: Number(opts.natsCluster) });
   // Disconnects of the demo's own connection: the live ledger misses what was published meanwhile.
   let ledgerGaps = 0;
   void (async () => {
@@ -50,7 +50,7 @@ async function runSimDemo(opts: DemoOptions): Promise<void> {
   })().catch(() => undefined);
 
   try {
-    const common = ['--nats', stage.nats.url, '--log-level', 'info'];
+    const common = ['--nats', stage.natsUrl, '--log-level', 'info'];
     // Daemon logs (pino JSON on stderr) are kept in memory, off the screen.
     const spawnQuiet: SpawnQuiet = async (name, argv, ready, onStdout, last = false) =>
       stage.keep(await spawnDaemon(name, argv, ready, [], { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp' }, onStdout), { last });
@@ -83,6 +83,7 @@ async function runLearningDemo(opts: DemoOptions, engine: 'torch' | 'vllm'): Pro
     throw new Error('--model-config sizes the TinyLM of --engine torch; the vLLM job trains its Llama (llama_policy.py)');
   if (engine === 'vllm' && opts.task === 'tools')
     throw new Error("--task tools runs on --engine torch (the lookup task's vocabulary is the reference engine's)");
+  if (opts.natsCluster !== '1') throw new Error('--nats-cluster runs with --engine sim (the learning jobs run on one nats-server)');
   if (opts.killAnActionWorker && opts.task !== 'tools') throw new Error('--kill-an-action-worker needs --task tools (the digits task calls no tools)');
   const run = onInterrupt();
   const defaults = LEARNING_DEFAULTS[engine];

@@ -25,6 +25,7 @@ export interface DemoOptions {
   prompts: string;
   modelConfig: string;
   plot?: string;
+  natsCluster: string;
 }
 
 export function parseDemoOptions(argv: readonly string[]): DemoOptions {
@@ -56,6 +57,11 @@ export function parseDemoOptions(argv: readonly string[]): DemoOptions {
       )
       .option('--restart-relay-after <time>', 'start the killed relay again after this long, as systemd would (0: leave it dead)', '3s')
       .option('--logs <dir>', "write each process's log (pino JSON) to <dir>/<name>.log at the end")
+      .addOption(
+        new Option('--nats-cluster <nodes>', 'NATS nodes: 1 (one nats-server) or 3 (a JetStream cluster; the buffer, partial pool and control bucket at R3)')
+          .choices(['1', '3'])
+          .default('1'),
+      )
       .addOption(
         new Option(
           '--engine <kind>',

@@ -20,7 +20,7 @@ export async function startSimDaemons(
   common: string[],
   relays: readonly DemoRelay[],
 ): Promise<SimDaemons> {
-  const { secretFile, nats, redisServer } = stage;
+  const { secretFile, redisServer } = stage;
   const { opts, maxStaleness, timeScale, rolloutCount, relayCount } = settings;
   const trainer: TrainerProgress = { version: -1, steps: 0, staleness: [], inherent: [], trajectories: 0, stallMs: [] };
   const trainerDaemon = await spawnQuiet(
@@ -84,7 +84,7 @@ export async function startSimDaemons(
       `rollout ro${i}`,
       simRolloutArgv({
         id: `ro${i}`,
-        nats: nats.url,
+        nats: stage.natsUrl,
         redis: redisServer.url,
         relaySocket: relays[relay]!.socket,
         host: `host${relay}`,

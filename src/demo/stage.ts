@@ -1,14 +1,21 @@
 /**
  * What both demo jobs stand on: a directory on /dev/shm with the job secret, an embedded
- * nats-server (JetStream) and redis-server, the ledger watching the data plane, and the processes
- * the job starts, stopped together at the end (their logs written to `logs` when given).
+ * nats-server (JetStream) or a 3-node JetStream cluster (`natsNodes: 3`), a redis-server, the
+ * ledger watching the data plane, and the processes the job starts, stopped together at the end
+ * (their logs written to `logs` when given).
  */
 import { randomBytes } from 'node:crypto';
 import { appendFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
-import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../services/index.js';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { startNatsCluster, startNatsServer, startRedisServer, type NatsCluster, type NatsServer, type RedisServer } from '../services/index.js';
+import { ensureBufferStream } from '../data/experience/stream.js';
+import { ensurePartialStream } from '../data/partial/partial-stream.js';
+import { openControlBucket } from '../control/bucket.js';
+import { controlNames } from '../control/subjects.js';
+import { DEFAULT_JOB } from '../control/nats-options.js';
 import type { Daemon } from '../services/daemon-process.js';
 import { watchLedger } from './books.js';
 import { removeShmTree } from '../relay/pages/huge-mount.js';
@@ -16,7 +23,14 @@ import { removeShmTree } from '../relay/pages/huge-mount.js';
 export interface Stage {
   root: string;
   secretFile: string;
+  /** The nats-server: the only one, or the cluster's first node. */
   nats: NatsServer;
+  /** The cluster when the job runs on one (`natsNodes: 3`), else null. */
+  natsCluster: NatsCluster | null;
+  /** What `--nats` takes: every node's URL, comma-separated. */
+  natsUrl: string;
+  /** The client port of every node (the testbed's hosts reach them at its gateway). */
+  natsPorts: number[];
   redisServer: RedisServer;
   nc: NatsConnection;
   redis: Redis;
@@ -33,19 +47,32 @@ export interface Stage {
 export interface StageOptions {
   /** Address nats-server listens on (default 127.0.0.1; 0.0.0.0 for daemons in testbed namespaces). */
   natsHost?: string;
+  /**
+   * 1 (default): one nats-server. 3: a JetStream cluster of three (startNatsCluster), on which the
+   * stage creates the buffer, the partial pool and the control bucket at R3 before any daemon
+   * starts (whoever creates a stream first decides its replicas).
+   */
+  natsNodes?: number;
 }
 
 export async function openStage(prefix: string, logs: string | undefined, options: StageOptions = {}): Promise<Stage> {
   const root = mkdtempSync(join('/dev/shm', prefix));
   const secretFile = join(root, 'secret');
   writeFileSync(secretFile, `${randomBytes(24).toString('hex')}\n`, { mode: 0o600 });
-  console.log('starting nats-server (JetStream) and redis-server ...');
-  const [nats, redisServer] = await Promise.all([
-    startNatsServer({ jetstream: true, ...(options.natsHost ? { host: options.natsHost } : {}) }),
+  const nodes = options.natsNodes ?? 1;
+  if (nodes !== 1 && nodes !== 3) throw new RangeError(`a job runs on 1 nats-server or a cluster of 3, got ${nodes}`);
+  const host = options.natsHost ? { host: options.natsHost } : {};
+  console.log(`starting ${nodes === 1 ? 'nats-server' : 'a 3-node nats-server cluster'} (JetStream) and redis-server ...`);
+  const [natsCluster, single, redisServer] = await Promise.all([
+    nodes === 3 ? startNatsCluster(host) : null,
+    nodes === 1 ? startNatsServer({ jetstream: true, ...host }) : null,
     startRedisServer({ appendonly: true }),
   ]);
+  const nats = (natsCluster?.nodes[0] ?? single)!;
+  const natsUrl = natsCluster?.servers ?? nats.url;
   // The soak restarts nats-server: the stage's own connection waits for it, however long.
-  const nc = await connect({ servers: nats.url, name: 'demo', maxReconnectAttempts: -1 });
+  const nc = await connect({ servers: natsUrl.split(','), name: 'demo', maxReconnectAttempts: -1 });
+  if (natsCluster) await createReplicated(nc, 3);
   const redis = new Redis(redisServer.port, '127.0.0.1', { maxRetriesPerRequest: null });
   // It reconnects by itself (the soak restarts redis-server); without a listener ioredis prints each failed attempt.
   redis.on('error', () => undefined);
@@ -60,6 +87,9 @@ export async function openStage(prefix: string, logs: string | undefined, option
     root,
     secretFile,
     nats,
+    natsCluster,
+    natsUrl,
+    natsPorts: natsCluster ? natsCluster.nodes.map((n) => n.port) : [nats.port],
     redisServer,
     nc,
     redis,
@@ -82,10 +112,18 @@ export async function openStage(prefix: string, logs: string | undefined, option
       ledger.stop();
       redis.disconnect();
       await nc.close().catch(() => undefined);
-      await Promise.all([nats.stop(), redisServer.stop()]);
+      await Promise.all([natsCluster ? natsCluster.stop() : nats.stop(), redisServer.stop()]);
       removeShmTree(root);
     },
   };
+}
+
+/** The job's buffer, partial pool and control bucket (default names, default job), at `replicas`. */
+async function createReplicated(nc: NatsConnection, replicas: number): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  await ensureBufferStream(jsm, { replicas });
+  await ensurePartialStream(jsm, { replicas });
+  await openControlBucket(nc, controlNames(DEFAULT_JOB).bucket, { replicas });
 }
 
 /** Ctrl-C ends the run early: `signal` aborts, and `interrupted` says so at the end (exit code 130). */

@@ -21,6 +21,8 @@ export interface NatsClusterOptions {
   name?: string;
   /** Largest message each node accepts (default 1 MiB). */
   maxPayload?: number;
+  /** Address the nodes take clients on (default 127.0.0.1; 0.0.0.0 for clients in other namespaces). Routes stay on loopback. */
+  host?: string;
   startTimeoutMs?: number;
 }
 
@@ -80,6 +82,7 @@ export async function startNatsCluster(options: NatsClusterOptions = {}): Promis
         startNatsServer({
           jetstream: true,
           ...(options.maxPayload !== undefined ? { maxPayload: options.maxPayload } : {}),
+          ...(options.host !== undefined ? { host: options.host } : {}),
           ...(options.startTimeoutMs !== undefined ? { startTimeoutMs: options.startTimeoutMs } : {}),
           cluster: { name: options.name ?? 'laminar', serverName: `n${i}`, port, routes: clusterPorts.filter((p) => p !== port) },
         }),

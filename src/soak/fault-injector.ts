@@ -1,7 +1,8 @@
 /**
  * Applies the schedule's faults to the running job and ends each after its hold: kills (the
  * process comes back when the fault ends, as a service manager restarts it), nats-server and
- * redis-server restarts, a relay's UCX link starved on the testbed, a process frozen with SIGSTOP,
+ * redis-server restarts (on a NATS cluster: all its nodes at once), one NATS node killed or cut
+ * off (SIGSTOP), a relay's UCX link starved on the testbed, a process frozen with SIGSTOP,
  * and a relay's memory budget filled by a client that leases every version it receives. A target
  * under a fault is not chosen by another one; when no target is free the fault is skipped (and
  * reported as such).
@@ -106,6 +107,36 @@ export class FaultInjector {
     return null;
   }
 
+  /**
+   * One node of the NATS cluster SIGKILLed or paused (SIGSTOP: cut off from its routes and
+   * clients). Only when no other node is under a fault: R3 keeps a quorum with one node away,
+   * and two away at once is an outage the cluster does not claim to survive.
+   */
+  private async natsNodeFault(fault: Fault, record: FaultRecord): Promise<(() => Promise<void>) | null> {
+    const cluster = this.stage.natsCluster;
+    if (!cluster || this.busy.has('nats-server') || cluster.nodes.some((n) => this.busy.has(`nats-${n.name}`))) return null;
+    const node = cluster.nodes[Math.floor(fault.pick * cluster.nodes.length)]!;
+    record.target = `nats-${node.name}`;
+    if (fault.kind === 'kill-nats-node') {
+      await node.kill();
+      return () => node.restart();
+    }
+    node.pause();
+    return () => {
+      node.resume();
+      return Promise.resolve();
+    };
+  }
+
+  /** Every node of the cluster SIGKILLed at once, all started again when the fault ends. */
+  private async restartNatsCluster(record: FaultRecord): Promise<(() => Promise<void>) | null> {
+    const cluster = this.stage.natsCluster!;
+    if (this.busy.has('nats-server') || cluster.nodes.some((n) => this.busy.has(`nats-${n.name}`))) return null;
+    record.target = 'nats-server';
+    await Promise.all(cluster.nodes.map((n) => n.kill()));
+    return () => cluster.restart();
+  }
+
   /** Kill now, start again when the fault ends. */
   private killer(proc: Supervised, record: FaultRecord): (() => Promise<void>) | null {
     record.target = proc.name;
@@ -139,6 +170,7 @@ export class FaultInjector {
         return this.job.trainer.up && !this.busy.has(this.job.trainer.name) ? this.killer(this.job.trainer, record) : null;
       case 'restart-nats':
       case 'restart-redis': {
+        if (fault.kind === 'restart-nats' && this.stage.natsCluster) return this.restartNatsCluster(record);
         const name = fault.kind === 'restart-nats' ? 'nats-server' : 'redis-server';
         if (this.busy.has(name)) return null;
         const server = fault.kind === 'restart-nats' ? this.stage.nats : this.stage.redisServer;
@@ -146,6 +178,9 @@ export class FaultInjector {
         await server.kill();
         return () => server.restart();
       }
+      case 'kill-nats-node':
+      case 'partition-nats-node':
+        return this.natsNodeFault(fault, record);
       case 'stall-link': {
         const bed = this.testbed;
         if (!bed) return null;

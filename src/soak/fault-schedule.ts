@@ -16,6 +16,8 @@ export const FAULT_KINDS = [
   'kill-manager',
   'kill-trainer',
   'restart-nats',
+  'kill-nats-node',
+  'partition-nats-node',
   'restart-redis',
   'stall-link',
   'pause-process',
@@ -31,6 +33,9 @@ const KIND_SHAPES: Record<FaultKind, { weight: number; holdMs: [number, number] 
   'kill-manager': { weight: 1.5, holdMs: [1000, 8000] },
   'kill-trainer': { weight: 1, holdMs: [1000, 8000] },
   'restart-nats': { weight: 1, holdMs: [500, 5000] },
+  // On a NATS cluster only (--nats-cluster 3): one node SIGKILLed, or cut off with SIGSTOP.
+  'kill-nats-node': { weight: 1.5, holdMs: [1000, 10_000] },
+  'partition-nats-node': { weight: 1.5, holdMs: [2000, 15_000] },
   'restart-redis': { weight: 1, holdMs: [500, 5000] },
   'stall-link': { weight: 2, holdMs: [3000, 20_000] },
   'pause-process': { weight: 2, holdMs: [2000, 15_000] },
@@ -52,7 +57,7 @@ export interface ScheduleOptions {
   seed: number;
   durationMs: number;
   meanGapMs: number;
-  /** Kinds that cannot be applied on this run (no testbed: no stalled links). */
+  /** Kinds that cannot be applied on this run (no testbed: no stalled links; one nats-server: no node faults). */
   exclude?: readonly FaultKind[];
   /** No fault starts in the first `quietStartMs` (the job comes up first). */
   quietStartMs?: number;

@@ -71,8 +71,8 @@ export const MANAGER_TIMINGS = { suspectAfter: '1500ms', deadAfter: '3000ms', or
 export function createSoakJob(options: SoakJobOptions): SoakJob {
   const { stage, testbed } = options;
   const env = { ...process.env, UCX_TLS: process.env.UCX_TLS ?? 'tcp' };
-  const rootNats = stage.nats.url;
-  const bedNats = testbed ? `nats://${testbed.gateway}:${stage.nats.port}` : rootNats;
+  const rootNats = stage.natsUrl;
+  const bedNats = testbed ? stage.natsPorts.map((port) => `nats://${testbed.gateway}:${port}`).join(',') : rootNats;
   const scaled = (simMs: number): string => `${Math.max(20, Math.round(simMs / options.timeScale))}ms`;
   const spawnKept = async (name: string, argv: string[], ready: string, wrap: string[] = [], onStdout?: (line: string) => void): Promise<Daemon> =>
     stage.keep(await spawnDaemon(name, argv, ready, wrap, env, onStdout, START_TIMEOUT_MS));

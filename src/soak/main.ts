@@ -44,6 +44,7 @@ interface SoakCliOptions {
   testbed: 'auto' | 'on' | 'off';
   out: string;
   timeScale: string;
+  natsCluster: string;
 }
 
 type Group = DaemonKind | 'nats-server' | 'redis-server' | 'soak';
@@ -87,6 +88,11 @@ async function main(): Promise<void> {
     .option('--settle <time>', 'after the last fault: how long the job may take to hold the newest version everywhere', '120s')
     .option('--testbed <mode>', 'relays and the trainer on netns hosts (needed for stalled links): auto, on, off', 'auto')
     .option('--out <dir>', 'where the timeline, the faults, the summary and the PNG go', 'soak-out')
+    .option(
+      '--nats-cluster <nodes>',
+      'NATS nodes: 1 (one nats-server) or 3 (a JetStream cluster at R3; adds NATS node kills and partitions to the faults)',
+      '1',
+    )
     .parse(process.argv)
     .opts<SoakCliOptions>();
   const durationMs = parseDurationOption('--duration', opts.duration);
@@ -98,6 +104,8 @@ async function main(): Promise<void> {
   const sizeBytes = parseBytes(opts.size);
   const timeScale = Number(opts.timeScale);
   if (!(timeScale > 0)) throw new Error('--time-scale must be > 0');
+  if (opts.natsCluster !== '1' && opts.natsCluster !== '3') throw new Error(`--nats-cluster must be 1 or 3, got ${JSON.stringify(opts.natsCluster)}`);
+  const natsNodes = Number(opts.natsCluster);
   if (!['auto', 'on', 'off'].includes(opts.testbed)) throw new Error(`--testbed must be auto, on or off, got ${JSON.stringify(opts.testbed)}`);
   const seed = opts.seed !== undefined ? intIn('seed', opts.seed, 0, 2 ** 32 - 1) : Math.floor(Math.random() * 2 ** 31);
   const out = resolve(opts.out);
@@ -114,15 +122,18 @@ async function main(): Promise<void> {
       console.log(`no netns testbed (${(err as Error).message.split('\n')[0]}): everything on loopback, no stalled links`);
     }
   }
-  const exclude: FaultKind[] = testbed ? [] : ['stall-link'];
+  const exclude: FaultKind[] = [
+    ...(testbed ? [] : ['stall-link' as const]),
+    ...(natsNodes === 3 ? [] : ['kill-nats-node' as const, 'partition-nats-node' as const]),
+  ];
   const schedule = faultSchedule({ seed, durationMs, meanGapMs, exclude, quietStartMs: Math.min(20_000, durationMs / 10) });
   console.log(
     `soak: seed ${seed}, ${opts.duration} of faults (${schedule.length} scheduled, mean gap ${opts.faultEvery}, ${overlapping(schedule)} overlapping another), ` +
-      `${relayCount} relays${testbed ? ' on the netns testbed' : ''}, ${rolloutCount} rollouts; output in ${out}`,
+      `${relayCount} relays${testbed ? ' on the netns testbed' : ''}, ${rolloutCount} rollouts${natsNodes === 3 ? ', a 3-node NATS cluster' : ''}; output in ${out}`,
   );
 
   const run = onInterrupt();
-  const stage = await openStage('laminar-soak-', join(out, 'logs'), testbed ? { natsHost: '0.0.0.0' } : {});
+  const stage = await openStage('laminar-soak-', join(out, 'logs'), { natsNodes, ...(testbed ? { natsHost: '0.0.0.0' } : {}) });
   const unexpected: { name: string; code: number | string; atMs: number; lastLogs: string[] }[] = [];
   let t0 = performance.now();
   const clock = (): number => Math.round(performance.now() - t0);
@@ -200,7 +211,8 @@ async function main(): Promise<void> {
         processes[name] = { pid, rssMiB: Math.round((rss / 2 ** 20) * 10) / 10, fds: open };
       };
       for (const proc of liveJob.all()) count(proc.kind, proc.pid, proc.name);
-      count('nats-server', stage.nats.pid);
+      if (stage.natsCluster) for (const node of stage.natsCluster.nodes) count('nats-server', node.pid, `nats-server ${node.name}`);
+      else count('nats-server', stage.nats.pid);
       count('redis-server', stage.redisServer.pid);
       count('soak', process.pid);
       const heaps = await Promise.all(
