@@ -8,11 +8,21 @@
  *   the machine) and per second of wall clock;
  * - the raw limit in the same run: a native copy of the same bytes, one thread;
  * - the relay's way: the whole version converted in 16 MiB jobs on the libuv pool;
+ * - a relay's FP8 variant: an in-process relay (segments in /dev/shm) holding a bf16 version of
+ *   `--relay-bytes`, and the time from an acquire of `<model>@fp8` to the variant served
+ *   (conversion, checksums, directory: what the first FP8 engine of a host waits for);
  * and the size of an FP8 version against its bf16 source for a Llama-style model layout, the
  * bytes a broadcast of the FP8 version would carry instead (fp8_bytes_over_bf16). Prints a
  * table, then one JSON line (the last line of stdout).
  */
+import { mkdtempSync } from 'node:fs';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { parseBytes } from '../src/common/units.js';
+import { RelayClient } from '../src/relay/client/relay-client.js';
+import { startRelay } from '../src/relay/daemon.js';
+import { fp8ModelId } from '../src/relay/fp8/model-id.js';
+import { removeShmTree } from '../src/relay/pages/huge-mount.js';
 import { fp8QuantizeAsync, Mapping } from '../src/native/index.js';
 import { planLayout, type TensorSpec } from '../src/safetensors/header.js';
 import { compileKeepPattern, DEFAULT_FP8_KEEP, planFp8 } from '../src/relay/fp8/plan.js';
@@ -56,6 +66,42 @@ function fillBf16(words: Uint16Array): void {
   }
 }
 
+/** Seconds from an acquire of `<model>@fp8` to the variant served, for a bf16 version of about `bytes`. */
+async function relayVariantSeconds(bytes: number): Promise<{ seconds: number; bytes: number }> {
+  const root = mkdtempSync(join('/dev/shm', 'laminar-fp8-bench-'));
+  const relay = await startRelay({ shmDir: join(root, 'segments'), socketPath: join(root, 'relay.sock'), metricsPort: -1, pin: false, hugePages: 'off' });
+  try {
+    const client = await RelayClient.connect({ socketPath: relay.options.socketPath });
+    try {
+      const cols = 4096;
+      const rows = Math.max(128, Math.floor(bytes / 2 / cols / 128) * 128);
+      const data = new Uint16Array(rows * cols);
+      fillBf16(data);
+      const layers = 4;
+      const rowsEach = rows / layers;
+      const tensors = Array.from({ length: layers }, (_, i) => ({
+        name: `model.layers.${i}.mlp.up_proj.weight`,
+        dtype: 'BF16' as const,
+        shape: [rowsEach, cols],
+        data: data.subarray(i * rowsEach * cols, (i + 1) * rowsEach * cols),
+      }));
+      await (
+        await client.publish({ model: 'bench/fp8', version: 1, tensors })
+      ).visible;
+      const t0 = performance.now();
+      const lease = await client.acquire({ model: fp8ModelId('bench/fp8'), timeoutMs: 600_000 });
+      const seconds = (performance.now() - t0) / 1e3;
+      await lease.release();
+      return { seconds, bytes: data.byteLength };
+    } finally {
+      client.close();
+    }
+  } finally {
+    await relay.close();
+    removeShmTree(root);
+  }
+}
+
 async function seconds(fn: () => Promise<unknown>): Promise<number> {
   const t0 = performance.now();
   await fn();
@@ -74,7 +120,10 @@ async function cpuSeconds(fn: () => Promise<unknown>): Promise<number> {
 }
 
 export async function run(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { rows: { type: 'string' }, cols: { type: 'string' }, rounds: { type: 'string' } } });
+  const { values } = parseArgs({
+    args,
+    options: { rows: { type: 'string' }, cols: { type: 'string' }, rounds: { type: 'string' }, 'relay-bytes': { type: 'string' } },
+  });
   const rows = positiveInt(values.rows ?? '4096', '--rows');
   const cols = positiveInt(values.cols ?? '4096', '--cols');
   const rounds = positiveInt(values.rounds ?? '5', '--rounds');
@@ -106,6 +155,7 @@ export async function run(args: string[]): Promise<void> {
     memcpy.push(bytes / 1e9 / (await seconds(() => copy.copyFrom(src, 0, 0, bytes))));
     pooled.push(bytes / 1e9 / (await seconds(() => quantiseVersion(plan, versionSource(version, sourceLayout), target, targetLayout, threads))));
   }
+  const variant = await relayVariantSeconds(parseBytes(values['relay-bytes'] ?? '256MiB'));
   const llama = llamaLayout();
   const bf16Bytes = planLayout(llama, { model: 'llama', version: 1, chunkSize: 2 ** 31 }).totalSize;
   const fp8Bytes = planLayout(planFp8(llama, compileKeepPattern(DEFAULT_FP8_KEEP)).specs, { model: 'llama@fp8', version: 1, chunkSize: 2 ** 31 }).totalSize;
@@ -118,6 +168,9 @@ export async function run(args: string[]): Promise<void> {
     memcpy_GBps_per_thread: round(median(memcpy), 2),
     fp8_convert_GBps_pool: round(median(pooled), 2),
     pool_threads: threads,
+    relay_variant_bytes: variant.bytes,
+    relay_variant_seconds: round(variant.seconds, 3),
+    relay_variant_GBps: round(variant.bytes / 1e9 / variant.seconds, 2),
     fp8_bytes_over_bf16: round(fp8Bytes / bf16Bytes, 4),
     fp8_broadcast_over_bf16: null,
   };
@@ -127,6 +180,7 @@ export async function run(args: string[]): Promise<void> {
     ['kernel, one thread, wall clock', String(result.fp8_convert_GBps_one_thread_wall)],
     ['native copy, one thread (raw limit)', String(result.memcpy_GBps_per_thread)],
     [`version in 16 MiB jobs, ${threads} pool threads`, String(result.fp8_convert_GBps_pool)],
+    [`a relay's FP8 variant of ${variant.bytes} bytes, acquire to served (checksums and directory included)`, String(result.relay_variant_GBps)],
   ]);
   printTable('Llama-3-8B layout', [
     ['version', 'bytes'],
