@@ -33,6 +33,8 @@ const TENSORS = Array.from({ length: 12 }, (_, i) => {
 let tmp: ReturnType<typeof tempShmDir>;
 let master: RelayProcess;
 let reference: RelayProcess;
+/** A master that drops a partial version after 1 s without a byte (--partial-ttl). */
+let hasty: RelayProcess;
 let secretFile: string;
 let manifestFile: string;
 
@@ -107,12 +109,16 @@ beforeAll(async () => {
   manifestFile = join(tmp.dir, 'manifest.json');
   writeFileSync(manifestFile, JSON.stringify(TENSORS.map(({ name, dtype, shape }) => ({ name, dtype, shape }))));
   const relayArgs = (id: string): string[] => ['--id', id, '--listen', '127.0.0.1:0', '--secret-file', secretFile, '--no-pin', '--chunk-size', CHUNK];
-  [master, reference] = await Promise.all([spawnRelay(join(tmp.dir, 'master'), relayArgs('r0')), spawnRelay(join(tmp.dir, 'reference'), relayArgs('ref'))]);
+  [master, reference, hasty] = await Promise.all([
+    spawnRelay(join(tmp.dir, 'master'), relayArgs('r0')),
+    spawnRelay(join(tmp.dir, 'reference'), relayArgs('ref')),
+    spawnRelay(join(tmp.dir, 'hasty'), [...relayArgs('hasty'), '--partial-ttl', '1s']),
+  ]);
 });
 
 afterAll(async () => {
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
-  await Promise.all([master?.stop('SIGKILL'), reference?.stop('SIGKILL')]);
+  await Promise.all([master?.stop('SIGKILL'), reference?.stop('SIGKILL'), hasty?.stop('SIGKILL')]);
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- idem
   tmp?.cleanup();
 });
@@ -152,7 +158,7 @@ describe('a version published in parts', () => {
 
   it('a publisher killed in the middle of its part leaves nothing served; the version is published again', async () => {
     const version = 10;
-    const holder = startHolder(version);
+    const holder = startHolder(master, version);
     try {
       await holder.when('holding');
       const first = publish(master, partFile([0, 1, 2, 3, 4, 5]), version, '1/2');
@@ -176,6 +182,26 @@ describe('a version published in parts', () => {
     for (const r of again) expect(r.code, r.stderr).toBe(0);
     await publishWhole(version);
     expect(Buffer.compare((await served(master, version))!, (await served(reference, version))!)).toBe(0);
+  });
+
+  it('discards a partial version nobody sends to for --partial-ttl, and tells the parts', async () => {
+    const version = 30;
+    // The holder stays alive with its part unfinished; the other part is in and waits.
+    const holder = startHolder(hasty, version);
+    try {
+      await holder.when('holding');
+      const waiting = await publish(hasty, partFile([0, 1, 2, 3, 4, 5]), version, '1/2');
+      expect(waiting.code).not.toBe(0);
+      expect(waiting.stderr).toContain('ERR_PART_EXPIRED');
+      await holder.when('declined ERR_PART_EXPIRED');
+    } finally {
+      holder.child.kill('SIGKILL');
+    }
+    // Once, or twice when the other part's publisher took over 1 s to start: then the holder's
+    // version expired before that part came, and the part's own partial version after it.
+    expect(await partVersions(hasty, 'expired')).toBeGreaterThanOrEqual(1);
+    expect(await served(hasty, version)).toBeNull();
+    expect(readdirSync(hasty.shmDir).filter((f) => f.includes('.writing'))).toEqual([]);
   });
 
   it('refuses parts that disagree: a tensor twice, a missing tensor, another layout', async () => {
@@ -216,10 +242,10 @@ describe('a version published in parts', () => {
 });
 
 /**
- * A part's publisher that offers part 2/2 (tensors 6-11) of `version`, sends its first piece,
- * says `holding` and sends nothing more.
+ * A part's publisher that offers part 2/2 (tensors 6-11) of `version` to `relay`, sends its first
+ * piece, says `holding` and sends nothing more (it says `declined <code>` when the relay gives up).
  */
-function startHolder(version: number): { child: ChildProcess; when(event: string): Promise<void> } {
+function startHolder(relay: RelayProcess, version: number): { child: ChildProcess; when(event: string): Promise<void> } {
   const script = `
 const dist = process.env.DIST;
 const { UcxWorker } = await import(dist + '/src/ucx/index.js');
@@ -238,6 +264,7 @@ const link = await connectPeer(worker, null, process.env.ADDRESS, { selfId: 'hol
 worker.register(prepared.mapping);
 link.setHandler((message, incoming) => {
   incoming.release();
+  if (message.t === 'decline') say('declined ' + message.code);
   if (message.t === 'accept') {
     const piece = prepared.pieces[0];
     link.send({ t: 'chunk', model: prepared.model, version: prepared.version, index: 0 }, { source: prepared.mapping, offset: piece.packed, length: piece.length }).then(() => say('holding'));
@@ -259,7 +286,7 @@ setInterval(() => undefined, 1000);
       MODEL,
       VERSION: String(version),
       CHUNK: String(256 * 1024),
-      ADDRESS: `127.0.0.1:${master.ucxPort}`,
+      ADDRESS: `127.0.0.1:${relay.ucxPort}`,
       SECRET,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
