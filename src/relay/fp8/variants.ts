@@ -55,6 +55,9 @@ function fp8DirFiles(engineFiles: EngineFiles | null, ignoredLayers: readonly st
   return new Map([['config.json', fp8ConfigJson(readFileSync(path, 'utf8'), ignoredLayers, path)]]);
 }
 
+/** Refusals remembered at most (one per version refused). */
+const MAX_REFUSALS = 64;
+
 /** Refusals that belong to a version's bytes, remembered: asking again cannot change them. */
 const FINAL: ReadonlySet<string> = new Set([ErrorCodes.FP8_NON_FINITE, ErrorCodes.FP8_NO_ELIGIBLE_TENSORS]);
 
@@ -93,7 +96,13 @@ export class Fp8Variants {
     if (!making) {
       making = this.make(source, model).finally(() => this.making.delete(key));
       making.catch((err: unknown) => {
-        if (err instanceof LaminarError && FINAL.has(err.code)) this.refused.set(key, err);
+        if (!(err instanceof LaminarError && FINAL.has(err.code))) return;
+        this.refused.set(key, err);
+        // Bounded: the oldest refusals go first (their versions are the first to retire).
+        for (const oldest of this.refused.keys()) {
+          if (this.refused.size <= MAX_REFUSALS) break;
+          this.refused.delete(oldest);
+        }
       });
       this.making.set(key, making);
     }
