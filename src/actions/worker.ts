@@ -16,6 +16,7 @@
  *   run again (at-least-once); the result stream drops the second result by action id inside its
  *   duplicate window, and the client drops any second result it receives.
  */
+import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -125,6 +126,8 @@ export class ActionWorker {
     this.slots = options.concurrency ?? 1;
     this.maxOutputBytes = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     this.labels = { kind };
+    // Every running action listens to it: as many listeners as slots, not a leak.
+    setMaxListeners(0, this.stopController.signal);
   }
 
   /** Creates the streams and the kind's consumer when missing, and starts taking actions. */
