@@ -1,5 +1,6 @@
 /**
- * `npm run bench -- actions [--count 20000] [--window 256] [--rate 1000] [--paced-s 5] [--burst 10000]`
+ * `npm run bench -- actions [--count 20000] [--window 256] [--rate 1000] [--paced-s 5] [--burst 10000]
+ *   [--only throughput,paced,burst,multi-turn] [--mt-trajectories 32] [--mt-tokens 96] [--mt-concurrency 8] [--mt-rounds 3]`
  *
  * The actions service against raw JetStream, in the same run, on a real nats-server:
  *   throughput: `count` no-op actions through an ActionClient and one ActionWorker (in this
@@ -13,7 +14,10 @@
  *               results are in: burst_lost (never answered) and burst_duplicated (answered twice
  *               to a trajectory) must be 0; the results that reached the client twice on the wire
  *               (and were dropped there) and the redeliveries are reported beside them
- * multi_turn_tokens_over_single belongs to the rollout agent's bench (null here).
+ *   multi-turn: the rollout agent's generated tokens/s on a multi-turn task over a single-turn
+ *               task, same reference engine, same tokens (actions-multi-turn.ts):
+ *               multi_turn_tokens_over_single (goal >= 0.9)
+ * `--only` runs the sections named (default: all). Progress goes to stderr.
  * Prints a table, then one JSON line (last line of stdout).
  */
 import { connect, type NatsConnection } from '@nats-io/transport-node';
@@ -22,7 +26,11 @@ import { Registry } from 'prom-client';
 import { ActionClient, ActionWorker, noopHandler, type ActionResult } from '../src/actions/index.js';
 import { mapLimit } from '../src/common/concurrency.js';
 import { startNatsServer, spawnDaemon, type Daemon } from '../src/services/index.js';
-import { percentile, positiveInt, printTable, round } from './support.js';
+import { percentile, positiveInt, printTable, processCpuSeconds, round } from './support.js';
+import { multiTurnSection, type MultiTurnArgs, type MultiTurnResult } from './actions-multi-turn.js';
+
+const SECTIONS = ['throughput', 'paced', 'burst', 'multi-turn'] as const;
+type Section = (typeof SECTIONS)[number];
 
 interface Args {
   count: number;
@@ -30,6 +38,8 @@ interface Args {
   rate: number;
   pacedSeconds: number;
   burst: number;
+  only: Set<Section>;
+  multiTurn: MultiTurnArgs;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -37,8 +47,27 @@ function parseArgs(argv: string[]): Args {
     const i = argv.indexOf(`--${name}`);
     return i < 0 ? def : positiveInt(argv[i + 1], `--${name}`);
   };
-  return { count: get('count', 20_000), window: get('window', 256), rate: get('rate', 1000), pacedSeconds: get('paced-s', 5), burst: get('burst', 10_000) };
+  const o = argv.indexOf('--only');
+  const only = new Set((o < 0 ? SECTIONS.join(',') : (argv[o + 1] ?? '')).split(',').filter(Boolean) as Section[]);
+  for (const s of only) if (!SECTIONS.includes(s)) throw new Error(`--only: ${s} is not a section (${SECTIONS.join(', ')})`);
+  return {
+    count: get('count', 20_000),
+    window: get('window', 256),
+    rate: get('rate', 1000),
+    pacedSeconds: get('paced-s', 5),
+    burst: get('burst', 10_000),
+    only,
+    multiTurn: {
+      trajectories: get('mt-trajectories', 32),
+      tokens: get('mt-tokens', 96),
+      concurrency: get('mt-concurrency', 8),
+      rounds: get('mt-rounds', 3),
+      deadlineS: get('mt-deadline-s', 300),
+    },
+  };
 }
+
+const progress = (s: string): boolean => process.stderr.write(`actions bench: ${s}\n`);
 
 const seconds = (t0: number): number => (performance.now() - t0) / 1000;
 
@@ -46,12 +75,13 @@ const seconds = (t0: number): number => (performance.now() - t0) / 1000;
 const RAW_BYTES = 160;
 
 /** Raw JetStream: a work-queue stream, publishes with `window` in flight, one consumer acking each. */
-async function rawWorkQueue(nc: NatsConnection, count: number, window: number): Promise<number> {
+async function rawWorkQueue(nc: NatsConnection, count: number, window: number, run = 0): Promise<number> {
   const jsm = await jetstreamManager(nc);
-  await jsm.streams.add({ name: 'RAW_WQ', subjects: ['rawwq.>'], storage: 'file', retention: 'workqueue' });
-  await jsm.consumers.add('RAW_WQ', { durable_name: 'raw', ack_policy: AckPolicy.Explicit, max_ack_pending: 10_000 });
+  const stream = `RAW_WQ_${run}`;
+  await jsm.streams.add({ name: stream, subjects: [`rawwq${run}.>`], storage: 'file', retention: 'workqueue' });
+  await jsm.consumers.add(stream, { durable_name: 'raw', ack_policy: AckPolicy.Explicit, max_ack_pending: 10_000 });
   const js = jetstream(nc);
-  const consumer = await js.consumers.get('RAW_WQ', 'raw');
+  const consumer = await js.consumers.get(stream, 'raw');
   const body = new Uint8Array(RAW_BYTES).fill(7);
   const t0 = performance.now();
   let acked = 0;
@@ -66,18 +96,19 @@ async function rawWorkQueue(nc: NatsConnection, count: number, window: number): 
   await mapLimit(
     Array.from({ length: count }, (_, i) => i),
     window,
-    (i) => js.publish('rawwq.k', body, { msgID: `raw-${i}` }),
+    (i) => js.publish(`rawwq${run}.k`, body, { msgID: `raw-${i}` }),
   );
   await consumed;
   const s = seconds(t0);
-  await jsm.streams.delete('RAW_WQ');
+  await jsm.streams.delete(stream);
   return count / s;
 }
 
-/** Actions through an ActionClient and one in-process ActionWorker, `window` in flight. */
-async function ourThroughput(nc: NatsConnection, count: number, window: number): Promise<number> {
-  const worker = await ActionWorker.start({ nc, pool: 'tput', kind: 'noop', tools: { noop: noopHandler }, concurrency: window });
-  const client = await ActionClient.open({ nc, pool: 'tput' });
+/** Actions through an ActionClient and one in-process ActionWorker, `window` in flight; results kept in memory or on file. */
+async function ourThroughput(nc: NatsConnection, count: number, window: number, resultStorage: 'memory' | 'file' = 'memory', run = 0): Promise<number> {
+  const pool = `tput_${resultStorage}_${run}`;
+  const worker = await ActionWorker.start({ nc, pool, kind: 'noop', tools: { noop: noopHandler }, concurrency: window, resultStorage });
+  const client = await ActionClient.open({ nc, pool, resultStorage });
   const t0 = performance.now();
   await mapLimit(
     Array.from({ length: count }, (_, i) => i),
@@ -203,38 +234,100 @@ export async function run(argv: string[]): Promise<void> {
   // No stack captured per request (nats.js's async traces): a few microseconds each, for both sides.
   const nc = await connect({ servers: nats.url, noAsyncTraces: true });
   try {
-    const raw = await rawWorkQueue(nc, a.count, a.window);
-    const ours = await ourThroughput(nc, a.count, a.window);
-    const paced = await pacedOverhead(nc, nats.url, a.rate, a.pacedSeconds);
-    const b = await burst(nc, nats.url, a.burst);
+    let raw: number | null = null;
+    let ours: number | null = null;
+    let oursFile: number | null = null;
+    // CPU per message, this process (client and worker) and nats-server: what a loaded machine's
+    // latencies hide.
+    const cpu = { raw: null as null | [number, number], ours: null as null | [number, number] };
+    const cpuOf = async (run: () => Promise<number>): Promise<[number, number, number]> => {
+      const own = process.cpuUsage();
+      const server = processCpuSeconds(nats.pid);
+      const rate = await run();
+      const used = process.cpuUsage(own);
+      return [rate, (used.user + used.system) / a.count, ((processCpuSeconds(nats.pid) - server) * 1e6) / a.count];
+    };
+    if (a.only.has('throughput')) {
+      // Twice each, the second time in the reverse order (the first runs of a process are slower:
+      // JIT, new streams); the best of each.
+      const runs = { raw: [] as [number, number, number][], ours: [] as [number, number, number][], file: [] as [number, number, number][] };
+      const order: (keyof typeof runs)[] = ['raw', 'ours', 'file', 'file', 'ours', 'raw'];
+      for (const [i, what] of order.entries()) {
+        progress(
+          `throughput ${i + 1}/${order.length}: ${what === 'raw' ? 'raw work queue' : what === 'ours' ? 'actions' : 'actions, results on file'}, ${a.count} messages`,
+        );
+        const run =
+          what === 'raw' ? () => rawWorkQueue(nc, a.count, a.window, i) : () => ourThroughput(nc, a.count, a.window, what === 'file' ? 'file' : 'memory', i);
+        runs[what].push(await cpuOf(run));
+        progress(`throughput ${i + 1}/${order.length}: ${Math.round(runs[what].at(-1)![0])}/s`);
+      }
+      const best = (xs: [number, number, number][]): [number, number, number] => xs.reduce((m, x) => (x[0] > m[0] ? x : m));
+      const [r, o, f] = [best(runs.raw), best(runs.ours), best(runs.file)];
+      raw = r[0];
+      ours = o[0];
+      oursFile = f[0];
+      cpu.raw = [r[1], r[2]];
+      cpu.ours = [o[1], o[2]];
+    }
+    let paced: Awaited<ReturnType<typeof pacedOverhead>> | null = null;
+    if (a.only.has('paced')) {
+      progress(`paced: ${a.rate}/s for ${a.pacedSeconds} s to 2 worker processes`);
+      paced = await pacedOverhead(nc, nats.url, a.rate, a.pacedSeconds);
+    }
+    let b: Awaited<ReturnType<typeof burst>> | null = null;
+    if (a.only.has('burst')) {
+      progress(`burst: ${a.burst} actions to 4 worker processes, one killed`);
+      b = await burst(nc, nats.url, a.burst);
+    }
+    let mt: MultiTurnResult | null = null;
+    if (a.only.has('multi-turn')) mt = await multiTurnSection(nats.url, a.multiTurn);
     const result = {
       bench: 'actions',
+      sections: [...a.only],
       count: a.count,
       window: a.window,
-      raw_workqueue_per_s: Math.round(raw),
-      actions_per_s: Math.round(ours),
-      actions_over_raw: round(ours / raw),
-      paced_rate_per_s: Math.round(paced.achievedRate),
-      dispatch_overhead_ms_p50: round(paced.p50, 2),
-      dispatch_overhead_ms_p99: round(paced.p99, 2),
+      raw_workqueue_per_s: raw === null ? null : Math.round(raw),
+      actions_per_s: ours === null ? null : Math.round(ours),
+      actions_over_raw: raw === null || ours === null ? null : round(ours / raw),
+      actions_per_s_file_results: oursFile === null ? null : Math.round(oursFile),
+      file_results_over_memory: oursFile === null || ours === null ? null : round(oursFile / ours),
+      raw_cpu_us_per_msg: cpu.raw && round(cpu.raw[0], 1),
+      raw_nats_cpu_us_per_msg: cpu.raw && round(cpu.raw[1], 1),
+      actions_cpu_us_per_action: cpu.ours && round(cpu.ours[0], 1),
+      actions_nats_cpu_us_per_action: cpu.ours && round(cpu.ours[1], 1),
+      paced_rate_per_s: paced ? Math.round(paced.achievedRate) : null,
+      dispatch_overhead_ms_p50: paced ? round(paced.p50, 2) : null,
+      dispatch_overhead_ms_p99: paced ? round(paced.p99, 2) : null,
       burst: a.burst,
       burst_workers: 4,
-      burst_killed_after: b.killedAt,
-      burst_seconds: round(b.seconds, 2),
-      burst_lost: b.lost,
-      burst_duplicated: b.duplicated,
-      burst_results_dropped_at_client: b.droppedOnWire,
-      multi_turn_tokens_over_single: null,
-      multi_turn_note: "the rollout agent's measure (engineer C's bench), not this one",
+      burst_killed_after: b?.killedAt ?? null,
+      burst_seconds: b ? round(b.seconds, 2) : null,
+      burst_lost: b?.lost ?? null,
+      burst_duplicated: b?.duplicated ?? null,
+      burst_results_dropped_at_client: b?.droppedOnWire ?? null,
+      multi_turn_tokens_over_single: mt?.multi_turn_tokens_over_single ?? null,
+      ...(mt ?? {}),
     };
+    const show = (v: number | null, unit = ''): string => (v === null ? 'skipped' : `${v}${unit}`);
     printTable(`actions: ${a.count} no-op actions, ${a.window} in flight; ${a.rate}/s for ${a.pacedSeconds} s; a burst of ${a.burst}`, [
       ['measure', 'value', 'goal / note'],
-      ['raw work queue (publish+consume+ack)', `${result.raw_workqueue_per_s} /s`, 'the limit, same run'],
-      ['actions (client -> worker -> result)', `${result.actions_per_s} /s`, `ratio ${result.actions_over_raw} (goal >= 0.7)`],
-      ['dispatch overhead p50', `${result.dispatch_overhead_ms_p50} ms`, `goal <= 2 ms at ${result.paced_rate_per_s}/s`],
-      ['dispatch overhead p99', `${result.dispatch_overhead_ms_p99} ms`, 'goal <= 10 ms'],
-      ['burst lost', String(result.burst_lost), `goal 0 (${a.burst} actions, 4 workers, one SIGKILLed after ${b.killedAt} results)`],
-      ['burst duplicated', String(result.burst_duplicated), `goal 0 (${result.burst_results_dropped_at_client} second results dropped by the client)`],
+      ['raw work queue (publish+consume+ack)', show(result.raw_workqueue_per_s, ' /s'), 'the limit, same run'],
+      ['actions (client -> worker -> result)', show(result.actions_per_s, ' /s'), `ratio ${show(result.actions_over_raw)} (goal >= 0.7)`],
+      ['actions, results stream on file', show(result.actions_per_s_file_results, ' /s'), `${show(result.file_results_over_memory)} of memory results`],
+      [
+        'CPU per message: client+worker / nats-server',
+        cpu.ours && cpu.raw ? `${result.actions_cpu_us_per_action} / ${result.actions_nats_cpu_us_per_action} µs` : 'skipped',
+        cpu.raw ? `raw: ${result.raw_cpu_us_per_msg} / ${result.raw_nats_cpu_us_per_msg} µs` : '-',
+      ],
+      ['dispatch overhead p50', show(result.dispatch_overhead_ms_p50, ' ms'), `goal <= 2 ms at ${show(result.paced_rate_per_s)}/s`],
+      ['dispatch overhead p99', show(result.dispatch_overhead_ms_p99, ' ms'), 'goal <= 10 ms'],
+      ['burst lost', show(result.burst_lost), `goal 0 (${a.burst} actions, 4 workers, one SIGKILLed after ${show(result.burst_killed_after)} results)`],
+      ['burst duplicated', show(result.burst_duplicated), `goal 0 (${show(result.burst_results_dropped_at_client)} second results dropped by the client)`],
+      [
+        'multi-turn / single-turn generated tokens/s',
+        mt ? `${mt.multi_turn_tokens_over_single} (${mt.multi_turn_tokens_per_s} / ${mt.single_turn_tokens_per_s})` : 'skipped',
+        mt ? `goal >= 0.9 (${mt.multi_turn_turns_per_trajectory} turns per trajectory, ${mt.multi_turn_generated_tokens_each} tokens each)` : 'goal >= 0.9',
+      ],
     ]);
     process.stdout.write(`${JSON.stringify(result)}\n`);
   } finally {
