@@ -36,6 +36,21 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
+interface Exit {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** `laminar prompts <args>` from dist/, bounded (a hang is a failure, not a stuck file). */
+function cli(args: string[]): Promise<Exit> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, 'prompts', ...args], { timeout: 30_000 }, (err, stdout, stderr) =>
+      resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : -1, stdout, stderr }),
+    );
+  });
+}
+
 const prompts = (k: number): Array<{ id: string; payload: unknown }> => Array.from({ length: k }, (_, i) => ({ id: `q${i}`, payload: { i } }));
 const keysOf = (pool: string): string[] => KEY_NAMES.map((k) => `laminar:pp:{${pool}}:${k}`);
 
@@ -111,12 +126,7 @@ describe('prompt pool on Redis Cluster (3 masters)', () => {
         .map((p) => JSON.stringify(p))
         .join('\n'),
     );
-    const run = (args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
-      new Promise((resolve) => {
-        execFile(process.execPath, [CLI, 'prompts', ...args, '--redis', cluster.url, '--prompt-pool', 'cli'], { timeout: 30_000 }, (err, stdout, stderr) =>
-          resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : -1, stdout, stderr }),
-        );
-      });
+    const run = (args: string[]): Promise<Exit> => cli([...args, '--redis', cluster.url, '--prompt-pool', 'cli']);
     const load = await run(['load', file, '--group-size', '2']);
     expect(load.code, load.stderr).toBe(0);
     const status = await run(['status', '--json']);
@@ -124,5 +134,19 @@ describe('prompt pool on Redis Cluster (3 masters)', () => {
     expect(JSON.parse(status.stdout)).toMatchObject({ pool: 'cli', total: 5, pending: 5 });
     const pool = PromptPool.attach({ redis, name: 'cli' });
     expect((await pool.claim('r0', 10)).map((c) => c.n)).toEqual([2, 2, 2, 2, 2]);
+  });
+
+  it('an address nobody answers at fails at once (ERR_REDIS_UNREACHABLE), a malformed one with ERR_BAD_REDIS_URL', async () => {
+    // Port 1 on loopback: refused. The sentinels' and the cluster's own retries must not keep
+    // a command run by hand waiting (it hung on the sentinel form before).
+    const [sentinel, nodes, bad] = await Promise.all([
+      cli(['status', '--redis', 'redis+sentinel://127.0.0.1:1/laminar']),
+      cli(['status', '--redis', 'redis+cluster://127.0.0.1:1']),
+      cli(['status', '--redis', 'redis+sentinel://127.0.0.1:1']),
+    ]);
+    expect(sentinel.stderr).toContain(ErrorCodes.REDIS_UNREACHABLE);
+    expect(nodes.stderr).toContain(ErrorCodes.REDIS_UNREACHABLE);
+    expect(bad.stderr).toContain(`${ErrorCodes.BAD_REDIS_URL}: bad Redis address "redis+sentinel://127.0.0.1:1"`);
+    expect([sentinel.code, nodes.code, bad.code]).toEqual([1, 1, 1]);
   });
 });

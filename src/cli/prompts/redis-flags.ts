@@ -45,8 +45,10 @@ export async function connectRedis(url: string): Promise<PoolRedis> {
     lazyConnect: true,
     connectTimeout: CONNECT_TIMEOUT_MS,
     maxRetriesPerRequest: 1,
-    // No reconnection: a command that lost its server fails, and the user runs it again.
+    // No reconnection: a command that lost its server fails, and the user runs it again. The
+    // sentinels' own retry would otherwise ask unreachable sentinels forever.
     retryStrategy: () => null,
+    sentinelRetryStrategy: () => null,
   });
   let lastError: Error | undefined;
   redis.on('error', (err: Error) => (lastError = err));
