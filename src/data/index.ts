@@ -3,6 +3,7 @@ export { LaminarError, ErrorCodes, type ErrorCode } from '../common/errors.js';
 export * from './errors.js';
 export { PromptPool, type PromptPoolOptions, type PromptClaim, type LoadReport, type PoolProgress } from './prompts/prompt-pool.js';
 export { type Prompt, groupIdOf, parseGroupId } from './prompts/prompt.js';
+export { createPoolRedis, parseRedisAddress, maskPassword, type PoolRedis, type RedisAddress, type Replication } from './prompts/redis-address.js';
 export { type Trajectory, type TrajectoryInput, validateTrajectory, checkPayloadSize } from './codec/trajectory.js';
 export { type RecordMeta, RECORD_VERSION } from './codec/record-meta.js';
 export {
