@@ -278,7 +278,11 @@ async function main(): Promise<void> {
     // ---- settle: every daemon up, every live relay on the newest version -------------------
     // Bounded: a daemon that cannot come back (the first 2-hour run's trainer) must not hang the books.
     const allUp = Promise.all(liveJob.all().map((p) => p.start()));
-    await Promise.race([allUp, delay(settleMs, run.signal).catch(() => undefined)]);
+    // The bound's timer is cancelled once everything is up: left pending, it kept the finished
+    // run's process alive for the rest of --settle (two minutes by default).
+    const upOrBound = new AbortController();
+    await Promise.race([allUp, delay(settleMs, AbortSignal.any([run.signal, upOrBound.signal])).catch(() => undefined)]);
+    upOrBound.abort();
     const settled = await settle(liveJob, settleMs, () => newestPublished, run.signal);
     say(settled ? 'settled: every relay holds the newest version' : `not settled within ${opts.settle}`);
     await takeSample();
