@@ -308,6 +308,14 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     await this.complete(v, checksums, false);
   }
 
+  /**
+   * Completes a version assembled from parts (relay/parts/): its header arrived with placeholder
+   * checksums, so it is written again with `checksums`, computed from the verified parts.
+   */
+  async completeAssembled(v: StoredVersion, checksums: string[]): Promise<void> {
+    await this.complete(v, checksums, true);
+  }
+
   /** Drops a version being received (sender gone for good, newer version complete, ...). */
   async abandonReceive(v: StoredVersion, reason: string): Promise<void> {
     if (v.state === 'writing') await this.discard(v, reason);
@@ -320,14 +328,6 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     }
     return v;
   }
-  /**
-   * Completes a version assembled from parts (relay/parts/): its header arrived with placeholder
-   * checksums, so it is written again with `checksums`, computed from the verified parts.
-   */
-  async completeAssembled(v: StoredVersion, checksums: string[]): Promise<void> {
-    await this.complete(v, checksums, true);
-  }
-
 
   /** Records tensors a writer has filled, with its checksums of their bytes when given. */
   markWritten(v: StoredVersion, tensors: WrittenReport[]): void {
