@@ -41,6 +41,9 @@ export interface Assembled {
 }
 
 /** Some chosen records were gone from the stream: they were forgotten, and the batch is to be picked again. */
+/** Loads of a record that the stream's leader holds but that did not load, before it counts as missing. */
+const MISSING_RETRIES = 3;
+
 export class RecordsMissing extends Error {}
 
 export interface BatchAssemblerOptions {
@@ -69,6 +72,8 @@ export interface BatchAssemblerOptions {
 
 export class BatchAssembler {
   private readonly loader: PayloadLoader;
+  /** Loads that found a record missing while the stream's leader held it, by sequence. */
+  private readonly strikes = new Map<number, number>();
   private readonly arenas: ArenaPool;
   private readonly books: BufferBooks;
 
@@ -141,10 +146,16 @@ export class BatchAssembler {
     });
     if (missing.length > 0) {
       // Deleted behind our back (another sampler, an operator): forget them, retry the batch.
-      this.options.rejections.count(ErrorCodes.RECORD_MISSING, missing.length);
+      // Only those the stream's leader confirms gone: the others were read from a replica that
+      // lags or through a fetch a leader change cut short, and the retry loads them again.
+      // A record the leader holds that still does not load after a few tries (a payload whose
+      // size disagrees with its token count) is given up as before.
+      const confirmed = new Set(await this.loader.gone(missing).catch(() => [] as BufferEntry[]));
+      const gone = missing.filter((e) => confirmed.has(e) || this.strike(e) > MISSING_RETRIES);
+      this.options.rejections.count(ErrorCodes.RECORD_MISSING, gone.length);
       this.books.samples -= picked.entries.length;
       this.books.index.release(picked.entries);
-      this.books.remove(missing, 'missing');
+      this.books.remove(gone, 'missing');
       // Nothing was handed out: the retry may reuse the memory once population has stopped.
       await arena.stop();
       this.arenas.keep(block);
@@ -238,5 +249,13 @@ export class BatchAssembler {
     holding.block = undefined;
     this.arenas.give(block);
     this.options.released(holding);
+  }
+
+  /** Counts one more load that found `e` missing while the leader held it; returns the count. */
+  private strike(e: BufferEntry): number {
+    const n = (this.strikes.get(e.seq) ?? 0) + 1;
+    if (this.strikes.size >= 1024) this.strikes.clear();
+    this.strikes.set(e.seq, n);
+    return n;
   }
 }

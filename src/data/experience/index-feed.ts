@@ -5,7 +5,10 @@
  * record will claim from chunks that no record ever will (a writer that crashed mid-write).
  * It transfers headers only (payload bytes stay on the server), survives server restarts (the
  * ordered consumer recreates itself at the next sequence) and reports when it has caught up
- * with what was in the stream at open.
+ * with what was in the stream at open. On a cluster the ordered consumer can also hang, silent,
+ * after the stream's leader is killed (seen in test/cluster-nats/leader-kill.test.ts: no message
+ * for 30 s while the stream grew): a watchdog compares the stream's last sequence with the last
+ * one seen and starts the feed again after it when it has not moved for a whole check.
  */
 import type { JetStreamClient, ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import { DeliverPolicy } from '@nats-io/jetstream';
@@ -15,6 +18,8 @@ import type { BufferNames } from './stream.js';
 
 /** How long one pull waits on the server, and the client's back-off when its consumer cannot be checked. */
 export const FEED_PULL_EXPIRES_MS = 5000;
+/** How often the watchdog checks that the feed follows the stream (two pulls' expiry). */
+const WATCH_MS = 2 * FEED_PULL_EXPIRES_MS;
 
 export interface IndexFeedHandlers {
   record(seq: number, meta: RecordMeta, timeMs: number): void;
@@ -30,6 +35,10 @@ export class IndexFeed {
   readonly ready: Promise<void> = new Promise((r) => (this.caughtUp = r));
   private readonly recordPrefix: string;
   private readonly chunkPrefix: string;
+  private stopped = false;
+  private watchdog: NodeJS.Timeout | undefined;
+  /** lastSeq at the watchdog's previous check. */
+  private watchedSeq = -1;
 
   constructor(
     private readonly js: JetStreamClient,
@@ -42,10 +51,17 @@ export class IndexFeed {
   }
 
   async start(): Promise<void> {
+    await this.follow(0);
+    this.watchdog = setInterval(() => void this.watch(), WATCH_MS);
+    this.watchdog.unref();
+  }
+
+  /** Consumes from the sequence after `after` (0: from the first message). */
+  private async follow(after: number): Promise<void> {
     const consumer = await this.js.consumers.get(this.names.stream, {
       filter_subjects: this.names.allFilter,
       headers_only: true,
-      deliver_policy: DeliverPolicy.All,
+      ...(after === 0 ? { deliver_policy: DeliverPolicy.All } : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: after + 1 }),
     });
     const info = await consumer.info(true);
     if (info.num_pending === 0) this.caughtUp();
@@ -54,6 +70,33 @@ export class IndexFeed {
     // (the soak's timeline showed it). 5 s bounds that gap for one idle pull every 5 s.
     this.messages = await consumer.consume({ max_messages: 4096, expires: FEED_PULL_EXPIRES_MS });
     this.loop = this.run(this.messages);
+  }
+
+  /** Read through a call: stop() may run while watch() awaits. */
+  private isStopped(): boolean {
+    return this.stopped;
+  }
+
+  /** Starts the feed again after lastSeq when it has not moved since the last check while the stream has more. */
+  private async watch(): Promise<void> {
+    const seen = this.lastSeq;
+    const moved = seen !== this.watchedSeq;
+    this.watchedSeq = seen;
+    if (moved || this.stopped) return;
+    try {
+      const jsm = await this.js.jetstreamManager();
+      const last = (await jsm.streams.info(this.names.stream)).state.last_seq;
+      if (last <= seen || this.isStopped()) return;
+      this.logger.warn({ lastSeen: seen, streamLast: last }, 'index feed stalled: following the stream again');
+      const stale = this.messages;
+      await stale?.close();
+      await this.loop;
+      // After the last message the old iterator handled, which may be past `seen`.
+      if (!this.isStopped()) await this.follow(this.lastSeq);
+    } catch (err) {
+      // The stream cannot be read now (no leader yet): the next check tries again.
+      this.logger.debug({ err: (err as Error).message }, 'index feed check failed');
+    }
   }
 
   private async run(messages: ConsumerMessages): Promise<void> {
@@ -81,6 +124,8 @@ export class IndexFeed {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.watchdog);
     await this.messages?.close();
     await this.loop;
   }

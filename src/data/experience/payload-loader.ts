@@ -189,6 +189,17 @@ export class PayloadLoader {
     return copied.every((ok) => ok);
   }
 
+  /**
+   * Which of these records the stream's leader says are gone. A load finds a record missing also
+   * when it is not: on a replicated stream a direct get may be answered by a replica that has not
+   * stored it yet, and a fetch cut short by a leader change ends early. The JetStream API's
+   * message get is answered by the leader only.
+   */
+  async gone(entries: readonly BufferEntry[]): Promise<BufferEntry[]> {
+    const found = await mapLimit(entries, this.concurrency, (e) => retryTransient(() => this.jsm.streams.getMessage(this.stream, { seq: e.seq })));
+    return entries.filter((_, i) => found[i] === null);
+  }
+
   private plan(entries: readonly BufferEntry[]): { runs: BufferEntry[][]; scattered: BufferEntry[] } {
     const inline = entries.filter((e) => e.chunkSeqs.length === 0).sort((a, b) => a.seq - b.seq);
     const runs: BufferEntry[][] = [];
