@@ -184,6 +184,11 @@ def test_returned_samples_cross_over(socket_path: str, client: redis.Redis, name
         pool.return_samples("g#0", [4])
     assert err.value.code == error_codes.GROUP_MISMATCH  # type: ignore[attr-defined]
     assert pool.group_size("g#0") == 4 and pool.group_size("g#1") is None
+    # A key makes the call idempotent, in both languages: one entry for the same key.
+    assert pool.return_samples("h#0", [2], key="h#0/2@9") == "ok"
+    assert pool.return_samples("h#0", [2], key="h#0/2@9") == "duplicate"
+    assert ts(socket_path, name, "return", "h#0", "2", "h#0/2@9") == "duplicate"
+    assert pool.progress().returned_entries == 3
 
 
 def test_each_prompt_goes_to_one_claimer_and_epochs_roll_over(client: redis.Redis, socket_path: str, name: str) -> None:

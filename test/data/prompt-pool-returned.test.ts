@@ -305,4 +305,28 @@ describe('PromptPool returned samples', () => {
       returnedLeased: 0,
     });
   });
+
+  it('a return with a key is queued once: a retry, even after the first was regenerated, reads duplicate', async () => {
+    const p = await pool({ prompts: 1 });
+    const [c] = await p.claim('r', 1);
+    expect(await p.complete(c!)).toBe('ok');
+    expect(await p.returnSamples({ groupId: 'q0#0', samples: [2], key: 'q0#0/2@17' })).toBe('ok');
+    expect(await p.returnSamples({ groupId: 'q0#0', samples: [2], key: 'q0#0/2@17' })).toBe('duplicate');
+    expect(await p.progress()).toMatchObject({ returnedPending: 1, returnedEntries: 1, returnedSamples: 1 });
+    const [back] = await p.claim('r2', 2);
+    expect(await p.complete(back!)).toBe('ok');
+    // Completed meanwhile: the key still says the return happened.
+    expect(await p.returnSamples({ groupId: 'q0#0', samples: [2], key: 'q0#0/2@17' })).toBe('duplicate');
+    // Another parking of the same sample is another key; no key at all queues every call.
+    expect(await p.returnSamples({ groupId: 'q0#0', samples: [2], key: 'q0#0/2@40' })).toBe('ok');
+    expect(await p.returnSamples({ groupId: 'q0#0', samples: [1] })).toBe('ok');
+    expect(await p.returnSamples({ groupId: 'q0#0', samples: [1] })).toBe('ok');
+    expect(await p.progress()).toMatchObject({ returnedPending: 3, returnedEntries: 4, returnedSamples: 4 });
+    expect(await metricValue(fx.registry, 'laminar_prompt_pool_returned_samples_total', { reason: 'failover' })).toBe(4);
+    // A bad key is refused before anything is queued.
+    for (const key of [7, 'k'.repeat(513)]) {
+      const err = await p.returnSamples({ groupId: 'q0#0', samples: [0], key } as never).catch((e: unknown) => e);
+      expect((err as DataInputError).code).toBe(ErrorCodes.BAD_DATA_OPTIONS);
+    }
+  });
 });

@@ -83,6 +83,13 @@ export interface ReturnSamplesRequest {
   samples: readonly number[];
   /** Metric label of `laminar_prompt_pool_returned_samples_total`: [a-z0-9_], default 'failover'. */
   reason?: string;
+  /**
+   * Makes the call idempotent: a second call with the same key (within a day) queues nothing and
+   * reads 'duplicate', so a call that failed ambiguously (ERR_STORE, ERR_NOT_REPLICATED) can be
+   * retried. Name the thing being returned, e.g. the manager's `<trajectoryId>@<parking seq>`.
+   * At most 512 characters.
+   */
+  key?: string;
 }
 
 /** What complete/giveBack/extend need of a claim; `returned` picks the returned-samples path. */
@@ -130,6 +137,8 @@ export type CompleteResult = 'ok' | 'duplicate';
 
 const LOAD_BATCH = 500;
 const REASON = /^[a-z][a-z0-9_]{0,31}$/;
+/** The longest return key returnSamples accepts: a trajectory id (MAX_ID_BYTES) and a sequence fit within it. */
+const MAX_RETURN_KEY = 512;
 /** Token of a returned claim: `<entry>:<seq>` (a fresh claim's token is a bare number). */
 const RETURNED_TOKEN = /^(\d+):\d+$/;
 /** A returned claim: flagged, or recognised by its token (a claim that lost its flag in transit). */
@@ -334,19 +343,21 @@ export class PromptPool {
    * a claim with the same group id and epoch and `samples` set. The group may be of an earlier
    * epoch; it is not checked to be complete, nor the samples to be pending elsewhere.
    *
-   * Not idempotent: each call appends one entry, so a call retried after an ambiguous failure
-   * (ERR_STORE) can queue the samples twice. The duplicate regeneration carries the same
-   * trajectory ids: the partial pool refuses it while the first is in flight, and the
-   * experience writer drops it as a duplicate once the first is in the buffer.
+   * With a `key`, idempotent: a call retried after an ambiguous failure (ERR_STORE,
+   * ERR_NOT_REPLICATED: the write may stand on the master) reads 'duplicate' if the first one
+   * happened, and queues nothing. Without one, each call appends one entry, so such a retry can
+   * queue the samples twice (the duplicate regeneration carries the same trajectory ids: the
+   * partial pool refuses it while the first is in flight, and the experience writer drops it as a
+   * duplicate once the first is in the buffer).
    *
    * Errors (DataInputError, counted in laminar_data_rejections_total): ERR_UNKNOWN_GROUP for a
    * malformed group id or one this pool never issued; ERR_BAD_DATA_OPTIONS for empty, non-integer
-   * or repeated sample indices or a bad reason; ERR_GROUP_MISMATCH for an index outside [0, n).
+   * or repeated sample indices, a bad reason or key; ERR_GROUP_MISMATCH for an index outside [0, n).
    */
-  async returnSamples(request: ReturnSamplesRequest): Promise<void> {
+  async returnSamples(request: ReturnSamplesRequest): Promise<'ok' | 'duplicate'> {
     // The request comes from JavaScript callers too: every field is checked before it is used.
     // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- JavaScript callers may pass null or undefined
-    const { groupId, samples, reason = 'failover' } = (request ?? {}) as { groupId?: unknown; samples?: unknown; reason?: unknown };
+    const { groupId, samples, reason = 'failover', key = '' } = (request ?? {}) as { groupId?: unknown; samples?: unknown; reason?: unknown; key?: unknown };
     const bad = (code: string, message: string, details?: Record<string, unknown>): DataInputError =>
       this.rejections.record(new DataInputError(code, message, { groupId, ...details }));
     const g = typeof groupId === 'string' ? parseGroupId(groupId) : undefined;
@@ -355,6 +366,8 @@ export class PromptPool {
       throw bad(ErrorCodes.UNKNOWN_GROUP, `malformed group id ${JSON.stringify(groupId)} (expected <promptId>#<epoch>)`);
     if (typeof reason !== 'string' || !REASON.test(reason))
       throw bad(ErrorCodes.BAD_DATA_OPTIONS, `reason must match ${REASON}, got ${JSON.stringify(reason)}`);
+    if (typeof key !== 'string' || key.length > MAX_RETURN_KEY)
+      throw bad(ErrorCodes.BAD_DATA_OPTIONS, `key must be a string of at most ${MAX_RETURN_KEY} characters`);
     if (!Array.isArray(samples) || samples.length === 0) throw bad(ErrorCodes.BAD_DATA_OPTIONS, 'samples must be a non-empty array of sample indices');
     const indices: readonly unknown[] = samples;
     const sorted: number[] = [];
@@ -367,11 +380,19 @@ export class PromptPool {
     if (sorted.some((v, k) => k > 0 && v === sorted[k - 1])) throw bad(ErrorCodes.BAD_DATA_OPTIONS, `sample indices repeat: ${JSON.stringify(samples)}`);
     const entry: ReturnedEntry = { id: g.promptId, e: g.epoch, s: sorted, r: reason };
     const max = sorted[sorted.length - 1]!;
-    const [r, n] = (await this.call(() => this.script(S.RETURN_SAMPLES, g.promptId, g.epoch, max, sorted.length, JSON.stringify(entry)))) as [string, number];
+    const [r, n] = (await this.call(() => this.script(S.RETURN_SAMPLES, g.promptId, g.epoch, max, sorted.length, JSON.stringify(entry), key))) as [
+      string,
+      number,
+    ];
+    if (r === 'duplicate') {
+      this.logger.info({ groupId, samples: sorted, reason, key }, 'samples already returned under this key: nothing queued');
+      return 'duplicate';
+    }
     if (r === 'unknown') throw bad(ErrorCodes.UNKNOWN_GROUP, `unknown group id ${JSON.stringify(groupId)}: not issued by prompt pool ${this.name}`);
     if (r === 'range') throw bad(ErrorCodes.GROUP_MISMATCH, `sample index ${max} is outside the group of ${n}`, { sampleIndex: max, groupSize: n });
     this.m.returnedSamples.inc({ pool: this.name, reason }, sorted.length);
-    this.logger.info({ groupId, samples: sorted, reason }, 'samples returned for regeneration');
+    this.logger.info({ groupId, samples: sorted, reason, key }, 'samples returned for regeneration');
+    return 'ok';
   }
 
   /**

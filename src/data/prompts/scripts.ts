@@ -14,6 +14,8 @@
  * (zset entry -> deadline ms), 12 returned:holders (hash entry -> rollout), 13 returned:tokens
  * (hash entry -> latest claim token `<entry>:<seq>`; '0' once given back, '-<token>' once
  * completed by that token). An entry id is a number from the state field `returnSeq`.
+ * 14 returned:keys (zset return key -> when it was used, ms): the keys of returnSamples calls, so
+ * that a retried call is not queued twice; a key is forgotten RETURN_KEY_RETENTION_MS later.
  */
 export const KEY_NAMES = [
   'prompts',
@@ -29,7 +31,14 @@ export const KEY_NAMES = [
   'returned:leases',
   'returned:holders',
   'returned:tokens',
+  'returned:keys',
 ] as const;
+
+/**
+ * How long returnSamples remembers a return key: far longer than any caller retries (the
+ * manager's failover retries a failed return for minutes), short enough that the set stays small.
+ */
+export const RETURN_KEY_RETENTION_MS = 24 * 3600 * 1000;
 
 const NOW = `local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
 
@@ -208,10 +217,11 @@ return deadline`;
 export const EXTEND = extendLease(6, 4);
 
 /**
- * ARGV: promptId, epoch, maxSampleIndex, sampleCount, entryJson -> { 'ok', entryId } |
- * { 'unknown', 0 } | { 'range', n }. Appends returned samples of group <promptId>#<epoch> to the
- * back of the returned FIFO. The group must exist: a loaded prompt, an epoch not after the
- * current one, and every sample index below the prompt's n.
+ * ARGV: promptId, epoch, maxSampleIndex, sampleCount, entryJson, returnKey ('' for none) ->
+ * { 'ok', entryId } | { 'duplicate', 0 } | { 'unknown', 0 } | { 'range', n }. Appends returned
+ * samples of group <promptId>#<epoch> to the back of the returned FIFO. The group must exist: a
+ * loaded prompt, an epoch not after the current one, and every sample index below the prompt's n.
+ * A return key already used (within RETURN_KEY_RETENTION_MS) appends nothing: 'duplicate'.
  */
 export const RETURN_SAMPLES = `
 local json = redis.call('HGET', KEYS[1], ARGV[1])
@@ -220,6 +230,13 @@ if tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[8], 'epoch') or '0') the
 -- The stored json is {"p":<payload>,"n":<n>}: n is last.
 local n = tonumber(string.match(json, '"n":(%d+)}$') or cjson.decode(json).n)
 if tonumber(ARGV[3]) >= n then return { 'range', n } end
+local key = ARGV[6] or ''
+if key ~= '' then
+  ${NOW}
+  redis.call('ZREMRANGEBYSCORE', KEYS[14], '-inf', now - ${RETURN_KEY_RETENTION_MS})
+  if redis.call('ZSCORE', KEYS[14], key) then return { 'duplicate', 0 } end
+  redis.call('ZADD', KEYS[14], now, key)
+end
 local e = redis.call('HINCRBY', KEYS[8], 'returnSeq', 1)
 redis.call('HSET', KEYS[10], e, ARGV[5])
 redis.call('RPUSH', KEYS[9], e)

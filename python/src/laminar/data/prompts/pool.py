@@ -43,6 +43,8 @@ LOAD_BATCH = 500
 """Prompts per LOAD script call (as in TypeScript)."""
 
 _REASON = re.compile(r"[a-z][a-z0-9_]{0,31}")
+# The longest return key return_samples accepts, as in TypeScript.
+_MAX_RETURN_KEY = 512
 _RETURNED_TOKEN = re.compile(r"(\d+):\d+")
 _T = TypeVar("_T")
 
@@ -332,11 +334,13 @@ class PromptPool:
             raise OwnershipError(error_codes.LEASE_LOST, f"the lease of {what} {json.dumps(claim.id, ensure_ascii=False)} is lost")
         return d
 
-    def return_samples(self, group_id: str, samples: Sequence[int], reason: str = "failover") -> None:
+    def return_samples(self, group_id: str, samples: Sequence[int], reason: str = "failover", key: str = "") -> str:
         """Sends samples of an issued group back for regeneration (as the manager's failover does):
-        served before fresh prompts as a claim with the same group id and `samples` set. Not
-        idempotent (each call appends one entry). DataInputError: ERR_UNKNOWN_GROUP,
-        ERR_BAD_DATA_OPTIONS, ERR_GROUP_MISMATCH, as in TypeScript."""
+        served before fresh prompts as a claim with the same group id and `samples` set. "ok", or
+        "duplicate" when `key` was used already (within a day): then nothing is queued, so a call
+        that failed ambiguously (StoreError) can be retried with the same key. Without a key, each
+        call appends one entry. DataInputError: ERR_UNKNOWN_GROUP, ERR_BAD_DATA_OPTIONS,
+        ERR_GROUP_MISMATCH, as in TypeScript."""
 
         def bad(code: str, message: str) -> DataInputError:
             return DataInputError(code, message, {"groupId": group_id})
@@ -347,6 +351,8 @@ class PromptPool:
             raise bad(error_codes.UNKNOWN_GROUP, f"malformed group id {json.dumps(group_id)} (expected <promptId>#<epoch>)")
         if not isinstance(reason, str) or _REASON.fullmatch(reason) is None:
             raise bad(error_codes.BAD_DATA_OPTIONS, f"reason must match /^[a-z][a-z0-9_]{{0,31}}$/, got {json.dumps(reason)}")
+        if not isinstance(key, str) or len(key) > _MAX_RETURN_KEY:
+            raise bad(error_codes.BAD_DATA_OPTIONS, f"key must be a string of at most {_MAX_RETURN_KEY} characters")
         if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence) or len(samples) == 0:
             raise bad(error_codes.BAD_DATA_OPTIONS, "samples must be a non-empty list of sample indices")
         for i in samples:
@@ -359,11 +365,14 @@ class PromptPool:
             raise bad(error_codes.BAD_DATA_OPTIONS, f"sample indices repeat: {json.dumps(list(samples))}")
         prompt_id, epoch = g
         entry = json.dumps({"id": prompt_id, "e": epoch, "s": ordered, "r": reason}, separators=(",", ":"), ensure_ascii=False)
-        r, n = self._script(S.RETURN_SAMPLES, prompt_id, epoch, ordered[-1], len(ordered), entry)
+        r, n = self._script(S.RETURN_SAMPLES, prompt_id, epoch, ordered[-1], len(ordered), entry, key)
+        if _text(r) == "duplicate":
+            return "duplicate"
         if _text(r) == "unknown":
             raise bad(error_codes.UNKNOWN_GROUP, f"unknown group id {json.dumps(group_id)}: not issued by prompt pool {self.name}")
         if _text(r) == "range":
             raise bad(error_codes.GROUP_MISMATCH, f"sample index {ordered[-1]} is outside the group of {int(n)}")
+        return "ok"
 
     def group_size(self, group_id: str) -> Optional[int]:
         """n of a group this pool issued; None when there is no such group."""

@@ -20,6 +20,7 @@ KEY_NAMES: Final[Tuple[str, ...]] = (
     "returned:leases",
     "returned:holders",
     "returned:tokens",
+    "returned:keys",
 )
 
 CLAIM: Final[str] = """
@@ -212,6 +213,13 @@ if tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[8], 'epoch') or '0') the
 -- The stored json is {"p":<payload>,"n":<n>}: n is last.
 local n = tonumber(string.match(json, '"n":(%d+)}$') or cjson.decode(json).n)
 if tonumber(ARGV[3]) >= n then return { 'range', n } end
+local key = ARGV[6] or ''
+if key ~= '' then
+  local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[14], '-inf', now - 86400000)
+  if redis.call('ZSCORE', KEYS[14], key) then return { 'duplicate', 0 } end
+  redis.call('ZADD', KEYS[14], now, key)
+end
 local e = redis.call('HINCRBY', KEYS[8], 'returnSeq', 1)
 redis.call('HSET', KEYS[10], e, ARGV[5])
 redis.call('RPUSH', KEYS[9], e)
