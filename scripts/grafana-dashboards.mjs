@@ -443,8 +443,9 @@ const manager = dashboard({
         [
           [increase('laminar_manager_reinitialise_total', ['result']), 'reinitialise {{result}}'],
           [increase('laminar_manager_orphan_scan_failures_total', ['step']), 'scan failed at {{step}}'],
+          [increase('laminar_manager_orphan_return_failures_total', ['code']), 'return failed: {{code}}'],
         ],
-        {},
+        { description: 'A failed return of a parked orphan’s sample to the prompt pool is retried (same key, queued once).' },
       ),
     ]),
     row('Dashboard', [

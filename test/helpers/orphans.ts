@@ -1,10 +1,42 @@
 /**
- * Orphaned trajectories for the coordinator's tests: a dead rollout's partial logs, and a live
- * rollout that takes every repack-in it is sent and answers done.
+ * Orphaned trajectories for the coordinator's tests: a dead rollout's partial logs, a live
+ * rollout that takes every repack-in it is sent and answers done, and the coordinator itself.
  */
 import type { NatsConnection, Subscription } from '@nats-io/transport-node';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
 import { SCHEMA_VERSION, commandSchema, decode, encode } from '../../src/control/schema.js';
 import type { PartialPool } from '../../src/data/index.js';
+import { RolloutCoordinator, type RolloutCoordinatorOptions } from '../../src/manager/rollouts/coordinator.js';
+import { RolloutCoordinatorMetrics } from '../../src/manager/rollouts/metrics.js';
+
+/** What the coordinator logs at warn and above, one parsed line each. */
+export type LogLine = { msg: string } & Record<string, unknown>;
+
+/**
+ * A rollout coordinator leading since just now, for the orphan tests: members answer on
+ * `test.member.<id>`, no periodic repack, no startup grace; its metrics in `registry`, its
+ * warnings and errors in `logs`. `options` sets the rest (the pools, the failover's timings).
+ */
+export function orphanCoordinator(
+  nc: NatsConnection,
+  options: Pick<RolloutCoordinatorOptions, 'partials' | 'prompts'> & Partial<RolloutCoordinatorOptions>,
+): { coordinator: RolloutCoordinator; registry: Registry; logs: LogLine[] } {
+  const registry = new Registry();
+  const logs: LogLine[] = [];
+  const coordinator = new RolloutCoordinator({
+    nc,
+    memberSubject: (id) => `test.member.${id}`,
+    model: 'm',
+    repackIntervalMs: 0,
+    startupGraceMs: 0,
+    metrics: new RolloutCoordinatorMetrics(registry),
+    log: pino({ level: 'warn' }, { write: (line: string) => void logs.push(JSON.parse(line) as LogLine) }),
+    ...options,
+  });
+  coordinator.reset(Date.now() - 1);
+  return { coordinator, registry, logs };
+}
 
 /** Starts trajectories g0/0 .. g<n-1>/0 of weight version 2 under `owner`, then lets them go. */
 export async function startOrphans(pool: PartialPool, owner: string, n: number): Promise<void> {

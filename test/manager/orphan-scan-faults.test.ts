@@ -8,13 +8,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { pino } from 'pino';
-import { Registry } from 'prom-client';
 import { PartialPool } from '../../src/data/index.js';
-import { startOrphans, takeRepackIns } from '../helpers/orphans.js';
+import { orphanCoordinator, startOrphans, takeRepackIns } from '../helpers/orphans.js';
 import { partialNames } from '../../src/data/partial/partial-stream.js';
-import { RolloutCoordinator, type RolloutView } from '../../src/manager/rollouts/coordinator.js';
-import { RolloutCoordinatorMetrics } from '../../src/manager/rollouts/metrics.js';
+import type { RolloutView } from '../../src/manager/rollouts/coordinator.js';
 import { metricValue } from '../data/helpers.js';
 import { startPermissionedNats, type PermissionedNats } from '../helpers/nats-permissions.js';
 
@@ -54,23 +51,17 @@ describe('orphan scan: a partial pool that cannot be read', () => {
     const received: string[][] = [];
     const sub = takeRepackIns(admin, 'test.member.ro-live', received);
     const partials = await PartialPool.open({ nc: restricted, pool: POOL });
-    const registry = new Registry();
-    const warnings: { msg: string; unread?: number; retryMs?: number }[] = [];
-    const coordinator = new RolloutCoordinator({
-      nc: admin,
-      memberSubject: (id) => `test.member.${id}`,
-      model: 'm',
+    const {
+      coordinator,
+      registry,
+      logs: warnings,
+    } = orphanCoordinator(admin, {
       partials,
       prompts: null,
-      repackIntervalMs: 0,
       commandTimeoutMs: 5000,
       // The backstop period is far beyond the test's limits: only a retry finds the orphans in time.
       orphanScanMs: 600_000,
-      startupGraceMs: 0,
-      metrics: new RolloutCoordinatorMetrics(registry),
-      log: pino({ level: 'warn' }, { write: (line: string) => void warnings.push(JSON.parse(line) as (typeof warnings)[number]) }),
     });
-    coordinator.reset(Date.now() - 1);
     // The manager's tick, every 50 ms.
     const ticker = setInterval(() => coordinator.tick([live]), 50);
     try {

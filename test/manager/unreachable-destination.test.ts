@@ -6,12 +6,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { pino } from 'pino';
-import { Registry } from 'prom-client';
 import { PartialPool } from '../../src/data/index.js';
-import { startOrphans, takeRepackIns } from '../helpers/orphans.js';
-import { RolloutCoordinator, type RolloutView } from '../../src/manager/rollouts/coordinator.js';
-import { RolloutCoordinatorMetrics } from '../../src/manager/rollouts/metrics.js';
+import { orphanCoordinator, startOrphans, takeRepackIns } from '../helpers/orphans.js';
+import type { RolloutView } from '../../src/manager/rollouts/coordinator.js';
 import { startNatsServer, type NatsServer } from '../../src/services/index.js';
 import { natsClient } from '../data/helpers.js';
 
@@ -40,21 +37,7 @@ describe('rollout coordinator: a destination that does not answer', () => {
     // ro-answers takes what it is sent; ro-silent (fewest owned: the first choice) has no subscriber.
     const received: string[][] = [];
     const sub = takeRepackIns(nc, 'test.member.ro-answers', received);
-    const warnings: { msg: string; to?: string }[] = [];
-    const coordinator = new RolloutCoordinator({
-      nc,
-      memberSubject: (id) => `test.member.${id}`,
-      model: 'm',
-      partials,
-      prompts: null,
-      repackIntervalMs: 0,
-      commandTimeoutMs: 1000,
-      orphanScanMs: 60_000,
-      startupGraceMs: 0,
-      metrics: new RolloutCoordinatorMetrics(new Registry()),
-      log: pino({ level: 'warn' }, { write: (line: string) => void warnings.push(JSON.parse(line) as (typeof warnings)[number]) }),
-    });
-    coordinator.reset(Date.now() - 1);
+    const { coordinator, logs: warnings } = orphanCoordinator(nc, { partials, prompts: null, commandTimeoutMs: 1000, orphanScanMs: 60_000 });
     try {
       const rollouts = [view('ro-silent', 0), view('ro-answers', 7)];
       // The manager ticks every 100 ms; the silent rollout stays "alive" throughout.

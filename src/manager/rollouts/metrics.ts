@@ -12,6 +12,7 @@ export class RolloutCoordinatorMetrics {
   readonly orphans: Counter;
   readonly orphansWaiting: Gauge;
   readonly orphanScanFailures: Counter;
+  readonly orphanReturnFailures: Counter;
 
   constructor(registry: Registry) {
     this.repackRounds = counter(registry, {
@@ -54,9 +55,14 @@ export class RolloutCoordinatorMetrics {
       help: 'partial-pool reads of the orphan scan that failed, by step (list: the pool; owner: a trajectory whose owner could not be read; corrupt: a log without its start); after list or owner the scan runs again 2 s later, doubling while it keeps failing',
       labelNames: ['step'],
     });
+    this.orphanReturnFailures = counter(registry, {
+      name: 'laminar_manager_orphan_return_failures_total',
+      help: "returns of a parked orphan's sample to the prompt pool that failed, by error code; each is retried (idempotently) 1 s later, doubling while it keeps failing, up to the scan period",
+      labelNames: ['code'],
+    });
     this.orphansWaiting = gauge(registry, {
       name: 'laminar_manager_orphans_waiting',
-      help: 'orphaned trajectories waiting for a rollout of their weight version',
+      help: "orphaned trajectories waiting for a rollout of their weight version, or parked and waiting for their sample's return to the prompt pool to succeed",
     });
   }
 }

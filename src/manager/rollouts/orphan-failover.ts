@@ -4,6 +4,12 @@
  * the same weight version; with none, they wait up to `orphanWaitMs`, then are parked (taken over
  * by the manager, which fences the dead owner) and their samples go back to the prompt pool. The
  * same scan finds the orphans of rollouts that died while no manager was running.
+ *
+ * A return that fails once the log is parked is retried, not given up: the next takeover would
+ * get NOT_OWNER (the log is ours already) and the sample would never be generated again. The
+ * return carries a key naming the parked log (`<trajectory>@<sequence of the parking marker>`),
+ * so a retry of a return that did happen (Redis answered an error, or ERR_NOT_REPLICATED for a
+ * write that stands on the master) queues nothing a second time.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
@@ -25,6 +31,13 @@ export const DEFAULT_ORPHAN_SCAN_MS = 60_000;
  * with each scan that fails in a row (a scan reads the whole pool), up to `orphanScanMs`.
  */
 export const ORPHAN_SCAN_RETRY_MS = 2000;
+
+/**
+ * A parked orphan whose sample could not be returned to the prompt pool is tried again this soon;
+ * the delay doubles with each failure of that return, up to `orphanScanMs`. It is never dropped:
+ * the partial pool holds the log parked, and nothing else would ever return the sample.
+ */
+export const ORPHAN_RETURN_RETRY_MS = 1000;
 
 export interface OrphanFailoverOptions {
   /** Who owns what. Needed for failover: without it no scan runs (only the trajectories of failed repack moves are placed). */
@@ -69,11 +82,30 @@ interface Orphan {
   stranded: boolean;
 }
 
+/** A parked orphan whose sample's return to the prompt pool failed: retried with the same key. */
+interface PendingReturn {
+  orphan: Orphan;
+  groupId: string;
+  sampleIndex: number;
+  /** Names the parked log: the same on every retry, so the pool queues the sample once. */
+  key: string;
+  failures: number;
+  retryAt: number;
+}
+
+/** The pool's answer to a bad request: a retry would get it again. */
+const PERMANENT_RETURN_ERRORS: ReadonlySet<string> = new Set([ErrorCodes.UNKNOWN_GROUP, ErrorCodes.GROUP_MISMATCH, ErrorCodes.BAD_DATA_OPTIONS]);
+
+/** The return key of a log parked by the takeover marker at `seq`. */
+const returnKey = (trajectoryId: string, seq: number): string => `${trajectoryId}@${seq}`;
+
 export class OrphanFailover {
   private readonly orphanWaitMs: number;
   private readonly orphanScanMs: number;
   private readonly startupGraceMs: number;
   private readonly orphans = new Map<string, Orphan>();
+  /** Parked orphans whose return failed, by trajectory id. Kept across leadership changes: a retry is idempotent. */
+  private readonly pendingReturns = new Map<string, PendingReturn>();
   private lastScan = 0;
   private scanning = false;
   /** Scans in a row that could not read the whole pool (their retry delay doubles). */
@@ -98,12 +130,12 @@ export class OrphanFailover {
     this.lastScan = 0;
     this.failedScans = 0;
     this.orphans.clear();
-    this.options.metrics.orphansWaiting.set(0);
+    this.options.metrics.orphansWaiting.set(this.pendingReturns.size);
   }
 
-  /** Orphans waiting for a rollout of their version. */
+  /** Orphans waiting for a rollout of their version, or parked and waiting for their return to succeed. */
   waiting(): number {
-    return this.orphans.size;
+    return this.orphans.size + this.pendingReturns.size;
   }
 
   counts(): OrphanCounts {
@@ -135,7 +167,7 @@ export class OrphanFailover {
       this.lastScan = now;
       void this.scan(rollouts);
     }
-    if (this.orphans.size > 0 && !this.placing) void this.placeOrphans(rollouts, now);
+    if (this.orphans.size + this.pendingReturns.size > 0 && !this.placing) void this.placeOrphans(rollouts, now);
   }
 
   /**
@@ -190,7 +222,7 @@ export class OrphanFailover {
           'orphaned trajectory (its rollout is gone)',
         );
       }
-      this.options.metrics.orphansWaiting.set(this.orphans.size);
+      this.options.metrics.orphansWaiting.set(this.waiting());
     } finally {
       this.scanning = false;
       if (unread === 0) this.failedScans = 0;
@@ -211,6 +243,7 @@ export class OrphanFailover {
   private async placeOrphans(rollouts: RolloutView[], now: number): Promise<void> {
     this.placing = true;
     try {
+      await this.retryReturns(now);
       const live = new Map(rollouts.filter((r) => r.health === 'alive').map((r) => [r.id, r]));
       const batches = new Map<string, Orphan[]>();
       for (const o of this.orphans.values()) {
@@ -232,7 +265,7 @@ export class OrphanFailover {
         const expired = batch.filter((o) => now - o.since >= this.orphanWaitMs);
         if (expired.length > 0) await this.returnToPrompts(expired);
       }
-      this.options.metrics.orphansWaiting.set(this.orphans.size);
+      this.options.metrics.orphansWaiting.set(this.waiting());
     } finally {
       this.placing = false;
     }
@@ -296,30 +329,31 @@ export class OrphanFailover {
     }
     const before = { ...this.orphanCounts };
     for (const o of expired) {
+      let parked: PendingReturn;
       try {
         const result = await partials!.takeOver(o.trajectoryId, PARKED_OWNER, { from: o.from });
+        this.orphans.delete(o.trajectoryId);
         if (result.status === 'completed') {
           this.countOrphans('completed');
-        } else {
-          result.trajectory.release();
-          const start = result.state.start;
-          await prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason: 'failover' });
-          this.countOrphans('returned');
-          this.options.log.warn(
-            { trajectory: o.trajectoryId, version: o.version, waitedMs: Date.now() - o.since },
-            'no rollout of its weight version: sample returned to the prompt pool',
-          );
+          continue;
         }
-        this.orphans.delete(o.trajectoryId);
+        result.trajectory.release();
+        parked = this.parked(o, result.state.start, result.state.lastSeq);
       } catch (err) {
         const code = (err as { code?: string }).code;
-        if (code === ErrorCodes.NOT_OWNER || code === ErrorCodes.UNKNOWN_TRAJECTORY) {
-          this.countOrphans('lost');
-          this.orphans.delete(o.trajectoryId);
-        } else {
+        if (code !== ErrorCodes.NOT_OWNER && code !== ErrorCodes.UNKNOWN_TRAJECTORY) {
           this.options.log.warn({ trajectory: o.trajectoryId, err: (err as Error).message }, 'cannot return an orphan yet (retrying)');
+          continue;
         }
+        this.orphans.delete(o.trajectoryId);
+        const found = code === ErrorCodes.NOT_OWNER ? await this.parkedAlready(o) : undefined;
+        if (!found) {
+          this.countOrphans('lost');
+          continue;
+        }
+        parked = found;
       }
+      await this.returnParked(parked);
     }
     const returned = this.orphanCounts.returned - before.returned;
     const completed = this.orphanCounts.completed - before.completed;
@@ -330,6 +364,86 @@ export class OrphanFailover {
         expired[0]!.from,
         `no rollout of v${expired[0]!.version} in time: ${returned} returned to the prompt pool, ${completed} completed, ${lost} lost`,
       );
+    }
+  }
+
+  private parked(orphan: Orphan, start: { groupId: string; sampleIndex: number }, seq: number): PendingReturn {
+    const key = returnKey(orphan.trajectoryId, seq);
+    return { orphan, groupId: start.groupId, sampleIndex: start.sampleIndex, key, failures: 0, retryAt: 0 };
+  }
+
+  /**
+   * The takeover found the log owned by someone else. When that is the parking owner (a takeover
+   * of ours that failed after it was written, or another manager's parking whose return may have
+   * failed), the sample is returned under the key of that parking: queued once, whoever returns it.
+   * Undefined when another rollout won it, or the log cannot be read (then it is a race lost).
+   */
+  private async parkedAlready(o: Orphan): Promise<PendingReturn | undefined> {
+    try {
+      const partials = this.options.partials!;
+      const summary = await partials.summary(o.trajectoryId);
+      if (summary?.owner !== PARKED_OWNER) return undefined;
+      const state = await partials.startOf(o.trajectoryId);
+      return state ? this.parked(o, state.start, summary.lastSeq) : undefined;
+    } catch (err) {
+      this.options.log.warn({ trajectory: o.trajectoryId, err: (err as Error).message }, 'cannot read the owner of an orphan that was taken meanwhile');
+      return undefined;
+    }
+  }
+
+  /**
+   * Returns a parked orphan's sample. A failure keeps it pending (retried by retryReturns, with
+   * the same key); only a request the pool refuses as bad (a retry would get the same answer) is
+   * counted lost, with an error logged. Never rejects.
+   */
+  private async returnParked(p: PendingReturn): Promise<void> {
+    const o = p.orphan;
+    try {
+      const r = await this.options.prompts!.returnSamples({ groupId: p.groupId, samples: [p.sampleIndex], reason: 'failover', key: p.key });
+      this.pendingReturns.delete(o.trajectoryId);
+      this.countOrphans('returned');
+      this.options.log.warn(
+        {
+          trajectory: o.trajectoryId,
+          version: o.version,
+          waitedMs: Date.now() - o.since,
+          retries: p.failures,
+          ...(r === 'duplicate' ? { alreadyReturned: true } : {}),
+        },
+        'no rollout of its weight version: sample returned to the prompt pool',
+      );
+    } catch (err) {
+      const code = (err as { code?: string }).code ?? 'failed';
+      this.options.metrics.orphanReturnFailures.inc({ code });
+      if (PERMANENT_RETURN_ERRORS.has(code)) {
+        this.pendingReturns.delete(o.trajectoryId);
+        this.countOrphans('lost');
+        this.options.log.error(
+          { trajectory: o.trajectoryId, groupId: p.groupId, sample: p.sampleIndex, code, err: (err as Error).message },
+          "the prompt pool refuses the return of a parked orphan's sample: it is lost",
+        );
+        return;
+      }
+      p.failures++;
+      const retryMs = Math.min(this.orphanScanMs, ORPHAN_RETURN_RETRY_MS * 2 ** Math.min(p.failures - 1, 16));
+      p.retryAt = Date.now() + retryMs;
+      this.pendingReturns.set(o.trajectoryId, p);
+      this.options.log.warn(
+        { trajectory: o.trajectoryId, groupId: p.groupId, sample: p.sampleIndex, code, failures: p.failures, retryMs, err: (err as Error).message },
+        "cannot return a parked orphan's sample to the prompt pool (retrying)",
+      );
+    }
+  }
+
+  /** Returns again the samples of parked orphans whose retry is due. */
+  private async retryReturns(now: number): Promise<void> {
+    for (const p of [...this.pendingReturns.values()]) {
+      if (p.retryAt > now) continue;
+      const before = this.orphanCounts.returned;
+      await this.returnParked(p);
+      if (this.orphanCounts.returned > before) {
+        this.options.journal?.record('orphans', p.orphan.from, `${p.orphan.trajectoryId} returned to the prompt pool after ${p.failures} failed returns`);
+      }
     }
   }
 
