@@ -18,6 +18,7 @@ export const LONGEST_FILES = [
   'test/rollout-agent/agent.test.ts', // 35 s
   'test/deploy/redis-sentinel.test.ts', // 30 s: Redis and Sentinel failing over on the testbed (exclusive group)
   'test/deploy/manifest-args.test.ts', // 29 s: the manifests' daemons on a NATS cluster
+  'test/cluster-nats/leader-kill.test.ts', // 9-24 s: a NATS cluster, its stream leader killed under writers and a sampler
   'test/rollout/repack-failover.test.ts', // 21 s
   'test/relay/chunk-probe.test.ts', // 17 s
   'test/native/ucx-stress.test.ts', // 16 s
