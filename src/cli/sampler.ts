@@ -113,7 +113,7 @@ export function samplerCommand(): Command {
         'MAX_DELETION_DELAY',
       ),
     )
-    .addOption(opt('--replicas <n>', 'replicas of the buffer stream if the sampler creates it (3 on a NATS cluster; default 1)', 'BUFFER_REPLICAS'))
+    .addOption(opt('--replicas <n>', 'replicas of the buffer stream if the sampler creates it (3 on a NATS cluster; default 1)', 'REPLICAS'))
     .addOption(opt('--max-stream-bytes <bytes>', 'hard ceiling of the stream if the sampler creates it (writers then get ERR_BUFFER_FULL)', 'MAX_STREAM_BYTES'))
     .addOption(opt('--duplicate-window <duration>', 'window of duplicate detection of the stream if the sampler creates it (default 2m)', 'DUPLICATE_WINDOW'))
     .addOption(opt('--shm-dir <dir>', `directory of the arena files, a tmpfs (default: ${DEFAULT_SHM_DIR})`, 'SHM_DIR'))

@@ -40,7 +40,7 @@ export function simTrainerCommand(): Command {
       new Option('--buffer <name>', 'experience buffer to sample (stream LAMINAR_EXP_<name>), as the writers name it').env('LAMINAR_BUFFER').default('default'),
     )
     .addOption(
-      new Option('--replicas <n>', 'replicas of the buffer stream if the trainer creates it (3 on a NATS cluster)').env('LAMINAR_BUFFER_REPLICAS').default('1'),
+      new Option('--replicas <n>', 'replicas of the buffer stream if the trainer creates it (3 on a NATS cluster)').env('LAMINAR_REPLICAS').default('1'),
     )
     .addOption(new Option('--seed <n>', "seed of the sampler's random source (uniform)").env('LAMINAR_SEED'))
     .addOption(new Option('--no-prefetch', 'do not assemble the next batch while the current one trains'))
