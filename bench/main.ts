@@ -18,6 +18,7 @@ const BENCHES = [
   'actions',
   'fp8',
   'multi-trainer',
+  'agentic',
 ] as const;
 
 async function main(): Promise<void> {
