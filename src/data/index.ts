@@ -35,6 +35,7 @@ export { partialNames, type PartialNames } from './partial/partial-stream.js';
 export { PartialTrajectory } from './partial/partial-trajectory.js';
 export {
   PARKED_OWNER,
+  parkedReturnKey,
   partialLogKind,
   type PartialStart,
   type TrajectoryIdentity,

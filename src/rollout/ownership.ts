@@ -8,7 +8,15 @@
  */
 import type { Logger } from 'pino';
 import { mapLimit } from '../common/concurrency.js';
-import { PARKED_OWNER, type PartialPool, type PartialState, type PartialSummary, type PartialTrajectory, type PromptPool } from '../data/index.js';
+import {
+  PARKED_OWNER,
+  parkedReturnKey,
+  type PartialPool,
+  type PartialState,
+  type PartialSummary,
+  type PartialTrajectory,
+  type PromptPool,
+} from '../data/index.js';
 import type { RolloutMetrics } from './metrics.js';
 import type { GenerationTask } from './task.js';
 import { ErrorCodes } from '../common/error-codes.js';
@@ -107,7 +115,8 @@ export class Ownership {
     }
     if (parked.status !== 'taken') return false;
     parked.trajectory.release();
-    await prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason });
+    // Keyed by the parking, as the manager's scan returns parked logs: queued once, whoever returns it.
+    await prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason, key: parkedReturnKey(trajectoryId, parked.state.lastSeq) });
     return true;
   }
 
@@ -197,7 +206,12 @@ export class Ownership {
         if (parked.status === 'taken') {
           this.mayOwn.delete(trajectoryId);
           parked.trajectory.release();
-          await prompts.returnSamples({ groupId: start.groupId, samples: [start.sampleIndex], reason });
+          await prompts.returnSamples({
+            groupId: start.groupId,
+            samples: [start.sampleIndex],
+            reason,
+            key: parkedReturnKey(trajectoryId, parked.state.lastSeq),
+          });
           returned++;
         }
       } catch (err) {

@@ -6,7 +6,8 @@ import type { NatsConnection, Subscription } from '@nats-io/transport-node';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { SCHEMA_VERSION, commandSchema, decode, encode } from '../../src/control/schema.js';
-import type { PartialPool } from '../../src/data/index.js';
+import type { Redis } from 'ioredis';
+import { PartialPool, PromptPool, type PartialStart } from '../../src/data/index.js';
 import { RolloutCoordinator, type RolloutCoordinatorOptions } from '../../src/manager/rollouts/coordinator.js';
 import { RolloutCoordinatorMetrics } from '../../src/manager/rollouts/metrics.js';
 
@@ -56,4 +57,19 @@ export function takeRepackIns(nc: NatsConnection, subject: string, received: str
       msg.respond(encode({ v: SCHEMA_VERSION, t: 'done', moved: [], taken: command.trajectories.length, completed: 0, lost: 0 }));
     },
   });
+}
+
+/**
+ * A prompt pool `name` holding one prompt p0 (one sample), claimed by the dead rollout `ro-dead`,
+ * which started its sample p0#0/0 (weight version 2) in the partial pool `name` and is gone.
+ */
+export async function claimedOrphan(redis: Redis, nc: NatsConnection, name: string): Promise<{ pool: PromptPool; partials: PartialPool; start: PartialStart }> {
+  const pool = await PromptPool.open({ redis, name, defaultGroupSize: 1 });
+  await pool.load([{ id: 'p0', payload: 'question' }]);
+  const [claim] = await pool.claim('ro-dead', 1);
+  if (claim?.groupId !== 'p0#0') throw new Error(`the dead rollout claimed ${claim?.groupId}, not p0#0`);
+  const partials = await PartialPool.open({ nc, pool: name });
+  const start = { trajectoryId: 'p0#0/0', promptId: 'p0', groupId: 'p0#0', sampleIndex: 0, groupSize: 1, weightVersion: 2 };
+  (await partials.start('ro-dead', start)).release();
+  return { pool, partials, start };
 }

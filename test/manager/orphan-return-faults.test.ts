@@ -11,10 +11,10 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import type { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
 import { ErrorCodes } from '../../src/common/error-codes.js';
-import { PARKED_OWNER, PartialPool, PromptPool } from '../../src/data/index.js';
+import { PARKED_OWNER, PromptPool } from '../../src/data/index.js';
 import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } from '../../src/services/index.js';
 import { metricValue, natsClient, redisClient } from '../data/helpers.js';
-import { orphanCoordinator } from '../helpers/orphans.js';
+import { claimedOrphan, orphanCoordinator } from '../helpers/orphans.js';
 
 let nats: NatsServer;
 let nc: NatsConnection;
@@ -48,14 +48,8 @@ function signalReplica(sig: 'SIGSTOP' | 'SIGCONT'): void {
 describe('orphan failover: a return to the prompt pool that fails after the log is parked', () => {
   it('retries the return under the same key: the sample is queued once, counted returned, and regenerated', async () => {
     const name = 'orphanreturn';
-    const pool = await PromptPool.open({ redis, name, defaultGroupSize: 1 });
-    await pool.load([{ id: 'p0', payload: 'question' }]);
     // The dead rollout claimed the prompt and started its one sample.
-    const [claim] = await pool.claim('ro-dead', 1);
-    expect(claim!.groupId).toBe('p0#0');
-    const partials = await PartialPool.open({ nc, pool: name });
-    const start = { trajectoryId: 'p0#0/0', promptId: 'p0', groupId: 'p0#0', sampleIndex: 0, groupSize: 1, weightVersion: 2 };
-    (await partials.start('ro-dead', start)).release();
+    const { pool, partials, start } = await claimedOrphan(redis, nc, name);
 
     // The manager's pool waits for the replica (what `?replicas=1` asks).
     const managerRedis = redisClient(master.port);

@@ -39,6 +39,14 @@ export const SEGMENT_LOG_VERSION = 2;
  */
 export const PARKED_OWNER = 'laminar:parked';
 
+/**
+ * The key a parked log's sample is returned to the prompt pool under (`returnSamples({ key })`):
+ * the trajectory and the sequence of the parking marker. Whoever parks it, and any manager that
+ * later finds it parked, names the same parking the same way, so the sample is queued once; a
+ * later parking of the same trajectory (it was restarted meanwhile) is a new return.
+ */
+export const parkedReturnKey = (trajectoryId: string, parkingSeq: number): string => `${trajectoryId}@${parkingSeq}`;
+
 export type LogKind = 'start' | 'delta' | 'takeover' | 'completing' | 'turn' | 'waiting' | 'observation';
 
 /** The close of a generated turn ('turn' message). */

@@ -10,12 +10,20 @@
  * return carries a key naming the parked log (`<trajectory>@<sequence of the parking marker>`),
  * so a retry of a return that did happen (Redis answered an error, or ERR_NOT_REPLICATED for a
  * write that stands on the master) queues nothing a second time.
+ *
+ * A pending return lives in this process's memory only. So the scan returns, under that same key,
+ * the sample of every parked log it finds that this manager has not settled: a return left pending
+ * by a manager that died or lost its lease is completed by the next leader, and one that did happen
+ * reads 'duplicate' (rollouts return what they park under the same key). What this manager has
+ * settled is remembered by key, for the parked logs the last scan saw, so the backstop scan does
+ * not return them again; a parked log leaves the pool when a rollout restarts it (the returned
+ * sample claimed) and then completes it.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ErrorCodes } from '../../common/error-codes.js';
 import { SCHEMA_VERSION } from '../../control/schema.js';
-import { PARKED_OWNER, type PartialPool, type PromptPool } from '../../data/index.js';
+import { PARKED_OWNER, parkedReturnKey, type PartialPool, type PromptPool } from '../../data/index.js';
 import type { EventJournal } from '../dashboard/journal.js';
 import { orphanDestination } from './failover-plan.js';
 import type { RolloutCoordinatorMetrics } from './metrics.js';
@@ -91,13 +99,15 @@ interface PendingReturn {
   key: string;
   failures: number;
   retryAt: number;
+  /**
+   * Found parked by a scan, not parked by this process: its return may have happened already (by
+   * another manager, or the rollout that parked it), so a 'duplicate' is not counted.
+   */
+  foundParked: boolean;
 }
 
 /** The pool's answer to a bad request: a retry would get it again. */
 const PERMANENT_RETURN_ERRORS: ReadonlySet<string> = new Set([ErrorCodes.UNKNOWN_GROUP, ErrorCodes.GROUP_MISMATCH, ErrorCodes.BAD_DATA_OPTIONS]);
-
-/** The return key of a log parked by the takeover marker at `seq`. */
-const returnKey = (trajectoryId: string, seq: number): string => `${trajectoryId}@${seq}`;
 
 export class OrphanFailover {
   private readonly orphanWaitMs: number;
@@ -106,6 +116,12 @@ export class OrphanFailover {
   private readonly orphans = new Map<string, Orphan>();
   /** Parked orphans whose return failed, by trajectory id. Kept across leadership changes: a retry is idempotent. */
   private readonly pendingReturns = new Map<string, PendingReturn>();
+  /**
+   * Keys of the parkings whose return this manager settled (returned, or refused by the pool):
+   * the scan leaves them be. Pruned at each scan to the parked logs it saw. Kept across leadership
+   * changes: a parking's key names it for good.
+   */
+  private readonly settledParkings = new Set<string>();
   private lastScan = 0;
   private scanning = false;
   /** Scans in a row that could not read the whole pool (their retry delay doubles). */
@@ -195,13 +211,29 @@ export class OrphanFailover {
       const live = new Set(rollouts.filter((r) => r.health !== 'dead').map((r) => r.id));
       const now = Date.now();
       let summaries: Awaited<ReturnType<PartialPool['list']>> = [];
+      let listed = false;
       try {
         summaries = await partials.list();
+        listed = true;
       } catch (err) {
         failed('list', err);
       }
+      const parkings = new Set<string>();
       for (const s of summaries) {
-        if (live.has(s.owner) || s.owner === PARKED_OWNER || this.orphans.has(s.trajectoryId)) continue;
+        if (s.owner === PARKED_OWNER) {
+          // Without a prompt pool nothing can be returned (returnToPrompts says so once).
+          if (!this.options.prompts) continue;
+          const key = parkedReturnKey(s.trajectoryId, s.lastSeq);
+          parkings.add(key);
+          if (this.settledParkings.has(key) || this.pendingReturns.has(s.trajectoryId)) continue;
+          try {
+            await this.foundParked(s.trajectoryId, key, now);
+          } catch (err) {
+            failed('owner', err);
+          }
+          continue;
+        }
+        if (live.has(s.owner) || this.orphans.has(s.trajectoryId)) continue;
         let state: Awaited<ReturnType<PartialPool['startOf']>>;
         try {
           state = await partials.startOf(s.trajectoryId);
@@ -222,6 +254,8 @@ export class OrphanFailover {
           'orphaned trajectory (its rollout is gone)',
         );
       }
+      // A parking no longer in the pool (restarted, completed) is forgotten: the set stays as large as the pool's parked logs.
+      if (listed) for (const key of this.settledParkings) if (!parkings.has(key)) this.settledParkings.delete(key);
       this.options.metrics.orphansWaiting.set(this.waiting());
     } finally {
       this.scanning = false;
@@ -238,6 +272,20 @@ export class OrphanFailover {
         );
       }
     }
+  }
+
+  /**
+   * A parked log this manager has not settled: its sample's return may have been pending in a
+   * manager that died. Queued for a return under the parking's key (retryReturns, at the next
+   * tick): it reads 'duplicate' if the sample was returned. Throws when the log cannot be read.
+   */
+  private async foundParked(trajectoryId: string, key: string, now: number): Promise<void> {
+    const state = await this.options.partials!.startOf(trajectoryId);
+    // Restarted or completed since the listing: no longer parked.
+    if (!state || state.owner !== PARKED_OWNER || this.pendingReturns.has(trajectoryId)) return;
+    const orphan: Orphan = { trajectoryId, from: PARKED_OWNER, version: state.start.weightVersion, since: now, stranded: false };
+    const { groupId, sampleIndex } = state.start;
+    this.pendingReturns.set(trajectoryId, { orphan, groupId, sampleIndex, key, failures: 0, retryAt: 0, foundParked: true });
   }
 
   private async placeOrphans(rollouts: RolloutView[], now: number): Promise<void> {
@@ -368,8 +416,8 @@ export class OrphanFailover {
   }
 
   private parked(orphan: Orphan, start: { groupId: string; sampleIndex: number }, seq: number): PendingReturn {
-    const key = returnKey(orphan.trajectoryId, seq);
-    return { orphan, groupId: start.groupId, sampleIndex: start.sampleIndex, key, failures: 0, retryAt: 0 };
+    const key = parkedReturnKey(orphan.trajectoryId, seq);
+    return { orphan, groupId: start.groupId, sampleIndex: start.sampleIndex, key, failures: 0, retryAt: 0, foundParked: false };
   }
 
   /**
@@ -401,6 +449,18 @@ export class OrphanFailover {
     try {
       const r = await this.options.prompts!.returnSamples({ groupId: p.groupId, samples: [p.sampleIndex], reason: 'failover', key: p.key });
       this.pendingReturns.delete(o.trajectoryId);
+      this.settledParkings.add(p.key);
+      if (p.foundParked) {
+        // Returned already (by the manager or rollout that parked it): nothing was pending.
+        if (r === 'duplicate') return;
+        this.countOrphans('returned');
+        this.options.log.warn(
+          { trajectory: o.trajectoryId, key: p.key, groupId: p.groupId, sample: p.sampleIndex, retries: p.failures },
+          "a parked log's sample had not been returned (its return was pending in a manager that is gone): returned to the prompt pool",
+        );
+        this.options.journal?.record('orphans', o.trajectoryId, `${o.trajectoryId} was parked and never returned: returned to the prompt pool`);
+        return;
+      }
       this.countOrphans('returned');
       this.options.log.warn(
         {
@@ -417,6 +477,7 @@ export class OrphanFailover {
       this.options.metrics.orphanReturnFailures.inc({ code });
       if (PERMANENT_RETURN_ERRORS.has(code)) {
         this.pendingReturns.delete(o.trajectoryId);
+        this.settledParkings.add(p.key);
         this.countOrphans('lost');
         this.options.log.error(
           { trajectory: o.trajectoryId, groupId: p.groupId, sample: p.sampleIndex, code, err: (err as Error).message },
@@ -441,7 +502,7 @@ export class OrphanFailover {
       if (p.retryAt > now) continue;
       const before = this.orphanCounts.returned;
       await this.returnParked(p);
-      if (this.orphanCounts.returned > before) {
+      if (this.orphanCounts.returned > before && !p.foundParked) {
         this.options.journal?.record('orphans', p.orphan.from, `${p.orphan.trajectoryId} returned to the prompt pool after ${p.failures} failed returns`);
       }
     }
