@@ -210,6 +210,8 @@ export class OrphanFailover {
     try {
       const live = new Set(rollouts.filter((r) => r.health !== 'dead').map((r) => r.id));
       const now = Date.now();
+      // Only keys settled before the listing can be pruned: one settled meanwhile may be a parking it did not see.
+      const settledBefore = [...this.settledParkings];
       let summaries: Awaited<ReturnType<PartialPool['list']>> = [];
       let listed = false;
       try {
@@ -255,7 +257,7 @@ export class OrphanFailover {
         );
       }
       // A parking no longer in the pool (restarted, completed) is forgotten: the set stays as large as the pool's parked logs.
-      if (listed) for (const key of this.settledParkings) if (!parkings.has(key)) this.settledParkings.delete(key);
+      if (listed) for (const key of settledBefore) if (!parkings.has(key)) this.settledParkings.delete(key);
       this.options.metrics.orphansWaiting.set(this.waiting());
     } finally {
       this.scanning = false;
