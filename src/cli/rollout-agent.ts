@@ -106,6 +106,12 @@ export function rolloutAgentCommand(): Command {
         '--tool-parser hermes: the ids of <tool_call> and </tool_call> (Qwen2.5/3: 151657,151658); </tool_call> ends a turn',
       ),
     )
+    .addOption(
+      new Option(
+        '--max-at-tools <n>',
+        'with --tools and --max-in-flight N: trajectories owned beyond N while some wait at tool calls (they hold nothing at the engine, which gets other work); owned <= N + this (default: N)',
+      ),
+    )
     .addOption(new Option('--max-turns <n>', "generated turns per trajectory at most (the payload's max_turns wins)").default(String(DEFAULT_MAX_TURNS)))
     .addOption(new Option('--max-context <n>', 'prompt + response tokens at most in an episode (default: the engine limit only)'))
     .addOption(new Option('--action-timeout <duration>', "each tool call's timeout (default: the tool's timeoutMs)"))
@@ -147,6 +153,8 @@ export function rolloutAgentCommand(): Command {
       };
       const batchPrompts = number('batch-prompts', s('batchPrompts'), (n) => Number.isInteger(n) && n > 0, 'a positive integer');
       const maxInFlight = number('max-in-flight', s('maxInFlight'), (n) => Number.isInteger(n) && n >= 0, 'an integer >= 0');
+      const maxAtTools =
+        opts.maxAtTools === undefined ? undefined : number('max-at-tools', s('maxAtTools'), (n) => Number.isInteger(n) && n >= 0, 'an integer >= 0');
       const heartbeatMs = parseDurationOption('--heartbeat', s('heartbeat'));
       const reward = await loadRewardFunction({
         ...(opts.reward !== undefined ? { builtin: s('reward') } : {}),
@@ -195,6 +203,7 @@ export function rolloutAgentCommand(): Command {
         reward,
         batchPrompts,
         maxInFlight,
+        ...(maxAtTools !== undefined ? { maxAtTools } : {}),
         partialRollout: opts.partialRollout === true,
         ...(multiTurn ? { multiTurn } : {}),
         ...(opts.host ? { host: s('host') } : {}),

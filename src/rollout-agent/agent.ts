@@ -90,8 +90,18 @@ export interface RolloutAgentOptions {
    * until all are done, take the newest weights, claim again. N > 0: continuous mode: keep up to
    * N trajectories generating, claiming as they finish, as long as no newer version waits (then
    * drain, load it, go on).
+   *
+   * With `multiTurn`, N bounds the trajectories at the engine: one waiting at a tool call holds
+   * nothing there and does not count; a tool result that comes back while N generate waits its
+   * turn (longest waiting first, engine-slots.ts).
    */
   maxInFlight?: number;
+  /**
+   * Continuous mode with `multiTurn`: trajectories owned beyond `maxInFlight` while some wait at
+   * tools; the agent owns at most `maxInFlight + maxAtTools` (generating, in line for the engine
+   * and at tools together). Default: `maxInFlight` (twice as many owned as generate).
+   */
+  maxAtTools?: number;
   host?: string;
   labels?: Record<string, string>;
   heartbeatMs?: number;
@@ -189,6 +199,9 @@ export class RolloutAgent {
       up: this.session !== null && !this.session.isDown,
       version: this.session?.client.version ?? null,
       inFlight: this.session?.engine.inFlight ?? 0,
+      atEngine: this.session?.engine.atEngine ?? 0,
+      betweenTurns: this.session?.engine.betweenTurns ?? 0,
+      inLine: this.session?.engine.inLine ?? 0,
       refused: this.refused,
       sessions: this.sessions,
       watching: this.session?.watching ?? false,
@@ -275,6 +288,7 @@ export class RolloutAgent {
       kvCapacityTokens: info.kvCapacityTokens,
       versionsMayMix: this.options.partialRollout ?? false,
       episodes: this.episodes(),
+      maxAtEngine: this.options.maxInFlight ?? 0,
       log: this.log,
       hooks: {
         engineDown: (err) => session.markDown(err),
@@ -348,7 +362,7 @@ export class RolloutAgent {
       });
     }, pollMs);
     const watcher = this.watchVersions(session);
-    const policy = { batchPrompts: this.options.batchPrompts, maxInFlight: this.options.maxInFlight ?? 0 };
+    const policy = { batchPrompts: this.options.batchPrompts, maxInFlight: this.options.maxInFlight ?? 0, maxAtTools: this.maxAtTools() };
     /** Samples per prompt seen in the last claim (what one more prompt brings). */
     let perPrompt = 1;
     let lastLook = 0;
@@ -374,8 +388,12 @@ export class RolloutAgent {
             continue;
           }
         }
-        // The rule is claim-policy.ts's (the cluster simulator's rollouts follow it too).
-        const count = promptsToClaim(policy, engine.inFlight, perPrompt);
+        // The rule is claim-policy.ts's (the cluster simulator's rollouts follow it too). Those
+        // between turns (at tool calls) hold nothing at the engine: they count only as owned.
+        // Owned is the SDK's count, the one the heartbeat reports: it also holds trajectories
+        // being written to the buffer, which the engine has let go of already.
+        const owned = this.options.multiTurn ? Math.max(engine.inFlight, session.client.owned.size) : engine.inFlight;
+        const count = promptsToClaim(policy, engine.inFlight - engine.betweenTurns, perPrompt, owned);
         if (count === 0) {
           await this.until(session, engine.ended());
           continue;
@@ -411,6 +429,12 @@ export class RolloutAgent {
         'engine unreachable: leaving the job until it is back (trajectories stay in the partial pool)',
       );
     }
+  }
+
+  /** Owned beyond `maxInFlight` while trajectories wait at tools (single-turn: none). */
+  private maxAtTools(): number {
+    if (!this.options.multiTurn) return 0;
+    return this.options.maxAtTools ?? this.options.maxInFlight ?? 0;
   }
 
   // ---- weights -----------------------------------------------------------------------------

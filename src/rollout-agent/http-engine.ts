@@ -11,6 +11,9 @@
  * - A request the engine aborted on its own (a pause in abort mode) is sent again, continuing.
  * - The engine found unreachable (a request's connection refused or cut) is reported once to the
  *   agent, which takes the rollout out of the job until the engine is back (agent.ts).
+ * - At most `maxAtEngine` requests at once (engine-slots.ts): a trajectory takes a place for each
+ *   turn and gives it up at the turn's end, so one waiting at a tool call holds nothing at the
+ *   engine; when its result is back it waits its turn, longest waiting first.
  */
 import type { Logger } from 'pino';
 import { delay } from '../common/concurrency.js';
@@ -19,6 +22,7 @@ import type { EngineLoad, RolloutEngine } from '../rollout/engine.js';
 import type { GenerationTask } from '../rollout/task.js';
 import type { EngineClient, EngineLoadSample, FinishReason } from './engine-client.js';
 import type { AfterTurn, Episodes } from './episode.js';
+import { EngineSlots } from './engine-slots.js';
 import type { AgentMetrics } from './metrics.js';
 import { alreadyFinished, promptOf, requestFor, type RequestDefaults } from './requests.js';
 import { computeReward, type RewardFunction } from './rewards.js';
@@ -44,16 +48,23 @@ export interface HttpEngineOptions {
   versionsMayMix: boolean;
   /** Multi-turn episodes with tool calls (episode.ts); absent: one request per trajectory. */
   episodes?: Episodes | null;
+  /** Requests at the engine at once at most (the agent's `maxInFlight`); 0: no limit. */
+  maxAtEngine?: number;
   log: Logger;
 }
+
+/**
+ * Where an owned trajectory is: generating a turn at the engine; in line for a place there; or
+ * between turns (at a tool call, or its turn's end being handled), holding nothing at the engine.
+ */
+type Place = 'engine' | 'in_line' | 'between_turns';
 
 interface Running {
   task: GenerationTask;
   controller: AbortController;
   /** Resolves when the request's stream has ended and nothing more of it reaches the task. */
   done: Promise<void>;
-  /** Between turns (at a tool call): no request at the engine, no KV held there. */
-  betweenTurns: boolean;
+  place: Place;
 }
 
 /** Codes with which the experience buffer refuses a record for good (the rest are retried: the store is away). */
@@ -82,19 +93,42 @@ export class HttpRolloutEngine implements RolloutEngine {
   /** Completions on their way (close waits for them). */
   private readonly completing = new Set<Promise<void>>();
 
-  constructor(private readonly options: HttpEngineOptions) {}
+  private readonly slots: EngineSlots;
 
-  /** Trajectories generating now. */
+  constructor(private readonly options: HttpEngineOptions) {
+    this.slots = new EngineSlots(options.maxAtEngine ?? 0);
+  }
+
+  /** Trajectories this engine session owns and runs: at the engine, in line for it, or between turns. */
   get inFlight(): number {
     return this.running.size;
   }
 
-  /** Resolves when no trajectory is generating. */
+  /** Trajectories with a request at the engine now. */
+  get atEngine(): number {
+    return this.slots.inUse;
+  }
+
+  /** Trajectories between turns (at a tool call): they hold nothing at the engine. */
+  get betweenTurns(): number {
+    return this.running.size - this.slots.inUse - this.slots.waiting;
+  }
+
+  /** Trajectories in line for a place at the engine (their tool result is back, or they are new). */
+  get inLine(): number {
+    return this.slots.waiting;
+  }
+
+  /** Resolves when no trajectory is owned any more. */
   async idle(): Promise<void> {
     while (this.running.size > 0) await this.ended();
   }
 
-  /** Resolves when the next trajectory stops generating (finished, stopped or failed). */
+  /**
+   * Resolves when the next trajectory stops generating: it finished, was stopped or failed, or
+   * its turn ended at a tool call (its place at the engine is free for other work); and when a
+   * finished one's record is stored (the SDK no longer owns it).
+   */
   ended(): Promise<void> {
     return new Promise((resolve) => this.endWaiters.push(resolve));
   }
@@ -139,7 +173,7 @@ export class HttpRolloutEngine implements RolloutEngine {
     const ownRate = (this.recent.reduce((a, r) => a + r.tokens, 0) * 1000) / RATE_WINDOW_MS;
     return {
       kvUsed: this.sample.kvUsed ?? this.estimatedKvUsed(),
-      running: this.sample.running ?? this.running.size,
+      running: this.sample.running ?? this.slots.inUse,
       waiting: this.sample.waiting ?? 0,
       tokensPerSecond: this.sample.tokensPerSecond ?? ownRate,
     };
@@ -176,21 +210,41 @@ export class HttpRolloutEngine implements RolloutEngine {
     const capacity = this.options.kvCapacityTokens;
     if (!capacity) return 0;
     let tokens = 0;
-    for (const r of this.running.values()) if (!r.betweenTurns) tokens += r.task.promptTokens.length + r.task.generated;
+    for (const r of this.running.values()) if (r.place === 'engine') tokens += r.task.promptTokens.length + r.task.generated;
     return Math.min(1, tokens / capacity);
   }
 
   private start(task: GenerationTask): void {
     if (this.running.has(task.trajectoryId)) return;
     const controller = new AbortController();
-    const entry: Running = { task, controller, done: Promise.resolve(), betweenTurns: false };
+    const entry: Running = { task, controller, done: Promise.resolve(), place: 'between_turns' };
     this.running.set(task.trajectoryId, entry);
     entry.done = this.generate(entry).finally(() => {
+      this.leaveEngine(entry);
       if (this.running.get(task.trajectoryId) === entry) this.running.delete(task.trajectoryId);
-      const ended = this.endWaiters;
-      this.endWaiters = [];
-      for (const w of ended) w();
+      this.notifyEnded();
     });
+  }
+
+  private notifyEnded(): void {
+    const ended = this.endWaiters;
+    this.endWaiters = [];
+    for (const w of ended) w();
+  }
+
+  /** Waits in line for a place at the engine; false when the trajectory was stopped meanwhile. */
+  private async takePlace(entry: Running): Promise<boolean> {
+    if (entry.place === 'engine') return true;
+    entry.place = 'in_line';
+    const admitted = await this.slots.acquire(entry.controller.signal);
+    entry.place = admitted ? 'engine' : 'between_turns';
+    return admitted;
+  }
+
+  /** Gives up the trajectory's place at the engine (its turn ended, or it did), to the next in line. */
+  private leaveEngine(entry: Running): void {
+    if (entry.place === 'engine') this.slots.release();
+    entry.place = 'between_turns';
   }
 
   /** One trajectory to its end: streamed, sent again if the engine aborted it, then completed. */
@@ -203,6 +257,10 @@ export class HttpRolloutEngine implements RolloutEngine {
     let serverErrors = 0;
     const episodes = this.options.episodes ?? null;
     for (;;) {
+      if (!(await this.takePlace(entry))) {
+        metrics.requests.inc({ result: 'stopped' });
+        return;
+      }
       const request = requestFor(task, this.options.defaults, episodes?.stopTokenIds);
       let finish: FinishReason | null = alreadyFinished(task, request, episodes?.stopTokenIds);
       if (finish === null) {
@@ -273,7 +331,12 @@ export class HttpRolloutEngine implements RolloutEngine {
       }
       const completion = this.complete(task, finish, versions, request.sampling.stopTokenIds);
       this.completing.add(completion);
-      void completion.finally(() => this.completing.delete(completion));
+      // The SDK lets go of the task only once its record is stored: the agent's serve loop, which
+      // bounds what it owns by the SDK's count, hears of it then too.
+      void completion.finally(() => {
+        this.completing.delete(completion);
+        this.notifyEnded();
+      });
       return;
     }
   }
@@ -285,7 +348,10 @@ export class HttpRolloutEngine implements RolloutEngine {
    */
   private async turnBoundary(entry: Running, episodes: Episodes, finish: FinishReason): Promise<AfterTurn> {
     const { task, controller } = entry;
-    entry.betweenTurns = true;
+    // Nothing of it at the engine until its next turn: the place goes to the next in line, and
+    // the agent's serve loop hears of the room (it may claim new work for it).
+    this.leaveEngine(entry);
+    this.notifyEnded();
     try {
       return await episodes.afterTurn(task, finish, controller.signal);
     } catch (err) {
@@ -299,8 +365,6 @@ export class HttpRolloutEngine implements RolloutEngine {
           'a turn boundary failed: the trajectory stays in the partial pool',
         );
       return { next: 'gone' };
-    } finally {
-      entry.betweenTurns = false;
     }
   }
 

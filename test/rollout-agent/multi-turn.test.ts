@@ -22,6 +22,7 @@ import {
   TokenCallsParser,
   targetMatchReward,
   type MultiTurnOptions,
+  type RolloutAgentOptions,
   type ToolCallParser,
 } from '../../src/rollout-agent/index.js';
 import { projectPython, REPO_ROOT, spawnReferenceEngine, type ReferenceEngine } from '../../src/services/index.js';
@@ -76,6 +77,14 @@ class EveryCloseIsALookup implements ToolCallParser {
   }
 }
 
+/** Ends every turn at its first token and reads it as a lookup call: every trajectory calls the tool at once. */
+class EveryTokenIsALookup extends EveryCloseIsALookup {
+  override readonly stopTokenIds = Array.from({ length: CONFIG.vocab_size }, (_, id) => id);
+  override parse(turn: readonly number[]): ReturnType<ToolCallParser['parse']> {
+    return Promise.resolve({ kind: 'call', call: { tool: 'lookup', args: { key: String(turn.length) } } });
+  }
+}
+
 /** A lookup worker whose actions wait for `open()` when gated; it records the action ids it ran. */
 async function lookupWorker(job: string, gated = false): Promise<{ ran: string[]; open(): void; waiting: () => number }> {
   const nc = await natsClient(fx.nats.url);
@@ -112,6 +121,7 @@ async function agent(
   engine: ReferenceEngine,
   model: string,
   multiTurn: Partial<MultiTurnOptions> & Pick<MultiTurnOptions, 'parser'>,
+  limits: Pick<RolloutAgentOptions, 'maxInFlight' | 'maxAtTools'> = {},
 ): Promise<{ agent: RolloutAgent; registry: Registry; close(): Promise<void> }> {
   const nc = await natsClient(fx.nats.url);
   const registry = new Registry();
@@ -132,6 +142,7 @@ async function agent(
     partialPool: job,
     buffer: job,
     registry,
+    ...limits,
     multiTurn: {
       tools: LOOKUP_TOOLS,
       actions,
@@ -300,5 +311,41 @@ describe('multi-turn episodes', () => {
     );
     expect(new Set(worker.ran).size).toBe(worker.ran.length);
     expect(await metricValue(b.registry, 'laminar_rollout_tasks_total', { outcome: 'resumed' })).toBe(2);
+  }, 180_000);
+
+  it('trajectories at a slow tool do not count against --max-in-flight: the engine gets other work, and owned stays within the bound', async () => {
+    const job = 'mt-room';
+    const model = 'mt/room';
+    await publish(relay.socketPath, model, [0]);
+    const p = await jobPools(fx, job, prompts(12, 1), closers);
+    const worker = await lookupWorker(job, true);
+    const a = await agent(job, 'mt-room', engines[0]!, model, { parser: new EveryTokenIsALookup() }, { maxInFlight: 2, maxAtTools: 2 });
+    // What the agent holds, watched for the whole test (the bound must hold at every moment, not only at the end).
+    const most = { owned: 0, atEngine: 0 };
+    const watch = setInterval(() => {
+      const s = a.agent.status() as { atEngine: number };
+      most.owned = Math.max(most.owned, a.agent.client?.owned.size ?? 0);
+      most.atEngine = Math.max(most.atEngine, s.atEngine);
+    }, 5);
+    closers.push(() => {
+      clearInterval(watch);
+      return Promise.resolve();
+    });
+    // Two generate at once (the limit); once they wait at the tool, which does not answer, the
+    // engine is handed two more: four wait there, the bound on what the agent owns (2 + 2).
+    await expect
+      .poll(() => waitingAtTool(p, 'mt-room'), { timeout: 90_000, interval: 50, message: 'trajectories waiting at the tool (maxInFlight + maxAtTools)' })
+      .toBe(4);
+    expect(a.agent.status()).toMatchObject({ inFlight: 4, betweenTurns: 4, atEngine: 0, inLine: 0 });
+    expect(a.agent.client?.owned.size).toBe(4);
+    expect(worker.waiting()).toBe(4);
+    // The tool answers: their next turns take the two places in turn; every trajectory completes.
+    worker.open();
+    const items = await records(job, 12);
+    clearInterval(watch);
+    expect(items.map((i) => i.id).sort()).toEqual(ids(12, 1).sort());
+    expect(most.owned, 'owned <= maxInFlight + maxAtTools').toBeLessThanOrEqual(4);
+    expect(most.atEngine, 'requests at the engine <= maxInFlight').toBeLessThanOrEqual(2);
+    expect(new Set(worker.ran).size).toBe(worker.ran.length);
   }, 180_000);
 });

@@ -46,4 +46,18 @@ describe('continuous mode (--max-in-flight N)', () => {
     expect(promptsToClaim({ batchPrompts: 8, maxInFlight: 32 }, 16, 16)).toBe(1);
     expect(promptsToClaim(continuous, 1100, 16)).toBe(0);
   });
+
+  it('with tool calls: those at tools leave room at the engine, and owned stays within maxInFlight + maxAtTools', () => {
+    const tools = { batchPrompts: 8, maxInFlight: 8, maxAtTools: 8 };
+    // 8 owned, all at tools: the engine is empty, 8 more may be claimed.
+    expect(promptsToClaim(tools, 0, 1, 8)).toBe(8);
+    // 16 owned (8 at tools, 8 generating): nothing more.
+    expect(promptsToClaim(tools, 8, 1, 16)).toBe(0);
+    // 14 owned, all at tools: room at the engine for 8, but only 2 under the bound.
+    expect(promptsToClaim(tools, 0, 1, 14)).toBe(2);
+    // 15 owned: 1 under the bound, below the quarter a claim fills at least.
+    expect(promptsToClaim(tools, 0, 1, 15)).toBe(0);
+    // Without maxAtTools the bound is maxInFlight itself, as before.
+    expect(promptsToClaim({ batchPrompts: 8, maxInFlight: 8 }, 0, 1, 8)).toBe(0);
+  });
 });
