@@ -34,8 +34,8 @@ import { delay } from '../common/concurrency.js';
 import { ErrorCodes } from '../common/errors.js';
 import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
-import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
 import { RelayClient, type Lease } from '../relay/client/index.js';
+import { openRolloutPools, type RolloutPools } from '../rollout/pools.js';
 import { mustEmptyFirst, promptsToClaim } from '../rollout/claim-policy.js';
 import { RolloutClient } from '../rollout/rollout-client.js';
 import type { EngineClient } from './engine-client.js';
@@ -146,7 +146,7 @@ export class RolloutAgent {
   private loop: Promise<void> | null = null;
   /** The newest version the relay announced (null: none seen yet). */
   private newest: number | null = null;
-  private pools: { prompts: PromptPool; writer: ExperienceWriter; partials: PartialPool } | null = null;
+  private pools: RolloutPools | null = null;
   /** Wakes the serve loop (new weights asked for, the engine down, closing). */
   private readonly wakers = new Set<() => void>();
   private weightChain: Promise<unknown> = Promise.resolve();
@@ -162,17 +162,7 @@ export class RolloutAgent {
   static async start(options: RolloutAgentOptions): Promise<RolloutAgent> {
     const agent = new RolloutAgent(options);
     const { registry, log: logger } = agent;
-    const prompts = await PromptPool.open({ redis: options.redis, name: options.promptPool ?? 'default', registry, logger });
-    const writer = await ExperienceWriter.open({
-      nc: options.nc,
-      buffer: options.buffer ?? 'default',
-      replicas: options.replicas,
-      groups: prompts,
-      registry,
-      logger,
-    });
-    const partials = await PartialPool.open({ nc: options.nc, pool: options.partialPool ?? 'default', replicas: options.replicas, writer, registry, logger });
-    agent.pools = { prompts, writer, partials };
+    agent.pools = await openRolloutPools({ ...options, registry, logger });
     agent.loop = agent.run();
     return agent;
   }

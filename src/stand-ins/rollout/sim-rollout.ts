@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { silentLogger } from '../../common/logger.js';
 import { createRegistry } from '../../common/metrics.js';
-import { ExperienceWriter, PartialPool, PromptPool } from '../../data/index.js';
+import { openRolloutPools } from '../../rollout/pools.js';
 import { RolloutClient } from '../../rollout/index.js';
 import { SimRolloutEngine, type SimEngineOptions } from './sim-engine.js';
 
@@ -44,25 +44,7 @@ export interface SimRollout {
 export async function startSimRollout(options: SimRolloutOptions): Promise<SimRollout> {
   const registry = options.registry ?? createRegistry({ defaultMetrics: false });
   const logger = options.logger ?? silentLogger;
-  const prompts = await PromptPool.open({ redis: options.redis, name: options.promptPool ?? 'default', registry, logger });
-  const writer = await ExperienceWriter.open({
-    nc: options.nc,
-    buffer: options.buffer ?? 'default',
-    replicas: options.replicas,
-    groups: prompts,
-    registry,
-    logger,
-  });
-  const partials = await PartialPool.open({
-    nc: options.nc,
-    pool: options.partialPool ?? 'default',
-    replicas: options.replicas,
-    writer,
-    ...(options.flushTokens !== undefined ? { flushTokens: options.flushTokens } : {}),
-    ...(options.flushMs !== undefined ? { flushMs: options.flushMs } : {}),
-    registry,
-    logger,
-  });
+  const { prompts, writer, partials } = await openRolloutPools({ ...options, registry, logger });
   const engine = new SimRolloutEngine({ ...options, logger });
   const client = await RolloutClient.connect({
     nc: options.nc,
