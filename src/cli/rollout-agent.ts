@@ -19,6 +19,7 @@ import { SglangClient } from '../rollout-agent/sglang-client.js';
 import { VllmClient } from '../rollout-agent/vllm-client.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 import { stopOnSignals } from './stop-on-signals.js';
+import { promptPoolRedisOption } from './redis-flag.js';
 import { parseReplicas, replicasOption } from './replicas-flag.js';
 
 function number(name: string, value: string, check: (n: number) => boolean, what: string): number {
@@ -59,14 +60,7 @@ export function rolloutAgentCommand(): Command {
         .env('LAMINAR_WEIGHTS')
         .default('bf16'),
     )
-    .addOption(
-      new Option(
-        '--redis <url>',
-        'Redis of the prompt pool: redis://host:port, redis+sentinel://s1,s2,s3/master or redis+cluster://n1,n2 (?replicas=1 waits for a replica)',
-      )
-        .env('LAMINAR_REDIS')
-        .default('redis://127.0.0.1:6379'),
-    )
+    .addOption(promptPoolRedisOption())
     .addOption(new Option('--prompt-pool <name>', 'prompt pool name').env('LAMINAR_PROMPT_POOL').default('default'))
     .addOption(new Option('--partial-pool <name>', 'partial-response pool name').env('LAMINAR_PARTIAL_POOL').default('default'))
     .addOption(new Option('--buffer <name>', 'experience buffer name').env('LAMINAR_BUFFER').default('default'))

@@ -11,6 +11,7 @@ import { startSimRollout } from '../stand-ins/rollout/sim-rollout.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 import { stopOnSignals } from './stop-on-signals.js';
 import { parseLabels } from '../relay/options.js';
+import { promptPoolRedisOption } from './redis-flag.js';
 import { parseReplicas, replicasOption } from './replicas-flag.js';
 
 function positive(name: string, value: string, integer = true): number {
@@ -25,14 +26,7 @@ export function simRolloutCommand(): Command {
   return addControlFlags(new Command('sim-rollout'), true)
     .description('run a simulated rollout engine (continuous batching, KV cache, long-tail lengths) on the real rollout SDK')
     .addOption(new Option('--id <name>', 'rollout id in the job').env('LAMINAR_ROLLOUT_ID').makeOptionMandatory())
-    .addOption(
-      new Option(
-        '--redis <url>',
-        'Redis of the prompt pool: redis://host:port, redis+sentinel://s1,s2,s3/master or redis+cluster://n1,n2 (?replicas=1 waits for a replica)',
-      )
-        .env('LAMINAR_REDIS')
-        .default('redis://127.0.0.1:6379'),
-    )
+    .addOption(promptPoolRedisOption())
     .addOption(new Option('--relay-socket <path>', "the local relay's socket (weights); without it --fixed-version is used").env('LAMINAR_RELAY_SOCKET'))
     .addOption(new Option('--fixed-version <n>', 'generate with this weight version and no relay (tests)').env('LAMINAR_FIXED_VERSION'))
     .addOption(new Option('--model <name>', 'model whose weights the rollout pulls').env('LAMINAR_MODEL').default('sim/policy'))
