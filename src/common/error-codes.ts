@@ -188,6 +188,11 @@ export const ERROR_CATALOGUE = {
   UNKNOWN_TRANSFER: entry('ERR_UNKNOWN_TRANSFER', 'broadcast', 'A chunk arrived for a version that was not offered on this link.'),
   CHUNK_OUT_OF_RANGE: entry('ERR_CHUNK_OUT_OF_RANGE', 'broadcast', "A chunk's index is outside the version's chunk grid."),
   CHUNK_LENGTH: entry('ERR_CHUNK_LENGTH', 'broadcast', 'A chunk carries a different number of bytes than its place in the grid.'),
+  DELTA_CORRUPT: entry(
+    'ERR_DELTA_CORRUPT',
+    'broadcast',
+    "A chunk's delta against the receiver's base version cannot be decoded (truncated, a run past the chunk's end, an unknown format or kind; `details.at`: the payload offset, `details.reason`): nothing was written, and the receiver takes the full chunk instead.",
+  ),
   BUSY: entry('ERR_BUSY', 'broadcast', 'The receiving relay declined a version for now (it is receiving another one); the sender retries.'),
   DECLINED: entry('ERR_DECLINED', 'broadcast', 'The master declined a pushed version without saying why.'),
   RETARGETED: entry('ERR_RETARGETED', 'broadcast', 'A new plan gave this relay another successor; transfers to the old one end.'),

@@ -213,6 +213,9 @@ CHUNK_OUT_OF_RANGE: Final = "ERR_CHUNK_OUT_OF_RANGE"
 CHUNK_LENGTH: Final = "ERR_CHUNK_LENGTH"
 """A chunk carries a different number of bytes than its place in the grid."""
 
+DELTA_CORRUPT: Final = "ERR_DELTA_CORRUPT"
+"""A chunk's delta against the receiver's base version cannot be decoded (truncated, a run past the chunk's end, an unknown format or kind; `details.at`: the payload offset, `details.reason`): nothing was written, and the receiver takes the full chunk instead."""
+
 BUSY: Final = "ERR_BUSY"
 """The receiving relay declined a version for now (it is receiving another one); the sender retries."""
 
@@ -563,6 +566,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_UNKNOWN_TRANSFER": "A chunk arrived for a version that was not offered on this link.",
     "ERR_CHUNK_OUT_OF_RANGE": "A chunk's index is outside the version's chunk grid.",
     "ERR_CHUNK_LENGTH": "A chunk carries a different number of bytes than its place in the grid.",
+    "ERR_DELTA_CORRUPT": "A chunk's delta against the receiver's base version cannot be decoded (truncated, a run past the chunk's end, an unknown format or kind; `details.at`: the payload offset, `details.reason`): nothing was written, and the receiver takes the full chunk instead.",
     "ERR_BUSY": "The receiving relay declined a version for now (it is receiving another one); the sender retries.",
     "ERR_DECLINED": "The master declined a pushed version without saying why.",
     "ERR_RETARGETED": "A new plan gave this relay another successor; transfers to the old one end.",
