@@ -7,7 +7,6 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ErrorCodes, LaminarError } from '../../src/common/errors.js';
 import { decodeChunk, encodeChunk, maxSparsePayloadBytes, type ChunkEncodingKind } from '../../src/relay/delta/codec.js';
-import { MERGE_GAP } from '../../src/relay/delta/sparse-reference.js';
 
 /** One change from a version to the next. */
 type Change =
@@ -119,40 +118,46 @@ describe('delta codec', () => {
     );
   });
 
-  it('sends a sparse payload for a few bf16 nudges, and a smaller one than the chunk', () => {
+  it('sends a bf16 nudge as one byte: a nibble of gap and a nibble of delta', () => {
     const base = new Uint8Array(1 << 16).map((_, i) => (i * 7919) & 255);
     const next = base.slice();
-    for (let i = 0; i < next.length; i += 200) next[i] ^= 1; // one low byte in a hundred elements
+    for (let i = 0; i < next.length; i += 20) next[i] ^= 1; // the low byte of every tenth element
     const { kind, payload } = encodeChunk(base, next);
     expect(kind).toBe('sparse');
-    // 328 runs of one byte with a gap of 199 (two varint bytes) and a length byte: 4 bytes each.
-    expect(payload.length).toBe(1 + 4 * Math.ceil(next.length / 200) - 1);
+    expect(payload.length).toBe(1 + Math.ceil(next.length / 20));
+    expect(payload[1]).toBe(0x00 | (next[0]! - base[0]! + 8)); // word 0, gap 0
+    expect(payload[2]! >> 4).toBe(9); // nine unchanged words before word 10
   });
 
-  it(`carries up to ${MERGE_GAP} unchanged bytes inside a run, and not more`, () => {
-    const base = new Uint8Array(32);
-    const near = base.slice();
-    near[4] = 1;
-    near[4 + MERGE_GAP + 1] = 1;
-    const joined = encodeChunk(base, near).payload;
-    expect(Array.from(joined)).toEqual([1, 4, MERGE_GAP + 1, 1, ...new Array<number>(MERGE_GAP).fill(0), 1]);
-    const far = base.slice();
-    far[4] = 1;
-    far[4 + MERGE_GAP + 2] = 1;
-    expect(Array.from(encodeChunk(base, far).payload)).toEqual([1, 4, 0, 1, MERGE_GAP + 1, 0, 1]);
+  it('escapes long gaps as a varint, large deltas as the word itself, and carries an odd last byte', () => {
+    const base = new Uint8Array(2 * 300 + 1);
+    const next = base.slice();
+    next[2 * 3] = 7; // word 3: +7, gap 3
+    next[2 * 4 + 1] = 1; // word 4: +256, a literal, gap 0
+    next[2 * 200] = 0xff; // word 200: +255 is a literal too (-1 would not be: 0xffff - 0 = -1)
+    next[2 * 299] = 0xff;
+    next[2 * 299 + 1] = 0xff; // word 299: 0xffff - 0 = -1, gap 98
+    next[600] = 9; // the odd last byte
+    const { kind, payload } = encodeChunk(base, next);
+    expect(kind).toBe('sparse');
+    // [format, last byte] [gap 3, +7] [gap 0, literal 0x0100] [gap 15 + 180, literal 0x00ff] [gap 15 + 83, -1]
+    expect(Array.from(payload)).toEqual([1, 9, 0x3f, 0x08, 0x00, 0x01, 0xf8, 180, 1, 0xff, 0x00, 0xf7, 83]);
+    const out = new Uint8Array(next.length);
+    decodeChunk(kind, base, payload, out);
+    expect(Buffer.from(out).equals(Buffer.from(next))).toBe(true);
   });
 
   it('goes full when the sparse payload would not be smaller, or passes maxSparseFraction', () => {
     const base = new Uint8Array(1000);
-    const next = base.slice().fill(1); // one run of the whole chunk and its header: larger than the chunk
+    const next = base.slice().fill(1); // every word +257: a literal token each, larger than the chunk
     expect(encodeChunk(base, next).kind).toBe('full');
-    const alternate = base.map((_, i) => i & 1); // every other byte: one run too, gaps of one carried
-    expect(encodeChunk(base, alternate).kind).toBe('full');
+    const literals = base.map((_, i) => i & 1); // +256 in every word: 3 bytes each
+    expect(encodeChunk(base, literals).kind).toBe('full');
     const few = base.slice();
-    for (let i = 0; i < 1000; i += 50) few[i] = 1; // 20 runs of 3 bytes: 61 bytes
-    expect(encodeChunk(base, few).kind).toBe('sparse');
-    expect(encodeChunk(base, few, { maxSparseFraction: 0.06 }).kind).toBe('full');
-    expect(encodeChunk(base, few, { maxSparseFraction: 0.07 }).kind).toBe('sparse');
+    for (let i = 0; i < 1000; i += 20) few[i] = 1; // 50 tokens of one byte: 51 bytes
+    expect(encodeChunk(base, few).payload.length).toBe(51);
+    expect(encodeChunk(base, few, { maxSparseFraction: 0.05 }).kind).toBe('full');
+    expect(encodeChunk(base, few, { maxSparseFraction: 0.051 }).kind).toBe('sparse');
     expect(encodeChunk(base, base.slice(), { maxSparseFraction: 0 }).kind).toBe('same');
     expect(encodeChunk(new Uint8Array(0), new Uint8Array(0)).kind).toBe('same');
     expect(encodeChunk(new Uint8Array([1]), new Uint8Array([2])).kind).toBe('full');
@@ -184,20 +189,22 @@ describe('delta codec', () => {
       return err;
     };
     expect(untouched([]).details).toMatchObject({ at: 0 });
-    untouched([2, 0, 0, 1]); // unknown format
-    untouched([1, 0x80]); // a varint cut short
-    untouched([1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0]); // a varint of 8 bytes
-    untouched([1, 0, 3, 1, 2]); // a run of 4 bytes with 2 of them
-    untouched([1, 15, 1, 1, 2]); // a run of 2 bytes at 15 in a chunk of 16
-    untouched([1, 0, 0, 5, 16, 0, 5]); // the second run starts past the end
-    untouched([1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 5]); // a gap of 2^49 - 1
-    expect(untouched([1, 0, 0, 5, 1]).details).toMatchObject({ at: 4 }); // a header with no length
+    untouched([2]); // unknown format
+    untouched([1, 0xf0]); // a gap's varint missing
+    untouched([1, 0xf0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0]); // a varint of 8 bytes
+    untouched([1, 0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]); // a gap of 2^49 + 14 words
+    untouched([1, 0x80]); // word 8 of 8
+    expect(untouched([1, 0x70, 0x09]).details).toMatchObject({ at: 2 }); // word 7, then word 8
+    expect(untouched([1, 0x09, 0x08, 0x01]).details).toMatchObject({ at: 2 }); // a literal cut short
+    const odd = new Uint8Array(5).fill(3);
+    expectCorrupt(() => decodeChunk('sparse', odd, Uint8Array.from([1]), odd)); // the odd last byte missing
+    expect(Array.from(odd)).toEqual([3, 3, 3, 3, 3]);
     untouched([1], 'same');
     untouched(new Array<number>(15).fill(0), 'full');
     expectCorrupt(() => decodeChunk('delta' as ChunkEncodingKind, base, new Uint8Array(0), out));
-    // A well-formed payload rebuilds: the last run ends exactly at the chunk's end.
-    decodeChunk('sparse', base, Uint8Array.from([1, 14, 1, 1, 2]), out);
-    expect(Array.from(out.subarray(13))).toEqual([7, 1, 2]);
+    // A well-formed payload rebuilds: the last word of the chunk, +1.
+    decodeChunk('sparse', base, Uint8Array.from([1, 0x79]), out);
+    expect(Array.from(out.subarray(12))).toEqual([7, 7, 8, 7]);
   });
 
   it('either rebuilds or refuses any payload, never touching a byte outside the output', () => {

@@ -2,19 +2,19 @@
  * Chunk deltas between two versions of one model with the same layout: each chunk of version N
  * goes as whichever of three encodings is smallest against the receiver's base version B:
  * - 'same': the chunk equals B's (no payload);
- * - 'sparse': the bytes that differ, as runs (format in ./sparse-reference.ts);
+ * - 'sparse': the 16-bit words that differ, as small tokens (format in ./sparse-reference.ts);
  * - 'full': the chunk itself.
  * The caller verifies a rebuilt chunk against version N's own checksums (src/relay/chunk-checksums.ts):
  * the codec checks the payload's shape, never its content.
  */
 import { ErrorCodes, LaminarError } from '../../common/errors.js';
-import { corrupt, decodeSparseReference, encodeSparseReference } from './sparse-reference.js';
+import { corrupt, decodeSparseReference, encodeSparseReference, sameBytes } from './sparse-reference.js';
 
 export type ChunkEncodingKind = 'same' | 'sparse' | 'full';
 
 export interface EncodedChunk {
   kind: ChunkEncodingKind;
-  /** 'same': empty; 'full': the chunk itself (a view, not a copy); 'sparse': the runs. */
+  /** 'same': empty; 'full': the chunk itself (a view, not a copy); 'sparse': the tokens. */
   payload: Uint8Array;
 }
 
@@ -47,11 +47,10 @@ export function encodeChunk(base: Uint8Array, next: Uint8Array, options: EncodeO
   if (!(fraction >= 0 && fraction <= 1)) {
     throw new LaminarError(ErrorCodes.INVALID_ARG, `maxSparseFraction must be within [0, 1], not ${fraction}`);
   }
-  // The encoder stops at its limit, so the limit is at least one byte: a payload of its format
-  // byte alone says "same", whatever the fraction allows for real runs.
-  const payload = encodeSparseReference(base, next, Math.max(1, sparseLimit(next.length, fraction)));
-  if (payload !== null && payload.length === 1) return { kind: 'same', payload: EMPTY };
-  if (payload !== null && payload.length <= sparseLimit(next.length, fraction)) return { kind: 'sparse', payload };
+  if (sameBytes(base, next)) return { kind: 'same', payload: EMPTY };
+  const limit = sparseLimit(next.length, fraction);
+  const payload = limit > 0 ? encodeSparseReference(base, next, limit) : null;
+  if (payload !== null) return { kind: 'sparse', payload };
   return { kind: 'full', payload: next };
 }
 

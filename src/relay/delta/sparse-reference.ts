@@ -1,60 +1,59 @@
 /**
  * The sparse encoding of a chunk against its base, in plain TypeScript: the reference that the
- * native kernel (native/delta_codec.cc) must match byte for byte, and the fallback where it is
- * not loaded.
+ * native kernel (native/delta_codec.cc) must match byte for byte.
  *
- * Format (version 1), for a chunk of n bytes:
+ * Format 1. A chunk of n bytes is read as floor(n/2) little-endian 16-bit words (a bf16 or fp16
+ * element each, when the chunk starts on an element, as a version's chunks do), and, when n is
+ * odd, one last byte:
  *
- *   payload := 0x01 run*
- *   run     := varint(gap) varint(length - 1) byte[length]
+ *   payload := 0x01 [last byte, when n is odd] token*
+ *   token   := byte(gap4 << 4 | delta4) [varint(gap - 15), when gap4 = 15] [word, when delta4 = 8]
  *
- * A run says: skip `gap` bytes (kept from the base) after the end of the previous run (or from
- * the chunk's start), then write these `length` bytes. Every byte not in a run is the base's.
- * Varints are unsigned LEB128, at most VARINT_MAX_BYTES bytes. A decoder rejects a payload whose
- * first byte is not 0x01, whose varint or run bytes are cut short, or whose run ends past n.
+ * Each token is one changed word, in increasing order: `gap` is the number of unchanged words
+ * since the previous changed word (or the chunk's start); gap4 = min(gap, 15). delta4 = d + 8
+ * says the new word is the base's plus d, modulo 2^16, for d in [-8, 7] but 0; delta4 = 8
+ * gives the new word itself (2 bytes, little endian). Varints are unsigned LEB128 of at most
+ * VARINT_MAX_BYTES bytes. A decoder rejects a payload whose first byte is not 0x01, that ends
+ * inside a token, or whose token names a word past the chunk's end.
  *
- * Why this shape: at RL learning rates a bf16 weight that moves at all moves by one or two units
- * in the last place, so most changed elements differ only in their low byte and sit alone among
- * unchanged ones. Byte runs make such an element cost 3-4 bytes (gap, length, the byte) rather than
- * 5 for 2-byte words, without assuming a dtype (chunks cut across tensors of any dtype). The
- * encoder joins two runs when the unchanged bytes between them are at most MERGE_GAP: carrying them
- * costs no more than a new run's header (two varints, two bytes at least), and fewer runs decode
- * faster. Measured on real training in docs/performance/delta.md.
+ * Why: at RL learning rates a bf16 weight that moves at all moves by a unit or two in the last
+ * place (its 16-bit pattern by +-1 or +-2), and the GRPO example's training at lr 1e-6 changes
+ * 10-19 % of the elements per step, ~10 elements apart: most changes fit one byte (a nibble of
+ * gap, a nibble of delta). Measured in docs/performance/delta.md: byte runs with varint headers
+ * cost 2.7 bytes per changed element there, these tokens ~1.15.
  */
 import { ErrorCodes, LaminarError } from '../../common/errors.js';
 
 export const SPARSE_FORMAT = 1;
-/** Unchanged bytes between two changed ones that the encoder carries inside one run. */
-export const MERGE_GAP = 2;
-/** 7 bytes of 7 bits: offsets up to 2^49, far beyond any chunk, and no overflow in 64 bits. */
+/** 7 bytes of 7 bits: word indices up to 2^49, far beyond any chunk, and no overflow in 64 bits. */
 export const VARINT_MAX_BYTES = 7;
+/** gap4 value meaning "15 or more: the rest follows as a varint". */
+const GAP_ESCAPE = 15;
+/** delta4 value meaning "the new word follows". */
+const LITERAL = 8;
 
 export function corrupt(at: number, reason: string): LaminarError {
   return new LaminarError(ErrorCodes.DELTA_CORRUPT, `malformed sparse delta at payload byte ${at}: ${reason}`, { details: { at, reason } });
 }
 
-function varintBytes(value: number): number {
-  let bytes = 1;
-  while (value >= 128) {
-    value = Math.floor(value / 128);
-    bytes++;
-  }
-  return bytes;
-}
-
 /** A growable output, so that a chunk that barely changed does not allocate a chunk's worth. */
 class Output {
   bytes: Uint8Array;
-  length = 1;
+  length = 0;
   constructor(capacity: number) {
     this.bytes = new Uint8Array(Math.max(16, Math.min(capacity, 4096)));
-    this.bytes[0] = SPARSE_FORMAT;
   }
-  reserve(more: number): void {
-    if (this.length + more <= this.bytes.length) return;
-    const grown = new Uint8Array(Math.max(this.length + more, this.bytes.length * 2));
+  /** Room for `more` bytes, or false when that would pass `limit`. */
+  reserve(more: number, limit: number): boolean {
+    if (this.length + more > limit) return false;
+    if (this.length + more <= this.bytes.length) return true;
+    const grown = new Uint8Array(Math.min(limit, Math.max(this.length + more, this.bytes.length * 2)));
     grown.set(this.bytes.subarray(0, this.length));
     this.bytes = grown;
+    return true;
+  }
+  byte(value: number): void {
+    this.bytes[this.length++] = value;
   }
   varint(value: number): void {
     while (value >= 128) {
@@ -65,108 +64,105 @@ class Output {
   }
 }
 
-/** The first index in [from, n) where the two differ, or n. */
-function firstDifference(base: Uint8Array, next: Uint8Array, from: number): number {
-  const n = next.length;
-  let i = from;
-  // Four bytes at a time where both views allow 32-bit reads: most of a chunk is unchanged.
-  if (((base.byteOffset + i) & 3) === 0 && ((next.byteOffset + i) & 3) === 0) {
-    const words = (n - i) >>> 2;
-    if (words > 0) {
-      const a = new Uint32Array(base.buffer, base.byteOffset + i, words);
-      const b = new Uint32Array(next.buffer, next.byteOffset + i, words);
-      let w = 0;
-      while (w < words && a[w] === b[w]) w++;
-      i += w * 4;
-    }
-  }
-  while (i < n && base[i] === next[i]) i++;
-  return i;
+function varintBytes(value: number): number {
+  let bytes = 1;
+  for (; value >= 128; bytes++) value = Math.floor(value / 128);
+  return bytes;
+}
+
+function word(bytes: Uint8Array, i: number): number {
+  return bytes[2 * i]! | (bytes[2 * i + 1]! << 8);
+}
+
+/** Whether the two chunks hold the same bytes. */
+export function sameBytes(base: Uint8Array, next: Uint8Array): boolean {
+  return Buffer.from(base.buffer, base.byteOffset, base.length).equals(Buffer.from(next.buffer, next.byteOffset, next.length));
 }
 
 /**
  * The sparse payload of `next` against `base` (same length), or null when it would be longer
- * than `limit` bytes; a payload of one byte (no runs) means the two are equal.
+ * than `limit` bytes.
  */
 export function encodeSparseReference(base: Uint8Array, next: Uint8Array, limit: number): Uint8Array | null {
   const n = next.length;
-  if (limit < 1) return null;
+  const words = n >>> 1;
   const out = new Output(limit);
-  let covered = 0; // end of the previous run
-  for (;;) {
-    const start = firstDifference(base, next, covered);
-    if (start === n) break;
-    let end = start + 1;
-    for (;;) {
-      let j = end;
-      while (j < n && j - end <= MERGE_GAP && base[j] === next[j]) j++;
-      if (j === n || j - end > MERGE_GAP) break;
-      end = j + 1;
-      // Two varints of a byte at least follow: give up as soon as the payload must pass the limit.
-      if (out.length + 2 + (end - start) > limit) return null;
+  if (!out.reserve(1 + (n & 1), limit)) return null;
+  out.byte(SPARSE_FORMAT);
+  if (n & 1) out.byte(next[n - 1]!);
+  let previous = -1;
+  for (let i = 0; i < words; i++) {
+    const a = word(base, i);
+    const b = word(next, i);
+    if (a === b) continue;
+    const gap = i - previous - 1;
+    const d = ((b - a) << 16) >> 16; // the signed 16-bit difference
+    const literal = d < -8 || d > 7;
+    const size = 1 + (gap >= GAP_ESCAPE ? varintBytes(gap - GAP_ESCAPE) : 0) + (literal ? 2 : 0);
+    if (!out.reserve(size, limit)) return null;
+    out.byte((Math.min(gap, GAP_ESCAPE) << 4) | (literal ? LITERAL : d + 8));
+    if (gap >= GAP_ESCAPE) out.varint(gap - GAP_ESCAPE);
+    if (literal) {
+      out.byte(b & 255);
+      out.byte(b >>> 8);
     }
-    const gap = start - covered;
-    const length = end - start;
-    const size = varintBytes(gap) + varintBytes(length - 1) + length;
-    if (out.length + size > limit) return null;
-    out.reserve(size);
-    out.varint(gap);
-    out.varint(length - 1);
-    out.bytes.set(next.subarray(start, end), out.length);
-    out.length += length;
-    covered = end;
+    previous = i;
   }
   return out.bytes.subarray(0, out.length);
 }
 
-interface Run {
-  start: number;
-  at: number;
-  length: number;
-}
-
-/** The varint at `at`; errors name `runAt`, the start of the run it belongs to. */
-function readVarint(payload: Uint8Array, at: number, runAt: number): { value: number; next: number } {
-  let value = 0;
-  let scale = 1;
-  for (let k = 0; k < VARINT_MAX_BYTES; k++) {
-    if (at + k >= payload.length) throw corrupt(runAt, 'the payload ends inside a varint');
-    const b = payload[at + k]!;
-    value += (b & 127) * scale;
-    if (b < 128) return { value, next: at + k + 1 };
-    scale *= 128;
-  }
-  throw corrupt(runAt, `a varint longer than ${VARINT_MAX_BYTES} bytes`);
-}
-
-/** Every run of a sparse payload for a chunk of n bytes, checked before anything is written. */
-function parseRuns(payload: Uint8Array, n: number): Run[] {
+/**
+ * Reads the tokens of `payload` for a chunk of n bytes, calling `write(index, delta4, at)` for
+ * each changed word (at: the literal's payload offset when delta4 is LITERAL); throws
+ * ERR_DELTA_CORRUPT on the first malformed token.
+ */
+function forEachToken(payload: Uint8Array, n: number, write: (index: number, delta4: number, at: number) => void): void {
   if (payload.length === 0) throw corrupt(0, 'an empty payload');
   if (payload[0] !== SPARSE_FORMAT) throw corrupt(0, `unknown sparse format ${payload[0]}`);
-  const runs: Run[] = [];
-  let at = 1;
-  let covered = 0;
+  if (n & 1 && payload.length < 2) throw corrupt(1, "the chunk's last byte is missing");
+  const words = n >>> 1;
+  let at = 1 + (n & 1);
+  let index = -1;
   while (at < payload.length) {
-    const runAt = at;
-    const gap = readVarint(payload, at, runAt);
-    const length = readVarint(payload, gap.next, runAt);
-    const start = covered + gap.value;
-    const count = length.value + 1;
-    if (start + count > n) throw corrupt(runAt, `a run of ${count} bytes at ${start} ends past the chunk's ${n} bytes`);
-    if (length.next + count > payload.length) throw corrupt(runAt, `the payload ends inside a run of ${count} bytes`);
-    runs.push({ start, at: length.next, length: count });
-    at = length.next + count;
-    covered = start + count;
+    const tokenAt = at;
+    const token = payload[at++]!;
+    let gap = token >>> 4;
+    if (gap === GAP_ESCAPE) {
+      let extra = 0;
+      let scale = 1;
+      for (let k = 0; ; k++) {
+        if (k === VARINT_MAX_BYTES) throw corrupt(tokenAt, `a varint longer than ${VARINT_MAX_BYTES} bytes`);
+        if (at >= payload.length) throw corrupt(tokenAt, 'the payload ends inside a varint');
+        const b = payload[at++]!;
+        extra += (b & 127) * scale;
+        scale *= 128;
+        if (b < 128) break;
+      }
+      gap += extra;
+    }
+    index += gap + 1;
+    if (index >= words) throw corrupt(tokenAt, `a change of word ${index} in a chunk of ${words} words`);
+    const delta4 = token & 15;
+    if (delta4 === LITERAL) {
+      if (at + 2 > payload.length) throw corrupt(tokenAt, 'the payload ends inside a literal word');
+      at += 2;
+    }
+    write(index, delta4, at - 2);
   }
-  return runs;
 }
 
 /**
  * Writes base + payload into out (all of it). Throws ERR_DELTA_CORRUPT, having written nothing,
- * when the payload is malformed. `out` may be `base` itself (runs are then written in place).
+ * when the payload is malformed. `out` may be `base` itself (only changed words are written).
  */
 export function decodeSparseReference(base: Uint8Array, payload: Uint8Array, out: Uint8Array, inPlace: boolean): void {
-  const runs = parseRuns(payload, out.length);
+  const n = out.length;
+  forEachToken(payload, n, () => {}); // the whole payload checked before anything is written
   if (!inPlace) out.set(base);
-  for (const run of runs) out.set(payload.subarray(run.at, run.at + run.length), run.start);
+  if (n & 1) out[n - 1] = payload[1]!;
+  forEachToken(payload, n, (index, delta4, at) => {
+    const value = delta4 === LITERAL ? payload[at]! | (payload[at + 1]! << 8) : word(out, index) + delta4 - 8;
+    out[2 * index] = value & 255;
+    out[2 * index + 1] = (value >>> 8) & 255;
+  });
 }
