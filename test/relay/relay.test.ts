@@ -132,7 +132,10 @@ describe('relay: local publish and acquire', () => {
     await vi.waitFor(async () => expect((await client.status()).versions.map((v) => v.version)).toEqual([3, 4]), { timeout: 10_000 });
     // The version leaves the table at once; its file is renamed to a spare or unlinked after
     // (retire awaits the directory's removal first), so the file check waits on that too.
-    const segments = () => readdirSync(relay.store.options.shmDir).filter((f) => f.endsWith('.safetensors')).sort();
+    const segments = () =>
+      readdirSync(relay.store.options.shmDir)
+        .filter((f) => f.endsWith('.safetensors'))
+        .sort();
     await vi.waitFor(() => expect(segments()).toEqual(['org~2ftiny.v3.safetensors', 'org~2ftiny.v4.safetensors']), { timeout: 10_000 });
   });
 
