@@ -588,6 +588,20 @@ const rollouts = dashboard({
         ],
         { w: 16 },
       ),
+      panel(
+        'Remaining-length prediction (progressive priority)',
+        [
+          [
+            `${rate('laminar_agent_remaining_tokens_error_sum', ['predictor'], I, '5m')} / ${rate('laminar_agent_remaining_tokens_error_count', ['predictor'], I, '5m')}`,
+            '{{predictor}} MAE (tokens)',
+          ],
+          [quantile(0.9, 'laminar_agent_remaining_tokens_error', { by: ['predictor'] }), '{{predictor}} p90 error'],
+        ],
+        {
+          description:
+            "--progressive-priority: mean absolute error of the trajectories' predicted remaining output tokens, each prediction scored when its trajectory ended; length_predictor sets the priorities, group_median is the baseline it must stay below.",
+        },
+      ),
     ]),
     row('Actions (tool calls on worker pools)', [
       panel(

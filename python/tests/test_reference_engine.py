@@ -549,3 +549,45 @@ async def test_weight_updates_good_and_refused(engine: EngineProcess, models: Si
         assert versions[0] == "3" and versions[-1] == "4"
         # Back to the module's weights for the other tests.
         assert (await post(s, url, "/update_weights_from_disk", {"model_path": str(models.v1), "weight_version": "1"}))[0] == 200
+
+
+# ---- priority scheduling -------------------------------------------------------------------------------
+
+
+async def test_priority_scheduling_admits_larger_priorities_first(models: SimpleNamespace) -> None:
+    """One request at a time (--max-running 1): while a first one runs, four wait with priorities
+    1, 5, 3 and none; they are then served 5, 3, 1, none (FCFS among equals), the order in which
+    each one's first token arrives, as the rollout agent's progressive priority relies on."""
+    process = EngineProcess(["--model-path", str(models.v1), "--max-running", "1", "--enable-priority-scheduling"]).start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            url = process.url
+            await slow_down(s, url, SLOW)
+            try:
+                blocker = await open_stream(s, url, seeded(20, seed=1))
+                await blocker.next()
+                priorities: list[Optional[int]] = [1, 5, 3, None]
+                waiting = []
+                for i, priority in enumerate(priorities):
+                    extra = {} if priority is None else {"priority": priority}
+                    waiting.append(await open_stream(s, url, seeded(4, seed=10 + i, **extra)))
+
+                async def all_wait() -> bool:
+                    return (await metrics(s, url))["sglang:num_queue_reqs"] == len(priorities)
+
+                await until(all_wait)
+            finally:
+                await slow_down(s, url, 0)
+            served: list[Optional[int]] = []
+
+            async def first_token(stream: Stream, priority: Optional[int]) -> None:
+                await stream.next()
+                served.append(priority)
+                await stream.rest()
+
+            await asyncio.gather(blocker.rest(), *(first_token(w, p) for w, p in zip(waiting, priorities)))
+            assert served == [5, 3, 1, None]
+            status, answer = await post(s, url, "/generate", {**seeded(2), "priority": "high"})
+            assert status == 400 and "priority must be an integer" in answer["message"]
+    finally:
+        process.kill()

@@ -106,6 +106,12 @@ export function rolloutAgentCommand(): Command {
         'with --tools and --max-in-flight N: trajectories owned beyond N while some wait at tool calls (they hold nothing at the engine, which gets other work); owned <= N + this (default: N)',
       ),
     )
+    .addOption(
+      new Option(
+        '--progressive-priority',
+        "send each turn with its trajectory's predicted remaining tokens as priority, longest first (start SGLang or the reference engine with --enable-priority-scheduling, vLLM with --scheduling-policy priority)",
+      ),
+    )
     .addOption(new Option('--max-turns <n>', "generated turns per trajectory at most (the payload's max_turns wins)").default(String(DEFAULT_MAX_TURNS)))
     .addOption(new Option('--max-context <n>', 'prompt + response tokens at most in an episode (default: the engine limit only)'))
     .addOption(new Option('--action-timeout <duration>', "each tool call's timeout (default: the tool's timeoutMs)"))
@@ -199,6 +205,7 @@ export function rolloutAgentCommand(): Command {
         maxInFlight,
         ...(maxAtTools !== undefined ? { maxAtTools } : {}),
         partialRollout: opts.partialRollout === true,
+        progressivePriority: opts.progressivePriority === true,
         ...(multiTurn ? { multiTurn } : {}),
         ...(opts.host ? { host: s('host') } : {}),
         ...(opts.labels ? { labels: parseLabels(s('labels')) } : {}),

@@ -23,6 +23,10 @@
  * long tails so that they get there). `partialRollout` lifts this: a newer version is loaded while
  * trajectories run (pause in place, load, continue), and their records carry the version they
  * started with and `info.versions` the span.
+ *
+ * `progressivePriority` (turn-priority.ts): each turn is sent with its trajectory's predicted
+ * remaining length as priority, the longest first; the predictor learns from what this agent
+ * finishes, across engine sessions.
  */
 import { hostname } from 'node:os';
 import type { WeightsVariant } from '../relay/fp8/model-id.js';
@@ -45,6 +49,8 @@ import { HttpRolloutEngine } from './http-engine.js';
 import { AgentMetrics } from './metrics.js';
 import type { RequestDefaults } from './requests.js';
 import type { RewardFunction } from './rewards.js';
+import { ProgressivePriority } from './turn-priority.js';
+import type { RemainingLengthPredictor } from '../manager/agentic/remaining-length.js';
 
 /** How often the agent looks for a newer version at the relay when its version watch is not subscribed. */
 const UNWATCHED_LOOK_MS = 5000;
@@ -102,6 +108,15 @@ export interface RolloutAgentOptions {
    * and at tools together). Default: `maxInFlight` (twice as many owned as generate).
    */
   maxAtTools?: number;
+  /**
+   * Progressive priority: each turn goes to the engine (and into the agent's line for a place
+   * there) with its trajectory's predicted remaining tokens as priority, longest first. The
+   * engine must order by it: SGLang and the reference engine with `--enable-priority-scheduling`,
+   * vLLM with `--scheduling-policy priority`. Default false (first come, first served).
+   */
+  progressivePriority?: boolean;
+  /** The remaining-length predictor of progressive priority. Default: LengthPredictor (src/manager/agentic). */
+  lengthPredictor?: RemainingLengthPredictor;
   host?: string;
   labels?: Record<string, string>;
   heartbeatMs?: number;
@@ -151,10 +166,18 @@ export class RolloutAgent {
   private readonly wakers = new Set<() => void>();
   private weightChain: Promise<unknown> = Promise.resolve();
   private sessions = 0;
+  /** Progressive priority's predictions (null: off); kept across engine sessions, as its history is. */
+  readonly priorities: ProgressivePriority | null;
 
   private constructor(private readonly options: RolloutAgentOptions) {
     this.registry = options.registry ?? createRegistry({ defaultMetrics: false });
     this.metrics = new AgentMetrics(this.registry);
+    this.priorities = options.progressivePriority
+      ? new ProgressivePriority({
+          error: this.metrics.remainingTokensError,
+          ...(options.lengthPredictor ? { predictor: options.lengthPredictor } : {}),
+        })
+      : null;
     this.log = (options.logger ?? silentLogger).child({ component: 'rollout-agent', rollout: options.id, engine: options.engine.url });
   }
 
@@ -279,6 +302,7 @@ export class RolloutAgent {
       versionsMayMix: this.options.partialRollout ?? false,
       episodes: this.episodes(),
       maxAtEngine: this.options.maxInFlight ?? 0,
+      priorities: this.priorities,
       log: this.log,
       hooks: {
         engineDown: (err) => session.markDown(err),

@@ -21,6 +21,11 @@ export interface GenerateRequest {
   inputIds: number[];
   maxNewTokens: number;
   sampling: SamplingParams;
+  /**
+   * Progressive priority (turn-priority.ts): the trajectory's predicted remaining tokens, larger
+   * served sooner; each client turns it into its server's sense. Null or absent: none sent.
+   */
+  priority?: number | null;
 }
 
 export type FinishReason = 'length' | 'stop' | 'abort';

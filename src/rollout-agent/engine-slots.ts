@@ -7,9 +7,15 @@
  * The line is first come, first served: a trajectory whose tool result came back (or a new or
  * moved-in one) while every place is taken waits behind those that have waited longer. No
  * trajectory is passed over for ever, and a long episode cannot be starved by fresh claims.
+ *
+ * With progressive priority (turn-priority.ts) each turn asks with a priority, its trajectory's
+ * predicted remaining tokens: the line is then ordered by it, largest first and first come first
+ * served among equals (Heddle's longest-predicted-first, an approximation of LPT). A short
+ * trajectory may then wait while longer ones pass it; it is what shortens the batch's tail.
  */
 
 interface Waiter {
+  priority: number;
   admit(): void;
   signal: AbortSignal;
   onAbort: () => void;
@@ -17,7 +23,7 @@ interface Waiter {
 
 export class EngineSlots {
   private used = 0;
-  /** Longest waiting first. */
+  /** Highest priority first, then longest waiting first. */
   private readonly line: Waiter[] = [];
 
   /** `limit` 0: no limit (batch mode: every claimed trajectory generates at once). */
@@ -34,10 +40,11 @@ export class EngineSlots {
   }
 
   /**
-   * Takes a place: at once when one is free and nobody waits, else when the ones ahead have had
-   * theirs. False when `signal` is aborted first (the trajectory was stopped while in line).
+   * Takes a place: at once when one is free and nobody waits, else when the ones ahead (of at
+   * least its `priority`, longer in line) have had theirs. False when `signal` is aborted first
+   * (the trajectory was stopped while in line).
    */
-  acquire(signal: AbortSignal): Promise<boolean> {
+  acquire(signal: AbortSignal, priority = 0): Promise<boolean> {
     if (signal.aborted) return Promise.resolve(false);
     if ((this.limit === 0 || this.used < this.limit) && this.line.length === 0) {
       this.used++;
@@ -45,6 +52,7 @@ export class EngineSlots {
     }
     return new Promise<boolean>((resolve) => {
       const waiter: Waiter = {
+        priority,
         signal,
         admit: () => {
           signal.removeEventListener('abort', waiter.onAbort);
@@ -57,11 +65,13 @@ export class EngineSlots {
         },
       };
       signal.addEventListener('abort', waiter.onAbort, { once: true });
-      this.line.push(waiter);
+      const behind = this.line.findIndex((w) => w.priority < priority);
+      if (behind < 0) this.line.push(waiter);
+      else this.line.splice(behind, 0, waiter);
     });
   }
 
-  /** Gives a place back: it goes straight to the one that has waited longest, if any. */
+  /** Gives a place back: it goes straight to the head of the line, if any. */
   release(): void {
     const next = this.line.shift();
     if (next) next.admit();

@@ -14,6 +14,8 @@
  * - At most `maxAtEngine` requests at once (engine-slots.ts): a trajectory takes a place for each
  *   turn and gives it up at the turn's end, so one waiting at a tool call holds nothing at the
  *   engine; when its result is back it waits its turn, longest waiting first.
+ * - With progressive priority (turn-priority.ts) each turn is predicted its trajectory's remaining
+ *   tokens, which orders the line for a place and goes to the engine as the request's priority.
  */
 import type { Logger } from 'pino';
 import { delay } from '../common/concurrency.js';
@@ -23,6 +25,7 @@ import type { GenerationTask } from '../rollout/task.js';
 import type { EngineClient, EngineLoadSample, FinishReason } from './engine-client.js';
 import type { AfterTurn, Episodes } from './episode.js';
 import { EngineSlots } from './engine-slots.js';
+import type { ProgressivePriority } from './turn-priority.js';
 import type { AgentMetrics } from './metrics.js';
 import { alreadyFinished, promptOf, requestFor, type RequestDefaults } from './requests.js';
 import { computeReward, type RewardFunction } from './rewards.js';
@@ -50,6 +53,8 @@ export interface HttpEngineOptions {
   episodes?: Episodes | null;
   /** Requests at the engine at once at most (the agent's `maxInFlight`); 0: no limit. */
   maxAtEngine?: number;
+  /** Progressive priority: each turn's priority from its trajectory's predicted remaining length; absent: FCFS. */
+  priorities?: ProgressivePriority | null;
   log: Logger;
 }
 
@@ -221,6 +226,8 @@ export class HttpRolloutEngine implements RolloutEngine {
     this.running.set(task.trajectoryId, entry);
     entry.done = this.generate(entry).finally(() => {
       this.leaveEngine(entry);
+      // Gone unfinished (stopped, moved, refused): its predictions are dropped (a finished one's are scored already).
+      this.options.priorities?.left(task.trajectoryId);
       if (this.running.get(task.trajectoryId) === entry) this.running.delete(task.trajectoryId);
       this.notifyEnded();
     });
@@ -233,10 +240,10 @@ export class HttpRolloutEngine implements RolloutEngine {
   }
 
   /** Waits in line for a place at the engine; false when the trajectory was stopped meanwhile. */
-  private async takePlace(entry: Running): Promise<boolean> {
+  private async takePlace(entry: Running, priority: number): Promise<boolean> {
     if (entry.place === 'engine') return true;
     entry.place = 'in_line';
-    const admitted = await this.slots.acquire(entry.controller.signal);
+    const admitted = await this.slots.acquire(entry.controller.signal, priority);
     entry.place = admitted ? 'engine' : 'between_turns';
     return admitted;
   }
@@ -257,11 +264,13 @@ export class HttpRolloutEngine implements RolloutEngine {
     let serverErrors = 0;
     const episodes = this.options.episodes ?? null;
     for (;;) {
-      if (!(await this.takePlace(entry))) {
+      // Predicted at the turn boundary, before the wait for a place (the line is ordered by it).
+      const priority = this.options.priorities?.priorityOf(task) ?? null;
+      if (!(await this.takePlace(entry, priority ?? 0))) {
         metrics.requests.inc({ result: 'stopped' });
         return;
       }
-      const request = requestFor(task, this.options.defaults, episodes?.stopTokenIds);
+      const request = { ...requestFor(task, this.options.defaults, episodes?.stopTokenIds), priority };
       let finish: FinishReason | null = alreadyFinished(task, request, episodes?.stopTokenIds);
       if (finish === null) {
         try {
@@ -329,6 +338,7 @@ export class HttpRolloutEngine implements RolloutEngine {
         if (after.next === 'generate') continue;
         finish = after.finish;
       }
+      this.options.priorities?.finished(task);
       const completion = this.complete(task, finish, versions, request.sampling.stopTokenIds);
       this.completing.add(completion);
       // The SDK lets go of the task only once its record is stored: the agent's serve loop, which

@@ -5,6 +5,7 @@
 export { RolloutAgent, type RolloutAgentOptions, type MultiTurnOptions } from './agent.js';
 export { Episodes, DEFAULT_MAX_TURNS, type ActionSubmitter, type BadCallPolicy, type EpisodeOptions } from './episode.js';
 export { staleAtTurn } from './turn-staleness.js';
+export { ProgressivePriority, type ProgressivePriorityOptions } from './turn-priority.js';
 export * from './tool-calls/index.js';
 export type {
   EngineClient,

@@ -19,6 +19,7 @@ export class AgentMetrics {
   readonly toolWaitSeconds: Histogram;
   readonly staleAborts: Counter;
   readonly episodeEnds: Counter<'reason'>;
+  readonly remainingTokensError: Histogram<'predictor'>;
 
   constructor(registry: Registry) {
     this.engineUp = gauge(registry, { name: 'laminar_agent_engine_up', help: '1 while the engine answers its health check and the agent serves it, else 0' });
@@ -83,6 +84,12 @@ export class AgentMetrics {
       name: 'laminar_agent_episode_limits_total',
       help: 'episodes ended by a limit rather than by an answer: max_turns (a call at the last turn allowed), context (the next observation would not fit)',
       labelNames: ['reason'],
+    });
+    this.remainingTokensError = histogram(registry, {
+      name: 'laminar_agent_remaining_tokens_error',
+      help: "progressive priority: absolute error of a trajectory's predicted remaining output tokens, one per turn boundary, scored when it ends, by predictor: length_predictor (the one that sets priorities) or group_median (the baseline it must beat)",
+      labelNames: ['predictor'],
+      buckets: [4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
     });
   }
 }

@@ -71,8 +71,12 @@ export class SglangClient implements EngineClient {
     };
     if (request.sampling.stopTokenIds.length > 0) sampling.stop_token_ids = request.sampling.stopTokenIds;
     if (request.sampling.seed !== null) sampling.sampling_seed = request.sampling.seed;
+    const body: Record<string, unknown> = { rid: request.rid, input_ids: request.inputIds, sampling_params: sampling, stream: true, return_logprob: true };
+    // Larger first, as SGLang orders with --enable-priority-scheduling (and without
+    // --schedule-low-priority-values-first); a server without priority scheduling ignores it.
+    if (request.priority != null) body.priority = request.priority;
     const response = await engineFetch(url, {
-      body: { rid: request.rid, input_ids: request.inputIds, sampling_params: sampling, stream: true, return_logprob: true },
+      body,
       signal: handlers.signal,
       timeoutMs: this.options.requestTimeoutMs ?? 24 * 3600_000,
     });

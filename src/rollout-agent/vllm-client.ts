@@ -155,6 +155,9 @@ export class VllmClient implements EngineClient {
       request_id: request.rid,
     };
     if (request.sampling.stopTokenIds.length > 0) body.stop_token_ids = request.sampling.stopTokenIds;
+    // vLLM serves smaller values first (--scheduling-policy priority; the default fcfs policy
+    // refuses a non-zero priority): the predicted length goes negated.
+    if (request.priority != null && request.priority !== 0) body.priority = -request.priority;
     // Seeds are left out for a CPU engine (see the file's comment).
     if (request.sampling.seed !== null && (await this.workersInfo())?.device !== 'cpu') body.seed = request.sampling.seed;
     const response = await engineFetch(url, { body, signal: handlers.signal, timeoutMs: 24 * 3600_000 });

@@ -1,4 +1,4 @@
-/** The rollout agent's places at the engine (src/rollout-agent/engine-slots.ts): a bounded, first-come-first-served line. */
+/** The rollout agent's places at the engine (src/rollout-agent/engine-slots.ts): a bounded line, first come first served or by priority. */
 import { describe, expect, it } from 'vitest';
 import { EngineSlots } from '../../src/rollout-agent/engine-slots.js';
 
@@ -52,6 +52,24 @@ describe('EngineSlots', () => {
     expect(await next).toBe(true);
     expect(slots.inUse).toBe(1);
     expect(await slots.acquire(stop.signal)).toBe(false);
+  });
+
+  it('with priorities, the largest is admitted first, first come first served among equals', async () => {
+    const slots = new EngineSlots(1);
+    await slots.acquire(never);
+    const admitted: string[] = [];
+    const asks: [string, number][] = [
+      ['short', 10],
+      ['long', 300],
+      ['unknown', 0],
+      ['medium', 120],
+      ['long too', 300],
+    ];
+    const line = asks.map(([name, priority]) => slots.acquire(never, priority).then(() => admitted.push(name)));
+    // Every release hands the place to the head of the line as it is then.
+    for (let i = 0; i < asks.length; i++) slots.release();
+    await Promise.all(line);
+    expect(admitted).toEqual(['long', 'long too', 'medium', 'short', 'unknown']);
   });
 
   it('limit 0 admits everyone at once (batch mode)', async () => {

@@ -4,7 +4,8 @@
  * workers on JetStream. A random model's turns end at `</tool_call>` (a stop id) often enough to
  * make episodes of several turns; the calls it spells are mostly malformed (the token-calls
  * parser answers them with an error observation), and a test parser that reads every closed turn
- * as a lookup call drives the actions themselves.
+ * as a lookup call drives the actions themselves. Engine b orders requests by priority
+ * (`--enable-priority-scheduling`), for the agent's progressive priority.
  */
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -14,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import { ActionClient, ActionWorker, lookupDigits } from '../../src/actions/index.js';
 import { ExperienceSampler, groupIdOf, lossMaskOf, type PartialPool } from '../../src/data/index.js';
+import type { RemainingLengthPredictor, TrajectoryProgress } from '../../src/manager/agentic/remaining-length.js';
 import { trajectoryIdOf } from '../../src/rollout/ids.js';
 import {
   LOOKUP_TOOLS,
@@ -21,6 +23,9 @@ import {
   SglangClient,
   TokenCallsParser,
   targetMatchReward,
+  type GenerateHandlers,
+  type GenerateRequest,
+  type GenerateResult,
   type MultiTurnOptions,
   type RolloutAgentOptions,
   type ToolCallParser,
@@ -47,7 +52,10 @@ beforeAll(async () => {
   mkdirSync(configDir);
   await publish(null, 'unused', [], configDir);
   relay = await spawnRelay(tmp.dir, ['--no-pin', '--engine-files', configDir]);
-  engines = await Promise.all([spawnReferenceEngine('engine a', { seed: 1 }), spawnReferenceEngine('engine b', { seed: 2 })]);
+  engines = await Promise.all([
+    spawnReferenceEngine('engine a', { seed: 1 }),
+    spawnReferenceEngine('engine b', { seed: 2, args: ['--enable-priority-scheduling'] }),
+  ]);
 }, 120_000);
 afterAll(async () => {
   for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
@@ -121,7 +129,7 @@ async function agent(
   engine: ReferenceEngine,
   model: string,
   multiTurn: Partial<MultiTurnOptions> & Pick<MultiTurnOptions, 'parser'>,
-  limits: Pick<RolloutAgentOptions, 'maxInFlight' | 'maxAtTools'> = {},
+  limits: Pick<RolloutAgentOptions, 'maxInFlight' | 'maxAtTools' | 'progressivePriority' | 'lengthPredictor'> & { client?: SglangClient } = {},
 ): Promise<{ agent: RolloutAgent; registry: Registry; close(): Promise<void> }> {
   const nc = await natsClient(fx.nats.url);
   const registry = new Registry();
@@ -133,7 +141,7 @@ async function agent(
     id,
     model,
     relaySocket: relay.socketPath,
-    engine: new SglangClient(engine.url),
+    engine: limits.client ?? new SglangClient(engine.url),
     defaults: { ...FIXED_LENGTH, maxNewTokens: 60 },
     reward: targetMatchReward,
     batchPrompts: 4,
@@ -347,5 +355,65 @@ describe('multi-turn episodes', () => {
     expect(most.owned, 'owned <= maxInFlight + maxAtTools').toBeLessThanOrEqual(4);
     expect(most.atEngine, 'requests at the engine <= maxInFlight').toBeLessThanOrEqual(2);
     expect(new Set(worker.ran).size).toBe(worker.ran.length);
+  }, 180_000);
+});
+
+/** The real client, recording each request's trajectory and priority in the order the agent sends them. */
+class RecordingClient extends SglangClient {
+  readonly sent: { rid: string; priority: number | null }[] = [];
+  override generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {
+    this.sent.push({ rid: request.rid, priority: request.priority ?? null });
+    return super.generate(request, handlers);
+  }
+}
+
+/** Predicts a fixed remaining length per trajectory, growing with its turns (a predictor known in advance). */
+class FixedPredictions implements RemainingLengthPredictor {
+  constructor(private readonly base: ReadonlyMap<string, number>) {}
+  observe(p: TrajectoryProgress): { tokens: number; turns: number } {
+    return { tokens: this.base.get(p.id)! * (p.turns + 1), turns: 1 };
+  }
+  finish(): void {}
+  forget(): void {}
+}
+
+describe('progressive priority', () => {
+  it("each turn goes to the engine with its trajectory's predicted remaining tokens, and the line for a place is served longest first", async () => {
+    const job = 'mt-priority';
+    const model = 'mt/priority';
+    await publish(relay.socketPath, model, [0]);
+    await jobPools(fx, job, prompts(1, 4), closers);
+    await lookupWorker(job);
+    const trajectories = ids(1, 4);
+    const base = new Map(trajectories.map((id, s) => [id, [10, 20, 40, 30][s]!]));
+    const client = new RecordingClient(engines[1]!.url);
+    const a = await agent(
+      job,
+      'mt-priority',
+      engines[1]!,
+      model,
+      { parser: new EveryTokenIsALookup() },
+      { maxInFlight: 1, maxAtTools: 4, progressivePriority: true, lengthPredictor: new FixedPredictions(base), client },
+    );
+    const items = await records(job, 4);
+    expect(items.map((i) => i.id).sort()).toEqual([...trajectories].sort());
+    // One place at the engine: the first of the claim takes it at once, the other three wait in
+    // line and get it longest predicted first, not in the order they came (the claim's order).
+    const firstTurns = client.sent.filter((r, k) => client.sent.findIndex((x) => x.rid === r.rid) === k).map((r) => r.priority!);
+    expect(firstTurns).toHaveLength(4);
+    expect(firstTurns.slice(1)).toEqual(firstTurns.slice(1).sort((x, y) => y - x));
+    // Every request carried its turn's prediction, rising turn by turn (every turn calls the tool: 4 turns, the payload's max).
+    for (const id of trajectories) {
+      const b = base.get(id)!;
+      expect(client.sent.filter((r) => r.rid === id).map((r) => r.priority)).toEqual([b, 2 * b, 3 * b, 4 * b]);
+    }
+    // Each prediction was scored when its trajectory ended, the baseline's beside it.
+    const errors = await a.registry.getSingleMetric('laminar_agent_remaining_tokens_error')!.get();
+    for (const predictor of ['length_predictor', 'group_median']) {
+      const count = (errors.values as { metricName?: string; labels: Record<string, unknown>; value: number }[]).find(
+        (v) => v.metricName === 'laminar_agent_remaining_tokens_error_count' && v.labels.predictor === predictor,
+      );
+      expect(count?.value, predictor).toBe(client.sent.length);
+    }
   }, 180_000);
 });

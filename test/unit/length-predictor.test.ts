@@ -82,11 +82,24 @@ describe('LengthPredictor', () => {
     expect(different.observe({ id: 'x15', group: 'long', tokens: 0, turns: 0 }).tokens).toBeGreaterThan(5000);
   });
 
+  it('a member that leaves unfinished (moved, given back) no longer holds its group out of the history', () => {
+    for (const p of [new LengthPredictor(), new GroupMedianBaseline()]) {
+      for (let i = 0; i < 4; i++) p.observe({ id: `a${i}`, group: 'a', tokens: 0, turns: 0 });
+      for (let i = 0; i < 3; i++) p.finish(`a${i}`, { tokens: 500, turns: 2 });
+      // a3 is still running: group a is not history yet, and a new group has nothing to go by.
+      expect(p.observe({ id: 'b0', group: 'b', tokens: 0, turns: 0 }).tokens).toBe(0);
+      p.forget('a3');
+      p.forget('a3'); // twice, or an unknown id: nothing
+      expect(p.observe({ id: 'c0', group: 'c', tokens: 0, turns: 0 }).tokens).toBe(500);
+    }
+  });
+
   it('is told finishes before the predictions made at the same moment', () => {
     const seen: string[] = [];
     const recorder: RemainingLengthPredictor = {
       observe: (p) => (seen.push(`observe ${p.id} ${p.tokens}`), { tokens: 0, turns: 1 }),
       finish: (id) => void seen.push(`finish ${id}`),
+      forget: (id) => void seen.push(`forget ${id}`),
     };
     const traces: TrajectoryTrace[] = [
       { id: 'a', group: 'g', step: 0, callsAt: [], callTimesMs: [], startMs: 0, totalTokens: 10, finishMs: 100 },

@@ -50,8 +50,21 @@ export class GroupMedianBaseline implements RemainingLengthPredictor {
     const g = this.groups.get(group)!;
     g.tokens.push(total.tokens);
     g.turns.push(total.turns);
+    this.leave(group, g);
+  }
+
+  forget(id: string): void {
+    const group = this.groupOf.get(id);
+    if (group === undefined) return;
+    this.groupOf.delete(id);
+    this.leave(group, this.groups.get(group)!);
+  }
+
+  /** One member fewer running: the last one out turns the group into history. */
+  private leave(group: string, g: Totals & { running: number }): void {
     if (--g.running > 0) return;
     this.groups.delete(group);
+    if (g.tokens.length === 0) return;
     this.recent.tokens.push(...g.tokens);
     this.recent.turns.push(...g.turns);
     const excess = this.recent.tokens.length - this.historySize;

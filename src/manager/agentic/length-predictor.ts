@@ -146,11 +146,26 @@ export class LengthPredictor implements RemainingLengthPredictor {
     const g = this.groups.get(t.group)!;
     g.running.delete(id);
     g.finished.push({ tokens: total.tokens, turns: total.turns, checkpoints: t.checkpoints });
+    this.settle(t.group, g);
+  }
+
+  forget(id: string): void {
+    const t = this.trajectories.get(id);
+    if (t === undefined) return;
+    this.trajectories.delete(id);
+    const g = this.groups.get(t.group)!;
+    g.running.delete(id);
+    this.settle(t.group, g);
+  }
+
+  /** A group with nobody running any more becomes history (if any of it finished here). */
+  private settle(group: string, g: GroupState): void {
     if (g.running.size > 0) return;
     // History is taken a whole group at a time: the members of a group that finish first are its
     // short ones, so learning from them at once would bias every estimate toward short lengths
     // until the rest had finished (censoring).
-    this.groups.delete(t.group);
+    this.groups.delete(group);
+    if (g.finished.length === 0) return;
     for (const f of g.finished) this.learn(f);
     this.recordGroup(g.finished.map((f) => f.tokens));
   }

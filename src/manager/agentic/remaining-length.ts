@@ -28,4 +28,9 @@ export interface RemainingLengthPredictor {
   observe(progress: TrajectoryProgress): RemainingLength;
   /** The trajectory has ended with these totals; it is forgotten except as history. */
   finish(id: string, total: { tokens: number; turns: number }): void;
+  /**
+   * The trajectory left without an end seen here (moved to another rollout, given back to the
+   * prompt pool): it is forgotten, and its group no longer waits for it to learn from the rest.
+   */
+  forget(id: string): void;
 }

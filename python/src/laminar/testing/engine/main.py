@@ -35,7 +35,9 @@ def _fallback_config(options: EngineOptions) -> Optional[TinyLMConfig]:
 def build_scheduler(options: EngineOptions) -> Scheduler:
     """The scheduler with its initial weights (--model-path, --random-init, or none)."""
     fallback = _fallback_config(options)
-    scheduler = Scheduler(options.kv_capacity, options.max_running, options.eos_token_id, options.seed, fallback)
+    scheduler = Scheduler(
+        options.kv_capacity, options.max_running, options.eos_token_id, options.seed, fallback, priority_scheduling=options.enable_priority_scheduling
+    )
     if options.model_path is not None:
         model, config = load_weights(options.model_path, None, fallback)
         scheduler.install(model, config, options.model_path, options.weight_version)

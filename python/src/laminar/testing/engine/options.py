@@ -32,6 +32,7 @@ class EngineOptions:
     eos_token_id: int = EOS
     threads: Optional[int] = None
     log_level: str = "info"
+    enable_priority_scheduling: bool = False
 
 
 def _positive(text: str) -> int:
@@ -74,6 +75,11 @@ def parse_options(argv: Optional[Sequence[str]] = None) -> EngineOptions:
     parser.add_argument("--weight-version", default=DEFAULT_WEIGHT_VERSION, help="weight version label of the initial weights (default 'default')")
     parser.add_argument("--served-model-name", default=DEFAULT_SERVED_MODEL_NAME, help="model_name label of the metrics")
     parser.add_argument("--eos-token-id", type=int, default=EOS, help=f"the token that ends a response unless ignore_eos (default {EOS}, digits' EOS)")
+    parser.add_argument(
+        "--enable-priority-scheduling",
+        action="store_true",
+        help="admit waiting requests by their `priority` (larger first, first come first served among equals) instead of FCFS, as SGLang",
+    )
     parser.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(argv)

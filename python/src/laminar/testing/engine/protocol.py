@@ -171,6 +171,8 @@ class GenerateRequest:
     sampling: SamplingParams
     return_logprob: bool
     stream: bool
+    priority: Optional[int] = None
+    """SGLang's request priority: with --enable-priority-scheduling, larger values are admitted first."""
 
 
 def parse_generate(body: Mapping[str, Any], vocab_size: int) -> GenerateRequest:
@@ -178,6 +180,7 @@ def parse_generate(body: Mapping[str, Any], vocab_size: int) -> GenerateRequest:
     rid = optional_str(body, "rid")
     stream = optional_bool(body, "stream", False)
     return_logprob = optional_bool(body, "return_logprob", False)
+    priority = _optional_int(body, "priority", "")
     sampling = parse_sampling_params(body.get("sampling_params"))
     input_ids = body.get("input_ids")
     if input_ids is None:
@@ -194,7 +197,7 @@ def parse_generate(body: Mapping[str, Any], vocab_size: int) -> GenerateRequest:
         raise InvalidRequest(f"input_ids holds token id {bad}, outside the vocabulary [0, {vocab_size})")
     if rid is not None and not rid:
         raise InvalidRequest("rid must not be empty")
-    return GenerateRequest(rid=rid, input_ids=input_ids, sampling=sampling, return_logprob=return_logprob, stream=stream)
+    return GenerateRequest(rid=rid, input_ids=input_ids, sampling=sampling, return_logprob=return_logprob, stream=stream, priority=priority)
 
 
 def finish_length(length: int) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 One asyncio task (`Scheduler.run`) owns the state; the model's work (prefill, decode, sampling,
 loading a directory) runs in one worker thread so that HTTP stays responsive. Every iteration:
-admit waiting requests while a slot is free and the KV capacity allows (FCFS; a request reserves
-prompt + max_new_tokens tokens, so an admitted request always finishes without being evicted),
+admit waiting requests while a slot is free and the KV capacity allows (FCFS, or by request
+`priority` with priority scheduling; a request reserves prompt + max_new_tokens tokens, so an
+admitted request always finishes without being evicted),
 prefill them, then decode every running sequence by one token as a batch and hand each new token
 to its request. Aborts (`/abort_request`, a client that disconnects, `/pause_generation
 {mode: "abort"}`) free the slot and KV at once; a step that was in flight for an aborted request is
@@ -65,6 +66,7 @@ class Sequence:
         self.num_retractions = 0
         self.weight_version = weight_version
         """The version that generated the last token (the serving one until the first)."""
+        self.priority = request.priority if request.priority is not None else 0
         self.created = time.monotonic()
         self.finished_at: Optional[float] = None
         self.changed = asyncio.Event()
@@ -100,8 +102,18 @@ class _Work:
 class Scheduler:
     """The engine's state and its batching loop. Every method runs on the event loop's thread."""
 
-    def __init__(self, kv_capacity: int, max_running: int, eos_token_id: int, seed: int, fallback_config: Optional[TinyLMConfig]) -> None:
+    def __init__(
+        self,
+        kv_capacity: int,
+        max_running: int,
+        eos_token_id: int,
+        seed: int,
+        fallback_config: Optional[TinyLMConfig],
+        priority_scheduling: bool = False,
+    ) -> None:
         self.kv_capacity = kv_capacity
+        self.priority_scheduling = priority_scheduling
+        """Waiting requests are admitted by `priority`, larger first (SGLang's --enable-priority-scheduling)."""
         self.max_running = max_running
         self.eos_token_id = eos_token_id
         self.fallback_config = fallback_config
@@ -182,9 +194,21 @@ class Scheduler:
         if seq.finished:
             return
         del self.held[seq.rid]
-        self.waiting.append(seq)
+        self._queue(seq)
         self.prompt_tokens_total += len(seq.input_ids)
         self._changed_queues()
+
+    def _queue(self, seq: Sequence) -> None:
+        """Into the waiting queue: at its end (FCFS), or with priority scheduling behind every
+        waiting request of at least its priority (FCFS among equals), which is the order in which
+        SGLang's priority policy admits them. The head still waits for room as under FCFS: a large
+        request of high priority is not passed by smaller ones. Unlike SGLang, running requests are
+        never preempted for a waiting one of higher priority."""
+        if not self.priority_scheduling:
+            self.waiting.append(seq)
+            return
+        at = next((i for i, other in enumerate(self.waiting) if other.priority < seq.priority), len(self.waiting))
+        self.waiting.insert(at, seq)
 
     def abort(self, rid: str, message: str = "Aborted by AbortReq.") -> bool:
         """Finishes a request with an abort (wherever it is); False if no such request is in flight."""
@@ -351,7 +375,7 @@ class Scheduler:
             seq = self.waiting[0]
             need = len(seq.input_ids) + seq.max_new_tokens
             if self.kv_reserved + need > self.kv_capacity:
-                break  # first come, first served: the head waits for room
+                break  # the head (first come, or highest priority) waits for room
             self.waiting.popleft()
             if seq.max_new_tokens <= len(seq.output_ids):
                 self._finish(seq, finish_length(seq.max_new_tokens))
