@@ -290,6 +290,29 @@ const relays = dashboard({
         { unit: 'ops' },
       ),
       panel('Plan epoch', [[`laminar_relay_plan_epoch{${I}}`, '{{instance}}']], { decimals: 0 }),
+      panel(
+        'Delta broadcast: bytes',
+        [
+          [rate('laminar_relay_delta_full_bytes_total', ['direction']), '{{direction}} in full'],
+          [rate('laminar_relay_delta_wire_bytes_total', ['direction']), '{{direction}} on the wire'],
+        ],
+        {
+          unit: 'Bps',
+          description:
+            'What the chunks that crossed hops would have taken sent in full, against what they took as deltas against the base the receiver held (--delta); out: sent, in: received.',
+        },
+      ),
+      panel(
+        'Delta broadcast: chunks by kind',
+        [
+          [increase('laminar_relay_delta_chunks_total', ['direction', 'kind']), '{{direction}} {{kind}}'],
+          [increase('laminar_relay_delta_fallbacks_total', ['reason']), 'fallback {{reason}}'],
+        ],
+        {
+          description:
+            'Chunks in 5 minutes as same (unchanged from the base), sparse (a delta) or full; fallbacks: deltas received that did not decode or failed the checksum, asked for again in full (nothing wrong is served).',
+        },
+      ),
       panel('Transfers', [[increase('laminar_relay_broadcast_transfers_total', ['direction', 'result']), '{{direction}} {{result}}']], {
         description: 'Versions sent and received over one hop in 5 minutes.',
       }),

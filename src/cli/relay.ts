@@ -106,6 +106,15 @@ export function relayCommand(): Command {
     )
     .addOption(
       new Option(
+        '--delta <mode>',
+        'send a version to a relay holding an earlier one of the same layout as per-chunk deltas: auto (when the measured link is slower than encoding), on, off',
+      )
+        .env('LAMINAR_DELTA')
+        .choices(['auto', 'on', 'off'])
+        .default('auto'),
+    )
+    .addOption(
+      new Option(
         '--forward',
         "the trainer host's forwarding relay: takes no part in the broadcast, and pushes every version published into it to the chain's master (needs --nats and the job secret)",
       ).env('LAMINAR_FORWARD'),
@@ -146,6 +155,7 @@ export function relayCommand(): Command {
         handshakeTimeout: opts.handshakeTimeout as string,
         retryInterval: opts.retryInterval as string,
         partialTtl: opts.partialTtl as string,
+        delta: opts.delta as string,
         ...(controlInput(opts) ?? {}),
         ...(opts.host ? { host: opts.host as string } : {}),
         ...(opts.labels ? { labels: opts.labels as string } : {}),

@@ -3,6 +3,7 @@ import { Command, Option } from 'commander';
 import { formatBytes } from '../common/units.js';
 import { RelayClient } from '../relay/client/index.js';
 import { describeChunking } from '../relay/chunking/describe.js';
+import { describeDelta } from '../relay/broadcast/delta/describe.js';
 
 export function versionsCommand(): Command {
   return new Command('versions')
@@ -53,6 +54,8 @@ export function versionsCommand(): Command {
               (b.upstreams.length ? `; upstream ${b.upstreams.map((u) => u.id).join(', ')}` : '') +
               `${receiving ? `; receiving ${receiving}` : ''}${b.skipped.length ? `; skipped ${b.skipped.join(', ')}` : ''}\n`,
           );
+          // A relay of an older build reports no delta.
+          if (b.delta) process.stdout.write(`${describeDelta(b.delta)}\n`);
         }
       } finally {
         relay.close();

@@ -46,6 +46,8 @@ export interface MemberState {
   pageSize?: number;
   /** A relay's chunk bytes sent and received since it started (cumulative). */
   bytes?: Heartbeat['bytes'];
+  /** A relay's delta broadcast counts. */
+  delta?: Heartbeat['delta'];
 }
 
 export interface MemberAgentOptions {
@@ -252,6 +254,7 @@ export class MemberAgent {
       ...(state.chunking ? { chunking: state.chunking } : {}),
       ...(state.pageSize ? { pageSize: state.pageSize } : {}),
       ...(state.bytes ? { bytes: state.bytes } : {}),
+      ...(state.delta ? { delta: state.delta } : {}),
     };
     this.publish(this.names.heartbeat, heartbeat);
     const kv = this.kv;

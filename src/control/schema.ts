@@ -104,6 +104,11 @@ export const chunkingSchema = chunkInputs.extend({
     .nullable(),
 });
 
+const count = z.number().int().nonnegative();
+const deltaCounts = z.object({ chunks: z.object({ same: count, sparse: count, full: count }), fullBytes: count, wireBytes: count });
+/** A relay's delta broadcast: its --delta mode, chunks and bytes sent and received (DeltaStatus of the relay's status). */
+export const deltaSchema = z.object({ mode: z.enum(['auto', 'on', 'off']), out: deltaCounts, in: deltaCounts });
+
 export const heartbeatSchema = z.object({
   v: z.literal(SCHEMA_VERSION),
   t: z.literal('heartbeat'),
@@ -130,6 +135,8 @@ export const heartbeatSchema = z.object({
    * cumulative (optional like chunking: older relays leave it out, a bad one is dropped).
    */
   bytes: z.object({ sent: z.number().int().nonnegative(), received: z.number().int().nonnegative() }).optional().catch(undefined),
+  /** Relays: delta broadcast's mode and counts (DeltaStatus of the relay's status; optional like chunking). */
+  delta: deltaSchema.optional().catch(undefined),
 });
 
 export const reportSchema = z.object({
@@ -216,6 +223,7 @@ export type BatchSummary = z.infer<typeof batchSummarySchema>;
 export type Holding = z.infer<typeof holding>;
 export type Progress = z.infer<typeof progress>;
 export type Chunking = z.infer<typeof chunkingSchema>;
+export type DeltaReport = z.infer<typeof deltaSchema>;
 
 export function encode(value: object): Uint8Array {
   return pack(value);

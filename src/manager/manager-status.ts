@@ -4,7 +4,7 @@
  * module of its own so that the status' readers (status-view.ts, status-table.ts, dashboard/)
  * need not import the manager.
  */
-import type { Chunking, Holding, MemberKind, Progress, RolloutLoad } from '../control/schema.js';
+import type { Chunking, DeltaReport, Holding, MemberKind, Progress, RolloutLoad } from '../control/schema.js';
 import type { MemberHealth } from './membership.js';
 import type { CoordinatorStatus } from './rollouts/coordinator.js';
 
@@ -41,6 +41,8 @@ export interface ManagerStatus {
      * `reported`) and `laminar status` (its sent / received column) show it so.
      */
     bytes: { sent: number; received: number } | null;
+    /** The relay's delta broadcast (--delta) and its counts, as its last heartbeat said (absent: not reported). */
+    delta?: DeltaReport;
   }[];
   members: { id: string; kind: MemberKind; host: string; health: MemberHealth; heardMsAgo: number; inChain: boolean }[];
   newest: Holding[];

@@ -222,6 +222,7 @@ export class Manager {
           ...(member?.pageSize ? { pageSize: member.pageSize } : {}),
           demoted: this.chain.isDemoted(m.id),
           bytes: member?.bytes ?? null,
+          ...(member?.delta ? { delta: member.delta } : {}),
         };
       }),
       members: members.map((m) => ({

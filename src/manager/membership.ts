@@ -27,6 +27,7 @@ import {
   reportSchema,
   type Chunking,
   type Command,
+  type DeltaReport,
   type ControlError,
   type Holding,
   type MemberRecord,
@@ -62,6 +63,8 @@ export interface Member {
   pageSize: number | null;
   /** A relay's cumulative chunk bytes sent and received, from its last heartbeat (null: not reported). */
   bytes: { sent: number; received: number } | null;
+  /** A relay's delta broadcast counts, from its last heartbeat (null: not reported). */
+  delta: DeltaReport | null;
 }
 
 export interface MembershipOptions {
@@ -161,6 +164,7 @@ export class Membership {
           chunking: null,
           pageSize: null,
           bytes: null,
+          delta: null,
         });
       } catch (err) {
         this.metrics.rejected.inc({ code: (err as ControlError).code });
@@ -265,6 +269,7 @@ export class Membership {
       chunking: existing?.record.incarnation === request.incarnation ? existing.chunking : null,
       pageSize: existing?.record.incarnation === request.incarnation ? existing.pageSize : null,
       bytes: existing?.record.incarnation === request.incarnation ? existing.bytes : null,
+      delta: existing?.record.incarnation === request.incarnation ? existing.delta : null,
     });
     if (rejoin) this.chain.rejoined(record.id);
     void this.options
@@ -314,6 +319,7 @@ export class Membership {
     member.epoch = hb.epoch;
     member.chunking = hb.chunking ?? null;
     member.pageSize = hb.pageSize ?? null;
+    member.delta = hb.delta ?? null;
     if (hb.bytes) {
       const before = member.bytes;
       if (before && hb.bytes.received >= before.received) this.bytesReceivedTotal += hb.bytes.received - before.received;

@@ -63,7 +63,9 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
   lines.push('chain:');
   if (s.chain.length === 0) lines.push(filtered ? '  (no relay matches)' : '  (no plan yet: no relay registered)');
   else {
-    const rows = [['#', 'relay', 'address', 'host', 'labels', 'health', 'heard', 'holds', 'receiving', 'newest', 'chunk', 'pages', 'sent / received']];
+    const rows = [
+      ['#', 'relay', 'address', 'host', 'labels', 'health', 'heard', 'holds', 'receiving', 'newest', 'chunk', 'pages', 'delta in', 'sent / received'],
+    ];
     for (const r of s.chain) {
       rows.push([
         String(r.position),
@@ -80,6 +82,7 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
         `${Math.round(r.progress * 100)}%`,
         chunkCell(r.chunking),
         r.pageSize ? formatBytes(r.pageSize) : '-',
+        deltaCell(r.delta),
         trafficCell(r.bytes),
       ]);
     }
@@ -129,6 +132,17 @@ export function formatStatus(s: ManagerStatus, filtered = false): string {
 function trafficCell(bytes: ManagerStatus['chain'][number]['bytes'] | undefined): string {
   const b = bytes ?? null;
   return b === null ? NO_HEARTBEAT_YET : `${formatBytes(b.sent)} / ${formatBytes(b.received)}`;
+}
+
+/**
+ * What a relay's received chunks took on the wire against their full size ("3.1% of 2.0 GiB"),
+ * its --delta mode before it received any, '-' when it reports none (an older relay).
+ */
+function deltaCell(delta: ManagerStatus['chain'][number]['delta']): string {
+  if (!delta) return '-';
+  const got = delta.in;
+  if (got.fullBytes === 0) return delta.mode;
+  return `${((100 * got.wireBytes) / got.fullBytes).toFixed(1)}% of ${formatBytes(got.fullBytes)}`;
 }
 
 /** A relay's chunk size in the chain table: the fixed size, the last one auto chose, or auto. */

@@ -98,6 +98,7 @@ export class RelayControl {
       chunking: this.store.chunkSizer.status(),
       pageSize: this.store.options.pages.size,
       bytes: { sent: this.broadcaster.metrics.bytes.sent, received: this.broadcaster.metrics.bytes.received },
+      ...(status.delta ? { delta: status.delta } : {}),
     };
   }
 

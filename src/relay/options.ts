@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { parseBandwidth, parseBytes, parseDuration, parseLatency } from '../common/units.js';
 import { parseAddress } from '../ucx/worker.js';
 import { loadSecret } from './broadcast/auth.js';
+import { DEFAULT_DELTA_MODE, parseDeltaMode, type DeltaMode } from './broadcast/delta/policy.js';
 import { parsePeerList, positionOf, validatePlan, validateRelayId, type ChainPlan } from './broadcast/plan.js';
 import { DEFAULT_MAX_FRAME_BYTES } from '../common/request-protocol/frame.js';
 import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE, DEFAULT_SHM_DIR, defaultSocketPath } from './protocol/defaults.js';
@@ -76,6 +77,8 @@ export interface BroadcastOptions {
   handshakeTimeoutMs: number;
   retryMs: number;
   partialTtlMs: number;
+  /** Delta broadcast (`--delta`, broadcast/delta/policy.ts): auto (measured), on or off. */
+  delta: DeltaMode;
 }
 
 /** `nats` (and its credentials) puts the relay under a manager, which supplies the chain plan. */
@@ -118,6 +121,8 @@ export interface RelayOptionsInput extends Partial<ControlOptionsInput> {
   handshakeTimeout?: string | number;
   retryInterval?: string | number;
   partialTtl?: string | number;
+  /** auto, on or off (broadcast/delta/policy.ts). */
+  delta?: string;
   host?: string;
   /** "key=value,key=value". */
   labels?: string | Record<string, string>;
@@ -273,6 +278,7 @@ function parseBroadcastOptions(input: RelayOptionsInput, relayId: string): Broad
     handshakeTimeoutMs: parseDuration(input.handshakeTimeout ?? '5s'),
     retryMs: parseDuration(input.retryInterval ?? '2s'),
     partialTtlMs: parseDuration(input.partialTtl ?? '10m'),
+    delta: parseDeltaMode(input.delta ?? DEFAULT_DELTA_MODE),
   };
 }
 

@@ -20,6 +20,12 @@ import { natsClient } from '../data/helpers.js';
 const JOB = 'before-heartbeat';
 /** Longer than any test: the silent relay is never suspected. */
 const NEVER_MS = 3_600_000;
+/** What a relay's heartbeat says of its delta broadcast (broadcast/delta/): 1 MiB on the wire for 100 MiB of chunks. */
+const DELTA = {
+  mode: 'on' as const,
+  out: { chunks: { same: 0, sparse: 0, full: 0 }, fullBytes: 0, wireBytes: 0 },
+  in: { chunks: { same: 90, sparse: 10, full: 0 }, fullBytes: 100 * 2 ** 20, wireBytes: 2 ** 20 },
+};
 
 describe('a relay that has registered but not heartbeated yet', () => {
   let nats: NatsServer;
@@ -79,7 +85,7 @@ describe('a relay that has registered but not heartbeated yet', () => {
       host: `host-${id}`,
       address: '10.0.0.2:13337',
       heartbeatMs,
-      state: () => ({ epoch: null, holds: [], receiving: [], downstream: null, bytes: { sent: 0, received: 0 } }),
+      state: () => ({ epoch: null, holds: [], receiving: [], downstream: null, bytes: { sent: 0, received: 0 }, delta: DELTA }),
       onPlan: () => undefined,
     });
     agents.push(agent);
@@ -107,6 +113,10 @@ describe('a relay that has registered but not heartbeated yet', () => {
     const state = dashboardState(status, { seq: 1, at: Date.now(), series: { names: [], t: [], values: [] }, events: [] });
     expect(state.relays.find((r) => r.id === 'talker')!.reported).toBe(true);
     expect(formatStatus(status)).toMatch(/talker\s+10\.0\.0\.2:13337.*0 B \/ 0 B/);
+    // Its delta broadcast, as the heartbeat said it: `laminar status` shows what its chunks took on the wire.
+    expect(status.chain.find((r) => r.id === 'talker')!.delta).toEqual(DELTA);
+    expect(formatStatus(status)).toMatch(/talker\s.*\s1\.0% of 100 MiB\s+0 B \/ 0 B/);
+    expect(row('silent')!.delta).toBeUndefined();
     // The silent one still says so.
     expect(row('silent')!.bytes).toBeNull();
   });

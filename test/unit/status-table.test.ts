@@ -135,6 +135,19 @@ describe('laminar status table', () => {
     expect(text.match(/ro1/g)).toHaveLength(1);
   });
 
+  it("shows what each relay's received chunks took on the wire against their full size (delta broadcast)", () => {
+    const status = fleetStatus(3, 0, 0);
+    const none = { chunks: { same: 0, sparse: 0, full: 0 }, fullBytes: 0, wireBytes: 0 };
+    status.chain[0]!.delta = { mode: 'auto', out: none, in: none };
+    status.chain[1]!.delta = { mode: 'on', out: none, in: { chunks: { same: 250, sparse: 6, full: 0 }, fullBytes: 2 ** 31, wireBytes: 64 * 2 ** 20 } };
+    const text = formatStatus(status);
+    expect(text).toMatch(/delta in\s+sent \/ received$/m);
+    // Nothing received yet: its mode; an older relay that reports none: '-'.
+    expect(text).toMatch(/r0\s.*\sauto\s+0 B \/ 0 B$/m);
+    expect(text).toMatch(/r1\s.*\s3\.1% of 2\.0 GiB\s+0 B \/ 0 B$/m);
+    expect(text).toMatch(/r2\s.*\s-\s+0 B \/ 0 B$/m);
+  });
+
   it('filters members by kind and health, and says "no relay matches" rather than "no plan"', () => {
     const status = fleetStatus(6, 2, 8);
     const dead = filterStatus(status, parseStatusFilter({ health: 'dead' }));
@@ -210,11 +223,11 @@ describe('laminar status table', () => {
     status.chain[0]!.pageSize = 2 * 2 ** 20;
     status.chain[1]!.pageSize = 4096;
     const text = formatStatus(status);
-    expect(text).toMatch(/\s+newest\s+chunk\s+pages\s+sent \/ received\n/);
-    expect(text).toMatch(/0\s+r0\s.*100%\s+4\.0 MiB auto\s+2\.0 MiB\s+0 B \/ 0 B\n/);
-    expect(text).toMatch(/1\s+r1\s.*100%\s+32\.0 MiB\s+4\.0 KiB\s+0 B \/ 0 B\n/);
+    expect(text).toMatch(/\s+newest\s+chunk\s+pages\s+delta in\s+sent \/ received\n/);
+    expect(text).toMatch(/0\s+r0\s.*100%\s+4\.0 MiB auto\s+2\.0 MiB\s+-\s+0 B \/ 0 B\n/);
+    expect(text).toMatch(/1\s+r1\s.*100%\s+32\.0 MiB\s+4\.0 KiB\s+-\s+0 B \/ 0 B\n/);
     // A relay that reports neither (an older build) shows dashes.
-    expect(text).toMatch(/2\s+r2\s.*100%\s+-\s+-\s+0 B \/ 0 B\n/);
+    expect(text).toMatch(/2\s+r2\s.*100%\s+-\s+-\s+-\s+0 B \/ 0 B\n/);
     expect(text).toContain('  r0: chunk 4.0 MiB for 1.0 GiB (auto: p=3, 0.24 GB/s measured, 250 us/chunk default); 2 hops measured\n');
   });
 });

@@ -164,6 +164,7 @@ export class Broadcaster {
       upstreams,
       receiving,
       skipped,
+      delta: { mode: this.options.delta, out: { ...this.metrics.delta.out }, in: { ...this.metrics.delta.in } },
     };
   }
 

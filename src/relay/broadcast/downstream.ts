@@ -20,6 +20,9 @@ import { StoredSource, type ChunkSource } from './source.js';
 import type { BroadcastStatus } from '../protocol/status.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 import { inBackground } from '../background.js';
+import { matchingBase, type BaseRef } from './delta/base.js';
+import { ChunkEncoder } from './delta/encoder.js';
+import { EncodeMeter } from './delta/policy.js';
 
 /** The code of the 'error' message a relay sends before closing a downstream link on purpose. */
 export const GOODBYE = ErrorCodes.RETARGETED;
@@ -54,6 +57,8 @@ export class DownstreamSide {
   private readonly options: BroadcasterOptions;
   private readonly metrics: BroadcastMetrics;
   private readonly log: Logger;
+  /** What this relay's encodes measured (delta/policy.ts), across its sessions. */
+  private readonly encodeMeter = new EncodeMeter();
 
   constructor(private readonly ctx: DownstreamContext) {
     this.store = ctx.store;
@@ -218,6 +223,26 @@ export class DownstreamSide {
     return this.store.list().find((v) => v.model === model && v.version === version);
   }
 
+  /**
+   * An encoder of `source` against the base the downstream relay named, when this relay holds the
+   * same base (delta/base.ts) and deltas are not off; null: full chunks.
+   */
+  private encoderFor(source: ChunkSource, ref: BaseRef): ChunkEncoder | null {
+    const mode = this.options.delta;
+    if (mode === 'off' || ref.version >= source.version) return null;
+    const base = matchingBase(this.store, source.model, ref);
+    if (base === null) {
+      this.log.debug({ model: source.model, version: source.version, base: ref.version }, 'the successor holds a base this relay does not: full chunks');
+      return null;
+    }
+    return new ChunkEncoder(source, base, {
+      store: this.store,
+      mode,
+      meter: this.encodeMeter,
+      linkBandwidth: () => this.store.chunkSizer.inputs().bandwidth,
+    });
+  }
+
   /** Starts sending `source` downstream (unless it is already on its way there). */
   offer(source: ChunkSource): void {
     const d = this.downstream;
@@ -242,6 +267,7 @@ export class DownstreamSide {
       stallMs: this.options.stallMs,
       metrics: this.metrics,
       log: this.log,
+      delta: (base) => this.encoderFor(source, base),
     });
     d.sessions.set(k, session);
     const sending = session
@@ -251,8 +277,9 @@ export class DownstreamSide {
           this.metrics.transfers.inc({ direction: 'out', result });
           if (result === 'complete') {
             this.metrics.transferSeconds.observe({ direction: 'out' }, (performance.now() - session.startedAt) / 1e3);
-            // The link's bandwidth (and per-chunk cost) for the chunk size of the next versions.
-            this.store.chunkSizer.recordHop(session.hopSample());
+            // The link's bandwidth (and per-chunk cost) for the chunk size of the next versions;
+            // a hop of deltas timed the encoder as much as the link.
+            if (!session.usedDelta) this.store.chunkSizer.recordHop(session.hopSample());
             this.log.info({ peer: d.member.id, model: source.model, version: source.version, chunksSent: session.sentChunks }, 'version delivered downstream');
           } else if (session.declined?.code === ErrorCodes.BUSY) {
             // Another offer of the same version is being set up there: offer again shortly.

@@ -1,19 +1,30 @@
 /**
  * A version arriving from upstream: chunks land directly in the segment, each is verified
  * against the header's checksum before it counts (and before it is forwarded), a bad one is
- * asked for again. The contiguous high-water mark is what a new upstream resumes from.
+ * asked for again. The contiguous high-water mark is what a new upstream resumes from. With a
+ * base (delta/base.ts), a chunk may come as a delta against it instead, rebuilt here
+ * (delta/reconstruct.ts) and verified the same way; the base stays leased until the version is
+ * complete or abandoned.
  */
 import type { Logger } from 'pino';
 import { LaminarError } from '../../common/errors.js';
-import { checksumHex } from '../../native/index.js';
+import { checksumHex, type Mapping } from '../../native/index.js';
 import { chunkRange } from '../../safetensors/header.js';
 import type { IncomingMessage } from '../../ucx/index.js';
 import type { StoredVersion, VersionStore } from '../store.js';
 import type { BroadcastMetrics } from './metrics.js';
 import { VersionSource } from './source.js';
 import { ErrorCodes } from '../../common/error-codes.js';
+import type { BaseRef } from './delta/base.js';
+import { rebuildChunk, type DeltaEncoding } from './delta/reconstruct.js';
 
 export type ChunkOutcome = 'verified' | 'duplicate' | 'corrupt' | 'failed';
+
+/** The version a delta arrival is rebuilt from, leased by the transfer, and how the sender names it. */
+export interface ArrivalBase {
+  v: StoredVersion;
+  ref: BaseRef;
+}
 
 /**
  * Chunks from one link are pulled one at a time, in the order they were announced. With several
@@ -57,8 +68,11 @@ export class IncomingTransfer extends VersionSource {
     private readonly checksums: string[],
     private readonly metrics: BroadcastMetrics,
     private readonly log: Logger,
+    /** The base delta chunks are rebuilt from (leased here until the transfer ends); null: full chunks only. */
+    readonly base: ArrivalBase | null = null,
   ) {
     super(v);
+    if (base) store.lease(base.v);
     this.verified = new Uint8Array(v.layout.chunkCount);
     this.landingFrom = new Uint32Array(v.layout.chunkCount);
     this.generation = new Uint32Array(v.layout.chunkCount);
@@ -67,6 +81,8 @@ export class IncomingTransfer extends VersionSource {
       this.rejectDone = reject;
     });
     this.done.catch(() => undefined);
+    // The base is needed no longer once the version is complete (or given up).
+    if (base) this.done.finally(() => store.unlease(base.v)).catch(() => undefined);
     void this.prefault();
   }
 
@@ -105,11 +121,11 @@ export class IncomingTransfer extends VersionSource {
     this.currentUpstream = linkId;
   }
 
-  /** Where a (new) sender should start, and what it may skip beyond that. */
-  resumePoint(): { from: number; have: number[] } {
+  /** Where a (new) sender should start, what it may skip beyond that, and the base it may send deltas against. */
+  resumePoint(): { from: number; have: number[]; base?: BaseRef } {
     const have: number[] = [];
     for (let i = this.hwmValue; i < this.verified.length && have.length < 65536; i++) if (this.verified[i]) have.push(i);
-    return { from: this.hwmValue, have };
+    return { from: this.hwmValue, have, ...(this.base ? { base: this.base.ref } : {}) };
   }
 
   available(index: number): boolean {
@@ -127,10 +143,11 @@ export class IncomingTransfer extends VersionSource {
   }
 
   /**
-   * Takes chunk `index` from a message: validates it, pulls the bytes into place, verifies them.
-   * Never throws: the outcome says what happened (the caller nacks a corrupt chunk).
+   * Takes chunk `index` from a message: validates it, pulls the bytes into place (or rebuilds
+   * them from the base, for a delta `encoding`), verifies them. Never throws: the outcome says
+   * what happened (the caller nacks a corrupt chunk, and the sender sends a nacked one full).
    */
-  async receive(index: number, incoming: IncomingMessage, linkId: number, lane: PullLane): Promise<ChunkOutcome> {
+  async receive(index: number, incoming: IncomingMessage, linkId: number, lane: PullLane, encoding?: DeltaEncoding): Promise<ChunkOutcome> {
     this.lastActivity = Date.now();
     if (this.abandoned || this.v.state !== 'writing') {
       incoming.release();
@@ -151,22 +168,37 @@ export class IncomingTransfer extends VersionSource {
     const superseded = (): boolean => this.generation[index] !== generation;
     try {
       const mapping = this.v.mapping!;
-      await lane.run(() => {
-        if (!superseded()) return incoming.receiveInto(mapping, offset);
-        incoming.release();
-        return Promise.resolve();
-      });
+      const wireBytes = encoding === undefined ? length : incoming.length;
+      const pull = (into: Mapping | Uint8Array, at: number): Promise<boolean> =>
+        lane.run(() => {
+          if (!superseded()) return incoming.receiveInto(into, at).then(() => true);
+          incoming.release();
+          return Promise.resolve(false);
+        });
+      if (encoding === undefined) await pull(mapping, offset);
+      else await rebuildChunk(encoding, index, incoming, this.base!.v, { mapping, layout: this.v.layout }, (into) => pull(into, 0));
       if (superseded()) return 'duplicate';
       const sum = checksumHex(await mapping.checksumAsync(offset, length));
-      this.metrics.chunkBytesReceived.inc(length);
-      this.metrics.bytes.received += length;
+      this.metrics.chunkBytesReceived.inc(wireBytes);
+      this.metrics.bytes.received += wireBytes;
       if (superseded()) return 'duplicate';
       if (sum !== this.checksums[index]) {
         this.metrics.corruptChunks.inc();
-        this.log.warn({ model: this.v.model, version: this.v.version, chunk: index }, 'chunk failed its checksum: asking again');
+        if (encoding !== undefined) this.metrics.deltaFallbacks.inc({ reason: 'checksum' });
+        this.log.warn({ model: this.v.model, version: this.v.version, chunk: index, encoding: encoding ?? 'full' }, 'chunk failed its checksum: asking again');
         return 'corrupt';
       }
+      this.metrics.countDelta('in', encoding ?? 'full', length, wireBytes);
     } catch (err) {
+      if ((err as LaminarError).code === ErrorCodes.DELTA_CORRUPT && !superseded()) {
+        // Nothing decoded is kept: the chunk is not marked verified, and its full copy is asked for.
+        this.metrics.deltaFallbacks.inc({ reason: 'decode' });
+        this.log.warn(
+          { model: this.v.model, version: this.v.version, chunk: index, err: (err as Error).message },
+          'a delta did not decode: asking for the full chunk',
+        );
+        return 'corrupt';
+      }
       this.log.debug({ err, chunk: index }, 'chunk receive failed');
       return superseded() ? 'duplicate' : 'failed';
     } finally {

@@ -12,9 +12,13 @@
  *   publisher -> relay     part-offer {model, version, size, headerBytes, part, parts, runs, pieces}
  *                          + payload: header bytes (placeholder chunk checksums), then one u64 LE
  *                          XXH3 per piece            (only to a relay whose welcome said parts)
- *   receiver  -> sender    accept {model, version, from, have}    | decline {model, version, code}
- *   sender    -> receiver  chunk {model, version, index} + payload: chunk bytes
- *   receiver  -> sender    nack {model, version, index}           (failed its checksum: send again)
+ *   receiver  -> sender    accept {model, version, from, have, base?} | decline {model, version, code}
+ *                          base {version, digest}: an earlier version of the same layout the
+ *                          receiver holds (delta/base.ts); a sender holding the same may send deltas
+ *   sender    -> receiver  chunk {model, version, index, enc?} + payload: chunk bytes, or with enc
+ *                          'same' none (chunk `index` of the base), 'sparse' a delta against the base
+ *   receiver  -> sender    nack {model, version, index}           (failed its checksum or did not
+ *                                                                  decode: send again, in full)
  *   receiver  -> sender    progress {model, version, hwm, complete}
  *   publisher -> relay     chunk-query {size}                    (only to a relay whose welcome said chunkAdvice)
  *   relay     -> publisher chunk-advice {size, chunkSize}         (the chunk size the relay would give `size` data bytes)
@@ -68,9 +72,18 @@ export const peerMessageSchema = z.discriminatedUnion('t', [
       .max(4096),
     pieces: z.number().int().nonnegative(),
   }),
-  z.object({ t: z.literal('accept'), model, version, from: index, have: z.array(index).max(65536) }),
+  z.object({
+    t: z.literal('accept'),
+    model,
+    version,
+    from: index,
+    have: z.array(index).max(65536),
+    // Left out by relays of older builds (and by those without a base): full chunks only.
+    base: z.object({ version, digest: z.string().min(1).max(64) }).optional(),
+  }),
   z.object({ t: z.literal('decline'), model, version, code: z.string().max(64), message: z.string().max(1024) }),
-  z.object({ t: z.literal('chunk'), model, version, index }),
+  // enc only to a receiver whose accept named a base; a chunk without it is the chunk itself.
+  z.object({ t: z.literal('chunk'), model, version, index, enc: z.enum(['same', 'sparse']).optional() }),
   z.object({ t: z.literal('nack'), model, version, index }),
   z.object({ t: z.literal('progress'), model, version, hwm: index, complete: z.boolean() }),
   z.object({ t: z.literal('chunk-query'), size: z.number().int().nonnegative() }),

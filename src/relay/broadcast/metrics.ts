@@ -1,6 +1,10 @@
 /** Prometheus metrics of the broadcast between relays. */
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { counter, gauge, histogram } from '../../common/metric-factory.js';
+import type { DeltaCounts } from '../protocol/status.js';
+
+/** How a chunk crossed a hop: unchanged from the base, a sparse delta against it, or in full. */
+export type ChunkKind = 'same' | 'sparse' | 'full';
 
 export class BroadcastMetrics {
   readonly chunksSent: Counter;
@@ -25,6 +29,12 @@ export class BroadcastMetrics {
   readonly handlerErrors: Counter<'code'>;
   readonly acceptFailures: Counter<'code'>;
   readonly backgroundFailures: Counter<'task'>;
+  readonly deltaChunks: Counter<'direction' | 'kind'>;
+  readonly deltaFullBytes: Counter<'direction'>;
+  readonly deltaWireBytes: Counter<'direction'>;
+  readonly deltaFallbacks: Counter<'reason'>;
+  /** The delta counters as plain numbers, for the relay's status (`laminar versions`) and heartbeat. */
+  readonly delta: { out: DeltaCounts; in: DeltaCounts } = { out: emptyCounts(), in: emptyCounts() };
   /**
    * Chunk bytes sent and received since the relay started, as plain numbers: the relay's
    * heartbeat carries them to the manager (the dashboard's bytes broadcast), and a counter's
@@ -121,5 +131,40 @@ export class BroadcastMetrics {
       labelNames: ['task'],
     });
     this.epoch = gauge(registry, { name: 'laminar_relay_plan_epoch', help: 'Epoch of the chain plan in force' });
+    this.deltaChunks = counter(registry, {
+      name: 'laminar_relay_delta_chunks_total',
+      help: 'Chunks that crossed a hop, by direction (out: sent, in: received) and kind: same (unchanged from the base), sparse (a delta against it) or full',
+      labelNames: ['direction', 'kind'],
+    });
+    this.deltaFullBytes = counter(registry, {
+      name: 'laminar_relay_delta_full_bytes_total',
+      help: 'Bytes the chunks that crossed a hop would have taken sent in full, by direction',
+      labelNames: ['direction'],
+    });
+    this.deltaWireBytes = counter(registry, {
+      name: 'laminar_relay_delta_wire_bytes_total',
+      help: 'Bytes the chunks that crossed a hop took on the wire (full chunks and delta payloads), by direction',
+      labelNames: ['direction'],
+    });
+    this.deltaFallbacks = counter(registry, {
+      name: 'laminar_relay_delta_fallbacks_total',
+      help: 'Delta chunks received that were not served and were asked for again in full, by reason: decode (the payload did not decode) or checksum (rebuilt bytes failed the version checksum)',
+      labelNames: ['reason'],
+    });
   }
+
+  /** One chunk of `fullBytes` that crossed a hop as `kind`, taking `wireBytes` on the wire. */
+  countDelta(direction: 'in' | 'out', kind: ChunkKind, fullBytes: number, wireBytes: number): void {
+    this.deltaChunks.inc({ direction, kind });
+    this.deltaFullBytes.inc({ direction }, fullBytes);
+    this.deltaWireBytes.inc({ direction }, wireBytes);
+    const counts = this.delta[direction];
+    counts.chunks[kind]++;
+    counts.fullBytes += fullBytes;
+    counts.wireBytes += wireBytes;
+  }
+}
+
+function emptyCounts(): DeltaCounts {
+  return { chunks: { same: 0, sparse: 0, full: 0 }, fullBytes: 0, wireBytes: 0 };
 }

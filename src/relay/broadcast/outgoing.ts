@@ -5,6 +5,11 @@
  * `stallMs` is treated as dead, like one whose connection broke. A peer that takes more than half
  * of that for one step is healthy but close to the limit (big chunks on a slow link): that is
  * counted and said, since the next slower moment would drop it.
+ *
+ * When the peer's accept names a base it holds and `delta` gives an encoder for it
+ * (delta/encoder.ts), each chunk goes as whichever is smallest: 'same' as the base, a sparse
+ * delta, or full. A chunk the peer nacks goes full from then on: whatever the delta's fault, the
+ * full chunk heals it.
  */
 import type { Logger } from 'pino';
 import { LaminarError, TimeoutError } from '../../common/errors.js';
@@ -16,6 +21,8 @@ import type { PeerMessage, PeerMessageOf } from './messages.js';
 import type { BroadcastMetrics } from './metrics.js';
 import type { ChunkSource } from './source.js';
 import type { HopSample } from '../chunking/link-estimator.js';
+import type { BaseRef } from './delta/base.js';
+import type { ChunkEncoder } from './delta/encoder.js';
 
 export type OutgoingResult = 'complete' | 'declined';
 
@@ -37,12 +44,18 @@ export interface OutgoingOptions {
   completionTimeoutMs?: number;
   /** What to offer instead of the source's whole version (a part: relay/parts/). */
   offer?: { message: PeerMessage; payload: Payload };
+  /** An encoder against the base the peer named in its accept, or null to send every chunk full. */
+  delta?: (base: BaseRef) => ChunkEncoder | null;
 }
 
 export class OutgoingTransfer {
   private next = 0;
   private readonly skip = new Set<number>();
   private readonly resend: number[] = [];
+  /** Set when the peer's base is one this sender holds too. */
+  private encoder: ChunkEncoder | null = null;
+  /** Chunks the peer nacked: sent full from then on. */
+  private readonly fullOnly = new Set<number>();
   private inflight = 0;
   private waitingFor: number | null = null;
   private accepted = false;
@@ -85,6 +98,11 @@ export class OutgoingTransfer {
     return this.finished;
   }
 
+  /** Whether chunks went as deltas: such a hop's bytes and time say little about the link alone. */
+  get usedDelta(): boolean {
+    return this.encoder !== null;
+  }
+
   /**
    * What this hop carried and for how long the link had chunks in flight: time spent waiting on
    * our own upstream with nothing in flight (forwarding a version still arriving) or on the
@@ -121,6 +139,7 @@ export class OutgoingTransfer {
       case 'nack':
         if (message.index < this.count) {
           this.options.metrics.nacks.inc();
+          this.fullOnly.add(message.index);
           this.resend.push(message.index);
           this.pump();
         }
@@ -145,7 +164,12 @@ export class OutgoingTransfer {
     this.progressed('to accept the offer');
     this.next = Math.min(message.from, this.count);
     for (const i of message.have) this.skip.add(i);
-    this.options.log.debug({ peer: this.link.peerId, model: this.source.model, version: this.source.version, from: this.next }, 'offer accepted');
+    // A part (pieces of a version published in parts) is never sent as a delta.
+    if (message.base && this.source.pieces === undefined) this.encoder = this.options.delta?.(message.base) ?? null;
+    this.options.log.debug(
+      { peer: this.link.peerId, model: this.source.model, version: this.source.version, from: this.next, base: this.encoder?.base.version ?? null },
+      'offer accepted',
+    );
     this.pump();
   }
 
@@ -192,18 +216,32 @@ export class OutgoingTransfer {
       this.lastProgress = Date.now();
       this.busySince = performance.now();
     }
+    let encoded;
+    try {
+      encoded = this.encoder !== null && !this.fullOnly.has(index) ? this.encoder.encode(index) : null;
+    } catch (err) {
+      this.fail(err as Error);
+      return;
+    }
+    const kind = encoded?.kind ?? 'full';
+    const header: PeerMessage = { t: 'chunk', model: this.source.model, version: this.source.version, index, ...(kind !== 'full' ? { enc: kind } : {}) };
+    let payload: Payload | undefined;
+    if (encoded === null || encoded.kind === 'full') payload = { source: mapping, offset, length };
+    else if (encoded.kind === 'sparse') payload = { source: encoded.payload, offset: 0, length: encoded.payload.byteLength };
+    const wireBytes = payload?.length ?? 0;
     this.inflight++;
     this.sentChunks++;
-    this.link.send({ t: 'chunk', model: this.source.model, version: this.source.version, index }, { source: mapping, offset, length }).then(
+    this.link.send(header, payload).then(
       () => {
         this.progressed('to take a chunk');
         this.inflight--;
         this.carriedChunks++;
-        this.carriedBytes += length;
+        this.carriedBytes += wireBytes;
         if (this.inflight === 0) this.busySeconds += (performance.now() - this.busySince) / 1e3;
         this.options.metrics.chunksSent.inc();
-        this.options.metrics.chunkBytesSent.inc(length);
-        this.options.metrics.bytes.sent += length;
+        this.options.metrics.chunkBytesSent.inc(wireBytes);
+        this.options.metrics.bytes.sent += wireBytes;
+        if (this.source.pieces === undefined) this.options.metrics.countDelta('out', kind, length, wireBytes);
         this.options.onChunk?.(this.sentChunks, this.count);
         this.pump();
       },
@@ -258,6 +296,7 @@ export class OutgoingTransfer {
     if (this.finished) return;
     this.finished = true;
     this.stallWatch?.stop();
+    this.encoder?.close();
     this.resolve(result);
   }
 
@@ -265,6 +304,7 @@ export class OutgoingTransfer {
     if (this.finished) return;
     this.finished = true;
     this.stallWatch?.stop();
+    this.encoder?.close();
     this.reject(err);
   }
 }

@@ -12,7 +12,9 @@ import type { BroadcastStatus } from '../protocol/status.js';
 import { parseOffered, type OfferedVersion, type StoredVersion, type VersionStore } from '../store.js';
 import type { BroadcasterOptions } from './options.js';
 import { GOODBYE } from './downstream.js';
-import { IncomingTransfer, PullLane } from './incoming.js';
+import { IncomingTransfer, PullLane, type ArrivalBase } from './incoming.js';
+import { baseFingerprint, findBase } from './delta/base.js';
+import { maxSparsePayloadBytes } from '../delta/codec.js';
 import { acceptPeer, keepaliveIntervalFor, type PeerLink, type PeerRole } from './link.js';
 import type { PeerMessage, PeerMessageOf } from './messages.js';
 import type { BroadcastMetrics } from './metrics.js';
@@ -235,9 +237,9 @@ export class UpstreamSide {
       incoming.release();
       existing.upstreams.add(link);
       existing.transfer.setUpstream(link.endpoint.id);
-      const { from, have } = existing.transfer.resumePoint();
+      const { from, have, base } = existing.transfer.resumePoint();
       this.log.info({ peer: link.peerId, model: offer.model, version: offer.version, from }, 'resuming a transfer with a new upstream');
-      void link.send({ t: 'accept', model: offer.model, version: offer.version, from, have }).catch(() => undefined);
+      void link.send({ t: 'accept', model: offer.model, version: offer.version, from, have, ...(base ? { base } : {}) }).catch(() => undefined);
       return;
     }
     const held = this.store.list().find((v) => v.model === offer.model && v.version === offer.version);
@@ -263,7 +265,8 @@ export class UpstreamSide {
     this.offersInProgress.add(k);
     try {
       const { v, offered } = await this.setUp(link, offer, incoming, k);
-      const transfer = new IncomingTransfer(this.store, v, offered.checksums, this.metrics, this.log);
+      const base = this.baseFor(v);
+      const transfer = new IncomingTransfer(this.store, v, offered.checksums, this.metrics, this.log, base);
       transfer.setUpstream(link.endpoint.id);
       const arrival: Arrival = { transfer, upstreams: new Set([link]) };
       this.arrivals.set(k, arrival);
@@ -291,8 +294,11 @@ export class UpstreamSide {
         },
       );
       inBackground(settled, this.log, 'finishing an arrival', this.failures);
-      this.log.info({ peer: link.peerId, model: v.model, version: v.version, size: v.layout.totalSize, chunks: v.layout.chunkCount }, 'receiving a version');
-      await link.send({ t: 'accept', model: v.model, version: v.version, from: 0, have: [] });
+      this.log.info(
+        { peer: link.peerId, model: v.model, version: v.version, size: v.layout.totalSize, chunks: v.layout.chunkCount, base: base?.ref.version ?? null },
+        'receiving a version',
+      );
+      await link.send({ t: 'accept', model: v.model, version: v.version, from: 0, have: [], ...(base ? { base: base.ref } : {}) });
       // Forward while receiving: the successor gets each chunk as soon as it is verified here.
       this.ctx.forward(transfer);
     } catch (err) {
@@ -303,6 +309,18 @@ export class UpstreamSide {
     } finally {
       this.offersInProgress.delete(k);
     }
+  }
+
+  /**
+   * The version an arrival of `v` may be rebuilt from (delta/base.ts): named in the accept, so
+   * that a sender holding the same may send deltas against it; null (full chunks) when this relay
+   * holds none of the same layout or takes no deltas (--delta off).
+   */
+  private baseFor(v: StoredVersion): ArrivalBase | null {
+    if (this.options.delta === 'off') return null;
+    const base = findBase(this.store, v.model, v.version, v.layout);
+    const digest = base && baseFingerprint(base);
+    return base && digest ? { v: base, ref: { version: base.version, digest } } : null;
   }
 
   /**
@@ -347,9 +365,15 @@ export class UpstreamSide {
       return;
     }
     const expected = Math.min(transfer.layout.chunkSize, transfer.layout.dataLength - chunk.index * transfer.layout.chunkSize);
-    if (incoming.length !== expected || incoming.data !== undefined || incoming.dropped) {
+    if (chunk.enc !== undefined && transfer.base === null) {
       incoming.release();
-      this.reject(link, ErrorCodes.CHUNK_LENGTH, `chunk ${chunk.index} carries ${incoming.length} bytes, expected ${expected} by rendezvous`);
+      this.reject(link, ErrorCodes.PEER_UNEXPECTED, `a delta of chunk ${chunk.index} of ${chunk.model} v${chunk.version}, received without a base`);
+      return;
+    }
+    const bad = badChunkLength(chunk.enc, incoming, expected);
+    if (bad !== null) {
+      incoming.release();
+      this.reject(link, ErrorCodes.CHUNK_LENGTH, `chunk ${chunk.index} ${bad}`);
       return;
     }
     let lane = this.lanes.get(link);
@@ -357,7 +381,7 @@ export class UpstreamSide {
       lane = new PullLane();
       this.lanes.set(link, lane);
     }
-    const receiving = transfer.receive(chunk.index, incoming, link.endpoint.id, lane).then((outcome) => {
+    const receiving = transfer.receive(chunk.index, incoming, link.endpoint.id, lane, chunk.enc).then((outcome) => {
       if (outcome === 'corrupt' || outcome === 'failed') {
         void link.send({ t: 'nack', model: chunk.model, version: chunk.version, index: chunk.index }).catch(() => undefined);
       }
@@ -366,4 +390,19 @@ export class UpstreamSide {
     // failed and abandoning it failed too.
     inBackground(receiving, this.log, 'receiving a chunk', this.failures);
   }
+}
+
+/**
+ * Why a chunk message's payload cannot be chunk `expected` bytes long as its encoding says, or
+ * null when it can: a full chunk comes by rendezvous, whole; 'same' carries nothing; 'sparse'
+ * carries a delta no longer than the codec's bound for the chunk.
+ */
+function badChunkLength(enc: 'same' | 'sparse' | undefined, incoming: IncomingMessage, expected: number): string | null {
+  if (incoming.dropped) return `carries ${incoming.length} bytes that were dropped`;
+  if (enc === undefined) {
+    return incoming.length === expected && incoming.data === undefined ? null : `carries ${incoming.length} bytes, expected ${expected} by rendezvous`;
+  }
+  if (enc === 'same') return incoming.length === 0 ? null : `is the base's but carries ${incoming.length} bytes`;
+  const limit = maxSparsePayloadBytes(expected);
+  return incoming.length > 0 && incoming.length <= limit ? null : `carries a delta of ${incoming.length} bytes, at most ${limit} for a chunk of ${expected}`;
 }

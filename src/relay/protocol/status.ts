@@ -49,6 +49,23 @@ export interface BroadcastStatus {
   /** Versions arriving; `settingUp`: its segment is being allocated, the offer not yet accepted. */
   receiving: { model: string; version: number; hwm: number; chunks: number; settingUp?: boolean }[];
   skipped: string[];
+  /** Delta broadcast (`--delta`) and what it saved since the relay started; absent from relays of older builds. */
+  delta?: DeltaStatus;
+}
+
+/** Chunks that crossed hops by kind, the bytes they would have taken in full and those they took. */
+export interface DeltaCounts {
+  chunks: { same: number; sparse: number; full: number };
+  fullBytes: number;
+  wireBytes: number;
+}
+
+export interface DeltaStatus {
+  mode: 'auto' | 'on' | 'off';
+  /** Chunks this relay sent downstream. */
+  out: DeltaCounts;
+  /** Chunks this relay received and verified. */
+  in: DeltaCounts;
 }
 
 /** Where an input of the chunk model came from: a flag, the relay's measured sends, the interface's speed, or the default. */

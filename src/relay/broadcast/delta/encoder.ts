@@ -1,0 +1,63 @@
+/**
+ * The sender's half of a delta hop: each chunk of the version being sent, encoded against the
+ * sender's own copy of the base the receiver named (base.ts), or left full when the delta would
+ * not pay (policy.ts). One per outgoing transfer; it holds a lease on the base for as long as the
+ * transfer runs, so that retention cannot retire the bytes the payloads are made from.
+ */
+import { chunkRange } from '../../../safetensors/header.js';
+import type { StoredVersion, VersionStore } from '../../store.js';
+import { encodeChunk, type EncodedChunk } from '../../delta/codec.js';
+import type { ChunkSource } from '../source.js';
+import { deltaPays, PROBE_EVERY, type DeltaMode, type EncodeMeter } from './policy.js';
+
+export interface ChunkEncoderOptions {
+  store: VersionStore;
+  mode: Exclude<DeltaMode, 'off'>;
+  meter: EncodeMeter;
+  /** The link's bandwidth in bytes per second now (the chunk model's input). */
+  linkBandwidth(): number;
+}
+
+export class ChunkEncoder {
+  private fullSinceProbe = 0;
+  private released = false;
+
+  /** Leases `base` until close(). */
+  constructor(
+    private readonly source: ChunkSource,
+    readonly base: StoredVersion,
+    private readonly options: ChunkEncoderOptions,
+  ) {
+    options.store.lease(base);
+  }
+
+  /**
+   * Chunk `index` encoded against the base, or null to send it full without encoding (auto mode
+   * on a link where the delta does not pay, or a base no longer mapped).
+   */
+  encode(index: number): EncodedChunk | null {
+    const { meter, mode } = this.options;
+    if (mode === 'auto' && !deltaPays(meter.measure, this.options.linkBandwidth())) {
+      this.fullSinceProbe++;
+      if (this.fullSinceProbe < PROBE_EVERY) return null;
+    }
+    this.fullSinceProbe = 0;
+    const baseMapping = this.base.mapping;
+    if (this.released || baseMapping === null) return null;
+    const at = chunkRange(this.source.layout, index);
+    const from = chunkRange(this.base.layout, index);
+    const next = new Uint8Array(this.source.mapping.view(at.offset, at.length));
+    const base = new Uint8Array(baseMapping.view(from.offset, from.length));
+    const started = performance.now();
+    const encoded = encodeChunk(base, next);
+    meter.record(at.length, encoded.kind === 'full' ? at.length : encoded.payload.byteLength, (performance.now() - started) / 1e3);
+    return encoded;
+  }
+
+  /** Lets the base go (the transfer ended). */
+  close(): void {
+    if (this.released) return;
+    this.released = true;
+    this.options.store.unlease(this.base);
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * The receiver's half of a delta hop: chunk i of the new version rebuilt in its segment from
+ * chunk i of the base this relay holds and what the sender sent: nothing for 'same', a sparse
+ * payload for 'sparse'. The caller verifies the result against the new version's own checksum,
+ * as for a full chunk: a payload that decodes to the wrong bytes is caught there, one that does
+ * not decode throws ERR_DELTA_CORRUPT here; either way the chunk is asked for again, in full.
+ */
+import type { Mapping } from '../../../native/index.js';
+import { chunkRange, type VersionLayout } from '../../../safetensors/header.js';
+import type { IncomingMessage } from '../../../ucx/index.js';
+import { decodeChunk } from '../../delta/codec.js';
+import type { StoredVersion } from '../../store.js';
+import { LaminarError } from '../../../common/errors.js';
+import { ErrorCodes } from '../../../common/error-codes.js';
+
+/** How a chunk message's bytes stand for the chunk (the chunk message's `enc`; absent: full). */
+export type DeltaEncoding = 'same' | 'sparse';
+
+export interface DeltaTarget {
+  mapping: Mapping;
+  layout: VersionLayout;
+}
+
+/**
+ * Rebuilds chunk `index` of `target` from `base` and the message's payload. `pull` moves the
+ * payload (in the order of the link's other pulls) and returns false when the chunk was
+ * superseded meanwhile (then nothing is written).
+ */
+export async function rebuildChunk(
+  encoding: DeltaEncoding,
+  index: number,
+  incoming: IncomingMessage,
+  base: StoredVersion,
+  target: DeltaTarget,
+  pull: (into: Uint8Array) => Promise<boolean>,
+): Promise<boolean> {
+  const baseMapping = base.mapping;
+  if (baseMapping === null) {
+    incoming.release();
+    throw new LaminarError(ErrorCodes.TRANSFER_ABANDONED, `the base v${base.version} of a delta is no longer mapped`);
+  }
+  const at = chunkRange(target.layout, index);
+  const from = chunkRange(base.layout, index);
+  // In the link's order, like a full chunk ('same' has no payload: this only settles the message).
+  const payload = new Uint8Array(incoming.length);
+  if (!(await pull(payload))) return false;
+  if (encoding === 'same') {
+    await target.mapping.copyFrom(baseMapping, from.offset, at.offset, at.length);
+    return true;
+  }
+  decodeChunk('sparse', new Uint8Array(baseMapping.view(from.offset, from.length)), payload, new Uint8Array(target.mapping.view(at.offset, at.length)));
+  return true;
+}
