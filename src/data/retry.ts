@@ -1,7 +1,7 @@
 /**
  * Retries of idempotent JetStream calls through a server restart or a lost connection. Only
  * transport failures are retried (timeouts, no responders, disconnects); an answer from the
- * server (JetStreamApiError: "no") is returned to the caller at once.
+ * server (JetStreamApiError: "no") is returned to the caller at once, except "try again later".
  */
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { delay } from '../common/concurrency.js';
@@ -20,9 +20,17 @@ const TRANSIENT = new Set(['TimeoutError', 'NoRespondersError', 'RequestError', 
  * buffer stream's leader was SIGKILLed under writers (test/cluster-nats/leader-kill.test.ts).
  */
 const NO_STREAM_RESPONDER = new Set(['JetStreamNotEnabled']);
+/**
+ * JetStream's "cluster not available" (err_code 10008, status 503, "JetStream system temporarily
+ * unavailable"): the server asked knows no leader for the stream, during an election. A read from
+ * the stream's leader (leader-read.ts) asked of a replica cut off from the others gets it, where
+ * the direct get it replaced answered from the replica's own, possibly stale, copy.
+ */
+const CLUSTER_NOT_AVAILABLE = 10008;
 
 export function isTransient(err: unknown): boolean {
-  if (err instanceof JetStreamApiError || !(err instanceof Error)) return false;
+  if (err instanceof JetStreamApiError) return err.code === CLUSTER_NOT_AVAILABLE;
+  if (!(err instanceof Error)) return false;
   // A closed or draining connection is final: retrying cannot help.
   if (err.name === 'ClosedConnectionError' || err.name === 'DrainingConnectionError') return false;
   // The server refused this client the subject (a RequestError caused by it): its answer, not a transport failure.

@@ -1,7 +1,7 @@
 /**
  * The rollout coordinator's orphan scan when the partial pool cannot be read, on a real
- * nats-server: the manager's reads of trajectory owners are refused (its user may not make direct
- * reads of the pool's stream). A trajectory whose owner could not be read is not taken for "not
+ * nats-server: the manager's reads of trajectory owners are refused (its user may not read the
+ * pool's stream's messages through the JetStream API, where owners are read from the leader). A trajectory whose owner could not be read is not taken for "not
  * an orphan" until the next backstop scan a minute later: the failure is counted and logged, and
  * the scan runs again within seconds, so the dead rollout's trajectories resume on a live rollout
  * soon after the fault is gone.
@@ -17,15 +17,15 @@ import { startPermissionedNats, type PermissionedNats } from '../helpers/nats-pe
 
 const POOL = 'scanfaults';
 const stream = partialNames(POOL).stream;
-/** Direct reads of the pool's stream: what startOf() uses to read a trajectory's owner. */
-const DIRECT_GET = [`$JS.API.DIRECT.GET.${stream}`, `$JS.API.DIRECT.GET.${stream}.>`];
+/** The stream leader's message get of the pool's stream: what startOf() uses to read a trajectory's owner (src/data/leader-read.ts). */
+const MSG_GET = [`$JS.API.STREAM.MSG.GET.${stream}`];
 
 let nats: PermissionedNats;
 let admin: NatsConnection;
 let restricted: NatsConnection;
 
 beforeAll(async () => {
-  nats = await startPermissionedNats(DIRECT_GET);
+  nats = await startPermissionedNats(MSG_GET);
   admin = await nats.connect('admin');
   restricted = await nats.connect('restricted');
 });

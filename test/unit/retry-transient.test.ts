@@ -20,6 +20,10 @@ describe('isTransient', () => {
     expect([value, calls]).toEqual(['stored', 3]);
   });
 
+  it('retries "cluster not available": a read from the leader while the stream has none', () => {
+    expect(isTransient(new JetStreamApiError({ code: 503, err_code: 10008, description: 'JetStream system temporarily unavailable' }))).toBe(true);
+  });
+
   it("does not retry the server's answers, nor a closed connection", () => {
     expect(isTransient(new JetStreamApiError({ code: 503, err_code: 10077, description: 'maximum bytes exceeded' }))).toBe(false);
     expect(isTransient(Object.assign(new Error('closed'), { name: 'ClosedConnectionError' }))).toBe(false);

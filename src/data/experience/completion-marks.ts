@@ -11,10 +11,12 @@
  * record, then the mark (in that order: the mark exists before the record goes).
  *
  * Marks expire after the completion horizon (the stream's max_age, stream.ts): one empty
- * message per trajectory for that long, instead of one forever.
+ * message per trajectory for that long, instead of one forever. A mark is read from the stream's
+ * leader (leader-read.ts): a lagging replica does not have the newest marks.
  */
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { mapLimit } from '../../common/concurrency.js';
+import { readFromLeader } from '../leader-read.js';
 import type { BufferNames } from './stream.js';
 
 const MARKS_IN_FLIGHT = 64;
@@ -33,6 +35,6 @@ export class CompletionMarks {
 
   /** Whether a trajectory's record left the buffer within the horizon. */
   async has(id: string): Promise<boolean> {
-    return (await this.jsm.direct.getMessage(this.names.doneStream, { last_by_subj: this.names.doneSubject(id) })) !== null;
+    return (await readFromLeader(this.jsm, this.names.doneStream, { last_by_subj: this.names.doneSubject(id) })) !== null;
   }
 }

@@ -12,6 +12,8 @@
  * a `duplicate`.
  * Once the record has left the buffer (trained on, evicted), its completion mark
  * (completion-marks.ts) still answers has() for the completion horizon.
+ * Both reads go to the stream's leader (leader-read.ts): a replica that lags answers "not
+ * written" for a record the leader holds, and the sample would be generated again.
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -29,6 +31,7 @@ import { META_HEADER, decodeMeta, encodeMeta, metaOf, type RecordMeta } from '..
 import { retryTransient } from '../retry.js';
 import { chunkMsgId, ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
 import { CompletionMarks } from './completion-marks.js';
+import { readFromLeader } from '../leader-read.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 
 /** Where a writer checks group ids (the prompt pool implements it). */
@@ -202,9 +205,12 @@ export class ExperienceWriter {
     return this.counted({ seq: stored?.seq ?? ack?.seq ?? 0, duplicate: true, chunks: 0 }, 0);
   }
 
-  /** The record stored for a trajectory id, with its metadata (null when none, or unreadable). */
+  /**
+   * The record stored for a trajectory id, with its metadata (null when none, or unreadable), as
+   * the stream's leader holds it: every answer here decides whether a trajectory is written again.
+   */
   private async storedRecord(recordSubject: string): Promise<{ seq: number; meta: RecordMeta | null } | null> {
-    const m = await this.retry(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: recordSubject }));
+    const m = await this.retry(() => readFromLeader(this.jsm, this.names.stream, { last_by_subj: recordSubject }));
     if (!m) return null;
     const header = m.header.get(META_HEADER);
     let meta: RecordMeta | null = null;

@@ -8,6 +8,10 @@
  * 'completing' marker (fails if the trajectory was taken over), the idempotent experience
  * write, then the log is purged. If a crash leaves both, a takeover sees the trajectory in the
  * experience buffer and finishes the removal instead of resuming it: never both, never neither.
+ *
+ * Reads of a log's last message decide ownership (who may append next, whether a start is ours,
+ * which owner a rollout keeps watching), so they go to the stream's leader (leader-read.ts): a
+ * replica that lags would name an owner or a state the log has left.
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import { headers } from '@nats-io/transport-node';
@@ -34,6 +38,7 @@ import {
 } from './log-codec.js';
 import { listLogs, readLog, summaryOf, type PartialState, type PartialSummary } from './log-reader.js';
 import { retryTransient } from '../retry.js';
+import { readFromLeader } from '../leader-read.js';
 import { ensurePartialStream, type PartialNames, type PartialStreamOptions } from './partial-stream.js';
 import { PartialTrajectory, WRONG_LAST_SEQUENCE, type TrajectoryHost } from './partial-trajectory.js';
 import { ErrorCodes } from '../../common/error-codes.js';
@@ -156,7 +161,7 @@ export class PartialPool {
   async restart(rolloutId: string, start: PartialStart, options: { from: string }): Promise<PartialTrajectory> {
     const s = this.parseStart(start);
     const subject = this.names.subject(s.trajectoryId);
-    const last = await this.store(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject }));
+    const last = await this.store(() => readFromLeader(this.jsm, this.names.stream, { last_by_subj: subject }));
     if (!last) {
       // Gone meanwhile (completed and purged, or removed): start it, unless someone else just did.
       return this.start(rolloutId, s).catch((err: unknown) => {
@@ -195,13 +200,13 @@ export class PartialPool {
   }
 
   /**
-   * One trajectory's summary (owner, state, tokens), as `list` gives it, from one direct read of
-   * its last message: what a rollout checks for a trajectory it may own without reading the
+   * One trajectory's summary (owner, state, tokens), as `list` gives it, from one read of its
+   * last message (from the stream's leader): what a rollout checks for a trajectory it may own without reading the
    * whole pool. Undefined when the trajectory is not in the pool.
    */
   async summary(trajectoryId: string): Promise<PartialSummary | undefined> {
     const subject = this.names.subject(trajectoryId);
-    const last = await this.store(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject }));
+    const last = await this.store(() => readFromLeader(this.jsm, this.names.stream, { last_by_subj: subject }));
     return last ? summaryOf(subject, last.header, last.seq) : undefined;
   }
 
@@ -212,20 +217,20 @@ export class PartialPool {
 
   /**
    * What a trajectory's rollout said when it started it (its weight version, group, sample), and
-   * who owns it now: two direct reads (the last message of its log, and the start it names), not
-   * the whole log. Undefined when the trajectory is not in the pool.
+   * who owns it now: two reads from the stream's leader (the last message of its log, and the
+   * start it names), not the whole log. Undefined when the trajectory is not in the pool.
    */
   async startOf(trajectoryId: string): Promise<{ start: PartialStart; owner: string } | undefined> {
     const subject = this.names.subject(trajectoryId);
     // A restart or a completion between the two reads removes the start the first one named: read again.
     for (let attempt = 0; ; attempt++) {
-      const last = await this.store(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject }));
+      const last = await this.store(() => readFromLeader(this.jsm, this.names.stream, { last_by_subj: subject }));
       if (!last) return undefined;
       const owner = last.header.get(OWNER_HEADER);
       if (last.header.get(KIND_HEADER) === 'start') return { start: this.startIn(last.data, subject), owner };
       const named = Number(last.header.get(START_SEQ_HEADER));
       // Logs written before the header existed were never restarted: their start is their first message.
-      const first = await this.store(() => this.jsm.direct.getMessage(this.names.stream, named > 0 ? { seq: named } : { seq: 0, next_by_subj: subject }));
+      const first = await this.store(() => readFromLeader(this.jsm, this.names.stream, named > 0 ? { seq: named } : { seq: 0, next_by_subj: subject }));
       if (first && first.subject === subject && first.header.get(KIND_HEADER) === 'start') return { start: this.startIn(first.data, subject), owner };
       if (attempt === 2)
         throw this.rejections.record(
@@ -365,7 +370,7 @@ export class PartialPool {
       return await this.publishMessage(subject, 'start', owner, 0, expectSeq, undefined, s);
     } catch (err) {
       if (!(err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE)) throw err;
-      const last = await retryTransient(() => this.jsm.direct.getMessage(this.names.stream, { last_by_subj: subject })).catch(() => null);
+      const last = await retryTransient(() => readFromLeader(this.jsm, this.names.stream, { last_by_subj: subject })).catch(() => null);
       if (last && last.seq > expectSeq && last.header.get(OWNER_HEADER) === owner && last.header.get(KIND_HEADER) === 'start') {
         const stored = decodeLog(last.data).start;
         if (stored?.createdAt === s.createdAt) return last.seq;

@@ -15,6 +15,7 @@ import { headers } from '@nats-io/transport-node';
 import { JetStreamApiError, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { DataInputError, OwnershipError } from '../errors.js';
 import { retryTransient } from '../retry.js';
+import { readFromLeader } from '../leader-read.js';
 import {
   ACTION_HEADER,
   encodeLog,
@@ -264,7 +265,8 @@ export class PartialTrajectory {
     } catch (err) {
       if (!(err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE)) throw err;
       // Our own earlier publish may have been stored although its ack was lost: adopt it.
-      const last = await retryTransient(() => this.host.jsm.direct.getMessage(this.host.stream, { last_by_subj: subject }));
+      // From the leader, which refused the append: a lagging replica would show our own last append as missing.
+      const last = await retryTransient(() => readFromLeader(this.host.jsm, this.host.stream, { last_by_subj: subject }));
       if (!(
         last &&
         last.header.get(OWNER_HEADER) === this.owner &&
