@@ -9,6 +9,7 @@ import asyncio
 from typing import Any, AsyncIterator, Dict
 
 import nats
+import nats.js.errors
 import numpy as np
 import pytest
 from experience_support import assert_stored_equals, trajectory_input
@@ -23,9 +24,10 @@ from laminar.data import (
     SyncExperienceWriter,
     read_record,
 )
-from laminar.data.codec import HEADER_ROOM, encode_meta, encode_payload, meta_of, validate_trajectory
+from laminar.data.codec import HEADER_ROOM, META_HEADER, encode_meta, encode_payload, meta_of, validate_trajectory
 from laminar.data.experience import buffer_names
-from laminar.data.experience.jetstream import api_request
+from laminar.data.experience.jetstream import api_request, direct_get, leader_get
+from laminar.data.retry import is_transient
 from laminar.errors import ClosedError
 
 _buffers = iter(range(1_000_000))
@@ -76,6 +78,31 @@ async def test_a_written_trajectory_reads_back_equal(nc: Any) -> None:
     assert await read_record(nc, "never-written", buffer) is None
     s = writer.stats()
     assert (s.written, s.duplicates, s.bytes, s.chunked) == (1, 0, 300 * 8, 0)
+
+
+async def test_a_read_from_the_leader_gives_the_message_a_direct_get_gives(nc: Any) -> None:
+    # has() and the lost-ack check read through the stream's leader (a lagging replica answers
+    # direct gets from a stale copy: test/cluster-nats/stale-replica.test.ts); the message must
+    # come back the same: headers (the record's metadata), body, sequence, subject.
+    buffer = fresh_buffer()
+    writer = await ExperienceWriter.open(nc, buffer)
+    await writer.write(trajectory_input(7, tokens=40))
+    names = buffer_names(buffer)
+    subject = names.record_subject("traj-7")
+    direct = await direct_get(nc, names.stream, last_by_subj=subject, timeout=5.0)
+    leader = await leader_get(nc, names.stream, last_by_subj=subject, timeout=5.0)
+    assert direct is not None and leader is not None
+    assert (leader.seq, leader.subject, leader.data) == (direct.seq, direct.subject, direct.data)
+    assert leader.headers[META_HEADER] == direct.headers[META_HEADER]
+    assert await leader_get(nc, names.stream, seq=leader.seq, timeout=5.0) == leader
+    assert await leader_get(nc, names.stream, last_by_subj=names.record_subject("never-written"), timeout=5.0) is None
+
+
+def test_cluster_not_available_is_retried_other_answers_are_not() -> None:
+    # A read from the leader asked of a replica that knows none (an election) is answered 10008:
+    # ask again, as retry.ts does; "maximum bytes exceeded" (10077) is an answer.
+    assert is_transient(nats.js.errors.APIError(code=503, err_code=10008, description="JetStream system temporarily unavailable"))
+    assert not is_transient(nats.js.errors.APIError(code=503, err_code=10077, description="maximum bytes exceeded"))
 
 
 async def test_the_stream_is_created_with_the_typescript_configuration(nc: Any) -> None:

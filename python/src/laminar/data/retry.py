@@ -28,13 +28,19 @@ _TRANSIENT = (
 )
 
 
+_CLUSTER_NOT_AVAILABLE = 10008
+"""JetStream's "temporarily unavailable": the server asked knows no leader for the stream (an
+election); a read from the leader (experience/jetstream.py `leader_get`) may get it. As retry.ts."""
+
+
 def is_transient(err: BaseException) -> bool:
-    """Whether a failure may go away by itself (the server restarting, a reconnection)."""
+    """Whether a failure may go away by itself (the server restarting, a reconnection, an election)."""
     if isinstance(err, _FINAL):
         return False
     if isinstance(err, nats.js.errors.APIError):
-        # An answer, even a 503 one (nats-server 2.9 answers "maximum bytes exceeded" so).
-        return False
+        # An answer, even a 503 one (nats-server 2.9 answers "maximum bytes exceeded" so), except
+        # "cluster not available", which says to ask again.
+        return err.err_code == _CLUSTER_NOT_AVAILABLE
     return isinstance(err, _TRANSIENT)
 
 

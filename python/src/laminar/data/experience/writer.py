@@ -9,6 +9,8 @@ subject is per id, so a second record for an id stored in the buffer is refused 
 Both make `write()` idempotent, so it retries freely through a server restart, and a trajectory
 written once from TypeScript and once from Python is stored once. Once the record has left the
 buffer (trained on, evicted), its completion mark still answers `has()` for the completion horizon.
+Both are read from the stream's leader (jetstream.py `leader_get`): a replica that lags would
+say "not written" for a record the leader holds, and the sample would be generated again.
 
     writer = await ExperienceWriter.open(nc, buffer="main")
     result = await writer.write({"id": ..., "tokens": np_int32_array, ...})  # WriteResult(seq, duplicate, chunks)
@@ -34,7 +36,7 @@ from ..codec.trajectory import Trajectory, check_payload_size, validate_trajecto
 from ..errors import DataCapacityError, DataInputError, StoreError
 from ..rejections import RejectionCounter
 from ..retry import DEFAULT_RETRY_FOR, retry_transient
-from .jetstream import direct_get
+from .jetstream import leader_get
 from .stream import DEFAULT_DUPLICATE_WINDOW, BufferNames, chunk_msg_id, ensure_buffer_stream
 
 T = TypeVar("T")
@@ -226,7 +228,7 @@ class ExperienceWriter:
         if await self._last_record(self.names.record_subject(id)) is not None:
             return True
         done = self.names.done_subject(id)
-        mark = await self._retry(lambda: direct_get(self.nc, self.names.done_stream, last_by_subj=done, timeout=self._timeout))
+        mark = await self._retry(lambda: leader_get(self.nc, self.names.done_stream, last_by_subj=done, timeout=self._timeout))
         return mark is not None
 
     def _newest_version(self) -> Optional[int]:
@@ -294,7 +296,7 @@ class ExperienceWriter:
         # The buffer holds a record for this id. After a retried attempt whose acknowledgement
         # was lost (the server killed between storing and answering), it may be this write's
         # own: the stored metadata says so (the TypeScript writer decides the same way).
-        stored = await self._retry(lambda: direct_get(self.nc, self.names.stream, last_by_subj=record_subject, timeout=self._timeout))
+        stored = await self._retry(lambda: leader_get(self.nc, self.names.stream, last_by_subj=record_subject, timeout=self._timeout))
         if attempts > 1 and stored is not None and stored.headers.get(META_HEADER) == meta:
             self._stats.lost_acks += 1
             return self._counted(WriteResult(stored.seq, False, len(chunk_seqs)), len(payload))
@@ -302,8 +304,8 @@ class ExperienceWriter:
         return self._counted(WriteResult(seq, True, 0), 0)
 
     async def _last_record(self, subject: str) -> Optional[int]:
-        """Sequence of the record on `subject`, or None."""
-        m = await self._retry(lambda: direct_get(self.nc, self.names.stream, last_by_subj=subject, timeout=self._timeout))
+        """Sequence of the record on `subject` (as the stream's leader holds it), or None."""
+        m = await self._retry(lambda: leader_get(self.nc, self.names.stream, last_by_subj=subject, timeout=self._timeout))
         return None if m is None else m.seq
 
     def _counted(self, r: WriteResult, size: int) -> WriteResult:
