@@ -10,6 +10,7 @@
         "native/segment.cc",
         "native/checksum.cc",
         "native/fp8_quantize.cc",
+        "native/delta_codec.cc",
         "native/ucx_status.cc",
         "native/ucx_context.cc",
         "native/ucx_worker.cc",

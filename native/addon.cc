@@ -3,6 +3,7 @@
 #include <napi.h>
 
 #include "checksum.h"
+#include "delta_codec.h"
 #include "errors.h"
 #include "fp8_quantize.h"
 #include "mapping.h"
@@ -34,6 +35,8 @@ static Napi::Object InitLaminar(Napi::Env env, Napi::Object exports) {
   exports.Set("UcxWorker", UcxWorkerBinding::Init(env));
   exports.Set("checksumBuffer", Napi::Function::New(env, ChecksumBuffer, "checksumBuffer"));
   exports.Set("fp8QuantizeAsync", Napi::Function::New(env, Fp8QuantizeAsync, "fp8QuantizeAsync"));
+  exports.Set("deltaEncode", Napi::Function::New(env, DeltaEncodeJs, "deltaEncode"));
+  exports.Set("deltaDecode", Napi::Function::New(env, DeltaDecodeJs, "deltaDecode"));
   return exports;
 }
 

@@ -122,6 +122,9 @@ interface NativeAddon {
     weightOffset: number,
     scaleOffset: number,
   ) => Promise<number>;
+  /** See native/delta_codec.h; src/relay/delta/codec.ts is the friendly surface. */
+  deltaEncode: (base: ArrayBufferView, next: ArrayBufferView, out: ArrayBufferView) => number;
+  deltaDecode: (kind: 'same' | 'sparse' | 'full', base: ArrayBufferView, payload: ArrayBufferView, out: ArrayBufferView, checksum: boolean) => bigint | number;
 }
 
 function findAddon(): string {
@@ -173,6 +176,8 @@ export const createSegmentAsync = native.createSegmentAsync;
 export const memlockLimit = native.memlockLimit;
 export const checksumBuffer = native.checksumBuffer;
 export const fp8QuantizeAsync = native.fp8QuantizeAsync;
+export const deltaEncode = native.deltaEncode;
+export const deltaDecode = native.deltaDecode;
 
 /** Checksums are carried as 16 lowercase hex digits (XXH3-64, seed 0). */
 export function checksumHex(value: bigint): string {

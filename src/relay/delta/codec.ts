@@ -5,10 +5,12 @@
  * - 'sparse': the 16-bit words that differ, as small tokens (format in ./sparse-reference.ts);
  * - 'full': the chunk itself.
  * The caller verifies a rebuilt chunk against version N's own checksums (src/relay/chunk-checksums.ts):
- * the codec checks the payload's shape, never its content.
+ * the codec checks the payload's shape, never its content. The work is native (native/delta_codec.cc);
+ * ./sparse-reference.ts is the same codec in TypeScript, which the tests hold the native one to.
  */
 import { ErrorCodes, LaminarError } from '../../common/errors.js';
-import { corrupt, decodeSparseReference, encodeSparseReference, sameBytes } from './sparse-reference.js';
+import { deltaDecode, deltaEncode } from '../../native/index.js';
+import { checkSparseReference, corrupt, sameBytes } from './sparse-reference.js';
 
 export type ChunkEncodingKind = 'same' | 'sparse' | 'full';
 
@@ -40,6 +42,12 @@ function sparseLimit(chunkBytes: number, maxSparseFraction: number): number {
   return Math.min(chunkBytes - 1, Math.floor(chunkBytes * maxSparseFraction));
 }
 
+/**
+ * The native encoder's output, reused: a payload is copied out at its own length, so that a
+ * chunk that barely changed does not keep a chunk-sized buffer alive.
+ */
+let scratch = new Uint8Array(0);
+
 /** Chooses the smallest encoding of `next` against `base` (same length). */
 export function encodeChunk(base: Uint8Array, next: Uint8Array, options: EncodeOptions = {}): EncodedChunk {
   sameLength(base, next, 'the new one');
@@ -49,8 +57,11 @@ export function encodeChunk(base: Uint8Array, next: Uint8Array, options: EncodeO
   }
   if (sameBytes(base, next)) return { kind: 'same', payload: EMPTY };
   const limit = sparseLimit(next.length, fraction);
-  const payload = limit > 0 ? encodeSparseReference(base, next, limit) : null;
-  if (payload !== null) return { kind: 'sparse', payload };
+  if (limit > 0) {
+    if (scratch.length < limit) scratch = new Uint8Array(limit);
+    const length = deltaEncode(base, next, scratch.subarray(0, limit));
+    if (length >= 0) return { kind: 'sparse', payload: scratch.slice(0, length) };
+  }
   return { kind: 'full', payload: next };
 }
 
@@ -63,29 +74,47 @@ function isInPlace(base: Uint8Array, out: Uint8Array): boolean {
   return false;
 }
 
-/**
- * Writes the chunk into `out` (same length as base) from base + payload. Throws ERR_DELTA_CORRUPT
- * on a malformed payload, having written nothing; never reads or writes out of bounds. `out` may
- * be `base` itself: the chunk is then rebuilt in place (only the changed bytes are written).
- */
-export function decodeChunk(kind: ChunkEncodingKind, base: Uint8Array, payload: Uint8Array, out: Uint8Array): void {
-  sameLength(base, out, 'the output');
-  const inPlace = isInPlace(base, out);
+/** The payload's shape for its kind, checked in TypeScript: the reason a native refusal had. */
+function checkPayload(kind: ChunkEncodingKind, payload: Uint8Array, chunkBytes: number): void {
   switch (kind) {
     case 'same':
       if (payload.length !== 0) throw corrupt(0, `a 'same' chunk with a payload of ${payload.length} bytes`);
-      if (!inPlace) out.set(base);
       return;
     case 'full':
-      if (payload.length !== out.length) throw corrupt(0, `a 'full' payload of ${payload.length} bytes for a chunk of ${out.length}`);
-      out.set(payload);
+      if (payload.length !== chunkBytes) throw corrupt(0, `a 'full' payload of ${payload.length} bytes for a chunk of ${chunkBytes}`);
       return;
     case 'sparse':
-      decodeSparseReference(base, payload, out, inPlace);
+      checkSparseReference(payload, chunkBytes);
       return;
     default:
       throw corrupt(0, `unknown chunk encoding ${JSON.stringify(kind)}`);
   }
+}
+
+function decode(kind: ChunkEncodingKind, base: Uint8Array, payload: Uint8Array, out: Uint8Array, checksum: boolean): bigint {
+  sameLength(base, out, 'the output');
+  isInPlace(base, out);
+  const result = deltaDecode(kind, base, payload, out, checksum);
+  if (typeof result === 'bigint') return result;
+  checkPayload(kind, payload, out.length); // throws with the reason
+  throw corrupt(result, 'refused by the native decoder'); // the two disagree: a bug, but never served
+}
+
+/**
+ * Writes the chunk into `out` (same length as base) from base + payload. Throws ERR_DELTA_CORRUPT
+ * on a malformed payload, having written nothing; never reads or writes out of bounds. `out` may
+ * be `base` itself: the chunk is then rebuilt in place (only the changed words are written).
+ */
+export function decodeChunk(kind: ChunkEncodingKind, base: Uint8Array, payload: Uint8Array, out: Uint8Array): void {
+  decode(kind, base, payload, out, false);
+}
+
+/**
+ * decodeChunk, and the XXH3-64 of the rebuilt chunk (the algorithm of the version's chunk
+ * checksums, see checksumHex) computed as it is written: the verification costs no second read.
+ */
+export function decodeChunkWithChecksum(kind: ChunkEncodingKind, base: Uint8Array, payload: Uint8Array, out: Uint8Array): bigint {
+  return decode(kind, base, payload, out, true);
 }
 
 /**

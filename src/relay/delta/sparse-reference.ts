@@ -155,9 +155,14 @@ function forEachToken(payload: Uint8Array, n: number, write: (index: number, del
  * Writes base + payload into out (all of it). Throws ERR_DELTA_CORRUPT, having written nothing,
  * when the payload is malformed. `out` may be `base` itself (only changed words are written).
  */
+/** Throws ERR_DELTA_CORRUPT, with the reason, unless `payload` is well formed for a chunk of n bytes. */
+export function checkSparseReference(payload: Uint8Array, n: number): void {
+  forEachToken(payload, n, () => {});
+}
+
 export function decodeSparseReference(base: Uint8Array, payload: Uint8Array, out: Uint8Array, inPlace: boolean): void {
   const n = out.length;
-  forEachToken(payload, n, () => {}); // the whole payload checked before anything is written
+  checkSparseReference(payload, n); // the whole payload checked before anything is written
   if (!inPlace) out.set(base);
   if (n & 1) out[n - 1] = payload[1]!;
   forEachToken(payload, n, (index, delta4, at) => {

@@ -121,7 +121,7 @@ describe('delta codec', () => {
   it('sends a bf16 nudge as one byte: a nibble of gap and a nibble of delta', () => {
     const base = new Uint8Array(1 << 16).map((_, i) => (i * 7919) & 255);
     const next = base.slice();
-    for (let i = 0; i < next.length; i += 20) next[i] ^= 1; // the low byte of every tenth element
+    for (let i = 0; i < next.length; i += 20) next[i] = next[i]! ^ 1; // the low byte of every tenth element
     const { kind, payload } = encodeChunk(base, next);
     expect(kind).toBe('sparse');
     expect(payload.length).toBe(1 + Math.ceil(next.length / 20));

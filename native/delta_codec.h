@@ -1,0 +1,35 @@
+// The sparse chunk delta of src/relay/delta/: a chunk of a new version as tokens of changed
+// 16-bit words against the same chunk of a base version. The format is documented, and
+// implemented for reference, in src/relay/delta/sparse-reference.ts; this must match it byte for
+// byte (test/native/delta-codec.test.ts). Only the scan, the emission and the rebuild live here.
+#pragma once
+
+#include <napi.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace laminar {
+
+// Encodes `next` against `base` (n bytes each) into `out` (room for `limit` bytes): the payload's
+// length, or -1 when it would pass `limit` (the scan stops there).
+int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t* out, size_t limit);
+
+// -1 when `payload` is a well-formed delta for a chunk of n bytes, else the payload offset of the
+// first bad token (0 or 1 for a bad header), as the reference reports it.
+int64_t DeltaCheck(const uint8_t* payload, size_t length, size_t n);
+
+// Writes base + payload into `out` (n bytes; may be `base` itself), block by block; the payload
+// must have passed DeltaCheck. With `checksum`, returns the XXH3-64 of `out`, each block hashed
+// right after it is written (from cache); 0 otherwise.
+uint64_t DeltaApply(const uint8_t* base, const uint8_t* payload, size_t length, uint8_t* out, size_t n, bool checksum);
+
+// deltaEncode(base, next, out): number, DeltaEncode with out's length as the limit.
+Napi::Value DeltaEncodeJs(const Napi::CallbackInfo& info);
+
+// deltaDecode(kind, base, payload, out, checksum): bigint | number. kind: 'same', 'sparse' or
+// 'full'. A number is the offset of a malformed payload (nothing was written); a bigint is the
+// XXH3-64 of the rebuilt chunk (0n without `checksum`).
+Napi::Value DeltaDecodeJs(const Napi::CallbackInfo& info);
+
+}  // namespace laminar
