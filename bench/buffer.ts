@@ -21,7 +21,9 @@
  *            nats-server meanwhile), to tell where their time went on a shared machine
  *   R3     : `r3-batch` trajectories written and then sampled cold (one batch, child process)
  *            on one server (R1) and on a 3-node cluster on this machine (R3, startNatsCluster),
- *            each on fresh servers: write_r3_over_r1 and sample_r3_over_r1 are throughput ratios.
+ *            each on fresh servers: write_r3_over_r1 and sample_r3_over_r1 are throughput ratios;
+ *            then the median latency of ExperienceWriter.has() on written and unknown ids
+ *            (a rollout asks it before every sample it starts).
  *            --r3-only runs this part alone.
  * Dirty pages are written out (sync) before every measured read, so that the kernel's writeback
  * of the writes just made does not fall into one measurement and not another.
@@ -379,10 +381,33 @@ function runChild(settings: ChildSettings): Promise<ChildResult> {
   });
 }
 
-/** One side of the R3 comparison: the writes' and the cold sample's seconds. */
+/** One side of the R3 comparison: the writes' and the cold sample's seconds, and has()'s latency. */
 interface ReplicaRun {
   writeS: number;
   sampleS: number;
+  /** Median ExperienceWriter.has() of a written trajectory (one read: its record), microseconds. */
+  hasWrittenUs: number;
+  /** Median has() of one never written (two reads: no record, no completion mark), microseconds. */
+  hasMissingUs: number;
+}
+
+/** has() calls timed per kind, one after another (a rollout asks it once per sample it starts). */
+const HAS_CALLS = 200;
+
+/** Median latency of has() on written and on unknown trajectory ids, in microseconds. */
+async function hasLatency(nc: NatsConnection, buffer: string, written: number): Promise<{ hasWrittenUs: number; hasMissingUs: number }> {
+  const w = await ExperienceWriter.open({ nc, buffer });
+  const time = async (id: (i: number) => string, expected: boolean): Promise<number> => {
+    const us: number[] = [];
+    for (let i = 0; i < HAS_CALLS; i++) {
+      const t0 = process.hrtime.bigint();
+      const found = await w.has(id(i));
+      us.push(Number(process.hrtime.bigint() - t0) / 1000);
+      if (found !== expected) throw new Error(`has(${id(i)}) answered ${found}`);
+    }
+    return Math.round(median(us));
+  };
+  return { hasWrittenUs: await time((i) => `traj-${i % written}`, true), hasMissingUs: await time((i) => `never-${i}`, false) };
 }
 
 /**
@@ -392,6 +417,7 @@ interface ReplicaRun {
 async function replicaRun(a: Args, count: number, urls: string[], replicas: number, serverPid: number | undefined): Promise<ReplicaRun> {
   const nc = await connect({ servers: urls });
   const writeS = await ourWrite(nc, 'replicas', 0, count, a.tokens, a.window, replicas);
+  const has = await hasLatency(nc, 'replicas', count);
   await nc.close();
   const sampled = await runChild({
     url: urls[0]!,
@@ -402,7 +428,7 @@ async function replicaRun(a: Args, count: number, urls: string[], replicas: numb
     trainSeconds: a.trainSeconds,
     deletionDelayMs: a.deletionDelayMs,
   });
-  return { writeS, sampleS: sampled.sampleS };
+  return { writeS, sampleS: sampled.sampleS, ...has };
 }
 
 /** R1 on one nats-server against R3 on a 3-node cluster on this machine, each on fresh servers. */
@@ -436,6 +462,10 @@ function replicationReport(a: Args, r: { r1: ReplicaRun; r3: ReplicaRun }): { fi
     r1_sample_gbps: gbs(r.r1.sampleS),
     r3_sample_gbps: gbs(r.r3.sampleS),
     sample_r3_over_r1: +(r.r1.sampleS / r.r3.sampleS).toFixed(3),
+    r1_has_written_us: r.r1.hasWrittenUs,
+    r1_has_missing_us: r.r1.hasMissingUs,
+    r3_has_written_us: r.r3.hasWrittenUs,
+    r3_has_missing_us: r.r3.hasMissingUs,
   };
   const rows: Array<[string, string, string]> = [
     ['write, R3 cluster', `${fields.r3_write_gbps} GB/s`, `R1 one server ${fields.r1_write_gbps} GB/s -> ratio ${fields.write_r3_over_r1} (goal >= 0.5)`],
@@ -444,6 +474,8 @@ function replicationReport(a: Args, r: { r1: ReplicaRun; r3: ReplicaRun }): { fi
       `${fields.r3_sample_gbps} GB/s`,
       `R1 one server ${fields.r1_sample_gbps} GB/s -> ratio ${fields.sample_r3_over_r1} (goal >= 0.5)`,
     ],
+    ['has(), written, R3 cluster', `${fields.r3_has_written_us} us`, `R1 one server ${fields.r1_has_written_us} us (median of ${HAS_CALLS}, one read)`],
+    ['has(), never written, R3 cluster', `${fields.r3_has_missing_us} us`, `R1 one server ${fields.r1_has_missing_us} us (median of ${HAS_CALLS}, two reads)`],
   ];
   return { fields, rows };
 }
