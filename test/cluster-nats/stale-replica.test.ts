@@ -53,7 +53,9 @@ async function cutRoutes(cluster: NatsCluster, node: NatsClusterNode): Promise<v
   const sockets = routeSockets(cluster, node);
   expect(sockets.length).toBeGreaterThan(0);
   for (const { local, peer } of sockets) {
-    spawnSync('ss', ['-K', 'state', 'established', 'sport', '=', `:${local}`, 'dport', '=', `:${peer}`], { encoding: 'utf8' });
+    const res = spawnSync('ss', ['-K', 'state', 'established', 'sport', '=', `:${local}`, 'dport', '=', `:${peer}`], { encoding: 'utf8' });
+    // Destroying sockets takes root (CAP_NET_ADMIN) and a kernel with INET_DIAG_DESTROY.
+    if (res.status !== 0) throw new Error(`ss -K could not destroy ${node.name}'s route socket ${local} -> ${peer}: ${res.stderr}`);
   }
   for (const other of cluster.nodes.filter((n) => n !== node)) {
     await until(`${other.name} has no route to ${node.name}`, async () => {
