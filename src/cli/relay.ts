@@ -7,6 +7,7 @@ import { parseControlOptions } from '../control/nats-options.js';
 import { startRelay } from '../relay/daemon.js';
 import { DEFAULT_SHM_DIR } from '../relay/options.js';
 import { VersionForwarder } from '../relay/forwarding.js';
+import { DEFAULT_DELTA_MODE, parseDeltaMode } from '../relay/broadcast/delta/policy.js';
 import { applyConfigFile } from './config.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 import { stopOnSignals } from './stop-on-signals.js';
@@ -211,6 +212,7 @@ function forwardInput(opts: Record<string, string | boolean | undefined>): Omit<
     ...(opts.host ? { host: opts.host as string } : {}),
     ...(opts.secretFile ? { secretFile: opts.secretFile as string } : {}),
     ...(process.env.LAMINAR_SECRET ? { secret: process.env.LAMINAR_SECRET } : {}),
+    delta: parseDeltaMode(opts.delta ?? DEFAULT_DELTA_MODE),
   };
 }
 

@@ -15,7 +15,8 @@
  *
  * It reads the relay's versions only through the store's public interface: the 'complete'
  * event, latestVersions(), lend() (a lease and a read-only mapping for the push) and
- * adviseChunkSize().
+ * adviseChunkSize(). A version goes as deltas against the master's previous version when this
+ * relay holds the same (broadcast/delta/, under --delta), as down the chain.
  */
 import type { Logger } from 'pino';
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
@@ -29,6 +30,10 @@ import type { PreparedVersion } from './client/index.js';
 import type { Mapping } from '../native/index.js';
 import { partOfMetadata } from './parts/part-metadata.js';
 import type { StoredVersion, VersionStore } from './store.js';
+import { matchingBase, type BaseRef } from './broadcast/delta/base.js';
+import { ChunkEncoder } from './broadcast/delta/encoder.js';
+import { DEFAULT_DELTA_MODE, EncodeMeter, type DeltaMode } from './broadcast/delta/policy.js';
+import type { ChunkSource } from './broadcast/source.js';
 
 export interface ForwarderOptions {
   /** The control plane: where the chain plan and the master's address come from. */
@@ -40,6 +45,8 @@ export interface ForwarderOptions {
   secretFile?: string;
   /** How long one version waits for a master before it is given up (default 10 min). */
   masterWaitMs?: number;
+  /** Deltas against the master's previous version (`--delta`, broadcast/delta/policy.ts; default auto). */
+  delta?: DeltaMode;
   registry: Registry;
   logger?: Logger;
 }
@@ -68,12 +75,15 @@ export class VersionForwarder {
   private closed = false;
   private readonly listeners = new Set<(record: ForwardRecord) => void>();
   private readonly onComplete = (v: StoredVersion): void => this.enqueue(v);
+  /** What this relay's encodes measured (broadcast/delta/policy.ts). */
+  private readonly encodeMeter = new EncodeMeter();
 
   private constructor(
     private readonly store: VersionStore,
     private readonly trainer: TrainerClient,
     private readonly metrics: ForwarderMetrics,
     private readonly log: Logger,
+    private readonly delta: DeltaMode,
   ) {}
 
   static async start(store: VersionStore, options: ForwarderOptions): Promise<VersionForwarder> {
@@ -104,7 +114,7 @@ export class VersionForwarder {
       }),
       pending: gauge(options.registry, { name: 'laminar_forward_pending', help: 'Complete versions waiting to be forwarded to the master' }),
     };
-    const forwarder = new VersionForwarder(store, trainer, metrics, log);
+    const forwarder = new VersionForwarder(store, trainer, metrics, log, options.delta ?? DEFAULT_DELTA_MODE);
     // Versions published here go to the master as they are laid out: in the master's chunk size
     // (unless this relay has a fixed --chunk-size).
     store.adviseChunkSize({ name: 'master', chunkSizeFor: (dataBytes) => trainer.masterChunkSize(dataBytes) });
@@ -167,6 +177,7 @@ export class VersionForwarder {
       mapping: loan.mapping,
       kept: false,
       close: () => undefined,
+      deltaAgainst: (base, source) => this.encoderFor(v, base, source),
     };
     try {
       const result = await this.push(v, prepared, loan.mapping);
@@ -184,6 +195,19 @@ export class VersionForwarder {
     } finally {
       loan.release();
     }
+  }
+
+  /**
+   * An encoder of `v` against the base the master named, when this relay holds the same base
+   * (it pushed it there, most likely) and deltas are not off; null: full chunks.
+   */
+  private encoderFor(v: StoredVersion, ref: BaseRef, source: ChunkSource): ChunkEncoder | null {
+    const mode = this.delta;
+    if (mode === 'off' || ref.version >= v.version) return null;
+    const base = matchingBase(this.store, v.model, ref);
+    return base === null
+      ? null
+      : new ChunkEncoder(source, base, { store: this.store, mode, meter: this.encodeMeter, linkBandwidth: () => this.store.chunkSizer.inputs().bandwidth });
   }
 
   /**

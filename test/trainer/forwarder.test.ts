@@ -91,6 +91,73 @@ describe('forwarding relay (laminar relay --forward)', () => {
     }
   }, 90_000);
 
+  it("pushes the next version as deltas against the master's previous one, and full again under --delta off", async () => {
+    const dirs = [tempShmDir(), tempShmDir()];
+    const job = 'fw-delta';
+    const manager = new Manager({ nc: nats.nc, job, registry: new Registry(), leaseMs: 1000, tickMs: 50, suspectAfterMs: 400, deadAfterMs: 1000 });
+    await manager.start();
+    await manager.whenLeader();
+    const control = { nats: nats.server.url, job, secret: SECRET, heartbeat: '100ms' };
+    const master = await onFreePort((port) => inProcessRelay(dirs[0]!.dir, { ...control, relayId: 'm0', host: 'hostM', listen: `127.0.0.1:${port}` }));
+    await expect.poll(() => manager.status().master, { timeout: 10_000 }).toBe('m0');
+    const gateway = await inProcessRelay(dirs[1]!.dir, { relayId: 'gw', chunkSize: '1MiB' });
+    const start = (delta: 'on' | 'off'): Promise<VersionForwarder> =>
+      VersionForwarder.start(gateway.store, {
+        nats: parseControlOptions({ nats: nats.server.url, job }),
+        id: 'gw',
+        host: 'hostT',
+        secret: SECRET,
+        registry: gateway.registry,
+        delta,
+      });
+    let forwarder = await start('on');
+    const records: ForwardRecord[] = [];
+    forwarder.onRecord((r) => records.push(r));
+    const publisher = await RelayClient.connect({ socketPath: gateway.options.socketPath, name: 'python-trainer' });
+    // 4 MiB of weights in 1 MiB chunks (and a tensor of 8): one value changes from one version to the next.
+    const weights = (version: number): { name: string; dtype: 'F32'; shape: number[]; data: Float32Array }[] => {
+      const a = new Float32Array(1024 * 1024).fill(1);
+      a[5] = version;
+      return [
+        { name: 'a', dtype: 'F32', shape: [1024, 1024], data: a },
+        { name: 'b', dtype: 'F32', shape: [8], data: new Float32Array(8).fill(-1) },
+      ];
+    };
+    const received = (): { same: number; sparse: number; full: number } => master.broadcaster!.status().delta!.in.chunks;
+    try {
+      await publisher.publish({ model: 'm', version: 1, tensors: weights(1) });
+      await expect.poll(() => records.map((r) => `${r.version}:${r.result}`), { timeout: 20_000 }).toEqual(['1:forwarded']);
+      const chunks = master.store.latest('m')!.layout.chunkCount;
+      expect(received()).toEqual({ same: 0, sparse: 0, full: chunks });
+      await publisher.publish({ model: 'm', version: 2, tensors: weights(2) });
+      await expect.poll(() => records.map((r) => `${r.version}:${r.result}`), { timeout: 20_000 }).toEqual(['1:forwarded', '2:forwarded']);
+      // The first chunk holds the changed value; the others are the master's v1 as they were.
+      expect(received()).toEqual({ same: chunks - 1, sparse: 1, full: chunks });
+      expect(await holds(master, 2)).toEqual([1, -1]);
+      const client = await RelayClient.connect({ socketPath: master.options.socketPath });
+      try {
+        await using lease = await client.acquire({ model: 'm', version: 2 });
+        expect((lease.tensor('a') as Float32Array)[5]).toBe(2);
+      } finally {
+        client.close();
+      }
+      // A forwarder with --delta off pushes full chunks whatever the master holds.
+      await forwarder.close();
+      forwarder = await start('off');
+      forwarder.onRecord((r) => records.push(r));
+      await publisher.publish({ model: 'm', version: 3, tensors: weights(3) });
+      await expect.poll(() => records.map((r) => `${r.version}:${r.result}`).at(-1), { timeout: 20_000 }).toBe('3:forwarded');
+      expect(received()).toEqual({ same: chunks - 1, sparse: 1, full: 2 * chunks });
+    } finally {
+      publisher.close();
+      await forwarder.close();
+      await gateway.close();
+      await master.close();
+      await manager.close();
+      for (const d of dirs) d.cleanup();
+    }
+  }, 90_000);
+
   it('is refused without a control plane, or with a broadcast of its own', async () => {
     const shm = tempShmDir();
     try {

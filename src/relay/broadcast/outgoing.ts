@@ -26,6 +26,9 @@ import type { ChunkEncoder } from './delta/encoder.js';
 
 export type OutgoingResult = 'complete' | 'declined';
 
+/** A hop with at most one delta chunk in this many (auto's probes) still measures the link. */
+const MOSTLY_FULL = 16;
+
 /** What a sender keys its transfers by: the peer's answers name the model and version. */
 export const transferKey = (model: string, version: number): string => `${model}\u0000${version}`;
 
@@ -44,8 +47,8 @@ export interface OutgoingOptions {
   completionTimeoutMs?: number;
   /** What to offer instead of the source's whole version (a part: relay/parts/). */
   offer?: { message: PeerMessage; payload: Payload };
-  /** An encoder against the base the peer named in its accept, or null to send every chunk full. */
-  delta?: (base: BaseRef) => ChunkEncoder | null;
+  /** An encoder of the source against the base the peer named in its accept, or null to send every chunk full. */
+  delta?: (base: BaseRef, source: ChunkSource) => ChunkEncoder | null;
 }
 
 export class OutgoingTransfer {
@@ -54,6 +57,8 @@ export class OutgoingTransfer {
   private readonly resend: number[] = [];
   /** Set when the peer's base is one this sender holds too. */
   private encoder: ChunkEncoder | null = null;
+  /** Chunks whose send completed as a delta ('same' or 'sparse'). */
+  private deltaChunks = 0;
   /** Chunks the peer nacked: sent full from then on. */
   private readonly fullOnly = new Set<number>();
   private inflight = 0;
@@ -98,9 +103,13 @@ export class OutgoingTransfer {
     return this.finished;
   }
 
-  /** Whether chunks went as deltas: such a hop's bytes and time say little about the link alone. */
+  /**
+   * Whether more than a few chunks went as deltas: such a hop's bytes and time say as much about
+   * the encoder as about the link. A hop of full chunks with auto's occasional probe among them
+   * still times the link.
+   */
   get usedDelta(): boolean {
-    return this.encoder !== null;
+    return this.deltaChunks * MOSTLY_FULL > this.carriedChunks;
   }
 
   /**
@@ -165,7 +174,7 @@ export class OutgoingTransfer {
     this.next = Math.min(message.from, this.count);
     for (const i of message.have) this.skip.add(i);
     // A part (pieces of a version published in parts) is never sent as a delta.
-    if (message.base && this.source.pieces === undefined) this.encoder = this.options.delta?.(message.base) ?? null;
+    if (message.base && this.source.pieces === undefined) this.encoder = this.options.delta?.(message.base, this.source) ?? null;
     this.options.log.debug(
       { peer: this.link.peerId, model: this.source.model, version: this.source.version, from: this.next, base: this.encoder?.base.version ?? null },
       'offer accepted',
@@ -241,6 +250,7 @@ export class OutgoingTransfer {
         this.options.metrics.chunksSent.inc();
         this.options.metrics.chunkBytesSent.inc(wireBytes);
         this.options.metrics.bytes.sent += wireBytes;
+        if (kind !== 'full') this.deltaChunks++;
         if (this.source.pieces === undefined) this.options.metrics.countDelta('out', kind, length, wireBytes);
         this.options.onChunk?.(this.sentChunks, this.count);
         this.pump();

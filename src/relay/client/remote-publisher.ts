@@ -319,7 +319,7 @@ export class RemotePublisher {
           onProgress(last === undefined ? 0 : last.packed + last.length, bytes);
         }
       : undefined;
-    return this.pushSource(source, this.worker.register(mapping), false, started, progress, offer);
+    return this.pushSource(source, this.worker.register(mapping), false, started, progress, { offer });
   }
 
   async close(): Promise<void> {
@@ -338,7 +338,8 @@ export class RemotePublisher {
     const { model, version, layout, mapping } = prepared;
     const registration = prepared.kept ? this.keptRegistration(mapping) : this.worker.register(mapping);
     const chunkProgress = onProgress ? (sent: number) => onProgress(Math.min(sent, layout.chunkCount) * layout.chunkSize, layout.dataLength) : undefined;
-    return this.pushSource(new LocalSource(model, version, layout, mapping), registration, prepared.kept, started, chunkProgress);
+    const delta = prepared.deltaAgainst ? { delta: prepared.deltaAgainst } : {};
+    return this.pushSource(new LocalSource(model, version, layout, mapping), registration, prepared.kept, started, chunkProgress, delta);
   }
 
   /** One push of `source` (a whole version, or a part with its own offer): the session, its failures and its result. */
@@ -348,7 +349,7 @@ export class RemotePublisher {
     kept: boolean,
     started: number,
     onSent?: (sent: number) => void,
-    offer?: OutgoingOptions['offer'],
+    extra: Pick<OutgoingOptions, 'offer' | 'delta'> = {},
   ): Promise<RemotePublishResult> {
     const { model, version, layout } = source;
     const key = transferKey(model, version);
@@ -365,7 +366,7 @@ export class RemotePublisher {
       metrics: this.metrics,
       log: silentLogger,
       ...(onSent ? { onChunk: (sent: number) => onSent(sent) } : {}),
-      ...(offer ? { offer } : {}),
+      ...extra,
     });
     this.sessions.set(key, transfer);
     try {
@@ -429,6 +430,12 @@ export interface PreparedVersion {
   readonly mapping: Mapping;
   /** close() keeps the memory for the next version (a StagingBuffer): its registration may stay. */
   readonly kept: boolean;
+  /**
+   * Where the pusher holds the relay's base too (a forwarding relay: its store), an encoder of
+   * the version against the base the relay names in its accept (relay/broadcast/delta/); absent
+   * or null: full chunks.
+   */
+  readonly deltaAgainst?: OutgoingOptions['delta'];
   close(): void;
 }
 
