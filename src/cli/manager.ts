@@ -16,6 +16,7 @@ import { ActionPoolWatch, actionsPanel } from '../manager/dashboard/action-pool-
 import { checkActionName } from '../actions/names.js';
 import { loadDashboardAssets, type DashboardAssets } from '../manager/dashboard/assets.js';
 import { DEFAULT_REPACK_LIMITS, validateRepackLimits } from '../manager/repack/planner.js';
+import { REPACK_PLANNERS, type RepackPlanner } from '../manager/rollouts/repack-rounds.js';
 import { InvalidInputError } from '../common/errors.js';
 import { addControlFlags, controlInput } from './control-flags.js';
 import { stopOnSignals } from './stop-on-signals.js';
@@ -76,6 +77,15 @@ export function managerCommand(): Command {
       new Option('--repack-interval <duration>', 'period of the repack check (0: repack off); it also runs after each new weight version')
         .env('LAMINAR_REPACK_INTERVAL')
         .default('5s'),
+    )
+    .addOption(
+      new Option(
+        '--planner <name>',
+        "repack's planner: algorithm1 (the paper's: empty ramping-down rollouts into the densest that fit, then give them the newest weights) or dp (agentic jobs: Heddle's presorted DP placement by predicted remaining length, moving only trajectories that wait at tool calls; the rollout agents report predictions with --progressive-priority)",
+      )
+        .choices([...REPACK_PLANNERS])
+        .env('LAMINAR_PLANNER')
+        .default('algorithm1'),
     )
     .addOption(new Option('--kv-max <fraction>', 'C_max: KV-cache use at which a rollout counts as full').env('LAMINAR_KV_MAX').default('0.99'))
     .addOption(
@@ -154,6 +164,7 @@ export function managerCommand(): Command {
           prompts,
           limits,
           rooflineBatchByModel: roofline.byModel,
+          planner: opts.planner as RepackPlanner,
           ...(opts.model ? { model: opts.model } : {}),
           ...rolloutDurations,
         },

@@ -61,6 +61,9 @@ export const registerReplySchema = z.discriminatedUnion('t', [
 ]);
 
 /** What a rollout reports about its engine each heartbeat (the repack planner's input). */
+/** Trajectories a rollout lists in its load at most (a heartbeat stays small). */
+export const MAX_REPORTED_TRAJECTORIES = 4096;
+
 export const rolloutLoadSchema = z.object({
   state: z.enum(['idle', 'loading', 'generating', 'reinitialising']),
   model: model.nullable(),
@@ -77,6 +80,17 @@ export const rolloutLoadSchema = z.object({
   tokensPerSecond: z.number().nonnegative(),
   /** The last weight version the engine refused to load, while it goes on with the previous one. */
   weightError: z.object({ version, code: z.string().max(64), message: z.string().max(1024) }).nullish(),
+  /**
+   * Agentic rollouts (multi-turn agents): each owned trajectory's predicted remaining tokens
+   * (null: no prediction) and whether it waits at a tool call, holding nothing at the engine
+   * (the manager may move it at no cost but a re-prefill). Optional: single-turn rollouts and
+   * older SDKs leave it out; a bad list is dropped, never the heartbeat.
+   */
+  trajectories: z
+    .array(z.object({ id: z.string().min(1).max(512), predictedTokens: z.number().nonnegative().nullable(), atTool: z.boolean() }))
+    .max(MAX_REPORTED_TRAJECTORIES)
+    .optional()
+    .catch(undefined),
 });
 
 const inputSource = z.enum(['flag', 'measured', 'nic', 'default']);
@@ -153,9 +167,17 @@ export const reportSchema = z.object({
 export const commandSchema = z.discriminatedUnion('t', [
   z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('reregister'), reason: z.string() }),
   z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('load'), model, version, path: z.string().min(1).max(4096) }),
-  // Repack (rollouts of one weight version): the source stops and flushes everything it owns,
-  // then the destination takes those trajectories over from the partial pool and resumes them.
-  z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('repack-out'), repack: z.string().max(64), to: id, version }),
+  // Repack (rollouts of one weight version): the source stops and flushes everything it owns (or
+  // only `trajectories`: the free moves of trajectories waiting at tool calls), then the
+  // destination takes those trajectories over from the partial pool and resumes them.
+  z.object({
+    v: z.literal(SCHEMA_VERSION),
+    t: z.literal('repack-out'),
+    repack: z.string().max(64),
+    to: id,
+    version,
+    trajectories: z.array(z.string().min(1).max(512)).max(65536).optional(),
+  }),
   z.object({
     v: z.literal(SCHEMA_VERSION),
     t: z.literal('repack-in'),

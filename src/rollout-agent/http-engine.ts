@@ -20,7 +20,7 @@
 import type { Logger } from 'pino';
 import { delay } from '../common/concurrency.js';
 import { ErrorCodes } from '../common/errors.js';
-import type { EngineLoad, RolloutEngine } from '../rollout/engine.js';
+import type { EngineLoad, RolloutEngine, TrajectoryLoad } from '../rollout/engine.js';
 import type { GenerationTask } from '../rollout/task.js';
 import type { EngineClient, EngineLoadSample, FinishReason } from './engine-client.js';
 import type { AfterTurn, Episodes } from './episode.js';
@@ -181,7 +181,22 @@ export class HttpRolloutEngine implements RolloutEngine {
       running: this.sample.running ?? this.slots.inUse,
       waiting: this.sample.waiting ?? 0,
       tokensPerSecond: this.sample.tokensPerSecond ?? ownRate,
+      ...(this.options.episodes ? { trajectories: this.trajectoryLoads() } : {}),
     };
+  }
+
+  /**
+   * Multi-turn: what the manager's repack round needs of each trajectory (the heartbeat carries
+   * it): its predicted remaining tokens (progressive priority; null without) and whether it waits
+   * at a tool call, its request ended and its KV free, so that it moves at no cost but a re-prefill.
+   */
+  private trajectoryLoads(): TrajectoryLoad[] {
+    const priorities = this.options.priorities ?? null;
+    return [...this.running.values()].map(({ task, place }) => ({
+      id: task.trajectoryId,
+      predictedTokens: priorities?.current(task.trajectoryId)?.tokens ?? null,
+      atTool: place === 'between_turns' && task.waitingFor !== undefined,
+    }));
   }
 
   /**

@@ -15,6 +15,18 @@ export interface EngineLoad {
   waiting: number;
   /** Generated tokens per second, recent. */
   tokensPerSecond: number;
+  /**
+   * Agentic engines: each trajectory's predicted remaining tokens (null: none) and whether it
+   * waits at a tool call (nothing of it at the engine); the heartbeat carries them to the
+   * manager's repack round (tool-call moves). Absent: the engine does not say.
+   */
+  trajectories?: TrajectoryLoad[];
+}
+
+export interface TrajectoryLoad {
+  id: string;
+  predictedTokens: number | null;
+  atTool: boolean;
 }
 
 export interface RolloutEngine {
@@ -25,7 +37,7 @@ export interface RolloutEngine {
   tokenize(payload: unknown): Int32Array | Promise<Int32Array>;
 
   /**
-   * Stop generating these tasks now (repack-out, reinitialise). When the promise resolves the
+   * Stop generating these tasks now (repack-out, all of them or only some, reinitialise). When the promise resolves the
    * engine must not call `append` or `complete` on them again: every token it produced has been
    * appended. The SDK then hands the tasks over.
    */

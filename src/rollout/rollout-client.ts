@@ -35,7 +35,7 @@ import { InFlight } from '../common/concurrency.js';
 import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
 import { MemberAgent } from '../control/member-agent.js';
-import type { Command, RolloutLoad } from '../control/schema.js';
+import { MAX_REPORTED_TRAJECTORIES, type Command, type RolloutLoad } from '../control/schema.js';
 import {
   PARKED_OWNER,
   type ExperienceWriter,
@@ -467,7 +467,7 @@ export class RolloutClient {
   private async execute(command: Command): Promise<Record<string, unknown> | undefined> {
     switch (command.t) {
       case 'repack-out':
-        return this.repackOut(command.to, command.version);
+        return this.repackOut(command.to, command.version, command.trajectories);
       case 'repack-in':
         return this.repackIn(command.from, command.version, command.trajectories);
       case 'update-weights':
@@ -480,12 +480,15 @@ export class RolloutClient {
     }
   }
 
-  /** Stops everything this rollout generates, stores every token, and lets go of it. */
-  private async repackOut(to: string, version: number): Promise<{ moved: string[] }> {
+  /**
+   * Stops everything this rollout generates (or only the trajectories `only` lists: a tool-call
+   * move, the rest goes on), stores every token, and lets go of it.
+   */
+  private async repackOut(to: string, version: number, only?: readonly string[]): Promise<{ moved: string[] }> {
     if (this.weightVersion !== version) {
       throw new RolloutError(ErrorCodes.VERSION_MISMATCH, `repack-out for version ${version}, but ${this.id} generates with ${this.weightVersion}`);
     }
-    const tasks = [...this.tasks.values()];
+    const tasks = only === undefined ? [...this.tasks.values()] : only.flatMap((id) => this.tasks.get(id) ?? []);
     await this.options.engine.stop(tasks);
     await Promise.all(tasks.map((t) => t.flush()));
     const moved: string[] = [];
@@ -494,8 +497,9 @@ export class RolloutClient {
       t.handOver();
       moved.push(t.trajectoryId);
     }
-    this.log.info({ to, moved: moved.length }, 'repack-out: trajectories handed over');
-    this.state = 'idle';
+    this.log.info({ to, moved: moved.length, some: only !== undefined }, 'repack-out: trajectories handed over');
+    if (only === undefined) this.state = 'idle';
+    else this.settle();
     return { moved };
   }
 
@@ -586,6 +590,7 @@ export class RolloutClient {
       owned: this.tasks.size,
       tokensPerSecond: Math.max(0, engine.tokensPerSecond),
       ...(this.weightError ? { weightError: this.weightError } : {}),
+      ...(engine.trajectories ? { trajectories: engine.trajectories.slice(0, MAX_REPORTED_TRAJECTORIES) } : {}),
     };
     this.kvPrev = kvUsed;
     this.metrics.kvUsed.set(kvUsed);

@@ -11,6 +11,7 @@ import type { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
 import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
 import { Manager } from '../../src/manager/manager.js';
+import type { RolloutCoordinatorOptions } from '../../src/manager/rollouts/coordinator.js';
 import { projectPython, REPO_ROOT } from '../../src/services/index.js';
 import { RolloutAgent, SglangClient, targetMatchReward, type EngineClient, type RequestDefaults } from '../../src/rollout-agent/index.js';
 import { natsClient } from '../data/helpers.js';
@@ -117,7 +118,7 @@ export async function jobPools(
 /**
  * The job's manager, leader, on its own connection, with the fast failure detection the agent
  * tests use (dead after 1.5 s); `orphanWaitMs` is how long a dead rollout's trajectories wait for
- * a rollout of their version.
+ * a rollout of their version; `repack` turns repack on (off by default) with its planner and limits.
  */
 export async function jobManager(
   natsUrl: string,
@@ -125,6 +126,7 @@ export async function jobManager(
   p: { prompts: PromptPool; partials: PartialPool },
   closers: Array<() => Promise<unknown>>,
   orphanWaitMs = 30_000,
+  repack: Pick<RolloutCoordinatorOptions, 'repackIntervalMs' | 'planner' | 'limits'> = {},
 ): Promise<Manager> {
   const managerNc = await natsClient(natsUrl);
   const m = new Manager({
@@ -135,7 +137,7 @@ export async function jobManager(
     suspectAfterMs: 800,
     deadAfterMs: 1500,
     tickMs: 50,
-    rollouts: { partials: p.partials, prompts: p.prompts, repackIntervalMs: 0, orphanWaitMs, startupGraceMs: 0, commandTimeoutMs: 10_000 },
+    rollouts: { partials: p.partials, prompts: p.prompts, repackIntervalMs: 0, orphanWaitMs, startupGraceMs: 0, commandTimeoutMs: 10_000, ...repack },
   });
   await m.start();
   await m.whenLeader(10_000);

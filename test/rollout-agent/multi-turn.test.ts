@@ -20,6 +20,7 @@ import { trajectoryIdOf } from '../../src/rollout/ids.js';
 import {
   LOOKUP_TOOLS,
   RolloutAgent,
+  seedOf,
   SglangClient,
   TokenCallsParser,
   targetMatchReward,
@@ -415,5 +416,69 @@ describe('progressive priority', () => {
       );
       expect(count?.value, predictor).toBe(client.sent.length);
     }
+  }, 180_000);
+});
+
+describe('tool-call moves (the manager with --planner dp)', () => {
+  /** The engine's seeded next token after `context` (what the trajectory's next token is, wherever it is generated). */
+  async function nextToken(url: string, context: number[], id: string): Promise<number> {
+    const response = await fetch(`${url}/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        input_ids: context,
+        sampling_params: { max_new_tokens: 1, temperature: 1, top_p: 1, top_k: -1, ignore_eos: true, sampling_seed: seedOf(id) },
+      }),
+    });
+    return ((await response.json()) as { output_ids: number[] }).output_ids[0]!;
+  }
+
+  it('trajectories waiting at a tool call move to an idle rollout and continue token for token with their observation', async () => {
+    const job = 'mt-tool-move';
+    const model = 'mt/tool-move';
+    await publish(relay.socketPath, model, [0]);
+    const p = await jobPools(fx, job, prompts(1, 4), closers);
+    const worker = await lookupWorker(job, true);
+    const trajectories = ids(1, 4);
+    const base = new Map(trajectories.map((id, s) => [id, [100, 200, 300, 400][s]!]));
+    const limits = { progressivePriority: true, lengthPredictor: new FixedPredictions(base) } as const;
+    const a = await agent(job, 'mt-move-a', engines[0]!, model, { parser: new EveryTokenIsALookup() }, limits);
+    // All four wait at their first call on a (the tool does not answer yet).
+    await expect.poll(() => waitingAtTool(p, 'mt-move-a'), { timeout: 60_000, interval: 50 }).toBe(4);
+    const b = await agent(job, 'mt-move-b', engines[1]!, model, { parser: new EveryTokenIsALookup() }, limits);
+    await expect.poll(() => b.agent.client?.version, { timeout: 30_000 }).toBe(0);
+    // B = 1 (every trajectory more slows the others): the two predicted shortest are worth moving
+    // to the idle b; the two longest stay on a. Nothing generates meanwhile: only free moves.
+    await jobManager(fx.nats.url, job, p, closers, 30_000, { repackIntervalMs: 200, planner: 'dp', limits: { cMax: 0.99, rooflineBatch: 1 } });
+    await expect.poll(() => b.agent.client?.owned.size ?? 0, { timeout: 30_000, interval: 50 }).toBe(2);
+    const moved = [...b.agent.client!.owned.keys()].sort();
+    expect(moved).toEqual(trajectories.filter((id) => base.get(id)! <= 200).sort());
+    expect(a.agent.client?.owned.size).toBe(2);
+    worker.open();
+    const items = await records(job, 4);
+    expect(items.map((i) => i.id).sort()).toEqual([...trajectories].sort());
+    for (const item of items) {
+      expect(item.rolloutId).toBe(moved.includes(item.id) ? 'mt-move-b' : 'mt-move-a');
+      // Every generated token is the engine's seeded token after everything before it (prompt,
+      // turns, observations): the trajectory is what it would have been without the move, and
+      // each observation (the lookup's answer, the call run once) is where the turn left it.
+      let at = item.promptLength;
+      for (const [k, segment] of item.segments!.entries()) {
+        const tokens = Array.from(item.tokens.subarray(at, at + segment.length));
+        if (segment.kind === 'generated') {
+          for (let i = 0; i < tokens.length; i++)
+            expect(tokens[i], `${item.id} token ${at + i}`).toBe(await nextToken(engines[1]!.url, Array.from(item.tokens.subarray(0, at + i)), item.id));
+        } else {
+          const key = String(item.segments![k - 1]!.length);
+          expect(segment.action).toMatchObject({ tool: 'lookup', status: 'ok' });
+          expect(tokens).toEqual([TOOL, ...digitIds(lookupDigits(key)), TOOL_END]);
+        }
+        at += segment.length;
+      }
+      expect(item.segments!.filter((s) => s.kind === 'observation').length).toBeGreaterThan(0);
+    }
+    // The first calls were submitted by a and, for the moved ones, again by b: one execution each.
+    expect(new Set(worker.ran).size).toBe(worker.ran.length);
+    expect(await metricValue(b.registry, 'laminar_rollout_tasks_total', { outcome: 'resumed' })).toBe(2);
   }, 180_000);
 });

@@ -8,13 +8,20 @@
  *
  * Trajectories that neither the destination nor the source can take back are handed to failover
  * (onStranded).
+ *
+ * Two planners (`planner`): `algorithm1` (default), the paper's consolidation above; `dp`, for
+ * agentic jobs, Heddle's presorted DP placement by predicted remaining length that moves only
+ * trajectories waiting at tool calls (repack/tool-call-moves.ts): the source hands over just
+ * those, goes on generating the rest and keeps its weights.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { SCHEMA_VERSION } from '../../control/schema.js';
 import type { EventJournal } from '../dashboard/journal.js';
 import { DEFAULT_REPACK_LIMITS, planRepack, validateRepackLimits, type RepackLimits } from '../repack/planner.js';
+import { rooflineInterference } from '../repack/dp-placement.js';
 import { repackRoundGroups, sourceIsEmpty, type RepackGroup } from '../repack/round.js';
+import { planToolCallMoves, type PlacedTrajectory } from '../repack/tool-call-moves.js';
 import type { RolloutCoordinatorMetrics } from './metrics.js';
 import type { DoneReply, RolloutCommands } from './rollout-commands.js';
 import type { RolloutView } from './rollout-view.js';
@@ -26,6 +33,8 @@ export interface RepackRoundsOptions {
   rooflineBatchByModel?: Record<string, number>;
   /** 0 turns repack off. Default 5 s (the paper's period). */
   repackIntervalMs?: number;
+  /** `algorithm1` (default): the paper's consolidation; `dp`: Heddle's placement, moving trajectories at tool calls only. */
+  planner?: RepackPlanner;
   metrics: RolloutCoordinatorMetrics;
   log: Logger;
   /** The dashboard's event log: each round's moves are recorded. */
@@ -33,6 +42,9 @@ export interface RepackRoundsOptions {
 }
 
 type MoveResult = 'done' | 'failed' | 'empty';
+
+export const REPACK_PLANNERS = ['algorithm1', 'dp'] as const;
+export type RepackPlanner = (typeof REPACK_PLANNERS)[number];
 
 export class RepackRounds {
   private readonly limits: RepackLimits;
@@ -93,7 +105,9 @@ export class RepackRounds {
                 id: r.id,
                 model: r.load.model ?? '',
                 weightVersion: r.load.weightVersion,
-                generating: r.load.state === 'generating',
+                // The dp planner moves trajectories at tools onto idle rollouts too (Algorithm 1
+                // empties rollouts and needs none): an idle one with weights is the best destination.
+                generating: r.load.state === 'generating' || (this.options.planner === 'dp' && r.load.state === 'idle'),
                 available: r.health === 'alive' && this.commands.available(r.id, now),
                 kvUsed: r.load.kvUsed,
                 kvPrev: r.load.kvPrev,
@@ -106,7 +120,50 @@ export class RepackRounds {
       this.options.rooflineBatchByModel,
     );
     this.kvAtLastRound = round.kvAtThisRound;
-    for (const group of round.groups) this.planGroup(group, trigger);
+    if (this.options.planner === 'dp') {
+      const trajectories = rollouts.flatMap((r) => (r.load?.trajectories ?? []).map((t) => ({ ...t, rollout: r.id })));
+      for (const group of round.groups) this.planToolCallGroup(group, trajectories, trigger);
+    } else {
+      for (const group of round.groups) this.planGroup(group, trigger);
+    }
+  }
+
+  /** The `dp` planner: trajectories waiting at tool calls placed by predicted length; the moves run one after the other. */
+  private planToolCallGroup(group: RepackGroup, trajectories: readonly PlacedTrajectory[], trigger: string): void {
+    const { model, weightVersion: version } = group;
+    const started = performance.now();
+    const ids = group.rollouts.map((r) => r.id);
+    let plan;
+    try {
+      plan = planToolCallMoves(trajectories, ids, rooflineInterference(group.limits.rooflineBatch));
+    } catch (err) {
+      // A report the planner refuses (a trajectory listed by two rollouts mid-move): the next round looks again.
+      this.options.log.warn({ model, version, err: (err as Error).message }, 'tool-call moves not planned this round');
+      return;
+    }
+    this.options.metrics.plannerSeconds.observe((performance.now() - started) / 1e3);
+    if (plan.moves.length === 0) return;
+    this.options.log.info(
+      {
+        model,
+        version,
+        trigger,
+        makespan: [Math.round(plan.makespanBefore), Math.round(plan.makespanAfter)],
+        moves: plan.moves.map((m) => `${m.source}->${m.destination} (${m.trajectories.length})`),
+      },
+      'repack plan (tool-call moves)',
+    );
+    const involved = [...new Set(plan.moves.flatMap((m) => [m.source, m.destination]))];
+    void this.commands.whileBusy(involved, async () => {
+      const results: MoveResult[] = [];
+      for (const m of plan.moves) results.push(await this.move(m.source, m.destination, version, m.trajectories));
+      const count = (r: MoveResult): number => results.filter((x) => x === r).length;
+      this.options.journal?.record(
+        'repack',
+        `${model || 'model'} v${version}`,
+        `tool-call moves (${trigger}): ${count('done')} done, ${count('failed')} failed`,
+      );
+    });
   }
 
   private planGroup(group: RepackGroup, trigger: string): void {
@@ -138,12 +195,23 @@ export class RepackRounds {
     });
   }
 
-  /** One move; never rejects (a failure is counted and its trajectories go back or the orphan way). */
-  private async move(source: string, destination: string, version: number): Promise<MoveResult> {
+  /**
+   * One move (of everything the source owns, or of `only` those trajectories: a tool-call move,
+   * after which the source goes on with the rest and keeps its weights); never rejects (a failure
+   * is counted and its trajectories go back or the orphan way).
+   */
+  private async move(source: string, destination: string, version: number, only?: string[]): Promise<MoveResult> {
     const repack = randomBytes(4).toString('hex');
     const started = performance.now();
     try {
-      const out = await this.commands.request(source, { v: SCHEMA_VERSION, t: 'repack-out', repack, to: destination, version });
+      const out = await this.commands.request(source, {
+        v: SCHEMA_VERSION,
+        t: 'repack-out',
+        repack,
+        to: destination,
+        version,
+        ...(only ? { trajectories: only } : {}),
+      });
       const moved = out.moved;
       if (moved.length === 0) {
         this.options.metrics.repackMoves.inc({ result: 'empty' });
@@ -170,7 +238,7 @@ export class RepackRounds {
       this.options.metrics.repackSeconds.observe((performance.now() - started) / 1e3);
       this.options.log.info({ repack, source, destination, version, taken: reply.taken, ms: Math.round(performance.now() - started) }, 'repack move done');
       // The emptied source generates with the newest weights from now on.
-      this.updateWeights(source);
+      if (!only) this.updateWeights(source);
       return 'done';
     } catch (err) {
       this.movesFailed++;
