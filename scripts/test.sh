@@ -23,7 +23,7 @@ checks() {
   fi
 }
 
-phase bootstrap bash scripts/bootstrap.sh
+phase bootstrap bash scripts/bootstrap.sh --tests
 phase 'type check and lint' checks
 phase vitest npx --no-install vitest run
 phase pytest npm run --silent test:python
