@@ -17,6 +17,7 @@ const BENCHES = [
   'dashboard',
   'actions',
   'fp8',
+  'delta-chain',
   'multi-trainer',
   'agentic',
 ] as const;

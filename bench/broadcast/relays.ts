@@ -31,6 +31,12 @@ export interface RelaySettings {
   secretFile: string;
   /** Directory (a tmpfs) the relays' shm directories are made in. */
   shmBase: string;
+  /**
+   * The relays' --delta (default off: the broadcast bench times full copies, and its versions
+   * differ by a byte per tensor, which deltas would carry as nearly nothing; bench/delta-chain.ts
+   * times deltas).
+   */
+  delta?: 'auto' | 'on' | 'off';
 }
 
 export async function startRelay(
@@ -57,6 +63,8 @@ export async function startRelay(
     ...(settings.chunkSize === null ? [] : ['--chunk-size', String(settings.chunkSize)]),
     '--broadcast-window',
     String(settings.window),
+    '--delta',
+    settings.delta ?? 'off',
     '--no-pin',
     '--keep-versions',
     '0',

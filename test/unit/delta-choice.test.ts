@@ -15,9 +15,12 @@ describe('deltaPays', () => {
   });
 
   it('sends full chunks on a link faster than the encoder saves', () => {
-    // 2 GB/s encoder, 1 % of the bytes on the wire: pays on a 2 Gbit/s link, not on loopback.
+    // 2 GB/s encoder, 1 % of the bytes on the wire: pays on a 2 Gbit/s link, not on loopback,
+    // nor on a link just under the encoder's speed (the receiver rebuilds at about that speed too).
     const measure = { bytesPerSecond: 2 * GB, ratio: 0.01 };
     expect(deltaPays(measure, 0.25 * GB)).toBe(true);
+    expect(deltaPays(measure, 0.95 * GB)).toBe(true);
+    expect(deltaPays(measure, 1.1 * GB)).toBe(false);
     expect(deltaPays(measure, 5 * GB)).toBe(false);
     // Everything changed: no link is slow enough for a delta that saves nothing.
     expect(deltaPays({ bytesPerSecond: 2 * GB, ratio: 1 }, 1)).toBe(false);

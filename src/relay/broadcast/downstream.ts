@@ -20,7 +20,7 @@ import { StoredSource, type ChunkSource } from './source.js';
 import type { BroadcastStatus } from '../protocol/status.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 import { inBackground } from '../background.js';
-import { matchingBase, type BaseRef } from './delta/base.js';
+import { findBase, matchingBase, type BaseRef } from './delta/base.js';
 import { ChunkEncoder } from './delta/encoder.js';
 import { EncodeMeter } from './delta/policy.js';
 
@@ -262,6 +262,10 @@ export class DownstreamSide {
     }
     const stored = source instanceof StoredSource ? this.findVersion(source.model, source.version) : undefined;
     if (stored) this.store.lease(stored);
+    // The version the successor will likely name as its base, kept until the session ends: the
+    // commit of `source` here would otherwise retire it (--keep-versions 0) before the accept.
+    const base = this.options.delta === 'off' ? null : findBase(this.store, source.model, source.version, source.layout);
+    if (base) this.store.lease(base);
     const session = new OutgoingTransfer(d.link, source, {
       window: this.options.window,
       stallMs: this.options.stallMs,
@@ -300,6 +304,7 @@ export class DownstreamSide {
       .finally(() => {
         if (d.sessions.get(k) === session) d.sessions.delete(k);
         if (stored) this.store.unlease(stored);
+        if (base) this.store.unlease(base);
       });
     inBackground(sending, this.log, 'sending a version downstream', { failures: this.metrics.backgroundFailures });
   }

@@ -1,10 +1,12 @@
 /**
  * When a chunk goes as a delta and when in full. A delta costs an encode (a scan of the chunk
- * and of the base's chunk) and sends `ratio` of the chunk's bytes; the full chunk costs only its
- * bytes on the link. With E the encoder's measured throughput and B the link's bandwidth, one
- * chunk of L bytes takes L/E + ratio·L/B as a delta against L/B in full: the delta pays when
+ * and of the base's chunk) at the sender, a rebuild at the receiver (the same scan, at about the
+ * same speed: a relay in the middle of the chain does both, on one thread), and sends `ratio` of
+ * the chunk's bytes; the full chunk costs only its bytes on the link. With E the encoder's
+ * measured throughput and B the link's bandwidth, one chunk of L bytes takes about
+ * 2L/E + ratio·L/B as a delta against L/B in full: the delta pays when
  *
- *   E · (1 - ratio) > B
+ *   E · (1 - ratio) > 2 · B
  *
  * On a slow link (a data centre's uplink, 2 Gbit/s) it nearly always does; on a fast one
  * (loopback, a 400 Gbit/s RDMA NIC) the encoder is the bottleneck and full chunks are faster.
@@ -21,6 +23,8 @@ export const DEFAULT_DELTA_MODE: DeltaMode = 'auto';
 
 /** Under auto, a sender sending full chunks still encodes one in this many to keep measuring. */
 export const PROBE_EVERY = 32;
+/** A chunk costs its encode at the sender and about as much again to rebuild at the receiver. */
+export const REBUILD_FACTOR = 2;
 /** Weight of the newest sample in the moving averages of E and the ratio. */
 export const DELTA_EWMA_ALPHA = 0.2;
 
@@ -41,7 +45,7 @@ export interface EncodeMeasure {
 export function deltaPays(measure: EncodeMeasure, linkBandwidth: number): boolean {
   // Nothing measured yet: encode, which measures.
   if (measure.bytesPerSecond === null || measure.ratio === null) return true;
-  return measure.bytesPerSecond * (1 - measure.ratio) > linkBandwidth;
+  return measure.bytesPerSecond * (1 - measure.ratio) > REBUILD_FACTOR * linkBandwidth;
 }
 
 /** The moving averages of a relay's encodes: one per relay, shared by its downstream sessions. */
