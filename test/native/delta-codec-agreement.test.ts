@@ -121,6 +121,13 @@ describe('native delta kernel against the TypeScript reference', () => {
         base: new Uint8Array(n).fill(1),
         payload: Uint8Array.from([1, ...tokens]),
       })),
+      // A header that counts its streams right, over random tokens, escapes and literals.
+      fc
+        .tuple(fc.integer({ min: 0, max: 200 }), fc.uint8Array({ maxLength: 40 }), fc.uint8Array({ maxLength: 8 }), fc.uint8Array({ maxLength: 12 }))
+        .map(([n, tokens, escapes, literals]) => ({
+          base: new Uint8Array(n).fill(1),
+          payload: Uint8Array.from([1, ...(n & 1 ? [7] : []), tokens.length, escapes.length, ...tokens, ...escapes, ...literals]),
+        })),
     );
     fc.assert(
       fc.property(payloadArb, ({ base, payload }) => {

@@ -124,9 +124,11 @@ describe('delta codec', () => {
     for (let i = 0; i < next.length; i += 20) next[i] = next[i]! ^ 1; // the low byte of every tenth element
     const { kind, payload } = encodeChunk(base, next);
     expect(kind).toBe('sparse');
-    expect(payload.length).toBe(1 + Math.ceil(next.length / 20));
-    expect(payload[1]).toBe(0x00 | (next[0]! - base[0]! + 8)); // word 0, gap 0
-    expect(payload[2]! >> 4).toBe(9); // nine unchanged words before word 10
+    const tokens = Math.ceil(next.length / 20); // 3277: a varint of 2 bytes
+    expect(Array.from(payload.subarray(0, 4))).toEqual([1, (tokens % 128) | 128, tokens >> 7, 0]);
+    expect(payload.length).toBe(4 + tokens);
+    expect(payload[4]).toBe(0x00 | (next[0]! - base[0]! + 8)); // word 0, gap 0
+    expect(payload[5]! >> 4).toBe(9); // nine unchanged words before word 10
   });
 
   it('escapes long gaps as a varint, large deltas as the word itself, and carries an odd last byte', () => {
@@ -140,8 +142,10 @@ describe('delta codec', () => {
     next[600] = 9; // the odd last byte
     const { kind, payload } = encodeChunk(base, next);
     expect(kind).toBe('sparse');
-    // [format, last byte] [gap 3, +7] [gap 0, literal 0x0100] [gap 15 + 180, literal 0x00ff] [gap 15 + 83, -1]
-    expect(Array.from(payload)).toEqual([1, 9, 0x3f, 0x08, 0x00, 0x01, 0xf8, 180, 1, 0xff, 0x00, 0xf7, 83]);
+    // [format, last byte, 4 tokens, 3 escape bytes]
+    // tokens [gap 3, +7] [gap 0, literal] [gap 15 + escape, literal] [gap 15 + escape, -1]
+    // escapes [180 as a varint] [83]; literals [0x0100] [0x00ff]
+    expect(Array.from(payload)).toEqual([1, 9, 4, 3, 0x3f, 0x08, 0xf8, 0xf7, 180, 1, 83, 0x00, 0x01, 0xff, 0x00]);
     const out = new Uint8Array(next.length);
     decodeChunk(kind, base, payload, out);
     expect(Buffer.from(out).equals(Buffer.from(next))).toBe(true);
@@ -154,10 +158,10 @@ describe('delta codec', () => {
     const literals = base.map((_, i) => i & 1); // +256 in every word: 3 bytes each
     expect(encodeChunk(base, literals).kind).toBe('full');
     const few = base.slice();
-    for (let i = 0; i < 1000; i += 20) few[i] = 1; // 50 tokens of one byte: 51 bytes
-    expect(encodeChunk(base, few).payload.length).toBe(51);
-    expect(encodeChunk(base, few, { maxSparseFraction: 0.05 }).kind).toBe('full');
-    expect(encodeChunk(base, few, { maxSparseFraction: 0.051 }).kind).toBe('sparse');
+    for (let i = 0; i < 1000; i += 20) few[i] = 1; // 50 tokens of one byte and a header of 3
+    expect(encodeChunk(base, few).payload.length).toBe(53);
+    expect(encodeChunk(base, few, { maxSparseFraction: 0.052 }).kind).toBe('full');
+    expect(encodeChunk(base, few, { maxSparseFraction: 0.053 }).kind).toBe('sparse');
     expect(encodeChunk(base, base.slice(), { maxSparseFraction: 0 }).kind).toBe('same');
     expect(encodeChunk(new Uint8Array(0), new Uint8Array(0)).kind).toBe('same');
     expect(encodeChunk(new Uint8Array([1]), new Uint8Array([2])).kind).toBe('full');
@@ -190,12 +194,17 @@ describe('delta codec', () => {
     };
     expect(untouched([]).details).toMatchObject({ at: 0 });
     untouched([2]); // unknown format
-    untouched([1, 0xf0]); // a gap's varint missing
-    untouched([1, 0xf0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0]); // a varint of 8 bytes
-    untouched([1, 0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]); // a gap of 2^49 + 14 words
-    untouched([1, 0x80]); // word 8 of 8
-    expect(untouched([1, 0x70, 0x09]).details).toMatchObject({ at: 2 }); // word 7, then word 8
-    expect(untouched([1, 0x09, 0x08, 0x01]).details).toMatchObject({ at: 2 }); // a literal cut short
+    expect(untouched([1, 0x80]).details).toMatchObject({ at: 1 }); // the token count cut short
+    untouched([1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0]); // a varint of 8 bytes
+    expect(untouched([1, 1]).details).toMatchObject({ at: 2 }); // no escape byte count
+    expect(untouched([1, 2, 0, 0x79]).details).toMatchObject({ at: 3 }); // 2 tokens, 1 byte
+    expect(untouched([1, 1, 0, 0xf0]).details).toMatchObject({ at: 3 }); // an escape, none in its stream
+    untouched([1, 1, 7, 0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]); // a gap of 2^49 + 14 words
+    untouched([1, 1, 0, 0x80]); // word 8 of 8
+    expect(untouched([1, 2, 0, 0x70, 0x09]).details).toMatchObject({ at: 4 }); // word 7, then word 8
+    expect(untouched([1, 2, 0, 0x09, 0x08, 0x01]).details).toMatchObject({ at: 4 }); // the literal stream short
+    expect(untouched([1, 1, 1, 0x79, 5]).details).toMatchObject({ at: 4 }); // an escape byte no token uses
+    expect(untouched([1, 1, 0, 0x79, 5]).details).toMatchObject({ at: 4 }); // a byte after the literals
     const odd = new Uint8Array(5).fill(3);
     expectCorrupt(() => decodeChunk('sparse', odd, Uint8Array.from([1]), odd)); // the odd last byte missing
     expect(Array.from(odd)).toEqual([3, 3, 3, 3, 3]);
@@ -203,7 +212,7 @@ describe('delta codec', () => {
     untouched(new Array<number>(15).fill(0), 'full');
     expectCorrupt(() => decodeChunk('delta' as ChunkEncodingKind, base, new Uint8Array(0), out));
     // A well-formed payload rebuilds: the last word of the chunk, +1.
-    decodeChunk('sparse', base, Uint8Array.from([1, 0x79]), out);
+    decodeChunk('sparse', base, Uint8Array.from([1, 1, 0, 0x79]), out);
     expect(Array.from(out.subarray(12))).toEqual([7, 7, 8, 7]);
   });
 

@@ -4,23 +4,26 @@
  *
  * Format 1. A chunk of n bytes is read as floor(n/2) little-endian 16-bit words (a bf16 or fp16
  * element each, when the chunk starts on an element, as a version's chunks do), and, when n is
- * odd, one last byte:
+ * odd, one last byte. A payload is a header and three streams:
  *
- *   payload := 0x01 [last byte, when n is odd] token*
- *   token   := byte(gap4 << 4 | delta4) [varint(gap - 15), when gap4 = 15] [word, when delta4 = 8]
+ *   payload := 0x01 [last byte, when n is odd] varint(T) varint(E) token[T] escapes[E] literals
+ *   token   := byte(gap4 << 4 | delta4)
  *
  * Each token is one changed word, in increasing order: `gap` is the number of unchanged words
- * since the previous changed word (or the chunk's start); gap4 = min(gap, 15). delta4 = d + 8
- * says the new word is the base's plus d, modulo 2^16, for d in [-8, 7] but 0; delta4 = 8
- * gives the new word itself (2 bytes, little endian). Varints are unsigned LEB128 of at most
- * VARINT_MAX_BYTES bytes. A decoder rejects a payload whose first byte is not 0x01, that ends
- * inside a token, or whose token names a word past the chunk's end.
+ * since the previous changed word (or the chunk's start). gap4 = min(gap, 15); when it is 15,
+ * the next varint of the escape stream is gap - 15. delta4 = d + 8 says the new word is the
+ * base's plus d, modulo 2^16, for d in [-8, 7] but 0; delta4 = 8 says the new word is the next
+ * one of the literal stream (2 bytes, little endian). Varints are unsigned LEB128 of at most
+ * VARINT_MAX_BYTES bytes. A decoder rejects a payload whose first byte is not 0x01, whose
+ * streams are shorter or longer than its tokens use, or whose token names a word past the end.
  *
- * Why: at RL learning rates a bf16 weight that moves at all moves by a unit or two in the last
- * place (its 16-bit pattern by +-1 or +-2), and the GRPO example's training at lr 1e-6 changes
- * 10-19 % of the elements per step, ~10 elements apart: most changes fit one byte (a nibble of
- * gap, a nibble of delta). Measured in docs/performance/delta.md: byte runs with varint headers
- * cost 2.7 bytes per changed element there, these tokens ~1.15.
+ * Why this shape: at RL learning rates a bf16 weight that moves at all moves by a unit or two in
+ * the last place (its 16-bit pattern by +-1 or +-2), and the GRPO example's training at lr 1e-6
+ * changes 10-19 % of the elements per step, ~10 elements apart: most changes fit one byte, a
+ * nibble of gap and a nibble of delta (byte runs with varint headers cost 2.7 bytes per changed
+ * element there, these tokens ~1.2; docs/performance/delta.md). The escapes and literals go in
+ * streams of their own so that every token sits at a known place: a decoder's next token does
+ * not wait on the length of the one before, and the kernel rebuilds at a few cycles a token.
  */
 import { ErrorCodes, LaminarError } from '../../common/errors.js';
 
@@ -36,38 +39,12 @@ export function corrupt(at: number, reason: string): LaminarError {
   return new LaminarError(ErrorCodes.DELTA_CORRUPT, `malformed sparse delta at payload byte ${at}: ${reason}`, { details: { at, reason } });
 }
 
-/** A growable output, so that a chunk that barely changed does not allocate a chunk's worth. */
-class Output {
-  bytes: Uint8Array;
-  length = 0;
-  constructor(capacity: number) {
-    this.bytes = new Uint8Array(Math.max(16, Math.min(capacity, 4096)));
+function pushVarint(out: number[], value: number): void {
+  while (value >= 128) {
+    out.push((value % 128) | 128);
+    value = Math.floor(value / 128);
   }
-  /** Room for `more` bytes, or false when that would pass `limit`. */
-  reserve(more: number, limit: number): boolean {
-    if (this.length + more > limit) return false;
-    if (this.length + more <= this.bytes.length) return true;
-    const grown = new Uint8Array(Math.min(limit, Math.max(this.length + more, this.bytes.length * 2)));
-    grown.set(this.bytes.subarray(0, this.length));
-    this.bytes = grown;
-    return true;
-  }
-  byte(value: number): void {
-    this.bytes[this.length++] = value;
-  }
-  varint(value: number): void {
-    while (value >= 128) {
-      this.bytes[this.length++] = (value % 128) | 128;
-      value = Math.floor(value / 128);
-    }
-    this.bytes[this.length++] = value;
-  }
-}
-
-function varintBytes(value: number): number {
-  let bytes = 1;
-  for (; value >= 128; bytes++) value = Math.floor(value / 128);
-  return bytes;
+  out.push(value);
 }
 
 function word(bytes: Uint8Array, i: number): number {
@@ -86,10 +63,10 @@ export function sameBytes(base: Uint8Array, next: Uint8Array): boolean {
 export function encodeSparseReference(base: Uint8Array, next: Uint8Array, limit: number): Uint8Array | null {
   const n = next.length;
   const words = n >>> 1;
-  const out = new Output(limit);
-  if (!out.reserve(1 + (n & 1), limit)) return null;
-  out.byte(SPARSE_FORMAT);
-  if (n & 1) out.byte(next[n - 1]!);
+  const headerMin = 1 + (n & 1) + 2; // the two varints take a byte each at least
+  const tokens: number[] = [];
+  const escapes: number[] = [];
+  const literals: number[] = [];
   let previous = -1;
   for (let i = 0; i < words; i++) {
     const a = word(base, i);
@@ -98,68 +75,94 @@ export function encodeSparseReference(base: Uint8Array, next: Uint8Array, limit:
     const gap = i - previous - 1;
     const d = ((b - a) << 16) >> 16; // the signed 16-bit difference
     const literal = d < -8 || d > 7;
-    const size = 1 + (gap >= GAP_ESCAPE ? varintBytes(gap - GAP_ESCAPE) : 0) + (literal ? 2 : 0);
-    if (!out.reserve(size, limit)) return null;
-    out.byte((Math.min(gap, GAP_ESCAPE) << 4) | (literal ? LITERAL : d + 8));
-    if (gap >= GAP_ESCAPE) out.varint(gap - GAP_ESCAPE);
-    if (literal) {
-      out.byte(b & 255);
-      out.byte(b >>> 8);
-    }
+    tokens.push((Math.min(gap, GAP_ESCAPE) << 4) | (literal ? LITERAL : d + 8));
+    if (gap >= GAP_ESCAPE) pushVarint(escapes, gap - GAP_ESCAPE);
+    if (literal) literals.push(b & 255, b >>> 8);
     previous = i;
+    if (headerMin + tokens.length + escapes.length + literals.length > limit) return null; // it can only grow
   }
-  return out.bytes.subarray(0, out.length);
+  const header = [SPARSE_FORMAT];
+  if (n & 1) header.push(next[n - 1]!);
+  pushVarint(header, tokens.length);
+  pushVarint(header, escapes.length);
+  const size = header.length + tokens.length + escapes.length + literals.length;
+  if (size > limit) return null;
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const stream of [header, tokens, escapes, literals]) {
+    out.set(stream, at);
+    at += stream.length;
+  }
+  return out;
+}
+
+/** The varint at `at`, which must end before `end`; errors name `errorAt`. */
+function readVarint(payload: Uint8Array, at: number, end: number, errorAt: number): { value: number; next: number } {
+  let value = 0;
+  let scale = 1;
+  for (let k = 0; ; k++) {
+    if (k === VARINT_MAX_BYTES) throw corrupt(errorAt, `a varint longer than ${VARINT_MAX_BYTES} bytes`);
+    if (at + k >= end) throw corrupt(errorAt, 'a varint cut short');
+    const b = payload[at + k]!;
+    value += (b & 127) * scale;
+    scale *= 128;
+    if (b < 128) return { value, next: at + k + 1 };
+  }
 }
 
 /**
  * Reads the tokens of `payload` for a chunk of n bytes, calling `write(index, delta4, at)` for
- * each changed word (at: the literal's payload offset when delta4 is LITERAL); throws
- * ERR_DELTA_CORRUPT on the first malformed token.
+ * each changed word (at: its literal's payload offset when delta4 is LITERAL); throws
+ * ERR_DELTA_CORRUPT where the payload first goes wrong.
  */
 function forEachToken(payload: Uint8Array, n: number, write: (index: number, delta4: number, at: number) => void): void {
   if (payload.length === 0) throw corrupt(0, 'an empty payload');
   if (payload[0] !== SPARSE_FORMAT) throw corrupt(0, `unknown sparse format ${payload[0]}`);
   if (n & 1 && payload.length < 2) throw corrupt(1, "the chunk's last byte is missing");
   const words = n >>> 1;
-  let at = 1 + (n & 1);
+  const countAt = 1 + (n & 1);
+  const count = readVarint(payload, countAt, payload.length, countAt);
+  const escapeBytes = readVarint(payload, count.next, payload.length, count.next);
+  const tokensAt = escapeBytes.next;
+  if (count.value + escapeBytes.value > payload.length - tokensAt) {
+    throw corrupt(tokensAt, `${payload.length - tokensAt} bytes for ${count.value} tokens and ${escapeBytes.value} escape bytes`);
+  }
+  const escapesAt = tokensAt + count.value;
+  const literalsAt = escapesAt + escapeBytes.value;
+  let escape = escapesAt;
+  let literal = literalsAt;
   let index = -1;
-  while (at < payload.length) {
-    const tokenAt = at;
-    const token = payload[at++]!;
+  for (let k = 0; k < count.value; k++) {
+    const tokenAt = tokensAt + k;
+    const token = payload[tokenAt]!;
     let gap = token >>> 4;
     if (gap === GAP_ESCAPE) {
-      let extra = 0;
-      let scale = 1;
-      for (let k = 0; ; k++) {
-        if (k === VARINT_MAX_BYTES) throw corrupt(tokenAt, `a varint longer than ${VARINT_MAX_BYTES} bytes`);
-        if (at >= payload.length) throw corrupt(tokenAt, 'the payload ends inside a varint');
-        const b = payload[at++]!;
-        extra += (b & 127) * scale;
-        scale *= 128;
-        if (b < 128) break;
-      }
-      gap += extra;
+      const extra = readVarint(payload, escape, literalsAt, tokenAt);
+      gap += extra.value;
+      escape = extra.next;
     }
     index += gap + 1;
     if (index >= words) throw corrupt(tokenAt, `a change of word ${index} in a chunk of ${words} words`);
     const delta4 = token & 15;
     if (delta4 === LITERAL) {
-      if (at + 2 > payload.length) throw corrupt(tokenAt, 'the payload ends inside a literal word');
-      at += 2;
+      if (literal + 2 > payload.length) throw corrupt(tokenAt, 'the literal stream ends early');
+      literal += 2;
     }
-    write(index, delta4, at - 2);
+    write(index, delta4, literal - 2);
   }
+  if (escape !== literalsAt) throw corrupt(escape, `${literalsAt - escape} escape bytes that no token uses`);
+  if (literal !== payload.length) throw corrupt(literal, `${payload.length - literal} bytes after the last literal`);
+}
+
+/** Throws ERR_DELTA_CORRUPT, with the reason, unless `payload` is well formed for a chunk of n bytes. */
+export function checkSparseReference(payload: Uint8Array, n: number): void {
+  forEachToken(payload, n, () => {});
 }
 
 /**
  * Writes base + payload into out (all of it). Throws ERR_DELTA_CORRUPT, having written nothing,
  * when the payload is malformed. `out` may be `base` itself (only changed words are written).
  */
-/** Throws ERR_DELTA_CORRUPT, with the reason, unless `payload` is well formed for a chunk of n bytes. */
-export function checkSparseReference(payload: Uint8Array, n: number): void {
-  forEachToken(payload, n, () => {});
-}
-
 export function decodeSparseReference(base: Uint8Array, payload: Uint8Array, out: Uint8Array, inPlace: boolean): void {
   const n = out.length;
   checkSparseReference(payload, n); // the whole payload checked before anything is written
