@@ -13,11 +13,19 @@
  *   replicas; for AReaL's Megatron trainer the gradient all-reduce and the pipeline bubble);
  * - dataParallelStragglers: a mini-batch's optimizer step waits for the data-parallel group with
  *   the most tokens (the batch dealt to the groups balanced by length, as verl's balance_batch,
- *   then each group's share cut into the mini-batches).
+ *   then each group's share cut into the mini-batches);
+ * - colocatedEngine: the synchronous baseline's engine shares each GPU with the FSDP trainer
+ *   (verl's gpu_memory_utilization, a smaller KV cache) and pays verl's weight synchronisation
+ *   every iteration: the FSDP group's parameter gather, across machines for 32B and 72B, and the
+ *   engine's wake and sleep over PCIe (systems/colocated-engine.ts);
+ * - groupLengthCorrelation: a GRPO group's responses share their prompt's difficulty, the
+ *   scenario's `workload.outputTokens.promptShare` of the log-length variance (workload.ts), so the
+ *   long tail comes in groups: a replica dealt a hard prompt holds several long responses and the
+ *   others finish early. Off, every response is drawn alone (the share read as 0).
  */
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 
-export const MECHANISMS = ['attentionKvRead', 'trainerCommunication', 'dataParallelStragglers'] as const;
+export const MECHANISMS = ['attentionKvRead', 'trainerCommunication', 'dataParallelStragglers', 'colocatedEngine', 'groupLengthCorrelation'] as const;
 export type MechanismName = (typeof MECHANISMS)[number];
 export type Mechanisms = Readonly<Record<MechanismName, boolean>>;
 

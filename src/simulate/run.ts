@@ -14,6 +14,7 @@ import { engineProfileFor } from './scenario/derive.js';
 import { placementOf } from './scenario/placement.js';
 import type { Scenario, SystemName } from './scenario/schema.js';
 import { runAreal } from './systems/areal.js';
+import { colocatedProfile } from './systems/colocated-engine.js';
 import { runLaminar } from './systems/laminar.js';
 import { runOneStep } from './systems/one-step.js';
 import { RunContext, type ScenarioRunResult } from './systems/run-context.js';
@@ -52,7 +53,9 @@ export function runScenario(scenario: Scenario, system: SystemName, options: Run
   if (!SIMULATED_SYSTEMS.includes(system)) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${system} is not simulated yet`, { system });
   const components: SimComponents = { ...REAL_COMPONENTS, ...options.components };
   const mechanisms: Mechanisms = { ...ALL_MECHANISMS, ...options.mechanisms };
-  const ctx = new RunContext(scenario, placement, engineProfileFor(scenario, placement.tp, mechanisms), steps, warmupSteps, mechanisms);
+  // sync's engines share their GPUs with its trainer (systems/colocated-engine.ts).
+  const profile = system === 'sync' ? colocatedProfile(scenario, placement.tp, mechanisms) : engineProfileFor(scenario, placement.tp, mechanisms);
+  const ctx = new RunContext(scenario, placement, profile, steps, warmupSteps, mechanisms);
 
   const started = performance.now();
   if (system === 'sync') runSync(ctx);

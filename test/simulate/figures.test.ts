@@ -55,6 +55,8 @@ const WITHIN_TODAY = [
   'sec4_3.chain_repair',
   'sec4_3.master_reelection',
   'sec8_5.training_unaffected',
+  'sec8_5.generation_drop',
+  'sec8_5.generation_recovered',
   'fig12.speedup_range.tool_call_7b.max',
   'fig12.scaling_efficiency',
 ];

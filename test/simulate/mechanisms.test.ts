@@ -21,7 +21,8 @@ import {
   trainIterationMs,
   type TrainLayout,
 } from '../../src/simulate/trainer/parallel-step.js';
-import { trainStepMs } from '../../src/simulate/trainer/time-model.js';
+import { colocatedSwitchMs, trainStepMs } from '../../src/simulate/trainer/time-model.js';
+import { colocatedProfile, colocatedWeightSyncMs } from '../../src/simulate/systems/colocated-engine.js';
 import { tinyScenario } from './tiny-scenario.js';
 
 function shipped(name: string): Scenario {
@@ -140,10 +141,67 @@ describe('the switches', () => {
       s.trainer = { ...s.trainer, layout: { fsdp: 8, sequenceParallel: 4 } };
     });
     const base = runScenario(scenario, 'sync', { steps: 4, mechanisms: NO_MECHANISMS });
-    for (const name of ['attentionKvRead', 'dataParallelStragglers', 'trainerCommunication'] as const) {
+    for (const name of ['attentionKvRead', 'dataParallelStragglers', 'trainerCommunication', 'colocatedEngine'] as const) {
       const on = runScenario(scenario, 'sync', { steps: 4, mechanisms: { ...NO_MECHANISMS, [name]: true } });
       expect(on.virtualS, name).toBeGreaterThan(base.virtualS);
     }
+  });
+});
+
+describe("verl's colocated engine (systems/colocated-engine.ts)", () => {
+  const math32b = shipped('math-32b');
+
+  it("gives sync's engine the memory share verl's gpu_memory_utilization leaves it beside the trainer", () => {
+    // 7B on TP 2: (80 GB × 0.5 − 3 GB reserve − 7.6 GB of weights) per GPU, two GPUs, 57,344 bytes a token.
+    const colocated = Math.floor((2 * ((80 * 0.5 - 3) * 1e9 - 15.2e9 / 2)) / 57344);
+    expect(colocatedProfile(math7b, 2, ALL_MECHANISMS).kvCapacityTokens).toBe(colocated);
+    expect(colocatedProfile(math7b, 2, NO_MECHANISMS).kvCapacityTokens).toBe(engineProfileFor(math7b, 2).kvCapacityTokens);
+    expect(colocated / engineProfileFor(math7b, 2).kvCapacityTokens).toBeCloseTo(29.4 / 61.4, 2);
+  });
+
+  it("synchronises weights by the FSDP group's gather on its link and the engine's wake and sleep over PCIe", () => {
+    const ms = (bytes: number, GBs: number): number => (bytes / (GBs * 1e9)) * 1e3;
+    // 7B: FSDP 8 inside a machine, over NVLink; TP 2's shard out and back over PCIe.
+    expect(colocatedWeightSyncMs(math7b, 2, 8, 256, ALL_MECHANISMS)).toBeCloseTo(ms((15.2e9 * 7) / 8, 400) + ms((2 * 15.2e9) / 2, 40), 6);
+    // 72B: FSDP 32 spans four machines, so its gather runs at 50 GB/s per GPU: 2.8 s of the 3.7 s.
+    const w72 = math72b.model.weightBytes!;
+    const at72 = colocatedWeightSyncMs(math72b, 8, 32, 1024, ALL_MECHANISMS);
+    expect(at72).toBeCloseTo(ms((w72 * 31) / 32, 50) + ms((2 * w72) / 8, 40), 6);
+    expect(at72).toBeGreaterThan(3000);
+    // A trainer smaller than its FSDP group gathers over the GPUs it has; with the mechanism off, the old switch.
+    expect(colocatedWeightSyncMs(math32b, 4, 16, 8, ALL_MECHANISMS)).toBeCloseTo(
+      ms((math32b.model.weightBytes! * 7) / 8, 400) + ms((2 * math32b.model.weightBytes!) / 4, 40),
+      6,
+    );
+    expect(colocatedWeightSyncMs(math72b, 8, 32, 1024, NO_MECHANISMS)).toBeCloseTo(colocatedSwitchMs(math72b, 8), 6);
+  });
+
+  it("slows sync's generation where a replica's share of the batch outgrows the smaller cache (7B on 16 GPUs)", () => {
+    const on = runScenario(math7b, 'sync', { gpus: 16, steps: 2, warmupSteps: 1 });
+    const off = runScenario(math7b, 'sync', { gpus: 16, steps: 2, warmupSteps: 1, mechanisms: { colocatedEngine: false } });
+    expect(on.engines.kvCapacityTokens).toBeLessThan(off.engines.kvCapacityTokens / 2);
+    expect(on.throughput.tokensPerS).toBeLessThan(off.throughput.tokensPerS * 0.95);
+  });
+
+  it("refuses a memory share that leaves sync's engine no room for the longest request", () => {
+    const input = JSON.parse(readFileSync(fileURLToPath(new URL('../../src/simulate/scenarios/math-72b.json', import.meta.url)), 'utf8')) as ScenarioInput;
+    input.sync = { gpuMemoryUtilisation: 0.27 };
+    expect(() => parseScenario(input, 'math-72b')).toThrow(
+      expect.objectContaining({ code: ErrorCodes.BAD_SCENARIO, details: { path: 'math-72b', field: 'sync.gpuMemoryUtilisation' } }),
+    );
+  });
+});
+
+describe("GRPO groups share their prompt's difficulty (workload/workload.ts)", () => {
+  it('gathers the long tail on fewer replicas: sync on 7B, 256 GPUs, leaves more GPUs idle at its barrier and trains slower', () => {
+    const run = (on: boolean): ReturnType<typeof runScenario> =>
+      runScenario(math7b, 'sync', { gpus: 256, steps: 3, warmupSteps: 1, mechanisms: { groupLengthCorrelation: on } });
+    const on = run(true);
+    const off = run(false);
+    // Alone, nearly every replica of 64 responses holds one at the 16K cap and they finish together.
+    expect(off.idleGpuShare).toBeLessThan(0.08);
+    expect(on.idleGpuShare).toBeGreaterThan(off.idleGpuShare + 0.05);
+    expect(on.throughput.tokensPerS).toBeLessThan(off.throughput.tokensPerS * 0.95);
   });
 });
 

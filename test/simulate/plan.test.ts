@@ -96,7 +96,7 @@ describe('laminar plan: model sizes', () => {
     expect(scaled.scenario.model).toMatchObject({ params: 14e9, layers: 34 });
     expect(scaled.scenario.hardware.relayLink.bandwidthGBs).toBe(50);
     expect(scaled.scenario.hardware.trainerToMasterGBs).toBe(50);
-    expect(scaled.scenario.workload.outputTokens).toEqual({ median: [{ step: 0, tokens: 1000 }], p99OverMedian: 5, max: 8192 });
+    expect(scaled.scenario.workload.outputTokens).toEqual({ median: [{ step: 0, tokens: 1000 }], p99OverMedian: 5, max: 8192, promptShare: 0.5 });
     expect(scaled.derived.map((d) => d.field)).toEqual(
       expect.arrayContaining(['model.layers', 'hardware.relayLink.bandwidthGBs, hardware.trainerToMasterGBs', 'workload.outputTokens.median']),
     );

@@ -67,6 +67,7 @@ function fakeRun(scenario: string, gpus: number, system: SystemName, f: Fake): S
       inherentByVersion: (f.byVersionP90 ?? []).map((p90) => ({ count: 10, p50: 0, p90, max: p90, mean: 0 })),
     },
     kvUtilisation: f.kv ?? 0.5,
+    idleGpuShare: 0.2,
     engines: { count: 4, kvCapacityTokens: 1e6, preemptions: 0, eventSteps: 10, leapedSteps: 90, prefillTokens: 0 },
     repack: system === 'laminar' ? { rounds: 120, moves: 7, movedTrajectories: 1234 } : { rounds: 0, moves: 0, movedTrajectories: 0 },
     toolCalls: 0,

@@ -78,6 +78,28 @@ describe('Workload', () => {
     expect(new Workload({ ...scenario, seed: 2 }).group(3)).not.toEqual(group);
   });
 
+  it("shares the prompt's part of the log-length variance within its group (groupLengthCorrelation), the spread over all unchanged", () => {
+    // The share of the log-length variance between groups: 0.5 + 0.5 / 16 with the scenario's share
+    // of 0.5, 1 / 16 when every response is drawn alone (the 16K clamp trims both a little).
+    const betweenShare = (w: Workload): number => {
+      const logs: number[][] = [];
+      for (let p = 0; p < 2000; p++) logs.push(Array.from({ length: 16 }, (_, i) => Math.log(w.outputTokens(p * 16 + i))));
+      const all = logs.flat();
+      const mu = all.reduce((a, b) => a + b, 0) / all.length;
+      const total = all.reduce((a, x) => a + (x - mu) ** 2, 0) / all.length;
+      const between = logs.reduce((a, g) => a + (g.reduce((x, y) => x + y, 0) / g.length - mu) ** 2, 0) / logs.length;
+      return between / total;
+    };
+    expect(scenario.workload.outputTokens.promptShare).toBe(0.5);
+    expect(betweenShare(workload)).toBeGreaterThan(0.45);
+    expect(betweenShare(workload)).toBeLessThan(0.6);
+    const alone = new Workload(scenario, false);
+    expect(betweenShare(alone)).toBeLessThan(0.1);
+    // Off is the share read as 0: the draws of a scenario without it.
+    const zero = new Workload({ ...scenario, workload: { ...scenario.workload, outputTokens: { ...scenario.workload.outputTokens, promptShare: 0 } } });
+    for (let id = 0; id < 200; id++) expect(alone.outputTokens(id)).toBe(zero.outputTokens(id));
+  });
+
   it('draws long-tailed responses whose median follows the schedule over training (3,500 → 4,500 tokens by step 100)', () => {
     const lengthsAtStep = (step: number): number[] => {
       const first = step * workload.batchSize;

@@ -49,6 +49,8 @@ export interface ComparisonFacts {
   largestScaleSpeedups: number[];
   /** Laminar's speedup over every baseline at the math points of at most 64 GPUs (appendix B: 1.41×). */
   smallScaleSpeedups: number[];
+  /** §2.3: the share of GPU time completely idle, per system, at each math scenario's largest cluster. */
+  largestScaleIdle: Map<SystemName, number[]>;
   /** Laminar's math runs of the paper's models. */
   laminarMath: ScenarioRunResult[];
   /** Figure 10's setting (7B on 64 GPUs, laminar): the p90 of inherent staleness per finish-time range. */
@@ -144,6 +146,12 @@ export function comparisonFacts(summaries: readonly ScenarioSummary[], runs: rea
         mathRuns.filter((r) => r.gpus <= SMALL_SCALE_GPUS),
         b.system,
       ),
+    ),
+    largestScaleIdle: new Map(
+      (['sync', 'one-step'] as const).map((system) => [
+        system,
+        mathRuns.filter((r) => r.system === system && r.gpus === largest.get(r.scenario)).map((r) => r.idleGpuShare),
+      ]),
     ),
     laminarMath: mathRuns.filter((r) => r.system === 'laminar'),
     fig10P90s: fig10 ? fig10.staleness.inherentByVersion.filter((v) => v.count > 0).map((v) => v.p90) : [],

@@ -130,6 +130,21 @@ export const FIGURES: readonly FigureSpec[] = [
     basis: (f) => `the best baseline by mean, the largest of its ${f.bestBaselineEfficiencies.length} model(s)`,
   },
 
+  // §2.3: the GPU time the baselines' barrier leaves completely idle at the largest clusters ("up to": the largest over the models).
+  ...(
+    [
+      ['sync', 'sync', 'synchronous (verl)'],
+      ['one_step', 'one-step', 'one-step staleness'],
+    ] as const
+  ).map(([key, system, label]): FigureSpec => ({
+    id: `sec2.idle_fraction.largest_scale.${key}`,
+    figure: 'sec2.idle_fraction.largest_scale',
+    what: `Share of GPU time completely idle at the largest cluster, ${label}`,
+    paper: part('sec2.idle_fraction.largest_scale', key === 'sync' ? 'sync' : 'oneStep'),
+    simulated: (f) => maxOf(f.largestScaleIdle.get(system)!),
+    basis: (f) => `${system}: the largest of ${f.largestScaleIdle.get(system)!.length} math scenario(s) at their largest cluster, over the whole run`,
+  })),
+
   // Staleness (§8.1, Figure 10).
   {
     id: 'sec8_1.max_inherent_staleness',

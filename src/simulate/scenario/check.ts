@@ -7,7 +7,8 @@
  *   rollouts take whole machines (one relay per rollout machine) and a whole number of replicas;
  *   colocated (sync) GPUs are the row's size; rows have distinct sizes;
  * - the model fits a replica at each TP used, with room in the KV cache for the longest request
- *   (prompt and output at their maxima, which the simulated engine requires of every request);
+ *   (prompt and output at their maxima, which the simulated engine requires of every request),
+ *   sync's colocated engine too, in the memory its trainer leaves it;
  * - the training batch splits into whole mini-batches; lengths stay within their maxima; the
  *   tool-call fields are given exactly for the tool-call task;
  * - a rollout is suspected before it is declared dead; the warm-up is shorter than the run;
@@ -18,6 +19,8 @@
  * - tool calls per trajectory fit the simulator's per-trajectory counter (at most 255).
  */
 import { validateProfile } from '../../stand-ins/engine-core.js';
+import { ALL_MECHANISMS } from '../mechanisms.js';
+import { colocatedProfile } from '../systems/colocated-engine.js';
 import { engineProfileFor, kvBytesPerGpu, weightBytes } from './derive.js';
 import { placementOf, splitOf, tpOf } from './placement.js';
 import { ScenarioError } from './errors.js';
@@ -84,6 +87,17 @@ export function checkScenario(s: Scenario, source: string): void {
       validateProfile(profile);
     } catch (err) {
       bad(field, (err as Error).message);
+    }
+  }
+  // sync's engine shares its GPUs with the trainer (systems/colocated-engine.ts).
+  const syncTp = s.systems.includes('sync') ? tpOf(s, 'sync') : undefined;
+  if (syncTp !== undefined) {
+    const colocated = colocatedProfile(s, syncTp, ALL_MECHANISMS);
+    if (colocated.kvCapacityTokens < longest) {
+      bad(
+        'sync.gpuMemoryUtilisation',
+        `sync's colocated engine (TP ${syncTp}) has a KV cache of ${colocated.kvCapacityTokens} tokens, less than one request of ${longest}`,
+      );
     }
   }
 

@@ -107,6 +107,12 @@ const workloadSchema = z.strictObject({
     median: lengthScheduleSchema,
     p99OverMedian: z.number().min(1),
     max: count,
+    /**
+     * The share of the log-length variance that the prompt sets, shared by its GRPO group (its
+     * difficulty; mechanism groupLengthCorrelation, workload.ts): 0 draws every response alone.
+     * The spread over all responses (p99OverMedian) is the same whatever the share.
+     */
+    promptShare: z.number().min(0).max(1).default(0),
   }),
   toolCalls: z
     .strictObject({
@@ -228,6 +234,13 @@ export const scenarioSchema = z.strictObject({
    * sets it for the throughput runs (§8.1); its convergence runs use 4 (§8.2).
    */
   areal: z.strictObject({ maxHeadOffpolicyness: index.nullable() }).default({ maxHeadOffpolicyness: null }),
+  /**
+   * verl's colocated engine (systems/sync.ts, mechanism colocatedEngine): the share of each GPU's
+   * memory its vLLM may take beside the FSDP trainer's resident shards, verl's
+   * `rollout.gpu_memory_utilization` (0.5 by default in verl's ppo_trainer.yaml; the paper does
+   * not give its own).
+   */
+  sync: z.strictObject({ gpuMemoryUtilisation: fraction }).default({ gpuMemoryUtilisation: 0.5 }),
   placements: z.array(placementSchema).min(1),
   systems: z.array(z.enum(SYSTEMS)).min(1),
   failures: z.array(failureSchema).default([]),

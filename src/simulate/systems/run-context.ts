@@ -48,6 +48,12 @@ export interface ScenarioRunResult {
   };
   /** Time-weighted KV use over every rollout engine and the whole run, idle time counting as 0. */
   kvUtilisation: number;
+  /**
+   * The share of GPU time completely idle over the whole run (§2.3's measure): 1 − (every engine's
+   * busy time × its TP + the trainer's training time × its GPUs) / (GPUs × run time). Weight
+   * transfers count as idle; a colocated (sync) GPU is busy while it generates or trains.
+   */
+  idleGpuShare: number;
   /** prefillTokens: prompts and resumed trajectories' tokens prefilled (a resume re-prefills what it had generated). */
   engines: { count: number; kvCapacityTokens: number; preemptions: number; eventSteps: number; leapedSteps: number; prefillTokens: number };
   repack: { rounds: number; moves: number; movedTrajectories: number };
@@ -111,6 +117,8 @@ export class RunContext {
   private readonly stepEnds: number[] = [];
   private readonly stepTokens: number[] = [];
   private readonly stepTrajectories: number[] = [];
+  /** Milliseconds the trainer has been given to train (every trainMs() is one training run). */
+  private trainBusyMs = 0;
 
   constructor(
     readonly scenario: Scenario,
@@ -120,7 +128,7 @@ export class RunContext {
     readonly warmupSteps: number,
     readonly mechanisms: Mechanisms = ALL_MECHANISMS,
   ) {
-    this.workload = new Workload(scenario);
+    this.workload = new Workload(scenario, mechanisms.groupLengthCorrelation);
     this.pool = new PromptPool(this.workload, this.ledger);
     this.tools = this.workload.toolCalls === null ? null : new ToolCallLoop(this.sim, this.workload);
   }
@@ -193,7 +201,9 @@ export class RunContext {
   trainMs(ids: Int32Array, miniBatches = this.scenario.workload.miniBatches): number {
     const lengths = new Float64Array(ids.length);
     for (let i = 0; i < ids.length; i++) lengths[i] = this.pool.tokensOf(ids[i]!);
-    return trainIterationMs(this.scenario, lengths, this.placement.trainGpus, miniBatches, this.trainLayout, this.mechanisms);
+    const ms = trainIterationMs(this.scenario, lengths, this.placement.trainGpus, miniBatches, this.trainLayout, this.mechanisms);
+    this.trainBusyMs += ms;
+    return ms;
   }
 
   /** A trajectory completed while the trainer had produced `trainerVersion` versions (inherent staleness). */
@@ -259,6 +269,7 @@ export class RunContext {
     let eventSteps = 0;
     let leapedSteps = 0;
     let prefillTokens = 0;
+    let engineGpuBusyMs = 0;
     for (const a of this.actors) {
       a.engine.advanceTo(end);
       const st = a.engine.stats;
@@ -268,7 +279,10 @@ export class RunContext {
       eventSteps += st.eventSteps;
       leapedSteps += st.leapedSteps;
       prefillTokens += st.prefillTokens;
+      engineGpuBusyMs += Math.min(st.busyMs, end) * this.placement.tp;
     }
+    // The last step's training ends at `end`; a run stopped there has trained for at most that long.
+    const gpuBusyMs = engineGpuBusyMs + Math.min(this.trainBusyMs, end) * this.placement.trainGpus;
     const cap = this.profile.kvCapacityTokens;
     return {
       scenario: this.scenario.name,
@@ -290,6 +304,7 @@ export class RunContext {
         }),
       },
       kvUtilisation: end > 0 && this.actors.length > 0 ? kvTokenMs / (cap * this.actors.length * end) : 0,
+      idleGpuShare: end > 0 ? Math.max(0, 1 - gpuBusyMs / (this.placement.gpus * end)) : 0,
       engines: { count: this.actors.length, kvCapacityTokens: cap, preemptions, eventSteps, leapedSteps, prefillTokens },
       repack: { ...this.repack },
       toolCalls: this.tools?.calls ?? 0,

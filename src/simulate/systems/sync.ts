@@ -1,17 +1,18 @@
 /**
  * sync (verl, colocated, Figure 3(a); docs/design/simulator.md): every GPU generates the whole
  * batch with the current weights (replicas of the system's rollout TP, the batch's prompt groups
- * dealt round-robin), then every GPU trains on it after a switch (resharding the weights over
- * NVLink). Iteration = generation (until the batch's slowest trajectory) + switch + training.
+ * dealt round-robin), then every GPU trains on it after a switch (verl's weight synchronisation:
+ * colocated-engine.ts). Iteration = generation (until the batch's slowest trajectory) + switch +
+ * training. Its engines have the memory the trainer leaves them (colocated-engine.ts, run.ts).
  * Staleness is 0 by construction: the trainer never runs while the batch generates.
  */
-import { colocatedSwitchMs } from '../trainer/time-model.js';
+import { colocatedWeightSyncMs } from './colocated-engine.js';
 import type { RunContext } from './run-context.js';
 
 export function runSync(ctx: RunContext): void {
   const { sim, scenario, placement, workload } = ctx;
   const replicas = Array.from({ length: placement.rollouts }, () => ctx.addEngine({ finished: (id) => finished(id) }));
-  const switchMs = colocatedSwitchMs(scenario, placement.tp);
+  const switchMs = colocatedWeightSyncMs(scenario, placement.tp, scenario.trainer.layout?.fsdp ?? null, placement.trainGpus, ctx.mechanisms);
   let version = 0;
   let outstanding = 0;
   let batch: number[] = [];

@@ -23,7 +23,7 @@
  * agent loop drives vLLM. The tool's own output adds no tokens (not given by the paper).
  */
 import type { LeapRequest } from '../engine/leap-engine.js';
-import { sampleNormal, sampleOutputLength, samplePromptLength } from '../../stand-ins/lengths.js';
+import { sampleNormal, sampleOutputLength, samplePromptLength, Z_99 } from '../../stand-ins/lengths.js';
 import type { Scenario } from '../scenario/schema.js';
 import { medianAt } from './length-schedule.js';
 import { randomStream } from './seeds.js';
@@ -39,8 +39,11 @@ export class Workload {
   readonly toolCalls: Scenario['workload']['toolCalls'];
   private readonly callStream: (index: number) => () => number;
   private readonly latencyStream: (index: number) => () => number;
+  private readonly difficultyStream: (index: number) => () => number;
+  /** The prompt's share of the log-length variance (0 with the mechanism groupLengthCorrelation off). */
+  private readonly promptShare: number;
 
-  constructor(scenario: Pick<Scenario, 'seed' | 'workload'>) {
+  constructor(scenario: Pick<Scenario, 'seed' | 'workload'>, groupLengthCorrelation = true) {
     this.spec = scenario.workload;
     this.groupSize = scenario.workload.groupSize;
     this.promptsPerStep = scenario.workload.prompts;
@@ -49,6 +52,8 @@ export class Workload {
     this.toolCalls = scenario.workload.toolCalls;
     this.callStream = randomStream(scenario.seed, 'tool-calls');
     this.latencyStream = randomStream(scenario.seed, 'tool-latency');
+    this.difficultyStream = randomStream(scenario.seed, 'prompt-difficulty');
+    this.promptShare = groupLengthCorrelation ? scenario.workload.outputTokens.promptShare : 0;
   }
 
   /** Trajectories in one training step's batch. */
@@ -77,8 +82,16 @@ export class Workload {
 
   outputTokens(trajectoryId: number): number {
     const { p99OverMedian, max } = this.spec.outputTokens;
-    const median = Math.min(max, this.medianAt(this.stepOf(this.promptOf(trajectoryId))));
-    return sampleOutputLength(this.outputStream(trajectoryId), { median, p99OverMedian, max });
+    const prompt = this.promptOf(trajectoryId);
+    const median = Math.min(max, this.medianAt(this.stepOf(prompt)));
+    const share = this.promptShare;
+    if (share === 0) return sampleOutputLength(this.outputStream(trajectoryId), { median, p99OverMedian, max });
+    // log length = log median + sigma (sqrt(share) z_prompt + sqrt(1 - share) z_response): the
+    // group's responses share the prompt's draw, and their spread over all prompts stays sigma.
+    const sigma = Math.log(p99OverMedian) / Z_99;
+    const promptMedian = median * Math.exp(sigma * Math.sqrt(share) * sampleNormal(this.difficultyStream(prompt)));
+    const withinRatio = Math.exp(sigma * Math.sqrt(1 - share) * Z_99);
+    return sampleOutputLength(this.outputStream(trajectoryId), { median: promptMedian, p99OverMedian: withinRatio, max });
   }
 
   /**
