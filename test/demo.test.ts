@@ -19,10 +19,11 @@ describe('npm run demo -- --kill-a-rollout --kill-a-relay (the default length, 4
 
   beforeAll(async () => {
     ({ stdout } = await promisify(execFile)(process.execPath, ['dist/src/demo/main.js', '--size', '8MiB', '--kill-a-rollout', '--kill-a-relay'], {
+      // ~60 s at load 14; ~150 s at load 30, starting up included.
       cwd: REPO,
-      timeout: 150_000,
+      timeout: 240_000,
     }));
-  }, 160_000);
+  }, 250_000);
 
   it('runs manager, relays, trainer and rollouts; a killed rollout and relay lose no trajectory and no version, and the relay comes back', () => {
     expect(stdout).toMatch(/ledger +0 trajectories lost, 0 written twice, 0 live relays without v\d+/);
@@ -50,14 +51,17 @@ describe('npm run demo -- --kill-a-rollout --kill-a-relay (the default length, 4
     const steps = new Map(
       ticks.map(([step, p50, max, inherentP50, inherentMax]) => [step!, { p50: p50!, max: max!, inherentP50: inherentP50!, inherentMax: inherentMax! }]),
     );
-    // 15-17 steps in 40 s on a 2-core machine at load 12 (a step every 2 s once the job is up).
-    expect(steps.size, stdout).toBeGreaterThanOrEqual(10);
+    // The steps seen at the progress ticks (one every 2 s, late when the machine is busy): 15 at
+    // load 14; 9 at load 30, where restarting the killed relay held the ticks for 10 s. Six make
+    // two halves of three, far enough apart for the creep below to show.
+    expect(steps.size, stdout).toBeGreaterThanOrEqual(6);
     const ordered = [...steps.entries()].sort((a, b) => a[0] - b[0]).map(([, s]) => s);
     // The default bound (--max-staleness 4) holds on every batch, the kills' included ...
     expect(Math.max(...ordered.map((s) => s.max))).toBeLessThanOrEqual(4);
     // ... and the median does not creep up with the run (FIFO over producers 3 times too fast
-    // grew it by about one version per step: some 7 versions between the halves of this run; a
-    // measured run with the kills: 1.9 in the first half, 1.6 in the second).
+    // grew it by about one version per step: 3 versions or more between the halves; measured
+    // runs with the kills: 1.9 in the first half and 1.6 in the second at load 14, 1.75 and 1.6
+    // at load 30).
     const half = Math.floor(ordered.length / 2);
     const meanP50 = (of: typeof ordered): number => of.reduce((a, s) => a + s.p50, 0) / of.length;
     expect(meanP50(ordered.slice(half)), stdout).toBeLessThanOrEqual(meanP50(ordered.slice(0, half)) + 1);
