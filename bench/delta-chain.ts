@@ -1,13 +1,14 @@
 /**
  * `npm run bench -- delta-chain [--size 512MiB] [--rate 2gbit] [--relays 4] [--changed 0.02]
- *                               [--rounds 3] [--chunk-size 16MiB]`
+ *                               [--rounds 3] [--chunk-size 16MiB] [--delta auto|on]`
  *
  * Delta broadcast down the chain (src/relay/broadcast/delta/) on the multi-host testbed
  * (scripts/testbed.sh: one network namespace per host, each host's egress shaped with tc to
  * --rate), against the full broadcast of the same versions on the same links in the same run.
  * Needs root.
  *
- * Each round starts fresh relays (`--delta off`, then `--delta auto`, the default), publishes
+ * Each round starts fresh relays (`--delta off`, then `--delta auto`, the default, or `on` to
+ * encode every chunk whatever auto would choose), publishes
  * version 1 at the master (full everywhere: nobody holds a base), then version 2, in which
  * --changed of the bf16 words (2-byte words, spread evenly over the version, their low byte
  * changed: what an optimizer step at an RL learning rate does to most weights) differ from
@@ -44,6 +45,7 @@ const USAGE = `usage: npm run bench -- delta-chain [options]   (root)
   --changed <fraction>  share of the bf16 words version 2 changes (default 0.02)
   --chunk-size <bytes>  the relays' --chunk-size (default 16MiB)
   --rounds <n>          rounds of each mode; the median and range are reported (default 3)
+  --delta <auto|on>     the relays' --delta for the delta rounds (default auto)
 `;
 
 /** First port of the relays; each round takes the next (a closed listener leaves TIME_WAIT behind). */
@@ -129,6 +131,7 @@ export async function run(args: string[]): Promise<void> {
       changed: { type: 'string', default: '0.02' },
       'chunk-size': { type: 'string', default: '16MiB' },
       rounds: { type: 'string', default: '3' },
+      delta: { type: 'string', default: 'auto' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -144,6 +147,8 @@ export async function run(args: string[]): Promise<void> {
   if (!(Number.isInteger(p) && p >= 2 && p <= 64)) throw new Error(`--relays: 2..64, got ${values.relays}`);
   if (!(changed > 0 && changed <= 1)) throw new Error(`--changed: a fraction in (0, 1], got ${values.changed}`);
   if (!(Number.isInteger(rounds) && rounds >= 1)) throw new Error('--rounds is a positive integer');
+  const mode = values.delta;
+  if (mode !== 'auto' && mode !== 'on') throw new Error(`--delta: auto or on, got ${mode}`);
   if (process.getuid?.() !== 0 || !existsSync(TESTBED)) {
     process.stderr.write('delta-chain bench: needs root (network namespaces) and scripts/testbed.sh\n');
     process.exitCode = 2;
@@ -170,7 +175,7 @@ export async function run(args: string[]): Promise<void> {
     const work = res.tempDir('/dev/shm/laminar-bench-delta-chain-');
     const secretFile = join(work, 'secret');
     writeFileSync(secretFile, randomBytes(32).toString('hex'), { mode: 0o600 });
-    const settings = (delta: 'auto' | 'off'): RelaySettings => ({ chunkSize, window: 4, secretFile, shmBase: '/dev/shm', delta });
+    const settings = (delta: 'auto' | 'on' | 'off'): RelaySettings => ({ chunkSize, window: 4, secretFile, shmBase: '/dev/shm', delta });
     const v1 = makeTensors(size);
     const v2 = nextVersion(v1, changed);
     // At 2 Gbit/s a version takes seconds per hop; ten times the whole chain's worth is a failure.
@@ -181,8 +186,8 @@ export async function run(args: string[]): Promise<void> {
     for (let r = 0; r < rounds; r++) {
       say(`round ${r + 1}/${rounds}: full (--delta off)`);
       full.push(await oneRound(res, settings('off'), hosts, v1, v2, timeoutMs));
-      say(`round ${r + 1}/${rounds}: delta (--delta auto)`);
-      delta.push(await oneRound(res, settings('auto'), hosts, v1, v2, timeoutMs));
+      say(`round ${r + 1}/${rounds}: delta (--delta ${mode})`);
+      delta.push(await oneRound(res, settings(mode), hosts, v1, v2, timeoutMs));
     }
     const fullS = stat(full.map((t) => t.seconds));
     const deltaS = stat(delta.map((t) => t.seconds));
@@ -192,7 +197,7 @@ export async function run(args: string[]): Promise<void> {
       ['version 2', 'seconds', 'range', 'tail chunks same/sparse/full', 'wire / full bytes'],
       ['full (--delta off)', String(round(fullS.median)), `${round(fullS.min)}-${round(fullS.max)}`, '-', '1'],
       [
-        'delta (--delta auto)',
+        `delta (--delta ${mode})`,
         String(round(deltaS.median)),
         `${round(deltaS.min)}-${round(deltaS.max)}`,
         `${tail.chunks.same}/${tail.chunks.sparse}/${tail.chunks.full}`,
@@ -207,6 +212,7 @@ export async function run(args: string[]): Promise<void> {
         bytes: size,
         chunk_bytes: chunkSize,
         changed_fraction: changed,
+        delta_mode: mode,
         rounds,
         full_s: round(fullS.median),
         delta_s: round(deltaS.median),

@@ -44,10 +44,12 @@ export async function rebuildChunk(
   // In the link's order, like a full chunk ('same' has no payload: this only settles the message).
   const payload = new Uint8Array(incoming.length);
   if (!(await pull(payload))) return false;
-  if (encoding === 'same') {
-    await target.mapping.copyFrom(baseMapping, from.offset, at.offset, at.length);
-    return true;
+  // The base's chunk first, copied on the libuv pool: the event loop only patches in what changed
+  // (the codec rebuilds in place when base and output are one view).
+  await target.mapping.copyFrom(baseMapping, from.offset, at.offset, at.length);
+  if (encoding === 'sparse') {
+    const chunk = new Uint8Array(target.mapping.view(at.offset, at.length));
+    decodeChunk('sparse', chunk, payload, chunk);
   }
-  decodeChunk('sparse', new Uint8Array(baseMapping.view(from.offset, from.length)), payload, new Uint8Array(target.mapping.view(at.offset, at.length)));
   return true;
 }
