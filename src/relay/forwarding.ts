@@ -30,10 +30,8 @@ import type { PreparedVersion } from './client/index.js';
 import type { Mapping } from '../native/index.js';
 import { partOfMetadata } from './parts/part-metadata.js';
 import type { StoredVersion, VersionStore } from './store.js';
-import { matchingBase, type BaseRef } from './broadcast/delta/base.js';
-import { ChunkEncoder } from './broadcast/delta/encoder.js';
+import { encoderAgainst } from './broadcast/delta/encoder.js';
 import { DEFAULT_DELTA_MODE, EncodeMeter, type DeltaMode } from './broadcast/delta/policy.js';
-import type { ChunkSource } from './broadcast/source.js';
 
 export interface ForwarderOptions {
   /** The control plane: where the chain plan and the master's address come from. */
@@ -177,7 +175,7 @@ export class VersionForwarder {
       mapping: loan.mapping,
       kept: false,
       close: () => undefined,
-      deltaAgainst: (base, source) => this.encoderFor(v, base, source),
+      deltaAgainst: (base, source) => encoderAgainst(this.store, source, base, this.delta, this.encodeMeter),
     };
     try {
       const result = await this.push(v, prepared, loan.mapping);
@@ -195,19 +193,6 @@ export class VersionForwarder {
     } finally {
       loan.release();
     }
-  }
-
-  /**
-   * An encoder of `v` against the base the master named, when this relay holds the same base
-   * (it pushed it there, most likely) and deltas are not off; null: full chunks.
-   */
-  private encoderFor(v: StoredVersion, ref: BaseRef, source: ChunkSource): ChunkEncoder | null {
-    const mode = this.delta;
-    if (mode === 'off' || ref.version >= v.version) return null;
-    const base = matchingBase(this.store, v.model, ref);
-    return base === null
-      ? null
-      : new ChunkEncoder(source, base, { store: this.store, mode, meter: this.encodeMeter, linkBandwidth: () => this.store.chunkSizer.inputs().bandwidth });
   }
 
   /**

@@ -20,8 +20,8 @@ import { StoredSource, type ChunkSource } from './source.js';
 import type { BroadcastStatus } from '../protocol/status.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 import { inBackground } from '../background.js';
-import { findBase, matchingBase, type BaseRef } from './delta/base.js';
-import { ChunkEncoder } from './delta/encoder.js';
+import { findBase, type BaseRef } from './delta/base.js';
+import { encoderAgainst, type ChunkEncoder } from './delta/encoder.js';
 import { EncodeMeter } from './delta/policy.js';
 
 /** The code of the 'error' message a relay sends before closing a downstream link on purpose. */
@@ -228,19 +228,11 @@ export class DownstreamSide {
    * same base (delta/base.ts) and deltas are not off; null: full chunks.
    */
   private encoderFor(source: ChunkSource, ref: BaseRef): ChunkEncoder | null {
-    const mode = this.options.delta;
-    if (mode === 'off' || ref.version >= source.version) return null;
-    const base = matchingBase(this.store, source.model, ref);
-    if (base === null) {
+    const encoder = encoderAgainst(this.store, source, ref, this.options.delta, this.encodeMeter);
+    if (encoder === null && this.options.delta !== 'off') {
       this.log.debug({ model: source.model, version: source.version, base: ref.version }, 'the successor holds a base this relay does not: full chunks');
-      return null;
     }
-    return new ChunkEncoder(source, base, {
-      store: this.store,
-      mode,
-      meter: this.encodeMeter,
-      linkBandwidth: () => this.store.chunkSizer.inputs().bandwidth,
-    });
+    return encoder;
   }
 
   /** Starts sending `source` downstream (unless it is already on its way there). */

@@ -8,6 +8,7 @@ import { chunkRange } from '../../../safetensors/header.js';
 import type { StoredVersion, VersionStore } from '../../store.js';
 import { encodeChunk, type EncodedChunk } from '../../delta/codec.js';
 import type { ChunkSource } from '../source.js';
+import { matchingBase, type BaseRef } from './base.js';
 import { deltaPays, PROBE_EVERY, type DeltaMode, type EncodeMeter } from './policy.js';
 
 export interface ChunkEncoderOptions {
@@ -16,6 +17,17 @@ export interface ChunkEncoderOptions {
   meter: EncodeMeter;
   /** The link's bandwidth in bytes per second now (the chunk model's input). */
   linkBandwidth(): number;
+}
+
+/**
+ * An encoder of `source` against the base `ref` names (a receiver's accept), when `store` holds
+ * the same (base.ts) and `mode` is not off; null: full chunks. The link's bandwidth for auto is
+ * the store's chunk model's. The downstream side and the forwarding relay's push both use it.
+ */
+export function encoderAgainst(store: VersionStore, source: ChunkSource, ref: BaseRef, mode: DeltaMode, meter: EncodeMeter): ChunkEncoder | null {
+  if (mode === 'off' || ref.version >= source.version) return null;
+  const base = matchingBase(store, source.model, ref);
+  return base === null ? null : new ChunkEncoder(source, base, { store, mode, meter, linkBandwidth: () => store.chunkSizer.inputs().bandwidth });
 }
 
 export class ChunkEncoder {
