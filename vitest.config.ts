@@ -3,7 +3,9 @@ import { LongestFirstSequencer } from './test/helpers/longest-first-sequencer.js
 
 // Files that build a network-namespace testbed, the whole-job demo, and the Grafana check (a
 // whole job scraped), start many daemons each and time repairs in seconds: two of them at once on
-// a 2-core machine starve each other's links and timers. They run one at a time, after everything else.
+// a 2-core machine starve each other's links and timers. They run one at a time, after the suite.
+// Mostly waiting on timers and shaped links, they leave about a core idle: `npm test`
+// (scripts/test.sh) runs pytest beside them.
 const exclusiveFiles = [
   'test/testbed/**/*.test.ts',
   'test/manager/**/*.test.ts',
@@ -15,9 +17,10 @@ const exclusiveFiles = [
   'test/deploy/redis-sentinel.test.ts',
   // A browser beside a whole job.
   'test/dashboard/**/*.test.ts',
-  // A real vLLM server: its start takes both cores for a minute or more.
-  'test/engines/**/*.test.ts',
 ];
+// The real-engine tier: a real vLLM server, whose start takes both cores for a minute or more.
+// One file at a time, last, with nothing beside it.
+const engineFiles = ['test/engines/**/*.test.ts'];
 
 const shared = {
   testTimeout: 60_000,
@@ -36,7 +39,7 @@ export default defineConfig({
           ...shared,
           name: 'suite',
           include: ['test/**/*.test.ts'],
-          exclude: exclusiveFiles,
+          exclude: [...exclusiveFiles, ...engineFiles],
           // Tests start real daemons and servers and use most of the machine's memory bandwidth:
           // two files at a time fit a 2-core CI machine.
           maxWorkers: 2,
@@ -50,6 +53,15 @@ export default defineConfig({
           include: exclusiveFiles,
           fileParallelism: false,
           sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        test: {
+          ...shared,
+          name: 'engines',
+          include: engineFiles,
+          fileParallelism: false,
+          sequence: { groupOrder: 2 },
         },
       },
     ],
