@@ -326,6 +326,29 @@ describe('deltas that are wrong', () => {
   });
 });
 
+describe('a receiver with --delta off', () => {
+  it('names no base in its accept, whatever it holds: full chunks only', async () => {
+    const shm = tempShmDir();
+    const relay = await inProcessRelay(shm.dir, { ...relayOptions('off', '127.0.0.1:0'), delta: 'off' });
+    const rogue = await RoguePeer.connect(`127.0.0.1:${relay.broadcaster!.port}`);
+    const v1 = buildVersion('org/off', 1, 2 * MiB, MiB);
+    const v2 = editedVersion(v1, 2, (d) => flip(d, 10, 0xff));
+    try {
+      await sendFull(rogue, v1);
+      await rogue.offer(v2, 'org/off', 2);
+      const accept = await rogue.waitFor((m) => m.t === 'accept' && m.version === 2);
+      expect(accept).not.toHaveProperty('base');
+      expect(relay.broadcaster!.status().delta?.mode).toBe('off');
+    } finally {
+      v1.mapping.close();
+      v2.mapping.close();
+      await rogue.close();
+      await relay.close();
+      shm.cleanup();
+    }
+  });
+});
+
 describe('a relay killed in the middle of a delta broadcast', () => {
   const dirs: { dir: string; cleanup(): void }[] = [];
   const inProcess: Relay[] = [];
