@@ -17,6 +17,7 @@ const BENCHES = [
   'dashboard',
   'actions',
   'fp8',
+  'delta',
   'delta-chain',
   'multi-trainer',
   'agentic',

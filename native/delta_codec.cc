@@ -177,7 +177,7 @@ bool Overlap(const uint8_t* a, size_t an, const uint8_t* b, size_t bn) {
 
 }  // namespace
 
-int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t* out, size_t limit) {
+int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t* out, size_t limit, bool portable) {
   const size_t header_min = 3 + (n & 1);  // format, last byte, two varints of a byte at least
   if (limit < header_min) return -1;
   const size_t budget = limit - header_min;
@@ -186,7 +186,8 @@ int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t*
   const Streams st{tl_tokens.Get(room), tl_escapes.Get(room), tl_literals.Get(room)};
   EncodeState s;
   const size_t words = n / 2;
-  if (!(kHasAvx2 ? EncodeAvx2(base, next, words, st, budget, &s) : EncodeScalar(base, next, words, st, budget, &s))) {
+  if (!(kHasAvx2 && !portable ? EncodeAvx2(base, next, words, st, budget, &s)
+                              : EncodeScalar(base, next, words, st, budget, &s))) {
     return -1;
   }
   uint8_t header[2 + 2 * kVarintMaxBytes];
@@ -332,7 +333,7 @@ Napi::Value DeltaEncodeJs(const Napi::CallbackInfo& info) {
     ThrowCode(env, "ERR_INVALID_ARG", "the payload buffer overlaps a chunk");
     return env.Undefined();
   }
-  const int64_t r = DeltaEncode(base, next, next_len, const_cast<uint8_t*>(out), out_len);
+  const int64_t r = DeltaEncode(base, next, next_len, const_cast<uint8_t*>(out), out_len, info[3].ToBoolean().Value());
   return Napi::Number::New(env, static_cast<double>(r));
 }
 

@@ -12,8 +12,9 @@
 namespace laminar {
 
 // Encodes `next` against `base` (n bytes each) into `out` (room for `limit` bytes): the payload's
-// length, or -1 when it would pass `limit` (the scan stops there).
-int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t* out, size_t limit);
+// length, or -1 when it would pass `limit` (the scan stops there). `portable`: the scan without
+// AVX2 even where the CPU has it (the tests hold both scans to the reference).
+int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t* out, size_t limit, bool portable);
 
 // -1 when `payload` is a well-formed delta for a chunk of n bytes, else the payload offset of the
 // first bad token (0 or 1 for a bad header), as the reference reports it.
@@ -24,7 +25,7 @@ int64_t DeltaCheck(const uint8_t* payload, size_t length, size_t n);
 // right after it is written (from cache); 0 otherwise.
 uint64_t DeltaApply(const uint8_t* base, const uint8_t* payload, size_t length, uint8_t* out, size_t n, bool checksum);
 
-// deltaEncode(base, next, out): number, DeltaEncode with out's length as the limit.
+// deltaEncode(base, next, out, portable?): number, DeltaEncode with out's length as the limit.
 Napi::Value DeltaEncodeJs(const Napi::CallbackInfo& info);
 
 // deltaDecode(kind, base, payload, out, checksum): bigint | number. kind: 'same', 'sparse' or

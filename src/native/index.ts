@@ -123,7 +123,7 @@ interface NativeAddon {
     scaleOffset: number,
   ) => Promise<number>;
   /** See native/delta_codec.h; src/relay/delta/codec.ts is the friendly surface. */
-  deltaEncode: (base: ArrayBufferView, next: ArrayBufferView, out: ArrayBufferView) => number;
+  deltaEncode: (base: ArrayBufferView, next: ArrayBufferView, out: ArrayBufferView, portable?: boolean) => number;
   deltaDecode: (kind: 'same' | 'sparse' | 'full', base: ArrayBufferView, payload: ArrayBufferView, out: ArrayBufferView, checksum: boolean) => bigint | number;
 }
 

@@ -43,9 +43,13 @@ const pairArb = fc
     return { base, next };
   });
 
+/** The kernel's payload, from its AVX2 scan and from its portable one, which must agree. */
 function nativeEncode(base: Uint8Array, next: Uint8Array, limit: number): Uint8Array | null {
   const out = new Uint8Array(limit);
   const length = deltaEncode(base, next, out);
+  const portable = new Uint8Array(limit);
+  expect(deltaEncode(base, next, portable, true)).toBe(length);
+  expect(Buffer.from(portable).equals(Buffer.from(out))).toBe(true);
   return length < 0 ? null : out.subarray(0, length);
 }
 
