@@ -181,20 +181,22 @@ export class HttpRolloutEngine implements RolloutEngine {
       running: this.sample.running ?? this.slots.inUse,
       waiting: this.sample.waiting ?? 0,
       tokensPerSecond: this.sample.tokensPerSecond ?? ownRate,
-      ...(this.options.episodes ? { trajectories: this.trajectoryLoads() } : {}),
+      // Only with predictions to place them by: a heartbeat listing hundreds of trajectories is
+      // a cost every second, worth paying only for the manager's dp planner.
+      ...(this.options.episodes && this.options.priorities ? { trajectories: this.trajectoryLoads() } : {}),
     };
   }
 
   /**
-   * Multi-turn: what the manager's repack round needs of each trajectory (the heartbeat carries
-   * it): its predicted remaining tokens (progressive priority; null without) and whether it waits
+   * Multi-turn with progressive priority: what the manager's repack round needs of each
+   * trajectory (the heartbeat carries it): its predicted remaining tokens and whether it waits
    * at a tool call, its request ended and its KV free, so that it moves at no cost but a re-prefill.
    */
   private trajectoryLoads(): TrajectoryLoad[] {
     const priorities = this.options.priorities ?? null;
     return [...this.running.values()].map(({ task, place }) => ({
       id: task.trajectoryId,
-      predictedTokens: priorities?.current(task.trajectoryId)?.tokens ?? null,
+      predictedTokens: priorities?.current(task.trajectoryId)?.tokens ?? null, // null: not yet predicted
       atTool: place === 'between_turns' && task.waitingFor !== undefined,
     }));
   }

@@ -121,7 +121,7 @@ export class RepackRounds {
     );
     this.kvAtLastRound = round.kvAtThisRound;
     if (this.options.planner === 'dp') {
-      const trajectories = rollouts.flatMap((r) => (r.load?.trajectories ?? []).map((t) => ({ ...t, rollout: r.id })));
+      const trajectories = ownedOnce(rollouts.flatMap((r) => (r.load?.trajectories ?? []).map((t) => ({ ...t, rollout: r.id }))));
       for (const group of round.groups) this.planToolCallGroup(group, trajectories, trigger);
     } else {
       for (const group of round.groups) this.planGroup(group, trigger);
@@ -137,7 +137,7 @@ export class RepackRounds {
     try {
       plan = planToolCallMoves(trajectories, ids, rooflineInterference(group.limits.rooflineBatch));
     } catch (err) {
-      // A report the planner refuses (a trajectory listed by two rollouts mid-move): the next round looks again.
+      // Not expected (the reports are validated, duplicates dropped): never let it stop the manager's tick.
       this.options.log.warn({ model, version, err: (err as Error).message }, 'tool-call moves not planned this round');
       return;
     }
@@ -250,4 +250,16 @@ export class RepackRounds {
   private updateWeights(id: string): void {
     this.commands.fireAndForget(id, { v: SCHEMA_VERSION, t: 'update-weights', model: this.options.model ?? null, version: null });
   }
+}
+
+/**
+ * The trajectories listed by one rollout only. Right after a move, or a failover that took a
+ * rollout's trajectories while they waited at a tool (their old owner notices only when the call
+ * returns), two heartbeats may list the same trajectory: whose it is, the partial pool says, not
+ * the reports, so it is left where it is this round rather than planned twice.
+ */
+function ownedOnce(trajectories: readonly PlacedTrajectory[]): PlacedTrajectory[] {
+  const seen = new Map<string, number>();
+  for (const t of trajectories) seen.set(t.id, (seen.get(t.id) ?? 0) + 1);
+  return trajectories.filter((t) => seen.get(t.id) === 1);
 }
