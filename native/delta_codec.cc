@@ -205,6 +205,36 @@ int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t*
   return static_cast<int64_t>(size);
 }
 
+namespace {
+
+// Whether a payload whose header fits is well formed, decided in one pass of sums and counts
+// (which the compiler vectorises) when every escape is one byte: each escape token then takes
+// exactly one byte and each literal token two, so the streams fit iff the counts match, and the
+// words are increasing, so all lie in the chunk iff the last does. False: look token by token.
+__attribute__((target_clones("avx2", "default"))) bool QuickCheck(const uint8_t* p, size_t length, size_t tokens_at,
+                                                                  uint64_t count, uint64_t escape_bytes,
+                                                                  uint64_t words) {
+  const uint8_t* tokens = p + tokens_at;
+  uint64_t escapes = 0, literals = 0, gaps = 0;
+  for (size_t k = 0; k < count; k++) {
+    escapes += (tokens[k] >> 4) == kGapEscape;
+    literals += (tokens[k] & 15u) == kLiteral;
+    gaps += tokens[k] >> 4;
+  }
+  const uint8_t* escape = tokens + count;
+  uint64_t extra = 0;
+  unsigned high = 0;
+  for (size_t i = 0; i < escape_bytes; i++) {
+    extra += escape[i];
+    high |= escape[i];
+  }
+  const uint64_t literal_bytes = length - tokens_at - count - escape_bytes;
+  return (high & 0x80u) == 0 && escapes == escape_bytes && 2 * literals == literal_bytes &&
+         (count == 0 || count - 1 + gaps + extra < words);
+}
+
+}  // namespace
+
 int64_t DeltaCheck(const uint8_t* p, size_t length, size_t n) {
   if (length == 0 || p[0] != kFormat) return 0;
   if ((n & 1) != 0 && length < 2) return 1;
@@ -217,23 +247,29 @@ int64_t DeltaCheck(const uint8_t* p, size_t length, size_t n) {
   if (!ReadVarint(p, &at, length, &escape_bytes)) return static_cast<int64_t>(escape_bytes_at);
   const size_t tokens_at = at;
   if (count > length - tokens_at || escape_bytes > length - tokens_at - count) return static_cast<int64_t>(tokens_at);
+  if (QuickCheck(p, length, tokens_at, count, escape_bytes, words)) return -1;
   const size_t literals_at = tokens_at + count + escape_bytes;
   size_t e = tokens_at + count, l = literals_at;
   uint64_t next_index = 0;  // never above `words`
+  // Every branch below but the escape's slow path is never taken by a well-formed payload, so the
+  // CPU predicts them all (escape tokens and literals come at random: see DecodeOne).
   for (size_t k = 0; k < count; k++) {
     const size_t token_at = tokens_at + k;
-    const uint8_t t = p[token_at];
-    uint64_t gap = t >> 4;
-    if (gap == kGapEscape) {
+    const unsigned t = p[token_at];
+    const unsigned escape = static_cast<unsigned>((t >> 4) == kGapEscape);
+    const unsigned first = p[std::min(e, literals_at - 1)];
+    uint64_t gap = (t >> 4) + (first & (0u - escape));
+    if (__builtin_expect((escape & ((first >> 7) | static_cast<unsigned>(e >= literals_at))) != 0, 0)) {
       uint64_t extra;
-      if (!ReadVarint(p, &e, literals_at, &extra)) return static_cast<int64_t>(token_at);
-      gap += extra;
+      size_t end = e;
+      if (!ReadVarint(p, &end, literals_at, &extra)) return static_cast<int64_t>(token_at);
+      gap = kGapEscape + extra;
+      e = end - 1;  // the += below adds it back
     }
+    e += escape;
     if (gap >= words - next_index) return static_cast<int64_t>(token_at);  // the word is past the chunk
-    if ((t & 15u) == kLiteral) {
-      if (length - l < 2) return static_cast<int64_t>(token_at);
-      l += 2;
-    }
+    l += 2 * static_cast<size_t>((t & 15u) == kLiteral);
+    if (l > length) return static_cast<int64_t>(token_at);  // the literal stream ends early
     next_index += gap + 1;
   }
   if (e != literals_at) return static_cast<int64_t>(e);
@@ -248,6 +284,122 @@ __attribute__((noinline)) void HashBlock(XXH3_state_t* state, const uint8_t* dat
   XXH3_64bits_update(state, data, length);
 }
 
+// The rebuild decodes tokens in batches into two small arrays, then applies them block by block:
+// a word index each, and what to do with the word: the low 16 bits are a delta to add, or, with
+// the high bit set, the new word itself.
+constexpr size_t kBatch = 256;
+constexpr uint32_t kIsLiteral = 0x80000000u;
+
+// The streams of a checked payload (copied, with 16 readable bytes after each: the decoders read
+// ahead of what they use) and where the decoding stands.
+struct TokenStreams {
+  const uint8_t* tokens;
+  const uint8_t* escapes;
+  const uint8_t* literals;
+  size_t escape_bytes;
+  size_t k = 0, e = 0, l = 0;
+  uint64_t next_index = 0;  // the word after the last decoded token
+};
+
+// One token, without branches but for a multi-byte escape (see the format: escape tokens are
+// 10-17 % of the tokens and literals 6 %, at random: branches on them would be mispredicted).
+__attribute__((always_inline)) inline void DecodeOne(TokenStreams& s, uint32_t* index, uint32_t* action) {
+  const unsigned t = s.tokens[s.k++];
+  const unsigned escape = static_cast<unsigned>((t >> 4) == kGapEscape);
+  const unsigned first = s.escapes[s.e];
+  uint64_t gap = (t >> 4) + (first & (0u - escape));
+  if (__builtin_expect((escape & (first >> 7)) != 0, 0)) {
+    size_t end = s.e;
+    ReadVarint(s.escapes, &end, s.escape_bytes, &gap);
+    gap += kGapEscape;
+    s.e = end - escape;  // the += below adds it back
+  }
+  s.e += escape;
+  const uint64_t i = s.next_index + gap;
+  s.next_index = i + 1;
+  const unsigned delta4 = t & 15u;
+  const uint32_t literal = s.literals[s.l] | s.literals[s.l + 1] << 8;
+  const uint32_t is_literal = 0u - static_cast<uint32_t>(delta4 == kLiteral);
+  s.l += is_literal & 2u;
+  *index = static_cast<uint32_t>(i);
+  *action = ((literal | kIsLiteral) & is_literal) | ((delta4 - 8) & 0xffffu & ~is_literal);
+}
+
+void DecodeBatchScalar(TokenStreams& s, size_t m, uint32_t* index, uint32_t* action) {
+  for (size_t j = 0; j < m; j++) DecodeOne(s, index + j, action + j);
+}
+
+// For each 8-bit mask of lanes, the pshufb control that puts the next escape byte (expand8) or
+// the next 2-byte literal (expand16) in each lane whose bit is set, and zero in the others.
+struct ExpandTables {
+  alignas(16) uint8_t expand8[256][16];
+  alignas(16) uint8_t expand16[256][16];
+  ExpandTables() {
+    for (int m = 0; m < 256; m++) {
+      int r = 0;
+      for (int j = 0; j < 16; j++) expand8[m][j] = expand16[m][j] = 0x80;
+      for (int j = 0; j < 8; j++) {
+        if ((m >> j & 1) == 0) continue;
+        expand8[m][j] = static_cast<uint8_t>(r);
+        expand16[m][2 * j] = static_cast<uint8_t>(2 * r);
+        expand16[m][2 * j + 1] = static_cast<uint8_t>(2 * r + 1);
+        r++;
+      }
+    }
+  }
+};
+const ExpandTables kExpand;
+
+// Eight tokens at a time: the gaps' running sum by shifts and adds, each escape and literal
+// moved into its token's lane by a shuffle from a table. A group with an escape of two bytes or
+// more (a gap of 143 words or more) is decoded one token at a time.
+__attribute__((target("avx2"))) void DecodeBatchAvx2(TokenStreams& s, size_t m, uint32_t* index, uint32_t* action) {
+  size_t j = 0;
+  const __m256i fifteen = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+  for (; j + 8 <= m; j += 8) {
+    const __m256i t = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s.tokens + s.k)));
+    const __m256i gap4 = _mm256_srli_epi32(t, 4);
+    const __m256i delta4 = _mm256_and_si256(t, fifteen);
+    const __m256i escape = _mm256_cmpeq_epi32(gap4, fifteen);
+    const __m256i literal = _mm256_cmpeq_epi32(delta4, eight);
+    const unsigned escape_mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(escape)));
+    const unsigned literal_mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(literal)));
+    const int escapes = __builtin_popcount(escape_mask);
+    uint64_t escape_bytes;
+    std::memcpy(&escape_bytes, s.escapes + s.e, 8);
+    const uint64_t used = escapes == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * escapes)) - 1;
+    if ((escape_bytes & used & 0x8080808080808080u) != 0) {
+      DecodeBatchScalar(s, 8, index + j, action + j);
+      continue;
+    }
+    const __m128i escape_values =
+        _mm_shuffle_epi8(_mm_cvtsi64_si128(static_cast<long long>(escape_bytes)),
+                         _mm_load_si128(reinterpret_cast<const __m128i*>(kExpand.expand8[escape_mask])));
+    // Steps between consecutive changed words (gap + 1), then their running sum over the 8 lanes.
+    __m256i x = _mm256_add_epi32(_mm256_add_epi32(gap4, _mm256_cvtepu8_epi32(escape_values)), _mm256_set1_epi32(1));
+    x = _mm256_add_epi32(x, _mm256_slli_si256(x, 4));
+    x = _mm256_add_epi32(x, _mm256_slli_si256(x, 8));
+    x = _mm256_add_epi32(
+        x, _mm256_blend_epi32(_mm256_setzero_si256(), _mm256_permutevar8x32_epi32(x, _mm256_set1_epi32(3)), 0xf0));
+    const uint32_t before = static_cast<uint32_t>(s.next_index) - 1;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(index + j),
+                        _mm256_add_epi32(x, _mm256_set1_epi32(static_cast<int>(before))));
+    s.next_index += static_cast<uint32_t>(_mm256_extract_epi32(x, 7));
+    const __m128i literal_values =
+        _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.literals + s.l)),
+                         _mm_load_si128(reinterpret_cast<const __m128i*>(kExpand.expand16[literal_mask])));
+    const __m256i literal_action =
+        _mm256_or_si256(_mm256_cvtepu16_epi32(literal_values), _mm256_set1_epi32(static_cast<int>(kIsLiteral)));
+    const __m256i delta_action = _mm256_and_si256(_mm256_sub_epi32(delta4, eight), _mm256_set1_epi32(0xffff));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(action + j),
+                        _mm256_blendv_epi8(delta_action, literal_action, literal));
+    s.k += 8;
+    s.e += static_cast<size_t>(escapes);
+    s.l += 2 * static_cast<size_t>(__builtin_popcount(literal_mask));
+  }
+  DecodeBatchScalar(s, m - j, index + j, action + j);
+}
+
 }  // namespace
 
 uint64_t DeltaApply(const uint8_t* base, const uint8_t* p, size_t length, uint8_t* out, size_t n, bool checksum) {
@@ -256,59 +408,41 @@ uint64_t DeltaApply(const uint8_t* base, const uint8_t* p, size_t length, uint8_
   ReadVarint(p, &at, length, &count);
   ReadVarint(p, &at, length, &escape_bytes);
   const size_t literal_bytes = length - at - count - escape_bytes;
-  // The three streams, copied each with a sentinel after it: a last token whose gap (an escape
-  // of 2^49 - 1) puts it past any chunk, so the loop needs no count; and room to read an escape
-  // byte and a literal for every token, used or not, without passing the copy's end.
-  constexpr uint8_t kSentinelEscape[kVarintMaxBytes] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
-  uint8_t* tokens = tl_streams.Get(count + escape_bytes + literal_bytes + 3 * 16);
-  uint8_t* escapes = tokens + count + 16;
-  uint8_t* literals = escapes + escape_bytes + 16;
-  std::memcpy(tokens, p + at, count);
-  tokens[count] = 0xf0;
-  std::memcpy(escapes, p + at + count, escape_bytes);
-  std::memcpy(escapes + escape_bytes, kSentinelEscape, sizeof kSentinelEscape);
-  std::memcpy(literals, p + at + count + escape_bytes, literal_bytes);
-  std::memset(literals + literal_bytes, 0, 16);
+  // The three streams, copied each with 16 zero bytes after it (see TokenStreams).
+  uint8_t* copy = tl_streams.Get(count + escape_bytes + literal_bytes + 3 * 16);
+  TokenStreams s{copy, copy + count + 16, copy + count + escape_bytes + 32, escape_bytes};
+  std::memcpy(copy, p + at, count);
+  std::memset(copy + count, 0, 16);
+  std::memcpy(copy + count + 16, p + at + count, escape_bytes);
+  std::memset(copy + count + 16 + escape_bytes, 0, 16);
+  std::memcpy(copy + count + escape_bytes + 32, p + at + count + escape_bytes, literal_bytes);
+  std::memset(copy + count + escape_bytes + 32 + literal_bytes, 0, 16);
 
-  // The current token, decoded (locals: see EncodeState for why not an object).
-  size_t k = 0, e = 0, l = 0;
-  uint64_t next_index = 0, index = 0;
-  unsigned delta4 = 0, is_literal = 0;  // is_literal: all ones or zero
-  uint16_t literal = 0;
-  // Branch-free but for the rare escape of two bytes or more: an escape token is 10-17 % of the
-  // tokens and a literal 6 %, at random, and a branch on either would be mispredicted that often.
-  auto decode = [&]() {
-    const unsigned t = tokens[k++];
-    const unsigned escape = static_cast<unsigned>((t >> 4) == kGapEscape);
-    const unsigned first = escapes[e];
-    uint64_t gap = (t >> 4) + (first & (0u - escape));
-    if (__builtin_expect((escape & (first >> 7)) != 0, 0)) {
-      size_t end = e;
-      ReadVarint(escapes, &end, escape_bytes + kVarintMaxBytes, &gap);
-      gap += kGapEscape;
-      e = end - escape;  // the += below adds it back
-    }
-    e += escape;
-    index = next_index + gap;
-    next_index = index + 1;
-    delta4 = t & 15u;
-    is_literal = 0u - static_cast<unsigned>(delta4 == kLiteral);
-    literal = static_cast<uint16_t>(literals[l] | literals[l + 1] << 8);
-    l += is_literal & 2u;
-  };
-
+  uint32_t index[kBatch], action[kBatch];
+  size_t j = 0, m = 0;  // the batch: decoded [0, m), applied [0, j)
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
-  decode();
   for (size_t b0 = 0; b0 < n; b0 += kBlock) {
     const size_t b1 = std::min(n, b0 + kBlock);
     if (out != base) std::memcpy(out + b0, base + b0, b1 - b0);
     const uint64_t end_word = b1 / 2;
-    while (index < end_word) {
-      const unsigned sum = Word(out, index) + delta4 - 8;
-      const uint16_t value = static_cast<uint16_t>(sum ^ ((sum ^ literal) & is_literal));
-      std::memcpy(out + 2 * index, &value, 2);
-      decode();
+    for (;;) {
+      for (; j < m && index[j] < end_word; j++) {
+        uint16_t word;
+        std::memcpy(&word, out + 2 * static_cast<size_t>(index[j]), 2);
+        const uint32_t a = action[j];
+        const uint32_t literal = 0u - (a >> 31);
+        const uint16_t value = static_cast<uint16_t>(((word + a) & ~literal) | (a & literal));
+        std::memcpy(out + 2 * static_cast<size_t>(index[j]), &value, 2);
+      }
+      if (j < m || s.k == count) break;  // the next token is in a later block, or there is none
+      m = std::min<size_t>(kBatch, count - s.k);
+      j = 0;
+      if (kHasAvx2) {
+        DecodeBatchAvx2(s, m, index, action);
+      } else {
+        DecodeBatchScalar(s, m, index, action);
+      }
     }
     if (b1 == n && (n & 1) != 0) out[n - 1] = p[1];
     if (checksum) HashBlock(&state, out + b0, b1 - b0);
@@ -351,6 +485,10 @@ Napi::Value DeltaDecodeJs(const Napi::CallbackInfo& info) {
   auto* out = const_cast<uint8_t*>(out_c);
   if (out_len != n) {
     ThrowCode(env, "ERR_INVALID_ARG", "the output and the base chunk differ in length");
+    return env.Undefined();
+  }
+  if (n / 2 > UINT32_MAX) {  // the rebuild keeps word indices in 32 bits
+    ThrowCode(env, "ERR_INVALID_ARG", "chunks of 8 GiB or more are not decoded");
     return env.Undefined();
   }
   if ((out != base && Overlap(out, n, base, n)) || (kind == "sparse" && Overlap(out, n, payload, payload_len))) {

@@ -20,8 +20,8 @@ int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t*
 // first bad token (0 or 1 for a bad header), as the reference reports it.
 int64_t DeltaCheck(const uint8_t* payload, size_t length, size_t n);
 
-// Writes base + payload into `out` (n bytes; may be `base` itself), block by block; the payload
-// must have passed DeltaCheck. With `checksum`, returns the XXH3-64 of `out`, each block hashed
+// Writes base + payload into `out` (n bytes, under 8 GiB; may be `base` itself), block by block;
+// the payload must have passed DeltaCheck. With `checksum`, returns the XXH3-64 of `out`, each block hashed
 // right after it is written (from cache); 0 otherwise.
 uint64_t DeltaApply(const uint8_t* base, const uint8_t* payload, size_t length, uint8_t* out, size_t n, bool checksum);
 
