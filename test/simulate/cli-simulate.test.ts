@@ -129,7 +129,9 @@ describe('laminar simulate', () => {
     expect(steps.message).toContain('--steps takes positive integers');
     const without = await failure([file, '--without', 'attentionKvRead,warpDrive']);
     expect(without.code).toBe(ErrorCodes.INVALID_ARG);
-    expect(without.message).toBe("unknown mechanism 'warpDrive' (one of attentionKvRead, trainerCommunication, dataParallelStragglers, colocatedEngine)");
+    expect(without.message).toBe(
+      "unknown mechanism 'warpDrive' (one of attentionKvRead, trainerCommunication, dataParallelStragglers, colocatedEngine, groupLengthCorrelation)",
+    );
   });
 
   it('a shipped scenario is found by its bare name', () => {
