@@ -35,8 +35,11 @@ exclusive_beside_pytest() {
   # One worker (not test:python's two): the exclusive files keep the other core.
   phase 'pytest (beside the exclusive files)' .venv/bin/python -m pytest python/tests -q -n 1 --durations=8 >"$log" 2>&1 &
   local pytest=$!
+  # A background job does not get the terminal's Ctrl-C: stopped with the script instead.
+  trap 'pkill -TERM -P "$pytest" 2>/dev/null; kill "$pytest" 2>/dev/null; true' EXIT
   phase 'vitest: the exclusive files' npx --no-install vitest run --project exclusive || status_vitest=$?
   wait "$pytest" || status_pytest=$?
+  trap - EXIT
   cat "$log"
   rm -f "$log"
   if [ "$status_vitest" -ne 0 ] || [ "$status_pytest" -ne 0 ]; then
