@@ -235,17 +235,17 @@ describe('delta broadcast down a chain of 3 relays', () => {
         if (what === 2) data.fill(random(256), at + random(MiB / 2), at + MiB / 2 + random(MiB / 2));
         if (what === 3) for (let i = at; i < at + MiB; i++) data[i] = random(256);
       }
-      const before = counts(relays[2], 'in');
+      const before = counts(relays[2]!, 'in');
       await publish(version, [
         { name: 'w', dtype: 'U8', shape: [data.length], data },
         { name: 'bias', dtype: 'U8', shape: [bias.length], data: bias },
       ]);
       expect(new Set(digests(version)).size, `v${version} differs between relays`).toBe(1);
-      const got = moved(counts(relays[2], 'in'), before);
+      const got = moved(counts(relays[2]!, 'in'), before);
       expect(got.chunks.same + got.chunks.sparse + got.chunks.full).toBe(CHUNKS + 1);
       expect(got.chunks.same).toBeGreaterThanOrEqual(1); // the bias never changes
     }
-    const reader = await RelayClient.connect({ socketPath: relays[2].options.socketPath });
+    const reader = await RelayClient.connect({ socketPath: relays[2]!.options.socketPath });
     try {
       await using lease = await reader.acquire({ model });
       expect(lease.version).toBe(10);
@@ -253,7 +253,7 @@ describe('delta broadcast down a chain of 3 relays', () => {
     } finally {
       reader.close();
     }
-    expect(metricValue(await relays[2].registry.metrics(), 'laminar_relay_delta_fallbacks_total', 'reason="checksum"')).toBe(0);
+    expect(metricValue(await relays[2]!.registry.metrics(), 'laminar_relay_delta_fallbacks_total', 'reason="checksum"')).toBe(0);
   });
 });
 
