@@ -431,6 +431,11 @@ export const ERROR_CATALOGUE = {
     'actions',
     'A message on an action queue or result subject does not decode as an action or result of wire version 1; it is dropped and counted.',
   ),
+  BAD_ELASTIC_INPUT: entry(
+    'ERR_BAD_ELASTIC_INPUT',
+    'actions',
+    'The elastic action scheduler or `laminar action-supervisor` got a figure it cannot plan with (a negative or non-finite queue depth, rate, execution time, worker cost or budget, a cost file that is not JSON of that shape); `details.field` names it.',
+  ),
   SANDBOX_UNAVAILABLE: entry(
     'ERR_SANDBOX_UNAVAILABLE',
     'actions',

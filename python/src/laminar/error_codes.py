@@ -483,6 +483,9 @@ ACTION_NO_RESULT: Final = "ERR_ACTION_NO_RESULT"
 ACTION_MALFORMED: Final = "ERR_ACTION_MALFORMED"
 """A message on an action queue or result subject does not decode as an action or result of wire version 1; it is dropped and counted."""
 
+BAD_ELASTIC_INPUT: Final = "ERR_BAD_ELASTIC_INPUT"
+"""The elastic action scheduler or `laminar action-supervisor` got a figure it cannot plan with (a negative or non-finite queue depth, rate, execution time, worker cost or budget, a cost file that is not JSON of that shape); `details.field` names it."""
+
 SANDBOX_UNAVAILABLE: Final = "ERR_SANDBOX_UNAVAILABLE"
 """The code sandbox cannot start: it needs root (a network namespace per action), util-linux `unshare`/`prlimit`/`setpriv` and a Python interpreter."""
 
@@ -656,6 +659,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_ACTION_MAX_DELIVERIES": "The action was handed to workers its maximum number of times without a result (each worker died or hung); the result has status `failed`.",
     "ERR_ACTION_NO_RESULT": "No result came within the submitter's own deadline (`deadlineMs`); the result has status `failed`.",
     "ERR_ACTION_MALFORMED": "A message on an action queue or result subject does not decode as an action or result of wire version 1; it is dropped and counted.",
+    "ERR_BAD_ELASTIC_INPUT": "The elastic action scheduler or `laminar action-supervisor` got a figure it cannot plan with (a negative or non-finite queue depth, rate, execution time, worker cost or budget, a cost file that is not JSON of that shape); `details.field` names it.",
     "ERR_SANDBOX_UNAVAILABLE": "The code sandbox cannot start: it needs root (a network namespace per action), util-linux `unshare`/`prlimit`/`setpriv` and a Python interpreter.",
     "ERR_SERVICE_BINARY_MISSING": "nats-server or redis-server is not installed, or the project's Python environment (.venv) is missing (run `bash scripts/bootstrap.sh`).",
     "ERR_SERVICE_START_FAILED": "The server exited or did not accept connections in time.",
