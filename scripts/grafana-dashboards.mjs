@@ -644,6 +644,17 @@ const rollouts = dashboard({
         { description: 'Slots of the action workers of each kind (their concurrency), and those running an action.' },
       ),
       panel(
+        'Elastic action workers',
+        [
+          [sum(['kind'], `laminar_action_supervisor_target_workers{${I}}`), '{{kind}} target'],
+          [sum(['kind', 'state'], `laminar_action_supervisor_workers{${I}}`), '{{kind}} {{state}}'],
+        ],
+        {
+          description:
+            "`laminar action-supervisor`: the elastic scheduler's target workers per kind, and the local workers running or being stopped toward it.",
+        },
+      ),
+      panel(
         'Action time: queue wait and execution',
         [
           ...latency('laminar_action_queue_wait_seconds', ['kind']).map(([q, l]) => [q, `${l} queue wait`]),

@@ -4,6 +4,7 @@ import { Command, CommanderError } from 'commander';
 import { LaminarError } from '../common/errors.js';
 import { actionWorkerCommand } from './action-worker.js';
 import { actionsCommand } from './actions.js';
+import { actionSupervisorCommand } from './action-supervisor.js';
 import { chunkSizeCommand } from './chunk-size.js';
 import { fp8ConvertCommand } from './fp8-convert.js';
 import { managerCommand } from './manager.js';
@@ -38,7 +39,8 @@ const program = new Command('laminar')
   .addCommand(simulateCommand())
   .addCommand(planCommand())
   .addCommand(actionWorkerCommand())
-  .addCommand(actionsCommand());
+  .addCommand(actionsCommand())
+  .addCommand(actionSupervisorCommand());
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   if (err instanceof CommanderError) {
