@@ -20,16 +20,32 @@ import { FEED_PULL_EXPIRES_MS } from '../data/experience/index-feed.js';
 export interface AuditBooks {
   /** Trajectories with at least one record in the stream, ever. */
   records: number;
-  /** Trajectories with more than one record. */
+  /** Trajectories with more than one record (two messages at different sequences). */
   duplicated: string[];
+  /** The first duplicates, each with its records' sequences and store times: a write retried
+   * within seconds (deduplication missed) or a regeneration minutes later tell different stories. */
+  duplicateRecords: DuplicateRecord[];
+  /** Messages delivered to the audit again at a sequence it had already read (not duplicates). */
+  redelivered: number;
   /** Stream sequences deleted before the audit read them (0: the audit saw every message). */
   unread: number;
 }
 
+export interface DuplicateRecord {
+  id: string;
+  records: Array<{ seq: number; storedAt: string }>;
+}
+
+/** How many duplicates the books describe record by record (the rest are counted). */
+const DUPLICATES_DESCRIBED = 50;
+
 export class BufferAudit {
   private readonly names = bufferNames();
-  private readonly seen = new Set<string>();
+  /** Trajectory id → its first record's sequence and store time. */
+  private readonly seen = new Map<string, { seq: number; storedAt: string }>();
   private readonly duplicated: string[] = [];
+  private readonly duplicateRecords: DuplicateRecord[] = [];
+  private redelivered = 0;
   private lastSeq = 0;
   private unread = 0;
   private messages: ConsumerMessages | null = null;
@@ -68,13 +84,25 @@ export class BufferAudit {
         // As the sampler's index feed: a short pull, so that a nats-server restart costs seconds, not 30.
         this.messages = await consumer.consume({ max_messages: 4096, expires: FEED_PULL_EXPIRES_MS });
         for await (const m of this.messages) {
+          // A sequence already read (a consumer made again, a delivery repeated across a leader
+          // change) is the same stored message: counted apart, never as a second record.
+          if (m.seq <= this.lastSeq) {
+            this.redelivered++;
+            continue;
+          }
           // Every message of the stream passes this filter: a gap is a message deleted before it was read.
           if (m.seq > this.lastSeq + 1) this.unread += m.seq - this.lastSeq - 1;
-          this.lastSeq = Math.max(this.lastSeq, m.seq);
+          this.lastSeq = m.seq;
           if (!m.subject.startsWith(`${this.names.recordPrefix}.`)) continue;
           const id = trajectoryIdOfSubject(m.subject);
-          if (this.seen.has(id)) this.duplicated.push(id);
-          else this.seen.add(id);
+          const record = { seq: m.seq, storedAt: new Date(m.info.timestampNanos / 1e6).toISOString() };
+          const first = this.seen.get(id);
+          if (first === undefined) {
+            this.seen.set(id, record);
+            continue;
+          }
+          this.duplicated.push(id);
+          if (this.duplicateRecords.length < DUPLICATES_DESCRIBED) this.duplicateRecords.push({ id, records: [first, record] });
         }
         if (!this.isStopped()) this.restarts++; // the consumer ended
       } catch {
@@ -110,7 +138,13 @@ export class BufferAudit {
   }
 
   books(): AuditBooks {
-    return { records: this.seen.size, duplicated: [...this.duplicated], unread: this.unread };
+    return {
+      records: this.seen.size,
+      duplicated: [...this.duplicated],
+      duplicateRecords: [...this.duplicateRecords],
+      redelivered: this.redelivered,
+      unread: this.unread,
+    };
   }
 
   async stop(): Promise<void> {

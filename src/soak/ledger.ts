@@ -15,7 +15,7 @@ import { recordsInBuffer } from '../demo/books.js';
 import { RelayClient } from '../relay/client/index.js';
 import { SyntheticWeights } from '../stand-ins/trainer/index.js';
 import type { Redis } from 'ioredis';
-import type { BufferAudit } from './audit.js';
+import type { BufferAudit, DuplicateRecord } from './audit.js';
 import { SOAK_MODEL, type RelayProcess } from './job.js';
 
 export interface TrajectoryBooks {
@@ -26,6 +26,10 @@ export interface TrajectoryBooks {
   lost: string[];
   /** Trajectories with more than one record in the buffer's stream. */
   duplicated: string[];
+  /** The first duplicates with their records' sequences and store times. */
+  duplicateRecords: DuplicateRecord[];
+  /** Messages the audit was delivered again at a sequence it had read (not duplicates). */
+  auditRedelivered: number;
   /** Stream messages deleted before the audit read them (the trainer's lines vouch for those it removed). */
   unread: number;
   /** Whether the audit had read the whole stream when the books were read. */
@@ -84,6 +88,8 @@ export async function trajectoryBooks(
     inPool: inPool.size,
     lost: unseen.filter((id) => !inBuffer.has(id)),
     duplicated: books.duplicated,
+    duplicateRecords: books.duplicateRecords,
+    auditRedelivered: books.redelivered,
     unread: books.unread,
     auditCaughtUp: caughtUp,
     auditRestarts: audit.restarts,

@@ -329,6 +329,7 @@ async function main(): Promise<void> {
       lost: trajectories.lost.length,
       duplicated: trajectories.duplicated.length,
       unaudited: trajectories.unread,
+      audit_redelivered: trajectories.auditRedelivered,
       corrupt: weights.corrupt.length,
       relays_lagging: weights.lagging.length,
       versions_checked: weights.versionsChecked,
@@ -363,7 +364,7 @@ async function main(): Promise<void> {
     row(
       'trajectories',
       `${trajectories.started} started, ${trajectories.completed} written to the buffer, ${trajectories.inPool} in the partial pool; ${trajectories.lost.length} lost, ${trajectories.duplicated.length} duplicated` +
-        ` (audit: ${trajectories.unread} messages deleted before it read them, ${trajectories.auditRestarts} consumer restarts${trajectories.auditCaughtUp ? '' : ', NOT caught up'})`,
+        ` (audit: ${trajectories.unread} messages deleted before it read them, ${trajectories.auditRestarts} consumer restarts, ${trajectories.auditRedelivered} redelivered${trajectories.auditCaughtUp ? '' : ', NOT caught up'})`,
     );
     row(
       'weights',

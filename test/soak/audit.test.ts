@@ -35,14 +35,21 @@ describe('BufferAudit', () => {
       expect(audit.has('a')).toBe(true);
       expect(audit.has('b')).toBe(false);
       expect(audit.has('c')).toBe(true);
-      expect(audit.books()).toEqual({ records: 2, duplicated: ['c'], unread: 1 });
+      const seqOfC = c!.seq;
+      const books = audit.books();
+      expect(books).toMatchObject({ records: 2, duplicated: ['c'], redelivered: 0, unread: 1 });
+      // The duplicate is described by its two records: the first at c's sequence, the second after it.
+      expect(books.duplicateRecords).toHaveLength(1);
+      expect(books.duplicateRecords[0]!.id).toBe('c');
+      expect(books.duplicateRecords[0]!.records.map((r) => r.seq)).toEqual([seqOfC, seqOfC + 1]);
+      for (const r of books.duplicateRecords[0]!.records) expect(Number.isNaN(Date.parse(r.storedAt))).toBe(false);
 
       // It goes on across a nats-server restart, from the next sequence.
       await nats.server.restart({ kill: true });
       await w.write(trajectory({ id: 'd' }));
       expect(await audit.caughtUp(60_000)).toBe(true);
       expect(audit.has('d')).toBe(true);
-      expect(audit.books()).toEqual({ records: 3, duplicated: ['c'], unread: 1 });
+      expect(audit.books()).toMatchObject({ records: 3, duplicated: ['c'], redelivered: 0, unread: 1 });
     } finally {
       await audit.stop();
     }
