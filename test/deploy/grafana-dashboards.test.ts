@@ -412,6 +412,14 @@ describe('every metric the dashboards query, in the /metrics of real daemons', (
       'action worker ready',
       'metricsPort',
     );
+    // An elastic supervisor of a kind nobody submits: it plans every round (its gauges) and
+    // starts no worker (nothing queued), so the job's lookup worker is the only one.
+    await start(
+      'action-supervisor',
+      ['action-supervisor', ...control, '--worker', 'idle=noop', '--budget-cores', '1', '--interval', '500ms', '--metrics-port', '0'],
+      'action supervisor ready',
+      'metricsPort',
+    );
   }, 240_000);
 
   afterAll(async () => {
@@ -456,6 +464,7 @@ describe('every metric the dashboards query, in the /metrics of real daemons', (
       await nc.close();
     }
     await metricUntil('action-worker', 'laminar_action_executions_total', { kind: 'lookup', status: 'ok' }, (v) => (v ?? 0) >= 1);
+    await metricUntil('action-supervisor', 'laminar_action_supervisor_target_workers', { kind: 'idle' }, (v) => v !== null);
 
     const families = new Map<string, MetricType>();
     const where = new Map<string, string[]>();
@@ -474,6 +483,7 @@ describe('every metric the dashboards query, in the /metrics of real daemons', (
       ['rollout-agent', 'laminar_agent_engine_up'],
       ['sampler', 'laminar_sampler_service_connections'],
       ['action-worker', 'laminar_action_worker_slots'],
+      ['action-supervisor', 'laminar_action_supervisor_target_workers'],
     ])
       expect(where.get(family!), family).toContain(daemon);
 
