@@ -6,8 +6,9 @@
  * cluster (R3) that includes a replica that has fallen behind again: a node back from a partition
  * or a restart, still applying what it missed. It answers "no such message" for a message the
  * leader stored long ago. Asked "was this trajectory written?" (ExperienceWriter.has), such a
- * replica said no, and the sample was generated and written a second time: 620 trajectories in a
- * 40-minute soak on a 3-node cluster (docs/operations/soak.md, test/cluster-nats/stale-replica).
+ * replica said no, and the sample could be generated and written a second time
+ * (test/cluster-nats/stale-replica; docs/operations/soak.md: not the only cause of the cluster
+ * soak's double writes).
  *
  * The JetStream API's message get ($JS.API.STREAM.MSG.GET) is answered by the stream's leader
  * only, which holds every acknowledged write. So every read whose answer decides a regeneration
