@@ -6,8 +6,11 @@
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { delay } from '../common/concurrency.js';
 
+/** How long retryTransient keeps trying unless told otherwise. */
+export const DEFAULT_RETRY_FOR_MS = 30_000;
+
 export interface RetryOptions {
-  /** Give up after this long. Default 30 s. */
+  /** Give up after this long. Default DEFAULT_RETRY_FOR_MS (30 s). */
   retryForMs?: number;
   onRetry?: (err: unknown, attempt: number) => void;
 }
@@ -39,7 +42,7 @@ export function isTransient(err: unknown): boolean {
 }
 
 export async function retryTransient<T>(fn: () => Promise<T>, options: RetryOptions = {}): Promise<T> {
-  const deadline = Date.now() + (options.retryForMs ?? 30_000);
+  const deadline = Date.now() + (options.retryForMs ?? DEFAULT_RETRY_FOR_MS);
   for (let attempt = 0; ; attempt++) {
     try {
       return await fn();

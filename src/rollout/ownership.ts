@@ -28,6 +28,8 @@ export interface ResumeOutcome {
   completed: number;
   lost: number;
   returned: number;
+  /** Being completed by their owner (record maybe still on its way): left alone, asked again at a later round. */
+  completing: number;
 }
 
 export interface OwnershipOptions {
@@ -133,17 +135,18 @@ export class Ownership {
     this.reconciledOnce = true;
     // A log ending in 'completing' counts too: a completion of this process is one of its tasks
     // until the log is purged, so one that is not is a completion an earlier process under this
-    // id was killed in. Its take-over finishes it (record written: purge) or resumes it; left, it
-    // would outlive the completion mark and be generated a second time.
+    // id was killed in. Its take-over finishes it (record written: purge), or, once its write can
+    // no longer land, parks it and returns its sample; left, it would outlive the completion mark
+    // and be generated a second time.
     const stray = new Set(owned.filter((s) => !tasks.has(s.trajectoryId)).map((s) => s.trajectoryId));
     // Seen stray twice in a row: not a trajectory between its start and its task, nor a hand-over in progress.
     const confirmed = [...stray].filter((id) => this.strays.has(id));
     this.strays = new Set([...stray].filter((id) => !this.strays.has(id)));
     if (confirmed.length === 0) return;
-    const { taken, returned } = await this.takeOverAndResume(confirmed, rolloutId, 'stranded');
+    const { taken, returned, completing } = await this.takeOverAndResume(confirmed, rolloutId, 'stranded');
     this.options.metrics.tasks.inc({ outcome: 'reconciled' }, taken);
     this.options.metrics.tasks.inc({ outcome: 'returned' }, returned);
-    this.options.log.warn({ resumed: taken, returned }, 'stranded trajectories of this rollout picked up');
+    this.options.log.warn({ resumed: taken, returned, completing }, 'stranded trajectories of this rollout picked up');
   }
 
   /** Of the trajectories this process may own and does not generate, those the pool says it owns. */
@@ -167,7 +170,9 @@ export class Ownership {
    * resumed: it is parked and its sample goes back to the prompt pool (`reason`). One that cannot
    * be taken (another owner, completed meanwhile, a read that raced its purge, a store error)
    * never stops the others; if it is still someone's, their reconciliation or the manager's scan
-   * finds it.
+   * finds it. One being completed (its 'completing' marker younger than the pool's grace) is left
+   * to its completer, counted `completing`: a later round finds it completed, or takes it as
+   * finished and returns its sample (never resumed: its response is whole).
    */
   takeOverAndResume(ids: readonly string[], from: string, reason: string): Promise<ResumeOutcome> {
     const work = this.takeOverAndResumeNow(ids, from, reason);
@@ -185,6 +190,7 @@ export class Ownership {
     let completed = 0;
     let lost = 0;
     let returned = 0;
+    let completing = 0;
     // Take-overs are independent round trips (read the log, conditional marker): run several at once.
     await mapLimit(ids, TAKEOVER_CONCURRENCY, async (trajectoryId) => {
       try {
@@ -194,14 +200,30 @@ export class Ownership {
           completed++;
           return;
         }
+        if (result.status === 'completing') {
+          // Its completer may still write the record: taken now, it would be generated twice.
+          // Still in mayOwn when it is ours: the reconciliation after the grace takes it.
+          completing++;
+          log.info({ trajectory: trajectoryId, from, retryAfterMs: result.retryAfterMs }, 'trajectory being completed: left to its completer for now');
+          return;
+        }
         const start = result.state.start;
         const mine = this.options.weightVersion();
-        if (start.weightVersion === mine) {
+        if (start.weightVersion === mine && !result.finished) {
           resumed.push(this.options.adopt(result.trajectory, result.state));
           return;
         }
         result.trajectory.release();
-        log.warn({ trajectory: trajectoryId, version: start.weightVersion, mine, reason }, 'trajectory of another weight version: returned to the prompt pool');
+        if (result.finished) {
+          // Its completer died between the 'completing' marker and the record: the response is
+          // whole (resuming would generate past its end) and its reward is not in the log.
+          log.warn({ trajectory: trajectoryId, from, reason }, 'completion that never wrote its record: returned to the prompt pool');
+        } else {
+          log.warn(
+            { trajectory: trajectoryId, version: start.weightVersion, mine, reason },
+            'trajectory of another weight version: returned to the prompt pool',
+          );
+        }
         const parked = await partials.takeOver(trajectoryId, PARKED_OWNER, { from: rolloutId });
         if (parked.status === 'taken') {
           this.mayOwn.delete(trajectoryId);
@@ -224,6 +246,6 @@ export class Ownership {
       }
     });
     if (resumed.length > 0) await this.options.resume(resumed);
-    return { taken: resumed.length, completed, lost, returned };
+    return { taken: resumed.length, completed, lost, returned, completing };
   }
 }

@@ -511,8 +511,9 @@ export class RolloutClient {
     if (this.loads.size > 0) {
       throw new RolloutError(ErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} is loading new weights`);
     }
-    const { taken, completed, lost, returned } = await this.ownership.takeOverAndResume(ids, from, 'version_mismatch');
-    this.log.info({ from, taken, completed, lost: lost + returned }, 'repack-in: trajectories resumed');
+    const { taken, completed, lost, returned, completing } = await this.ownership.takeOverAndResume(ids, from, 'version_mismatch');
+    // Those being completed are left to their owner: the manager's next scan finds them if they stay.
+    this.log.info({ from, taken, completed, lost: lost + returned, completing }, 'repack-in: trajectories resumed');
     return { taken, completed, lost: lost + returned };
   }
 

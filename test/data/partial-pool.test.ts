@@ -2,6 +2,7 @@ import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import { jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { ExperienceSampler, ExperienceWriter, PartialPool, partialNames, type PartialStart } from '../../src/data/index.js';
+import type { TrajectoryInput } from '../../src/data/codec/trajectory.js';
 import { metricValue, natsFixture, trajectory } from './helpers.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 
@@ -19,7 +20,7 @@ beforeEach(() => {
   name = `pp${++k}`;
 });
 
-async function pool(over: { flushTokens?: number; flushMs?: number; writer?: ExperienceWriter } = {}): Promise<PartialPool> {
+async function pool(over: { flushTokens?: number; flushMs?: number; writer?: ExperienceWriter; completingGraceMs?: number } = {}): Promise<PartialPool> {
   const p = await PartialPool.open({
     nc: nats.nc,
     pool: name,
@@ -27,6 +28,7 @@ async function pool(over: { flushTokens?: number; flushMs?: number; writer?: Exp
     flushTokens: over.flushTokens ?? 4,
     flushMs: over.flushMs ?? 60_000,
     writer: over.writer,
+    completingGraceMs: over.completingGraceMs,
   });
   closers.push(() => p.close());
   return p;
@@ -264,5 +266,96 @@ describe('PartialPool', () => {
     } finally {
       js.publish = publish;
     }
+  });
+});
+
+/**
+ * A take-over of a trajectory that is being completed (issue #47, the cluster soak's double
+ * writes): its completer has written the 'completing' marker and its record is still on its way
+ * (retried through a server restart). Taken over then, its sample would be generated again while
+ * its record lands anyway: the trainer would get it twice.
+ */
+/**
+ * The real writer, whose write() waits to be released: the record of a completion retried
+ * through an outage. `writing` resolves once complete() has reached the write (its marker stored).
+ */
+function heldWriter(writer: ExperienceWriter): { writer: ExperienceWriter; writing: Promise<void>; release: () => void } {
+  let reached!: () => void;
+  let release!: () => void;
+  const writing = new Promise<void>((r) => (reached = r));
+  const gate = new Promise<void>((r) => (release = r));
+  const held = Object.create(writer) as ExperienceWriter;
+  held.write = async (input: unknown) => {
+    reached();
+    await gate;
+    return writer.write(input);
+  };
+  return { writer: held, writing, release };
+}
+
+describe('PartialPool take-over of a trajectory being completed', () => {
+  it('is refused while the completer can still write: the sample is not generated again', async () => {
+    const writer = await ExperienceWriter.open({ nc: nats.nc, buffer: name, registry });
+    const held = heldWriter(writer);
+    const a = await pool({ writer: held.writer });
+    const b = await pool({ writer });
+    const t = await a.start('rA', start('race'));
+    t.append([1, 2, 3, 4], [-1, -1, -1, -1]);
+    const final: TrajectoryInput = trajectory({ id: 'race', weightVersion: 3 }, 12);
+    const completion = a.complete(t, final);
+    await held.writing;
+    expect((await b.read('race'))?.state).toBe('completing');
+
+    // Rollout B (reconciliation, re-initialisation) or the manager's orphan scan asks now.
+    const taking = await b.takeOver('race', 'rB');
+    // 'taken' here is the double write: B resumes or parks it and returns its sample.
+    expect(taking).toMatchObject({ status: 'completing' });
+    if (taking.status !== 'completing') return;
+    expect(taking.retryAfterMs).toBeGreaterThan(0);
+    expect(taking.retryAfterMs).toBeLessThanOrEqual(45_000);
+    // Nothing was written to the log: A still owns it, and its completion finishes.
+    expect((await b.read('race'))?.owner).toBe('rA');
+
+    held.release();
+    await expect(completion).resolves.toMatchObject({ duplicate: false });
+    expect(await writer.has('race')).toBe(true);
+    // Asked again later: the trajectory is gone, written once.
+    await expect(b.takeOver('race', 'rB')).rejects.toMatchObject({ code: ErrorCodes.UNKNOWN_TRAJECTORY });
+  });
+
+  it('a completing log whose record is in the buffer is finished, not taken, within the grace', async () => {
+    const writer = await ExperienceWriter.open({ nc: nats.nc, buffer: name, registry });
+    const a = await pool({ writer });
+    const t = await a.start('rA', start('landed'));
+    await t.mark('completing');
+    await writer.write(trajectory({ id: 'landed', weightVersion: 3 }));
+    expect(await a.takeOver('landed', 'rB')).toEqual({ status: 'completed' });
+    expect(await a.read('landed')).toBeUndefined();
+  });
+
+  it('after the grace, asks the buffer again, then takes the log over as finished (its response is whole)', async () => {
+    const writer = await ExperienceWriter.open({ nc: nats.nc, buffer: name, registry });
+    // A grace of 0: every completing marker is past it (its completer died before writing).
+    const b = await pool({ writer, completingGraceMs: 0 });
+    const a = await pool({ writer });
+    const t = await a.start('rA', start('orphaned-completion'));
+    t.append([1, 2, 3, 4, 5], [-1, -1, -1, -1, -1]);
+    await t.mark('completing');
+
+    const taking = await b.takeOver('orphaned-completion', 'rB');
+    expect(taking).toMatchObject({ status: 'taken', finished: true, state: { owner: 'rB', state: 'takeover' } });
+    if (taking.status !== 'taken') return;
+    expect(taking.state.tokens.length).toBe(5);
+    taking.trajectory.release();
+
+    // A log that is not being completed is taken as before, not finished.
+    const u = await a.start('rA', start('plain'));
+    await u.flush();
+    expect(await b.takeOver('plain', 'rB')).toMatchObject({ status: 'taken', finished: false });
+  });
+
+  it('rejects a negative grace', async () => {
+    const writer = await ExperienceWriter.open({ nc: nats.nc, buffer: name, registry });
+    await expect(pool({ writer, completingGraceMs: -1 })).rejects.toMatchObject({ code: ErrorCodes.BAD_DATA_OPTIONS });
   });
 });

@@ -7,7 +7,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import { Registry } from 'prom-client';
-import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
+import { ExperienceWriter, PARKED_OWNER, PartialPool, PromptPool } from '../../src/data/index.js';
 import type { RolloutEngine } from '../../src/rollout/engine.js';
 import { RolloutClient } from '../../src/rollout/rollout-client.js';
 import { trajectoryIdOf } from '../../src/rollout/ids.js';
@@ -93,14 +93,15 @@ describe('rollout reconciliation', () => {
     expect(new Set(summary.mock.calls.map(([id]) => id))).toEqual(new Set(['t-0', task!.trajectoryId]));
   });
 
-  it('finishes what an earlier process left half-completed: purged if its record landed, resumed if not', async () => {
+  it('finishes what an earlier process left half-completed: purged if its record landed, its sample returned if not', async () => {
     const job = 'reconcile3';
     await fx.publish(MODEL, 3);
     const registry = new Registry();
     const prompts = await PromptPool.open({ redis: services.redis, name: job });
     await prompts.load([{ id: 'q0', payload: { text: 'q' }, n: 2 }]);
     const writer = await ExperienceWriter.open({ nc: services.nc, buffer: job, groups: prompts });
-    const partials = await PartialPool.open({ nc: services.nc, pool: job, writer });
+    // No grace: the earlier process is gone, its writes can no longer land (partial-completing.test.ts covers the grace).
+    const partials = await PartialPool.open({ nc: services.nc, pool: job, writer, completingGraceMs: 0 });
     closers.push(() => partials.close());
     // An earlier 'ro-c' was killed while completing both samples of a group: the record of
     // sample 0 ('landed') was written, the one of sample 1 ('unwritten') was not; both logs end
@@ -144,12 +145,17 @@ describe('rollout reconciliation', () => {
 
     // Left alone, both would wait in the pool for ever (this id is alive, so the manager leaves
     // them to it), until a take-over long after the completion mark of 'landed' had expired
-    // generated it a second time.
-    await expect.poll(() => resumed, { timeout: 10_000 }).toEqual([unwritten]);
+    // generated it a second time. 'unwritten' is finished (its response whole, its reward not in
+    // the log): resumed, it would be generated past its end; its sample goes back instead.
+    await expect.poll(() => metricValue(registry, 'laminar_rollout_tasks_total', { outcome: 'returned' }), { timeout: 10_000 }).toBe(1);
     await expect.poll(() => partials.summary(landed), { timeout: 10_000 }).toBeUndefined();
-    expect(rollout.owned.get(unwritten)!.generated).toBe(2);
+    expect(resumed).toEqual([]);
+    expect((await partials.summary(unwritten))?.owner).toBe(PARKED_OWNER);
     expect(await writer.has(landed)).toBe(true);
-    expect(await metricValue(registry, 'laminar_rollout_tasks_total', { outcome: 'reconciled' })).toBe(1);
+    expect(await writer.has(unwritten)).toBe(false);
+    expect(await metricValue(registry, 'laminar_rollout_tasks_total', { outcome: 'reconciled' })).toBe(0);
+    const [again] = await prompts.claim('ro-next', 1);
+    expect(again).toMatchObject({ groupId: claim!.groupId, returned: true, samples: [1] });
   });
 
   it('forgets a handed-over trajectory once its destination holds it', async () => {

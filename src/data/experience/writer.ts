@@ -28,7 +28,7 @@ import { RejectionCounter } from '../metrics.js';
 import { checkPayloadSize, validateTrajectory, type Trajectory } from '../codec/trajectory.js';
 import { chunkLimit, encodePayload, splitPayload } from '../codec/payload.js';
 import { META_HEADER, decodeMeta, encodeMeta, metaOf, type RecordMeta } from '../codec/record-meta.js';
-import { retryTransient } from '../retry.js';
+import { DEFAULT_RETRY_FOR_MS, retryTransient } from '../retry.js';
 import { chunkMsgId, ensureBufferStream, type BufferNames, type BufferStreamOptions } from './stream.js';
 import { CompletionMarks } from './completion-marks.js';
 import { readFromLeader } from '../leader-read.js';
@@ -121,6 +121,11 @@ export class ExperienceWriter {
     const jsm = await jetstreamManager(options.nc);
     const names = await ensureBufferStream(jsm, options);
     return new ExperienceWriter(options, jetstream(options.nc), jsm, names, options.registry ?? createRegistry({ defaultMetrics: false }));
+  }
+
+  /** How long one write keeps retrying through an outage (`retryForMs`): how long a record may still land after it began. */
+  get retryWindowMs(): number {
+    return this.options.retryForMs ?? DEFAULT_RETRY_FOR_MS;
   }
 
   /** Validates and stores one completed trajectory. */

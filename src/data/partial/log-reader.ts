@@ -39,6 +39,12 @@ export interface PartialState {
   lastSeq: number;
   /** Stream sequence of the start in force (later messages name it). */
   startSeq: number;
+  /**
+   * When the last message was stored (nats-server's clock, ms since the epoch): how long a
+   * 'completing' marker has stood, which decides whether its completer may still write
+   * (PartialPool.takeOver).
+   */
+  storedAt: number;
 }
 
 export interface PartialSummary {
@@ -72,6 +78,7 @@ async function readLogFrom(consumer: Consumer, subject: string): Promise<Partial
   let state: LogKind = 'start';
   let lastSeq = 0;
   let startSeq = 0;
+  let storedAt = 0;
   let count = 0;
   let segments: TrajectorySegment[] = [];
   let segmentEnd = 0;
@@ -114,13 +121,14 @@ async function readLogFrom(consumer: Consumer, subject: string): Promise<Partial
     owner = msg.owner;
     state = msg.kind;
     lastSeq = m.seq;
+    storedAt = Math.floor(m.info.timestampNanos / 1e6);
     if (m.info.pending === 0) break;
   }
   await messages.close();
   if (!start) throw new CorruptRecordError(`partial log of ${subject} has no start message`);
   const payload = joinChunks([...tokenParts, ...logprobParts], count * 8);
   const { tokens, logprobs } = decodePayload(payload, count);
-  return { start, owner, state, tokens, logprobs, segments, ...(waiting ? { waiting } : {}), lastSeq, startSeq };
+  return { start, owner, state, tokens, logprobs, segments, ...(waiting ? { waiting } : {}), lastSeq, startSeq, storedAt };
 }
 
 /** The last message of every trajectory log under `filter` (headers only). */

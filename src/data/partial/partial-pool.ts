@@ -8,6 +8,10 @@
  * 'completing' marker (fails if the trajectory was taken over), the idempotent experience
  * write, then the log is purged. If a crash leaves both, a takeover sees the trajectory in the
  * experience buffer and finishes the removal instead of resuming it: never both, never neither.
+ * A takeover of a log whose last message is the 'completing' marker waits for the completer's
+ * write (retried through an outage) to land or become impossible: until the marker is
+ * `completingGraceMs` old the answer is 'completing' (ask again later), since a trajectory taken
+ * then would be generated again while its record lands anyway (issue #47, the soak's double writes).
  *
  * Reads of a log's last message decide ownership (who may append next, whether a start is ours,
  * which owner a rollout keeps watching), so they go to the stream's leader (leader-read.ts): a
@@ -37,7 +41,7 @@ import {
   type PartialStart,
 } from './log-codec.js';
 import { listLogs, readLog, summaryOf, type PartialState, type PartialSummary } from './log-reader.js';
-import { retryTransient } from '../retry.js';
+import { DEFAULT_RETRY_FOR_MS, retryTransient } from '../retry.js';
 import { readFromLeader } from '../leader-read.js';
 import { ensurePartialStream, type PartialNames, type PartialStreamOptions } from './partial-stream.js';
 import { PartialTrajectory, WRONG_LAST_SEQUENCE, type TrajectoryHost } from './partial-trajectory.js';
@@ -51,11 +55,34 @@ export interface PartialPoolOptions extends PartialStreamOptions {
   flushMs?: number;
   /** Where completed trajectories go; takeovers check it (see the class comment). */
   writer?: ExperienceWriter;
+  /**
+   * How long after its 'completing' marker a trajectory is left to its completer: takeOver answers
+   * 'completing' until then. Default: the writer's retry window (`retryForMs`, 30 s) plus
+   * COMPLETING_GRACE_MARGIN_MS. Set it above the completers' write retry window.
+   */
+  completingGraceMs?: number;
   registry?: Registry;
   logger?: Logger;
 }
 
-export type TakeoverResult = { status: 'taken'; trajectory: PartialTrajectory; state: PartialState } | { status: 'completed' };
+/**
+ * Added to the writer's retry window for the default `completingGraceMs`: the write attempt in
+ * flight when the window closes (a request timeout), the purge after it, and the difference
+ * between this host's clock and nats-server's (the marker's age is the one minus the other).
+ */
+export const COMPLETING_GRACE_MARGIN_MS = 15_000;
+
+/**
+ * What takeOver did. 'taken': the trajectory is `rolloutId`'s; `finished` when its log ended in
+ * a completion whose record never landed (its completer died between marker and write): the
+ * response is whole, so resuming it would generate past its end: park it and return its sample.
+ * 'completed': its record is in the buffer (the log is purged). 'completing': its completer may
+ * still write its record; nothing was changed, ask again in `retryAfterMs`.
+ */
+export type TakeoverResult =
+  | { status: 'taken'; trajectory: PartialTrajectory; state: PartialState; finished: boolean }
+  | { status: 'completed' }
+  | { status: 'completing'; retryAfterMs: number };
 
 export class PartialPool {
   private readonly tracked = new Set<PartialTrajectory>();
@@ -64,6 +91,7 @@ export class PartialPool {
   private readonly logger: Logger;
   private readonly host: TrajectoryHost;
   private readonly m;
+  private readonly completingGraceMs: number;
   private closed = false;
 
   private constructor(
@@ -76,6 +104,8 @@ export class PartialPool {
     const flushMs = options.flushMs ?? 5000;
     const flushTokens = options.flushTokens ?? 512;
     if (!(flushMs > 0) || !(flushTokens >= 1)) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'flushMs and flushTokens must be positive');
+    this.completingGraceMs = options.completingGraceMs ?? (options.writer?.retryWindowMs ?? DEFAULT_RETRY_FOR_MS) + COMPLETING_GRACE_MARGIN_MS;
+    if (!(this.completingGraceMs >= 0)) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'completingGraceMs must be 0 or more');
     this.rejections = new RejectionCounter(registry, 'partial-pool');
     this.logger = (options.logger ?? silentLogger).child({ component: 'partial-pool', pool: names.pool });
     const p = { pool: names.pool };
@@ -241,22 +271,29 @@ export class PartialPool {
 
   /**
    * Takes ownership of a trajectory for `rolloutId` (failover, repack), atomically: when two
-   * rollouts try, one gets ERR_NOT_OWNER. With `from`, only if `from` still owns it.
+   * rollouts try, one gets ERR_NOT_OWNER. With `from`, only if `from` still owns it. A trajectory
+   * being completed is left to its completer for `completingGraceMs` ('completing': ask again
+   * later); see TakeoverResult.
    */
   async takeOver(trajectoryId: string, rolloutId: string, options: { from?: string } = {}): Promise<TakeoverResult> {
     const state = await this.read(trajectoryId);
     if (!state) throw this.rejections.record(new DataNotFoundError(ErrorCodes.UNKNOWN_TRAJECTORY, `trajectory ${trajectoryId} is not in the partial pool`));
-    if (this.options.writer && (await this.options.writer.has(trajectoryId))) {
-      // Completed, but the crash came before the partial log was purged: finish that step.
-      await this.remove(trajectoryId);
-      return { status: 'completed' };
-    }
+    if (await this.completedAlready(trajectoryId)) return { status: 'completed' };
     if (options.from !== undefined && state.owner !== options.from) {
       throw this.rejections.record(
         new OwnershipError(ErrorCodes.NOT_OWNER, `trajectory ${trajectoryId} is owned by ${state.owner}, not ${options.from}`, {
           details: { id: trajectoryId, owner: state.owner },
         }),
       );
+    }
+    const finished = state.state === 'completing';
+    if (finished) {
+      // Its completer wrote the marker and may still be writing the record (retried through an
+      // outage): taken now, the sample would be generated again and the record land anyway.
+      const retryAfterMs = state.storedAt + this.completingGraceMs - Date.now();
+      if (retryAfterMs > 0) return { status: 'completing', retryAfterMs };
+      // Past the grace the write can no longer land: what the buffer says now is final.
+      if (await this.completedAlready(trajectoryId)) return { status: 'completed' };
     }
     try {
       const seq = await this.publishTakeover(trajectoryId, rolloutId, state);
@@ -267,7 +304,7 @@ export class PartialPool {
           waiting: state.waiting,
         }),
       );
-      return { status: 'taken', trajectory: t, state: { ...state, owner: rolloutId, state: 'takeover', lastSeq: seq } };
+      return { status: 'taken', trajectory: t, state: { ...state, owner: rolloutId, state: 'takeover', lastSeq: seq }, finished };
     } catch (err) {
       if (err instanceof JetStreamApiError && err.code === WRONG_LAST_SEQUENCE) {
         throw this.rejections.record(
@@ -308,6 +345,16 @@ export class PartialPool {
     t.release();
     this.m.completed.inc({ pool: this.names.pool });
     return result;
+  }
+
+  /**
+   * Whether the trajectory's record is in the experience buffer (a read from the buffer's leader).
+   * If so its log is left from a completion interrupted before the purge: that step is finished.
+   */
+  private async completedAlready(trajectoryId: string): Promise<boolean> {
+    if (!this.options.writer || !(await this.options.writer.has(trajectoryId))) return false;
+    await this.remove(trajectoryId);
+    return true;
   }
 
   /** Deletes a trajectory's log (completed, or abandoned for good). */

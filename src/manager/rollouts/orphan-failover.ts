@@ -88,6 +88,8 @@ interface Orphan {
    * both failed); otherwise the owner is gone, and dropped from here if it comes back.
    */
   stranded: boolean;
+  /** Being completed when last asked: not asked again before this (the pool's answer, retryAfterMs). */
+  completingUntil?: number;
 }
 
 /** A parked orphan whose sample's return to the prompt pool failed: retried with the same key. */
@@ -312,7 +314,7 @@ export class OrphanFailover {
           await this.commands.whileBusy([destination.id], () => this.resumeOn(destination, from, version, batch));
           continue;
         }
-        const expired = batch.filter((o) => now - o.since >= this.orphanWaitMs);
+        const expired = batch.filter((o) => now - o.since >= this.orphanWaitMs && !(now < (o.completingUntil ?? 0)));
         if (expired.length > 0) await this.returnToPrompts(expired);
       }
       this.options.metrics.orphansWaiting.set(this.waiting());
@@ -382,6 +384,13 @@ export class OrphanFailover {
       let parked: PendingReturn;
       try {
         const result = await partials!.takeOver(o.trajectoryId, PARKED_OWNER, { from: o.from });
+        if (result.status === 'completing') {
+          // Its rollout died (or hangs) while its record may still land: parked and returned now,
+          // the sample would be generated twice. It stays an orphan; a tick after the grace asks again.
+          o.completingUntil = Date.now() + result.retryAfterMs;
+          this.options.log.info({ trajectory: o.trajectoryId, from: o.from, retryAfterMs: result.retryAfterMs }, 'orphan being completed: asked again later');
+          continue;
+        }
         this.orphans.delete(o.trajectoryId);
         if (result.status === 'completed') {
           this.countOrphans('completed');
