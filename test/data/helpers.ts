@@ -179,3 +179,21 @@ export function trajectory(over: Partial<TrajectoryInput> = {}, tokens = 12): Tr
     ...over,
   };
 }
+
+/**
+ * The real writer, whose write() waits to be released: the record of a completion retried
+ * through an outage. `writing` resolves once complete() has reached the write (its marker stored).
+ */
+export function heldWriter(writer: ExperienceWriter): { writer: ExperienceWriter; writing: Promise<void>; release: () => void } {
+  let reached!: () => void;
+  let release!: () => void;
+  const writing = new Promise<void>((r) => (reached = r));
+  const gate = new Promise<void>((r) => (release = r));
+  const held = Object.create(writer) as ExperienceWriter;
+  held.write = async (input: unknown) => {
+    reached();
+    await gate;
+    return writer.write(input);
+  };
+  return { writer: held, writing, release };
+}

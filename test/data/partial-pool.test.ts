@@ -3,7 +3,7 @@ import { Registry } from 'prom-client';
 import { jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { ExperienceSampler, ExperienceWriter, PartialPool, partialNames, type PartialStart } from '../../src/data/index.js';
 import type { TrajectoryInput } from '../../src/data/codec/trajectory.js';
-import { metricValue, natsFixture, trajectory } from './helpers.js';
+import { heldWriter, metricValue, natsFixture, trajectory } from './helpers.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 
 const nats = natsFixture();
@@ -275,24 +275,6 @@ describe('PartialPool', () => {
  * (retried through a server restart). Taken over then, its sample would be generated again while
  * its record lands anyway: the trainer would get it twice.
  */
-/**
- * The real writer, whose write() waits to be released: the record of a completion retried
- * through an outage. `writing` resolves once complete() has reached the write (its marker stored).
- */
-function heldWriter(writer: ExperienceWriter): { writer: ExperienceWriter; writing: Promise<void>; release: () => void } {
-  let reached!: () => void;
-  let release!: () => void;
-  const writing = new Promise<void>((r) => (reached = r));
-  const gate = new Promise<void>((r) => (release = r));
-  const held = Object.create(writer) as ExperienceWriter;
-  held.write = async (input: unknown) => {
-    reached();
-    await gate;
-    return writer.write(input);
-  };
-  return { writer: held, writing, release };
-}
-
 describe('PartialPool take-over of a trajectory being completed', () => {
   it('is refused while the completer can still write: the sample is not generated again', async () => {
     const writer = await ExperienceWriter.open({ nc: nats.nc, buffer: name, registry });

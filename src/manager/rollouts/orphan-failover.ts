@@ -388,7 +388,7 @@ export class OrphanFailover {
           // Its rollout died (or hangs) while its record may still land: parked and returned now,
           // the sample would be generated twice. It stays an orphan; a tick after the grace asks again.
           o.completingUntil = Date.now() + result.retryAfterMs;
-          this.options.log.info({ trajectory: o.trajectoryId, from: o.from, retryAfterMs: result.retryAfterMs }, 'orphan being completed: asked again later');
+          this.options.log.warn({ trajectory: o.trajectoryId, from: o.from, retryAfterMs: result.retryAfterMs }, 'orphan being completed: asked again later');
           continue;
         }
         this.orphans.delete(o.trajectoryId);
@@ -405,6 +405,11 @@ export class OrphanFailover {
           continue;
         }
         this.orphans.delete(o.trajectoryId);
+        if (code === ErrorCodes.UNKNOWN_TRAJECTORY && o.completingUntil !== undefined) {
+          // Seen being completed, gone now: its completer purged it after writing the record.
+          this.countOrphans('completed');
+          continue;
+        }
         const found = code === ErrorCodes.NOT_OWNER ? await this.parkedAlready(o) : undefined;
         if (!found) {
           this.countOrphans('lost');
