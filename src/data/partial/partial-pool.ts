@@ -290,7 +290,8 @@ export class PartialPool {
     if (finished) {
       // Its completer wrote the marker and may still be writing the record (retried through an
       // outage): taken now, the sample would be generated again and the record land anyway.
-      const retryAfterMs = state.storedAt + this.completingGraceMs - Date.now();
+      // At most the grace: a nats-server clock ahead of ours would make the marker look younger.
+      const retryAfterMs = Math.min(this.completingGraceMs, state.storedAt + this.completingGraceMs - Date.now());
       if (retryAfterMs > 0) return { status: 'completing', retryAfterMs };
       // Past the grace the write can no longer land: what the buffer says now is final.
       if (await this.completedAlready(trajectoryId)) return { status: 'completed' };
