@@ -30,7 +30,7 @@ export { bufferNames, chunkMsgId, ensureBufferStream, type BufferStreamOptions, 
 export * from './experience/strategies/index.js';
 export { oldestFirst, mostStaleFirst, type EvictionPolicy, type EvictionOptions } from './experience/eviction.js';
 export { RateLimiter, type RateLimitOptions } from './experience/rate-limiter.js';
-export { PartialPool, type PartialPoolOptions, type TakeoverResult } from './partial/partial-pool.js';
+export { COMPLETING_GRACE_MARGIN_MS, PartialPool, type PartialPoolOptions, type TakeoverResult } from './partial/partial-pool.js';
 export { partialNames, type PartialNames } from './partial/partial-stream.js';
 export { PartialTrajectory } from './partial/partial-trajectory.js';
 export {
