@@ -58,6 +58,26 @@ def test_incremental_decoding_matches_the_full_forward_for_ragged_batches() -> N
         positions = positions + 1
 
 
+def test_prefill_after_a_cached_prefix_matches_the_full_forward() -> None:
+    """What the engine's prefix cache relies on: a suffix prefilled after a prefix the slot holds
+    (its own, or one copied from another slot) gives the logits and keys of a whole prefill."""
+    model = small_model()
+    ids = torch.randint(0, SMALL.vocab_size, (20,), generator=torch.Generator().manual_seed(2))
+    full = model(ids.view(1, -1))[0]
+    cache = KVCache(SMALL, num_slots=3)
+    model.prefill(ids, cache, 0)
+    model.prefill(ids[:12], cache, 1)
+    cache.copy_prefix(1, 2, 12)
+    for slot in (1, 2):
+        logits = model.prefill(ids[12:], cache, slot, start=12)
+        assert torch.allclose(logits, full[-1], atol=1e-5)
+        assert torch.allclose(cache.keys[:, slot, :, :20], cache.keys[:, 0, :, :20], atol=1e-6)
+        assert torch.allclose(cache.values[:, slot, :, :20], cache.values[:, 0, :, :20], atol=1e-6)
+    with pytest.raises(LaminarError) as err:
+        model.prefill(ids[:8], cache, 1, start=SMALL.max_seq_len - 4)
+    assert err.value.code == error_codes.INVALID_ARG
+
+
 def test_padding_mask_keeps_padded_keys_out() -> None:
     model = small_model()
     ids = torch.tensor([[1, 14, 5, 6, 3, 0, 0], [1, 15, 5, 6, 7, 8, 3]])

@@ -8,9 +8,10 @@ Two paths over the same parameters:
 - `TinyLM.forward(input_ids, padding_mask=None)`: the whole sequence with a causal mask, for
   training; returns logits `[batch, time, vocab]`.
 - `TinyLM.prefill(...)` and `TinyLM.decode(...)`: incremental generation with a `KVCache` of
-  fixed slots, one slot per sequence: prefill writes a prompt's keys and values into its slot and
-  returns the logits of its last position; decode takes one new token for each of a batch of
-  sequences of different lengths and returns their next-token logits.
+  fixed slots, one slot per sequence: prefill writes a prompt's keys and values into its slot
+  (from position 0, or after a prefix the slot already holds) and returns the logits of its last
+  position; decode takes one new token for each of a batch of sequences of different lengths and
+  returns their next-token logits.
 
 The parameter names (`TinyLM.state_dict()` keys, listed by `expected_shapes`) are the wire format
 between trainer and engine: a version directory holds them in `model.safetensors` (written and read
@@ -151,13 +152,17 @@ class Attention(nn.Module):
         q, k, v = self._split(x)
         return self._merge(self._attend(q, k, v, allowed))
 
-    def prefill(self, x: torch.Tensor, k_slot: torch.Tensor, v_slot: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-        """One sequence [1, T, D] from position 0: its keys and values go into the slot views [H, L, Dh]."""
+    def prefill(self, x: torch.Tensor, k_slot: torch.Tensor, v_slot: torch.Tensor, allowed: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """One sequence's tokens [1, T, D] at positions start .. start + T - 1: their keys and values
+        go into the slot views [H, L, Dh], whose positions 0 .. start - 1 already hold the prefix's
+        (a prefix cache hit); `allowed` is [1, 1, T, start + T]."""
         q, k, v = self._split(x)
-        t = x.shape[1]
-        k_slot[:, :t] = k[0]
-        v_slot[:, :t] = v[0]
-        return self._merge(self._attend(q, k, v, allowed))
+        end = start + x.shape[1]
+        k_slot[:, start:end] = k[0]
+        v_slot[:, start:end] = v[0]
+        if start == 0:
+            return self._merge(self._attend(q, k, v, allowed))
+        return self._merge(self._attend(q, k_slot[:, :end].unsqueeze(0), v_slot[:, :end].unsqueeze(0), allowed))
 
     def decode(self, x: torch.Tensor, k_layer: torch.Tensor, v_layer: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One new token per sequence, x [B, 1, D] at `positions` [B] of `slots` [B]."""
@@ -194,7 +199,8 @@ class KVCache:
     """Keys and values of up to `num_slots` sequences of up to `max_seq_len` tokens each.
 
     Tensors `[n_layers, num_slots, n_heads, max_seq_len, head_dim]`; a sequence owns one slot from
-    its prefill to its end. Which slots are free is the caller's business (the engine's scheduler).
+    its prefill to its end (and, in the engine's prefix cache, after it). Which slots are free is
+    the caller's business (the engine's scheduler).
     """
 
     def __init__(self, config: TinyLMConfig, num_slots: int) -> None:
@@ -205,6 +211,12 @@ class KVCache:
         self.num_slots = num_slots
         self.keys = torch.zeros(shape)
         self.values = torch.zeros(shape)
+
+    def copy_prefix(self, source: int, target: int, length: int) -> None:
+        """Positions 0 .. length - 1 of slot `source` into slot `target` (a prefix shared by two
+        sequences: each needs its own copy, since each writes its own continuation after it)."""
+        self.keys[:, target, :, :length] = self.keys[:, source, :, :length]
+        self.values[:, target, :, :length] = self.values[:, source, :, :length]
 
 
 class TinyLM(nn.Module):
@@ -263,14 +275,17 @@ class TinyLM(nn.Module):
         return self._head(x)
 
     @torch.no_grad()
-    def prefill(self, input_ids: torch.Tensor, cache: KVCache, slot: int) -> torch.Tensor:
-        """Runs one sequence's prompt `input_ids` [T] into `slot` of `cache`; logits [vocab] of its last position."""
-        self._check_ids(input_ids)
+    def prefill(self, input_ids: torch.Tensor, cache: KVCache, slot: int, start: int = 0) -> torch.Tensor:
+        """Runs one sequence's tokens `input_ids` [T] into `slot` of `cache` at positions start ..
+        start + T - 1; logits [vocab] of the last one. With `start` > 0 the slot must already hold
+        the keys and values of positions 0 .. start - 1 (a cached prefix): only the suffix is computed."""
+        self._check_ids(input_ids, start)
         t = input_ids.shape[0]
-        x = self.tok_emb(input_ids.view(1, t)) + self.pos_emb(torch.arange(t)).unsqueeze(0)
-        allowed = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t)
+        x = self.tok_emb(input_ids.view(1, t)) + self.pos_emb(torch.arange(start, start + t)).unsqueeze(0)
+        # Query i (position start + i) sees every key up to its own position.
+        allowed = (torch.arange(start + t).view(1, -1) <= torch.arange(start, start + t).view(-1, 1)).view(1, 1, t, start + t)
         for i, layer in enumerate(self.layers):
-            x = x + layer.attn.prefill(layer.attn_norm(x), cache.keys[i, slot], cache.values[i, slot], allowed)
+            x = x + layer.attn.prefill(layer.attn_norm(x), cache.keys[i, slot], cache.values[i, slot], allowed, start)
             x = x + layer.mlp(layer.mlp_norm(x))
         return self._head(x[0, -1])
 
