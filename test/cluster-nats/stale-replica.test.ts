@@ -27,6 +27,8 @@ import { ExperienceWriter, PartialPool, partialNames, type PartialStart } from '
 import { bufferNames } from '../../src/data/experience/stream.js';
 import { CompletionMarks } from '../../src/data/experience/completion-marks.js';
 import { monitorGet } from '../../src/services/nats.js';
+import { openControlBucket } from '../../src/control/bucket.js';
+import { LeaderLease } from '../../src/manager/leader-lease.js';
 import type { NatsCluster, NatsClusterNode } from '../../src/testing/index.js';
 import { trajectory } from '../data/helpers.js';
 import { clusterFixture, until } from './helpers.js';
@@ -217,6 +219,56 @@ describe('reads on a node whose replica fell behind (R3)', () => {
       expect(summary?.owner).toBe('ro-b');
     } finally {
       await Promise.all([majorityPool.close(), behindPool.close()]);
+      await onBehind.close();
+    }
+  }, 90_000);
+
+  it("the manager's lease is the one the leader holds: a standby on the node does not see the old holder", async () => {
+    const { cluster } = fx;
+    const bucket = 'stalecontrol';
+    const stream = `KV_${bucket}`;
+    await whole(cluster);
+    const setup = await fx.client();
+    await openControlBucket(setup, bucket, { replicas: 3 });
+    const leader = await cluster.streamLeader(stream);
+    const behind = cluster.nodes.find((n) => n !== leader)!;
+    const onMajority = await fx.client(leader);
+    const majorityKv = await openControlBucket(onMajority, bucket, { replicas: 3 });
+    const onBehind = await connectOnlyTo(behind);
+    const behindKv = await openControlBucket(onBehind, bucket, { replicas: 3 });
+    const first = new LeaderLease(majorityKv, 'manager-a', 60_000);
+    const second = new LeaderLease(majorityKv, 'manager-b', 60_000);
+    const standby = new LeaderLease(behindKv, 'manager-c', 60_000);
+    try {
+      expect(await first.step()).toBe('leader');
+      await caughtUp(cluster, behind, [stream]);
+      await standby.step();
+      expect(standby.holderSeen).toBe('manager-a');
+
+      await askWhileBehind(
+        cluster,
+        behind,
+        onBehind,
+        async () => {
+          // The lease changes hands while the node is away: a clean hand-over.
+          await first.release();
+          expect(await second.step()).toBe('leader');
+        },
+        // As the manager's rounds do: a round whose read times out (no leader yet) is followed by the next.
+        async () => {
+          for (let round = 1; ; round++) {
+            try {
+              return await standby.step();
+            } catch (err) {
+              if (round === 10) throw err;
+            }
+          }
+        },
+      );
+      // With a direct get: manager-a, the holder the node last saw.
+      expect(standby.holderSeen).toBe('manager-b');
+      expect(standby.state).toBe('standby');
+    } finally {
       await onBehind.close();
     }
   }, 90_000);
