@@ -36,7 +36,13 @@ def build_scheduler(options: EngineOptions) -> Scheduler:
     """The scheduler with its initial weights (--model-path, --random-init, or none)."""
     fallback = _fallback_config(options)
     scheduler = Scheduler(
-        options.kv_capacity, options.max_running, options.eos_token_id, options.seed, fallback, priority_scheduling=options.enable_priority_scheduling
+        options.kv_capacity,
+        options.max_running,
+        options.eos_token_id,
+        options.seed,
+        fallback,
+        priority_scheduling=options.enable_priority_scheduling,
+        prefix_cache=not options.disable_radix_cache,
     )
     if options.model_path is not None:
         model, config = load_weights(options.model_path, None, fallback)

@@ -33,6 +33,7 @@ class EngineOptions:
     threads: Optional[int] = None
     log_level: str = "info"
     enable_priority_scheduling: bool = False
+    disable_radix_cache: bool = False
 
 
 def _positive(text: str) -> int:
@@ -79,6 +80,11 @@ def parse_options(argv: Optional[Sequence[str]] = None) -> EngineOptions:
         "--enable-priority-scheduling",
         action="store_true",
         help="admit waiting requests by their `priority` (larger first, first come first served among equals) instead of FCFS, as SGLang",
+    )
+    parser.add_argument(
+        "--disable-radix-cache",
+        action="store_true",
+        help="no prefix cache: every request prefills its whole prompt (SGLang's flag; by default finished sequences' KV is kept and reused)",
     )
     parser.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

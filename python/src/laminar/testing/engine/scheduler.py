@@ -10,6 +10,13 @@ to its request. Aborts (`/abort_request`, a client that disconnects, `/pause_gen
 {mode: "abort"}`) free the slot and KV at once; a step that was in flight for an aborted request is
 discarded.
 
+Prefix cache (off with --disable-radix-cache): a finished sequence leaves its KV in the cache
+(`prefix_cache.py`); a request sharing a prefix with a cached sequence of the same adapter reuses
+its keys and values and prefills only the rest. Cached tokens are evictable: they count in no
+reservation and are evicted, least recently used first, when a request needs their room or slot.
+New weights flush the cache; a sequence whose KV spans two weight versions (paused in place across
+an update) is not cached.
+
 New requests pass a gate first: it is closed while generation is paused and while a weight update
 waits for the engine to drain, as SGLang holds them in its tokenizer manager.
 
@@ -35,6 +42,7 @@ import torch
 
 from ...errors import LaminarError
 from ..model import KVCache, TinyLM, TinyLMConfig
+from .prefix_cache import PrefixCache, PrefixMatch
 from .protocol import GenerateRequest, InvalidRequest, finish_abort, finish_length, finish_stop
 from .sampling import SamplingParams, sample
 from .weights import LOAD_FORMATS, load_weights
@@ -47,6 +55,10 @@ PAUSE_MODES = ("abort", "retract", "in_place")
 
 THROUGHPUT_WINDOW_S = 5.0
 """`sglang:gen_throughput` counts the tokens generated in this many seconds."""
+
+CACHED_SEQUENCES_PER_RUNNING = 4
+"""The prefix cache keeps up to this many finished sequences per `max_running` (each in a KV slot
+of its own): enough for the trajectories of an agentic job waiting at their tools."""
 
 
 class Sequence:
@@ -63,6 +75,12 @@ class Sequence:
         self.finish_reason: Optional[dict[str, Any]] = None
         self.slot: Optional[int] = None
         self.kv_reserved = 0
+        self.prefill_start = 0
+        """Positions of the context whose KV came from the prefix cache at the last admission."""
+        self.cached_tokens = 0
+        """Prompt tokens served from the prefix cache (meta_info.cached_tokens)."""
+        self.kv_epoch = -1
+        """The scheduler's weight epoch when the slot's KV was started: cached only if still current."""
         self.num_retractions = 0
         self.weight_version = weight_version
         """The version that generated the last token (the serving one until the first)."""
@@ -81,6 +99,11 @@ class Sequence:
         return self.input_ids + self.output_ids
 
     @property
+    def prefix_key(self) -> Optional[str]:
+        """What its cached prefixes are keyed by beside the tokens (None: the base model)."""
+        return None
+
+    @property
     def kv_tokens(self) -> int:
         """Tokens whose keys and values the sequence holds (or is about to)."""
         return len(self.input_ids) + len(self.output_ids) if self.slot is not None else 0
@@ -92,9 +115,9 @@ class _Work:
 
     seq: Sequence
     tokens: list[int]
-    """prefill: the whole context; decode: the last token."""
+    """prefill: the context after its cached prefix; decode: the last token."""
     position: int
-    """prefill: 0; decode: the last token's position."""
+    """prefill: the first position to compute (the cached prefix's length); decode: the last token's position."""
     slot: int
     params: SamplingParams
 
@@ -110,6 +133,7 @@ class Scheduler:
         seed: int,
         fallback_config: Optional[TinyLMConfig],
         priority_scheduling: bool = False,
+        prefix_cache: bool = True,
     ) -> None:
         self.kv_capacity = kv_capacity
         self.priority_scheduling = priority_scheduling
@@ -133,10 +157,17 @@ class Scheduler:
         self.by_rid: dict[str, Sequence] = {}
         self.free_slots: list[int] = []
         self.kv_reserved = 0
+        self.prefix_cache: Optional[PrefixCache] = PrefixCache() if prefix_cache else None
+        self.weight_epoch = 0
+        """Counts installed models: KV computed under an older epoch is never reused."""
 
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.requests_total = 0
+        self.cached_tokens_total = 0
+        """Prompt tokens whose KV came from the prefix cache."""
+        self.computed_prompt_tokens_total = 0
+        """Prompt tokens prefilled (computed) at admission; with the cached ones, the hit rate's denominator."""
         self._generated: collections.deque[tuple[float, int]] = collections.deque()
 
         self._rng = np.random.default_rng(seed)
@@ -240,11 +271,26 @@ class Scheduler:
         self._changed_queues()
 
     def _release(self, seq: Sequence) -> None:
+        """Frees a sequence's reservation; its slot goes to the prefix cache (holding the context
+        but its last token, whose KV no step has written yet) or back to the free slots."""
         if seq.slot is not None:
-            self.free_slots.append(seq.slot)
+            context = seq.context
+            if self.prefix_cache is not None and seq.kv_epoch == self.weight_epoch and len(context) > 1:
+                self.free_slots += self.prefix_cache.insert(seq.prefix_key, context[:-1], seq.slot)
+            else:
+                self.free_slots.append(seq.slot)
             seq.slot = None
         self.kv_reserved -= seq.kv_reserved
         seq.kv_reserved = 0
+
+    def flush_prefix_cache(self, prefix_key: Optional[str] = None) -> int:
+        """Drops the cached prefixes (only those of one adapter load, `lora_id`, when given);
+        returns how many. SGLang's /flush_cache."""
+        if self.prefix_cache is None:
+            return 0
+        freed = self.prefix_cache.clear() if prefix_key is None else self.prefix_cache.drop_adapter(prefix_key)
+        self.free_slots += freed
+        return len(freed)
 
     def _changed_queues(self) -> None:
         if self.waiting or self.running:
@@ -327,8 +373,12 @@ class Scheduler:
         """Swaps a validated model in (between steps). The first model sizes the KV cache."""
         if self.config is None:
             self.config = config
-            self.cache = KVCache(config, self.max_running)
-            self.free_slots = list(range(self.max_running - 1, -1, -1))
+            slots = self.max_running * (1 + (CACHED_SEQUENCES_PER_RUNNING if self.prefix_cache is not None else 0))
+            self.cache = KVCache(config, slots)
+            self.free_slots = list(range(slots - 1, -1, -1))
+        # KV of the old weights must never be read again (SGLang flushes its cache on an update too).
+        self.weight_epoch += 1
+        self.flush_prefix_cache()
         self.model = model
         self.model_path = model_path
         if weight_version is not None:
@@ -356,7 +406,7 @@ class Scheduler:
                 continue
             admitted = self._admit()
             if admitted:
-                work = [_Work(s, s.context, 0, s.slot, s.params) for s in admitted if s.slot is not None]
+                work = [_Work(s, s.context[s.prefill_start :], s.prefill_start, s.slot, s.params) for s in admitted if s.slot is not None]
                 self._apply(work, await self._in_worker(self._prefill, self.model, work))
                 if not self._can_step():
                     continue
@@ -371,7 +421,7 @@ class Scheduler:
 
     def _admit(self) -> list[Sequence]:
         admitted = []
-        while self.waiting and self.free_slots:
+        while self.waiting and len(self.running) < self.max_running:
             seq = self.waiting[0]
             need = len(seq.input_ids) + seq.max_new_tokens
             if self.kv_reserved + need > self.kv_capacity:
@@ -380,12 +430,56 @@ class Scheduler:
             if seq.max_new_tokens <= len(seq.output_ids):
                 self._finish(seq, finish_length(seq.max_new_tokens))
                 continue
-            seq.slot = self.free_slots.pop()
+            context = seq.context
+            hit = self._make_room(need, self.prefix_cache.match(seq.prefix_key, context) if self.prefix_cache is not None else None)
+            seq.slot = self._slot_for(hit)
+            seq.prefill_start = hit.length if hit is not None else 0
+            seq.cached_tokens = seq.prefill_start
+            seq.kv_epoch = self.weight_epoch
+            self.cached_tokens_total += seq.prefill_start
+            self.computed_prompt_tokens_total += len(context) - seq.prefill_start
             seq.kv_reserved = need
             self.kv_reserved += need
             self.running.append(seq)
             admitted.append(seq)
         return admitted
+
+    def _make_room(self, need: int, hit: Optional[PrefixMatch]) -> Optional[PrefixMatch]:
+        """Evicts cached prefixes, least recently used first, until `need` more reserved tokens fit
+        beside the cache (the caller checked that they fit beside the reservations). The hit's entry
+        is spared; a partial hit whose entry cannot stay beside the reservation is given up (None)."""
+        if self.prefix_cache is None:
+            return None
+        room = self.kv_capacity - self.kv_reserved - need
+        if hit is not None and not hit.whole and len(hit.entry) > room:
+            hit = None
+        # A whole hit's tokens leave the cache for the request's reservation.
+        keep = hit.entry if hit is not None else None
+        taken = len(hit.entry) if hit is not None and hit.whole else 0
+        while self.prefix_cache.tokens - taken > room:
+            victim = self.prefix_cache.least_recent(keep)
+            assert victim is not None, "the cache holds more than the room left, but only the hit"
+            self.free_slots.append(self.prefix_cache.remove(victim))
+        return hit
+
+    def _slot_for(self, hit: Optional[PrefixMatch]) -> int:
+        """The slot of a request being admitted: the entry's own when it extends the whole entry;
+        else a free one (evicting the least recently used entry if none is) with a copy of the
+        shared prefix. No model step is in flight here (the loop admits between steps)."""
+        if hit is not None and hit.whole:
+            assert self.prefix_cache is not None
+            return self.prefix_cache.remove(hit.entry)
+        if not self.free_slots:
+            assert self.prefix_cache is not None
+            victim = self.prefix_cache.least_recent(hit.entry if hit is not None else None)
+            assert victim is not None, "fewer running sequences than max_running, so some slot is free or cached"
+            self.free_slots.append(self.prefix_cache.remove(victim))
+        slot = self.free_slots.pop()
+        if hit is not None:
+            assert self.cache is not None and self.prefix_cache is not None
+            self.cache.copy_prefix(hit.entry.slot, slot, hit.length)
+            self.prefix_cache.touch(hit.entry)
+        return slot
 
     def _sample_rows(self, logits: torch.Tensor, work: list[_Work], positions: list[int]) -> list[tuple[int, float]]:
         rows = logits.numpy()
@@ -394,9 +488,9 @@ class Scheduler:
     def _prefill(self, model: TinyLM, work: list[_Work]) -> list[tuple[int, float]]:
         """Worker thread: each sequence's context into its slot; the token after it."""
         assert self.cache is not None
-        logits = torch.stack([model.prefill(torch.tensor(w.tokens, dtype=torch.long), self.cache, w.slot) for w in work])
+        logits = torch.stack([model.prefill(torch.tensor(w.tokens, dtype=torch.long), self.cache, w.slot, w.position) for w in work])
         self._slow_down()
-        return self._sample_rows(logits, work, [len(w.tokens) for w in work])
+        return self._sample_rows(logits, work, [w.position + len(w.tokens) for w in work])
 
     def _decode(self, model: TinyLM, work: list[_Work]) -> list[tuple[int, float]]:
         """Worker thread: one token for every running sequence, as one batch."""
@@ -445,7 +539,17 @@ class Scheduler:
 
     @property
     def kv_used(self) -> int:
+        """KV tokens held by running requests (cached prefixes are evictable and not counted, as SGLang's num_used_tokens)."""
         return sum(s.kv_tokens for s in self.running)
+
+    @property
+    def cached_prefix_tokens(self) -> int:
+        return self.prefix_cache.tokens if self.prefix_cache is not None else 0
+
+    def cache_hit_rate(self) -> float:
+        """Prompt tokens served from the prefix cache over all prompt tokens admitted (0 before any)."""
+        total = self.cached_tokens_total + self.computed_prompt_tokens_total
+        return self.cached_tokens_total / total if total else 0.0
 
     def gen_throughput(self) -> float:
         """Tokens/s over the last THROUGHPUT_WINDOW_S seconds (0 when idle that long)."""

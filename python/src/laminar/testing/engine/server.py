@@ -119,7 +119,7 @@ class EngineServer:
             meta["output_token_logprobs"] = [[lp, token, None] for lp, token in zip(seq.logprobs, seq.output_ids)]
         meta["reasoning_tokens"] = 0
         meta["completion_tokens"] = len(seq.output_ids)
-        meta["cached_tokens"] = 0
+        meta["cached_tokens"] = seq.cached_tokens
         if seq.finished_at is not None:
             meta["e2e_latency"] = seq.finished_at - seq.created
         return {"output_ids": list(seq.output_ids), "meta_info": meta}
@@ -259,6 +259,7 @@ class EngineServer:
                 "random_seed": self.options.seed,
                 "max_running_requests": s.max_running,
                 "max_total_num_tokens": s.kv_capacity,
+                "disable_radix_cache": s.prefix_cache is None,
                 "max_req_input_len": None if config is None else config.max_seq_len - 1,
                 "context_length": None if config is None else config.max_seq_len,
                 "weight_version": s.weight_version,
@@ -272,6 +273,8 @@ class EngineServer:
                         "paused": s.paused,
                         "pause_mode": s.pause_mode,
                         "weight_update_draining": s.draining,
+                        "cache_hit_rate": s.cache_hit_rate(),
+                        "num_cached_prefix_tokens": s.cached_prefix_tokens,
                     }
                 ],
                 "version": ENGINE_VERSION,
