@@ -6,6 +6,8 @@
   prompts and reward;
 - `laminar.testing.tools`: the lookup task (the answer must be fetched with a tool call), its
   vocabulary (the digits' plus the tool protocol's ids), prompts, tool and reward;
+- `laminar.testing.lora`: LoRA adapters of a TinyLM in PEFT's layout (written by a trainer, read
+  and applied by the reference engine), and a trainable `LoraAdapter`;
 - `laminar.testing.engine`: the reference inference engine, serving the SGLang HTTP subset of
   docs/reference/engine-http.md (`python -m laminar.testing.engine`).
 

@@ -373,15 +373,26 @@ def save_model(model: TinyLM, directory: PathLike, metadata: Optional[Mapping[st
 
     Each file is written under a temporary name and renamed, so a reader never sees half a file.
     """
+    tensors = {name: t.detach().contiguous() for name, t in model.state_dict().items()}
+    return write_directory(directory, WEIGHTS_FILE, tensors, metadata, CONFIG_FILE, model.config.to_json())
+
+
+def write_directory(
+    directory: PathLike, weights_file: str, tensors: Mapping[str, torch.Tensor], metadata: Optional[Mapping[str, str]], config_file: str, config: Any
+) -> Path:
+    """Writes a safetensors file and a JSON config into `directory` (made if missing); returns it.
+
+    Each file is written under a temporary name and renamed, the weights first: a reader never
+    sees half a file, and a config present means the weights beside it are whole.
+    """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {name: t.detach().contiguous() for name, t in model.state_dict().items()}
-    tmp = out / (WEIGHTS_FILE + ".tmp")
-    save_file(tensors, str(tmp), metadata=dict(metadata) if metadata else None)
-    os.replace(tmp, out / WEIGHTS_FILE)
-    tmp = out / (CONFIG_FILE + ".tmp")
-    tmp.write_text(json.dumps(model.config.to_json(), indent=2) + "\n")
-    os.replace(tmp, out / CONFIG_FILE)
+    tmp = out / (weights_file + ".tmp")
+    save_file(dict(tensors), str(tmp), metadata=dict(metadata) if metadata else None)
+    os.replace(tmp, out / weights_file)
+    tmp = out / (config_file + ".tmp")
+    tmp.write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(tmp, out / config_file)
     return out
 
 

@@ -13,6 +13,8 @@ DEFAULT_PORT = 30000
 DEFAULT_KV_CAPACITY = 4096
 DEFAULT_MAX_RUNNING = 16
 DEFAULT_SERVED_MODEL_NAME = "laminar-tinylm"
+DEFAULT_MAX_LORAS = 4
+"""Most LoRA adapters loaded at once (SGLang's --max-loaded-loras)."""
 DEFAULT_WEIGHT_VERSION = "default"
 """SGLang's `--weight-version` default."""
 
@@ -34,6 +36,7 @@ class EngineOptions:
     log_level: str = "info"
     enable_priority_scheduling: bool = False
     disable_radix_cache: bool = False
+    max_loras: int = DEFAULT_MAX_LORAS
 
 
 def _positive(text: str) -> int:
@@ -80,6 +83,12 @@ def parse_options(argv: Optional[Sequence[str]] = None) -> EngineOptions:
         "--enable-priority-scheduling",
         action="store_true",
         help="admit waiting requests by their `priority` (larger first, first come first served among equals) instead of FCFS, as SGLang",
+    )
+    parser.add_argument(
+        "--max-loras",
+        type=_positive,
+        default=DEFAULT_MAX_LORAS,
+        help=f"most LoRA adapters loaded at once (/load_lora_adapter; SGLang's --max-loaded-loras; default {DEFAULT_MAX_LORAS})",
     )
     parser.add_argument(
         "--disable-radix-cache",

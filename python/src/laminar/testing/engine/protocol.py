@@ -173,6 +173,8 @@ class GenerateRequest:
     stream: bool
     priority: Optional[int] = None
     """SGLang's request priority: with --enable-priority-scheduling, larger values are admitted first."""
+    lora_path: Optional[str] = None
+    """The name of the LoRA adapter to run with (SGLang's field name; it holds a name, not a path); None: the base model."""
 
 
 def parse_generate(body: Mapping[str, Any], vocab_size: int) -> GenerateRequest:
@@ -181,6 +183,9 @@ def parse_generate(body: Mapping[str, Any], vocab_size: int) -> GenerateRequest:
     stream = optional_bool(body, "stream", False)
     return_logprob = optional_bool(body, "return_logprob", False)
     priority = _optional_int(body, "priority", "")
+    if isinstance(body.get("lora_path"), list):
+        raise InvalidRequest("a list of lora_path (batched input) is not supported by the reference engine: send one prompt per request")
+    lora_path = optional_str(body, "lora_path")
     sampling = parse_sampling_params(body.get("sampling_params"))
     input_ids = body.get("input_ids")
     if input_ids is None:
@@ -197,7 +202,9 @@ def parse_generate(body: Mapping[str, Any], vocab_size: int) -> GenerateRequest:
         raise InvalidRequest(f"input_ids holds token id {bad}, outside the vocabulary [0, {vocab_size})")
     if rid is not None and not rid:
         raise InvalidRequest("rid must not be empty")
-    return GenerateRequest(rid=rid, input_ids=input_ids, sampling=sampling, return_logprob=return_logprob, stream=stream, priority=priority)
+    return GenerateRequest(
+        rid=rid, input_ids=input_ids, sampling=sampling, return_logprob=return_logprob, stream=stream, priority=priority, lora_path=lora_path
+    )
 
 
 def finish_length(length: int) -> dict[str, Any]:

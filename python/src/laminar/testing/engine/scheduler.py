@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from ...errors import LaminarError
+from ..lora import LoraWeights, applied_per_row
 from ..model import KVCache, TinyLM, TinyLMConfig
 from .prefix_cache import PrefixCache, PrefixMatch
 from .protocol import GenerateRequest, InvalidRequest, finish_abort, finish_length, finish_stop
@@ -64,8 +65,12 @@ of its own): enough for the trajectories of an agentic job waiting at their tool
 class Sequence:
     """One /generate request from arrival to finish."""
 
-    def __init__(self, rid: str, request: GenerateRequest, max_new_tokens: int, weight_version: Optional[str]) -> None:
+    def __init__(self, rid: str, request: GenerateRequest, max_new_tokens: int, weight_version: Optional[str], adapter: Optional[LoraWeights] = None) -> None:
         self.rid = rid
+        self.adapter = adapter
+        """The LoRA adapter the request runs with (None: the base model), fixed for its life.
+        Keys and values computed with an adapter differ from the base's (it changes qkv): the
+        prefix cache keys cached prefixes by it (`prefix_key`: `lora_id`, unique per load)."""
         self.input_ids = list(request.input_ids)
         self.params: SamplingParams = request.sampling
         self.return_logprob = request.return_logprob
@@ -100,8 +105,8 @@ class Sequence:
 
     @property
     def prefix_key(self) -> Optional[str]:
-        """What its cached prefixes are keyed by beside the tokens (None: the base model)."""
-        return None
+        """What its cached prefixes are keyed by beside the tokens: the adapter's load (None: the base)."""
+        return self.adapter.lora_id if self.adapter is not None else None
 
     @property
     def kv_tokens(self) -> int:
@@ -186,8 +191,9 @@ class Scheduler:
 
     # ---- requests ------------------------------------------------------------------------------
 
-    def create(self, request: GenerateRequest) -> Sequence:
-        """Registers a request (held at the gate until `enter`); raises InvalidRequest if it can never run."""
+    def create(self, request: GenerateRequest, adapter: Optional[LoraWeights] = None) -> Sequence:
+        """Registers a request (held at the gate until `enter`); raises InvalidRequest if it can never run.
+        `adapter`: the LoRA adapter it runs with (the server resolves `lora_path` and counts its users)."""
         if self.config is None:
             raise RuntimeError("no model loaded")
         rid = request.rid
@@ -206,7 +212,7 @@ class Scheduler:
             raise InvalidRequest(
                 f"The request needs {prompt + max_new} tokens of KV cache (prompt + max_new_tokens), more than the engine's capacity of {self.kv_capacity}."
             )
-        seq = Sequence(rid, request, max_new, self.weight_version)
+        seq = Sequence(rid, request, max_new, self.weight_version, adapter)
         self.by_rid[rid] = seq
         self.held[rid] = seq
         self.requests_total += 1
@@ -488,9 +494,15 @@ class Scheduler:
     def _prefill(self, model: TinyLM, work: list[_Work]) -> list[tuple[int, float]]:
         """Worker thread: each sequence's context into its slot; the token after it."""
         assert self.cache is not None
-        logits = torch.stack([model.prefill(torch.tensor(w.tokens, dtype=torch.long), self.cache, w.slot, w.position) for w in work])
+        logits = torch.stack([self._prefill_one(model, w) for w in work])
         self._slow_down()
         return self._sample_rows(logits, work, [w.position + len(w.tokens) for w in work])
+
+    def _prefill_one(self, model: TinyLM, w: _Work) -> torch.Tensor:
+        """Worker thread: one sequence's prefill, with its LoRA adapter if it has one."""
+        assert self.cache is not None
+        with applied_per_row(model, [w.seq.adapter]):
+            return model.prefill(torch.tensor(w.tokens, dtype=torch.long), self.cache, w.slot, w.position)
 
     def _decode(self, model: TinyLM, work: list[_Work]) -> list[tuple[int, float]]:
         """Worker thread: one token for every running sequence, as one batch."""
@@ -498,7 +510,9 @@ class Scheduler:
         tokens = torch.tensor([w.tokens[0] for w in work], dtype=torch.long)
         positions = torch.tensor([w.position for w in work], dtype=torch.long)
         slots = torch.tensor([w.slot for w in work], dtype=torch.long)
-        logits = model.decode(tokens, slots, positions, self.cache)
+        # Each row with its own adapter (none: no hook at all, the base path as it was).
+        with applied_per_row(model, [w.seq.adapter for w in work]):
+            logits = model.decode(tokens, slots, positions, self.cache)
         self._slow_down()
         return self._sample_rows(logits, work, [w.position + 1 for w in work])
 

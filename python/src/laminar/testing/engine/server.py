@@ -16,6 +16,7 @@ from typing import Any, Optional
 from aiohttp import web
 
 from . import metrics
+from .adapters import AdapterRefused, AdapterRegistry
 from .options import EngineOptions
 from .chat_template import chat_template_ids, parse_messages, tokenize_text, vocabulary_of
 from .protocol import (
@@ -54,6 +55,7 @@ class EngineServer:
     def __init__(self, scheduler: Scheduler, options: EngineOptions) -> None:
         self.scheduler = scheduler
         self.options = options
+        self.adapters = AdapterRegistry(options.max_loras)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_fastapi_errors])
@@ -65,6 +67,8 @@ class EngineServer:
                 web.post("/pause_generation", self.pause_generation),
                 web.post("/continue_generation", self.continue_generation),
                 web.post("/update_weights_from_disk", self.update_weights_from_disk),
+                web.post("/load_lora_adapter", self.load_lora_adapter),
+                web.post("/unload_lora_adapter", self.unload_lora_adapter),
                 web.get("/get_weight_version", self.get_weight_version),
                 web.get("/health", self.health),
                 web.get("/health_generate", self.health_generate),
@@ -88,12 +92,16 @@ class EngineServer:
         config = self.scheduler.config
         if config is None:
             return _json(error_body(NO_WEIGHTS), status=503)
+        adapter = None
         try:
             parsed = parse_generate(body, config.vocab_size)
-            seq = self.scheduler.create(parsed)
+            adapter = self.adapters.acquire(parsed.lora_path)
+            seq = self.scheduler.create(parsed, adapter)
         except SchemaError as err:
+            self.adapters.release(adapter)
             return _schema_error(err)
         except InvalidRequest as err:
+            self.adapters.release(adapter)
             if body.get("stream") is True:
                 return await self._stream_error(request, str(err))
             return _json(error_body(str(err)), status=400)
@@ -104,6 +112,7 @@ class EngineServer:
         finally:
             if not seq.finished:
                 self.scheduler.abort(seq.rid, "The client disconnected.")
+            self.adapters.release(adapter)
 
     def chunk(self, seq: Sequence) -> dict[str, Any]:
         """The response object of a request so far (cumulative, as SGLang's default streaming)."""
@@ -209,6 +218,40 @@ class EngineServer:
         success, message = await asyncio.shield(update)
         return _json({"success": success, "message": message, "num_paused_requests": 0}, status=200 if success else 400)
 
+    async def load_lora_adapter(self, request: web.Request) -> web.Response:
+        """SGLang's `{lora_name, lora_path}` → `{success, error_message, loaded_adapters}`, 400 when refused."""
+        try:
+            body = parse_json_object(await request.read())
+            name, path = optional_str(body, "lora_name"), optional_str(body, "lora_path")
+            if not name or not path:
+                raise SchemaError("lora_name and lora_path: both fields are required (strings)")
+            optional_bool(body, "pinned", False)  # accepted; nothing is ever evicted here
+        except SchemaError as err:
+            return _schema_error(err)
+        load = self.adapters.load(name, path, self.scheduler.model, _in_thread)
+        return await self._adapter_answer(asyncio.ensure_future(load), f"LoRA adapter {name} from {path}")
+
+    async def unload_lora_adapter(self, request: web.Request) -> web.Response:
+        """Deferred like SGLang's: the name is refused to new requests at once, the answer comes when
+        the requests already using the adapter have finished."""
+        try:
+            body = parse_json_object(await request.read())
+            name = optional_str(body, "lora_name")
+            if not name:
+                raise SchemaError("lora_name: field required (a string)")
+        except SchemaError as err:
+            return _schema_error(err)
+        return await self._adapter_answer(asyncio.ensure_future(self.adapters.unload(name)), f"unload of LoRA adapter {name}")
+
+    async def _adapter_answer(self, change: "asyncio.Future[None]", what: str) -> web.Response:
+        try:
+            await asyncio.shield(change)  # a caller that goes away does not leave it half done
+        except AdapterRefused as err:
+            log.warning("%s refused: %s", what, err)
+            return _json({"success": False, "error_message": str(err), "loaded_adapters": None}, status=400)
+        log.info("%s done; loaded: %s", what, self.adapters.loaded)
+        return _json({"success": True, "error_message": "", "loaded_adapters": self.adapters.loaded})
+
     async def slow_down(self, request: web.Request) -> web.Response:
         """SGLang's test hook: `{"forward_sleep_time": seconds | null}` makes every step that much slower."""
         try:
@@ -260,6 +303,7 @@ class EngineServer:
                 "max_running_requests": s.max_running,
                 "max_total_num_tokens": s.kv_capacity,
                 "disable_radix_cache": s.prefix_cache is None,
+                "max_loaded_loras": self.adapters.max_loras,
                 "max_req_input_len": None if config is None else config.max_seq_len - 1,
                 "context_length": None if config is None else config.max_seq_len,
                 "weight_version": s.weight_version,
@@ -318,6 +362,12 @@ class EngineServer:
     async def metrics(self, request: web.Request) -> web.Response:
         text = metrics.render(self.scheduler, self.options.served_model_name)
         return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Content-Type": "version=0.0.4"})
+
+
+async def _in_thread(fn: Any, *args: Any) -> Any:
+    """Reading an adapter's files off the event loop (its tensors are checked against the model's
+    shapes, which a running step does not change)."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
 @web.middleware
