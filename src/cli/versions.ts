@@ -19,11 +19,21 @@ export function versionsCommand(): Command {
           return;
         }
         const rows = [
-          ...status.versions.map((v) => [v.model, String(v.version), v.state, formatBytes(v.size), String(v.leases), v.pinned ? 'yes' : 'no', v.dir ?? '-']),
+          ...status.versions.map((v) => [
+            v.model,
+            String(v.version),
+            v.state,
+            v.kind ?? 'full',
+            v.base ? `${v.base.model}${v.base.version !== null ? ` v${v.base.version}` : ''}` : '-',
+            formatBytes(v.size),
+            String(v.leases),
+            v.pinned ? 'yes' : 'no',
+            v.dir ?? '-',
+          ]),
           // Found at a restart, checked in the background: not handed out yet (no directory either).
-          ...status.verifying.map((v) => [v.model, String(v.version), 'verifying', formatBytes(v.size), '0', 'no', '-']),
+          ...status.verifying.map((v) => [v.model, String(v.version), 'verifying', '-', '-', formatBytes(v.size), '0', 'no', '-']),
         ].sort((a, b) => a[0]!.localeCompare(b[0]!) || Number(a[1]) - Number(b[1]));
-        const header = ['MODEL', 'VERSION', 'STATE', 'SIZE', 'LEASES', 'PINNED', 'DIR'];
+        const header = ['MODEL', 'VERSION', 'STATE', 'KIND', 'BASE', 'SIZE', 'LEASES', 'PINNED', 'DIR'];
         const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
         const line = (cells: string[]): string =>
           cells

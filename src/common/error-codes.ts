@@ -104,6 +104,21 @@ export const ERROR_CATALOGUE = {
     'weights',
     "The `config.json` an FP8 version's directory is made from (`--engine-files`) does not parse as a JSON object: no FP8 version is served.",
   ),
+  LORA_BAD_CONFIG: entry(
+    'ERR_LORA_BAD_CONFIG',
+    'weights',
+    'The `adapter_config.json` of a LoRA adapter version does not parse as a JSON object, or is not a LoRA config (`peft_type` "LORA", a positive integer `r`, a numeric `lora_alpha`, `target_modules`, `bias` "none"): nothing is allocated.',
+  ),
+  LORA_BAD_TENSORS: entry(
+    'ERR_LORA_BAD_TENSORS',
+    'weights',
+    "A LoRA adapter version's tensors are not pairs of `base_model.model.<module>.lora_A.weight` [r, in] and `.lora_B.weight` [out, r] of the config's rank `r` (`details.tensor` names the first one wrong): nothing is allocated.",
+  ),
+  LORA_BASE_MISMATCH: entry(
+    'ERR_LORA_BASE_MISMATCH',
+    'weights',
+    'A LoRA adapter version names a base the relay does not hold (no complete version of the base model, or not the base version named, or a base that is itself an adapter), or a module of the adapter has no weight of matching shape in that base (`details.module`): nothing is allocated.',
+  ),
   BAD_SEGMENT_NAME: entry('ERR_BAD_SEGMENT_NAME', 'weights', 'A segment file name is not one the relay makes (`<model>.v<N>.safetensors`).'),
   BAD_SAFETENSORS: entry(
     'ERR_BAD_SAFETENSORS',

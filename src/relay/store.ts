@@ -20,19 +20,24 @@
  *   retention.ts        which complete versions are kept, retiring the others
  *   version-dirs.ts     a directory per complete version, for engines that load a directory
  *   pinning.ts          mlock of complete versions in the background
+ * and from lora/: the checks an adapter version passes at begin (adapter-check.ts) and the
+ * lease it keeps on its base (base-leases.ts);
  * and, used by others: offered-version.ts (checks a header offered over the broadcast) and
  * directory-lock.ts (the daemon's pid file in the shm directory).
  */
 import { EventEmitter } from 'node:events';
 import { mkdir, unlink } from 'node:fs/promises';
 import type { Logger } from 'pino';
-import { ConflictError, ErrorCodes } from '../common/errors.js';
+import { ConflictError, ErrorCodes, InvalidInputError } from '../common/errors.js';
 import { Mapping } from '../native/index.js';
 import { planLayout, tensorByteLength, validateTensorSpecs, type TensorSpec } from '../safetensors/header.js';
 import { ChunkSizer, type ChunkAdvisor, type ChunkingOptions } from './chunking/chunk-sizer.js';
 import { copyCheckpoint, readCheckpoint } from './checkpoint.js';
 import { writeCleanShutdown } from './clean-shutdown.js';
 import type { EngineFiles } from './engine-files.js';
+import { checkAdapter, type LoraBeginRequest } from './lora/adapter-check.js';
+import { AdapterBaseLeases } from './lora/base-leases.js';
+import { isLoraKey, versionKind } from './lora/metadata.js';
 import type { RelayMetrics } from './metrics.js';
 import type { PagesStatus } from './protocol/status.js';
 import { validateModelId, validateVersion } from './segments.js';
@@ -116,6 +121,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   private readonly waiters: AcquireWaiters;
   private readonly pins: PinQueue;
   private readonly dirs: VersionDirectories;
+  private readonly baseLeases: AdapterBaseLeases;
   private readonly log: Logger;
   private closed = false;
   private recovering: Promise<void> = Promise.resolve();
@@ -138,7 +144,15 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     this.retention = new Retention(this.table, this.memory.spares, this.dirs, {
       keepVersions: options.keepVersions,
       logger: options.logger,
-      onRetired: (v) => this.emit('retired', v),
+      onRetired: (v) => {
+        this.baseLeases.retired(v);
+        this.emit('retired', v);
+      },
+    });
+    this.baseLeases = new AdapterBaseLeases({
+      find: (model, version) => this.table.peek(model, version),
+      lease: (v) => this.lease(v),
+      unlease: (v) => this.unlease(v),
     });
     this.waiters = new AcquireWaiters(this.table);
     this.pins = new PinQueue(options);
@@ -160,6 +174,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
       ...this.options,
       badChunks: (v, expected) => this.verifyChunks(v, expected),
       adopted: (v) => {
+        this.baseLeases.completed(v);
         this.pins.pin(v);
         this.waiters.wake(v);
       },
@@ -271,17 +286,28 @@ export class VersionStore extends EventEmitter<StoreEvents> {
 
   // ---- publishing -----------------------------------------------------------------------
 
-  /** Starts a publication: allocates the segment and lays out the tensors. */
+  /**
+   * Starts a publication: allocates the segment and lays out the tensors. With `lora`, the
+   * version is a LoRA adapter of a base held here (lora/), checked before anything is allocated.
+   */
   async begin(
-    request: { model: unknown; version: unknown; tensors: unknown; metadata?: Record<string, string>; chunkSize?: number },
+    request: { model: unknown; version: unknown; tensors: unknown; metadata?: Record<string, string>; chunkSize?: number; lora?: LoraBeginRequest },
     owner: Requester,
   ): Promise<StoredVersion> {
     const model = validateModelId(request.model);
     const version = validateVersion(request.version);
     const specs = validateTensorSpecs(request.tensors);
+    const claimed = Object.keys(request.metadata ?? {}).find(isLoraKey);
+    if (claimed !== undefined) {
+      throw new InvalidInputError(ErrorCodes.INVALID_ARG, `metadata key ${claimed} is the relay's: an adapter version is published with begin's lora`, {
+        key: claimed,
+      });
+    }
+    if (request.lora) this.adapterMetadata(model, version, specs, request.lora);
     // Before the version is claimed: nothing may come between the check and the allocation.
     const chunking = request.chunkSize !== undefined ? { chunkSize: request.chunkSize } : await this.chunkSizer.chunkingFor(dataBytes(specs));
-    const metadata = request.metadata ?? {};
+    // An adapter's base may have gone while the chunk size was chosen: checked again here, where nothing comes in between.
+    const metadata = { ...request.metadata, ...(request.lora ? this.adapterMetadata(model, version, specs, request.lora) : {}) };
     this.table.checkNewVersion(model, version);
     const layout = planLayout(specs, { model, version, ...chunking, extraMetadata: metadata });
     const v = await this.memory.allocate(model, version, layout, metadata, owner);
@@ -333,6 +359,26 @@ export class VersionStore extends EventEmitter<StoreEvents> {
   markWritten(v: StoredVersion, tensors: WrittenReport[]): void {
     const parsed = tensors.map((t) => [t.name, writerChecksum(v, t)] as const);
     for (const [name, sums] of parsed) v.written.set(name, sums);
+  }
+
+  /** The metadata of an adapter version, its config, tensors and base checked (lora/adapter-check.ts). */
+  private adapterMetadata(model: string, version: number, specs: readonly TensorSpec[], lora: LoraBeginRequest): Record<string, string> {
+    const baseModel = validateModelId(lora.baseModel);
+    return checkAdapter({ model, version, specs, lora: { ...lora, baseModel } }, (m, v) => this.findBase(m, v));
+  }
+
+  /** The complete version `version` of `model`, or (null) the newest complete full version of it. */
+  private findBase(model: string, version: number | null): StoredVersion | undefined {
+    if (version !== null) {
+      const v = this.table.peek(model, version);
+      return v?.state === 'complete' ? v : undefined;
+    }
+    let newest: StoredVersion | undefined;
+    for (const v of this.table.list()) {
+      if (v.model !== model || v.state !== 'complete' || v.derived || versionKind(v.metadata) !== 'full') continue;
+      if (!newest || v.version > newest.version) newest = v;
+    }
+    return newest;
   }
 
   /**
@@ -405,6 +451,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     // The directory is there before anyone is handed the version: acquire's `dir` exists.
     v.dir = this.dirs.publish(v);
     markComplete(v, checksums);
+    this.baseLeases.completed(v);
     this.options.metrics.publishes.inc({ result: 'complete' });
     this.log.info({ model: v.model, version: v.version, size: v.layout.totalSize, chunks: checksums.length, dir: v.dir }, 'version complete');
     if (announce) this.emit('complete', v);

@@ -87,6 +87,15 @@ FP8_NO_ELIGIBLE_TENSORS: Final = "ERR_FP8_NO_ELIGIBLE_TENSORS"
 FP8_BAD_CONFIG: Final = "ERR_FP8_BAD_CONFIG"
 """The `config.json` an FP8 version's directory is made from (`--engine-files`) does not parse as a JSON object: no FP8 version is served."""
 
+LORA_BAD_CONFIG: Final = "ERR_LORA_BAD_CONFIG"
+"""The `adapter_config.json` of a LoRA adapter version does not parse as a JSON object, or is not a LoRA config (`peft_type` "LORA", a positive integer `r`, a numeric `lora_alpha`, `target_modules`, `bias` "none"): nothing is allocated."""
+
+LORA_BAD_TENSORS: Final = "ERR_LORA_BAD_TENSORS"
+"""A LoRA adapter version's tensors are not pairs of `base_model.model.<module>.lora_A.weight` [r, in] and `.lora_B.weight` [out, r] of the config's rank `r` (`details.tensor` names the first one wrong): nothing is allocated."""
+
+LORA_BASE_MISMATCH: Final = "ERR_LORA_BASE_MISMATCH"
+"""A LoRA adapter version names a base the relay does not hold (no complete version of the base model, or not the base version named, or a base that is itself an adapter), or a module of the adapter has no weight of matching shape in that base (`details.module`): nothing is allocated."""
+
 BAD_SEGMENT_NAME: Final = "ERR_BAD_SEGMENT_NAME"
 """A segment file name is not one the relay makes (`<model>.v<N>.safetensors`)."""
 
@@ -527,6 +536,9 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_FP8_NON_FINITE": "A tensor to be quantised to FP8 holds a NaN or an infinity (`details.tensor`, `details.index`: the first one): no FP8 version is made of it.",
     "ERR_FP8_NO_ELIGIBLE_TENSORS": "An FP8 version was asked of a model none of whose tensors is quantised (2-D BF16 or F32 and not kept by `--fp8-keep`): there would be nothing FP8 in it.",
     "ERR_FP8_BAD_CONFIG": "The `config.json` an FP8 version's directory is made from (`--engine-files`) does not parse as a JSON object: no FP8 version is served.",
+    "ERR_LORA_BAD_CONFIG": "The `adapter_config.json` of a LoRA adapter version does not parse as a JSON object, or is not a LoRA config (`peft_type` \"LORA\", a positive integer `r`, a numeric `lora_alpha`, `target_modules`, `bias` \"none\"): nothing is allocated.",
+    "ERR_LORA_BAD_TENSORS": "A LoRA adapter version's tensors are not pairs of `base_model.model.<module>.lora_A.weight` [r, in] and `.lora_B.weight` [out, r] of the config's rank `r` (`details.tensor` names the first one wrong): nothing is allocated.",
+    "ERR_LORA_BASE_MISMATCH": "A LoRA adapter version names a base the relay does not hold (no complete version of the base model, or not the base version named, or a base that is itself an adapter), or a module of the adapter has no weight of matching shape in that base (`details.module`): nothing is allocated.",
     "ERR_BAD_SEGMENT_NAME": "A segment file name is not one the relay makes (`<model>.v<N>.safetensors`).",
     "ERR_BAD_SAFETENSORS": "A file or segment is not a valid safetensors file (header length, JSON, offsets, laminar metadata).",
     "ERR_MODEL_MISMATCH": "A model directory does not fit the model it is loaded into: `config.json` unreadable or invalid, a tensor missing, unexpected, or of another shape or dtype.",

@@ -21,4 +21,14 @@ export { type TensorArray } from './tensor-view.js';
 export { validateModelId, validateVersion } from '../segments.js';
 export { DEFAULT_SHM_DIR, DEFAULT_CHUNK_SIZE, defaultSocketPath } from '../protocol/defaults.js';
 export { relaySocketFromEnv } from './socket-path.js';
+export {
+  versionKind,
+  loraBaseOf,
+  loraAdapterName,
+  ADAPTER_WEIGHTS_FILE,
+  ADAPTER_CONFIG_FILE,
+  type VersionKind,
+  type LoraBase,
+  type LoraRequest,
+} from '../lora/metadata.js';
 export type { VersionState, VersionInfo, BroadcastStatus, ChunkingStatus } from '../protocol/status.js';

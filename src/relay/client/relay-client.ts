@@ -24,6 +24,7 @@ import type { Dtype } from '../../safetensors/dtypes.js';
 import { relaySocketFromEnv } from './socket-path.js';
 import { PROTOCOL_VERSION, type AcquireResult, type SegmentDescription, type VersionEvent } from '../protocol/messages.js';
 import type { BroadcastStatus, ChunkingStatus, PagesStatus, VersionInfo } from '../protocol/status.js';
+import type { LoraRequest } from '../lora/metadata.js';
 import { mapSegment } from './segment-mapping.js';
 import { FrameConnection, type RequestOptions } from './connection.js';
 import { Lease } from './lease.js';
@@ -53,6 +54,8 @@ export interface BeginOptions {
   tensors: { name: string; dtype: Dtype; shape: number[] }[];
   metadata?: Record<string, string>;
   chunkSize?: number;
+  /** Makes the version a LoRA adapter of a base the relay holds (src/relay/lora/): its tensors are PEFT's lora_A/lora_B pairs. */
+  lora?: LoraRequest;
   /** Pre-fault the writer's page tables at begin so that writes run at memcpy speed (default true). */
   populate?: boolean;
 }
@@ -265,12 +268,14 @@ export class RelayClient implements AsyncDisposable {
     version: number;
     tensors: { name: string; dtype: Dtype; shape: number[]; data: TensorData }[];
     metadata?: Record<string, string>;
+    lora?: LoraRequest;
   }): Promise<PublishResult> {
     const pub = await this.beginPublish({
       model: options.model,
       version: options.version,
       tensors: options.tensors.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
       ...(options.metadata ? { metadata: options.metadata } : {}),
+      ...(options.lora ? { lora: options.lora } : {}),
     });
     try {
       for (const t of options.tensors) pub.write(t.name, t.data);

@@ -24,6 +24,15 @@ export const requestSchemas = {
     tensors: z.array(tensorSpec).max(1_000_000),
     metadata: z.record(z.string(), z.string()).optional(),
     chunkSize: z.number().int().optional(),
+    // A LoRA adapter version of a base held here (src/relay/lora/); `config` is adapter_config.json's text.
+    lora: z
+      .object({
+        baseModel: z.string(),
+        baseVersion: z.number().int().nonnegative().optional(),
+        // Any value: the relay's check names what is wrong with it (ERR_LORA_BAD_CONFIG).
+        config: z.unknown(),
+      })
+      .optional(),
   }),
   attach: z.object({ segment: z.string() }),
   written: z.object({

@@ -3,6 +3,7 @@
  * wire result, shared by the relay (store, broadcaster) and its clients. They live here, not in
  * the store or the broadcaster, so that a client can name them without importing daemon code.
  */
+import type { LoraBase, VersionKind } from '../lora/metadata.js';
 
 export type VersionState = 'writing' | 'complete' | 'retired';
 
@@ -26,6 +27,10 @@ export interface VersionInfo {
    * acquires, watches or receives a version before it is `complete`).
    */
   state: VersionState | 'verifying';
+  /** A full copy of the weights, or a LoRA adapter (src/relay/lora/); absent from relays of older builds. */
+  kind?: VersionKind;
+  /** An adapter's base: its model, and the version it keeps leased when named; null for a full version. */
+  base?: LoraBase | null;
   segment: string;
   path: string;
   /** The version's directory (`<shm-dir>/models/<model>/v<N>/`) once complete; null otherwise. */
@@ -58,6 +63,8 @@ export interface DeltaCounts {
   chunks: { same: number; sparse: number; full: number };
   fullBytes: number;
   wireBytes: number;
+  /** Of the chunks sent, those sent on as the delta they arrived as (no encode here); absent before the first. */
+  forwarded?: number;
 }
 
 export interface DeltaStatus {

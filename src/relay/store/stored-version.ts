@@ -6,6 +6,7 @@
 import type { Mapping } from '../../native/index.js';
 import type { TensorEntry, VersionLayout } from '../../safetensors/header.js';
 import type { WriterPiece } from '../commit-check.js';
+import { loraBaseOf, versionKind } from '../lora/metadata.js';
 import type { VersionInfo, VersionState } from '../protocol/status.js';
 
 export type { VersionInfo, VersionState };
@@ -61,6 +62,8 @@ export class StoredVersion {
       version: this.version,
       // A commit reading it: committed by its writer, not served yet.
       state: this.state === 'writing' && this.committing ? 'verifying' : this.state,
+      kind: versionKind(this.metadata),
+      base: loraBaseOf(this.metadata),
       segment: this.segment,
       path: this.path,
       dir: this.dir,

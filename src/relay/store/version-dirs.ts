@@ -9,7 +9,9 @@
  *   config.json, ...    with `--engine-files DIR`, symlinks to that directory's engine files
  *                       (engine-files.ts): those live on a disk, where a hard link cannot reach
  *                       (EXDEV), and a symlink follows an edit of the file.
- * `<model>` is modelDirName (segments.ts): `org/name` is `org~2fname`.
+ * `<model>` is modelDirName (segments.ts): `org/name` is `org~2fname`. A LoRA adapter version's
+ * directory is PEFT's layout instead (lora/adapter-dir.ts): adapter_model.safetensors (the hard
+ * link) and adapter_config.json, no engine files.
  *
  * One path whatever the pages: the tree lives beside the segments, so with the relay's huge-page
  * mount (pages/segment-dir.ts, the default) it is `<shm-dir>/huge/models/`. Users build the path
@@ -59,6 +61,7 @@ import { basename, dirname, join, relative } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCodes } from '../../common/errors.js';
 import type { EngineFiles } from '../engine-files.js';
+import { adapterDirContents } from '../lora/adapter-dir.js';
 import type { RelayMetrics } from '../metrics.js';
 import { modelDirName, versionDirName } from '../segments.js';
 import type { StoredVersion } from './stored-version.js';
@@ -89,6 +92,13 @@ export interface VersionDirOptions {
   metrics: RelayMetrics;
 }
 
+/** What one version's directory holds: the segment's hard link under `weightsFile`, engine files or not, and files written. */
+interface DirContents {
+  weightsFile: string;
+  linkEngineFiles: boolean;
+  written: ReadonlyMap<string, string> | null;
+}
+
 export class VersionDirectories {
   readonly root: string;
   /** Directories in place now (the gauge). */
@@ -117,8 +127,8 @@ export class VersionDirectories {
   publish(v: StoredVersion): string | null {
     const dir = this.pathOf(v.model, v.version);
     try {
-      const written = this.options.dirFiles?.(v) ?? null;
-      if (!this.intact(dir, v.path, written)) this.build(dir, v.path, written);
+      const contents = this.contentsOf(v);
+      if (!this.intact(dir, v.path, contents)) this.build(dir, v.path, contents);
       this.present.add(dir);
       return dir;
     } catch (err) {
@@ -226,14 +236,25 @@ export class VersionDirectories {
     }
   }
 
-  /** Whether `dir` holds exactly a hard link to `segment`, the engine files' symlinks and the files `written`. */
-  private intact(dir: string, segment: string, written: ReadonlyMap<string, string> | null): boolean {
+  /** A full version's weights and engine files (and files dirFiles writes), or an adapter's PEFT layout. */
+  private contentsOf(v: StoredVersion): DirContents {
+    return adapterDirContents(v.metadata) ?? { weightsFile: WEIGHTS_FILE, linkEngineFiles: true, written: this.options.dirFiles?.(v) ?? null };
+  }
+
+  /** The engine files a directory links: all but those written in their place; none for an adapter. */
+  private linkedOf({ linkEngineFiles, written }: DirContents): string[] {
+    return linkEngineFiles ? (this.options.engineFiles?.files ?? []).filter((name) => !written?.has(name)) : [];
+  }
+
+  /** Whether `dir` holds exactly a hard link to `segment`, the engine files' symlinks and the files written. */
+  private intact(dir: string, segment: string, contents: DirContents): boolean {
+    const { weightsFile, written } = contents;
     const entries = listOrNone(dir);
     const engine = this.options.engineFiles;
-    const linked = (engine?.files ?? []).filter((name) => !written?.has(name));
-    const expected = [WEIGHTS_FILE, ...linked, ...(written?.keys() ?? [])].sort();
+    const linked = this.linkedOf(contents);
+    const expected = [weightsFile, ...linked, ...(written?.keys() ?? [])].sort();
     if (entries.length !== expected.length || entries.sort().some((e, i) => e !== expected[i])) return false;
-    const weights = lstatSync(join(dir, WEIGHTS_FILE));
+    const weights = lstatSync(join(dir, weightsFile));
     const file = statSync(segment);
     if (!weights.isFile() || weights.ino !== file.ino || weights.dev !== file.dev) return false;
     for (const [name, text] of written ?? []) {
@@ -256,16 +277,16 @@ export class VersionDirectories {
   }
 
   /** Builds the directory under a scratch name and renames it into place (over a stale one). */
-  private build(dir: string, segment: string, written: ReadonlyMap<string, string> | null): void {
+  private build(dir: string, segment: string, contents: DirContents): void {
+    const { weightsFile, written } = contents;
     const modelDir = dirname(dir);
     mkdirSync(modelDir, { recursive: true, mode: 0o750 });
     const scratch = (kind: 'new' | 'old'): string => join(modelDir, `.${basename(dir)}.${process.pid}.${++this.scratchCounter}.${kind}`);
     const fresh = scratch('new');
     mkdirSync(fresh, { mode: 0o750 });
     try {
-      linkSync(segment, join(fresh, WEIGHTS_FILE));
-      const engine = this.options.engineFiles;
-      for (const name of engine?.files ?? []) if (!written?.has(name)) symlinkSync(join(engine!.dir, name), join(fresh, name));
+      linkSync(segment, join(fresh, weightsFile));
+      for (const name of this.linkedOf(contents)) symlinkSync(join(this.options.engineFiles!.dir, name), join(fresh, name));
       for (const [name, text] of written ?? []) writeFileSync(join(fresh, name), text, { mode: 0o640 });
       try {
         renameSync(fresh, dir);

@@ -7,6 +7,7 @@ protocol.
 from .client import RelayClient, specs_of
 from .dtypes import DTYPE_SIZES
 from .lease import Lease
+from .lora import adapter_config_text, lora_base_of, lora_request, version_kind
 from .protocol import DEFAULT_SHM_DIR, PROTOCOL_VERSION, TensorInfo, VersionEvent, default_socket_path
 from .publication import Publication
 from .publish_result import PublishResult
@@ -22,6 +23,10 @@ __all__ = [
     "Watch",
     "AsyncWatch",
     "specs_of",
+    "lora_request",
+    "adapter_config_text",
+    "version_kind",
+    "lora_base_of",
     "DTYPE_SIZES",
     "PROTOCOL_VERSION",
     "DEFAULT_SHM_DIR",

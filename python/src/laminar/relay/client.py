@@ -31,6 +31,7 @@ from .. import error_codes
 from ..errors import ClosedError, LaminarError
 from .dtypes import safetensors_dtype
 from .lease import Lease
+from .lora import AdapterConfig, lora_request
 from .parts import part_metadata
 from .protocol import default_socket_path
 from .publication import Publication, Tensors
@@ -232,13 +233,19 @@ class RelayClient:
         specs: Iterable[Spec],
         metadata: Optional[Mapping[str, str]] = None,
         chunk_size: Optional[int] = None,
+        *,
+        lora: Optional[Mapping[str, Any]] = None,
     ) -> Publication:
         """Lays out a new version of ``specs`` (``(name, dtype, shape)`` each, in segment order)
         and maps it writable, page tables pre-faulted. This writer owns the publication: it
-        commits or aborts it; other writers ``attach(publication.segment)``."""
+        commits or aborts it; other writers ``attach(publication.segment)``. ``lora``: the
+        version is a LoRA adapter (``laminar.relay.lora.lora_request``; ``publish_lora`` is the
+        one call for it)."""
         args: dict[str, Any] = {"model": model, "version": version, "tensors": [_wire_spec(s) for s in specs]}
         if metadata is not None:
             args["metadata"] = dict(metadata)
+        if lora is not None:
+            args["lora"] = dict(lora)
         if chunk_size is not None:
             args["chunkSize"] = chunk_size
         connection = self._live().connection
@@ -275,6 +282,7 @@ class RelayClient:
         chunk_size: Optional[int] = None,
         part: Optional[tuple[int, int]] = None,
         manifest: Optional[Iterable[Spec]] = None,
+        lora: Optional[Mapping[str, Any]] = None,
     ) -> PublishResult:
         """Publishes a version in one call: begin, copy every tensor into the segment (copies and
         checksums in parallel), commit. ``tensors``: a mapping of name to torch tensor (any
@@ -301,7 +309,7 @@ class RelayClient:
             if streamed:
                 raise LaminarError(error_codes.INVALID_ARG, "publishing an iterator of (name, tensor) needs specs=[(name, dtype, shape), ...] up front")
             specs = specs_of(tensors)  # type: ignore[arg-type]
-        publication = self.begin(model, version, specs, metadata, chunk_size)
+        publication = self.begin(model, version, specs, metadata, chunk_size, lora=lora)
         try:
             if streamed:
                 # One at a time: a stream's tensors may be temporaries (a gathered parameter).
@@ -318,6 +326,28 @@ class RelayClient:
             except LaminarError:
                 pass  # the original error matters more
             raise
+
+    def publish_lora(
+        self,
+        model: str,
+        version: int,
+        state_dict: Mapping[str, Any],
+        *,
+        config: AdapterConfig,
+        base_model: str,
+        base_version: Optional[int] = None,
+        chunk_size: Optional[int] = None,
+    ) -> PublishResult:
+        """Publishes a LoRA adapter as version ``version`` of ``model``: ``state_dict`` with the
+        keys ``peft.get_peft_model_state_dict`` gives (``base_model.model.<module>.lora_A.weight``
+        [r, in] and ``.lora_B.weight`` [out, r]), ``config`` its adapter_config.json (text, a
+        mapping, or PEFT's ``LoraConfig``), ``base_model`` the model id of the base the relay
+        holds, and ``base_version`` the version trained against, which every relay then keeps
+        while it holds the adapter. The relay serves it in PEFT's layout
+        (``adapter_model.safetensors`` and ``adapter_config.json`` in its version directory).
+        Refused before anything is allocated: ``ERR_LORA_BAD_CONFIG``, ``ERR_LORA_BAD_TENSORS``,
+        ``ERR_LORA_BASE_MISMATCH``. Returns as ``publish`` does."""
+        return self.publish(model, version, state_dict, chunk_size=chunk_size, lora=lora_request(config, base_model, base_version))
 
     def publish_file(
         self,
