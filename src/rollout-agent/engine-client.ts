@@ -26,6 +26,11 @@ export interface GenerateRequest {
    * served sooner; each client turns it into its server's sense. Null or absent: none sent.
    */
   priority?: number | null;
+  /**
+   * The LoRA adapter the request runs with: a name given to `loadLoraAdapter` (SGLang sends it
+   * as `lora_path`, vLLM as `model`). Null or absent: the base model.
+   */
+  lora?: string | null;
 }
 
 export type FinishReason = 'length' | 'stop' | 'abort';
@@ -71,6 +76,21 @@ export interface EngineClient {
   generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult>;
   /** Loads the weights of a version directory; throws ERR_ENGINE_RELOAD when the engine refuses them. */
   loadWeights(dir: string, version: number): Promise<void>;
+  /**
+   * Loads the LoRA adapter in `dir` (PEFT's layout: adapter_config.json and
+   * adapter_model.safetensors) under `name`, beside the base weights and the adapters already
+   * loaded; requests then name it in `GenerateRequest.lora`. Throws ERR_ENGINE_RELOAD when the
+   * engine refuses it (a name already loaded, too many adapters, an adapter that does not fit the
+   * base). Absent: the engine cannot serve adapter versions.
+   */
+  loadLoraAdapter?(name: string, dir: string): Promise<void>;
+  /**
+   * Unloads adapter `name`: new requests naming it are refused at once. SGLang (and the reference
+   * engine) answer once the requests running with it have finished; vLLM at once, its running
+   * requests finishing on the adapter. Throws ERR_ENGINE_RELOAD when the engine refuses (a name
+   * not loaded).
+   */
+  unloadLoraAdapter?(name: string): Promise<void>;
   /** The version the engine says it serves (null: none set, or the engine cannot tell). */
   weightVersion(): Promise<string | null>;
   pause(mode: PauseMode): Promise<void>;

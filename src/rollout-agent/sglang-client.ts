@@ -12,6 +12,7 @@ import { EngineError, engineFetch, engineHealthy, engineJson, errorMessage, prot
 import { meanOf, parsePrometheusText, sumOf } from './prometheus-text.js';
 import { shapesMismatch, tensorShapes, type TensorShapes } from './weights-manifest.js';
 import { ToolMessageIds } from './chat-tokens.js';
+import { changeAdapter } from './lora-adapters.js';
 
 /** SGLang's Prometheus names (python/sglang/srt/metrics/collector.py). */
 const METRICS = {
@@ -75,6 +76,8 @@ export class SglangClient implements EngineClient {
     // Larger first, as SGLang orders with --enable-priority-scheduling (and without
     // --schedule-low-priority-values-first); a server without priority scheduling ignores it.
     if (request.priority != null) body.priority = request.priority;
+    // SGLang's field is named for a path but holds the adapter's name (as loaded).
+    if (request.lora != null) body.lora_path = request.lora;
     const response = await engineFetch(url, {
       body,
       signal: handlers.signal,
@@ -118,6 +121,26 @@ export class SglangClient implements EngineClient {
     const message = typeof body?.message === 'string' ? body.message : errorMessage(text);
     throw new EngineError(ErrorCodes.ENGINE_RELOAD, `the engine refused version ${version} from ${dir}: ${message}`, {
       details: { status: response.status, version, dir },
+    });
+  }
+
+  /** `/load_lora_adapter {lora_name, lora_path}`: `{success, error_message, loaded_adapters}`, 400 when refused. */
+  async loadLoraAdapter(name: string, dir: string): Promise<void> {
+    await this.changeAdapter('/load_lora_adapter', { lora_name: name, lora_path: dir }, `LoRA adapter ${name} from ${dir}`);
+  }
+
+  /** `/unload_lora_adapter {lora_name}`: answers once no running request uses the adapter (SGLang defers it). */
+  async unloadLoraAdapter(name: string): Promise<void> {
+    await this.changeAdapter('/unload_lora_adapter', { lora_name: name }, `the unload of LoRA adapter ${name}`);
+  }
+
+  private changeAdapter(path: string, body: Record<string, unknown>, what: string): Promise<void> {
+    return changeAdapter({
+      url: `${this.url}${path}`,
+      body,
+      what,
+      timeoutMs: this.options.reloadTimeoutMs ?? 600_000,
+      accepted: (response, answer) => response.ok && (answer as { success?: unknown } | null)?.success === true,
     });
   }
 

@@ -22,6 +22,7 @@ import type { EngineClient, EngineLoadSample, GenerateHandlers, GenerateRequest,
 import { EngineError, engineFetch, engineHealthy, engineJson, protocolError, readText, streamEnded, streamedEvents } from './http.js';
 import { meanOf, parsePrometheusText, sumOf, type Sample } from './prometheus-text.js';
 import { ToolMessageIds } from './chat-tokens.js';
+import { changeAdapter } from './lora-adapters.js';
 
 const METRICS = {
   /** The KV-cache share in use: renamed in vLLM 0.9.2 (gpu_cache_usage_perc before, gone in 0.12). */
@@ -135,31 +136,9 @@ export class VllmClient implements EngineClient {
 
   async generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {
     const url = `${this.url}/v1/completions`;
-    const body: Record<string, unknown> = {
-      model: this.options.servedModelName ?? this.options.model,
-      prompt: request.inputIds,
-      max_tokens: request.maxNewTokens,
-      temperature: request.sampling.temperature,
-      top_p: request.sampling.topP,
-      top_k: request.sampling.topK,
-      ignore_eos: request.sampling.ignoreEos,
-      stream: true,
-      logprobs: 0,
-      return_tokens_as_token_ids: true,
-      return_token_ids: true,
-      // The model's generation_config.json would otherwise change the sampling (and the logprobs).
-      repetition_penalty: 1,
-      presence_penalty: 0,
-      frequency_penalty: 0,
-      min_p: 0,
-      request_id: request.rid,
-    };
-    if (request.sampling.stopTokenIds.length > 0) body.stop_token_ids = request.sampling.stopTokenIds;
-    // vLLM serves smaller values first (--scheduling-policy priority; the default fcfs policy
-    // refuses a non-zero priority): the predicted length goes negated.
-    if (request.priority != null && request.priority !== 0) body.priority = -request.priority;
     // Seeds are left out for a CPU engine (see the file's comment).
-    if (request.sampling.seed !== null && (await this.workersInfo())?.device !== 'cpu') body.seed = request.sampling.seed;
+    const seeded = request.sampling.seed !== null && (await this.workersInfo())?.device !== 'cpu';
+    const body = completionBody(request, this.options.servedModelName ?? this.options.model, seeded);
     const response = await engineFetch(url, { body, signal: handlers.signal, timeoutMs: 24 * 3600_000 });
     const what = `completions ${request.rid}`;
     for await (const event of streamedEvents(response, url, what, handlers.signal)) {
@@ -195,6 +174,23 @@ export class VllmClient implements EngineClient {
     const release = await this.release();
     if (release !== null && compareVersions(release, '0.27.0') >= 0)
       await engineJson(`${this.url}/update_weight_version`, { body: { new_version: String(version) }, timeoutMs: 10_000 }).catch(() => undefined);
+  }
+
+  /**
+   * `/v1/load_lora_adapter {lora_name, lora_path}` (vLLM started with `--enable-lora` and
+   * `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`): 200 with a text line, or an error object.
+   */
+  async loadLoraAdapter(name: string, dir: string): Promise<void> {
+    await this.changeAdapter('/v1/load_lora_adapter', { lora_name: name, lora_path: dir }, `LoRA adapter ${name} from ${dir}`);
+  }
+
+  /** `/v1/unload_lora_adapter {lora_name}`: at once (404 for a name not loaded); running requests finish on the adapter. */
+  async unloadLoraAdapter(name: string): Promise<void> {
+    await this.changeAdapter('/v1/unload_lora_adapter', { lora_name: name }, `the unload of LoRA adapter ${name}`);
+  }
+
+  private changeAdapter(path: string, body: Record<string, unknown>, what: string): Promise<void> {
+    return changeAdapter({ url: `${this.url}${path}`, body, what, timeoutMs: this.options.reloadTimeoutMs ?? 600_000, accepted: (response) => response.ok });
   }
 
   async weightVersion(): Promise<string | null> {
@@ -302,6 +298,36 @@ export class VllmClient implements EngineClient {
     if (!Array.isArray(body?.results)) throw protocolError(`${this.url}/collective_rpc`, 'no results list in the answer (is VLLM_SERVER_DEV_MODE=1 set?)');
     return body.results as unknown[];
   }
+}
+
+/** The `/v1/completions` body of a request to the served `model` (`seeded`: whether its seed goes; see the file's comment). */
+export function completionBody(request: GenerateRequest, model: string, seeded: boolean): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    // A LoRA adapter is a model of its own to vLLM's OpenAI API: requests name it in `model`.
+    model: request.lora ?? model,
+    prompt: request.inputIds,
+    max_tokens: request.maxNewTokens,
+    temperature: request.sampling.temperature,
+    top_p: request.sampling.topP,
+    top_k: request.sampling.topK,
+    ignore_eos: request.sampling.ignoreEos,
+    stream: true,
+    logprobs: 0,
+    return_tokens_as_token_ids: true,
+    return_token_ids: true,
+    // The model's generation_config.json would otherwise change the sampling (and the logprobs).
+    repetition_penalty: 1,
+    presence_penalty: 0,
+    frequency_penalty: 0,
+    min_p: 0,
+    request_id: request.rid,
+  };
+  if (request.sampling.stopTokenIds.length > 0) body.stop_token_ids = request.sampling.stopTokenIds;
+  // vLLM serves smaller values first (--scheduling-policy priority; the default fcfs policy
+  // refuses a non-zero priority): the predicted length goes negated.
+  if (request.priority != null && request.priority !== 0) body.priority = -request.priority;
+  if (seeded && request.sampling.seed !== null) body.seed = request.sampling.seed;
+  return body;
 }
 
 /** The sampled tokens of a completion chunk: ids from `token_ids` or from "token_id:N" strings. */

@@ -5,7 +5,7 @@ import { parsePrometheusText, sumOf, meanOf } from '../../src/rollout-agent/prom
 import { promptOf, seedOf } from '../../src/rollout-agent/requests.js';
 import { computeReward, loadRewardFunction, targetMatchReward, type RewardInput } from '../../src/rollout-agent/rewards.js';
 import { sseEvents } from '../../src/rollout-agent/sse.js';
-import { compareVersions, tokensOf } from '../../src/rollout-agent/vllm-client.js';
+import { compareVersions, completionBody, tokensOf } from '../../src/rollout-agent/vllm-client.js';
 
 /** The parts as a network read would deliver them: one per turn of the event loop. */
 async function* bytes(...parts: (string | Uint8Array)[]): AsyncGenerator<Uint8Array> {
@@ -118,6 +118,21 @@ describe('vLLM completion chunks', () => {
     expect(() => tokensOf({ logprobs: { tokens: ['hello'], token_logprobs: [-1] } }, url)).toThrow(
       expect.objectContaining({ code: ErrorCodes.ENGINE_PROTOCOL }),
     );
+  });
+
+  it('names a LoRA adapter in `model` (the base model without one), the rest of the request alike', () => {
+    const request = {
+      rid: 't-1',
+      inputIds: [1, 2, 3],
+      maxNewTokens: 8,
+      sampling: { temperature: 1, topP: 1, topK: -1, seed: 5, stopTokenIds: [2], ignoreEos: false },
+      priority: 30,
+    };
+    const base = completionBody(request, 'served', true);
+    expect(base).toMatchObject({ model: 'served', prompt: [1, 2, 3], max_tokens: 8, request_id: 't-1', stop_token_ids: [2], priority: -30, seed: 5 });
+    expect(completionBody({ ...request, lora: null }, 'served', true)).toEqual(base);
+    expect(completionBody({ ...request, lora: 'policy-v3' }, 'served', true)).toEqual({ ...base, model: 'policy-v3' });
+    expect(completionBody(request, 'served', false)).not.toHaveProperty('seed'); // a CPU engine
   });
 
   it('orders releases the way the agent gates features on them', () => {
