@@ -21,11 +21,27 @@
  * - groupLengthCorrelation: a GRPO group's responses share their prompt's difficulty, the
  *   scenario's `workload.outputTokens.promptShare` of the log-length variance (workload.ts), so the
  *   long tail comes in groups: a replica dealt a hard prompt holds several long responses and the
- *   others finish early. Off, every response is drawn alone (the share read as 0).
+ *   others finish early. Off, every response is drawn alone (the share read as 0);
+ * - turnLockstep: on the tool-call task the baselines built on verl (one-step, stream, sync) run a
+ *   replica's turns in lockstep, as batched multi-turn rollouts on verl's SPMD vLLM engine do (the
+ *   paper runs the tool-call task with ReTool's open-source implementation on verl, §8 and A.3;
+ *   that it loops this way is an assumption, the paper does not describe the loop): each turn is one
+ *   generate call for the replica's trajectories still going, their tool calls run together when
+ *   the call returns, and the next turn starts when the slowest call is back, so the replica's
+ *   GPUs idle through every tool phase and through each turn's longest segment
+ *   (fleet/tool-calls.ts). Off, every trajectory goes to its tool and back on its own, as laminar's
+ *   and AReaL's agent loops do.
  */
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 
-export const MECHANISMS = ['attentionKvRead', 'trainerCommunication', 'dataParallelStragglers', 'colocatedEngine', 'groupLengthCorrelation'] as const;
+export const MECHANISMS = [
+  'attentionKvRead',
+  'trainerCommunication',
+  'dataParallelStragglers',
+  'colocatedEngine',
+  'groupLengthCorrelation',
+  'turnLockstep',
+] as const;
 export type MechanismName = (typeof MECHANISMS)[number];
 export type Mechanisms = Readonly<Record<MechanismName, boolean>>;
 

@@ -23,6 +23,10 @@ import {
 } from '../../src/simulate/trainer/parallel-step.js';
 import { colocatedSwitchMs, trainStepMs } from '../../src/simulate/trainer/time-model.js';
 import { colocatedProfile, colocatedWeightSyncMs } from '../../src/simulate/systems/colocated-engine.js';
+import { Simulation } from '../../src/simulate/core/simulation.js';
+import { EngineActor } from '../../src/simulate/engine/engine-actor.js';
+import { ToolCallLoop } from '../../src/simulate/fleet/tool-calls.js';
+import type { Workload } from '../../src/simulate/workload/workload.js';
 import { tinyScenario } from './tiny-scenario.js';
 
 function shipped(name: string): Scenario {
@@ -233,5 +237,79 @@ describe('AReaL (systems/areal.ts)', () => {
     const one = bounded(1);
     expect(one.staleness.consumption.p50).toBeLessThanOrEqual(1);
     expect(one.staleness.consumption.mean).toBeLessThan(areal.staleness.consumption.mean);
+  });
+});
+
+describe("verl's batched multi-turn loop (turnLockstep, fleet/tool-calls.ts)", () => {
+  /**
+   * Two trajectories on one engine, 100 tokens each: trajectory 0 calls its tool after 10 tokens
+   * (5 s), trajectory 1 after 50 (1 s). The loop reads only these functions of the workload.
+   */
+  const twoCalls = {
+    outputTokens: () => 100,
+    callsOf: (id: number) => [id === 0 ? 10 : 50],
+    promptOf: (id: number) => id,
+    promptTokens: () => 64,
+    toolLatencyMs: (id: number) => (id === 0 ? 5_000 : 1_000),
+  } as unknown as Workload;
+
+  /** When each trajectory's turns were admitted, and when each completed. */
+  function drive(lockstep: boolean): { admitted: [number, number][]; done: [number, number][]; loop: ToolCallLoop } {
+    const sim = new Simulation();
+    const loop = new ToolCallLoop(sim, twoCalls, lockstep);
+    const admitted: [number, number][] = [];
+    const done: [number, number][] = [];
+    const actor: EngineActor = new EngineActor(sim, engineProfileFor(tinyScenario(), 1, ALL_MECHANISMS), {
+      finished: (id, atMs) => {
+        if (!loop.turnEnded(actor, id)) done.push([id, atMs]);
+        loop.turnSettled(actor);
+      },
+      admitted: (id, atMs) => admitted.push([id, atMs]),
+    });
+    actor.submit([0, 1].map((id) => ({ id, promptTokens: 64, generated: 0, targetTokens: twoCalls.callsOf(id)[0]! })));
+    sim.run();
+    return { admitted, done, loop };
+  }
+
+  it('runs the tool calls of a turn together when the engine has finished the turn, the next turn when the slowest is back', () => {
+    const own = drive(false);
+    const step = drive(true);
+    // Each trajectory's first turn ends at the same time either way (the same engine, the same requests).
+    const back = (r: ReturnType<typeof drive>, id: number): number => r.admitted.filter(([i]) => i === id)[1]![1];
+    const firstAdmit = own.admitted[0]![1];
+    expect(step.admitted[0]![1]).toBe(firstAdmit);
+    // On its own, each comes back its own latency after its own turn's end: trajectory 1 (1 s) first.
+    expect(back(own, 1)).toBeLessThan(back(own, 0));
+    // In lockstep both come back together, 5 s (the slowest call) after the later turn's end.
+    expect(back(step, 0)).toBe(back(step, 1));
+    expect(back(step, 0)).toBeGreaterThan(back(own, 0));
+    expect(back(step, 0) - back(own, 1)).toBeCloseTo(4_000, 6);
+    expect(step.loop.toolPhases).toBe(1);
+    expect(step.loop.toolPhaseMs).toBe(5_000);
+    expect(own.loop.toolPhases).toBe(0);
+    // Both complete, each after its second turn, with one call each.
+    for (const r of [own, step]) {
+      expect(r.done.map(([id]) => id).sort()).toEqual([0, 1]);
+      expect(r.loop.calls).toBe(2);
+      expect(r.loop.inCall).toBe(0);
+    }
+  });
+
+  it('slows the verl-based baselines on the tool-call task and leaves laminar and AReaL as they were', () => {
+    const scenario = tinyScenario((s) => {
+      s.workload = { ...s.workload, task: 'tool-call', toolCalls: { maxCalls: 8, meanCalls: 3, latencyMedianS: 2, latencyP99OverMedian: 10 } };
+    });
+    for (const system of ['sync', 'one-step', 'stream', 'laminar', 'areal'] as const) {
+      const on = runScenario(scenario, system, { steps: 4 });
+      const off = runScenario(scenario, system, { steps: 4, mechanisms: { turnLockstep: false } });
+      expect(on.ledger.consumed, system).toBe(off.ledger.consumed);
+      if (system === 'laminar' || system === 'areal') {
+        expect(on.virtualS, system).toBe(off.virtualS);
+        continue;
+      }
+      // The same calls, made later: the replicas wait for each turn's longest segment and slowest call.
+      expect(on.throughput.tokensPerS, system).toBeLessThan(off.throughput.tokensPerS * 0.9);
+      expect(on.idleGpuShare, system).toBeGreaterThan(off.idleGpuShare);
+    }
   });
 });

@@ -5,6 +5,13 @@
  * to the same engine after the call's latency with every token so far (a resume: the engine
  * re-prefills prompt and output), until its last turn completes the response. The engine sees a
  * turn's end as a finish; only the last one is the trajectory's completion.
+ *
+ * In lockstep (mechanism turnLockstep, the verl-based baselines) a replica's turns go together, as
+ * a batched multi-turn rollout loops: one generate call runs the turn of every trajectory the
+ * replica still has; when the call returns (its engine empty) the tool calls of that turn start
+ * together, and the next call starts when the slowest of them is back. A trajectory's call
+ * therefore starts at its round's end, not at its own turn's end, and the engine idles through
+ * the tool phase.
  */
 import type { EngineActor } from '../engine/engine-actor.js';
 import type { LeapRequest } from '../engine/leap-engine.js';
@@ -22,10 +29,19 @@ export class ToolCallLoop {
   inCall = 0;
   /** Tool calls made. */
   calls = 0;
+  /** Lockstep: per engine, the calls of the round in progress (latency, ms, per request). */
+  private readonly round = new Map<EngineActor, Map<LeapRequest, number>>();
+  /** Lockstep: engines with a round-end check queued (one per engine at a time). */
+  private readonly checking = new Set<EngineActor>();
+  /** Lockstep: tool phases run (one per round that ended with calls) and their summed length, ms. */
+  toolPhases = 0;
+  toolPhaseMs = 0;
 
   constructor(
     private readonly sim: Simulation,
     private readonly workload: Workload,
+    /** Turns in lockstep per engine (mechanism turnLockstep); false: each trajectory on its own. */
+    readonly lockstep = false,
   ) {}
 
   /**
@@ -51,16 +67,50 @@ export class ToolCallLoop {
     let waiting = this.out.get(actor);
     if (waiting === undefined) this.out.set(actor, (waiting = new Map<number, LeapRequest>()));
     waiting.set(id, req);
-    this.sim.after(this.workload.toolLatencyMs(id, k), {
+    const latencyMs = this.workload.toolLatencyMs(id, k);
+    if (this.lockstep) {
+      let calls = this.round.get(actor);
+      if (calls === undefined) this.round.set(actor, (calls = new Map<LeapRequest, number>()));
+      calls.set(req, latencyMs);
+      return true;
+    }
+    this.sim.after(latencyMs, { fire: () => this.back(actor, [req]) });
+    return true;
+  }
+
+  /**
+   * Lockstep: a turn of `actor` ended (a call or a completion). Once its engine holds nothing the
+   * round is over and its calls run together: they come back when the slowest one does. Checked
+   * in an event at the same time, after every finish of the engine's call has been reported.
+   */
+  turnSettled(actor: EngineActor): void {
+    if (!this.lockstep || this.checking.has(actor)) return;
+    this.checking.add(actor);
+    this.sim.after(0, {
       fire: () => {
-        // Taken out meanwhile (its rollout failed): it went the orphans' way.
-        if (waiting.get(id) !== req) return;
-        waiting.delete(id);
-        this.inCall--;
-        actor.submit([req]);
+        this.checking.delete(actor);
+        const calls = this.round.get(actor);
+        if (calls === undefined || calls.size === 0 || actor.engine.heldCount > 0) return;
+        this.round.delete(actor);
+        let phaseMs = 0;
+        for (const ms of calls.values()) phaseMs = Math.max(phaseMs, ms);
+        this.toolPhases++;
+        this.toolPhaseMs += phaseMs;
+        const reqs = [...calls.keys()];
+        this.sim.after(phaseMs, { fire: () => this.back(actor, reqs) });
       },
     });
-    return true;
+  }
+
+  /** Calls returned: the requests still waiting (not taken out by a failure) go back to `actor`. */
+  private back(actor: EngineActor, reqs: LeapRequest[]): void {
+    const waiting = this.out.get(actor)!;
+    // One taken out meanwhile (its rollout failed) went the orphans' way.
+    const live = reqs.filter((req) => waiting.get(req.id) === req);
+    if (live.length === 0) return;
+    for (const req of live) waiting.delete(req.id);
+    this.inCall -= live.length;
+    actor.submit(live);
   }
 
   /** The trajectories of `actor` out at their tool, taken back (its rollout failed). */
@@ -69,6 +119,7 @@ export class ToolCallLoop {
     if (waiting === undefined) return [];
     const reqs = [...waiting.values()];
     waiting.clear();
+    this.round.delete(actor);
     this.inCall -= reqs.length;
     return reqs;
   }

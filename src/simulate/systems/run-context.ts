@@ -23,6 +23,9 @@ import type { Scenario, SystemName } from '../scenario/schema.js';
 import { trainIterationMs, type TrainLayout } from '../trainer/parallel-step.js';
 import { Workload } from '../workload/workload.js';
 
+/** The systems built on verl, whose multi-turn rollout runs a replica's turns in lockstep (turnLockstep). */
+const LOCKSTEP_SYSTEMS: readonly SystemName[] = ['one-step', 'stream', 'sync'];
+
 export interface ScenarioRunResult {
   scenario: string;
   system: SystemName;
@@ -130,7 +133,9 @@ export class RunContext {
   ) {
     this.workload = new Workload(scenario, mechanisms.groupLengthCorrelation);
     this.pool = new PromptPool(this.workload, this.ledger);
-    this.tools = this.workload.toolCalls === null ? null : new ToolCallLoop(this.sim, this.workload);
+    // verl's batched multi-turn loop (mechanism turnLockstep) for the baselines built on it.
+    const lockstep = mechanisms.turnLockstep && LOCKSTEP_SYSTEMS.includes(placement.system);
+    this.tools = this.workload.toolCalls === null ? null : new ToolCallLoop(this.sim, this.workload, lockstep);
   }
 
   get stepsDone(): number {
@@ -147,6 +152,7 @@ export class RunContext {
         : {
             finished: (id, atMs) => {
               if (!tools.turnEnded(actor!, id)) owner.finished(id, atMs);
+              tools.turnSettled(actor!);
             },
           };
     if (tools !== null && owner.admitted) through.admitted = owner.admitted.bind(owner);
