@@ -11,6 +11,7 @@
         "native/checksum.cc",
         "native/fp8_quantize.cc",
         "native/delta_codec.cc",
+        "native/delta_codec_async.cc",
         "native/ucx_status.cc",
         "native/ucx_context.cc",
         "native/ucx_worker.cc",

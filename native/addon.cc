@@ -37,6 +37,8 @@ static Napi::Object InitLaminar(Napi::Env env, Napi::Object exports) {
   exports.Set("fp8QuantizeAsync", Napi::Function::New(env, Fp8QuantizeAsync, "fp8QuantizeAsync"));
   exports.Set("deltaEncode", Napi::Function::New(env, DeltaEncodeJs, "deltaEncode"));
   exports.Set("deltaDecode", Napi::Function::New(env, DeltaDecodeJs, "deltaDecode"));
+  exports.Set("deltaEncodeAsync", Napi::Function::New(env, DeltaEncodeAsync, "deltaEncodeAsync"));
+  exports.Set("deltaRebuildAsync", Napi::Function::New(env, DeltaRebuildAsync, "deltaRebuildAsync"));
   return exports;
 }
 

@@ -33,4 +33,15 @@ Napi::Value DeltaEncodeJs(const Napi::CallbackInfo& info);
 // XXH3-64 of the rebuilt chunk (0n without `checksum`).
 Napi::Value DeltaDecodeJs(const Napi::CallbackInfo& info);
 
+// On the libuv pool (delta_codec_async.cc), over chunks of mappings, for the relay's broadcast:
+// deltaEncodeAsync(base, baseOffset, next, nextOffset, length, limit): Promise<{ kind, payload?,
+// seconds }>: 'same' (unchanged), 'sparse' with the payload (at most `limit` bytes), or 'full'
+// (send the chunk itself); `seconds`: the encode's time on its thread.
+Napi::Value DeltaEncodeAsync(const Napi::CallbackInfo& info);
+// deltaRebuildAsync(kind, base, baseOffset, payload, target, targetOffset, length): Promise<bigint
+// | number>: writes the target's chunk from the base's and the payload ('same': empty) in one
+// pass, and resolves with its XXH3-64; a number is the offset of a malformed payload (nothing
+// was written). The payload is copied before the call returns.
+Napi::Value DeltaRebuildAsync(const Napi::CallbackInfo& info);
+
 }  // namespace laminar

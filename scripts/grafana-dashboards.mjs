@@ -307,10 +307,11 @@ const relays = dashboard({
         [
           [increase('laminar_relay_delta_chunks_total', ['direction', 'kind']), '{{direction}} {{kind}}'],
           [increase('laminar_relay_delta_fallbacks_total', ['reason']), 'fallback {{reason}}'],
+          [increase('laminar_relay_delta_forwarded_chunks_total'), 'out forwarded as received'],
         ],
         {
           description:
-            'Chunks in 5 minutes as same (unchanged from the base), sparse (a delta) or full; fallbacks: deltas received that did not decode or failed the checksum, asked for again in full (nothing wrong is served).',
+            'Chunks in 5 minutes as same (unchanged from the base), sparse (a delta) or full; fallbacks: deltas received that did not decode or failed the checksum, asked for again in full (nothing wrong is served); forwarded: deltas a relay sent on as they arrived (its successor holds the same base), without an encode.',
         },
       ),
       panel('Transfers', [[increase('laminar_relay_broadcast_transfers_total', ['direction', 'result']), '{{direction}} {{result}}']], {

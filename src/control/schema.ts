@@ -119,7 +119,12 @@ export const chunkingSchema = chunkInputs.extend({
 });
 
 const count = z.number().int().nonnegative();
-const deltaCounts = z.object({ chunks: z.object({ same: count, sparse: count, full: count }), fullBytes: count, wireBytes: count });
+const deltaCounts = z.object({
+  chunks: z.object({ same: count, sparse: count, full: count }),
+  fullBytes: count,
+  wireBytes: count,
+  forwarded: count.optional(),
+});
 /** A relay's delta broadcast: its --delta mode, chunks and bytes sent and received (DeltaStatus of the relay's status). */
 export const deltaSchema = z.object({ mode: z.enum(['auto', 'on', 'off']), out: deltaCounts, in: deltaCounts });
 

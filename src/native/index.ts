@@ -125,6 +125,26 @@ interface NativeAddon {
   /** See native/delta_codec.h; src/relay/delta/codec.ts is the friendly surface. */
   deltaEncode: (base: ArrayBufferView, next: ArrayBufferView, out: ArrayBufferView, portable?: boolean) => number;
   deltaDecode: (kind: 'same' | 'sparse' | 'full', base: ArrayBufferView, payload: ArrayBufferView, out: ArrayBufferView, checksum: boolean) => bigint | number;
+  /** The same on the libuv pool, over chunks of mappings (native/delta_codec_async.cc). */
+  deltaEncodeAsync: (base: Mapping, baseOffset: number, next: Mapping, nextOffset: number, length: number, limit: number) => Promise<NativeEncoded>;
+  deltaRebuildAsync: (
+    kind: 'same' | 'sparse',
+    base: Mapping,
+    baseOffset: number,
+    payload: ArrayBufferView,
+    target: Mapping,
+    targetOffset: number,
+    length: number,
+  ) => Promise<bigint | number>;
+}
+
+/** What deltaEncodeAsync found: the chunk unchanged, its sparse payload, or neither (send it full); and its time on the pool. */
+export interface NativeEncoded {
+  kind: 'same' | 'sparse' | 'full';
+  /** The sparse payload ('sparse' only). */
+  payload?: Buffer;
+  /** Seconds the encode took on its pool thread (queueing not included). */
+  seconds: number;
 }
 
 function findAddon(): string {
@@ -178,6 +198,8 @@ export const checksumBuffer = native.checksumBuffer;
 export const fp8QuantizeAsync = native.fp8QuantizeAsync;
 export const deltaEncode = native.deltaEncode;
 export const deltaDecode = native.deltaDecode;
+export const deltaEncodeAsync = native.deltaEncodeAsync;
+export const deltaRebuildAsync = native.deltaRebuildAsync;
 
 /** Checksums are carried as 16 lowercase hex digits (XXH3-64, seed 0). */
 export function checksumHex(value: bigint): string {

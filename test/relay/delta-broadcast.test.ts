@@ -486,3 +486,135 @@ describe('a relay killed in the middle of a delta broadcast', () => {
     }
   });
 });
+
+/** Sends every chunk of `next` as its delta against `base` (same, sparse or full, the smallest) over `rogue`; the payload bytes sent. */
+async function sendDeltas(rogue: RoguePeer, base: BuiltVersion, next: BuiltVersion, indices: number[]): Promise<number> {
+  let wire = 0;
+  for (const i of indices) {
+    const encoded = encodeChunk(chunkView(base, i), chunkView(next, i));
+    if (encoded.kind === 'full') {
+      await rogue.chunk(next, next.model, next.version, i);
+      wire += encoded.payload.byteLength;
+      continue;
+    }
+    const payload = encoded.payload.byteLength > 0 ? { source: encoded.payload, offset: 0, length: encoded.payload.byteLength } : undefined;
+    await rogue.link.send({ t: 'chunk', model: next.model, version: next.version, index: i, enc: encoded.kind }, payload);
+    wire += encoded.payload.byteLength;
+  }
+  return wire;
+}
+
+describe('a relay in the middle of a delta broadcast', () => {
+  // A publisher the test paces (a rogue peer) -> k1 -> t2: k1 receives deltas and sends them on.
+  const dirs: { dir: string; cleanup(): void }[] = [];
+  const built: BuiltVersion[] = [];
+  const model = 'org/middle';
+  let middle: Relay;
+  let tail: Relay;
+  let rogue: RoguePeer;
+  let plan: { epoch: number; relays: { id: string; address: string }[] };
+
+  /** Version `version`: the previous one with 20 words changed in each of `chunks`. */
+  const next = (version: number, chunks: number[]): BuiltVersion => {
+    const v = editedVersion(built[built.length - 1]!, version, (d) => {
+      for (const c of chunks) for (let k = 0; k < 20; k++) flip(d, c * MiB + 5003 * k + 2 * version, 0x11);
+    });
+    built.push(v);
+    return v;
+  };
+  const digest = (relay: Relay, version: number): string => segmentDigest(relay.store.peek(model, version)!.path);
+
+  beforeAll(async () => {
+    const temp = (): string => {
+      const d = tempShmDir();
+      dirs.push(d);
+      return d.dir;
+    };
+    middle = await inProcessRelay(temp(), relayOptions('k1', '127.0.0.1:0'));
+    tail = await inProcessRelay(temp(), relayOptions('t2', '127.0.0.1:0'));
+    plan = {
+      epoch: 1,
+      relays: [
+        { id: 'k1', address: `127.0.0.1:${middle.broadcaster!.port}` },
+        { id: 't2', address: `127.0.0.1:${tail.broadcaster!.port}` },
+      ],
+    };
+    tail.broadcaster!.setPlan(plan);
+    middle.broadcaster!.setPlan(plan);
+    rogue = await RoguePeer.connect(`127.0.0.1:${middle.broadcaster!.port}`);
+    const v1 = buildVersion(model, 1, CHUNKS * MiB, MiB);
+    built.push(v1);
+    const tailHasV1 = arrival(tail, model, 1);
+    await sendFull(rogue, v1);
+    await tailHasV1;
+  });
+
+  afterAll(async () => {
+    await rogue.close();
+    await middle.close();
+    await tail.close();
+    for (const v of built) v.mapping.close();
+    for (const d of dirs) d.cleanup();
+  });
+
+  it('sends each delta on as it arrived to a successor holding the same base, counted; both rebuild byte-exact', async () => {
+    const v1 = built[0]!;
+    const v2 = next(2, [1, 3, 5]);
+    const sentBefore = counts(middle, 'out');
+    const receivedBefore = counts(tail, 'in');
+    const tailHasV2 = arrival(tail, model, 2);
+    await rogue.offer(v2, model, 2);
+    const accept = await rogue.waitFor((m) => m.t === 'accept' && m.model === model && m.version === 2);
+    expect(accept).toMatchObject({ base: { version: 1, digest: baseFingerprint(middle.store.peek(model, 1)!) } });
+    const wire = await sendDeltas(rogue, v1, v2, [...Array(CHUNKS).keys()]);
+    await tailHasV2;
+    expect(digest(middle, 2)).toBe(v2.digest);
+    expect(digest(tail, 2)).toBe(v2.digest);
+    const received = moved(counts(tail, 'in'), receivedBefore);
+    expect(received.chunks).toEqual({ same: CHUNKS - 3, sparse: 3, full: 0 });
+    // The tail got the very payloads the publisher sent the middle relay: nothing was re-encoded.
+    expect(received.wireBytes).toBe(wire);
+    await until('k1 to count its sends', () => (middle.broadcaster!.status().delta!.out.forwarded ?? 0) - (sentBefore.forwarded ?? 0) >= CHUNKS || undefined);
+    expect((counts(middle, 'out').forwarded ?? 0) - (sentBefore.forwarded ?? 0)).toBe(CHUNKS);
+    expect(moved(counts(middle, 'out'), sentBefore)).toEqual(received);
+    expect(metricValue(await middle.registry.metrics(), 'laminar_relay_delta_forwarded_chunks_total')).toBe(CHUNKS);
+    const { stdout } = await run(process.execPath, [CLI, 'versions', '--socket', middle.options.socketPath]);
+    expect(stdout).toMatch(/^delta on: sent .*: same 5, sparse 3, full 8, 8 forwarded as received\); received /m);
+  });
+
+  it('encodes against the base a successor holds when it is not the one its own deltas came against', async () => {
+    // The tail misses version 3 (out of the plan meanwhile): it holds v2 when v4 comes, which
+    // reaches the middle relay as deltas against v3.
+    middle.broadcaster!.setPlan({ epoch: 2, relays: [plan.relays[0]!] });
+    const v3 = next(3, [2]);
+    await rogue.offer(v3, model, 3);
+    await rogue.waitFor((m) => m.t === 'accept' && m.model === model && m.version === 3);
+    await sendDeltas(rogue, built[1]!, v3, [...Array(CHUNKS).keys()]);
+    await rogue.waitFor((m) => m.t === 'progress' && m.model === model && m.version === 3 && m.complete);
+    expect(tail.store.latest(model)!.version).toBe(2);
+
+    const v4 = next(4, [6]);
+    const sentBefore = counts(middle, 'out');
+    const receivedBefore = counts(tail, 'in');
+    const tailHasV4 = arrival(tail, model, 4);
+    await rogue.offer(v4, model, 4);
+    const accept = await rogue.waitFor((m) => m.t === 'accept' && m.model === model && m.version === 4);
+    expect(accept).toMatchObject({ base: { version: 3 } });
+    await sendDeltas(rogue, v3, v4, [0, 1, 2, 3]);
+    // The tail is taken back while v4 arrives: it names v2 as its base, which the middle holds.
+    middle.broadcaster!.setPlan({ ...plan, epoch: 3 });
+    await sendDeltas(rogue, v3, v4, [4, 5, 6, 7]);
+    await tailHasV4;
+    expect(digest(middle, 4)).toBe(v4.digest);
+    expect(digest(tail, 4)).toBe(v4.digest);
+    // Against v2: chunk 2 (changed in v3) and chunk 6 (in v4) are sparse, the rest the same.
+    const received = moved(counts(tail, 'in'), receivedBefore);
+    expect(received.chunks).toEqual({ same: CHUNKS - 2, sparse: 2, full: 0 });
+    await until('k1 to count its sends', () => {
+      const sent = moved(counts(middle, 'out'), sentBefore).chunks;
+      return sent.same + sent.sparse >= CHUNKS || undefined;
+    });
+    expect(moved(counts(middle, 'out'), sentBefore)).toEqual(received);
+    expect(counts(middle, 'out').forwarded ?? 0).toBe(sentBefore.forwarded ?? 0);
+  });
+});

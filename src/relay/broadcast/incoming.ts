@@ -4,7 +4,9 @@
  * asked for again. The contiguous high-water mark is what a new upstream resumes from. With a
  * base (delta/base.ts), a chunk may come as a delta against it instead, rebuilt here
  * (delta/reconstruct.ts) and verified the same way; the base stays leased until the version is
- * complete or abandoned.
+ * complete or abandoned. The delta's payload is kept until the successor has taken it: a
+ * successor that holds the same base gets the same payload, as soon as it is here, while this
+ * relay rebuilds the chunk for itself (it verifies its own rebuild, as this relay does).
  */
 import type { Logger } from 'pino';
 import { LaminarError } from '../../common/errors.js';
@@ -13,12 +15,20 @@ import { chunkRange } from '../../safetensors/header.js';
 import type { IncomingMessage } from '../../ucx/index.js';
 import type { StoredVersion, VersionStore } from '../store.js';
 import type { BroadcastMetrics } from './metrics.js';
-import { VersionSource } from './source.js';
+import { VersionSource, type ArrivedDelta } from './source.js';
 import { ErrorCodes } from '../../common/error-codes.js';
 import type { BaseRef } from './delta/base.js';
 import { rebuildChunk, type DeltaEncoding } from './delta/reconstruct.js';
 
 export type ChunkOutcome = 'verified' | 'duplicate' | 'corrupt' | 'failed';
+
+/**
+ * Delta payloads kept for the successor, at most this many bytes per arrival: past it a payload
+ * is not kept and the successor gets the chunk encoded here from the verified bytes. Deltas are
+ * a few percent of a chunk; the bound only keeps an arrival of near-chunk-sized deltas, which a
+ * lagging successor would not take, from holding a version's worth of heap.
+ */
+export const KEEP_ARRIVED_BYTES = 256 * 1024 * 1024;
 
 /** The version a delta arrival is rebuilt from, leased by the transfer, and how the sender names it. */
 export interface ArrivalBase {
@@ -57,6 +67,10 @@ export class IncomingTransfer extends VersionSource {
   private hwmValue = 0;
   private readonly waiters = new Map<number, { resolve(): void; reject(err: Error): void }[]>();
   private abandoned: LaminarError | null = null;
+  /** Delta payloads here and not yet taken by the successor (see the header), and their bytes. */
+  private readonly arrived = new Map<number, ArrivedDelta>();
+  private arrivedBytes = 0;
+  private readonly arrivalWaiters = new Map<number, (() => void)[]>();
   readonly done: Promise<void>;
   private resolveDone!: () => void;
   private rejectDone!: (err: Error) => void;
@@ -81,8 +95,16 @@ export class IncomingTransfer extends VersionSource {
       this.rejectDone = reject;
     });
     this.done.catch(() => undefined);
-    // The base is needed no longer once the version is complete (or given up).
-    if (base) this.done.finally(() => store.unlease(base.v)).catch(() => undefined);
+    // The base is needed no longer once the version is complete (or given up), nor are the
+    // payloads: a successor still behind encodes what it lacks from the complete version.
+    this.done
+      .finally(() => {
+        if (base) store.unlease(base.v);
+        this.arrived.clear();
+        this.arrivedBytes = 0;
+        this.arrivalWaiters.clear();
+      })
+      .catch(() => undefined);
     void this.prefault();
   }
 
@@ -132,6 +154,47 @@ export class IncomingTransfer extends VersionSource {
     return this.verified[index] === 1;
   }
 
+  arrivedAs(index: number, ref: BaseRef): ArrivedDelta | undefined {
+    return this.sameBase(ref) ? this.arrived.get(index) : undefined;
+  }
+
+  whenForwardable(index: number, ref: BaseRef): Promise<void> {
+    if (this.arrivedAs(index, ref) !== undefined) return Promise.resolve();
+    if (!this.sameBase(ref)) return this.whenAvailable(index);
+    const arrives = new Promise<void>((resolve) => {
+      const list = this.arrivalWaiters.get(index) ?? [];
+      list.push(resolve);
+      this.arrivalWaiters.set(index, list);
+    });
+    return Promise.race([arrives, this.whenAvailable(index)]);
+  }
+
+  forwarded(index: number): void {
+    this.forget(index);
+  }
+
+  /** Whether `ref` names the base this version is rebuilt from here. */
+  private sameBase(ref: BaseRef): boolean {
+    return this.base !== null && this.base.ref.version === ref.version && this.base.ref.digest === ref.digest;
+  }
+
+  private keepArrived(index: number, kind: DeltaEncoding, payload: Uint8Array): void {
+    if (this.abandoned || this.arrivedBytes + payload.byteLength > KEEP_ARRIVED_BYTES) return;
+    this.forget(index);
+    this.arrived.set(index, { kind, payload });
+    this.arrivedBytes += payload.byteLength;
+    const waiting = this.arrivalWaiters.get(index);
+    this.arrivalWaiters.delete(index);
+    for (const resolve of waiting ?? []) resolve();
+  }
+
+  private forget(index: number): void {
+    const kept = this.arrived.get(index);
+    if (kept === undefined) return;
+    this.arrived.delete(index);
+    this.arrivedBytes -= kept.payload.byteLength;
+  }
+
   whenAvailable(index: number): Promise<void> {
     if (this.verified[index] === 1) return Promise.resolve();
     if (this.abandoned) return Promise.reject(this.abandoned);
@@ -175,14 +238,21 @@ export class IncomingTransfer extends VersionSource {
           incoming.release();
           return Promise.resolve(false);
         });
-      if (encoding === undefined) await pull(mapping, offset);
-      else await rebuildChunk(encoding, index, incoming, this.base!.v, { mapping, layout: this.v.layout }, (into) => pull(into, 0));
-      if (superseded()) return 'duplicate';
-      const sum = checksumHex(await mapping.checksumAsync(offset, length));
+      let sum: string | null = null;
+      if (encoding === undefined) {
+        await pull(mapping, offset);
+        if (!superseded()) sum = checksumHex(await mapping.checksumAsync(offset, length));
+      } else {
+        // The rebuild hashes the chunk as it writes it: no second read to verify it.
+        const keep = (payload: Uint8Array): void => this.keepArrived(index, encoding, payload);
+        const rebuilt = await rebuildChunk(encoding, index, incoming, this.base!.v, { mapping, layout: this.v.layout }, (into) => pull(into, 0), keep);
+        if (rebuilt !== null) sum = checksumHex(rebuilt);
+      }
+      if (sum === null || superseded()) return 'duplicate';
       this.metrics.chunkBytesReceived.inc(wireBytes);
       this.metrics.bytes.received += wireBytes;
-      if (superseded()) return 'duplicate';
       if (sum !== this.checksums[index]) {
+        if (encoding !== undefined) this.forget(index); // the successor verifies its own rebuild, and asks us for the full chunk
         this.metrics.corruptChunks.inc();
         if (encoding !== undefined) this.metrics.deltaFallbacks.inc({ reason: 'checksum' });
         this.log.warn({ model: this.v.model, version: this.v.version, chunk: index, encoding: encoding ?? 'full' }, 'chunk failed its checksum: asking again');
@@ -191,6 +261,7 @@ export class IncomingTransfer extends VersionSource {
       this.metrics.countDelta('in', encoding ?? 'full', length, wireBytes);
     } catch (err) {
       if ((err as LaminarError).code === ErrorCodes.DELTA_CORRUPT && !superseded()) {
+        this.forget(index);
         // Nothing decoded is kept: the chunk is not marked verified, and its full copy is asked for.
         this.metrics.deltaFallbacks.inc({ reason: 'decode' });
         this.log.warn(
@@ -210,6 +281,7 @@ export class IncomingTransfer extends VersionSource {
     this.verifiedCount++;
     this.metrics.chunksReceived.inc();
     while (this.hwmValue < this.verified.length && this.verified[this.hwmValue] === 1) this.hwmValue++;
+    this.arrivalWaiters.delete(index); // settled by the waiters below
     const waiting = this.waiters.get(index);
     if (waiting) {
       this.waiters.delete(index);
@@ -235,6 +307,7 @@ export class IncomingTransfer extends VersionSource {
     this.abandoned = new LaminarError(ErrorCodes.TRANSFER_ABANDONED, `receiving ${this.v.model} v${this.v.version} was abandoned: ${reason}`);
     for (const list of this.waiters.values()) for (const w of list) w.reject(this.abandoned);
     this.waiters.clear();
+    this.arrivalWaiters.clear(); // their races settle through the waiters above
     this.rejectDone(this.abandoned);
     await this.store.abandonReceive(this.v, reason);
   }

@@ -33,6 +33,7 @@ export class BroadcastMetrics {
   readonly deltaFullBytes: Counter<'direction'>;
   readonly deltaWireBytes: Counter<'direction'>;
   readonly deltaFallbacks: Counter<'reason'>;
+  readonly deltaForwarded: Counter;
   /** The delta counters as plain numbers, for the relay's status (`laminar versions`) and heartbeat. */
   readonly delta: { out: DeltaCounts; in: DeltaCounts } = { out: emptyCounts(), in: emptyCounts() };
   /**
@@ -151,10 +152,17 @@ export class BroadcastMetrics {
       help: 'Delta chunks received that were not served and were asked for again in full, by reason: decode (the payload did not decode) or checksum (rebuilt bytes failed the version checksum)',
       labelNames: ['reason'],
     });
+    this.deltaForwarded = counter(registry, {
+      name: 'laminar_relay_delta_forwarded_chunks_total',
+      help: 'Delta chunks sent downstream as they arrived from upstream (the successor holds the same base): no encode here',
+    });
   }
 
-  /** One chunk of `fullBytes` that crossed a hop as `kind`, taking `wireBytes` on the wire. */
-  countDelta(direction: 'in' | 'out', kind: ChunkKind, fullBytes: number, wireBytes: number): void {
+  /**
+   * One chunk of `fullBytes` that crossed a hop as `kind`, taking `wireBytes` on the wire;
+   * `forwarded`: sent on as it arrived (out only).
+   */
+  countDelta(direction: 'in' | 'out', kind: ChunkKind, fullBytes: number, wireBytes: number, forwarded = false): void {
     this.deltaChunks.inc({ direction, kind });
     this.deltaFullBytes.inc({ direction }, fullBytes);
     this.deltaWireBytes.inc({ direction }, wireBytes);
@@ -162,6 +170,10 @@ export class BroadcastMetrics {
     counts.chunks[kind]++;
     counts.fullBytes += fullBytes;
     counts.wireBytes += wireBytes;
+    if (forwarded) {
+      this.deltaForwarded.inc();
+      counts.forwarded = (counts.forwarded ?? 0) + 1;
+    }
   }
 }
 

@@ -9,7 +9,9 @@
  * When the peer's accept names a base it holds and `delta` gives an encoder for it
  * (delta/encoder.ts), each chunk goes as whichever is smallest: 'same' as the base, a sparse
  * delta, or full. A chunk the peer nacks goes full from then on: whatever the delta's fault, the
- * full chunk heals it.
+ * full chunk heals it. A chunk that arrived here as a delta against the peer's base goes on as
+ * it arrived as soon as it is here, before this relay has verified it (the peer verifies its own
+ * rebuild); a chunk sent full waits, as always, for this relay's verification.
  */
 import type { Logger } from 'pino';
 import { LaminarError, TimeoutError } from '../../common/errors.js';
@@ -22,7 +24,7 @@ import type { BroadcastMetrics } from './metrics.js';
 import type { ChunkSource } from './source.js';
 import type { HopSample } from '../chunking/link-estimator.js';
 import type { BaseRef } from './delta/base.js';
-import type { ChunkEncoder } from './delta/encoder.js';
+import type { ChunkEncoder, ChunkToSend } from './delta/encoder.js';
 
 export type OutgoingResult = 'complete' | 'declined';
 
@@ -192,10 +194,12 @@ export class OutgoingTransfer {
     while (!this.finished && this.accepted && this.inflight < this.options.window && this.waitingFor === null) {
       const index = this.pick();
       if (index === null) return;
-      if (!this.source.available(index)) {
-        // Forward as soon as our own upstream delivers (and we verified) this chunk.
+      const encoder = this.fullOnly.has(index) ? null : this.encoder;
+      if (!this.source.available(index) && !(encoder?.forwardable(index) ?? false)) {
+        // Forward as soon as our own upstream delivers (and we verified) this chunk, or, when it
+        // comes as a delta against the peer's base, as soon as its payload is here.
         this.waitingFor = index;
-        this.source.whenAvailable(index).then(
+        (encoder?.whenSendable(index) ?? this.source.whenAvailable(index)).then(
           () => {
             this.waitingFor = null;
             this.pump();
@@ -225,38 +229,41 @@ export class OutgoingTransfer {
       this.lastProgress = Date.now();
       this.busySince = performance.now();
     }
-    let encoded;
-    try {
-      encoded = this.encoder !== null && !this.fullOnly.has(index) ? this.encoder.encode(index) : null;
-    } catch (err) {
-      this.fail(err as Error);
-      return;
-    }
-    const kind = encoded?.kind ?? 'full';
-    const header: PeerMessage = { t: 'chunk', model: this.source.model, version: this.source.version, index, ...(kind !== 'full' ? { enc: kind } : {}) };
-    let payload: Payload | undefined;
-    if (encoded === null || encoded.kind === 'full') payload = { source: mapping, offset, length };
-    else if (encoded.kind === 'sparse') payload = { source: encoded.payload, offset: 0, length: encoded.payload.byteLength };
-    const wireBytes = payload?.length ?? 0;
     this.inflight++;
     this.sentChunks++;
-    this.link.send(header, payload).then(
-      () => {
-        this.progressed('to take a chunk');
-        this.inflight--;
-        this.carriedChunks++;
-        this.carriedBytes += wireBytes;
-        if (this.inflight === 0) this.busySeconds += (performance.now() - this.busySince) / 1e3;
-        this.options.metrics.chunksSent.inc();
-        this.options.metrics.chunkBytesSent.inc(wireBytes);
-        this.options.metrics.bytes.sent += wireBytes;
-        if (kind !== 'full') this.deltaChunks++;
-        if (this.source.pieces === undefined) this.options.metrics.countDelta('out', kind, length, wireBytes);
-        this.options.onChunk?.(this.sentChunks, this.count);
-        this.pump();
-      },
-      (err: unknown) => this.fail(err as Error),
-    );
+    // The encode runs on the pool; meanwhile the next chunks of the window are picked.
+    const encoding: Promise<ChunkToSend | null> = this.encoder !== null && !this.fullOnly.has(index) ? this.encoder.encode(index) : Promise.resolve(null);
+    encoding
+      .then((encoded) => {
+        if (this.finished) return;
+        const kind = encoded?.kind ?? 'full';
+        const header: PeerMessage = {
+          t: 'chunk',
+          model: this.source.model,
+          version: this.source.version,
+          index,
+          ...(kind !== 'full' ? { enc: kind } : {}),
+        };
+        let payload: Payload | undefined;
+        if (encoded === null || encoded.kind === 'full') payload = { source: mapping, offset, length };
+        else if (encoded.kind === 'sparse') payload = { source: encoded.payload, offset: 0, length: encoded.payload.byteLength };
+        const wireBytes = payload?.length ?? 0;
+        return this.link.send(header, payload).then(() => {
+          this.progressed('to take a chunk');
+          this.inflight--;
+          this.carriedChunks++;
+          this.carriedBytes += wireBytes;
+          if (this.inflight === 0) this.busySeconds += (performance.now() - this.busySince) / 1e3;
+          this.options.metrics.chunksSent.inc();
+          this.options.metrics.chunkBytesSent.inc(wireBytes);
+          this.options.metrics.bytes.sent += wireBytes;
+          if (kind !== 'full') this.deltaChunks++;
+          if (this.source.pieces === undefined) this.options.metrics.countDelta('out', kind, length, wireBytes, encoded?.forwarded === true);
+          this.options.onChunk?.(this.sentChunks, this.count);
+          this.pump();
+        });
+      })
+      .catch((err: unknown) => this.fail(err as Error));
   }
 
   /** The peer moved while we waited on it: its stall clock starts again, after a look at how long it took. */

@@ -7,6 +7,13 @@ import type { Mapping } from '../../native/index.js';
 import type { VersionLayout } from '../../safetensors/header.js';
 import type { StoredVersion } from '../store/stored-version.js';
 import { ErrorCodes } from '../../common/error-codes.js';
+import type { BaseRef } from './delta/base.js';
+
+/** A chunk as it arrived from upstream: a delta against the arrival's base ('same' carries no bytes). */
+export interface ArrivedDelta {
+  kind: 'same' | 'sparse';
+  payload: Uint8Array;
+}
 
 export interface ChunkSource {
   readonly model: string;
@@ -22,6 +29,17 @@ export interface ChunkSource {
   available(index: number): boolean;
   /** Resolves when chunk `index` is available; rejects when the source is abandoned. */
   whenAvailable(index: number): Promise<void>;
+  /**
+   * A version arriving here (incoming.ts): chunk `index` as the delta it arrived as against the
+   * base `ref` names, from the moment its payload is here (before this relay has rebuilt and
+   * verified it): what a relay forwards unchanged to a successor that holds the same base.
+   * Undefined when it came full, against another base, or was already taken.
+   */
+  arrivedAs?(index: number, ref: BaseRef): ArrivedDelta | undefined;
+  /** Resolves once arrivedAs(index, ref) has the chunk or the chunk is available. */
+  whenForwardable?(index: number, ref: BaseRef): Promise<void>;
+  /** The successor took chunk `index` as it arrived: its payload need not be kept. */
+  forwarded?(index: number): void;
 }
 
 /** A version of the store as a source; subclasses say which chunks are there. */

@@ -9,7 +9,7 @@
  * ./sparse-reference.ts is the same codec in TypeScript, which the tests hold the native one to.
  */
 import { ErrorCodes, LaminarError } from '../../common/errors.js';
-import { deltaDecode, deltaEncode } from '../../native/index.js';
+import { deltaDecode, deltaEncode, deltaEncodeAsync, deltaRebuildAsync, type Mapping } from '../../native/index.js';
 import { checkSparseReference, corrupt, sameBytes } from './sparse-reference.js';
 
 export type ChunkEncodingKind = 'same' | 'sparse' | 'full';
@@ -48,13 +48,18 @@ function sparseLimit(chunkBytes: number, maxSparseFraction: number): number {
  */
 let scratch = new Uint8Array(0);
 
-/** Chooses the smallest encoding of `next` against `base` (same length). */
-export function encodeChunk(base: Uint8Array, next: Uint8Array, options: EncodeOptions = {}): EncodedChunk {
-  sameLength(base, next, 'the new one');
+function checkedFraction(options: EncodeOptions): number {
   const fraction = options.maxSparseFraction ?? 1;
   if (!(fraction >= 0 && fraction <= 1)) {
     throw new LaminarError(ErrorCodes.INVALID_ARG, `maxSparseFraction must be within [0, 1], not ${fraction}`);
   }
+  return fraction;
+}
+
+/** Chooses the smallest encoding of `next` against `base` (same length). */
+export function encodeChunk(base: Uint8Array, next: Uint8Array, options: EncodeOptions = {}): EncodedChunk {
+  sameLength(base, next, 'the new one');
+  const fraction = checkedFraction(options);
   if (sameBytes(base, next)) return { kind: 'same', payload: EMPTY };
   const limit = sparseLimit(next.length, fraction);
   if (limit > 0) {
@@ -115,6 +120,49 @@ export function decodeChunk(kind: ChunkEncodingKind, base: Uint8Array, payload: 
  */
 export function decodeChunkWithChecksum(kind: ChunkEncodingKind, base: Uint8Array, payload: Uint8Array, out: Uint8Array): bigint {
   return decode(kind, base, payload, out, true);
+}
+
+/** A chunk of a mapping: `length` bytes at `offset`. */
+export interface MappedChunk {
+  mapping: Mapping;
+  offset: number;
+}
+
+/**
+ * encodeChunk over chunks of two mappings, on the libuv pool (the relay's event loop never scans
+ * a chunk); also the encode's own time on its thread, for the sender's measurements. A 'full'
+ * chunk's payload is a view of `next`.
+ */
+export async function encodeMappedChunk(
+  base: MappedChunk,
+  next: MappedChunk,
+  length: number,
+  options: EncodeOptions = {},
+): Promise<EncodedChunk & { seconds: number }> {
+  const limit = Math.max(0, sparseLimit(length, checkedFraction(options)));
+  const encoded = await deltaEncodeAsync(base.mapping, base.offset, next.mapping, next.offset, length, limit);
+  if (encoded.kind === 'sparse') return { kind: 'sparse', payload: encoded.payload!, seconds: encoded.seconds };
+  if (encoded.kind === 'same') return { kind: 'same', payload: EMPTY, seconds: encoded.seconds };
+  return { kind: 'full', payload: new Uint8Array(next.mapping.view(next.offset, length)), seconds: encoded.seconds };
+}
+
+/**
+ * Writes `target`'s chunk from `base`'s and a 'same' or 'sparse' payload, on the libuv pool, in
+ * one pass that also hashes it: resolves with the XXH3-64 of the rebuilt chunk (what the caller
+ * compares with the version's checksum). Rejects with ERR_DELTA_CORRUPT, having written nothing,
+ * when the payload is malformed.
+ */
+export async function rebuildMappedChunk(
+  kind: 'same' | 'sparse',
+  base: MappedChunk,
+  payload: Uint8Array,
+  target: MappedChunk,
+  length: number,
+): Promise<bigint> {
+  const result = await deltaRebuildAsync(kind, base.mapping, base.offset, payload, target.mapping, target.offset, length);
+  if (typeof result === 'bigint') return result;
+  checkPayload(kind, payload, length); // throws with the reason
+  throw corrupt(result, 'refused by the native decoder');
 }
 
 /**

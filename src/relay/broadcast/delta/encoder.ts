@@ -1,12 +1,14 @@
 /**
  * The sender's half of a delta hop: each chunk of the version being sent, encoded against the
  * sender's own copy of the base the receiver named (base.ts), or left full when the delta would
- * not pay (policy.ts). One per outgoing transfer; it holds a lease on the base for as long as the
- * transfer runs, so that retention cannot retire the bytes the payloads are made from.
+ * not pay (policy.ts). A chunk that arrived here as a delta against that same base goes on as
+ * the payload it arrived as, without an encode (a relay in the middle of the chain). The encodes
+ * run on the libuv pool. One per outgoing transfer; it holds a lease on the base for as long as
+ * the transfer runs, so that retention cannot retire the bytes the payloads are made from.
  */
 import { chunkRange } from '../../../safetensors/header.js';
 import type { StoredVersion, VersionStore } from '../../store.js';
-import { encodeChunk, type EncodedChunk } from '../../delta/codec.js';
+import { encodeMappedChunk, type EncodedChunk } from '../../delta/codec.js';
 import type { ChunkSource } from '../source.js';
 import { matchingBase, type BaseRef } from './base.js';
 import { deltaPays, PROBE_EVERY, type DeltaMode, type EncodeMeter } from './policy.js';
@@ -27,8 +29,11 @@ export interface ChunkEncoderOptions {
 export function encoderAgainst(store: VersionStore, source: ChunkSource, ref: BaseRef, mode: DeltaMode, meter: EncodeMeter): ChunkEncoder | null {
   if (mode === 'off' || ref.version >= source.version) return null;
   const base = matchingBase(store, source.model, ref);
-  return base === null ? null : new ChunkEncoder(source, base, { store, mode, meter, linkBandwidth: () => store.chunkSizer.inputs().bandwidth });
+  return base === null ? null : new ChunkEncoder(source, base, ref, { store, mode, meter, linkBandwidth: () => store.chunkSizer.inputs().bandwidth });
 }
+
+/** A chunk to send: as encoded here, or (`forwarded`) as it arrived from upstream. */
+export type ChunkToSend = EncodedChunk & { forwarded?: true };
 
 export class ChunkEncoder {
   private fullSinceProbe = 0;
@@ -38,16 +43,35 @@ export class ChunkEncoder {
   constructor(
     private readonly source: ChunkSource,
     readonly base: StoredVersion,
+    /** How the receiver named the base. */
+    private readonly ref: BaseRef,
     private readonly options: ChunkEncoderOptions,
   ) {
     options.store.lease(base);
   }
 
+  /** Whether chunk `index` can go now as the delta it arrived as (before this relay verified it). */
+  forwardable(index: number): boolean {
+    return this.source.arrivedAs?.(index, this.ref) !== undefined;
+  }
+
+  /** Resolves once chunk `index` can be sent: forwarded as it arrived, or encoded from the verified chunk. */
+  whenSendable(index: number): Promise<void> {
+    return this.source.whenForwardable?.(index, this.ref) ?? this.source.whenAvailable(index);
+  }
+
   /**
-   * Chunk `index` encoded against the base, or null to send it full without encoding (auto mode
-   * on a link where the delta does not pay, or a base no longer mapped).
+   * Chunk `index` as it arrived (when it came as a delta against the same base), else encoded
+   * against the base (the chunk must be available), or null to send it full without encoding
+   * (auto mode on a link where the delta does not pay, or a base no longer mapped).
    */
-  encode(index: number): EncodedChunk | null {
+  async encode(index: number): Promise<ChunkToSend | null> {
+    const arrived = this.source.arrivedAs?.(index, this.ref);
+    if (arrived !== undefined) {
+      // What upstream chose for this hop holds for the next: the same bytes against the same base.
+      this.source.forwarded?.(index);
+      return { kind: arrived.kind, payload: arrived.payload, forwarded: true };
+    }
     const { meter, mode } = this.options;
     if (mode === 'auto' && !deltaPays(meter.measure, this.options.linkBandwidth())) {
       this.fullSinceProbe++;
@@ -58,11 +82,8 @@ export class ChunkEncoder {
     if (this.released || baseMapping === null) return null;
     const at = chunkRange(this.source.layout, index);
     const from = chunkRange(this.base.layout, index);
-    const next = new Uint8Array(this.source.mapping.view(at.offset, at.length));
-    const base = new Uint8Array(baseMapping.view(from.offset, from.length));
-    const started = performance.now();
-    const encoded = encodeChunk(base, next);
-    meter.record(at.length, encoded.kind === 'full' ? at.length : encoded.payload.byteLength, (performance.now() - started) / 1e3);
+    const encoded = await encodeMappedChunk({ mapping: baseMapping, offset: from.offset }, { mapping: this.source.mapping, offset: at.offset }, at.length);
+    meter.record(at.length, encoded.kind === 'full' ? at.length : encoded.payload.byteLength, encoded.seconds);
     return encoded;
   }
 

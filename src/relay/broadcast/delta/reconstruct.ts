@@ -1,14 +1,15 @@
 /**
  * The receiver's half of a delta hop: chunk i of the new version rebuilt in its segment from
  * chunk i of the base this relay holds and what the sender sent: nothing for 'same', a sparse
- * payload for 'sparse'. The caller verifies the result against the new version's own checksum,
- * as for a full chunk: a payload that decodes to the wrong bytes is caught there, one that does
- * not decode throws ERR_DELTA_CORRUPT here; either way the chunk is asked for again, in full.
+ * payload for 'sparse'. The rebuild runs on the libuv pool and hashes the chunk as it writes it;
+ * the caller compares that hash with the new version's own checksum, as for a full chunk: a
+ * payload that decodes to the wrong bytes is caught there, one that does not decode throws
+ * ERR_DELTA_CORRUPT here; either way the chunk is asked for again, in full.
  */
 import type { Mapping } from '../../../native/index.js';
 import { chunkRange, type VersionLayout } from '../../../safetensors/header.js';
 import type { IncomingMessage } from '../../../ucx/index.js';
-import { decodeChunk } from '../../delta/codec.js';
+import { rebuildMappedChunk } from '../../delta/codec.js';
 import type { StoredVersion } from '../../store.js';
 import { LaminarError } from '../../../common/errors.js';
 import { ErrorCodes } from '../../../common/error-codes.js';
@@ -22,9 +23,11 @@ export interface DeltaTarget {
 }
 
 /**
- * Rebuilds chunk `index` of `target` from `base` and the message's payload. `pull` moves the
- * payload (in the order of the link's other pulls) and returns false when the chunk was
- * superseded meanwhile (then nothing is written).
+ * Rebuilds chunk `index` of `target` from `base` and the message's payload; resolves with the
+ * XXH3-64 of the rebuilt chunk, or null when the chunk was superseded meanwhile (nothing
+ * written). `pull` moves the payload (in the order of the link's other pulls) and returns false
+ * when superseded; `arrived` sees the payload as soon as it is here, before the rebuild (a
+ * relay forwards it from there to a successor holding the same base).
  */
 export async function rebuildChunk(
   encoding: DeltaEncoding,
@@ -33,7 +36,8 @@ export async function rebuildChunk(
   base: StoredVersion,
   target: DeltaTarget,
   pull: (into: Uint8Array) => Promise<boolean>,
-): Promise<boolean> {
+  arrived?: (payload: Uint8Array) => void,
+): Promise<bigint | null> {
   const baseMapping = base.mapping;
   if (baseMapping === null) {
     incoming.release();
@@ -43,13 +47,7 @@ export async function rebuildChunk(
   const from = chunkRange(base.layout, index);
   // In the link's order, like a full chunk ('same' has no payload: this only settles the message).
   const payload = new Uint8Array(incoming.length);
-  if (!(await pull(payload))) return false;
-  // The base's chunk first, copied on the libuv pool: the event loop only patches in what changed
-  // (the codec rebuilds in place when base and output are one view).
-  await target.mapping.copyFrom(baseMapping, from.offset, at.offset, at.length);
-  if (encoding === 'sparse') {
-    const chunk = new Uint8Array(target.mapping.view(at.offset, at.length));
-    decodeChunk('sparse', chunk, payload, chunk);
-  }
-  return true;
+  if (!(await pull(payload))) return null;
+  arrived?.(payload);
+  return rebuildMappedChunk(encoding, { mapping: baseMapping, offset: from.offset }, payload, { mapping: target.mapping, offset: at.offset }, at.length);
 }
