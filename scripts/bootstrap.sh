@@ -16,23 +16,36 @@
 # Each step is skipped when already done; the script prints only what it does. The Python steps
 # (5, 6) and the Go build (7) run in the background beside the Node steps (2-4).
 #
-# --no-engines leaves out the real-engine environment (.venv-engines) and --engines-only builds
-# just that one: `npm test` builds it beside the suite instead of waiting for it here, since only
-# the real-engine tier, which runs last, needs it (a clean clone's bootstrap, on a loaded machine,
-# had its Node steps done at 85 s and waited for the ~3 GB of .venv-engines until 587 s).
+# --skip STEP leaves a step out and --only STEP does just that one, for two steps that `npm test`
+# (scripts/test.sh) runs beside later work instead of waiting for them here:
+#   engines     the real-engine environment (.venv-engines): only the real-engine tier, which runs
+#               last, needs it (a clean clone's bootstrap, on a loaded machine, had its Node steps
+#               done at 85 s and waited for the ~3 GB of .venv-engines until 587 s);
+#   typescript  the TypeScript build (dist/), one core's work, beside the type check and the lint,
+#               which need only node_modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+usage() {
+  printf 'usage: bash scripts/bootstrap.sh [--tests] [--skip engines|typescript]... [--only engines|typescript]\n' >&2
+  exit 2
+}
 for_tests=0
-engines_mode=build
-for arg in "$@"; do
-  case "$arg" in
+only=
+skip=()
+while [ $# -gt 0 ]; do
+  case "$1" in
     --tests) for_tests=1 ;;
-    --no-engines) engines_mode=skip ;;
-    --engines-only) engines_mode=only ;;
-    *) printf 'usage: bash scripts/bootstrap.sh [--tests] [--no-engines | --engines-only]\n' >&2 && exit 2 ;;
+    --skip | --only)
+      case "${2:-}" in engines | typescript) ;; *) usage ;; esac
+      if [ "$1" = --only ]; then only=$2; else skip+=("$2"); fi
+      shift
+      ;;
+    *) usage ;;
   esac
+  shift
 done
+skipped() { [[ " ${skip[*]} " == *" $1 "* ]]; }
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
@@ -152,14 +165,32 @@ engines_environment() {
   fi
 }
 
-if [ "$engines_mode" = only ]; then
-  engines_environment
-  exit 0
-fi
+typescript_build() {
+  local stamp=dist/.build-stamp
+  if [ ! -f "$stamp" ] || [ -n "$(find src bench tsconfig.json package.json -newer "$stamp" -print -quit)" ]; then
+    say "compiling TypeScript"
+    npx --no-install tsc -p tsconfig.json >&2
+    npx --no-install tsc -p src/manager/dashboard/page/tsconfig.json >&2
+    chmod +x dist/src/cli/laminar.js 2>/dev/null || true
+    touch "$stamp"
+  fi
+}
+
+# (Steps called as plain commands, never on the left of && or ||, where set -e would not stop them.)
+case "$only" in
+  engines)
+    engines_environment
+    exit 0
+    ;;
+  typescript)
+    typescript_build
+    exit 0
+    ;;
+esac
 
 python_and_engines() {
   python_environments
-  [ "$engines_mode" = skip ] || engines_environment
+  if ! skipped engines; then engines_environment; fi
 }
 python_and_engines &
 python_job=$!
@@ -215,14 +246,7 @@ if [ ! -f "$addon" ] || [ -n "$(find native binding.gyp -newer "$addon" -print -
   npx --no-install node-gyp rebuild --jobs=2 --loglevel=error >&2
 fi
 
-stamp=dist/.build-stamp
-if [ ! -f "$stamp" ] || [ -n "$(find src bench tsconfig.json package.json -newer "$stamp" -print -quit)" ]; then
-  say "compiling TypeScript"
-  npx --no-install tsc -p tsconfig.json >&2
-  npx --no-install tsc -p src/manager/dashboard/page/tsconfig.json >&2
-  chmod +x dist/src/cli/laminar.js 2>/dev/null || true
-  touch "$stamp"
-fi
+if ! skipped typescript; then typescript_build; fi
 
 if [ -n "$go_job" ]; then
   wait "$go_job" || true
