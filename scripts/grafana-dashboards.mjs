@@ -652,7 +652,7 @@ const rollouts = dashboard({
         ],
         {
           description:
-            "`laminar action-supervisor`: the elastic scheduler's target workers per kind, and the local workers running or being stopped toward it.",
+            "`laminar action-supervisor`: the elastic scheduler's target workers per kind, and the local workers by state (active, parking, parked, stopping) toward it.",
         },
       ),
       panel(

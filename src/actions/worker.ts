@@ -103,6 +103,8 @@ export class ActionWorker {
   private readonly stopController = new AbortController();
   /** stop() was called: no more pull requests; deliveries that still arrive are handed back. */
   private leaving = false;
+  /** pause() was called: no pull requests until resume(). */
+  private paused = false;
   private presence: WorkerPresence | undefined;
   private queueTimer: NodeJS.Timeout | undefined;
   /** Deliveries running, heartbeaten every third of the ack wait by one timer. */
@@ -167,15 +169,43 @@ export class ActionWorker {
       },
       Math.max(50, Math.floor(worker.ackWaitMs / 3)),
     );
-    worker.credit = new PullCredit({
-      nc: options.nc,
-      stream: names.stream,
-      consumer: names.consumer(kind),
-      onDelivery: (m) => worker.start(m),
-      onCredit: (trouble) => worker.refill(trouble ? PULL_RETRY_MS : 0),
-    });
-    worker.refill();
+    worker.openCredit();
     return worker;
+  }
+
+  /** A fresh set of pull requests (one subscription), asked for the free slots at once. */
+  private openCredit(): void {
+    this.credit = new PullCredit({
+      nc: this.options.nc,
+      stream: this.names.stream,
+      consumer: this.names.consumer(this.kind),
+      onDelivery: (m) => this.start(m),
+      onCredit: (trouble) => this.refill(trouble ? PULL_RETRY_MS : 0),
+    });
+    this.refill();
+  }
+
+  /**
+   * Takes no new action until resume(), and resolves once the running ones have ended (an
+   * elastic supervisor parks an idle worker this way rather than stopping its process). Its
+   * pull requests end with their subscription: the server drops a waiting request whose reply
+   * subject lost its interest, so nothing is handed back (a hand-back would count as a delivery).
+   */
+  async pause(): Promise<void> {
+    if (this.leaving) return;
+    this.paused = true;
+    clearTimeout(this.refillTimer);
+    this.refillQueued = false;
+    this.credit?.stop();
+    this.credit = undefined;
+    await Promise.allSettled([...this.running]);
+  }
+
+  /** Takes actions again after pause(). */
+  resume(): void {
+    if (this.leaving || !this.paused) return;
+    this.paused = false;
+    this.openCredit();
   }
 
   status(): ActionWorkerStatus {
@@ -184,11 +214,11 @@ export class ActionWorker {
 
   /** Asks the server for the free slots not already asked for, once per tick (or after `delayMs`). */
   private refill(delayMs = 0): void {
-    if (this.leaving || this.refillQueued) return;
+    if (this.leaving || this.paused || this.refillQueued) return;
     this.refillQueued = true;
     const ask = (): void => {
       this.refillQueued = false;
-      if (this.leaving || !this.credit) return;
+      if (this.leaving || this.paused || !this.credit) return;
       this.credit.ask(this.slots - this.busy - this.credit.outstanding);
     };
     if (delayMs > 0) this.refillTimer = setTimeout(ask, delayMs);
@@ -197,8 +227,8 @@ export class ActionWorker {
 
   /** Starts an action delivered; its slot asks for the next one when it ends. */
   private start(m: ActionDelivery): void {
-    if (this.leaving) {
-      // Leaving: hand it back at once rather than after the ack wait.
+    if (this.leaving || this.paused) {
+      // Leaving or paused: hand it back at once rather than after the ack wait.
       m.nak();
       return;
     }

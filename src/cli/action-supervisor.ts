@@ -81,7 +81,7 @@ export function actionSupervisorCommand(): Command {
     .addOption(
       new Option(
         '--command <kind=argv>',
-        "a kind to manage, run by this command line (split on spaces; the pool's NATS flags are not added); repeatable",
+        "a kind to manage, run by this command line (split on spaces; the pool's NATS flags are not added; it must follow the supervisor's stdin as `laminar action-worker --supervised` does); repeatable",
       ).argParser(collect),
     )
     .addOption(
@@ -96,6 +96,12 @@ export function actionSupervisorCommand(): Command {
     .addOption(new Option('--budget-api-calls <n>', 'concurrent API calls all workers may hold together (default unlimited)'))
     .addOption(new Option('--pool <name>', 'action pool (default: default)').env('LAMINAR_ACTION_POOL').default('default'))
     .addOption(new Option('--interval <duration>', 'how often it re-plans (default 2s); arrivals are counted over this horizon').default('2s'))
+    .addOption(new Option('--rate-window <duration>', "how far back each kind's arrival rate looks; shorter follows bursts sooner").default('10s'))
+    .addOption(
+      new Option('--park-for <duration>', "how long a scaled-down (parked) worker's process is kept for the kind's next burst before it is stopped").default(
+        '60s',
+      ),
+    )
     .addOption(new Option('--default-exec <duration>', 'execution time assumed for a kind with no recent result (default 1s)').default('1s'))
     .addOption(new Option('--metrics-host <host>', 'address of /metrics').env('LAMINAR_METRICS_HOST').default('127.0.0.1'))
     .addOption(new Option('--metrics-port <port>', 'port of /metrics (0: any free port, -1: disabled)').default('0'))
@@ -124,6 +130,7 @@ export function actionSupervisorCommand(): Command {
       };
       const intervalMs = parseDurationOption('--interval', opts.interval as string);
       const defaultExecMs = parseDurationOption('--default-exec', opts.defaultExec as string);
+      const rateWindowMs = parseDurationOption('--rate-window', opts.rateWindow as string);
       const metricsPort = Number(opts.metricsPort);
       const control = parseControlOptions(controlInput(opts)!);
       const nc = await connectControl(control, `action-supervisor ${process.pid}`);
@@ -143,14 +150,16 @@ export function actionSupervisorCommand(): Command {
             kind,
             '--executor',
             executors.get(kind)!,
+            '--supervised',
             '--metrics-port',
             '-1',
             '--log-level',
             'warn',
           ],
         logger,
+        parseDurationOption('--park-for', opts.parkFor as string),
       );
-      const supervisor = new ActionSupervisor({ nc, pool, budget, costs, defaultExecMs, intervalMs, workers, registry, logger });
+      const supervisor = new ActionSupervisor({ nc, pool, budget, costs, defaultExecMs, intervalMs, rateWindowMs, workers, registry, logger });
       const http =
         metricsPort >= 0
           ? await serveMetrics(registry, { host: opts.metricsHost as string, port: metricsPort, status: () => supervisor.lastPlan ?? {} })

@@ -1,8 +1,9 @@
 /** `laminar action-worker`: one process of a kind's worker pool, running a shipped executor. */
+import { createInterface } from 'node:readline';
 import { Command, Option } from 'commander';
 import { ActionWorker } from '../actions/worker.js';
 import { EXECUTORS, executorTools } from '../actions/executors/index.js';
-import { createLogger } from '../common/logger.js';
+import { createLogger, type Logger } from '../common/logger.js';
 import { exitOnUnexpectedRejection } from '../common/fatal.js';
 import { InvalidInputError } from '../common/errors.js';
 import { ErrorCodes } from '../common/error-codes.js';
@@ -13,6 +14,28 @@ import { addControlFlags, controlInput } from './control-flags.js';
 import { stopOnSignals } from './stop-on-signals.js';
 
 type Opts = Record<string, string | undefined>;
+
+/**
+ * The supervisor's control pipe (stdin): `pause` parks the worker (no new action; `parked` is
+ * answered once the running ones have ended), `resume` takes actions again (`active`). The pipe
+ * closes when the supervisor exits, however it exits (a SIGKILL too): the worker then stops as
+ * on SIGTERM, finishing or handing back what it holds, so no worker outlives its supervisor.
+ */
+function followSupervisor(worker: ActionWorker, logger: Logger): void {
+  const lines = createInterface({ input: process.stdin });
+  lines.on('line', (line) => {
+    const command = line.trim();
+    if (command === 'pause') void worker.pause().then(() => process.stdout.write('parked\n'));
+    else if (command === 'resume') {
+      worker.resume();
+      process.stdout.write('active\n');
+    } else if (command !== '') logger.warn({ command }, 'unknown supervisor command');
+  });
+  lines.once('close', () => {
+    logger.warn('the supervisor is gone (stdin closed): stopping');
+    process.kill(process.pid, 'SIGTERM');
+  });
+}
 
 function int(opts: Opts, key: string, flag: string, min: number): number | undefined {
   const text = opts[key];
@@ -42,6 +65,12 @@ export function actionWorkerCommand(): Command {
     .addOption(opt('--sandbox-cpu <seconds>', 'sandbox: CPU seconds per action (default 5)', 'SANDBOX_CPU'))
     .addOption(opt('--sandbox-memory <bytes>', 'sandbox: address space per action (default 512MiB)', 'SANDBOX_MEMORY'))
     .addOption(opt('--sandbox-wall <duration>', "sandbox: wall clock per action (default 30s; the action's timeout when shorter)", 'SANDBOX_WALL'))
+    .addOption(
+      new Option(
+        '--supervised',
+        'run under `laminar action-supervisor`: read `pause`/`resume` lines on stdin (answering `parked`/`active` on stdout), and stop as on SIGTERM when stdin closes (the supervisor died)',
+      ),
+    )
     .addOption(opt('--id <id>', 'worker id in results and `laminar actions` (default host:pid:random)', 'ACTION_WORKER_ID'))
     .addOption(new Option('--metrics-host <host>', 'address of /metrics').env('LAMINAR_METRICS_HOST').default('127.0.0.1'))
     .addOption(new Option('--metrics-port <port>', 'port of /metrics (0: any free port, -1: disabled)').env('LAMINAR_ACTION_METRICS_PORT').default('0'))
@@ -99,5 +128,6 @@ export function actionWorkerCommand(): Command {
           logger.info('action worker stopped');
         },
       });
+      if (opts.supervised) followSupervisor(worker, logger);
     });
 }

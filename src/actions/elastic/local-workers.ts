@@ -1,54 +1,95 @@
 /**
- * The local worker processes of one supervisor, per kind: started from a command line, stopped
- * with SIGTERM. A stopped `laminar action-worker` takes no new action, finishes the running ones
- * within its grace (30 s) and hands back what it could not finish (worker.ts stop()), so a
- * stopped worker loses nothing; one that dies is redelivered by JetStream after its ack wait.
+ * The local worker processes of one supervisor, per kind. A worker is scaled down by parking it,
+ * not by stopping its process: the supervisor writes `pause` on its stdin, the worker takes no
+ * new action and answers `parked` once its running ones have ended; `resume` brings it back in
+ * milliseconds. Starting a process costs seconds of CPU on a loaded host (Node's start, NATS, the
+ * consumer), which a kind whose bursts come and go would pay at every burst. A parked worker
+ * holds none of the budget (it runs nothing: a sleeping process and its memory); one parked for
+ * longer than `parkForMs` is stopped (SIGTERM: it finishes or hands back what it holds, which is
+ * nothing by then).
+ *
+ * The stdin pipe is also how a worker learns that its supervisor is gone: it closes with the
+ * supervisor's process, however that ends (a SIGKILL too), and a worker started with
+ * `--supervised` then stops as on SIGTERM. So no worker outlives its supervisor, and none drops
+ * what it runs.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import type { Logger } from '../../common/logger.js';
 
+/**
+ * active: takes actions; parking: asked to pause, finishing what it runs; parked: idle, holds
+ * nothing; stopping: SIGTERMed, not exited yet.
+ */
+export type WorkerState = 'active' | 'parking' | 'parked' | 'stopping';
+
 interface LocalWorker {
+  kind: string;
   child: ChildProcess;
+  state: WorkerState;
+  /** When it became parked (epoch ms). */
+  parkedAt: number;
   exited: Promise<void>;
-  stopping: boolean;
 }
 
+export const DEFAULT_PARK_FOR_MS = 60_000;
+
 export class LocalWorkers {
-  private readonly byKind = new Map<string, LocalWorker[]>();
+  private readonly all: LocalWorker[] = [];
 
   constructor(
     /** The argv that starts one worker of `kind` (the first element is the program). */
     private readonly commandFor: (kind: string) => string[],
     private readonly logger: Logger,
+    /** How long a parked worker is kept before its process is stopped. */
+    private readonly parkForMs = DEFAULT_PARK_FOR_MS,
   ) {}
 
-  /** Workers of `kind` alive and not asked to stop. */
+  private of(kind: string, ...states: WorkerState[]): LocalWorker[] {
+    return this.all.filter((w) => w.kind === kind && states.includes(w.state));
+  }
+
+  /** Workers of `kind` taking actions. */
   running(kind: string): number {
-    return (this.byKind.get(kind) ?? []).filter((w) => !w.stopping).length;
+    return this.of(kind, 'active').length;
   }
 
-  /** Workers asked to stop that have not exited yet (their resources are still in use). */
-  stoppingCount(kind: string): number {
-    return (this.byKind.get(kind) ?? []).filter((w) => w.stopping).length;
+  /** Workers of `kind` that hold their share of the budget: taking actions, or finishing them. */
+  holding(kind: string): number {
+    return this.of(kind, 'active', 'parking', 'stopping').length;
   }
 
-  kinds(): string[] {
-    return [...this.byKind.keys()];
+  /** Workers of `kind` by state, for the metrics. */
+  count(kind: string, state: WorkerState): number {
+    return this.of(kind, state).length;
   }
 
-  start(kind: string): void {
+  /** One more worker of `kind` takes actions: a parked one resumed, else a new process. */
+  scaleUp(kind: string): void {
+    const parked = this.of(kind, 'parked').at(-1);
+    if (parked) {
+      this.setState(parked, 'active', 'action worker resumed');
+      parked.child.stdin?.write('resume\n');
+      return;
+    }
+    this.start(kind);
+  }
+
+  private start(kind: string): void {
     const [program, ...args] = this.commandFor(kind);
-    const child = spawn(program!, args, { stdio: ['ignore', 'ignore', 'inherit'] });
-    const list = this.byKind.get(kind) ?? [];
+    const child = spawn(program!, args, { stdio: ['pipe', 'pipe', 'inherit'] });
+    // A worker that exited before reading its stdin: the write fails, its 'exit' tells the rest.
+    child.stdin.on('error', () => undefined);
     const worker: LocalWorker = {
+      kind,
       child,
-      stopping: false,
+      state: 'active',
+      parkedAt: 0,
       exited: new Promise((resolve) => {
         child.once('exit', (code, signal) => {
-          const i = list.indexOf(worker);
-          if (i >= 0) list.splice(i, 1);
+          this.all.splice(this.all.indexOf(worker), 1);
           const details = { kind, pid: child.pid, code, signal };
-          if (worker.stopping) this.logger.info(details, 'action worker exited');
+          if (worker.state === 'stopping') this.logger.info(details, 'action worker exited');
           else this.logger.warn(details, 'action worker exited');
           resolve();
         });
@@ -57,26 +98,44 @@ export class LocalWorkers {
         });
       }),
     };
-    list.push(worker);
-    this.byKind.set(kind, list);
+    createInterface({ input: child.stdout }).on('line', (line) => {
+      if (line.trim() === 'parked' && worker.state === 'parking') {
+        worker.parkedAt = Date.now();
+        this.setState(worker, 'parked', 'action worker parked');
+      }
+    });
+    this.all.push(worker);
     this.logger.info({ kind, pid: child.pid }, 'action worker started');
   }
 
-  /** Asks the newest running worker of `kind` to stop (newest: the least warm). */
-  stopOne(kind: string): void {
-    const worker = [...(this.byKind.get(kind) ?? [])].reverse().find((w) => !w.stopping);
+  private setState(worker: LocalWorker, state: WorkerState, message: string): void {
+    worker.state = state;
+    this.logger.info({ kind: worker.kind, pid: worker.child.pid }, message);
+  }
+
+  /** Parks the newest active worker of `kind` (newest: the least warm). */
+  parkOne(kind: string): void {
+    const worker = this.of(kind, 'active').at(-1);
     if (!worker) return;
-    worker.stopping = true;
-    worker.child.kill('SIGTERM');
-    this.logger.info({ kind, pid: worker.child.pid }, 'action worker stopping');
+    this.setState(worker, 'parking', 'action worker parking');
+    worker.child.stdin?.write('pause\n');
+  }
+
+  /** Stops the processes of workers parked for longer than the park time. */
+  reapParked(now = Date.now()): void {
+    for (const w of this.all) {
+      if (w.state !== 'parked' || now - w.parkedAt < this.parkForMs) continue;
+      this.setState(w, 'stopping', 'action worker stopping');
+      w.child.kill('SIGTERM');
+    }
   }
 
   /** Stops every worker and waits for them to exit. */
   async stopAll(): Promise<void> {
-    const all = [...this.byKind.values()].flat();
+    const all = [...this.all];
     for (const w of all) {
-      if (w.stopping) continue;
-      w.stopping = true;
+      if (w.state === 'stopping') continue;
+      w.state = 'stopping';
       w.child.kill('SIGTERM');
     }
     await Promise.all(all.map((w) => w.exited));
