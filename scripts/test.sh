@@ -89,6 +89,6 @@ engines_log=$(mktemp)
 phase 'the real-engine environment (in the background)' nice -n 19 ionice -c 3 bash scripts/bootstrap.sh --only engines >"$engines_log" 2>&1 &
 engines_build=$!
 phase 'build, type check and lint' checks
-phase 'vitest: the suite' npx --no-install vitest run --project suite
+phase 'vitest: the suite' npx --no-install vitest run --project suite --project suite-shared
 phase 'the exclusive files and pytest' exclusive_beside_pytest
 phase 'vitest: the real-engine tier' engine_tier

@@ -8,6 +8,10 @@
  * below were the slowest of the "suite" project in a clean-clone run (seconds in the comments);
  * they start first, longest first, and every other file keeps Vitest's own order behind them.
  * Files of another project keep their place: the projects still run one group after the other.
+ *
+ * Within a group, the files of a project with `isolate: false` (vitest.config.ts: the files that
+ * share a worker process) come after all the others, one after the other: Vitest hands a worker
+ * process on to the next file only when that file is the next one queued and of the same project.
  */
 import { relative } from 'node:path';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
@@ -36,7 +40,8 @@ export class LongestFirstSequencer extends BaseSequencer {
     const root = this.ctx.config.root;
     const rank = (file: TestSpecification): number => {
       const at = LONGEST_FILES.indexOf(relative(root, file.moduleId));
-      return at < 0 ? LONGEST_FILES.length : at;
+      const longest = at < 0 ? LONGEST_FILES.length : at;
+      return file.project.config.isolate ? longest : LONGEST_FILES.length + 1 + longest;
     };
     // Array.prototype.sort is stable: equal ranks keep the base order, and the group order
     // (the base sort's first key) is compared first again.
