@@ -6,7 +6,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ErrorCodes, LaminarError } from '../../src/common/errors.js';
-import { decodeChunk, encodeChunk, maxSparsePayloadBytes, type ChunkEncodingKind } from '../../src/relay/delta/codec.js';
+import { Mapping, checksumBuffer } from '../../src/native/index.js';
+import { decodeChunk, encodeChunk, encodeMappedChunk, maxSparsePayloadBytes, rebuildMappedChunk, type ChunkEncodingKind } from '../../src/relay/delta/codec.js';
+import { encodeSparseReference } from '../../src/relay/delta/sparse-reference.js';
 
 /** One change from a version to the next. */
 type Change =
@@ -236,5 +238,51 @@ describe('delta codec', () => {
       }),
       { numRuns: 2000 },
     );
+  });
+
+  it('encodes and rebuilds chunks of mappings on the pool as the reference does, hashing what it writes', async () => {
+    // Two versions laid side by side in one mapping, the rebuild written into another at an odd offset.
+    const source = new Mapping(null, { size: 2 * 4096 });
+    const target = new Mapping(null, { size: 4096 + 3, writable: true });
+    try {
+      await fc.assert(
+        fc.asyncProperty(chunkArb, stepArb, fc.integer(), async (first, step, seed) => {
+          const n = first.length;
+          const next = apply(first, step, seed);
+          new Uint8Array(source.view(0, 2 * 4096)).set(first, 0);
+          new Uint8Array(source.view(0, 2 * 4096)).set(next, 4096);
+          const encoded = await encodeMappedChunk({ mapping: source, offset: 0 }, { mapping: source, offset: 4096 }, n);
+          const reference = encodeChunk(first, next);
+          expect(encoded.kind).toBe(reference.kind);
+          if (encoded.kind === 'sparse') expect(Buffer.from(encoded.payload).equals(Buffer.from(encodeSparseReference(first, next, n - 1)!))).toBe(true);
+          if (encoded.kind === 'full') return;
+          new Uint8Array(target.view(0, target.size)).fill(0xee);
+          const sum = await rebuildMappedChunk(encoded.kind, { mapping: source, offset: 0 }, encoded.payload, { mapping: target, offset: 3 }, n);
+          expect(Buffer.from(target.view(3, n)).equals(Buffer.from(next))).toBe(true);
+          expect(sum).toBe(checksumBuffer(next));
+          expect(new Uint8Array(target.view(0, 3)).every((b) => b === 0xee)).toBe(true);
+          expect(new Uint8Array(target.view(3 + n, target.size - 3 - n)).every((b) => b === 0xee)).toBe(true);
+        }),
+        { numRuns: 200 },
+      );
+      // A payload that does not decode is refused, nothing written; the reason is the reference's.
+      new Uint8Array(target.view(0, target.size)).fill(0xee);
+      const refused = await rebuildMappedChunk(
+        'sparse',
+        { mapping: source, offset: 0 },
+        Uint8Array.from([1, 2, 0, 0x79]),
+        { mapping: target, offset: 0 },
+        16,
+      ).then(
+        () => null,
+        (err: unknown) => err as LaminarError,
+      );
+      expect(refused?.code).toBe(ErrorCodes.DELTA_CORRUPT);
+      expect(refused?.details).toMatchObject({ at: 3 });
+      expect(new Uint8Array(target.view(0, target.size)).every((b) => b === 0xee)).toBe(true);
+    } finally {
+      source.close();
+      target.close();
+    }
   });
 });
