@@ -1,8 +1,9 @@
 """The reference engine's prefix cache, on real engine processes over HTTP: multi-turn conversations
 and siblings of one prompt reuse cached KV and produce the very tokens of an engine without the
 cache (--disable-radix-cache); new weights flush it (KV of old weights is never reused, also not
-that of a request paused in place across the update); cached tokens are evicted, least recently
-used first, before a request waits for room; the metrics count cached tokens apart from used ones.
+that of a request paused in place across the update); cached prefixes are keyed by LoRA adapter
+load; cached tokens are evicted, least recently used first, before a request waits for room; the
+metrics count cached tokens apart from used ones.
 
 Prompts start with distinct first tokens wherever a test needs "nothing shared" (the cache matches
 the longest common prefix, so one shared first token would already be a hit).
@@ -17,10 +18,12 @@ from typing import Any, Iterator
 
 import aiohttp
 import pytest
+import torch
 from engine_process import EngineProcess
 from test_reference_engine import SLOW, generate, get_json, metrics, open_stream, post, seeded_model, slow_down, until
 
 from laminar.testing import save_model
+from laminar.testing.lora import LoraAdapter, LoraConfig
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +191,36 @@ async def test_an_aborted_request_frees_its_kv_into_the_cache(engines: SimpleNam
 
 async def _no_used_tokens(s: aiohttp.ClientSession, url: str) -> bool:
     return (await metrics(s, url))["sglang:num_used_tokens"] == 0
+
+
+async def test_cached_prefixes_are_keyed_by_adapter_load(tmp_path: Path) -> None:
+    """KV computed with a LoRA adapter changes with it: the base, another adapter, or the same name
+    loaded again never reuse it; the same load does, with the tokens of an engine without cache."""
+    base = seeded_model(1)
+    save_model(base, tmp_path / "base")
+    torch.manual_seed(5)
+    adapter = LoraAdapter(base, LoraConfig(r=2, lora_alpha=4.0, target_modules=["qkv", "fc_out"], base_model_name_or_path="digits/tiny"))
+    with torch.no_grad():
+        for b in adapter.lora_b:
+            b.normal_(0.0, 0.3)
+    adapter_dir = adapter.save(tmp_path / "a")
+    cached_engine, plain = start(tmp_path / "base"), start(tmp_path / "base", "--disable-radix-cache")
+    try:
+        async with aiohttp.ClientSession() as s:
+            for url in (cached_engine.url, plain.url):
+                assert (await post(s, url, "/load_lora_adapter", {"lora_name": "a", "lora_path": str(adapter_dir)}))[0] == 200
+            context = [3, 5, 6, 7, 8, 9]
+            first = await generate(s, cached_engine.url, {**request(context, 6), "lora_path": "a"})
+            following = context + first["output_ids"] + [1, 2]
+            as_base = await generate(s, cached_engine.url, request(following, 4))
+            assert as_base["meta_info"]["cached_tokens"] == 0
+            with_adapter = await generate(s, cached_engine.url, {**request(following, 4), "lora_path": "a"})
+            assert with_adapter["meta_info"]["cached_tokens"] == len(context) + 6 - 1
+            assert with_adapter["output_ids"] == (await generate(s, plain.url, {**request(following, 4), "lora_path": "a"}))["output_ids"]
+            # Unloaded and loaded again under the same name: another load, nothing reused.
+            assert (await post(s, cached_engine.url, "/unload_lora_adapter", {"lora_name": "a"}))[0] == 200
+            assert (await post(s, cached_engine.url, "/load_lora_adapter", {"lora_name": "a", "lora_path": str(adapter_dir)}))[0] == 200
+            again = following + with_adapter["output_ids"] + [1]
+            assert (await generate(s, cached_engine.url, {**request(again, 2), "lora_path": "a"}))["meta_info"]["cached_tokens"] == 0
+    finally:
+        assert cached_engine.stop() == 0 and plain.stop() == 0
