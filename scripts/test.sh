@@ -7,10 +7,12 @@
 # node_modules, so the bootstrap leaves it to this phase instead of holding a core for it alone.
 # The exclusive files (vitest.config.ts) run one at a time and mostly wait on timers and shaped
 # links (0.35-0.75 of a core, measured with time(1)), so pytest runs beside them on one worker.
-# Each phase prints how long it took, so that a slow phase shows in a CI log. The real-engine
-# environment (.venv-engines, ~3 GB to unpack on a fresh machine) is for the real-engine tier
-# only: it is built in the background, at the lowest CPU and disk priority, from the end of the
-# bootstrap on, and the tier waits for it.
+# Each phase prints how long it took and the CPU its processes used (user + system, as time(1)
+# counts it), so that a slow phase shows in a CI log, and whether it kept both cores busy or
+# waited (CPU seconds near twice the wall time: busy; near the wall time or less: a core idle,
+# room to overlap something there). The real-engine environment (.venv-engines, ~3 GB to unpack
+# on a fresh machine) is for the real-engine tier only: it is built in the background, at the
+# lowest CPU and disk priority, from the end of the bootstrap on, and the tier waits for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,13 +28,26 @@ kill_tree() {
 # The background jobs still running when the script ends (a failed phase ends it, and a
 # background job does not get the terminal's Ctrl-C) are stopped with it. `jobs -p` lists only
 # the jobs not yet waited for, so no pid that the kernel may have given to another process since.
-trap 'for job in $(jobs -p); do kill_tree "$job"; done' EXIT
+cpu_dir=$(mktemp -d)
+trap 'for job in $(jobs -p); do kill_tree "$job"; done; rm -rf "$cpu_dir"' EXIT
+
+# cpu_now: the CPU seconds (user + system) of the processes this shell has waited for so far.
+# `times` writes to a file, not into $(...), which would run it in a subshell with no children;
+# one file per shell ($BASHPID), since the phases in the background are subshells of their own.
+children_cpu() {
+  local file=$cpu_dir/$BASHPID
+  times >"$file"
+  cpu_now=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$file")
+}
 
 phase() {
-  local name=$1 start=$SECONDS status=0
+  local name=$1 start=$SECONDS status=0 cpu_start
   shift
+  children_cpu
+  cpu_start=$cpu_now
   "$@" || status=$?
-  echo "npm test: $name took $((SECONDS - start)) s" >&2
+  children_cpu
+  echo "npm test: $name took $((SECONDS - start)) s, $((cpu_now - cpu_start)) s of CPU" >&2
   return "$status"
 }
 
