@@ -38,6 +38,7 @@ from training_batch import TrainingBatch  # noqa: E402
 from laminar import RelayClient  # noqa: E402
 from laminar.data import Sampler, SyncExperienceWriter  # noqa: E402
 from laminar.testing import load_model  # noqa: E402
+from laminar.testing.lora import read_lora_adapter  # noqa: E402
 from laminar.testing.digits import EOS, make_prompt  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -418,6 +419,34 @@ def test_a_trainer_started_at_a_version_the_relay_holds_goes_on_from_its_weights
     assert [r["version"] for r in metrics_lines(metrics)] == [5, 6]
 
 
+def test_with_lora_rank_only_the_adapter_trains_and_each_version_is_an_adapter(nats_server, relay, sampler_service, trainers, tmp_path):
+    """--lora-rank: the base is published once (version 0 of --model), then every step's adapter as
+    a version of --lora-model in PEFT's layout, which the reference engine's loader takes against
+    that base; the base itself never moves."""
+    model = "digits/lora"
+    with SyncExperienceWriter.connect(nats_server.url, sampler_service.buffer) as writer:  # type: ignore[attr-defined]
+        writer.write_many(groups_of_records(0, 4, weight_version=0, rng=np.random.default_rng(11)))
+    metrics = tmp_path / "metrics.jsonl"
+    trainer = trainers(relay, sampler_service, metrics, model, "--steps", "2", "--lora-rank", "4", "--lora-targets", "qkv,fc_out,lm_head")
+    assert trainer.finish() == 0, trainer.output
+    assert "LoRA r 4 published as digits/lora-lora" in trainer.output
+    base = build_model(PRESETS["tiny"], seed=0)
+    with RelayClient(relay.socket_path) as client:
+        with client.acquire(model) as lease:
+            assert lease.version == 0  # no full version after the initial one
+            for name, tensor in lease.torch().items():
+                assert torch.equal(tensor, base.state_dict()[name]), name
+        with client.acquire(f"{model}-lora") as lease:
+            assert lease.version == 2 and lease.dir is not None
+            adapter = read_lora_adapter(lease.dir, base)
+            config = json.loads(Path(lease.dir, "adapter_config.json").read_text())
+    assert (config["r"], config["lora_alpha"], config["target_modules"]) == (4, 4.0, ["qkv", "fc_out", "lm_head"])
+    assert sorted(adapter.modules) == ["layers.0.attn.qkv", "layers.0.mlp.fc_out", "layers.1.attn.qkv", "layers.1.mlp.fc_out", "lm_head"]
+    # Trained: B started at zero (the adapted model equal to the base) and moved.
+    assert all(float(b.abs().max()) > 0 for _, b in adapter.modules.values())
+    assert [r["version"] for r in metrics_lines(metrics)] == [1, 2]
+
+
 def test_the_trainer_stops_cleanly_on_sigterm_while_waiting_for_a_batch(relay, sampler_service, trainers, tmp_path):
     trainer = trainers(relay, sampler_service, tmp_path / "metrics.jsonl", "digits/sigterm", "--steps", "5")
     # Version 0 published: the trainer is now waiting for a batch that never comes.
@@ -436,7 +465,22 @@ def test_the_trainer_stops_cleanly_on_sigterm_while_waiting_for_a_batch(relay, s
 def test_bad_arguments_exit_2_with_the_flag_named():
     proc = subprocess.run([sys.executable, str(TRAINER), "--config", "huge"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--config 'huge'" in proc.stderr
+    for args, words in ((["--lora-alpha", "8"], "--lora-alpha needs --lora-rank"), (["--lora-rank", "-1"], "--lora-rank must be >= 0")):
+        proc = subprocess.run([sys.executable, str(TRAINER), *args], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and words in proc.stderr, proc.stderr
     helped = subprocess.run([sys.executable, str(TRAINER), "--help"], capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0
-    for flag in ("--relay-socket", "--model", "--sampler-socket", "--steps", "--lr", "--clip", "--seed", "--metrics-out", "--config", "--start-version"):
+    for flag in (
+        "--relay-socket",
+        "--model",
+        "--sampler-socket",
+        "--steps",
+        "--lr",
+        "--clip",
+        "--seed",
+        "--metrics-out",
+        "--config",
+        "--start-version",
+        "--lora-rank",
+    ):
         assert flag in helped.stdout

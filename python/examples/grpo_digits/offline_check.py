@@ -36,11 +36,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from grpo_update import UpdateOptions, grpo_step
+from lora_setup import DEFAULT_LORA_LR, add_lora_arguments, lora_config, lora_policy
 from model_setup import DEFAULT_PRESET, PRESETS, build_model, resolve_config
 from rollout_sim import sample_groups
 from training_batch import TrainingBatch
 
 from laminar.testing.digits import TASKS, random_prompts
+from laminar.testing.lora import LoraModel
 
 DEFAULTS = {"steps": 150, "lr": 1e-3, "group_size": 8, "batch_groups": 8, "min_digits": 3, "max_digits": 3, "tasks": "repeat"}
 
@@ -49,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=DEFAULTS["steps"], help="GRPO steps (default %(default)s)")
     p.add_argument("--config", default=DEFAULT_PRESET, help=f"model size: {', '.join(PRESETS)}, or a config.json (default %(default)s)")
-    p.add_argument("--lr", type=float, default=DEFAULTS["lr"], help="Adam learning rate (default %(default)s)")
+    p.add_argument("--lr", type=float, help=f"Adam learning rate (default {DEFAULTS['lr']}; {DEFAULT_LORA_LR} with --lora-rank)")
     p.add_argument("--clip", type=float, default=0.2, help="PPO clip of the importance ratio (default %(default)s)")
     p.add_argument("--updates", type=int, default=4, help="optimiser updates per batch (default %(default)s)")
     p.add_argument("--kl-coef", type=float, default=0.0, help="KL to the initial policy (default %(default)s: off)")
@@ -64,7 +66,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=10, help="print every N steps (default %(default)s)")
     p.add_argument("--metrics-out", help="JSONL file of one line per step (the trainer's fields that apply)")
     p.add_argument("--expect", type=float, help="fail (exit 1) unless the last tenth's mean reward reaches this")
+    add_lora_arguments(p)
     args = p.parse_args(argv)
+    args.lora = lora_config(args, p, "digits/offline-check")
+    if args.lr is None:
+        args.lr = DEFAULT_LORA_LR if args.lora else DEFAULTS["lr"]
     for name in ("steps", "updates", "group_size", "batch_groups", "threads", "log_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -73,26 +79,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def served_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """What an engine would serve of the policy now: its weights (a LoRA policy's merged)."""
+    if isinstance(model, LoraModel):
+        return model.merged_state_dict()
+    return copy.deepcopy(model.state_dict())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     config = resolve_config(args.config)
-    model = build_model(config, args.seed)
-    reference = copy.deepcopy(model).eval() if args.kl_coef else None
-    behaviour = copy.deepcopy(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    base = build_model(config, args.seed)
+    behaviour = copy.deepcopy(base)
+    reference = copy.deepcopy(base).eval() if args.kl_coef else None
+    # With --lora-rank the policy is the frozen base plus an adapter, and only the adapter trains;
+    # the engines' weights (the behaviour policy here) are the base with the adapter merged in,
+    # which computes the same (python/tests/test_reference_engine_lora.py checks it on the engine).
+    model = lora_policy(base, args.lora) if args.lora else base
+    trainable = model.trainable_parameters() if args.lora else list(model.parameters())
+    optimizer = torch.optim.Adam(trainable, lr=args.lr)
     options = UpdateOptions(clip=args.clip, updates=args.updates, kl_coef=args.kl_coef)
     tasks = [t for t in args.tasks.split(",") if t]
     prompts = random_prompts(args.steps * args.batch_groups, args.seed, args.min_digits, args.max_digits, tasks)
     generator = torch.Generator().manual_seed(args.seed)
     # Weights of the last `lag` versions: the behaviour policy is the oldest of them.
     history: collections.deque = collections.deque(maxlen=args.lag + 1)
-    history.append(copy.deepcopy(model.state_dict()))
+    history.append(served_weights(model))
     metrics = open(args.metrics_out, "w") if args.metrics_out else None
     rewards_seen: list[float] = []
     started = time.monotonic()
-    params = sum(p.numel() for p in model.parameters())
-    print(f"offline check: {params} parameters ({args.config}), tasks {args.tasks}, digits {args.min_digits}-{args.max_digits}, lag {args.lag}")
+    params = sum(p.numel() for p in trainable)
+    what = f"LoRA r {args.lora.r} alpha {args.lora.lora_alpha:g} on {','.join(args.lora.target_modules)}, lr {args.lr:g}" if args.lora else f"lr {args.lr:g}"
+    print(f"offline check: {params} trained parameters ({args.config}, {what}), tasks {args.tasks}, digits {args.min_digits}-{args.max_digits}, lag {args.lag}")
     for step in range(1, args.steps + 1):
         behaviour.load_state_dict(history[0])
         samples = sample_groups(behaviour, [next(prompts) for _ in range(args.batch_groups)], args.group_size, generator, group_prefix=f"s{step}g")
@@ -105,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             weight_versions=[max(step - 1 - args.lag, 0)] * len(samples),
         )
         stats = grpo_step(model, optimizer, batch, options, reference)
-        history.append(copy.deepcopy(model.state_dict()))
+        history.append(served_weights(model))
         mean_reward = float(batch.rewards.mean())
         rewards_seen.append(mean_reward)
         elapsed = time.monotonic() - started

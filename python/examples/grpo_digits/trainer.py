@@ -17,7 +17,10 @@ trainer goes on from what it published). Each step:
    steps on the clipped GRPO loss, the importance ratio taken against the logprobs the engine
    stored (the behaviour policy, possibly several versions old: the asynchronous setting);
 4. publishes the weights as the next version (``RelayClient.publish``) and tells the sampler the
-   trainer's version (``set_trainer_version``);
+   trainer's version (``set_trainer_version``); with ``--lora-rank`` only a LoRA adapter trains (the
+   base frozen: lora_setup.py) and each version is the adapter, published as a version of
+   ``--lora-model`` (``RelayClient.publish_lora``, PEFT's layout) whose base is ``--model``
+   version ``--start-version``;
 5. logs one JSON line (``--metrics-out``, fields in step_metrics.py) and a readable line.
 
 SIGTERM or SIGINT: the step in progress finishes (its version published), then the sampler and
@@ -48,6 +51,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from grpo_update import UpdateOptions, grpo_step
+from lora_setup import DEFAULT_LORA_LR, add_lora_arguments, lora_config, lora_policy
 from model_setup import DEFAULT_PRESET, LLAMA_PRESET, PRESETS, build_model, resolve_config, validate_tensors, write_engine_files
 from staleness import VersionClock, summary
 from step_metrics import MetricsLog
@@ -92,7 +96,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         "(a Hugging Face Llama for vLLM engines; needs transformers) (default %(default)s)",
     )
     model.add_argument("--seed", type=int, default=0, help="seed of the initial weights (default %(default)s)")
-    model.add_argument("--lr", type=float, default=DEFAULT_LR, help="Adam learning rate (default %(default)s)")
+    model.add_argument("--lr", type=float, help=f"Adam learning rate (default {DEFAULT_LR}; {DEFAULT_LORA_LR} with --lora-rank)")
     model.add_argument("--clip", type=float, default=0.2, help="PPO clip: the importance ratio is held to [1-clip, 1+clip] (default %(default)s)")
     model.add_argument("--updates", type=int, default=4, help="optimiser updates per batch (PPO epochs; default %(default)s)")
     model.add_argument("--kl-coef", type=float, default=0.0, help="weight of a KL term to the initial policy (default %(default)s: off)")
@@ -111,7 +115,14 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         "--relay-retry", type=float, default=60.0, help="seconds to wait for a relay that went away before giving up with exit 1 (default %(default)s)"
     )
     run.add_argument("--threads", type=int, default=1, help="torch threads: the demo's host has 2 cores shared with relays and engines (default %(default)s)")
+    add_lora_arguments(p)
+    p.add_argument("--lora-model", help="with --lora-rank: the model name the adapter versions are published under (default: --model followed by '-lora')")
     args = p.parse_args(argv)
+    args.lora = lora_config(args, p, base_name=args.model)
+    if args.lora_model is None:
+        args.lora_model = f"{args.model}-lora"
+    if args.lr is None:
+        args.lr = DEFAULT_LORA_LR if args.lora else DEFAULT_LR
     if args.steps < 0:
         p.error("--steps must be >= 0")
     if args.start_version < 0:
@@ -163,8 +174,10 @@ class GrpoTrainer:
         self.relay = relay
         self.sampler = sampler
         self.stop = stop
-        self.model = build_model(args.model_config, args.seed)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=args.lr)
+        self.base = build_model(args.model_config, args.seed)
+        """The model of version --start-version: with --lora-rank, frozen under the adapter."""
+        self.policy = lora_policy(self.base, args.lora) if args.lora else self.base
+        self.optimizer = torch.optim.Adam(self.policy.trainable_parameters() if args.lora else self.policy.parameters(), lr=args.lr)
         self.options = UpdateOptions(clip=args.clip, updates=args.updates, max_grad_norm=args.max_grad_norm, kl_coef=args.kl_coef)
         self.clock = VersionClock()
         self.version = args.start_version
@@ -185,7 +198,7 @@ class GrpoTrainer:
             stall = self._publish(self.version)
             print(f"published version {self.version} (initial weights, seed {self.args.seed}) in {stall:.1f}ms", flush=True)
         if self.args.kl_coef:
-            self.reference = copy.deepcopy(self.model).eval()
+            self.reference = copy.deepcopy(self.base).eval()
         self.sampler.set_trainer_version(self.version)
 
     def _load_from_relay(self, version: int) -> bool:
@@ -197,8 +210,8 @@ class GrpoTrainer:
             raise
         with lease:
             tensors = lease.torch()
-            validate_tensors(tensors, self.model)
-            self.model.load_state_dict(tensors)  # copies out of the shared memory
+            validate_tensors(tensors, self.base)
+            self.base.load_state_dict(tensors)  # copies out of the shared memory
         return True
 
     def _publish(self, version: int) -> float:
@@ -215,7 +228,7 @@ class GrpoTrainer:
         retried = False
         while True:
             try:
-                self.last_publish = self.relay.publish(self.args.model, version, self.model.state_dict())
+                self.last_publish = self._send(version)
                 break
             except LaminarError as err:
                 if retried and err.code == error_codes.VERSION_EXISTS:
@@ -229,6 +242,19 @@ class GrpoTrainer:
         stall = (time.perf_counter() - began) * 1000.0
         self.clock.published(version, time.time() * 1000.0)
         return stall
+
+    def _send(self, version: int) -> laminar.PublishResult:
+        """Version ``version``: the whole model, or (``--lora-rank``, after the base) the adapter."""
+        if self.args.lora is None or version == self.args.start_version:
+            return self.relay.publish(self.args.model, version, self.base.state_dict())
+        return self.relay.publish_lora(
+            self.args.lora_model,
+            version,
+            self.policy.adapter.peft_state_dict(),
+            config=self.args.lora.to_json(),
+            base_model=self.args.model,
+            base_version=self.args.start_version,
+        )
 
     def settle(self) -> None:
         """Waits for the relay's verdict on the version published last (by now it is usually in:
@@ -267,7 +293,7 @@ class GrpoTrainer:
             return None
         trained_version = self.version
         began = time.perf_counter()
-        stats = grpo_step(self.model, self.optimizer, batch, self.options, self.reference)
+        stats = grpo_step(self.policy, self.optimizer, batch, self.options, self.reference)
         train_ms = (time.perf_counter() - began) * 1000.0
         self.version += 1
         stall = self._publish(self.version)
@@ -333,8 +359,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         relay = laminar.RelayClient(args.relay_socket, name="grpo-digits-trainer")
         sampler = Sampler(args.sampler_socket)
         trainer = GrpoTrainer(args, relay, sampler, stop)
-        params = sum(p.numel() for p in trainer.model.parameters())
-        print(f"grpo trainer: model {args.model} ({args.config}, {params} parameters), relay {relay.relay_id}, sampler batch {sampler.batch_size}", flush=True)
+        params = sum(p.numel() for p in trainer.base.parameters())
+        lora = f", LoRA r {args.lora.r} published as {args.lora_model}" if args.lora else ""
+        print(
+            f"grpo trainer: model {args.model} ({args.config}, {params} parameters{lora}), relay {relay.relay_id}, sampler batch {sampler.batch_size}",
+            flush=True,
+        )
         trainer.start()
         log = MetricsLog(args.metrics_out, sys.stdout, append=trainer.resumed)
         taken = trainer.run(log)
