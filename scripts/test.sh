@@ -88,13 +88,12 @@ exclusive_beside_pytest() {
   fi
 }
 
-# The real-engine tier, once the real-engine environment's background build has ended (its
-# messages waited in a log). A failed build does not stop the tier: its tests fail saying why.
-engine_tier() {
+# Before the real-engine tier: the end of the real-engine environment's background build, and its
+# messages (they waited in a log). A failed build does not stop the tier: its tests fail saying why.
+wait_for_engines_environment() {
   wait "$engines_build" || true
   cat "$engines_log" >&2
   rm -f "$engines_log"
-  npx --no-install vitest run --project engines
 }
 
 phase bootstrap bash scripts/bootstrap.sh --tests --skip engines --skip typescript
@@ -106,4 +105,5 @@ engines_build=$!
 phase 'build, type check and lint' checks
 phase 'vitest: the suite' npx --no-install vitest run --project suite --project suite-shared
 phase 'the exclusive files and pytest' exclusive_beside_pytest
-phase 'vitest: the real-engine tier' engine_tier
+wait_for_engines_environment
+phase 'vitest: the real-engine tier' npx --no-install vitest run --project engines
