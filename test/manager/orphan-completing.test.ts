@@ -40,9 +40,11 @@ describe('orphan failover: a trajectory being completed', () => {
     const [claim] = await prompts.claim('ro-dead', 1);
     const writer = await ExperienceWriter.open({ nc, buffer: name, registry: new Registry() });
     const held = heldWriter(writer);
-    // The dead rollout's pool, and the manager's (its grace short enough for the test to see it end).
+    // The dead rollout's pool, and the manager's: its grace short enough for the test to see it end,
+    // long enough that the coordinator's first round falls inside it on a loaded machine (with 2 s
+    // it did not always, at a load average of 45, and the orphan was returned as abandoned).
     const deadPool = await PartialPool.open({ nc, pool: name, writer: held.writer, registry: new Registry() });
-    const partials = await PartialPool.open({ nc, pool: name, writer, completingGraceMs: 2000, registry: new Registry() });
+    const partials = await PartialPool.open({ nc, pool: name, writer, completingGraceMs: 8000, registry: new Registry() });
     const id = 'p0#0/0';
     const t = await deadPool.start('ro-dead', { trajectoryId: id, promptId: 'p0', groupId: claim!.groupId, sampleIndex: 0, groupSize: 1, weightVersion: 2 });
     t.append([5, 6, 7], [-1, -1, -1]);
