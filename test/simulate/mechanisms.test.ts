@@ -240,7 +240,7 @@ describe('AReaL (systems/areal.ts)', () => {
   });
 });
 
-describe("verl's batched multi-turn loop (turnLockstep, fleet/tool-calls.ts)", () => {
+describe("verl's batched multi-turn loop (turnLockstep, fleet/tool-calls.ts) and the sandbox (fleet/sandbox.ts)", () => {
   /**
    * Two trajectories on one engine, 100 tokens each: trajectory 0 calls its tool after 10 tokens
    * (5 s), trajectory 1 after 50 (1 s). The loop reads only these functions of the workload.
@@ -251,12 +251,16 @@ describe("verl's batched multi-turn loop (turnLockstep, fleet/tool-calls.ts)", (
     promptOf: (id: number) => id,
     promptTokens: () => 64,
     toolLatencyMs: (id: number) => (id === 0 ? 5_000 : 1_000),
-  } as unknown as Workload;
+  };
 
-  /** When each trajectory's turns were admitted, and when each completed. */
-  function drive(lockstep: boolean): { admitted: [number, number][]; done: [number, number][]; loop: ToolCallLoop } {
+  /** When each trajectory's turns were admitted, and when each completed (the sandbox unbounded, or of `slots`). */
+  function drive(lockstep: boolean, slots: number | null = null): { admitted: [number, number][]; done: [number, number][]; loop: ToolCallLoop } {
     const sim = new Simulation();
-    const loop = new ToolCallLoop(sim, twoCalls, lockstep);
+    const workload = {
+      ...twoCalls,
+      toolCalls: { maxCalls: 1, meanCalls: 1, latencyMedianS: 1, latencyP99OverMedian: 1, sandboxSlots: slots },
+    } as unknown as Workload;
+    const loop = new ToolCallLoop(sim, workload, lockstep);
     const admitted: [number, number][] = [];
     const done: [number, number][] = [];
     const actor: EngineActor = new EngineActor(sim, engineProfileFor(tinyScenario(), 1, ALL_MECHANISMS), {
@@ -285,7 +289,7 @@ describe("verl's batched multi-turn loop (turnLockstep, fleet/tool-calls.ts)", (
     expect(back(step, 0)).toBeGreaterThan(back(own, 0));
     expect(back(step, 0) - back(own, 1)).toBeCloseTo(4_000, 6);
     expect(step.loop.toolPhases).toBe(1);
-    expect(step.loop.toolPhaseMs).toBe(5_000);
+    expect(step.loop.toolPhaseMs).toBeCloseTo(5_000, 6);
     expect(own.loop.toolPhases).toBe(0);
     // Both complete, each after its second turn, with one call each.
     for (const r of [own, step]) {
@@ -293,6 +297,23 @@ describe("verl's batched multi-turn loop (turnLockstep, fleet/tool-calls.ts)", (
       expect(r.loop.calls).toBe(2);
       expect(r.loop.inCall).toBe(0);
     }
+  });
+
+  it('a sandbox of fixed slots queues the calls that find them busy, first come first served', () => {
+    const back = (r: ReturnType<typeof drive>, id: number): number => r.admitted.filter(([i]) => i === id)[1]![1];
+    const open = drive(false);
+    const one = drive(false, 1);
+    // Trajectory 0's 5-s call holds the only slot when trajectory 1 calls: 1's 1-s call starts when 0's ends.
+    expect(back(one, 0)).toBeCloseTo(back(open, 0), 6);
+    expect(back(one, 1)).toBeCloseTo(back(open, 0) + 1_000, 6);
+    expect(one.loop.sandbox.queued).toBe(1);
+    expect(open.loop.sandbox.queued).toBe(0);
+    // In lockstep the round's two calls run one after the other: the phase is 6 s, not 5.
+    const stepOne = drive(true, 1);
+    expect(stepOne.loop.toolPhaseMs).toBeCloseTo(6_000, 6);
+    expect(back(stepOne, 0)).toBe(back(stepOne, 1));
+    // Two slots are as good as unbounded for two calls.
+    expect(drive(true, 2).admitted).toEqual(drive(true).admitted);
   });
 
   it('slows the verl-based baselines on the tool-call task and leaves laminar and AReaL as they were', () => {

@@ -12,11 +12,15 @@
  * together, and the next call starts when the slowest of them is back. A trajectory's call
  * therefore starts at its round's end, not at its own turn's end, and the engine idles through
  * the tool phase.
+ *
+ * The calls execute in the scenario's sandbox (sandbox.ts): unbounded, or a fixed number of slots
+ * with a queue.
  */
 import type { EngineActor } from '../engine/engine-actor.js';
 import type { LeapRequest } from '../engine/leap-engine.js';
 import type { Simulation } from '../core/simulation.js';
 import type { Workload } from '../workload/workload.js';
+import { Sandbox } from './sandbox.js';
 
 export class ToolCallLoop {
   /** Calls made so far, per trajectory id (grows by doubling). */
@@ -36,13 +40,16 @@ export class ToolCallLoop {
   /** Lockstep: tool phases run (one per round that ended with calls) and their summed length, ms. */
   toolPhases = 0;
   toolPhaseMs = 0;
+  readonly sandbox: Sandbox;
 
   constructor(
     private readonly sim: Simulation,
     private readonly workload: Workload,
     /** Turns in lockstep per engine (mechanism turnLockstep); false: each trajectory on its own. */
     readonly lockstep = false,
-  ) {}
+  ) {
+    this.sandbox = new Sandbox(sim, workload.toolCalls?.sandboxSlots ?? null);
+  }
 
   /**
    * Trajectory `id` reached the end of a turn in `actor`'s engine: true when that was a tool call
@@ -74,7 +81,7 @@ export class ToolCallLoop {
       calls.set(req, latencyMs);
       return true;
     }
-    this.sim.after(latencyMs, { fire: () => this.back(actor, [req]) });
+    this.sandbox.run(latencyMs, () => this.back(actor, [req]));
     return true;
   }
 
@@ -92,12 +99,26 @@ export class ToolCallLoop {
         const calls = this.round.get(actor);
         if (calls === undefined || calls.size === 0 || actor.engine.heldCount > 0) return;
         this.round.delete(actor);
-        let phaseMs = 0;
-        for (const ms of calls.values()) phaseMs = Math.max(phaseMs, ms);
         this.toolPhases++;
-        this.toolPhaseMs += phaseMs;
         const reqs = [...calls.keys()];
-        this.sim.after(phaseMs, { fire: () => this.back(actor, reqs) });
+        const start = this.sim.now;
+        const phaseOver = (): void => {
+          this.toolPhaseMs += this.sim.now - start;
+          this.back(actor, reqs);
+        };
+        if (this.sandbox.slots === null) {
+          // Unbounded: the phase is its slowest call (one event rather than one per call).
+          let phaseMs = 0;
+          for (const ms of calls.values()) phaseMs = Math.max(phaseMs, ms);
+          this.sandbox.run(phaseMs, phaseOver);
+          return;
+        }
+        let left = calls.size;
+        for (const ms of calls.values()) {
+          this.sandbox.run(ms, () => {
+            if (--left === 0) phaseOver();
+          });
+        }
       },
     });
   }

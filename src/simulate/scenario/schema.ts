@@ -120,6 +120,11 @@ const workloadSchema = z.strictObject({
       meanCalls: nonNegative,
       latencyMedianS: positive,
       latencyP99OverMedian: z.number().min(1),
+      /**
+       * Calls the sandbox executes at once, the same at every cluster size (static provisioning);
+       * more queue, first come first served (fleet/sandbox.ts). null: unbounded.
+       */
+      sandboxSlots: z.number().int().positive().nullable().default(null),
     })
     .nullable()
     .default(null),
