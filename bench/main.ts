@@ -21,6 +21,7 @@ const BENCHES = [
   'delta-chain',
   'multi-trainer',
   'agentic',
+  'lora',
 ] as const;
 
 async function main(): Promise<void> {

@@ -16,7 +16,9 @@
  *
  * Weights: the lease on the version the engine serves is held until the engine's load of the
  * next version returned, and released only then; a version the engine refuses is reported to the
- * manager (status, metrics) and not tried again, and the engine keeps the one it has.
+ * manager (status, metrics) and not tried again, and the engine keeps the one it has. A LoRA
+ * adapter version (src/relay/lora/) is loaded as an adapter beside the base instead, and the
+ * trajectories that start on it name it in their requests (adapter-switch.ts).
  *
  * A trajectory is generated with one weight version from its first token to its last: new
  * weights are loaded only when nothing generates (the manager's repack empties engines of their
@@ -42,6 +44,7 @@ import { RelayClient, type Lease } from '../relay/client/index.js';
 import { openRolloutPools, type RolloutPools } from '../rollout/pools.js';
 import { mustEmptyFirst, promptsToClaim } from '../rollout/claim-policy.js';
 import { RolloutClient } from '../rollout/rollout-client.js';
+import { EngineAdapters } from './adapter-switch.js';
 import type { EngineClient } from './engine-client.js';
 import { Episodes, type EpisodeOptions } from './episode.js';
 import { EngineError } from './http.js';
@@ -145,6 +148,8 @@ interface Session {
   stopWatching: AbortController;
   /** The relay's version watch is subscribed (new versions are known as they complete). */
   watching: boolean;
+  /** LoRA adapters loaded at the engine in this session, and the trajectories using each. */
+  adapters: EngineAdapters;
 }
 
 export class RolloutAgent {
@@ -218,6 +223,7 @@ export class RolloutAgent {
       refused: this.refused,
       sessions: this.sessions,
       watching: this.session?.watching ?? false,
+      adapters: this.session?.adapters.names ?? [],
     };
   }
 
@@ -286,6 +292,7 @@ export class RolloutAgent {
     session.isDown = false;
     session.watching = false;
     session.stopWatching = new AbortController();
+    session.adapters = new EngineAdapters(engine, this.log);
     session.down = down;
     session.markDown = (err) => {
       if (session.isDown) return;
@@ -303,6 +310,7 @@ export class RolloutAgent {
       episodes: this.episodes(),
       maxAtEngine: this.options.maxInFlight ?? 0,
       priorities: this.priorities,
+      adapters: session.adapters,
       log: this.log,
       hooks: {
         engineDown: (err) => session.markDown(err),
@@ -484,7 +492,10 @@ export class RolloutAgent {
     }
   }
 
-  /** The engine loads `lease`'s version from its directory; the manager hears of a refusal. */
+  /**
+   * The engine loads `lease`'s version from its directory, full weights or a LoRA adapter beside
+   * the base (adapter-switch.ts); the manager hears of a refusal.
+   */
   private async loadIntoEngine(session: Session, lease: Lease): Promise<void> {
     if (lease.version === this.held?.version && lease.version === session.client.version) return;
     if (lease.version === this.refused) throw new EngineError(ErrorCodes.ENGINE_RELOAD, `version ${lease.version} was refused by the engine before`);
@@ -493,7 +504,9 @@ export class RolloutAgent {
       throw new EngineError(ErrorCodes.ENGINE_RELOAD, `the relay gives no directory for version ${lease.version} (a relay older than version directories?)`);
     const started = performance.now();
     try {
-      await this.options.engine.loadWeights(dir, lease.version);
+      if (!EngineAdapters.isAdapter(lease)) await this.options.engine.loadWeights(dir, lease.version);
+      // An adapter is loaded; the one served before is unloaded once no trajectory uses it.
+      await session.adapters.switchTo(lease);
     } catch (err) {
       const e = err as EngineError;
       if (e.code === ErrorCodes.ENGINE_RELOAD) {
@@ -608,7 +621,8 @@ export class RolloutAgent {
     const { engine } = this.options;
     await session.engine.stopAll();
     await engine.abortAll();
-    if (this.held?.dir) {
+    // An adapter stays loaded beside the base: there are no full weights of it to load again.
+    if (this.held?.dir && !EngineAdapters.isAdapter(this.held)) {
       await engine.loadWeights(this.held.dir, this.held.version);
     }
   }

@@ -29,6 +29,7 @@ import type { ProgressivePriority } from './turn-priority.js';
 import type { AgentMetrics } from './metrics.js';
 import { alreadyFinished, promptOf, requestFor, type RequestDefaults } from './requests.js';
 import { computeReward, type RewardFunction } from './rewards.js';
+import type { TrajectoryAdapters } from './adapter-switch.js';
 
 export interface HttpEngineHooks {
   /** The engine could not be reached during a request (called once per outage). */
@@ -55,6 +56,8 @@ export interface HttpEngineOptions {
   maxAtEngine?: number;
   /** Progressive priority: each turn's priority from its trajectory's predicted remaining length; absent: FCFS. */
   priorities?: ProgressivePriority | null;
+  /** The LoRA adapter each trajectory runs with (adapter-switch.ts); absent: every request on the base. */
+  adapters?: TrajectoryAdapters | null;
   log: Logger;
 }
 
@@ -245,6 +248,7 @@ export class HttpRolloutEngine implements RolloutEngine {
       this.leaveEngine(entry);
       // Gone unfinished (stopped, moved, refused): its predictions are dropped (a finished one's are scored already).
       this.options.priorities?.left(task.trajectoryId);
+      this.options.adapters?.done(task.trajectoryId);
       if (this.running.get(task.trajectoryId) === entry) this.running.delete(task.trajectoryId);
       this.notifyEnded();
     });
@@ -280,6 +284,8 @@ export class HttpRolloutEngine implements RolloutEngine {
     const versions = new Set([version]);
     let serverErrors = 0;
     const episodes = this.options.episodes ?? null;
+    // The adapter of its version, for every turn (null: the base). The engine then reports the base's weight version.
+    const lora = this.options.adapters?.use(task.trajectoryId, task.weightVersion) ?? null;
     for (;;) {
       // Predicted at the turn boundary, before the wait for a place (the line is ordered by it).
       const priority = this.options.priorities?.priorityOf(task) ?? null;
@@ -287,7 +293,7 @@ export class HttpRolloutEngine implements RolloutEngine {
         metrics.requests.inc({ result: 'stopped' });
         return;
       }
-      const request = { ...requestFor(task, this.options.defaults, episodes?.stopTokenIds), priority };
+      const request = { ...requestFor(task, this.options.defaults, episodes?.stopTokenIds), priority, ...(lora !== null ? { lora } : {}) };
       let finish: FinishReason | null = alreadyFinished(task, request, episodes?.stopTokenIds);
       if (finish === null) {
         try {
@@ -295,7 +301,7 @@ export class HttpRolloutEngine implements RolloutEngine {
             signal: controller.signal,
             onTokens: (tokens, logprobs, weightVersion) => {
               if (controller.signal.aborted) return;
-              if (weightVersion !== null && weightVersion !== version) {
+              if (lora === null && weightVersion !== null && weightVersion !== version) {
                 versions.add(weightVersion);
                 metrics.versionMismatches.inc(tokens.length);
                 if (!this.options.versionsMayMix)

@@ -66,6 +66,8 @@ export async function startTestAgent(options: {
   defaults?: Partial<RequestDefaults>;
   engine?: EngineClient;
   partialRollout?: boolean;
+  /** Continuous mode: trajectories generating at once (0 or absent: batch mode). */
+  maxInFlight?: number;
   weights?: WeightsVariant;
 }): Promise<TestAgent> {
   const nc = await options.connect(options.natsUrl);
@@ -83,6 +85,7 @@ export async function startTestAgent(options: {
     reward: targetMatchReward,
     batchPrompts: options.batchPrompts ?? 4,
     partialRollout: options.partialRollout ?? false,
+    ...(options.maxInFlight ? { maxInFlight: options.maxInFlight } : {}),
     heartbeatMs: 200,
     promptPool: options.job,
     partialPool: options.job,
