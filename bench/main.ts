@@ -21,6 +21,7 @@ const BENCHES = [
   'delta-chain',
   'multi-trainer',
   'agentic',
+  'elastic',
   'lora',
 ] as const;
 
