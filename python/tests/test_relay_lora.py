@@ -21,6 +21,7 @@ from laminar.relay.lora import adapter_config_text, lora_base_of, lora_request, 
 torch = pytest.importorskip("torch")
 from safetensors import safe_open  # noqa: E402
 
+from laminar.testing.lora import read_lora_adapter  # noqa: E402
 from laminar.testing.model import TinyLM, TinyLMConfig  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,9 +32,13 @@ RANK = 4
 CONFIG = TinyLMConfig(d_model=32, n_layers=2, n_heads=2)
 
 
-def base_state_dict() -> dict[str, torch.Tensor]:
+def base_model() -> TinyLM:
     torch.manual_seed(0)
-    return TinyLM(CONFIG).state_dict()
+    return TinyLM(CONFIG)
+
+
+def base_state_dict() -> dict[str, torch.Tensor]:
+    return base_model().state_dict()
 
 
 def peft_state_dict(seed: int = 1, modules: tuple[str, ...] = ("attn.qkv", "attn.out"), rank: int = RANK) -> dict[str, torch.Tensor]:
@@ -83,6 +88,10 @@ def test_publish_lora_serves_peft_layout(client: RelayClient) -> None:
         assert sorted(f.keys()) == sorted(adapter)
         for name, tensor in adapter.items():
             assert torch.equal(f.get_tensor(name), tensor)
+    # The reference engine's reader (what /load_lora_adapter runs) takes the directory as it is.
+    weights = read_lora_adapter(directory, base_model())
+    assert weights.scale == 8 / RANK
+    assert sorted(weights.modules) == sorted({k.removeprefix("base_model.model.").rsplit(".lora_", 1)[0] for k in adapter})
     with client.acquire(ADAPTER, version=1) as lease:
         assert version_kind(lease.metadata) == "lora"
         assert lora_base_of(lease.metadata) == {"model": BASE, "version": 1}
