@@ -506,22 +506,16 @@ describe('dashboard sizes at the control bench fleet (128 relays, 1,024 rollouts
     expect(typical).toBeLessThan(2 * 1024);
   });
 
-  it('diffing two states of that fleet takes well under a millisecond per rollout column', () => {
+  it('a diff of that fleet names only rollout columns', () => {
+    // How long the manager takes to build, diff and serialise it is a benchmark figure, not a test's
+    // (`npm run bench -- dashboard`: update_ms_1_page), so that load on the machine fails nothing.
     const a = stateOf(fleet(128, 1024, { receiving: 128, hwm: 10 }), 1, series, log);
     const b = stateOf(fleet(128, 1024, { receiving: 128, hwm: 11, kv: (i) => 0.1 + (i % 89) / 100 }), 2, window(900, 2_001_000), events(1, 201));
-    const rounds = 50;
-    const started = performance.now();
-    for (let i = 0; i < rounds; i++) JSON.stringify(diffStates(a, b));
-    const perUpdateMs = (performance.now() - started) / rounds;
-    const status = fleet(128, 1024);
-    const t0 = performance.now();
-    for (let i = 0; i < rounds; i++) stateOf(status, i, series, log);
-    const stateMs = (performance.now() - t0) / rounds;
-    console.log(JSON.stringify({ diffAndSerializeMs: Number(perUpdateMs.toFixed(3)), stateFromStatusMs: Number(stateMs.toFixed(3)) }));
-    // Generous: a loaded 2-core machine; the point is that it is not tens of milliseconds per update.
-    expect(perUpdateMs).toBeLessThan(20);
-    expect(stateMs).toBeLessThan(20);
+    const delta = diffStates(a, b);
+    // A column most of whose cells changed goes whole, the others as their changed cells.
+    const changed = [...Object.keys(delta.columns ?? {}), ...Object.keys(delta.cells ?? {})];
+    expect(changed).toEqual(expect.arrayContaining(['kv']));
     const columns: RolloutColumn[] = [...ROLLOUT_COLUMNS];
-    expect(Object.keys(diffStates(a, b).cells ?? {}).every((c) => columns.includes(c as RolloutColumn))).toBe(true);
+    expect(changed.every((c) => columns.includes(c as RolloutColumn))).toBe(true);
   });
 });
