@@ -190,6 +190,8 @@ export class ActionWorker {
    * elastic supervisor parks an idle worker this way rather than stopping its process). Its
    * pull requests end with their subscription: the server drops a waiting request whose reply
    * subject lost its interest, so nothing is handed back (a hand-back would count as a delivery).
+   * An action already on its way when the subscription ends is delivered again after the ack
+   * wait, as a dead worker's is.
    */
   async pause(): Promise<void> {
     if (this.leaving) return;
