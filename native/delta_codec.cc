@@ -207,30 +207,96 @@ int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t*
 
 namespace {
 
+// The escape stream read as varints of at most kVarintMaxBytes, each under `words`, that fill it
+// exactly: their number and their sum; false when it is not that (the token-by-token check then
+// says where). Scalar, but it runs over the escape bytes only: a few in a hundred of the words.
+bool SumVarints(const uint8_t* escape, size_t escape_bytes, uint64_t words, uint64_t* values, uint64_t* sum) {
+  uint64_t v = 0, n = 0, total = 0;
+  int k = 0;  // bytes of the varint being read
+  for (size_t i = 0; i < escape_bytes; i++) {
+    const uint8_t b = escape[i];
+    v |= static_cast<uint64_t>(b & 127) << (7 * k);
+    if (b >= 128) {
+      if (++k == kVarintMaxBytes) return false;
+      continue;
+    }
+    if (v >= words) return false;  // a gap past the chunk (and no overflow of the sum below)
+    total += v;
+    n++;
+    v = 0;
+    k = 0;
+  }
+  *values = n;
+  *sum = total;
+  return k == 0;
+}
+
+// Of a payload's tokens: the escape tokens, the literal tokens and the sum of their gap nibbles.
+struct TokenCounts {
+  uint64_t escapes = 0, literals = 0, gaps = 0;
+};
+
+void CountTokens(const uint8_t* tokens, size_t from, size_t to, TokenCounts* c) {
+  for (size_t k = from; k < to; k++) {
+    c->escapes += (tokens[k] >> 4) == kGapEscape;
+    c->literals += (tokens[k] & 15u) == kLiteral;
+    c->gaps += tokens[k] >> 4;
+  }
+}
+
+__attribute__((target("avx2"))) uint64_t SumLanes(__m256i v) {
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+// CountTokens 32 tokens at a time: byte compares, and sums of bytes (vpsadbw) into 64-bit lanes.
+__attribute__((target("avx2"))) void CountTokensAvx2(const uint8_t* tokens, size_t count, TokenCounts* c) {
+  const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1), zero = _mm256_setzero_si256();
+  const __m256i escape = _mm256_set1_epi8(static_cast<char>(kGapEscape)), literal = _mm256_set1_epi8(kLiteral);
+  __m256i escapes = zero, literals = zero, gaps = zero;
+  size_t k = 0;
+  for (; k + 32 <= count; k += 32) {
+    const __m256i t = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tokens + k));
+    const __m256i gap4 = _mm256_and_si256(_mm256_srli_epi16(t, 4), low4);
+    const __m256i is_escape = _mm256_and_si256(_mm256_cmpeq_epi8(gap4, escape), one);
+    const __m256i is_literal = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(t, low4), literal), one);
+    gaps = _mm256_add_epi64(gaps, _mm256_sad_epu8(gap4, zero));
+    escapes = _mm256_add_epi64(escapes, _mm256_sad_epu8(is_escape, zero));
+    literals = _mm256_add_epi64(literals, _mm256_sad_epu8(is_literal, zero));
+  }
+  c->escapes = SumLanes(escapes);
+  c->literals = SumLanes(literals);
+  c->gaps = SumLanes(gaps);
+  CountTokens(tokens, k, count, c);
+}
+
 // Whether a payload whose header fits is well formed, decided in one pass of sums and counts
-// (which the compiler vectorises) when every escape is one byte: each escape token then takes
-// exactly one byte and each literal token two, so the streams fit iff the counts match, and the
-// words are increasing, so all lie in the chunk iff the last does. False: look token by token.
+// (which the compiler vectorises): each literal token takes two bytes and each escape token one
+// varint, so the streams fit iff the counts match, and the words are increasing, so all lie in
+// the chunk iff the last does. Escapes of one byte each (gaps under 143 words) are summed as
+// bytes; a stream with longer ones is read varint by varint. False: look token by token.
 __attribute__((target_clones("avx2", "default"))) bool QuickCheck(const uint8_t* p, size_t length, size_t tokens_at,
                                                                   uint64_t count, uint64_t escape_bytes,
                                                                   uint64_t words) {
   const uint8_t* tokens = p + tokens_at;
-  uint64_t escapes = 0, literals = 0, gaps = 0;
-  for (size_t k = 0; k < count; k++) {
-    escapes += (tokens[k] >> 4) == kGapEscape;
-    literals += (tokens[k] & 15u) == kLiteral;
-    gaps += tokens[k] >> 4;
+  TokenCounts c;
+  if (kHasAvx2) {
+    CountTokensAvx2(tokens, count, &c);
+  } else {
+    CountTokens(tokens, 0, count, &c);
   }
+  const uint64_t escapes = c.escapes, literals = c.literals, gaps = c.gaps;
   const uint8_t* escape = tokens + count;
-  uint64_t extra = 0;
+  uint64_t extra = 0, values = escape_bytes;
   unsigned high = 0;
   for (size_t i = 0; i < escape_bytes; i++) {
     extra += escape[i];
     high |= escape[i];
   }
+  if ((high & 0x80u) != 0 && !SumVarints(escape, escape_bytes, words, &values, &extra)) return false;
   const uint64_t literal_bytes = length - tokens_at - count - escape_bytes;
-  return (high & 0x80u) == 0 && escapes == escape_bytes && 2 * literals == literal_bytes &&
-         (count == 0 || count - 1 + gaps + extra < words);
+  return escapes == values && 2 * literals == literal_bytes && (count == 0 || count - 1 + gaps + extra < words);
 }
 
 }  // namespace
