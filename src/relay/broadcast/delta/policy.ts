@@ -1,8 +1,9 @@
 /**
  * When a chunk goes as a delta and when in full. A delta costs an encode (a scan of the chunk
  * and of the base's chunk) at the sender, a rebuild at the receiver (the same scan, at about the
- * same speed: a relay in the middle of the chain does both, on one thread), and sends `ratio` of
- * the chunk's bytes; the full chunk costs only its bytes on the link. With E the encoder's
+ * same speed; both on the libuv pool, E timed on the encoding thread), and sends `ratio` of the
+ * chunk's bytes; the full chunk costs only its bytes on the link. (A relay in the middle of the
+ * chain forwards the deltas it received without an encode: encoder.ts.) With E the encoder's
  * measured throughput and B the link's bandwidth, one chunk of L bytes takes about
  * 2L/E + ratio·L/B as a delta against L/B in full: the delta pays when
  *
