@@ -97,7 +97,7 @@ export const ERROR_CATALOGUE = {
   FP8_NO_ELIGIBLE_TENSORS: entry(
     'ERR_FP8_NO_ELIGIBLE_TENSORS',
     'weights',
-    'An FP8 version was asked of a model none of whose tensors is quantised (2-D BF16 or F32 and not kept by `--fp8-keep`): there would be nothing FP8 in it.',
+    'An FP8 version was asked of a model none of whose tensors is quantised (2-D BF16 or F32 and not kept by `--fp8-keep`), or of a LoRA adapter version: there would be nothing FP8 in it.',
   ),
   FP8_BAD_CONFIG: entry(
     'ERR_FP8_BAD_CONFIG',

@@ -17,6 +17,7 @@ import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
 import type { LoraRequest } from '../../src/relay/lora/metadata.js';
 import type { RelayOptionsInput } from '../../src/relay/options.js';
+import { modelDirName } from '../../src/relay/segments.js';
 import { SECRET, segmentDigest } from '../helpers/broadcast.js';
 import { CLI, inProcessRelay, loopbackChain, publishVisible, tempShmDir, until } from '../helpers/relay.js';
 import { engineFilesDir, readSafetensors } from '../helpers/version-dirs.js';
@@ -75,7 +76,7 @@ function lora(overrides: Partial<LoraRequest> = {}): LoraRequest {
 /** Segment files and version directories of `model` in a relay's shm directory. */
 function leftovers(relay: Relay, model: string): string[] {
   const shm = relay.store.options.shmDir;
-  const prefix = model.replace('/', '~2f');
+  const prefix = modelDirName(model);
   const segments = readdirSync(shm).filter((f) => f.startsWith(prefix + '.'));
   const dirs = existsSync(join(shm, 'models', prefix)) ? readdirSync(join(shm, 'models', prefix)) : [];
   return [...segments, ...dirs];
@@ -130,6 +131,9 @@ describe('relay: LoRA adapter versions', () => {
     expect(stdout).toMatch(/KIND\s+BASE/);
     expect(stdout).toMatch(/org\/tiny-lora\s+1\s+complete\s+lora\s+org\/tiny v1\s/);
     expect(stdout).toMatch(/org\/tiny\s+1\s+complete\s+full\s+-\s/);
+    // No FP8 variant of an adapter: refused, typed, nothing made.
+    await expect(client.acquire({ model: `${ADAPTER}@fp8`, version: 1 })).rejects.toMatchObject({ code: ErrorCodes.FP8_NO_ELIGIBLE_TENSORS });
+    expect(leftovers(relay, `${ADAPTER}@fp8`)).toEqual([]);
     // Acquire gives the metadata that says what the version is (the rollout agent reads it).
     await using lease = await client.acquire({ model: ADAPTER });
     expect(lease.metadata).toMatchObject({ 'laminar.kind': 'lora', 'laminar.lora.base_model': BASE, 'laminar.lora.base_version': '1' });

@@ -82,7 +82,7 @@ FP8_NON_FINITE: Final = "ERR_FP8_NON_FINITE"
 """A tensor to be quantised to FP8 holds a NaN or an infinity (`details.tensor`, `details.index`: the first one): no FP8 version is made of it."""
 
 FP8_NO_ELIGIBLE_TENSORS: Final = "ERR_FP8_NO_ELIGIBLE_TENSORS"
-"""An FP8 version was asked of a model none of whose tensors is quantised (2-D BF16 or F32 and not kept by `--fp8-keep`): there would be nothing FP8 in it."""
+"""An FP8 version was asked of a model none of whose tensors is quantised (2-D BF16 or F32 and not kept by `--fp8-keep`), or of a LoRA adapter version: there would be nothing FP8 in it."""
 
 FP8_BAD_CONFIG: Final = "ERR_FP8_BAD_CONFIG"
 """The `config.json` an FP8 version's directory is made from (`--engine-files`) does not parse as a JSON object: no FP8 version is served."""
@@ -534,7 +534,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_BAD_MODEL_ID": "A model id is empty, too long or has characters a segment name cannot carry.",
     "ERR_BAD_VERSION": "A version number is not a non-negative safe integer.",
     "ERR_FP8_NON_FINITE": "A tensor to be quantised to FP8 holds a NaN or an infinity (`details.tensor`, `details.index`: the first one): no FP8 version is made of it.",
-    "ERR_FP8_NO_ELIGIBLE_TENSORS": "An FP8 version was asked of a model none of whose tensors is quantised (2-D BF16 or F32 and not kept by `--fp8-keep`): there would be nothing FP8 in it.",
+    "ERR_FP8_NO_ELIGIBLE_TENSORS": "An FP8 version was asked of a model none of whose tensors is quantised (2-D BF16 or F32 and not kept by `--fp8-keep`), or of a LoRA adapter version: there would be nothing FP8 in it.",
     "ERR_FP8_BAD_CONFIG": "The `config.json` an FP8 version's directory is made from (`--engine-files`) does not parse as a JSON object: no FP8 version is served.",
     "ERR_LORA_BAD_CONFIG": "The `adapter_config.json` of a LoRA adapter version does not parse as a JSON object, or is not a LoRA config (`peft_type` \"LORA\", a positive integer `r`, a numeric `lora_alpha`, `target_modules`, `bias` \"none\"): nothing is allocated.",
     "ERR_LORA_BAD_TENSORS": "A LoRA adapter version's tensors are not pairs of `base_model.model.<module>.lora_A.weight` [r, in] and `.lora_B.weight` [out, r] of the config's rank `r` (`details.tensor` names the first one wrong): nothing is allocated.",

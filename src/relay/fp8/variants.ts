@@ -17,9 +17,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { ErrorCodes, LaminarError, NotFoundError } from '../../common/errors.js';
+import { ErrorCodes, InvalidInputError, LaminarError, NotFoundError } from '../../common/errors.js';
 import type { EngineFiles } from '../engine-files.js';
 import type { AcquireRequest, StoredVersion, VersionStore } from '../store.js';
+import { versionKind } from '../lora/metadata.js';
 import { VARIANT_KEY } from '../store/stored-version.js';
 import { fp8ConfigJson } from './config.js';
 import { fp8ModelId, modelOfFp8 } from './model-id.js';
@@ -111,6 +112,14 @@ export class Fp8Variants {
 
   private async make(source: StoredVersion, model: string): Promise<StoredVersion> {
     const started = performance.now();
+    // An adapter's lora_A/lora_B are 2-D: quantised, they would make an FP8 "adapter" no engine loads.
+    if (versionKind(source.metadata) === 'lora') {
+      throw new InvalidInputError(
+        ErrorCodes.FP8_NO_ELIGIBLE_TENSORS,
+        `version ${source.version} of ${source.model} is a LoRA adapter: adapters are served as published, never in FP8`,
+        { model: source.model, version: source.version },
+      );
+    }
     const plan = planFp8(source.layout.tensors, this.options.keep);
     // config.json first: a file that does not parse refuses the variant before any allocation.
     fp8DirFiles(this.options.engineFiles, plan.ignoredLayers);
