@@ -10,23 +10,21 @@
  * read as a lookup call (the test's parser, see test/rollout-agent/multi-turn.test.ts), executed
  * as an action by a lookup worker on JetStream, and its observation is tokenized by the engine in
  * the tool role and appended, until the budget ends the episode. So the multi-turn side pays what
- * an agentic trajectory pays: an action's round trip per turn, the engine's re-prefill of the
- * longer context, the partial pool's turn and observation records.
+ * an agentic trajectory pays: an action's round trip per turn, the engine's prefill of what the
+ * turn added (the observation; the rest of the context comes from its prefix cache), the partial
+ * pool's turn and observation records.
  *
- * The two alternate `rounds` times (the machine's drift falls on both); medians. Every wait is
+ * A third side runs the multi-turn task on a second engine started with `--disable-radix-cache`,
+ * which prefills every turn's whole context again (what the ratio was before the reference
+ * engine had a prefix cache, and what an engine without one pays).
+ *
+ * The three alternate `rounds` times (the machine's drift falls on all); medians. Every wait is
  * bounded (`deadline-s` per round) and the section prints its progress to stderr every few seconds.
  */
-import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync } from 'node:fs';
-import { join } from 'node:path';
-import { promisify } from 'node:util';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { Redis } from 'ioredis';
+import { connect } from '@nats-io/transport-node';
 import { Registry } from 'prom-client';
 import { ActionClient, ActionWorker, lookupHandler } from '../src/actions/index.js';
 import { createLogger } from '../src/common/logger.js';
-import { META_HEADER, decodeMeta } from '../src/data/codec/record-meta.js';
-import { bufferNames } from '../src/data/experience/stream.js';
 import { PromptPool } from '../src/data/index.js';
 import {
   LOOKUP_TOOLS,
@@ -37,15 +35,11 @@ import {
   type MultiTurnOptions,
   type ToolCallParser,
 } from '../src/rollout-agent/index.js';
-import { projectPython, REPO_ROOT, spawnDaemon, spawnReferenceEngine, startRedisServer, type ReferenceEngine } from '../src/services/index.js';
-import { removeShmTree } from '../src/relay/pages/huge-mount.js';
+import { spawnReferenceEngine, type ReferenceEngine } from '../src/services/index.js';
+import { followRecords, LOOKUP_MODEL, openLookupWorld, promptCounters, waitFor, type LookupWorld } from './lookup-world.js';
 import { median, round } from './support.js';
 
-const exec = promisify(execFile);
 const log = (s: string): boolean => process.stderr.write(`actions bench (multi-turn): ${s}\n`);
-const MODEL = 'bench/lookup-tiny';
-/** The lookup task's vocabulary (python/src/laminar/testing/tools.py), room for the observations. */
-const CONFIG = { vocab_size: 22, d_model: 64, n_layers: 2, n_heads: 2, max_seq_len: 512 };
 const CLOSE = 17;
 const PROMPT = [1, 20, 7, 5, 8, 3];
 
@@ -70,6 +64,10 @@ export interface MultiTurnResult {
   multi_turn_trajectories: number;
   multi_turn_tool_wait_ms_mean: number;
   multi_turn_generated_tokens_each: number;
+  /** Prompt tokens the engine served from its prefix cache over all prompt tokens, multi-turn side. */
+  multi_turn_prefix_cache_hit_rate: number;
+  multi_turn_no_prefix_cache_tokens_per_s: number;
+  multi_turn_no_prefix_cache_over_single: number;
 }
 
 /** Reads every turn that ends at `</tool_call>` as a lookup call: each closed turn is an action. */
@@ -85,11 +83,8 @@ class EveryCloseIsALookup implements ToolCallParser {
   }
 }
 
-interface World {
+interface World extends LookupWorld {
   natsUrl: string;
-  redis: Redis;
-  relaySocket: string;
-  engine: ReferenceEngine;
 }
 
 /** What one round measured: generated tokens per second, and what the records say. */
@@ -101,47 +96,11 @@ interface Round {
   actions: number;
   /** The agent's wait at its tool calls (submission to result), mean ms. */
   toolWaitMs: number;
+  /** Prompt tokens served from the engine's prefix cache over all its prompt tokens, this round. */
+  cacheHitRate: number;
 }
 
-/**
- * Follows the job's buffer: each record's generated tokens and turns (from its metadata header).
- * Core subscription to the records' subjects: it sees each record as it is stored.
- */
-function followRecords(nc: NatsConnection, job: string): { generated: number[]; turns: number[]; stop(): void } {
-  const seen = new Set<string>();
-  const out = { generated: [] as number[], turns: [] as number[], stop: (): void => undefined };
-  const sub = nc.subscribe(bufferNames(job).recordFilter, {
-    callback: (err, msg) => {
-      if (err || seen.has(msg.subject)) return;
-      seen.add(msg.subject);
-      const meta = decodeMeta(msg.headers?.get(META_HEADER) ?? '');
-      const segments = meta.segments ?? [{ kind: 'generated' as const, length: meta.responseLength, weightVersion: meta.weightVersion, finishReason: '' }];
-      out.generated.push(segments.reduce((n, s) => n + (s.kind === 'generated' ? s.length : 0), 0));
-      out.turns.push(segments.filter((s) => s.kind === 'generated').length);
-    },
-  });
-  out.stop = () => sub.unsubscribe();
-  return out;
-}
-
-/** Waits for `probe`, printing progress; rejects past the deadline (a bench never hangs). */
-async function waitFor(what: string, probe: () => { done: boolean; progress: string }, deadlineMs: number): Promise<void> {
-  const started = performance.now();
-  let lastLog = started;
-  for (;;) {
-    const { done, progress } = probe();
-    if (done) return;
-    const now = performance.now();
-    if (now - started > deadlineMs) throw new Error(`${what}: not done after ${Math.round(deadlineMs / 1000)} s (${progress})`);
-    if (now - lastLog >= 5000) {
-      log(`${what}: ${progress} after ${Math.round((now - started) / 1000)} s`);
-      lastLog = now;
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-async function oneRound(w: World, job: string, a: MultiTurnArgs, multiTurn: boolean): Promise<Round> {
+async function oneRound(w: World, engine: ReferenceEngine, job: string, a: MultiTurnArgs, multiTurn: boolean): Promise<Round> {
   const nc = await connect({ servers: w.natsUrl, name: job, noAsyncTraces: true });
   const registry = new Registry();
   const actions = multiTurn ? await ActionClient.open({ nc, pool: job, job, registry }) : null;
@@ -164,9 +123,9 @@ async function oneRound(w: World, job: string, a: MultiTurnArgs, multiTurn: bool
     redis: w.redis,
     job,
     id: job,
-    model: MODEL,
+    model: LOOKUP_MODEL,
     relaySocket: w.relaySocket,
-    engine: new SglangClient(w.engine.url),
+    engine: new SglangClient(engine.url),
     defaults: { maxNewTokens: a.tokens, temperature: 1, topP: 1, topK: -1, stopTokenIds: [], ignoreEos: true, seeded: true },
     reward: targetMatchReward,
     batchPrompts: a.concurrency,
@@ -181,24 +140,29 @@ async function oneRound(w: World, job: string, a: MultiTurnArgs, multiTurn: bool
   });
   const records = followRecords(nc, job);
   try {
-    await waitFor(`${job}: weights loaded`, () => ({ done: agent.client?.version === 0, progress: 'version 0 not loaded yet' }), a.deadlineS * 1000);
+    await waitFor(`${job}: weights loaded`, () => ({ done: agent.client?.version === 0, progress: 'version 0 not loaded yet' }), a.deadlineS * 1000, log);
+    const before = await promptCounters(engine.url);
     const started = performance.now();
     // The same prompts on both sides: the seeds (trajectory ids) and so the tokens drawn match turn for turn.
     const prompts = Array.from({ length: a.trajectories }, (_, i) => ({ id: `q${i}`, payload: { input_ids: PROMPT, target: [8, 7, 6, 5] }, n: 1 }));
     await (await PromptPool.open({ redis: w.redis, name: job })).load(prompts);
     await waitFor(
       `${job} (${multiTurn ? 'multi-turn' : 'single-turn'})`,
-      () => ({ done: records.generated.length >= a.trajectories, progress: `${records.generated.length}/${a.trajectories} trajectories` }),
+      () => ({ done: records.records.length >= a.trajectories, progress: `${records.records.length}/${a.trajectories} trajectories` }),
       a.deadlineS * 1000,
+      log,
     );
     const seconds = (performance.now() - started) / 1000;
-    const generated = records.generated.slice(0, a.trajectories);
+    const after = await promptCounters(engine.url);
+    const cacheHitRate = after.prompt > before.prompt ? (after.cached - before.cached) / (after.prompt - before.prompt) : 0;
+    const seen = records.records.slice(0, a.trajectories);
+    const generated = seen.map((r) => r.generated);
     const rate = generated.reduce((s, n) => s + n, 0) / seconds;
     const wait = ((await registry.getSingleMetric('laminar_agent_tool_wait_seconds')?.get())?.values ?? []) as { metricName?: string; value: number }[];
     const sum = wait.find((v) => v.metricName?.endsWith('_sum'))?.value ?? 0;
     const count = wait.find((v) => v.metricName?.endsWith('_count'))?.value ?? 0;
     const toolWaitMs = count > 0 ? (sum / count) * 1000 : 0;
-    return { rate, generated, turns: records.turns.slice(0, a.trajectories), actions: worker?.status().done ?? 0, toolWaitMs };
+    return { rate, generated, turns: seen.map((r) => r.turns), actions: worker?.status().done ?? 0, toolWaitMs, cacheHitRate };
   } finally {
     records.stop();
     await agent.close();
@@ -208,49 +172,49 @@ async function oneRound(w: World, job: string, a: MultiTurnArgs, multiTurn: bool
   }
 }
 
-/** Runs the section on the bench's nats-server (`natsUrl`): its own redis-server, relay and reference engine. */
+/** Runs the section on the bench's nats-server (`natsUrl`): its own redis-server, relay and two reference engines. */
 export async function multiTurnSection(natsUrl: string, a: MultiTurnArgs): Promise<MultiTurnResult> {
-  const root = mkdtempSync('/dev/shm/laminar-bench-mt-');
-  const files = join(root, 'engine-files');
-  mkdirSync(files);
-  const python = projectPython();
-  const redisServer = await startRedisServer();
-  const redis = new Redis(redisServer.port, '127.0.0.1', { maxRetriesPerRequest: null });
-  let relay: Awaited<ReturnType<typeof spawnDaemon>> | undefined;
+  const world = await openLookupWorld('mt', log);
   let engine: ReferenceEngine | undefined;
+  let plainEngine: ReferenceEngine | undefined;
   try {
-    await exec(python, ['-m', 'laminar.testing.publish', '--config', JSON.stringify(CONFIG), '--config-dir', files], { cwd: REPO_ROOT });
-    const relaySocket = join(root, 'relay.sock');
-    relay = await spawnDaemon(
-      'relay',
-      ['relay', '--shm-dir', join(root, 'segments'), '--socket', relaySocket, '--no-pin', '--engine-files', files, '--metrics-port', '-1'],
-      'relay ready',
-    );
-    log(`publishing version 0 of a TinyLM ${JSON.stringify(CONFIG)}; starting a reference engine`);
-    await exec(python, ['-m', 'laminar.testing.publish', '--socket', relaySocket, '--model', MODEL, '--versions', '0', '--config', JSON.stringify(CONFIG)], {
-      cwd: REPO_ROOT,
-      env: { ...process.env, OMP_NUM_THREADS: '1' },
-    });
-    engine = await spawnReferenceEngine('engine', { kvCapacityTokens: 65_536, maxRunning: a.concurrency, seed: 1 });
-    const w: World = { natsUrl, redis, relaySocket, engine };
+    log('starting two reference engines, with and without prefix cache');
+    const engineOptions = { kvCapacityTokens: 65_536, maxRunning: a.concurrency, seed: 1 };
+    engine = await spawnReferenceEngine('engine', engineOptions);
+    plainEngine = await spawnReferenceEngine('engine-no-prefix-cache', { ...engineOptions, args: ['--disable-radix-cache'] });
+    const w: World = { ...world, natsUrl };
     const single: Round[] = [];
     const multi: Round[] = [];
+    const multiPlain: Round[] = [];
+    const report = (side: string, x: Round): void => {
+      const perTrajectory = round(x.turns.reduce((s, n) => s + n, 0) / x.turns.length, 2);
+      log(
+        `${side} ${round(x.rate, 1)} tokens/s, ${perTrajectory} turns per trajectory, tool wait ${round(x.toolWaitMs, 2)} ms, prefix cache hits ${round(x.cacheHitRate, 3)}`,
+      );
+    };
     for (let r = 0; r < a.rounds; r++) {
       log(`round ${r + 1}/${a.rounds}: single-turn, ${a.trajectories} trajectories × ${a.tokens} tokens, ${a.concurrency} at once`);
-      single.push(await oneRound(w, `mt-single-${r}`, a, false));
+      single.push(await oneRound(w, engine, `mt-single-${r}`, a, false));
       log(`round ${r + 1}/${a.rounds}: single-turn ${round(single[r]!.rate, 1)} tokens/s; multi-turn next`);
-      multi.push(await oneRound(w, `mt-multi-${r}`, a, true));
-      const turns = multi[r]!.turns;
-      const perTrajectory = round(turns.reduce((s, n) => s + n, 0) / turns.length, 2);
-      log(
-        `round ${r + 1}/${a.rounds}: multi-turn ${round(multi[r]!.rate, 1)} tokens/s, ${perTrajectory} turns per trajectory, tool wait ${round(multi[r]!.toolWaitMs, 2)} ms`,
-      );
+      // The two multi-turn sides swap places every round (the first after single-turn is not favoured).
+      const sides = [
+        async (): Promise<void> => {
+          multi.push(await oneRound(w, engine!, `mt-multi-${r}`, a, true));
+          report(`round ${r + 1}/${a.rounds}: multi-turn`, multi[r]!);
+        },
+        async (): Promise<void> => {
+          multiPlain.push(await oneRound(w, plainEngine!, `mt-multi-plain-${r}`, a, true));
+          report(`round ${r + 1}/${a.rounds}: multi-turn without prefix cache`, multiPlain[r]!);
+        },
+      ];
+      for (const side of r % 2 === 0 ? sides : sides.reverse()) await side();
     }
-    // The same work on both sides, or the ratio means nothing.
-    for (const side of [...single, ...multi])
+    // The same work on every side, or the ratios mean nothing.
+    for (const side of [...single, ...multi, ...multiPlain])
       for (const n of side.generated) if (n !== a.tokens) throw new Error(`a trajectory generated ${n} tokens, not ${a.tokens}: the sides differ`);
     const singleRate = median(single.map((s) => s.rate));
     const multiRate = median(multi.map((s) => s.rate));
+    const plainRate = median(multiPlain.map((s) => s.rate));
     const turns = multi.flatMap((m) => m.turns);
     const meanTurns = turns.reduce((s, n) => s + n, 0) / turns.length;
     return {
@@ -262,13 +226,13 @@ export async function multiTurnSection(natsUrl: string, a: MultiTurnArgs): Promi
       multi_turn_trajectories: a.trajectories,
       multi_turn_tool_wait_ms_mean: round(median(multi.map((m) => m.toolWaitMs)), 2),
       multi_turn_generated_tokens_each: a.tokens,
+      multi_turn_prefix_cache_hit_rate: round(median(multi.map((m) => m.cacheHitRate))),
+      multi_turn_no_prefix_cache_tokens_per_s: round(plainRate, 1),
+      multi_turn_no_prefix_cache_over_single: round(plainRate / singleRate),
     };
   } finally {
     await engine?.kill('SIGTERM').catch(() => undefined);
-    await relay?.kill('SIGTERM').catch(() => undefined);
-    redis.disconnect();
-    await redisServer.stop();
-    // The relay mounted a hugetlbfs under it.
-    removeShmTree(root);
+    await plainEngine?.kill('SIGTERM').catch(() => undefined);
+    await world.close();
   }
 }

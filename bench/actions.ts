@@ -328,6 +328,11 @@ export async function run(argv: string[]): Promise<void> {
         mt ? `${mt.multi_turn_tokens_over_single} (${mt.multi_turn_tokens_per_s} / ${mt.single_turn_tokens_per_s})` : 'skipped',
         mt ? `goal >= 0.9 (${mt.multi_turn_turns_per_trajectory} turns per trajectory, ${mt.multi_turn_generated_tokens_each} tokens each)` : 'goal >= 0.9',
       ],
+      [
+        'the same, engine without prefix cache',
+        mt ? `${mt.multi_turn_no_prefix_cache_over_single} (${mt.multi_turn_no_prefix_cache_tokens_per_s} / ${mt.single_turn_tokens_per_s})` : 'skipped',
+        mt ? `prefix cache hits with it: ${mt.multi_turn_prefix_cache_hit_rate} of prompt tokens` : '-',
+      ],
     ]);
     process.stdout.write(`${JSON.stringify(result)}\n`);
   } finally {

@@ -1,12 +1,17 @@
 /**
- * `npm run bench -- agentic [--steps 3] [--prompts 512]`
+ * `npm run bench -- agentic [--only predictor,sched] [--steps 3] [--prompts 512]
+ *   [--sched-groups 16] [--sched-group-size 4] [--sched-max-running 4] [--sched-rounds 2] [--sched-tool-ms 200]`
  *
- * Issue #49's agentic scheduling figures. So far: `predictor_mae_over_baseline`, the mean
- * absolute error of the remaining-length predictor (src/manager/agentic/length-predictor.ts) over
- * that of the group's-median-so-far baseline, both replayed over the same turn-by-turn traces of
- * the simulator's tool-call task (toolcall-7b's workload, src/simulate/workload/turn-traces.ts).
- * The first step trains both and is not scored. Prints a table, then one JSON line (the last line
- * of stdout).
+ * Issue #49's agentic scheduling figures, in sections (`--only`; default: both):
+ *   predictor: `predictor_mae_over_baseline`, the mean absolute error of the remaining-length
+ *              predictor (src/manager/agentic/length-predictor.ts) over that of the
+ *              group's-median-so-far baseline, both replayed over the same turn-by-turn traces of
+ *              the simulator's tool-call task (toolcall-7b's workload,
+ *              src/simulate/workload/turn-traces.ts). The first step trains both and is not scored.
+ *   sched:     `sched_throughput_gain`, trajectories per second of a batch of groups on the demo's
+ *              tool task with reference engines, all of #49's scheduling on over laminar's before
+ *              it, and each mechanism on and off (agentic-sched.ts; a few minutes).
+ * Prints a table per section, then one JSON line (the last line of stdout).
  */
 import { parseArgs } from 'node:util';
 import { GroupMedianBaseline } from '../src/manager/agentic/group-median-baseline.js';
@@ -16,12 +21,58 @@ import { resolveScenarioPath } from '../src/simulate/files.js';
 import { loadScenario } from '../src/simulate/scenario/load.js';
 import { turnTraces } from '../src/simulate/workload/turn-traces.js';
 import { Workload } from '../src/simulate/workload/workload.js';
-import { printTable, round } from './support.js';
+import { schedSection, type SchedResult } from './agentic-sched.js';
+import { positiveInt, printTable, round } from './support.js';
 
-export function run(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { steps: { type: 'string', default: '3' }, prompts: { type: 'string', default: '512' } } });
-  const steps = Number(values.steps);
-  const prompts = Number(values.prompts);
+const SECTIONS = ['predictor', 'sched'] as const;
+
+export async function run(args: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      only: { type: 'string', default: SECTIONS.join(',') },
+      steps: { type: 'string', default: '3' },
+      prompts: { type: 'string', default: '512' },
+      'sched-groups': { type: 'string', default: '16' },
+      'sched-group-size': { type: 'string', default: '4' },
+      'sched-max-running': { type: 'string', default: '4' },
+      'sched-rounds': { type: 'string', default: '2' },
+      'sched-tool-ms': { type: 'string', default: '200' },
+    },
+  });
+  const only = new Set(values.only.split(',').filter(Boolean));
+  for (const s of only) if (!(SECTIONS as readonly string[]).includes(s)) throw new Error(`--only: ${s} is not a section (${SECTIONS.join(', ')})`);
+  const line = { bench: 'agentic', sections: [...only], ...(only.has('predictor') ? predictorSection(Number(values.steps), Number(values.prompts)) : {}) };
+  let sched: SchedResult = {};
+  if (only.has('sched')) {
+    const a = {
+      groups: positiveInt(values['sched-groups'], '--sched-groups'),
+      groupSize: positiveInt(values['sched-group-size'], '--sched-group-size'),
+      maxRunning: positiveInt(values['sched-max-running'], '--sched-max-running'),
+      rounds: positiveInt(values['sched-rounds'], '--sched-rounds'),
+      // A batch takes 10-30 s on the loaded development machine.
+      deadlineS: 150,
+      toolMs: nonNegative(values['sched-tool-ms'], '--sched-tool-ms'),
+    };
+    const { result, rows } = await schedSection(a);
+    printTable(
+      `agentic scheduling, the demo's tool task: ${a.groups} groups × ${a.groupSize}, 2 reference engines (max running ${a.maxRunning}), tool calls of ${a.toolMs} ms, medians of ${a.rounds} rounds; sched_throughput_gain ${String(result.sched_throughput_gain)} (goal >= 1.3)`,
+      rows,
+    );
+    sched = result;
+  }
+  process.stdout.write(`${JSON.stringify({ ...line, ...sched })}
+`);
+}
+
+function nonNegative(text: string, flag: string): number {
+  const n = Number(text);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${flag} needs a number >= 0, got ${text}`);
+  return n;
+}
+
+/** The predictor against the group-median baseline on the simulator's traces; its JSON fields. */
+function predictorSection(steps: number, prompts: number): Record<string, number | string> {
   const scenario = loadScenario(resolveScenarioPath('toolcall-7b'));
   const traces = turnTraces(new Workload(scenario), steps, prompts);
   const predictor = replayPredictions(traces, new LengthPredictor(), 1);
@@ -39,8 +90,7 @@ export function run(args: string[]): Promise<void> {
     row('heddle-style (length-predictor.ts)', predictor),
     row("group's median so far", baseline),
   ]);
-  const line = {
-    bench: 'agentic',
+  return {
     scenario: 'toolcall-7b',
     steps,
     prompts_per_step: prompts,
@@ -56,6 +106,4 @@ export function run(args: string[]): Promise<void> {
     predictor_mae_over_baseline_after_first_turn: round(predictor.afterFirstTurn.tokensMae / baseline.afterFirstTurn.tokensMae, 3),
     predictor_turns_mae_over_baseline_after_first_turn: round(predictor.afterFirstTurn.turnsMae / baseline.afterFirstTurn.turnsMae, 3),
   };
-  process.stdout.write(`${JSON.stringify(line)}\n`);
-  return Promise.resolve();
 }

@@ -1,0 +1,335 @@
+/**
+ * The agentic bench's `sched` section: issue #49's `sched_throughput_gain`, trajectories per second
+ * on the demo's tool task with all of #49's scheduling on over laminar's scheduling before it,
+ * same engines, same prompts, one run; and the makespan of the batch and the trajectories' tail
+ * latency with each mechanism switched on and off.
+ *
+ * The job: two reference engines (a TinyLM of the lookup task's vocabulary, random weights, prefix
+ * cache on, `--enable-priority-scheduling`), a rollout agent on each (in this process, multi-turn
+ * with the demo's parser, tool and reward: `token-calls`, `lookup`, `tool-match`), a lookup action
+ * worker, and the manager (in this process) running repack rounds. The prompts are the demo's
+ * (`python -m laminar.testing.tools prompts`) with the number of turns set per group from a
+ * long-tailed list (most groups 1-3 turns, two groups 10-12): an untrained model never answers,
+ * so its episodes end at their turn limit, and agentic jobs have such a tail (some prompts need
+ * many tool calls). Every turn ends at `</tool_call>` (the model draws it about once in 20
+ * tokens; EOS is ignored); the draws are seeded by trajectory, so every configuration generates
+ * the same tokens and the same observations: only the scheduling differs. Each tool call takes
+ * `toolMs` (the lookup itself answers at once; the tools of agentic jobs take time, and only a
+ * trajectory waiting at a tool can be moved).
+ *
+ * Configurations, each a fresh job on the same engines, rotated every round, after a warm-up round
+ * that is not counted (the agents' predictors keep their history from batch to batch, as in a
+ * job's successive steps):
+ *   before      laminar before #49: the agents' line and the engines first come first served,
+ *               repack with Algorithm 1
+ *   priority    progressive priority (the agents' line and the engines' by predicted remaining
+ *               tokens, the length predictor), repack with Algorithm 1
+ *   median      all on, but the group's median so far in place of the predictor
+ *   all         progressive priority with the predictor, and the manager's `--planner dp`
+ *               (tool-call moves, the stay-on-your-engine preference)
+ * Tool-call moves need progressive priority (the agents report their trajectories only with it),
+ * so there is no "moves alone".
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { Registry } from 'prom-client';
+import { ActionClient, ActionWorker, lookupHandler, type ActionHandler } from '../src/actions/index.js';
+import { createLogger } from '../src/common/logger.js';
+import { ExperienceWriter, PartialPool, PromptPool } from '../src/data/index.js';
+import { GroupMedianBaseline } from '../src/manager/agentic/group-median-baseline.js';
+import { LengthPredictor } from '../src/manager/agentic/length-predictor.js';
+import type { RemainingLengthPredictor } from '../src/manager/agentic/remaining-length.js';
+import { Manager } from '../src/manager/manager.js';
+import { LOOKUP_TOOLS, RolloutAgent, SglangClient, TokenCallsParser, toolMatchReward } from '../src/rollout-agent/index.js';
+import { projectPython, REPO_ROOT, spawnReferenceEngine, startNatsServer, type ReferenceEngine } from '../src/services/index.js';
+import { followRecords, LOOKUP_MODEL, openLookupWorld, promptCounters, waitFor, type LookupWorld, type RecordSeen } from './lookup-world.js';
+import { median, percentile, round } from './support.js';
+
+const exec = promisify(execFile);
+const log = (s: string): boolean => process.stderr.write(`agentic bench (sched): ${s}\n`);
+
+/** Turns per group, cycled over the groups: a long tail (the mean is 2.8). */
+export const TURNS_BY_GROUP = [1, 1, 2, 1, 3, 1, 2, 12, 1, 2, 1, 4, 1, 1, 2, 10];
+/** Context limit: an observation that would not fit ends the episode (the model's is 512). */
+const MAX_CONTEXT = 500;
+const ENGINES = 2;
+
+export interface SchedArgs {
+  /** GRPO groups per batch. */
+  groups: number;
+  groupSize: number;
+  /** Each engine's `--max-running`, and each agent's `--max-in-flight`. */
+  maxRunning: number;
+  rounds: number;
+  /** Bound on one batch (s). */
+  deadlineS: number;
+  /** How long each tool call takes (ms): the lookup answers at once, agentic tools (a sandbox, a search) do not. */
+  toolMs: number;
+}
+
+interface Config {
+  key: 'before' | 'priority' | 'median' | 'all';
+  progressivePriority: boolean;
+  predictor: 'length' | 'group-median';
+  planner: 'algorithm1' | 'dp';
+}
+
+const CONFIGS: readonly Config[] = [
+  { key: 'before', progressivePriority: false, predictor: 'length', planner: 'algorithm1' },
+  { key: 'priority', progressivePriority: true, predictor: 'length', planner: 'algorithm1' },
+  { key: 'median', progressivePriority: true, predictor: 'group-median', planner: 'dp' },
+  { key: 'all', progressivePriority: true, predictor: 'length', planner: 'dp' },
+];
+
+/** What one batch measured. */
+interface Batch {
+  makespanS: number;
+  trajectoriesPerS: number;
+  tokensPerS: number;
+  generated: number;
+  latencyP50S: number;
+  latencyP99S: number;
+  /** Trajectories the manager moved (repack, tool-call moves). */
+  moved: number;
+  /** Prompt tokens the engines served from their prefix caches over all their prompt tokens. */
+  cacheHitRate: number;
+}
+
+export type SchedResult = Record<string, number | string | number[]>;
+
+/** The demo's prompts with each group's turn limit from TURNS_BY_GROUP. */
+async function prompts(groups: number, groupSize: number): Promise<{ id: string; payload: Record<string, unknown>; n: number }[]> {
+  const args = ['-m', 'laminar.testing.tools', 'prompts', '--count', String(groups), '--seed', '1', '--n', String(groupSize)];
+  const { stdout } = await exec(projectPython(), args, { cwd: REPO_ROOT });
+  return stdout
+    .trim()
+    .split('\n')
+    .map((line, i) => {
+      const p = JSON.parse(line) as { id: string; payload: Record<string, unknown>; n: number };
+      // The budget never ends an episode before its turns do; `</tool_call>` (17) ends each turn.
+      return { ...p, payload: { ...p.payload, max_turns: TURNS_BY_GROUP[i % TURNS_BY_GROUP.length], max_new_tokens: MAX_CONTEXT, stop_token_ids: [17] } };
+    });
+}
+
+async function counter(registry: Registry, name: string): Promise<number> {
+  const values = (await registry.getSingleMetric(name)?.get())?.values ?? [];
+  return values.reduce((s, v) => s + v.value, 0);
+}
+
+async function oneBatch(
+  natsUrl: string,
+  world: LookupWorld,
+  engines: ReferenceEngine[],
+  job: string,
+  c: Config,
+  predictors: RemainingLengthPredictor[],
+  a: SchedArgs,
+): Promise<Batch> {
+  const closers: Array<() => Promise<unknown>> = [];
+  const open = async (name: string): Promise<NatsConnection> => {
+    const nc = await connect({ servers: natsUrl, name: `${job}-${name}`, noAsyncTraces: true });
+    closers.push(() => nc.close());
+    return nc;
+  };
+  try {
+    const nc = await open('job');
+    const pool = await PromptPool.open({ redis: world.redis, name: job });
+    const writer = await ExperienceWriter.open({ nc, buffer: job, groups: pool });
+    const partials = await PartialPool.open({ nc, pool: job, writer });
+    closers.push(() => partials.close());
+    const managerRegistry = new Registry();
+    // Failure detection far above this loaded machine's hold-ups: nothing here is meant to die.
+    const manager = new Manager({
+      nc: await open('manager'),
+      job,
+      registry: managerRegistry,
+      logger: createLogger({ level: 'warn', name: `${job}-manager` }),
+      leaseMs: 2000,
+      suspectAfterMs: 10_000,
+      deadAfterMs: 20_000,
+      tickMs: 100,
+      rollouts: {
+        partials,
+        prompts: pool,
+        repackIntervalMs: 1000,
+        orphanWaitMs: 30_000,
+        startupGraceMs: 0,
+        commandTimeoutMs: 10_000,
+        planner: c.planner,
+        // B: the engines' batch (their decode step grows with every sequence beyond it).
+        limits: { cMax: 0.99, rooflineBatch: a.maxRunning },
+      },
+    });
+    await manager.start();
+    closers.push(() => manager.close());
+    await manager.whenLeader(30_000);
+    const lookup: ActionHandler = async (args, ctx) => {
+      await new Promise((r) => setTimeout(r, a.toolMs));
+      return lookupHandler(args, ctx);
+    };
+    // Enough concurrency that no call waits for a worker: the tool's time is all it costs.
+    const worker = await ActionWorker.start({ nc: await open('worker'), pool: job, kind: 'lookup', tools: { lookup }, concurrency: 64 });
+    closers.push(() => worker.stop(1000));
+    const agents: RolloutAgent[] = [];
+    for (const [i, engine] of engines.entries()) {
+      const agentNc = await open(`agent-${i}`);
+      const registry = new Registry();
+      const actions = await ActionClient.open({ nc: agentNc, pool: job, job, registry });
+      closers.push(() => actions.close());
+      const agent = await RolloutAgent.start({
+        nc: agentNc,
+        redis: world.redis,
+        job,
+        id: `${job}-agent-${i}`,
+        model: LOOKUP_MODEL,
+        relaySocket: world.relaySocket,
+        engine: new SglangClient(engine.url),
+        defaults: { maxNewTokens: MAX_CONTEXT, temperature: 1, topP: 1, topK: -1, stopTokenIds: [], ignoreEos: true, seeded: true },
+        reward: toolMatchReward,
+        batchPrompts: 1,
+        maxInFlight: a.maxRunning,
+        heartbeatMs: 500,
+        promptPool: job,
+        partialPool: job,
+        buffer: job,
+        registry,
+        logger: createLogger({ level: 'warn', name: `${job}-agent-${i}` }),
+        progressivePriority: c.progressivePriority,
+        lengthPredictor: predictors[i]!,
+        multiTurn: {
+          parser: new TokenCallsParser(),
+          tools: LOOKUP_TOOLS,
+          actions,
+          maxTurns: Math.max(...TURNS_BY_GROUP),
+          maxContext: MAX_CONTEXT,
+          actionTimeoutMs: 30_000,
+          onBadCall: 'continue',
+          maxStaleness: null,
+        },
+      });
+      // Closed first (last in): the agents stop before what they use.
+      closers.push(() => agent.close());
+      agents.push(agent);
+    }
+    const deadline = a.deadlineS * 1000;
+    await waitFor(
+      `${job}: weights loaded`,
+      () => ({ done: agents.every((x) => x.client?.version === 0), progress: 'version 0 not loaded yet' }),
+      deadline,
+      log,
+    );
+    const total = a.groups * a.groupSize;
+    const records = followRecords(nc, job);
+    closers.push(() => {
+      records.stop();
+      return Promise.resolve();
+    });
+    const before = await Promise.all(engines.map((e) => promptCounters(e.url)));
+    const batch = await prompts(a.groups, a.groupSize);
+    const started = performance.now();
+    await pool.load(batch);
+    await waitFor(job, () => ({ done: records.records.length >= total, progress: `${records.records.length}/${total} trajectories` }), deadline, log);
+    const makespanS = (performance.now() - started) / 1000;
+    const after = await Promise.all(engines.map((e) => promptCounters(e.url)));
+    const sum = (xs: { prompt: number; cached: number }[], k: 'prompt' | 'cached'): number => xs.reduce((s, x) => s + x[k], 0);
+    const prompted = sum(after, 'prompt') - sum(before, 'prompt');
+    const seen: RecordSeen[] = records.records.slice(0, total);
+    const generated = seen.reduce((s, r) => s + r.generated, 0);
+    const latencies = seen.map((r) => r.latencyMs / 1000);
+    return {
+      makespanS,
+      trajectoriesPerS: total / makespanS,
+      tokensPerS: generated / makespanS,
+      generated,
+      latencyP50S: percentile(latencies, 0.5),
+      latencyP99S: percentile(latencies, 0.99),
+      moved: await counter(managerRegistry, 'laminar_manager_repack_trajectories_total'),
+      cacheHitRate: prompted > 0 ? (sum(after, 'cached') - sum(before, 'cached')) / prompted : 0,
+    };
+  } finally {
+    for (const close of closers.reverse()) await close().catch((err: unknown) => log(`closing ${job}: ${String(err)}`));
+  }
+}
+
+/** Runs the section: its own nats-server, redis-server, relay, engines; every configuration `rounds` times. */
+export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult; rows: string[][] }> {
+  const nats = await startNatsServer({ jetstream: true });
+  const world = await openLookupWorld('sched', log);
+  const engines: ReferenceEngine[] = [];
+  try {
+    log(`starting ${ENGINES} reference engines (--max-running ${a.maxRunning}, priority scheduling, prefix cache)`);
+    for (let i = 0; i < ENGINES; i++)
+      engines.push(
+        await spawnReferenceEngine(`engine-${i}`, { kvCapacityTokens: 65_536, maxRunning: a.maxRunning, seed: 1, args: ['--enable-priority-scheduling'] }),
+      );
+    const batches = new Map<Config['key'], Batch[]>(CONFIGS.map((c) => [c.key, []]));
+    const failed = new Map<Config['key'], number>();
+    // Each configuration's agents keep their predictors from batch to batch, as a job's agents
+    // keep their history from step to step; the first round only warms them up (not counted).
+    const predictors = new Map<Config['key'], RemainingLengthPredictor[]>(
+      CONFIGS.map((c) => [c.key, engines.map(() => (c.predictor === 'length' ? new LengthPredictor() : new GroupMedianBaseline()))]),
+    );
+    for (let r = 0; r <= a.rounds; r++) {
+      // Rotated: no configuration always runs first (or right after another one).
+      const order = CONFIGS.map((_, i) => CONFIGS[(i + r) % CONFIGS.length]!);
+      for (const c of order) {
+        const name = r === 0 ? 'warm-up' : `round ${r}/${a.rounds}`;
+        log(`${name}: ${c.key}, ${a.groups} groups × ${a.groupSize}`);
+        let b: Batch;
+        try {
+          b = await oneBatch(nats.url, world, engines, `sched-${c.key}-${r}`, c, predictors.get(c.key)!, a);
+        } catch (err) {
+          // A batch that does not finish (a trajectory whose completion keeps failing) is reported,
+          // not waited for: the other configurations still measure.
+          log(`${name}: ${c.key}: FAILED: ${(err as Error).message}`);
+          failed.set(c.key, (failed.get(c.key) ?? 0) + 1);
+          continue;
+        }
+        if (r > 0) batches.get(c.key)!.push(b);
+        log(
+          `${name}: ${c.key}: ${round(b.trajectoriesPerS, 3)} trajectories/s, makespan ${round(b.makespanS, 1)} s, ` +
+            `latency p50 ${round(b.latencyP50S, 2)} s p99 ${round(b.latencyP99S, 2)} s, ${b.moved} moved, ${b.generated} tokens, prefix cache hits ${round(b.cacheHitRate, 3)}`,
+        );
+      }
+    }
+    const med = (key: Config['key'], f: (b: Batch) => number): number => (batches.get(key)!.length ? median(batches.get(key)!.map(f)) : Number.NaN);
+    const result: SchedResult = {
+      sched_groups: a.groups,
+      sched_group_size: a.groupSize,
+      sched_engines: ENGINES,
+      sched_max_running: a.maxRunning,
+      sched_rounds: a.rounds,
+      sched_turns_by_group: TURNS_BY_GROUP,
+      sched_tool_ms: a.toolMs,
+      sched_throughput_gain: round(med('all', (b) => b.trajectoriesPerS) / med('before', (b) => b.trajectoriesPerS)),
+    };
+    for (const [k, n] of failed) result[`sched_${k}_failed_batches`] = n;
+    // Each figure: its JSON name's tail, its column, what it reads of a batch, its decimals.
+    const figures: [string, string, (b: Batch) => number, number][] = [
+      ['trajectories_per_s', 'trajectories/s', (b) => b.trajectoriesPerS, 3],
+      ['tokens_per_s', 'tokens/s', (b) => b.tokensPerS, 1],
+      ['makespan_s', 'makespan s', (b) => b.makespanS, 2],
+      ['latency_p50_s', 'latency p50 s', (b) => b.latencyP50S, 2],
+      ['latency_p99_s', 'latency p99 s', (b) => b.latencyP99S, 2],
+      ['moved', 'moved', (b) => b.moved, 1],
+      ['prefix_cache_hit_rate', 'prefix cache hits', (b) => b.cacheHitRate, 3],
+    ];
+    const rows = [['configuration', 'failed batches', ...figures.map(([, column]) => column), 'tokens']];
+    for (const { key } of CONFIGS) {
+      const row = [key, String(failed.get(key) ?? 0)];
+      for (const [name, , read, digits] of figures) {
+        const value = round(med(key, read), digits);
+        result[`sched_${key}_${name}`] = value;
+        row.push(String(value));
+      }
+      result[`sched_${key}_generated_tokens`] = batches.get(key)!.map((b) => b.generated);
+      rows.push([...row, String(med(key, (b) => b.generated))]);
+    }
+    return { result, rows };
+  } finally {
+    for (const e of engines) await e.kill('SIGTERM').catch(() => undefined);
+    await world.close();
+    await nats.stop();
+  }
+}
