@@ -40,7 +40,7 @@ import { delay } from '../common/concurrency.js';
 import { ErrorCodes } from '../common/errors.js';
 import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
-import { RelayClient, type Lease } from '../relay/client/index.js';
+import { RelayClient, loraBaseOf, type Lease, type LoraBase } from '../relay/client/index.js';
 import { openRolloutPools, type RolloutPools } from '../rollout/pools.js';
 import { mustEmptyFirst, promptsToClaim } from '../rollout/claim-policy.js';
 import { RolloutClient } from '../rollout/rollout-client.js';
@@ -161,6 +161,8 @@ export class RolloutAgent {
   private held: Lease | null = null;
   /** A version the engine refused: not offered to it again. */
   private refused: number | null = null;
+  /** The full version this agent had the engine load (null: what it started with, unknown). */
+  private baseServed: LoraBase | null = null;
   private closed = false;
   private readonly closing = new AbortController();
   private loop: Promise<void> | null = null;
@@ -293,6 +295,8 @@ export class RolloutAgent {
     session.watching = false;
     session.stopWatching = new AbortController();
     session.adapters = new EngineAdapters(engine, this.log);
+    // A new engine session may be a restarted engine, with the weights it starts with.
+    this.baseServed = null;
     session.down = down;
     session.markDown = (err) => {
       if (session.isDown) return;
@@ -504,7 +508,12 @@ export class RolloutAgent {
       throw new EngineError(ErrorCodes.ENGINE_RELOAD, `the relay gives no directory for version ${lease.version} (a relay older than version directories?)`);
     const started = performance.now();
     try {
-      if (!EngineAdapters.isAdapter(lease)) await this.options.engine.loadWeights(dir, lease.version);
+      if (EngineAdapters.isAdapter(lease)) {
+        await this.loadBaseOf(lease);
+      } else {
+        await this.options.engine.loadWeights(dir, lease.version);
+        this.baseServed = { model: lease.model, version: lease.version };
+      }
       // An adapter is loaded; the one served before is unloaded once no trajectory uses it.
       await session.adapters.switchTo(lease);
     } catch (err) {
@@ -526,6 +535,28 @@ export class RolloutAgent {
     this.metrics.reloadSeconds.observe((performance.now() - started) / 1000);
     session.client.reportWeightError(null);
     this.log.info({ version: lease.version, ms: Math.round(performance.now() - started) }, 'engine loaded weights');
+  }
+
+  /**
+   * Before an adapter: the engine loads the base version the adapter names, unless it serves it
+   * already (an agent that starts, or an engine that restarted, on an adapter version). The relay
+   * keeps that base while it holds the adapter, whose lease the agent holds: the base's lease is
+   * needed only for the load. An adapter that names no base version goes on what the engine has.
+   */
+  private async loadBaseOf(adapter: Lease): Promise<void> {
+    const base = loraBaseOf(adapter.metadata);
+    if (base?.version == null) return;
+    if (this.baseServed?.model === base.model && this.baseServed.version === base.version) return;
+    const relay = await RelayClient.connect({ socketPath: this.options.relaySocket, name: `agent ${this.options.id} (adapter base)` });
+    try {
+      await using lease = await relay.acquire({ model: base.model, version: base.version });
+      if (lease.dir === null) throw new EngineError(ErrorCodes.ENGINE_RELOAD, `the relay gives no directory for base version ${base.version} of ${base.model}`);
+      await this.options.engine.loadWeights(lease.dir, base.version);
+      this.baseServed = base;
+      this.log.info({ base, adapter: adapter.version }, 'engine loaded the base of an adapter version');
+    } finally {
+      relay.close();
+    }
   }
 
   /** Keeps the lease of the version the engine now serves; the previous one goes only now. */

@@ -5,7 +5,8 @@
  * the base, the agent loads adapter 1 beside it (partial rollout: no wait for them); those
  * trajectories end on the base, the ones that start after the switch run with the adapter (their
  * tokens are what the engine gives with the adapter, not without), and once version 2 is served
- * and nothing uses adapter 1 any more, the engine unloads it.
+ * and nothing uses adapter 1 any more, the engine unloads it. An agent that starts when the
+ * newest version is an adapter has the engine load the adapter's base version first.
  */
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -51,8 +52,8 @@ afterAll(async () => {
 });
 
 /** A rank-4 adapter of every attention projection of base version 0, strong enough to change the tokens. */
-async function publishAdapter(version: number): Promise<void> {
-  await using base = await relayClient.acquire({ model: MODEL, version: 0 });
+async function publishAdapter(version: number, model = MODEL): Promise<void> {
+  await using base = await relayClient.acquire({ model, version: 0 });
   const tensors: { name: string; dtype: 'F32'; shape: number[]; data: Float32Array }[] = [];
   const values = (n: number, seed: number, scale: number): Float32Array =>
     Float32Array.from({ length: n }, (_, i) => Math.sin(i * 12.9898 + seed * 78.233) * scale);
@@ -68,11 +69,11 @@ async function publishAdapter(version: number): Promise<void> {
     r: RANK,
     lora_alpha: 2 * RANK,
     target_modules: ['qkv', 'out'],
-    base_model_name_or_path: MODEL,
+    base_model_name_or_path: model,
     bias: 'none',
   });
   await (
-    await relayClient.publish({ model: MODEL, version, tensors, lora: { baseModel: MODEL, baseVersion: 0, config } })
+    await relayClient.publish({ model, version, tensors, lora: { baseModel: model, baseVersion: 0, config } })
   ).visible;
 }
 
@@ -168,5 +169,31 @@ describe('rollout agent: LoRA adapter versions', () => {
     // The relay keeps the base for the adapters (leased once per adapter held).
     const base = (await relayClient.status()).versions.find((v) => v.model === MODEL && v.version === 0)!;
     expect(base.leases).toBeGreaterThanOrEqual(1);
+    await a.close();
   }, 180_000);
+
+  it('an agent that starts on an adapter version has the engine load its base first', async () => {
+    const job = 'lora-late';
+    const model = 'lora/late';
+    await publishTiny(relay.socketPath, model, [0]);
+    await publishAdapter(1, model);
+    await jobPools(fx, job, [], closers);
+    const a = await startTestAgent({
+      natsUrl: fx.nats.url,
+      connect: natsClient,
+      redis: fx.redis,
+      job,
+      id: 'ag-late',
+      engineUrl: engine.url,
+      relaySocket: relay.socketPath,
+      model,
+    });
+    closers.push(() => a.close());
+    await expect.poll(() => a.agent.client?.version, { timeout: 30_000 }).toBe(1);
+    expect(a.agent.status().adapters).toEqual([loraAdapterName(model, 1)]);
+    // The engine serves this model's version 0 (it had another model's weights before).
+    const info = (await (await fetch(`${engine.url}/get_model_info`)).json()) as { model_path: string | null };
+    expect(info.model_path).toMatch(/\/models\/lora~2flate\/v0$/);
+    expect(await new SglangClient(engine.url).weightVersion()).toBe('0');
+  }, 120_000);
 });
