@@ -95,16 +95,10 @@ export class IncomingTransfer extends VersionSource {
       this.rejectDone = reject;
     });
     this.done.catch(() => undefined);
-    // The base is needed no longer once the version is complete (or given up), nor are the
-    // payloads: a successor still behind encodes what it lacks from the complete version.
-    this.done
-      .finally(() => {
-        if (base) store.unlease(base.v);
-        this.arrived.clear();
-        this.arrivedBytes = 0;
-        this.arrivalWaiters.clear();
-      })
-      .catch(() => undefined);
+    // The base is needed no longer once the version is complete (or given up). The payloads
+    // stay until the successor takes them, which may be after this relay completed the version:
+    // they go with this object, once no outgoing transfer sends from it any more.
+    if (base) this.done.finally(() => store.unlease(base.v)).catch(() => undefined);
     void this.prefault();
   }
 
@@ -308,6 +302,8 @@ export class IncomingTransfer extends VersionSource {
     for (const list of this.waiters.values()) for (const w of list) w.reject(this.abandoned);
     this.waiters.clear();
     this.arrivalWaiters.clear(); // their races settle through the waiters above
+    this.arrived.clear();
+    this.arrivedBytes = 0;
     this.rejectDone(this.abandoned);
     await this.store.abandonReceive(this.v, reason);
   }
