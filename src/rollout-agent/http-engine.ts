@@ -84,7 +84,19 @@ const REFUSED_RECORDS: ReadonlySet<string> = new Set([
   ErrorCodes.PAYLOAD_TOO_LARGE,
   ErrorCodes.UNKNOWN_GROUP,
   ErrorCodes.GROUP_MISMATCH,
+  // A multi-turn trajectory whose segments do not describe its response: retried, the same
+  // record is refused again (a moved trajectory was retried 43 times with ERR_SEGMENT_LENGTHS).
+  ErrorCodes.BAD_SEGMENTS,
+  ErrorCodes.SEGMENT_LENGTHS,
+  ErrorCodes.TOO_MANY_SEGMENTS,
+  ErrorCodes.OBSERVATION_LOGPROB,
 ]);
+
+/** True when the experience buffer will never take the record `err` refused (retrying cannot help). */
+export function refusedForGood(err: unknown): boolean {
+  const code = (err as { code?: string } | null)?.code;
+  return code !== undefined && REFUSED_RECORDS.has(code);
+}
 
 /** A request the engine fails with a 5xx this many times in a row is given up. */
 const SERVER_ERROR_RETRIES = 3;
@@ -428,8 +440,8 @@ export class HttpRolloutEngine implements RolloutEngine {
         await task.complete({ reward, info });
         return;
       } catch (err) {
-        const code = (err as { code?: string }).code;
-        if (code !== undefined && REFUSED_RECORDS.has(code)) {
+        if (refusedForGood(err)) {
+          const code = (err as { code: string }).code;
           // The buffer will never take this record (its group is not in this job's prompt pool,
           // it breaks the schema): retrying cannot help. It stays in the partial pool, said loudly.
           metrics.engineErrors.inc({ code });
