@@ -85,8 +85,18 @@ export async function run(args: string[]): Promise<void> {
   const root = mkdtempSync(join('/dev/shm', 'laminar-bench-lora-'));
   const configPath = join(root, 'engine-config.json');
   writeFileSync(configPath, JSON.stringify({ model_type: 'laminar-tinylm', vocab_size: 16, d_model: d, n_layers: layers, n_heads: 4, max_seq_len: 64 }));
-  const relay = await startRelay({ shmDir: join(root, 'segments'), socketPath: join(root, 'relay.sock'), metricsPort: -1, pin: false });
-  const engine = await spawnReferenceEngine('bench engine', { args: ['--config', configPath, '--random-init'], seed: 1 });
+  const relay = await startRelay({ shmDir: join(root, 'segments'), socketPath: join(root, 'relay.sock'), metricsPort: -1, pin: false }).catch(
+    (err: unknown) => {
+      removeShmTree(root);
+      throw err;
+    },
+  );
+  const engine = await spawnReferenceEngine('bench engine', { args: ['--config', configPath, '--random-init'], seed: 1 }).catch(async (err: unknown) => {
+    // Nothing else is up yet: the relay and its directory go with the failed start.
+    await relay.close();
+    removeShmTree(root);
+    throw err;
+  });
   const client = await RelayClient.connect({ socketPath: relay.options.socketPath, name: 'lora bench' });
   const watcher = await RelayClient.connect({ socketPath: relay.options.socketPath, name: 'lora bench (agent)' });
   const sglang = new SglangClient(engine.url);
