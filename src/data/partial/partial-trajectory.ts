@@ -218,8 +218,16 @@ export class PartialTrajectory {
       const next = this.outbox[0]!;
       try {
         if (next.kind === 'delta') {
+          // The run stays last in the outbox while it is sent, so the engine's tokens streamed
+          // meanwhile join it: only the ones sent here are taken off, the rest go next.
+          const sent = next.tokens.length;
           await this.send('delta', Int32Array.from(next.tokens), Float32Array.from(next.logprobs));
-          this.pendingGenerated -= next.tokens.length;
+          this.pendingGenerated -= sent;
+          if (next.tokens.length > sent) {
+            next.tokens.splice(0, sent);
+            next.logprobs.splice(0, sent);
+            continue;
+          }
         } else {
           await this.send(next.kind, next.tokens, undefined, next.extra);
           this.pendingObserved -= next.tokens?.length ?? 0;
