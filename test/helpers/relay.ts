@@ -54,6 +54,37 @@ export async function inProcessRelay(shmDir: string, options: RelayOptionsInput 
 }
 
 /**
+ * For a describe block: in-process relays (64 KiB chunks, no pinning) with a client each, and
+ * scratch shm directories, closed and removed after each test, the latest first; `cleanups`
+ * takes the test's own (leases, engine-file directories).
+ */
+export function relaysPerTest(): {
+  cleanups: Array<() => Promise<void> | void>;
+  start: (shm: string, options?: RelayOptionsInput) => Promise<{ relay: Relay; client: RelayClient }>;
+  scratch: () => string;
+} {
+  const cleanups: Array<() => Promise<void> | void> = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+  return {
+    cleanups,
+    start: async (shm, options = {}) => {
+      const relay = await inProcessRelay(shm, { pin: false, chunkSize: '64KiB', ...options });
+      cleanups.push(() => relay.close());
+      const client = await RelayClient.connect({ socketPath: relay.options.socketPath });
+      cleanups.push(() => client.close());
+      return { relay, client };
+    },
+    scratch: () => {
+      const tmp = tempShmDir();
+      cleanups.push(() => tmp.cleanup());
+      return tmp.dir;
+    },
+  };
+}
+
+/**
  * In-process relays on loopback, chained in the order started: `start(i, listen)` starts the i-th
  * with `listen` (127.0.0.1:0, a port the kernel picks at the bind), and once all are up each gets
  * the chain, with the ports they bound, as plan epoch 1 (what `--peers` gives a relay at start).

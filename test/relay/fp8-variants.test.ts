@@ -8,13 +8,10 @@
  */
 import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/common/error-codes.js';
-import { RelayClient } from '../../src/relay/client/relay-client.js';
-import type { Relay } from '../../src/relay/daemon.js';
 import { fp8ModelId } from '../../src/relay/fp8/model-id.js';
-import type { RelayOptionsInput } from '../../src/relay/options.js';
-import { inProcessRelay, publishVisible, tempShmDir } from '../helpers/relay.js';
+import { publishVisible, relaysPerTest } from '../helpers/relay.js';
 import { engineFilesDir, readSafetensors } from '../helpers/version-dirs.js';
 
 const MODEL = 'org/fp8';
@@ -43,24 +40,7 @@ function tensors(version: number, poison = false): { name: string; dtype: 'BF16'
 }
 
 describe('relay: FP8 variants', () => {
-  const cleanups: (() => Promise<void> | void)[] = [];
-  afterEach(async () => {
-    for (const c of cleanups.splice(0).reverse()) await c();
-  });
-
-  async function start(shm: string, options: RelayOptionsInput = {}): Promise<{ relay: Relay; client: RelayClient }> {
-    const relay = await inProcessRelay(shm, { pin: false, chunkSize: '64KiB', ...options });
-    cleanups.push(() => relay.close());
-    const client = await RelayClient.connect({ socketPath: relay.options.socketPath });
-    cleanups.push(() => client.close());
-    return { relay, client };
-  }
-
-  function scratch(): string {
-    const tmp = tempShmDir();
-    cleanups.push(() => tmp.cleanup());
-    return tmp.dir;
-  }
+  const { cleanups, start, scratch } = relaysPerTest();
 
   it('serves the FP8 variant beside the bf16 version, made once, with its own directory and config.json', async () => {
     const engine = engineFilesDir();

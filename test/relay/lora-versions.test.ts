@@ -11,15 +11,14 @@ import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
 import type { LoraRequest } from '../../src/relay/lora/metadata.js';
-import type { RelayOptionsInput } from '../../src/relay/options.js';
 import { modelDirName } from '../../src/relay/segments.js';
 import { SECRET, segmentDigest } from '../helpers/broadcast.js';
-import { CLI, inProcessRelay, loopbackChain, publishVisible, tempShmDir, until } from '../helpers/relay.js';
+import { CLI, inProcessRelay, loopbackChain, publishVisible, relaysPerTest, tempShmDir, until } from '../helpers/relay.js';
 import { engineFilesDir, readSafetensors } from '../helpers/version-dirs.js';
 
 process.env.UCX_TLS ??= 'tcp';
@@ -83,24 +82,7 @@ function leftovers(relay: Relay, model: string): string[] {
 }
 
 describe('relay: LoRA adapter versions', () => {
-  const cleanups: (() => Promise<void> | void)[] = [];
-  afterEach(async () => {
-    for (const c of cleanups.splice(0).reverse()) await c();
-  });
-
-  async function start(shm: string, options: RelayOptionsInput = {}): Promise<{ relay: Relay; client: RelayClient }> {
-    const relay = await inProcessRelay(shm, { pin: false, chunkSize: '64KiB', ...options });
-    cleanups.push(() => relay.close());
-    const client = await RelayClient.connect({ socketPath: relay.options.socketPath });
-    cleanups.push(() => client.close());
-    return { relay, client };
-  }
-
-  function scratch(): string {
-    const tmp = tempShmDir();
-    cleanups.push(() => tmp.cleanup());
-    return tmp.dir;
-  }
+  const { cleanups, start, scratch } = relaysPerTest();
 
   it('writes the PEFT layout into the version directory and lists the kind and the base', async () => {
     const engine = engineFilesDir();
