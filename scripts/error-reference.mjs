@@ -76,6 +76,16 @@ for (const [area, entries] of areas) {
 const page = lines.join('\n');
 
 // The Python mirror: one constant per code, named as in TypeScript's ErrorCodes, with its meaning.
+/**
+ * A Python string literal as `ruff format` writes it: double quotes, unless the text holds double
+ * quotes and no single ones (then single quotes, which need no escapes).
+ */
+function pythonString(text) {
+  const quoted = JSON.stringify(text);
+  if (!text.includes('"') || text.includes("'")) return quoted;
+  return `'${quoted.slice(1, -1).replaceAll('\\"', '"')}'`;
+}
+
 const python = [
   '"""laminar\'s error codes, the same catalogue as the TypeScript side\'s ErrorCodes.',
   '',
@@ -92,7 +102,7 @@ for (const [name, e] of Object.entries(ERROR_CATALOGUE)) {
 python.push(
   '#: Every code and what it means.',
   'CATALOGUE: Final[dict[str, str]] = {',
-  ...Object.values(ERROR_CATALOGUE).map((e) => `    ${JSON.stringify(e.code)}: ${JSON.stringify(e.meaning)},`),
+  ...Object.values(ERROR_CATALOGUE).map((e) => `    ${JSON.stringify(e.code)}: ${pythonString(e.meaning)},`),
   '}',
   '',
 );
