@@ -4,9 +4,9 @@
  * is SIGKILLed and restarted, and the trajectory, resumed on another rollout, resubmits its call
  * with the same key. The work queue's duplicate window does not outlive the acked action across
  * the restart, so the call runs again and the resubmission gets that second result: at-least-once,
- * never a trajectory waiting for a result that is gone. The same with the results stream in memory
- * (the default) and on file: a stored result alone does not spare the second run, which is why
- * memory stays the default.
+ * never a trajectory waiting for a result that is gone. With the results stream in memory (the
+ * default) the resubmission gets the second result; on file it may get the first instead,
+ * depending on what the killed server had written: at-least-once either way.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -50,8 +50,18 @@ describe('an unread result across a nats-server crash', () => {
       // Once the connection is back and JetStream answers again.
       const resumed = await retryTransient(() => ActionClient.open({ nc, pool, resultStorage }));
       closers.push(() => resumed.close());
-      expect(await resumed.submit(request)).toMatchObject({ status: 'ok', output: 'run 2', deliveries: 1 });
-      expect(runs).toBe(2);
+      const again = await resumed.submit(request);
+      if (resultStorage === 'memory') {
+        // Both streams were lost with the server: the call ran again.
+        expect(again).toMatchObject({ status: 'ok', output: 'run 2', deliveries: 1 });
+        expect(runs).toBe(2);
+      } else {
+        // On file the first result may still be read first (a clean-clone CI run got 'run 1'):
+        // either run's result, never a wait for a result that is gone.
+        expect(again).toMatchObject({ status: 'ok', deliveries: 1 });
+        expect(['run 1', 'run 2']).toContain(again.output);
+        expect(runs).toBeGreaterThanOrEqual(Number(again.output.slice(4)));
+      }
     },
     60_000,
   );

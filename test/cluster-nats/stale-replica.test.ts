@@ -229,7 +229,16 @@ describe('reads on a node whose replica fell behind (R3)', () => {
     const stream = `KV_${bucket}`;
     await whole(cluster);
     const setup = await fx.client();
-    await openControlBucket(setup, bucket, { replicas: 3 });
+    // Right after the earlier cases' pauses, the meta leader may not count every node online yet.
+    await until('the bucket is placed on three nodes', () =>
+      openControlBucket(setup, bucket, { replicas: 3 }).then(
+        () => true,
+        (err: unknown) => {
+          if (/no suitable peers/.test((err as Error).message)) return false;
+          throw err;
+        },
+      ),
+    );
     const leader = await cluster.streamLeader(stream);
     const behind = cluster.nodes.find((n) => n !== leader)!;
     const onMajority = await fx.client(leader);

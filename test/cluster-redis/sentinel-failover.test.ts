@@ -61,11 +61,12 @@ describe('prompt pool on Redis Sentinel', () => {
   it('the master killed in the middle of claims: every prompt completed, none lost, none handed out twice', async () => {
     const total = 400;
     const name = `failover${++poolSeq}`;
-    // Leases far longer than the failover (~2 s measured: 500 ms down-after, then the election),
-    // so that no lease runs out while a claimer waits for the new master: any second hand-out
-    // would then be a lost write, not an expiry. A claim cut off by the kill (ran on the master,
-    // answer lost) is held by nobody until its lease runs out: that is the wait at the end.
-    const leaseMs = 6000;
+    // Leases far longer than the failover (~2 s measured: 500 ms down-after, then the election;
+    // a 6-s lease ran out once in a clean-clone CI at load), so that no lease runs out while a
+    // claimer waits for the new master: any second hand-out would then be a lost write, not an
+    // expiry. A claim cut off by the kill (ran on the master, answer lost) is held by nobody until
+    // its lease runs out: that is the wait at the end.
+    const leaseMs = 20_000;
     const open = (redis: PoolRedis): Promise<PromptPool> => PromptPool.open({ redis, name, leaseMs, defaultGroupSize: 1, replicas: 1, replicaTimeoutMs: 2000 });
     const loader = await open(client());
     expect((await loader.load(prompts(total))).loaded).toBe(total);
@@ -78,7 +79,7 @@ describe('prompt pool on Redis Sentinel', () => {
       const oldPort = await group.killMaster();
       return { oldPort, newPort: await group.waitForNewMaster(oldPort) };
     };
-    const deadline = Date.now() + 40_000;
+    const deadline = Date.now() + 80_000;
     const claimer = async (r: number): Promise<void> => {
       const pool = await open(client());
       for (;;) {
@@ -114,7 +115,7 @@ describe('prompt pool on Redis Sentinel', () => {
     // A completion answered 'ok' survived the failover (none was counted again as 'ok').
     expect(outcomes.ok + outcomes.duplicate).toBe(total);
     expect(p.completions).toBe(total);
-  });
+  }, 120_000);
 
   it('a write the replica never got: lost in the failover without WAIT, refused (ERR_NOT_REPLICATED) with it', async () => {
     const name = `unreplicated${++poolSeq}`;

@@ -4,6 +4,7 @@
  * retried 43 times (issue #49's sched bench, a trajectory moved at a tool call).
  */
 import { describe, expect, it } from 'vitest';
+import { ErrorCodes } from '../../src/common/error-codes.js';
 import { validateSegments } from '../../src/data/codec/segments.js';
 import { refusedForGood } from '../../src/rollout-agent/http-engine.js';
 
@@ -32,7 +33,7 @@ describe('completion errors given up at once', () => {
   });
 
   it('not a store that is away, nor an error without a code', () => {
-    expect(refusedForGood(Object.assign(new Error('timeout'), { code: 'ERR_STORE_UNAVAILABLE' }))).toBe(false);
+    expect(refusedForGood(Object.assign(new Error('timeout'), { code: ErrorCodes.STORE }))).toBe(false);
     expect(refusedForGood(new Error('no code'))).toBe(false);
     expect(refusedForGood(null)).toBe(false);
   });
