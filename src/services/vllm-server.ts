@@ -43,7 +43,7 @@ export interface VllmServer extends Daemon {
  */
 export async function startVllm(
   dir: string,
-  options: { name?: string; servedModelName?: string; extraArgs?: string[]; port?: number } = {},
+  options: { name?: string; servedModelName?: string; extraArgs?: string[]; port?: number; env?: Record<string, string> } = {},
 ): Promise<VllmServer> {
   // A given port: an engine restarted where its agent knows it.
   return startOnFreePorts(options.port !== undefined, async () => {
@@ -93,6 +93,7 @@ export async function startVllm(
       HF_HUB_OFFLINE: '1',
       TRANSFORMERS_OFFLINE: '1',
       VLLM_LOGGING_LEVEL: 'INFO',
+      ...options.env,
     };
     let daemon: Daemon;
     try {

