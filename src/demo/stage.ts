@@ -64,7 +64,10 @@ export async function openStage(prefix: string, logs: string | undefined, option
   const host = options.natsHost ? { host: options.natsHost } : {};
   console.log(`starting ${nodes === 1 ? 'nats-server' : 'a 3-node nats-server cluster'} (JetStream) and redis-server ...`);
   const [natsCluster, single, redisServer] = await Promise.all([
-    nodes === 3 ? startNatsCluster(host) : null,
+    // A node reports healthy only once a quorum of its peers is back and its streams are restored:
+    // after a whole-cluster restart under the soak's load that took 15-19 s, past the default 20 s
+    // now and then, and a node not ready in time is killed.
+    nodes === 3 ? startNatsCluster({ ...host, startTimeoutMs: 120_000 }) : null,
     nodes === 1 ? startNatsServer({ jetstream: true, ...host }) : null,
     startRedisServer({ appendonly: true }),
   ]);

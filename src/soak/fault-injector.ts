@@ -15,6 +15,7 @@ import type { Stage } from '../demo/stage.js';
 import type { Testbed } from '../testing/testbed.js';
 import type { Fault } from './fault-schedule.js';
 import { SOAK_MODEL, type SoakJob } from './job.js';
+import { restartUntilUp, type RestartTarget } from './restart-until-up.js';
 import type { Supervised } from './supervisor.js';
 
 export interface FaultRecord {
@@ -119,7 +120,7 @@ export class FaultInjector {
     record.target = `nats-${node.name}`;
     if (fault.kind === 'kill-nats-node') {
       await node.kill();
-      return () => node.restart();
+      return () => this.bringBack(record, restartable(`nats-${node.name}`, node));
     }
     node.pause();
     return () => {
@@ -128,13 +129,28 @@ export class FaultInjector {
     };
   }
 
-  /** Every node of the cluster SIGKILLed at once, all started again when the fault ends. */
+  /**
+   * Every node of the cluster SIGKILLed at once, all started again together when the fault ends
+   * (a node is healthy only once a quorum of its peers is back), each until it is up.
+   */
   private async restartNatsCluster(record: FaultRecord): Promise<(() => Promise<void>) | null> {
     const cluster = this.stage.natsCluster!;
     if (this.busy.has('nats-server') || cluster.nodes.some((n) => this.busy.has(`nats-${n.name}`))) return null;
     record.target = 'nats-server';
     await Promise.all(cluster.nodes.map((n) => n.kill()));
-    return () => cluster.restart();
+    return async () => {
+      await Promise.all(cluster.nodes.map((n) => this.bringBack(record, restartable(`nats-${n.name}`, n))));
+    };
+  }
+
+  /** Starts a server the fault took down until it is up, saying each failed attempt (restart-until-up.ts). */
+  private bringBack(record: FaultRecord, target: RestartTarget): Promise<void> {
+    return restartUntilUp(target, {
+      onFailure: (attempt, err) => {
+        record.note = `${target.name}: start attempt ${attempt} failed, trying again (${err.message.split('\n')[0]})`;
+        this.say(`fault #${record.seq}: ${record.note}`);
+      },
+    });
   }
 
   /** Kill now, start again when the fault ends. */
@@ -176,7 +192,7 @@ export class FaultInjector {
         const server = fault.kind === 'restart-nats' ? this.stage.nats : this.stage.redisServer;
         record.target = name;
         await server.kill();
-        return () => server.restart();
+        return () => this.bringBack(record, restartable(name, server));
       }
       case 'kill-nats-node':
       case 'partition-nats-node':
@@ -220,6 +236,17 @@ export class FaultInjector {
       }
     }
   }
+}
+
+/** A server the soak took down, as restartUntilUp sees it. */
+function restartable(name: string, server: { readonly pid: number | undefined; restart(): Promise<void> }): RestartTarget {
+  return {
+    name,
+    get pid() {
+      return server.pid;
+    },
+    restart: () => server.restart(),
+  };
 }
 
 /**
