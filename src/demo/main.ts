@@ -60,7 +60,7 @@ async function runSimDemo(opts: DemoOptions): Promise<void> {
     await summariseSimJob({ stage, settings, managerPort, trainer, trainerDaemon, rollouts, run: simRun, ledgerGaps: () => ledgerGaps });
   } finally {
     await stage.shutdown();
-    if (run.interrupted) process.exitCode = 130;
+    if (run.interrupted) process.exitCode = run.exitCode;
   }
 }
 

@@ -404,7 +404,7 @@ async function main(): Promise<void> {
     await audit?.stop();
     await stage.shutdown();
     testbed?.destroy();
-    process.exitCode = run.interrupted ? 130 : passed ? 0 : 1;
+    process.exitCode = run.interrupted ? run.exitCode : passed ? 0 : 1;
   }
 }
 
