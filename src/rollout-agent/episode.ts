@@ -64,8 +64,12 @@ export interface EpisodeOptions {
   log: Logger;
 }
 
-/** What comes after a turn: another turn, the end (completed with `finish`), or nothing here (the trajectory left this rollout). */
-export type AfterTurn = { next: 'generate' } | { next: 'complete'; finish: FinishReason } | { next: 'gone' };
+/**
+ * What comes after a turn: another turn, the end (completed with `finish`), or nothing here (the
+ * trajectory left this rollout). A next turn may come with the observation's log still being
+ * written (`logged`): the caller starts the turn at once and stops it if the log fails.
+ */
+export type AfterTurn = { next: 'generate'; logged?: Promise<boolean> } | { next: 'complete'; finish: FinishReason } | { next: 'gone' };
 
 export const DEFAULT_MAX_TURNS = 8;
 
@@ -91,21 +95,26 @@ export class Episodes {
   async afterTurn(task: GenerationTask, finish: FinishReason, signal: AbortSignal): Promise<AfterTurn> {
     const { metrics, log, parser } = this.options;
     const gone = { next: 'gone' } as const;
-    if (task.openTurn > 0 && !(await task.closeTurn({ weightVersion: task.weightVersion, finishReason: finish }))) return gone;
+    // The turn is closed in the task at once and its log message written meanwhile: what follows
+    // waits for it only where it must be stored first (the end, a staleness abort), so that a
+    // call's action is submitted while the log is written. The log keeps the calls' order.
+    const closed = task.openTurn > 0 ? task.closeTurn({ weightVersion: task.weightVersion, finishReason: finish }) : Promise.resolve(task.active);
+    closed.catch(() => undefined);
+    const ending = async (end: AfterTurn): Promise<AfterTurn> => ((await closed) ? end : gone);
     const segments = task.segments;
     const last = segments.at(-1);
     const turns = segments.filter((s) => s.kind === 'generated').length;
     // Ended by the budget, or a turn with nothing in it (a budget spent to the last token): the end.
-    if (finish === 'length' || last?.kind !== 'generated') return { next: 'complete', finish };
+    if (finish === 'length' || last?.kind !== 'generated') return ending({ next: 'complete', finish });
     const end = segments.reduce((n, s) => n + s.length, 0);
     const turn = Array.from(task.generatedTokens.subarray(end - last.length, end));
     const parsed = await parser.parse(turn);
-    if (parsed.kind === 'answer') return { next: 'complete', finish };
+    if (parsed.kind === 'answer') return ending({ next: 'complete', finish });
     if (turns >= this.maxTurns(task)) {
       metrics.episodeEnds.inc({ reason: 'max_turns' });
-      return { next: 'complete', finish: 'length' };
+      return ending({ next: 'complete', finish: 'length' });
     }
-    if (await this.abortedAsStale(task, turns)) return gone;
+    if (await this.abortedAsStale(task, turns, closed)) return gone;
     const actionId = `${task.trajectoryId}/turn-${turns}`;
     const problem = parsed.kind === 'bad_call' ? parsed.message : callProblem(parsed.call, this.options.tools);
     if (problem !== null) {
@@ -115,13 +124,18 @@ export class Episodes {
       metrics.toolCalls.inc({ status: 'bad_call' });
       log.debug({ trajectory: task.trajectoryId, turn: turns, code, problem }, 'bad tool call: an error observation answers it');
       const text = parser.observationText({ status: 'bad_call', output: problem, code });
-      const observed = await this.observe(task, text, { tool: tool.slice(0, 64), actionId, status: 'bad_call', latencyMs: 0 }, signal);
-      if (observed !== 'appended') return observed === 'gone' ? gone : this.contextFull();
-      return this.options.onBadCall === 'end' ? { next: 'complete', finish: 'stop' } : this.nextTurn(task, signal);
+      const observed = await this.observe(task, text, { tool: tool.slice(0, 64), actionId, status: 'bad_call', latencyMs: 0 }, signal, closed);
+      if (observed.outcome !== 'appended') return observed.outcome === 'gone' ? gone : this.contextFull();
+      if (this.options.onBadCall === 'end') return (await observed.logged) ? { next: 'complete', finish: 'stop' } : gone;
+      return this.nextTurn(task, signal, observed.logged);
     }
     const call = (parsed as { call: ToolCall }).call;
     const spec = this.options.tools.get(call.tool)!;
-    if (!(await task.waitForAction({ actionId, tool: call.tool })) || signal.aborted) return gone;
+    // Logged after the turn; the action goes out without waiting for either to be stored. A
+    // rollout that dies before they are leaves a log without the wait: whoever resumes the
+    // trajectory parses the closed turn again and submits the same action (its idempotency key).
+    const waiting = task.waitForAction({ actionId, tool: call.tool });
+    if (signal.aborted) return gone;
     const started = performance.now();
     const submitted = this.options.actions.submit({
       kind: spec.kind,
@@ -131,6 +145,9 @@ export class Episodes {
       trajectoryId: task.trajectoryId,
       timeoutMs: this.options.actionTimeoutMs ?? spec.timeoutMs,
     });
+    submitted.catch(() => undefined);
+    // Taken by another rollout meanwhile: its action, submitted again there, is the same one.
+    if (!(await closed) || !(await waiting)) return gone;
     const result = await untilAborted(submitted, signal);
     // Stopped while the tool ran: the log says it waits for this action; whoever resumes it submits it again.
     if (result === null) return gone;
@@ -139,9 +156,9 @@ export class Episodes {
     metrics.toolWaitSeconds.observe(latencyMs / 1000);
     const text = parser.observationText({ status: result.status, output: result.output, ...(result.code ? { code: result.code } : {}) });
     const action = { tool: call.tool, actionId, status: result.status as ActionStatus, latencyMs: Math.round(latencyMs) };
-    const observed = await this.observe(task, text, action, signal);
-    if (observed !== 'appended') return observed === 'gone' ? gone : this.contextFull();
-    return this.nextTurn(task, signal);
+    const observed = await this.observe(task, text, action, signal, waiting);
+    if (observed.outcome !== 'appended') return observed.outcome === 'gone' ? gone : this.contextFull();
+    return this.nextTurn(task, signal, observed.logged);
   }
 
   private contextFull(): AfterTurn {
@@ -149,20 +166,27 @@ export class Episodes {
     return { next: 'complete', finish: 'length' };
   }
 
-  /** A generated turn can follow (room in the context, not stale), or the episode ends. */
-  private async nextTurn(task: GenerationTask, signal: AbortSignal): Promise<AfterTurn> {
+  /**
+   * A generated turn can follow (room in the context, not stale), or the episode ends. The
+   * observation before it is still being logged (`logged`): the turn starts without waiting.
+   */
+  private async nextTurn(task: GenerationTask, signal: AbortSignal, logged: Promise<boolean>): Promise<AfterTurn> {
     if (signal.aborted) return { next: 'gone' };
     const max = this.options.maxContext;
-    if (max !== null && task.promptTokens.length + task.generated >= max) return this.contextFull();
+    if (max !== null && task.promptTokens.length + task.generated >= max) return (await logged) ? this.contextFull() : { next: 'gone' };
     // Checked again after the tool ran: new versions may have come meanwhile.
-    if (await this.abortedAsStale(task, task.segments.filter((s) => s.kind === 'generated').length)) return { next: 'gone' };
-    return { next: 'generate' };
+    if (await this.abortedAsStale(task, task.segments.filter((s) => s.kind === 'generated').length, logged)) return { next: 'gone' };
+    return { next: 'generate', logged };
   }
 
-  /** The per-turn staleness bound: gives the trajectory back to the prompt pool when it is over it. */
-  private async abortedAsStale(task: GenerationTask, turn: number): Promise<boolean> {
+  /**
+   * The per-turn staleness bound: gives the trajectory back to the prompt pool when it is over it
+   * (once `logged`, what was logged before, is stored). True: the trajectory is gone from here.
+   */
+  private async abortedAsStale(task: GenerationTask, turn: number, logged: Promise<boolean>): Promise<boolean> {
     const newest = this.options.newestVersion();
     if (!staleAtTurn(task.weightVersion, newest, this.options.maxStaleness)) return false;
+    if (!(await logged)) return true;
     const outcome = await task.returnToPool('stale_turn');
     this.options.metrics.staleAborts.inc();
     this.options.log.info(
@@ -173,15 +197,26 @@ export class Episodes {
   }
 
   /**
-   * Appends the observation `text`: 'gone' when the trajectory left this rollout, 'full' when it
-   * would not fit in the context (the episode ends at the call, without it).
+   * Appends the observation `text` (once `before`, what was logged before it, is stored): 'gone'
+   * when the trajectory left this rollout, 'full' when it would not fit in the context (the
+   * episode ends at the call, without it). 'appended' comes with the observation's log write,
+   * still on its way.
    */
-  private async observe(task: GenerationTask, text: string, action: ObservationAction, signal: AbortSignal): Promise<'appended' | 'gone' | 'full'> {
-    const ids = await this.options.observationIds(text);
-    if (signal.aborted) return 'gone';
+  private async observe(
+    task: GenerationTask,
+    text: string,
+    action: ObservationAction,
+    signal: AbortSignal,
+    before: Promise<boolean>,
+  ): Promise<{ outcome: 'appended'; logged: Promise<boolean> } | { outcome: 'gone' | 'full' }> {
+    const [ids, ok] = await Promise.all([this.options.observationIds(text), before]);
+    if (!ok || signal.aborted) return { outcome: 'gone' };
     const max = this.options.maxContext;
-    if (max !== null && task.promptTokens.length + task.generated + ids.length > max) return 'full';
-    return (await task.appendObservation(ids, action)) ? 'appended' : 'gone';
+    if (max !== null && task.promptTokens.length + task.generated + ids.length > max) return { outcome: 'full' };
+    if (!task.active) return { outcome: 'gone' };
+    const logged = task.appendObservation(ids, action);
+    logged.catch(() => undefined);
+    return { outcome: 'appended', logged };
   }
 }
 

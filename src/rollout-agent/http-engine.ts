@@ -370,7 +370,10 @@ export class HttpRolloutEngine implements RolloutEngine {
       if (episodes) {
         const after = await this.turnBoundary(entry, episodes, finish);
         if (after.next === 'gone') return;
-        if (after.next === 'generate') continue;
+        if (after.next === 'generate') {
+          if (after.logged) this.stopIfUnlogged(entry, after.logged);
+          continue;
+        }
         finish = after.finish;
       }
       this.options.priorities?.finished(task);
@@ -411,6 +414,25 @@ export class HttpRolloutEngine implements RolloutEngine {
         );
       return { next: 'gone' };
     }
+  }
+
+  /**
+   * The next turn started with its observation still being logged: if the log fails (the store
+   * away past its retries), the turn is stopped and the trajectory stays in the partial pool, as
+   * when a turn boundary fails; if another rollout took the trajectory, the task refuses the
+   * turn's tokens and the request stops so.
+   */
+  private stopIfUnlogged(entry: Running, logged: Promise<boolean>): void {
+    logged.catch((err: unknown) => {
+      if (entry.controller.signal.aborted) return;
+      const code = (err as { code?: string }).code ?? ErrorCodes.INTERNAL;
+      this.options.metrics.engineErrors.inc({ code });
+      this.options.log.error(
+        { trajectory: entry.task.trajectoryId, code, err: (err as Error).message },
+        'an observation could not be logged: the trajectory stays in the partial pool',
+      );
+      entry.controller.abort();
+    });
   }
 
   /** Rewards and completes a finished trajectory, retrying through store outages (the task stays ours meanwhile). */

@@ -158,15 +158,29 @@ export class GenerationTask {
     return this.logSegment(() => this.partial.waitForAction(action));
   }
 
-  /** Appends an observation (logprob 0, masked out of the loss); false when another rollout has taken the trajectory. */
-  async appendObservation(tokens: ArrayLike<number>, action: ObservationAction): Promise<boolean> {
-    if (!(await this.logSegment(() => this.partial.appendObservation(tokens, action)))) return false;
+  /**
+   * Appends an observation (logprob 0, masked out of the loss); resolves once logged, false when
+   * another rollout has taken the trajectory. The tokens are the task's at once, as the partial's
+   * record of them is: the next turn may start while the log is written (the log's order keeps
+   * the observation before that turn's tokens).
+   */
+  appendObservation(tokens: ArrayLike<number>, action: ObservationAction): Promise<boolean> {
+    if (this.state !== 'active') return Promise.resolve(false);
+    let logged: Promise<void>;
+    try {
+      logged = this.partial.appendObservation(tokens, action);
+    } catch (err) {
+      // Refused before anything was taken (fenced, or not after a closed turn): the tokens are not the task's.
+      return this.logSegment(() => {
+        throw err;
+      });
+    }
     this.grow(this.length + tokens.length);
     for (let i = 0; i < tokens.length; i++) {
       this.tokens[this.length] = tokens[i]!;
       this.logprobs[this.length++] = 0;
     }
-    return true;
+    return this.logSegment(() => logged);
   }
 
   /**

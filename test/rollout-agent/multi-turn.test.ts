@@ -31,7 +31,7 @@ import {
   type RolloutAgentOptions,
   type ToolCallParser,
 } from '../../src/rollout-agent/index.js';
-import { projectPython, REPO_ROOT, spawnReferenceEngine, type ReferenceEngine } from '../../src/services/index.js';
+import { projectPython, REPO_ROOT, spawnReferenceEngine, startNatsServer, type ReferenceEngine } from '../../src/services/index.js';
 import { metricValue, natsClient, servicesFixture } from '../data/helpers.js';
 import { FIXED_LENGTH, jobManager, jobPools } from '../helpers/agents.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
@@ -94,9 +94,9 @@ class EveryTokenIsALookup extends EveryCloseIsALookup {
   }
 }
 
-/** A lookup worker whose actions wait for `open()` when gated; it records the action ids it ran. */
-async function lookupWorker(job: string, gated = false): Promise<{ ran: string[]; open(): void; waiting: () => number }> {
-  const nc = await natsClient(fx.nats.url);
+/** A lookup worker whose actions wait for `open()` when gated; it records the action ids it ran. Its actions on `natsUrl` (default the file's server). */
+async function lookupWorker(job: string, gated = false, natsUrl = fx.nats.url): Promise<{ ran: string[]; open(): void; waiting: () => number }> {
+  const nc = await natsClient(natsUrl);
   const ran: string[] = [];
   let waiting = 0;
   let open!: () => void;
@@ -130,11 +130,16 @@ async function agent(
   engine: ReferenceEngine,
   model: string,
   multiTurn: Partial<MultiTurnOptions> & Pick<MultiTurnOptions, 'parser'>,
-  limits: Pick<RolloutAgentOptions, 'maxInFlight' | 'maxAtTools' | 'progressivePriority' | 'lengthPredictor'> & { client?: SglangClient } = {},
+  limits: Pick<RolloutAgentOptions, 'maxInFlight' | 'maxAtTools' | 'progressivePriority' | 'lengthPredictor'> & {
+    client?: SglangClient;
+    actionsUrl?: string;
+  } = {},
 ): Promise<{ agent: RolloutAgent; registry: Registry; close(): Promise<void> }> {
+  const { actionsUrl, ...agentLimits } = limits;
   const nc = await natsClient(fx.nats.url);
+  const actionsNc = actionsUrl ? await natsClient(actionsUrl) : nc;
   const registry = new Registry();
-  const actions = await ActionClient.open({ nc, pool: job, job, registry });
+  const actions = await ActionClient.open({ nc: actionsNc, pool: job, job, registry });
   const a = await RolloutAgent.start({
     nc,
     redis: fx.redis,
@@ -151,7 +156,7 @@ async function agent(
     partialPool: job,
     buffer: job,
     registry,
-    ...limits,
+    ...agentLimits,
     multiTurn: {
       tools: LOOKUP_TOOLS,
       actions,
@@ -167,6 +172,7 @@ async function agent(
     await a.close();
     await actions.close();
     await nc.close();
+    if (actionsNc !== nc) await actionsNc.close();
   };
   closers.push(close);
   return { agent: a, registry, close };
@@ -320,6 +326,48 @@ describe('multi-turn episodes', () => {
     );
     expect(new Set(worker.ran).size).toBe(worker.ran.length);
     expect(await metricValue(b.registry, 'laminar_rollout_tasks_total', { outcome: 'resumed' })).toBe(2);
+  }, 180_000);
+
+  it("a call goes out as an action while its turn is still being logged: the partial pool's server stopped, the tool runs", async () => {
+    const job = 'mt-overlap';
+    const model = 'mt/overlap';
+    await publish(relay.socketPath, model, [0]);
+    const p = await jobPools(fx, job, [], closers);
+    // The actions on a nats-server of their own: the one of the partial pool is stopped below.
+    const actionsNats = await startNatsServer({ jetstream: true });
+    closers.push(() => actionsNats.stop());
+    const worker = await lookupWorker(job, false, actionsNats.url);
+    const a = await agent(job, 'mt-overlap', engines[0]!, model, { parser: new EveryTokenIsALookup() }, { maxInFlight: 1, actionsUrl: actionsNats.url });
+    await expect.poll(() => a.agent.client?.version, { timeout: 30_000 }).toBe(0);
+    // The engine holds the trajectory's first request at its gate until the pool's server is stopped.
+    const control = new SglangClient(engines[0]!.url);
+    await control.pause('in_place');
+    let stopped = false;
+    try {
+      await p.prompts.load(prompts(1, 1));
+      await expect.poll(() => a.agent.status().atEngine, { timeout: 30_000, interval: 20 }).toBe(1);
+      process.kill(fx.nats.pid!, 'SIGSTOP');
+      stopped = true;
+      await control.resume();
+      // The turn ends at its first token, a call: the turn's and the wait's log messages cannot
+      // be stored now, and the action goes out all the same.
+      await expect
+        .poll(() => worker.ran.length, { timeout: 20_000, interval: 20, message: 'actions run while the partial pool cannot store' })
+        .toBeGreaterThan(0);
+      expect(worker.ran[0]).toBe(`${ids(1, 1)[0]}/turn-1`);
+    } finally {
+      if (stopped) process.kill(fx.nats.pid!, 'SIGCONT');
+      await control.resume();
+    }
+    // Once the server is back, the log catches up in the calls' order: the record has every turn and observation.
+    const [item] = await records(job, 1);
+    const segments = item!.segments!;
+    expect(segments.map((s) => s.kind)).toEqual(['generated', 'observation', 'generated', 'observation', 'generated', 'observation', 'generated']);
+    expect(segments.filter((s) => s.kind === 'observation').map((s) => s.action)).toMatchObject(
+      [1, 2, 3].map((k) => ({ actionId: `${item!.id}/turn-${k}`, status: 'ok' })),
+    );
+    expect(new Set(worker.ran).size).toBe(worker.ran.length);
+    expect(worker.ran.length).toBe(3);
   }, 180_000);
 
   it('trajectories at a slow tool do not count against --max-in-flight: the engine gets other work, and owned stays within the bound', async () => {
