@@ -9,17 +9,22 @@
  *               actions_over_raw (goal >= 0.7)
  *   overhead  : no-op actions submitted at `rate` per second for `paced-s` seconds to 2 worker
  *               processes (`laminar action-worker --executor noop`): completion time as the
- *               submitter sees it minus the executor's own time, p50 and p99 (goals 2 and 10 ms)
+ *               submitter sees it minus the executor's own time, p50 and p99 (goals 2 and 10 ms);
+ *               beside them the p99 of its two legs (to the worker: the result's queueMs; back),
+ *               and the submitter's own event-loop delay and longest GC pause while they ran
  *   burst     : `burst` actions at once to 4 worker processes, one SIGKILLed once a fifth of the
  *               results are in: burst_lost (never answered) and burst_duplicated (answered twice
  *               to a trajectory) must be 0; the results that reached the client twice on the wire
  *               (and were dropped there) and the redeliveries are reported beside them
  *   multi-turn: the rollout agent's generated tokens/s on a multi-turn task over a single-turn
  *               task, same reference engine, same tokens (actions-multi-turn.ts):
- *               multi_turn_tokens_over_single (goal >= 0.9)
+ *               multi_turn_tokens_over_single (goal >= 0.9); beside it the requests the agent
+ *               kept at the engine, a turn boundary's parts and the CPU per token of the agent's
+ *               process, the engine and nats-server (agentic-turn-trace.ts)
  * `--only` runs the sections named (default: all). Progress goes to stderr.
  * Prints a table, then one JSON line (last line of stdout).
  */
+import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { AckPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Registry } from 'prom-client';
@@ -141,8 +146,23 @@ async function spawnWorkers(url: string, pool: string, n: number, extra: string[
   return workers;
 }
 
+interface PacedResult {
+  p50: number;
+  p99: number;
+  achievedRate: number;
+  /** p99 of the submission-to-start leg (the result's queueMs: publish, store, delivery to a worker; ms clocks). */
+  queueP99: number;
+  /** p99 of the rest: the result's way back (the overhead minus queueMs). */
+  resultP99: number;
+  /** This process's event-loop delay while the actions ran, p99 and max (ms): a late loop is late results. */
+  loopDelayP99: number;
+  loopDelayMax: number;
+  /** This process's garbage collections while the actions ran: the longest pause, ms. */
+  gcMaxMs: number;
+}
+
 /** No-op actions at `rate`/s for `secs` s to 2 worker processes: completion minus execution, ms. */
-async function pacedOverhead(nc: NatsConnection, url: string, rate: number, secs: number): Promise<{ p50: number; p99: number; achievedRate: number }> {
+async function pacedOverhead(nc: NatsConnection, url: string, rate: number, secs: number): Promise<PacedResult> {
   const workers = await spawnWorkers(url, 'paced', 2, ['--concurrency', '64']);
   const client = await ActionClient.open({ nc, pool: 'paced' });
   try {
@@ -154,7 +174,17 @@ async function pacedOverhead(nc: NatsConnection, url: string, rate: number, secs
     );
     const total = rate * secs;
     const overheads: number[] = [];
+    const queueLegs: number[] = [];
+    const resultLegs: number[] = [];
     const done: Array<Promise<void>> = [];
+    // Where a tail comes from: this process's loop and its collector (the workers' are theirs).
+    const loop = monitorEventLoopDelay({ resolution: 1 });
+    let gcMaxMs = 0;
+    const gc = new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) gcMaxMs = Math.max(gcMaxMs, e.duration);
+    });
+    gc.observe({ entryTypes: ['gc'] });
+    loop.enable();
     const t0 = performance.now();
     let sent = 0;
     while (sent < total) {
@@ -165,7 +195,10 @@ async function pacedOverhead(nc: NatsConnection, url: string, rate: number, secs
           client
             .submit({ kind: 'noop', tool: 'noop', args: null, idempotencyKey: `p-${sent}`, trajectoryId: `traj-${sent % 512}`, timeoutMs: 30_000 })
             .then((r: ActionResult) => {
-              overheads.push(performance.now() - start - r.execMs);
+              const overhead = performance.now() - start - r.execMs;
+              overheads.push(overhead);
+              queueLegs.push(r.queueMs);
+              resultLegs.push(overhead - r.queueMs);
             }),
         );
       }
@@ -173,7 +206,18 @@ async function pacedOverhead(nc: NatsConnection, url: string, rate: number, secs
     }
     const sendSeconds = seconds(t0);
     await Promise.all(done);
-    return { p50: percentile(overheads, 0.5), p99: percentile(overheads, 0.99), achievedRate: total / sendSeconds };
+    loop.disable();
+    gc.disconnect();
+    return {
+      p50: percentile(overheads, 0.5),
+      p99: percentile(overheads, 0.99),
+      achievedRate: total / sendSeconds,
+      queueP99: percentile(queueLegs, 0.99),
+      resultP99: percentile(resultLegs, 0.99),
+      loopDelayP99: loop.percentile(99) / 1e6,
+      loopDelayMax: loop.max / 1e6,
+      gcMaxMs,
+    };
   } finally {
     await client.close();
     await Promise.all(workers.map((w) => w.kill('SIGTERM')));
@@ -280,7 +324,7 @@ export async function run(argv: string[]): Promise<void> {
       b = await burst(nc, nats.url, a.burst);
     }
     let mt: MultiTurnResult | null = null;
-    if (a.only.has('multi-turn')) mt = await multiTurnSection(nats.url, a.multiTurn);
+    if (a.only.has('multi-turn')) mt = await multiTurnSection(nats.url, nats.pid, a.multiTurn);
     const result = {
       bench: 'actions',
       sections: [...a.only],
@@ -298,6 +342,11 @@ export async function run(argv: string[]): Promise<void> {
       paced_rate_per_s: paced ? Math.round(paced.achievedRate) : null,
       dispatch_overhead_ms_p50: paced ? round(paced.p50, 2) : null,
       dispatch_overhead_ms_p99: paced ? round(paced.p99, 2) : null,
+      dispatch_queue_ms_p99: paced ? round(paced.queueP99, 2) : null,
+      dispatch_result_ms_p99: paced ? round(paced.resultP99, 2) : null,
+      paced_client_loop_delay_ms_p99: paced ? round(paced.loopDelayP99, 2) : null,
+      paced_client_loop_delay_ms_max: paced ? round(paced.loopDelayMax, 2) : null,
+      paced_client_gc_ms_max: paced ? round(paced.gcMaxMs, 2) : null,
       burst: a.burst,
       burst_workers: 4,
       burst_killed_after: b?.killedAt ?? null,
@@ -321,6 +370,13 @@ export async function run(argv: string[]): Promise<void> {
       ],
       ['dispatch overhead p50', show(result.dispatch_overhead_ms_p50, ' ms'), `goal <= 2 ms at ${show(result.paced_rate_per_s)}/s`],
       ['dispatch overhead p99', show(result.dispatch_overhead_ms_p99, ' ms'), 'goal <= 10 ms'],
+      [
+        'p99 of its legs: to the worker / back',
+        paced ? `${result.dispatch_queue_ms_p99} / ${result.dispatch_result_ms_p99} ms` : 'skipped',
+        paced
+          ? `submitter's loop delay p99 ${result.paced_client_loop_delay_ms_p99} ms (max ${result.paced_client_loop_delay_ms_max}), GC max ${result.paced_client_gc_ms_max} ms`
+          : '-',
+      ],
       ['burst lost', show(result.burst_lost), `goal 0 (${a.burst} actions, 4 workers, one SIGKILLed after ${show(result.burst_killed_after)} results)`],
       ['burst duplicated', show(result.burst_duplicated), `goal 0 (${show(result.burst_results_dropped_at_client)} second results dropped by the client)`],
       [
@@ -332,6 +388,20 @@ export async function run(argv: string[]): Promise<void> {
         'the same, engine without prefix cache',
         mt ? `${mt.multi_turn_no_prefix_cache_over_single} (${mt.multi_turn_no_prefix_cache_tokens_per_s} / ${mt.single_turn_tokens_per_s})` : 'skipped',
         mt ? `prefix cache hits with it: ${mt.multi_turn_prefix_cache_hit_rate} of prompt tokens` : '-',
+      ],
+      [
+        'requests at the engine (mean): single / multi',
+        mt ? `${mt.single_turn_mean_at_engine} / ${mt.multi_turn_mean_at_engine}` : 'skipped',
+        mt
+          ? `turn boundary ${mt.multi_turn_boundary_ms} ms: log ${mt.multi_turn_boundary_close_ms}, tool ${mt.multi_turn_boundary_tool_ms}, after ${mt.multi_turn_boundary_after_ms} (tokenize ${mt.multi_turn_tokenize_ms})`
+          : '-',
+      ],
+      [
+        'CPU µs per token: agent+engine+nats',
+        mt
+          ? `single ${mt.single_turn_cpu_us_per_token_agent}+${mt.single_turn_cpu_us_per_token_engine}+${mt.single_turn_cpu_us_per_token_nats}, multi ${mt.multi_turn_cpu_us_per_token_agent}+${mt.multi_turn_cpu_us_per_token_engine}+${mt.multi_turn_cpu_us_per_token_nats}`
+          : 'skipped',
+        'on a loaded machine the ratio follows CPU per token',
       ],
     ]);
     process.stdout.write(`${JSON.stringify(result)}\n`);
