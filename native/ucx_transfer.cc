@@ -13,6 +13,7 @@ namespace laminar {
 namespace {
 
 constexpr uint32_t kSendRendezvous = 1;  // send flag: force the rendezvous protocol
+constexpr uint32_t kSendEager = 2;       // send flag: force the eager protocol (the payload travels with the message)
 
 // Where a payload lives: a range of a Mapping (kept alive by its region) or a JS buffer.
 struct Payload {
@@ -114,7 +115,12 @@ Napi::Value UcxWorkerBinding::Send(const Napi::CallbackInfo& info) {
   ucp_request_param_t param = op->SendParam();
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   // REPLY: the receiver learns which endpoint a message came from.
-  param.flags = UCP_AM_SEND_FLAG_REPLY | ((flags_value & kSendRendezvous) ? UCP_AM_SEND_FLAG_RNDV : 0);
+  param.flags = UCP_AM_SEND_FLAG_REPLY;
+  if (flags_value & kSendRendezvous) {
+    param.flags |= UCP_AM_SEND_FLAG_RNDV;
+  } else if (flags_value & kSendEager) {
+    param.flags |= UCP_AM_SEND_FLAG_EAGER;
+  }
   if (payload.region) {
     ucp_mem_h memh = MemoryHandleFor(payload.region.get());
     if (memh != nullptr) {

@@ -148,6 +148,11 @@ export const ERROR_CATALOGUE = {
   // The relay daemon
   MEMORY_BUDGET: entry('ERR_MEMORY_BUDGET', 'relay daemon', "A version does not fit the relay's `--memory-budget` even after dropping what may be dropped."),
   SHM_FULL: entry('ERR_SHM_FULL', 'relay daemon', 'The shared-memory file system has no room for the segment (ENOSPC).'),
+  SEGMENT_SETUP: entry(
+    'ERR_SEGMENT_SETUP',
+    'relay daemon',
+    "A new version's segment could not be created or mapped for another reason than room (`details.errno`: the file system's code, `cause`: its error). A relay that had already accepted the version from upstream declines it with this code.",
+  ),
   SHM_DIR_IN_USE: entry('ERR_SHM_DIR_IN_USE', 'relay daemon', 'Another live relay holds the lock on this `--shm-dir`.'),
   SEGMENT_NOT_VISIBLE: entry(
     'ERR_SEGMENT_NOT_VISIBLE',

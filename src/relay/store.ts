@@ -325,8 +325,20 @@ export class VersionStore extends EventEmitter<StoreEvents> {
    * its chunks are verified against `offered.checksums`.
    */
   async beginReceive(offered: OfferedVersion): Promise<StoredVersion> {
+    const { v, ready } = this.reserveReceive(offered);
+    await ready;
+    return v;
+  }
+
+  /**
+   * beginReceive() in two steps (MemoryBudget.reserve): the version is registered (writing, not
+   * mapped yet) at once, or this throws; `ready` settles once its segment is set up, or rejects
+   * with why it could not be (the version is then gone). A receiver accepts the offer on the
+   * first step and writes the chunks after the second.
+   */
+  reserveReceive(offered: OfferedVersion): { v: StoredVersion; ready: Promise<void> } {
     this.table.checkNewVersion(offered.model, offered.version);
-    return this.memory.allocate(offered.model, offered.version, offered.layout, offered.metadata, null, offered.header);
+    return this.memory.reserve(offered.model, offered.version, offered.layout, offered.metadata, null, offered.header);
   }
 
   /** Completes a received version whose chunks were each verified as they arrived. */

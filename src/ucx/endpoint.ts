@@ -5,6 +5,8 @@ import type { IncomingMessage } from './message.js';
 
 /** Send flag: always use the rendezvous protocol (the receiver pulls the bytes into place). */
 const SEND_RENDEZVOUS = 1;
+/** Send flag: always use the eager protocol (the payload travels with the message). */
+const SEND_EAGER = 2;
 
 /**
  * How long a forced close waits for UCX to report it done. A forced close cancels what the
@@ -31,6 +33,13 @@ export interface Payload {
   length: number;
   /** Force rendezvous, so the receiver chooses where the bytes land (default: true). */
   rendezvous?: boolean;
+  /**
+   * Force the eager protocol: the payload arrives inline with the message (`IncomingMessage.data`)
+   * whatever its size, where UCX left to choose (`rendezvous: false`) switches to rendezvous past
+   * its threshold (64 KiB on TCP). Keep it below the receiver's `maxEagerBytes`. Wins over
+   * `rendezvous`.
+   */
+  eager?: boolean;
 }
 
 export type MessageHandler = (message: IncomingMessage) => void;
@@ -89,7 +98,7 @@ export class Endpoint {
     if (this.state !== 'open') return Promise.reject(this.failure ?? new ClosedError('the endpoint is closed'));
     try {
       if (payload === undefined) return this.worker.send(this.id, header, null, 0, 0, 0);
-      const flags = payload.rendezvous === false ? 0 : SEND_RENDEZVOUS;
+      const flags = payload.eager === true ? SEND_EAGER : payload.rendezvous === false ? 0 : SEND_RENDEZVOUS;
       return this.worker.send(this.id, header, payload.source, payload.offset, payload.length, flags);
     } catch (err) {
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passes on what the native addon threw, unchanged, as the rejection

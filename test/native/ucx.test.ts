@@ -147,6 +147,33 @@ describe('UCX binding: messages and payloads', () => {
     dst.close();
   });
 
+  it('sends a payload eagerly when asked, past the size where UCX itself switches to rendezvous', async () => {
+    const server = workers.create();
+    const client = workers.create();
+    const { client: ep, inbox } = await connect(server, client);
+    // 1 MiB: left to choose (rendezvous: false), UCX on TCP pulls it by rendezvous (from 64 KiB
+    // on, measured with UCX 1.13); with eager: true it comes with the message.
+    const payload = patternBuffer(MiB, 7);
+    const chosen = ep.send(Buffer.from('chosen'), { source: payload, offset: 0, length: MiB, rendezvous: false });
+    const byUcx = await inbox.next();
+    expect(byUcx.pending).toBe(true);
+    await byUcx.receiveInto(Buffer.alloc(MiB), 0);
+    await chosen;
+
+    const source = new Mapping(null, { size: 2 * MiB });
+    fillPattern(source, 0, 2 * MiB, 8);
+    await ep.send(Buffer.from('eager'), { source, offset: 4096, length: MiB, eager: true });
+    const eager = await inbox.next();
+    expect(eager.header.toString()).toBe('eager');
+    expect(eager.pending).toBe(false);
+    expect(eager.data?.length).toBe(MiB);
+    const target = Buffer.alloc(MiB);
+    await eager.receiveInto(target, 0);
+    expect(checksumBuffer(target)).toBe(source.checksum(4096, MiB));
+    expect(server.stats().descriptors).toBe(0);
+    source.close();
+  });
+
   it('release() completes the sender without moving the bytes', async () => {
     const server = workers.create();
     const client = workers.create();

@@ -1,15 +1,21 @@
 /**
  * A receiver setting up a big segment for an offered version: allocating it takes a while (about
  * 0.4 s per GiB on /dev/shm's 4 KiB pages on the development VM, so most of a minute for a 145 GB
- * model), longer than the sender's stall limit, which runs from the offer on. The receiver says
- * it is at it, so a healthy relay is not skipped as stalled while it prepares.
+ * model), longer than the sender's stall limit, which runs from the offer on. The receiver
+ * accepts the offer at once and sets the segment up meanwhile; it says it is at it, so a healthy
+ * relay is not skipped as stalled while it prepares. A setup that fails after the accept is a
+ * decline with the failure's code: the sender stops, nothing of the version is served, and the
+ * next offer of it is taken.
  */
+import { mkdirSync, rmdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/common/logger.js';
 import { BroadcastMetrics } from '../../src/relay/broadcast/metrics.js';
 import { RoguePeer, SECRET, buildVersion, builtSource, segmentDigest, sendOver } from '../helpers/broadcast.js';
-import { inProcessRelay, loopbackChain, tempShmDir } from '../helpers/relay.js';
+import { inProcessRelay, loopbackChain, tempShmDir, until } from '../helpers/relay.js';
+import { WRITING_SUFFIX, segmentBaseName } from '../../src/relay/segments.js';
 
 process.env.UCX_TLS ??= 'tcp';
 
@@ -54,4 +60,44 @@ describe('a receiver that takes longer than the stall limit to set up the segmen
       shm.cleanup();
     }
   }, 120_000);
+});
+
+describe('a receiver whose segment cannot be set up after it accepted the offer', () => {
+  it('declines the version with a typed code, serves nothing of it, and takes the next offer', async () => {
+    const shm = tempShmDir();
+    const relay = await inProcessRelay(shm.dir, { relayId: 'r0', listen: '127.0.0.1:0', secret: SECRET, pin: false, hugePages: 'off', spareSegments: 0 });
+    const model = 'org/no-segment';
+    const built = buildVersion(model, 1, 4 * 1024 * 1024, 1024 * 1024);
+    // A directory where the version's segment file goes: creating the file fails (EEXIST), the
+    // way a file system error would, after the offer was accepted.
+    const obstacle = join(relay.store.options.shmDir, segmentBaseName(model, 1) + WRITING_SUFFIX);
+    mkdirSync(obstacle);
+    const peer = await RoguePeer.connect(`127.0.0.1:${relay.broadcaster!.port}`);
+    try {
+      await peer.offer(built, model, 1);
+      const decline = await peer.waitFor((m) => m.t === 'decline' && m.version === 1);
+      expect(decline).toMatchObject({ code: 'ERR_SEGMENT_SETUP', model, version: 1 });
+      expect((decline as { message: string }).message).toMatch(/EEXIST|exists/);
+      // The accept came first: the relay took the offer before its segment was there.
+      const kinds = peer.received.filter((m) => m.t === 'accept' || m.t === 'decline').map((m) => m.t);
+      expect(kinds).toEqual(['accept', 'decline']);
+      await until('the arrival to be given up', () => (relay.broadcaster!.status().receiving.length === 0 ? true : undefined));
+      expect(relay.store.peek(model, 1)).toBeUndefined();
+      expect(relay.store.latest(model)).toBeNull();
+
+      // The obstacle gone, the same version offered again arrives whole.
+      rmdirSync(obstacle);
+      peer.received.length = 0;
+      await peer.offer(built, model, 1);
+      await peer.waitFor((m) => m.t === 'accept' && m.version === 1);
+      for (let i = 0; i < built.layout.chunkCount; i++) await peer.chunk(built, model, 1, i);
+      await peer.waitFor((m) => m.t === 'progress' && m.version === 1 && m.complete);
+      expect(segmentDigest(relay.store.latest(model)!.path)).toBe(built.digest);
+    } finally {
+      await peer.close();
+      built.mapping.close();
+      await relay.close();
+      shm.cleanup();
+    }
+  });
 });

@@ -141,6 +141,9 @@ MEMORY_BUDGET: Final = "ERR_MEMORY_BUDGET"
 SHM_FULL: Final = "ERR_SHM_FULL"
 """The shared-memory file system has no room for the segment (ENOSPC)."""
 
+SEGMENT_SETUP: Final = "ERR_SEGMENT_SETUP"
+"""A new version's segment could not be created or mapped for another reason than room (`details.errno`: the file system's code, `cause`: its error). A relay that had already accepted the version from upstream declines it with this code."""
+
 SHM_DIR_IN_USE: Final = "ERR_SHM_DIR_IN_USE"
 """Another live relay holds the lock on this `--shm-dir`."""
 
@@ -554,6 +557,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_CHECKSUM_MISMATCH": "The bytes read back do not match the writer's or the sender's checksums.",
     "ERR_MEMORY_BUDGET": "A version does not fit the relay's `--memory-budget` even after dropping what may be dropped.",
     "ERR_SHM_FULL": "The shared-memory file system has no room for the segment (ENOSPC).",
+    "ERR_SEGMENT_SETUP": "A new version's segment could not be created or mapped for another reason than room (`details.errno`: the file system's code, `cause`: its error). A relay that had already accepted the version from upstream declines it with this code.",
     "ERR_SHM_DIR_IN_USE": "Another live relay holds the lock on this `--shm-dir`.",
     "ERR_SEGMENT_NOT_VISIBLE": "The relay handed out a segment path this process cannot open: it sees another mount namespace than the relay's (a container, `ip netns exec`), where the relay's huge-page mount at <shm-dir>/huge is not visible.",
     "ERR_SHM_UNSUPPORTED": "The `--shm-dir` is on a file system segments cannot live on (hugetlbfs rounds files to whole huge pages).",

@@ -7,6 +7,11 @@
  * complete or abandoned. The delta's payload is kept until the successor has taken it: a
  * successor that holds the same base gets the same payload, as soon as it is here, while this
  * relay rebuilds the chunk for itself (it verifies its own rebuild, as this relay does).
+ *
+ * The transfer may start before the segment is set up (`ready`: the offer is accepted, and the
+ * version forwarded downstream, while the pages are allocated): chunks wait for it before they
+ * are written, and a delta's payload, which lands in a buffer, is kept for the successor at once.
+ * The version's header (the sender's, verbatim) is at hand from the start for the offer downstream.
  */
 import type { Logger } from 'pino';
 import { LaminarError } from '../../common/errors.js';
@@ -84,6 +89,13 @@ export class IncomingTransfer extends VersionSource {
     private readonly log: Logger,
     /** The base delta chunks are rebuilt from (leased here until the transfer ends); null: full chunks only. */
     readonly base: ArrivalBase | null = null,
+    /**
+     * Settles once the segment is set up (store.reserveReceive); a rejection is the caller's to
+     * report, and abandons nothing by itself.
+     */
+    private readonly ready: Promise<void> = Promise.resolve(),
+    /** The version's header as the sender offered it (the segment's first bytes, once set up). */
+    readonly header?: Uint8Array,
   ) {
     super(v);
     if (base) store.lease(base.v);
@@ -99,7 +111,20 @@ export class IncomingTransfer extends VersionSource {
     // stay until the successor takes them, which may be after this relay completed the version:
     // they go with this object, once no outgoing transfer sends from it any more.
     if (base) this.done.finally(() => store.unlease(base.v)).catch(() => undefined);
-    void this.prefault();
+    void this.ready.then(
+      () => this.prefault(),
+      () => undefined,
+    );
+  }
+
+  /** The segment's writable mapping once it is set up; null when that failed or the transfer was given up. */
+  private async segment(): Promise<Mapping | null> {
+    try {
+      await this.ready;
+    } catch {
+      return null;
+    }
+    return this.abandoned ? null : this.v.mapping;
   }
 
   /**
@@ -224,22 +249,29 @@ export class IncomingTransfer extends VersionSource {
     const generation = ++this.generation[index]!;
     const superseded = (): boolean => this.generation[index] !== generation;
     try {
-      const mapping = this.v.mapping!;
       const wireBytes = encoding === undefined ? length : incoming.length;
-      const pull = (into: Mapping | Uint8Array, at: number): Promise<boolean> =>
-        lane.run(() => {
-          if (!superseded()) return incoming.receiveInto(into, at).then(() => true);
-          incoming.release();
-          return Promise.resolve(false);
-        });
+      const take = (into: Mapping | Uint8Array, at: number): Promise<boolean> => {
+        if (!superseded()) return incoming.receiveInto(into, at).then(() => true);
+        incoming.release();
+        return Promise.resolve(false);
+      };
+      // A payload that came inline (a small delta: inline.ts) is here already: it moves
+      // nothing on the link, so it need not wait behind the link's pulls.
+      const pull = (into: Mapping | Uint8Array, at: number): Promise<boolean> => (incoming.pending ? lane.run(() => take(into, at)) : take(into, at));
       let sum: string | null = null;
       if (encoding === undefined) {
+        const mapping = await this.segment();
+        if (mapping === null) {
+          incoming.release();
+          return 'duplicate';
+        }
         await pull(mapping, offset);
         if (!superseded()) sum = checksumHex(await mapping.checksumAsync(offset, length));
       } else {
         // The rebuild hashes the chunk as it writes it: no second read to verify it.
         const keep = (payload: Uint8Array): void => this.keepArrived(index, encoding, payload);
-        const rebuilt = await rebuildChunk(encoding, index, incoming, this.base!.v, { mapping, layout: this.v.layout }, (into) => pull(into, 0), keep);
+        const target = { segment: () => this.segment(), layout: this.v.layout };
+        const rebuilt = await rebuildChunk(encoding, index, incoming, this.base!.v, target, (into) => pull(into, 0), keep);
         if (rebuilt !== null) sum = checksumHex(rebuilt);
       }
       if (sum === null || superseded()) return 'duplicate';
@@ -299,12 +331,15 @@ export class IncomingTransfer extends VersionSource {
   async abandon(reason: string): Promise<void> {
     if (this.abandoned) return;
     this.abandoned = new LaminarError(ErrorCodes.TRANSFER_ABANDONED, `receiving ${this.v.model} v${this.v.version} was abandoned: ${reason}`);
+    // A segment still being set up is discarded once it is (or once that failed): never under it.
+    const settled = this.ready.catch(() => undefined);
     for (const list of this.waiters.values()) for (const w of list) w.reject(this.abandoned);
     this.waiters.clear();
     this.arrivalWaiters.clear(); // their races settle through the waiters above
     this.arrived.clear();
     this.arrivedBytes = 0;
     this.rejectDone(this.abandoned);
+    await settled;
     await this.store.abandonReceive(this.v, reason);
   }
 }

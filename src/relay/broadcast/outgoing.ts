@@ -11,7 +11,8 @@
  * delta, or full. A chunk the peer nacks goes full from then on: whatever the delta's fault, the
  * full chunk heals it. A chunk that arrived here as a delta against the peer's base goes on as
  * it arrived as soon as it is here, before this relay has verified it (the peer verifies its own
- * rebuild); a chunk sent full waits, as always, for this relay's verification.
+ * rebuild); a chunk sent full waits, as always, for this relay's verification. A small delta
+ * goes inline with its message (inline.ts), as does the offer's header; a full chunk by rendezvous.
  */
 import type { Logger } from 'pino';
 import { LaminarError, TimeoutError } from '../../common/errors.js';
@@ -25,6 +26,7 @@ import type { ChunkSource } from './source.js';
 import type { HopSample } from '../chunking/link-estimator.js';
 import type { BaseRef } from './delta/base.js';
 import type { ChunkEncoder, ChunkToSend } from './delta/encoder.js';
+import { sendsInline } from './inline.js';
 
 export type OutgoingResult = 'complete' | 'declined';
 
@@ -128,10 +130,21 @@ export class OutgoingTransfer {
   start(): Promise<OutgoingResult> {
     this.startedAt = performance.now();
     const { layout } = this.source;
-    const offer = this.options.offer ?? {
-      message: { t: 'offer', model: this.source.model, version: this.source.version, size: layout.totalSize, headerBytes: layout.dataOffset },
-      payload: { source: this.source.mapping, offset: 0, length: layout.dataOffset },
-    };
+    let offer: { message: PeerMessage; payload: Payload };
+    try {
+      offer = this.options.offer ?? {
+        message: { t: 'offer', model: this.source.model, version: this.source.version, size: layout.totalSize, headerBytes: layout.dataOffset },
+        payload: {
+          source: this.source.header ?? this.source.mapping,
+          offset: 0,
+          length: layout.dataOffset,
+          ...(sendsInline(layout.dataOffset) ? { eager: true } : {}),
+        },
+      };
+    } catch (err) {
+      this.fail(err as Error); // no mapping left to read the header from (the version retired)
+      return this.result;
+    }
     this.link.send(offer.message, offer.payload).catch((err: unknown) => this.fail(err as Error));
     this.stallWatch = watchdog(Math.max(50, Math.floor(this.options.stallMs / 4)), (heldUp) => this.checkStall(heldUp));
     return this.result;
@@ -216,13 +229,6 @@ export class OutgoingTransfer {
 
   private sendChunk(index: number): void {
     const { offset, length } = this.source.pieces?.range(index) ?? chunkRange(this.source.layout, index);
-    let mapping;
-    try {
-      mapping = this.source.mapping;
-    } catch (err) {
-      this.fail(err as Error);
-      return;
-    }
     // The stall clock runs while the peer has work: time spent before this send waiting on our
     // own upstream (nothing in flight) is not the peer's, however long it was.
     if (this.inflight === 0) {
@@ -245,8 +251,14 @@ export class OutgoingTransfer {
           ...(kind !== 'full' ? { enc: kind } : {}),
         };
         let payload: Payload | undefined;
-        if (encoded === null || encoded.kind === 'full') payload = { source: mapping, offset, length };
-        else if (encoded.kind === 'sparse') payload = { source: encoded.payload, offset: 0, length: encoded.payload.byteLength };
+        // Read only for a full chunk, which is verified here, so set up: a delta forwarded as it
+        // arrived may leave before this relay's segment is (incoming.ts). Throws when the
+        // version is no longer mapped here: the transfer fails below.
+        if (encoded === null || encoded.kind === 'full') payload = { source: this.source.mapping, offset, length };
+        else if (encoded.kind === 'sparse') {
+          const bytes = encoded.payload.byteLength;
+          payload = { source: encoded.payload, offset: 0, length: bytes, ...(sendsInline(bytes) ? { eager: true } : {}) };
+        }
         const wireBytes = payload?.length ?? 0;
         return this.link.send(header, payload).then(() => {
           this.progressed('to take a chunk');

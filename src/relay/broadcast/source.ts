@@ -22,6 +22,12 @@ export interface ChunkSource {
   /** The current mapping of the segment (a received version is re-mapped read-only when it completes). */
   readonly mapping: Mapping;
   /**
+   * The version's safetensors header (the segment's first `layout.dataOffset` bytes), where the
+   * segment may not be mapped yet when the version is offered on: an arrival whose segment is
+   * still being set up (incoming.ts). Absent: the header is read from `mapping`.
+   */
+  readonly header?: Uint8Array;
+  /**
    * A part of a version (relay/parts/): what is sent is its pieces, by index, from these ranges
    * of `mapping`, instead of the layout's chunks.
    */

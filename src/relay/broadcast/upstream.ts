@@ -7,6 +7,7 @@
  */
 import type { Logger } from 'pino';
 import { MAX_HEADER_BYTES } from '../../safetensors/header.js';
+import type { Mapping } from '../../native/index.js';
 import type { Endpoint, IncomingMessage } from '../../ucx/index.js';
 import type { BroadcastStatus } from '../protocol/status.js';
 import { parseOffered, type OfferedVersion, type StoredVersion, type VersionStore } from '../store.js';
@@ -47,7 +48,7 @@ export interface UpstreamContext {
 export class UpstreamSide {
   private readonly arrivals = new Map<string, Arrival>();
   private readonly offersInProgress = new Set<string>();
-  /** Offered versions whose segment is being allocated, before the offer is accepted. */
+  /** Offered versions whose segment is being set up (accepted already, or about to be). */
   private readonly settingUp = new Map<string, { model: string; version: number; chunks: number }>();
   private readonly upstreams = new Set<PeerLink>();
   private readonly lanes = new WeakMap<PeerLink, PullLane>();
@@ -106,7 +107,9 @@ export class UpstreamSide {
       upstreams: [...this.upstreams].map((l) => ({ id: l.peerId, role: l.role })),
       receiving: [
         ...[...this.settingUp.values()].map((p) => ({ ...p, hwm: 0, settingUp: true })),
-        ...[...this.arrivals.values()].map(({ transfer: t }) => ({ model: t.model, version: t.version, hwm: t.hwm, chunks: t.chunkCount })),
+        ...[...this.arrivals.entries()]
+          .filter(([k]) => !this.settingUp.has(k))
+          .map(([, { transfer: t }]) => ({ model: t.model, version: t.version, hwm: t.hwm, chunks: t.chunkCount })),
       ],
     };
   }
@@ -264,9 +267,9 @@ export class UpstreamSide {
     }
     this.offersInProgress.add(k);
     try {
-      const { v, offered } = await this.setUp(link, offer, incoming, k);
+      const { v, offered, ready } = await this.reserve(link, offer, incoming, k);
       const base = this.baseFor(v);
-      const transfer = new IncomingTransfer(this.store, v, offered.checksums, this.metrics, this.log, base);
+      const transfer = new IncomingTransfer(this.store, v, offered.checksums, this.metrics, this.log, base, ready, offered.header);
       transfer.setUpstream(link.endpoint.id);
       const arrival: Arrival = { transfer, upstreams: new Set([link]) };
       this.arrivals.set(k, arrival);
@@ -274,8 +277,15 @@ export class UpstreamSide {
       // registered, an RDMA transport need not pin each chunk's pages. The writable mapping closes
       // when the version completes or is abandoned, and its registration must go with it: a
       // registration holds its memory, so one left behind would keep a whole version mapped.
-      const receiving = v.mapping;
-      if (receiving !== null) this.ctx.registrations.registerOnce(receiving);
+      let receiving: Mapping | null = null;
+      ready.then(
+        () => {
+          if (this.arrivals.get(k) !== arrival) return; // given up meanwhile: nothing to receive into
+          receiving = v.mapping;
+          if (receiving !== null) this.ctx.registrations.registerOnce(receiving);
+        },
+        (err: unknown) => this.setUpFailed(arrival, err as Error & { code?: string }),
+      );
       const started = performance.now();
       const settled = transfer.done.then(
         () => {
@@ -298,6 +308,9 @@ export class UpstreamSide {
         { peer: link.peerId, model: v.model, version: v.version, size: v.layout.totalSize, chunks: v.layout.chunkCount, base: base?.ref.version ?? null },
         'receiving a version',
       );
+      // Accepted, and offered on, while the segment is set up (ready): the setups of the relays
+      // down the chain overlap instead of adding up, and deltas are kept for the successor as
+      // they arrive. The chunks wait for the segment before they are written.
       await link.send({ t: 'accept', model: v.model, version: v.version, from: 0, have: [], ...(base ? { base: base.ref } : {}) });
       // Forward while receiving: the successor gets each chunk as soon as it is verified here.
       this.ctx.forward(transfer);
@@ -324,17 +337,19 @@ export class UpstreamSide {
   }
 
   /**
-   * Takes the offered header and sets the version's segment up. That (every page allocated) can
-   * outlast the sender's stall limit, which runs from its offer on: most of a minute for a 145 GB
-   * model on 4 KiB pages. Meanwhile a progress message with nothing received tells the sender
-   * that we are at it, and our status (so the manager's stall watch too) shows the setup.
+   * Takes the offered header and reserves the version (store.reserveReceive): its segment is set
+   * up in the background (`ready`). That (every page allocated, unless a spare is taken) can
+   * outlast the sender's stall limit, which runs from its offer on and again for each chunk it
+   * sends: most of a minute for a 145 GB model on 4 KiB pages. Until it is ready a progress
+   * message with nothing received tells the sender that we are at it, and our status (so the
+   * manager's stall watch too) shows the setup.
    */
-  private async setUp(
+  private async reserve(
     link: PeerLink,
     offer: PeerMessageOf<'offer'>,
     incoming: IncomingMessage,
     k: string,
-  ): Promise<{ v: StoredVersion; offered: OfferedVersion }> {
+  ): Promise<{ v: StoredVersion; offered: OfferedVersion; ready: Promise<void> }> {
     const beat = setInterval(
       () => void link.send({ t: 'progress', model: offer.model, version: offer.version, hwm: 0, complete: false }).catch(() => undefined),
       keepaliveIntervalFor(this.options.stallMs),
@@ -343,12 +358,38 @@ export class UpstreamSide {
       const header = Buffer.allocUnsafe(offer.headerBytes);
       await incoming.receiveInto(header, 0);
       const offered = parseOffered(header, offer.size, { model: offer.model, version: offer.version });
+      const { v, ready } = this.store.reserveReceive(offered);
       this.settingUp.set(k, { model: offered.model, version: offered.version, chunks: offered.layout.chunkCount });
-      return { v: await this.store.beginReceive(offered), offered };
-    } finally {
+      const setUp = (): void => {
+        clearInterval(beat);
+        this.settingUp.delete(k);
+      };
+      ready.then(setUp, setUp);
+      return { v, offered, ready };
+    } catch (err) {
       clearInterval(beat);
-      this.settingUp.delete(k);
+      throw err;
     }
+  }
+
+  /**
+   * The segment of a version accepted from upstream could not be set up (the shm directory
+   * full, the file system's error): every upstream is told with a decline carrying the code,
+   * as if the offer had been declined, and the arrival is given up (nothing of it is served;
+   * a successor it was offered on sees the transfer abandoned).
+   */
+  private setUpFailed(arrival: Arrival, err: Error & { code?: string }): void {
+    const { transfer } = arrival;
+    const code = err.code ?? ErrorCodes.INTERNAL;
+    this.metrics.badMessages.inc({ code });
+    this.log.warn(
+      { model: transfer.model, version: transfer.version, code, err: err.message },
+      'the segment of an accepted version could not be set up: declined',
+    );
+    for (const up of arrival.upstreams) {
+      void up.send({ t: 'decline', model: transfer.model, version: transfer.version, code, message: err.message }).catch(() => undefined);
+    }
+    inBackground(transfer.abandon(`its segment could not be set up: ${err.message}`), this.log, 'abandoning an arrival without a segment', this.failures);
   }
 
   private handleChunk(link: PeerLink, chunk: PeerMessageOf<'chunk'>, incoming: IncomingMessage): void {

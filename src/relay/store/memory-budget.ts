@@ -8,7 +8,7 @@
 import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { CapacityError, ErrorCodes, type LaminarError } from '../../common/errors.js';
+import { CapacityError, ErrorCodes, LaminarError } from '../../common/errors.js';
 import { formatBytes } from '../../common/units.js';
 import { Mapping, createSegmentAsync } from '../../native/index.js';
 import type { VersionLayout } from '../../safetensors/header.js';
@@ -71,14 +71,29 @@ export class MemoryBudget {
    * registered in the table as writing. `header`: the sender's, written verbatim; otherwise a
    * provisional one.
    */
-  async allocate(
+  async allocate(...args: Parameters<MemoryBudget['reserve']>): Promise<StoredVersion> {
+    const { v, ready } = this.reserve(...args);
+    await ready;
+    return v;
+  }
+
+  /**
+   * What allocate() does, in two steps: the room is claimed and the version registered in the
+   * table (writing, not mapped yet) at once, or this throws (the memory budget); its segment is
+   * set up in the background. `ready` resolves once the segment is mapped with its header
+   * written, or rejects with what failed (ERR_SHM_FULL, the file system's code), the version
+   * then gone from the table and its file removed. A receiver accepts an offer on the first
+   * step and takes the chunks once `ready` (broadcast/upstream.ts): each relay of a chain then
+   * sets its segment up while the next one sets up its own.
+   */
+  reserve(
     model: string,
     version: number,
     layout: VersionLayout,
     metadata: Record<string, string>,
     owner: Requester,
     header?: Uint8Array,
-  ): Promise<StoredVersion> {
+  ): { v: StoredVersion; ready: Promise<void> } {
     // A spare holds at least these bytes already: taking it leaves the memory held unchanged.
     const spare = this.spares.claim(layout.totalSize);
     if (!spare) this.makeRoom(layout.totalSize, model);
@@ -87,21 +102,30 @@ export class MemoryBudget {
     // Registered before the first await so that a racing begin of the same version conflicts.
     const v = new StoredVersion(model, version, layout, metadata, baseName, path, null, owner);
     this.table.add(v);
+    const ready = this.setUpSegment(v, spare, header);
+    ready.catch(() => undefined); // the caller's to handle; never unhandled meanwhile
+    return { v, ready };
+  }
+
+  private async setUpSegment(v: StoredVersion, spare: ReturnType<SparePool['claim']>, header: Uint8Array | undefined): Promise<void> {
+    const { layout, path } = v;
     try {
       try {
         if (!(spare && (await this.spares.moveInto(spare, path, layout.totalSize)))) {
           await createSegmentAsync(path, layout.totalSize, this.options.fileMode);
         }
       } catch (err) {
-        if ((err as LaminarError).code === 'ENOSPC' || (err as LaminarError).code === 'ENOMEM') {
-          throw new CapacityError(ErrorCodes.SHM_FULL, `the shm directory ${this.options.shmDir} has no room for ${formatBytes(layout.totalSize)}`, {
-            cause: err,
-            details: { needed: layout.totalSize },
-          });
-        }
-        throw err;
+        throw setUpError(err, this.options.shmDir, layout.totalSize);
       }
-      v.mapping = new Mapping(path, { writable: true });
+      // Discarded while its file was being made (the relay stopping, the arrival abandoned):
+      // the file must not outlive it.
+      if (v.state !== 'writing')
+        throw new LaminarError(ErrorCodes.TRANSFER_ABANDONED, `version ${v.version} of ${v.model} was discarded while its segment was set up`);
+      try {
+        v.mapping = new Mapping(path, { writable: true });
+      } catch (err) {
+        throw setUpError(err, this.options.shmDir, layout.totalSize);
+      }
       if (header !== undefined) {
         new Uint8Array(v.mapping.view(0, header.byteLength)).set(header);
       } else {
@@ -109,11 +133,12 @@ export class MemoryBudget {
         // the start; commit rewrites it in place with the real checksums.
         writeHeader(v, new Array<string>(layout.chunkCount).fill('0'.repeat(16)));
       }
-      return v;
     } catch (err) {
-      this.table.delete(model, version);
       v.mapping?.close();
+      v.mapping = null;
+      // The file first: once the version leaves the table, a new offer of it may make its own there.
       await unlink(path).catch(() => undefined);
+      if (this.table.peek(v.model, v.version) === v) this.table.delete(v.model, v.version);
       throw err;
     }
   }
@@ -204,4 +229,23 @@ export class MemoryBudget {
     this.closed = true;
     if (this.spareTimer) clearTimeout(this.spareTimer);
   }
+}
+
+/**
+ * What a failure to create or map a segment is reported as: ERR_SHM_FULL when the file system
+ * has no room, ERR_SEGMENT_SETUP (with the file system's code) otherwise, so that a sender told
+ * of it (a decline) gets a code from the catalogue rather than an errno.
+ */
+function setUpError(err: unknown, shmDir: string, size: number): LaminarError {
+  const code = (err as { code?: unknown }).code;
+  if (code === 'ENOSPC' || code === 'ENOMEM') {
+    return new CapacityError(ErrorCodes.SHM_FULL, `the shm directory ${shmDir} has no room for ${formatBytes(size)}`, {
+      cause: err,
+      details: { needed: size },
+    });
+  }
+  return new LaminarError(ErrorCodes.SEGMENT_SETUP, `the segment of ${formatBytes(size)} in ${shmDir} could not be set up: ${(err as Error).message}`, {
+    cause: err,
+    details: { errno: typeof code === 'string' ? code : null },
+  });
 }

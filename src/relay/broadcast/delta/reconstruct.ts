@@ -18,7 +18,8 @@ import { ErrorCodes } from '../../../common/error-codes.js';
 export type DeltaEncoding = 'same' | 'sparse';
 
 export interface DeltaTarget {
-  mapping: Mapping;
+  /** The new version's writable mapping once its segment is set up; null when it never will be. */
+  segment(): Promise<Mapping | null>;
   layout: VersionLayout;
 }
 
@@ -27,7 +28,8 @@ export interface DeltaTarget {
  * XXH3-64 of the rebuilt chunk, or null when the chunk was superseded meanwhile (nothing
  * written). `pull` moves the payload (in the order of the link's other pulls) and returns false
  * when superseded; `arrived` sees the payload as soon as it is here, before the rebuild (a
- * relay forwards it from there to a successor holding the same base).
+ * relay forwards it from there to a successor holding the same base), and before the target's
+ * segment is set up.
  */
 export async function rebuildChunk(
   encoding: DeltaEncoding,
@@ -38,10 +40,12 @@ export async function rebuildChunk(
   pull: (into: Uint8Array) => Promise<boolean>,
   arrived?: (payload: Uint8Array) => void,
 ): Promise<bigint | null> {
-  const baseMapping = base.mapping;
-  if (baseMapping === null) {
+  const baseGone = (): LaminarError => new LaminarError(ErrorCodes.TRANSFER_ABANDONED, `the base v${base.version} of a delta is no longer mapped`);
+  // Read again after the waits below: the transfer's lease keeps the base, but a relay stopping does not.
+  const baseMapping = (): Mapping | null => base.mapping;
+  if (baseMapping() === null) {
     incoming.release();
-    throw new LaminarError(ErrorCodes.TRANSFER_ABANDONED, `the base v${base.version} of a delta is no longer mapped`);
+    throw baseGone();
   }
   const at = chunkRange(target.layout, index);
   const from = chunkRange(base.layout, index);
@@ -49,5 +53,9 @@ export async function rebuildChunk(
   const payload = new Uint8Array(incoming.length);
   if (!(await pull(payload))) return null;
   arrived?.(payload);
-  return rebuildMappedChunk(encoding, { mapping: baseMapping, offset: from.offset }, payload, { mapping: target.mapping, offset: at.offset }, at.length);
+  const mapping = await target.segment();
+  if (mapping === null) return null;
+  const source = baseMapping();
+  if (source === null) throw baseGone();
+  return rebuildMappedChunk(encoding, { mapping: source, offset: from.offset }, payload, { mapping, offset: at.offset }, at.length);
 }
