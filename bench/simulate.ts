@@ -16,12 +16,21 @@
  * mechanism of issue #48 on, with each switched off in turn and with all of them off, and prints
  * (with --write-docs, writes docs/images/sim/mechanisms.md) what each closes
  * (report/mechanism-effect.ts); with --no-sweep it runs alone.
+ * --toolcall runs issue #49's study (src/simulate/agentic/toolcall-study.ts): the tool-call task on
+ * math-72b's --toolcall-gpus (1,024) row, toolcall-7b's tool calls grafted on, laminar before #49,
+ * each of its mechanisms added, and a step-centric router, for --toolcall-steps (4) steps each:
+ * sim_toolcall_gain_1024, the rollout-throughput gain of all of #49 over laminar before it,
+ * printed beside Heddle's and ARL-Tangram's published figures. Off by default: six runs of
+ * 1,024 GPUs do not fit the bench's 60-s budget.
  * Prints tables, then one JSON line (the last line of stdout).
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { SEED_FIGURES } from '../src/simulate/agentic/seed-figures.js';
+import { runToolCallStudy, withToolCallsOf, type ToolCallStudy } from '../src/simulate/agentic/toolcall-study.js';
 import { resolveScenarioPath } from '../src/simulate/files.js';
+import type { ScenarioInput } from '../src/simulate/scenario/schema.js';
 import { MECHANISMS, mechanismsWithout, NO_MECHANISMS } from '../src/simulate/mechanisms.js';
 import { mechanismEffectTable, type ComparisonVariant } from '../src/simulate/report/mechanism-effect.js';
 import { comparisonTable, toMarkdown, toText } from '../src/simulate/report/tables.js';
@@ -48,6 +57,9 @@ export function run(args: string[]): Promise<void> {
       'write-docs': { type: 'boolean', default: false },
       mechanisms: { type: 'boolean', default: false },
       'mechanism-scenarios': { type: 'string', default: MECHANISM_SWEEP.join(',') },
+      toolcall: { type: 'boolean', default: false },
+      'toolcall-gpus': { type: 'string', default: '1024' },
+      'toolcall-steps': { type: 'string', default: '4' },
     },
   });
   const steps = Number(values.steps);
@@ -88,6 +100,8 @@ export function run(args: string[]): Promise<void> {
     goal_sim_1024gpu_s: GOAL_S,
     goal_sim_rss_MB: GOAL_RSS_MB,
   };
+
+  if (values.toolcall) Object.assign(line, toolCallSection(Number(values['toolcall-gpus']), Number(values['toolcall-steps'])));
 
   if (!values['no-sweep']) {
     const sweepSteps = values['sweep-steps'] === undefined ? undefined : Number(values['sweep-steps']);
@@ -151,4 +165,97 @@ export function run(args: string[]): Promise<void> {
   }
   process.stdout.write(`${JSON.stringify(line)}\n`);
   return Promise.resolve();
+}
+
+/** Issue #49's study (--toolcall): its table, the seeds' figures beside it, and its JSON keys. */
+function toolCallSection(gpus: number, steps: number): Record<string, unknown> {
+  if (!(Number.isSafeInteger(steps) && steps >= 2)) throw new Error(`--toolcall-steps is an integer >= 2, got ${steps}`);
+  const read = (name: string): ScenarioInput => JSON.parse(readFileSync(resolveScenarioPath(name), 'utf8')) as ScenarioInput;
+  const scenario = withToolCallsOf(read('math-72b'), read('toolcall-7b'));
+  const study = runToolCallStudy(scenario, {
+    gpus,
+    steps,
+    warmupSteps: Math.floor(steps / 2),
+    progress: (row, i, total) =>
+      process.stderr.write(
+        `simulate: tool-call study ${i + 1}/${total} ${row.key}: ${row.result.events} events in ${(row.result.wallMs / 1e3).toFixed(2)} s\n`,
+      ),
+  });
+  printStudy(study);
+  const before = study.rows.find((r) => r.key === 'before')!.result.generationTokensPerS;
+  // every row's ratio is to laminar before #49 with the tools unbounded
+  const out: Record<string, unknown> = {
+    [`sim_toolcall_gain_${gpus}`]: round(study.gain, 3),
+    [`sim_toolcall_gain_${gpus}_over_step_centric`]: round(study.gainOverStepCentric, 3),
+    [`sim_toolcall_gain_${gpus}_with_tools`]: round(study.gainWithTools, 3),
+    [`sim_toolcall_training_gain_${gpus}`]: round(study.trainingGain, 3),
+    [`sim_toolcall_act_gain_${gpus}`]: round(study.actGain, 3),
+    sim_toolcall_scenario: study.scenario,
+    sim_toolcall_steps: steps,
+    sim_toolcall_rollouts: study.rollouts,
+    sim_toolcall_tool_slots: study.toolBudget,
+    sim_toolcall_wall_s: round(study.rows.reduce((a, r) => a + r.result.wallMs, 0) / 1e3, 1),
+    sim_toolcall_rows: study.rows.map((r) => ({
+      key: r.key,
+      rollout_tokens_per_s: Math.round(r.result.generationTokensPerS),
+      over_before: round(r.result.generationTokensPerS / before, 3),
+      training_tokens_per_s: Math.round(r.result.throughput.tokensPerS),
+      mean_act_s: round(r.result.toolSchedule!.meanCallS, 2),
+      queued_calls: r.result.toolSchedule!.queuedCalls,
+      moved_at_tools: r.result.toolSchedule!.movedAtTools,
+      returned_elsewhere: r.result.toolSchedule!.returnedElsewhere,
+      repack_moves: r.result.repack.moves,
+      preemptions: r.result.engines.preemptions,
+      prediction_mae_tokens: r.result.toolSchedule!.predictionMaeTokens === null ? null : Math.round(r.result.toolSchedule!.predictionMaeTokens),
+      events: r.result.events,
+    })),
+  };
+  for (const f of SEED_FIGURES) out[f.id] = f.value;
+  return out;
+}
+
+function printStudy(study: ToolCallStudy): void {
+  const before = study.rows.find((r) => r.key === 'before')!.result;
+  printTable(
+    `issue #49 in the simulator: ${study.scenario} on ${study.gpus} GPUs (${study.rollouts} rollouts), laminar, ${study.steps} steps; tools unbounded, then ${study.toolBudget} sandbox slots`,
+    [
+      [
+        'row',
+        'what',
+        'rollout tokens/s',
+        '÷ before',
+        'training tokens/s',
+        'mean ACT s',
+        'queued calls',
+        'moved at tools',
+        'placed elsewhere',
+        'preemptions',
+        'wall s',
+      ],
+      ...study.rows.map((r) => {
+        const t = r.result.toolSchedule!;
+        return [
+          r.key,
+          r.what,
+          r.result.generationTokensPerS.toFixed(0),
+          (r.result.generationTokensPerS / before.generationTokensPerS).toFixed(3),
+          r.result.throughput.tokensPerS.toFixed(0),
+          t.meanCallS.toFixed(2),
+          String(t.queuedCalls),
+          String(t.movedAtTools),
+          String(t.returnedElsewhere),
+          String(r.result.engines.preemptions),
+          (r.result.wallMs / 1e3).toFixed(2),
+        ];
+      }),
+    ],
+  );
+  printTable(`sim_toolcall_gain_${study.gpus} beside the seed papers' figures`, [
+    ['figure', 'simulated here', 'published', 'what the published figure is'],
+    [`sim_toolcall_gain_${study.gpus}: rollout throughput, #49's scheduling ÷ laminar before it`, study.gain.toFixed(3), '2.5 (Heddle)', SEED_FIGURES[0]!.what],
+    ["rollout throughput, #49's scheduling ÷ step-centric (least load)", study.gainOverStepCentric.toFixed(3), '2.5 (Heddle)', SEED_FIGURES[0]!.what],
+    ['rollout throughput, all of #49 with elastic tools ÷ before with static ones', study.gainWithTools.toFixed(3), '2.5 (Heddle)', SEED_FIGURES[0]!.what],
+    ['mean action completion time, static ÷ elastic tools', study.actGain.toFixed(3), '4.3 (ARL-Tangram)', SEED_FIGURES[1]!.what],
+    ["training throughput, #49's scheduling ÷ laminar before it", study.trainingGain.toFixed(3), '1.5 (ARL-Tangram, step duration)', SEED_FIGURES[2]!.what],
+  ]);
 }

@@ -8,6 +8,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { ErrorCodes, InvalidInputError, LaminarError } from '../common/errors.js';
+import { checkToolSchedule, type ToolSchedule } from './agentic/tool-schedule.js';
 import { REAL_COMPONENTS, type SimComponents } from './components.js';
 import { ALL_MECHANISMS, type Mechanisms } from './mechanisms.js';
 import { engineProfileFor } from './scenario/derive.js';
@@ -34,6 +35,11 @@ export interface RunScenarioOptions {
   maxEvents?: number;
   /** Switch mechanisms off (mechanisms.ts; default: all on). */
   mechanisms?: Partial<Mechanisms>;
+  /**
+   * How laminar schedules the tool-call task's turns (issue #49, agentic/tool-schedule.ts);
+   * laminar and laminar-no-repack on a tool-call scenario only. Default: as before the issue.
+   */
+  toolSchedule?: ToolSchedule;
 }
 
 /** The systems with a driver (every one of SYSTEMS). */
@@ -51,11 +57,20 @@ export function runScenario(scenario: Scenario, system: SystemName, options: Run
   if (placement === null)
     throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${scenario.name} places no ${system} on ${row.gpus} GPUs`, { system, gpus: row.gpus });
   if (!SIMULATED_SYSTEMS.includes(system)) throw new InvalidInputError(ErrorCodes.INVALID_ARG, `${system} is not simulated yet`, { system });
+  const toolSchedule = options.toolSchedule === undefined ? null : checkToolSchedule(options.toolSchedule);
+  if (toolSchedule !== null && (scenario.workload.toolCalls === null || !system.startsWith('laminar')))
+    throw new InvalidInputError(
+      ErrorCodes.INVALID_ARG,
+      `a tool-call schedule is for laminar's runs of a tool-call scenario, not ${system} on ${scenario.name}`,
+      {
+        system,
+      },
+    );
   const components: SimComponents = { ...REAL_COMPONENTS, ...options.components };
   const mechanisms: Mechanisms = { ...ALL_MECHANISMS, ...options.mechanisms };
   // sync's engines share their GPUs with its trainer (systems/colocated-engine.ts).
   const profile = system === 'sync' ? colocatedProfile(scenario, placement.tp, mechanisms) : engineProfileFor(scenario, placement.tp, mechanisms);
-  const ctx = new RunContext(scenario, placement, profile, steps, warmupSteps, mechanisms);
+  const ctx = new RunContext(scenario, placement, profile, steps, warmupSteps, mechanisms, toolSchedule);
 
   const started = performance.now();
   if (system === 'sync') runSync(ctx);

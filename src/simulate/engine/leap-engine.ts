@@ -25,6 +25,12 @@
  *
  * Requests are numbered (trajectory ids); the listener must not call back into the engine (a
  * driver collects what it is told and acts once the call returns).
+ *
+ * Priority (issue #49). A request may carry a priority: the waiting queue is then ordered larger
+ * first, first come first served within one priority, as SGLang's priority scheduling orders its
+ * queue (a preempted request goes back ahead of its own priority, behind any higher). Which
+ * request is preempted stays EngineCore's (the newest running), and EngineCore itself has no
+ * priorities: with none given (every priority 0) the queue is FCFS and the two engines agree.
  */
 import { ErrorCodes, InvalidInputError, LaminarError } from '../../common/errors.js';
 import { canAdmit, fitsAlone, mustPreempt, stepMs, validateProfile, type EngineProfile } from '../../stand-ins/engine-core.js';
@@ -41,6 +47,11 @@ export interface LeapRequest {
   targetTokens: number;
   /** Tokens generated so far (a resumed request re-prefills them with its prompt). */
   generated: number;
+  /**
+   * Larger waits ahead of smaller in the waiting queue (issue #49's progressive priority, SGLang's
+   * request `priority`); absent is 0, and an engine given none is first come first served.
+   */
+  priority?: number;
 }
 
 export interface LeapListener {
@@ -162,6 +173,11 @@ export class LeapEngine {
     return this.held.size;
   }
 
+  /** The ids of the requests running or waiting (a planner's view of what this engine owns). */
+  heldIds(): IterableIterator<number> {
+    return this.held.keys();
+  }
+
   /** When the driver must next call wake(): Infinity when the engine is idle. */
   nextEventAt(): number {
     if (this.pendingIds.length > 0) return this.pendingAt;
@@ -200,14 +216,18 @@ export class LeapEngine {
     this.runUntil(t, true);
   }
 
-  /** Queues requests at the back of the waiting queue, between steps at time `t`. */
+  /**
+   * Queues requests between steps at time `t`: behind every waiting request of their priority or
+   * higher (the back of the queue when no request has a priority).
+   */
   submit(requests: Iterable<LeapRequest>, t: number): void {
     this.advanceTo(t);
     for (const req of requests) {
       this.check(req);
       const r = new EngineRequest(req.id, req.promptTokens, req.targetTokens, req.generated);
+      r.priority = req.priority ?? 0;
       this.held.set(r.id, r);
-      this.waitingQueue.pushBack(r);
+      this.waitingQueue.insertByPriority(r);
     }
     // An engine with nothing running starts its next step when work arrives, not before.
     if (this.running.size === 0) this.boundary = Math.max(this.boundary, t);
@@ -378,8 +398,9 @@ export class LeapEngine {
       this.heap.remove(victim);
       victim.genBase += this.stepCount - victim.stepBase;
       this.kv -= victim.promptTokens + victim.genBase;
-      // Newest first onto the front: they end up in admission order, ahead of older waiters.
-      this.waitingQueue.pushFront(victim);
+      // Newest first onto the front (of their priority): they end up in admission order, ahead of
+      // older waiters of their priority (of every waiter when no request has a priority).
+      this.waitingQueue.insertAheadByPriority(victim);
       victims.push(victim);
     }
   }
@@ -413,7 +434,9 @@ export class LeapEngine {
       this.waitingQueue.remove(r);
     }
     this.held.delete(r.id);
-    return { id: r.id, promptTokens: r.promptTokens, targetTokens: r.targetTokens, generated: r.genBase };
+    const out: LeapRequest = { id: r.id, promptTokens: r.promptTokens, targetTokens: r.targetTokens, generated: r.genBase };
+    if (r.priority !== 0) out.priority = r.priority;
+    return out;
   }
 
   private report(): void {
@@ -451,6 +474,7 @@ export class LeapEngine {
     if (!Number.isSafeInteger(req.promptTokens) || req.promptTokens < 1) bad('promptTokens must be an integer >= 1');
     if (!Number.isSafeInteger(req.targetTokens) || req.targetTokens < 1) bad('targetTokens must be an integer >= 1');
     if (!Number.isSafeInteger(req.generated) || req.generated < 0) bad('generated must be an integer >= 0');
+    if (req.priority !== undefined && !Number.isFinite(req.priority)) bad('priority must be a finite number');
     if (req.generated >= req.targetTokens) bad('has already generated targetTokens');
     if (!fitsAlone(this.profile, req.promptTokens, req.targetTokens)) {
       bad(`promptTokens + targetTokens exceeds the KV capacity of ${this.profile.kvCapacityTokens} tokens`);

@@ -43,6 +43,45 @@ export class RequestList {
     this.count++;
   }
 
+  /**
+   * Puts `r` behind every request of its priority or higher, ahead of every lower one (a waiting
+   * queue ordered by priority, first come first served within one). Walks from the tail: O(1)
+   * when every priority is equal (the FCFS engine), O(n) at worst.
+   */
+  insertByPriority(r: EngineRequest): void {
+    let after = this.last;
+    while (after !== null && after.priority < r.priority) after = after.prev;
+    if (after === null) {
+      this.pushFront(r);
+      return;
+    }
+    r.prev = after;
+    r.next = after.next;
+    if (after.next) after.next.prev = r;
+    else this.last = r;
+    after.next = r;
+    this.count++;
+  }
+
+  /**
+   * Puts `r` ahead of every request of its priority or lower, behind every higher one (a
+   * preempted request back in a queue ordered by priority). pushFront when every priority is equal.
+   */
+  insertAheadByPriority(r: EngineRequest): void {
+    let before = this.first;
+    while (before !== null && before.priority > r.priority) before = before.next;
+    if (before === null) {
+      this.pushBack(r);
+      return;
+    }
+    r.next = before;
+    r.prev = before.prev;
+    if (before.prev) before.prev.next = r;
+    else this.first = r;
+    before.prev = r;
+    this.count++;
+  }
+
   /** Unlinks `r`, which must be in this list. */
   remove(r: EngineRequest): void {
     if (r.prev) r.prev.next = r.next;

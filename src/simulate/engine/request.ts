@@ -16,6 +16,12 @@ export class EngineRequest {
   admitSeq = 0;
   /** Where it is in the engine's finish heap; -1 when not running. */
   heapIndex = -1;
+  /**
+   * Its place in the waiting queue (issue #49's progressive priority, as SGLang's request
+   * `priority` with priority scheduling): larger waits ahead of smaller, equal ones first come
+   * first served. 0 for every request of a driver that gives none: the queue is then FCFS.
+   */
+  priority = 0;
   /** Neighbours in the running or waiting list (a request is in at most one). */
   prev: EngineRequest | null = null;
   next: EngineRequest | null = null;

@@ -29,10 +29,15 @@
  *   their relay has caught the newest version up. A relay or master failure is the chain's
  *   repair alone; a rollout failure reinitialises its engine and resumes its own trajectories.
  *
+ * - On the tool-call task a tool-call schedule (agentic/tool-schedule.ts, issue #49) may order each
+ *   engine's turns by predicted remaining length, place returning turns by least load, or replace
+ *   Algorithm 1 by the dp planner's tool-call moves (agentic/turn-scheduler.ts).
+ *
  * Not modelled yet: prefetch of the next batch, slow links (the stall watch's demotions).
  */
 import { strategyByName } from '../../data/experience/strategies/by-name.js';
 import { sourceIsEmpty } from '../../manager/repack/round.js';
+import { TurnScheduler } from '../agentic/turn-scheduler.js';
 import type { SimComponents } from '../components.js';
 import type { LeapRequest } from '../engine/leap-engine.js';
 import { chainTiming, linkOf, type BroadcastComponents } from '../fleet/broadcast.js';
@@ -103,10 +108,26 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
   let training = false;
 
   const rollouts: Rollout[] = [];
+  // Issue #49's scheduling of the tool-call task's turns, when the run has a schedule.
+  const turns =
+    ctx.toolSchedule === null || ctx.tools === null
+      ? null
+      : new TurnScheduler(ctx.toolSchedule, workload, ctx.tools, {
+          rollouts,
+          versionOf: (id) => ctx.pool.versionOf(id),
+          transferred: (from, to) => {
+            from.owned--;
+            to.owned++;
+            next(from);
+          },
+        });
+  ctx.turnScheduler = turns;
+  const dpAtTools = turns !== null && turns.schedule.placement === 'dp-at-tool';
   function addRollout(machine: number): Rollout {
     const r = new Rollout(rollouts.length, machine);
     r.actor = ctx.addEngine({ finished: (id) => finished(r, id) });
     rollouts.push(r);
+    turns?.register(r);
     return r;
   }
   for (let i = 0; i < placement.rollouts; i++) addRollout(Math.min(machines - 1, Math.floor((i * placement.tp) / scenario.hardware.gpusPerMachine)));
@@ -116,6 +137,7 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
     const prompts = options.claim.promptsToClaim(claimPolicy, r.owned, workload.groupSize);
     if (prompts === 0) return;
     const reqs = ctx.pool.claim(prompts, r.version);
+    turns?.claimed(r, reqs);
     r.owned += reqs.length;
     r.actor.submit(reqs);
   }
@@ -150,6 +172,7 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
 
   function finished(r: Rollout, id: number): void {
     ctx.completed(id, trainerVersion);
+    turns?.completed(r, id);
     const prompt = workload.promptOf(id);
     const promptTokens = workload.promptTokens(prompt);
     buffer.push({
@@ -225,6 +248,14 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
     kvAtLastRound = round.kvAtThisRound;
     const byId = new Map(rollouts.map((r) => [r.id, r]));
     for (const group of round.groups) {
+      if (dpAtTools) {
+        // The manager's --planner dp: tool-call moves in place of Algorithm 1.
+        const members = group.rollouts.map((g) => byId.get(g.id)!);
+        const movedBefore = turns.stats.movedAtTools;
+        ctx.repack.moves += turns.toolCallMoves(members, group.limits.rooflineBatch);
+        ctx.repack.movedTrajectories += turns.stats.movedAtTools - movedBefore;
+        continue;
+      }
       for (const move of options.planner(group.rollouts, group.limits)) {
         const source = byId.get(move.source)!;
         // As the coordinator: a source that owns nothing only takes the newest weights.

@@ -13,8 +13,10 @@ import { Simulation } from '../core/simulation.js';
 import { EngineActor, type EngineActorOwner } from '../engine/engine-actor.js';
 import type { LeapRequest } from '../engine/leap-engine.js';
 import type { ChainRepair } from '../fleet/relay-chain.js';
+import type { ToolSchedule } from '../agentic/tool-schedule.js';
+import type { TurnScheduler } from '../agentic/turn-scheduler.js';
 import { PromptPool } from '../fleet/prompt-pool.js';
-import { ToolCallLoop } from '../fleet/tool-calls.js';
+import { ToolCallLoop, type SandboxProvisioning } from '../fleet/tool-calls.js';
 import { Ledger, type LedgerTotals } from '../ledger.js';
 import { ALL_MECHANISMS, type Mechanisms } from '../mechanisms.js';
 import { StalenessHistogram, type StalenessSummary } from '../metrics/staleness.js';
@@ -62,6 +64,25 @@ export interface ScenarioRunResult {
   repack: { rounds: number; moves: number; movedTrajectories: number };
   /** Tool calls made (the tool-call task; 0 otherwise). */
   toolCalls: number;
+  /**
+   * With a tool-call schedule (issue #49): the schedule, calls that queued for a sandbox slot and
+   * their mean wait, turns placed on another rollout (least load, tool-call moves), and the
+   * remaining-length predictions' mean absolute error (null: none made). Absent without a schedule.
+   */
+  toolSchedule?: {
+    schedule: ToolSchedule;
+    sandboxSlots: number | null;
+    queuedCalls: number;
+    meanQueueWaitS: number;
+    /** Mean action completion time: a call's latency plus its wait for a slot, s. */
+    meanCallS: number;
+    /** Calls executing at once on average over the run (Σ latency / run time): the tools' demand. */
+    meanCallsInFlight: number;
+    returnedElsewhere: number;
+    movedAtTools: number;
+    predictions: number;
+    predictionMaeTokens: number | null;
+  };
   /** The failures injected into this run, what each did, and the chain's repairs (empty without failures). */
   failures: FailureRecord[];
   chainRepairs: ChainRepair[];
@@ -114,6 +135,8 @@ export class RunContext {
   movingNow = 0;
   /** The multi-turn loop of the tool-call task (null for one-turn tasks). */
   readonly tools: ToolCallLoop | null;
+  /** Issue #49's turn scheduling, set by the laminar driver when the run has a tool-call schedule. */
+  turnScheduler: TurnScheduler | null = null;
   readonly failures: FailureRecord[] = [];
   chainRepairs: ChainRepair[] = [];
   timeline: TimelineWindow[] | null = null;
@@ -130,12 +153,24 @@ export class RunContext {
     readonly steps: number,
     readonly warmupSteps: number,
     readonly mechanisms: Mechanisms = ALL_MECHANISMS,
+    /** How laminar schedules the tool-call task's turns (issue #49); null: as before it. */
+    readonly toolSchedule: ToolSchedule | null = null,
   ) {
     this.workload = new Workload(scenario, mechanisms.groupLengthCorrelation);
     this.pool = new PromptPool(this.workload, this.ledger);
     // verl's batched multi-turn loop (mechanism turnLockstep) for the baselines built on it.
     const lockstep = mechanisms.turnLockstep && LOCKSTEP_SYSTEMS.includes(placement.system);
-    this.tools = this.workload.toolCalls === null ? null : new ToolCallLoop(this.sim, this.workload, lockstep);
+    this.tools = this.workload.toolCalls === null ? null : new ToolCallLoop(this.sim, this.workload, lockstep, this.provisioning());
+  }
+
+  /** The schedule's tool budget split per rollout (static) or pooled (elastic), equal in all; else the scenario's sandbox. */
+  private provisioning(): SandboxProvisioning {
+    const budget = this.toolSchedule?.tools.budget ?? null;
+    if (budget === null) return { kind: 'shared', slots: this.workload.toolCalls?.sandboxSlots ?? null };
+    const perRollout = Math.max(1, Math.round(budget / Math.max(1, this.placement.rollouts)));
+    return this.toolSchedule!.tools.provisioning === 'static'
+      ? { kind: 'per-engine', slots: perRollout }
+      : { kind: 'shared', slots: perRollout * Math.max(1, this.placement.rollouts) };
   }
 
   get stepsDone(): number {
@@ -258,6 +293,26 @@ export class RunContext {
     return totals;
   }
 
+  private toolScheduleResult(): ScenarioRunResult['toolSchedule'] {
+    if (this.toolSchedule === null || this.tools === null) return undefined;
+    const p = this.tools.provisioning;
+    const { queued, queuedMs } = this.tools.queueing;
+    const calls = this.tools.calls;
+    const turns = this.turnScheduler;
+    return {
+      schedule: this.toolSchedule,
+      sandboxSlots: p.slots === null ? null : p.kind === 'shared' ? p.slots : p.slots * this.placement.rollouts,
+      queuedCalls: queued,
+      meanQueueWaitS: queued > 0 ? queuedMs / queued / 1e3 : 0,
+      meanCallS: calls > 0 ? (this.tools.callLatencyMs + queuedMs) / calls / 1e3 : 0,
+      meanCallsInFlight: this.sim.now > 0 ? this.tools.callLatencyMs / this.sim.now : 0,
+      returnedElsewhere: this.tools.returnedElsewhere,
+      movedAtTools: turns?.stats.movedAtTools ?? 0,
+      predictions: turns?.stats.predictions ?? 0,
+      predictionMaeTokens: turns?.maeTokens ?? null,
+    };
+  }
+
   result(events: number, wallMs: number): ScenarioRunResult {
     const ledger = this.audit(true);
     const end = this.stepEnds[this.stepEnds.length - 1] ?? this.sim.now;
@@ -314,6 +369,7 @@ export class RunContext {
       engines: { count: this.actors.length, kvCapacityTokens: cap, preemptions, eventSteps, leapedSteps, prefillTokens },
       repack: { ...this.repack },
       toolCalls: this.tools?.calls ?? 0,
+      ...(this.toolSchedule === null ? {} : { toolSchedule: this.toolScheduleResult() }),
       failures: this.failures.map((f) => ({ ...f })),
       chainRepairs: this.chainRepairs,
       timeline: this.timeline,
