@@ -111,9 +111,12 @@ case "$cmd" in
     ns="lmr-$bed-$host"
     ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
     if [ "$state" = on ]; then
-      # htb: class 1:10 (8 bit/s) takes the port's packets, 1:20 everything else at <rate>.
+      # htb: class 1:10 (8 bit/s) takes the port's packets, 1:20 everything else at <rate>. Its
+      # bucket holds 1 byte, not htb's default (225 bytes at this rate), which it starts full:
+      # enough for a connection's first packets, so a peer that connected before anything else
+      # of this port's traffic had drained it got its handshake through the black hole.
       ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: htb default 20 r2q 1000
-      ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:10 htb rate 8bit ceil 8bit 2>/dev/null
+      ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:10 htb rate 8bit ceil 8bit burst 1 cburst 1 2>/dev/null
       ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:20 htb rate "$rate"
       for dir in dport sport; do
         ip netns exec "$ns" tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip "$dir" "$port" "$mask" flowid 1:10
