@@ -420,9 +420,10 @@ def test_a_trainer_started_at_a_version_the_relay_holds_goes_on_from_its_weights
 
 
 def test_with_lora_rank_only_the_adapter_trains_and_each_version_is_an_adapter(nats_server, relay, sampler_service, trainers, tmp_path):
-    """--lora-rank: the base is published once (version 0 of --model), then every step's adapter as
-    a version of --lora-model in PEFT's layout, which the reference engine's loader takes against
-    that base; the base itself never moves."""
+    """--lora-rank: the base is published once (version 0 of --model) with the untrained adapter
+    (version 0 of --lora-model: B = 0), then every step's adapter as a version of --lora-model in
+    PEFT's layout, which the reference engine's loader takes against that base; the base itself
+    never moves."""
     model = "digits/lora"
     with SyncExperienceWriter.connect(nats_server.url, sampler_service.buffer) as writer:  # type: ignore[attr-defined]
         writer.write_many(groups_of_records(0, 4, weight_version=0, rng=np.random.default_rng(11)))
@@ -436,6 +437,11 @@ def test_with_lora_rank_only_the_adapter_trains_and_each_version_is_an_adapter(n
             assert lease.version == 0  # no full version after the initial one
             for name, tensor in lease.torch().items():
                 assert torch.equal(tensor, base.state_dict()[name]), name
+        # Version 0 of the adapter model: the untrained adapter, which rollouts start from.
+        with client.acquire(f"{model}-lora", version=0) as lease:
+            assert lease.dir is not None
+            untrained = read_lora_adapter(lease.dir, base)
+        assert all(float(b.abs().max()) == 0 for _, b in untrained.modules.values())
         with client.acquire(f"{model}-lora") as lease:
             assert lease.version == 2 and lease.dir is not None
             adapter = read_lora_adapter(lease.dir, base)

@@ -85,6 +85,11 @@ async function runLearningDemo(opts: DemoOptions, engine: 'torch' | 'vllm'): Pro
     throw new Error("--task tools runs on --engine torch (the lookup task's vocabulary is the reference engine's)");
   if (opts.natsCluster !== '1') throw new Error('--nats-cluster runs with --engine sim (the learning jobs run on one nats-server)');
   if (opts.killAnActionWorker && opts.task !== 'tools') throw new Error('--kill-an-action-worker needs --task tools (the digits task calls no tools)');
+  const loraRank = intIn('lora-rank', opts.loraRank, 0, 1024);
+  if (loraRank > 0 && (engine !== 'torch' || opts.task !== 'digits'))
+    throw new Error('--lora-rank runs with --engine torch --task digits (the reference engine loads the adapters; the example trainer trains them)');
+  const lr = opts.lr === undefined ? undefined : Number(opts.lr);
+  if (lr !== undefined && !(lr > 0 && lr < 1)) throw new Error(`--lr must be a number in (0, 1), got ${JSON.stringify(opts.lr)}`);
   const run = onInterrupt();
   const defaults = LEARNING_DEFAULTS[engine];
   await runTorchJob(
@@ -104,12 +109,14 @@ async function runLearningDemo(opts: DemoOptions, engine: 'torch' | 'vllm'): Pro
       task: opts.task,
       killAnActionWorker: opts.killAnActionWorker === true,
       restartAfterMs: Math.max(1000, parseDurationOption('--restart-relay-after', opts.restartRelayAfter)),
-      plot: opts.plot ?? `demo-${engine}${opts.task === 'tools' ? '-tools' : ''}.png`,
+      loraRank,
+      ...(lr !== undefined ? { lr } : {}),
+      plot: opts.plot ?? `demo-${engine}${opts.task === 'tools' ? '-tools' : ''}${loraRank > 0 ? '-lora' : ''}.png`,
       ...(opts.logs ? { logs: opts.logs } : {}),
     },
     run.signal,
   );
-  if (run.interrupted) process.exitCode = 130;
+  if (run.interrupted) process.exitCode = run.exitCode;
 }
 
 main().catch((err: unknown) => {

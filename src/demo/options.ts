@@ -26,6 +26,8 @@ export interface DemoOptions {
   modelConfig: string;
   plot?: string;
   natsCluster: string;
+  loraRank: string;
+  lr?: string;
 }
 
 export function parseDemoOptions(argv: readonly string[]): DemoOptions {
@@ -77,6 +79,12 @@ export function parseDemoOptions(argv: readonly string[]): DemoOptions {
       .option('--batch-groups <n>', '--engine torch|vllm: groups per training batch', '8')
       .option('--prompts <n>', '--engine torch|vllm: digits prompts loaded (each epoch of the pool goes through them again)', '1400')
       .option('--model-config <preset>', '--engine torch: TinyLM size (a preset of the example trainer, or a config.json)', 'tiny')
+      .option(
+        '--lora-rank <r>',
+        '--engine torch, --task digits: train a LoRA adapter of rank r on the frozen base instead of every weight; each version is the adapter, which the engines load beside the base (0: off)',
+        '0',
+      )
+      .option('--lr <rate>', "--engine torch|vllm: the trainer's Adam learning rate (default 1e-3)")
       .option('--plot <file>', '--engine torch|vllm: PNG of reward and staleness over time written at the end (default: demo-<engine>.png)')
       .parse(argv)
       .opts<DemoOptions>()

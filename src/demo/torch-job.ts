@@ -48,6 +48,15 @@ export interface TorchJobOptions {
   /** --task tools: SIGKILL a lookup action worker at 60% of the run (restarted after restartAfterMs). */
   killAnActionWorker: boolean;
   restartAfterMs: number;
+  /**
+   * > 0: the trainer trains a LoRA adapter of this rank on the frozen base (the example's
+   * --lora-rank): the base is published once as version 0 of the model, then each step's adapter
+   * as a version of `<model>-lora`, which the manager and the rollout agents follow (the agents
+   * load each adapter beside the base: src/rollout-agent/adapter-switch.ts).
+   */
+  loraRank: number;
+  /** The trainer's learning rate; unset: the example trainer's default. */
+  lr?: number;
   plot: string;
   logs?: string;
 }
@@ -61,6 +70,18 @@ export interface TorchJobOptions {
  * rollouts still produce more than the trainer consumes (the surplus is dropped, never waited for).
  */
 const MAX_STALENESS = 2;
+/**
+ * With --lora-rank: an adapter at its learning rate (3e-3) moves the policy further per version
+ * than full fine-tuning does, and the example learned at a bound of 1 (0.06 → 0.34 over 150
+ * steps) where a bound of 4 stalled it (python/examples/grpo_digits/README.md, "LoRA").
+ */
+const MAX_STALENESS_LORA = 1;
+/**
+ * With --lora-rank and no --lr: 1e-3, not the example's 3e-3 (measured on-policy offline). At
+ * staleness 1, rank 32, 200 steps: 3e-3 rose to 0.13 by steps 21-40 and fell back to 0.11 (each
+ * version moved the policy too far for the clip); 1e-3 went 0.07 → 0.77 (docs/operations/demo.md).
+ */
+const LORA_LR = 1e-3;
 const DEAD_AFTER_MS = 3000;
 const TRAINER = join(REPO_ROOT, 'python', 'examples', 'grpo_digits', 'trainer.py');
 const PLOT = join(REPO_ROOT, 'python', 'examples', 'grpo_digits', 'plot.py');
@@ -99,6 +120,10 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     // The lookup task's vocabulary needs its own model size (the tiny preset's, 22 ids).
     const kind = jobEngines(opts.engine, engineFiles, tools && opts.config === 'tiny' ? 'tiny-tools' : opts.config);
     const model = kind.model;
+    // What the rollouts generate with: the model, or with --lora-rank its adapter versions.
+    const served = opts.loraRank > 0 ? `${model}-lora` : model;
+    const maxStaleness = opts.loraRank > 0 ? MAX_STALENESS_LORA : MAX_STALENESS;
+    const lr = opts.lr ?? (opts.loraRank > 0 ? LORA_LR : undefined);
     // The task's prompts, written by the task's own module, into the prompt pool.
     const promptFile = join(root, 'prompts.jsonl');
     const { stdout } = await run(python, promptArgs(opts.task, opts.prompts, opts.groupSize), { cwd: REPO_ROOT, maxBuffer: 64 * 1024 * 1024 });
@@ -116,7 +141,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
       [
         'manager',
         ...common,
-        ...['--http-port', String(managerPort), '--redis', redisServer.url, '--model', model],
+        ...['--http-port', String(managerPort), '--redis', redisServer.url, '--model', served],
         ...['--suspect-after', '1500ms', '--dead-after', `${DEAD_AFTER_MS}ms`, '--orphan-wait', '10s', '--repack-interval', '2s'],
       ],
       'manager started',
@@ -163,7 +188,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
           '--strategy',
           'groups',
           '--max-staleness',
-          String(MAX_STALENESS),
+          String(maxStaleness),
           '--shm-dir',
           samplerDir,
           '--metrics-port',
@@ -201,7 +226,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
         'rollout-agent',
         ...kind.agentArgs,
         ...common,
-        ...['--id', `e${i}`, '--engine-url', engine.url, '--relay-socket', relays[relay]!.socket, '--model', model, '--redis', redisServer.url],
+        ...['--id', `e${i}`, '--engine-url', engine.url, '--relay-socket', relays[relay]!.socket, '--model', served, '--redis', redisServer.url],
         ...['--host', `host${relay}`, '--batch-prompts', String(Math.max(1, Math.ceil(opts.batchGroups / opts.engines))), '--stop-token-ids', '2'],
         ...['--heartbeat', '500ms', '--metrics-port', String(agentPorts[agentPorts.push(await freePort()) - 1])],
         ...(tools ? toolAgentArgs(MAX_STALENESS) : []),
@@ -219,12 +244,16 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
           TRAINER,
           ...['--relay-socket', gatewaySocket, '--sampler-socket', join(samplerDir, 'sampler-default.sock'), '--model', model, '--config', kind.trainerConfig],
           ...['--steps', String(opts.steps), '--metrics-out', metricsFile],
+          ...(opts.loraRank > 0 ? ['--lora-rank', String(opts.loraRank)] : []),
+          ...(lr !== undefined ? ['--lr', String(lr)] : []),
         ],
         (line) => (line.startsWith('grpo trainer:') ? { line } : null),
         { env, cwd: REPO_ROOT, readyOn: 'stdout', readyTimeoutMs: 120_000 },
       ),
     );
-    console.log(`GRPO trainer (PyTorch) started: ${opts.steps} steps, a version published after each\n`);
+    const published =
+      opts.loraRank > 0 ? `the base once, then a LoRA adapter (rank ${opts.loraRank}) of ${served} after each` : 'a version published after each';
+    console.log(`GRPO trainer (PyTorch) started: ${opts.steps} steps, ${published}\n`);
     started = performance.now();
 
     let killedEngine: { id: string; at: number; back: boolean } | null = null;

@@ -20,7 +20,8 @@ trainer goes on from what it published). Each step:
    trainer's version (``set_trainer_version``); with ``--lora-rank`` only a LoRA adapter trains (the
    base frozen: lora_setup.py) and each version is the adapter, published as a version of
    ``--lora-model`` (``RelayClient.publish_lora``, PEFT's layout) whose base is ``--model``
-   version ``--start-version``;
+   version ``--start-version``, the untrained adapter (B = 0) being version ``--start-version``
+   of it, so that rollouts following the adapter model can start;
 5. logs one JSON line (``--metrics-out``, fields in step_metrics.py) and a readable line.
 
 SIGTERM or SIGINT: the step in progress finishes (its version published), then the sampler and
@@ -197,9 +198,25 @@ class GrpoTrainer:
         else:
             stall = self._publish(self.version)
             print(f"published version {self.version} (initial weights, seed {self.args.seed}) in {stall:.1f}ms", flush=True)
+        if self.args.lora is not None:
+            self._publish_untrained_adapter()
         if self.args.kl_coef:
             self.reference = copy.deepcopy(self.base).eval()
         self.sampler.set_trainer_version(self.version)
+
+    def _publish_untrained_adapter(self) -> None:
+        """With ``--lora-rank``: the adapter before any step (B = 0, so the policy is the base) as
+        version ``--start-version`` of ``--lora-model``. Rollouts that follow the adapter model
+        wait for a version of it, and the first batch needs their trajectories: without it neither
+        would start. Already there (a trainer restarted on the same relay): the same adapter,
+        made from the same seed, is kept."""
+        self.settle()  # the base complete on the relay first: an adapter is checked against it
+        try:
+            self._send_adapter(self.version).wait_visible()
+        except LaminarError as err:
+            if err.code != error_codes.VERSION_EXISTS:
+                raise
+        print(f"published version {self.version} of {self.args.lora_model} (the untrained adapter: the policy equals the base)", flush=True)
 
     def _load_from_relay(self, version: int) -> bool:
         try:
@@ -247,6 +264,9 @@ class GrpoTrainer:
         """Version ``version``: the whole model, or (``--lora-rank``, after the base) the adapter."""
         if self.args.lora is None or version == self.args.start_version:
             return self.relay.publish(self.args.model, version, self.base.state_dict())
+        return self._send_adapter(version)
+
+    def _send_adapter(self, version: int) -> laminar.PublishResult:
         return self.relay.publish_lora(
             self.args.lora_model,
             version,
