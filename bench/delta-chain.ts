@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- delta-chain [--size 512MiB] [--rate 2gbit] [--relays 4] [--changed 0.02]
- *                               [--rounds 3] [--chunk-size 16MiB] [--delta auto|on]`
+ *                               [--rounds 3] [--chunk-size 16MiB] [--delta auto|on] [--cold]`
  *
  * Delta broadcast down the chain (src/relay/broadcast/delta/) on the multi-host testbed
  * (scripts/testbed.sh: one network namespace per host, each host's egress shaped with tc to
@@ -14,7 +14,12 @@
  * changed: what an optimizer step at an RL learning rate does to most weights) differ from
  * version 1, and times version 2 from the moment the master serves it to the moment the last
  * relay reports it complete. The chunk size is fixed (--chunk-size, the same for both versions),
- * as it is in a job once the relays' chunk model has settled.
+ * as it is in a job once the relays' chunk model has settled. Version 2 is published once every
+ * relay is idle with a spare segment ready, as the broadcast bench's steady state does: in a
+ * job every version after the second arrives into the pages of the version that retired (and a
+ * relay prepares a spare between steps), so a fresh allocation is what only a relay's second
+ * version pays. --cold publishes version 2 at once instead, every relay allocating its segment
+ * (the same for the full and the delta rounds).
  *
  *   delta_broadcast_over_full  the time of version 2 with deltas over its time in full (median
  *                              of the rounds);
@@ -32,7 +37,7 @@ import { setMaxListeners } from 'node:events';
 import { makeTensors, type Tensors } from '../src/cli/chunk-probe.js';
 import { parseBytes } from '../src/common/units.js';
 import type { DeltaCounts } from '../src/relay/protocol/status.js';
-import { startRelay, stopRelays, waitForChain, watchFor, withTimeout, type RelayProc, type RelaySettings } from './broadcast/relays.js';
+import { startRelay, stopRelays, waitForChain, waitForIdleSpares, watchFor, withTimeout, type RelayProc, type RelaySettings } from './broadcast/relays.js';
 import { stat } from './broadcast/report.js';
 import { Resources, TESTBED } from './broadcast/testbed.js';
 import { printTable, round } from './support.js';
@@ -46,6 +51,8 @@ const USAGE = `usage: npm run bench -- delta-chain [options]   (root)
   --chunk-size <bytes>  the relays' --chunk-size (default 16MiB)
   --rounds <n>          rounds of each mode; the median and range are reported (default 3)
   --delta <auto|on>     the relays' --delta for the delta rounds (default auto)
+  --cold                publish version 2 as soon as version 1 is everywhere, before the relays
+                        have spare segments (every relay allocates version 2's segment)
 `;
 
 /** First port of the relays; each round takes the next (a closed listener leaves TIME_WAIT behind). */
@@ -94,15 +101,15 @@ async function tailCounts(relays: RelayProc[]): Promise<DeltaCounts> {
   return delta.in;
 }
 
-/** One round of one mode: fresh relays, version 1, then version 2 timed. */
+/** One round of one mode: fresh relays, version 1, then (once they hold spares, unless `cold`) version 2 timed. */
 async function oneRound(
   res: Resources,
   settings: RelaySettings,
   hosts: { id: string; address: string; ns: string }[],
-  v1: Tensors,
-  v2: Tensors,
+  versions: { v1: Tensors; v2: Tensors; cold: boolean },
   timeoutMs: number,
 ): Promise<Timed> {
+  const { v1, v2 } = versions;
   const port = nextPort++;
   const members = hosts.map((h) => ({ ...h, address: `${h.address}:${port}` }));
   const peers = members.map(({ id, address }) => ({ id, address }));
@@ -112,6 +119,7 @@ async function oneRound(
   try {
     await waitForChain(relays);
     await timedVersion(relays, 1, v1, timeoutMs, abort.signal);
+    if (!versions.cold) await waitForIdleSpares(relays, timeoutMs);
     const before = await tailCounts(relays);
     const seconds = await timedVersion(relays, 2, v2, timeoutMs, abort.signal);
     return { seconds, tail: minus(await tailCounts(relays), before) };
@@ -132,6 +140,7 @@ export async function run(args: string[]): Promise<void> {
       'chunk-size': { type: 'string', default: '16MiB' },
       rounds: { type: 'string', default: '3' },
       delta: { type: 'string', default: 'auto' },
+      cold: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -177,7 +186,7 @@ export async function run(args: string[]): Promise<void> {
     writeFileSync(secretFile, randomBytes(32).toString('hex'), { mode: 0o600 });
     const settings = (delta: 'auto' | 'on' | 'off'): RelaySettings => ({ chunkSize, window: 4, secretFile, shmBase: '/dev/shm', delta });
     const v1 = makeTensors(size);
-    const v2 = nextVersion(v1, changed);
+    const versions = { v1, v2: nextVersion(v1, changed), cold: values.cold };
     // At 2 Gbit/s a version takes seconds per hop; ten times the whole chain's worth is a failure.
     const timeoutMs = 60_000 + (10 * p * size * 8e3) / 2e9;
 
@@ -185,15 +194,16 @@ export async function run(args: string[]): Promise<void> {
     const delta: Timed[] = [];
     for (let r = 0; r < rounds; r++) {
       say(`round ${r + 1}/${rounds}: full (--delta off)`);
-      full.push(await oneRound(res, settings('off'), hosts, v1, v2, timeoutMs));
+      full.push(await oneRound(res, settings('off'), hosts, versions, timeoutMs));
       say(`round ${r + 1}/${rounds}: delta (--delta ${mode})`);
-      delta.push(await oneRound(res, settings(mode), hosts, v1, v2, timeoutMs));
+      delta.push(await oneRound(res, settings(mode), hosts, versions, timeoutMs));
     }
     const fullS = stat(full.map((t) => t.seconds));
     const deltaS = stat(delta.map((t) => t.seconds));
     const tail = delta[delta.length - 1]!.tail;
     const wireFraction = tail.fullBytes > 0 ? tail.wireBytes / tail.fullBytes : 1;
-    printTable(`Delta broadcast: ${p} relays, ${values.rate}, ${values.size}, ${changed * 100} % of bf16 words changed (median of ${rounds})`, [
+    const into = values.cold ? 'fresh segments' : 'spare segments';
+    printTable(`Delta broadcast: ${p} relays, ${values.rate}, ${values.size}, ${changed * 100} % of bf16 words changed, into ${into} (median of ${rounds})`, [
       ['version 2', 'seconds', 'range', 'tail chunks same/sparse/full', 'wire / full bytes'],
       ['full (--delta off)', String(round(fullS.median)), `${round(fullS.min)}-${round(fullS.max)}`, '-', '1'],
       [
@@ -213,6 +223,7 @@ export async function run(args: string[]): Promise<void> {
         chunk_bytes: chunkSize,
         changed_fraction: changed,
         delta_mode: mode,
+        cold: values.cold,
         rounds,
         full_s: round(fullS.median),
         delta_s: round(deltaS.median),

@@ -144,6 +144,25 @@ export async function waitUntil(what: string, timeoutMs: number, check: () => Pr
   }
 }
 
+/**
+ * Waits until every relay is idle with a spare segment ready (its pages touched): the steady
+ * state of training, where the next version arrives into the pages of a spare or of a retired
+ * version's file instead of a fresh allocation. A relay prepares its first spare once nothing
+ * has moved through it for --spare-quiet (5 s); from the third version on, the file of the
+ * version the second retired is one at once.
+ */
+export async function waitForIdleSpares(relays: RelayProc[], timeoutMs: number): Promise<void> {
+  await waitUntil(
+    'every relay idle with a spare segment',
+    timeoutMs,
+    async () => {
+      const statuses = await Promise.all(relays.map((r) => r.client.status()));
+      return statuses.every((s) => s.spares.count >= 1 && s.spares.warming === 0 && !s.broadcast?.receiving.length && !s.broadcast?.downstream?.sending.length);
+    },
+    relays,
+  );
+}
+
 /** Waits until each relay of `chain` sends to the next one. */
 export async function waitForChain(chain: RelayProc[]): Promise<void> {
   await waitUntil(

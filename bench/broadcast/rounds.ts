@@ -8,7 +8,7 @@ import { setMaxListeners } from 'node:events';
 import { makeTensors, type Tensors } from '../../src/cli/chunk-probe.js';
 import type { ChunkChoiceRecord } from '../../src/relay/protocol/status.js';
 import { cpuSampler, type CpuUse } from './cpu.js';
-import { MODEL, startRelay, stopRelays, waitForChain, waitUntil, watchFor, withTimeout, type RelayProc, type RelaySettings } from './relays.js';
+import { MODEL, startRelay, stopRelays, waitForChain, waitForIdleSpares, watchFor, withTimeout, type RelayProc, type RelaySettings } from './relays.js';
 import type { Resources } from './testbed.js';
 
 /**
@@ -66,17 +66,7 @@ export async function chainRound(res: Resources, settings: RelaySettings, hostsI
   try {
     await waitForChain(relays);
     const first = await timedVersion(relays, 1, source, timeoutMs, abort.signal);
-    await waitUntil(
-      'every relay idle with a spare segment',
-      timeoutMs,
-      async () => {
-        const statuses = await Promise.all(relays.map((r) => r.client.status()));
-        return statuses.every(
-          (s) => s.spares.count >= 1 && s.spares.warming === 0 && !s.broadcast?.receiving.length && !s.broadcast?.downstream?.sending.length,
-        );
-      },
-      relays,
-    );
+    await waitForIdleSpares(relays, timeoutMs);
     const steady = await timedVersion(relays, 2, source, timeoutMs, abort.signal);
     return { ...steady, firstSeconds: first.seconds, firstChunking: first.chunking };
   } finally {
