@@ -26,7 +26,8 @@ import { startSimDaemons } from './sim-daemons.js';
 import { runSimJob } from './sim-progress.js';
 import { startSimServices } from './sim-services.js';
 import { summariseSimJob } from './sim-summary.js';
-import { onInterrupt, openStage } from './stage.js';
+import { onInterrupt } from './interrupt.js';
+import { openStage } from './stage.js';
 import { runTorchJob } from './torch-job.js';
 
 async function main(): Promise<void> {

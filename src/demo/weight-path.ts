@@ -21,6 +21,7 @@ import { median } from '../common/stats.js';
 import { formatBytes, parseBytes, parseDurationOption } from '../common/units.js';
 import { freePort } from '../services/ports.js';
 import { removeShmTree } from '../relay/pages/huge-mount.js';
+import { onInterrupt } from './interrupt.js';
 
 interface DemoOptions {
   relays: string;
@@ -93,15 +94,14 @@ async function main(): Promise<void> {
     ),
   );
   const stop = new AbortController();
+  // Ctrl-C or SIGTERM: the relays stopped and the shared memory removed, as at the end of a run.
+  const interrupt = onInterrupt();
+  interrupt.signal.addEventListener('abort', () => stop.abort(), { once: true });
   const cleanup = async (): Promise<void> => {
     // The relays finish their clean stop (they write into their directories) before it goes.
     await Promise.all(relays.map((relay) => stopChild(relay)));
     removeShmTree(root);
   };
-  process.once('SIGINT', () => {
-    process.stdout.write('\ninterrupted: stopping\n');
-    stop.abort();
-  });
 
   try {
     const trainer = await connectWithRetry(sockets[0]!);
@@ -174,6 +174,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await cleanup();
+    if (interrupt.interrupted) process.exitCode = interrupt.exitCode;
   }
 }
 
