@@ -96,23 +96,9 @@ describe('chain broadcast under faults (netns testbed)', () => {
     return { id: `r${i}`, root, process, client };
   }
 
-  /**
-   * Starts relays side by side: the chain's order comes from --peers, not from when each relay
-   * started, and a relay whose successor is not listening yet connects at its next retry (as it
-   * would one by one). A relay's start is mostly one core's work (loading the CLI and the addon),
-   * so on 2 cores side by side takes about half the time of one after the other.
-   */
-  async function startSideBySide(ids: number[]): Promise<void> {
-    const started = await Promise.allSettled(ids.map((i) => start(i)));
-    // Into `members` whatever started, so that afterEach stops it even if another failed.
-    for (const result of started) if (result.status === 'fulfilled') members.push(result.value);
-    members.sort((a, b) => a.id.localeCompare(b.id));
-    const failed = started.find((result) => result.status === 'rejected');
-    if (failed) throw failed.reason;
-  }
-
   async function startAll(): Promise<void> {
-    await startSideBySide([...Array(HOSTS).keys()]);
+    // One by one into `members`, so that afterEach stops whatever started even if one fails.
+    for (let i = 0; i < HOSTS; i++) members.push(await start(i));
   }
 
   /** Publishes version 1 at the master; resolves once the master serves it (verified). */
@@ -226,11 +212,12 @@ describe('chain broadcast under faults (netns testbed)', () => {
     // answer and no reset, and the transport retries for minutes, so only the handshake's
     // deadline moves r1 on to r3. r1 starts last, so that its first attempt (the one it logs)
     // meets the black hole.
-    await startSideBySide([2, 3]);
+    for (const i of [2, 3]) members.push(await start(i));
     bed.hosts[2]!.stall(PORT, true);
     let stalled = true;
     try {
-      await startSideBySide([0, 1]);
+      for (const i of [0, 1]) members.push(await start(i));
+      members.sort((a, b) => a.id.localeCompare(b.id));
       await publish();
       const reference = await masterDigest();
       await expectIdentical([members[0]!, members[1]!, members[3]!], reference);
