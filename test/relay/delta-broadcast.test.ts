@@ -562,12 +562,15 @@ describe('a relay in the middle of a delta broadcast', () => {
     const v2 = next(2, [1, 3, 5]);
     const sentBefore = counts(middle, 'out');
     const receivedBefore = counts(tail, 'in');
+    // Both awaited: the middle sends each delta on as it arrives, before its own segment (set up
+    // meanwhile) holds the chunk, so the tail may complete first.
     const tailHasV2 = arrival(tail, model, 2);
+    const middleHasV2 = arrival(middle, model, 2);
     await rogue.offer(v2, model, 2);
     const accept = await rogue.waitFor((m) => m.t === 'accept' && m.model === model && m.version === 2);
     expect(accept).toMatchObject({ base: { version: 1, digest: baseFingerprint(middle.store.peek(model, 1)!) } });
     const wire = await sendDeltas(rogue, v1, v2, [...Array(CHUNKS).keys()]);
-    await tailHasV2;
+    await Promise.all([tailHasV2, middleHasV2]);
     expect(digest(middle, 2)).toBe(v2.digest);
     expect(digest(tail, 2)).toBe(v2.digest);
     const received = moved(counts(tail, 'in'), receivedBefore);
@@ -597,6 +600,7 @@ describe('a relay in the middle of a delta broadcast', () => {
     const sentBefore = counts(middle, 'out');
     const receivedBefore = counts(tail, 'in');
     const tailHasV4 = arrival(tail, model, 4);
+    const middleHasV4 = arrival(middle, model, 4);
     await rogue.offer(v4, model, 4);
     const accept = await rogue.waitFor((m) => m.t === 'accept' && m.model === model && m.version === 4);
     expect(accept).toMatchObject({ base: { version: 3 } });
@@ -604,7 +608,7 @@ describe('a relay in the middle of a delta broadcast', () => {
     // The tail is taken back while v4 arrives: it names v2 as its base, which the middle holds.
     middle.broadcaster!.setPlan({ ...plan, epoch: 3 });
     await sendDeltas(rogue, v3, v4, [4, 5, 6, 7]);
-    await tailHasV4;
+    await Promise.all([tailHasV4, middleHasV4]);
     expect(digest(middle, 4)).toBe(v4.digest);
     expect(digest(tail, 4)).toBe(v4.digest);
     // Against v2: chunk 2 (changed in v3) and chunk 6 (in v4) are sparse, the rest the same.
