@@ -494,8 +494,10 @@ uint64_t DeltaApply(const uint8_t* base, const uint8_t* p, size_t length, uint8_
     const uint64_t end_word = b1 / 2;
     for (;;) {
       for (; j < m && index[j] < end_word; j++) {
+        // The base's word, not the one just copied to `out`: the output stays a function of the
+        // base and the payload even if another copy of the chunk lands in `out` meanwhile.
         uint16_t word;
-        std::memcpy(&word, out + 2 * static_cast<size_t>(index[j]), 2);
+        std::memcpy(&word, base + 2 * static_cast<size_t>(index[j]), 2);
         const uint32_t a = action[j];
         const uint32_t literal = 0u - (a >> 31);
         const uint16_t value = static_cast<uint16_t>(((word + a) & ~literal) | (a & literal));

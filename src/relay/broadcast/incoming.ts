@@ -76,6 +76,8 @@ export class IncomingTransfer extends VersionSource {
   private readonly arrived = new Map<number, ArrivedDelta>();
   private arrivedBytes = 0;
   private readonly arrivalWaiters = new Map<number, (() => void)[]>();
+  /** Per chunk: the rebuild writing it now (exclusiveWrite), settled either way. */
+  private readonly rebuilding = new Map<number, Promise<void>>();
   readonly done: Promise<void>;
   private resolveDone!: () => void;
   private rejectDone!: (err: Error) => void;
@@ -110,7 +112,8 @@ export class IncomingTransfer extends VersionSource {
     // The base is needed no longer once the version is complete (or given up). The payloads
     // stay until the successor takes them, which may be after this relay completed the version:
     // they go with this object, once no outgoing transfer sends from it any more.
-    if (base) this.done.finally(() => store.unlease(base.v)).catch(() => undefined);
+    // Not while a rebuild still reads it: one superseded after it started may outlast the version.
+    if (base) this.done.finally(() => this.rebuildsSettled().then(() => store.unlease(base.v))).catch(() => undefined);
     void this.ready.then(
       () => this.prefault(),
       () => undefined,
@@ -125,6 +128,47 @@ export class IncomingTransfer extends VersionSource {
       return null;
     }
     return this.abandoned ? null : this.v.mapping;
+  }
+
+  /**
+   * Runs `write` (a delta's rebuild) into chunk `index` of the segment once it is set up and no
+   * other rebuild of the chunk is in progress, unless the arrival was superseded by then: null,
+   * nothing written. Why: a superseded arrival's rebuild, started after another link's copy of
+   * the chunk was verified, would rewrite a chunk that is forwarded and served (with whatever
+   * its payload says: a torn read upstream, say), and a rebuild copies the base's bytes before
+   * it patches them (native/delta_codec.cc), which a copy verified meanwhile would see. A full
+   * copy waits for a rebuild in progress before it lands (receive()); the version is completed,
+   * and the base unleased, only once none runs.
+   */
+  private async exclusiveWrite(index: number, superseded: () => boolean, write: (mapping: Mapping) => Promise<bigint>): Promise<bigint | null> {
+    for (;;) {
+      const mapping = await this.segment();
+      if (mapping === null || superseded()) return null;
+      const busy = this.rebuilding.get(index);
+      if (busy === undefined) {
+        const writing = write(mapping);
+        const settled = writing.then(
+          () => undefined,
+          () => undefined,
+        );
+        this.rebuilding.set(index, settled);
+        void settled.then(() => {
+          if (this.rebuilding.get(index) === settled) this.rebuilding.delete(index);
+        });
+        return writing;
+      }
+      await busy;
+    }
+  }
+
+  /** Until no rebuild of chunk `index` runs. */
+  private async rebuildSettled(index: number): Promise<void> {
+    for (let busy = this.rebuilding.get(index); busy !== undefined; busy = this.rebuilding.get(index)) await busy;
+  }
+
+  /** Until no rebuild of any chunk runs. */
+  private async rebuildsSettled(): Promise<void> {
+    while (this.rebuilding.size > 0) await Promise.all(this.rebuilding.values());
   }
 
   /**
@@ -265,12 +309,15 @@ export class IncomingTransfer extends VersionSource {
           incoming.release();
           return 'duplicate';
         }
+        await this.rebuildSettled(index); // a superseded arrival's, started before this one: see exclusiveWrite
         await pull(mapping, offset);
         if (!superseded()) sum = checksumHex(await mapping.checksumAsync(offset, length));
       } else {
         // The rebuild hashes the chunk as it writes it: no second read to verify it.
-        const keep = (payload: Uint8Array): void => this.keepArrived(index, encoding, payload);
-        const target = { segment: () => this.segment(), layout: this.v.layout };
+        const keep = (payload: Uint8Array): void => {
+          if (!superseded()) this.keepArrived(index, encoding, payload);
+        };
+        const target = { layout: this.v.layout, write: (write: (mapping: Mapping) => Promise<bigint>) => this.exclusiveWrite(index, superseded, write) };
         const rebuilt = await rebuildChunk(encoding, index, incoming, this.base!.v, target, (into) => pull(into, 0), keep);
         if (rebuilt !== null) sum = checksumHex(rebuilt);
       }
@@ -319,6 +366,7 @@ export class IncomingTransfer extends VersionSource {
 
   private async finish(): Promise<void> {
     try {
+      await this.rebuildsSettled(); // nothing writes into a version once it is served
       await this.store.completeReceived(this.v, this.checksums);
       this.resolveDone();
     } catch (err) {
@@ -340,6 +388,7 @@ export class IncomingTransfer extends VersionSource {
     this.arrivedBytes = 0;
     this.rejectDone(this.abandoned);
     await settled;
+    await this.rebuildsSettled(); // the segment goes, and its mapping with it
     await this.store.abandonReceive(this.v, reason);
   }
 }

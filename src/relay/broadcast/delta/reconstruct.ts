@@ -18,18 +18,22 @@ import { ErrorCodes } from '../../../common/error-codes.js';
 export type DeltaEncoding = 'same' | 'sparse';
 
 export interface DeltaTarget {
-  /** The new version's writable mapping once its segment is set up; null when it never will be. */
-  segment(): Promise<Mapping | null>;
   layout: VersionLayout;
+  /**
+   * Runs `write` on the new version's writable mapping once it is set up and no other rebuild of
+   * the chunk is in progress; null, without running it, when the segment never will be or the
+   * chunk's arrival was superseded meanwhile (incoming.ts: exclusiveWrite).
+   */
+  write(write: (mapping: Mapping) => Promise<bigint>): Promise<bigint | null>;
 }
 
 /**
  * Rebuilds chunk `index` of `target` from `base` and the message's payload; resolves with the
  * XXH3-64 of the rebuilt chunk, or null when the chunk was superseded meanwhile (nothing
- * written). `pull` moves the payload (in the order of the link's other pulls) and returns false
- * when superseded; `arrived` sees the payload as soon as it is here, before the rebuild (a
- * relay forwards it from there to a successor holding the same base), and before the target's
- * segment is set up.
+ * written: see DeltaTarget.write). `pull` moves the payload (in the order of the link's other
+ * pulls) and returns false when superseded; `arrived` sees the payload as soon as it is here,
+ * before the rebuild (a relay forwards it from there to a successor holding the same base), and
+ * before the target's segment is set up.
  */
 export async function rebuildChunk(
   encoding: DeltaEncoding,
@@ -53,9 +57,9 @@ export async function rebuildChunk(
   const payload = new Uint8Array(incoming.length);
   if (!(await pull(payload))) return null;
   arrived?.(payload);
-  const mapping = await target.segment();
-  if (mapping === null) return null;
-  const source = baseMapping();
-  if (source === null) throw baseGone();
-  return rebuildMappedChunk(encoding, { mapping: source, offset: from.offset }, payload, { mapping, offset: at.offset }, at.length);
+  return target.write((mapping) => {
+    const source = baseMapping();
+    if (source === null) throw baseGone();
+    return rebuildMappedChunk(encoding, { mapping: source, offset: from.offset }, payload, { mapping, offset: at.offset }, at.length);
+  });
 }
