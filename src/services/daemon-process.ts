@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
+import { endingWithParent } from '../common/process.js';
 
 /** The compiled CLI: next to this file in dist/, or in dist/ when this runs from source (tests). */
 export const CLI = fileURLToPath(new URL(import.meta.url.includes('/dist/') ? '../cli/laminar.js' : '../../dist/src/cli/laminar.js', import.meta.url));
@@ -72,7 +73,8 @@ export async function spawnProgram(
   } = {},
 ): Promise<Daemon> {
   const readyOnStdout = options.readyOn === 'stdout';
-  const child = spawn(command[0]!, command.slice(1), {
+  const [program, ...args] = endingWithParent(command);
+  const child = spawn(program!, args, {
     stdio: ['ignore', options.onStdoutLine || readyOnStdout ? 'pipe' : 'ignore', 'pipe'],
     env: options.env ?? process.env,
     ...(options.cwd ? { cwd: options.cwd } : {}),

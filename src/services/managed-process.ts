@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ServiceError } from './errors.js';
 import { ErrorCodes } from '../common/error-codes.js';
+import { endingWithParent } from '../common/process.js';
 
 export interface ManagedProcessSpec {
   name: string;
@@ -106,7 +107,8 @@ export class ManagedProcess {
   async start(): Promise<void> {
     if (this.child) return;
     this.output = tail();
-    const child = spawn(this.spec.binary, this.spec.args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const [program, ...args] = endingWithParent([this.spec.binary, ...this.spec.args]);
+    const child = spawn(program!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;
     live.add(child);
     let spawnError: Error | undefined;

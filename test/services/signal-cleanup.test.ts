@@ -4,7 +4,7 @@
  * temp dirs with it; a process with its own handler keeps the say over the signal.
  */
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -21,11 +21,20 @@ afterEach(() => {
   for (const pid of leftovers.splice(0)) if (running(pid)) process.kill(pid, 'SIGKILL');
 });
 
+const SERVERS = `
+  const { startNatsServer, startRedisServer } = await import(${JSON.stringify(`${REPO_ROOT}/dist/src/services/index.js`)});
+  const [redis, nats] = await Promise.all([startRedisServer(), startNatsServer({ jetstream: true })]);
+  console.log(JSON.stringify({ pids: [redis.pid, nats.pid], dirs: [redis.rootDir, nats.rootDir] }));
+`;
+
 /**
  * Runs a Node program that starts redis-server and nats-server from the built package (with
- * `setup` run first), and resolves with their pids and dirs once both serve.
+ * `setup` run first; or what `start` starts), and resolves with their pids and dirs once both serve.
  */
-async function startProgram(setup: string): Promise<{
+async function startProgram(
+  setup: string,
+  start = SERVERS,
+): Promise<{
   started: Started;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   pid: number;
@@ -33,9 +42,7 @@ async function startProgram(setup: string): Promise<{
 }> {
   const program = `
     ${setup}
-    const { startNatsServer, startRedisServer } = await import(${JSON.stringify(`${REPO_ROOT}/dist/src/services/index.js`)});
-    const [redis, nats] = await Promise.all([startRedisServer(), startNatsServer({ jetstream: true })]);
-    console.log(JSON.stringify({ pids: [redis.pid, nats.pid], dirs: [redis.rootDir, nats.rootDir] }));
+    ${start}
     setInterval(() => undefined, 60_000);
   `;
   const child = spawn(process.execPath, ['--input-type=module', '-e', program], {
@@ -87,5 +94,21 @@ describe('embedded servers of a process ended by a signal', () => {
     expect(await exited).toEqual({ code: 3, signal: null });
     await gone(started.pids);
     for (const dir of started.dirs) expect(existsSync(dir), dir).toBe(false);
+  });
+
+  it('SIGKILL, which nothing can handle: the servers and daemons it started end with it (parent-death signal)', async () => {
+    const daemon = `
+      const { spawnProgram } = await import(${JSON.stringify(`${REPO_ROOT}/dist/src/services/index.js`)});
+      const sleeper = "console.error('ready'); process.on('SIGTERM', () => process.exit(0)); setInterval(() => undefined, 60_000)";
+      const d = await spawnProgram('sleeper', [process.execPath, '-e', sleeper], (line) => (line === 'ready' ? {} : null));
+      console.log(JSON.stringify({ pids: [d.child.pid], dirs: [] }));
+    `;
+    for (const start of [SERVERS, daemon]) {
+      const { started, exited, pid } = await startProgram('', start);
+      process.kill(pid, 'SIGKILL');
+      expect(await exited).toEqual({ code: null, signal: 'SIGKILL' });
+      await gone(started.pids);
+      for (const dir of started.dirs) rmSync(dir, { recursive: true, force: true }); // nobody was left to remove them
+    }
   });
 });
