@@ -28,10 +28,7 @@
  *
  * Prints a table, then one JSON line (the last line of stdout): {"bench":"delta-chain",...}.
  */
-import { spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { existsSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { setMaxListeners } from 'node:events';
 import { makeTensors, type Tensors } from '../src/cli/chunk-probe.js';
@@ -39,7 +36,7 @@ import { parseBytes } from '../src/common/units.js';
 import type { DeltaCounts } from '../src/relay/protocol/status.js';
 import { startRelay, stopRelays, waitForChain, waitForIdleSpares, watchFor, withTimeout, type RelayProc, type RelaySettings } from './broadcast/relays.js';
 import { stat } from './broadcast/report.js';
-import { Resources, TESTBED } from './broadcast/testbed.js';
+import { Resources, TESTBED, upTestbed } from './broadcast/testbed.js';
 import { printTable, round } from './support.js';
 
 const USAGE = `usage: npm run bench -- delta-chain [options]   (root)
@@ -175,15 +172,7 @@ export async function run(args: string[]): Promise<void> {
   const say = (text: string): void => void process.stderr.write(`[${((performance.now() - started) / 1e3).toFixed(0)} s] ${text}\n`);
 
   try {
-    const bed = `dc${process.pid % 10000}`;
-    res.beds.add(bed);
-    say(`testbed ${bed}: ${p} hosts, ${values.rate}`);
-    const up = spawnSync('bash', [TESTBED, 'up', bed, String(p), '--rate', values.rate], { encoding: 'utf8' });
-    if (up.status !== 0) throw new Error(`testbed up failed: ${up.stderr}`);
-    const hosts = Array.from({ length: p }, (_, i) => ({ id: `r${i}`, address: `10.77.0.${i + 1}`, ns: `lmr-${bed}-${i + 1}` }));
-    const work = res.tempDir('/dev/shm/laminar-bench-delta-chain-');
-    const secretFile = join(work, 'secret');
-    writeFileSync(secretFile, randomBytes(32).toString('hex'), { mode: 0o600 });
+    const { hosts, secretFile } = upTestbed(res, `dc${process.pid % 10000}`, p, values.rate, say);
     const settings = (delta: 'auto' | 'on' | 'off'): RelaySettings => ({ chunkSize, window: 4, secretFile, shmBase: '/dev/shm', delta });
     const v1 = makeTensors(size);
     const versions = { v1, v2: nextVersion(v1, changed), cold: values.cold };

@@ -12,8 +12,16 @@
  *   `--relay-bytes`, and the time from an acquire of `<model>@fp8` to the variant served
  *   (conversion, checksums, directory: what the first FP8 engine of a host waits for);
  * and the size of an FP8 version against its bf16 source for a Llama-style model layout, the
- * bytes a broadcast of the FP8 version would carry instead (fp8_bytes_over_bf16). Prints a
- * table, then one JSON line (the last line of stdout).
+ * bytes a broadcast of the FP8 version would carry instead (fp8_bytes_over_bf16);
+ * - where to convert (fp8-chain.ts, root: the netns testbed, `--relays` relays on `--rate`
+ *   links, a `--chain-size` version of 4096x4096 bf16 tensors, `--chain-rounds` rounds of each
+ *   `--fp8-broadcast` mode): the broadcast of the FP8 version the master converted over the
+ *   broadcast of the bf16 version, each from the version served at the master to the last relay
+ *   holding it (fp8_broadcast_over_bf16), the same with the master's conversion counted
+ *   (fp8_with_conversion_over_bf16), and FP8 everywhere by conversion at each relay after the
+ *   bf16 broadcast over by the master's (relay_convert_over_master); `--skip-chain` leaves them
+ *   null.
+ * Prints tables, then one JSON line (the last line of stdout).
  */
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
@@ -27,6 +35,7 @@ import { fp8QuantizeAsync, Mapping } from '../src/native/index.js';
 import { planLayout, type TensorSpec } from '../src/safetensors/header.js';
 import { compileKeepPattern, DEFAULT_FP8_KEEP, planFp8 } from '../src/relay/fp8/plan.js';
 import { quantiseVersion, versionSource } from '../src/relay/fp8/quantize.js';
+import { chainFigures } from './fp8-chain.js';
 import { median, positiveInt, printTable, round } from './support.js';
 
 /** Llama-3-8B's tensors (one layer stands for all 32: the ratio is per layer plus the ends). */
@@ -122,7 +131,18 @@ async function cpuSeconds(fn: () => Promise<unknown>): Promise<number> {
 export async function run(args: string[]): Promise<void> {
   const { values } = parseArgs({
     args,
-    options: { rows: { type: 'string' }, cols: { type: 'string' }, rounds: { type: 'string' }, 'relay-bytes': { type: 'string' } },
+    options: {
+      rows: { type: 'string' },
+      cols: { type: 'string' },
+      rounds: { type: 'string' },
+      'relay-bytes': { type: 'string' },
+      'chain-size': { type: 'string', default: '512MiB' },
+      'chain-rounds': { type: 'string', default: '3' },
+      'chunk-size': { type: 'string', default: '16MiB' },
+      relays: { type: 'string', default: '4' },
+      rate: { type: 'string', default: '2gbit' },
+      'skip-chain': { type: 'boolean', default: false },
+    },
   });
   const rows = positiveInt(values.rows ?? '4096', '--rows');
   const cols = positiveInt(values.cols ?? '4096', '--cols');
@@ -156,6 +176,21 @@ export async function run(args: string[]): Promise<void> {
     pooled.push(bytes / 1e9 / (await seconds(() => quantiseVersion(plan, versionSource(version, sourceLayout), target, targetLayout, threads))));
   }
   const variant = await relayVariantSeconds(parseBytes(values['relay-bytes'] ?? '256MiB'));
+  const started = performance.now();
+  const chainTensor = new Uint16Array(4096 * 4096);
+  fillBf16(chainTensor);
+  const chain = values['skip-chain']
+    ? { skipped: '--skip-chain' }
+    : await chainFigures({
+        bytes: parseBytes(values['chain-size']),
+        rate: values.rate,
+        relays: positiveInt(values.relays, '--relays'),
+        rounds: positiveInt(values['chain-rounds'], '--chain-rounds'),
+        chunkSize: parseBytes(values['chunk-size']),
+        tensor: chainTensor,
+        say: (text) => void process.stderr.write(`[${((performance.now() - started) / 1e3).toFixed(0)} s] ${text}\n`),
+      });
+  const measured = 'skipped' in chain ? null : chain;
   const llama = llamaLayout();
   const bf16Bytes = planLayout(llama, { model: 'llama', version: 1, chunkSize: 2 ** 31 }).totalSize;
   const fp8Bytes = planLayout(planFp8(llama, compileKeepPattern(DEFAULT_FP8_KEEP)).specs, { model: 'llama@fp8', version: 1, chunkSize: 2 ** 31 }).totalSize;
@@ -172,7 +207,18 @@ export async function run(args: string[]): Promise<void> {
     relay_variant_seconds: round(variant.seconds, 3),
     relay_variant_GBps: round(variant.bytes / 1e9 / variant.seconds, 2),
     fp8_bytes_over_bf16: round(fp8Bytes / bf16Bytes, 4),
-    fp8_broadcast_over_bf16: null,
+    chain: measured && { relays: Number(values.relays), rate: values.rate, bytes: parseBytes(values['chain-size']), rounds: Number(values['chain-rounds']) },
+    chain_skipped: 'skipped' in chain ? chain.skipped : null,
+    bf16_broadcast_s: measured && round(measured.bf16_s),
+    relay_convert_s: measured && round(measured.relay_convert_s),
+    master_convert_s: measured && round(measured.master_convert_s),
+    fp8_broadcast_s: measured && round(measured.fp8_s - measured.master_convert_s),
+    fp8_everywhere_s: measured && round(measured.fp8_s),
+    also_fp8_s: measured && round(measured.also_fp8_s),
+    also_bf16_s: measured && round(measured.also_bf16_s),
+    fp8_broadcast_over_bf16: measured && round(measured.fp8_broadcast_over_bf16),
+    fp8_with_conversion_over_bf16: measured && round(measured.fp8_with_conversion_over_bf16),
+    relay_convert_over_master: measured && round(measured.relay_convert_over_master),
   };
   printTable('FP8 conversion (GB/s of bf16 read, median)', [
     ['measure', 'GB/s'],
@@ -187,5 +233,17 @@ export async function run(args: string[]): Promise<void> {
     ['bf16', String(bf16Bytes)],
     ['fp8 (embeddings, norms, lm_head kept)', String(fp8Bytes)],
   ]);
+  if (measured) {
+    printTable(`Where to convert: ${values.relays} relays, ${values.rate} links, ${values['chain-size']} bf16 (median of ${values['chain-rounds']})`, [
+      ['--fp8-broadcast', 'FP8 everywhere (s)', 'bf16 everywhere (s)'],
+      [
+        'off (each relay converts after the bf16 broadcast)',
+        `${round(measured.bf16_s + measured.relay_convert_s)} (${round(measured.relay_convert_s)} converting)`,
+        String(round(measured.bf16_s)),
+      ],
+      ['only (the master converts and broadcasts FP8)', `${round(measured.fp8_s)} (${round(measured.master_convert_s)} converting)`, '-'],
+      ['also (the master broadcasts both)', String(round(measured.also_fp8_s)), String(round(measured.also_bf16_s))],
+    ]);
+  }
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }

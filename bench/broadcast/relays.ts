@@ -37,6 +37,8 @@ export interface RelaySettings {
    * times deltas).
    */
   delta?: 'auto' | 'on' | 'off';
+  /** More flags for every relay (bench/fp8-chain.ts: --fp8-broadcast). */
+  extraArgs?: string[];
 }
 
 export async function startRelay(
@@ -74,6 +76,7 @@ export async function startRelay(
     '250ms',
     '--log-level',
     'warn',
+    ...(settings.extraArgs ?? []),
   ];
   const [command, argv] = inNamespace(member.ns, process.execPath, args);
   const child = res.spawn(command, argv, ucxEnv());
@@ -177,11 +180,12 @@ export async function waitForChain(chain: RelayProc[]): Promise<void> {
 }
 
 /**
- * Watches `relay` for `version` of the bench model: `ready` once the watch is registered at the
- * relay, `done` with the time (performance.now()) at which the relay reported it complete.
+ * Watches `relay` for `version` of the bench model (or of `model`): `ready` once the watch is
+ * registered at the relay, `done` with the time (performance.now()) at which the relay reported
+ * it complete.
  */
-export function watchFor(relay: RelayProc, version: number, signal: AbortSignal): { ready: Promise<unknown>; done: Promise<number> } {
-  const iterator = relay.client.watch({ model: MODEL, replay: true, signal })[Symbol.asyncIterator]();
+export function watchFor(relay: RelayProc, version: number, signal: AbortSignal, model = MODEL): { ready: Promise<unknown>; done: Promise<number> } {
+  const iterator = relay.client.watch({ model, replay: true, signal })[Symbol.asyncIterator]();
   const done = (async () => {
     for (;;) {
       const next = await iterator.next();

@@ -6,7 +6,9 @@
  * that every part of the bench starts its processes the same way and nothing outlives the run.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { mountHugeTmpfs, removeShmTree } from '../../src/relay/pages/huge-mount.js';
@@ -71,6 +73,28 @@ export class Resources {
     this.dirs.add(dir);
     return dir;
   }
+}
+
+export interface TestbedHost {
+  id: string;
+  address: string;
+  ns: string;
+}
+
+/**
+ * Brings up a testbed of `hosts` hosts (relay ids r0, r1, ..., addresses 10.77.0.1, ...), each
+ * host's egress shaped to `rate`, released with `res`; and a job secret for its relays, in a
+ * directory of `res` named after `bed`.
+ */
+export function upTestbed(res: Resources, bed: string, hosts: number, rate: string, say: (text: string) => void): { hosts: TestbedHost[]; secretFile: string } {
+  res.beds.add(bed);
+  say(`testbed ${bed}: ${hosts} hosts, ${rate}`);
+  const up = spawnSync('bash', [TESTBED, 'up', bed, String(hosts), '--rate', rate], { encoding: 'utf8' });
+  if (up.status !== 0) throw new Error(`testbed up failed: ${up.stderr}`);
+  const work = res.tempDir(`/dev/shm/laminar-bench-${bed}-`);
+  const secretFile = join(work, 'secret');
+  writeFileSync(secretFile, randomBytes(32).toString('hex'), { mode: 0o600 });
+  return { hosts: Array.from({ length: hosts }, (_, i) => ({ id: `r${i}`, address: `10.77.0.${i + 1}`, ns: `lmr-${bed}-${i + 1}` })), secretFile };
 }
 
 /** The command line of `command` run in network namespace `ns` (or here when ns is null). */

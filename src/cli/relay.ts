@@ -85,6 +85,15 @@ export function relayCommand(): Command {
       ).env('LAMINAR_FP8_KEEP'),
     )
     .addOption(
+      new Option(
+        '--fp8-broadcast <mode>',
+        'where FP8 versions are made: off (each relay converts its own on request), also (the master converts each version once and broadcasts <model>@fp8 besides bf16), only (the master broadcasts FP8 instead of bf16: half the bytes when no engine downstream loads bf16)',
+      )
+        .env('LAMINAR_FP8_BROADCAST')
+        .choices(['off', 'also', 'only'])
+        .default('off'),
+    )
+    .addOption(
       new Option('--listen <address:port>', "UCX listener for the broadcast (default: this relay's address in the plan; 0.0.0.0:13337 with --nats)").env(
         'LAMINAR_LISTEN',
       ),
@@ -146,6 +155,7 @@ export function relayCommand(): Command {
         verifyConcurrency: opts.verifyConcurrency as string,
         ...(opts.engineFiles ? { engineFiles: opts.engineFiles as string } : {}),
         ...(opts.fp8Keep ? { fp8Keep: opts.fp8Keep as string } : {}),
+        fp8Broadcast: opts.fp8Broadcast as string,
         ...(opts.listen ? { listen: opts.listen as string } : {}),
         ...(opts.peers ? { peers: opts.peers as string } : {}),
         ...(opts.planFile ? { planFile: opts.planFile as string } : {}),

@@ -13,6 +13,7 @@ import { VersionStore, lockDirectory } from './store.js';
 import { Broadcaster } from './broadcast/broadcaster.js';
 import { RelayControl } from './control.js';
 import { ChunkSizer } from './chunking/chunk-sizer.js';
+import { Fp8Broadcast, withheldUnder } from './fp8/broadcast.js';
 import { Fp8Variants, variantDirFiles } from './fp8/variants.js';
 import type { Registry } from 'prom-client';
 import { chooseSegmentDir, type SegmentPages } from './pages/segment-dir.js';
@@ -102,6 +103,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
   let metricsServer: MetricsServer | null = null;
   let broadcaster: Broadcaster | null = null;
   let control: RelayControl | null = null;
+  let fp8Broadcast: Fp8Broadcast | null = null;
   try {
     const { recovered, discarded, verifying } = await store.init();
     if (options.broadcast) {
@@ -113,6 +115,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
         onPeerFailure: (peer, direction, code) => control?.peerFailed(peer, direction, code),
         // Only its host matters here (the interface UCX may use); the port is not bound yet.
         ...(options.control ? { advertise: withBoundPort(options.control.advertise, 1) } : {}),
+        withhold: withheldUnder(options.fp8Broadcast, store),
       });
       const b = broadcaster;
       store.busy = () => b.busy;
@@ -123,8 +126,25 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     }
     // eslint-disable-next-line @typescript-eslint/no-unused-vars -- the two are taken out only to leave the server's options in the rest
     const { broadcast: _broadcastOptions, control: _controlOptions, ...serverOptions } = options;
-    const variants = new Fp8Variants(store, { keep: options.fp8Keep, engineFiles: options.engineFiles, concurrency: options.verifyConcurrency, logger: log });
-    server = new RelayServer(store, { ...serverOptions, logger: log, metrics, variants, ...(broadcaster ? { broadcast: broadcaster } : {}) });
+    const chain = broadcaster;
+    // Under --fp8-broadcast the head of the chain makes FP8 versions for the chain (fp8/broadcast.ts).
+    const forChain = (): boolean => options.fp8Broadcast !== 'off' && chain !== null && chain.heads;
+    const variants = new Fp8Variants(store, {
+      keep: options.fp8Keep,
+      engineFiles: options.engineFiles,
+      concurrency: options.verifyConcurrency,
+      logger: log,
+      forChain,
+    });
+    fp8Broadcast = new Fp8Broadcast(store, variants, { mode: options.fp8Broadcast, isHead: forChain, logger: log });
+    server = new RelayServer(store, {
+      ...serverOptions,
+      logger: log,
+      metrics,
+      variants,
+      fp8Broadcast,
+      ...(broadcaster ? { broadcast: broadcaster } : {}),
+    });
     await server.listen();
     if (options.metricsPort >= 0) {
       metricsServer = await serveMetrics(registry, { host: options.metricsHost, port: options.metricsPort });
@@ -146,6 +166,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
       'relay ready',
     );
   } catch (err) {
+    fp8Broadcast?.close();
     await control?.close();
     await server?.close();
     await broadcaster?.close();
@@ -156,6 +177,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
   const loop = watchEventLoop({ registry, log });
   let closed: Promise<void> | null = null;
   const srv = server;
+  const fp8 = fp8Broadcast;
   return {
     options,
     store,
@@ -166,6 +188,7 @@ export async function startRelay(input: RelayOptionsInput, logger: Logger = sile
     close() {
       closed ??= (async () => {
         loop.stop();
+        fp8.close();
         await control?.close();
         await broadcaster?.close();
         await srv.close();

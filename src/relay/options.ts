@@ -14,6 +14,7 @@ import { DEFAULT_MAX_FRAME_BYTES } from '../common/request-protocol/frame.js';
 import { DEFAULT_BROADCAST_WINDOW, DEFAULT_CHUNK_SIZE, DEFAULT_SHM_DIR, defaultSocketPath } from './protocol/defaults.js';
 import { parseControlOptions, type ControlOptions, type ControlOptionsInput } from '../control/nats-options.js';
 import { readEngineFiles, type EngineFiles } from './engine-files.js';
+import { parseFp8BroadcastMode, type Fp8BroadcastMode } from './fp8/broadcast.js';
 import { compileKeepPattern, DEFAULT_FP8_KEEP } from './fp8/plan.js';
 import type { ChunkingOptions } from './chunking/chunk-sizer.js';
 import { HUGE_PAGES_MODES, type HugePagesMode } from './pages/segment-dir.js';
@@ -50,6 +51,8 @@ export interface RelayOptions {
   engineFiles: EngineFiles | null;
   /** Tensor names an FP8 variant keeps in their dtype (`--fp8-keep`, src/relay/fp8/plan.ts). */
   fp8Keep: RegExp;
+  /** Where FP8 versions are made (`--fp8-broadcast`, src/relay/fp8/broadcast.ts): off (each relay), also / only (the master, broadcast). */
+  fp8Broadcast: Fp8BroadcastMode;
   /** The broadcast between relays; null when this relay takes no part in one. */
   broadcast: BroadcastOptions | null;
   /** The control plane (the rollout manager orders the chain); null with a static plan. */
@@ -108,6 +111,8 @@ export interface RelayOptionsInput extends Partial<ControlOptionsInput> {
   engineFiles?: string;
   /** A regular expression of the tensor names FP8 variants keep unquantised (default DEFAULT_FP8_KEEP). */
   fp8Keep?: string;
+  /** off (default), also or only (src/relay/fp8/broadcast.ts). */
+  fp8Broadcast?: string;
   /** UCX listener "address:port" (default: this relay's address in the plan). */
   listen?: string;
   /** Static chain plan "id@address:port,..." (master first). */
@@ -176,6 +181,7 @@ export function parseRelayOptions(input: RelayOptionsInput = {}): Readonly<Relay
     verifyConcurrency: int('verify concurrency', input.verifyConcurrency ?? 4, 1, 64),
     engineFiles: input.engineFiles === undefined ? null : readEngineFiles(input.engineFiles),
     fp8Keep: compileKeepPattern(input.fp8Keep ?? DEFAULT_FP8_KEEP),
+    fp8Broadcast: parseFp8BroadcastMode(input.fp8Broadcast ?? 'off'),
     broadcast,
     control: parseRelayControl(input, broadcast),
   });

@@ -19,6 +19,7 @@ import { PROTOCOL_VERSION, requestSchemas, type Op, type Request, type SegmentDe
 import { validateSegmentName } from './segments.js';
 import type { AcquireRequest, StoredVersion, VersionStore } from './store.js';
 import { validatePlan, type ChainPlan } from './broadcast/plan.js';
+import type { Fp8BroadcastStatus } from './protocol/status.js';
 
 export interface ServerOptions {
   socketPath: string;
@@ -32,6 +33,8 @@ export interface ServerOptions {
   broadcast?: BroadcastControl;
   /** Answers acquires of `<model>@fp8` (src/relay/fp8/variants.ts). */
   variants?: VariantSource;
+  /** Where FP8 versions are made, for `status` (src/relay/fp8/broadcast.ts). */
+  fp8Broadcast?: { status(): Fp8BroadcastStatus };
 }
 
 /** Finds (making it if need be) the variant an acquire names. */
@@ -253,6 +256,7 @@ class Connection extends RequestConnection<Op> {
           versions: store.list({ variants: true }).map((v) => v.info()),
           verifying: store.verifyingVersions(),
           broadcast: this.relay.options.broadcast?.status() ?? null,
+          ...(this.relay.options.fp8Broadcast ? { fp8Broadcast: this.relay.options.fp8Broadcast.status() } : {}),
         };
       case 'plan': {
         const broadcast = this.relay.options.broadcast;

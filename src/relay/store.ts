@@ -435,10 +435,11 @@ export class VersionStore extends EventEmitter<StoreEvents> {
    * out from `specs`, filled by `fill` through its writable mapping, checksummed and completed
    * like an adopted checkpoint, or discarded when `fill` fails. `metadata` must carry
    * VARIANT_KEY. It is served to whoever acquires it by its model id, but not announced
-   * ('complete' is not emitted: no broadcast, no watch, no forwarding) nor listed by list().
+   * ('complete' is not emitted: no broadcast, no watch, no forwarding) nor listed by list();
+   * with `announce` (a variant made for the chain, BROADCAST_VARIANT_KEY), it is both.
    */
   async derive(
-    request: { model: string; version: number; specs: TensorSpec[]; metadata: Record<string, string> },
+    request: { model: string; version: number; specs: TensorSpec[]; metadata: Record<string, string>; announce?: boolean },
     fill: (v: StoredVersion) => Promise<void>,
   ): Promise<StoredVersion> {
     const model = validateModelId(request.model);
@@ -450,7 +451,7 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     const v = await this.memory.allocate(model, version, layout, request.metadata, null);
     try {
       await fill(v);
-      await this.complete(v, await computeChunkChecksums(v, this.options.verifyConcurrency, this.options.metrics), true, false);
+      await this.complete(v, await computeChunkChecksums(v, this.options.verifyConcurrency, this.options.metrics), true, request.announce === true);
       return v;
     } catch (err) {
       await this.discard(v, 'derived version not made');

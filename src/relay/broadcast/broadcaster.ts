@@ -138,6 +138,11 @@ export class Broadcaster {
     return this.listener?.port ?? null;
   }
 
+  /** Whether this relay heads the chain in force (its master: the relay trainers publish to). */
+  get heads(): boolean {
+    return this.plan !== null && positionOf(this.plan, this.options.relayId) === 0;
+  }
+
   get epoch(): number | null {
     return this.plan?.epoch ?? null;
   }

@@ -235,10 +235,10 @@ export class DownstreamSide {
     return encoder;
   }
 
-  /** Starts sending `source` downstream (unless it is already on its way there). */
+  /** Starts sending `source` downstream (unless it is already on its way there, or kept back). */
   offer(source: ChunkSource): void {
     const d = this.downstream;
-    if (d === null || this.ctx.closed()) return;
+    if (d === null || this.ctx.closed() || this.options.withhold?.(source.model, source.version)) return;
     const k = transferKey(source.model, source.version);
     if (d.sessions.has(k)) return;
     for (const [otherKey, other] of d.sessions) {

@@ -15,4 +15,6 @@ export interface BroadcasterOptions extends BroadcastOptions {
   onPeerFailure?: (peerId: string, direction: 'downstream' | 'upstream', code: string) => void;
   /** "address:port" other relays reach this one at, when the listener takes every address (under a manager). */
   advertise?: string;
+  /** Versions this relay keeps back from its successor (the bf16 ones under `--fp8-broadcast only`, fp8/broadcast.ts). */
+  withhold?: (model: string, version: number) => boolean;
 }

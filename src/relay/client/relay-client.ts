@@ -23,7 +23,7 @@ import { Mapping } from '../../native/index.js';
 import type { Dtype } from '../../safetensors/dtypes.js';
 import { relaySocketFromEnv } from './socket-path.js';
 import { PROTOCOL_VERSION, type AcquireResult, type SegmentDescription, type VersionEvent } from '../protocol/messages.js';
-import type { BroadcastStatus, ChunkingStatus, PagesStatus, VersionInfo } from '../protocol/status.js';
+import type { BroadcastStatus, ChunkingStatus, Fp8BroadcastStatus, PagesStatus, VersionInfo } from '../protocol/status.js';
 import type { LoraRequest } from '../lora/metadata.js';
 import { mapSegment } from './segment-mapping.js';
 import { FrameConnection, type RequestOptions } from './connection.js';
@@ -92,6 +92,8 @@ export interface RelayStatus {
   verifying: { model: string; version: number; size: number }[];
   /** The relay's part in the broadcast, or null when it takes none. */
   broadcast: BroadcastStatus | null;
+  /** Where FP8 versions are made (`--fp8-broadcast`); absent from relays of older builds. */
+  fp8Broadcast?: Fp8BroadcastStatus;
 }
 
 const WATCH_QUEUE_LIMIT = 1024;

@@ -115,3 +115,26 @@ export interface ChunkChoiceRecord {
   advisedBy: string | null;
   inputs: Omit<ChunkModelInputs, 'p'> | null;
 }
+
+/** Where FP8 versions are made (`--fp8-broadcast`, src/relay/fp8/broadcast.ts). */
+export type Fp8BroadcastMode = 'off' | 'also' | 'only';
+
+/** A conversion the head of the chain refused under `--fp8-broadcast` (nothing went down for it). */
+export interface Fp8BroadcastRefusal {
+  /** The bf16 version's model and version. */
+  model: string;
+  version: number;
+  code: string;
+  message: string;
+}
+
+/** `status`'s `fp8Broadcast`. */
+export interface Fp8BroadcastStatus {
+  mode: Fp8BroadcastMode;
+  /** Whether this relay converts for the chain now (it heads it, under also / only). */
+  converting: boolean;
+  /** The FP8 versions made here for the chain since the start. */
+  made: number;
+  /** The latest refusals (at most 16), the newest last. */
+  refused: Fp8BroadcastRefusal[];
+}

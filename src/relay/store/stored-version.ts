@@ -16,6 +16,12 @@ export type Requester = number | null;
 
 /** Metadata key of a version derived on this relay from another (its FP8 variant, src/relay/fp8/). */
 export const VARIANT_KEY = 'laminar.variant';
+/**
+ * Metadata key of a variant made at the head of the chain for the chain (`--fp8-broadcast`,
+ * src/relay/fp8/broadcast.ts): a version like a published one on every relay (broadcast,
+ * listed, kept across a restart), not a cache of the relay that holds it.
+ */
+export const BROADCAST_VARIANT_KEY = 'laminar.variant.broadcast';
 
 export class StoredVersion {
   state: VersionState = 'writing';
@@ -29,9 +35,9 @@ export class StoredVersion {
   /** Its version directory (store/version-dirs.ts) while that exists; null before, after, or when it could not be made. */
   dir: string | null = null;
   readonly createdAt = Date.now();
-  /** A variant derived here (VARIANT_KEY): this relay's own, made again on request after a restart. */
+  /** A variant derived here (VARIANT_KEY): this relay's own, made again on request after a restart. A broadcast one is not. */
   get derived(): boolean {
-    return this.metadata[VARIANT_KEY] !== undefined;
+    return this.metadata[VARIANT_KEY] !== undefined && this.metadata[BROADCAST_VARIANT_KEY] === undefined;
   }
   private readonly tensorIndex: Map<string, TensorEntry>;
 
