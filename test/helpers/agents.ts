@@ -3,36 +3,41 @@
  * the project's Python (`python -m laminar.testing.publish`), and in-process agents on real
  * services.
  */
-import { execFile } from 'node:child_process';
 import type { WeightsVariant } from '../../src/relay/fp8/model-id.js';
-import { promisify } from 'node:util';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
 import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
 import { Manager } from '../../src/manager/manager.js';
 import type { RolloutCoordinatorOptions } from '../../src/manager/rollouts/coordinator.js';
-import { projectPython, REPO_ROOT } from '../../src/services/index.js';
 import { RolloutAgent, SglangClient, targetMatchReward, type EngineClient, type RequestDefaults } from '../../src/rollout-agent/index.js';
 import { natsClient } from '../data/helpers.js';
-
-const run = promisify(execFile);
+import { runPublish } from './tiny-publisher.js';
 
 /** A TinyLM small enough that tests generate hundreds of tokens in well under a second. */
 export const TEST_MODEL_CONFIG = { d_model: 32, n_layers: 2, n_heads: 2, max_seq_len: 512 };
 
-/** Publishes TinyLM versions (initialised from seed + version) into the relay at `socket`. */
-export async function publishTiny(socket: string, model: string, versions: number[], options: { configDir?: string; broken?: string } = {}): Promise<void> {
-  const args = ['-m', 'laminar.testing.publish', '--socket', socket, '--model', model, '--versions', ...versions.map(String)];
-  args.push('--config', JSON.stringify(TEST_MODEL_CONFIG));
+/**
+ * Publishes TinyLM versions (initialised from seed + version) into the relay at `socket`, with
+ * `laminar.testing.publish` (in the test process's one publisher: ./tiny-publisher.ts);
+ * `config` is the model's (default TEST_MODEL_CONFIG).
+ */
+export async function publishTiny(
+  socket: string,
+  model: string,
+  versions: number[],
+  options: { configDir?: string; broken?: string; config?: Record<string, number> } = {},
+): Promise<void> {
+  const args = ['--socket', socket, '--model', model, '--versions', ...versions.map(String)];
+  args.push('--config', JSON.stringify(options.config ?? TEST_MODEL_CONFIG));
   if (options.configDir) args.push('--config-dir', options.configDir);
   if (options.broken) args.push('--break', options.broken);
-  await run(projectPython(), args, { cwd: REPO_ROOT, env: { ...process.env, OMP_NUM_THREADS: '1' } });
+  await runPublish(args);
 }
 
-/** Writes the test model's config.json into `dir` (the relays' --engine-files) without publishing. */
-export async function writeTinyConfig(dir: string): Promise<void> {
-  await run(projectPython(), ['-m', 'laminar.testing.publish', '--config', JSON.stringify(TEST_MODEL_CONFIG), '--config-dir', dir], { cwd: REPO_ROOT });
+/** Writes the model's config.json (default TEST_MODEL_CONFIG) into `dir` (the relays' --engine-files) without publishing. */
+export async function writeTinyConfig(dir: string, config: Record<string, number> = TEST_MODEL_CONFIG): Promise<void> {
+  await runPublish(['--config', JSON.stringify(config), '--config-dir', dir]);
 }
 
 /** Fixed-length responses (no EOS), seeded per trajectory. */

@@ -7,10 +7,8 @@
  * as a lookup call drives the actions themselves. Engine b orders requests by priority
  * (`--enable-priority-scheduling`), for the agent's progressive priority.
  */
-import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';
 import { ActionClient, ActionWorker, lookupDigits } from '../../src/actions/index.js';
@@ -31,12 +29,11 @@ import {
   type RolloutAgentOptions,
   type ToolCallParser,
 } from '../../src/rollout-agent/index.js';
-import { projectPython, REPO_ROOT, spawnReferenceEngine, startNatsServer, type ReferenceEngine } from '../../src/services/index.js';
+import { spawnReferenceEngine, startNatsServer, type ReferenceEngine } from '../../src/services/index.js';
 import { metricValue, natsClient, servicesFixture } from '../data/helpers.js';
-import { FIXED_LENGTH, jobManager, jobPools } from '../helpers/agents.js';
+import { FIXED_LENGTH, jobManager, jobPools, publishTiny, writeTinyConfig } from '../helpers/agents.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 
-const run = promisify(execFile);
 const fx = servicesFixture();
 /** The lookup task's vocabulary (python/src/laminar/testing/tools.py), a small model. */
 const CONFIG = { vocab_size: 22, d_model: 32, n_layers: 2, n_heads: 2, max_seq_len: 256 };
@@ -51,7 +48,7 @@ beforeAll(async () => {
   tmp = tempShmDir('laminar-multi-turn-');
   const configDir = join(tmp.dir, 'engine-files');
   mkdirSync(configDir);
-  await publish(null, 'unused', [], configDir);
+  await writeTinyConfig(configDir, CONFIG);
   relay = await spawnRelay(tmp.dir, ['--no-pin', '--engine-files', configDir]);
   engines = await Promise.all([
     spawnReferenceEngine('engine a', { seed: 1 }),
@@ -65,12 +62,9 @@ afterAll(async () => {
   (tmp as typeof tmp | undefined)?.cleanup();
 });
 
-/** Publishes lookup-vocabulary TinyLM versions into the relay (or only writes config.json into `configDir`). */
-async function publish(socket: string | null, model: string, versions: number[], configDir?: string): Promise<void> {
-  const args = ['-m', 'laminar.testing.publish', '--config', JSON.stringify(CONFIG)];
-  if (socket) args.push('--socket', socket, '--model', model, '--versions', ...versions.map(String));
-  if (configDir) args.push('--config-dir', configDir);
-  await run(projectPython(), args, { cwd: REPO_ROOT, env: { ...process.env, OMP_NUM_THREADS: '1' } });
+/** Publishes lookup-vocabulary TinyLM versions into the relay. */
+function publish(socket: string, model: string, versions: number[]): Promise<void> {
+  return publishTiny(socket, model, versions, { config: CONFIG });
 }
 
 /** Reads every turn that ends at `</tool_call>` as lookup(key = its length): each closed turn is an action. */
