@@ -1,6 +1,7 @@
 /** `laminar rollout-agent`: an inference server (SGLang, vLLM, the reference engine) in the job, driven over HTTP. */
 import { createPoolRedis } from '../data/prompts/redis-address.js';
 import type { WeightsVariant } from '../relay/fp8/model-id.js';
+import type { ClaimOrder } from '../data/prompts/prompt-pool.js';
 import { Command, Option } from 'commander';
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 import { watchEventLoop } from '../common/event-loop.js';
@@ -112,6 +113,14 @@ export function rolloutAgentCommand(): Command {
         "send each turn with its trajectory's predicted remaining tokens as priority, longest first (start SGLang or the reference engine with --enable-priority-scheduling, vLLM with --scheduling-policy priority)",
       ),
     )
+    .addOption(
+      new Option(
+        '--claim-order <order>',
+        'which pending prompt a claim takes: fifo, or longest-first (the prompt whose group ran longest when last seen; this agent records every length it finishes)',
+      )
+        .choices(['fifo', 'longest-first'])
+        .default('fifo'),
+    )
     .addOption(new Option('--max-turns <n>', "generated turns per trajectory at most (the payload's max_turns wins)").default(String(DEFAULT_MAX_TURNS)))
     .addOption(new Option('--max-context <n>', 'prompt + response tokens at most in an episode (default: the engine limit only)'))
     .addOption(new Option('--action-timeout <duration>', "each tool call's timeout (default: the tool's timeoutMs)"))
@@ -206,6 +215,7 @@ export function rolloutAgentCommand(): Command {
         ...(maxAtTools !== undefined ? { maxAtTools } : {}),
         partialRollout: opts.partialRollout === true,
         progressivePriority: opts.progressivePriority === true,
+        claimOrder: s('claimOrder') as ClaimOrder,
         ...(multiTurn ? { multiTurn } : {}),
         ...(opts.host ? { host: s('host') } : {}),
         ...(opts.labels ? { labels: parseLabels(s('labels')) } : {}),

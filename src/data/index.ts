@@ -1,7 +1,15 @@
 /** Public API of the data module: prompt pool, partial-response pool, experience buffer. */
 export { LaminarError, ErrorCodes, type ErrorCode } from '../common/errors.js';
 export * from './errors.js';
-export { PromptPool, type PromptPoolOptions, type PromptClaim, type LoadReport, type PoolProgress } from './prompts/prompt-pool.js';
+export {
+  PromptPool,
+  CLAIM_ORDERS,
+  type ClaimOrder,
+  type PromptPoolOptions,
+  type PromptClaim,
+  type LoadReport,
+  type PoolProgress,
+} from './prompts/prompt-pool.js';
 export { type Prompt, groupIdOf, parseGroupId } from './prompts/prompt.js';
 export { createPoolRedis, parseRedisAddress, maskPassword, type PoolRedis, type RedisAddress, type Replication } from './prompts/redis-address.js';
 export { type Trajectory, type TrajectoryInput, validateTrajectory, checkPayloadSize } from './codec/trajectory.js';

@@ -29,6 +29,10 @@
  * `progressivePriority` (turn-priority.ts): each turn is sent with its trajectory's predicted
  * remaining length as priority, the longest first; the predictor learns from what this agent
  * finishes, across engine sessions.
+ *
+ * `claimOrder: 'longest-first'`: the agent claims the prompts whose groups ran longest when last
+ * seen first, and records in the prompt pool the length of every trajectory it finishes (that
+ * history is what the next epoch's claims order by): the long tail of a step starts first.
  */
 import { hostname } from 'node:os';
 import type { WeightsVariant } from '../relay/fp8/model-id.js';
@@ -54,6 +58,8 @@ import type { RequestDefaults } from './requests.js';
 import type { RewardFunction } from './rewards.js';
 import { ProgressivePriority } from './turn-priority.js';
 import type { RemainingLengthPredictor } from '../manager/agentic/remaining-length.js';
+import type { ClaimOrder } from '../data/index.js';
+import type { GenerationTask } from '../rollout/task.js';
 
 /** How often the agent looks for a newer version at the relay when its version watch is not subscribed. */
 const UNWATCHED_LOOK_MS = 5000;
@@ -120,6 +126,12 @@ export interface RolloutAgentOptions {
   progressivePriority?: boolean;
   /** The remaining-length predictor of progressive priority. Default: LengthPredictor (src/manager/agentic). */
   lengthPredictor?: RemainingLengthPredictor;
+  /**
+   * Which pending prompt a claim takes: 'fifo' (default), or 'longest-first': the prompt whose group
+   * ran longest when last seen, from the lengths this agent (and every longest-first agent of the
+   * pool) records as its trajectories end. Heddle's longest-first applied where a group starts.
+   */
+  claimOrder?: ClaimOrder;
   host?: string;
   labels?: Record<string, string>;
   heartbeatMs?: number;
@@ -314,6 +326,7 @@ export class RolloutAgent {
       episodes: this.episodes(),
       maxAtEngine: this.options.maxInFlight ?? 0,
       priorities: this.priorities,
+      ...(this.options.claimOrder === 'longest-first' ? { finished: (task: GenerationTask) => this.recordLength(task) } : {}),
       adapters: session.adapters,
       log: this.log,
       hooks: {
@@ -455,6 +468,17 @@ export class RolloutAgent {
         'engine unreachable: leaving the job until it is back (trajectories stay in the partial pool)',
       );
     }
+  }
+
+  /**
+   * A trajectory ended here: its length goes to the prompt pool, which orders the next epoch's
+   * longest-first claims by it. Not awaited, and a failure only logged: it is a hint, and the
+   * trajectory's record must not wait for it.
+   */
+  private recordLength(task: GenerationTask): void {
+    this.pools?.prompts
+      .recordLength(task.groupId, task.modelTokens)
+      .catch((err: unknown) => this.log.debug({ err: (err as Error).message, group: task.groupId }, 'recording the prompt length failed'));
   }
 
   /** Owned beyond `maxInFlight` while trajectories wait at tools (single-turn: none). */

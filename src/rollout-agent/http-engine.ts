@@ -56,6 +56,8 @@ export interface HttpEngineOptions {
   maxAtEngine?: number;
   /** Progressive priority: each turn's priority from its trajectory's predicted remaining length; absent: FCFS. */
   priorities?: ProgressivePriority | null;
+  /** Told of each trajectory that ended here, before its record is written (the agent records its length). */
+  finished?: (task: GenerationTask) => void;
   /** The LoRA adapter each trajectory runs with (adapter-switch.ts); absent: every request on the base. */
   adapters?: TrajectoryAdapters | null;
   log: Logger;
@@ -377,6 +379,7 @@ export class HttpRolloutEngine implements RolloutEngine {
         finish = after.finish;
       }
       this.options.priorities?.finished(task);
+      this.options.finished?.(task);
       const completion = this.complete(task, finish, versions, request.sampling.stopTokenIds);
       this.completing.add(completion);
       // The SDK lets go of the task only once its record is stored: the agent's serve loop, which

@@ -6,12 +6,14 @@
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import { ExperienceWriter, PartialPool, PromptPool } from '../data/index.js';
+import { ExperienceWriter, PartialPool, PromptPool, type ClaimOrder } from '../data/index.js';
 import type { PoolRedis } from '../data/prompts/redis-address.js';
 
 export interface RolloutPoolsOptions {
   nc: NatsConnection;
   redis: PoolRedis;
+  /** Which pending prompt a claim takes (PromptPool's `claimOrder`). Default 'fifo'. */
+  claimOrder?: ClaimOrder;
   /** Names of the pools; 'default' each when absent. */
   promptPool?: string;
   buffer?: string;
@@ -33,7 +35,13 @@ export interface RolloutPools {
 
 export async function openRolloutPools(options: RolloutPoolsOptions): Promise<RolloutPools> {
   const { nc, replicas, registry, logger } = options;
-  const prompts = await PromptPool.open({ redis: options.redis, name: options.promptPool ?? 'default', registry, logger });
+  const prompts = await PromptPool.open({
+    redis: options.redis,
+    name: options.promptPool ?? 'default',
+    ...(options.claimOrder ? { claimOrder: options.claimOrder } : {}),
+    registry,
+    logger,
+  });
   const writer = await ExperienceWriter.open({ nc, buffer: options.buffer ?? 'default', replicas, groups: prompts, registry, logger });
   const partials = await PartialPool.open({
     nc,

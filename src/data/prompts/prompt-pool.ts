@@ -10,6 +10,11 @@
  * fresh prompts, keep the group id and epoch they were issued with, and have their own tokens
  * and leases: they never count towards (or block) an epoch of the fresh prompts.
  *
+ * Claim order: first in, first out, or (`claimOrder: 'longest-first'`) the pending prompt whose
+ * group ran longest when last seen first, from the lengths the rollouts record as trajectories end
+ * (`recordLength`). A step's makespan is at least its longest trajectory's own path, which starts
+ * only when its prompt is claimed: a long prompt claimed last ends the step last (issue #49).
+ *
  * Persistence: run redis-server with `appendonly yes` (see docs/components/data.md, "Persistence"); every key of a pool
  * lives in one hash slot (`{pool}`), so the pool also works on Redis Cluster.
  *
@@ -53,9 +58,19 @@ export interface PromptPoolOptions {
   replicas?: number;
   /** Bound of each wait for the replicas. Default: the address's `replicaTimeoutMs`, else 1000. */
   replicaTimeoutMs?: number;
+  /**
+   * Which pending prompt a claim takes: 'fifo' (default) the one loaded (or given back) first;
+   * 'longest-first' the one whose group ran longest when last recorded (`recordLength`), among the
+   * first LONGEST_FIRST_WINDOW pending, a prompt never recorded counting as the mean recorded. Returned
+   * samples go first either way. A client-side choice: rollouts of one pool may differ.
+   */
+  claimOrder?: ClaimOrder;
   registry?: Registry;
   logger?: Logger;
 }
+
+export type ClaimOrder = 'fifo' | 'longest-first';
+export const CLAIM_ORDERS: readonly ClaimOrder[] = ['fifo', 'longest-first'];
 
 export interface PromptClaim extends Prompt {
   /** Identifies this claim; completion and give-back need it. */
@@ -161,6 +176,8 @@ export class PromptPool {
   private readonly keys: string[];
   private readonly defaultN: number;
   private readonly leaseMs: number;
+  /** ARGV `window` of CLAIM: 0 first in first out, else how far to look for the longest. */
+  private readonly claimWindow: number;
   private readonly logger: Logger;
   private readonly rejections: RejectionCounter;
   private readonly m;
@@ -170,6 +187,10 @@ export class PromptPool {
     this.redis = options.redis;
     this.defaultN = options.defaultGroupSize ?? 1;
     this.leaseMs = options.leaseMs ?? 600_000;
+    const order = options.claimOrder ?? 'fifo';
+    if (!CLAIM_ORDERS.includes(order))
+      throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, `claimOrder must be one of ${CLAIM_ORDERS.join(', ')}, got ${order}`);
+    this.claimWindow = order === 'longest-first' ? S.LONGEST_FIRST_WINDOW : 0;
     const asked = replicationOf(options.redis);
     this.replication = {
       replicas: options.replicas ?? asked?.replicas ?? 0,
@@ -286,7 +307,7 @@ export class PromptPool {
   async claim(rolloutId: string, count = 1, leaseMs = this.leaseMs): Promise<PromptClaim[]> {
     if (!Number.isInteger(count) || count < 1)
       throw this.rejections.record(new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, `claim count must be an integer >= 1, got ${count}`));
-    const res = (await this.call(() => this.script(S.CLAIM, Math.ceil(leaseMs), rolloutId, count)).catch((err: unknown) =>
+    const res = (await this.call(() => this.script(S.CLAIM, Math.ceil(leaseMs), rolloutId, count, this.claimWindow)).catch((err: unknown) =>
       this.unreplicatedClaims(err),
     )) as unknown[];
     const [epoch, , expired, returnedExpired, returnedClaimed] = res as [number, number, number, number, number];
@@ -475,6 +496,25 @@ export class PromptPool {
     if (!m)
       throw this.rejections.record(new DataNotFoundError(ErrorCodes.UNKNOWN_CLAIM, `${JSON.stringify(claim.token)} is not the token of a returned claim`));
     return m[1]!;
+  }
+
+  /**
+   * A trajectory of `groupId` ended with `tokens` output tokens: the prompt's recorded length (what
+   * a longest-first claim orders by) becomes the longest of its group in the newest epoch recorded.
+   * Returns the prompt's length now. A hint, not state: losing one costs only a claim's order.
+   */
+  async recordLength(groupId: string, tokens: number): Promise<number> {
+    const g = parseGroupId(groupId);
+    if (!g) throw this.rejections.record(new DataInputError(ErrorCodes.UNKNOWN_GROUP, `${JSON.stringify(groupId)} is not a group id (<prompt>#<epoch>)`));
+    if (!Number.isSafeInteger(tokens) || tokens < 0)
+      throw this.rejections.record(new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, `a recorded length must be an integer >= 0, got ${tokens}`));
+    return Number(await this.call(() => this.script(S.RECORD_LENGTH, g.promptId, g.epoch, tokens)));
+  }
+
+  /** Every recorded prompt length (prompt id -> output tokens of its group's longest trajectory). */
+  async lengths(): Promise<Map<string, number>> {
+    const all = await this.call(() => this.redis.hgetall(this.keys[S.KEY_NAMES.indexOf('lengths')]!));
+    return new Map(Object.entries(all).map(([id, v]) => [id, Number(v.slice(v.indexOf(':') + 1))]));
   }
 
   /** Group size of a group id issued by this pool, or undefined when the group does not exist. */

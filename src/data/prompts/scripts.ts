@@ -16,6 +16,10 @@
  * completed by that token). An entry id is a number from the state field `returnSeq`.
  * 14 returned:keys (zset return key -> when it was used, ms): the keys of returnSamples calls, so
  * that a retried call is not queued twice; a key is forgotten RETURN_KEY_RETENTION_MS later.
+ * 15 lengths (hash prompt id -> '<epoch>:<tokens>'): the longest trajectory (output tokens) of the
+ * prompt's group in the latest epoch one was recorded for (RECORD_LENGTH); it orders the claims
+ * of a longest-first pool and survives epochs (it is the pool's history of each prompt). The state
+ * fields lengthSum and lengthCount keep their sum and number (the mean, in O(1)).
  */
 export const KEY_NAMES = [
   'prompts',
@@ -32,7 +36,15 @@ export const KEY_NAMES = [
   'returned:holders',
   'returned:tokens',
   'returned:keys',
+  'lengths',
 ] as const;
+
+/**
+ * A longest-first claim looks this far into the pending queue for the prompt whose group ran
+ * longest: a bounded scan per claim (O(window) in Redis), and far beyond what the rollouts of a
+ * job hold at once, so the long prompts of a step are found wherever the dataset put them.
+ */
+export const LONGEST_FIRST_WINDOW = 1024;
 
 /**
  * How long returnSamples remembers a return key: far longer than any caller retries (the
@@ -56,17 +68,24 @@ end
 return out`;
 
 /**
- * ARGV: leaseMs, rolloutId, count -> { epoch, finished(0/1), expired, returnedExpired,
+ * ARGV: leaseMs, rolloutId, count[, window] -> { epoch, finished(0/1), expired, returnedExpired,
  * returnedClaimed, {id, token, json, deadline, entryJson} x returnedClaimed,
  * {id, token, json, deadline}... }.
  * First returns expired leases to the front of their queues (fresh and returned), then starts
  * the next epoch if this one is complete (and epochs remain), then claims: returned entries
  * first, then fresh prompts for the rest of `count`. Returned entries never enter the epoch
  * test (they are not in pending, leases or done).
+ *
+ * `window` > 0 (a longest-first pool, absent or 0: first in, first out): each fresh prompt is the
+ * one among the first `window` pending whose group ran longest when last seen (lengths), the
+ * earliest among equals; a prompt never seen counts as the mean of every recorded length, so a new
+ * prompt goes neither before every long one nor after every short one. Heddle's LPT applied
+ * where a group starts: the long tail starts first instead of whenever the dataset's order says.
  */
 export const CLAIM = `
 ${NOW}
 local leaseMs = tonumber(ARGV[1]); local rollout = ARGV[2]; local count = tonumber(ARGV[3])
+local window = tonumber(ARGV[4] or '0') or 0
 local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[4], id)
@@ -119,9 +138,28 @@ while served < count do
 end
 out[5] = served
 if served > 0 then redis.call('HINCRBY', KEYS[8], 'returnedClaims', served) end
+-- The next fresh prompt: the head of pending, or (longest first) the longest of its first window.
+local function nextFresh()
+  if window <= 0 then return redis.call('LPOP', KEYS[3]) end
+  local ids = redis.call('LRANGE', KEYS[3], 0, window - 1)
+  if #ids == 0 then return nil end
+  local stored = redis.call('HMGET', KEYS[15], unpack(ids))
+  local lengths = {}
+  for i = 1, #ids do lengths[i] = stored[i] and tonumber(string.match(stored[i], ':(%d+)$')) end
+  local recorded = redis.call('HMGET', KEYS[8], 'lengthSum', 'lengthCount')
+  local seen = tonumber(recorded[2] or '0') or 0
+  local unknown = seen > 0 and (tonumber(recorded[1]) or 0) / seen or 0
+  local best = 1
+  for i = 2, #ids do
+    if (lengths[i] or unknown) > (lengths[best] or unknown) then best = i end
+  end
+  if best == 1 then return redis.call('LPOP', KEYS[3]) end
+  redis.call('LREM', KEYS[3], 1, ids[best])
+  return ids[best]
+end
 local fresh = 0
 for i = served + 1, count do
-  local id = redis.call('LPOP', KEYS[3])
+  local id = nextFresh()
   if not id then break end
   local token = redis.call('HINCRBY', KEYS[8], 'tokenSeq', 1)
   redis.call('ZADD', KEYS[4], deadline, id)
@@ -282,3 +320,25 @@ return 'ok'`;
 
 /** Extends the lease of a claimed returned entry (ARGV[1] is the entry id; see extendLease). */
 export const EXTEND_RETURNED = extendLease(13, 11);
+
+/**
+ * ARGV: promptId, epoch, tokens -> the prompt's recorded length. A trajectory of group
+ * <promptId>#<epoch> ended with `tokens` output tokens: the prompt's length becomes the longest of
+ * its group in the newest epoch recorded (an older epoch's record is replaced, a stale one ignored).
+ */
+export const RECORD_LENGTH = `
+local id = ARGV[1]; local epoch = tonumber(ARGV[2]); local tokens = tonumber(ARGV[3])
+local stored = redis.call('HGET', KEYS[15], id)
+local before = 0
+if stored then
+  local e, t = string.match(stored, '^(%d+):(%d+)$')
+  e = tonumber(e); t = tonumber(t)
+  if e and e > epoch then return t end
+  if e == epoch and t >= tokens then return t end
+  before = t or 0
+else
+  redis.call('HINCRBY', KEYS[8], 'lengthCount', 1)
+end
+redis.call('HINCRBY', KEYS[8], 'lengthSum', tokens - before)
+redis.call('HSET', KEYS[15], id, epoch .. ':' .. tokens)
+return tokens`;

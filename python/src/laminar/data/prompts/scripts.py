@@ -21,11 +21,13 @@ KEY_NAMES: Final[Tuple[str, ...]] = (
     "returned:holders",
     "returned:tokens",
     "returned:keys",
+    "lengths",
 )
 
 CLAIM: Final[str] = """
 local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local leaseMs = tonumber(ARGV[1]); local rollout = ARGV[2]; local count = tonumber(ARGV[3])
+local window = tonumber(ARGV[4] or '0') or 0
 local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[4], id)
@@ -78,9 +80,28 @@ while served < count do
 end
 out[5] = served
 if served > 0 then redis.call('HINCRBY', KEYS[8], 'returnedClaims', served) end
+-- The next fresh prompt: the head of pending, or (longest first) the longest of its first window.
+local function nextFresh()
+  if window <= 0 then return redis.call('LPOP', KEYS[3]) end
+  local ids = redis.call('LRANGE', KEYS[3], 0, window - 1)
+  if #ids == 0 then return nil end
+  local stored = redis.call('HMGET', KEYS[15], unpack(ids))
+  local lengths = {}
+  for i = 1, #ids do lengths[i] = stored[i] and tonumber(string.match(stored[i], ':(%d+)$')) end
+  local recorded = redis.call('HMGET', KEYS[8], 'lengthSum', 'lengthCount')
+  local seen = tonumber(recorded[2] or '0') or 0
+  local unknown = seen > 0 and (tonumber(recorded[1]) or 0) / seen or 0
+  local best = 1
+  for i = 2, #ids do
+    if (lengths[i] or unknown) > (lengths[best] or unknown) then best = i end
+  end
+  if best == 1 then return redis.call('LPOP', KEYS[3]) end
+  redis.call('LREM', KEYS[3], 1, ids[best])
+  return ids[best]
+end
 local fresh = 0
 for i = served + 1, count do
-  local id = redis.call('LPOP', KEYS[3])
+  local id = nextFresh()
   if not id then break end
   local token = redis.call('HINCRBY', KEYS[8], 'tokenSeq', 1)
   redis.call('ZADD', KEYS[4], deadline, id)
@@ -205,6 +226,23 @@ for i = 1, #ARGV, 2 do
   out[#out + 1] = added
 end
 return out"""
+
+RECORD_LENGTH: Final[str] = """
+local id = ARGV[1]; local epoch = tonumber(ARGV[2]); local tokens = tonumber(ARGV[3])
+local stored = redis.call('HGET', KEYS[15], id)
+local before = 0
+if stored then
+  local e, t = string.match(stored, '^(%d+):(%d+)$')
+  e = tonumber(e); t = tonumber(t)
+  if e and e > epoch then return t end
+  if e == epoch and t >= tokens then return t end
+  before = t or 0
+else
+  redis.call('HINCRBY', KEYS[8], 'lengthCount', 1)
+end
+redis.call('HINCRBY', KEYS[8], 'lengthSum', tokens - before)
+redis.call('HSET', KEYS[15], id, epoch .. ':' .. tokens)
+return tokens"""
 
 RETURN_SAMPLES: Final[str] = """
 local json = redis.call('HGET', KEYS[1], ARGV[1])
