@@ -25,6 +25,9 @@ export const LONGEST_FILES = [
   'test/rollout-agent/multi-turn.test.ts', // 23
   'test/simulate/figures.test.ts', // 23 (suite-shared: first of its project)
   'test/rollout/repack-failover.test.ts', // 22
+  // The two below were unlisted and started late; seconds in the clean-clone CI run of 87e6933.
+  'test/cluster-nats/stale-replica.test.ts', // 25 (16-21 in earlier runs)
+  'test/demo-lora.test.ts', // 21: a whole job, training a LoRA adapter for 3 steps
   'test/actions/worker-faults.test.ts', // 21
   'test/actions/result-storage.test.ts', // 21
   'test/relay/parts.test.ts', // 20 (36 on a loaded machine): publisher processes per part
