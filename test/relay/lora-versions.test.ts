@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
 import type { Relay } from '../../src/relay/daemon.js';
-import type { LoraRequest } from '../../src/relay/lora/metadata.js';
+import { loraMetadata, type LoraRequest } from '../../src/relay/lora/metadata.js';
 import { modelDirName } from '../../src/relay/segments.js';
 import { SECRET, segmentDigest } from '../helpers/broadcast.js';
 import { CLI, inProcessRelay, loopbackChain, publishVisible, relaysPerTest, tempShmDir, until } from '../helpers/relay.js';
@@ -319,6 +319,39 @@ describe('relay: LoRA adapter versions down a chain of 3 relays', () => {
       expect(v.info()).toMatchObject({ kind: 'lora', base: { model: BASE, version: 1 } });
       expect(readdirSync(v.dir!).sort()).toEqual(['adapter_config.json', 'adapter_model.safetensors']);
       expect(r.store.peek(BASE, 1)!.leases).toBe(1);
+    }
+  });
+
+  it('checks an adapter pushed from a trainer host at the master: a wrong base refused, typed, nothing allocated', async () => {
+    const master = relays[0]!;
+    if (master.store.peek(BASE, 1) === undefined) await publishVisible(client, { model: BASE, version: 1, tensors: baseTensors() });
+    await everywhere(BASE, 1);
+    const publisher = await RelayClient.remote({ address: `127.0.0.1:${master.broadcaster!.port}`, secret: SECRET });
+    try {
+      // What a trainer host pushes is its local relay's segment: the header's metadata says what it is.
+      const asAdapter = (request: LoraRequest): Record<string, string> => loraMetadata(request);
+      const wide = adapterTensors(0).map((t) => (t.name.endsWith('out.lora_B.weight') ? tensor(t.name, [2 * D, RANK], 9) : t));
+      await expect(publisher.publish({ model: ADAPTER, version: 5, tensors: wide, metadata: asAdapter(lora()) })).rejects.toMatchObject({
+        code: ErrorCodes.LORA_BASE_MISMATCH,
+      });
+      await expect(
+        publisher.publish({ model: ADAPTER, version: 5, tensors: adapterTensors(), metadata: asAdapter(lora({ baseVersion: 7 })) }),
+      ).rejects.toMatchObject({
+        code: ErrorCodes.LORA_BASE_MISMATCH,
+      });
+      await expect(
+        publisher.publish({ model: ADAPTER, version: 5, tensors: adapterTensors(), metadata: asAdapter(lora({ config: '{' })) }),
+      ).rejects.toMatchObject({
+        code: ErrorCodes.LORA_BAD_CONFIG,
+      });
+      expect(master.store.peek(ADAPTER, 5)).toBeUndefined();
+      expect(leftovers(master, ADAPTER).filter((f) => f.includes('v5'))).toEqual([]);
+      // Pushed right, it is taken and goes down the chain as an adapter of the master's base.
+      await publisher.publish({ model: ADAPTER, version: 5, tensors: adapterTensors(5), metadata: asAdapter(lora()) });
+      await everywhere(ADAPTER, 5);
+      expect(master.store.peek(ADAPTER, 5)!.info()).toMatchObject({ kind: 'lora', base: { model: BASE, version: 1 } });
+    } finally {
+      await publisher.close();
     }
   });
 });

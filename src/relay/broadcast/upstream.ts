@@ -13,6 +13,7 @@ import type { BroadcastStatus } from '../protocol/status.js';
 import { parseOffered, type OfferedVersion, type StoredVersion, type VersionStore } from '../store.js';
 import type { BroadcasterOptions } from './options.js';
 import { GOODBYE } from './downstream.js';
+import { baseAmong, checkPushedAdapter } from '../lora/adapter-check.js';
 import { IncomingTransfer, PullLane, type ArrivalBase } from './incoming.js';
 import { baseFingerprint, findBase } from './delta/base.js';
 import { maxSparsePayloadBytes } from '../delta/codec.js';
@@ -358,6 +359,11 @@ export class UpstreamSide {
       const header = Buffer.allocUnsafe(offer.headerBytes);
       await incoming.receiveInto(header, 0);
       const offered = parseOffered(header, offer.size, { model: offer.model, version: offer.version });
+      // A push from a trainer host: an adapter is checked here, where it is published (relays
+      // down the chain trust the checksums). Refused with its code before anything is allocated.
+      if (link.role === 'publisher') {
+        checkPushedAdapter({ ...offered, specs: offered.layout.tensors }, baseAmong(this.store.list()));
+      }
       const { v, ready } = this.store.reserveReceive(offered);
       this.settingUp.set(k, { model: offered.model, version: offered.version, chunks: offered.layout.chunkCount });
       const setUp = (): void => {

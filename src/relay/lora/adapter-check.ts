@@ -11,7 +11,7 @@ import type { TensorSpec } from '../../safetensors/header.js';
 import type { StoredVersion } from '../store/stored-version.js';
 import { parseAdapterConfig } from './adapter-config.js';
 import { adaptedModules } from './adapter-tensors.js';
-import { loraMetadata, versionKind, type LoraRequest } from './metadata.js';
+import { LORA_CONFIG_KEY, loraBaseOf, loraMetadata, versionKind, type LoraRequest } from './metadata.js';
 
 /** `begin`'s `lora` as it arrives: the config is checked here (ERR_LORA_BAD_CONFIG when it is not a config's text). */
 export type LoraBeginRequest = Omit<LoraRequest, 'config'> & { config: unknown };
@@ -59,4 +59,47 @@ export function checkAdapter(
   }
   // parseAdapterConfig accepted it: the text of a config.
   return loraMetadata({ ...lora, config: lora.config as string });
+}
+
+/**
+ * BaseLookup over a relay's listed versions (VersionStore.list(): derived variants are not
+ * listed): the complete version named, or the newest complete full version of the model.
+ */
+export function baseAmong(versions: readonly StoredVersion[]): BaseLookup {
+  return (model, version) => {
+    let found: StoredVersion | undefined;
+    for (const v of versions) {
+      if (v.model !== model || v.state !== 'complete') continue;
+      if (version !== null) {
+        if (v.version === version) return v;
+      } else if (versionKind(v.metadata) === 'full' && (!found || v.version > found.version)) {
+        found = v;
+      }
+    }
+    return found;
+  };
+}
+
+/**
+ * The checks of `begin` on an adapter version pushed over the network (a trainer host without a
+ * relay of its own, or its forwarding relay): its header's metadata says it is an adapter, and
+ * of which base; the relay that takes the push, the master, checks it as it would a local
+ * publication, before anything is allocated. A full version passes untouched.
+ */
+export function checkPushedAdapter(
+  pushed: { model: string; version: number; specs: readonly TensorSpec[]; metadata: Readonly<Record<string, string>> },
+  findBase: BaseLookup,
+): void {
+  const base = loraBaseOf(pushed.metadata);
+  if (base === null) return;
+  const config = pushed.metadata[LORA_CONFIG_KEY];
+  checkAdapter(
+    {
+      model: pushed.model,
+      version: pushed.version,
+      specs: pushed.specs,
+      lora: { baseModel: base.model, ...(base.version !== null ? { baseVersion: base.version } : {}), config },
+    },
+    findBase,
+  );
 }
