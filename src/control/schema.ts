@@ -38,7 +38,8 @@ const address = z.string().max(64);
 export const memberKinds = ['relay', 'rollout', 'trainer'] as const;
 export type MemberKind = (typeof memberKinds)[number];
 
-const holding = z.object({ model, version });
+/** A version a relay holds; `kind`: a full copy of the weights or a LoRA adapter (optional: older relays leave it out). */
+const holding = z.object({ model, version, kind: z.enum(['full', 'lora']).optional() });
 /** A version arriving at a relay; `settingUp`: its segment is still being allocated (optional: older relays leave it out). */
 const progress = z.object({ model, version, hwm: z.number().int().nonnegative(), chunks: z.number().int().positive(), settingUp: z.boolean().optional() });
 

@@ -19,8 +19,9 @@ function table(rows: string[][]): string {
     .join('\n');
 }
 
-function versions(list: { model: string; version: number }[]): string {
-  return list.length === 0 ? '-' : list.map((h) => `${h.model} v${h.version}`).join(', ');
+/** `m v4`, with the kind a relay reports (`m v4 (lora)`): a full copy or an adapter reads differently. */
+function versions(list: { model: string; version: number; kind?: string }[]): string {
+  return list.length === 0 ? '-' : list.map((h) => `${h.model} v${h.version}${h.kind ? ` (${h.kind})` : ''}`).join(', ');
 }
 
 function header(s: Pick<ManagerStatus, 'job' | 'manager' | 'leader' | 'epoch' | 'master' | 'newest'>): string[] {

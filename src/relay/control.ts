@@ -12,7 +12,8 @@ import { MemberAgent, type MemberState } from '../control/member-agent.js';
 import type { Command } from '../control/schema.js';
 import type { Broadcaster } from './broadcast/broadcaster.js';
 import type { RelayControlOptions } from './options.js';
-import type { VersionStore } from './store.js';
+import type { StoredVersion, VersionStore } from './store.js';
+import { versionKind } from './lora/metadata.js';
 import { ErrorCodes } from '../common/error-codes.js';
 import { counter } from '../common/metric-factory.js';
 
@@ -86,13 +87,13 @@ export class RelayControl {
 
   private state(): MemberState {
     const status = this.broadcaster.status();
-    const holds = new Map<string, number>();
+    const holds = new Map<string, StoredVersion>();
     for (const v of this.store.list()) {
-      if (v.state === 'complete' && (holds.get(v.model) ?? -1) < v.version) holds.set(v.model, v.version);
+      if (v.state === 'complete' && (holds.get(v.model)?.version ?? -1) < v.version) holds.set(v.model, v);
     }
     return {
       epoch: status.epoch,
-      holds: [...holds].map(([model, version]) => ({ model, version })),
+      holds: [...holds.values()].map((v) => ({ model: v.model, version: v.version, kind: versionKind(v.metadata) })),
       receiving: status.receiving,
       downstream: status.downstream?.id ?? null,
       chunking: this.store.chunkSizer.status(),

@@ -135,6 +135,17 @@ describe('laminar status table', () => {
     expect(text.match(/ro1/g)).toHaveLength(1);
   });
 
+  it('shows the kind of each version a relay holds, as its heartbeat says it (an older relay says none)', () => {
+    const status = fleetStatus(3, 0, 0);
+    status.chain[0]!.holds = [
+      { model: 'm', version: 4, kind: 'full' },
+      { model: 'm-lora', version: 2, kind: 'lora' },
+    ];
+    const text = formatStatus(status);
+    expect(text).toMatch(/r0\s.*\sm v4 \(full\), m-lora v2 \(lora\)\s/);
+    expect(text).toMatch(/r1\s.*\sm v4\s+-\s+100%/);
+  });
+
   it("shows what each relay's received chunks took on the wire against their full size (delta broadcast)", () => {
     const status = fleetStatus(3, 0, 0);
     const none = { chunks: { same: 0, sparse: 0, full: 0 }, fullBytes: 0, wireBytes: 0 };
