@@ -3,6 +3,7 @@ nats-servers with JetStream (nats_server.py) and a real redis-server (redis_serv
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable, Iterator, List
 
 import pytest
@@ -25,6 +26,27 @@ def relay_factory() -> Iterator[RelayFactory]:
 def relay(relay_factory: RelayFactory) -> RelayProcess:
     """One relay with the default arguments."""
     return relay_factory()
+
+
+@pytest.fixture(scope="module")
+def module_relay() -> Iterator[RelayProcess]:
+    """One relay with the default arguments for a whole test module: a relay's start is half a
+    second of CPU (Node loading the CLI) and most of a second of wall time, and a module of small
+    protocol cases started one per case (36 in test_relay_ops.py alone). Cases keep apart by
+    model name (``model_name``); a case that reads relay-wide state (every version, the lease
+    count) or kills the relay takes its own from ``relay_factory``."""
+    factory = RelayFactory()
+    yield factory()
+    factory.cleanup()
+
+
+_model_names = itertools.count(1)
+
+
+@pytest.fixture
+def model_name() -> str:
+    """A model name no other case of the run uses (``org/case-<n>``), for cases sharing a relay."""
+    return f"org/case-{next(_model_names)}"
 
 
 @pytest.fixture(scope="module")

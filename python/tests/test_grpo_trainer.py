@@ -469,13 +469,21 @@ def test_the_trainer_stops_cleanly_on_sigterm_while_waiting_for_a_batch(relay, s
 
 
 def test_bad_arguments_exit_2_with_the_flag_named():
-    proc = subprocess.run([sys.executable, str(TRAINER), "--config", "huge"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--config 'huge'" in proc.stderr
-    for args, words in ((["--lora-alpha", "8"], "--lora-alpha needs --lora-rank"), (["--lora-rank", "-1"], "--lora-rank must be >= 0")):
-        proc = subprocess.run([sys.executable, str(TRAINER), *args], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2 and words in proc.stderr, proc.stderr
-    helped = subprocess.run([sys.executable, str(TRAINER), "--help"], capture_output=True, text=True, timeout=60)
-    assert helped.returncode == 0
+    # Side by side: each run is mostly trainer.py importing torch, 2 s of one core apiece.
+    runs = {
+        args: subprocess.Popen([sys.executable, str(TRAINER), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for args in (("--config", "huge"), ("--lora-alpha", "8"), ("--lora-rank", "-1"), ("--help",))
+    }
+    out = {args: (*run.communicate(timeout=60), run.returncode) for args, run in runs.items()}
+    for args, words in (
+        (("--config", "huge"), "--config 'huge'"),
+        (("--lora-alpha", "8"), "--lora-alpha needs --lora-rank"),
+        (("--lora-rank", "-1"), "--lora-rank must be >= 0"),
+    ):
+        _, stderr, code = out[args]
+        assert code == 2 and words in stderr, stderr
+    help_text, _, code = out[("--help",)]
+    assert code == 0
     for flag in (
         "--relay-socket",
         "--model",
@@ -489,4 +497,4 @@ def test_bad_arguments_exit_2_with_the_flag_named():
         "--start-version",
         "--lora-rank",
     ):
-        assert flag in helped.stdout
+        assert flag in help_text

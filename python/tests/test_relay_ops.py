@@ -17,8 +17,28 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
+def relay(module_relay):
+    """The module's relay, shared by its cases (conftest.py's module_relay), each under a model
+    name of its own (``model``); the cases that count the relay's leases and versions, or change
+    its options, start their own."""
+    return module_relay
+
+
+@pytest.fixture
+def model(model_name):
+    return model_name
+
+
+@pytest.fixture
 def client(relay):
     with RelayClient(relay.socket_path, name="ops test") as c:
+        yield c
+
+
+@pytest.fixture
+def own_client(relay_factory):
+    """A client of a relay of the case's own, for a case that reads relay-wide counts."""
+    with RelayClient(relay_factory().socket_path, name="ops test") as c:
         yield c
 
 
@@ -41,32 +61,32 @@ class TestOperations:
         again = client.request("hello", protocol=1, client="again")
         assert again["protocol"] == 1 and again["relay"] == client.relay_id and again["maxFrameBytes"] > 0
 
-    def test_begin_written_commit_acquire_release(self, client):
-        pub = client.begin("org/m", 1, [("w", "F32", [4, 3]), ("b", np.int64, (5,))], metadata={"step": "1"})
+    def test_begin_written_commit_acquire_release(self, own_client, model):
+        pub = own_client.begin(model, 1, [("w", "F32", [4, 3]), ("b", np.int64, (5,))], metadata={"step": "1"})
         assert pub.owner and ".safetensors" in pub.segment and list(pub.tensors) == ["w", "b"]
         pub.write_many(small(2.0))
         committed = pub.commit().wait_visible(timeout=60)
         assert committed["version"] == 1 and len(committed["checksums"]) == 1
-        with client.acquire("org/m") as lease:
+        with own_client.acquire(model) as lease:
             assert lease.version == 1 and lease.metadata == {"step": "1"}
-            assert client.status()["leases"] == 1
+            assert own_client.status()["leases"] == 1
             assert (lease.numpy("w") == 2.0).all()
             assert lease.numpy("b").tolist() == [0, 1, 2, 3, 4]
-        assert client.status()["leases"] == 0
+        assert own_client.status()["leases"] == 0
 
-    def test_written_reports_go_out_at_flush(self, client):
-        pub = client.begin("org/m", 1, [("w", "F32", [4, 3]), ("b", "I64", [5])])
+    def test_written_reports_go_out_at_flush(self, client, model):
+        pub = client.begin(model, 1, [("w", "F32", [4, 3]), ("b", "I64", [5])])
         pub.write("w", small()["w"])
         pub.flush()
         # the relay counts w as written: a commit now misses only b, and the relay keeps the
         # version writing (asked over the protocol: the client's commit aborts a refused version)
-        err = code_of(client.request, "commit", model="org/m", version=1)
+        err = code_of(client.request, "commit", model=model, version=1)
         assert err == error_codes.INCOMPLETE
         pub.write("b", small()["b"])
         pub.commit().wait_visible(timeout=60)
 
-    def test_attach_lets_a_second_writer_fill_its_tensors(self, client, relay):
-        pub = client.begin("org/m", 3, [("w", "F32", [4, 3]), ("b", "I64", [5])])
+    def test_attach_lets_a_second_writer_fill_its_tensors(self, client, relay, model):
+        pub = client.begin(model, 3, [("w", "F32", [4, 3]), ("b", "I64", [5])])
         with RelayClient(relay.socket_path, name="rank 1") as rank1:
             with rank1.attach(pub.segment) as part:
                 assert not part.owner
@@ -74,138 +94,138 @@ class TestOperations:
                 assert code_of(part.commit) == error_codes.NOT_OWNER  # only the owner commits
             pub.write("w", small()["w"])
             pub.commit().wait_visible(timeout=60)
-            with rank1.acquire("org/m", version=3) as lease:
+            with rank1.acquire(model, version=3) as lease:
                 assert lease.numpy("b").tolist() == [0, 1, 2, 3, 4]
 
-    def test_abort_drops_the_version(self, client):
-        pub = client.begin("org/m", 1, [("w", "F32", [4, 3])])
+    def test_abort_drops_the_version(self, client, model):
+        pub = client.begin(model, 1, [("w", "F32", [4, 3])])
         pub.abort()
-        assert [v for v in client.status()["versions"] if v["model"] == "org/m"] == []
+        assert [v for v in client.status()["versions"] if v["model"] == model] == []
         # the same version may be begun again
-        client.publish("org/m", 1, {"w": small()["w"]})
+        client.publish(model, 1, {"w": small()["w"]})
 
-    def test_adopt_reads_a_safetensors_file_with_progress(self, client, tmp_path):
+    def test_adopt_reads_a_safetensors_file_with_progress(self, client, tmp_path, model):
         path = os.path.join(tmp_path, "ckpt.safetensors")
         save_file({"x": np.arange(8, dtype=np.float32), "y": np.ones((2, 2), np.float64)}, path)
         progress = []
-        description = client.publish_file(path, "org/ckpt", 5, on_progress=lambda done, total: progress.append((done, total)))
+        description = client.publish_file(path, model, 5, on_progress=lambda done, total: progress.append((done, total)))
         assert description["version"] == 5
         assert progress and progress[-1][0] == progress[-1][1]
-        with client.acquire("org/ckpt", version=5) as lease:
+        with client.acquire(model, version=5) as lease:
             assert lease.numpy("x").tolist() == list(range(8))
 
-    def test_acquire_waits_for_a_version(self, client, relay):
-        client.publish("org/m", 1, small())
+    def test_acquire_waits_for_a_version(self, client, relay, model):
+        client.publish(model, 1, small())
         with RelayClient(relay.socket_path) as trainer:
             # the acquire below is answered when version 2 completes, not before
-            future = client._live().connection.request_future("acquire", {"model": "org/m", "atLeast": 2, "timeoutMs": 60_000})
+            future = client._live().connection.request_future("acquire", {"model": model, "atLeast": 2, "timeoutMs": 60_000})
             assert not future.done()
-            trainer.publish("org/m", 2, small(3.0))
+            trainer.publish(model, 2, small(3.0))
             result = future.result(60)
             assert result["version"] == 2
             client.request("release", lease=result["lease"])
 
-    def test_acquire_gives_up_after_its_timeout(self, client):
-        client.publish("org/m", 1, small()).wait_visible(timeout=60)
-        assert code_of(client.acquire, "org/m", at_least=2, timeout=0.05) == error_codes.TIMEOUT
+    def test_acquire_gives_up_after_its_timeout(self, client, model):
+        client.publish(model, 1, small()).wait_visible(timeout=60)
+        assert code_of(client.acquire, model, at_least=2, timeout=0.05) == error_codes.TIMEOUT
 
-    def test_an_acquire_timeout_is_a_timeout_error(self, client):
+    def test_an_acquire_timeout_is_a_timeout_error(self, client, model):
         # The relay answers ERR_TIMEOUT; it is the class the code has on every path (the
         # sampler's too): a builtin TimeoutError and a LaminarTimeoutError.
-        client.publish("org/m", 1, small()).wait_visible(timeout=60)
+        client.publish(model, 1, small()).wait_visible(timeout=60)
         with pytest.raises(TimeoutError) as info:
-            client.acquire("org/m", at_least=2, timeout=0.05)
+            client.acquire(model, at_least=2, timeout=0.05)
         assert isinstance(info.value, LaminarTimeoutError) and info.value.code == error_codes.TIMEOUT
 
-    def test_watch_and_unwatch(self, client):
-        watch = client.request("watch", model="org/m")["watch"]
+    def test_watch_and_unwatch(self, client, model):
+        watch = client.request("watch", model=model)["watch"]
         assert client.request("unwatch", watch=watch) is None
 
-    def test_status(self, client):
-        client.publish("org/m", 1, small()).wait_visible(timeout=60)
-        status = client.status()
+    def test_status(self, own_client, model):
+        own_client.publish(model, 1, small()).wait_visible(timeout=60)
+        status = own_client.status()
         assert status["connections"] >= 1 and status["leases"] == 0
         [v] = status["versions"]
-        assert (v["model"], v["version"], v["state"]) == ("org/m", 1, "complete")
+        assert (v["model"], v["version"], v["state"]) == (model, 1, "complete")
 
     def test_plan_needs_a_relay_in_a_broadcast(self, client):
         assert code_of(client.set_plan, {"epoch": 1, "relays": []}) == error_codes.NO_BROADCAST
 
 
 class TestRelayErrors:
-    def test_unknown_tensor(self, client):
-        client.begin("org/m", 1, [("w", "F32", [4, 3])])
-        err = code_of(client.request, "written", model="org/m", version=1, tensors=[{"name": "nope", "checksum": "0" * 16}])
+    def test_unknown_tensor(self, client, model):
+        client.begin(model, 1, [("w", "F32", [4, 3])])
+        err = code_of(client.request, "written", model=model, version=1, tensors=[{"name": "nope", "checksum": "0" * 16}])
         assert err == error_codes.UNKNOWN_TENSOR
 
-    def test_unknown_tensor_in_a_lease_or_publication(self, client):
-        pub = client.begin("org/m", 1, [("w", "F32", [4, 3])])
+    def test_unknown_tensor_in_a_lease_or_publication(self, client, model):
+        pub = client.begin(model, 1, [("w", "F32", [4, 3])])
         assert code_of(pub.write, "nope", small()["w"]) == error_codes.UNKNOWN_TENSOR
         pub.write("w", small()["w"])
         pub.commit().wait_visible(timeout=60)
-        with client.acquire("org/m") as lease:
+        with client.acquire(model) as lease:
             assert code_of(lease.numpy, "nope") == error_codes.UNKNOWN_TENSOR
 
-    def test_bad_dtype(self, client):
-        assert code_of(client.begin, "org/m", 1, [("w", "F7", [4])]) == error_codes.BAD_DTYPE
+    def test_bad_dtype(self, client, model):
+        assert code_of(client.begin, model, 1, [("w", "F7", [4])]) == error_codes.BAD_DTYPE
 
-    def test_bad_shape(self, client):
-        assert code_of(client.begin, "org/m", 1, [("w", "F32", [-1])]) == error_codes.BAD_SHAPE
+    def test_bad_shape(self, client, model):
+        assert code_of(client.begin, model, 1, [("w", "F32", [-1])]) == error_codes.BAD_SHAPE
 
-    def test_duplicate_tensor(self, client):
-        assert code_of(client.begin, "org/m", 1, [("w", "F32", [1]), ("w", "F32", [1])]) == error_codes.DUPLICATE_TENSOR
+    def test_duplicate_tensor(self, client, model):
+        assert code_of(client.begin, model, 1, [("w", "F32", [1]), ("w", "F32", [1])]) == error_codes.DUPLICATE_TENSOR
 
     def test_bad_model_id(self, client):
         assert code_of(client.begin, "", 1, [("w", "F32", [1])]) == error_codes.BAD_MODEL_ID
         assert code_of(client.acquire, "bad\x01id") == error_codes.BAD_MODEL_ID
 
-    def test_version_exists(self, client):
-        client.publish("org/m", 1, small())
-        assert code_of(client.publish, "org/m", 1, small()) == error_codes.VERSION_EXISTS
+    def test_version_exists(self, client, model):
+        client.publish(model, 1, small())
+        assert code_of(client.publish, model, 1, small()) == error_codes.VERSION_EXISTS
 
-    def test_bad_version(self, client):
-        assert code_of(client.begin, "org/m", -1, [("w", "F32", [1])]) == error_codes.BAD_VERSION
-        assert code_of(client.begin, "org/m", 1.5, [("w", "F32", [1])]) == error_codes.BAD_VERSION
+    def test_bad_version(self, client, model):
+        assert code_of(client.begin, model, -1, [("w", "F32", [1])]) == error_codes.BAD_VERSION
+        assert code_of(client.begin, model, 1.5, [("w", "F32", [1])]) == error_codes.BAD_VERSION
 
-    def test_an_older_version_is_not_stale_locally(self, client):
+    def test_an_older_version_is_not_stale_locally(self, client, model):
         # ERR_VERSION_STALE belongs to the peer protocol (a relay declining an older version
         # offered by another relay); locally a writer may still publish an older version.
-        client.publish("org/m", 5, small()).wait_visible(timeout=60)
-        client.publish("org/m", 4, small()).wait_visible(timeout=60)
-        with client.acquire("org/m") as lease:
+        client.publish(model, 5, small()).wait_visible(timeout=60)
+        client.publish(model, 4, small()).wait_visible(timeout=60)
+        with client.acquire(model) as lease:
             assert lease.version == 5
 
     def test_unknown_lease(self, client):
         assert code_of(client.request, "release", lease=999) == error_codes.UNKNOWN_LEASE
 
-    def test_unknown_model_and_version(self, client):
+    def test_unknown_model_and_version(self, client, model):
         assert code_of(client.acquire, "org/none") == error_codes.UNKNOWN_MODEL
-        client.publish("org/m", 1, small())
-        assert code_of(client.acquire, "org/m", version=9) == error_codes.UNKNOWN_VERSION
+        client.publish(model, 1, small())
+        assert code_of(client.acquire, model, version=9) == error_codes.UNKNOWN_VERSION
 
-    def test_incomplete(self, client):
-        pub = client.begin("org/m", 1, [("w", "F32", [4, 3])])
+    def test_incomplete(self, client, model):
+        pub = client.begin(model, 1, [("w", "F32", [4, 3])])
         # commit() returns once sent; the relay's refusal comes with the verdict
         assert code_of(pub.commit().wait_visible, 60) == error_codes.INCOMPLETE
 
-    def test_checksum_mismatch(self, client):
-        client.begin("org/m", 1, [("w", "F32", [4, 3])])
-        client.request("written", model="org/m", version=1, tensors=[{"name": "w", "checksum": "0123456789abcdef"}])
-        assert code_of(client.request, "commit", model="org/m", version=1) == error_codes.CHECKSUM_MISMATCH
+    def test_checksum_mismatch(self, client, model):
+        client.begin(model, 1, [("w", "F32", [4, 3])])
+        client.request("written", model=model, version=1, tensors=[{"name": "w", "checksum": "0123456789abcdef"}])
+        assert code_of(client.request, "commit", model=model, version=1) == error_codes.CHECKSUM_MISMATCH
 
-    def test_not_owner_on_the_relay(self, client, relay):
-        pub = client.begin("org/m", 1, [("w", "F32", [4, 3])])
+    def test_not_owner_on_the_relay(self, client, relay, model):
+        pub = client.begin(model, 1, [("w", "F32", [4, 3])])
         pub.write("w", small()["w"])
         pub.flush()
         with RelayClient(relay.socket_path) as other:
-            assert code_of(other.request, "commit", model="org/m", version=1) == error_codes.NOT_OWNER
+            assert code_of(other.request, "commit", model=model, version=1) == error_codes.NOT_OWNER
 
-    def test_not_writing(self, client):
-        pub = client.begin("org/m", 1, [("w", "F32", [4, 3])])
+    def test_not_writing(self, client, model):
+        pub = client.begin(model, 1, [("w", "F32", [4, 3])])
         pub.write("w", small()["w"])
         pub.commit()
         assert code_of(pub.write, "w", small()["w"]) == error_codes.NOT_WRITING
-        assert code_of(client.request, "abort", model="org/m", version=1) == error_codes.NOT_WRITING
+        assert code_of(client.request, "abort", model=model, version=1) == error_codes.NOT_WRITING
 
     def test_bad_segment_name(self, client):
         assert code_of(client.attach, "../../etc/passwd") == error_codes.BAD_SEGMENT_NAME
@@ -221,8 +241,8 @@ class TestRelayErrors:
             client.request("release", lease=1)
         assert info.value.code == error_codes.UNKNOWN_LEASE and "lease" in info.value.message
 
-    def test_a_tensor_of_the_wrong_size_or_dtype(self, client):
-        pub = client.begin("org/m", 1, [("w", "F32", [4, 3])])
+    def test_a_tensor_of_the_wrong_size_or_dtype(self, client, model):
+        pub = client.begin(model, 1, [("w", "F32", [4, 3])])
         assert code_of(pub.write, "w", np.zeros(5, np.float32)) == error_codes.BAD_TENSOR
         assert code_of(pub.write, "w", np.zeros((4, 3), np.int32)) == error_codes.BAD_TENSOR
         pub.write("w", np.zeros((4, 3), np.float32).tobytes())  # raw bytes of the right size fit

@@ -106,6 +106,19 @@ def versions_at(relay: Any) -> dict[int, dict[str, Any]]:
 
 
 @pytest.fixture
+def relay(module_relay):
+    """The module's relay, shared by its cases (conftest.py's module_relay)."""
+    return module_relay
+
+
+@pytest.fixture(autouse=True)
+def model_of_the_case(model_name, monkeypatch):
+    """Each case publishes under a model of its own on the shared relay: ``MODEL``, which the
+    helpers and the cases read, names it for the case's duration."""
+    monkeypatch.setitem(globals(), "MODEL", model_name)
+
+
+@pytest.fixture
 def engines(relay):
     trainer = engine(relay, client_name="trainer rank 0")
     rollout = engine(relay, client_name="rollout")
