@@ -15,18 +15,30 @@
  * tokens; EOS is ignored); the draws are seeded by trajectory, so every configuration generates
  * the same tokens and the same observations: only the scheduling differs. Each tool call takes
  * `toolMs` (the lookup itself answers at once; the tools of agentic jobs take time, and only a
- * trajectory waiting at a tool can be moved).
+ * trajectory waiting at a tool can be moved). Every turn is a call (EveryTurnCalls below): the
+ * untrained model's turns seldom spell a well-formed call, and a malformed one gets an error
+ * observation at once, without the tool, so that with the parser alone almost no turn waited.
  *
- * Configurations, each a fresh job on the same engines, rotated every round, after a warm-up round
- * that is not counted (the agents' predictors keep their history from batch to batch, as in a
- * job's successive steps):
- *   before      laminar before #49: the agents' line and the engines first come first served,
- *               repack with Algorithm 1
+ * Saturation: each agent keeps `inFlight` trajectories at its engine (`--max-in-flight`), more than
+ * the engine decodes at once (`maxRunning`), so requests queue at the engine and its order (first
+ * come first served, or by priority) decides who waits, as on a cluster whose engines a step's
+ * trajectories outnumber. With `inFlight` equal to `maxRunning` nothing queues at the engine and
+ * only the agents' own lines order anything.
+ *
+ * Configurations, each a fresh job on the same engines, interleaved: every round runs each once, in
+ * an order rotated from round to round, so that the machine's load drifts hit all alike; a warm-up
+ * round is not counted. Each configuration keeps its history from batch to batch, as a job keeps it
+ * from step to step: the agents' predictors, and the prompt pool's recorded lengths per prompt
+ * (a job's pool keeps them across epochs; the bench's batches are separate pools, so it carries
+ * them over).
+ *   before      laminar before #49: prompts claimed first in first out, the agents' line and the
+ *               engines first come first served, repack with Algorithm 1
  *   priority    progressive priority (the agents' line and the engines' by predicted remaining
  *               tokens, the length predictor), repack with Algorithm 1
+ *   claims      longest-first claims alone: the prompts whose groups ran longest last time first
  *   median      all on, but the group's median so far in place of the predictor
- *   all         progressive priority with the predictor, and the manager's `--planner dp`
- *               (tool-call moves, the stay-on-your-engine preference)
+ *   all         longest-first claims, progressive priority with the predictor, and the manager's
+ *               `--planner dp` (tool-call moves, the stay-on-your-engine preference)
  * Tool-call moves need progressive priority (the agents report their trajectories only with it),
  * so there is no "moves alone".
  */
@@ -36,12 +48,13 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Registry } from 'prom-client';
 import { ActionClient, ActionWorker, lookupHandler, type ActionHandler } from '../src/actions/index.js';
 import { createLogger } from '../src/common/logger.js';
-import { ExperienceWriter, PartialPool, PromptPool } from '../src/data/index.js';
+import { ExperienceWriter, PartialPool, PromptPool, type ClaimOrder } from '../src/data/index.js';
 import { GroupMedianBaseline } from '../src/manager/agentic/group-median-baseline.js';
 import { LengthPredictor } from '../src/manager/agentic/length-predictor.js';
 import type { RemainingLengthPredictor } from '../src/manager/agentic/remaining-length.js';
 import { Manager } from '../src/manager/manager.js';
 import { LOOKUP_TOOLS, RolloutAgent, SglangClient, TokenCallsParser, toolMatchReward } from '../src/rollout-agent/index.js';
+import type { ObservationInput, ParsedTurn, ToolCallParser } from '../src/rollout-agent/tool-calls/parser.js';
 import { projectPython, REPO_ROOT, spawnReferenceEngine, startNatsServer, type ReferenceEngine } from '../src/services/index.js';
 import { followRecords, LOOKUP_MODEL, openLookupWorld, promptCounters, waitFor, type LookupWorld, type RecordSeen } from './lookup-world.js';
 import { median, percentile, round } from './support.js';
@@ -59,28 +72,43 @@ export interface SchedArgs {
   /** GRPO groups per batch. */
   groups: number;
   groupSize: number;
-  /** Each engine's `--max-running`, and each agent's `--max-in-flight`. */
+  /** Each engine's `--max-running`: sequences it decodes at once. */
   maxRunning: number;
+  /** Each agent's `--max-in-flight` (and `--max-at-tools`): above maxRunning, requests queue at the engine. */
+  inFlight: number;
   rounds: number;
+  /** The configurations to run (CONFIG_KEYS; default all). */
+  configs: readonly ConfigKey[];
   /** Bound on one batch (s). */
   deadlineS: number;
   /** How long each tool call takes (ms): the lookup answers at once, agentic tools (a sandbox, a search) do not. */
   toolMs: number;
 }
 
+export const CONFIG_KEYS = ['before', 'priority', 'claims', 'median', 'all'] as const;
+export type ConfigKey = (typeof CONFIG_KEYS)[number];
+
 interface Config {
-  key: 'before' | 'priority' | 'median' | 'all';
+  key: ConfigKey;
   progressivePriority: boolean;
   predictor: 'length' | 'group-median';
   planner: 'algorithm1' | 'dp';
+  claimOrder: ClaimOrder;
 }
 
 const CONFIGS: readonly Config[] = [
-  { key: 'before', progressivePriority: false, predictor: 'length', planner: 'algorithm1' },
-  { key: 'priority', progressivePriority: true, predictor: 'length', planner: 'algorithm1' },
-  { key: 'median', progressivePriority: true, predictor: 'group-median', planner: 'dp' },
-  { key: 'all', progressivePriority: true, predictor: 'length', planner: 'dp' },
+  { key: 'before', progressivePriority: false, predictor: 'length', planner: 'algorithm1', claimOrder: 'fifo' },
+  { key: 'priority', progressivePriority: true, predictor: 'length', planner: 'algorithm1', claimOrder: 'fifo' },
+  { key: 'claims', progressivePriority: false, predictor: 'length', planner: 'algorithm1', claimOrder: 'longest-first' },
+  { key: 'median', progressivePriority: true, predictor: 'group-median', planner: 'dp', claimOrder: 'longest-first' },
+  { key: 'all', progressivePriority: true, predictor: 'length', planner: 'dp', claimOrder: 'longest-first' },
 ];
+
+/** What a configuration keeps from batch to batch: its agents' predictors, its pool's prompt lengths. */
+interface History {
+  predictors: RemainingLengthPredictor[];
+  lengths: Map<string, number>;
+}
 
 /** What one batch measured. */
 interface Batch {
@@ -97,6 +125,28 @@ interface Batch {
 }
 
 export type SchedResult = Record<string, number | string | number[]>;
+
+/**
+ * The lookup task's parser, but every turn is a lookup call: a malformed call (most of an untrained
+ * model's) becomes lookup(key = the turn's digits, or 0) instead of an error observation given at
+ * once. Every turn then waits at the tool for `toolMs`, as an agent's turns wait at its tools.
+ */
+class EveryTurnCalls implements ToolCallParser {
+  readonly name = 'every-turn-calls';
+  private readonly inner = new TokenCallsParser();
+  readonly stopTokenIds = this.inner.stopTokenIds;
+
+  async parse(turn: readonly number[]): Promise<ParsedTurn> {
+    const parsed = await this.inner.parse(turn);
+    if (parsed.kind === 'call') return parsed;
+    const digits = turn.filter((id) => id >= 4 && id < 14).map((id) => String(id - 4));
+    return { kind: 'call', call: { tool: 'lookup', args: { key: digits.join('').slice(0, 8) || '0' } } };
+  }
+
+  observationText(result: ObservationInput): string {
+    return this.inner.observationText(result);
+  }
+}
 
 /** The demo's prompts with each group's turn limit from TURNS_BY_GROUP. */
 async function prompts(groups: number, groupSize: number): Promise<{ id: string; payload: Record<string, unknown>; n: number }[]> {
@@ -123,7 +173,7 @@ async function oneBatch(
   engines: ReferenceEngine[],
   job: string,
   c: Config,
-  predictors: RemainingLengthPredictor[],
+  history: History,
   a: SchedArgs,
 ): Promise<Batch> {
   const closers: Array<() => Promise<unknown>> = [];
@@ -135,6 +185,9 @@ async function oneBatch(
   try {
     const nc = await open('job');
     const pool = await PromptPool.open({ redis: world.redis, name: job });
+    // The lengths the configuration's previous batches recorded, as a job's pool has them from its
+    // previous epochs (the batch is the pool's epoch 0: what it records itself is kept beside them).
+    for (const [id, tokens] of history.lengths) await pool.recordLength(`${id}#0`, tokens);
     const writer = await ExperienceWriter.open({ nc, buffer: job, groups: pool });
     const partials = await PartialPool.open({ nc, pool: job, writer });
     closers.push(() => partials.close());
@@ -188,7 +241,8 @@ async function oneBatch(
         defaults: { maxNewTokens: MAX_CONTEXT, temperature: 1, topP: 1, topK: -1, stopTokenIds: [], ignoreEos: true, seeded: true },
         reward: toolMatchReward,
         batchPrompts: 1,
-        maxInFlight: a.maxRunning,
+        maxInFlight: a.inFlight,
+        maxAtTools: a.inFlight,
         heartbeatMs: 500,
         promptPool: job,
         partialPool: job,
@@ -196,9 +250,10 @@ async function oneBatch(
         registry,
         logger: createLogger({ level: 'warn', name: `${job}-agent-${i}` }),
         progressivePriority: c.progressivePriority,
-        lengthPredictor: predictors[i]!,
+        lengthPredictor: history.predictors[i]!,
+        claimOrder: c.claimOrder,
         multiTurn: {
-          parser: new TokenCallsParser(),
+          parser: new EveryTurnCalls(),
           tools: LOOKUP_TOOLS,
           actions,
           maxTurns: Math.max(...TURNS_BY_GROUP),
@@ -237,6 +292,8 @@ async function oneBatch(
     const seen: RecordSeen[] = records.records.slice(0, total);
     const generated = seen.reduce((s, r) => s + r.generated, 0);
     const latencies = seen.map((r) => r.latencyMs / 1000);
+    // Recorded by the agents as trajectories ended (not awaited there): read once the batch is done.
+    if (c.claimOrder === 'longest-first') history.lengths = await pool.lengths();
     return {
       makespanS,
       trajectoriesPerS: total / makespanS,
@@ -263,73 +320,110 @@ export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult;
       engines.push(
         await spawnReferenceEngine(`engine-${i}`, { kvCapacityTokens: 65_536, maxRunning: a.maxRunning, seed: 1, args: ['--enable-priority-scheduling'] }),
       );
-    const batches = new Map<Config['key'], Batch[]>(CONFIGS.map((c) => [c.key, []]));
-    const failed = new Map<Config['key'], number>();
-    // Each configuration's agents keep their predictors from batch to batch, as a job's agents
-    // keep their history from step to step; the first round only warms them up (not counted).
-    const predictors = new Map<Config['key'], RemainingLengthPredictor[]>(
-      CONFIGS.map((c) => [c.key, engines.map(() => (c.predictor === 'length' ? new LengthPredictor() : new GroupMedianBaseline()))]),
+    const configs = CONFIGS.filter((c) => a.configs.includes(c.key));
+    // Per configuration, one entry per counted round (null: the batch failed), so that rounds pair up.
+    const batches = new Map<ConfigKey, (Batch | null)[]>(configs.map((c) => [c.key, []]));
+    const history = new Map<ConfigKey, History>(
+      configs.map((c) => [
+        c.key,
+        { predictors: engines.map(() => (c.predictor === 'length' ? new LengthPredictor() : new GroupMedianBaseline())), lengths: new Map() },
+      ]),
     );
     for (let r = 0; r <= a.rounds; r++) {
       // Rotated: no configuration always runs first (or right after another one).
-      const order = CONFIGS.map((_, i) => CONFIGS[(i + r) % CONFIGS.length]!);
+      const order = configs.map((_, i) => configs[(i + r) % configs.length]!);
       for (const c of order) {
         const name = r === 0 ? 'warm-up' : `round ${r}/${a.rounds}`;
         log(`${name}: ${c.key}, ${a.groups} groups × ${a.groupSize}`);
-        let b: Batch;
+        let b: Batch | null = null;
         try {
-          b = await oneBatch(nats.url, world, engines, `sched-${c.key}-${r}`, c, predictors.get(c.key)!, a);
+          b = await oneBatch(nats.url, world, engines, `sched-${c.key}-${r}`, c, history.get(c.key)!, a);
         } catch (err) {
           // A batch that does not finish (a trajectory whose completion keeps failing) is reported,
           // not waited for: the other configurations still measure.
           log(`${name}: ${c.key}: FAILED: ${(err as Error).message}`);
-          failed.set(c.key, (failed.get(c.key) ?? 0) + 1);
-          continue;
         }
         if (r > 0) batches.get(c.key)!.push(b);
-        log(
-          `${name}: ${c.key}: ${round(b.trajectoriesPerS, 3)} trajectories/s, makespan ${round(b.makespanS, 1)} s, ` +
-            `latency p50 ${round(b.latencyP50S, 2)} s p99 ${round(b.latencyP99S, 2)} s, ${b.moved} moved, ${b.generated} tokens, prefix cache hits ${round(b.cacheHitRate, 3)}`,
-        );
+        if (b)
+          log(
+            `${name}: ${c.key}: ${round(b.trajectoriesPerS, 3)} trajectories/s, makespan ${round(b.makespanS, 1)} s, ` +
+              `latency p50 ${round(b.latencyP50S, 2)} s p99 ${round(b.latencyP99S, 2)} s, ${b.moved} moved, ${b.generated} tokens, prefix cache hits ${round(b.cacheHitRate, 3)}`,
+          );
       }
     }
-    const med = (key: Config['key'], f: (b: Batch) => number): number => (batches.get(key)!.length ? median(batches.get(key)!.map(f)) : Number.NaN);
-    const result: SchedResult = {
-      sched_groups: a.groups,
-      sched_group_size: a.groupSize,
-      sched_engines: ENGINES,
-      sched_max_running: a.maxRunning,
-      sched_rounds: a.rounds,
-      sched_turns_by_group: TURNS_BY_GROUP,
-      sched_tool_ms: a.toolMs,
-      sched_throughput_gain: round(med('all', (b) => b.trajectoriesPerS) / med('before', (b) => b.trajectoriesPerS)),
-    };
-    for (const [k, n] of failed) result[`sched_${k}_failed_batches`] = n;
-    // Each figure: its JSON name's tail, its column, what it reads of a batch, its decimals.
-    const figures: [string, string, (b: Batch) => number, number][] = [
-      ['trajectories_per_s', 'trajectories/s', (b) => b.trajectoriesPerS, 3],
-      ['tokens_per_s', 'tokens/s', (b) => b.tokensPerS, 1],
-      ['makespan_s', 'makespan s', (b) => b.makespanS, 2],
-      ['latency_p50_s', 'latency p50 s', (b) => b.latencyP50S, 2],
-      ['latency_p99_s', 'latency p99 s', (b) => b.latencyP99S, 2],
-      ['moved', 'moved', (b) => b.moved, 1],
-      ['prefix_cache_hit_rate', 'prefix cache hits', (b) => b.cacheHitRate, 3],
-    ];
-    const rows = [['configuration', 'failed batches', ...figures.map(([, column]) => column), 'tokens']];
-    for (const { key } of CONFIGS) {
-      const row = [key, String(failed.get(key) ?? 0)];
-      for (const [name, , read, digits] of figures) {
-        const value = round(med(key, read), digits);
-        result[`sched_${key}_${name}`] = value;
-        row.push(String(value));
-      }
-      result[`sched_${key}_generated_tokens`] = batches.get(key)!.map((b) => b.generated);
-      rows.push([...row, String(med(key, (b) => b.generated))]);
-    }
-    return { result, rows };
+    return summarise(a, configs, batches);
   } finally {
     for (const e of engines) await e.kill('SIGTERM').catch(() => undefined);
     await world.close();
     await nats.stop();
   }
+}
+
+/**
+ * The figures: per configuration the median over its rounds and the spread (lowest and highest
+ * round) of each; the gain both as the ratio of the medians and round by round (all over before in
+ * the same round, the same minutes: a drift of the machine's load cancels in the pair).
+ */
+function summarise(a: SchedArgs, configs: readonly Config[], batches: Map<ConfigKey, (Batch | null)[]>): { result: SchedResult; rows: string[][] } {
+  const ok = (key: ConfigKey): Batch[] => (batches.get(key) ?? []).filter((b): b is Batch => b !== null);
+  const med = (key: ConfigKey, f: (b: Batch) => number): number => (ok(key).length ? median(ok(key).map(f)) : Number.NaN);
+  const paired = (key: ConfigKey): number[] => {
+    const over = batches.get(key) ?? [];
+    const base = batches.get('before') ?? [];
+    return over.flatMap((b, r) => (b && base[r] ? [round(b.trajectoriesPerS / base[r].trajectoriesPerS)] : []));
+  };
+  const result: SchedResult = {
+    sched_groups: a.groups,
+    sched_group_size: a.groupSize,
+    sched_engines: ENGINES,
+    sched_max_running: a.maxRunning,
+    sched_in_flight: a.inFlight,
+    sched_rounds: a.rounds,
+    sched_configs: configs.map((c) => c.key).join(','),
+    sched_turns_by_group: TURNS_BY_GROUP,
+    sched_tool_ms: a.toolMs,
+    sched_throughput_gain: round(med('all', (b) => b.trajectoriesPerS) / med('before', (b) => b.trajectoriesPerS)),
+    // Round by round, all over before of the same round; and its median.
+    sched_throughput_gain_by_round: paired('all'),
+    sched_throughput_gain_paired_median: paired('all').length ? round(median(paired('all'))) : Number.NaN,
+  };
+  // Each figure: its JSON name's tail, its column, what it reads of a batch, its decimals.
+  const figures: [string, string, (b: Batch) => number, number][] = [
+    ['trajectories_per_s', 'trajectories/s', (b) => b.trajectoriesPerS, 3],
+    ['tokens_per_s', 'tokens/s', (b) => b.tokensPerS, 1],
+    ['makespan_s', 'makespan s', (b) => b.makespanS, 2],
+    ['latency_p50_s', 'latency p50 s', (b) => b.latencyP50S, 2],
+    ['latency_p99_s', 'latency p99 s', (b) => b.latencyP99S, 2],
+    ['moved', 'moved', (b) => b.moved, 1],
+    ['prefix_cache_hit_rate', 'prefix cache hits', (b) => b.cacheHitRate, 3],
+  ];
+  const rows = [
+    ['configuration', 'failed batches', 'trajectories/s (lowest-highest)', 'over before, by round', ...figures.slice(1).map(([, column]) => column), 'tokens'],
+  ];
+  for (const { key } of configs) {
+    const done = ok(key);
+    const failed = (batches.get(key) ?? []).length - done.length;
+    if (failed > 0) result[`sched_${key}_failed_batches`] = failed;
+    const tps = done.map((b) => b.trajectoriesPerS);
+    const spread = done.length ? `${round(Math.min(...tps), 2)}-${round(Math.max(...tps), 2)}` : '-';
+    result[`sched_${key}_trajectories_per_s_by_round`] = (batches.get(key) ?? []).map((b) => (b ? round(b.trajectoriesPerS, 3) : Number.NaN));
+    const pairs = key === 'before' ? [] : paired(key);
+    const row = [
+      key,
+      String(failed),
+      `${round(
+        med(key, (b) => b.trajectoriesPerS),
+        3,
+      )} (${spread})`,
+      pairs.length ? pairs.join(' ') : '-',
+    ];
+    for (const [name, , read, digits] of figures) {
+      const value = round(med(key, read), digits);
+      result[`sched_${key}_${name}`] = value;
+      if (name !== 'trajectories_per_s') row.push(String(value));
+    }
+    result[`sched_${key}_generated_tokens`] = done.map((b) => b.generated);
+    rows.push([...row, String(med(key, (b) => b.generated))]);
+  }
+  return { result, rows };
 }

@@ -1,6 +1,7 @@
 /**
  * `npm run bench -- agentic [--only predictor,sched] [--steps 3] [--prompts 512]
- *   [--sched-groups 16] [--sched-group-size 4] [--sched-max-running 4] [--sched-rounds 2] [--sched-tool-ms 200]`
+ *   [--sched-groups 32] [--sched-group-size 4] [--sched-max-running 2] [--sched-in-flight 8]
+ *   [--sched-rounds 4] [--sched-tool-ms 200] [--sched-configs before,priority,claims,median,all]`
  *
  * Issue #49's agentic scheduling figures, in sections (`--only`; default: both):
  *   predictor: `predictor_mae_over_baseline`, the mean absolute error of the remaining-length
@@ -10,7 +11,8 @@
  *              src/simulate/workload/turn-traces.ts). The first step trains both and is not scored.
  *   sched:     `sched_throughput_gain`, trajectories per second of a batch of groups on the demo's
  *              tool task with reference engines, all of #49's scheduling on over laminar's before
- *              it, and each mechanism on and off (agentic-sched.ts; a few minutes).
+ *              it, and each mechanism on and off, interleaved round by round, with each
+ *              configuration's median and spread (agentic-sched.ts; about ten minutes).
  * Prints a table per section, then one JSON line (the last line of stdout).
  */
 import { parseArgs } from 'node:util';
@@ -21,7 +23,7 @@ import { resolveScenarioPath } from '../src/simulate/files.js';
 import { loadScenario } from '../src/simulate/scenario/load.js';
 import { turnTraces } from '../src/simulate/workload/turn-traces.js';
 import { Workload } from '../src/simulate/workload/workload.js';
-import { schedSection, type SchedResult } from './agentic-sched.js';
+import { CONFIG_KEYS, schedSection, type ConfigKey, type SchedResult } from './agentic-sched.js';
 import { positiveInt, printTable, round } from './support.js';
 
 const SECTIONS = ['predictor', 'sched'] as const;
@@ -33,11 +35,14 @@ export async function run(args: string[]): Promise<void> {
       only: { type: 'string', default: SECTIONS.join(',') },
       steps: { type: 'string', default: '3' },
       prompts: { type: 'string', default: '512' },
-      'sched-groups': { type: 'string', default: '16' },
+      // Saturated engines: 32 groups of 4 on 2 engines decoding 2 at once, 8 requests per agent.
+      'sched-groups': { type: 'string', default: '32' },
       'sched-group-size': { type: 'string', default: '4' },
-      'sched-max-running': { type: 'string', default: '4' },
-      'sched-rounds': { type: 'string', default: '2' },
+      'sched-max-running': { type: 'string', default: '2' },
+      'sched-in-flight': { type: 'string', default: '8' },
+      'sched-rounds': { type: 'string', default: '4' },
       'sched-tool-ms': { type: 'string', default: '200' },
+      'sched-configs': { type: 'string', default: CONFIG_KEYS.join(',') },
     },
   });
   const only = new Set(values.only.split(',').filter(Boolean));
@@ -49,6 +54,8 @@ export async function run(args: string[]): Promise<void> {
       groups: positiveInt(values['sched-groups'], '--sched-groups'),
       groupSize: positiveInt(values['sched-group-size'], '--sched-group-size'),
       maxRunning: positiveInt(values['sched-max-running'], '--sched-max-running'),
+      inFlight: positiveInt(values['sched-in-flight'], '--sched-in-flight'),
+      configs: configKeys(values['sched-configs']),
       rounds: positiveInt(values['sched-rounds'], '--sched-rounds'),
       // A batch takes 10-30 s on the loaded development machine.
       deadlineS: 150,
@@ -56,13 +63,21 @@ export async function run(args: string[]): Promise<void> {
     };
     const { result, rows } = await schedSection(a);
     printTable(
-      `agentic scheduling, the demo's tool task: ${a.groups} groups × ${a.groupSize}, 2 reference engines (max running ${a.maxRunning}), tool calls of ${a.toolMs} ms, medians of ${a.rounds} rounds; sched_throughput_gain ${String(result.sched_throughput_gain)} (goal >= 1.3)`,
+      `agentic scheduling, the demo's tool task: ${a.groups} groups × ${a.groupSize}, 2 reference engines (max running ${a.maxRunning}, ${a.inFlight} in flight per agent), tool calls of ${a.toolMs} ms, medians of ${a.rounds} interleaved rounds; sched_throughput_gain ${String(result.sched_throughput_gain)} (goal >= 1.3), round by round ${JSON.stringify(result.sched_throughput_gain_by_round)}`,
       rows,
     );
     sched = result;
   }
   process.stdout.write(`${JSON.stringify({ ...line, ...sched })}
 `);
+}
+
+function configKeys(text: string): ConfigKey[] {
+  const keys = text.split(',').filter(Boolean);
+  for (const k of keys)
+    if (!(CONFIG_KEYS as readonly string[]).includes(k)) throw new Error(`--sched-configs: ${k} is not a configuration (${CONFIG_KEYS.join(', ')})`);
+  if (!keys.includes('before') || !keys.includes('all')) throw new Error('--sched-configs: the gain needs before and all');
+  return keys as ConfigKey[];
 }
 
 function nonNegative(text: string, flag: string): number {
