@@ -3,15 +3,20 @@
  * the project's Python (`python -m laminar.testing.publish`), and in-process agents on real
  * services.
  */
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll } from 'vitest';
 import type { WeightsVariant } from '../../src/relay/fp8/model-id.js';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
-import { ExperienceWriter, PartialPool, PromptPool } from '../../src/data/index.js';
+import { ExperienceWriter, PartialPool, PromptPool, type ClaimOrder } from '../../src/data/index.js';
 import { Manager } from '../../src/manager/manager.js';
 import type { RolloutCoordinatorOptions } from '../../src/manager/rollouts/coordinator.js';
 import { RolloutAgent, SglangClient, targetMatchReward, type EngineClient, type RequestDefaults } from '../../src/rollout-agent/index.js';
+import { spawnReferenceEngine, type ReferenceEngine } from '../../src/services/index.js';
 import { natsClient } from '../data/helpers.js';
+import { spawnRelay, tempShmDir, type RelayProcess } from './relay.js';
 import { runPublish } from './tiny-publisher.js';
 
 /** A TinyLM small enough that tests generate hundreds of tokens in well under a second. */
@@ -38,6 +43,43 @@ export async function publishTiny(
 /** Writes the model's config.json (default TEST_MODEL_CONFIG) into `dir` (the relays' --engine-files) without publishing. */
 export async function writeTinyConfig(dir: string, config: Record<string, number> = TEST_MODEL_CONFIG): Promise<void> {
   await runPublish(['--config', JSON.stringify(config), '--config-dir', dir]);
+}
+
+/** A test file's relay (holding TinyLM's engine files) and one reference engine: see oneEngineFixture(). */
+export interface OneEngineWorld {
+  relay: RelayProcess;
+  engine: ReferenceEngine;
+  /** Run at the file's end, last in first, before the engine and the relay stop (agents, clients). */
+  closers: Array<() => Promise<unknown>>;
+}
+
+/**
+ * Starts, for the whole file, a relay whose --engine-files hold TinyLM's config (directory name
+ * `tmpPrefix`...) and one reference engine; at the end runs the closers, then stops both. Call it
+ * after servicesFixture(), whose servers must outlive the agents the closers close.
+ */
+export function oneEngineFixture(tmpPrefix: string): OneEngineWorld {
+  const world = { closers: [] } as unknown as OneEngineWorld;
+  let tmp: ReturnType<typeof tempShmDir> | undefined;
+  beforeAll(async () => {
+    tmp = tempShmDir(tmpPrefix);
+    const configDir = join(tmp.dir, 'engine-files');
+    mkdirSync(configDir);
+    await writeTinyConfig(configDir);
+    [world.relay, world.engine] = await Promise.all([
+      spawnRelay(tmp.dir, ['--no-pin', '--engine-files', configDir]),
+      spawnReferenceEngine('engine', { kvCapacityTokens: 4096, seed: 1 }),
+    ]);
+  }, 120_000);
+  afterAll(async () => {
+    for (const close of world.closers.splice(0).reverse()) await close().catch(() => undefined);
+    // Unset when beforeAll failed before starting them.
+    const started = world as Partial<OneEngineWorld>;
+    await started.engine?.kill('SIGTERM');
+    await started.relay?.stop('SIGKILL');
+    tmp?.cleanup();
+  });
+  return world;
 }
 
 /** Fixed-length responses (no EOS), seeded per trajectory. */
@@ -74,6 +116,8 @@ export async function startTestAgent(options: {
   /** Continuous mode: trajectories generating at once (0 or absent: batch mode). */
   maxInFlight?: number;
   weights?: WeightsVariant;
+  /** Which pending prompt the agent's claims take (absent: the agent's default, fifo). */
+  claimOrder?: ClaimOrder;
 }): Promise<TestAgent> {
   const nc = await options.connect(options.natsUrl);
   const registry = new Registry();
@@ -91,6 +135,7 @@ export async function startTestAgent(options: {
     batchPrompts: options.batchPrompts ?? 4,
     partialRollout: options.partialRollout ?? false,
     ...(options.maxInFlight ? { maxInFlight: options.maxInFlight } : {}),
+    ...(options.claimOrder ? { claimOrder: options.claimOrder } : {}),
     heartbeatMs: 200,
     promptPool: options.job,
     partialPool: options.job,

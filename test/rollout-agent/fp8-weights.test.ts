@@ -5,38 +5,14 @@
  * with quantization_config), dequantising it, and generates with it. How close its outputs are to
  * the bf16/f32 model's: python/tests/test_fp8_convert.py.
  */
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RelayClient } from '../../src/relay/client/index.js';
 import { SglangClient } from '../../src/rollout-agent/index.js';
-import { spawnReferenceEngine, type ReferenceEngine } from '../../src/services/index.js';
 import { natsClient, servicesFixture } from '../data/helpers.js';
-import { publishTiny, startTestAgent, writeTinyConfig } from '../helpers/agents.js';
-import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { oneEngineFixture, publishTiny, startTestAgent } from '../helpers/agents.js';
 
 const fx = servicesFixture();
-let tmp: ReturnType<typeof tempShmDir>;
-let relay: RelayProcess;
-let engine: ReferenceEngine;
-const closers: Array<() => Promise<unknown>> = [];
-
-beforeAll(async () => {
-  tmp = tempShmDir('laminar-fp8-agent-');
-  const configDir = join(tmp.dir, 'engine-files');
-  mkdirSync(configDir);
-  await writeTinyConfig(configDir);
-  [relay, engine] = await Promise.all([
-    spawnRelay(tmp.dir, ['--no-pin', '--engine-files', configDir]),
-    spawnReferenceEngine('engine', { kvCapacityTokens: 4096, seed: 1 }),
-  ]);
-}, 120_000);
-afterAll(async () => {
-  for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
-  await (engine as ReferenceEngine | undefined)?.kill('SIGTERM');
-  await (relay as RelayProcess | undefined)?.stop('SIGKILL');
-  (tmp as typeof tmp | undefined)?.cleanup();
-});
+const world = oneEngineFixture('laminar-fp8-agent-');
 
 async function modelPath(url: string): Promise<string | null> {
   const info = (await (await fetch(`${url}/get_model_info`)).json()) as { model_path: string | null };
@@ -46,25 +22,25 @@ async function modelPath(url: string): Promise<string | null> {
 describe('rollout agent: --weights fp8', () => {
   it('loads the FP8 variant of each version into the engine, which generates with it', async () => {
     const model = 'fp8/tiny';
-    await publishTiny(relay.socketPath, model, [0]);
+    await publishTiny(world.relay.socketPath, model, [0]);
     const a = await startTestAgent({
       natsUrl: fx.nats.url,
       connect: natsClient,
       redis: fx.redis,
       job: 'fp8',
       id: 'ag-fp8',
-      engineUrl: engine.url,
-      relaySocket: relay.socketPath,
+      engineUrl: world.engine.url,
+      relaySocket: world.relay.socketPath,
       model,
       weights: 'fp8',
     });
-    closers.push(() => a.close());
+    world.closers.push(() => a.close());
     await expect.poll(() => a.agent.client?.version, { timeout: 30_000 }).toBe(0);
-    expect(await modelPath(engine.url)).toMatch(/\/models\/fp8~2ftiny~40fp8\/v0$/);
-    expect(await new SglangClient(engine.url).weightVersion()).toBe('0');
+    expect(await modelPath(world.engine.url)).toMatch(/\/models\/fp8~2ftiny~40fp8\/v0$/);
+    expect(await new SglangClient(world.engine.url).weightVersion()).toBe('0');
     // The agent holds its lease on the variant; the bf16 version is there beside it.
-    const client = await RelayClient.connect({ socketPath: relay.socketPath, name: 'test' });
-    closers.push(() => {
+    const client = await RelayClient.connect({ socketPath: world.relay.socketPath, name: 'test' });
+    world.closers.push(() => {
       client.close();
       return Promise.resolve();
     });
@@ -73,7 +49,7 @@ describe('rollout agent: --weights fp8', () => {
     expect(versions.find((v) => v.model === model && v.version === 0)).toBeDefined();
     // The engine generates with the dequantised weights.
     const answer = (await (
-      await fetch(`${engine.url}/generate`, {
+      await fetch(`${world.engine.url}/generate`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ input_ids: [1, 2, 3], sampling_params: { max_new_tokens: 8, temperature: 0, ignore_eos: true } }),
