@@ -65,7 +65,8 @@ async function runJob(job: string, epochs: number, claimOrder?: ClaimOrder): Pro
   world.closers.push(() => a.close());
   // Finished: every group of the last epoch completed, i.e. its records stored. The agent asks to
   // record a trajectory's length before writing its record, on the same Redis connection as the
-  // completion, so a length that is not there now was never asked for.
+  // completion, so a length that is not there now was never asked for (the script's first use
+  // excepted, retried after Redis answers NOSCRIPT: long done by the last epoch's records).
   await expect.poll(async () => (await pool.progress()).finished, { timeout: 60_000, interval: 50 }).toBe(true);
   await a.close();
   return { pool, claimed: client.groups };
