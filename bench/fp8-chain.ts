@@ -47,6 +47,16 @@ export interface ChainOptions {
   say: (text: string) => void;
 }
 
+/**
+ * A mode of the chain probe: an `--fp8-broadcast` mode, or `pair`: two bf16 models published at
+ * once under `off` (the second of half the bytes, as an FP8 version is), which is `also` without
+ * the master's conversion: whether two versions on one link are slow by themselves.
+ */
+export type ChainMode = Fp8BroadcastMode | 'pair';
+
+/** The second model of `pair`. */
+const PAIR_MODEL = `${MODEL}-pair`;
+
 export interface ChainFigures {
   /** off: the bf16 version served at the master to complete at the last relay. */
   bf16_s: number;
@@ -69,21 +79,21 @@ export interface ChainFigures {
 const SIDE = 4096;
 
 /** When a model's version was complete, in seconds from the bf16 version served at the master: there, and at the last relay. */
-interface Arrival {
+export interface Arrival {
   master: number;
   last: number;
 }
 
 /** Publishes `version` at the master and times each model watched (at every relay). */
-async function timed(relays: RelayProc[], version: number, tensors: Tensor[], models: string[], timeoutMs: number): Promise<Arrival[]> {
+async function timed(relays: RelayProc[], version: number, tensors: Tensor[], models: string[], timeoutMs: number, pair = false): Promise<Arrival[]> {
   const abort = new AbortController();
   setMaxListeners(0, abort.signal);
   try {
     const watches = models.map((model) => relays.map((r) => watchFor(r, version, abort.signal, model)));
     await Promise.all(watches.flat().map((w) => w.ready));
-    await (
-      await relays[0]!.client.publish({ model: MODEL, version, tensors })
-    ).visible;
+    const published = [relays[0]!.client.publish({ model: MODEL, version, tensors })];
+    if (pair) published.push(relays[0]!.client.publish({ model: PAIR_MODEL, version, tensors: tensors.slice(0, Math.max(1, tensors.length >> 1)) }));
+    await Promise.all((await Promise.all(published)).map((p) => p.visible));
     const t0 = performance.now();
     return await withTimeout(
       Promise.all(
@@ -108,7 +118,7 @@ async function oneRound(
   res: Resources,
   settings: RelaySettings,
   hosts: TestbedHost[],
-  mode: Fp8BroadcastMode,
+  mode: ChainMode,
   tensors: Tensor[],
   timeoutMs: number,
   port: number,
@@ -118,12 +128,13 @@ async function oneRound(
   const relays: RelayProc[] = [];
   // --peers chains start one by one, in chain order (CONTRIBUTING.md, "Daemons side by side").
   try {
-    for (const m of members) relays.push(await startRelay(res, { ...settings, extraArgs: ['--fp8-broadcast', mode] }, m, peers));
+    const fp8Mode = mode === 'pair' ? 'off' : mode;
+    for (const m of members) relays.push(await startRelay(res, { ...settings, extraArgs: ['--fp8-broadcast', fp8Mode] }, m, peers));
     await waitForChain(relays);
-    const models = mode === 'off' ? [MODEL] : mode === 'only' ? [fp8ModelId(MODEL)] : [fp8ModelId(MODEL), MODEL];
-    await timed(relays, 1, tensors, models, timeoutMs);
+    const models = { off: [MODEL], only: [fp8ModelId(MODEL)], also: [fp8ModelId(MODEL), MODEL], pair: [PAIR_MODEL, MODEL] }[mode];
+    await timed(relays, 1, tensors, models, timeoutMs, mode === 'pair');
     await waitForIdleSpares(relays, timeoutMs);
-    const arrivals = await timed(relays, 2, tensors, models, timeoutMs);
+    const arrivals = await timed(relays, 2, tensors, models, timeoutMs, mode === 'pair');
     let convert: number | null = null;
     if (mode === 'off') {
       const t0 = performance.now();
@@ -137,8 +148,19 @@ async function oneRound(
   }
 }
 
-/** The figures, or why they could not be measured (not root, no testbed script). */
-export async function chainFigures(options: ChainOptions): Promise<ChainFigures | { skipped: string }> {
+/** Each mode's rounds: the arrivals of each model watched, per round, and the tail's conversions (off). */
+export interface ChainRuns {
+  runs: Record<ChainMode, Arrival[][]>;
+  converts: number[];
+}
+
+/**
+ * Runs `options.rounds` rounds of each of `modes` on the testbed (fresh relays per round), or
+ * says why it could not (not root, no testbed script). A probe of some modes only (`pair` and
+ * `also`, say) calls this from a script of its own: the `pair` figures in docs/performance/relay.md
+ * ("FP8 variants") came so, `chainRuns({ bytes, rate: '2gbit', relays: 4, ... }, ['off', 'pair', 'also'])`.
+ */
+export async function chainRuns(options: ChainOptions, modes: readonly ChainMode[]): Promise<ChainRuns | { skipped: string }> {
   if (process.getuid?.() !== 0 || !existsSync(TESTBED)) return { skipped: 'needs root (network namespaces) and scripts/testbed.sh' };
   const res = new Resources();
   const onSignal = (signal: NodeJS.Signals): void => {
@@ -159,34 +181,43 @@ export async function chainFigures(options: ChainOptions): Promise<ChainFigures 
     }));
     const timeoutMs = 60_000 + (10 * p * options.bytes * 8e3) / 2e9;
     let port = 13537;
-    const runs: Record<Fp8BroadcastMode, Arrival[][]> = { off: [], only: [], also: [] };
+    const runs: Record<ChainMode, Arrival[][]> = { off: [], only: [], also: [], pair: [] };
     const converts: number[] = [];
     for (let r = 0; r < options.rounds; r++) {
-      for (const mode of ['off', 'only', 'also'] as const) {
-        options.say(`round ${r + 1}/${options.rounds}: --fp8-broadcast ${mode}`);
+      for (const mode of modes) {
+        options.say(`round ${r + 1}/${options.rounds}: ${mode === 'pair' ? 'two bf16 models at once' : `--fp8-broadcast ${mode}`}`);
         const { arrivals, convert } = await oneRound(res, settings, hosts, mode, tensors, timeoutMs, port++);
+        options.say(`  ${JSON.stringify(arrivals)}`);
         runs[mode].push(arrivals);
         if (convert !== null) converts.push(convert);
       }
     }
-    const med = (xs: number[]): number => stat(xs).median;
-    const bf16 = med(runs.off.map((a) => a[0]!.last));
-    const fp8 = med(runs.only.map((a) => a[0]!.last));
-    const fp8Broadcast = med(runs.only.map((a) => a[0]!.last - a[0]!.master));
-    const convert = med(converts);
-    return {
-      bf16_s: bf16,
-      relay_convert_s: convert,
-      master_convert_s: med(runs.only.map((a) => a[0]!.master)),
-      fp8_s: fp8,
-      also_fp8_s: med(runs.also.map((a) => a[0]!.last)),
-      also_bf16_s: med(runs.also.map((a) => a[1]!.last)),
-      fp8_broadcast_over_bf16: fp8Broadcast / bf16,
-      fp8_with_conversion_over_bf16: fp8 / bf16,
-      relay_convert_over_master: (bf16 + convert) / fp8,
-    };
+    return { runs, converts };
   } finally {
     res.releaseAll();
     for (const s of ['SIGINT', 'SIGTERM'] as const) process.removeListener(s, onSignal);
   }
+}
+
+/** The figures, or why they could not be measured (not root, no testbed script). */
+export async function chainFigures(options: ChainOptions): Promise<ChainFigures | { skipped: string }> {
+  const measured = await chainRuns(options, ['off', 'only', 'also']);
+  if ('skipped' in measured) return measured;
+  const { runs, converts } = measured;
+  const med = (xs: number[]): number => stat(xs).median;
+  const bf16 = med(runs.off.map((a) => a[0]!.last));
+  const fp8 = med(runs.only.map((a) => a[0]!.last));
+  const fp8Broadcast = med(runs.only.map((a) => a[0]!.last - a[0]!.master));
+  const convert = med(converts);
+  return {
+    bf16_s: bf16,
+    relay_convert_s: convert,
+    master_convert_s: med(runs.only.map((a) => a[0]!.master)),
+    fp8_s: fp8,
+    also_fp8_s: med(runs.also.map((a) => a[0]!.last)),
+    also_bf16_s: med(runs.also.map((a) => a[1]!.last)),
+    fp8_broadcast_over_bf16: fp8Broadcast / bf16,
+    fp8_with_conversion_over_bf16: fp8 / bf16,
+    relay_convert_over_master: (bf16 + convert) / fp8,
+  };
 }
