@@ -23,6 +23,13 @@ const exclusiveFiles = [
   // A browser beside a whole job.
   'test/dashboard/**/*.test.ts',
 ];
+// Two of the exclusive files time nothing of their own and load the machine no more than pytest
+// does: the Sentinel failover (light redis-servers, waits bounded in tens of seconds around the
+// manifest's 5-s down-after) and the Grafana check (a short job, then every metric's name). They
+// run in pytest's lane once pytest is done (scripts/test.sh), one at a time, beside the other
+// exclusive files: with pytest's relays shared per module, pytest ended ~100 s before the
+// exclusive files, and these two were 28 s of theirs.
+const besidePytestFiles = ['test/deploy/grafana-dashboards.test.ts', 'test/deploy/redis-sentinel.test.ts'];
 // The real-engine tier: a real vLLM server, whose start takes both cores for a minute or more.
 // One file at a time, last, with nothing beside it.
 const engineFiles = ['test/engines/**/*.test.ts'];
@@ -75,6 +82,16 @@ export default defineConfig({
           ...shared,
           name: 'exclusive',
           include: exclusiveFiles,
+          exclude: besidePytestFiles,
+          fileParallelism: false,
+          sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        test: {
+          ...shared,
+          name: 'beside-pytest',
+          include: besidePytestFiles,
           fileParallelism: false,
           sequence: { groupOrder: 1 },
         },

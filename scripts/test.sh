@@ -6,7 +6,8 @@
 # tsc -p test 34), so on a 2-core machine the two lanes run side by side; the build needs only
 # node_modules, so the bootstrap leaves it to this phase instead of holding a core for it alone.
 # The exclusive files (vitest.config.ts) run one at a time and mostly wait on timers and shaped
-# links (0.35-0.75 of a core, measured with time(1)), so pytest runs beside them on one worker.
+# links (0.35-0.85 of a core, measured with time(1)), so pytest runs beside them on one worker,
+# and after it the two files of the beside-pytest project.
 # Each phase prints how long it took and the CPU its processes used (user + system, as time(1)
 # counts it), so that a slow phase shows in a CI log, and whether it kept both cores busy or
 # waited (CPU seconds near twice the wall time: busy; near the wall time or less: a core idle,
@@ -70,20 +71,29 @@ checks() {
   fi
 }
 
+# pytest, then the vitest files that may run beside the exclusive ones (vitest.config.ts's
+# beside-pytest project: they time nothing of their own), each printing its time.
+pytest_then_files_beside() {
+  local status=0
+  # One worker (not test:python's two): the exclusive files keep the other core.
+  phase 'pytest (beside the exclusive files)' .venv/bin/python -m pytest python/tests -q -n 1 --durations=8 || status=$?
+  phase 'vitest: the beside-pytest files' npx --no-install vitest run --project beside-pytest || status=$?
+  return "$status"
+}
+
 # The exclusive vitest files with pytest beside them. pytest's output waits in a file until both
 # are done, so that the two reports do not interleave; each side prints its own time.
 exclusive_beside_pytest() {
   local log status_vitest=0 status_pytest=0
   log=$(mktemp)
-  # One worker (not test:python's two): the exclusive files keep the other core.
-  phase 'pytest (beside the exclusive files)' .venv/bin/python -m pytest python/tests -q -n 1 --durations=8 >"$log" 2>&1 &
+  pytest_then_files_beside >"$log" 2>&1 &
   local pytest=$!
   phase 'vitest: the exclusive files' npx --no-install vitest run --project exclusive || status_vitest=$?
   wait "$pytest" || status_pytest=$?
   cat "$log"
   rm -f "$log"
   if [ "$status_vitest" -ne 0 ] || [ "$status_pytest" -ne 0 ]; then
-    echo "npm test: the exclusive vitest files exited $status_vitest, pytest $status_pytest" >&2
+    echo "npm test: the exclusive vitest files exited $status_vitest, pytest and the beside-pytest files $status_pytest" >&2
     return 1
   fi
 }
