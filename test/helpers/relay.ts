@@ -222,6 +222,19 @@ export async function metricsText(port: number): Promise<string> {
   return res.text();
 }
 
+/** Resolves when `relay` holds `version` of `model` complete (at once if it does). */
+export function versionComplete(relay: Relay, model: string, version: number): Promise<void> {
+  if (relay.store.peek(model, version)?.state === 'complete') return Promise.resolve();
+  return new Promise((resolve) => {
+    const check = (v: { model: string; version: number }): void => {
+      if (v.model !== model || v.version !== version) return;
+      relay.store.off('complete', check);
+      resolve();
+    };
+    relay.store.on('complete', check);
+  });
+}
+
 /** Reads one metric sample's value from Prometheus text (labels given as a `k="v"` string). */
 export function metricValue(text: string, name: string, labels = ''): number {
   for (const line of text.split('\n')) {

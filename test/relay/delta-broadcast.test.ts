@@ -30,6 +30,7 @@ import {
   tempShmDir,
   until,
   type RelayProcess,
+  versionComplete,
 } from '../helpers/relay.js';
 
 process.env.UCX_TLS ??= 'tcp';
@@ -56,18 +57,6 @@ function moved(after: DeltaCounts, before: DeltaCounts): DeltaCounts {
     fullBytes: after.fullBytes - before.fullBytes,
     wireBytes: after.wireBytes - before.wireBytes,
   };
-}
-
-/** Resolves when `relay` holds `version` of `model` complete. */
-function arrival(relay: Relay, model: string, version: number): Promise<void> {
-  return new Promise((resolve) => {
-    const check = (v: { model: string; version: number }): void => {
-      if (v.model !== model || v.version !== version) return;
-      relay.store.off('complete', check);
-      resolve();
-    };
-    relay.store.on('complete', check);
-  });
 }
 
 /** XORs byte `at` of `data` with `mask`. */
@@ -99,7 +88,7 @@ describe('delta broadcast down a chain of 3 relays', () => {
   let data = firstData(CHUNKS * MiB);
 
   const publish = async (version: number, tensors: { name: string; dtype: 'U8'; shape: number[]; data: Uint8Array }[]): Promise<void> => {
-    const arrived = relays.slice(1).map((r) => arrival(r, model, version));
+    const arrived = relays.slice(1).map((r) => versionComplete(r, model, version));
     await publishVisible(client, { model, version, tensors });
     await Promise.all(arrived);
   };
@@ -194,7 +183,7 @@ describe('delta broadcast down a chain of 3 relays', () => {
     dirs[2] = fresh;
     const restarted = await inProcessRelay(fresh.dir, relayOptions('r2', tailAddress));
     relays[2] = restarted;
-    const arrived = arrival(restarted, model, 3);
+    const arrived = versionComplete(restarted, model, 3);
     restarted.broadcaster!.setPlan(plan);
     // Its predecessor finds it again and sends the newest version: nothing to rebuild it from.
     await arrived;
@@ -448,7 +437,7 @@ describe('a relay killed in the middle of a delta broadcast', () => {
       for (let c = 0; c < CHUNKS; c += 2) for (let k = 0; k < 20; k++) flip(d, c * MiB + 4001 * k, 0x3c);
     });
     try {
-      const tailHasV1 = arrival(tail, 'org/killed', 1);
+      const tailHasV1 = versionComplete(tail, 'org/killed', 1);
       await sendFull(rogue, v1);
       await tailHasV1;
 
@@ -456,7 +445,7 @@ describe('a relay killed in the middle of a delta broadcast', () => {
       await rogue.offer(v2, 'org/killed', 2);
       const accept = await rogue.waitFor((m) => m.t === 'accept' && m.version === 2);
       expect(accept).toMatchObject({ base: { version: 1 } });
-      const tailHasV2 = arrival(tail, 'org/killed', 2);
+      const tailHasV2 = versionComplete(tail, 'org/killed', 2);
       for (let i = 0; i < CHUNKS / 2; i++) await rogue.chunk(v2, 'org/killed', 2, i);
       // Half the version crossed both hops as deltas: the middle relay dies now.
       await until('the tail to hold half of version 2', () => {
@@ -544,7 +533,7 @@ describe('a relay in the middle of a delta broadcast', () => {
     rogue = await RoguePeer.connect(`127.0.0.1:${middle.broadcaster!.port}`);
     const v1 = buildVersion(model, 1, CHUNKS * MiB, MiB);
     built.push(v1);
-    const tailHasV1 = arrival(tail, model, 1);
+    const tailHasV1 = versionComplete(tail, model, 1);
     await sendFull(rogue, v1);
     await tailHasV1;
   });
@@ -564,8 +553,8 @@ describe('a relay in the middle of a delta broadcast', () => {
     const receivedBefore = counts(tail, 'in');
     // Both awaited: the middle sends each delta on as it arrives, before its own segment (set up
     // meanwhile) holds the chunk, so the tail may complete first.
-    const tailHasV2 = arrival(tail, model, 2);
-    const middleHasV2 = arrival(middle, model, 2);
+    const tailHasV2 = versionComplete(tail, model, 2);
+    const middleHasV2 = versionComplete(middle, model, 2);
     await rogue.offer(v2, model, 2);
     const accept = await rogue.waitFor((m) => m.t === 'accept' && m.model === model && m.version === 2);
     expect(accept).toMatchObject({ base: { version: 1, digest: baseFingerprint(middle.store.peek(model, 1)!) } });
@@ -599,8 +588,8 @@ describe('a relay in the middle of a delta broadcast', () => {
     const v4 = next(4, [6]);
     const sentBefore = counts(middle, 'out');
     const receivedBefore = counts(tail, 'in');
-    const tailHasV4 = arrival(tail, model, 4);
-    const middleHasV4 = arrival(middle, model, 4);
+    const tailHasV4 = versionComplete(tail, model, 4);
+    const middleHasV4 = versionComplete(middle, model, 4);
     await rogue.offer(v4, model, 4);
     const accept = await rogue.waitFor((m) => m.t === 'accept' && m.model === model && m.version === 4);
     expect(accept).toMatchObject({ base: { version: 3 } });

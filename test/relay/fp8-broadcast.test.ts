@@ -16,7 +16,7 @@ import type { Relay } from '../../src/relay/daemon.js';
 import { fp8ModelId } from '../../src/relay/fp8/model-id.js';
 import { parseRelayOptions } from '../../src/relay/options.js';
 import { SECRET, segmentDigest } from '../helpers/broadcast.js';
-import { inProcessRelay, loopbackChain, publishVisible, tempShmDir, until } from '../helpers/relay.js';
+import { inProcessRelay, loopbackChain, publishVisible, tempShmDir, until, versionComplete } from '../helpers/relay.js';
 import { engineFilesDir, readSafetensors } from '../helpers/version-dirs.js';
 
 process.env.UCX_TLS ??= 'tcp';
@@ -37,19 +37,6 @@ function tensors(version: number, eligible = true): { name: string; dtype: 'BF16
   if (!eligible) return [embed, norm];
   const w = Array.from({ length: 384 * 320 }, (_, i) => Math.sin(i * 0.013 + version) * (1 + (i % 97)) * 1e-3);
   return [embed, { name: 'model.layers.0.mlp.up_proj.weight', dtype: 'BF16', shape: [384, 320], data: bf16(w) }, norm];
-}
-
-/** Resolves when `relay` holds `version` of `model` complete (at once if it does). */
-function arrival(relay: Relay, model: string, version: number): Promise<void> {
-  if (relay.store.peek(model, version)?.state === 'complete') return Promise.resolve();
-  return new Promise((resolve) => {
-    const check = (v: { model: string; version: number }): void => {
-      if (v.model !== model || v.version !== version) return;
-      relay.store.off('complete', check);
-      resolve();
-    };
-    relay.store.on('complete', check);
-  });
 }
 
 describe('relay: FP8 versions broadcast from the master', () => {
@@ -101,7 +88,7 @@ describe('relay: FP8 versions broadcast from the master', () => {
     cleanups.push(() => engine.cleanup());
     const { relays } = await chain(3, 'also', { engineFiles: engine.dir });
     const [master, middle, tail] = relays as [Relay, Relay, Relay];
-    const arrived = Promise.all([arrival(middle, FP8, 1), arrival(tail, FP8, 1), arrival(tail, MODEL, 1)]);
+    const arrived = Promise.all([versionComplete(middle, FP8, 1), versionComplete(tail, FP8, 1), versionComplete(tail, MODEL, 1)]);
     await publishVisible(await client(master), { model: MODEL, version: 1, tensors: tensors(1) });
     await arrived;
 
@@ -177,7 +164,7 @@ describe('relay: FP8 versions broadcast from the master', () => {
     await expect(masterClient.acquire({ model: FP8, version: 1 })).rejects.toMatchObject({ code: ErrorCodes.FP8_NO_ELIGIBLE_TENSORS });
 
     // The next version converts and arrives; nothing of version 1 went before it.
-    const arrived = arrival(tail, FP8, 2);
+    const arrived = versionComplete(tail, FP8, 2);
     await publishVisible(masterClient, { model: MODEL, version: 2, tensors: tensors(2) });
     await arrived;
     expect(tail.store.list().map((v) => `${v.model}/${v.version}`)).toEqual([`${FP8}/2`]);

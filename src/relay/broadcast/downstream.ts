@@ -23,6 +23,7 @@ import { inBackground } from '../background.js';
 import { findBase, type BaseRef } from './delta/base.js';
 import { encoderAgainst, type ChunkEncoder } from './delta/encoder.js';
 import { EncodeMeter } from './delta/policy.js';
+import { LinkActivity } from './link-activity.js';
 
 /** The code of the 'error' message a relay sends before closing a downstream link on purpose. */
 export const GOODBYE = ErrorCodes.RETARGETED;
@@ -31,6 +32,8 @@ interface Downstream {
   member: ChainMember;
   link: PeerLink;
   sessions: Map<string, OutgoingTransfer>;
+  /** Which sessions have chunks in flight on the link now: a hop that shared it times nothing. */
+  activity: LinkActivity;
 }
 
 /** What the downstream side needs of the broadcaster around it. */
@@ -160,7 +163,7 @@ export class DownstreamSide {
   }
 
   private useDownstream(member: ChainMember, link: PeerLink): void {
-    const d: Downstream = { member, link, sessions: new Map() };
+    const d: Downstream = { member, link, sessions: new Map(), activity: new LinkActivity() };
     this.downstream = d;
     this.metrics.retargets.inc();
     this.log.info({ peer: member.id, address: member.address }, 'sending downstream to');
@@ -264,6 +267,7 @@ export class DownstreamSide {
       metrics: this.metrics,
       log: this.log,
       delta: (base) => this.encoderFor(source, base),
+      activity: d.activity,
     });
     d.sessions.set(k, session);
     const sending = session
@@ -274,8 +278,11 @@ export class DownstreamSide {
           if (result === 'complete') {
             this.metrics.transferSeconds.observe({ direction: 'out' }, (performance.now() - session.startedAt) / 1e3);
             // The link's bandwidth (and per-chunk cost) for the chunk size of the next versions;
-            // a hop of deltas timed the encoder as much as the link.
-            if (!session.usedDelta) this.store.chunkSizer.recordHop(session.hopSample());
+            // a hop of deltas timed the encoder as much as the link, and one that shared the link
+            // with another session (two models at once) timed the other's bytes too.
+            if (session.timesLink) this.store.chunkSizer.recordHop(session.hopSample());
+            else if (!session.usedDelta)
+              this.log.debug({ model: source.model, version: source.version }, 'hop not timed: it shared the link with another version');
             this.log.info({ peer: d.member.id, model: source.model, version: source.version, chunksSent: session.sentChunks }, 'version delivered downstream');
           } else if (session.declined?.code === ErrorCodes.BUSY) {
             // Another offer of the same version is being set up there: offer again shortly.

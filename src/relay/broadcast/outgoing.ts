@@ -27,6 +27,7 @@ import type { HopSample } from '../chunking/link-estimator.js';
 import type { BaseRef } from './delta/base.js';
 import type { ChunkEncoder, ChunkToSend } from './delta/encoder.js';
 import { sendsInline } from './inline.js';
+import type { LinkActivity, LinkUser } from './link-activity.js';
 
 export type OutgoingResult = 'complete' | 'declined';
 
@@ -53,9 +54,11 @@ export interface OutgoingOptions {
   offer?: { message: PeerMessage; payload: Payload };
   /** An encoder of the source against the base the peer named in its accept, or null to send every chunk full. */
   delta?: (base: BaseRef, source: ChunkSource) => ChunkEncoder | null;
+  /** The link's transfers with chunks in flight (link-activity.ts): whether this one shared it. */
+  activity?: LinkActivity;
 }
 
-export class OutgoingTransfer {
+export class OutgoingTransfer implements LinkUser {
   private next = 0;
   private readonly skip = new Set<number>();
   private readonly resend: number[] = [];
@@ -82,6 +85,8 @@ export class OutgoingTransfer {
   private carriedBytes = 0;
   private busySeconds = 0;
   private busySince = 0;
+  /** Another transfer had chunks in flight on the link while this one did: its hop times both. */
+  private shared = false;
   /** Why the peer declined the offer, when it did. */
   declined: { code: string; message: string } | null = null;
   startedAt = 0;
@@ -114,6 +119,18 @@ export class OutgoingTransfer {
    */
   get usedDelta(): boolean {
     return this.deltaChunks * MOSTLY_FULL > this.carriedChunks;
+  }
+
+  sharedLink(): void {
+    this.shared = true;
+  }
+
+  /**
+   * Whether the hop times the link: mostly full chunks, and the link to itself while it had
+   * chunks in flight (link-activity.ts).
+   */
+  get timesLink(): boolean {
+    return !this.usedDelta && !this.shared;
   }
 
   /**
@@ -234,6 +251,7 @@ export class OutgoingTransfer {
     if (this.inflight === 0) {
       this.lastProgress = Date.now();
       this.busySince = performance.now();
+      this.options.activity?.started(this);
     }
     this.inflight++;
     this.sentChunks++;
@@ -265,7 +283,10 @@ export class OutgoingTransfer {
           this.inflight--;
           this.carriedChunks++;
           this.carriedBytes += wireBytes;
-          if (this.inflight === 0) this.busySeconds += (performance.now() - this.busySince) / 1e3;
+          if (this.inflight === 0) {
+            this.busySeconds += (performance.now() - this.busySince) / 1e3;
+            this.options.activity?.stopped(this);
+          }
           this.options.metrics.chunksSent.inc();
           this.options.metrics.chunkBytesSent.inc(wireBytes);
           this.options.metrics.bytes.sent += wireBytes;
@@ -324,6 +345,7 @@ export class OutgoingTransfer {
   private finish(result: OutgoingResult): void {
     if (this.finished) return;
     this.finished = true;
+    this.options.activity?.stopped(this);
     this.stallWatch?.stop();
     this.encoder?.close();
     this.resolve(result);
@@ -332,6 +354,7 @@ export class OutgoingTransfer {
   private fail(err: Error): void {
     if (this.finished) return;
     this.finished = true;
+    this.options.activity?.stopped(this);
     this.stallWatch?.stop();
     this.encoder?.close();
     this.reject(err);
