@@ -46,9 +46,11 @@ describe('cluster clean-up after a killed run', () => {
 
     child.kill('SIGKILL');
     await new Promise((resolve) => child.once('exit', resolve));
-    // Its nats-server and relay outlive it, as after a real crash.
-    expect(processRunning(natsPid)).toBe(true);
-    expect(existsSync(natsDir)).toBe(true);
+    // Its testbed and scratch directory stay, as after a real crash. Its nats-server and relay
+    // do not outlive it for long (they run with the parent-death signal: endingWithParent in
+    // src/common/process.ts), but one may still be ending, or run where setpriv is missing.
+    expect(existsSync(scratch)).toBe(true);
+    expect(beds()).toHaveLength(2);
     const again = await NetnsCluster.create({ bed: BED, hosts: 2, net: NET });
     try {
       expect(existsSync(scratch)).toBe(false);
