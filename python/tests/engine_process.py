@@ -16,6 +16,7 @@ import sys
 import threading
 from collections import deque
 from typing import Optional, Sequence
+from child_process import ending_with_parent
 
 #: How long an engine may take to print its ready line (importing torch on two loaded cores).
 START_TIMEOUT_SECONDS = 90.0
@@ -35,7 +36,7 @@ class EngineProcess:
 
     def start(self) -> "EngineProcess":
         argv = [sys.executable, "-m", "laminar.testing.engine", "--host", "127.0.0.1", "--port", "0", "--threads", "1", *self.args]
-        self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(ending_with_parent(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         threading.Thread(target=self._drain, args=(self.process,), daemon=True, name="engine-log").start()
         if not self._ready.wait(START_TIMEOUT_SECONDS) or self.port is None:
             self.kill()

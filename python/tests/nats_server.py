@@ -20,6 +20,7 @@ import tempfile
 import threading
 from collections import deque
 from typing import List, Optional
+from child_process import ending_with_parent
 
 #: How long nats-server may take to log "Server is ready" (it recovers its streams first).
 START_TIMEOUT_SECONDS = 30.0
@@ -80,7 +81,7 @@ class NatsServer:
                     ]
                 )
             )
-        proc = subprocess.Popen([nats_server_binary(), "-c", config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(ending_with_parent([nats_server_binary(), "-c", config]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self._proc = proc
         ready = threading.Event()
         port: List[int] = []

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Iterator, List
 
 import redis
+from child_process import ending_with_parent
 
 #: How long redis-server may take to answer a PING after it starts.
 START_TIMEOUT_SECONDS = 30.0
@@ -31,7 +32,7 @@ def redis_binary() -> str:
 def spawn_redis(args: List[str], client: redis.Redis) -> "subprocess.Popen[bytes]":
     """Starts ``redis-server <args>`` and returns it once ``client`` gets an answer to PING (or
     fails: it exited, or the deadline passed)."""
-    proc = subprocess.Popen([redis_binary(), *args], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(ending_with_parent([redis_binary(), *args]), stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while True:  # until it answers (or exits, or the deadline passes)
         try:

@@ -21,6 +21,7 @@ import threading
 from collections import deque
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
+from child_process import ending_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = REPO / "dist" / "src" / "cli" / "laminar.js"
@@ -77,7 +78,7 @@ class RelayProcess:
         # An event of this start's own: the log thread of a process killed just before may reach
         # its end only now, and the "exited" it signals must not pass for this one's readiness.
         ready = threading.Event()
-        argv = [NODE, str(CLI), "relay", "--shm-dir", self.shm_arg, "--socket", self.socket_path, "--metrics-port", "0", *self.args]
+        argv = ending_with_parent([NODE, str(CLI), "relay", "--shm-dir", self.shm_arg, "--socket", self.socket_path, "--metrics-port", "0", *self.args])
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **self.env})
         self.process = process
         threading.Thread(target=self._drain, args=(process, ready), daemon=True, name="relay-log").start()

@@ -19,6 +19,7 @@ from collections import deque
 from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
+from child_process import ending_with_parent
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLI = os.path.join(REPO, "dist", "src", "cli", "laminar.js")
@@ -97,7 +98,7 @@ class SamplerService:
             "-1",
             *self.args,
         ]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(ending_with_parent(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.proc = proc
         started = threading.Event()
 
