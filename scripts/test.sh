@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# `npm test` (what CI runs): the bootstrap, the TypeScript build and the type check beside the
-# linters, the vitest suite, the exclusive files beside pytest, then the real-engine tier. ESLint's
-# type-checked rules are one core's work for over a minute, longer than the build (dist/) and
-# `tsc -p test` one after the other (CPU seconds measured with time(1): eslint 124, the build 31,
-# tsc -p test 34), so on a 2-core machine the two lanes run side by side; the build needs only
-# node_modules, so the bootstrap leaves it to this phase instead of holding a core for it alone.
+# `npm test` (what CI runs): the bootstrap, the TypeScript build beside the type check, the vitest
+# suite with the linters beside it, the exclusive files beside pytest, then the real-engine tier.
+# The build (dist/, which the suite's CLI tests run) and `tsc -p test` take a core each for about
+# half a minute (CPU seconds measured with time(1): the build 31, tsc -p test 34); the build needs
+# only node_modules, so the bootstrap leaves it to this phase instead of holding a core for it
+# alone. ESLint's type-checked rules are one core's work for two minutes (124 CPU-s) and gate no
+# test: they run beside the suite, whose workers leave part of a core idle (713-887 CPU-s in
+# 481-516 s of wall time in the clean-clone runs of 2026-11-29), instead of holding a phase of
+# their own for two minutes while the build and the type check were done in one.
 # The exclusive files (vitest.config.ts) run one at a time and mostly wait on timers and shaped
 # links (0.35-0.85 of a core, measured with time(1)), so pytest runs beside them on one worker,
 # and after it the two files of the beside-pytest project.
@@ -55,18 +58,29 @@ phase() {
 # Statuses kept by hand: a phase runs on the left of ||, where set -e stops nothing.
 build_and_type_check() {
   local build=0 types=0
-  bash scripts/bootstrap.sh --only typescript || build=$?
+  bash scripts/bootstrap.sh --only typescript &
+  local build_job=$!
   npx --no-install tsc -p test || types=$?
-  [ "$build" -eq 0 ] && [ "$types" -eq 0 ]
+  wait "$build_job" || build=$?
+  if [ "$build" -ne 0 ] || [ "$types" -ne 0 ]; then
+    echo "npm test: the build exited $build, the type check (tsc -p test) $types" >&2
+    return 1
+  fi
 }
 
-checks() {
-  build_and_type_check &
-  local types_job=$! lint=0 types=0
-  npm run --silent lint || lint=$?
-  wait "$types_job" || types=$?
-  if [ "$types" -ne 0 ] || [ "$lint" -ne 0 ]; then
-    echo "npm test: the build and type check (tsc) exited $types, the linters (npm run lint) $lint" >&2
+# The vitest suite with the linters beside it; the linters' output waits in a file until the
+# suite is done, so that the two reports do not interleave.
+suite_beside_lint() {
+  local log status_suite=0 status_lint=0
+  log=$(mktemp)
+  phase 'the linters (beside the suite)' npm run --silent lint >"$log" 2>&1 &
+  local lint=$!
+  phase 'vitest: the suite' npx --no-install vitest run --project suite --project suite-shared || status_suite=$?
+  wait "$lint" || status_lint=$?
+  cat "$log"
+  rm -f "$log"
+  if [ "$status_suite" -ne 0 ] || [ "$status_lint" -ne 0 ]; then
+    echo "npm test: the vitest suite exited $status_suite, the linters (npm run lint) $status_lint" >&2
     return 1
   fi
 }
@@ -112,8 +126,8 @@ engines_log=$(mktemp)
 # included) go first; the build fills the time they leave idle.
 phase 'the real-engine environment (in the background)' nice -n 19 ionice -c 3 bash scripts/bootstrap.sh --only engines >"$engines_log" 2>&1 &
 engines_build=$!
-phase 'build, type check and lint' checks
-phase 'vitest: the suite' npx --no-install vitest run --project suite --project suite-shared
+phase 'build and type check' build_and_type_check
+phase 'the suite and the linters' suite_beside_lint
 phase 'the exclusive files and pytest' exclusive_beside_pytest
 wait_for_engines_environment
 phase 'vitest: the real-engine tier' npx --no-install vitest run --project engines
