@@ -1,5 +1,5 @@
 /**
- * `node dist/bench/main.js elastic [--trajectories 24] [--budget 4] [--seed 1] [--think-ms 1500]
+ * `npm run bench -- elastic [--trajectories 24] [--budget 4] [--seed 1] [--think-ms 1500]
  *   [--max-static-budget 12] [--interval 250ms] [--elastic-only]`
  *
  * Issue #49's elastic action figures, on a real nats-server with real `laminar action-worker`

@@ -1,5 +1,5 @@
 /**
- * `node dist/bench/main.js lora [--updates 20] [--rank 16] [--d-model 256] [--layers 4]`
+ * `npm run bench -- lora [--updates 20] [--rank 16] [--d-model 256] [--layers 4]`
  *
  * How soon a LoRA adapter version is served (src/relay/lora/, src/rollout-agent/adapter-switch.ts):
  * lora_update_visible_ms is, per update, from the trainer's publish call to the first token the
@@ -74,7 +74,7 @@ export async function run(args: string[]): Promise<void> {
     },
   });
   if (values.help) {
-    process.stdout.write('usage: node dist/bench/main.js lora [--updates 20] [--rank 16] [--d-model 256] [--layers 4]\n');
+    process.stdout.write('usage: npm run bench -- lora [--updates 20] [--rank 16] [--d-model 256] [--layers 4]\n');
     return;
   }
   const updates = positiveInt(values.updates, '--updates');
