@@ -121,9 +121,23 @@ describe('pull credit', () => {
       onWaiting = () => waiting === 2 && resolve();
       onWaiting();
     });
-    const info = await jsm.consumers.info(names.stream, names.consumer('k'));
-    expect(info.num_ack_pending).toBe(2);
-    expect(info.num_pending).toBe(4);
+    // The two held can start before the client's last publishes are in the stream: wait for all
+    // six there (a clean-clone CI saw fewer than four pending here), then the worker must hold
+    // two and leave four.
+    const consumerState = async () => {
+      const info = await jsm.consumers.info(names.stream, names.consumer('k'));
+      return { ackPending: info.num_ack_pending, pending: info.num_pending };
+    };
+    await expect
+      .poll(
+        async () => {
+          const { ackPending, pending } = await consumerState();
+          return ackPending + pending;
+        },
+        { timeout: 10_000, interval: 20 },
+      )
+      .toBe(6);
+    expect(await consumerState()).toEqual({ ackPending: 2, pending: 4 });
     // Another worker takes the four waiting while the first still holds its two.
     const other = await ActionWorker.start({ nc: nats.nc, pool, kind: 'k', concurrency: 4, tools: { hold: () => 'other' } });
     closers.push(() => other.stop(1000));
