@@ -379,8 +379,12 @@ export class VersionStore extends EventEmitter<StoreEvents> {
     return checkAdapter({ model, version, specs, lora: { ...lora, baseModel } }, (m, v) => this.findBase(m, v));
   }
 
-  /** The complete version `version` of `model`, or (null) the newest complete full version of it. */
-  private findBase(model: string, version: number | null): StoredVersion | undefined {
+  /**
+   * The complete version `version` of `model`, or (null) the newest complete full version of it:
+   * the base a LoRA adapter is checked against (lora/adapter-check.ts), at `begin` and, for an
+   * adapter pushed over the network, at the offer (broadcast/upstream.ts).
+   */
+  findBase(model: string, version: number | null): StoredVersion | undefined {
     if (version !== null) {
       const v = this.table.peek(model, version);
       return v?.state === 'complete' ? v : undefined;

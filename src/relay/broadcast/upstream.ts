@@ -13,7 +13,7 @@ import type { BroadcastStatus } from '../protocol/status.js';
 import { parseOffered, type OfferedVersion, type StoredVersion, type VersionStore } from '../store.js';
 import type { BroadcasterOptions } from './options.js';
 import { GOODBYE } from './downstream.js';
-import { baseAmong, checkPushedAdapter } from '../lora/adapter-check.js';
+import { checkPushedAdapter } from '../lora/adapter-check.js';
 import { IncomingTransfer, PullLane, type ArrivalBase } from './incoming.js';
 import { baseFingerprint, findBase } from './delta/base.js';
 import { maxSparsePayloadBytes } from '../delta/codec.js';
@@ -362,7 +362,7 @@ export class UpstreamSide {
       // A push from a trainer host: an adapter is checked here, where it is published (relays
       // down the chain trust the checksums). Refused with its code before anything is allocated.
       if (link.role === 'publisher') {
-        checkPushedAdapter({ ...offered, specs: offered.layout.tensors }, baseAmong(this.store.list()));
+        checkPushedAdapter({ ...offered, specs: offered.layout.tensors }, (model, version) => this.store.findBase(model, version));
       }
       const { v, ready } = this.store.reserveReceive(offered);
       this.settingUp.set(k, { model: offered.model, version: offered.version, chunks: offered.layout.chunkCount });

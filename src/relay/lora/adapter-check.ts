@@ -62,25 +62,6 @@ export function checkAdapter(
 }
 
 /**
- * BaseLookup over a relay's listed versions (VersionStore.list(): derived variants are not
- * listed): the complete version named, or the newest complete full version of the model.
- */
-export function baseAmong(versions: readonly StoredVersion[]): BaseLookup {
-  return (model, version) => {
-    let found: StoredVersion | undefined;
-    for (const v of versions) {
-      if (v.model !== model || v.state !== 'complete') continue;
-      if (version !== null) {
-        if (v.version === version) return v;
-      } else if (versionKind(v.metadata) === 'full' && (!found || v.version > found.version)) {
-        found = v;
-      }
-    }
-    return found;
-  };
-}
-
-/**
  * The checks of `begin` on an adapter version pushed over the network (a trainer host without a
  * relay of its own, or its forwarding relay): its header's metadata says it is an adapter, and
  * of which base; the relay that takes the push, the master, checks it as it would a local
