@@ -28,13 +28,19 @@ def run_check(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 def test_cpu_mode_publishes_reads_back_and_measures(tmp_path: Path) -> None:
     record = tmp_path / "gpu.md"
-    done = run_check("--cpu", "--size-mib", "4", "--publish-mib", "2", "--repeats", "2", "--record-to", str(record))
+    done = run_check(
+        "--cpu", "--size-mib", "4", "--publish-mib", "2", "--repeats", "2", "--publish-versions", "2", "--spare-versions", "1", "--record-to", str(record)
+    )
     assert done.returncode == EXIT_PASSED, done.stdout + done.stderr
     line = json.loads(done.stdout.strip().splitlines()[-1])
     publish, h2d = line["parts"]["publish"], line["parts"]["h2d"]
     assert line["mode"] == "cpu (--cpu)"
     assert publish["status"] == "passed" and publish["device"] == "cpu"
     assert publish["bytes"] > 2 << 20 and publish["stall_s"] > 0
+    # The first version's stall and the next ones' median, back to back; the last version is read back.
+    # Then one version into the spare segment the relay prepared once quiet.
+    assert publish["versions"] == 3 and publish["steady_stall_s"] > 0 and publish["spare_stall_s"] > 0
+    assert "| publish | bytes read back | identical | every tensor of version 3," in done.stdout
     assert h2d["status"] == "passed" and h2d["bytes"] == 4 << 20
     assert h2d["unpinned"]["best_gb_s"] >= h2d["unpinned"]["median_gb_s"] > 0
     # What needs CUDA is skipped, and the table says why.

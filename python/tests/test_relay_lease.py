@@ -152,3 +152,62 @@ class TestRelease:
             with pytest.raises(LaminarError) as info:
                 lease.verify()
             assert info.value.code == error_codes.CHECKSUM_MISMATCH and info.value.details == {"chunks": [3]}
+
+
+# -- page-locking for CUDA (Lease.register_cuda) -----------------------------------------------
+
+
+def test_register_cuda_without_a_device_is_refused_and_the_lease_still_serves(client, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    client.publish("org/pin", 1, {"w": np.arange(1000, dtype=np.float32)}).wait_visible(timeout=30)
+    lease = client.acquire("org/pin", version=1)
+    with pytest.raises(LaminarError) as refused:
+        lease.register_cuda()
+    assert refused.value.code == error_codes.CUDA_REGISTER_REFUSED
+    assert "torch sees no CUDA device" in str(refused.value)
+    assert lease.cuda_registration is None
+    assert lease.numpy("w")[999] == 999.0
+    lease.release()
+    assert not mapped(lease.path)
+
+
+class FakeCudart:
+    """torch.cuda.cudart() as a driver that refuses the read-only flag (as devices without
+    cudaDevAttrHostRegisterReadOnlySupported do) and records what it is asked."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.calls: list[tuple] = []
+
+    def cudaHostRegister(self, pointer: int, nbytes: int, flags: int) -> int:
+        self.calls.append(("register", pointer, nbytes, flags))
+        return 801 if flags & 0x08 else 0  # cudaErrorNotSupported for the read-only flag
+
+    def cudaGetErrorString(self, code: int) -> str:
+        return "operation not supported"
+
+    def cudaHostUnregister(self, pointer: int) -> int:
+        # Unregistered while the range is still mapped: after the unmap the driver would keep
+        # the pages locked.
+        self.calls.append(("unregister", pointer, mapped(self.path)))
+        return 0
+
+
+def test_register_cuda_locks_the_whole_mapping_once_and_release_unlocks_it_before_unmapping(client, monkeypatch):
+    client.publish("org/pin", 2, {"w": np.arange(1000, dtype=np.float32)}).wait_visible(timeout=30)
+    lease = client.acquire("org/pin", version=2)
+    cudart = FakeCudart(lease.path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: cudart)
+    base = base_address(lease)
+    assert lease.register_cuda() is lease
+    lease.register_cuda()  # a second call registers nothing more
+    # The read-only flag first (the mapping is PROT_READ), then without it; the whole file.
+    assert cudart.calls == [("register", base, lease.size, 0x09), ("register", base, lease.size, 0x01)]
+    assert lease.cuda_registration is not None and lease.cuda_registration.flags == 0x01
+    assert not lease.cuda_registration.read_only
+    lease.release()
+    assert cudart.calls[2:] == [("unregister", base, True)]
+    assert lease.cuda_registration is None and not mapped(lease.path)
+    lease.release()  # twice: nothing more
+    assert len(cudart.calls) == 3

@@ -353,6 +353,61 @@ async def test_a_model_the_relay_does_not_hold_is_a_typed_error(relay, engines):
         other.close()
 
 
+class RecordingCudart:
+    """torch.cuda.cudart() as a driver that takes every registration and records it (this
+    machine has no GPU; scripts/gpu-check.sh runs the real one)."""
+
+    def __init__(self) -> None:
+        self.registered: set[int] = set()
+        self.calls = 0
+
+    def cudaHostRegister(self, pointer: int, nbytes: int, flags: int) -> int:
+        self.registered.add(pointer)
+        self.calls += 1
+        return 0
+
+    def cudaHostUnregister(self, pointer: int) -> int:
+        self.registered.remove(pointer)
+        return 0
+
+
+async def test_with_cuda_each_leased_version_is_page_locked_while_held(relay, engines, monkeypatch):
+    trainer, rollout = engines
+    cudart = RecordingCudart()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: cudart)
+    await trainer.send_weights(Policy(seed=1).weights(), global_steps=0)
+    await collect(rollout.receive_weights(global_steps=0))
+    first = rollout.lease
+    assert first.cuda_registration is not None and len(cudart.registered) == 1
+    await trainer.send_weights(Policy(seed=2).weights(), global_steps=1)
+    await collect(rollout.receive_weights(global_steps=1))
+    # The new version is locked, the previous one unlocked with its release.
+    assert rollout.lease.cuda_registration is not None and first.cuda_registration is None
+    assert len(cudart.registered) == 1 and cudart.calls == 2
+    rollout.finalize()
+    assert cudart.registered == set()
+
+
+async def test_register_cuda_asked_for_without_a_device_fails_the_sync_and_holds_nothing(relay, engines, monkeypatch):
+    trainer, _ = engines
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    await trainer.send_weights(Policy(seed=1).weights(), global_steps=0)
+    pinned = engine(relay, client_name="rollout", register_cuda=True)
+    unpinned = engine(relay, client_name="rollout")  # the default: only where CUDA is
+    try:
+        with pytest.raises(LaminarError) as err:
+            await collect(pinned.receive_weights(global_steps=0))
+        assert err.value.code == error_codes.CUDA_REGISTER_REFUSED
+        assert pinned.lease is None
+        received = await collect(unpinned.receive_weights(global_steps=0))
+        assert received and unpinned.lease.cuda_registration is None
+    finally:
+        pinned.close()
+        unpinned.close()
+    assert all(v["leases"] == 0 for v in versions_at(relay).values())
+
+
 async def test_a_closed_engine_refuses_typed(relay, engines):
     trainer, _ = engines
     trainer.close()
@@ -370,6 +425,7 @@ async def test_a_closed_engine_refuses_typed(relay, engines):
         {"model": MODEL, "rollout_dtype": "bfloat17"},
         {"model": MODEL, "receive_timeout_s": 0},
         {"model": MODEL, "socket": ""},
+        {"model": MODEL, "register_cuda": "yes"},
     ],
 )
 def test_bad_options_are_invalid_arg(kwargs, monkeypatch):

@@ -159,6 +159,11 @@ export const ERROR_CATALOGUE = {
     'weights',
     "The relay handed out a segment path this process cannot open: it sees another mount namespace than the relay's (a container, `ip netns exec`), where the relay's huge-page mount at <shm-dir>/huge is not visible.",
   ),
+  CUDA_REGISTER_REFUSED: entry(
+    'ERR_CUDA_REGISTER_REFUSED',
+    'weights',
+    "A lease's mapping could not be page-locked for CUDA (`Lease.register_cuda()`): no CUDA device, torch missing, or `cudaHostRegister` refused it (the message names each refusal). Copies from the lease still work, staged by the driver.",
+  ),
   SHM_UNSUPPORTED: entry(
     'ERR_SHM_UNSUPPORTED',
     'relay daemon',

@@ -150,6 +150,9 @@ SHM_DIR_IN_USE: Final = "ERR_SHM_DIR_IN_USE"
 SEGMENT_NOT_VISIBLE: Final = "ERR_SEGMENT_NOT_VISIBLE"
 """The relay handed out a segment path this process cannot open: it sees another mount namespace than the relay's (a container, `ip netns exec`), where the relay's huge-page mount at <shm-dir>/huge is not visible."""
 
+CUDA_REGISTER_REFUSED: Final = "ERR_CUDA_REGISTER_REFUSED"
+"""A lease's mapping could not be page-locked for CUDA (`Lease.register_cuda()`): no CUDA device, torch missing, or `cudaHostRegister` refused it (the message names each refusal). Copies from the lease still work, staged by the driver."""
+
 SHM_UNSUPPORTED: Final = "ERR_SHM_UNSUPPORTED"
 """The `--shm-dir` is on a file system segments cannot live on (hugetlbfs rounds files to whole huge pages)."""
 
@@ -560,6 +563,7 @@ CATALOGUE: Final[dict[str, str]] = {
     "ERR_SEGMENT_SETUP": "A new version's segment could not be created or mapped for another reason than room (`details.errno`: the file system's code, `cause`: its error). A relay that had already accepted the version from upstream declines it with this code.",
     "ERR_SHM_DIR_IN_USE": "Another live relay holds the lock on this `--shm-dir`.",
     "ERR_SEGMENT_NOT_VISIBLE": "The relay handed out a segment path this process cannot open: it sees another mount namespace than the relay's (a container, `ip netns exec`), where the relay's huge-page mount at <shm-dir>/huge is not visible.",
+    "ERR_CUDA_REGISTER_REFUSED": "A lease's mapping could not be page-locked for CUDA (`Lease.register_cuda()`): no CUDA device, torch missing, or `cudaHostRegister` refused it (the message names each refusal). Copies from the lease still work, staged by the driver.",
     "ERR_SHM_UNSUPPORTED": "The `--shm-dir` is on a file system segments cannot live on (hugetlbfs rounds files to whole huge pages).",
     "ERR_HUGE_PAGES_UNAVAILABLE": "`--huge-pages require` and the relay could neither find nor mount a tmpfs with 2 MiB pages (the message says why and the command that enables them).",
     "ERR_SOCKET_IN_USE": "Another relay (or sampler service) is listening on this unix socket.",

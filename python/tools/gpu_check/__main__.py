@@ -51,6 +51,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda:0", help="the CUDA device (default cuda:0)")
     parser.add_argument("--size-mib", type=int, default=None, help="bytes of the bandwidth version (default 1024; 32 with --cpu)")
     parser.add_argument("--publish-mib", type=int, default=None, help="size of the big tensor of the publish check (default 256; 16 with --cpu)")
+    parser.add_argument(
+        "--publish-versions", type=int, default=4, help="versions published back to back: the first stall and the next ones' median are reported (default 4)"
+    )
+    parser.add_argument(
+        "--spare-versions",
+        type=int,
+        default=2,
+        help="versions published after those, each once the relay has a spare segment ready, as a trainer's steps (default 2; 0: none)",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="timed copies per measurement (default 5)")
     parser.add_argument("--eager", action="store_true", help="vllm serve --enforce-eager (default on a GPU: CUDA graphs and torch.compile, as in production)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.2, help="vllm serve's share of the GPU (default 0.2)")
@@ -62,6 +71,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     unknown = [p for p in args.parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown part(s) {', '.join(unknown)}; the parts are {', '.join(PARTS)}")
+    if args.publish_versions < 1:
+        parser.error("--publish-versions must be at least 1")
+    if args.spare_versions < 0:
+        parser.error("--spare-versions must be 0 or more")
     args.size_mib = args.size_mib or (32 if args.cpu else 1024)
     args.publish_mib = args.publish_mib or (16 if args.cpu else 256)
     return args
@@ -104,7 +117,7 @@ def main(argv: list[str]) -> int:
     device = device_of(torch, args)
     deadline = time.monotonic() + args.budget_s
     runs: dict[str, Callable[[Relays, Path], PartResult]] = {
-        "publish": lambda relays, work: publish_check.run(torch, device, relays, args.publish_mib),
+        "publish": lambda relays, work: publish_check.run(torch, device, relays, args.publish_mib, args.publish_versions, args.spare_versions),
         "h2d": lambda relays, work: h2d_bandwidth.run(torch, device, relays, args.size_mib, args.repeats),
         "vllm": lambda relays, work: vllm_check.run(
             device, relays, work, max(30.0, deadline - time.monotonic() - 60), args.eager or device == "cpu", args.gpu_memory_utilization

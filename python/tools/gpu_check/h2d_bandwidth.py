@@ -4,8 +4,9 @@ from its relay (a read-only shared-memory mapping) onto its GPU.
 Three copies of the same bytes into one device buffer, each timed after a warm-up:
 - unpinned: the lease's mapping as it is (pageable): the CUDA driver stages it through its own
   pinned buffers, chunk by chunk;
-- registered: the same mapping page-locked in place with ``cudaHostRegister`` (read-only flag
-  where the device supports it: the mapping is PROT_READ), then copied by DMA straight from it;
+- registered: the same mapping page-locked in place by ``Lease.register_cuda()`` (the client's
+  ``cudaHostRegister``, read-only flag where the device supports it: the mapping is PROT_READ;
+  its time is reported), then copied by DMA straight from it;
 - pinned: a ``torch.empty(pin_memory=True)`` buffer, the practical limit of this link;
 and the link's theoretical limit from nvidia-smi (pcie_link.py).
 
@@ -15,8 +16,6 @@ and registered copies are skipped with the reason torch or the machine gives.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import statistics
 import time
 from typing import Any, Callable, Optional
@@ -25,9 +24,6 @@ import pcie_link
 from outcome import CheckFailed, PartResult
 
 MODEL = "gpu-check-h2d"
-#: cudaHostRegister flags (cuda_runtime_api.h).
-HOST_REGISTER_PORTABLE = 0x01
-HOST_REGISTER_READ_ONLY = 0x08
 
 
 def _timed_copies(torch: Any, device: str, destination: Any, source: Any, repeats: int, non_blocking: bool) -> list[float]:
@@ -46,48 +42,6 @@ def _timed_copies(torch: Any, device: str, destination: Any, source: Any, repeat
 
 def _summary(nbytes: int, seconds: list[float]) -> dict[str, float]:
     return {"best_gb_s": round(nbytes / min(seconds) / 1e9, 3), "median_gb_s": round(nbytes / statistics.median(seconds) / 1e9, 3)}
-
-
-def _clear_last_error() -> None:
-    """cudaGetLastError of the CUDA runtime torch loaded (found by its soname; best effort)."""
-    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"):
-        try:
-            ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL).cudaGetLastError()
-            return
-        except (OSError, AttributeError):
-            continue
-
-
-class HostRegistration:
-    """``cudaHostRegister`` of a host range through torch's binding of the CUDA runtime; the
-    read-only flag first (a lease's mapping is PROT_READ), then without it."""
-
-    def __init__(self, torch: Any, pointer: int, nbytes: int) -> None:
-        self._cudart = torch.cuda.cudart()
-        self.pointer, self.nbytes = pointer, nbytes
-        self.flags: Optional[int] = None
-        self.errors: list[str] = []
-
-    def _error_text(self, code: Any) -> str:
-        try:
-            return f"{self._cudart.cudaGetErrorString(code)} ({int(code)})"
-        except Exception:  # an older binding without cudaGetErrorString
-            return f"error {int(code)}"
-
-    def __enter__(self) -> "HostRegistration":
-        for flags in (HOST_REGISTER_PORTABLE | HOST_REGISTER_READ_ONLY, HOST_REGISTER_PORTABLE):
-            code = self._cudart.cudaHostRegister(self.pointer, self.nbytes, flags)
-            if int(code) == 0:
-                self.flags = flags
-                return self
-            self.errors.append(f"flags {flags:#x}: {self._error_text(code)}")
-            # A refused call leaves its error as the runtime's "last error", which torch's next
-            # kernel launch check would raise as its own.
-            _clear_last_error()
-        raise CheckFailed("cudaHostRegister refused the lease's mapping: " + "; ".join(self.errors))
-
-    def __exit__(self, *exc: Any) -> None:
-        self._cudart.cudaHostUnregister(self.pointer)
 
 
 def run(torch: Any, device: str, relays: Any, size_mib: int, repeats: int) -> PartResult:
@@ -122,16 +76,27 @@ def run(torch: Any, device: str, relays: Any, size_mib: int, repeats: int) -> Pa
                 figures["registered"] = None
                 part.row("leased mapping, cudaHostRegister", "skipped", "no CUDA device: nothing to register with")
             else:
+                from laminar.errors import LaminarError
+                from laminar.relay.cuda_registration import READ_ONLY
+
                 try:
-                    with HostRegistration(torch, leased.data_ptr(), nbytes) as registration:
-                        read_only = bool(registration.flags and registration.flags & HOST_REGISTER_READ_ONLY)
-                        note = "registered read-only" if read_only else "registered without the read-only flag"
-                        measure("registered", "leased mapping, cudaHostRegister", leased, True, note)["flags"] = registration.flags
-                except CheckFailed as err:
+                    started = time.perf_counter()
+                    lease.register_cuda()  # the library's own registration, of the whole mapping
+                    figures["register_s"] = round(time.perf_counter() - started, 4)
+                except LaminarError as err:
                     # Reported, and the part fails at the end; the other measurements still run.
                     refused = str(err)
                     figures["registered"] = {"error": refused}
                     part.row("leased mapping, cudaHostRegister", "refused", refused)
+                else:
+                    flags = lease.cuda_registration.flags if lease.cuda_registration else None
+                    note = "registered read-only" if flags and flags & READ_ONLY else "registered without the read-only flag"
+                    measure("registered", "leased mapping, cudaHostRegister", leased, True, note)["flags"] = flags
+                    part.row(
+                        "registering the lease (Lease.register_cuda)",
+                        f"{figures['register_s'] * 1000:.1f} ms",
+                        f"{lease.size / 2**20:.0f} MiB mapping, once per lease",
+                    )
 
     try:
         pinned_source = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)

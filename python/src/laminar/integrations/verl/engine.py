@@ -77,7 +77,7 @@ class LaminarCheckpointEngine(_Base):  # type: ignore[misc, valid-type]
         self._client_lock = threading.Lock()
         self._closed = False
         self.publisher = StreamPublisher(self._relay, self.options.model, self.options.rollout_dtype)
-        self.receiver = StreamReceiver(self._relay, self.options.model, self.options.receive_timeout_s)
+        self.receiver = StreamReceiver(self._relay, self.options.model, self.options.receive_timeout_s, self.options.register_cuda)
 
     def __repr__(self) -> str:
         return f"LaminarCheckpointEngine({self.options.model!r}, master={self.is_master})"

@@ -37,6 +37,10 @@ class EngineOptions:
     rollout_dtype: Any = None
     #: The name the relay shows for this client in its logs.
     client_name: Optional[str] = None
+    #: Page-lock each leased version for CUDA while the rollout loads from it
+    #: (``Lease.register_cuda``: host-to-device copies at the link's speed). None: when torch sees
+    #: a CUDA device, and a refusal only logged; True: a refusal fails the weight sync.
+    register_cuda: Optional[bool] = None
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None) -> "EngineOptions":
@@ -65,10 +69,13 @@ class EngineOptions:
         name = kwargs.get("client_name")
         if name is not None and not isinstance(name, str):
             raise LaminarError(error_codes.INVALID_ARG, f"client_name must be a string, got {name!r}")
-        return cls(model, socket, float(timeout), resolve_dtype(kwargs.get("rollout_dtype")), name)
+        register_cuda = kwargs.get("register_cuda")
+        if register_cuda is not None and not isinstance(register_cuda, bool):
+            raise LaminarError(error_codes.INVALID_ARG, f"register_cuda must be true, false or null (when CUDA is there), got {register_cuda!r}")
+        return cls(model, socket, float(timeout), resolve_dtype(kwargs.get("rollout_dtype")), name, register_cuda)
 
 
-_KNOWN = frozenset({"model", "socket", "receive_timeout_s", "rollout_dtype", "client_name"})
+_KNOWN = frozenset({"model", "socket", "receive_timeout_s", "rollout_dtype", "client_name", "register_cuda"})
 
 
 def resolve_dtype(value: Any) -> Any:
