@@ -9,6 +9,8 @@
         "native/mapping_async.cc",
         "native/segment.cc",
         "native/checksum.cc",
+        "native/checksum_wide.cc",
+        "native/simd_level.cc",
         "native/fp8_quantize.cc",
         "native/delta_codec.cc",
         "native/delta_codec_async.cc",

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "checksum.h"
+#include "checksum_wide.h"
 #include "errors.h"
 #include "mapping.h"
 
@@ -164,11 +165,7 @@ __attribute__((target("avx2"))) bool EncodeAvx2(const uint8_t* base, const uint8
   return true;
 }
 
-bool HasAvx2() {
-  __builtin_cpu_init();  // this runs as a static initializer, maybe before the runtime's own
-  return __builtin_cpu_supports("avx2");
-}
-const bool kHasAvx2 = HasAvx2();
+const bool kHasAvx2 = CpuSimdLevel() != SimdLevel::kPortable;
 
 // Whether [a, a+an) and [b, b+bn) share a byte.
 bool Overlap(const uint8_t* a, size_t an, const uint8_t* b, size_t bn) {
@@ -345,19 +342,15 @@ int64_t DeltaCheck(const uint8_t* p, size_t length, size_t n) {
 
 namespace {
 
-// Out of line: inlined, XXH3's update would crowd the rebuild loop's registers.
-__attribute__((noinline)) void HashBlock(XXH3_state_t* state, const uint8_t* data, size_t length) {
-  XXH3_64bits_update(state, data, length);
-}
-
 // The rebuild decodes tokens in batches into two small arrays, then applies them block by block:
 // a word index each, and what to do with the word: the low 16 bits are a delta to add, or, with
 // the high bit set, the new word itself.
 constexpr size_t kBatch = 256;
 constexpr uint32_t kIsLiteral = 0x80000000u;
 
-// The streams of a checked payload (copied, with 16 readable bytes after each: the decoders read
-// ahead of what they use) and where the decoding stands.
+// The streams of a checked payload (copied, with kStreamSlack readable bytes after each: the
+// decoders read ahead of what they use) and where the decoding stands.
+constexpr size_t kStreamSlack = 32;
 struct TokenStreams {
   const uint8_t* tokens;
   const uint8_t* escapes;
@@ -466,25 +459,87 @@ __attribute__((target("avx2"))) void DecodeBatchAvx2(TokenStreams& s, size_t m, 
   DecodeBatchScalar(s, m - j, index + j, action + j);
 }
 
+// GCC 12 takes the deliberately undefined vectors inside AVX-512's intrinsics for uninitialized ones.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// DecodeBatchAvx2's steps on sixteen tokens at a time, the shuffles' tables replaced by AVX-512's
+// expands (VBMI2: the next escape bytes or literals into the lanes of a mask, in order).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) void DecodeBatchAvx512(TokenStreams& s, size_t m,
+                                                                                        uint32_t* index,
+                                                                                        uint32_t* action) {
+  size_t j = 0;
+  const __m512i fifteen = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8), zero = _mm512_setzero_si512();
+  for (; j + 16 <= m; j += 16) {
+    const __m512i t = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.tokens + s.k)));
+    const __m512i gap4 = _mm512_srli_epi32(t, 4);
+    const __m512i delta4 = _mm512_and_si512(t, fifteen);
+    const __mmask16 escape = _mm512_cmpeq_epi32_mask(gap4, fifteen);
+    const __mmask16 literal = _mm512_cmpeq_epi32_mask(delta4, eight);
+    const int escapes = __builtin_popcount(escape);
+    const __m128i escape_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.escapes + s.e));
+    if ((static_cast<unsigned>(_mm_movemask_epi8(escape_bytes)) & ((1u << escapes) - 1)) != 0) {
+      DecodeBatchScalar(s, 16, index + j, action + j);
+      continue;
+    }
+    // Steps between consecutive changed words (gap + 1), then their running sum over the 16 lanes
+    // (valignd with zeros: the vector shifted up by 1, 2, 4 and 8 lanes).
+    __m512i x =
+        _mm512_add_epi32(_mm512_add_epi32(gap4, _mm512_cvtepu8_epi32(_mm_maskz_expand_epi8(escape, escape_bytes))),
+                         _mm512_set1_epi32(1));
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 15));
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 14));
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 12));
+    x = _mm512_add_epi32(x, _mm512_alignr_epi32(x, zero, 8));
+    const uint32_t before = static_cast<uint32_t>(s.next_index) - 1;
+    _mm512_storeu_si512(index + j, _mm512_add_epi32(x, _mm512_set1_epi32(static_cast<int>(before))));
+    s.next_index += static_cast<uint32_t>(_mm_extract_epi32(_mm512_extracti32x4_epi32(x, 3), 3));
+    const __m256i literal_values =
+        _mm256_maskz_expand_epi16(literal, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.literals + s.l)));
+    const __m512i literal_action =
+        _mm512_or_si512(_mm512_cvtepu16_epi32(literal_values), _mm512_set1_epi32(static_cast<int>(kIsLiteral)));
+    const __m512i delta_action = _mm512_and_si512(_mm512_sub_epi32(delta4, eight), _mm512_set1_epi32(0xffff));
+    _mm512_storeu_si512(action + j, _mm512_mask_blend_epi32(literal, delta_action, literal_action));
+    s.k += 16;
+    s.e += static_cast<size_t>(escapes);
+    s.l += 2 * static_cast<size_t>(__builtin_popcount(literal));
+  }
+  DecodeBatchAvx2(s, m - j, index + j, action + j);
+}
+#pragma GCC diagnostic pop
+
+void DecodeBatch(SimdLevel level, TokenStreams& s, size_t m, uint32_t* index, uint32_t* action) {
+  switch (level) {
+    case SimdLevel::kAvx512: DecodeBatchAvx512(s, m, index, action); return;
+    case SimdLevel::kAvx2: DecodeBatchAvx2(s, m, index, action); return;
+    case SimdLevel::kPortable: DecodeBatchScalar(s, m, index, action); return;
+  }
+}
+
 }  // namespace
 
-uint64_t DeltaApply(const uint8_t* base, const uint8_t* p, size_t length, uint8_t* out, size_t n, bool checksum) {
+uint64_t DeltaApply(const uint8_t* base, const uint8_t* p, size_t length, uint8_t* out, size_t n, bool checksum,
+                    SimdLevel level) {
+  level = UsableSimdLevel(level);
   size_t at = 1 + (n & 1);
   uint64_t count = 0, escape_bytes = 0;
   ReadVarint(p, &at, length, &count);
   ReadVarint(p, &at, length, &escape_bytes);
   const size_t literal_bytes = length - at - count - escape_bytes;
-  // The three streams, copied each with 16 zero bytes after it (see TokenStreams).
-  uint8_t* copy = tl_streams.Get(count + escape_bytes + literal_bytes + 3 * 16);
-  TokenStreams s{copy, copy + count + 16, copy + count + escape_bytes + 32, escape_bytes};
-  std::memcpy(copy, p + at, count);
-  std::memset(copy + count, 0, 16);
-  std::memcpy(copy + count + 16, p + at + count, escape_bytes);
-  std::memset(copy + count + 16 + escape_bytes, 0, 16);
-  std::memcpy(copy + count + escape_bytes + 32, p + at + count + escape_bytes, literal_bytes);
-  std::memset(copy + count + escape_bytes + 32 + literal_bytes, 0, 16);
+  // The three streams, copied each with kStreamSlack zero bytes after it (see TokenStreams).
+  uint8_t* tokens = tl_streams.Get(count + escape_bytes + literal_bytes + 3 * kStreamSlack);
+  uint8_t* escapes = tokens + count + kStreamSlack;
+  uint8_t* literals = escapes + escape_bytes + kStreamSlack;
+  std::memcpy(tokens, p + at, count);
+  std::memset(tokens + count, 0, kStreamSlack);
+  std::memcpy(escapes, p + at + count, escape_bytes);
+  std::memset(escapes + escape_bytes, 0, kStreamSlack);
+  std::memcpy(literals, p + at + count + escape_bytes, literal_bytes);
+  std::memset(literals + literal_bytes, 0, kStreamSlack);
+  TokenStreams s{tokens, escapes, literals, escape_bytes};
 
-  uint32_t index[kBatch], action[kBatch];
+  // index[m] is past every word (a sentinel): the apply loop below tests one bound, not two.
+  uint32_t index[kBatch + 1], action[kBatch];
+  index[0] = UINT32_MAX;
   size_t j = 0, m = 0;  // the batch: decoded [0, m), applied [0, j)
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
@@ -493,7 +548,7 @@ uint64_t DeltaApply(const uint8_t* base, const uint8_t* p, size_t length, uint8_
     if (out != base) std::memcpy(out + b0, base + b0, b1 - b0);
     const uint64_t end_word = b1 / 2;
     for (;;) {
-      for (; j < m && index[j] < end_word; j++) {
+      for (; index[j] < end_word; j++) {
         // The base's word, not the one just copied to `out`: the output stays a function of the
         // base and the payload even if another copy of the chunk lands in `out` meanwhile.
         uint16_t word;
@@ -506,14 +561,11 @@ uint64_t DeltaApply(const uint8_t* base, const uint8_t* p, size_t length, uint8_
       if (j < m || s.k == count) break;  // the next token is in a later block, or there is none
       m = std::min<size_t>(kBatch, count - s.k);
       j = 0;
-      if (kHasAvx2) {
-        DecodeBatchAvx2(s, m, index, action);
-      } else {
-        DecodeBatchScalar(s, m, index, action);
-      }
+      DecodeBatch(level, s, m, index, action);
+      index[m] = UINT32_MAX;
     }
     if (b1 == n && (n & 1) != 0) out[n - 1] = p[1];
-    if (checksum) HashBlock(&state, out + b0, b1 - b0);
+    if (checksum) ChecksumUpdate(&state, out + b0, b1 - b0, level);
   }
   return checksum ? XXH3_64bits_digest(&state) : 0;
 }
@@ -550,6 +602,18 @@ Napi::Value DeltaDecodeJs(const Napi::CallbackInfo& info) {
   }
   const std::string kind = info[0].As<Napi::String>().Utf8Value();
   const bool checksum = info[4].ToBoolean().Value();
+  SimdLevel level = SimdLevel::kAvx512;
+  if (!info[5].IsUndefined()) {
+    const std::string simd = info[5].IsString() ? info[5].As<Napi::String>().Utf8Value() : "";
+    if (simd == "avx2") {
+      level = SimdLevel::kAvx2;
+    } else if (simd == "portable") {
+      level = SimdLevel::kPortable;
+    } else if (simd != "avx512") {
+      ThrowCode(env, "ERR_INVALID_ARG", "deltaDecode's simd is 'avx512', 'avx2' or 'portable'");
+      return env.Undefined();
+    }
+  }
   auto* out = const_cast<uint8_t*>(out_c);
   if (out_len != n) {
     ThrowCode(env, "ERR_INVALID_ARG", "the output and the base chunk differ in length");
@@ -580,7 +644,7 @@ Napi::Value DeltaDecodeJs(const Napi::CallbackInfo& info) {
   } else if (kind == "sparse") {
     const int64_t bad = DeltaCheck(payload, payload_len, n);
     if (bad >= 0) return Napi::Number::New(env, static_cast<double>(bad));
-    sum = DeltaApply(base, payload, payload_len, out, n, checksum);
+    sum = DeltaApply(base, payload, payload_len, out, n, checksum, level);
   } else {
     return Napi::Number::New(env, 0);
   }

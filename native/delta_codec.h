@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "simd_level.h"
+
 namespace laminar {
 
 // Encodes `next` against `base` (n bytes each) into `out` (room for `limit` bytes): the payload's
@@ -22,15 +24,18 @@ int64_t DeltaCheck(const uint8_t* payload, size_t length, size_t n);
 
 // Writes base + payload into `out` (n bytes, under 8 GiB; may be `base` itself), block by block;
 // the payload must have passed DeltaCheck. With `checksum`, returns the XXH3-64 of `out`, each block hashed
-// right after it is written (from cache); 0 otherwise.
-uint64_t DeltaApply(const uint8_t* base, const uint8_t* payload, size_t length, uint8_t* out, size_t n, bool checksum);
+// right after it is written (from cache); 0 otherwise. `level`: the widest vectors the decoder and
+// the hash may use (at most the CPU's; every level gives the same bytes).
+uint64_t DeltaApply(const uint8_t* base, const uint8_t* payload, size_t length, uint8_t* out, size_t n, bool checksum,
+                    SimdLevel level = SimdLevel::kAvx512);
 
 // deltaEncode(base, next, out, portable?): number, DeltaEncode with out's length as the limit.
 Napi::Value DeltaEncodeJs(const Napi::CallbackInfo& info);
 
-// deltaDecode(kind, base, payload, out, checksum): bigint | number. kind: 'same', 'sparse' or
-// 'full'. A number is the offset of a malformed payload (nothing was written); a bigint is the
-// XXH3-64 of the rebuilt chunk (0n without `checksum`).
+// deltaDecode(kind, base, payload, out, checksum, simd?): bigint | number. kind: 'same', 'sparse'
+// or 'full'. A number is the offset of a malformed payload (nothing was written); a bigint is the
+// XXH3-64 of the rebuilt chunk (0n without `checksum`). simd: 'avx512' (the default: the CPU's
+// best), 'avx2' or 'portable', the widest vectors the rebuild may use (the tests run each).
 Napi::Value DeltaDecodeJs(const Napi::CallbackInfo& info);
 
 // On the libuv pool (delta_codec_async.cc), over chunks of mappings, for the relay's broadcast:

@@ -124,7 +124,14 @@ interface NativeAddon {
   ) => Promise<number>;
   /** See native/delta_codec.h; src/relay/delta/codec.ts is the friendly surface. */
   deltaEncode: (base: ArrayBufferView, next: ArrayBufferView, out: ArrayBufferView, portable?: boolean) => number;
-  deltaDecode: (kind: 'same' | 'sparse' | 'full', base: ArrayBufferView, payload: ArrayBufferView, out: ArrayBufferView, checksum: boolean) => bigint | number;
+  deltaDecode: (
+    kind: 'same' | 'sparse' | 'full',
+    base: ArrayBufferView,
+    payload: ArrayBufferView,
+    out: ArrayBufferView,
+    checksum: boolean,
+    simd?: 'avx512' | 'avx2' | 'portable',
+  ) => bigint | number;
   /** The same on the libuv pool, over chunks of mappings (native/delta_codec_async.cc). */
   deltaEncodeAsync: (base: Mapping, baseOffset: number, next: Mapping, nextOffset: number, length: number, limit: number) => Promise<NativeEncoded>;
   deltaRebuildAsync: (
