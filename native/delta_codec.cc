@@ -206,22 +206,43 @@ namespace {
 
 // The escape stream read as varints of at most kVarintMaxBytes, each under `words`, that fill it
 // exactly: their number and their sum; false when it is not that (the token-by-token check then
-// says where). Scalar, but it runs over the escape bytes only: a few in a hundred of the words.
+// says where). Varints of two bytes or more (gaps of 143 words or more) are a few in a chunk:
+// sixteen bytes that hold none, and do not end one, are counted and summed at once (SSE2, the
+// x86-64 baseline: each is a value of one byte, under 128 and so under `words` when it is over
+// 127); the others are read byte by byte.
 bool SumVarints(const uint8_t* escape, size_t escape_bytes, uint64_t words, uint64_t* values, uint64_t* sum) {
   uint64_t v = 0, n = 0, total = 0;
   int k = 0;  // bytes of the varint being read
-  for (size_t i = 0; i < escape_bytes; i++) {
-    const uint8_t b = escape[i];
+  const auto read = [&](uint8_t b) {
     v |= static_cast<uint64_t>(b & 127) << (7 * k);
-    if (b >= 128) {
-      if (++k == kVarintMaxBytes) return false;
-      continue;
-    }
+    if (b >= 128) return ++k < kVarintMaxBytes;
     if (v >= words) return false;  // a gap past the chunk (and no overflow of the sum below)
     total += v;
     n++;
     v = 0;
     k = 0;
+    return true;
+  };
+  size_t i = 0;
+  if (words > 127) {
+    const __m128i zero = _mm_setzero_si128();
+    __m128i sums = zero;
+    for (; i + 16 <= escape_bytes; i += 16) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(escape + i));
+      if (k == 0 && _mm_movemask_epi8(bytes) == 0) {
+        sums = _mm_add_epi64(sums, _mm_sad_epu8(bytes, zero));
+        n += 16;
+        continue;
+      }
+      for (size_t q = i; q < i + 16; q++) {
+        if (!read(escape[q])) return false;
+      }
+    }
+    total += static_cast<uint64_t>(_mm_cvtsi128_si64(sums)) +
+             static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(sums, sums)));
+  }
+  for (; i < escape_bytes; i++) {
+    if (!read(escape[i])) return false;
   }
   *values = n;
   *sum = total;
@@ -505,6 +526,26 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) void DecodeBatc
   }
   DecodeBatchAvx2(s, m - j, index + j, action + j);
 }
+
+// Applies tokens [j, m) of a batch, 16 at a time, while all 16 lie below word `limit`: the
+// 16 words gathered from the base as 32-bit lanes (each word and the one after it), rebuilt in
+// their low halves, and scattered to `out`. The word after each goes back as the base has it:
+// the next lane, which may change it, writes later (a scatter's overlapping lanes write in
+// order), and `limit` keeps the last lane's within the chunk. Returns the first token not applied.
+__attribute__((target("avx512f,avx512bw"))) size_t ApplyAvx512(const uint8_t* base, uint8_t* out, const uint32_t* index,
+                                                               const uint32_t* action, size_t j, size_t m,
+                                                               uint64_t limit) {
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u)), zero = _mm512_setzero_si512();
+  for (; j + 16 <= m && index[j + 15] < limit; j += 16) {
+    const __m512i i = _mm512_loadu_si512(index + j);
+    const __m512i a = _mm512_loadu_si512(action + j);
+    const __m512i w = _mm512_i32gather_epi32(i, base, 2);
+    const __m512i patched = _mm512_add_epi16(w, a);                       // a delta's high half is 0
+    const __m512i literal = _mm512_ternarylogic_epi32(high, w, a, 0xca);  // high ? w : a
+    _mm512_i32scatter_epi32(out, i, _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(a, zero), patched, literal), 2);
+  }
+  return j;
+}
 #pragma GCC diagnostic pop
 
 void DecodeBatch(SimdLevel level, TokenStreams& s, size_t m, uint32_t* index, uint32_t* action) {
@@ -547,7 +588,10 @@ uint64_t DeltaApply(const uint8_t* base, const uint8_t* p, size_t length, uint8_
     const size_t b1 = std::min(n, b0 + kBlock);
     if (out != base) std::memcpy(out + b0, base + b0, b1 - b0);
     const uint64_t end_word = b1 / 2;
+    // Words of the block that a 32-bit lane may touch with the word after it (ApplyAvx512).
+    const uint64_t lane_end = std::min<uint64_t>(end_word, n / 2 - 1);
     for (;;) {
+      if (level == SimdLevel::kAvx512) j = ApplyAvx512(base, out, index, action, j, m, lane_end);
       for (; index[j] < end_word; j++) {
         // The base's word, not the one just copied to `out`: the output stays a function of the
         // base and the payload even if another copy of the chunk lands in `out` meanwhile.
