@@ -87,6 +87,14 @@ export function managerCommand(): Command {
         .env('LAMINAR_PLANNER')
         .default('algorithm1'),
     )
+    .addOption(
+      new Option(
+        '--reprefill-cost <ratio>',
+        "dp planner: what a move of a trajectory at a tool call costs, in decode-token times per token of its context re-prefilled at the destination: the engine's prefill time per token over its decode step's (npm run bench -- agentic --only sched prints the reference engine's). 0: moves are free",
+      )
+        .env('LAMINAR_REPREFILL_COST')
+        .default('0'),
+    )
     .addOption(new Option('--kv-max <fraction>', 'C_max: KV-cache use at which a rollout counts as full').env('LAMINAR_KV_MAX').default('0.99'))
     .addOption(
       new Option(
@@ -138,6 +146,10 @@ export function managerCommand(): Command {
         orphanScanMs: parseDurationOption('--orphan-scan', opts.orphanScan!),
         commandTimeoutMs: parseDurationOption('--command-timeout', opts.commandTimeout!),
       };
+      const reprefillCost = Number(opts.reprefillCost);
+      if (!(Number.isFinite(reprefillCost) && reprefillCost >= 0)) {
+        throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--reprefill-cost: ${JSON.stringify(opts.reprefillCost)} is not a number >= 0`);
+      }
       const replicas = parseReplicas(opts.replicas!);
       const dashboard = parseDashboardOptions(opts.dashboardInterval!, opts.dashboardPages!);
       const actionPoolName = checkActionName('--action-pool', opts.actionPool!);
@@ -165,6 +177,7 @@ export function managerCommand(): Command {
           limits,
           rooflineBatchByModel: roofline.byModel,
           planner: opts.planner as RepackPlanner,
+          reprefillCost,
           ...(opts.model ? { model: opts.model } : {}),
           ...rolloutDurations,
         },

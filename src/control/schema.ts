@@ -84,11 +84,19 @@ export const rolloutLoadSchema = z.object({
   /**
    * Agentic rollouts (multi-turn agents): each owned trajectory's predicted remaining tokens
    * (null: no prediction) and whether it waits at a tool call, holding nothing at the engine
-   * (the manager may move it at no cost but a re-prefill). Optional: single-turn rollouts and
+   * (the manager may move it at no cost but a re-prefill), and its context length in tokens (what
+   * a move re-prefills; optional: older SDKs leave it out). Optional: single-turn rollouts and
    * older SDKs leave it out; a bad list is dropped, never the heartbeat.
    */
   trajectories: z
-    .array(z.object({ id: z.string().min(1).max(512), predictedTokens: z.number().nonnegative().nullable(), atTool: z.boolean() }))
+    .array(
+      z.object({
+        id: z.string().min(1).max(512),
+        predictedTokens: z.number().nonnegative().nullable(),
+        atTool: z.boolean(),
+        contextTokens: z.number().int().nonnegative().optional(),
+      }),
+    )
     .max(MAX_REPORTED_TRAJECTORIES)
     .optional()
     .catch(undefined),

@@ -206,8 +206,9 @@ export class HttpRolloutEngine implements RolloutEngine {
 
   /**
    * Multi-turn with progressive priority: what the manager's repack round needs of each
-   * trajectory (the heartbeat carries it): its predicted remaining tokens and whether it waits
-   * at a tool call, its request ended and its KV free, so that it moves at no cost but a re-prefill.
+   * trajectory (the heartbeat carries it): its predicted remaining tokens, whether it waits at a
+   * tool call, its request ended and its KV free, so that it moves at no cost but a re-prefill,
+   * and its context length, which that re-prefill costs.
    */
   private trajectoryLoads(): TrajectoryLoad[] {
     const priorities = this.options.priorities ?? null;
@@ -215,6 +216,7 @@ export class HttpRolloutEngine implements RolloutEngine {
       id: task.trajectoryId,
       predictedTokens: priorities?.current(task.trajectoryId)?.tokens ?? null, // null: not yet predicted
       atTool: place === 'between_turns' && task.waitingFor !== undefined,
+      contextTokens: task.promptTokens.length + task.generated,
     }));
   }
 

@@ -27,6 +27,8 @@ export interface TrajectoryLoad {
   id: string;
   predictedTokens: number | null;
   atTool: boolean;
+  /** Tokens of its context (prompt, turns, observations): what a move re-prefills elsewhere. */
+  contextTokens?: number;
 }
 
 export interface RolloutEngine {

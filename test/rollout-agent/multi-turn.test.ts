@@ -14,6 +14,9 @@ import { Registry } from 'prom-client';
 import { ActionClient, ActionWorker, lookupDigits } from '../../src/actions/index.js';
 import { ExperienceSampler, groupIdOf, lossMaskOf, type PartialPool } from '../../src/data/index.js';
 import type { RemainingLengthPredictor, TrajectoryProgress } from '../../src/manager/agentic/remaining-length.js';
+import { controlNames } from '../../src/control/subjects.js';
+import { decode, heartbeatSchema } from '../../src/control/schema.js';
+import type { TrajectoryLoad } from '../../src/rollout/engine.js';
 import { trajectoryIdOf } from '../../src/rollout/ids.js';
 import {
   LOOKUP_TOOLS,
@@ -188,6 +191,23 @@ async function records(job: string, count: number): Promise<Awaited<ReturnType<E
   const sampler = await ExperienceSampler.open({ nc: fx.nc, buffer: job, batchSize: count, prefetch: false, registry: new Registry() });
   closers.push(() => sampler.close());
   return (await sampler.sample({ timeoutMs: 60_000 })).items;
+}
+
+/** The trajectories of the first heartbeat of `rollout` whose list satisfies `ready`, sorted by id. */
+async function heartbeatTrajectories(job: string, rollout: string, ready: (ts: TrajectoryLoad[]) => boolean): Promise<TrajectoryLoad[]> {
+  const sub = fx.nc.subscribe(controlNames(job).heartbeat);
+  const timer = setTimeout(() => sub.unsubscribe(), 30_000);
+  try {
+    for await (const msg of sub) {
+      const hb = decode(heartbeatSchema, msg.data, 'heartbeat');
+      const ts = hb.rollout?.trajectories;
+      if (hb.id === rollout && ts && ready(ts)) return [...ts].sort((x, y) => (x.id < y.id ? -1 : 1));
+    }
+    throw new Error(`no heartbeat of ${rollout} with the trajectories expected within 30 s`);
+  } finally {
+    clearTimeout(timer);
+    sub.unsubscribe();
+  }
 }
 
 function waitingAtTool(p: { partials: PartialPool }, owner?: string): Promise<number> {
@@ -490,6 +510,11 @@ describe('tool-call moves (the manager with --planner dp)', () => {
     const a = await agent(job, 'mt-move-a', engines[0]!, model, { parser: new EveryTokenIsALookup() }, limits);
     // All four wait at their first call on a (the tool does not answer yet).
     await expect.poll(() => waitingAtTool(p, 'mt-move-a'), { timeout: 60_000, interval: 50 }).toBe(4);
+    // a's heartbeat tells the planner what each move would re-prefill: its context, the prompt's
+    // 6 tokens and the 1-token turn (every token is a call), the observation not back yet.
+    expect(await heartbeatTrajectories(job, 'mt-move-a', (ts) => ts.length === 4 && ts.every((t) => t.atTool))).toEqual(
+      trajectories.map((id) => ({ id, predictedTokens: base.get(id), atTool: true, contextTokens: 7 })).sort((x, y) => (x.id < y.id ? -1 : 1)),
+    );
     const b = await agent(job, 'mt-move-b', engines[1]!, model, { parser: new EveryTokenIsALookup() }, limits);
     await expect.poll(() => b.agent.client?.version, { timeout: 30_000 }).toBe(0);
     // The two predicted shortest are worth moving to the idle b, the two longest stay on a:

@@ -21,7 +21,7 @@ import type { EventJournal } from '../dashboard/journal.js';
 import { DEFAULT_REPACK_LIMITS, planRepack, validateRepackLimits, type RepackLimits } from '../repack/planner.js';
 import { rooflineInterference } from '../repack/dp-placement.js';
 import { repackRoundGroups, sourceIsEmpty, type RepackGroup } from '../repack/round.js';
-import { planToolCallMoves, type PlacedTrajectory } from '../repack/tool-call-moves.js';
+import { planToolCallMoves, validReprefillCost, type PlacedTrajectory } from '../repack/tool-call-moves.js';
 import type { RolloutCoordinatorMetrics } from './metrics.js';
 import type { DoneReply, RolloutCommands } from './rollout-commands.js';
 import type { RolloutView } from './rollout-view.js';
@@ -35,6 +35,11 @@ export interface RepackRoundsOptions {
   repackIntervalMs?: number;
   /** `algorithm1` (default): the paper's consolidation; `dp`: Heddle's placement, moving trajectories at tool calls only. */
   planner?: RepackPlanner;
+  /**
+   * `dp`: decode-token times one context token re-prefilled at a move's destination costs (the
+   * engine's prefill time per token over its decode step's; tool-call-moves.ts). Default 0: moves free.
+   */
+  reprefillCost?: number;
   metrics: RolloutCoordinatorMetrics;
   log: Logger;
   /** The dashboard's event log: each round's moves are recorded. */
@@ -64,6 +69,7 @@ export class RepackRounds {
   ) {
     this.limits = options.limits ?? DEFAULT_REPACK_LIMITS;
     validateRepackLimits(this.limits);
+    validReprefillCost(options.reprefillCost ?? 0);
     for (const rooflineBatch of Object.values(options.rooflineBatchByModel ?? {})) validateRepackLimits({ ...this.limits, rooflineBatch });
     this.repackIntervalMs = options.repackIntervalMs ?? 5000;
   }
@@ -135,7 +141,7 @@ export class RepackRounds {
     const ids = group.rollouts.map((r) => r.id);
     let plan;
     try {
-      plan = planToolCallMoves(trajectories, ids, rooflineInterference(group.limits.rooflineBatch));
+      plan = planToolCallMoves(trajectories, ids, rooflineInterference(group.limits.rooflineBatch), { reprefillCost: this.options.reprefillCost ?? 0 });
     } catch (err) {
       // Not expected (the reports are validated, duplicates dropped): never let it stop the manager's tick.
       this.options.log.warn({ model, version, err: (err as Error).message }, 'tool-call moves not planned this round');
