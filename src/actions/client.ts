@@ -24,9 +24,8 @@ import { ClosedError, InvalidInputError } from '../common/errors.js';
 import { ErrorCodes } from '../common/error-codes.js';
 import { silentLogger, type Logger } from '../common/logger.js';
 import { CONTROL_CHARACTERS, EDGE_WHITESPACE } from '../data/ids.js';
-import { retryTransient } from '../data/retry.js';
 import { JobQuotas } from './job-quota.js';
-import { clientMetrics } from './metrics.js';
+import { clientMetrics, KindCounts } from './metrics.js';
 import { checkActionName, type ActionNames } from './names.js';
 import { ensureActionStreams, type ActionStreamOptions } from './streams.js';
 import type { ActionRequest, ActionResult } from './types.js';
@@ -59,6 +58,8 @@ interface Pending {
   startedAt: number;
   promise: Promise<ActionResult>;
   resolve: (r: ActionResult) => void;
+  /** The action could not be published (NATS unreachable, the stream refused it). */
+  reject: (err: Error) => void;
   timer?: NodeJS.Timeout;
   /** A watch of the action's result subject (a submission the stream already had). */
   watch?: { stop(): void };
@@ -72,6 +73,8 @@ export class ActionClient {
   /** The actions' publishes (stream-publisher.ts). */
   private readonly publisher: StreamPublisher;
   private readonly metrics: ReturnType<typeof clientMetrics>;
+  /** laminar_action_in_flight, counted here and given to the gauge at scrape. */
+  private readonly inFlightByKind: KindCounts;
   private readonly quotas: JobQuotas;
   /** The publishes in flight, as one "job" of a quota: see publish(). */
   private readonly publishWindow = new JobQuotas(new Map(), PUBLISH_WINDOW);
@@ -87,6 +90,7 @@ export class ActionClient {
     this.js = jetstream(nc);
     this.publisher = new StreamPublisher(nc);
     this.metrics = clientMetrics(options.registry ?? new Registry());
+    this.inFlightByKind = new KindCounts(this.metrics.inFlight);
     this.job = options.job ?? 'default';
     const limits = new Map(Object.entries(options.quotas ?? {}));
     for (const [job, n] of [...limits, ['(default)', options.defaultQuota ?? 1] as const]) {
@@ -112,46 +116,61 @@ export class ActionClient {
   }
 
   /** Executes `request` on a worker of its kind; resolves with its result (see the file's comment). */
-  // async: a bad request rejects rather than throws; the body runs synchronously up to the
-  // first await, so the submission is pending (and its result can be matched) once this returns.
-  async submit(request: ActionRequest): Promise<ActionResult> {
-    if (this.closed) throw new ClosedError('the action client is closed');
-    this.check(request);
+  // Not async, for the cost of each action: a bad request rejects rather than throws, and the
+  // submission is pending (its result can be matched) once this returns. A submission that finds
+  // its job's quota and the publish window free publishes at once, with no promise of its own
+  // but its result's.
+  submit(request: ActionRequest): Promise<ActionResult> {
+    try {
+      if (this.closed) throw new ClosedError('the action client is closed');
+      this.check(request);
+    } catch (err) {
+      return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+    }
     const id = request.idempotencyKey;
     const existing = this.pending.get(id);
     if (existing) {
       if (existing.trajectoryId !== request.trajectoryId)
-        throw new InvalidInputError(ErrorCodes.BAD_ACTION, `idempotency key ${JSON.stringify(id)} is in use by trajectory ${existing.trajectoryId}`);
+        return Promise.reject(
+          new InvalidInputError(ErrorCodes.BAD_ACTION, `idempotency key ${JSON.stringify(id)} is in use by trajectory ${existing.trajectoryId}`),
+        );
       return existing.promise;
     }
     let resolve!: (r: ActionResult) => void;
-    const promise = new Promise<ActionResult>((r) => (resolve = r));
+    let reject!: (err: Error) => void;
+    const promise = new Promise<ActionResult>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
     const job = request.jobId ?? this.job;
-    const entry: Pending = { trajectoryId: request.trajectoryId, kind: request.kind, job, holdsQuota: false, startedAt: performance.now(), promise, resolve };
+    const entry: Pending = {
+      trajectoryId: request.trajectoryId,
+      kind: request.kind,
+      job,
+      holdsQuota: false,
+      startedAt: performance.now(),
+      promise,
+      resolve,
+      reject,
+    };
     this.pending.set(id, entry);
-    this.metrics.inFlight.inc({ kind: request.kind });
-    return this.send(request, entry);
-  }
-
-  /** Waits for the job's quota, publishes, and waits for the result. */
-  private async send(request: ActionRequest, entry: Pending): Promise<ActionResult> {
-    const id = request.idempotencyKey;
-    await this.quotas.acquire(entry.job);
-    entry.holdsQuota = true;
-    // Closed while it waited its turn: hand the turn on.
-    if (this.pending.get(id) !== entry) this.quotas.release(entry.job);
-    else {
-      try {
-        await this.publish(request, entry.job, entry);
-      } catch (err) {
-        if (this.settle(id)) this.quotas.release(entry.job);
-        throw err;
-      }
+    this.inFlightByKind.add(request.kind, 1);
+    if (this.quotas.tryAcquire(job)) {
+      entry.holdsQuota = true;
+      this.publish(request, entry);
+    } else {
+      void this.quotas.acquire(job).then(() => {
+        entry.holdsQuota = true;
+        // Closed while it waited its turn: hand the turn on.
+        if (this.pending.get(id) !== entry) this.quotas.release(job);
+        else this.publish(request, entry);
+      });
     }
-    return entry.promise;
+    return promise;
   }
 
-  private async publish(request: ActionRequest, job: string, entry: Pending): Promise<void> {
+  /** Arms the submitter's deadline and publishes the action within the publish window. */
+  private publish(request: ActionRequest, entry: Pending): void {
     const id = request.idempotencyKey;
     if (request.deadlineMs !== undefined) {
       entry.timer = setTimeout(
@@ -175,24 +194,36 @@ export class ActionClient {
       tool: request.tool,
       args: request.args,
       traj: request.trajectoryId,
-      job,
+      job: entry.job,
       timeoutMs: request.timeoutMs,
       at: Date.now(),
       reply: this.names.resultSubject(this.id, id),
     });
     // A bounded number of publishes in flight (a burst of thousands of submissions waits here,
-    // not in nats.js's outstanding requests, whose acks would time out); a publish that times out
-    // is sent again: the same message id makes the retry safe.
-    await this.publishWindow.acquire(PUBLISH_WINDOW_KEY);
-    let ack;
-    try {
-      ack = await retryTransient(() => this.publisher.publish(this.names.queueSubject(request.kind), body, id), {
-        onRetry: (err) => this.logger.debug({ err, actionId: id }, 'publishing an action again'),
-      });
-    } finally {
-      this.publishWindow.release(PUBLISH_WINDOW_KEY);
-    }
-    if (ack.duplicate && this.pending.get(id) === entry) entry.watch = this.watchAction(id);
+    // not in nats.js's outstanding requests, whose acks would time out).
+    const subject = this.names.queueSubject(request.kind);
+    if (this.publishWindow.tryAcquire(PUBLISH_WINDOW_KEY)) this.sendAction(subject, body, id, entry);
+    else void this.publishWindow.acquire(PUBLISH_WINDOW_KEY).then(() => this.sendAction(subject, body, id, entry));
+  }
+
+  /**
+   * One publish of the window: a publish that times out is sent again (the same message id makes
+   * the retry safe); one that fails for good fails the submission.
+   */
+  private sendAction(subject: string, body: Uint8Array, id: string, entry: Pending): void {
+    this.publisher.publishRetrying(subject, body, id, { onRetry: (err) => this.logger.debug({ err, actionId: id }, 'publishing an action again') }).then(
+      (ack) => {
+        this.publishWindow.release(PUBLISH_WINDOW_KEY);
+        if (ack.duplicate && this.pending.get(id) === entry) entry.watch = this.watchAction(id);
+      },
+      (err: unknown) => {
+        this.publishWindow.release(PUBLISH_WINDOW_KEY);
+        if (this.pending.get(id) !== entry) return;
+        this.settle(id);
+        if (entry.holdsQuota) this.quotas.release(entry.job);
+        entry.reject(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
   }
 
   /**
@@ -272,7 +303,7 @@ export class ActionClient {
     this.pending.delete(id);
     if (entry.timer) clearTimeout(entry.timer);
     entry.watch?.stop();
-    this.metrics.inFlight.dec({ kind: entry.kind });
+    this.inFlightByKind.add(entry.kind, -1);
     return entry;
   }
 
@@ -320,6 +351,7 @@ export class ActionClient {
     }
     this.sub?.unsubscribe();
     this.publisher.close();
+    this.inFlightByKind.close();
     return Promise.resolve();
   }
 }

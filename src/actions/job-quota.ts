@@ -14,14 +14,22 @@ export class JobQuotas {
     private readonly defaultLimit: number | undefined,
   ) {}
 
-  /** Resolves when the job may start one more action. */
-  acquire(job: string): Promise<void> {
+  /**
+   * Takes a place for one more action of the job if there is one now (nobody waits then: a
+   * place that frees passes to the first waiting); false otherwise. The path of every action
+   * that does not wait, without a promise.
+   */
+  tryAcquire(job: string): boolean {
     const limit = this.limits.get(job) ?? this.defaultLimit;
     const n = this.inFlight.get(job) ?? 0;
-    if (limit === undefined || n < limit) {
-      this.inFlight.set(job, n + 1);
-      return Promise.resolve();
-    }
+    if (limit !== undefined && n >= limit) return false;
+    this.inFlight.set(job, n + 1);
+    return true;
+  }
+
+  /** Resolves when the job may start one more action. */
+  acquire(job: string): Promise<void> {
+    if (this.tryAcquire(job)) return Promise.resolve();
     return new Promise((resolve) => {
       const queue = this.waiting.get(job) ?? [];
       queue.push(resolve);

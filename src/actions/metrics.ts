@@ -5,8 +5,8 @@
  * action-worker`) splits the time into queue wait and execution, counts executions and reports
  * its kind's queue (depth, running) and its own slots.
  */
-import type { Registry } from 'prom-client';
-import { counter, gauge, histogram } from '../common/metric-factory.js';
+import type { Gauge, Registry } from 'prom-client';
+import { counter, gauge, histogram, onCollect } from '../common/metric-factory.js';
 
 const SECONDS = [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
@@ -74,4 +74,41 @@ export function workerMetrics(registry: Registry) {
       labelNames: ['kind'],
     }),
   };
+}
+
+/**
+ * A gauge by kind that changes with every action (in flight, busy), kept as plain counts and
+ * brought to the gauge right before it is read (onCollect): prom-client hashes the labels of
+ * every inc() and dec(), two of them per action for each gauge. Several owners may share one
+ * gauge (clients of one registry): each adds what changed since its last read.
+ */
+export class KindCounts {
+  private readonly counts = new Map<string, number>();
+  /** What the gauge was last given, by kind. */
+  private readonly given = new Map<string, number>();
+  private readonly removeHook: () => void;
+
+  constructor(private readonly gauge: Gauge<'kind'>) {
+    this.removeHook = onCollect(gauge, () => this.flush());
+  }
+
+  add(kind: string, n: number): void {
+    this.counts.set(kind, (this.counts.get(kind) ?? 0) + n);
+  }
+
+  /** Brings the gauge up to date. */
+  flush(): void {
+    for (const [kind, n] of this.counts) {
+      const delta = n - (this.given.get(kind) ?? 0);
+      if (delta === 0) continue;
+      this.gauge.inc({ kind }, delta);
+      this.given.set(kind, n);
+    }
+  }
+
+  /** Brings the gauge up to date for the last time (the owner is closing). */
+  close(): void {
+    this.flush();
+    this.removeHook();
+  }
 }

@@ -9,8 +9,10 @@ export function truncationMarker(n: number): string {
 
 /** `text` within `maxBytes` bytes of UTF-8 (marker included), and whether it was cut. */
 export function capOutput(text: string, maxBytes: number): { output: string; truncated: boolean } {
+  // Most outputs are short: a UTF-16 unit is at most 3 bytes of UTF-8, so no need to count them,
+  // nor to copy them to count.
+  if (text.length * 3 <= maxBytes || Buffer.byteLength(text, 'utf8') <= maxBytes) return { output: text, truncated: false };
   const bytes = Buffer.from(text, 'utf8');
-  if (bytes.length <= maxBytes) return { output: text, truncated: false };
   const marker = truncationMarker(bytes.length);
   const keep = Math.max(0, maxBytes - Buffer.byteLength(marker));
   // Decoding a cut in the middle of a character yields U+FFFD: drop that partial character.

@@ -16,7 +16,6 @@
  *   run again (at-least-once); the result stream drops the second result by action id inside its
  *   duplicate window, and the client drops any second result it receives.
  */
-import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -25,10 +24,10 @@ import { Registry } from 'prom-client';
 import { InvalidInputError, LaminarError } from '../common/errors.js';
 import { ErrorCodes } from '../common/error-codes.js';
 import { silentLogger, type Logger } from '../common/logger.js';
-import { retryTransient } from '../data/retry.js';
 import type { ActionDelivery } from './delivery.js';
 import { ActionArgumentError, type ActionContext, type ActionHandler } from './handler.js';
-import { workerMetrics } from './metrics.js';
+import { KindCounts, workerMetrics } from './metrics.js';
+import { ActionSignal } from './action-signal.js';
 import { checkActionName, type ActionNames } from './names.js';
 import { capOutput, DEFAULT_MAX_OUTPUT_BYTES } from './output-cap.js';
 import { ensureActionStreams, ensureKindConsumer, type ActionStreamOptions, type KindConsumerOptions } from './streams.js';
@@ -87,6 +86,8 @@ export class ActionWorker {
   /** The results' publishes (stream-publisher.ts). */
   private readonly publisher: StreamPublisher;
   private readonly metrics: ReturnType<typeof workerMetrics>;
+  /** laminar_action_worker_busy, counted here and given to the gauge at scrape. */
+  private readonly busyCount: KindCounts;
   private readonly logger: Logger;
   private readonly slots: number;
   private readonly maxOutputBytes: number;
@@ -99,8 +100,8 @@ export class ActionWorker {
   private refillQueued = false;
   private refillTimer: NodeJS.Timeout | undefined;
   private readonly running = new Set<Promise<void>>();
-  /** Aborts the handlers still running when stop()'s grace ends. */
-  private readonly stopController = new AbortController();
+  /** The signals of the handlers still running: stop() aborts them when its grace ends. */
+  private readonly aborts = new Set<ActionSignal>();
   /** stop() was called: no more pull requests; deliveries that still arrive are handed back. */
   private leaving = false;
   /** pause() was called: no pull requests until resume(). */
@@ -128,8 +129,7 @@ export class ActionWorker {
     this.slots = options.concurrency ?? 1;
     this.maxOutputBytes = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     this.labels = { kind };
-    // Every running action listens to it: as many listeners as slots, not a leak.
-    setMaxListeners(0, this.stopController.signal);
+    this.busyCount = new KindCounts(this.metrics.busy);
   }
 
   /** Creates the streams and the kind's consumer when missing, and starts taking actions. */
@@ -235,11 +235,11 @@ export class ActionWorker {
       return;
     }
     this.busy++;
-    this.metrics.busy.inc(this.labels);
+    this.busyCount.add(this.kind, 1);
     const run = this.handle(m).finally(() => {
       this.busy--;
       this.done++;
-      this.metrics.busy.dec(this.labels);
+      this.busyCount.add(this.kind, -1);
       this.running.delete(run);
       this.refill();
     });
@@ -272,7 +272,8 @@ export class ActionWorker {
     } else {
       ran = true;
       this.logger.debug({ actionId: action.id, tool: action.tool, delivery }, 'action started');
-      outcome = await this.execute(action, m, delivery);
+      const running = this.execute(action, m, delivery);
+      outcome = running instanceof Promise ? await running : running;
     }
     const execMs = ran ? performance.now() - t0 : 0;
     const capped = outcome.truncated ? { output: outcome.output, truncated: true } : capOutput(outcome.output, this.maxOutputBytes);
@@ -294,7 +295,7 @@ export class ActionWorker {
     });
     try {
       // Retried through timeouts (the message id makes it safe), for a while: then left to redelivery.
-      await retryTransient(() => this.publisher.publish(action.reply, body, action.id), { retryForMs: 10_000 });
+      await this.publisher.publishRetrying(action.reply, body, action.id, { retryForMs: 10_000 });
     } catch (err) {
       // Not acked: the action runs again elsewhere after the ack wait.
       this.logger.warn({ err, actionId: action.id }, 'could not publish a result; the action will be delivered again');
@@ -308,7 +309,12 @@ export class ActionWorker {
     m.ack();
   }
 
-  private async execute(action: ActionMessage, m: ActionDelivery, delivery: number): Promise<Outcome> {
+  /**
+   * Runs the tool's handler. What each action pays, kept small (the actions bench's profile): the
+   * handler's signal is made only if it reads it (action-signal.ts), and the timeout's timer and
+   * the heartbeats only for a handler that did not answer at once.
+   */
+  private execute(action: ActionMessage, m: ActionDelivery, delivery: number): Outcome | Promise<Outcome> {
     const handler = this.tools[action.tool];
     if (!handler) {
       return {
@@ -317,28 +323,27 @@ export class ActionWorker {
         code: ErrorCodes.ACTION_UNKNOWN_TOOL,
       };
     }
-    const controller = new AbortController();
-    const onStop = (): void => controller.abort(new LaminarError(ErrorCodes.CLOSED, 'the worker is stopping'));
-    this.stopController.signal.addEventListener('abort', onStop);
-    // Heartbeats keep the delivery while the action runs (one timer for all: see heartbeat()).
-    this.heartbeating.add(m);
-    // At the timeout the handler's signal is aborted; it has TIMEOUT_GRACE_MS more to hand back
-    // what it has (the sandbox: the output so far), then the worker answers for it.
+    const abort = new ActionSignal();
     // An object: the handler's callbacks below read it after the timer changed it.
     const clock = { timedOut: false };
-    let timer: NodeJS.Timeout | undefined;
     const timeoutOutcome = (output?: string): Outcome => ({
       status: 'timeout',
       output: output ?? `the tool ran past the action's timeout of ${action.timeoutMs} ms`,
       code: ErrorCodes.ACTION_TIMEOUT,
     });
-    const timedOut = new Promise<Outcome>((resolve) => {
-      timer = setTimeout(() => {
-        clock.timedOut = true;
-        controller.abort(new LaminarError(ErrorCodes.ACTION_TIMEOUT, 'timeout'));
-        timer = setTimeout(() => resolve(timeoutOutcome()), TIMEOUT_GRACE_MS);
-      }, action.timeoutMs);
-    });
+    const outcomeOf = (output: unknown): Outcome => {
+      // A handler that returns once aborted at the timeout returns what it had: still a timeout.
+      if (clock.timedOut) return timeoutOutcome(typeof output === 'string' && output.length > 0 ? output : undefined);
+      if (typeof output !== 'string')
+        return { status: 'error', output: `${action.tool} returned ${typeof output}, not text`, code: ErrorCodes.ACTION_HANDLER_FAILED };
+      return { status: 'ok', output };
+    };
+    const outcomeOfError = (err: unknown): Outcome => {
+      if (err instanceof ActionArgumentError) return { status: 'bad_call', output: err.message, code: err.code };
+      if (err instanceof ToolOutcome) return err.outcome;
+      if (clock.timedOut) return timeoutOutcome();
+      return { status: 'error', output: err instanceof Error ? err.message : String(err), code: ErrorCodes.ACTION_HANDLER_FAILED };
+    };
     const context: ActionContext = {
       actionId: action.id,
       trajectoryId: action.traj,
@@ -347,30 +352,45 @@ export class ActionWorker {
       tool: action.tool,
       delivery,
       timeoutMs: action.timeoutMs,
-      signal: controller.signal,
+      get signal() {
+        return abort.signal;
+      },
     };
-    const run = (async (): Promise<Outcome> => {
-      try {
-        const output = await handler(action.args, context);
-        // A handler that returns once aborted at the timeout returns what it had: still a timeout.
-        if (clock.timedOut) return timeoutOutcome(typeof output === 'string' && output.length > 0 ? output : undefined);
-        if (typeof output !== 'string')
-          return { status: 'error', output: `${action.tool} returned ${typeof output}, not text`, code: ErrorCodes.ACTION_HANDLER_FAILED };
-        return { status: 'ok', output };
-      } catch (err) {
-        if (err instanceof ActionArgumentError) return { status: 'bad_call', output: err.message, code: err.code };
-        if (err instanceof ToolOutcome) return err.outcome;
-        if (clock.timedOut) return timeoutOutcome();
-        return { status: 'error', output: err instanceof Error ? err.message : String(err), code: ErrorCodes.ACTION_HANDLER_FAILED };
-      }
-    })();
+    const started = performance.now();
+    let answer: string | PromiseLike<string>;
     try {
-      return await Promise.race([run, timedOut]);
-    } finally {
-      clearTimeout(timer);
-      this.heartbeating.delete(m);
-      this.stopController.signal.removeEventListener('abort', onStop);
+      answer = handler(action.args, context);
+    } catch (err) {
+      return outcomeOfError(err);
     }
+    if (typeof (answer as Partial<PromiseLike<string>> | null)?.then !== 'function') return outcomeOf(answer);
+    const pending = answer as PromiseLike<string>;
+    // A handler still running: its timeout counts from its start, the worker's stop aborts it,
+    // and heartbeats keep its delivery (one timer for all: see start()).
+    this.aborts.add(abort);
+    this.heartbeating.add(m);
+    return new Promise<Outcome>((resolve) => {
+      const settle = (outcome: Outcome): void => {
+        clearTimeout(timer);
+        this.aborts.delete(abort);
+        this.heartbeating.delete(m);
+        resolve(outcome);
+      };
+      // At the timeout the handler's signal is aborted; it has TIMEOUT_GRACE_MS more to hand
+      // back what it has (the sandbox: the output so far), then the worker answers for it.
+      let timer = setTimeout(
+        () => {
+          clock.timedOut = true;
+          abort.abort(new LaminarError(ErrorCodes.ACTION_TIMEOUT, 'timeout'));
+          timer = setTimeout(() => settle(timeoutOutcome()), TIMEOUT_GRACE_MS);
+        },
+        Math.max(0, action.timeoutMs - (performance.now() - started)),
+      );
+      pending.then(
+        (output) => settle(outcomeOf(output)),
+        (err: unknown) => settle(outcomeOfError(err)),
+      );
+    });
   }
 
   private async collectQueue(): Promise<void> {
@@ -396,7 +416,8 @@ export class ActionWorker {
     const finished = Number.isFinite(grace)
       ? await Promise.race([drained.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), grace))])
       : await drained.then(() => true);
-    this.stopController.abort();
+    const stopping = new LaminarError(ErrorCodes.CLOSED, 'the worker is stopping');
+    for (const abort of this.aborts) abort.abort(stopping);
     if (!finished) this.logger.warn({ running: this.running.size }, 'stopped with actions running: they will be delivered again');
     // Deliveries that still arrived meanwhile were handed back; none is taken from here on.
     this.credit?.stop();
@@ -404,6 +425,7 @@ export class ActionWorker {
     clearInterval(this.queueTimer);
     clearInterval(this.heartbeatTimer);
     this.metrics.slots.dec(this.labels, this.slots);
+    this.busyCount.close();
     await this.presence?.stop();
   }
 }

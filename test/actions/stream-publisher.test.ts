@@ -3,7 +3,8 @@
  * on a real nats-server: acknowledged with the stream's sequence, a second message of the same id
  * acknowledged as a duplicate, a subject no stream takes failed as a transient "no responders"
  * (what the retry policy retries), a stream's refusal failed as final, and a closed publisher
- * refusing at once.
+ * refusing at once; publishRetrying retrying the transient failure (until a stream takes the
+ * subject) and not the final one.
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { DiscardPolicy, jetstreamManager } from '@nats-io/jetstream';
@@ -41,5 +42,27 @@ describe('the stream publisher', () => {
     expect(isTransient(none)).toBe(true);
     p.close();
     await expect(p.publish('sp1.a', new Uint8Array(1), 'id-9')).rejects.toMatchObject({ code: ErrorCodes.CLOSED });
+  });
+
+  it('retries a publish no stream took until one does, and a refusal not at all', async () => {
+    const jsm = await jetstreamManager(nats.nc);
+    const p = new StreamPublisher(nats.nc);
+    publishers.push(p);
+    const retries: string[] = [];
+    const ack = await p.publishRetrying('later.a', new Uint8Array(1), 'later-1', {
+      onRetry: (err) => {
+        retries.push((err as Error).name);
+        // The stream appears after the first failure: the retry finds it.
+        if (retries.length === 1) void jsm.streams.add({ name: 'LATER', subjects: ['later.>'] });
+      },
+    });
+    expect(ack).toMatchObject({ stream: 'LATER', seq: 1, duplicate: false });
+    expect(retries[0]).toBe('NoRespondersError');
+    await jsm.streams.add({ name: 'FULL', subjects: ['full.>'], max_msgs: 1, discard: DiscardPolicy.New });
+    await p.publishRetrying('full.a', new Uint8Array(1), 'full-1');
+    const refusals: unknown[] = [];
+    const refused = await p.publishRetrying('full.b', new Uint8Array(1), 'full-2', { onRetry: (err) => refusals.push(err) }).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(Error);
+    expect(refusals).toEqual([]);
   });
 });

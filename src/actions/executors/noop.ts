@@ -6,17 +6,17 @@ import { argsObject, type ActionHandler } from '../handler.js';
 
 export const NOOP_TOOL = 'noop';
 
-export const noopHandler: ActionHandler = async (args, context) => {
+// Without `sleepMs` it answers synchronously: nothing but the action's own cost is measured.
+export const noopHandler: ActionHandler = (args, context) => {
   const a = args === undefined || args === null ? {} : argsObject(args, NOOP_TOOL);
   const sleepMs = typeof a.sleepMs === 'number' ? a.sleepMs : 0;
-  if (sleepMs > 0) {
-    await new Promise<void>((resolve) => {
-      const t = setTimeout(resolve, sleepMs);
-      context.signal.addEventListener('abort', () => {
-        clearTimeout(t);
-        resolve();
-      });
+  const echo = typeof a.echo === 'string' ? a.echo : '';
+  if (sleepMs <= 0) return echo;
+  return new Promise<string>((resolve) => {
+    const t = setTimeout(() => resolve(echo), sleepMs);
+    context.signal.addEventListener('abort', () => {
+      clearTimeout(t);
+      resolve(echo);
     });
-  }
-  return typeof a.echo === 'string' ? a.echo : '';
+  });
 };
