@@ -12,11 +12,14 @@ import { promisify } from 'node:util';
 import { spawnProgram, type Daemon } from './daemon-process.js';
 import { freePort, startOnFreePorts } from './ports.js';
 import { REPO_ROOT } from './python.js';
+import { groupGone, removeShmLeftovers, shmNames } from './shm-leftovers.js';
 
 const run = promisify(execFile);
 
 export const ENGINES_VENV = join(REPO_ROOT, '.venv-engines');
 export const ENGINES_PYTHON = join(ENGINES_VENV, 'bin', 'python');
+/** What Python's multiprocessing.shared_memory names its segments in /dev/shm. */
+const PYTHON_SHM_PREFIX = 'psm_';
 const TINY_LLAMA = join(REPO_ROOT, 'python', 'tools', 'tiny_llama.py');
 
 /** What one server takes, measured: ~1.6 GiB resident with the tiny model, plus the KV space below. */
@@ -34,6 +37,8 @@ export async function tinyLlama(args: string[], stdin?: string): Promise<string>
 export interface VllmServer extends Daemon {
   url: string;
   port: number;
+  /** Resolves once the server's whole process group is gone and what it left behind (its TMPDIR, its shared-memory queues) is removed. */
+  cleanedUp: Promise<void>;
 }
 
 /**
@@ -80,6 +85,9 @@ export async function startVllm(
     // gets a TMPDIR of its own, removed once it has exited.
     const scratch = mkdtempSync(join(tmpdir(), 'laminar-vllm-'));
     const removeScratch = (): void => rmSync(scratch, { recursive: true, force: true });
+    // Its shared-memory queues (/dev/shm/psm_*) likewise: those that appeared while it ran and
+    // that no process maps any more are removed once its whole process group is gone.
+    const shmBefore = shmNames(PYTHON_SHM_PREFIX);
     const env = {
       ...process.env,
       TMPDIR: scratch,
@@ -108,7 +116,13 @@ export async function startVllm(
       removeScratch();
       throw err;
     }
-    void daemon.exited.then(removeScratch, removeScratch);
-    return { ...daemon, url: `http://127.0.0.1:${port}`, port };
+    const group = daemon.child.pid;
+    const cleanUp = async (): Promise<void> => {
+      if (group !== undefined) await groupGone(group);
+      removeScratch();
+      removeShmLeftovers(shmBefore, PYTHON_SHM_PREFIX);
+    };
+    const cleanedUp = daemon.exited.then(cleanUp, cleanUp);
+    return { ...daemon, url: `http://127.0.0.1:${port}`, port, cleanedUp };
   });
 }

