@@ -31,6 +31,11 @@
  *   GPUs idle through every tool phase and through each turn's longest segment
  *   (fleet/tool-calls.ts). Off, every trajectory goes to its tool and back on its own, as laminar's
  *   and AReaL's agent loops do.
+ * - trainingAttention: the trainer's time counts attention's FLOPs beside the weights', quadratic
+ *   in a sequence's length (a causal pass: 2 × layers × width × T² forward FLOPs against the
+ *   weights' 2 × params × T), so a long sequence costs more than its tokens and the data-parallel
+ *   group holding the long tail waits longer (trainer/parallel-step.ts). Off, a sequence costs its
+ *   tokens, as before.
  */
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 
@@ -41,6 +46,7 @@ export const MECHANISMS = [
   'colocatedEngine',
   'groupLengthCorrelation',
   'turnLockstep',
+  'trainingAttention',
 ] as const;
 export type MechanismName = (typeof MECHANISMS)[number];
 export type Mechanisms = Readonly<Record<MechanismName, boolean>>;

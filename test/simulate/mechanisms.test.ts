@@ -1,7 +1,7 @@
 /**
  * The mechanisms of issue #48, each on its own (src/simulate/mechanisms.ts): the parallel
  * trainer's time (communication on the paper's interconnect, data-parallel stragglers, the
- * pipeline bubble), attention's KV read derived from the hardware, AReaL's partial rollout, and
+ * pipeline bubble, attention's FLOPs), attention's KV read derived from the hardware, AReaL's partial rollout, and
  * the switches that turn each off.
  */
 import { readFileSync } from 'node:fs';
@@ -18,7 +18,9 @@ import {
   fsdpCommMs,
   megatronAllReduceMs,
   slowestGroupTokens,
+  attentionWidth,
   trainIterationMs,
+  withAttentionFlops,
   type TrainLayout,
 } from '../../src/simulate/trainer/parallel-step.js';
 import { colocatedSwitchMs, trainStepMs } from '../../src/simulate/trainer/time-model.js';
@@ -92,7 +94,7 @@ describe('the parallel trainer (trainer/parallel-step.ts)', () => {
   });
 
   it("Megatron's pipeline bubble: none at PP 1, (PP - 1) micro-batches over those a group runs", () => {
-    const commOnly = { trainerCommunication: true, dataParallelStragglers: false };
+    const commOnly = { trainerCommunication: true, dataParallelStragglers: false, trainingAttention: false };
     const linear = trainStepMs(math7b, total, 128);
     const pp1 = { tp: 2, pp: 1 };
     const pp4 = { tp: 2, pp: 4 };
@@ -107,6 +109,31 @@ describe('the parallel trainer (trainer/parallel-step.ts)', () => {
     );
     // The gradient all-reduce: the FP32 shard over TP × PP, 2 (d − 1)/d of it across d = 16 groups at 50 GB/s.
     expect(megatronAllReduceMs(math7b, pp4, 128)).toBeCloseTo(((2 * (15 / 16) * ((2 * 15.2e9) / 8)) / 50e9) * 1e3, 6);
+  });
+
+  it("attention's FLOPs: a sequence of T tokens costs T (1 + layers × width × T / params) tokens of the linear formula", () => {
+    const attentionOnly = { ...NO_MECHANISMS, trainingAttention: true };
+    // 7B (28 layers, 28 heads × 128): 8,192 sequences of 4,000 tokens cost 1 + 28 × 3,584 × 4,000 / 7.62e9 = 1.0527 times.
+    const equal = new Float64Array(8192).fill(4000);
+    const linear = trainStepMs(math7b, 8192 * 4000, 192);
+    expect(trainIterationMs(math7b, equal, 192, 16, fsdp7b, attentionOnly) / linear).toBeCloseTo(1 + (28 * 3584 * 4000) / 7.62e9, 9);
+    // Quadratic: a 16 K sequence costs 1.22 times its tokens, a 1 K one 1.01.
+    expect(withAttentionFlops(math7b, [16384, 1024])[0]! / 16384).toBeCloseTo(1 + (28 * 3584 * 16384) / 7.62e9, 9);
+    expect(withAttentionFlops(math7b, [16384, 1024])[1]! / 1024).toBeLessThan(1.014);
+    // So the long tail weighs more than its tokens: the long-tailed batch's attention share is above
+    // the one of as many tokens in equal sequences, and more again with the stragglers on.
+    const tailShare = trainIterationMs(math7b, batch, 192, 16, fsdp7b, attentionOnly) / trainStepMs(math7b, total, 192);
+    const meanShare = 1 + (28 * 3584 * (total / 8192)) / 7.62e9;
+    expect(tailShare).toBeGreaterThan(meanShare + 0.03);
+    const stragglers = { ...NO_MECHANISMS, dataParallelStragglers: true };
+    const both = { ...stragglers, trainingAttention: true };
+    expect(trainIterationMs(math7b, batch, 192, 16, fsdp7b, both) / trainIterationMs(math7b, batch, 192, 16, fsdp7b, stragglers)).toBeGreaterThan(tailShare);
+    // The width: the scenario's (Qwen2.5-7B: 28 × 128), else a dense transformer's of its size.
+    expect(attentionWidth(math7b)).toBe(3584);
+    const unstated = { model: { ...math7b.model, attentionWidth: undefined } };
+    expect(attentionWidth(unstated)).toBeCloseTo(Math.sqrt(7.62e9 / (12 * 28)), 6);
+    // With no layout the trainer keeps the linear formula, as for the other trainer mechanisms.
+    expect(trainIterationMs(math7b, equal, 192, 16, null, attentionOnly)).toBeCloseTo(linear, 6);
   });
 
   it('makes strong scaling sub-linear: 24 times the GPUs give much less than 24 times the speed', () => {
@@ -145,7 +172,7 @@ describe('the switches', () => {
       s.trainer = { ...s.trainer, layout: { fsdp: 8, sequenceParallel: 4 } };
     });
     const base = runScenario(scenario, 'sync', { steps: 4, mechanisms: NO_MECHANISMS });
-    for (const name of ['attentionKvRead', 'dataParallelStragglers', 'trainerCommunication', 'colocatedEngine'] as const) {
+    for (const name of ['attentionKvRead', 'dataParallelStragglers', 'trainerCommunication', 'colocatedEngine', 'trainingAttention'] as const) {
       const on = runScenario(scenario, 'sync', { steps: 4, mechanisms: { ...NO_MECHANISMS, [name]: true } });
       expect(on.virtualS, name).toBeGreaterThan(base.virtualS);
     }

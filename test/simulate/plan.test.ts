@@ -82,6 +82,10 @@ describe('laminar plan: model sizes', () => {
     // r = 8: layers × 2, KV bytes × 4, weights × 8.
     expect(model).toEqual({ name: '80B (scaled from M)', params: 80e9, layers: 80, kvBytesPerToken: 400 * 1024, weightBytes: 160e9 });
     expect(derived.map((d) => d.field)).toEqual(['model.params', 'model.weightBytes', 'model.layers', 'model.kvBytesPerToken']);
+    // A base that states attention's width: × r^(1/3), to whole heads of 128.
+    const wide = scaleModel({ ...base, model: { ...base.model, attentionWidth: 3584 } }, 80e9);
+    expect(wide.model.attentionWidth).toBe(7168);
+    expect(wide.derived.map((d) => d.field)).toContain('model.attentionWidth');
   });
 
   it("builds the plan's scenario on the shipped one, saying what it changed", () => {
@@ -93,7 +97,7 @@ describe('laminar plan: model sizes', () => {
 
     const scaled = planScenario(request({ model: '14B', linkGbit: '400', medianTokens: '1000', p99Ratio: '5', maxTokens: '8192' }));
     expect(scaled.base).toBe('math-7b');
-    expect(scaled.scenario.model).toMatchObject({ params: 14e9, layers: 34 });
+    expect(scaled.scenario.model).toMatchObject({ params: 14e9, layers: 34, attentionWidth: 4352 });
     expect(scaled.scenario.hardware.relayLink.bandwidthGBs).toBe(50);
     expect(scaled.scenario.hardware.trainerToMasterGBs).toBe(50);
     expect(scaled.scenario.workload.outputTokens).toEqual({ median: [{ step: 0, tokens: 1000 }], p99OverMedian: 5, max: 8192, promptShare: 0.5 });

@@ -7,7 +7,8 @@
  * - weight bytes: the base's bytes per parameter (BF16 in every shipped scenario);
  * - layers: × r^(1/3) for a size ratio r, since a family grows depth and width together
  *   (parameters ∝ layers × width², width ∝ layers);
- * - KV bytes per token: × r^(2/3) (layers × the K/V width, each ∝ r^(1/3)), a multiple of 1 KiB.
+ * - KV bytes per token: × r^(2/3) (layers × the K/V width, each ∝ r^(1/3)), a multiple of 1 KiB;
+ * - attention width (query heads × head dimension): × r^(1/3), whole heads of 128.
  *
  * Real families do not follow that rule exactly (Qwen2.5-7B has 4 KV heads, 14B 8), so a scaled
  * model is an estimate, and the plan prints every derived field with its formula.
@@ -70,9 +71,11 @@ export function scaleModel(base: Pick<ScenarioData, 'model' | 'name'>, params: n
   const weightBytes = baseBytes * r;
   const layers = Math.max(1, Math.round(from.layers * Math.cbrt(r)));
   const kvBytesPerToken = Math.max(KV_GRANULE, Math.round((from.kvBytesPerToken * r ** (2 / 3)) / KV_GRANULE) * KV_GRANULE);
+  // Attention's width grows as the K/V width does (r^(1/3)), to a whole head of 128.
+  const attentionWidth = from.attentionWidth === undefined ? undefined : Math.max(128, Math.round((from.attentionWidth * Math.cbrt(r)) / 128) * 128);
   const ratio = `r = ${fmt(params / 1e9)}B / ${fmt(from.params / 1e9)}B = ${fmt(r)}`;
   return {
-    model: { name: `${fmt(params / 1e9)}B (scaled from ${from.name})`, params, layers, kvBytesPerToken, weightBytes },
+    model: { name: `${fmt(params / 1e9)}B (scaled from ${from.name})`, params, layers, kvBytesPerToken, weightBytes, attentionWidth },
     derived: [
       {
         field: 'model.params',
@@ -90,6 +93,15 @@ export function scaleModel(base: Pick<ScenarioData, 'model' | 'name'>, params: n
         value: grouped.format(kvBytesPerToken),
         how: `${grouped.format(from.kvBytesPerToken)} × r^(2/3) (layers × K/V width), to a multiple of ${KV_GRANULE}`,
       },
+      ...(attentionWidth === undefined
+        ? []
+        : [
+            {
+              field: 'model.attentionWidth',
+              value: grouped.format(attentionWidth),
+              how: `${grouped.format(from.attentionWidth!)} × r^(1/3), to whole heads of 128`,
+            },
+          ]),
     ],
   };
 }

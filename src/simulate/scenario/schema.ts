@@ -57,6 +57,11 @@ const modelSchema = z.strictObject({
   kvBytesPerToken: count,
   /** Default: params x 2 (BF16). */
   weightBytes: positive.optional(),
+  /**
+   * Query heads x head dimension: attention's FLOPs in training (mechanism trainingAttention,
+   * trainer/parallel-step.ts). Default: a dense transformer's width, sqrt(params / (12 x layers)).
+   */
+  attentionWidth: count.optional(),
 });
 
 const engineSchema = z.strictObject({

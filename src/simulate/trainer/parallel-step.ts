@@ -18,13 +18,44 @@
  * Tensor parallelism's and Ulysses' all-to-all traffic is proportional to the tokens a GPU
  * computes, like the compute itself, so it is part of the MFU and not a term here.
  *
- * With no layout (or both mechanisms off) this is the linear formula of time-model.ts.
+ * Attention's own FLOPs (trainingAttention): the linear formula counts the FLOPs of the weights
+ * (flopsPerTokenPerParam × params a token), but a sequence's attention scores and their weighted
+ * sum grow with its length. Per layer a causal forward pass computes QKᵀ and AV over half of the
+ * T × T scores, 2 × width × T² FLOPs (width: query heads × head dimension), against the weights'
+ * 2 × params × T; backward and the extra forward passes scale both alike, so a sequence of T
+ * tokens costs as many FLOPs as T (1 + layers × width × T / params) tokens of the linear formula
+ * (the PaLM MFU accounting, halved for the causal mask). The long tail weighs more: a 16 K-token
+ * 7B sequence costs 1.22 times its tokens, a 1 K one 1.01, and the stragglers compare FLOPs.
+ *
+ * With no layout (or every mechanism here off) this is the linear formula of time-model.ts.
  */
 import { weightBytes } from '../scenario/derive.js';
 import type { Scenario } from '../scenario/schema.js';
 import type { Mechanisms } from '../mechanisms.js';
 
 type Inputs = Pick<Scenario, 'hardware' | 'model' | 'trainer'>;
+
+/**
+ * Attention's width, query heads × head dimension. A scenario states it (`model.attentionWidth`);
+ * otherwise the width of a dense transformer of this size, params ≈ 12 × layers × width².
+ */
+export function attentionWidth(s: Pick<Scenario, 'model'>): number {
+  return s.model.attentionWidth ?? Math.sqrt(s.model.params / (12 * s.model.layers));
+}
+
+/**
+ * `lengths` as tokens of the linear formula: each sequence's T (1 + layers × width × T / params),
+ * its attention's FLOPs counted (trainingAttention, above).
+ */
+export function withAttentionFlops(s: Pick<Scenario, 'model'>, lengths: ArrayLike<number>): Float64Array {
+  const perToken = (s.model.layers * attentionWidth(s)) / s.model.params;
+  const out = new Float64Array(lengths.length);
+  for (let i = 0; i < lengths.length; i++) {
+    const t = lengths[i]!;
+    out[i] = t * (1 + perToken * t);
+  }
+  return out;
+}
 
 export type TrainLayout =
   { readonly kind: 'fsdp'; readonly fsdp: number; readonly sequenceParallel: number } | { readonly kind: 'megatron'; readonly tp: number; readonly pp: number };
@@ -113,11 +144,13 @@ export function trainIterationMs(
   trainGpus: number,
   miniBatches: number,
   layout: TrainLayout | null,
-  mech: Pick<Mechanisms, 'trainerCommunication' | 'dataParallelStragglers'>,
+  mech: Pick<Mechanisms, 'trainerCommunication' | 'dataParallelStragglers' | 'trainingAttention'>,
 ): number {
   const m = Math.max(1, Math.min(miniBatches, lengths.length));
   const groups = dataParallelGroups(layout, trainGpus);
-  const split = mech.dataParallelStragglers ? slowestGroupTokens(lengths, groups, m) : slowestGroupTokens(lengths, 1, m);
+  // Dealing by effective length deals in the same order as by tokens (it grows with T).
+  const work = layout !== null && mech.trainingAttention ? withAttentionFlops(s, lengths) : lengths;
+  const split = mech.dataParallelStragglers ? slowestGroupTokens(work, groups, m) : slowestGroupTokens(work, 1, m);
   const flopMs = (tokens: number): number =>
     ((tokens * s.trainer.flopsPerTokenPerParam * s.model.params) / (trainGpus * s.hardware.gpu.bf16Tflops * 1e12 * s.trainer.mfu)) * 1e3;
   const computeMs = flopMs(split.tokens);
