@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check (issue 43, item 5), for a machine with an NVIDIA GPU: the real-vLLM checks on
-# vLLM's CUDA build, the Python client's CUDA publish path, and host-to-device bandwidth from a
-# leased version (cudaHostRegister vs unpinned vs pinned vs the PCIe link). The driver is
+# vLLM's CUDA build, the Python client's CUDA publish path, host-to-device bandwidth from a
+# leased version (cudaHostRegister vs unpinned vs pinned vs the PCIe link), and a Llama-7B-shaped
+# load from a lease (as mapped vs Lease.register_cuda). The driver is
 # python/tools/gpu_check (its docstring says what each part checks); it prints a table and a
 # JSON line, and with --record appends them, dated, to docs/performance/gpu.md.
 #

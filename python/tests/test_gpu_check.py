@@ -54,6 +54,15 @@ def test_cpu_mode_publishes_reads_back_and_measures(tmp_path: Path) -> None:
     assert json.loads(section.split("```json\n")[1].split("\n```")[0]) == line
 
 
+def test_cpu_mode_loads_a_leased_model_tensor_by_tensor() -> None:
+    done = run_check("--cpu", "--parts", "load", "--load-layers", "1")
+    assert done.returncode == EXIT_PASSED, done.stdout + done.stderr
+    load = json.loads(done.stdout.strip().splitlines()[-1])["parts"]["load"]
+    assert load["status"] == "passed" and load["tensors"] == 12  # embeddings, 9 per layer, norm, head
+    assert load["unregistered"]["load_s"] > 0 and load["registered"] is None
+    assert "| load | parameters after each load | identical |" in done.stdout
+
+
 def test_without_a_cuda_device_it_refuses_with_its_own_exit() -> None:
     done = run_check("--parts", "h2d", env={"CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == EXIT_NO_GPU, done.stdout + done.stderr

@@ -5,6 +5,9 @@
 - h2d: host-to-device bandwidth from a leased version: the mapping unpinned, the mapping
   page-locked with cudaHostRegister, a pinned torch buffer, and the PCIe link's theoretical limit
   (h2d_bandwidth.py);
+- load: a Llama-7B-shaped version loaded from a lease onto the device tensor by tensor, the
+  lease as mapped against the lease registered first with ``Lease.register_cuda()``
+  (load_check.py);
 - vllm: a real ``vllm serve`` (the CUDA build) with laminar's worker extension: logprobs against a
   reference, a reload, refusals that leave the served weights untouched (vllm_check.py).
 
@@ -16,7 +19,7 @@ registered copies skipped with the reason), for machines without a GPU and for t
 this script from rotting (python/tests/test_gpu_check.py). Without ``--cpu`` a machine with no
 CUDA device ends at once with exit 3 (outcome.py lists the exits).
 
-    python python/tools/gpu_check [--cpu] [--parts publish,h2d,vllm] [--record] [--size-mib N]
+    python python/tools/gpu_check [--cpu] [--parts publish,h2d,load,vllm] [--record] [--size-mib N]
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import h2d_bandwidth
+import load_check
 import publish_check
 import report
 import vllm_check
 from outcome import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_NO_GPU, EXIT_PASSED, CheckFailed, EnvironmentMissing, PartResult
 from relays import Relays
 
-PARTS = ("publish", "h2d", "vllm")
+PARTS = ("publish", "h2d", "load", "vllm")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -60,6 +64,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default=2,
         help="versions published after those, each once the relay has a spare segment ready, as a trainer's steps (default 2; 0: none)",
     )
+    parser.add_argument(
+        "--load-layers", type=int, default=None, help="layers of the load part's Llama-7B-shaped version (default 32: 12.6 GiB; 2 small ones with --cpu)"
+    )
     parser.add_argument("--repeats", type=int, default=5, help="timed copies per measurement (default 5)")
     parser.add_argument("--eager", action="store_true", help="vllm serve --enforce-eager (default on a GPU: CUDA graphs and torch.compile, as in production)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.2, help="vllm serve's share of the GPU (default 0.2)")
@@ -75,6 +82,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--publish-versions must be at least 1")
     if args.spare_versions < 0:
         parser.error("--spare-versions must be 0 or more")
+    if args.load_layers is not None and args.load_layers < 1:
+        parser.error("--load-layers must be at least 1")
+    args.load_layers = args.load_layers or (2 if args.cpu else 32)
     args.size_mib = args.size_mib or (32 if args.cpu else 1024)
     args.publish_mib = args.publish_mib or (16 if args.cpu else 256)
     return args
@@ -119,6 +129,7 @@ def main(argv: list[str]) -> int:
     runs: dict[str, Callable[[Relays, Path], PartResult]] = {
         "publish": lambda relays, work: publish_check.run(torch, device, relays, args.publish_mib, args.publish_versions, args.spare_versions),
         "h2d": lambda relays, work: h2d_bandwidth.run(torch, device, relays, args.size_mib, args.repeats),
+        "load": lambda relays, work: load_check.run(torch, device, relays, args.load_layers),
         "vllm": lambda relays, work: vllm_check.run(
             device, relays, work, max(30.0, deadline - time.monotonic() - 60), args.eager or device == "cpu", args.gpu_memory_utilization
         ),
