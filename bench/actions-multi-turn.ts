@@ -75,6 +75,8 @@ export interface MultiTurnResult {
   multi_turn_boundary_tool_ms: number;
   multi_turn_boundary_after_ms: number;
   multi_turn_tokenize_ms: number;
+  /** Observations whose ids the agent had cached (no request to the engine), median of the rounds. */
+  multi_turn_tokenize_cache_hit_rate: number;
   /** CPU time per generated token, µs: this process (agent, action client and worker), the engine, nats-server. */
   single_turn_cpu_us_per_token_agent: number;
   single_turn_cpu_us_per_token_engine: number;
@@ -83,6 +85,8 @@ export interface MultiTurnResult {
   multi_turn_cpu_us_per_token_engine: number;
   multi_turn_cpu_us_per_token_nats: number;
 }
+
+const shareOfHits = (c: { hits: number; misses: number }): number => (c.hits + c.misses > 0 ? c.hits / (c.hits + c.misses) : 0);
 
 /** Reads every turn that ends at `</tool_call>` as a lookup call: each closed turn is an action. */
 class EveryCloseIsALookup implements ToolCallParser {
@@ -114,6 +118,8 @@ interface Round {
   toolWaitMs: number;
   /** Prompt tokens served from the engine's prefix cache over all its prompt tokens, this round. */
   cacheHitRate: number;
+  /** Observations whose ids came from the agent's cache (token-ids-cache.ts) over all observations. */
+  tokenizeCacheHitRate: number;
   /** The requests the agent kept at the engine, and its turn boundaries (agentic-turn-trace.ts). */
   trace: TurnTraceSummary;
   /** CPU time per generated token (µs): this process (the agent, the action client and worker), the engine, nats-server. */
@@ -139,6 +145,7 @@ async function oneRound(w: World, engine: ReferenceEngine, job: string, a: Multi
         maxStaleness: null,
       }
     : undefined;
+  const engineClient = trace.engine(engine.url);
   const agent = await RolloutAgent.start({
     nc,
     redis: w.redis,
@@ -146,7 +153,7 @@ async function oneRound(w: World, engine: ReferenceEngine, job: string, a: Multi
     id: job,
     model: LOOKUP_MODEL,
     relaySocket: w.relaySocket,
-    engine: trace.engine(engine.url),
+    engine: engineClient,
     defaults: { maxNewTokens: a.tokens, temperature: 1, topP: 1, topK: -1, stopTokenIds: [], ignoreEos: true, seeded: true },
     reward: targetMatchReward,
     batchPrompts: a.concurrency,
@@ -199,6 +206,7 @@ async function oneRound(w: World, engine: ReferenceEngine, job: string, a: Multi
       actions: worker?.status().done ?? 0,
       toolWaitMs,
       cacheHitRate,
+      tokenizeCacheHitRate: shareOfHits(engineClient.toolMessageCache),
       trace: trace.summary(),
       cpuUs: { bench: perToken(cpuSeconds.bench), engine: perToken(cpuSeconds.engine), nats: perToken(cpuSeconds.nats) },
     };
@@ -231,7 +239,8 @@ export async function multiTurnSection(natsUrl: string, natsPid: number | undefi
       log(
         `${side} ${round(x.rate, 1)} tokens/s, ${perTrajectory} turns per trajectory, tool wait ${round(x.toolWaitMs, 2)} ms, prefix cache hits ${round(x.cacheHitRate, 3)}; ` +
           `at the engine ${round(t.meanAtEngine, 2)} on average (below ${a.concurrency} ${round(t.belowLimitShare * 100, 1)}% of the time); ` +
-          `turn boundary ${round(t.boundaryMs, 1)} ms (close ${round(t.closeMs, 1)}, tool ${round(t.toolMs, 1)}, after ${round(t.afterMs, 1)} with tokenize ${round(t.tokenizeMs, 1)}) over ${t.boundaries}; ` +
+          `turn boundary ${round(t.boundaryMs, 1)} ms (close ${round(t.closeMs, 1)}, tool ${round(t.toolMs, 1)}, after ${round(t.afterMs, 1)} with tokenize ${round(t.tokenizeMs, 1)}, ` +
+          `${round(x.tokenizeCacheHitRate * 100, 1)}% of observations from the agent's cache) over ${t.boundaries}; ` +
           `CPU per token: bench ${round(x.cpuUs.bench)} µs, engine ${round(x.cpuUs.engine)} µs, nats-server ${round(x.cpuUs.nats)} µs`,
       );
     };
@@ -280,6 +289,7 @@ export async function multiTurnSection(natsUrl: string, natsPid: number | undefi
       multi_turn_boundary_tool_ms: med(multi, (x) => x.trace.toolMs, 1),
       multi_turn_boundary_after_ms: med(multi, (x) => x.trace.afterMs, 1),
       multi_turn_tokenize_ms: med(multi, (x) => x.trace.tokenizeMs, 1),
+      multi_turn_tokenize_cache_hit_rate: med(multi, (x) => x.tokenizeCacheHitRate, 3),
       single_turn_cpu_us_per_token_agent: med(single, (x) => x.cpuUs.bench, 0),
       single_turn_cpu_us_per_token_engine: med(single, (x) => x.cpuUs.engine, 0),
       single_turn_cpu_us_per_token_nats: med(single, (x) => x.cpuUs.nats, 0),

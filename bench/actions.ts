@@ -393,7 +393,7 @@ export async function run(argv: string[]): Promise<void> {
         'requests at the engine (mean): single / multi',
         mt ? `${mt.single_turn_mean_at_engine} / ${mt.multi_turn_mean_at_engine}` : 'skipped',
         mt
-          ? `turn boundary ${mt.multi_turn_boundary_ms} ms: log ${mt.multi_turn_boundary_close_ms}, tool ${mt.multi_turn_boundary_tool_ms}, after ${mt.multi_turn_boundary_after_ms} (tokenize ${mt.multi_turn_tokenize_ms})`
+          ? `turn boundary ${mt.multi_turn_boundary_ms} ms: log ${mt.multi_turn_boundary_close_ms}, tool ${mt.multi_turn_boundary_tool_ms}, after ${mt.multi_turn_boundary_after_ms} (tokenize ${mt.multi_turn_tokenize_ms}; ${mt.multi_turn_tokenize_cache_hit_rate} from the cache)`
           : '-',
       ],
       [

@@ -8,6 +8,7 @@
  * generation prompt (what the model reads before its next turn) minus those of [user] alone.
  */
 import { engineJson, protocolError } from './http.js';
+import { TokenIdsCache } from './token-ids-cache.js';
 
 export interface ChatMessage {
   role: 'user' | 'assistant' | 'tool';
@@ -32,16 +33,25 @@ export async function tokenizeMessages(
   return body.tokens as number[];
 }
 
-/** Ids of a tool message as the model reads it after a call, by the difference of the module docstring. */
+/**
+ * Ids of a tool message as the model reads it after a call, by the difference of the module
+ * docstring; a content the engine tokenized already is answered from a cache (token-ids-cache.ts).
+ */
 export class ToolMessageIds {
   private anchor: Promise<number[]> | null = null;
+  /** The tool messages tokenized so far, by content. */
+  readonly cache = new TokenIdsCache();
 
   constructor(
     private readonly url: string,
     private readonly extra: Record<string, unknown> = {},
   ) {}
 
-  async of(content: string): Promise<number[]> {
+  of(content: string): Promise<number[]> {
+    return this.cache.of(content, (c) => this.tokenize(c));
+  }
+
+  private async tokenize(content: string): Promise<number[]> {
     this.anchor ??= tokenizeMessages(this.url, [ANCHOR], false, this.extra).catch((err: unknown) => {
       this.anchor = null;
       throw err;

@@ -214,6 +214,11 @@ export class SglangClient implements EngineClient {
     return this.toolMessages.of(content);
   }
 
+  /** How often tool messages were answered from the cache of their ids (hits) or asked of the engine (misses). */
+  get toolMessageCache(): { hits: number; misses: number } {
+    return { hits: this.toolMessages?.cache.hits ?? 0, misses: this.toolMessages?.cache.misses ?? 0 };
+  }
+
   /** SGLang's `/detokenize` (`{tokens}` → `{text}`; needs a tokenizer, so not with `--skip-tokenizer-init`). */
   async detokenize(ids: readonly number[]): Promise<string> {
     const body = (await engineJson(`${this.url}/detokenize`, { body: { tokens: ids }, timeoutMs: 30_000 })) as { text?: unknown } | null;

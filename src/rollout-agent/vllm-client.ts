@@ -256,6 +256,11 @@ export class VllmClient implements EngineClient {
     return this.toolMessages.of(content);
   }
 
+  /** How often tool messages were answered from the cache of their ids (hits) or asked of the engine (misses). */
+  get toolMessageCache(): { hits: number; misses: number } {
+    return { hits: this.toolMessages?.cache.hits ?? 0, misses: this.toolMessages?.cache.misses ?? 0 };
+  }
+
   /** vLLM's `/detokenize` (`{model, tokens}` → `{prompt}`). */
   async detokenize(ids: readonly number[]): Promise<string> {
     const url = `${this.url}/detokenize`;
