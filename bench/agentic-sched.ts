@@ -8,12 +8,12 @@
  * cache on, `--enable-priority-scheduling`), a rollout agent on each (in this process, multi-turn
  * with the demo's parser, tool and reward: `token-calls`, `lookup`, `tool-match`), a lookup action
  * worker, and the manager (in this process) running repack rounds. The prompts are the demo's
- * (`python -m laminar.testing.tools prompts`) with the number of turns set per group from a
- * long-tailed list (most groups 1-3 turns, two groups 10-12): an untrained model never answers,
- * so its episodes end at their turn limit, and agentic jobs have such a tail (some prompts need
- * many tool calls). Every turn ends at `</tool_call>` (the model draws it about once in 20
- * tokens; EOS is ignored); the draws are seeded by trajectory, so every configuration generates
- * the same tokens and the same observations: only the scheduling differs. Each tool call takes
+ * (`python -m laminar.testing.tools prompts`) with each group's length set from a long-tailed
+ * list (`--sched-workload`, agentic-workloads.ts: a tail of turns, or of generated tokens): an
+ * untrained model never answers, so its episodes end at their turn limit or token budget, and
+ * agentic jobs have such a tail. Every turn ends at `</tool_call>` (the model draws it about once
+ * in 22 tokens; EOS is ignored); the draws are seeded by trajectory, so every configuration
+ * generates the same tokens and the same observations: only the scheduling differs. Each tool call takes
  * `toolMs` (the lookup itself answers at once; the tools of agentic jobs take time, and only a
  * trajectory waiting at a tool can be moved). Every turn is a call (EveryTurnCalls below): the
  * untrained model's turns seldom spell a well-formed call, and a malformed one gets an error
@@ -38,7 +38,9 @@
  *   claims      longest-first claims alone: the prompts whose groups ran longest last time first
  *   median      all on, but the group's median so far in place of the predictor
  *   all         longest-first claims, progressive priority with the predictor, and the manager's
- *               `--planner dp` (tool-call moves, the stay-on-your-engine preference)
+ *               `--planner dp` (tool-call moves, the stay-on-your-engine preference), each move
+ *               charged its re-prefill at the cost measured on the engine (agentic-prefill.ts)
+ *   free-moves  all, but moves free (`--reprefill-cost 0`, the dp planner before moves were charged)
  * Tool-call moves need progressive priority (the agents report their trajectories only with it),
  * so there is no "moves alone".
  */
@@ -56,16 +58,14 @@ import { Manager } from '../src/manager/manager.js';
 import { LOOKUP_TOOLS, RolloutAgent, SglangClient, TokenCallsParser, toolMatchReward } from '../src/rollout-agent/index.js';
 import type { ObservationInput, ParsedTurn, ToolCallParser } from '../src/rollout-agent/tool-calls/parser.js';
 import { projectPython, REPO_ROOT, spawnReferenceEngine, startNatsServer, type ReferenceEngine } from '../src/services/index.js';
-import { followRecords, LOOKUP_MODEL, openLookupWorld, promptCounters, waitFor, type LookupWorld, type RecordSeen } from './lookup-world.js';
+import { measureReprefillCost, type ReprefillMeasurement } from './agentic-prefill.js';
+import { groupShape, lengthsOf, MAX_CONTEXT, maxTurnsOf, type SchedWorkload } from './agentic-workloads.js';
+import { followRecords, LOOKUP_CONFIG, LOOKUP_MODEL, openLookupWorld, promptCounters, waitFor, type LookupWorld, type RecordSeen } from './lookup-world.js';
 import { median, percentile, round } from './support.js';
 
 const exec = promisify(execFile);
 const log = (s: string): boolean => process.stderr.write(`agentic bench (sched): ${s}\n`);
 
-/** Turns per group, cycled over the groups: a long tail (the mean is 2.8). */
-export const TURNS_BY_GROUP = [1, 1, 2, 1, 3, 1, 2, 12, 1, 2, 1, 4, 1, 1, 2, 10];
-/** Context limit: an observation that would not fit ends the episode (the model's is 512). */
-const MAX_CONTEXT = 500;
 const ENGINES = 2;
 
 export interface SchedArgs {
@@ -83,9 +83,16 @@ export interface SchedArgs {
   deadlineS: number;
   /** How long each tool call takes (ms): the lookup answers at once, agentic tools (a sandbox, a search) do not. */
   toolMs: number;
+  /** Where the long tail is: turns (tool waits) or generated tokens (agentic-workloads.ts). */
+  workload: SchedWorkload;
+  /**
+   * Each engine step's time beyond its compute (ms; SGLang's /slow_down): a GPU's step, which
+   * occupies the engine and not the CPU. 0: the TinyLM's CPU steps alone.
+   */
+  stepMs: number;
 }
 
-export const CONFIG_KEYS = ['before', 'priority', 'claims', 'median', 'all'] as const;
+export const CONFIG_KEYS = ['before', 'priority', 'claims', 'median', 'all', 'free-moves'] as const;
 export type ConfigKey = (typeof CONFIG_KEYS)[number];
 
 interface Config {
@@ -94,14 +101,17 @@ interface Config {
   predictor: 'length' | 'group-median';
   planner: 'algorithm1' | 'dp';
   claimOrder: ClaimOrder;
+  /** dp: moves charged their re-prefill at the measured cost (false: free). */
+  chargeMoves: boolean;
 }
 
 const CONFIGS: readonly Config[] = [
-  { key: 'before', progressivePriority: false, predictor: 'length', planner: 'algorithm1', claimOrder: 'fifo' },
-  { key: 'priority', progressivePriority: true, predictor: 'length', planner: 'algorithm1', claimOrder: 'fifo' },
-  { key: 'claims', progressivePriority: false, predictor: 'length', planner: 'algorithm1', claimOrder: 'longest-first' },
-  { key: 'median', progressivePriority: true, predictor: 'group-median', planner: 'dp', claimOrder: 'longest-first' },
-  { key: 'all', progressivePriority: true, predictor: 'length', planner: 'dp', claimOrder: 'longest-first' },
+  { key: 'before', progressivePriority: false, predictor: 'length', planner: 'algorithm1', claimOrder: 'fifo', chargeMoves: false },
+  { key: 'priority', progressivePriority: true, predictor: 'length', planner: 'algorithm1', claimOrder: 'fifo', chargeMoves: false },
+  { key: 'claims', progressivePriority: false, predictor: 'length', planner: 'algorithm1', claimOrder: 'longest-first', chargeMoves: false },
+  { key: 'median', progressivePriority: true, predictor: 'group-median', planner: 'dp', claimOrder: 'longest-first', chargeMoves: true },
+  { key: 'all', progressivePriority: true, predictor: 'length', planner: 'dp', claimOrder: 'longest-first', chargeMoves: true },
+  { key: 'free-moves', progressivePriority: true, predictor: 'length', planner: 'dp', claimOrder: 'longest-first', chargeMoves: false },
 ];
 
 /** What a configuration keeps from batch to batch: its agents' predictors, its pool's prompt lengths. */
@@ -148,8 +158,8 @@ class EveryTurnCalls implements ToolCallParser {
   }
 }
 
-/** The demo's prompts with each group's turn limit from TURNS_BY_GROUP. */
-async function prompts(groups: number, groupSize: number): Promise<{ id: string; payload: Record<string, unknown>; n: number }[]> {
+/** The demo's prompts with each group's turn limit and token budget from the workload. */
+async function prompts(workload: SchedWorkload, groups: number, groupSize: number): Promise<{ id: string; payload: Record<string, unknown>; n: number }[]> {
   const args = ['-m', 'laminar.testing.tools', 'prompts', '--count', String(groups), '--seed', '1', '--n', String(groupSize)];
   const { stdout } = await exec(projectPython(), args, { cwd: REPO_ROOT });
   return stdout
@@ -157,9 +167,20 @@ async function prompts(groups: number, groupSize: number): Promise<{ id: string;
     .split('\n')
     .map((line, i) => {
       const p = JSON.parse(line) as { id: string; payload: Record<string, unknown>; n: number };
-      // The budget never ends an episode before its turns do; `</tool_call>` (17) ends each turn.
-      return { ...p, payload: { ...p.payload, max_turns: TURNS_BY_GROUP[i % TURNS_BY_GROUP.length], max_new_tokens: MAX_CONTEXT, stop_token_ids: [17] } };
+      // `</tool_call>` (17) ends each turn; the turns or the budget end the episode.
+      const shape = groupShape(workload, i);
+      return { ...p, payload: { ...p.payload, max_turns: shape.maxTurns, max_new_tokens: shape.maxNewTokens, stop_token_ids: [17] } };
     });
+}
+
+/** Every step of the engine at `url` takes `seconds` more (its /slow_down), without using a CPU. */
+async function slowDown(url: string, seconds: number): Promise<void> {
+  const response = await fetch(`${url}/slow_down`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ forward_sleep_time: seconds }),
+  });
+  if (!response.ok) throw new Error(`${url}/slow_down: HTTP ${response.status}: ${await response.text()}`);
 }
 
 async function counter(registry: Registry, name: string): Promise<number> {
@@ -175,6 +196,7 @@ async function oneBatch(
   c: Config,
   history: History,
   a: SchedArgs,
+  reprefillCost: number,
 ): Promise<Batch> {
   const closers: Array<() => Promise<unknown>> = [];
   const open = async (name: string): Promise<NatsConnection> => {
@@ -210,6 +232,7 @@ async function oneBatch(
         startupGraceMs: 0,
         commandTimeoutMs: 10_000,
         planner: c.planner,
+        reprefillCost: c.chargeMoves ? reprefillCost : 0,
         // B: the engines' batch (their decode step grows with every sequence beyond it).
         limits: { cMax: 0.99, rooflineBatch: a.maxRunning },
       },
@@ -256,7 +279,7 @@ async function oneBatch(
           parser: new EveryTurnCalls(),
           tools: LOOKUP_TOOLS,
           actions,
-          maxTurns: Math.max(...TURNS_BY_GROUP),
+          maxTurns: maxTurnsOf(a.workload),
           maxContext: MAX_CONTEXT,
           actionTimeoutMs: 30_000,
           onBadCall: 'continue',
@@ -281,7 +304,7 @@ async function oneBatch(
       return Promise.resolve();
     });
     const before = await Promise.all(engines.map((e) => promptCounters(e.url)));
-    const batch = await prompts(a.groups, a.groupSize);
+    const batch = await prompts(a.workload, a.groups, a.groupSize);
     const started = performance.now();
     await pool.load(batch);
     await waitFor(job, () => ({ done: records.records.length >= total, progress: `${records.records.length}/${total} trajectories` }), deadline, log);
@@ -320,6 +343,10 @@ export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult;
       engines.push(
         await spawnReferenceEngine(`engine-${i}`, { kvCapacityTokens: 65_536, maxRunning: a.maxRunning, seed: 1, args: ['--enable-priority-scheduling'] }),
       );
+    // What a move costs the dp planner: measured on an engine once the warm-up round has loaded
+    // its weights (the warm-up's moves are free; it is not counted).
+    let prefill: ReprefillMeasurement = { prefillMsPerToken: 0, decodeMsPerToken: 1, reprefillCost: 0 };
+    if (a.stepMs > 0) for (const e of engines) await slowDown(e.url, a.stepMs / 1000);
     const configs = CONFIGS.filter((c) => a.configs.includes(c.key));
     // Per configuration, one entry per counted round (null: the batch failed), so that rounds pair up.
     const batches = new Map<ConfigKey, (Batch | null)[]>(configs.map((c) => [c.key, []]));
@@ -330,6 +357,13 @@ export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult;
       ]),
     );
     for (let r = 0; r <= a.rounds; r++) {
+      if (r === 1) {
+        prefill = await measureReprefillCost(engines[0]!.url, { vocabSize: LOOKUP_CONFIG.vocab_size });
+        log(
+          `re-prefill cost ${round(prefill.reprefillCost, 4)} decode-token times a context token ` +
+            `(prefill ${round(prefill.prefillMsPerToken, 4)} ms/token, decode ${round(prefill.decodeMsPerToken, 3)} ms/token)`,
+        );
+      }
       // Rotated: no configuration always runs first (or right after another one).
       const order = configs.map((_, i) => configs[(i + r) % configs.length]!);
       for (const c of order) {
@@ -337,7 +371,7 @@ export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult;
         log(`${name}: ${c.key}, ${a.groups} groups × ${a.groupSize}`);
         let b: Batch | null = null;
         try {
-          b = await oneBatch(nats.url, world, engines, `sched-${c.key}-${r}`, c, history.get(c.key)!, a);
+          b = await oneBatch(nats.url, world, engines, `sched-${c.key}-${r}`, c, history.get(c.key)!, a, prefill.reprefillCost);
         } catch (err) {
           // A batch that does not finish (a trajectory whose completion keeps failing) is reported,
           // not waited for: the other configurations still measure.
@@ -351,7 +385,7 @@ export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult;
           );
       }
     }
-    return summarise(a, configs, batches);
+    return summarise(a, configs, batches, prefill);
   } finally {
     for (const e of engines) await e.kill('SIGTERM').catch(() => undefined);
     await world.close();
@@ -364,7 +398,12 @@ export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult;
  * round) of each; the gain both as the ratio of the medians and round by round (all over before in
  * the same round, the same minutes: a drift of the machine's load cancels in the pair).
  */
-function summarise(a: SchedArgs, configs: readonly Config[], batches: Map<ConfigKey, (Batch | null)[]>): { result: SchedResult; rows: string[][] } {
+function summarise(
+  a: SchedArgs,
+  configs: readonly Config[],
+  batches: Map<ConfigKey, (Batch | null)[]>,
+  prefill: ReprefillMeasurement,
+): { result: SchedResult; rows: string[][] } {
   const ok = (key: ConfigKey): Batch[] => (batches.get(key) ?? []).filter((b): b is Batch => b !== null);
   const med = (key: ConfigKey, f: (b: Batch) => number): number => (ok(key).length ? median(ok(key).map(f)) : Number.NaN);
   const paired = (key: ConfigKey): number[] => {
@@ -380,8 +419,13 @@ function summarise(a: SchedArgs, configs: readonly Config[], batches: Map<Config
     sched_in_flight: a.inFlight,
     sched_rounds: a.rounds,
     sched_configs: configs.map((c) => c.key).join(','),
-    sched_turns_by_group: TURNS_BY_GROUP,
+    sched_workload: a.workload,
+    ...lengthsOf(a.workload),
     sched_tool_ms: a.toolMs,
+    sched_step_ms: a.stepMs,
+    sched_reprefill_cost: round(prefill.reprefillCost, 4),
+    sched_prefill_ms_per_token: round(prefill.prefillMsPerToken, 4),
+    sched_decode_ms_per_token: round(prefill.decodeMsPerToken, 3),
     sched_throughput_gain: round(med('all', (b) => b.trajectoriesPerS) / med('before', (b) => b.trajectoriesPerS)),
     // Round by round, all over before of the same round; and its median.
     sched_throughput_gain_by_round: paired('all'),

@@ -1,7 +1,8 @@
 /**
  * `npm run bench -- agentic [--only predictor,sched] [--steps 3] [--prompts 512]
  *   [--sched-groups 32] [--sched-group-size 4] [--sched-max-running 2] [--sched-in-flight 8]
- *   [--sched-rounds 4] [--sched-tool-ms 200] [--sched-configs before,priority,claims,median,all]`
+ *   [--sched-rounds 4] [--sched-tool-ms 200] [--sched-workload tool-waits|long-answers] [--sched-step-ms 0]
+ *   [--sched-configs before,priority,claims,median,all,free-moves]`
  *
  * Issue #49's agentic scheduling figures, in sections (`--only`; default: both):
  *   predictor: `predictor_mae_over_baseline`, the mean absolute error of the remaining-length
@@ -12,7 +13,12 @@
  *   sched:     `sched_throughput_gain`, trajectories per second of a batch of groups on the demo's
  *              tool task with reference engines, all of #49's scheduling on over laminar's before
  *              it, and each mechanism on and off, interleaved round by round, with each
- *              configuration's median and spread (agentic-sched.ts; about ten minutes).
+ *              configuration's median and spread (agentic-sched.ts; about ten minutes). The
+ *              workload's long tail is in turns (`tool-waits`, the default) or in generated
+ *              tokens (`long-answers`; agentic-workloads.ts). The dp planner's re-prefill cost is
+ *              measured on the reference engine first (agentic-prefill.ts) and printed.
+ *              `--sched-step-ms`: each engine step takes that much longer without using a CPU
+ *              (a GPU's step time), so that the engines, not the two CPU cores, are saturated.
  * Prints a table per section, then one JSON line (the last line of stdout).
  */
 import { parseArgs } from 'node:util';
@@ -24,6 +30,7 @@ import { loadScenario } from '../src/simulate/scenario/load.js';
 import { turnTraces } from '../src/simulate/workload/turn-traces.js';
 import { Workload } from '../src/simulate/workload/workload.js';
 import { CONFIG_KEYS, schedSection, type ConfigKey, type SchedResult } from './agentic-sched.js';
+import { SCHED_WORKLOADS, type SchedWorkload } from './agentic-workloads.js';
 import { positiveInt, printTable, round } from './support.js';
 
 const SECTIONS = ['predictor', 'sched'] as const;
@@ -42,6 +49,8 @@ export async function run(args: string[]): Promise<void> {
       'sched-in-flight': { type: 'string', default: '8' },
       'sched-rounds': { type: 'string', default: '4' },
       'sched-tool-ms': { type: 'string', default: '200' },
+      'sched-workload': { type: 'string', default: 'tool-waits' },
+      'sched-step-ms': { type: 'string', default: '0' },
       'sched-configs': { type: 'string', default: CONFIG_KEYS.join(',') },
     },
   });
@@ -60,10 +69,12 @@ export async function run(args: string[]): Promise<void> {
       // A batch takes 10-30 s on the loaded development machine.
       deadlineS: 150,
       toolMs: nonNegative(values['sched-tool-ms'], '--sched-tool-ms'),
+      workload: workloadOf(values['sched-workload']),
+      stepMs: nonNegative(values['sched-step-ms'], '--sched-step-ms'),
     };
     const { result, rows } = await schedSection(a);
     printTable(
-      `agentic scheduling, the demo's tool task: ${a.groups} groups × ${a.groupSize}, 2 reference engines (max running ${a.maxRunning}, ${a.inFlight} in flight per agent), tool calls of ${a.toolMs} ms, medians of ${a.rounds} interleaved rounds; sched_throughput_gain ${String(result.sched_throughput_gain)} (goal >= 1.3), round by round ${JSON.stringify(result.sched_throughput_gain_by_round)}`,
+      `agentic scheduling, the demo's tool task (${a.workload}): ${a.groups} groups × ${a.groupSize}, 2 reference engines (max running ${a.maxRunning}, ${a.inFlight} in flight per agent), tool calls of ${a.toolMs} ms, engine steps +${a.stepMs} ms, re-prefill cost ${String(result.sched_reprefill_cost)}, medians of ${a.rounds} interleaved rounds; sched_throughput_gain ${String(result.sched_throughput_gain)} (goal >= 1.3), round by round ${JSON.stringify(result.sched_throughput_gain_by_round)}`,
       rows,
     );
     sched = result;
@@ -78,6 +89,11 @@ function configKeys(text: string): ConfigKey[] {
     if (!(CONFIG_KEYS as readonly string[]).includes(k)) throw new Error(`--sched-configs: ${k} is not a configuration (${CONFIG_KEYS.join(', ')})`);
   if (!keys.includes('before') || !keys.includes('all')) throw new Error('--sched-configs: the gain needs before and all');
   return keys as ConfigKey[];
+}
+
+function workloadOf(text: string): SchedWorkload {
+  if (!(SCHED_WORKLOADS as readonly string[]).includes(text)) throw new Error(`--sched-workload: ${text} is not a workload (${SCHED_WORKLOADS.join(', ')})`);
+  return text as SchedWorkload;
 }
 
 function nonNegative(text: string, flag: string): number {

@@ -1,0 +1,54 @@
+/**
+ * The agentic bench's `sched` workloads (`--sched-workload`): how long each GRPO group's
+ * trajectories are, set per group from a long-tailed list cycled over the groups. The untrained
+ * model never answers, so an episode ends at its turn limit or its token budget; every turn ends
+ * at `</tool_call>` (the model draws it about once in 22 tokens; EOS is ignored) and waits at its
+ * tool. The draws are seeded by trajectory: every configuration generates the same tokens.
+ *
+ *   tool-waits    the long tail is in turns: groups of 1-3 turns and two of 10-12, each turn ~22
+ *                 tokens and a tool call. With calls of a second the long groups' path is their
+ *                 tool waits (12 s), which no order of claims or turns shortens: it caps any
+ *                 scheduling's gain near 1.14 (docs/performance/agentic.md).
+ *   long-answers  the long tail is in generated tokens: each group's answer (its generated tokens
+ *                 over all its turns) has a budget from a long-tailed list (median 16 tokens, mean
+ *                 59, two groups of 300-360), turns end at their call as above, so a long answer
+ *                 is also many turns (~16), and the tool calls are meant to be short beside the
+ *                 decode (Heddle: 0.4-1.4 s of tool against tens of seconds of generation per step).
+ *                 The long groups' path is then their decode at saturated engines, where the
+ *                 order of claims and turns and the placement decide how long they queue.
+ */
+/** Context limit: an observation that would not fit ends the episode (the model's is 512). */
+export const MAX_CONTEXT = 500;
+
+export const SCHED_WORKLOADS = ['tool-waits', 'long-answers'] as const;
+export type SchedWorkload = (typeof SCHED_WORKLOADS)[number];
+
+/** tool-waits: turns per group (the mean is 2.8; the long groups at positions 7 and 15 of 16). */
+export const TURNS_BY_GROUP = [1, 1, 2, 1, 3, 1, 2, 12, 1, 2, 1, 4, 1, 1, 2, 10];
+
+/** long-answers: generated tokens per group (median 16, mean 59; the long groups at 7 and 15 of 16). */
+export const TOKENS_BY_GROUP = [8, 12, 24, 8, 40, 12, 16, 360, 8, 24, 12, 64, 8, 16, 32, 300];
+
+/** long-answers: no turn limit below what the context allows (6 prompt tokens, ~22 + 6 a turn). */
+const LONG_ANSWER_TURNS = 24;
+
+/** What the payload of group `i` limits: its turns and its generated tokens. */
+export interface GroupShape {
+  maxTurns: number;
+  maxNewTokens: number;
+}
+
+export function groupShape(workload: SchedWorkload, i: number): GroupShape {
+  if (workload === 'tool-waits') return { maxTurns: TURNS_BY_GROUP[i % TURNS_BY_GROUP.length]!, maxNewTokens: MAX_CONTEXT };
+  return { maxTurns: LONG_ANSWER_TURNS, maxNewTokens: TOKENS_BY_GROUP[i % TOKENS_BY_GROUP.length]! };
+}
+
+/** The agents' turn limit: the most any group of the workload may take. */
+export function maxTurnsOf(workload: SchedWorkload): number {
+  return workload === 'tool-waits' ? Math.max(...TURNS_BY_GROUP) : LONG_ANSWER_TURNS;
+}
+
+/** The workload's list, for the JSON line. */
+export function lengthsOf(workload: SchedWorkload): { sched_turns_by_group: number[] } | { sched_tokens_by_group: number[] } {
+  return workload === 'tool-waits' ? { sched_turns_by_group: TURNS_BY_GROUP } : { sched_tokens_by_group: TOKENS_BY_GROUP };
+}
