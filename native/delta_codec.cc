@@ -165,6 +165,68 @@ __attribute__((target("avx2"))) bool EncodeAvx2(const uint8_t* base, const uint8
   return true;
 }
 
+// GCC 12 takes the deliberately undefined vectors inside AVX-512's intrinsics for uninitialized ones.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// 32 words at a time, as EncodeAvx2, but the tokens of a block's changed words are made together
+// rather than walked one by one: the changed words' positions, differences and new values
+// compressed into the first lanes (VBMI2), each token from its gap to the lane before, and the
+// escapes and literals compressed again into their streams. Only the block's first changed word
+// may be far from the one before (an escape of several bytes): its gap is computed apart.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) bool EncodeAvx512(const uint8_t* base,
+                                                                                   const uint8_t* next, size_t words,
+                                                                                   const Streams& st, size_t budget,
+                                                                                   EncodeState* out) {
+  EncodeState s;
+  size_t i = 0;
+  const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
+                                        11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  // Lane k takes lane k - 1 (lane 0 takes lane 0, then replaced).
+  const __m512i previous = _mm512_set_epi16(30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
+                                            11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0);
+  const __m512i one = _mm512_set1_epi16(1), eight = _mm512_set1_epi16(8), fifteen = _mm512_set1_epi16(15);
+  for (; i + 32 <= words; i += 32) {
+    const __m512i a = _mm512_loadu_si512(base + 2 * i);
+    const __m512i b = _mm512_loadu_si512(next + 2 * i);
+    const __mmask32 changed = _mm512_cmpneq_epi16_mask(a, b);
+    if (changed == 0) continue;
+    const int count = __builtin_popcount(changed);
+    const __mmask32 used = count == 32 ? ~__mmask32{0} : (__mmask32{1} << count) - 1;
+    const __m512i at = _mm512_maskz_compress_epi16(changed, lane);
+    const __m512i d = _mm512_maskz_compress_epi16(changed, _mm512_sub_epi16(b, a));
+    const __m512i value = _mm512_maskz_compress_epi16(changed, b);
+    // Gaps to the lane before; lane 0's, to the last changed word before the block, apart.
+    const uint64_t first = i + static_cast<size_t>(__builtin_ctz(changed));
+    const uint64_t gap0 = first - s.next_index;
+    __m512i gap = _mm512_sub_epi16(_mm512_sub_epi16(at, _mm512_permutexvar_epi16(previous, at)), one);
+    gap = _mm512_mask_mov_epi16(gap, 1, _mm512_set1_epi16(static_cast<short>(gap0 < kGapEscape ? gap0 : kGapEscape)));
+    const __mmask32 literal = _mm512_mask_cmpgt_epu16_mask(used, _mm512_add_epi16(d, eight), fifteen);
+    const __m512i nibble = _mm512_mask_mov_epi16(_mm512_add_epi16(d, eight), literal, eight);
+    const __m512i token = _mm512_or_si512(_mm512_slli_epi16(_mm512_min_epu16(gap, fifteen), 4), nibble);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.tokens + s.t), _mm512_cvtepi16_epi8(token));
+    s.t += static_cast<size_t>(count);
+    // Escapes: lane 0's as a varint, the others' (gaps under 31) as one byte each.
+    if (__builtin_expect(gap0 < kGapEscape + 128, 1)) {  // no branch on whether it escapes (see Emit)
+      st.escapes[s.e] = static_cast<uint8_t>(gap0 - kGapEscape);
+      s.e += gap0 >= kGapEscape;
+    } else {
+      s.e += PutVarint(st.escapes + s.e, gap0 - kGapEscape);
+    }
+    const __mmask32 escape = _mm512_mask_cmpge_epu16_mask(used & ~__mmask32{1}, gap, fifteen);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.escapes + s.e),
+                        _mm512_cvtepi16_epi8(_mm512_maskz_compress_epi16(escape, _mm512_sub_epi16(gap, fifteen))));
+    s.e += static_cast<size_t>(__builtin_popcount(escape));
+    _mm512_storeu_si512(st.literals + s.l, _mm512_maskz_compress_epi16(literal, value));
+    s.l += 2 * static_cast<size_t>(__builtin_popcount(literal));
+    s.next_index = i + 32 - static_cast<size_t>(__builtin_clz(changed));
+    if (s.t + s.e + s.l > budget) return false;  // a block adds 32 tokens at most: the room allows it
+  }
+  if (!EncodeWords(base, next, i, words, st, s, budget)) return false;
+  *out = s;
+  return true;
+}
+#pragma GCC diagnostic pop
+
 const bool kHasAvx2 = CpuSimdLevel() != SimdLevel::kPortable;
 
 // Whether [a, a+an) and [b, b+bn) share a byte.
@@ -174,7 +236,7 @@ bool Overlap(const uint8_t* a, size_t an, const uint8_t* b, size_t bn) {
 
 }  // namespace
 
-int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t* out, size_t limit, bool portable) {
+int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t* out, size_t limit, SimdLevel level) {
   const size_t header_min = 3 + (n & 1);  // format, last byte, two varints of a byte at least
   if (limit < header_min) return -1;
   const size_t budget = limit - header_min;
@@ -183,10 +245,13 @@ int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t*
   const Streams st{tl_tokens.Get(room), tl_escapes.Get(room), tl_literals.Get(room)};
   EncodeState s;
   const size_t words = n / 2;
-  if (!(kHasAvx2 && !portable ? EncodeAvx2(base, next, words, st, budget, &s)
-                              : EncodeScalar(base, next, words, st, budget, &s))) {
-    return -1;
+  bool fits = false;
+  switch (UsableSimdLevel(level)) {
+    case SimdLevel::kAvx512: fits = EncodeAvx512(base, next, words, st, budget, &s); break;
+    case SimdLevel::kAvx2: fits = EncodeAvx2(base, next, words, st, budget, &s); break;
+    case SimdLevel::kPortable: fits = EncodeScalar(base, next, words, st, budget, &s); break;
   }
+  if (!fits) return -1;
   uint8_t header[2 + 2 * kVarintMaxBytes];
   size_t h = 0;
   header[h++] = kFormat;
@@ -614,6 +679,26 @@ uint64_t DeltaApply(const uint8_t* base, const uint8_t* p, size_t length, uint8_
   return checksum ? XXH3_64bits_digest(&state) : 0;
 }
 
+namespace {
+
+// A call's optional `simd` argument: 'avx512' (or nothing: the CPU's best), 'avx2' or 'portable';
+// false when it is none of these.
+bool SimdArgument(const Napi::Value& value, SimdLevel* level) {
+  *level = SimdLevel::kAvx512;
+  if (value.IsUndefined()) return true;
+  const std::string simd = value.IsString() ? value.As<Napi::String>().Utf8Value() : "";
+  if (simd == "avx2") {
+    *level = SimdLevel::kAvx2;
+  } else if (simd == "portable") {
+    *level = SimdLevel::kPortable;
+  } else if (simd != "avx512") {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Napi::Value DeltaEncodeJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const uint8_t *base, *next, *out;
@@ -631,7 +716,12 @@ Napi::Value DeltaEncodeJs(const Napi::CallbackInfo& info) {
     ThrowCode(env, "ERR_INVALID_ARG", "the payload buffer overlaps a chunk");
     return env.Undefined();
   }
-  const int64_t r = DeltaEncode(base, next, next_len, const_cast<uint8_t*>(out), out_len, info[3].ToBoolean().Value());
+  SimdLevel level;
+  if (!SimdArgument(info[3], &level)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "deltaEncode's simd is 'avx512', 'avx2' or 'portable'");
+    return env.Undefined();
+  }
+  const int64_t r = DeltaEncode(base, next, next_len, const_cast<uint8_t*>(out), out_len, level);
   return Napi::Number::New(env, static_cast<double>(r));
 }
 
@@ -646,17 +736,10 @@ Napi::Value DeltaDecodeJs(const Napi::CallbackInfo& info) {
   }
   const std::string kind = info[0].As<Napi::String>().Utf8Value();
   const bool checksum = info[4].ToBoolean().Value();
-  SimdLevel level = SimdLevel::kAvx512;
-  if (!info[5].IsUndefined()) {
-    const std::string simd = info[5].IsString() ? info[5].As<Napi::String>().Utf8Value() : "";
-    if (simd == "avx2") {
-      level = SimdLevel::kAvx2;
-    } else if (simd == "portable") {
-      level = SimdLevel::kPortable;
-    } else if (simd != "avx512") {
-      ThrowCode(env, "ERR_INVALID_ARG", "deltaDecode's simd is 'avx512', 'avx2' or 'portable'");
-      return env.Undefined();
-    }
+  SimdLevel level;
+  if (!SimdArgument(info[5], &level)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "deltaDecode's simd is 'avx512', 'avx2' or 'portable'");
+    return env.Undefined();
   }
   auto* out = const_cast<uint8_t*>(out_c);
   if (out_len != n) {

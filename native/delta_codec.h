@@ -14,9 +14,10 @@
 namespace laminar {
 
 // Encodes `next` against `base` (n bytes each) into `out` (room for `limit` bytes): the payload's
-// length, or -1 when it would pass `limit` (the scan stops there). `portable`: the scan without
-// AVX2 even where the CPU has it (the tests hold both scans to the reference).
-int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t* out, size_t limit, bool portable);
+// length, or -1 when it would pass `limit` (the scan stops there). `level`: the widest vectors the
+// scan may use (at most the CPU's; the tests hold every level to the reference).
+int64_t DeltaEncode(const uint8_t* base, const uint8_t* next, size_t n, uint8_t* out, size_t limit,
+                    SimdLevel level = SimdLevel::kAvx512);
 
 // -1 when `payload` is a well-formed delta for a chunk of n bytes, else the payload offset of the
 // first bad token (0 or 1 for a bad header), as the reference reports it.
@@ -29,7 +30,8 @@ int64_t DeltaCheck(const uint8_t* payload, size_t length, size_t n);
 uint64_t DeltaApply(const uint8_t* base, const uint8_t* payload, size_t length, uint8_t* out, size_t n, bool checksum,
                     SimdLevel level = SimdLevel::kAvx512);
 
-// deltaEncode(base, next, out, portable?): number, DeltaEncode with out's length as the limit.
+// deltaEncode(base, next, out, simd?): number, DeltaEncode with out's length as the limit. simd:
+// 'avx512' (the default: the CPU's best), 'avx2' or 'portable'.
 Napi::Value DeltaEncodeJs(const Napi::CallbackInfo& info);
 
 // deltaDecode(kind, base, payload, out, checksum, simd?): bigint | number. kind: 'same', 'sparse'

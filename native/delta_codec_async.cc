@@ -46,7 +46,7 @@ class EncodeWorker : public Napi::AsyncWorker {
     const uint8_t* next = next_->at(next_off_);
     // Not zeroed: only the pages the payload is written to are ever touched.
     out_.reset(new uint8_t[limit_ + 1]);
-    size_ = DeltaEncode(base, next, length_, out_.get(), limit_, false);
+    size_ = DeltaEncode(base, next, length_, out_.get(), limit_);
     // No token: every word is the base's, and so is the chunk when its odd last byte is too. A
     // payload over the limit (or a limit too small for any) may still be an unchanged chunk.
     const size_t count_at = 1 + (length_ & 1);

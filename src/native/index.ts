@@ -123,7 +123,7 @@ interface NativeAddon {
     scaleOffset: number,
   ) => Promise<number>;
   /** See native/delta_codec.h; src/relay/delta/codec.ts is the friendly surface. */
-  deltaEncode: (base: ArrayBufferView, next: ArrayBufferView, out: ArrayBufferView, portable?: boolean) => number;
+  deltaEncode: (base: ArrayBufferView, next: ArrayBufferView, out: ArrayBufferView, simd?: 'avx512' | 'avx2' | 'portable') => number;
   deltaDecode: (
     kind: 'same' | 'sparse' | 'full',
     base: ArrayBufferView,
