@@ -79,6 +79,8 @@ export class ActionClient {
   /** The publishes in flight, as one "job" of a quota: see publish(). */
   private readonly publishWindow = new JobQuotas(new Map(), PUBLISH_WINDOW);
   private readonly job: string;
+  /** Queue subjects by kind (queueSubjectOf). */
+  private readonly queueSubjects = new Map<string, string>();
   private sub: Subscription | undefined;
   private closed = false;
 
@@ -201,9 +203,16 @@ export class ActionClient {
     });
     // A bounded number of publishes in flight (a burst of thousands of submissions waits here,
     // not in nats.js's outstanding requests, whose acks would time out).
-    const subject = this.names.queueSubject(request.kind);
+    const subject = this.queueSubjectOf(request.kind);
     if (this.publishWindow.tryAcquire(PUBLISH_WINDOW_KEY)) this.sendAction(subject, body, id, entry);
     else void this.publishWindow.acquire(PUBLISH_WINDOW_KEY).then(() => this.sendAction(subject, body, id, entry));
+  }
+
+  /** A kind's queue subject, built (and its name checked) once per kind rather than per action. */
+  private queueSubjectOf(kind: string): string {
+    let subject = this.queueSubjects.get(kind);
+    if (subject === undefined) this.queueSubjects.set(kind, (subject = this.names.queueSubject(kind)));
+    return subject;
   }
 
   /**

@@ -271,7 +271,8 @@ export class ActionWorker {
       };
     } else {
       ran = true;
-      this.logger.debug({ actionId: action.id, tool: action.tool, delivery }, 'action started');
+      // Its fields are built only when they are written: once per action otherwise.
+      if (this.logger.isLevelEnabled('debug')) this.logger.debug({ actionId: action.id, tool: action.tool, delivery }, 'action started');
       const running = this.execute(action, m, delivery);
       outcome = running instanceof Promise ? await running : running;
     }
