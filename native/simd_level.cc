@@ -1,5 +1,7 @@
 #include "simd_level.h"
 
+#include <string>
+
 namespace laminar {
 
 namespace {
@@ -23,6 +25,20 @@ SimdLevel CpuSimdLevel() {
 SimdLevel UsableSimdLevel(SimdLevel wanted) {
   const SimdLevel cpu = CpuSimdLevel();
   return static_cast<int>(wanted) < static_cast<int>(cpu) ? wanted : cpu;
+}
+
+bool SimdLevelArgument(const Napi::Value& value, SimdLevel* level) {
+  *level = SimdLevel::kAvx512;
+  if (value.IsUndefined()) return true;
+  const std::string simd = value.IsString() ? value.As<Napi::String>().Utf8Value() : "";
+  if (simd == "avx2") {
+    *level = SimdLevel::kAvx2;
+  } else if (simd == "portable") {
+    *level = SimdLevel::kPortable;
+  } else if (simd != "avx512") {
+    return false;
+  }
+  return true;
 }
 
 }  // namespace laminar

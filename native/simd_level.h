@@ -2,6 +2,8 @@
 // caller asks for (the tests run every level a CPU has and hold them to the same results).
 #pragma once
 
+#include <napi.h>
+
 namespace laminar {
 
 enum class SimdLevel : int {
@@ -15,5 +17,9 @@ SimdLevel CpuSimdLevel();
 
 // The narrower of `wanted` and what this CPU has.
 SimdLevel UsableSimdLevel(SimdLevel wanted);
+
+// A binding's optional `simd` argument: 'avx512' (or undefined: the CPU's best), 'avx2' or
+// 'portable'; false when it is none of these.
+bool SimdLevelArgument(const Napi::Value& value, SimdLevel* level);
 
 }  // namespace laminar

@@ -121,6 +121,7 @@ interface NativeAddon {
     target: Mapping,
     weightOffset: number,
     scaleOffset: number,
+    simd?: 'avx512' | 'avx2' | 'portable',
   ) => Promise<number>;
   /** See native/delta_codec.h; src/relay/delta/codec.ts is the friendly surface. */
   deltaEncode: (base: ArrayBufferView, next: ArrayBufferView, out: ArrayBufferView, simd?: 'avx512' | 'avx2' | 'portable') => number;
