@@ -227,6 +227,18 @@ describe('actions', () => {
     expect(peak).toBe(2);
   });
 
+  it('fails every submission of a key whose action cannot be published, the second one too', async () => {
+    const { c } = await setup({ noop: noopHandler });
+    // Over the server's max_payload: nats.js refuses the publish, a final failure.
+    const huge = req('huge', { args: { echo: 'x'.repeat(2 * 1024 * 1024) } });
+    const first = c.submit(huge);
+    const second = c.submit(huge);
+    await expect(first).rejects.toThrow(/max_payload/);
+    // It waited for ever before: it had the first one's result promise, which the failure never settled.
+    await expect(second).rejects.toThrow(/max_payload/);
+    expect(c.inFlight).toBe(0);
+  });
+
   it('gives a submission waiting past its deadline status failed (no worker of its kind)', async () => {
     const { c } = await setup({ noop: noopHandler });
     const r = await c.submit(req('nobody', { kind: 'unserved', deadlineMs: 200 }));
