@@ -146,10 +146,7 @@ export function managerCommand(): Command {
         orphanScanMs: parseDurationOption('--orphan-scan', opts.orphanScan!),
         commandTimeoutMs: parseDurationOption('--command-timeout', opts.commandTimeout!),
       };
-      const reprefillCost = Number(opts.reprefillCost);
-      if (!(Number.isFinite(reprefillCost) && reprefillCost >= 0)) {
-        throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--reprefill-cost: ${JSON.stringify(opts.reprefillCost)} is not a number >= 0`);
-      }
+      const reprefillCost = parseReprefillCost(opts.reprefillCost!);
       const replicas = parseReplicas(opts.replicas!);
       const dashboard = parseDashboardOptions(opts.dashboardInterval!, opts.dashboardPages!);
       const actionPoolName = checkActionName('--action-pool', opts.actionPool!);
@@ -237,6 +234,14 @@ export function parseDashboardOptions(interval: string, pages: string): { interv
   if (!Number.isSafeInteger(maxPages) || maxPages <= 0)
     throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--dashboard-pages: ${JSON.stringify(pages)} is not a positive integer`);
   return { intervalMs, maxPages };
+}
+
+/** --reprefill-cost: a finite number >= 0 (decode-token times per re-prefilled context token). */
+export function parseReprefillCost(text: string): number {
+  const cost = text.trim() === '' ? Number.NaN : Number(text);
+  if (!(Number.isFinite(cost) && cost >= 0))
+    throw new InvalidInputError(ErrorCodes.INVALID_ARG, `--reprefill-cost: ${JSON.stringify(text)} is not a number >= 0`);
+  return cost;
 }
 
 /** "256" or "256,qwen-7b=512,qwen-72b=64": B for every model, and for the models named. */

@@ -1,7 +1,7 @@
-/** `laminar manager` option parsing that carries logic: B per model profile, the dashboard's period and page limit. */
+/** `laminar manager` option parsing that carries logic: B per model profile, the re-prefill cost, the dashboard's period and page limit. */
 import { describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/common/error-codes.js';
-import { parseDashboardOptions, parseRooflineBatch } from '../../src/cli/manager.js';
+import { parseDashboardOptions, parseReprefillCost, parseRooflineBatch } from '../../src/cli/manager.js';
 
 describe('--roofline-batch', () => {
   it('takes a default and per-model values', () => {
@@ -13,6 +13,18 @@ describe('--roofline-batch', () => {
   it('refuses what is not a positive integer, with the limits code', () => {
     for (const bad of ['0', '-3', 'x', 'qwen=1.5', 'qwen=', '256,m=0']) {
       expect(() => parseRooflineBatch(bad), bad).toThrow(expect.objectContaining({ code: 'ERR_REPACK_LIMITS' }));
+    }
+  });
+});
+
+describe('--reprefill-cost', () => {
+  it('takes a number >= 0 and refuses anything else with ERR_INVALID_ARG, naming the flag', () => {
+    expect(parseReprefillCost('0')).toBe(0);
+    expect(parseReprefillCost('0.0025')).toBe(0.0025);
+    for (const bad of ['-0.1', 'cheap', '', 'Infinity', 'NaN']) {
+      expect(() => parseReprefillCost(bad), bad).toThrow(
+        expect.objectContaining({ code: ErrorCodes.INVALID_ARG, message: expect.stringMatching(/--reprefill-cost/) as string }),
+      );
     }
   });
 });
