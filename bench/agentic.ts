@@ -16,7 +16,8 @@
  *              configuration's median and spread (agentic-sched.ts; about ten minutes). The
  *              workload's long tail is in turns (`tool-waits`, the default) or in generated
  *              tokens (`long-answers`; agentic-workloads.ts). The dp planner's re-prefill cost is
- *              measured on the reference engine first (agentic-prefill.ts) and printed.
+ *              measured on a reference engine once the warm-up round has loaded its weights
+ *              (agentic-prefill.ts; the warm-up's moves are free) and printed.
  *              `--sched-step-ms`: each engine step takes that much longer without using a CPU
  *              (a GPU's step time), so that the engines, not the two CPU cores, are saturated.
  * Prints a table per section, then one JSON line (the last line of stdout).
