@@ -190,17 +190,24 @@ export class ActionClient {
         request.deadlineMs,
       );
     }
-    const body = encodeAction({
-      id,
-      kind: request.kind,
-      tool: request.tool,
-      args: request.args,
-      traj: request.trajectoryId,
-      job: entry.job,
-      timeoutMs: request.timeoutMs,
-      at: Date.now(),
-      reply: this.names.resultSubject(this.id, id),
-    });
+    let body: Uint8Array;
+    try {
+      body = encodeAction({
+        id,
+        kind: request.kind,
+        tool: request.tool,
+        args: request.args,
+        traj: request.trajectoryId,
+        job: entry.job,
+        timeoutMs: request.timeoutMs,
+        at: Date.now(),
+        reply: this.names.resultSubject(this.id, id),
+      });
+    } catch (err) {
+      // Arguments msgpack cannot carry: the submission fails, as one that cannot be published.
+      this.fail(id, entry, err);
+      return;
+    }
     // A bounded number of publishes in flight (a burst of thousands of submissions waits here,
     // not in nats.js's outstanding requests, whose acks would time out).
     const subject = this.queueSubjectOf(request.kind);
@@ -227,12 +234,17 @@ export class ActionClient {
       },
       (err: unknown) => {
         this.publishWindow.release(PUBLISH_WINDOW_KEY);
-        if (this.pending.get(id) !== entry) return;
-        this.settle(id);
-        if (entry.holdsQuota) this.quotas.release(entry.job);
-        entry.reject(err instanceof Error ? err : new Error(String(err)));
+        this.fail(id, entry, err);
       },
     );
+  }
+
+  /** A submission whose action could not be sent: it ends with `err` (unless it ended already). */
+  private fail(id: string, entry: Pending, err: unknown): void {
+    if (this.pending.get(id) !== entry) return;
+    this.settle(id);
+    if (entry.holdsQuota) this.quotas.release(entry.job);
+    entry.reject(err instanceof Error ? err : new Error(String(err)));
   }
 
   /**

@@ -239,6 +239,17 @@ describe('actions', () => {
     expect(c.inFlight).toBe(0);
   });
 
+  it('rejects a submission whose arguments msgpack cannot carry, and frees its place', async () => {
+    const { c } = await setup({ noop: noopHandler }, {}, { defaultQuota: 1 });
+    let submitted: Promise<unknown> | undefined;
+    // A rejection, not a throw from submit() itself.
+    expect(() => (submitted = c.submit(req('bigint', { args: { n: 10n ** 30n } })))).not.toThrow();
+    await expect(submitted).rejects.toThrow(/too large/);
+    expect(c.inFlight).toBe(0);
+    // Its job's quota (one) is free again.
+    expect(await c.submit(req('after-bigint'))).toMatchObject({ status: 'ok' });
+  });
+
   it('gives a submission waiting past its deadline status failed (no worker of its kind)', async () => {
     const { c } = await setup({ noop: noopHandler });
     const r = await c.submit(req('nobody', { kind: 'unserved', deadlineMs: 200 }));
