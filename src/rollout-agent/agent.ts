@@ -40,7 +40,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import type { PoolRedis } from '../data/prompts/redis-address.js';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import { delay } from '../common/concurrency.js';
+import { delay, settledOrDelay } from '../common/concurrency.js';
 import { ErrorCodes } from '../common/errors.js';
 import { silentLogger } from '../common/logger.js';
 import { createRegistry } from '../common/metrics.js';
@@ -448,7 +448,7 @@ export class RolloutAgent {
         if (tasks.length === 0) {
           // The prompt pool is empty, or every prompt is leased: look again shortly (a new
           // version wakes the loop at once).
-          await this.until(session, engine.inFlight > 0 ? Promise.race([engine.ended(), this.pause(200)]) : this.pause(200));
+          await this.until(session, engine.inFlight > 0 ? settledOrDelay(engine.ended(), 200, this.closing.signal) : this.pause(200));
           continue;
         }
         perPrompt = Math.max(1, tasks[0]!.groupSize);
