@@ -17,7 +17,15 @@ describe('npm run demo -- --engine torch --task tools', () => {
     const plot = join(mkdtempSync(join(tmpdir(), 'laminar-demo-tools-')), 'run.png');
     const { stdout } = await promisify(execFile)(
       process.execPath,
-      ['dist/src/demo/main.js', '--engine', 'torch', '--task', 'tools', '--steps', '10', '--prompts', '200', '--kill-an-action-worker', '--plot', plot],
+      [
+        ...['dist/src/demo/main.js', '--engine', 'torch', '--task', 'tools', '--steps', '10', '--prompts', '200'],
+        // Two relays, one per engine (a third held no engine), and batches of 4 groups: each step
+        // half the trainer's work (31 CPU-s for the job, 37 with 3 relays and 8 groups).
+        ...['--relays', '2', '--batch-groups', '4'],
+        // Restarted 1 s after the kill, within the demo's next 2-s tick, so always before the
+        // trainer's last step; at 3 s it took two ticks, and the trainer could end first.
+        ...['--kill-an-action-worker', '--restart-relay-after', '1s', '--plot', plot],
+      ],
       { cwd: REPO, timeout: 240_000 },
     );
     expect(stdout).toMatch(/10 training steps, versions v0\.\.v10/);
