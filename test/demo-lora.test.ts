@@ -23,6 +23,12 @@ describe('npm run demo -- --engine torch --lora-rank', () => {
       '8',
       '--steps',
       '3',
+      // Two relays, one per engine (a third held no engine), and batches of 4 groups: half the
+      // trainer's work per step. The base and every adapter still cross a chain.
+      '--relays',
+      '2',
+      '--batch-groups',
+      '4',
       '--plot',
       join(work, 'run.png'),
       '--logs',
