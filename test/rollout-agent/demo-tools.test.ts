@@ -22,8 +22,10 @@ describe('npm run demo -- --engine torch --task tools', () => {
         // Two relays, one per engine (a third held no engine), and batches of 4 groups: each step
         // half the trainer's work (31 CPU-s for the job, 37 with 3 relays and 8 groups).
         ...['--relays', '2', '--batch-groups', '4'],
-        // Restarted 1 s after the kill, within the demo's next 2-s tick, so always before the
-        // trainer's last step; at 3 s it took two ticks, and the trainer could end first.
+        // Restarted 1 s after the kill, at the demo's next 2-s tick; at 3 s it took two. The demo
+        // stops ticking once the trainer exits, so the steps after the kill (40 %) and the
+        // trainer's exit must outlast those ticks: at load 2 the old form's second tick came 0.1 s
+        // before the last step. (Fewer or faster steps break it: one engine took 10 steps in 4 s.)
         ...['--kill-an-action-worker', '--restart-relay-after', '1s', '--plot', plot],
       ],
       { cwd: REPO, timeout: 240_000 },
