@@ -83,6 +83,10 @@ const MAX_STALENESS_LORA = 1;
  */
 const LORA_LR = 1e-3;
 const DEAD_AFTER_MS = 3000;
+/** How often the run looks at the trainer's steps to decide a kill or a restart. */
+const TICK_MS = 500;
+/** The progress is drawn every this many ticks (2 s). */
+const DRAW_EVERY_TICKS = 4;
 const TRAINER = join(REPO_ROOT, 'python', 'examples', 'grpo_digits', 'trainer.py');
 const PLOT = join(REPO_ROOT, 'python', 'examples', 'grpo_digits', 'plot.py');
 
@@ -264,13 +268,18 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
     const trainerDone = trainer.exited.then(() => true);
     const trainerState = { done: false };
     void trainerDone.then(() => (trainerState.done = true));
-    while (!trainerState.done && performance.now() - started < opts.duration && !stop.aborted) {
-      await delay(2000, stop).catch(() => undefined);
+    // A process killed for the demo is restarted even when the trainer finishes first, and the
+    // kills are decided on short ticks: a fast job (a few seconds on a quiet machine) must not end
+    // between two ticks with a kill or a restart still to come. The progress is drawn every 2 s.
+    const restartPending = (): boolean => [killedEngine, killedRelay, killedWorker].some((k) => k !== null && !k.back);
+    for (let tick = 0; (!trainerState.done || restartPending()) && performance.now() - started < opts.duration && !stop.aborted; tick++) {
+      await delay(TICK_MS, stop).catch(() => undefined);
       const fraction = (performance.now() - started) / opts.duration;
       steps = readSteps(metricsFile);
       const status = await managerStatus(managerPort);
       const stepFraction = steps.length / opts.steps;
-      if (opts.killARollout && !killedEngine && Math.max(fraction, stepFraction) >= 0.35) {
+      const running = !trainerState.done;
+      if (opts.killARollout && running && !killedEngine && Math.max(fraction, stepFraction) >= 0.35) {
         const busy = status?.rollouts.filter((r) => (r.owned ?? 0) > 0 && r.health === 'alive').sort((a, b) => (b.owned ?? 0) - (a.owned ?? 0))[0];
         const victim = engines.find((e) => e.id === busy?.id);
         if (victim) {
@@ -285,7 +294,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
         killedEngine.back = true;
         events.push(`${at()} restarted engine ${e.id} (its agent serves it again)`);
       }
-      if (opts.killARelay && !killedRelay && Math.max(fraction, stepFraction) >= 0.5 && opts.relays >= 3) {
+      if (opts.killARelay && running && !killedRelay && Math.max(fraction, stepFraction) >= 0.5 && opts.relays >= 3) {
         const middle = status?.chain[1];
         const index = relays.findIndex((r) => r.id === middle?.id);
         if (index >= 0) {
@@ -300,7 +309,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
         killedRelay.back = true;
         events.push(`${at()} restarted relay ${r.id}`);
       }
-      if (opts.killAnActionWorker && tools && !killedWorker && Math.max(fraction, stepFraction) >= 0.6) {
+      if (opts.killAnActionWorker && tools && running && !killedWorker && Math.max(fraction, stepFraction) >= 0.6) {
         await workers[0]!.daemon.kill('SIGKILL');
         killedWorker = { index: 0, at: performance.now(), back: false };
         events.push(`${at()} SIGKILL action worker ${workers[0]!.id} (its actions are redelivered to ${workers[1]!.id})`);
@@ -311,6 +320,7 @@ export async function runTorchJob(opts: TorchJobOptions, stop: AbortSignal): Pro
         killedWorker.back = true;
         events.push(`${at()} restarted action worker ${w.id}`);
       }
+      if (tick % DRAW_EVERY_TICKS !== DRAW_EVERY_TICKS - 1) continue;
       if (tools) toolView = await readToolView(nc, agentPorts);
       process.stdout.write(renderTorchProgress(at(), steps, status, ledger, events) + (toolView ? `${toolLine(toolView)}\n` : ''));
     }
