@@ -51,14 +51,19 @@ describe('an unread result across a nats-server crash', () => {
       const resumed = await retryTransient(() => ActionClient.open({ nc, pool, resultStorage }));
       closers.push(() => resumed.close());
       const again = await resumed.submit(request);
+      // The work queue is on file. The call runs again either as the resubmission (delivery 1)
+      // or as the first action itself, delivered again (delivery 2) when the killed server had
+      // not yet written its removal after the ack: the resubmission is then a duplicate of it
+      // (a clean-clone CI run at load got delivery 2). At-least-once either way.
+      expect([1, 2]).toContain(again.deliveries);
       if (resultStorage === 'memory') {
-        // Both streams were lost with the server: the call ran again.
-        expect(again).toMatchObject({ status: 'ok', output: 'run 2', deliveries: 1 });
-        expect(runs).toBe(2);
+        // The results stream was lost with the server: the call ran again.
+        expect(again).toMatchObject({ status: 'ok', output: 'run 2' });
+        expect(runs).toBeGreaterThanOrEqual(2);
       } else {
         // On file the first result may still be read first (a clean-clone CI run got 'run 1'):
         // either run's result, never a wait for a result that is gone.
-        expect(again).toMatchObject({ status: 'ok', deliveries: 1 });
+        expect(again).toMatchObject({ status: 'ok' });
         expect(['run 1', 'run 2']).toContain(again.output);
         expect(runs).toBeGreaterThanOrEqual(Number(again.output.slice(4)));
       }
