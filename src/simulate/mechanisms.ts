@@ -36,6 +36,12 @@
  *   weights' 2 × params × T), so a long sequence costs more than its tokens and the data-parallel
  *   group holding the long tail waits longer (trainer/parallel-step.ts). Off, a sequence costs its
  *   tokens, as before.
+ * - eagerDecode: the scenario's `eager.systems` (verl's baselines: one-step, stream, sync) run vLLM
+ *   without CUDA graphs, verl v0.5.0's default (`enforce_eager: True`): the CPU launches each
+ *   decode step's kernels one by one, overlapping the GPU's work, so a step takes at least its
+ *   fixed overhead plus `eager.launchMsPerLayer` × layers. That floor binds where the GPU has
+ *   little to do, a replica decoding a few long responses: the baselines' generation barrier.
+ *   Off, every engine runs its CUDA graphs (the step as the weights and KV read make it).
  */
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 
@@ -47,6 +53,7 @@ export const MECHANISMS = [
   'groupLengthCorrelation',
   'turnLockstep',
   'trainingAttention',
+  'eagerDecode',
 ] as const;
 export type MechanismName = (typeof MECHANISMS)[number];
 export type Mechanisms = Readonly<Record<MechanismName, boolean>>;

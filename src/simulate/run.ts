@@ -11,7 +11,7 @@ import { ErrorCodes, InvalidInputError, LaminarError } from '../common/errors.js
 import { checkToolSchedule, type ToolSchedule } from './agentic/tool-schedule.js';
 import { REAL_COMPONENTS, type SimComponents } from './components.js';
 import { ALL_MECHANISMS, type Mechanisms } from './mechanisms.js';
-import { engineProfileFor } from './scenario/derive.js';
+import { eagerFloorMs, engineProfileFor } from './scenario/derive.js';
 import { placementOf } from './scenario/placement.js';
 import type { Scenario, SystemName } from './scenario/schema.js';
 import { runAreal } from './systems/areal.js';
@@ -69,7 +69,9 @@ export function runScenario(scenario: Scenario, system: SystemName, options: Run
   const components: SimComponents = { ...REAL_COMPONENTS, ...options.components };
   const mechanisms: Mechanisms = { ...ALL_MECHANISMS, ...options.mechanisms };
   // sync's engines share their GPUs with its trainer (systems/colocated-engine.ts).
-  const profile = system === 'sync' ? colocatedProfile(scenario, placement.tp, mechanisms) : engineProfileFor(scenario, placement.tp, mechanisms);
+  const graphed = system === 'sync' ? colocatedProfile(scenario, placement.tp, mechanisms) : engineProfileFor(scenario, placement.tp, mechanisms);
+  // The verl-based baselines' vLLM runs eagerly (mechanism eagerDecode): a step takes at least its launches.
+  const profile = mechanisms.eagerDecode && scenario.eager.systems.includes(system) ? { ...graphed, eagerFloorMs: eagerFloorMs(scenario) } : graphed;
   const ctx = new RunContext(scenario, placement, profile, steps, warmupSteps, mechanisms, toolSchedule);
 
   const started = performance.now();

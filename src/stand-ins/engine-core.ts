@@ -12,7 +12,9 @@
  *   recently admitted go back to the front of the waiting queue keeping their generated tokens,
  *   and pay a prefill of prompt + generated when re-admitted. So utilisation ramps to ~100%,
  *   stays there while anything waits, and falls in the long tail (Figure 9);
- * - optionally, attention's read of the resident KV in every decode step (`kvReadMsPerMToken`).
+ * - optionally, attention's read of the resident KV in every decode step (`kvReadMsPerMToken`);
+ * - optionally, an eager engine's floor (`eagerFloorMs`): without CUDA graphs the CPU launches a
+ *   step's kernels one by one, so a step never takes less than that, however little the GPU does.
  *
  * The rules (mustPreempt, canAdmit, fitsAlone, stepMs) are exported: the cluster simulator's
  * LeapEngine (src/simulate/engine/) applies the same ones while skipping the steps in which
@@ -43,6 +45,14 @@ export interface EngineProfile {
    * H800: docs/design/simulator.md).
    */
   kvReadMsPerMToken?: number;
+  /**
+   * The least a decode step (its decode part and KV read, not its prefill) can take: an engine
+   * run eagerly (vLLM's enforce_eager, no CUDA graphs) launches every kernel of the step from the
+   * CPU, which overlaps the GPU's work but bounds the step from below (the step's fixed overhead
+   * plus the launches). 0 or absent: CUDA graphs, no floor. The cluster simulator's mechanism
+   * eagerDecode sets it for the verl-based baselines (docs/components/simulator.md).
+   */
+  eagerFloorMs?: number;
 }
 
 /**
@@ -115,10 +125,11 @@ export function kvReadMs(profile: EngineProfile, kvTokens: number): number {
 /**
  * One scheduler iteration's simulated duration: the prefill of everything it admitted, one
  * decode step of `running` requests, and the read of the `kvAtDecode` tokens of KV they hold
- * when they decode (before the step's new tokens are written).
+ * when they decode (before the step's new tokens are written); the decode step and its read
+ * take at least the profile's eager floor.
  */
 export function stepMs(profile: EngineProfile, running: number, prefillTokens: number, kvAtDecode: number): number {
-  return prefillTokens * profile.prefillMsPerToken + decodeStepMs(profile, running) + kvReadMs(profile, kvAtDecode);
+  return prefillTokens * profile.prefillMsPerToken + Math.max(profile.eagerFloorMs ?? 0, decodeStepMs(profile, running) + kvReadMs(profile, kvAtDecode));
 }
 
 /**
@@ -161,6 +172,8 @@ export function validateProfile(profile: EngineProfile): void {
   if (!(profile.slopeBeyondRoofline >= 0) || !Number.isFinite(profile.slopeBeyondRoofline)) bad('slopeBeyondRoofline must be >= 0');
   const kvRead = profile.kvReadMsPerMToken;
   if (kvRead !== undefined && (!(kvRead >= 0) || !Number.isFinite(kvRead))) bad('kvReadMsPerMToken must be >= 0');
+  const floor = profile.eagerFloorMs;
+  if (floor !== undefined && (!(floor >= 0) || !Number.isFinite(floor))) bad('eagerFloorMs must be >= 0');
 }
 
 export class EngineCore {

@@ -19,6 +19,9 @@ const profileArb: fc.Arbitrary<EngineProfile> = fc.record({
   prefillMsPerToken: fc.double({ min: 0, max: 0.1, noNaN: true }),
   slopeBeyondRoofline: fc.double({ min: 0, max: 2, noNaN: true }),
   kvReadMsPerMToken: fc.oneof(fc.constant(0), fc.double({ min: 0, max: 40, noNaN: true })),
+  // An eager engine's floor (mechanism eagerDecode), often above the decode step so that a run
+  // starts at the floor and the KV read lifts it over.
+  eagerFloorMs: fc.oneof(fc.constant(0), fc.double({ min: 0, max: 120, noNaN: true })),
 });
 
 describe('growth runs', () => {

@@ -23,6 +23,9 @@ const profileArb: fc.Arbitrary<EngineProfile> = fc.record({
   slopeBeyondRoofline: fc.constantFrom(0, 0.5, 1, 2),
   // k/1024 ms per token: 1e6/1024 is exact in binary, so is the engine's division by 1e6.
   kvReadMsPerMToken: fc.integer({ min: 0, max: 16 }).map((k) => (k * 1e6) / 1024),
+  // An eager engine's floor (integer ms) half the time: up to twice the largest decode step, so
+  // that growth runs cross from the floor to the KV-bound steps inside a leap.
+  eagerFloorMs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 100 })),
 });
 
 /** Mostly short prompts with long outputs, so that requests outgrow the cache together and preempt. */
@@ -185,6 +188,7 @@ describe('LeapEngine against EngineCore', () => {
     let preempting = 0;
     let removing = 0;
     let reading = 0;
+    let flooring = 0;
     fc.assert(
       fc.property(
         profileArb.chain((p) => fc.tuple(fc.constant(p), requestsArb(p.kvCapacityTokens, 24), fc.array(opArb, { maxLength: 30 }))),
@@ -209,6 +213,7 @@ describe('LeapEngine against EngineCore', () => {
           if (core.preempted.length > 0) preempting++;
           if (core.removed.some(([, generated]) => generated > 0)) removing++;
           if (profile.kvReadMsPerMToken! > 0 && engine.stats.leapedSteps > 0) reading++;
+          if (profile.eagerFloorMs! > profile.decodeStepMs && profile.kvReadMsPerMToken! > 0 && engine.stats.leapedSteps > 0) flooring++;
         },
       ),
       // A fixed seed: the coverage counts below are claims about these 300 cases, and with a fresh
@@ -216,10 +221,12 @@ describe('LeapEngine against EngineCore', () => {
       { numRuns: 300, seed: COVERAGE_SEED },
     );
     // The cases exercise what they claim to: preemption, removal of half-generated requests,
-    // the KV-read term, and leaps over most steps.
+    // the KV-read term, an eager floor above the decode step with the KV read lifting steps over
+    // it, and leaps over most steps.
     expect(preempting).toBeGreaterThan(100);
     expect(removing).toBeGreaterThan(20);
     expect(reading).toBeGreaterThan(150);
+    expect(flooring).toBeGreaterThan(50);
     expect(leaped / steps).toBeGreaterThan(0.5);
   });
 });

@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/common/errors.js';
 import { ALL_MECHANISMS, mechanismsWithout, NO_MECHANISMS } from '../../src/simulate/mechanisms.js';
 import { runScenario } from '../../src/simulate/run.js';
-import { engineProfileFor } from '../../src/simulate/scenario/derive.js';
+import { eagerFloorMs, engineProfileFor } from '../../src/simulate/scenario/derive.js';
 import { parseScenario, type Scenario } from '../../src/simulate/scenario/load.js';
 import type { ScenarioInput } from '../../src/simulate/scenario/schema.js';
 import {
@@ -172,7 +172,7 @@ describe('the switches', () => {
       s.trainer = { ...s.trainer, layout: { fsdp: 8, sequenceParallel: 4 } };
     });
     const base = runScenario(scenario, 'sync', { steps: 4, mechanisms: NO_MECHANISMS });
-    for (const name of ['attentionKvRead', 'dataParallelStragglers', 'trainerCommunication', 'colocatedEngine', 'trainingAttention'] as const) {
+    for (const name of ['attentionKvRead', 'dataParallelStragglers', 'trainerCommunication', 'colocatedEngine', 'trainingAttention', 'eagerDecode'] as const) {
       const on = runScenario(scenario, 'sync', { steps: 4, mechanisms: { ...NO_MECHANISMS, [name]: true } });
       expect(on.virtualS, name).toBeGreaterThan(base.virtualS);
     }
@@ -223,16 +223,62 @@ describe("verl's colocated engine (systems/colocated-engine.ts)", () => {
   });
 });
 
+describe("verl's eager vLLM (eagerDecode, scenario/derive.ts)", () => {
+  it('floors a decode step at its fixed overhead plus the launches of every layer', () => {
+    // 3 ms of overhead and 0.3 ms of launches per layer: 28 layers for 7B, 80 for 72B.
+    expect(eagerFloorMs(math7b)).toBeCloseTo(3 + 0.3 * 28, 9);
+    expect(eagerFloorMs(math72b)).toBeCloseTo(3 + 0.3 * 80, 9);
+    // Above the graphed step of a small batch (the weights' read and TP's all-reduces)...
+    const graphed7b = engineProfileFor(math7b, 2).decodeStepMs;
+    expect(graphed7b).toBeCloseTo(3 + (15.2e9 / 2 / (3.35e12 * 0.65)) * 1e3 + 0.04 * 28, 6);
+    expect(eagerFloorMs(math7b)).toBeGreaterThan(graphed7b * 1.4);
+    // ...and below a full cache's step, where the GPU's work hides the launches: a 7B TP-1 engine
+    // holding 900 K tokens reads their KV for 24 ms a step.
+    const full = engineProfileFor(math7b, 1);
+    expect(full.decodeStepMs + (full.kvReadMsPerMToken! * 900_000) / 1e6).toBeGreaterThan(eagerFloorMs(math7b) * 2);
+  });
+
+  it("slows the verl-based baselines' barrier, bound by a replica's last long response, and leaves laminar and AReaL as they were", () => {
+    const run = (system: 'sync' | 'stream' | 'laminar' | 'areal', on: boolean, gpus = 256): ReturnType<typeof runScenario> =>
+      runScenario(math7b, system, { gpus, steps: 3, warmupSteps: 1, mechanisms: { eagerDecode: on } });
+    const sync = run('sync', true);
+    expect(sync.throughput.tokensPerS).toBeLessThan(run('sync', false).throughput.tokensPerS * 0.97);
+    expect(run('stream', true).throughput.tokensPerS).toBeLessThan(run('stream', false).throughput.tokensPerS * 0.97);
+    // A replica's 16K response decodes alone at the end: no iteration of sync is shorter than 16,384 floored steps.
+    const floorS = (16384 * eagerFloorMs(math7b)) / 1e3;
+    for (let i = 1; i < sync.stepEndsS.length; i++) expect(sync.stepEndsS[i]! - sync.stepEndsS[i - 1]!).toBeGreaterThan(floorS);
+    for (const system of ['laminar', 'areal'] as const) {
+      const on = run(system, true, 16);
+      const off = run(system, false, 16);
+      expect(on.events, system).toBe(off.events);
+      expect(on.virtualS, system).toBe(off.virtualS);
+    }
+  });
+
+  it('runs eagerly only the systems the scenario names', () => {
+    const graphed = tinyScenario((s) => {
+      s.eager = { systems: [], launchMsPerLayer: 0.3 };
+    });
+    const on = runScenario(graphed, 'sync', { steps: 3 });
+    const off = runScenario(graphed, 'sync', { steps: 3, mechanisms: { eagerDecode: false } });
+    expect(on.virtualS).toBe(off.virtualS);
+  });
+});
+
 describe("GRPO groups share their prompt's difficulty (workload/workload.ts)", () => {
   it('gathers the long tail on fewer replicas: sync on 7B, 256 GPUs, leaves more GPUs idle at its barrier and trains slower', () => {
-    const run = (on: boolean): ReturnType<typeof runScenario> =>
-      runScenario(math7b, 'sync', { gpus: 256, steps: 3, warmupSteps: 1, mechanisms: { groupLengthCorrelation: on } });
+    // On CUDA graphs (eagerDecode off), where a replica's steps are slower the more KV it holds.
+    const run = (on: boolean, eager = false): ReturnType<typeof runScenario> =>
+      runScenario(math7b, 'sync', { gpus: 256, steps: 3, warmupSteps: 1, mechanisms: { groupLengthCorrelation: on, eagerDecode: eager } });
     const on = run(true);
     const off = run(false);
     // Alone, nearly every replica of 64 responses holds one at the 16K cap and they finish together.
     expect(off.idleGpuShare).toBeLessThan(0.08);
     expect(on.idleGpuShare).toBeGreaterThan(off.idleGpuShare + 0.05);
     expect(on.throughput.tokensPerS).toBeLessThan(off.throughput.tokensPerS * 0.95);
+    // Eager, every replica's tail decodes at the floor, so a 16K response takes as long wherever it
+    // is and the replicas finish closer together; the groups still leave more idle.
+    expect(run(true, true).idleGpuShare).toBeGreaterThan(run(false, true).idleGpuShare + 0.01);
   });
 });
 

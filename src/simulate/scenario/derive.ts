@@ -9,7 +9,11 @@
  *   the reserve, over the KV bytes of one token (sharded over TP like the weights);
  * - decode step: memory-bound, so the time to read one GPU's weight shard at the achieved HBM
  *   bandwidth, plus a fixed overhead, plus TP's all-reduces (two per layer);
- * - prefill: compute-bound, 2 FLOPs per parameter and token over the TP group's peak at an MFU.
+ * - prefill: compute-bound, 2 FLOPs per parameter and token over the TP group's peak at an MFU;
+ * - an eager engine's floor (mechanism eagerDecode): without CUDA graphs each GPU's process
+ *   launches a step's kernels from the CPU, the scenario's `eager.launchMsPerLayer` for each
+ *   decoder layer; the launches overlap the GPU's work (the weights' and the KV's read), so a step
+ *   takes the fixed overhead plus the longer of the two: at least overhead + launches.
  */
 import type { EngineProfile } from '../../stand-ins/engine-core.js';
 import { ALL_MECHANISMS, type Mechanisms } from '../mechanisms.js';
@@ -52,6 +56,11 @@ export function kvReadMsPerMToken(s: Inputs, tp: number, mech: Pick<Mechanisms, 
   if (s.engine.kvReadMsPerMToken !== undefined) return s.engine.kvReadMsPerMToken;
   if (!mech.attentionKvRead) return 0;
   return ((1e6 * s.model.kvBytesPerToken) / tp / (s.hardware.gpu.hbmTBs * 1e12 * s.engine.hbmEfficiency)) * 1e3;
+}
+
+/** An eager engine's least decode step, ms: the step's fixed overhead plus the CPU's launches, a layer at a time. */
+export function eagerFloorMs(s: Pick<Scenario, 'model' | 'engine' | 'eager'>): number {
+  return s.engine.stepOverheadMs + s.eager.launchMsPerLayer * s.model.layers;
 }
 
 /** The simulated engine's profile for one rollout replica of `tp` GPUs. */

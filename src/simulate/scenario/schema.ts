@@ -251,6 +251,16 @@ export const scenarioSchema = z.strictObject({
    * not give its own).
    */
   sync: z.strictObject({ gpuMemoryUtilisation: fraction }).default({ gpuMemoryUtilisation: 0.5 }),
+  /**
+   * The systems whose vLLM runs eagerly, without CUDA graphs (mechanism eagerDecode,
+   * scenario/derive.ts): verl v0.5.0's rollout default, `enforce_eager: True` ("to allow cache
+   * freeing"), which the paper's sync baseline (verl v0.5.0) and its one-step and stream baselines
+   * (built on verl) are taken to keep; laminar's and AReaL's engines use CUDA graphs. A step then
+   * takes at least the CPU's launch of its kernels, `launchMsPerLayer` per decoder layer.
+   */
+  eager: z
+    .strictObject({ systems: z.array(z.enum(SYSTEMS)), launchMsPerLayer: nonNegative })
+    .default({ systems: ['one-step', 'stream', 'sync'], launchMsPerLayer: 0.3 }),
   placements: z.array(placementSchema).min(1),
   systems: z.array(z.enum(SYSTEMS)).min(1),
   failures: z.array(failureSchema).default([]),
