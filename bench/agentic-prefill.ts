@@ -70,3 +70,45 @@ export async function measureReprefillCost(engineUrl: string, o: ReprefillOption
   const decodeMsPerToken = Math.max(Number.EPSILON, (median(decode) - median(short)) / (decodeTokens - 1));
   return { prefillMsPerToken, decodeMsPerToken, reprefillCost: prefillMsPerToken / decodeMsPerToken };
 }
+
+export interface EngineRate {
+  /** Tokens per second one engine decodes with `batch` sequences at once (every engine busy). */
+  tokensPerS: number;
+  /** One sequence's time per token at that batch (ms): `batch` / tokensPerS. */
+  msPerToken: number;
+}
+
+/**
+ * The engines' capacity, read as the `sched` section's regime needs it (agentic-sched.ts): every
+ * engine decoding `batch` sequences of `tokens` new tokens at once, all engines together (they
+ * share the machine's cores, as in a batch), medians of `repeats`. The batch's work over this rate
+ * is the least time any order of claims and turns can take; a sequence's time per token at this
+ * batch is what its own path costs per token when it never queues.
+ */
+export async function measureEngineRate(
+  engineUrls: readonly string[],
+  o: { vocabSize: number; batch: number; tokens?: number; repeats?: number },
+): Promise<EngineRate> {
+  const tokens = o.tokens ?? 100;
+  const repeats = o.repeats ?? 3;
+  const one = async (url: string): Promise<void> => {
+    const response = await fetch(`${url}/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        input_ids: Array.from({ length: SHORT }, () => randomInt(o.vocabSize)),
+        sampling_params: { max_new_tokens: tokens, temperature: 1, top_p: 1, top_k: -1, ignore_eos: true },
+      }),
+    });
+    if (!response.ok) throw new Error(`${url}/generate: HTTP ${response.status}: ${await response.text()}`);
+    await response.arrayBuffer();
+  };
+  const rates: number[] = [];
+  for (let i = 0; i < repeats; i++) {
+    const started = performance.now();
+    await Promise.all(engineUrls.flatMap((url) => Array.from({ length: o.batch }, () => one(url))));
+    rates.push((o.batch * tokens * 1000) / (performance.now() - started));
+  }
+  const tokensPerS = median(rates);
+  return { tokensPerS, msPerToken: (o.batch * 1000) / tokensPerS };
+}

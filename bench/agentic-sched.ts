@@ -36,6 +36,8 @@
  *   priority    progressive priority (the agents' line and the engines' by predicted remaining
  *               tokens, the length predictor), repack with Algorithm 1
  *   claims      longest-first claims alone: the prompts whose groups ran longest last time first
+ *   no-moves    all but the tool-call moves: longest-first claims and progressive priority, repack
+ *               with Algorithm 1 (which moves nothing here)
  *   median      all on, but the group's median so far in place of the predictor
  *   all         longest-first claims, progressive priority with the predictor, and the manager's
  *               `--planner dp` (tool-call moves, the stay-on-your-engine preference), each move
@@ -56,9 +58,11 @@ import { LengthPredictor } from '../src/manager/agentic/length-predictor.js';
 import type { RemainingLengthPredictor } from '../src/manager/agentic/remaining-length.js';
 import { Manager } from '../src/manager/manager.js';
 import { LOOKUP_TOOLS, RolloutAgent, SglangClient, TokenCallsParser, toolMatchReward } from '../src/rollout-agent/index.js';
+import type { GenerateHandlers, GenerateRequest, GenerateResult } from '../src/rollout-agent/engine-client.js';
 import type { ObservationInput, ParsedTurn, ToolCallParser } from '../src/rollout-agent/tool-calls/parser.js';
 import { projectPython, REPO_ROOT, spawnReferenceEngine, startNatsServer, type ReferenceEngine } from '../src/services/index.js';
-import { measureReprefillCost, type ReprefillMeasurement } from './agentic-prefill.js';
+import { measureEngineRate, measureReprefillCost, type EngineRate, type ReprefillMeasurement } from './agentic-prefill.js';
+import { ENGINES, regime } from './agentic-regime.js';
 import { groupShape, lengthsOf, MAX_CONTEXT, maxTurnsOf, type SchedWorkload } from './agentic-workloads.js';
 import { followRecords, LOOKUP_CONFIG, LOOKUP_MODEL, openLookupWorld, promptCounters, waitFor, type LookupWorld, type RecordSeen } from './lookup-world.js';
 import { median, percentile, round } from './support.js';
@@ -66,16 +70,21 @@ import { median, percentile, round } from './support.js';
 const exec = promisify(execFile);
 const log = (s: string): boolean => process.stderr.write(`agentic bench (sched): ${s}\n`);
 
-const ENGINES = 2;
-
 export interface SchedArgs {
   /** GRPO groups per batch. */
   groups: number;
   groupSize: number;
   /** Each engine's `--max-running`: sequences it decodes at once. */
   maxRunning: number;
-  /** Each agent's `--max-in-flight` (and `--max-at-tools`): above maxRunning, requests queue at the engine. */
+  /** Each agent's `--max-in-flight`: above maxRunning, requests queue at the engine. */
   inFlight: number;
+  /**
+   * Each agent's `--max-at-tools`: trajectories it owns beyond inFlight while they wait at tools.
+   * Enough that the agents keep their engines busy through the tool waits (a rollout of Heddle's
+   * holds its whole batch, ~100 trajectories): with too few, the agents' ownership, not the
+   * engines, bounds the batch's rate (agentic-regime.ts).
+   */
+  atTools: number;
   rounds: number;
   /** The configurations to run (CONFIG_KEYS; default all). */
   configs: readonly ConfigKey[];
@@ -92,7 +101,7 @@ export interface SchedArgs {
   stepMs: number;
 }
 
-export const CONFIG_KEYS = ['before', 'priority', 'claims', 'median', 'all', 'free-moves'] as const;
+export const CONFIG_KEYS = ['before', 'priority', 'claims', 'no-moves', 'median', 'all', 'free-moves'] as const;
 export type ConfigKey = (typeof CONFIG_KEYS)[number];
 
 interface Config {
@@ -109,6 +118,7 @@ const CONFIGS: readonly Config[] = [
   { key: 'before', progressivePriority: false, predictor: 'length', planner: 'algorithm1', claimOrder: 'fifo', chargeMoves: false },
   { key: 'priority', progressivePriority: true, predictor: 'length', planner: 'algorithm1', claimOrder: 'fifo', chargeMoves: false },
   { key: 'claims', progressivePriority: false, predictor: 'length', planner: 'algorithm1', claimOrder: 'longest-first', chargeMoves: false },
+  { key: 'no-moves', progressivePriority: true, predictor: 'length', planner: 'algorithm1', claimOrder: 'longest-first', chargeMoves: false },
   { key: 'median', progressivePriority: true, predictor: 'group-median', planner: 'dp', claimOrder: 'longest-first', chargeMoves: true },
   { key: 'all', progressivePriority: true, predictor: 'length', planner: 'dp', claimOrder: 'longest-first', chargeMoves: true },
   { key: 'free-moves', progressivePriority: true, predictor: 'length', planner: 'dp', claimOrder: 'longest-first', chargeMoves: false },
@@ -130,8 +140,23 @@ interface Batch {
   latencyP99S: number;
   /** Trajectories the manager moved (repack, tool-call moves). */
   moved: number;
+  /** A move's mean time, repack-out sent to the destination resuming (s; 0: none). */
+  moveS: number;
   /** Prompt tokens the engines served from their prefix caches over all their prompt tokens. */
   cacheHitRate: number;
+  /** Each trajectory's turns and generated tokens (the same in every configuration): its own path. */
+  paths: { turns: number; generated: number }[];
+  /**
+   * When the batch's long tail started (s after the prompts were loaded): the median claim time of
+   * the trajectories of the batch's longest groups (the top eighth by generated tokens). First in
+   * first out claims them where the prompt list puts them; longest-first claims should start them at once.
+   */
+  longTailStartS: number;
+  /** Requests waiting at the engines (sglang:num_queue_reqs, both engines), mean of samples every 250 ms. */
+  engineQueue: number;
+  /** Generate requests sent, and those with a priority above 0 (progressive priority reaching the engine). */
+  requests: number;
+  prioritised: number;
 }
 
 export type SchedResult = Record<string, number | string | number[]>;
@@ -173,6 +198,30 @@ async function prompts(workload: SchedWorkload, groups: number, groupSize: numbe
     });
 }
 
+/**
+ * The engine client of the agents, counting what it sends: the requests, and those with a priority
+ * above 0. Progressive priority only acts if the priorities reach the engine's queue: this shows
+ * that they do (and `before`'s, without priority, that none is sent).
+ */
+class CountingSglang extends SglangClient {
+  requests = 0;
+  prioritised = 0;
+  readonly priorities: number[] = [];
+
+  override generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {
+    this.requests++;
+    if (request.priority != null) this.priorities.push(request.priority);
+    if (request.priority != null && request.priority > 0) this.prioritised++;
+    return super.generate(request, handlers);
+  }
+}
+
+/** Requests waiting at the engine at `url` (its sglang:num_queue_reqs gauge). */
+async function queued(url: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  return Number(/^sglang:num_queue_reqs\{[^}]*\} (\S+)$/m.exec(text)?.[1] ?? 0);
+}
+
 /** Every step of the engine at `url` takes `seconds` more (its /slow_down), without using a CPU. */
 async function slowDown(url: string, seconds: number): Promise<void> {
   const response = await fetch(`${url}/slow_down`, {
@@ -186,6 +235,14 @@ async function slowDown(url: string, seconds: number): Promise<void> {
 async function counter(registry: Registry, name: string): Promise<number> {
   const values = (await registry.getSingleMetric(name)?.get())?.values ?? [];
   return values.reduce((s, v) => s + v.value, 0);
+}
+
+/** A histogram's mean observation (0 with none). */
+async function histogramMean(registry: Registry, name: string): Promise<number> {
+  const values = (await registry.getSingleMetric(name)?.get())?.values ?? [];
+  const of = (suffix: string): number =>
+    values.filter((v) => (v as { metricName?: string }).metricName === `${name}_${suffix}`).reduce((s, v) => s + v.value, 0);
+  return of('count') > 0 ? of('sum') / of('count') : 0;
 }
 
 async function oneBatch(
@@ -244,10 +301,13 @@ async function oneBatch(
       await new Promise((r) => setTimeout(r, a.toolMs));
       return lookupHandler(args, ctx);
     };
-    // Enough concurrency that no call waits for a worker: the tool's time is all it costs.
-    const worker = await ActionWorker.start({ nc: await open('worker'), pool: job, kind: 'lookup', tools: { lookup }, concurrency: 64 });
+    // Enough concurrency that no call waits for a worker (every trajectory the agents may own at
+    // once): the tool's time is all it costs.
+    const concurrency = Math.max(64, ENGINES * (a.inFlight + a.atTools));
+    const worker = await ActionWorker.start({ nc: await open('worker'), pool: job, kind: 'lookup', tools: { lookup }, concurrency });
     closers.push(() => worker.stop(1000));
     const agents: RolloutAgent[] = [];
+    const clients: CountingSglang[] = [];
     for (const [i, engine] of engines.entries()) {
       const agentNc = await open(`agent-${i}`);
       const registry = new Registry();
@@ -260,12 +320,12 @@ async function oneBatch(
         id: `${job}-agent-${i}`,
         model: LOOKUP_MODEL,
         relaySocket: world.relaySocket,
-        engine: new SglangClient(engine.url),
+        engine: clients[clients.push(new CountingSglang(engine.url)) - 1]!,
         defaults: { maxNewTokens: MAX_CONTEXT, temperature: 1, topP: 1, topK: -1, stopTokenIds: [], ignoreEos: true, seeded: true },
         reward: toolMatchReward,
         batchPrompts: 1,
         maxInFlight: a.inFlight,
-        maxAtTools: a.inFlight,
+        maxAtTools: a.atTools,
         heartbeatMs: 500,
         promptPool: job,
         partialPool: job,
@@ -305,16 +365,35 @@ async function oneBatch(
     });
     const before = await Promise.all(engines.map((e) => promptCounters(e.url)));
     const batch = await prompts(a.workload, a.groups, a.groupSize);
+    const queueSamples: number[] = [];
+    const sampler = setInterval(() => {
+      void Promise.all(engines.map((e) => queued(e.url)))
+        .then((q) => queueSamples.push(q.reduce((x, y) => x + y, 0)))
+        .catch(() => undefined);
+    }, 250);
+    closers.push(() => {
+      clearInterval(sampler);
+      return Promise.resolve();
+    });
+    const startedAt = Date.now();
     const started = performance.now();
     await pool.load(batch);
     await waitFor(job, () => ({ done: records.records.length >= total, progress: `${records.records.length}/${total} trajectories` }), deadline, log);
     const makespanS = (performance.now() - started) / 1000;
+    clearInterval(sampler);
+    const sent = clients.flatMap((x) => x.priorities).sort((x, y) => x - y);
+    if (sent.length > 0)
+      log(
+        `${job}: priorities sent: ${sent.length} of ${clients.reduce((n, x) => n + x.requests, 0)} requests, ` +
+          `${sent.filter((p) => p === 0).length} of 0, quartiles ${[0.25, 0.5, 0.75, 1].map((q) => sent[Math.min(sent.length - 1, Math.floor(q * sent.length))]).join(' ')}`,
+      );
     const after = await Promise.all(engines.map((e) => promptCounters(e.url)));
     const sum = (xs: { prompt: number; cached: number }[], k: 'prompt' | 'cached'): number => xs.reduce((s, x) => s + x[k], 0);
     const prompted = sum(after, 'prompt') - sum(before, 'prompt');
     const seen: RecordSeen[] = records.records.slice(0, total);
     const generated = seen.reduce((s, r) => s + r.generated, 0);
     const latencies = seen.map((r) => r.latencyMs / 1000);
+    const longest = [...seen].sort((x, y) => y.generated - x.generated).slice(0, Math.max(1, Math.round(seen.length / 8)));
     // Recorded by the agents as trajectories ended (not awaited there): read once the batch is done.
     if (c.claimOrder === 'longest-first') history.lengths = await pool.lengths();
     return {
@@ -325,7 +404,13 @@ async function oneBatch(
       latencyP50S: percentile(latencies, 0.5),
       latencyP99S: percentile(latencies, 0.99),
       moved: await counter(managerRegistry, 'laminar_manager_repack_trajectories_total'),
+      moveS: await histogramMean(managerRegistry, 'laminar_manager_repack_seconds'),
       cacheHitRate: prompted > 0 ? (sum(after, 'cached') - sum(before, 'cached')) / prompted : 0,
+      paths: seen.map((r) => ({ turns: r.turns, generated: r.generated })),
+      longTailStartS: median(longest.map((r) => Math.max(0, r.createdAt - startedAt) / 1000)),
+      engineQueue: queueSamples.length ? queueSamples.reduce((x, y) => x + y, 0) / queueSamples.length : 0,
+      requests: clients.reduce((n, c) => n + c.requests, 0),
+      prioritised: clients.reduce((n, c) => n + c.prioritised, 0),
     };
   } finally {
     for (const close of closers.reverse()) await close().catch((err: unknown) => log(`closing ${job}: ${String(err)}`));
@@ -346,6 +431,8 @@ export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult;
     // What a move costs the dp planner: measured on an engine once the warm-up round has loaded
     // its weights (the warm-up's moves are free; it is not counted).
     let prefill: ReprefillMeasurement = { prefillMsPerToken: 0, decodeMsPerToken: 1, reprefillCost: 0 };
+    // The engines' rate, measured before each counted round (the machine's load drifts): the median is used.
+    const rates: EngineRate[] = [];
     if (a.stepMs > 0) for (const e of engines) await slowDown(e.url, a.stepMs / 1000);
     const configs = CONFIGS.filter((c) => a.configs.includes(c.key));
     // Per configuration, one entry per counted round (null: the batch failed), so that rounds pair up.
@@ -363,6 +450,14 @@ export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult;
           `re-prefill cost ${round(prefill.reprefillCost, 4)} decode-token times a context token ` +
             `(prefill ${round(prefill.prefillMsPerToken, 4)} ms/token, decode ${round(prefill.decodeMsPerToken, 3)} ms/token)`,
         );
+      }
+      if (r >= 1) {
+        const rate = await measureEngineRate(
+          engines.map((e) => e.url),
+          { vocabSize: LOOKUP_CONFIG.vocab_size, batch: a.maxRunning },
+        );
+        rates.push(rate);
+        log(`engines' capacity: ${round(rate.tokensPerS, 1)} tokens/s each at ${a.maxRunning} sequences, ${round(rate.msPerToken, 2)} ms a token per sequence`);
       }
       // Rotated: no configuration always runs first (or right after another one).
       const order = configs.map((_, i) => configs[(i + r) % configs.length]!);
@@ -385,7 +480,8 @@ export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult;
           );
       }
     }
-    return summarise(a, configs, batches, prefill);
+    const tokensPerS = rates.length ? median(rates.map((x) => x.tokensPerS)) : Number.NaN;
+    return summarise(a, configs, batches, prefill, { tokensPerS, msPerToken: (a.maxRunning * 1000) / tokensPerS });
   } finally {
     for (const e of engines) await e.kill('SIGTERM').catch(() => undefined);
     await world.close();
@@ -403,6 +499,7 @@ function summarise(
   configs: readonly Config[],
   batches: Map<ConfigKey, (Batch | null)[]>,
   prefill: ReprefillMeasurement,
+  rate: EngineRate,
 ): { result: SchedResult; rows: string[][] } {
   const ok = (key: ConfigKey): Batch[] => (batches.get(key) ?? []).filter((b): b is Batch => b !== null);
   const med = (key: ConfigKey, f: (b: Batch) => number): number => (ok(key).length ? median(ok(key).map(f)) : Number.NaN);
@@ -417,6 +514,7 @@ function summarise(
     sched_engines: ENGINES,
     sched_max_running: a.maxRunning,
     sched_in_flight: a.inFlight,
+    sched_at_tools: a.atTools,
     sched_rounds: a.rounds,
     sched_configs: configs.map((c) => c.key).join(','),
     sched_workload: a.workload,
@@ -426,6 +524,12 @@ function summarise(
     sched_reprefill_cost: round(prefill.reprefillCost, 4),
     sched_prefill_ms_per_token: round(prefill.prefillMsPerToken, 4),
     sched_decode_ms_per_token: round(prefill.decodeMsPerToken, 3),
+    ...regime(
+      a,
+      [...batches.values()].flat().find((b): b is Batch => b !== null),
+      rate,
+      med('before', (b) => b.makespanS),
+    ),
     sched_throughput_gain: round(med('all', (b) => b.trajectoriesPerS) / med('before', (b) => b.trajectoriesPerS)),
     // Round by round, all over before of the same round; and its median.
     sched_throughput_gain_by_round: paired('all'),
@@ -439,7 +543,11 @@ function summarise(
     ['latency_p50_s', 'latency p50 s', (b) => b.latencyP50S, 2],
     ['latency_p99_s', 'latency p99 s', (b) => b.latencyP99S, 2],
     ['moved', 'moved', (b) => b.moved, 1],
+    ['move_s', 'a move s', (b) => b.moveS, 2],
     ['prefix_cache_hit_rate', 'prefix cache hits', (b) => b.cacheHitRate, 3],
+    ['long_tail_start_s', 'long tail starts s', (b) => b.longTailStartS, 2],
+    ['engine_queue', 'engine queue', (b) => b.engineQueue, 1],
+    ['prioritised_share', 'turns with priority', (b) => (b.requests > 0 ? b.prioritised / b.requests : 0), 2],
   ];
   const rows = [
     ['configuration', 'failed batches', 'trajectories/s (lowest-highest)', 'over before, by round', ...figures.slice(1).map(([, column]) => column), 'tokens'],

@@ -1,7 +1,7 @@
 /**
  * `npm run bench -- agentic [--only predictor,sched] [--steps 3] [--prompts 512]
- *   [--sched-groups 32] [--sched-group-size 4] [--sched-max-running 2] [--sched-in-flight 8]
- *   [--sched-rounds 4] [--sched-tool-ms 200] [--sched-workload tool-waits|long-answers] [--sched-step-ms 0]
+ *   [--sched-groups 48] [--sched-group-size 4] [--sched-max-running 2] [--sched-in-flight 8]
+ *   [--sched-at-tools 32] [--sched-rounds 4] [--sched-tool-ms 1000] [--sched-workload tool-waits|long-answers] [--sched-step-ms 0]
  *   [--sched-configs before,priority,claims,median,all,free-moves]`
  *
  * Issue #49's agentic scheduling figures, in sections (`--only`; default: both):
@@ -13,11 +13,14 @@
  *   sched:     `sched_throughput_gain`, trajectories per second of a batch of groups on the demo's
  *              tool task with reference engines, all of #49's scheduling on over laminar's before
  *              it, and each mechanism on and off, interleaved round by round, with each
- *              configuration's median and spread (agentic-sched.ts; about ten minutes). The
- *              workload's long tail is in turns (`tool-waits`, the default) or in generated
- *              tokens (`long-answers`; agentic-workloads.ts). The dp planner's re-prefill cost is
+ *              configuration's median and spread (agentic-sched.ts; at the defaults 7
+ *              configurations x 5 batches of ~20 s: about fifteen minutes). The workload's long
+ *              tail is in turns (`tool-waits`, the default) or in generated tokens
+ *              (`long-answers`; agentic-workloads.ts). The dp planner's re-prefill cost is
  *              measured on a reference engine once the warm-up round has loaded its weights
- *              (agentic-prefill.ts; the warm-up's moves are free) and printed.
+ *              (agentic-prefill.ts; the warm-up's moves are free) and printed. So is the batch's
+ *              regime (agentic-regime.ts): its work over the engines' capacity beside its
+ *              critical path, and the least makespan they allow.
  *              `--sched-step-ms`: each engine step takes that much longer without using a CPU
  *              (a GPU's step time), so that the engines, not the two CPU cores, are saturated.
  * Prints a table per section, then one JSON line (the last line of stdout).
@@ -43,13 +46,18 @@ export async function run(args: string[]): Promise<void> {
       only: { type: 'string', default: SECTIONS.join(',') },
       steps: { type: 'string', default: '3' },
       prompts: { type: 'string', default: '512' },
-      // Saturated engines: 32 groups of 4 on 2 engines decoding 2 at once, 8 requests per agent.
-      'sched-groups': { type: 'string', default: '32' },
+      // Heddle's batch of ~100 trajectories per rollout worker (§7.1): 48 groups of 4 on 2 engines
+      // decoding 2 at once, 8 requests per agent at its engine (6 queued: the queue that priority
+      // orders) and 32 more owned at tools, so that the agents keep their engines busy through tool
+      // calls of a second (Heddle's search agent: 1.4 s, its Table 1). The work over the capacity
+      // is then of the order of the longest trajectory's own path (docs/performance/agentic.md).
+      'sched-groups': { type: 'string', default: '48' },
       'sched-group-size': { type: 'string', default: '4' },
       'sched-max-running': { type: 'string', default: '2' },
       'sched-in-flight': { type: 'string', default: '8' },
+      'sched-at-tools': { type: 'string', default: '32' },
       'sched-rounds': { type: 'string', default: '4' },
-      'sched-tool-ms': { type: 'string', default: '200' },
+      'sched-tool-ms': { type: 'string', default: '1000' },
       'sched-workload': { type: 'string', default: 'tool-waits' },
       'sched-step-ms': { type: 'string', default: '0' },
       'sched-configs': { type: 'string', default: CONFIG_KEYS.join(',') },
@@ -65,6 +73,7 @@ export async function run(args: string[]): Promise<void> {
       groupSize: positiveInt(values['sched-group-size'], '--sched-group-size'),
       maxRunning: positiveInt(values['sched-max-running'], '--sched-max-running'),
       inFlight: positiveInt(values['sched-in-flight'], '--sched-in-flight'),
+      atTools: positiveInt(values['sched-at-tools'], '--sched-at-tools'),
       configs: configKeys(values['sched-configs']),
       rounds: positiveInt(values['sched-rounds'], '--sched-rounds'),
       // A batch takes 10-30 s on the loaded development machine.
@@ -75,7 +84,7 @@ export async function run(args: string[]): Promise<void> {
     };
     const { result, rows } = await schedSection(a);
     printTable(
-      `agentic scheduling, the demo's tool task (${a.workload}): ${a.groups} groups × ${a.groupSize}, 2 reference engines (max running ${a.maxRunning}, ${a.inFlight} in flight per agent), tool calls of ${a.toolMs} ms, engine steps +${a.stepMs} ms, re-prefill cost ${String(result.sched_reprefill_cost)}, medians of ${a.rounds} interleaved rounds; sched_throughput_gain ${String(result.sched_throughput_gain)} (goal >= 1.3), round by round ${JSON.stringify(result.sched_throughput_gain_by_round)}`,
+      `agentic scheduling, the demo's tool task (${a.workload}): ${a.groups} groups × ${a.groupSize}, 2 reference engines (max running ${a.maxRunning}, ${a.inFlight} in flight and ${a.atTools} more at tools per agent), tool calls of ${a.toolMs} ms, engine steps +${a.stepMs} ms, re-prefill cost ${String(result.sched_reprefill_cost)}; work/capacity ${String(result.sched_work_over_capacity_s)} s (${String(result.sched_engine_tokens_per_s)} tokens/s an engine, ${String(result.sched_owned_tokens_per_s)} its agent's owned trajectories allow), critical path ${String(result.sched_critical_path_s)} s, lower bound ${String(result.sched_makespan_lower_bound_s)} s, before/bound ${String(result.sched_gain_ceiling)}; medians of ${a.rounds} interleaved rounds; sched_throughput_gain ${String(result.sched_throughput_gain)} (goal >= 1.3), round by round ${JSON.stringify(result.sched_throughput_gain_by_round)}`,
       rows,
     );
     sched = result;

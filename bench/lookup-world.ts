@@ -80,6 +80,8 @@ export interface RecordSeen {
   turns: number;
   /** From the trajectory's start to its completion (ms, the agent's clock). */
   latencyMs: number;
+  /** When its prompt was claimed (ms since the epoch, the agent's clock). */
+  createdAt: number;
 }
 
 /**
@@ -99,6 +101,7 @@ export function followRecords(nc: NatsConnection, job: string): { records: Recor
         generated: segments.reduce((n, s) => n + (s.kind === 'generated' ? s.length : 0), 0),
         turns: segments.filter((s) => s.kind === 'generated').length,
         latencyMs: meta.completedAt - meta.createdAt,
+        createdAt: meta.createdAt,
       });
     },
   });
