@@ -5,7 +5,8 @@
 #   2. `npm ci` when node_modules is missing or older than package-lock.json;
 #   3. the native addon when missing or older than its sources;
 #   4. the TypeScript build (dist/) when older than its sources: the Node code, and the dashboard
-#      page's browser modules (their own project, src/manager/dashboard/page/tsconfig.json);
+#      page's browser modules (their own project, src/manager/dashboard/page/tsconfig.json), and
+#      the `laminar` command bundled with its dependencies (scripts/bundle-cli.mjs);
 #   5. the Python environment (.venv) of the Python client: Debian's /usr/bin/python3 with its
 #      system site packages (Debian's CPU torch, numpy), the client installed editable, and its
 #      PyPI dependencies, when missing or older than python/pyproject.toml; nats-server 2.15.1
@@ -167,10 +168,12 @@ engines_environment() {
 
 typescript_build() {
   local stamp=dist/.build-stamp
-  if [ ! -f "$stamp" ] || [ -n "$(find src bench tsconfig.json package.json -newer "$stamp" -print -quit)" ]; then
+  if [ ! -f "$stamp" ] || [ -n "$(find src bench tsconfig.json package.json scripts/bundle-cli.mjs -newer "$stamp" -print -quit)" ]; then
     say "compiling TypeScript"
     npx --no-install tsc -p tsconfig.json >&2
     npx --no-install tsc -p src/manager/dashboard/page/tsconfig.json >&2
+    # The `laminar` command bundled over tsc's entry: a daemon starts in half the CPU.
+    node scripts/bundle-cli.mjs >&2
     chmod +x dist/src/cli/laminar.js 2>/dev/null || true
     touch "$stamp"
   fi

@@ -26,8 +26,19 @@ export const CSS_TYPE = 'text/css; charset=utf-8';
 export const HTML_TYPE = 'text/html; charset=utf-8';
 export const ASSET_CACHE = 'public, max-age=31536000, immutable';
 
-/** Where the page's build puts its modules (relative to this file's directory in dist/). */
-export const BROWSER_DIR = fileURLToPath(new URL('./browser/', import.meta.url));
+/**
+ * Where the page's build puts its modules: dist/src/manager/dashboard/browser/. Found from the
+ * dist/ folder this module runs from, since it runs both as tsc's file beside that folder and as
+ * part of a chunk of the bundled CLI in dist/src/cli/ (scripts/bundle-cli.mjs); from src/ (the
+ * tests), beside this file.
+ */
+export const BROWSER_DIR = browserDirOf(import.meta.url);
+
+function browserDirOf(moduleUrl: string): string {
+  const dist = moduleUrl.lastIndexOf('/dist/src/');
+  if (dist < 0) return fileURLToPath(new URL('./browser/', moduleUrl));
+  return fileURLToPath(new URL('src/manager/dashboard/browser/', moduleUrl.slice(0, dist + '/dist/'.length)));
+}
 
 export interface DashboardAssets {
   /** The URL prefix: the first 8 hex digits of a hash of every asset. */
