@@ -11,7 +11,9 @@ Two paths over the same parameters:
   fixed slots, one slot per sequence: prefill writes a prompt's keys and values into its slot
   (from position 0, or after a prefix the slot already holds) and returns the logits of its last
   position; decode takes one new token for each of a batch of sequences of different lengths and
-  returns their next-token logits.
+  returns their next-token logits; `TinyLM.extend(...)` does both in one forward for a batch whose
+  rows each add their own number of tokens (the reference engine's mixed step: the requests it
+  admits prefill beside the running ones' decodes).
 
 The parameter names (`TinyLM.state_dict()` keys, listed by `expected_shapes`) are the wire format
 between trainer and engine: a version directory holds them in `model.safetensors` (written and read
@@ -36,12 +38,13 @@ tensor missing, unexpected, of another shape or another dtype.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -302,6 +305,73 @@ class TinyLM(nn.Module):
             x = x + layer.attn.decode(layer.attn_norm(x), cache.keys[i], cache.values[i], slots, positions)
             x = x + layer.mlp(layer.mlp_norm(x))
         return self._head(x[:, 0])
+
+    @torch.no_grad()
+    def extend(self, tokens: torch.Tensor, lengths: Sequence[int], slots: Sequence[int], starts: Sequence[int], cache: KVCache) -> torch.Tensor:
+        """One forward for a batch of sequences that each add their own run of tokens: prefills (a
+        prompt, or the part after a cached prefix) and decodes (one token) together, as an engine's
+        mixed batch. Row i adds `lengths[i]` tokens at positions starts[i] .. into `slots[i]`,
+        whose positions 0 .. starts[i] - 1 must hold its keys and values already; `tokens` [N]
+        holds the rows' runs one after another. Returns the logits [B, vocab] of each row's last
+        token, what `prefill` (and `decode`, for a run of one) returns for the row alone.
+
+        The runs stay packed [N, D] through every linear layer and norm (no padding: a long prefill
+        beside decodes costs what it costs alone; a LoRA hook sees one row per token). Attention
+        runs in two groups: the leading rows of one token (the decodes, put first by the caller),
+        as `decode` attends, and the rest padded to the longest run, each query seeing its own
+        slot's keys up to its position.
+        """
+        b, n = len(lengths), int(tokens.shape[0])
+        if b == 0 or min(lengths) < 1 or sum(lengths) != n:
+            raise LaminarError(error_codes.INVALID_ARG, f"extend: {n} tokens do not make runs of lengths {list(lengths)} (each at least 1)")
+        ends = [s + length for s, length in zip(starts, lengths)]
+        if max(ends) > self.config.max_seq_len:
+            raise LaminarError(error_codes.INVALID_ARG, f"sequence of {max(ends)} tokens exceeds max_seq_len {self.config.max_seq_len}")
+        position = torch.tensor([s + j for s, length in zip(starts, lengths) for j in range(length)], dtype=torch.long)
+        token_slot = torch.tensor([slot for slot, length in zip(slots, lengths) for _ in range(length)], dtype=torch.long)
+        x = self.tok_emb(tokens) + self.pos_emb(position)
+
+        # The leading rows of one token (packed tokens 0 .. d - 1) attend as `decode` does.
+        d = next((i for i, length in enumerate(lengths) if length != 1), b)
+        if d:
+            d_span = max(starts[:d]) + 1
+            d_slots = token_slot[:d]
+            d_allowed = (torch.arange(d_span).view(1, d_span) <= position[:d].view(-1, 1)).view(d, 1, 1, d_span)
+        if d < b:
+            # The rest, padded to its longest run (no copy when it is one row); pads sit at
+            # position 0, a key every slot holds, and are dropped after attention.
+            rest = lengths[d:]
+            r, t = len(rest), max(rest)
+            r_span = max(ends[d:])
+            r_slots = torch.tensor(list(slots[d:]), dtype=torch.long)
+            into = None if r == 1 else torch.tensor([i * t + j for i, length in enumerate(rest) for j in range(length)], dtype=torch.long)
+            padded = position[d:].view(1, t) if into is None else torch.zeros(r * t, dtype=torch.long).index_copy_(0, into, position[d:]).view(r, t)
+            r_allowed = (torch.arange(r_span).view(1, 1, r_span) <= padded.view(r, t, 1)).view(r, 1, t, r_span)
+
+        heads, head_dim = self.config.n_heads, self.config.head_dim
+        for i, layer in enumerate(self.layers):
+            attn = layer.attn
+            q, k, v = attn.qkv(layer.attn_norm(x)).view(n, 3, heads, head_dim).unbind(1)
+            k_layer, v_layer = cache.keys[i], cache.values[i]
+            k_layer[token_slot, :, position] = k
+            v_layer[token_slot, :, position] = v
+            parts = []
+            if d:
+                out = attn._attend(q[:d].unsqueeze(2), k_layer[d_slots, :, :d_span], v_layer[d_slots, :, :d_span], d_allowed)
+                parts.append(out.squeeze(2))
+            if d < b:
+                mine = q[d:]
+                if into is not None:
+                    mine = torch.zeros(r * t, heads, head_dim).index_copy_(0, into, mine)
+                out = attn._attend(mine.view(r, t, heads, head_dim).transpose(1, 2), k_layer[r_slots, :, :r_span], v_layer[r_slots, :, :r_span], r_allowed)
+                out = out.transpose(1, 2).reshape(r * t, heads, head_dim)
+                parts.append(out if into is None else out.index_select(0, into))
+            y = parts[0] if len(parts) == 1 else torch.cat(parts)
+            x = x + attn.out(y.reshape(n, heads * head_dim))
+            x = x + layer.mlp(layer.mlp_norm(x))
+        # The head over every token, then each row's last: a LoRA hook on lm_head sees one row per token too.
+        last = torch.tensor(list(itertools.accumulate(lengths)), dtype=torch.long) - 1
+        return self._head(x).index_select(0, last)
 
 
 def expected_shapes(config: TinyLMConfig) -> dict[str, tuple[int, ...]]:

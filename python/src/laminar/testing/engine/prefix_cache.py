@@ -13,27 +13,50 @@ Entries hold token budget and slots that live requests may need: the scheduler e
 recently used ones first, before it makes a request wait. The cache holds no tensor itself: the
 keys and values stay in the KV cache's slots; this is the bookkeeping of which slot holds what.
 Every method runs on the event loop's thread.
+
+The bookkeeping is paid at every admission and every finish, so it must stay small beside a model
+step (on the bench's tiny model, a step is about a millisecond). An entry's tokens are kept as
+bytes (fixed-width ids), and each adapter's entries in sorted order: the entry sharing the longest
+prefix with a request is one of the two next to it in that order (for any strings, the longest
+common prefix with a set of them is reached at a neighbour in sorted order), so a lookup is a
+binary search and two comparisons, not a pass over every entry; a whole-entry hit is a dict
+lookup; dropping the entries a new one covers is a `startswith` per entry of its adapter.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
+from array import array
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
+_WIDTH = array("i").itemsize
+"""Bytes per token id in an entry's key (a C int: numpy's `intc`)."""
+
+
+def token_bytes(tokens: list[int]) -> bytes:
+    """Token ids as fixed-width bytes: byte strings compare (and share prefixes) as the id lists do,
+    up to the width (a shared prefix of b bytes is b // _WIDTH shared ids)."""
+    return array("i", tokens).tobytes()
+
 
 @dataclass
 class CachedPrefix:
-    """One finished sequence's KV, kept in `slot`: the keys and values of `tokens`, in order."""
+    """One finished sequence's KV, kept in `slot`: the keys and values of its tokens (`key`), in order."""
 
     adapter: Optional[str]
-    tokens: np.ndarray
+    key: bytes
     slot: int
 
     def __len__(self) -> int:
-        return int(self.tokens.shape[0])
+        return len(self.key) // _WIDTH
+
+    @property
+    def tokens(self) -> list[int]:
+        return array("i", self.key).tolist()
 
 
 @dataclass(frozen=True)
@@ -49,9 +72,12 @@ class PrefixMatch:
         return self.length == len(self.entry)
 
 
-def common_prefix_length(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(a.shape[0], b.shape[0])
-    differ = np.flatnonzero(a[:n] != b[:n])
+def common_prefix_length(a: bytes, b: bytes) -> int:
+    """Token ids two keys share at their start."""
+    n = min(len(a), len(b)) // _WIDTH
+    x = np.frombuffer(a, dtype=np.intc, count=n)
+    y = np.frombuffer(b, dtype=np.intc, count=n)
+    differ = np.flatnonzero(x != y)
     return int(differ[0]) if differ.size else n
 
 
@@ -61,6 +87,10 @@ class PrefixCache:
     def __init__(self) -> None:
         self._entries: collections.OrderedDict[int, CachedPrefix] = collections.OrderedDict()
         """By slot, least recently used first."""
+        self._sorted: dict[Optional[str], list[bytes]] = {}
+        """Each adapter's entry keys in sorted order."""
+        self._by_key: dict[tuple[Optional[str], bytes], CachedPrefix] = {}
+        """The entries by adapter and key (keys of one adapter are unique: see `insert`)."""
         self.tokens = 0
         """Tokens held by all entries (evictable: they count in no request's reservation)."""
 
@@ -70,39 +100,49 @@ class PrefixCache:
     def match(self, adapter: Optional[str], input_ids: list[int]) -> Optional[PrefixMatch]:
         """The longest shared prefix of `input_ids` with an entry of the same adapter, leaving at
         least the last input token to prefill (its logits give the first output token); None when
-        nothing is shared."""
-        if not self._entries or len(input_ids) < 2:
+        nothing is shared. Of entries that share as much, one the request extends whole (its slot
+        is taken over, no copy)."""
+        keys = self._sorted.get(adapter)
+        if not keys or len(input_ids) < 2:
             return None
-        ids = np.asarray(input_ids[:-1], dtype=np.int64)
-        best: Optional[PrefixMatch] = None
-        for entry in self._entries.values():
-            if entry.adapter != adapter:
-                continue
-            length = common_prefix_length(entry.tokens, ids)
-            if length > 0 and (best is None or length > best.length):
-                best = PrefixMatch(entry, length)
-        return best
+        query = token_bytes(input_ids[:-1])
+        at = bisect.bisect_left(keys, query)
+        best, length = None, 0
+        for neighbour in keys[max(at - 1, 0) : at + 1]:
+            shared = common_prefix_length(neighbour, query)
+            if shared > length:
+                best, length = neighbour, shared
+        if best is None:
+            return None
+        whole = self._by_key.get((adapter, query[: length * _WIDTH]))
+        return PrefixMatch(whole if whole is not None else self._by_key[(adapter, best)], length)
 
     def touch(self, entry: CachedPrefix) -> None:
         self._entries.move_to_end(entry.slot)
 
     def insert(self, adapter: Optional[str], tokens: list[int], slot: int) -> list[int]:
         """Keeps `slot` holding `tokens` as the most recently used entry. Entries of the same
-        adapter that are a prefix of `tokens` are dropped (the new one serves every match they
-        would); returns their slots, free again."""
-        array = np.asarray(tokens, dtype=np.int64)
-        redundant = [
-            e.slot for e in self._entries.values() if e.adapter == adapter and len(e) <= len(array) and common_prefix_length(e.tokens, array) == len(e)
-        ]
+        adapter that are a prefix of `tokens` (or equal to them) are dropped (the new one serves
+        every match they would); returns their slots, free again."""
+        key = token_bytes(tokens)
+        redundant = [self._by_key[(adapter, k)].slot for k in self._sorted.get(adapter, ()) if key.startswith(k)]
         for s in redundant:
             self.remove(self._entries[s])
-        self._entries[slot] = CachedPrefix(adapter, array, slot)
-        self.tokens += len(array)
+        entry = CachedPrefix(adapter, key, slot)
+        self._entries[slot] = entry
+        self._by_key[(adapter, key)] = entry
+        bisect.insort(self._sorted.setdefault(adapter, []), key)  # after the removals: they may drop the adapter's list
+        self.tokens += len(entry)
         return redundant
 
     def remove(self, entry: CachedPrefix) -> int:
         """Drops an entry (taken over by a request, or evicted); returns its slot."""
         del self._entries[entry.slot]
+        del self._by_key[(entry.adapter, entry.key)]
+        keys = self._sorted[entry.adapter]
+        del keys[bisect.bisect_left(keys, entry.key)]
+        if not keys:
+            del self._sorted[entry.adapter]
         self.tokens -= len(entry)
         return entry.slot
 

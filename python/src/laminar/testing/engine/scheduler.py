@@ -5,8 +5,9 @@ loading a directory) runs in one worker thread so that HTTP stays responsive. Ev
 admit waiting requests while a slot is free and the KV capacity allows (FCFS, or by request
 `priority` with priority scheduling; a request reserves prompt + max_new_tokens tokens, so an
 admitted request always finishes without being evicted),
-prefill them, then decode every running sequence by one token as a batch and hand each new token
-to its request. Aborts (`/abort_request`, a client that disconnects, `/pause_generation
+then run one model step for all of them, the admitted requests' prefills and the running ones'
+decodes in one forward (a mixed batch, `TinyLM.extend`; a step without admissions is a plain
+decode), and hand each new token to its request. Aborts (`/abort_request`, a client that disconnects, `/pause_generation
 {mode: "abort"}`) free the slot and KV at once; a step that was in flight for an aborted request is
 discarded.
 
@@ -410,16 +411,23 @@ class Scheduler:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            admitted = self._admit()
+            admitted = set(self._admit())
+            # The running sequences decode one token each; those just admitted prefill what the
+            # prefix cache did not hold. All in one forward (a mixed batch, as vLLM's scheduler
+            # makes): an admission costs its tokens' compute, not a model step of its own between
+            # two decode steps, which on a small model costs about as much as the step itself.
+            work = [
+                _Work(s, s.context[s.prefill_start :], s.prefill_start, s.slot, s.params)
+                if s in admitted
+                else _Work(s, [s.context[-1]], len(s.context) - 1, s.slot, s.params)
+                for s in self.running
+                if s.slot is not None
+            ]
             if admitted:
-                work = [_Work(s, s.context[s.prefill_start :], s.prefill_start, s.slot, s.params) for s in admitted if s.slot is not None]
-                self._apply(work, await self._in_worker(self._prefill, self.model, work))
-                if not self._can_step():
-                    continue
-            work = [_Work(s, [s.context[-1]], len(s.context) - 1, s.slot, s.params) for s in self.running if s.slot is not None]
-            if work:
+                self._apply(work, await self._in_worker(self._extend, self.model, work))
+            elif work:
                 self._apply(work, await self._in_worker(self._decode, self.model, work))
-            elif not admitted:
+            else:
                 # Waiting requests that cannot be admitted yet, none running: wait for a change.
                 self._wake.clear()
                 await self._wake.wait()
@@ -491,18 +499,18 @@ class Scheduler:
         rows = logits.numpy()
         return [sample(rows[i], w.params, positions[i], self._rng) for i, w in enumerate(work)]
 
-    def _prefill(self, model: TinyLM, work: list[_Work]) -> list[tuple[int, float]]:
-        """Worker thread: each sequence's context into its slot; the token after it."""
+    def _extend(self, model: TinyLM, work: list[_Work]) -> list[tuple[int, float]]:
+        """Worker thread: a mixed step, each sequence's run of tokens (a prefill, or a decode's
+        one) into its slot in one forward; the token after each run. Each row with its own LoRA
+        adapter (the forward is packed: one adapter entry per token)."""
         assert self.cache is not None
-        logits = torch.stack([self._prefill_one(model, w) for w in work])
+        tokens = torch.tensor([t for w in work for t in w.tokens], dtype=torch.long)
+        adapters = [w.seq.adapter for w in work]
+        per_token = adapters if all(a is None for a in adapters) else [w.seq.adapter for w in work for _ in w.tokens]
+        with applied_per_row(model, per_token):
+            logits = model.extend(tokens, [len(w.tokens) for w in work], [w.slot for w in work], [w.position for w in work], self.cache)
         self._slow_down()
         return self._sample_rows(logits, work, [w.position + len(w.tokens) for w in work])
-
-    def _prefill_one(self, model: TinyLM, w: _Work) -> torch.Tensor:
-        """Worker thread: one sequence's prefill, with its LoRA adapter if it has one."""
-        assert self.cache is not None
-        with applied_per_row(model, [w.seq.adapter]):
-            return model.prefill(torch.tensor(w.tokens, dtype=torch.long), self.cache, w.slot, w.position)
 
     def _decode(self, model: TinyLM, work: list[_Work]) -> list[tuple[int, float]]:
         """Worker thread: one token for every running sequence, as one batch."""
