@@ -42,6 +42,14 @@
  *   fixed overhead plus `eager.launchMsPerLayer` × layers. That floor binds where the GPU has
  *   little to do, a replica decoding a few long responses: the baselines' generation barrier.
  *   Off, every engine runs its CUDA graphs (the step as the weights and KV read make it).
+ * - rolloutBatchShare: a laminar rollout's batch is its share of the global batch (the batch's
+ *   prompts over the rollouts alive when it claims, whole prompt groups), `maxConcurrency` (A.3's
+ *   "maximum concurrency", 1,024) its upper limit, not the claim's size. The fleet then holds
+ *   about one global batch in flight, as a rollout built on verl is handed its part of the
+ *   dataloader's batch; the paper's Figure 9 shows such a batch, 512 trajectories on a 32B TP-4
+ *   rollout, which is 8,192 over §8.4's 16 rollouts (systems/laminar.ts, `claimTrajectories`).
+ *   Off, every claim is `maxConcurrency`, the fleet holding rollouts × 1,024 (8 global batches at
+ *   7B on 256 GPUs), and a claim's last trajectories wait in the engine's queue for versions.
  */
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 
@@ -54,6 +62,7 @@ export const MECHANISMS = [
   'turnLockstep',
   'trainingAttention',
   'eagerDecode',
+  'rolloutBatchShare',
 ] as const;
 export type MechanismName = (typeof MECHANISMS)[number];
 export type Mechanisms = Readonly<Record<MechanismName, boolean>>;

@@ -25,6 +25,7 @@ import {
 } from '../../src/simulate/trainer/parallel-step.js';
 import { colocatedSwitchMs, trainStepMs } from '../../src/simulate/trainer/time-model.js';
 import { colocatedProfile, colocatedWeightSyncMs } from '../../src/simulate/systems/colocated-engine.js';
+import { claimTrajectories } from '../../src/simulate/systems/laminar.js';
 import { Simulation } from '../../src/simulate/core/simulation.js';
 import { EngineActor } from '../../src/simulate/engine/engine-actor.js';
 import { ToolCallLoop } from '../../src/simulate/fleet/tool-calls.js';
@@ -405,5 +406,35 @@ describe("verl's batched multi-turn loop (turnLockstep, fleet/tool-calls.ts) and
       expect(on.throughput.tokensPerS, system).toBeLessThan(off.throughput.tokensPerS * 0.9);
       expect(on.idleGpuShare, system).toBeGreaterThan(off.idleGpuShare);
     }
+  });
+});
+
+describe("a rollout's batch as its share of the global batch (rolloutBatchShare, systems/laminar.ts)", () => {
+  it('claims the batch over the rollouts in whole groups, A.3’s 1,024 its limit', () => {
+    // 7B on 16 GPUs (8 rollouts): 8,192 / 8 = 1,024, the limit itself.
+    expect(claimTrajectories(1024, 8192, 16, 8, true)).toBe(1024);
+    // 32B on 128 GPUs (16 rollouts of TP 4): 512, the batch of the paper's Figure 9.
+    expect(claimTrajectories(1024, 8192, 16, 16, true)).toBe(512);
+    // 7B on 64 GPUs (24 rollouts): 512 prompts / 24, rounded up to 22 whole groups.
+    expect(claimTrajectories(1024, 8192, 16, 24, true)).toBe(352);
+    // 7B on 256 GPUs (64 rollouts): 128; 32B on 32 GPUs (4 rollouts): 2,048 capped at 1,024.
+    expect(claimTrajectories(1024, 8192, 16, 64, true)).toBe(128);
+    expect(claimTrajectories(1024, 8192, 16, 4, true)).toBe(1024);
+    // Off: the limit, whatever the fleet.
+    expect(claimTrajectories(1024, 8192, 16, 64, false)).toBe(1024);
+  });
+
+  it('holds one batch in flight, so trajectories complete fewer versions stale; the baselines and a fleet at the limit do not change', () => {
+    const run = (share: boolean, system: 'laminar' | 'sync', gpus: number): ReturnType<typeof runScenario> =>
+      runScenario(math7b, system, { gpus, steps: 5, warmupSteps: 2, mechanisms: { rolloutBatchShare: share } });
+    const on = run(true, 'laminar', 64);
+    const off = run(false, 'laminar', 64);
+    expect(on.staleness.inherent.mean).toBeLessThan(off.staleness.inherent.mean);
+    expect(on.staleness.inherent.max).toBeLessThan(off.staleness.inherent.max);
+    // Fewer trajectories per engine leave its KV cache emptier.
+    expect(on.kvUtilisation).toBeLessThan(off.kvUtilisation);
+    // 8 rollouts on 16 GPUs: their share is the limit, so the run is the same to the event.
+    expect(run(true, 'laminar', 16).events).toBe(run(false, 'laminar', 16).events);
+    expect(run(true, 'sync', 64).virtualS).toBe(run(false, 'sync', 64).virtualS);
   });
 });

@@ -128,20 +128,28 @@ describe('the simulator drives the real components', () => {
 
   it("laminar's rollouts claim by the rollout agent's rule: a planted rule that claims half as much changes the run", () => {
     const half: typeof promptsToClaim = (policy, inFlight, perPrompt) => Math.max(1, Math.floor(promptsToClaim(policy, inFlight, perPrompt) / 2));
-    const planted = runScenario(scenario, 'laminar', { steps: 8, components: { promptsToClaim: half } });
-    expect(planted.ledger.consumed).toBe(run('laminar').ledger.consumed);
-    expect(planted.stepEndsS).not.toEqual(run('laminar').stepEndsS);
+    // A claim of maxConcurrency (16, 4 prompts): with rolloutBatchShare this batch's share is one
+    // prompt a rollout, which half of leaves as it is.
+    const whole = { rolloutBatchShare: false };
+    const planted = runScenario(scenario, 'laminar', { steps: 8, mechanisms: whole, components: { promptsToClaim: half } });
+    const plain = runScenario(scenario, 'laminar', { steps: 8, mechanisms: whole });
+    expect(planted.ledger.consumed).toBe(plain.ledger.consumed);
+    expect(planted.stepEndsS).not.toEqual(plain.stepEndsS);
   });
 
   it("continuous claims (the agent's --max-in-flight) refill a rollout as trajectories finish: a different, still conserving and deterministic run", () => {
     const continuous = tinyScenario((x) => void (x.claimMode = 'continuous'));
-    const a = runScenario(continuous, 'laminar', { steps: 8 });
-    const b = runScenario(continuous, 'laminar', { steps: 8 });
+    // Up to maxConcurrency (16) in flight: with rolloutBatchShare a rollout's share of this batch
+    // is one prompt of 4, and a claim fills at least a quarter of it, so the modes would coincide.
+    const whole = { rolloutBatchShare: false };
+    const a = runScenario(continuous, 'laminar', { steps: 8, mechanisms: whole });
+    const b = runScenario(continuous, 'laminar', { steps: 8, mechanisms: whole });
+    const batch = runScenario(scenario, 'laminar', { steps: 8, mechanisms: whole });
     expect(b.stepEndsS).toEqual(a.stepEndsS);
     expect(b.staleness).toEqual(a.staleness);
-    expect(a.ledger.consumed).toBe(run('laminar').ledger.consumed);
+    expect(a.ledger.consumed).toBe(batch.ledger.consumed);
     expect(a.ledger.generating + a.ledger.moving + a.ledger.buffered + a.ledger.consumed).toBe(a.ledger.claimed);
-    expect(a.stepEndsS).not.toEqual(run('laminar').stepEndsS);
+    expect(a.stepEndsS).not.toEqual(batch.stepEndsS);
   });
 
   it('a chunk model with a costlier chunk changes when versions reach the rollouts', () => {

@@ -64,12 +64,39 @@ export interface LaminarOptions {
   orphanDestination: SimComponents['orphanDestination'];
 }
 
+/**
+ * Trajectories a rollout claims at once (batch mode) or keeps in flight (continuous), whole prompt
+ * groups. With rolloutBatchShare its share of the global batch, the batch's prompts over the
+ * rollouts (those alive when it claims) rounded up, at most `maxConcurrency`: A.3's "maximum concurrency" of 1,024 is a limit,
+ * and the paper's rollout generates "its own batch sampled from the prompt pool" (§3.1), one of
+ * 512 trajectories for a 32B TP-4 rollout in Figure 9, 8,192 over the 16 rollouts of §8.4. So
+ * the fleet holds about one global batch in flight whatever its size, and a trajectory's inherent
+ * staleness is its own latency and its batch's (§6), not the queue of several batches behind a
+ * KV cache. Without it, `maxConcurrency` itself (the fleet holds rollouts × 1,024).
+ */
+export function claimTrajectories(maxConcurrency: number, batchSize: number, groupSize: number, rollouts: number, share: boolean): number {
+  const capPrompts = Math.max(1, Math.floor(maxConcurrency / groupSize));
+  if (!share) return capPrompts * groupSize;
+  const batchPrompts = Math.ceil(batchSize / groupSize);
+  return Math.min(capPrompts, Math.max(1, Math.ceil(batchPrompts / Math.max(1, rollouts)))) * groupSize;
+}
+
 export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
   const { sim, scenario, placement, workload } = ctx;
   // The agent's --batch-prompts and --max-in-flight for this scenario.
-  const claimPolicy = {
-    batchPrompts: Math.max(1, Math.floor(scenario.maxConcurrency / workload.groupSize)),
-    maxInFlight: scenario.claimMode === 'continuous' ? scenario.maxConcurrency : 0,
+  // With rolloutBatchShare the share is of the rollouts alive when it claims: a machine's loss
+  // deals the batch over the rest, its replacement takes its part back.
+  const policyFor = (rollouts: number): { batchPrompts: number; maxInFlight: number } => {
+    const perRollout = claimTrajectories(scenario.maxConcurrency, workload.batchSize, workload.groupSize, rollouts, ctx.mechanisms.rolloutBatchShare);
+    return { batchPrompts: perRollout / workload.groupSize, maxInFlight: scenario.claimMode === 'continuous' ? perRollout : 0 };
+  };
+  const policies = new Map<number, { batchPrompts: number; maxInFlight: number }>();
+  const claimPolicyNow = (): { batchPrompts: number; maxInFlight: number } => {
+    let alive = 0;
+    for (const r of rollouts) if (!r.dead) alive++;
+    let p = policies.get(alive);
+    if (p === undefined) policies.set(alive, (p = policyFor(alive)));
+    return p;
   };
   const batchSize = workload.batchSize;
   const loadMs = rolloutLoadMs(scenario, placement.tp);
@@ -134,7 +161,7 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
 
   function claim(r: Rollout): void {
     if (r.dead || r.reinitialising || r.version < 0) return;
-    const prompts = options.claim.promptsToClaim(claimPolicy, r.owned, workload.groupSize);
+    const prompts = options.claim.promptsToClaim(claimPolicyNow(), r.owned, workload.groupSize);
     if (prompts === 0) return;
     const reqs = ctx.pool.claim(prompts, r.version);
     turns?.claimed(r, reqs);
@@ -146,7 +173,7 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
   function next(r: Rollout): void {
     if (r.inMove || r.dead || r.reinitialising) return;
     if (r.owned === 0) refill(r);
-    else if (r.phase === 'generating' && !options.claim.mustEmptyFirst(claimPolicy, r.owned, relayVersion[r.machine]! > r.version)) claim(r);
+    else if (r.phase === 'generating' && !options.claim.mustEmptyFirst(claimPolicyNow(), r.owned, relayVersion[r.machine]! > r.version)) claim(r);
   }
 
   /** The rollout's engine is empty: newest version from its relay, then claim again. */
