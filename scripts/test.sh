@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # `npm test` (what CI runs): the bootstrap, the TypeScript build beside the type check, the vitest
-# suite with the linters beside it, the exclusive files beside pytest, then the real-engine tier.
+# suite, the exclusive files beside pytest and the linters, then the real-engine tier.
 # The build (dist/, which the suite's CLI tests run) and `tsc -p test` take a core each for about
 # half a minute (CPU seconds measured with time(1): the build 31, tsc -p test 34); the build needs
 # only node_modules, so the bootstrap leaves it to this phase instead of holding a core for it
-# alone. ESLint's type-checked rules are one core's work for two minutes (124 CPU-s) and gate no
-# test: they run beside the suite, whose workers leave part of a core idle (713-887 CPU-s in
-# 481-516 s of wall time in the clean-clone runs of 2026-11-29), instead of holding a phase of
-# their own for two minutes while the build and the type check were done in one.
+# alone. The suite keeps both cores busy (~630 CPU-s of its own in the clean-clone runs of
+# 2026-11-30, counted per process with the kernel's process accounting), so nothing runs beside it.
 # The exclusive files (vitest.config.ts) run one at a time and mostly wait on timers and shaped
 # links (0.35-0.85 of a core, measured with time(1)), so pytest runs beside them on one worker,
-# and after it the two files of the beside-pytest project.
+# and after it the two files of the beside-pytest project; the linters (ESLint's type-checked
+# rules are one core's work for two minutes, 124 CPU-s, and gate no test) take what those two
+# lanes leave, at the lowest CPU priority: beside the suite they took 171 CPU-s from two busy cores.
 # Each phase prints how long it took and the CPU its processes used (user + system, as time(1)
 # counts it), so that a slow phase shows in a CI log, and whether it kept both cores busy or
 # waited (CPU seconds near twice the wall time: busy; near the wall time or less: a core idle,
@@ -68,21 +68,9 @@ build_and_type_check() {
   fi
 }
 
-# The vitest suite with the linters beside it; the linters' output waits in a file until the
-# suite is done, so that the two reports do not interleave.
-suite_beside_lint() {
-  local log status_suite=0 status_lint=0
-  log=$(mktemp)
-  phase 'the linters (beside the suite)' npm run --silent lint >"$log" 2>&1 &
-  local lint=$!
-  phase 'vitest: the suite' npx --no-install vitest run --project suite --project suite-shared || status_suite=$?
-  wait "$lint" || status_lint=$?
-  cat "$log"
-  rm -f "$log"
-  if [ "$status_suite" -ne 0 ] || [ "$status_lint" -ne 0 ]; then
-    echo "npm test: the vitest suite exited $status_suite, the linters (npm run lint) $status_lint" >&2
-    return 1
-  fi
+# The vitest suite: both cores (its workers, and the daemons and servers its files start).
+suite() {
+  phase 'vitest: the suite' npx --no-install vitest run --project suite --project suite-shared
 }
 
 # pytest, then the vitest files that may run beside the exclusive ones (vitest.config.ts's
@@ -95,19 +83,26 @@ pytest_then_files_beside() {
   return "$status"
 }
 
-# The exclusive vitest files with pytest beside them. pytest's output waits in a file until both
-# are done, so that the two reports do not interleave; each side prints its own time.
-exclusive_beside_pytest() {
-  local log status_vitest=0 status_pytest=0
-  log=$(mktemp)
-  pytest_then_files_beside >"$log" 2>&1 &
+# The exclusive vitest files with pytest and the linters beside them. The linters run at the
+# lowest CPU priority, on what the two other lanes leave idle (the exclusive files wait on timers
+# and shaped links, pytest keeps a core), so that they neither slow the timed files nor hold the
+# suite's cores. The other lanes' output waits in files until all are done, so that the reports do
+# not interleave; each lane prints its own time.
+exclusive_beside_pytest_and_lint() {
+  local pytest_log lint_log status_vitest=0 status_pytest=0 status_lint=0
+  pytest_log=$(mktemp)
+  lint_log=$(mktemp)
+  pytest_then_files_beside >"$pytest_log" 2>&1 &
   local pytest=$!
+  phase 'the linters (beside the exclusive files)' nice -n 19 npm run --silent lint >"$lint_log" 2>&1 &
+  local lint=$!
   phase 'vitest: the exclusive files' npx --no-install vitest run --project exclusive || status_vitest=$?
   wait "$pytest" || status_pytest=$?
-  cat "$log"
-  rm -f "$log"
-  if [ "$status_vitest" -ne 0 ] || [ "$status_pytest" -ne 0 ]; then
-    echo "npm test: the exclusive vitest files exited $status_vitest, pytest and the beside-pytest files $status_pytest" >&2
+  wait "$lint" || status_lint=$?
+  cat "$pytest_log" "$lint_log"
+  rm -f "$pytest_log" "$lint_log"
+  if [ "$status_vitest" -ne 0 ] || [ "$status_pytest" -ne 0 ] || [ "$status_lint" -ne 0 ]; then
+    echo "npm test: the exclusive vitest files exited $status_vitest, pytest and the beside-pytest files $status_pytest, the linters (npm run lint) $status_lint" >&2
     return 1
   fi
 }
@@ -127,7 +122,7 @@ engines_log=$(mktemp)
 phase 'the real-engine environment (in the background)' nice -n 19 ionice -c 3 bash scripts/bootstrap.sh --only engines >"$engines_log" 2>&1 &
 engines_build=$!
 phase 'build and type check' build_and_type_check
-phase 'the suite and the linters' suite_beside_lint
-phase 'the exclusive files and pytest' exclusive_beside_pytest
+phase 'the suite' suite
+phase 'the exclusive files, pytest and the linters' exclusive_beside_pytest_and_lint
 wait_for_engines_environment
 phase 'vitest: the real-engine tier' npx --no-install vitest run --project engines
