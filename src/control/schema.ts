@@ -76,6 +76,12 @@ export const rolloutLoadSchema = z.object({
   /** Requests in the engine's decode batch, and admitted-but-waiting ones. */
   running: z.number().int().nonnegative(),
   waiting: z.number().int().nonnegative(),
+  /**
+   * Sequences the engine decodes at once at most (its max running requests, or the agent's
+   * `--max-in-flight` when lower); beyond them requests queue. The dp planner's B (issue #49).
+   * Optional: engines that do not tell it, and older SDKs, leave it out.
+   */
+  decodeBatch: z.number().int().positive().optional(),
   /** Trajectories this rollout owns in the partial pool. */
   owned: z.number().int().nonnegative(),
   tokensPerSecond: z.number().nonnegative(),

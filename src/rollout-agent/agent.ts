@@ -49,7 +49,7 @@ import { openRolloutPools, type RolloutPools } from '../rollout/pools.js';
 import { mustEmptyFirst, promptsToClaim } from '../rollout/claim-policy.js';
 import { RolloutClient } from '../rollout/rollout-client.js';
 import { EngineAdapters } from './adapter-switch.js';
-import type { EngineClient } from './engine-client.js';
+import type { EngineClient, ServerInfo } from './engine-client.js';
 import { Episodes, type EpisodeOptions } from './episode.js';
 import { EngineError } from './http.js';
 import { HttpRolloutEngine } from './http-engine.js';
@@ -74,6 +74,16 @@ const UNREACHABLE_POLLS = 3;
  */
 export function watchRetryMs(attempt: number): number {
   return Math.min(5000, 250 * 2 ** Math.max(0, Math.min(attempt - 1, 5)));
+}
+
+/**
+ * The sequences the engine decodes at once, for the heartbeat (the dp planner's B): its max
+ * running requests, or fewer where the agent sends fewer at once (`maxInFlight`, 0: no limit);
+ * null when neither is known.
+ */
+export function decodeBatchOf(engineMaxRunning: number | null, maxInFlight: number): number | null {
+  const bounds = [engineMaxRunning, maxInFlight > 0 ? maxInFlight : null].filter((b): b is number => b !== null && Number.isSafeInteger(b) && b > 0);
+  return bounds.length === 0 ? null : Math.min(...bounds);
 }
 
 export interface RolloutAgentOptions {
@@ -299,7 +309,7 @@ export class RolloutAgent {
     // What a previous agent (or this one, before the engine restarted) left there is nobody's now.
     await engine.abortAll().catch((err: unknown) => this.log.debug({ err: (err as Error).message }, 'abort_request'));
     await engine.resume().catch((err: unknown) => this.log.debug({ err: (err as Error).message }, 'continue_generation'));
-    const info = await engine.serverInfo().catch(() => ({ kvCapacityTokens: null, description: engine.kind }));
+    const info: ServerInfo = await engine.serverInfo().catch(() => ({ kvCapacityTokens: null, description: engine.kind }));
     let markDown!: (err: Error) => void;
     const down = new Promise<Error>((resolve) => (markDown = resolve));
     const session = {} as Session;
@@ -325,6 +335,7 @@ export class RolloutAgent {
       versionsMayMix: this.options.partialRollout ?? false,
       episodes: this.episodes(),
       maxAtEngine: this.options.maxInFlight ?? 0,
+      decodeBatch: decodeBatchOf(info.maxRunning ?? null, this.options.maxInFlight ?? 0),
       priorities: this.priorities,
       ...(this.options.claimOrder === 'longest-first' ? { finished: (task: GenerationTask) => this.recordLength(task) } : {}),
       adapters: session.adapters,

@@ -59,6 +59,8 @@ export interface EngineLoadSample {
 export interface ServerInfo {
   /** KV-cache capacity in tokens, where the engine tells it. */
   kvCapacityTokens: number | null;
+  /** Requests it decodes at once at most (SGLang's max_running_requests), where the engine tells it. */
+  maxRunning?: number | null;
   /** The engine's own description (kind, version, model path), for logs. */
   description: string;
 }

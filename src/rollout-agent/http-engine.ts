@@ -54,6 +54,8 @@ export interface HttpEngineOptions {
   episodes?: Episodes | null;
   /** Requests at the engine at once at most (the agent's `maxInFlight`); 0: no limit. */
   maxAtEngine?: number;
+  /** Sequences the engine decodes at once (the heartbeat's `decodeBatch`, the dp planner's B); null: unknown. */
+  decodeBatch?: number | null;
   /** Progressive priority: each turn's priority from its trajectory's predicted remaining length; absent: FCFS. */
   priorities?: ProgressivePriority | null;
   /** Told of each trajectory that ended here, before its record is written (the agent records its length). */
@@ -198,6 +200,7 @@ export class HttpRolloutEngine implements RolloutEngine {
       running: this.sample.running ?? this.slots.inUse,
       waiting: this.sample.waiting ?? 0,
       tokensPerSecond: this.sample.tokensPerSecond ?? ownRate,
+      ...(this.options.decodeBatch ? { decodeBatch: this.options.decodeBatch } : {}),
       // Only with predictions to place them by: a heartbeat listing hundreds of trajectories is
       // a cost every second, worth paying only for the manager's dp planner.
       ...(this.options.episodes && this.options.priorities ? { trajectories: this.trajectoryLoads() } : {}),

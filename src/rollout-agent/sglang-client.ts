@@ -56,9 +56,12 @@ export class SglangClient implements EngineClient {
     // Older releases give max_total_num_tokens at the top; newer ones per scheduler in internal_states.
     const states = Array.isArray(info?.internal_states) ? (info.internal_states as Record<string, unknown>[]) : [];
     const capacity = [info?.max_total_num_tokens, ...states.map((s) => s.max_total_num_tokens)].find((v): v is number => typeof v === 'number' && v > 0);
+    const maxRunning = [info?.max_running_requests, ...states.map((s) => s.max_running_requests)].find(
+      (v): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v > 0,
+    );
     const version = typeof info?.version === 'string' ? ` ${info.version}` : '';
     const model = typeof info?.model_path === 'string' ? ` (${info.model_path})` : '';
-    return { kvCapacityTokens: capacity ?? null, description: `sglang${version}${model}` };
+    return { kvCapacityTokens: capacity ?? null, maxRunning: maxRunning ?? null, description: `sglang${version}${model}` };
   }
 
   async generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {

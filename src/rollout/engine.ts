@@ -15,6 +15,8 @@ export interface EngineLoad {
   waiting: number;
   /** Generated tokens per second, recent. */
   tokensPerSecond: number;
+  /** Sequences decoded at once at most (beyond them requests queue), where the engine tells it. */
+  decodeBatch?: number;
   /**
    * Agentic engines: each trajectory's predicted remaining tokens (null: none) and whether it
    * waits at a tool call (nothing of it at the engine); the heartbeat carries them to the

@@ -590,6 +590,7 @@ export class RolloutClient {
       waiting: Math.max(0, Math.floor(engine.waiting)),
       owned: this.tasks.size,
       tokensPerSecond: Math.max(0, engine.tokensPerSecond),
+      ...(engine.decodeBatch !== undefined && Number.isSafeInteger(engine.decodeBatch) && engine.decodeBatch > 0 ? { decodeBatch: engine.decodeBatch } : {}),
       ...(this.weightError ? { weightError: this.weightError } : {}),
       ...(engine.trajectories ? { trajectories: engine.trajectories.slice(0, MAX_REPORTED_TRAJECTORIES) } : {}),
     };

@@ -210,6 +210,22 @@ async function heartbeatTrajectories(job: string, rollout: string, ready: (ts: T
   }
 }
 
+/** The decode batch (the dp planner's B) the first heartbeat of `rollout` reports. */
+async function heartbeatDecodeBatch(job: string, rollout: string): Promise<number | undefined> {
+  const sub = fx.nc.subscribe(controlNames(job).heartbeat);
+  const timer = setTimeout(() => sub.unsubscribe(), 30_000);
+  try {
+    for await (const msg of sub) {
+      const hb = decode(heartbeatSchema, msg.data, 'heartbeat');
+      if (hb.id === rollout && hb.rollout) return hb.rollout.decodeBatch;
+    }
+    throw new Error(`no heartbeat of ${rollout} within 30 s`);
+  } finally {
+    clearTimeout(timer);
+    sub.unsubscribe();
+  }
+}
+
 function waitingAtTool(p: { partials: PartialPool }, owner?: string): Promise<number> {
   return p.partials.list(owner).then((list) => list.filter((s) => s.state === 'waiting').length);
 }
@@ -503,8 +519,10 @@ describe('tool-call moves (the manager with --planner dp)', () => {
     const worker = await lookupWorker(job, true);
     const trajectories = ids(1, 4);
     const base = new Map(trajectories.map((id, s) => [id, [100, 200, 300, 400][s]!]));
-    const limits = { progressivePriority: true, lengthPredictor: new FixedPredictions(base) } as const;
-    // B = 1 (every trajectory more slows the others). The manager is there first: started after
+    // One request at each engine at once (--max-in-flight 1): each agent reports a decode batch of
+    // 1, the planner's B (a rollout's time is its work), whatever its engine could run.
+    const limits = { progressivePriority: true, lengthPredictor: new FixedPredictions(base), maxInFlight: 1, maxAtTools: 4 } as const;
+    // --roofline-batch 1 too (for a rollout that would not report one). The manager is there first: started after
     // the agents, its first orphan scan could find a's trajectories before a's first heartbeat.
     await jobManager(fx.nats.url, job, p, closers, 30_000, { repackIntervalMs: 200, planner: 'dp', limits: { cMax: 0.99, rooflineBatch: 1 } });
     const a = await agent(job, 'mt-move-a', engines[0]!, model, { parser: new EveryTokenIsALookup() }, limits);
@@ -515,13 +533,18 @@ describe('tool-call moves (the manager with --planner dp)', () => {
     expect(await heartbeatTrajectories(job, 'mt-move-a', (ts) => ts.length === 4 && ts.every((t) => t.atTool))).toEqual(
       trajectories.map((id) => ({ id, predictedTokens: base.get(id), atTool: true, contextTokens: 7 })).sort((x, y) => (x.id < y.id ? -1 : 1)),
     );
+    // And its decode batch, the planner's B: the lower of the engine's max_running_requests (the
+    // reference engine's default, 16, read from /get_server_info) and --max-in-flight.
+    expect((await new SglangClient(engines[0]!.url).serverInfo()).maxRunning).toBe(16);
+    expect(await heartbeatDecodeBatch(job, 'mt-move-a')).toBe(1);
     const b = await agent(job, 'mt-move-b', engines[1]!, model, { parser: new EveryTokenIsALookup() }, limits);
     await expect.poll(() => b.agent.client?.version, { timeout: 30_000 }).toBe(0);
-    // The two predicted shortest are worth moving to the idle b, the two longest stay on a:
+    // Work 1,000 on a, B = 1: the best split is 500 | 500, {400, 100} | {300, 200}; the planner
+    // moves 300 and 200 to the idle b (the first such split its search finds, longest first):
     // nothing generates meanwhile, only free moves.
     await expect.poll(() => b.agent.client?.owned.size ?? 0, { timeout: 30_000, interval: 50 }).toBe(2);
     const moved = [...b.agent.client!.owned.keys()].sort();
-    expect(moved).toEqual(trajectories.filter((id) => base.get(id)! <= 200).sort());
+    expect(moved).toEqual(trajectories.filter((id) => base.get(id) === 200 || base.get(id) === 300).sort());
     expect(a.agent.client?.owned.size).toBe(2);
     worker.open();
     const items = await records(job, 4);

@@ -123,8 +123,15 @@ export class LengthPredictor implements RemainingLengthPredictor {
     t.checkpoints.push({ tokens, turns, scale });
     if (scale === 0) return { tokens: 0, turns: 1 };
     const answer = this.conditionalMedian(turns, tokens / scale);
-    // No trajectory of the history was ever where this one is: the job's medians, as the baseline.
-    if (answer === null) return { tokens: Math.max(scale - tokens, 0), turns: Math.max(1, Math.round(this.jobTurns) - turns) };
+    // No trajectory of the history was ever where this one is (its turns row is empty). Early in
+    // a job that is a short history, and the job's medians stand in, as the baseline's. But past
+    // the median it is a trajectory that has outlived what this predictor has seen, the long
+    // tail progressive priority exists for: "the median less what it did" would predict 0 and
+    // send it last (issue #49: a trajectory moved to a rollout whose history never reached its
+    // turns went to the engine at priority 0, turn after turn). A heavy tail's expected
+    // remainder grows with what has survived (a Pareto tail of index 2: as much again), so it
+    // is predicted at least what it has generated so far.
+    if (answer === null) return { tokens: Math.max(scale - tokens, tokens), turns: Math.max(1, Math.round(this.jobTurns) - turns, turns) };
     return { tokens: scale * answer.relTokens, turns: Math.max(1, Math.round(answer.turns)) };
   }
 

@@ -10,18 +10,18 @@
  * (onStranded).
  *
  * Two planners (`planner`): `algorithm1` (default), the paper's consolidation above; `dp`, for
- * agentic jobs, Heddle's presorted DP placement by predicted remaining length that moves only
- * trajectories waiting at tool calls (repack/tool-call-moves.ts): the source hands over just
- * those, goes on generating the rest and keeps its weights.
+ * agentic jobs, placement by predicted remaining length that moves only trajectories waiting at
+ * tool calls (repack/tool-call-moves.ts: each rollout's time is max(max L, Σ L / B), B its
+ * engine's decode batch from the heartbeat): the source hands over just those, goes on
+ * generating the rest and keeps its weights.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { SCHEMA_VERSION } from '../../control/schema.js';
 import type { EventJournal } from '../dashboard/journal.js';
 import { DEFAULT_REPACK_LIMITS, planRepack, validateRepackLimits, type RepackLimits } from '../repack/planner.js';
-import { rooflineInterference } from '../repack/dp-placement.js';
 import { repackRoundGroups, sourceIsEmpty, type RepackGroup } from '../repack/round.js';
-import { planToolCallMoves, validReprefillCost, type PlacedTrajectory } from '../repack/tool-call-moves.js';
+import { planToolCallMoves, someEngineShort, validReprefillCost, type PlacedTrajectory } from '../repack/tool-call-moves.js';
 import type { RolloutCoordinatorMetrics } from './metrics.js';
 import type { DoneReply, RolloutCommands } from './rollout-commands.js';
 import type { RolloutView } from './rollout-view.js';
@@ -128,20 +128,32 @@ export class RepackRounds {
     this.kvAtLastRound = round.kvAtThisRound;
     if (this.options.planner === 'dp') {
       const trajectories = ownedOnce(rollouts.flatMap((r) => (r.load?.trajectories ?? []).map((t) => ({ ...t, rollout: r.id }))));
-      for (const group of round.groups) this.planToolCallGroup(group, trajectories, trigger);
+      const byId = new Map(rollouts.map((r) => [r.id, r]));
+      for (const group of round.groups) this.planToolCallGroup(group, trajectories, byId, trigger);
     } else {
       for (const group of round.groups) this.planGroup(group, trigger);
     }
   }
 
-  /** The `dp` planner: trajectories waiting at tool calls placed by predicted length; the moves run one after the other. */
-  private planToolCallGroup(group: RepackGroup, trajectories: readonly PlacedTrajectory[], trigger: string): void {
+  /**
+   * The `dp` planner: trajectories waiting at tool calls placed by predicted length, for engines
+   * that decode B at a time and queue the rest (tool-call-moves.ts); the moves run one after the other.
+   */
+  private planToolCallGroup(group: RepackGroup, trajectories: readonly PlacedTrajectory[], byId: ReadonlyMap<string, RolloutView>, trigger: string): void {
     const { model, weightVersion: version } = group;
     const started = performance.now();
     const ids = group.rollouts.map((r) => r.id);
+    // B per rollout from its heartbeat (its engine's decode batch); --roofline-batch where it does not say.
+    const decodeBatchOf: Record<string, number> = {};
+    for (const id of ids) {
+      const b = byId.get(id)?.load?.decodeBatch;
+      if (b !== undefined) decodeBatchOf[id] = b;
+    }
+    // Moves only where an engine would otherwise have free decode slots (tool-call-moves.ts).
+    if (!someEngineShort(trajectories, ids, group.limits.rooflineBatch, decodeBatchOf)) return;
     let plan;
     try {
-      plan = planToolCallMoves(trajectories, ids, rooflineInterference(group.limits.rooflineBatch), { reprefillCost: this.options.reprefillCost ?? 0 });
+      plan = planToolCallMoves(trajectories, ids, group.limits.rooflineBatch, { reprefillCost: this.options.reprefillCost ?? 0, decodeBatchOf });
     } catch (err) {
       // Not expected (the reports are validated, duplicates dropped): never let it stop the manager's tick.
       this.options.log.warn({ model, version, err: (err as Error).message }, 'tool-call moves not planned this round');

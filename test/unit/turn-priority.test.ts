@@ -1,0 +1,67 @@
+/**
+ * Progressive priority across a tool-call move (src/rollout-agent/turn-priority.ts, issue #49): a
+ * trajectory the manager's dp planner moves at a tool call is predicted afresh by its new
+ * rollout's predictor, whose history is that rollout's own. Before the fix a long trajectory moved
+ * to a rollout whose history never went as far went to the engine at priority 0 at every turn
+ * (the predictor fell back to "the job's median less what it did"): last in line, the long tail
+ * progressive priority is meant to serve first.
+ */
+import { Histogram, Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import type { GenerationTask } from '../../src/rollout/task.js';
+import { ProgressivePriority } from '../../src/rollout-agent/turn-priority.js';
+
+const TOKENS_A_TURN = 22;
+/** The agentic bench's turns per group (bench/agentic-workloads.ts): mostly 1-4 turns, two long groups. */
+const TURNS = [1, 1, 2, 1, 3, 1, 2, 12, 1, 2, 1, 4, 1, 1, 2, 10];
+
+/** What ProgressivePriority reads of a task: its id, group, generated tokens and closed turns. */
+function task(id: string, group: string, turns: number): GenerationTask {
+  const segments = Array.from({ length: turns }, () => ({ kind: 'generated' as const, length: TOKENS_A_TURN }));
+  return { trajectoryId: id, groupId: group, modelTokens: turns * TOKENS_A_TURN, segments } as unknown as GenerationTask;
+}
+
+function rollout(): ProgressivePriority {
+  const error = new Histogram({ name: 'e', help: 'e', labelNames: ['predictor'], registers: [new Registry()] });
+  return new ProgressivePriority({ error });
+}
+
+/** Runs whole groups of 4 through a rollout turn by turn, to their end: its history. */
+function finishGroups(p: ProgressivePriority, turnsByGroup: readonly number[], prefix: string): void {
+  turnsByGroup.forEach((turns, g) => {
+    for (let s = 0; s < 4; s++) {
+      const id = `${prefix}${g}-${s}`;
+      for (let k = 0; k < turns; k++) p.priorityOf(task(id, `${prefix}${g}`, k));
+      p.finished(task(id, `${prefix}${g}`, turns));
+    }
+  });
+}
+
+describe('ProgressivePriority across a tool-call move', () => {
+  it('keeps a moved long trajectory ahead of the short ones on a rollout whose history never went as far', () => {
+    const source = rollout();
+    const destination = rollout();
+    const batch = [...TURNS, ...TURNS, ...TURNS];
+    // The planner gathered the long tail on the source: the destination finished short groups only.
+    finishGroups(source, batch, 's');
+    finishGroups(
+      destination,
+      batch.filter((t) => t <= 4),
+      'd',
+    );
+    for (const turns of [5, 6, 9]) {
+      const id = `long-${turns}`;
+      // On the source, at its tool call after `turns` turns: predicted long (it has seen such).
+      const before = source.priorityOf(task(id, 'long', turns));
+      expect(before).toBeGreaterThan(0);
+      // Moved: the source forgets it, the destination predicts it for its next turn.
+      source.left(id);
+      const after = destination.priorityOf(task(id, 'long', turns));
+      // Ahead of any trajectory the destination starts now (the longest first, as on the source), never 0.
+      const shortest = Math.max(...[0, 1, 2, 3].map((k) => destination.priorityOf(task(`new-${turns}-${k}`, 'new', k))));
+      expect(after, `moved at turn ${turns}`).toBeGreaterThan(shortest);
+      // Its next turns there too: still predicted, not dropped to 0 as it outlives the history.
+      expect(destination.priorityOf(task(id, 'long', turns + 1))).toBeGreaterThan(shortest);
+    }
+  });
+});
