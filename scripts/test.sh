@@ -4,13 +4,16 @@
 # The build (dist/, which the suite's CLI tests run) and `tsc -p test` take a core each for about
 # half a minute (CPU seconds measured with time(1): the build 31, tsc -p test 34); the build needs
 # only node_modules, so the bootstrap leaves it to this phase instead of holding a core for it
-# alone. The suite keeps both cores busy (~630 CPU-s of its own in the clean-clone runs of
-# 2026-11-30, counted per process with the kernel's process accounting), so nothing runs beside it.
+# alone. The suite runs two files at a time (vitest.config.ts); its files mostly wait on events,
+# so it used 1.6 cores (758 CPU-s in 469 s, the quiet clean-clone run of 2026-11-30): its wall
+# time is the sum of its files' times over two workers more than its CPU.
 # The exclusive files (vitest.config.ts) run one at a time and mostly wait on timers and shaped
 # links (0.35-0.85 of a core, measured with time(1)), so pytest runs beside them on one worker,
 # and after it the two files of the beside-pytest project; the linters (ESLint's type-checked
 # rules are one core's work for two minutes, 124 CPU-s, and gate no test) take what those two
-# lanes leave, at the lowest CPU priority: beside the suite they took 171 CPU-s from two busy cores.
+# lanes leave, at the lowest CPU priority, so that they slow neither the timed files nor the
+# suite (beside the suite: 472-478 s; without them 469 s; this phase took 282 s with them
+# against 262-285 s without, in the quiet runs of 2026-11-29 and -30).
 # Each phase prints how long it took and the CPU its processes used (user + system, as time(1)
 # counts it), so that a slow phase shows in a CI log, and whether it kept both cores busy or
 # waited (CPU seconds near twice the wall time: busy; near the wall time or less: a core idle,
