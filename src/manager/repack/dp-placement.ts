@@ -54,12 +54,11 @@ export interface Placement {
  * about the same up to B sequences and grows linearly beyond, so each token of a worker carrying s
  * trajectories takes max(1, s / B) times the time of one alone.
  */
-export function rooflineInterference(rooflineBatch: number): InterferenceFactor & { readonly rooflineBatch: number } {
+export function rooflineInterference(rooflineBatch: number): InterferenceFactor {
   if (!Number.isSafeInteger(rooflineBatch) || rooflineBatch <= 0) {
     throw new InvalidInputError(ErrorCodes.INVALID_ARG, `rooflineBatch must be a positive integer, got ${String(rooflineBatch)}`, { rooflineBatch });
   }
-  // It carries its B: the tool-call planner (tool-call-moves.ts) reads it for its own objective.
-  return Object.assign((s: number) => Math.max(1, s / rooflineBatch), { rooflineBatch });
+  return (s) => Math.max(1, s / rooflineBatch);
 }
 
 /** Descending predicted length, ties by id (code-unit order, as planner.ts), so plans do not depend on input order. */

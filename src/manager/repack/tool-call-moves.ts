@@ -39,7 +39,6 @@
  *    re-prefills for nothing, and would churn round after round.
  */
 import { ErrorCodes, InvalidInputError } from '../../common/errors.js';
-import type { InterferenceFactor } from './dp-placement.js';
 
 export interface PlacedTrajectory {
   id: string;
@@ -85,9 +84,6 @@ export interface ToolCallPlan {
   makespanAfter: number;
 }
 
-/** A rooflineInterference (dp-placement.ts) carries its B; the simulator's call passes one. */
-type WithBatch = InterferenceFactor & { rooflineBatch?: number };
-
 const byCodeUnit = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 const EPS = 1e-9;
 const DEFAULT_EXACT_UP_TO = 4096;
@@ -95,18 +91,17 @@ const DEFAULT_EXACT_UP_TO = 4096;
 /**
  * The tool-call moves of one group. `rollouts` are the group's rollouts that may take part; a
  * trajectory owned by another is ignored. `decodeBatch`: the sequences an engine decodes at once
- * where `options.decodeBatchOf` does not say (a positive integer, or a rooflineInterference,
- * whose B it is). Throws ERR_INVALID_ARG on duplicate trajectory ids, bad predictions, context
+ * where `options.decodeBatchOf` does not say (a positive integer). Throws ERR_INVALID_ARG on duplicate trajectory ids, bad predictions, context
  * lengths or decode batches, or a bad `reprefillCost`.
  */
 export function planToolCallMoves(
   trajectories: readonly PlacedTrajectory[],
   rollouts: readonly string[],
-  decodeBatch: number | InterferenceFactor,
+  decodeBatch: number,
   options: ToolCallMoveOptions = {},
 ): ToolCallPlan {
   const reprefillCost = validReprefillCost(options.reprefillCost ?? 0);
-  const fallback = validDecodeBatch(typeof decodeBatch === 'number' ? decodeBatch : (decodeBatch as WithBatch).rooflineBatch, 'decodeBatch');
+  const fallback = validDecodeBatch(decodeBatch, 'decodeBatch');
   const workers = [...new Set(rollouts)].sort(byCodeUnit);
   const batchOf = workers.map((w) => (options.decodeBatchOf?.[w] === undefined ? fallback : validDecodeBatch(options.decodeBatchOf[w], `decodeBatchOf.${w}`)));
   const placed = trajectories.filter((t) => workers.includes(t.rollout)).sort((a, b) => byCodeUnit(a.id, b.id));

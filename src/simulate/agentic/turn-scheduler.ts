@@ -15,7 +15,6 @@
 import { GroupMedianBaseline } from '../../manager/agentic/group-median-baseline.js';
 import { LengthPredictor } from '../../manager/agentic/length-predictor.js';
 import type { RemainingLengthPredictor } from '../../manager/agentic/remaining-length.js';
-import { rooflineInterference } from '../../manager/repack/dp-placement.js';
 import { planToolCallMoves, type PlacedTrajectory } from '../../manager/repack/tool-call-moves.js';
 import type { EngineActor } from '../engine/engine-actor.js';
 import type { LeapRequest } from '../engine/leap-engine.js';
@@ -146,7 +145,7 @@ export class TurnScheduler {
     const plan = planToolCallMoves(
       placed,
       group.map((r) => r.id),
-      rooflineInterference(rooflineBatch),
+      rooflineBatch,
     );
     if (plan.moves.length === 0) return 0;
     this.stats.toolCallMovePlans++;
