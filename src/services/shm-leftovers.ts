@@ -2,9 +2,10 @@
  * Shared-memory segments that a program's processes left behind in /dev/shm.
  *
  * vLLM's processes exchange requests through Python's `multiprocessing.shared_memory`
- * (`/dev/shm/psm_<hex>`). A process ended by a signal (a test's SIGKILL, the group's SIGKILL once
- * the API server exits) never unlinks its segments: two or three stay behind per server start,
- * each sized for vLLM's queues. Which of them are leftovers is decided without knowing vLLM's
+ * (`/dev/shm/psm_<hex>`) and lock with its named semaphores (`/dev/shm/sem.mp-<id>`). A process
+ * ended by a signal (a test's SIGKILL, the group's SIGKILL once the API server exits) never
+ * unlinks them: two or three segments, each sized for vLLM's queues, and a semaphore stay behind
+ * per server start. Which of them are leftovers is decided without knowing vLLM's
  * names: a segment that appeared while the program ran and that no process maps or holds open
  * any more can never be used again.
  */

@@ -19,7 +19,12 @@ const run = promisify(execFile);
 export const ENGINES_VENV = join(REPO_ROOT, '.venv-engines');
 export const ENGINES_PYTHON = join(ENGINES_VENV, 'bin', 'python');
 /** What Python's multiprocessing.shared_memory names its segments in /dev/shm. */
-const PYTHON_SHM_PREFIX = 'psm_';
+/**
+ * What Python's multiprocessing leaves in /dev/shm when its process is killed: shared-memory
+ * segments (`psm_<hex>`, vLLM's queues) and named semaphores (`sem.mp-<id>`, its locks; four or
+ * five stayed behind per tier run, one per SIGKILLed server).
+ */
+export const PYTHON_SHM_PREFIXES = ['psm_', 'sem.mp-'] as const;
 const TINY_LLAMA = join(REPO_ROOT, 'python', 'tools', 'tiny_llama.py');
 
 /** What one server takes, measured: ~1.6 GiB resident with the tiny model, plus the KV space below. */
@@ -85,9 +90,10 @@ export async function startVllm(
     // gets a TMPDIR of its own, removed once it has exited.
     const scratch = mkdtempSync(join(tmpdir(), 'laminar-vllm-'));
     const removeScratch = (): void => rmSync(scratch, { recursive: true, force: true });
-    // Its shared-memory queues (/dev/shm/psm_*) likewise: those that appeared while it ran and
-    // that no process maps any more are removed once its whole process group is gone.
-    const shmBefore = shmNames(PYTHON_SHM_PREFIX);
+    // Its shared-memory queues and semaphores (/dev/shm/psm_*, sem.mp-*) likewise: those that
+    // appeared while it ran and that no process maps any more are removed once its whole process
+    // group is gone.
+    const shmBefore = PYTHON_SHM_PREFIXES.map((prefix) => ({ prefix, names: shmNames(prefix) }));
     const env = {
       ...process.env,
       TMPDIR: scratch,
@@ -120,7 +126,7 @@ export async function startVllm(
     const cleanUp = async (): Promise<void> => {
       if (group !== undefined) await groupGone(group);
       removeScratch();
-      removeShmLeftovers(shmBefore, PYTHON_SHM_PREFIX);
+      for (const { prefix, names } of shmBefore) removeShmLeftovers(names, prefix);
     };
     const cleanedUp = daemon.exited.then(cleanUp, cleanUp);
     return { ...daemon, url: `http://127.0.0.1:${port}`, port, cleanedUp };

