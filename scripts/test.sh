@@ -4,9 +4,10 @@
 # The build (dist/, which the suite's CLI tests run) and `tsc -p test` take a core each for about
 # half a minute (CPU seconds measured with time(1): the build 31, tsc -p test 34); the build needs
 # only node_modules, so the bootstrap leaves it to this phase instead of holding a core for it
-# alone. The suite runs two files at a time (vitest.config.ts); its files mostly wait on events,
-# so it used 1.6 cores (758 CPU-s in 469 s, the quiet clean-clone run of 2026-11-30): its wall
-# time is the sum of its files' times over two workers more than its CPU.
+# alone. The suite runs three files at a time in shared worker processes (vitest.config.ts): its
+# files mostly wait on events (two at a time used 1.6 cores, 758 CPU-s in 469 s, the quiet
+# clean-clone run of 2026-11-30), so its wall time is the sum of its files' times over the
+# workers more than its CPU.
 # The exclusive files (vitest.config.ts) run one at a time and mostly wait on timers and shaped
 # links (0.35-0.85 of a core, measured with time(1)), so pytest runs beside them on one worker,
 # and after it the two files of the beside-pytest project; the linters (ESLint's type-checked
@@ -73,7 +74,7 @@ build_and_type_check() {
 
 # The vitest suite: both cores (its workers, and the daemons and servers its files start).
 suite() {
-  phase 'vitest: the suite' npx --no-install vitest run --project suite --project suite-shared
+  phase 'vitest: the suite' npx --no-install vitest run --project suite
 }
 
 # pytest, then the vitest files that may run beside the exclusive ones (vitest.config.ts's

@@ -21,7 +21,7 @@ import { parseDurationOption } from '../common/units.js';
 import { spawnDaemon } from '../services/daemon-process.js';
 import { intIn } from './books.js';
 import { parseDemoOptions, type DemoOptions } from './options.js';
-import { simJobSettings, type SpawnQuiet } from './sim-job.js';
+import { simJobSettings, STEPS_RUN_BOUND_MS, type SpawnQuiet } from './sim-job.js';
 import { startSimDaemons } from './sim-daemons.js';
 import { runSimJob } from './sim-progress.js';
 import { startSimServices } from './sim-services.js';
@@ -39,9 +39,14 @@ async function main(): Promise<void> {
   await runSimDemo(opts);
 }
 
+/** Whether a flag was given on the command line (rather than left at its default). */
+function explicit(flag: string): boolean {
+  return process.argv.some((a) => a === flag || a.startsWith(`${flag}=`));
+}
+
 /** The simulated job, in its steps (sim-job.ts). */
 async function runSimDemo(opts: DemoOptions): Promise<void> {
-  const settings = simJobSettings(opts);
+  const settings = simJobSettings(opts, explicit('--duration'));
   const run = onInterrupt();
   const stage = await openStage('laminar-demo-', opts.logs, { natsNodes: Number(opts.natsCluster) });
   // Disconnects of the demo's own connection: the live ledger misses what was published meanwhile.
@@ -79,7 +84,6 @@ const LEARNING_DEFAULTS = {
 
 /** `--engine torch|vllm`: the job that learns (torch-job.ts). */
 async function runLearningDemo(opts: DemoOptions, engine: 'torch' | 'vllm'): Promise<void> {
-  const explicit = (flag: string): boolean => process.argv.some((a) => a === flag || a.startsWith(`${flag}=`));
   if (engine === 'vllm' && explicit('--model-config'))
     throw new Error('--model-config sizes the TinyLM of --engine torch; the vLLM job trains its Llama (llama_policy.py)');
   if (engine === 'vllm' && opts.task === 'tools')
@@ -97,7 +101,7 @@ async function runLearningDemo(opts: DemoOptions, engine: 'torch' | 'vllm'): Pro
     {
       engine,
       // The run ends when the trainer has taken its steps; --duration bounds it (default: 15 minutes).
-      duration: explicit('--duration') ? parseDurationOption('--duration', opts.duration) : 15 * 60_000,
+      duration: explicit('--duration') ? parseDurationOption('--duration', opts.duration) : STEPS_RUN_BOUND_MS,
       engines: intIn('engines', opts.engines ?? defaults.engines, 1, 16),
       relays: intIn('relays', opts.relays, 1, 16),
       steps: intIn('steps', opts.steps ?? defaults.steps, 1, 100_000),

@@ -74,7 +74,10 @@ export function parseDemoOptions(argv: readonly string[]): DemoOptions {
       )
       // --engines, --steps and --plot: their defaults depend on --engine (main.ts's LEARNING_DEFAULTS).
       .option('--engines <n>', '--engine torch|vllm: engines, each with its rollout agent (default: torch 2, vllm 1)')
-      .option('--steps <n>', '--engine torch|vllm: training steps (a version published after each) (default: torch 200, vllm 60)')
+      .option(
+        '--steps <n>',
+        'training steps (a version published after each); --engine sim: the run ends after them instead of after --duration, which then bounds it (default: torch 200, vllm 60, sim: run for --duration)',
+      )
       .option('--group-size <n>', '--engine torch|vllm: samples per prompt (GRPO group)', '8')
       .option('--batch-groups <n>', '--engine torch|vllm: groups per training batch', '8')
       .option('--prompts <n>', '--engine torch|vllm: digits prompts loaded (each epoch of the pool goes through them again)', '1400')

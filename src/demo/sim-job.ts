@@ -26,7 +26,10 @@ export const FAILOVER_SETTLE_MS = DEAD_AFTER_MS + ORPHAN_WAIT_MS + 10_000;
 /** The flags of the simulated job, checked. */
 export interface SimJobSettings {
   opts: DemoOptions;
+  /** The run's length; with `steps`, only its bound. */
   durationMs: number;
+  /** `--steps`: the run ends when the trainer has taken this many (null: after --duration). */
+  steps: number | null;
   restartRelayMs: number;
   rolloutCount: number;
   relayCount: number;
@@ -37,8 +40,13 @@ export interface SimJobSettings {
   scaled: (simMs: number) => string;
 }
 
-export function simJobSettings(opts: DemoOptions): SimJobSettings {
-  const durationMs = parseDurationOption('--duration', opts.duration);
+/** The bound on a run of `--steps` when --duration is not given (the learning jobs' too). */
+export const STEPS_RUN_BOUND_MS = 15 * 60_000;
+
+/** `durationGiven`: --duration was on the command line (with --steps it is then the bound). */
+export function simJobSettings(opts: DemoOptions, durationGiven: boolean): SimJobSettings {
+  const steps = opts.steps === undefined ? null : intIn('steps', opts.steps, 1, 100_000);
+  const durationMs = steps !== null && !durationGiven ? STEPS_RUN_BOUND_MS : parseDurationOption('--duration', opts.duration);
   const restartRelayMs = parseDurationOption('--restart-relay-after', opts.restartRelayAfter);
   const rolloutCount = intIn('rollouts', opts.rollouts, 1, 64);
   const relayCount = intIn('relays', opts.relays, 1, 16);
@@ -49,6 +57,7 @@ export function simJobSettings(opts: DemoOptions): SimJobSettings {
   return {
     opts,
     durationMs,
+    steps,
     restartRelayMs,
     rolloutCount,
     relayCount,

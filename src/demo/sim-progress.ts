@@ -2,7 +2,10 @@
  * The simulated job's run (sim-job.ts): a progress line every 2 s from the manager's status and
  * metrics; --kill-a-rollout and --kill-a-relay at 40 % and 50 % of the run, and the killed relay
  * started again after --restart-relay-after, as a service manager would. The run ends after
- * --duration, or later while the failover of a killed rollout is still under way.
+ * --duration, or when the trainer has taken --steps steps (the kills then at 40 % and 50 % of the
+ * steps: on a loaded machine a run of steps goes as far as one on an idle one, where a run of
+ * wall-clock time does not), and in either case later while the failover of a killed rollout is
+ * still under way.
  */
 import { delay } from '../common/concurrency.js';
 import { managerStatus, scrape, sumMetric } from './books.js';
@@ -49,7 +52,7 @@ export interface SimRunParts {
 export async function runSimJob(parts: SimRunParts): Promise<SimRun> {
   const { stage, settings, spawnQuiet, managerPort, relays, rollouts, trainer, signal } = parts;
   const { ledger } = stage;
-  const { opts, durationMs, restartRelayMs, relayCount } = settings;
+  const { opts, durationMs, steps, restartRelayMs, relayCount } = settings;
   const clock = startClock();
   const { started, at } = clock;
   const events: string[] = [];
@@ -57,14 +60,16 @@ export async function runSimJob(parts: SimRunParts): Promise<SimRun> {
   let killedRelay: KilledRelay | null = null;
   let lastSnapshot: DemoSnapshot | null = null;
   let bytesOfGoneRelays = 0;
-  // The run ends after --duration, or later while the failover of a killed rollout is still
-  // under way, so that the summary shows where its trajectories went.
+  // The run ends after --duration (or --steps), or later while the failover of a killed rollout
+  // is still under way, so that the summary shows where its trajectories went.
   const failoverPending = (): boolean => killedRollout !== null && !killedRollout.settled && performance.now() - killedRollout.at < FAILOVER_SETTLE_MS;
+  const stepsDone = (): boolean => steps !== null && trainer.steps >= steps;
+  const runOver = (): boolean => performance.now() - started >= durationMs || stepsDone();
   let saidWaiting = false;
-  while ((performance.now() - started < durationMs || failoverPending()) && !signal.aborted) {
+  while ((!runOver() || failoverPending()) && !signal.aborted) {
     // Woken early when the run is stopped.
     await delay(2000, signal).catch(() => undefined);
-    const fraction = (performance.now() - started) / durationMs;
+    const fraction = steps !== null ? trainer.steps / steps : (performance.now() - started) / durationMs;
     const status = await managerStatus(managerPort);
     const managerMetric = await scrape(managerPort);
     if (opts.killARollout && !killedRollout && fraction >= 0.4) {
@@ -88,7 +93,7 @@ export async function runSimJob(parts: SimRunParts): Promise<SimRun> {
       if (dead && handled > 0 && waiting === 0) {
         killedRollout.settled = true;
         events.push(`${at()} failover of ${killedRollout.id} settled: ${handled} orphaned trajectories handled`);
-      } else if (performance.now() - started >= durationMs && !saidWaiting) {
+      } else if (runOver() && !saidWaiting) {
         saidWaiting = true;
         process.stdout.write(
           `\nwaiting up to ${Math.ceil((FAILOVER_SETTLE_MS - (performance.now() - killedRollout.at)) / 1e3)} s for the failover of ${killedRollout.id} to settle (${dead ? `${waiting} orphans waiting for a rollout of their version` : 'not yet declared dead'}) ...\n`,

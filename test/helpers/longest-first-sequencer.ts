@@ -23,7 +23,7 @@ export const LONGEST_FILES = [
   'test/rollout-agent/demo-tools.test.ts', // 31: unlisted, it started last and ended the suite alone
   'test/cluster-nats/leader-kill.test.ts', // 23 (9-24): a NATS cluster, its stream leader killed under writers and a sampler
   'test/rollout-agent/multi-turn.test.ts', // 23
-  'test/simulate/figures.test.ts', // 23 (suite-shared: first of its project)
+  'test/simulate/figures.test.ts', // 23 (89 at load 10: a core's work, the simulator's runs)
   'test/rollout/repack-failover.test.ts', // 22
   // The two below were unlisted and started late; seconds in the clean-clone CI run of 87e6933.
   'test/cluster-nats/stale-replica.test.ts', // 25 (16-21 in earlier runs)
