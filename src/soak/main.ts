@@ -262,7 +262,12 @@ async function main(): Promise<void> {
       while (next < schedule.length && schedule[next]!.atMs <= clock()) await injector.apply(schedule[next++]!);
       if (clock() >= nextSample) {
         const s = await takeSample();
-        nextSample = s.atMs + sampleMs;
+        // On a fixed beat from the start, not from the end of the last sample: a sample that
+        // took seconds (scrapes of every daemon on a loaded machine) or a fault whose start
+        // held the loop no longer pushes every later one back (a 45-s run at load 21 sampled 6
+        // times instead of 9). A beat missed altogether is taken at once, and the beat goes on
+        // from there.
+        nextSample = Math.max(nextSample + sampleMs, s.atMs);
         say(
           `${s.completed} trajectories completed, trainer at v${s.trainerVersion}, ${injector.records.filter((r) => !r.note).length} faults applied ` +
             `(${s.faultsActive} under way), daemons ${Math.round(daemons(s.rssBytes) / 2 ** 20)} MiB RSS, ${daemons(s.fds)} fds`,
