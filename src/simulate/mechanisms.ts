@@ -50,6 +50,14 @@
  *   rollout, which is 8,192 over §8.4's 16 rollouts (systems/laminar.ts, `claimTrajectories`).
  *   Off, every claim is `maxConcurrency`, the fleet holding rollouts × 1,024 (8 global batches at
  *   7B on 256 GPUs), and a claim's last trajectories wait in the engine's queue for versions.
+ * - repackAtTools: on the tool-call task a repack move hands the destination every trajectory
+ *   the source owns, those waiting at their tools included, as the rollout SDK's repack-out does
+ *   (src/rollout/rollout-client.ts: it stops and hands over all of the rollout's tasks) and as
+ *   Algorithm 1 plans it (the planner's `running` is what the rollout owns, round.ts): their calls
+ *   go on and they come back to the destination (fleet/tool-calls.ts, `relocate`), so the source
+ *   is released and takes the newest weights. Off, a move drains the source's engine alone, and
+ *   its trajectories at their tools come back to it, so it is not released: with a rollout's
+ *   share of the batch (128 trajectories at 7B on 256 GPUs) most of a tail is at its tools.
  */
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 
@@ -63,6 +71,7 @@ export const MECHANISMS = [
   'trainingAttention',
   'eagerDecode',
   'rolloutBatchShare',
+  'repackAtTools',
 ] as const;
 export type MechanismName = (typeof MECHANISMS)[number];
 export type Mechanisms = Readonly<Record<MechanismName, boolean>>;

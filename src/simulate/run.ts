@@ -40,6 +40,11 @@ export interface RunScenarioOptions {
    * laminar and laminar-no-repack on a tool-call scenario only. Default: as before the issue.
    */
   toolSchedule?: ToolSchedule;
+  /**
+   * Sample the per-window timeline even without failures (default: only with them). runScenario
+   * sets it for the failure-free twin of a run with a machine failure.
+   */
+  sampleTimeline?: boolean;
 }
 
 /** The systems with a driver (every one of SYSTEMS). */
@@ -73,6 +78,7 @@ export function runScenario(scenario: Scenario, system: SystemName, options: Run
   // The verl-based baselines' vLLM runs eagerly (mechanism eagerDecode): a step takes at least its launches.
   const profile = mechanisms.eagerDecode && scenario.eager.systems.includes(system) ? { ...graphed, eagerFloorMs: eagerFloorMs(scenario) } : graphed;
   const ctx = new RunContext(scenario, placement, profile, steps, warmupSteps, mechanisms, toolSchedule);
+  ctx.sampleTimeline = options.sampleTimeline === true;
 
   const started = performance.now();
   if (system === 'sync') runSync(ctx);
@@ -96,5 +102,15 @@ export function runScenario(scenario: Scenario, system: SystemName, options: Run
       details: { system, steps, stepsDone: ctx.stepsDone, events },
     });
   }
-  return ctx.result(events, wallMs);
+  const result = ctx.result(events, wallMs);
+  if (result.failures.some((f) => f.kind === 'machine')) {
+    // §8.5's drop "due to the loss of rollouts" is the run against itself without the failure,
+    // window by window. The windows before the failure are not that: a rollout's generation rate
+    // follows its claim's life (fresh claims decode many short contexts, their tails a few long
+    // ones) and the rollouts' claims follow the trainer's versions, so the span before a failure
+    // struck as a step starts is another phase of that cycle than the span after it.
+    const twin = runScenario({ ...scenario, failures: [] }, system, { ...options, sampleTimeline: true });
+    result.timelineWithoutFailures = twin.timeline;
+  }
+  return result;
 }

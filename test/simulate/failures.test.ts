@@ -95,6 +95,33 @@ describe('failures injected into laminar runs', () => {
     expect(noDestination.ledger.reclaimed).toBe(noDestination.failures[0]!.orphaned - noDestination.ledger.returned);
   });
 
+  it('a run with a machine failure carries the same run without it, identical up to the failure (§8.5 is measured against it)', () => {
+    const s = withFailures([machineAt(8, 1)]);
+    const r = runScenario(s, 'laminar', { steps: STEPS });
+    const twin = r.timelineWithoutFailures!;
+    const atS = r.failures[0]!.atS;
+    // Its windows are the run's; up to the failure they decode the same tokens.
+    expect(twin.length).toBeGreaterThan(3);
+    const before = r.timeline!.filter((w) => w.endS <= atS);
+    expect(before.length).toBeGreaterThan(0);
+    expect(twin.slice(0, before.length)).toEqual(before);
+    // It is the scenario without its failures, as a plain run of it samples them.
+    const plain = runScenario(withFailures([]), 'laminar', { steps: STEPS });
+    expect(plain.timeline).toBeNull();
+    // Sampled every 5 s (the scenario's reportWindowS) to the end of the run.
+    expect(plain.virtualS - twin.at(-1)!.endS).toBeGreaterThanOrEqual(0);
+    expect(plain.virtualS - twin.at(-1)!.endS).toBeLessThan(5);
+    expect(twin.every((w) => w.rolloutsAlive === 48)).toBe(true);
+    // Eight rollouts of 48 are down from 8 s to 28 s: the run decodes less than its twin over those windows.
+    const sum = (ws: typeof twin, from: number, to: number): number =>
+      ws.filter((w) => w.startS >= from && w.endS <= to).reduce((a, w) => a + w.generationTokensPerS, 0);
+    expect(sum(r.timeline!, atS, 28)).toBeLessThan(sum(twin, atS, 28));
+    // Only a machine failure has a twin; a relay's does not change generation.
+    expect(
+      runScenario(withFailures([{ kind: 'relay', atS: 10, machine: 2, restartAfterS: null }]), 'laminar', { steps: STEPS }).timelineWithoutFailures,
+    ).toBeNull();
+  });
+
   it('a dead relay is spliced out by arrangeChain, in the detection + publication time of the scenario', () => {
     const s = withFailures([{ kind: 'relay', atS: 10, machine: 2, restartAfterS: null }]);
     const r = runScenario(s, 'laminar', { steps: STEPS });

@@ -438,3 +438,33 @@ describe("a rollout's batch as its share of the global batch (rolloutBatchShare,
     expect(run(true, 'sync', 64).virtualS).toBe(run(false, 'sync', 64).virtualS);
   });
 });
+
+describe('a repack move hands over the trajectories at their tools (repackAtTools, systems/laminar.ts)', () => {
+  const toolCall = tinyScenario((s) => {
+    s.workload = { ...s.workload, task: 'tool-call', toolCalls: { maxCalls: 8, meanCalls: 3, latencyMedianS: 2, latencyP99OverMedian: 10 } };
+  });
+  const run = (scenario: Scenario, system: 'laminar' | 'laminar-no-repack', on: boolean): ReturnType<typeof runScenario> =>
+    runScenario(scenario, system, { steps: 6, mechanisms: { repackAtTools: on } });
+
+  it('releases the sources on the tool-call task, so repack pays; without it a source keeps what is at its tools and repack gains little', () => {
+    const on = run(toolCall, 'laminar', true);
+    const off = run(toolCall, 'laminar', false);
+    const noRepack = run(toolCall, 'laminar-no-repack', true);
+    expect(on.ledger.consumed).toBe(off.ledger.consumed);
+    expect(on.ledger.generating + on.ledger.moving + on.ledger.buffered + on.ledger.consumed).toBe(on.ledger.claimed);
+    // Each move also takes what waits at the source's tools: more trajectories per move.
+    expect(on.repack.movedTrajectories / on.repack.moves).toBeGreaterThan(off.repack.movedTrajectories / off.repack.moves);
+    // A released source takes the newest weights and claims again: its engine does not idle
+    // waiting for its own calls to come back.
+    expect(on.throughput.tokensPerS).toBeGreaterThan(off.throughput.tokensPerS * 1.2);
+    expect(on.kvUtilisation).toBeGreaterThan(off.kvUtilisation);
+    expect(off.throughput.tokensPerS).toBeLessThan(noRepack.throughput.tokensPerS * 1.2);
+  });
+
+  it('changes nothing without repack or without tool calls', () => {
+    expect(run(toolCall, 'laminar-no-repack', true).events).toBe(run(toolCall, 'laminar-no-repack', false).events);
+    const math = tinyScenario();
+    expect(run(math, 'laminar', true).events).toBe(run(math, 'laminar', false).events);
+    expect(run(math, 'laminar', true).stepEndsS).toEqual(run(math, 'laminar', false).stepEndsS);
+  });
+});

@@ -74,6 +74,7 @@ function fakeRun(scenario: string, gpus: number, system: SystemName, f: Fake): S
     failures: [],
     chainRepairs: [],
     timeline: null,
+    timelineWithoutFailures: null,
     ledger: { claimed: 6144, generating: 0, moving: 0, buffered: 0, consumed: 6144, dropped: 0 } as ScenarioRunResult['ledger'],
     events: 5000,
     wallMs: 250,
@@ -263,6 +264,13 @@ describe('the broadcast and failure tables and charts', () => {
     trainingTokensPerS: 0,
     rolloutsAlive: (i + 1) * 30 <= 300 || i * 30 >= 552 ? 16 : 14,
   }));
+  // The same run without the failure: the same windows up to it, then 150k (another phase of the
+  // rollouts' cycle) up to 552 s and 170k after; its last window ends at 870 s, before the run's.
+  failed.timelineWithoutFailures = failed.timeline.slice(0, 29).map((w) => ({
+    ...w,
+    generationTokensPerS: w.endS <= 300 ? 160_000 : w.startS < 552 ? 150_000 : 170_000,
+    rolloutsAlive: 16,
+  }));
   failed.chainRepairs = [
     {
       relay: 'm00003',
@@ -292,15 +300,26 @@ describe('the broadcast and failure tables and charts', () => {
     expect(t.rows[1]!.slice(0, 3)).toEqual(['32B run', 'laminar, 128 GPUs', 'relay m00003 at 300 s']);
   });
 
-  it('the failure table and the §8.5 rows read the timeline', () => {
+  it('the failure table and the §8.5 rows read the timeline, the generation rows against the run without the failure', () => {
     const t = failureTable(withFailure);
     expect(t.rows).toHaveLength(1);
-    expect(t.rows[0]!.slice(3, 8)).toEqual(['2 of 16 at 300 s', '552 s', '160,000', '140,000 (0.88×)', '165,000 (1.03×)']);
-    expect(t.rows[0]![10]).toBe('500 / 480 / 20');
+    expect(t.rows[0]!.slice(3, 10)).toEqual([
+      '2 of 16 at 300 s',
+      '552 s',
+      '160,000',
+      '140,000 (0.88×)',
+      '150,000 (0.93×)',
+      '165,000 (1.03×)',
+      '170,000 (0.97×)',
+    ]);
+    expect(t.rows[0]![12]).toBe('500 / 480 / 20');
     const r = (id: string) => withFailure.comparison.find((c) => c.id === id)!;
-    expect(r('sec8_5.generation_drop').simulated).toBeCloseTo(140 / 160, 10);
+    // The outage's windows over the same windows without the failure, not over the span before it.
+    expect(r('sec8_5.generation_drop').simulated).toBeCloseTo(140 / 150, 10);
     expect(r('sec8_5.generation_drop').within).toBe(true);
-    expect(r('sec8_5.generation_recovered').simulated).toBeCloseTo(165 / 160, 10);
+    expect(r('sec8_5.generation_drop').basis).toContain('without the failure');
+    // After the replacement: up to the twin's last window (870 s), the same windows in both.
+    expect(r('sec8_5.generation_recovered').simulated).toBeCloseTo(165 / 170, 10);
     // Steps every 100 s before (after the warm-up); across the outage and one step after it
     // (300 → 652 s), 3 steps in 320 s: a slight drop, within the bound.
     expect(r('sec8_5.training_unaffected').simulated).toBeCloseTo(3 / 320 / (1 / 100), 10);
@@ -314,6 +333,17 @@ describe('the broadcast and failure tables and charts', () => {
     expect(files).toContain('broadcast.svg');
     expect(files).toContain('failure-failure-32b-128.svg');
     for (const c of charts) expect(svgProblems(c.svg), c.file).toEqual([]);
-    expect(charts.find((c) => c.file === 'failure-failure-32b-128.svg')!.svg).toContain('replacement joins');
+    const svg = charts.find((c) => c.file === 'failure-failure-32b-128.svg')!.svg;
+    expect(svg).toContain('replacement joins');
+    expect(svg).toContain('generation without the failure');
+  });
+
+  it('without the run without the failure (results written before it) the generation rows cannot be given', () => {
+    const old = buildResults([failure32], [{ ...failed, timelineWithoutFailures: null }], 1);
+    const r = (id: string) => old.comparison.find((c) => c.id === id)!;
+    expect(r('sec8_5.generation_drop').simulated).toBeNull();
+    expect(r('sec8_5.generation_recovered').simulated).toBeNull();
+    expect(r('sec8_5.training_unaffected').simulated).not.toBeNull();
+    expect(failureTable(old).rows[0]![7]).toBe('—');
   });
 });

@@ -189,10 +189,13 @@ describe("laminar's runs of the tool-call task with a schedule (agentic/turn-sch
     // Each prediction of a completed trajectory is scored: one per turn boundary, so more than the trajectories.
     expect(moves.toolSchedule!.predictions).toBeGreaterThan(moves.ledger.consumed);
     expect(moves.toolSchedule!.predictionMaeTokens).toBeGreaterThan(0);
-    // Static tools: 2 slots for each of the 16 rollouts; pooled, the same 32: fewer calls wait, and less long.
+    // Static tools: 2 slots for each of the 16 rollouts; pooled, the same 32: a call waits less
+    // long on average. (How many calls wait at all is within a few percent either way on this
+    // seed, 932 static against 966 pooled since repack moves hand over the calls in flight,
+    // repackAtTools, 942 against 931 before: the runs diverge, so it is no property of pooling.)
     expect(fixed.toolSchedule!.sandboxSlots).toBe(32);
     expect(results.elastic!.toolSchedule!.sandboxSlots).toBe(32);
-    expect(results.elastic!.toolSchedule!.queuedCalls).toBeLessThan(fixed.toolSchedule!.queuedCalls);
+    expect(fixed.toolSchedule!.queuedCalls).toBeGreaterThan(0);
     expect(results.elastic!.toolSchedule!.meanCallS).toBeLessThan(fixed.toolSchedule!.meanCallS);
   });
 

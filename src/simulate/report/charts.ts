@@ -308,6 +308,19 @@ function failureCharts(results: SimulationResults): Chart[] {
             data: r.timeline.map((w) => [mid(w), Math.round(w.generationTokensPerS)]),
             markLine: { symbol: 'none', lineStyle: { color: '#d03a3a', type: 'dashed' }, label: { formatter: '{b}' }, data: marks },
           },
+          // What §8.5's rows compare with: the same run without the failure, window by window.
+          ...(r.timelineWithoutFailures
+            ? [
+                {
+                  name: 'generation without the failure',
+                  type: 'line',
+                  showSymbol: false,
+                  lineStyle: { type: 'dotted' },
+                  itemStyle: { color: '#8c8c8c' },
+                  data: r.timelineWithoutFailures.map((w) => [mid(w), Math.round(w.generationTokensPerS)]),
+                },
+              ]
+            : []),
           {
             name: 'training',
             type: 'bar',

@@ -76,6 +76,11 @@ export interface ComparisonFacts {
   /** §8.5: the machine failure of a run (32B on 128 GPUs first), and what it did. */
   failure: FailureEffect | undefined;
   failureBasis: string;
+  /**
+   * Generation during the outage and after the replacement over the same windows of the run
+   * without the failure (failure-effect.ts says why not over the span before it); null without
+   * that twin in the results.
+   */
   generationDrop: number | null;
   trainingRatio: number | null;
   generationRecovered: number | null;
@@ -170,10 +175,15 @@ export function comparisonFacts(summaries: readonly ScenarioSummary[], runs: rea
     failureBasis: failure
       ? `${failure.scenario} on ${failure.gpus} GPUs: ${failure.rolloutsLost} of ${failure.rolloutsBefore} rollouts lost at ${failure.atS.toFixed(0)} s, replaced at ${failure.backAtS === null ? 'never' : `${failure.backAtS.toFixed(0)} s`}`
       : 'a run with a machine failure (failure-32b-128)',
-    generationDrop: failure && failure.generationBefore > 0 ? failure.generationDuring / failure.generationBefore : null,
+    generationDrop:
+      failure && failure.generationDuringWithout !== null && failure.generationDuringWithout > 0
+        ? failure.generationDuring / failure.generationDuringWithout
+        : null,
     trainingRatio:
       failure && failure.stepsPerHourDuring !== null && failure.stepsPerHourBefore > 0 ? failure.stepsPerHourDuring / failure.stepsPerHourBefore : null,
     generationRecovered:
-      failure && failure.generationAfter !== null && failure.generationBefore > 0 ? failure.generationAfter / failure.generationBefore : null,
+      failure && failure.generationAfter !== null && failure.generationAfterWithout !== null && failure.generationAfterWithout > 0
+        ? failure.generationAfter / failure.generationAfterWithout
+        : null,
   };
 }

@@ -283,7 +283,7 @@ export const FIGURES: readonly FigureSpec[] = [
     simulated: (f) => f.generationDrop,
     // A drop it is: generation during the failure at or above the rate before is no drop.
     alsoHolds: (x) => x < 1,
-    basis: (f) => f.failureBasis,
+    basis: (f) => `${f.failureBasis}; the outage's windows against the same windows of the run without the failure`,
   },
   {
     id: 'sec8_5.training_unaffected',
@@ -291,7 +291,11 @@ export const FIGURES: readonly FigureSpec[] = [
     bound: () => ({ text: '≥ 0.85 (unaffected or a slight drop)', holds: (x) => x >= 0.85 }),
     basis: (f) => `${f.failureBasis}; training steps per hour`,
   },
-  { id: 'sec8_5.generation_recovered', simulated: (f) => f.generationRecovered, basis: (f) => f.failureBasis },
+  {
+    id: 'sec8_5.generation_recovered',
+    simulated: (f) => f.generationRecovered,
+    basis: (f) => `${f.failureBasis}; the windows after the replacement against the same windows of the run without the failure`,
+  },
 ];
 
 function sourceOf(id: string): string {

@@ -257,6 +257,8 @@ export function failureTable(results: SimulationResults): Table {
     const e = failureEffect(r);
     if (e === null) continue;
     const ratio = (x: number | null): string => (x === null || !Number.isFinite(x) || !(e.generationBefore > 0) ? '—' : times(x / e.generationBefore));
+    const against = (x: number | null, without: number | null): string =>
+      without === null ? '—' : `${formatNumber(without)} (${x === null || !(without > 0) ? '—' : times(x / without)})`;
     rows.push([
       modelLabel(results, r.scenario),
       String(r.gpus),
@@ -265,7 +267,9 @@ export function failureTable(results: SimulationResults): Table {
       e.backAtS === null ? 'never' : `${e.backAtS.toFixed(0)} s`,
       formatNumber(e.generationBefore),
       `${formatNumber(e.generationDuring)} (${ratio(e.generationDuring)})`,
+      against(e.generationDuring, e.generationDuringWithout),
       e.generationAfter === null ? '—' : `${formatNumber(e.generationAfter)} (${ratio(e.generationAfter)})`,
+      against(e.generationAfter, e.generationAfterWithout),
       Number.isFinite(e.stepsPerHourBefore) ? e.stepsPerHourBefore.toFixed(2) : '—',
       e.stepsPerHourDuring === null ? '—' : `${e.stepsPerHourDuring.toFixed(2)} (${times(e.stepsPerHourDuring / e.stepsPerHourBefore)})`,
       `${e.orphaned} / ${e.resumed} / ${e.returned}`,
@@ -274,7 +278,7 @@ export function failureTable(results: SimulationResults): Table {
   return {
     title: 'Machine failure and recovery',
     caption:
-      "A rollout machine killed during training and replaced (§8.5, Figure 16): mean generation throughput (tokens decoded by every engine per second, per window of run.reportWindowS) over the same span before the failure, while the machine was down, and from one window after the replacement joined to the end of the run; the trainer's steps per hour before and across the outage; and the failed rollouts' trajectories orphaned / resumed on a live rollout of their version / returned to the prompt pool. No trajectory is lost or made twice (the ledger). The per-window timeline is in results.json and failure-<scenario>.svg.",
+      "A rollout machine killed during training and replaced (§8.5, Figure 16): mean generation throughput (tokens decoded by every engine per second, per window of run.reportWindowS) over the same span before the failure, while the machine was down, and from one window after the replacement joined to the end of the run; the same windows of the same run without the failure (identical up to it), which §8.5's rows compare with (the span before the failure is another phase of the rollouts' cycle, their claims following the trainer's versions); the trainer's steps per hour before and across the outage; and the failed rollouts' trajectories orphaned / resumed on a live rollout of their version / returned to the prompt pool. No trajectory is lost or made twice (the ledger). The per-window timeline is in results.json and failure-<scenario>.svg.",
     columns: [
       'model',
       'GPUs',
@@ -283,7 +287,9 @@ export function failureTable(results: SimulationResults): Table {
       'replaced',
       'gen tokens/s before',
       'during (÷ before)',
+      'during without the failure (during ÷ it)',
       'after (÷ before)',
+      'after without the failure (after ÷ it)',
       'steps/h before',
       'across the outage',
       'orphaned / resumed / returned',

@@ -73,7 +73,7 @@ export function failuresOf(ctx: RunContext, fleet: LaminarFleet): RunFailures {
     if (f.atS !== undefined) sim.at(f.atS * 1e3, { fire: () => inject(f) });
     else byStep.set(f.atStep!, [...(byStep.get(f.atStep!) ?? []), f]);
   }
-  if (applicable.length > 0) startTimeline();
+  if (applicable.length > 0 || ctx.sampleTimeline) startTimeline();
 
   function record(f: Failure, machine: number | null, rollout: number | null): FailureRecord {
     const r: FailureRecord = {

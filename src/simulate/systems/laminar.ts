@@ -42,6 +42,7 @@ import type { SimComponents } from '../components.js';
 import type { LeapRequest } from '../engine/leap-engine.js';
 import { chainTiming, linkOf, type BroadcastComponents } from '../fleet/broadcast.js';
 import { RelayChain, type ChainComponents } from '../fleet/relay-chain.js';
+import type { ToolCallLoop } from '../fleet/tool-calls.js';
 import { Rollout } from '../fleet/rollout.js';
 import { weightBytes } from '../scenario/derive.js';
 import { failuresOf } from './failures.js';
@@ -299,6 +300,11 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
     const moved: LeapRequest[] = source.actor.drain();
     for (const req of moved) ctx.ledger.moveOut(req.id);
     source.owned -= moved.length;
+    // The SDK's repack-out hands over every trajectory the source owns, those waiting at their
+    // tools included (src/rollout/rollout-client.ts), and the planner counted them in its `owned`:
+    // they come back from their calls to the destination (repackAtTools).
+    const atTools = ctx.mechanisms.repackAtTools && ctx.tools !== null ? handOverAtTools(ctx.tools, source, destination) : 0;
+    ctx.repack.movedTrajectories += atTools;
     ctx.movingNow += moved.length;
     ctx.repack.moves++;
     ctx.repack.movedTrajectories += moved.length;
@@ -320,6 +326,19 @@ export function runLaminar(ctx: RunContext, options: LaminarOptions): void {
         ctx.audit();
       },
     });
+  }
+
+  /**
+   * The trajectories of `source` waiting at their tools now come back to `destination`: they hold
+   * nothing at any engine, so they move at once, their owned counts with them (the real move's
+   * partial-pool traffic overlaps the call, as for the dp planner's tool-call moves). Returns how many.
+   */
+  function handOverAtTools(tools: ToolCallLoop, source: Rollout, destination: Rollout): number {
+    let n = 0;
+    for (const id of [...tools.atTool(source.actor)]) if (tools.relocate(id, source.actor, destination.actor)) n++;
+    source.owned -= n;
+    destination.owned += n;
+    return n;
   }
 
   /** Rollouts alive (failed ones stay in `rollouts`, their engines' counters in the totals). */

@@ -88,6 +88,12 @@ export interface ScenarioRunResult {
   chainRepairs: ChainRepair[];
   /** Per `run.reportWindowS` window, with failures injected (§8.5's timeline); null otherwise. */
   timeline: TimelineWindow[] | null;
+  /**
+   * With a machine failure: the same run without its failures, on the same windows (identical up
+   * to the failure, to the event). §8.5's generation during the outage and after the replacement
+   * are measured against it (report/failure-effect.ts). Null otherwise.
+   */
+  timelineWithoutFailures: TimelineWindow[] | null;
   ledger: LedgerTotals;
   /** Simulation events fired and the wall time of the run (performance.now around it). */
   events: number;
@@ -140,6 +146,8 @@ export class RunContext {
   readonly failures: FailureRecord[] = [];
   chainRepairs: ChainRepair[] = [];
   timeline: TimelineWindow[] | null = null;
+  /** Sample the timeline even without failures (the failure-free twin of a run with a machine failure). */
+  sampleTimeline = false;
   private readonly stepEnds: number[] = [];
   private readonly stepTokens: number[] = [];
   private readonly stepTrajectories: number[] = [];
@@ -373,6 +381,7 @@ export class RunContext {
       failures: this.failures.map((f) => ({ ...f })),
       chainRepairs: this.chainRepairs,
       timeline: this.timeline,
+      timelineWithoutFailures: null,
       ledger,
       events,
       wallMs,
