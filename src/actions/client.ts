@@ -25,7 +25,7 @@ import { ErrorCodes } from '../common/error-codes.js';
 import { silentLogger, type Logger } from '../common/logger.js';
 import { CONTROL_CHARACTERS, EDGE_WHITESPACE } from '../data/ids.js';
 import { JobQuotas } from './job-quota.js';
-import { clientMetrics, KindCounts } from './metrics.js';
+import { clientMetrics, KindCounts, KindStatusCounts } from './metrics.js';
 import { checkActionName, type ActionNames } from './names.js';
 import { ensureActionStreams, type ActionStreamOptions } from './streams.js';
 import type { ActionRequest, ActionResult } from './types.js';
@@ -75,6 +75,8 @@ export class ActionClient {
   private readonly metrics: ReturnType<typeof clientMetrics>;
   /** laminar_action_in_flight, counted here and given to the gauge at scrape. */
   private readonly inFlightByKind: KindCounts;
+  /** laminar_action_results_total, counted here and given to the counter at scrape. */
+  private readonly resultCounts: KindStatusCounts;
   private readonly quotas: JobQuotas;
   /** The publishes in flight, as one "job" of a quota: see publish(). */
   private readonly publishWindow = new JobQuotas(new Map(), PUBLISH_WINDOW);
@@ -93,6 +95,7 @@ export class ActionClient {
     this.publisher = new StreamPublisher(nc);
     this.metrics = clientMetrics(options.registry ?? new Registry());
     this.inFlightByKind = new KindCounts(this.metrics.inFlight);
+    this.resultCounts = new KindStatusCounts(this.metrics.results);
     this.job = options.job ?? 'default';
     const limits = new Map(Object.entries(options.quotas ?? {}));
     for (const [job, n] of [...limits, ['(default)', options.defaultQuota ?? 1] as const]) {
@@ -313,7 +316,7 @@ export class ActionClient {
     if (entry.holdsQuota) this.quotas.release(entry.job);
     const kind = { kind: entry.kind };
     this.metrics.completion.observe(kind, (performance.now() - entry.startedAt) / 1000);
-    this.metrics.results.inc({ kind: entry.kind, status: result.status });
+    this.resultCounts.add(entry.kind, result.status);
     entry.resolve(result);
   }
 
@@ -373,6 +376,7 @@ export class ActionClient {
     this.sub?.unsubscribe();
     this.publisher.close();
     this.inFlightByKind.close();
+    this.resultCounts.close();
     return Promise.resolve();
   }
 }

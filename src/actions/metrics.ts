@@ -5,7 +5,7 @@
  * action-worker`) splits the time into queue wait and execution, counts executions and reports
  * its kind's queue (depth, running) and its own slots.
  */
-import type { Gauge, Registry } from 'prom-client';
+import type { Counter, Gauge, Registry } from 'prom-client';
 import { counter, gauge, histogram, onCollect } from '../common/metric-factory.js';
 
 const SECONDS = [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -107,6 +107,41 @@ export class KindCounts {
   }
 
   /** Brings the gauge up to date for the last time (the owner is closing). */
+  close(): void {
+    this.flush();
+    this.removeHook();
+  }
+}
+
+/**
+ * A counter by kind and status that counts every action (results, executions), kept as plain
+ * counts and given to the counter right before it is read (onCollect), as KindCounts does for
+ * the gauges: prom-client checks and hashes the labels of every inc(). Several owners may share
+ * one counter (clients of one registry): each gives what it counted since its last read.
+ */
+export class KindStatusCounts {
+  private readonly counts = new Map<string, Map<string, number>>();
+  private readonly removeHook: () => void;
+
+  constructor(private readonly counter: Counter<'kind' | 'status'>) {
+    this.removeHook = onCollect(counter, () => this.flush());
+  }
+
+  add(kind: string, status: string): void {
+    let byStatus = this.counts.get(kind);
+    if (!byStatus) this.counts.set(kind, (byStatus = new Map<string, number>()));
+    byStatus.set(status, (byStatus.get(status) ?? 0) + 1);
+  }
+
+  /** Brings the counter up to date. */
+  flush(): void {
+    for (const [kind, byStatus] of this.counts) {
+      for (const [status, n] of byStatus) if (n > 0) this.counter.inc({ kind, status }, n);
+      byStatus.clear();
+    }
+  }
+
+  /** Brings the counter up to date for the last time (the owner is closing). */
   close(): void {
     this.flush();
     this.removeHook();

@@ -26,7 +26,7 @@ import { ErrorCodes } from '../common/error-codes.js';
 import { silentLogger, type Logger } from '../common/logger.js';
 import type { ActionDelivery } from './delivery.js';
 import { ActionArgumentError, type ActionContext, type ActionHandler } from './handler.js';
-import { KindCounts, workerMetrics } from './metrics.js';
+import { KindCounts, KindStatusCounts, workerMetrics } from './metrics.js';
 import { ActionSignal } from './action-signal.js';
 import { checkActionName, type ActionNames } from './names.js';
 import { capOutput, DEFAULT_MAX_OUTPUT_BYTES } from './output-cap.js';
@@ -88,6 +88,8 @@ export class ActionWorker {
   private readonly metrics: ReturnType<typeof workerMetrics>;
   /** laminar_action_worker_busy, counted here and given to the gauge at scrape. */
   private readonly busyCount: KindCounts;
+  /** laminar_action_executions_total, counted here and given to the counter at scrape. */
+  private readonly executionCounts: KindStatusCounts;
   private readonly logger: Logger;
   private readonly slots: number;
   private readonly maxOutputBytes: number;
@@ -130,6 +132,7 @@ export class ActionWorker {
     this.maxOutputBytes = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     this.labels = { kind };
     this.busyCount = new KindCounts(this.metrics.busy);
+    this.executionCounts = new KindStatusCounts(this.metrics.executions);
   }
 
   /** Creates the streams and the kind's consumer when missing, and starts taking actions. */
@@ -302,7 +305,7 @@ export class ActionWorker {
       this.logger.warn({ err, actionId: action.id }, 'could not publish a result; the action will be delivered again');
       return;
     }
-    this.metrics.executions.inc({ kind: this.kind, status });
+    this.executionCounts.add(this.kind, status);
     if (ran) {
       this.metrics.queueWait.observe(this.labels, Math.max(0, startedWall - action.at) / 1000);
       this.metrics.execution.observe(this.labels, execMs / 1000);
@@ -427,6 +430,7 @@ export class ActionWorker {
     clearInterval(this.heartbeatTimer);
     this.metrics.slots.dec(this.labels, this.slots);
     this.busyCount.close();
+    this.executionCounts.close();
     await this.presence?.stop();
   }
 }

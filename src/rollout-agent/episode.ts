@@ -135,6 +135,7 @@ export class Episodes {
     // rollout that dies before they are leaves a log without the wait: whoever resumes the
     // trajectory parses the closed turn again and submits the same action (its idempotency key).
     const waiting = task.waitForAction({ actionId, tool: call.tool });
+    waiting.catch(() => undefined);
     if (signal.aborted) return gone;
     const started = performance.now();
     const submitted = this.options.actions.submit({
@@ -146,17 +147,24 @@ export class Episodes {
       timeoutMs: this.options.actionTimeoutMs ?? spec.timeoutMs,
     });
     submitted.catch(() => undefined);
-    // Taken by another rollout meanwhile: its action, submitted again there, is the same one.
-    if (!(await closed) || !(await waiting)) return gone;
-    const result = await untilAborted(submitted, signal);
+    // The result is not held back until the two log writes are stored (each waits for the one
+    // before it, and under load they often end after the result, the trajectory out of the
+    // engine meanwhile): the observation goes on the same ordered log after them and the next
+    // turn starts at once, its log write covering theirs (http-engine.ts stops the turn if it
+    // fails). A write that finds the trajectory taken by another rollout (its action, submitted
+    // again there, is the same one) or fails ends the wait here at once.
+    const before = bothLogged(closed, waiting);
+    const taken = before.then((ok) => (ok ? new Promise<never>(() => undefined) : null));
+    const result = await Promise.race([untilAborted(submitted, signal), taken]);
     // Stopped while the tool ran: the log says it waits for this action; whoever resumes it submits it again.
-    if (result === null) return gone;
+    // Not active: the trajectory was found taken by another rollout while the tool ran.
+    if (result === null || !task.active) return gone;
     const latencyMs = performance.now() - started;
     metrics.toolCalls.inc({ status: result.status });
     metrics.toolWaitSeconds.observe(latencyMs / 1000);
     const text = parser.observationText({ status: result.status, output: result.output, ...(result.code ? { code: result.code } : {}) });
     const action = { tool: call.tool, actionId, status: result.status as ActionStatus, latencyMs: Math.round(latencyMs) };
-    const observed = await this.observe(task, text, action, signal, waiting);
+    const observed = await this.observe(task, text, action, signal, before);
     if (observed.outcome !== 'appended') return observed.outcome === 'gone' ? gone : this.contextFull();
     return this.nextTurn(task, signal, observed.logged);
   }
@@ -197,10 +205,11 @@ export class Episodes {
   }
 
   /**
-   * Appends the observation `text` (once `before`, what was logged before it, is stored): 'gone'
-   * when the trajectory left this rollout, 'full' when it would not fit in the context (the
-   * episode ends at the call, without it). 'appended' comes with the observation's log write,
-   * still on its way.
+   * Appends the observation `text` after `before`, what was logged before it, without waiting
+   * for that to be stored (the log keeps the order): 'gone' when the trajectory left this
+   * rollout, 'full' when it would not fit in the context (the episode ends at the call, without
+   * it; once `before` is stored). 'appended' comes with the log write of both, still on its way:
+   * false when the trajectory was taken, rejected when either failed.
    */
   private async observe(
     task: GenerationTask,
@@ -209,15 +218,20 @@ export class Episodes {
     signal: AbortSignal,
     before: Promise<boolean>,
   ): Promise<{ outcome: 'appended'; logged: Promise<boolean> } | { outcome: 'gone' | 'full' }> {
-    const [ids, ok] = await Promise.all([this.options.observationIds(text), before]);
-    if (!ok || signal.aborted) return { outcome: 'gone' };
+    const ids = await this.options.observationIds(text);
+    if (signal.aborted || !task.active) return { outcome: 'gone' };
     const max = this.options.maxContext;
-    if (max !== null && task.promptTokens.length + task.generated + ids.length > max) return { outcome: 'full' };
-    if (!task.active) return { outcome: 'gone' };
-    const logged = task.appendObservation(ids, action);
-    logged.catch(() => undefined);
+    if (max !== null && task.promptTokens.length + task.generated + ids.length > max) return (await before) ? { outcome: 'full' } : { outcome: 'gone' };
+    const logged = bothLogged(before, task.appendObservation(ids, action));
     return { outcome: 'appended', logged };
   }
+}
+
+/** True once both writes are stored, false if either found the trajectory taken; rejected if either failed (never unhandled). */
+function bothLogged(first: Promise<boolean>, second: Promise<boolean>): Promise<boolean> {
+  const both = Promise.all([first, second]).then(([a, b]) => a && b);
+  both.catch(() => undefined);
+  return both;
 }
 
 /** The promise's value, or null once `signal` is aborted first (a later rejection of `promise` is then ignored). */

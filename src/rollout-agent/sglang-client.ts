@@ -8,7 +8,7 @@
  */
 import { ErrorCodes } from '../common/errors.js';
 import type { EngineClient, EngineLoadSample, GenerateHandlers, GenerateRequest, GenerateResult, PauseMode, ServerInfo } from './engine-client.js';
-import { EngineError, engineFetch, engineHealthy, engineJson, errorMessage, protocolError, readText, streamEnded, streamedEvents } from './http.js';
+import { EngineError, engineFetch, engineHealthy, engineJson, enginePost, errorMessage, protocolError, readText, streamEnded, streamedEvents } from './http.js';
 import { meanOf, parsePrometheusText, sumOf } from './prometheus-text.js';
 import { shapesMismatch, tensorShapes, type TensorShapes } from './weights-manifest.js';
 import { ToolMessageIds } from './chat-tokens.js';
@@ -81,7 +81,7 @@ export class SglangClient implements EngineClient {
     if (request.priority != null) body.priority = request.priority;
     // SGLang's field is named for a path but holds the adapter's name (as loaded).
     if (request.lora != null) body.lora_path = request.lora;
-    const response = await engineFetch(url, {
+    const response = await enginePost(url, {
       body,
       signal: handlers.signal,
       timeoutMs: this.options.requestTimeoutMs ?? 24 * 3600_000,

@@ -4,13 +4,13 @@
  * byte for byte what nats.js's headers() writes; an action's abort signal made only when its
  * handler reads it (src/actions/action-signal.ts) behaves as an AbortController's; the gauges
  * counted by kind and given at scrape (KindCounts, src/actions/metrics.ts) read what inc/dec
- * would have given them; the output cap's short path cuts exactly what the long one cuts.
+ * would have given them, and so do the counters by kind and status (KindStatusCounts); the output cap's short path cuts exactly what the long one cuts.
  */
 import { describe, expect, it } from 'vitest';
 import { headers, type MsgHdrs } from '@nats-io/transport-node';
 import { Registry } from 'prom-client';
 import { ActionSignal } from '../../src/actions/action-signal.js';
-import { clientMetrics, KindCounts } from '../../src/actions/metrics.js';
+import { clientMetrics, KindCounts, KindStatusCounts } from '../../src/actions/metrics.js';
 import { msgIdHeader } from '../../src/actions/msg-id-header.js';
 import { capOutput } from '../../src/actions/output-cap.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
@@ -80,6 +80,30 @@ describe('gauges counted by kind', () => {
     a.close();
     a.add('python', 5); // after close: no longer given
     expect(await read()).toEqual({ python: 1, search: 0 });
+  });
+});
+
+describe('counters counted by kind and status', () => {
+  it('read, at scrape, what inc() per action would have given them, across owners and scrapes', async () => {
+    const registry = new Registry();
+    const a = new KindStatusCounts(clientMetrics(registry).results);
+    const b = new KindStatusCounts(clientMetrics(registry).results);
+    const read = async (): Promise<Record<string, number>> => {
+      const values = (await registry.getSingleMetric('laminar_action_results_total')!.get()).values;
+      return Object.fromEntries(values.map((v) => [`${v.labels.kind}/${v.labels.status}`, v.value]));
+    };
+    for (let i = 0; i < 3; i++) a.add('python', 'ok');
+    a.add('python', 'timeout');
+    b.add('python', 'ok');
+    b.add('search', 'error');
+    expect(await read()).toEqual({ 'python/ok': 4, 'python/timeout': 1, 'search/error': 1 });
+    // A second scrape adds only what came since the first.
+    a.add('search', 'error');
+    expect(await read()).toEqual({ 'python/ok': 4, 'python/timeout': 1, 'search/error': 2 });
+    b.add('python', 'ok');
+    b.close();
+    b.add('python', 'ok'); // after close: no longer given
+    expect(await read()).toEqual({ 'python/ok': 5, 'python/timeout': 1, 'search/error': 2 });
   });
 });
 

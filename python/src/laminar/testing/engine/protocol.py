@@ -93,6 +93,11 @@ def _optional_number(body: Mapping[str, Any], key: str, where: str) -> Optional[
 
 
 def _int_list(value: Any, what: str) -> list[int]:
+    # A request's whole context comes through here (every turn of a multi-turn trajectory sends
+    # it again): the types are read in C (`map(type, ...)`) and the per-element Python check runs
+    # only when something is not exactly an int (JSON gives no other int subclass than bool).
+    if isinstance(value, list) and (not value or set(map(type, value)) == {int}):
+        return value
     if not isinstance(value, list) or not all(_is_int(v) for v in value):
         raise SchemaError(f"{what} must be a list of integers")
     return value
@@ -197,7 +202,8 @@ def parse_generate(body: Mapping[str, Any], vocab_size: int) -> GenerateRequest:
     input_ids = _int_list(input_ids, "input_ids")
     if not input_ids:
         raise InvalidRequest("input_ids is empty")
-    bad = next((t for t in input_ids if not 0 <= t < vocab_size), None)
+    # min/max in C first; the offending id is looked for only when there is one.
+    bad = None if 0 <= min(input_ids) and max(input_ids) < vocab_size else next(t for t in input_ids if not 0 <= t < vocab_size)
     if bad is not None:
         raise InvalidRequest(f"input_ids holds token id {bad}, outside the vocabulary [0, {vocab_size})")
     if rid is not None and not rid:
