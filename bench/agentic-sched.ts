@@ -62,7 +62,19 @@ import type { GenerateHandlers, GenerateRequest, GenerateResult } from '../src/r
 import type { ObservationInput, ParsedTurn, ToolCallParser } from '../src/rollout-agent/tool-calls/parser.js';
 import { projectPython, REPO_ROOT, spawnReferenceEngine, startNatsServer, type ReferenceEngine } from '../src/services/index.js';
 import { measureEngineRate, measureReprefillCost, type EngineRate, type ReprefillMeasurement } from './agentic-prefill.js';
-import { ENGINES, regime } from './agentic-regime.js';
+import {
+  busyTimeline,
+  ENGINES,
+  lastTrajectory,
+  longTailShare,
+  makespanBound,
+  ownPathS,
+  regime,
+  type BusyTimeline,
+  type EngineSample,
+  type LastSplit,
+  type RequestTimes,
+} from './agentic-regime.js';
 import { groupShape, lengthsOf, MAX_CONTEXT, maxTurnsOf, type SchedWorkload } from './agentic-workloads.js';
 import { followRecords, LOOKUP_CONFIG, LOOKUP_MODEL, openLookupWorld, promptCounters, waitFor, type LookupWorld, type RecordSeen } from './lookup-world.js';
 import { median, percentile, round } from './support.js';
@@ -154,6 +166,24 @@ interface Batch {
   longTailStartS: number;
   /** Requests waiting at the engines (sglang:num_queue_reqs, both engines), mean of samples every 250 ms. */
   engineQueue: number;
+  /** The engines' busy timelines (sglang:num_running_reqs every 250 ms): where their decode slots went unused. */
+  timeline: BusyTimeline;
+  /** Prompt tokens the engines computed, not served by their prefix caches (the prefills' share of the work). */
+  prefilled: number;
+  /**
+   * The trajectory that ended last, the one the makespan waited for: when it was claimed (s after
+   * the prompts were loaded), how long it took, and its own path's turns and tokens. Its latency
+   * beyond its own path is its queueing at the engine and the agents' time per turn.
+   */
+  last: { startS: number; latencyS: number; turns: number; generated: number };
+  /** The same trajectory's requests, from the engine clients' times (lastTrajectory()). */
+  lastSplit: LastSplit | null;
+  /**
+   * The largest share of the batch's long tail (its eighth of trajectories with the most turns)
+   * that any one engine served, counting each request where it went: 1/engines is an even spread,
+   * 1 the whole tail on one engine, queueing behind itself there while the other has none of it.
+   */
+  longTailOnOneEngine: number;
   /** Generate requests sent, and those with a priority above 0 (progressive priority reaching the engine). */
   requests: number;
   prioritised: number;
@@ -208,18 +238,42 @@ class CountingSglang extends SglangClient {
   prioritised = 0;
   readonly priorities: number[] = [];
 
-  override generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {
+  /** `turns`: each trajectory's requests (by rid, the trajectory id, shared by the agents: a moved one continues there). */
+  constructor(
+    url: string,
+    private readonly turns: Map<string, RequestTimes[]>,
+    /** Which engine this client sends to (0, 1, ...). */
+    private readonly engine: number,
+  ) {
+    super(url);
+  }
+
+  override async generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {
     this.requests++;
     if (request.priority != null) this.priorities.push(request.priority);
     if (request.priority != null && request.priority > 0) this.prioritised++;
-    return super.generate(request, handlers);
+    const times: RequestTimes = { engine: this.engine, sentMs: performance.now(), firstTokenMs: Number.NaN, endMs: Number.NaN };
+    const list = this.turns.get(request.rid) ?? [];
+    this.turns.set(request.rid, [...list, times]);
+    try {
+      return await super.generate(request, {
+        signal: handlers.signal,
+        onTokens: (tokens, logprobs, version) => {
+          if (Number.isNaN(times.firstTokenMs)) times.firstTokenMs = performance.now();
+          handlers.onTokens(tokens, logprobs, version);
+        },
+      });
+    } finally {
+      times.endMs = performance.now();
+    }
   }
 }
 
-/** Requests waiting at the engine at `url` (its sglang:num_queue_reqs gauge). */
-async function queued(url: string): Promise<number> {
+/** Requests waiting at the engine at `url` and those it is decoding (its sglang:num_queue_reqs and num_running_reqs gauges). */
+async function engineLoad(url: string): Promise<{ queued: number; running: number }> {
   const text = await (await fetch(`${url}/metrics`)).text();
-  return Number(/^sglang:num_queue_reqs\{[^}]*\} (\S+)$/m.exec(text)?.[1] ?? 0);
+  const gauge = (name: string): number => Number(new RegExp(`^sglang:${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+  return { queued: gauge('num_queue_reqs'), running: gauge('num_running_reqs') };
 }
 
 /** Every step of the engine at `url` takes `seconds` more (its /slow_down), without using a CPU. */
@@ -308,6 +362,7 @@ async function oneBatch(
     closers.push(() => worker.stop(1000));
     const agents: RolloutAgent[] = [];
     const clients: CountingSglang[] = [];
+    const turns = new Map<string, RequestTimes[]>();
     for (const [i, engine] of engines.entries()) {
       const agentNc = await open(`agent-${i}`);
       const registry = new Registry();
@@ -320,7 +375,7 @@ async function oneBatch(
         id: `${job}-agent-${i}`,
         model: LOOKUP_MODEL,
         relaySocket: world.relaySocket,
-        engine: clients[clients.push(new CountingSglang(engine.url)) - 1]!,
+        engine: clients[clients.push(new CountingSglang(engine.url, turns, i)) - 1]!,
         defaults: { maxNewTokens: MAX_CONTEXT, temperature: 1, topP: 1, topK: -1, stopTokenIds: [], ignoreEos: true, seeded: true },
         reward: toolMatchReward,
         batchPrompts: 1,
@@ -365,18 +420,23 @@ async function oneBatch(
     });
     const before = await Promise.all(engines.map((e) => promptCounters(e.url)));
     const batch = await prompts(a.workload, a.groups, a.groupSize);
+    const startedAt = Date.now();
+    const started = performance.now();
     const queueSamples: number[] = [];
+    const busySamples: EngineSample[] = [];
     const sampler = setInterval(() => {
-      void Promise.all(engines.map((e) => queued(e.url)))
-        .then((q) => queueSamples.push(q.reduce((x, y) => x + y, 0)))
+      const atMs = performance.now() - started;
+      void Promise.all(engines.map((e) => engineLoad(e.url)))
+        .then((load) => {
+          queueSamples.push(load.reduce((n, x) => n + x.queued, 0));
+          busySamples.push({ atMs, running: load.map((x) => x.running) });
+        })
         .catch(() => undefined);
     }, 250);
     closers.push(() => {
       clearInterval(sampler);
       return Promise.resolve();
     });
-    const startedAt = Date.now();
-    const started = performance.now();
     await pool.load(batch);
     await waitFor(job, () => ({ done: records.records.length >= total, progress: `${records.records.length}/${total} trajectories` }), deadline, log);
     const makespanS = (performance.now() - started) / 1000;
@@ -394,6 +454,7 @@ async function oneBatch(
     const generated = seen.reduce((s, r) => s + r.generated, 0);
     const latencies = seen.map((r) => r.latencyMs / 1000);
     const longest = [...seen].sort((x, y) => y.generated - x.generated).slice(0, Math.max(1, Math.round(seen.length / 8)));
+    const last = seen.reduce((x, y) => (y.createdAt + y.latencyMs > x.createdAt + x.latencyMs ? y : x));
     // Recorded by the agents as trajectories ended (not awaited there): read once the batch is done.
     if (c.claimOrder === 'longest-first') history.lengths = await pool.lengths();
     return {
@@ -409,6 +470,11 @@ async function oneBatch(
       paths: seen.map((r) => ({ turns: r.turns, generated: r.generated })),
       longTailStartS: median(longest.map((r) => Math.max(0, r.createdAt - startedAt) / 1000)),
       engineQueue: queueSamples.length ? queueSamples.reduce((x, y) => x + y, 0) / queueSamples.length : 0,
+      timeline: busyTimeline(busySamples, a.maxRunning, makespanS * 1000),
+      prefilled: prompted - (sum(after, 'cached') - sum(before, 'cached')),
+      last: { startS: Math.max(0, last.createdAt - startedAt) / 1000, latencyS: last.latencyMs / 1000, turns: last.turns, generated: last.generated },
+      lastSplit: lastTrajectory(turns),
+      longTailOnOneEngine: longTailShare(turns, engines.length),
       requests: clients.reduce((n, c) => n + c.requests, 0),
       prioritised: clients.reduce((n, c) => n + c.prioritised, 0),
     };
@@ -501,6 +567,7 @@ function summarise(
   prefill: ReprefillMeasurement,
   rate: EngineRate,
 ): { result: SchedResult; rows: string[][] } {
+  const bound = (b: Batch): ReturnType<typeof makespanBound> => makespanBound(a, b, rate, prefill.prefillMsPerToken);
   const ok = (key: ConfigKey): Batch[] => (batches.get(key) ?? []).filter((b): b is Batch => b !== null);
   const med = (key: ConfigKey, f: (b: Batch) => number): number => (ok(key).length ? median(ok(key).map(f)) : Number.NaN);
   const paired = (key: ConfigKey): number[] => {
@@ -548,6 +615,26 @@ function summarise(
     ['long_tail_start_s', 'long tail starts s', (b) => b.longTailStartS, 2],
     ['engine_queue', 'engine queue', (b) => b.engineQueue, 1],
     ['prioritised_share', 'turns with priority', (b) => (b.requests > 0 ? b.prioritised / b.requests : 0), 2],
+    // How far each batch is from the least makespan its own work and path allow (agentic-regime.ts),
+    // and where the rest went: the engines' unused decode slots, the tail after they were last all
+    // full, and the trajectory that ended last (when it was claimed, its latency beyond its own path).
+    ['bound_s', 'bound s', (b) => bound(b).boundS, 2],
+    ['over_bound', 'over bound', (b) => b.makespanS / bound(b).boundS, 3],
+    ['busy_share', 'engines busy', (b) => b.timeline.busyShare, 2],
+    ['idle_engine_s', 'idle engine s', (b) => b.timeline.idleEngineS, 1],
+    ['tail_s', 'tail s', (b) => b.timeline.tailS, 2],
+    ['tail_busy_share', 'tail busy', (b) => b.timeline.tailBusyShare, 2],
+    ['long_tail_on_one_engine', 'long tail on one engine', (b) => b.longTailOnOneEngine, 2],
+    ['last_start_s', 'last starts s', (b) => b.last.startS, 2],
+    ['last_wait_s', 'last waits s', (b) => b.last.latencyS - ownPathS(a, b.last, rate), 2],
+    // ... of which at the engine (its queue and prefill), and at its turn boundaries beyond its tool calls (the agent's own time and line).
+    ['last_at_engine_s', 'last at engine s', (b) => b.lastSplit?.atEngineS ?? Number.NaN, 2],
+    [
+      'last_boundaries_s',
+      'last boundaries s',
+      (b) => (b.lastSplit ? b.lastSplit.betweenS - (Math.max(0, b.lastSplit.requests - 1) * a.toolMs) / 1000 : Number.NaN),
+      2,
+    ],
   ];
   const rows = [
     ['configuration', 'failed batches', 'trajectories/s (lowest-highest)', 'over before, by round', ...figures.slice(1).map(([, column]) => column), 'tokens'],

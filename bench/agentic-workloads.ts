@@ -23,6 +23,9 @@ export const MAX_CONTEXT = 500;
 export const SCHED_WORKLOADS = ['tool-waits', 'long-answers'] as const;
 export type SchedWorkload = (typeof SCHED_WORKLOADS)[number];
 
+/** `--sched-workload` when not given. */
+export const DEFAULT_WORKLOAD: SchedWorkload = 'tool-waits';
+
 /** tool-waits: turns per group (the mean is 2.8; the long groups at positions 7 and 15 of 16). */
 export const TURNS_BY_GROUP = [1, 1, 2, 1, 3, 1, 2, 12, 1, 2, 1, 4, 1, 1, 2, 10];
 
@@ -31,6 +34,37 @@ export const TOKENS_BY_GROUP = [8, 12, 24, 8, 40, 12, 16, 360, 8, 24, 12, 64, 8,
 
 /** long-answers: no turn limit below what the context allows (6 prompt tokens, ~22 + 6 a turn). */
 const LONG_ANSWER_TURNS = 24;
+
+/**
+ * The job around each workload when its flags are not given (`--sched-groups`, ...): the engines'
+ * decode batch and step, the agents' places, the tools' time. A workload's tail only means
+ * something beside them: a tail in turns needs tools long beside a turn's decode, a tail in
+ * tokens engines whose decode it occupies (docs/performance/agentic.md, "The workload against
+ * Heddle's").
+ */
+export interface WorkloadDefaults {
+  groups: number;
+  groupSize: number;
+  maxRunning: number;
+  inFlight: number;
+  atTools: number;
+  toolMs: number;
+  stepMs: number;
+}
+
+export const WORKLOAD_DEFAULTS: Readonly<Record<SchedWorkload, Readonly<WorkloadDefaults>>> = {
+  // Chosen 2026-11-30 for a critical path (12 turns: 11 s of tools) about the batch's work at 2
+  // sequences an engine: 96 trajectories an engine (Heddle §7.1's batch of 100 a worker), 6
+  // queued beyond the 2 decoded (the queue progressive priority orders), 32 more at tools.
+  'tool-waits': { groups: 48, groupSize: 4, maxRunning: 2, inFlight: 8, atTools: 32, toolMs: 1000, stepMs: 0 },
+  // Heddle's proportions (docs/performance/agentic.md): tools short beside a step's generation
+  // (§7.5, Table 1: 0.05 s for the math agent's calculator against tens of seconds of generation
+  // a step), and each engine decoding a sizeable share of its batch at once with a GPU-like
+  // step that occupies the engine and not the CPU (`/slow_down`), 8 more requests queued beyond.
+  // 16 at once puts the longest trajectory's path about the batch's work (the longest answer's
+  // 360 tokens x 2 engines x 16 = 11,520, the batch's 11,328 tokens), where a scheduler has room.
+  'long-answers': { groups: 48, groupSize: 4, maxRunning: 16, inFlight: 24, atTools: 32, toolMs: 50, stepMs: 80 },
+};
 
 /** What the payload of group `i` limits: its turns and its generated tokens. */
 export interface GroupShape {

@@ -1,8 +1,9 @@
 /**
  * `npm run bench -- agentic [--only predictor,sched] [--steps 3] [--prompts 512]
- *   [--sched-groups 48] [--sched-group-size 4] [--sched-max-running 2] [--sched-in-flight 8]
- *   [--sched-at-tools 32] [--sched-rounds 4] [--sched-tool-ms 1000] [--sched-workload tool-waits|long-answers] [--sched-step-ms 0]
- *   [--sched-configs before,priority,claims,median,all,free-moves]`
+ *   [--sched-workload tool-waits|long-answers] [--sched-groups N] [--sched-group-size N]
+ *   [--sched-max-running N] [--sched-in-flight N] [--sched-at-tools N] [--sched-tool-ms MS]
+ *   [--sched-step-ms MS] [--sched-rounds 4] [--sched-configs before,priority,claims,no-moves,median,all,free-moves]`
+ *   (the job's shape, groups to tools, defaults to the workload's own: WORKLOAD_DEFAULTS)
  *
  * Issue #49's agentic scheduling figures, in sections (`--only`; default: both):
  *   predictor: `predictor_mae_over_baseline`, the mean absolute error of the remaining-length
@@ -20,7 +21,9 @@
  *              measured on a reference engine once the warm-up round has loaded its weights
  *              (agentic-prefill.ts; the warm-up's moves are free) and printed. So is the batch's
  *              regime (agentic-regime.ts): its work over the engines' capacity beside its
- *              critical path, and the least makespan they allow.
+ *              critical path, and the least makespan they allow; per configuration, its
+ *              makespan over that bound and where the rest went (the engines' busy timelines,
+ *              the trajectory that ended last).
  *              `--sched-step-ms`: each engine step takes that much longer without using a CPU
  *              (a GPU's step time), so that the engines, not the two CPU cores, are saturated.
  * Prints a table per section, then one JSON line (the last line of stdout).
@@ -34,7 +37,7 @@ import { loadScenario } from '../src/simulate/scenario/load.js';
 import { turnTraces } from '../src/simulate/workload/turn-traces.js';
 import { Workload } from '../src/simulate/workload/workload.js';
 import { CONFIG_KEYS, schedSection, type ConfigKey, type SchedResult } from './agentic-sched.js';
-import { SCHED_WORKLOADS, type SchedWorkload } from './agentic-workloads.js';
+import { DEFAULT_WORKLOAD, SCHED_WORKLOADS, WORKLOAD_DEFAULTS, type SchedWorkload } from './agentic-workloads.js';
 import { positiveInt, printTable, round } from './support.js';
 
 const SECTIONS = ['predictor', 'sched'] as const;
@@ -46,20 +49,17 @@ export async function run(args: string[]): Promise<void> {
       only: { type: 'string', default: SECTIONS.join(',') },
       steps: { type: 'string', default: '3' },
       prompts: { type: 'string', default: '512' },
-      // Heddle's batch of ~100 trajectories per rollout worker (§7.1): 48 groups of 4 on 2 engines
-      // decoding 2 at once, 8 requests per agent at its engine (6 queued: the queue that priority
-      // orders) and 32 more owned at tools, so that the agents keep their engines busy through tool
-      // calls of a second (Heddle's search agent: 1.4 s, its Table 1). The work over the capacity
-      // is then of the order of the longest trajectory's own path (docs/performance/agentic.md).
-      'sched-groups': { type: 'string', default: '48' },
-      'sched-group-size': { type: 'string', default: '4' },
-      'sched-max-running': { type: 'string', default: '2' },
-      'sched-in-flight': { type: 'string', default: '8' },
-      'sched-at-tools': { type: 'string', default: '32' },
+      // The job's shape (groups, engines' batch and step, agents' places, tools' time): each
+      // workload's own unless given (WORKLOAD_DEFAULTS, agentic-workloads.ts).
+      'sched-groups': { type: 'string' },
+      'sched-group-size': { type: 'string' },
+      'sched-max-running': { type: 'string' },
+      'sched-in-flight': { type: 'string' },
+      'sched-at-tools': { type: 'string' },
       'sched-rounds': { type: 'string', default: '4' },
-      'sched-tool-ms': { type: 'string', default: '1000' },
-      'sched-workload': { type: 'string', default: 'tool-waits' },
-      'sched-step-ms': { type: 'string', default: '0' },
+      'sched-tool-ms': { type: 'string' },
+      'sched-workload': { type: 'string', default: DEFAULT_WORKLOAD },
+      'sched-step-ms': { type: 'string' },
       'sched-configs': { type: 'string', default: CONFIG_KEYS.join(',') },
     },
   });
@@ -68,19 +68,21 @@ export async function run(args: string[]): Promise<void> {
   const line = { bench: 'agentic', sections: [...only], ...(only.has('predictor') ? predictorSection(Number(values.steps), Number(values.prompts)) : {}) };
   let sched: SchedResult = {};
   if (only.has('sched')) {
+    const workload = workloadOf(values['sched-workload']);
+    const d = WORKLOAD_DEFAULTS[workload];
     const a = {
-      groups: positiveInt(values['sched-groups'], '--sched-groups'),
-      groupSize: positiveInt(values['sched-group-size'], '--sched-group-size'),
-      maxRunning: positiveInt(values['sched-max-running'], '--sched-max-running'),
-      inFlight: positiveInt(values['sched-in-flight'], '--sched-in-flight'),
-      atTools: positiveInt(values['sched-at-tools'], '--sched-at-tools'),
+      groups: positiveInt(values['sched-groups'] ?? String(d.groups), '--sched-groups'),
+      groupSize: positiveInt(values['sched-group-size'] ?? String(d.groupSize), '--sched-group-size'),
+      maxRunning: positiveInt(values['sched-max-running'] ?? String(d.maxRunning), '--sched-max-running'),
+      inFlight: positiveInt(values['sched-in-flight'] ?? String(d.inFlight), '--sched-in-flight'),
+      atTools: positiveInt(values['sched-at-tools'] ?? String(d.atTools), '--sched-at-tools'),
       configs: configKeys(values['sched-configs']),
       rounds: positiveInt(values['sched-rounds'], '--sched-rounds'),
-      // A batch takes 10-30 s on the loaded development machine.
+      // A batch takes 10-60 s on the loaded development machine.
       deadlineS: 150,
-      toolMs: nonNegative(values['sched-tool-ms'], '--sched-tool-ms'),
-      workload: workloadOf(values['sched-workload']),
-      stepMs: nonNegative(values['sched-step-ms'], '--sched-step-ms'),
+      toolMs: nonNegative(values['sched-tool-ms'] ?? String(d.toolMs), '--sched-tool-ms'),
+      workload,
+      stepMs: nonNegative(values['sched-step-ms'] ?? String(d.stepMs), '--sched-step-ms'),
     };
     const { result, rows } = await schedSection(a);
     printTable(
