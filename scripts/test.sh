@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
 # `npm test` (what CI runs): the bootstrap, the TypeScript build beside the type check, the vitest
-# suite, the exclusive files beside pytest and the linters, then the real-engine tier.
+# suite with the linters beside it, the exclusive files beside pytest, then the real-engine tier.
 # The build (dist/, which the suite's CLI tests run) and `tsc -p test` take a core each for about
 # half a minute (CPU seconds measured with time(1): the build 31, tsc -p test 34); the build needs
 # only node_modules, so the bootstrap leaves it to this phase instead of holding a core for it
 # alone. The suite runs three files at a time in shared worker processes (vitest.config.ts): its
-# files mostly wait on events (two at a time used 1.6 cores, 758 CPU-s in 469 s, the quiet
-# clean-clone run of 2026-11-30), so its wall time is the sum of its files' times over the
-# workers more than its CPU.
+# files mostly wait on events (542 CPU-s in 394 s in the clean-clone run of c08b23f), so its
+# wall time is the sum of its files' times over the workers more than its CPU, and the linters
+# (ESLint's type-checked rules are one core's work for two minutes, 124-172 CPU-s, and gate no
+# test) take that idle core time at the lowest CPU priority. Beside the exclusive files they
+# had made their phase CPU-bound: 389 s, 797 CPU-s, the linters ending last (c08b23f's run).
 # The exclusive files (vitest.config.ts) run one at a time and mostly wait on timers and shaped
 # links (0.35-0.85 of a core, measured with time(1)), so pytest runs beside them on one worker,
-# and after it the two files of the beside-pytest project; the linters (ESLint's type-checked
-# rules are one core's work for two minutes, 124 CPU-s, and gate no test) take what those two
-# lanes leave, at the lowest CPU priority, so that they slow neither the timed files nor the
-# suite (beside the suite: 472-478 s; without them 469 s; this phase took 282 s with them
-# against 262-285 s without, in the quiet runs of 2026-11-29 and -30).
+# and after it the two files of the beside-pytest project.
 # Each phase prints how long it took and the CPU its processes used (user + system, as time(1)
 # counts it), so that a slow phase shows in a CI log, and whether it kept both cores busy or
 # waited (CPU seconds near twice the wall time: busy; near the wall time or less: a core idle,
@@ -87,26 +85,31 @@ pytest_then_files_beside() {
   return "$status"
 }
 
-# The exclusive vitest files with pytest and the linters beside them. The linters run at the
-# lowest CPU priority, on what the two other lanes leave idle (the exclusive files wait on timers
-# and shaped links, pytest keeps a core), so that they neither slow the timed files nor hold the
-# suite's cores. The other lanes' output waits in files until all are done, so that the reports do
-# not interleave; each lane prints its own time.
-exclusive_beside_pytest_and_lint() {
-  local pytest_log lint_log status_vitest=0 status_pytest=0 status_lint=0
+# The exclusive vitest files with pytest beside them. The other lane's output waits in a file until
+# both are done, so that the reports do not interleave; each lane prints its own time.
+exclusive_beside_pytest() {
+  local pytest_log status_vitest=0 status_pytest=0
   pytest_log=$(mktemp)
-  lint_log=$(mktemp)
   pytest_then_files_beside >"$pytest_log" 2>&1 &
   local pytest=$!
-  phase 'the linters (beside the exclusive files)' nice -n 19 npm run --silent lint >"$lint_log" 2>&1 &
-  local lint=$!
   phase 'vitest: the exclusive files' npx --no-install vitest run --project exclusive || status_vitest=$?
   wait "$pytest" || status_pytest=$?
-  wait "$lint" || status_lint=$?
-  cat "$pytest_log" "$lint_log"
-  rm -f "$pytest_log" "$lint_log"
-  if [ "$status_vitest" -ne 0 ] || [ "$status_pytest" -ne 0 ] || [ "$status_lint" -ne 0 ]; then
-    echo "npm test: the exclusive vitest files exited $status_vitest, pytest and the beside-pytest files $status_pytest, the linters (npm run lint) $status_lint" >&2
+  cat "$pytest_log"
+  rm -f "$pytest_log"
+  if [ "$status_vitest" -ne 0 ] || [ "$status_pytest" -ne 0 ]; then
+    echo "npm test: the exclusive vitest files exited $status_vitest, pytest and the beside-pytest files $status_pytest" >&2
+    return 1
+  fi
+}
+
+# The linters' end: their report (it waited in a file) and their status.
+wait_for_linters() {
+  local status=0
+  wait "$lint" || status=$?
+  cat "$lint_log"
+  rm -f "$lint_log"
+  if [ "$status" -ne 0 ]; then
+    echo "npm test: the linters (npm run lint) exited $status" >&2
     return 1
   fi
 }
@@ -126,7 +129,14 @@ engines_log=$(mktemp)
 phase 'the real-engine environment (in the background)' nice -n 19 ionice -c 3 bash scripts/bootstrap.sh --only engines >"$engines_log" 2>&1 &
 engines_build=$!
 phase 'build and type check' build_and_type_check
+# The linters gate no test: they start with the suite, at the lowest CPU priority, on the core time
+# its files leave idle while they wait on their daemons (the suite used 542 CPU-s in 394 s), and
+# go on beside the exclusive files if they are not done by then; their report comes at the end.
+lint_log=$(mktemp)
+phase 'the linters (beside the suite)' nice -n 19 npm run --silent lint >"$lint_log" 2>&1 &
+lint=$!
 phase 'the suite' suite
-phase 'the exclusive files, pytest and the linters' exclusive_beside_pytest_and_lint
+phase 'the exclusive files and pytest' exclusive_beside_pytest
+phase 'waiting for the linters' wait_for_linters
 wait_for_engines_environment
 phase 'vitest: the real-engine tier' npx --no-install vitest run --project engines
