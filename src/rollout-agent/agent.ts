@@ -129,7 +129,9 @@ export interface RolloutAgentOptions {
   maxAtTools?: number;
   /**
    * Progressive priority: each turn goes to the engine (and into the agent's line for a place
-   * there) with its trajectory's predicted remaining tokens as priority, longest first. The
+   * there) with its trajectory's predicted remaining time as priority (remaining tokens at the
+   * measured decode rate plus remaining tool calls at the measured tool latency, in ms), longest
+   * first. The
    * engine must order by it: SGLang and the reference engine with `--enable-priority-scheduling`,
    * vLLM with `--scheduling-policy priority`. Default false (first come, first served).
    */

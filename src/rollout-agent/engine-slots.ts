@@ -9,7 +9,7 @@
  * trajectory is passed over for ever, and a long episode cannot be starved by fresh claims.
  *
  * With progressive priority (turn-priority.ts) each turn asks with a priority, its trajectory's
- * predicted remaining tokens: the line is then ordered by it, largest first and first come first
+ * predicted remaining time: the line is then ordered by it, largest first and first come first
  * served among equals (Heddle's longest-predicted-first, an approximation of LPT). A short
  * trajectory may then wait while longer ones pass it; it is what shortens the batch's tail.
  */

@@ -15,7 +15,8 @@
  *   turn and gives it up at the turn's end, so one waiting at a tool call holds nothing at the
  *   engine; when its result is back it waits its turn, longest waiting first.
  * - With progressive priority (turn-priority.ts) each turn is predicted its trajectory's remaining
- *   tokens, which orders the line for a place and goes to the engine as the request's priority.
+ *   time (tokens at the streams' decode rate plus tool calls at the tools' measured latency),
+ *   which orders the line for a place and goes to the engine as the request's priority.
  */
 import type { Logger } from 'pino';
 import { delay } from '../common/concurrency.js';
@@ -315,6 +316,11 @@ export class HttpRolloutEngine implements RolloutEngine {
       const request = { ...requestFor(task, this.options.defaults, episodes?.stopTokenIds), priority, ...(lora !== null ? { lora } : {}) };
       let finish: FinishReason | null = alreadyFinished(task, request, episodes?.stopTokenIds);
       if (finish === null) {
+        // The stream's decode time for progressive priority: from its first chunk to its last,
+        // so that neither the wait in the engine's queue nor the prefill counts.
+        let firstChunkAt = -1;
+        let lastChunkAt = -1;
+        let tokensAfterFirst = 0;
         try {
           const result = await client.generate(request, {
             signal: controller.signal,
@@ -332,10 +338,15 @@ export class HttpRolloutEngine implements RolloutEngine {
                 return;
               }
               metrics.tokens.inc(tokens.length);
-              this.recent.push({ at: performance.now(), tokens: tokens.length });
+              const now = performance.now();
+              this.recent.push({ at: now, tokens: tokens.length });
+              if (firstChunkAt < 0) firstChunkAt = now;
+              else tokensAfterFirst += tokens.length;
+              lastChunkAt = now;
             },
           });
           finish = result.finishReason;
+          if (tokensAfterFirst > 0) this.options.priorities?.decoded(tokensAfterFirst, lastChunkAt - firstChunkAt);
         } catch (err) {
           if (controller.signal.aborted) {
             metrics.requests.inc({ result: 'stopped' });

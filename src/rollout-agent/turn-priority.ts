@@ -1,9 +1,24 @@
 /**
  * Progressive priority (issue #49, after Heddle §4.2): every turn of a trajectory goes to the
- * engine with a priority, its predicted remaining output tokens, refined at each turn boundary,
- * so that the engine (and the agent's own line for a place there, engine-slots.ts) serves the
- * predicted long tail first. A trajectory that has run long so far is predicted to go on long
- * and rises as it unfolds; that is the "progressive" part.
+ * engine with a priority, its predicted remaining *time* on the critical path, refined at each
+ * turn boundary, so that the engine (and the agent's own line for a place there, engine-slots.ts)
+ * serves the predicted long tail first. A trajectory that has run long so far is predicted to go
+ * on long and rises as it unfolds; that is the "progressive" part.
+ *
+ * Remaining time, not remaining tokens: Heddle's longest-first approximates LPT, whose "length"
+ * is processing time. On a tool-calling task a turn's tool call (a second) can dwarf its decode
+ * (tens of milliseconds), so a long trajectory near its end has few tokens left but seconds of
+ * tool calls ahead; ranked by tokens it fell in with fresh short ones and finished last (the
+ * agentic bench's cause 1, docs/performance/agentic.md). The priority is therefore
+ *   predicted remaining tokens × the engine's per-token decode time
+ *   + predicted remaining tool calls (remaining turns − 1: the last turn answers) × the mean
+ *     latency of this agent's recent calls of the trajectory's tool (all tools' mean before that
+ *     tool has been seen),
+ * in whole milliseconds. Both rates are learned online from what the agent sees: the decode time
+ * from its streams (decoded(), between a request's first and last chunk, so that neither the
+ * engine's queue nor the prefill counts), the tool latency from the observation each turn
+ * boundary appends (its action's `latencyMs`). Until both have been measured the priority is the
+ * predicted remaining tokens, as before (the same ordering as any time with instant tools).
  *
  * The prediction is the remaining-length predictor of src/manager/agentic (its trajectory's
  * progress, its GRPO group so far, the recent history of what this rollout finished). Beside it
@@ -17,15 +32,58 @@
  * engine clients turn it into their API's sense; here larger always means sooner.
  */
 import type { Histogram } from 'prom-client';
+import type { ObservationAction } from '../data/index.js';
 import { GroupMedianBaseline } from '../manager/agentic/group-median-baseline.js';
 import { LengthPredictor } from '../manager/agentic/length-predictor.js';
 import type { RemainingLength, RemainingLengthPredictor } from '../manager/agentic/remaining-length.js';
 import type { GenerationTask } from '../rollout/task.js';
 
+/** Weight of the newest measurement in the running means: about the last 20 count. */
+const RATE_ALPHA = 0.05;
+/** Tools whose latency is tracked apart; beyond, only the all-tools mean (tool names come from the model). */
+const MAX_TOOL_KINDS = 64;
+
+/**
+ * The agent's running measurements: the engine's per-token decode time and its tools' latencies,
+ * exponentially weighted (the engine's batch and the tools' load drift over a job).
+ */
+export class TurnCosts {
+  private msPerToken: number | null = null;
+  private toolMs: number | null = null;
+  private readonly byTool = new Map<string, number>();
+
+  /** A request streamed `tokens` tokens over `ms` milliseconds after its first chunk. */
+  decoded(tokens: number, ms: number): void {
+    if (!(tokens > 0) || !(ms >= 0) || !Number.isFinite(ms)) return;
+    const rate = ms / tokens;
+    // Weighted by tokens: a long stream says more of the rate than a two-token one.
+    const w = Math.min(1, RATE_ALPHA * Math.max(1, tokens / 16));
+    this.msPerToken = this.msPerToken === null ? rate : this.msPerToken + w * (rate - this.msPerToken);
+  }
+
+  /** A tool call returned after `ms` milliseconds. */
+  tool(name: string, ms: number): void {
+    if (!(ms >= 0) || !Number.isFinite(ms)) return;
+    this.toolMs = this.toolMs === null ? ms : this.toolMs + RATE_ALPHA * (ms - this.toolMs);
+    const known = this.byTool.get(name);
+    if (known !== undefined) this.byTool.set(name, known + RATE_ALPHA * (ms - known));
+    else if (this.byTool.size < MAX_TOOL_KINDS) this.byTool.set(name, ms);
+  }
+
+  /** Milliseconds a remaining prediction costs; null until both rates have been measured. */
+  remainingMs(prediction: RemainingLength, tool: string | undefined): number | null {
+    if (this.msPerToken === null || this.toolMs === null) return null;
+    const perCall = (tool !== undefined ? this.byTool.get(tool) : undefined) ?? this.toolMs;
+    return prediction.tokens * this.msPerToken + Math.max(0, prediction.turns - 1) * perCall;
+  }
+}
+
 /** What a turn boundary said of one trajectory: its prediction, and the predictions to score at its end. */
 interface Tracked {
   turns: number;
   prediction: RemainingLength;
+  /** The priority of the turn predicted (the remaining time in ms, or tokens before any rate is known). */
+  priority: number;
   /** Output tokens at each boundary, with what the predictor and the baseline said remained. */
   scored: { tokensAt: number; predicted: number; baseline: number }[];
 }
@@ -44,10 +102,18 @@ function turnsOf(task: GenerationTask): number {
   return n;
 }
 
+/** The action of the trajectory's last segment when that is an observation (it waits to generate after a tool call). */
+function lastAction(task: GenerationTask): ObservationAction | undefined {
+  const last = task.segments[task.segments.length - 1];
+  return last?.kind === 'observation' ? last.action : undefined;
+}
+
 export class ProgressivePriority {
   private readonly predictor: RemainingLengthPredictor;
   private readonly baseline: RemainingLengthPredictor;
   private readonly tracked = new Map<string, Tracked>();
+  /** The decode and tool rates the priority converts a prediction into time with. */
+  readonly costs = new TurnCosts();
 
   constructor(private readonly options: ProgressivePriorityOptions) {
     this.predictor = options.predictor ?? new LengthPredictor();
@@ -55,12 +121,19 @@ export class ProgressivePriority {
   }
 
   /**
-   * The priority of the trajectory's next turn: its predicted remaining output tokens, rounded
-   * (0 while nothing is known). Predicted once per turn boundary; a request sent again within a
-   * turn (the engine aborted it, a 5xx) keeps the turn's priority.
+   * The priority of the trajectory's next turn: its predicted remaining time in milliseconds,
+   * rounded (the predicted remaining tokens until the decode and tool rates are measured; 0 while
+   * nothing is known). Predicted once per turn boundary; a request sent again within a turn (the
+   * engine aborted it, a 5xx) keeps the turn's priority.
    */
   priorityOf(task: GenerationTask): number {
-    return Math.round(this.predict(task).tokens);
+    this.predict(task);
+    return this.tracked.get(task.trajectoryId)!.priority;
+  }
+
+  /** A request of this agent streamed `tokens` tokens over `ms` milliseconds after its first chunk. */
+  decoded(tokens: number, ms: number): void {
+    this.costs.decoded(tokens, ms);
   }
 
   /** The trajectory's current prediction (refined if it has passed a turn boundary since). */
@@ -68,12 +141,18 @@ export class ProgressivePriority {
     const turns = turnsOf(task);
     const known = this.tracked.get(task.trajectoryId);
     if (known !== undefined && known.turns === turns) return known.prediction;
+    // A new boundary: the tool call that just ended it (the last observation) is a latency measured.
+    const last = lastAction(task);
+    if (last !== undefined && last.status !== 'bad_call') this.costs.tool(last.tool, last.latencyMs);
     const progress = { id: task.trajectoryId, group: task.groupId, tokens: task.modelTokens, turns };
     const prediction = this.predictor.observe(progress);
     const baseline = this.baseline.observe(progress);
-    const tracked = known ?? { turns, prediction, scored: [] };
+    const ms = this.costs.remainingMs(prediction, last?.tool);
+    const priority = Math.round(ms ?? prediction.tokens);
+    const tracked = known ?? { turns, prediction, priority, scored: [] };
     tracked.turns = turns;
     tracked.prediction = prediction;
+    tracked.priority = priority;
     tracked.scored.push({ tokensAt: progress.tokens, predicted: prediction.tokens, baseline: baseline.tokens });
     this.tracked.set(task.trajectoryId, tracked);
     return prediction;

@@ -8,6 +8,7 @@
  */
 import { Histogram, Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
+import type { RemainingLength, RemainingLengthPredictor } from '../../src/manager/agentic/remaining-length.js';
 import type { GenerationTask } from '../../src/rollout/task.js';
 import { ProgressivePriority } from '../../src/rollout-agent/turn-priority.js';
 
@@ -63,5 +64,73 @@ describe('ProgressivePriority across a tool-call move', () => {
       // Its next turns there too: still predicted, not dropped to 0 as it outlives the history.
       expect(destination.priorityOf(task(id, 'long', turns + 1))).toBeGreaterThan(shortest);
     }
+  });
+});
+
+/** A predictor that answers what it is told: the ordering under test is the priority's, not the prediction's. */
+class FixedPredictor implements RemainingLengthPredictor {
+  constructor(private readonly answers: ReadonlyMap<string, RemainingLength>) {}
+  observe(progress: { id: string }): RemainingLength {
+    return this.answers.get(progress.id) ?? { tokens: 0, turns: 1 };
+  }
+  finish(): void {}
+  forget(): void {}
+}
+
+/** A trajectory after `turns` turns, each of 10 tokens ended by a call of `tool` that took `latencyMs`. */
+function afterTools(id: string, turns: number, tool: string, latencyMs: number): GenerationTask {
+  const segments = [];
+  for (let k = 0; k < turns; k++) {
+    segments.push({ kind: 'generated' as const, length: 10 });
+    segments.push({ kind: 'observation' as const, length: 5, action: { tool, actionId: `${id}/turn-${k}`, status: 'ok', latencyMs } });
+  }
+  return { trajectoryId: id, groupId: 'g', modelTokens: turns * 10, segments } as unknown as GenerationTask;
+}
+
+describe('ProgressivePriority by predicted remaining time', () => {
+  // Near its end with many tool calls left against one with more tokens but no call left.
+  const answers = new Map([
+    ['calls', { tokens: 2, turns: 6 }],
+    ['tokens', { tokens: 60, turns: 1 }],
+  ]);
+  function priorities(): ProgressivePriority {
+    const error = new Histogram({ name: 'e', help: 'e', labelNames: ['predictor'], registers: [new Registry()] });
+    return new ProgressivePriority({ error, predictor: new FixedPredictor(answers), baseline: new FixedPredictor(answers) });
+  }
+
+  it('ranks 5 tool calls of 1 s above 60 tokens of 10 ms', () => {
+    const p = priorities();
+    p.decoded(100, 1000); // 10 ms a token
+    const calls = p.priorityOf(afterTools('calls', 3, 'search', 1000));
+    const tokens = p.priorityOf(afterTools('tokens', 3, 'search', 1000));
+    expect(calls).toBe(2 * 10 + 5 * 1000);
+    expect(tokens).toBe(60 * 10);
+    expect(calls).toBeGreaterThan(tokens);
+  });
+
+  it('keeps the token ordering when tools are instant', () => {
+    const p = priorities();
+    p.decoded(100, 1000);
+    const calls = p.priorityOf(afterTools('calls', 3, 'search', 0));
+    const tokens = p.priorityOf(afterTools('tokens', 3, 'search', 0));
+    expect(tokens).toBeGreaterThan(calls);
+  });
+
+  it('falls back to the predicted tokens until the decode rate and a tool latency are measured', () => {
+    const p = priorities();
+    // A tool latency but no stream measured yet.
+    expect(p.priorityOf(afterTools('calls', 3, 'search', 1000))).toBe(2);
+    expect(p.priorityOf(afterTools('tokens', 3, 'search', 1000))).toBe(60);
+  });
+
+  it("costs a trajectory's remaining calls at its own tool's latency", () => {
+    const p = priorities();
+    p.decoded(100, 1000);
+    // A slow tool seen first, then a fast one: each trajectory's calls are costed by the tool it calls.
+    const slow = p.priorityOf(afterTools('calls', 1, 'compile', 2000));
+    p.left('calls');
+    const fast = p.priorityOf(afterTools('calls', 2, 'search', 100));
+    expect(slow).toBe(20 + 5 * 2000);
+    expect(fast).toBe(20 + 5 * 100);
   });
 });
