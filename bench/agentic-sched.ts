@@ -170,6 +170,8 @@ interface Batch {
   timeline: BusyTimeline;
   /** Prompt tokens the engines computed, not served by their prefix caches (the prefills' share of the work). */
   prefilled: number;
+  /** Requests the engines retracted for a waiting one of higher priority (priority preemption). */
+  preempted: number;
   /**
    * The trajectory that ended last, the one the makespan waited for: when it was claimed (s after
    * the prompts were loaded), how long it took, and its own path's turns and tokens. Its latency
@@ -448,7 +450,7 @@ async function oneBatch(
           `${sent.filter((p) => p === 0).length} of 0, quartiles ${[0.25, 0.5, 0.75, 1].map((q) => sent[Math.min(sent.length - 1, Math.floor(q * sent.length))]).join(' ')}`,
       );
     const after = await Promise.all(engines.map((e) => promptCounters(e.url)));
-    const sum = (xs: { prompt: number; cached: number }[], k: 'prompt' | 'cached'): number => xs.reduce((s, x) => s + x[k], 0);
+    const sum = (xs: { prompt: number; cached: number; retracted: number }[], k: 'prompt' | 'cached' | 'retracted'): number => xs.reduce((s, x) => s + x[k], 0);
     const prompted = sum(after, 'prompt') - sum(before, 'prompt');
     const seen: RecordSeen[] = records.records.slice(0, total);
     const generated = seen.reduce((s, r) => s + r.generated, 0);
@@ -472,6 +474,7 @@ async function oneBatch(
       engineQueue: queueSamples.length ? queueSamples.reduce((x, y) => x + y, 0) / queueSamples.length : 0,
       timeline: busyTimeline(busySamples, a.maxRunning, makespanS * 1000),
       prefilled: prompted - (sum(after, 'cached') - sum(before, 'cached')),
+      preempted: sum(after, 'retracted') - sum(before, 'retracted'),
       last: { startS: Math.max(0, last.createdAt - startedAt) / 1000, latencyS: last.latencyMs / 1000, turns: last.turns, generated: last.generated },
       lastSplit: lastTrajectory(turns),
       longTailOnOneEngine: longTailShare(turns, engines.length),
@@ -615,6 +618,7 @@ function summarise(
     ['long_tail_start_s', 'long tail starts s', (b) => b.longTailStartS, 2],
     ['engine_queue', 'engine queue', (b) => b.engineQueue, 1],
     ['prioritised_share', 'turns with priority', (b) => (b.requests > 0 ? b.prioritised / b.requests : 0), 2],
+    ['preempted', 'preempted', (b) => b.preempted, 0],
     // How far each batch is from the least makespan its own work and path allow (agentic-regime.ts),
     // and where the rest went: the engines' unused decode slots, the tail after they were last all
     // full, and the trajectory that ended last (when it was claimed, its latency beyond its own path).

@@ -125,9 +125,9 @@ export async function waitFor(what: string, probe: () => { done: boolean; progre
   }
 }
 
-/** An engine's prompt-token counters: all of them, and those its prefix cache served. */
-export async function promptCounters(engineUrl: string): Promise<{ prompt: number; cached: number }> {
+/** An engine's counters: prompt tokens (all, and those its prefix cache served), and requests retracted (priority preemptions). */
+export async function promptCounters(engineUrl: string): Promise<{ prompt: number; cached: number; retracted: number }> {
   const text = await (await fetch(`${engineUrl}/metrics`)).text();
   const value = (name: string): number => Number(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
-  return { prompt: value('sglang:prompt_tokens_total'), cached: value('sglang:cached_tokens_total') };
+  return { prompt: value('sglang:prompt_tokens_total'), cached: value('sglang:cached_tokens_total'), retracted: value('sglang:num_retracted_requests_total') };
 }

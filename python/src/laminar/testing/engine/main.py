@@ -43,6 +43,7 @@ def build_scheduler(options: EngineOptions) -> Scheduler:
         fallback,
         priority_scheduling=options.enable_priority_scheduling,
         prefix_cache=not options.disable_radix_cache,
+        preemption_threshold=None if options.disable_priority_preemption else options.priority_scheduling_preemption_threshold,
     )
     if options.model_path is not None:
         model, config = load_weights(options.model_path, None, fallback)

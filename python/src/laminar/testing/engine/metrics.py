@@ -32,6 +32,13 @@ def render(scheduler: Scheduler, model_name: str) -> str:
     lines += _metric("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", labels, scheduler.prompt_tokens_total)
     lines += _metric("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.", labels, scheduler.generation_tokens_total)
     lines += _metric("sglang:num_requests_total", "counter", "Number of requests processed.", labels, scheduler.requests_total)
+    lines += _metric(
+        "sglang:num_retracted_requests_total",
+        "counter",
+        "Number of retracted requests (pause in retract mode, priority preemption).",
+        labels,
+        scheduler.retracted_total,
+    )
     lines += _metric("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", labels, scheduler.cached_tokens_total)
     lines += _metric("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", labels, scheduler.cache_hit_rate())
     return "\n".join(lines) + "\n"

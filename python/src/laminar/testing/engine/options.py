@@ -15,6 +15,8 @@ DEFAULT_MAX_RUNNING = 16
 DEFAULT_SERVED_MODEL_NAME = "laminar-tinylm"
 DEFAULT_MAX_LORAS = 4
 """Most LoRA adapters loaded at once (SGLang's --max-loaded-loras)."""
+DEFAULT_PREEMPTION_THRESHOLD = 10
+"""SGLang's --priority-scheduling-preemption-threshold default: the least priority difference that preempts."""
 DEFAULT_WEIGHT_VERSION = "default"
 """SGLang's `--weight-version` default."""
 
@@ -35,6 +37,8 @@ class EngineOptions:
     threads: Optional[int] = None
     log_level: str = "info"
     enable_priority_scheduling: bool = False
+    priority_scheduling_preemption_threshold: int = DEFAULT_PREEMPTION_THRESHOLD
+    disable_priority_preemption: bool = False
     disable_radix_cache: bool = False
     max_loras: int = DEFAULT_MAX_LORAS
 
@@ -83,6 +87,20 @@ def parse_options(argv: Optional[Sequence[str]] = None) -> EngineOptions:
         "--enable-priority-scheduling",
         action="store_true",
         help="admit waiting requests by their `priority` (larger first, first come first served among equals) instead of FCFS, as SGLang",
+    )
+    parser.add_argument(
+        "--priority-scheduling-preemption-threshold",
+        type=int,
+        default=DEFAULT_PREEMPTION_THRESHOLD,
+        help=(
+            "with priority scheduling, a waiting request that finds no slot or room retracts running ones"
+            f" whose priority is lower by more than this (SGLang's flag; default {DEFAULT_PREEMPTION_THRESHOLD})"
+        ),
+    )
+    parser.add_argument(
+        "--disable-priority-preemption",
+        action="store_true",
+        help="with priority scheduling, never retract running requests for a waiting one (the order of admission only)",
     )
     parser.add_argument(
         "--max-loras",

@@ -4,7 +4,7 @@ One asyncio task (`Scheduler.run`) owns the state; the model's work (prefill, de
 loading a directory) runs in one worker thread so that HTTP stays responsive. Every iteration:
 admit waiting requests while a slot is free and the KV capacity allows (FCFS, or by request
 `priority` with priority scheduling; a request reserves prompt + max_new_tokens tokens, so an
-admitted request always finishes without being evicted),
+admitted request is never evicted for room, only preempted for priority, below),
 then run one model step for all of them, the admitted requests' prefills and the running ones'
 decodes in one forward (a mixed batch, `TinyLM.extend`; a step without admissions is a plain
 decode), and hand each new token to its request. Aborts (`/abort_request`, a client that disconnects, `/pause_generation
@@ -17,6 +17,14 @@ its keys and values and prefills only the rest. Cached tokens are evictable: the
 reservation and are evicted, least recently used first, when a request needs their room or slot.
 New weights flush the cache; a sequence whose KV spans two weight versions (paused in place across
 an update) is not cached.
+
+Priority preemption (SGLang's, on with priority scheduling unless --disable-priority-preemption):
+when the head of the queue finds no slot or no room, running requests whose priority is lower
+than the head's by more than --priority-scheduling-preemption-threshold are retracted, the lowest
+first (the latest arrived among equals), as many as the head needs and only if that many are
+enough. A retracted request goes back to the queue in priority order; its KV goes to the prefix
+cache (evictable), so that it resumes with little or no prefill, and its seeded draws continue
+token for token.
 
 New requests pass a gate first: it is closed while generation is paused and while a weight update
 waits for the engine to drain, as SGLang holds them in its tokenizer manager.
@@ -44,6 +52,7 @@ import torch
 from ...errors import LaminarError
 from ..lora import LoraWeights, applied_per_row
 from ..model import KVCache, TinyLM, TinyLMConfig
+from .options import DEFAULT_PREEMPTION_THRESHOLD
 from .prefix_cache import PrefixCache, PrefixMatch
 from .protocol import GenerateRequest, InvalidRequest, finish_abort, finish_length, finish_stop
 from .sampling import SamplingParams, sample
@@ -140,10 +149,14 @@ class Scheduler:
         fallback_config: Optional[TinyLMConfig],
         priority_scheduling: bool = False,
         prefix_cache: bool = True,
+        preemption_threshold: Optional[int] = DEFAULT_PREEMPTION_THRESHOLD,
     ) -> None:
         self.kv_capacity = kv_capacity
         self.priority_scheduling = priority_scheduling
         """Waiting requests are admitted by `priority`, larger first (SGLang's --enable-priority-scheduling)."""
+        self.preemption_threshold = preemption_threshold if priority_scheduling else None
+        """With priority scheduling, a waiting request retracts running ones whose priority is lower
+        by more than this, for a slot or room (None: never; SGLang's --disable-priority-preemption)."""
         self.max_running = max_running
         self.eos_token_id = eos_token_id
         self.fallback_config = fallback_config
@@ -172,6 +185,8 @@ class Scheduler:
         self.requests_total = 0
         self.cached_tokens_total = 0
         """Prompt tokens whose KV came from the prefix cache."""
+        self.retracted_total = 0
+        """Requests retracted from running: by a pause in `retract` mode, or preempted for priority."""
         self.computed_prompt_tokens_total = 0
         """Prompt tokens prefilled (computed) at admission; with the cached ones, the hit rate's denominator."""
         self._generated: collections.deque[tuple[float, int]] = collections.deque()
@@ -240,8 +255,7 @@ class Scheduler:
         """Into the waiting queue: at its end (FCFS), or with priority scheduling behind every
         waiting request of at least its priority (FCFS among equals), which is the order in which
         SGLang's priority policy admits them. The head still waits for room as under FCFS: a large
-        request of high priority is not passed by smaller ones. Unlike SGLang, running requests are
-        never preempted for a waiting one of higher priority."""
+        request of high priority is not passed by smaller ones (but may preempt, `_preempt_for`)."""
         if not self.priority_scheduling:
             self.waiting.append(seq)
             return
@@ -334,6 +348,7 @@ class Scheduler:
                 self._release(seq)
                 seq.num_retractions += 1
                 self.waiting.appendleft(seq)
+            self.retracted_total += len(self.running)
             self.running.clear()
             self._changed_queues()
 
@@ -434,12 +449,12 @@ class Scheduler:
             await asyncio.sleep(0)
 
     def _admit(self) -> list[Sequence]:
-        admitted = []
-        while self.waiting and len(self.running) < self.max_running:
+        admitted: list[Sequence] = []
+        while self.waiting:
             seq = self.waiting[0]
             need = len(seq.input_ids) + seq.max_new_tokens
-            if self.kv_reserved + need > self.kv_capacity:
-                break  # the head (first come, or highest priority) waits for room
+            if not self._fits(need, 0, 0) and not self._preempt_for(seq, need, admitted):
+                break  # the head (first come, or highest priority) waits for a slot or room
             self.waiting.popleft()
             if seq.max_new_tokens <= len(seq.output_ids):
                 self._finish(seq, finish_length(seq.max_new_tokens))
@@ -457,6 +472,41 @@ class Scheduler:
             self.running.append(seq)
             admitted.append(seq)
         return admitted
+
+    def _fits(self, need: int, freed_slots: int, freed_tokens: int) -> bool:
+        """Whether a request reserving `need` tokens can be admitted once running requests holding
+        `freed_slots` slots and `freed_tokens` reserved tokens have left."""
+        return len(self.running) - freed_slots < self.max_running and self.kv_reserved - freed_tokens + need <= self.kv_capacity
+
+    def _preempt_for(self, head: Sequence, need: int, admitted: list[Sequence]) -> bool:
+        """Retracts running requests of lower priority (by more than the threshold), the lowest
+        first and the latest arrived among equals, until `head` fits; nothing unless that many are
+        enough. Those admitted in this round are spared (their prefill has not run: their slot's KV
+        is not written yet). True if `head` fits now."""
+        if self.preemption_threshold is None:
+            return False
+        threshold = self.preemption_threshold
+        candidates = sorted(
+            (s for s in self.running if head.priority - s.priority > threshold and s not in admitted),
+            key=lambda s: (s.priority, -s.created),
+        )
+        victims: list[Sequence] = []
+        freed = 0
+        for victim in candidates:
+            if self._fits(need, len(victims), freed):
+                break
+            victims.append(victim)
+            freed += victim.kv_reserved
+        if not victims or not self._fits(need, len(victims), freed):
+            return False
+        for victim in victims:
+            self.running.remove(victim)
+            self._release(victim)
+            victim.num_retractions += 1
+            self._queue(victim)
+        self.retracted_total += len(victims)
+        log.debug("preempted %d request(s) of priority %s for %s of priority %d", len(victims), [v.priority for v in victims], head.rid, head.priority)
+        return True
 
     def _make_room(self, need: int, hit: Optional[PrefixMatch]) -> Optional[PrefixMatch]:
         """Evicts cached prefixes, least recently used first, until `need` more reserved tokens fit
