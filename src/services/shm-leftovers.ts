@@ -55,21 +55,22 @@ function pathsInUse(dir: string): Set<string> {
 }
 
 /**
- * Removes the segments named `prefix*` in `dir` that were not there `before` (a `shmNames` taken
- * before the program started) and that no process maps or holds open; returns their names. A
- * segment another live program made meanwhile is mapped by it, and stays.
+ * The segments named `prefix*` in `dir` that were not there `before` (a `shmNames` taken before
+ * the program started) and that no process maps or holds open: leftovers. A segment another live
+ * program made meanwhile is mapped by it, and is not one.
  */
-export function removeShmLeftovers(before: Set<string>, prefix: string, dir = SHM_DIR): string[] {
+export function shmLeftovers(before: Set<string>, prefix: string, dir = SHM_DIR): string[] {
   const appeared = [...shmNames(prefix, dir)].filter((name) => !before.has(name));
   if (appeared.length === 0) return [];
   const inUse = pathsInUse(dir);
-  const removed: string[] = [];
-  for (const name of appeared) {
-    if (inUse.has(join(dir, name))) continue;
-    rmSync(join(dir, name), { force: true });
-    removed.push(name);
-  }
-  return removed;
+  return appeared.filter((name) => !inUse.has(join(dir, name)));
+}
+
+/** Removes the leftovers `shmLeftovers` finds; returns their names. */
+export function removeShmLeftovers(before: Set<string>, prefix: string, dir = SHM_DIR): string[] {
+  const leftovers = shmLeftovers(before, prefix, dir);
+  for (const name of leftovers) rmSync(join(dir, name), { force: true });
+  return leftovers;
 }
 
 /** Resolves once no process of process group `pgid` is left (bounded by `limitMs`). */
