@@ -111,6 +111,16 @@ export interface SchedArgs {
    * occupies the engine and not the CPU. 0: the TinyLM's CPU steps alone.
    */
   stepMs: number;
+  /**
+   * The engines' `--priority-scheduling-preemption-threshold` (in the priority's unit, the agents'
+   * milliseconds of predicted remaining time); null: `--disable-priority-preemption`.
+   */
+  preemptionThreshold: number | null;
+}
+
+/** The reference engines' flags for a preemption threshold (null: none). */
+function preemptionArgs(threshold: number | null): string[] {
+  return threshold === null ? ['--disable-priority-preemption'] : ['--priority-scheduling-preemption-threshold', String(threshold)];
 }
 
 export const CONFIG_KEYS = ['before', 'priority', 'claims', 'no-moves', 'median', 'all', 'free-moves'] as const;
@@ -458,7 +468,7 @@ async function oneBatch(
     const longest = [...seen].sort((x, y) => y.generated - x.generated).slice(0, Math.max(1, Math.round(seen.length / 8)));
     const last = seen.reduce((x, y) => (y.createdAt + y.latencyMs > x.createdAt + x.latencyMs ? y : x));
     // Recorded by the agents as trajectories ended (not awaited there): read once the batch is done.
-    if (c.claimOrder === 'longest-first') history.lengths = await pool.lengths();
+    if (c.claimOrder === 'longest-first' || c.progressivePriority) history.lengths = await pool.lengths();
     return {
       makespanS,
       trajectoriesPerS: total / makespanS,
@@ -495,7 +505,12 @@ export async function schedSection(a: SchedArgs): Promise<{ result: SchedResult;
     log(`starting ${ENGINES} reference engines (--max-running ${a.maxRunning}, priority scheduling, prefix cache)`);
     for (let i = 0; i < ENGINES; i++)
       engines.push(
-        await spawnReferenceEngine(`engine-${i}`, { kvCapacityTokens: 65_536, maxRunning: a.maxRunning, seed: 1, args: ['--enable-priority-scheduling'] }),
+        await spawnReferenceEngine(`engine-${i}`, {
+          kvCapacityTokens: 65_536,
+          maxRunning: a.maxRunning,
+          seed: 1,
+          args: ['--enable-priority-scheduling', ...preemptionArgs(a.preemptionThreshold)],
+        }),
       );
     // What a move costs the dp planner: measured on an engine once the warm-up round has loaded
     // its weights (the warm-up's moves are free; it is not counted).
@@ -591,6 +606,7 @@ function summarise(
     ...lengthsOf(a.workload),
     sched_tool_ms: a.toolMs,
     sched_step_ms: a.stepMs,
+    sched_preemption_threshold: a.preemptionThreshold ?? 'off',
     sched_reprefill_cost: round(prefill.reprefillCost, 4),
     sched_prefill_ms_per_token: round(prefill.prefillMsPerToken, 4),
     sched_decode_ms_per_token: round(prefill.decodeMsPerToken, 3),

@@ -2,7 +2,7 @@
  * `npm run bench -- agentic [--only predictor,sched] [--steps 3] [--prompts 512]
  *   [--sched-workload tool-waits|long-answers] [--sched-groups N] [--sched-group-size N]
  *   [--sched-max-running N] [--sched-in-flight N] [--sched-at-tools N] [--sched-tool-ms MS]
- *   [--sched-step-ms MS] [--sched-rounds 4] [--sched-configs before,priority,claims,no-moves,median,all,free-moves]`
+ *   [--sched-step-ms MS] [--sched-preemption-threshold 10|off] [--sched-rounds 4] [--sched-configs before,priority,claims,no-moves,median,all,free-moves]`
  *   (the job's shape, groups to tools, defaults to the workload's own: WORKLOAD_DEFAULTS)
  *
  * Issue #49's agentic scheduling figures, in sections (`--only`; default: both):
@@ -26,6 +26,8 @@
  *              the trajectory that ended last).
  *              `--sched-step-ms`: each engine step takes that much longer without using a CPU
  *              (a GPU's step time), so that the engines, not the two CPU cores, are saturated.
+ *              `--sched-preemption-threshold`: the engines' priority preemption threshold (SGLang's
+ *              flag and default, 10, in the agents' priority unit, milliseconds), `off` for none.
  * Prints a table per section, then one JSON line (the last line of stdout).
  */
 import { parseArgs } from 'node:util';
@@ -60,6 +62,7 @@ export async function run(args: string[]): Promise<void> {
       'sched-tool-ms': { type: 'string' },
       'sched-workload': { type: 'string', default: DEFAULT_WORKLOAD },
       'sched-step-ms': { type: 'string' },
+      'sched-preemption-threshold': { type: 'string', default: '10' },
       'sched-configs': { type: 'string', default: CONFIG_KEYS.join(',') },
     },
   });
@@ -83,6 +86,8 @@ export async function run(args: string[]): Promise<void> {
       toolMs: nonNegative(values['sched-tool-ms'] ?? String(d.toolMs), '--sched-tool-ms'),
       workload,
       stepMs: nonNegative(values['sched-step-ms'] ?? String(d.stepMs), '--sched-step-ms'),
+      preemptionThreshold:
+        values['sched-preemption-threshold'] === 'off' ? null : nonNegative(values['sched-preemption-threshold'], '--sched-preemption-threshold'),
     };
     const { result, rows } = await schedSection(a);
     printTable(

@@ -339,7 +339,7 @@ export class RolloutAgent {
       maxAtEngine: this.options.maxInFlight ?? 0,
       decodeBatch: decodeBatchOf(info.maxRunning ?? null, this.options.maxInFlight ?? 0),
       priorities: this.priorities,
-      ...(this.options.claimOrder === 'longest-first' ? { finished: (task: GenerationTask) => this.recordLength(task) } : {}),
+      ...(this.options.claimOrder === 'longest-first' || this.priorities !== null ? { finished: (task: GenerationTask) => this.recordLength(task) } : {}),
       adapters: session.adapters,
       log: this.log,
       hooks: {
@@ -485,7 +485,8 @@ export class RolloutAgent {
 
   /**
    * A trajectory ended here: its length goes to the prompt pool, which orders the next epoch's
-   * longest-first claims by it. Not awaited, and a failure only logged: it is a hint, and the
+   * longest-first claims by it and hands it with the prompt's next claim to progressive priority
+   * (turn-priority.ts; recorded when either is on). Not awaited, and a failure only logged: it is a hint, and the
    * trajectory's record must not wait for it.
    */
   private recordLength(task: GenerationTask): void {

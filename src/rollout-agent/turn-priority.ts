@@ -21,7 +21,15 @@
  * predicted remaining tokens, as before (the same ordering as any time with instant tools).
  *
  * The prediction is the remaining-length predictor of src/manager/agentic (its trajectory's
- * progress, its GRPO group so far, the recent history of what this rollout finished). Beside it
+ * progress, its GRPO group so far, the recent history of what this rollout finished), raised to
+ * the prompt's own history where that says more: a prompt is trained on epoch after epoch, and
+ * the prompt pool records the output tokens of its group's longest trajectory each time
+ * (`recordLength`, what longest-first claims order by; it comes with the claim). A trajectory of
+ * a prompt that ran L tokens last time, g tokens in, is predicted at least L - g tokens more, in
+ * (L - g) / (this agent's mean tokens a turn) turns. Without it, a trajectory of the longest group
+ * looks like every fresh one for its first turns (the predictor knows nothing of it until it has
+ * outlived the short ones): claimed first, it then queued behind short fresh turns of equal
+ * priority, and preemption made that worse (docs/performance/agentic.md). Beside it
  * the group-median baseline answers the same questions, unused for ordering: when a trajectory
  * ends, every prediction made for it is scored against what really remained, for both, and the
  * absolute errors go to `laminar_agent_remaining_tokens_error{predictor}` (the predictor is only
@@ -50,6 +58,7 @@ const MAX_TOOL_KINDS = 64;
 export class TurnCosts {
   private msPerToken: number | null = null;
   private toolMs: number | null = null;
+  private turnTokens: number | null = null;
   private readonly byTool = new Map<string, number>();
 
   /** A request streamed `tokens` tokens over `ms` milliseconds after its first chunk. */
@@ -59,6 +68,17 @@ export class TurnCosts {
     // Weighted by tokens: a long stream says more of the rate than a two-token one.
     const w = Math.min(1, RATE_ALPHA * Math.max(1, tokens / 16));
     this.msPerToken = this.msPerToken === null ? rate : this.msPerToken + w * (rate - this.msPerToken);
+  }
+
+  /** A turn ended after generating `tokens` tokens. */
+  turn(tokens: number): void {
+    if (!(tokens > 0) || !Number.isFinite(tokens)) return;
+    this.turnTokens = this.turnTokens === null ? tokens : this.turnTokens + RATE_ALPHA * (tokens - this.turnTokens);
+  }
+
+  /** Mean output tokens of a turn (null until a turn has ended). */
+  get tokensPerTurn(): number | null {
+    return this.turnTokens;
   }
 
   /** A tool call returned after `ms` milliseconds. */
@@ -81,6 +101,8 @@ export class TurnCosts {
 /** What a turn boundary said of one trajectory: its prediction, and the predictions to score at its end. */
 interface Tracked {
   turns: number;
+  /** Output tokens at the last boundary (the next boundary's turn length is the difference). */
+  tokensAt: number;
   prediction: RemainingLength;
   /** The priority of the turn predicted (the remaining time in ms, or tokens before any rate is known). */
   priority: number;
@@ -145,17 +167,32 @@ export class ProgressivePriority {
     const last = lastAction(task);
     if (last !== undefined && last.status !== 'bad_call') this.costs.tool(last.tool, last.latencyMs);
     const progress = { id: task.trajectoryId, group: task.groupId, tokens: task.modelTokens, turns };
-    const prediction = this.predictor.observe(progress);
+    if (known !== undefined) this.costs.turn(progress.tokens - known.tokensAt);
+    const prediction = this.withPromptHistory(this.predictor.observe(progress), task);
     const baseline = this.baseline.observe(progress);
     const ms = this.costs.remainingMs(prediction, last?.tool);
     const priority = Math.round(ms ?? prediction.tokens);
-    const tracked = known ?? { turns, prediction, priority, scored: [] };
+    const tracked = known ?? { turns, tokensAt: progress.tokens, prediction, priority, scored: [] };
     tracked.turns = turns;
+    tracked.tokensAt = progress.tokens;
     tracked.prediction = prediction;
     tracked.priority = priority;
     tracked.scored.push({ tokensAt: progress.tokens, predicted: prediction.tokens, baseline: baseline.tokens });
     this.tracked.set(task.trajectoryId, tracked);
     return prediction;
+  }
+
+  /**
+   * The prediction, raised to what the prompt's history says remains when that is more: its
+   * longest trajectory last time (`groupLastLength`) less what this one has generated.
+   */
+  private withPromptHistory(prediction: RemainingLength, task: GenerationTask): RemainingLength {
+    const last = task.groupLastLength;
+    if (last === undefined) return prediction;
+    const tokens = last - task.modelTokens;
+    if (!(tokens > prediction.tokens)) return prediction;
+    const perTurn = this.costs.tokensPerTurn;
+    return { tokens, turns: perTurn === null ? prediction.turns : Math.max(prediction.turns, Math.ceil(tokens / perTurn)) };
   }
 
   /** The last prediction of a trajectory this rollout runs (undefined: none made). */

@@ -436,7 +436,7 @@ export class RolloutClient {
         return null;
       }
     }
-    const task = new GenerationTask(this.taskHost, partial, { ...start, promptTokens });
+    const task = new GenerationTask(this.taskHost, partial, { ...start, promptTokens, groupLastLength: claim.lastLength });
     this.tasks.set(trajectoryId, task);
     this.metrics.tasks.inc({ outcome: 'started' });
     return task;

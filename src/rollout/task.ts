@@ -24,6 +24,8 @@ export interface TaskInit extends TrajectoryIdentity {
   generatedTokens?: Int32Array;
   generatedLogprobs?: Float32Array;
   createdAt: number;
+  /** The output tokens of the prompt's longest trajectory when it was last seen (PromptClaim.lastLength); a hint for progressive priority. */
+  groupLastLength?: number;
 }
 
 export type TaskOutcome = 'completed' | 'duplicate' | 'lost';
@@ -54,6 +56,8 @@ export class GenerationTask {
   readonly payload: unknown;
   readonly promptTokens: Int32Array;
   readonly createdAt: number;
+  /** The prompt's longest trajectory when last seen, in output tokens (undefined: never recorded, or a resumed task). */
+  readonly groupLastLength: number | undefined;
   /** Tokens generated before this rollout got the task (a resume); the engine re-prefills them. */
   readonly resumedFrom: number;
   private tokens: Int32Array;
@@ -77,6 +81,7 @@ export class GenerationTask {
     this.payload = init.payload;
     this.promptTokens = init.promptTokens;
     this.createdAt = init.createdAt;
+    this.groupLastLength = init.groupLastLength;
     const resumed = init.generatedTokens ?? new Int32Array(0);
     this.resumedFrom = resumed.length;
     this.length = resumed.length;

@@ -19,6 +19,7 @@ const args = (o: Partial<SchedArgs>): SchedArgs => ({
   toolMs: 1000,
   workload: 'tool-waits',
   stepMs: 0,
+  preemptionThreshold: 10,
   ...o,
 });
 

@@ -58,6 +58,18 @@ describe('prompt pool claim order', () => {
     expect(await drain(pool, 4)).toEqual(['long', 'new', 'newer', 'short']);
   });
 
+  it("a fresh claim carries its prompt's recorded length, for the rollout's progressive priority", async () => {
+    const pool = await fx.open({ n: 1 });
+    await load(pool, ['ran', 'never']);
+    await pool.recordLength('ran#0', 42);
+    const claims = await pool.claim('r', 2);
+    expect(claims.map((c) => [c.id, c.lastLength])).toEqual([
+      ['ran', 42],
+      ['never', undefined],
+    ]);
+    expect('lastLength' in claims[1]!).toBe(false);
+  });
+
   it("a newer epoch's length replaces an older one's; an older one's record is ignored", async () => {
     const pool = await fx.open({ n: 1 });
     expect(await pool.recordLength('p#0', 50)).toBe(50);

@@ -134,3 +134,31 @@ describe('ProgressivePriority by predicted remaining time', () => {
     expect(fast).toBe(20 + 5 * 100);
   });
 });
+
+describe("ProgressivePriority with the prompt's history", () => {
+  /** `task` of the file's first part, with the prompt's recorded length (PromptClaim.lastLength). */
+  const withHistory = (id: string, turns: number, groupLastLength: number | undefined): GenerationTask =>
+    Object.assign(task(id, `group-of-${id}`, turns), { groupLastLength });
+
+  it('starts a trajectory of a prompt that ran long last time ahead of the fresh ones, and lowers it as it catches up', () => {
+    const p = rollout();
+    finishGroups(p, [...TURNS, ...TURNS], 'h');
+    const fresh = p.priorityOf(withHistory('fresh', 0, undefined));
+    const short = p.priorityOf(withHistory('short', 0, TOKENS_A_TURN));
+    const long = p.priorityOf(withHistory('long', 0, 12 * TOKENS_A_TURN));
+    // A prompt recorded short says nothing beyond the predictor; a long one lifts its trajectory.
+    expect(short).toBe(fresh);
+    expect(long).toBeGreaterThan(fresh);
+    // Its remaining tokens are the history's less what it generated: 12 turns' worth at its start.
+    expect(p.predict(withHistory('long', 0, 12 * TOKENS_A_TURN)).tokens).toBe(12 * TOKENS_A_TURN);
+    // Turn by turn its priority falls as it catches up with its history.
+    let previous = long;
+    for (let turns = 1; turns < 12; turns++) {
+      const now = p.priorityOf(withHistory('long', turns, 12 * TOKENS_A_TURN));
+      expect(now, `after ${turns} turns`).toBeLessThanOrEqual(previous);
+      previous = now;
+    }
+    // In turns too, from this agent's tokens a turn (the history's groups: 22 each).
+    expect(p.predict(withHistory('long2', 0, 12 * TOKENS_A_TURN)).turns).toBe(12);
+  });
+});

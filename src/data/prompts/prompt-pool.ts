@@ -88,6 +88,11 @@ export interface PromptClaim extends Prompt {
   samples?: number[];
   /** Set on a claim of returned samples (see `PromptPool.returnSamples`). */
   returned?: true;
+  /**
+   * On a fresh claim, the output tokens of the prompt's longest trajectory in the latest epoch one
+   * was recorded for (`recordLength`, what a longest-first claim orders by); absent when none was.
+   */
+  lastLength?: number;
 }
 
 /** Samples of an issued group sent back for regeneration (the manager's failover). */
@@ -311,10 +316,22 @@ export class PromptPool {
       this.unreplicatedClaims(err),
     )) as unknown[];
     const [epoch, , expired, returnedExpired, returnedClaimed] = res as [number, number, number, number, number];
-    const items = res.slice(5) as Array<[string, number | string, string, number, string?]>;
-    const claims: PromptClaim[] = items.map(([id, token, json, deadline, entryJson], i) => {
+    const items = res.slice(5) as Array<[string, number | string, string, number, string?, string?]>;
+    const claims: PromptClaim[] = items.map(([id, token, json, deadline, entryJson, length], i) => {
       const stored = JSON.parse(json) as { p: unknown; n: number };
-      if (i >= returnedClaimed) return { id, payload: stored.p, n: stored.n, token: String(token), epoch, groupId: groupIdOf(id, epoch), deadline };
+      if (i >= returnedClaimed) {
+        const lastLength = length ? Number(length.slice(length.indexOf(':') + 1)) : Number.NaN;
+        return {
+          id,
+          payload: stored.p,
+          n: stored.n,
+          token: String(token),
+          epoch,
+          groupId: groupIdOf(id, epoch),
+          deadline,
+          ...(Number.isFinite(lastLength) ? { lastLength } : {}),
+        };
+      }
       const entry = JSON.parse(entryJson!) as ReturnedEntry;
       return {
         id,

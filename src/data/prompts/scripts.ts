@@ -165,7 +165,9 @@ for i = served + 1, count do
   redis.call('ZADD', KEYS[4], deadline, id)
   redis.call('HSET', KEYS[5], id, rollout)
   redis.call('HSET', KEYS[6], id, token)
-  out[#out + 1] = { id, token, redis.call('HGET', KEYS[1], id), deadline }
+  -- The prompt's recorded length ('<epoch>:<tokens>', '' when none) rides along: the rollout's
+  -- progressive priority starts a trajectory of a prompt that ran long last time as long.
+  out[#out + 1] = { id, token, redis.call('HGET', KEYS[1], id), deadline, '', redis.call('HGET', KEYS[15], id) or '' }
   fresh = fresh + 1
 end
 redis.call('HINCRBY', KEYS[8], 'claims', fresh)
