@@ -26,9 +26,8 @@ const exclusiveFiles = [
 // Two of the exclusive files time nothing of their own and load the machine no more than pytest
 // does: the Sentinel failover (light redis-servers, waits bounded in tens of seconds around the
 // manifest's 5-s down-after) and the Grafana check (a short job, then every metric's name). They
-// run in pytest's lane once pytest is done (scripts/test.sh), one at a time, beside the other
-// exclusive files: with pytest's relays shared per module, pytest ended ~100 s before the
-// exclusive files, and these two were 28 s of theirs.
+// run one at a time beside pytest (scripts/test.sh): after the exclusive files, in their lane,
+// since pytest's lane became the longer one (297 s against 278 s, the clean-clone run of c1b9c98).
 const besidePytestFiles = ['test/deploy/grafana-dashboards.test.ts', 'test/deploy/redis-sentinel.test.ts'];
 // The real-engine tier: real vLLM servers (and verl's manager on Ray), last, with nothing beside
 // it. Two files at a time: one at a time it used 0.57 of a core (209 CPU-s in 365 s, the clean-clone
@@ -66,8 +65,10 @@ export default defineConfig({
           isolate: false,
           // Tests start real daemons and servers and mostly wait on them: two files at a time
           // used 1.6 of the 2 cores (758 CPU-s in 469 s, 2026-11-30); three took the suite from
-          // 469 s to 411 s on the quiet machine, with every test green.
-          maxWorkers: 3,
+          // 469 s to 411 s on the quiet machine, with every test green, and used 1.5 cores in
+          // the clean-clone run of c1b9c98 (485 CPU-s in 324 s; the niced linters and the engines'
+          // environment took the rest). Four keep both cores busy.
+          maxWorkers: 4,
           sequence: { groupOrder: 0 },
         },
       },
