@@ -48,6 +48,22 @@ export function spawnDaemon(
   );
 }
 
+/** Lines that name an error: a program's root cause, which its last lines (a traceback's end, "see above") may not show. */
+const ERROR_LINE = /error|exception|traceback|killed/i;
+
+/**
+ * A failed start's log for its error: the last 20 lines, after up to 10 earlier lines that name an
+ * error (vLLM ends with "Engine core initialization failed. See root cause above.").
+ */
+function lastLines(logs: readonly string[]): string {
+  const tail = logs.slice(-20);
+  const causes = logs
+    .slice(0, -20)
+    .filter((line) => ERROR_LINE.test(line))
+    .slice(-10);
+  return [...(causes.length > 0 ? [...causes, '...'] : []), ...tail].join('\n');
+}
+
 /**
  * Spawns any program (a Python engine or trainer beside the laminar daemons) and resolves once a
  * line of its stderr passes `isReady` (what it returns is kept as `ready`).
@@ -70,6 +86,8 @@ export async function spawnProgram(
      * server was SIGKILLed would otherwise run on, orphaned, holding gigabytes).
      */
     processGroup?: boolean;
+    /** Called once the program is spawned, with its pid (the process group's id with `processGroup`). */
+    onSpawn?: (pid: number) => void;
   } = {},
 ): Promise<Daemon> {
   const readyOnStdout = options.readyOn === 'stdout';
@@ -90,6 +108,7 @@ export async function spawnProgram(
     } else child.kill(sig);
   };
   if (options.processGroup) child.once('exit', () => signal('SIGKILL'));
+  if (child.pid !== undefined) options.onSpawn?.(child.pid);
   const stdoutListeners: ((line: string) => void)[] = [];
   if (options.onStdoutLine) stdoutListeners.push(options.onStdoutLine);
   if (child.stdout) onLines(child.stdout, (line) => stdoutListeners.forEach((fn) => fn(line)));
@@ -100,7 +119,7 @@ export async function spawnProgram(
     const timer = setTimeout(() => {
       // Not left running: a late start would be a second copy of what the caller starts again.
       signal('SIGKILL');
-      reject(new Error(`${name} did not start in ${timeoutMs / 1000} s:\n${logs.slice(-20).join('\n')}`));
+      reject(new Error(`${name} did not start in ${timeoutMs / 1000} s:\n${lastLines(logs)}`));
     }, timeoutMs);
     let found = false;
     const take = (line: string, readyHere: boolean): void => {
@@ -119,7 +138,7 @@ export async function spawnProgram(
     // 'close', not 'exit': the last lines of stderr (why it exited) are read by then.
     child.once('close', (code, signal) => {
       clearTimeout(timer);
-      reject(new Error(`${name} exited (${code ?? signal ?? -1}) before it was ready:\n${logs.slice(-20).join('\n')}`));
+      reject(new Error(`${name} exited (${code ?? signal ?? -1}) before it was ready:\n${lastLines(logs)}`));
     });
   });
   return {

@@ -12,7 +12,7 @@ import { promisify } from 'node:util';
 import { spawnProgram, type Daemon } from './daemon-process.js';
 import { freePort, startOnFreePorts } from './ports.js';
 import { REPO_ROOT } from './python.js';
-import { groupGone, removeShmLeftovers, shmNames } from './shm-leftovers.js';
+import { GroupShmWatch, groupGone, removeShmLeftovers, shmNames } from './shm-leftovers.js';
 
 const run = promisify(execFile);
 
@@ -109,6 +109,16 @@ export async function startVllm(
       VLLM_LOGGING_LEVEL: 'INFO',
       ...options.env,
     };
+    // What its processes map and hold in /dev/shm, sampled from its start: only those are its own
+    // to remove (another server starting beside it hands segments over unmapped for a moment).
+    const started: { group?: number; watch?: GroupShmWatch } = {};
+    const cleanUp = async (): Promise<void> => {
+      started.watch?.stop();
+      if (started.group !== undefined) await groupGone(started.group);
+      removeScratch();
+      const owned = started.watch?.seen ?? new Set<string>();
+      for (const { prefix, names } of shmBefore) removeShmLeftovers(names, prefix, undefined, owned);
+    };
     let daemon: Daemon;
     try {
       daemon = await spawnProgram(options.name ?? 'vllm', argv, (line) => (/Application startup complete/.test(line) ? { line } : null), {
@@ -117,17 +127,16 @@ export async function startVllm(
         readyTimeoutMs: 240_000,
         onStdoutLine: () => undefined,
         processGroup: true,
+        onSpawn: (pid) => {
+          started.group = pid;
+          started.watch = new GroupShmWatch(pid, PYTHON_SHM_PREFIXES);
+        },
       });
     } catch (err) {
-      removeScratch();
+      // A start that failed: its group is being killed (spawnProgram); what it made goes too.
+      await cleanUp();
       throw err;
     }
-    const group = daemon.child.pid;
-    const cleanUp = async (): Promise<void> => {
-      if (group !== undefined) await groupGone(group);
-      removeScratch();
-      for (const { prefix, names } of shmBefore) removeShmLeftovers(names, prefix);
-    };
     const cleanedUp = daemon.exited.then(cleanUp, cleanUp);
     return { ...daemon, url: `http://127.0.0.1:${port}`, port, cleanedUp };
   });
