@@ -460,7 +460,8 @@ async function oneBatch(
           `${sent.filter((p) => p === 0).length} of 0, quartiles ${[0.25, 0.5, 0.75, 1].map((q) => sent[Math.min(sent.length - 1, Math.floor(q * sent.length))]).join(' ')}`,
       );
     const after = await Promise.all(engines.map((e) => promptCounters(e.url)));
-    const sum = (xs: { prompt: number; cached: number; retracted: number }[], k: 'prompt' | 'cached' | 'retracted'): number => xs.reduce((s, x) => s + x[k], 0);
+    type Counters = Awaited<ReturnType<typeof promptCounters>>;
+    const sum = (xs: Counters[], k: keyof Counters): number => xs.reduce((s, x) => s + x[k], 0);
     const prompted = sum(after, 'prompt') - sum(before, 'prompt');
     const seen: RecordSeen[] = records.records.slice(0, total);
     const generated = seen.reduce((s, r) => s + r.generated, 0);

@@ -12,6 +12,7 @@ import asyncio
 from typing import Optional
 
 import numpy as np
+import pytest
 import torch
 
 from laminar.testing import TinyLM, TinyLMConfig
@@ -166,3 +167,5 @@ def test_options_follow_sglangs_flags() -> None:
     on = parse_options(["--enable-priority-scheduling", "--priority-scheduling-preemption-threshold", "0"])
     assert on.priority_scheduling_preemption_threshold == 0 and not on.disable_priority_preemption
     assert parse_options(["--enable-priority-scheduling", "--disable-priority-preemption"]).disable_priority_preemption
+    with pytest.raises(SystemExit):  # a negative threshold would let equals preempt one another
+        parse_options(["--priority-scheduling-preemption-threshold", "-1"])

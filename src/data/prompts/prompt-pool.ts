@@ -171,6 +171,12 @@ interface ReturnedEntry {
   s: number[];
   r: string;
 }
+
+/** The tokens of a recorded prompt length, stored as '<epoch>:<tokens>' (scripts.ts, key 15). */
+function recordedTokens(stored: string): number {
+  return Number(stored.slice(stored.indexOf(':') + 1));
+}
+
 /** A single item or a broken line to report. */
 export type LoadItem = { line: number; value: unknown } | { line: number; error: string };
 
@@ -320,7 +326,7 @@ export class PromptPool {
     const claims: PromptClaim[] = items.map(([id, token, json, deadline, entryJson, length], i) => {
       const stored = JSON.parse(json) as { p: unknown; n: number };
       if (i >= returnedClaimed) {
-        const lastLength = length ? Number(length.slice(length.indexOf(':') + 1)) : Number.NaN;
+        const lastLength = length ? recordedTokens(length) : Number.NaN;
         return {
           id,
           payload: stored.p,
@@ -531,7 +537,7 @@ export class PromptPool {
   /** Every recorded prompt length (prompt id -> output tokens of its group's longest trajectory). */
   async lengths(): Promise<Map<string, number>> {
     const all = await this.call(() => this.redis.hgetall(this.keys[S.KEY_NAMES.indexOf('lengths')]!));
-    return new Map(Object.entries(all).map(([id, v]) => [id, Number(v.slice(v.indexOf(':') + 1))]));
+    return new Map(Object.entries(all).map(([id, v]) => [id, recordedTokens(v)]));
   }
 
   /** Group size of a group id issued by this pool, or undefined when the group does not exist. */

@@ -50,6 +50,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -90,7 +97,7 @@ def parse_options(argv: Optional[Sequence[str]] = None) -> EngineOptions:
     )
     parser.add_argument(
         "--priority-scheduling-preemption-threshold",
-        type=int,
+        type=_non_negative,
         default=DEFAULT_PREEMPTION_THRESHOLD,
         help=(
             "with priority scheduling, a waiting request that finds no slot or room retracts running ones"

@@ -453,7 +453,7 @@ class Scheduler:
         while self.waiting:
             seq = self.waiting[0]
             need = len(seq.input_ids) + seq.max_new_tokens
-            if not self._fits(need, 0, 0) and not self._preempt_for(seq, need, admitted):
+            if not self._fits(need, 0, 0) and not self._preempt_for(seq, need):
                 break  # the head (first come, or highest priority) waits for a slot or room
             self.waiting.popleft()
             if seq.max_new_tokens <= len(seq.output_ids):
@@ -478,16 +478,17 @@ class Scheduler:
         `freed_slots` slots and `freed_tokens` reserved tokens have left."""
         return len(self.running) - freed_slots < self.max_running and self.kv_reserved - freed_tokens + need <= self.kv_capacity
 
-    def _preempt_for(self, head: Sequence, need: int, admitted: list[Sequence]) -> bool:
+    def _preempt_for(self, head: Sequence, need: int) -> bool:
         """Retracts running requests of lower priority (by more than the threshold), the lowest
         first and the latest arrived among equals, until `head` fits; nothing unless that many are
-        enough. Those admitted in this round are spared (their prefill has not run: their slot's KV
-        is not written yet). True if `head` fits now."""
+        enough. True if `head` fits now. Those admitted earlier in this round (whose prefill has not
+        run) are never among them: the queue is in priority order, so they rank at least as high as
+        the head, and the threshold is not negative."""
         if self.preemption_threshold is None:
             return False
         threshold = self.preemption_threshold
         candidates = sorted(
-            (s for s in self.running if head.priority - s.priority > threshold and s not in admitted),
+            (s for s in self.running if head.priority - s.priority > threshold),
             key=lambda s: (s.priority, -s.created),
         )
         victims: list[Sequence] = []
