@@ -121,7 +121,10 @@ describe('prompt pool on Redis Sentinel', () => {
     const name = `unreplicated${++poolSeq}`;
     const redis = client();
     const fast = await PromptPool.open({ redis, name, leaseMs: 60_000, defaultGroupSize: 1 });
-    const waiting = await PromptPool.open({ redis, name, leaseMs: 60_000, defaultGroupSize: 1, replicas: 1, replicaTimeoutMs: 300 });
+    // A bound a healthy replica meets on the loaded machine (its open and load are replicated
+    // writes before the cut; 300 ms fell short once in the orphan-return test); cut off, it
+    // acknowledges nothing within any bound.
+    const waiting = await PromptPool.open({ redis, name, leaseMs: 60_000, defaultGroupSize: 1, replicas: 1, replicaTimeoutMs: 2000 });
     await waiting.load(prompts(2)); // replicated: WAIT saw the replica take it
     // After the previous test: the promoted master and the one replica left (its old master is dead).
     const master = await group.master();
