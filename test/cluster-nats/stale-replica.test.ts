@@ -22,7 +22,7 @@
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { ExperienceWriter, PartialPool, partialNames, type PartialStart } from '../../src/data/index.js';
 import { bufferNames } from '../../src/data/experience/stream.js';
 import { CompletionMarks } from '../../src/data/experience/completion-marks.js';
@@ -62,9 +62,12 @@ async function routedTo(node: NatsClusterNode): Promise<Set<string>> {
 
 /**
  * Resolves once every node has routes to every other and is healthy (JetStream's meta layer and
- * its streams current: /healthz), as after a test that cut one off.
+ * its streams current: /healthz), as after a test that cut one off, and once the meta leader
+ * places an R3 stream again. Routes and /healthz come back before the meta leader counts a
+ * resumed node online: a stream created in between is refused ("no suitable peers for placement,
+ * peer offline", seen in a clean-clone run right after the first case's pauses).
  */
-async function whole(cluster: NatsCluster): Promise<void> {
+async function whole(cluster: NatsCluster, nc: NatsConnection): Promise<void> {
   for (const node of cluster.nodes) {
     const others = cluster.nodes.filter((n) => n !== node).map((n) => n.name);
     await until(`${node.name} has routes to ${others.join(', ')} and is healthy`, async () => {
@@ -72,6 +75,19 @@ async function whole(cluster: NatsCluster): Promise<void> {
       return others.every((name) => routed.has(name)) && (await monitorGet(node.monitorPort, '/healthz'))?.status === 200;
     });
   }
+  const jsm = await jetstreamManager(nc);
+  await until('an R3 stream is placed on the three nodes', () =>
+    jsm.streams.add({ name: 'placement_probe', subjects: ['laminar.test.placement'], num_replicas: 3, storage: StorageType.Memory }).then(
+      async () => {
+        await jsm.streams.delete('placement_probe');
+        return true;
+      },
+      (err: unknown) => {
+        if (/no suitable peers/.test((err as Error).message)) return false;
+        throw err;
+      },
+    ),
+  );
 }
 
 /** Destroys every route connection of a (stopped) node; resolves once no other node lists a route to it. */
@@ -152,8 +168,8 @@ describe('reads on a node whose replica fell behind (R3)', () => {
     const { cluster } = fx;
     const buffer = 'stale';
     const names = bufferNames(buffer);
-    await whole(cluster);
     const setup = await fx.client();
+    await whole(cluster, setup);
     const first = await ExperienceWriter.open({ nc: setup, buffer, replicas: 3 });
     // The node that falls behind leads neither stream: the two others keep both going.
     const leaders = [await cluster.streamLeader(names.stream), await cluster.streamLeader(names.doneStream)];
@@ -190,8 +206,8 @@ describe('reads on a node whose replica fell behind (R3)', () => {
     const { cluster } = fx;
     const pool = 'stalepool';
     const stream = partialNames(pool).stream;
-    await whole(cluster);
     const setup = await fx.client();
+    await whole(cluster, setup);
     await PartialPool.open({ nc: setup, pool, replicas: 3 });
     const leader = await cluster.streamLeader(stream);
     const behind = cluster.nodes.find((n) => n !== leader)!;
@@ -227,18 +243,9 @@ describe('reads on a node whose replica fell behind (R3)', () => {
     const { cluster } = fx;
     const bucket = 'stalecontrol';
     const stream = `KV_${bucket}`;
-    await whole(cluster);
     const setup = await fx.client();
-    // Right after the earlier cases' pauses, the meta leader may not count every node online yet.
-    await until('the bucket is placed on three nodes', () =>
-      openControlBucket(setup, bucket, { replicas: 3 }).then(
-        () => true,
-        (err: unknown) => {
-          if (/no suitable peers/.test((err as Error).message)) return false;
-          throw err;
-        },
-      ),
-    );
+    await whole(cluster, setup);
+    await openControlBucket(setup, bucket, { replicas: 3 });
     const leader = await cluster.streamLeader(stream);
     const behind = cluster.nodes.find((n) => n !== leader)!;
     const onMajority = await fx.client(leader);
