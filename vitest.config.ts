@@ -26,8 +26,8 @@ const exclusiveFiles = [
 // Two of the exclusive files time nothing of their own and load the machine no more than pytest
 // does: the Sentinel failover (light redis-servers, waits bounded in tens of seconds around the
 // manifest's 5-s down-after) and the Grafana check (a short job, then every metric's name). They
-// run one at a time beside pytest (scripts/test.sh): after the exclusive files, in their lane,
-// since pytest's lane became the longer one (297 s against 278 s, the clean-clone run of c1b9c98).
+// run one at a time, each in whichever lane (the exclusive files' or pytest's, scripts/test.sh)
+// ends its own work first: which lane is the longer one changes from run to run.
 const besidePytestFiles = ['test/deploy/grafana-dashboards.test.ts', 'test/deploy/redis-sentinel.test.ts'];
 // The real-engine tier: real vLLM servers (and verl's manager on Ray), last, with nothing beside
 // it, one file at a time. Two at a time took it from 365 s to 218-238 s, but a server's start

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# `npm test` (what CI runs): the bootstrap, the TypeScript build beside the type check, the vitest
-# suite with the linters beside it, the exclusive files beside pytest, then the real-engine tier.
-# The build (dist/, which the suite's CLI tests run) and `tsc -p test` take a core each for about
-# half a minute (CPU seconds measured with time(1): the build 31, tsc -p test 34); the build needs
-# only node_modules, so the bootstrap leaves it to this phase instead of holding a core for it
-# alone. The suite runs four files at a time in shared worker processes (vitest.config.ts): its
+# `npm test` (what CI runs): the bootstrap, the TypeScript build, the vitest suite, the exclusive
+# files beside pytest, then the real-engine tier; the type check and the linters beside them.
+# The build (dist/, which the suite's CLI tests run) is one core's work for about 20 s and needs
+# only node_modules. The type check (`tsc -p test`, 27-30 CPU-s) and the linters (ESLint's
+# type-checked rules are one core's work for two minutes, 90-160 CPU-s) gate no test: they start
+# with the build, at the lowest CPU priority, take its idle core and then the core time the
+# suite's files leave idle while they wait on their daemons, and report at the end. The type
+# check ran beside the build until 2026-11-30, holding the suite back by the 14 s it took more.
+# The suite runs four files at a time in shared worker processes (vitest.config.ts): its
 # files mostly wait on events (542 CPU-s in 394 s in the clean-clone run of c08b23f), so its
-# wall time is the sum of its files' times over the workers more than its CPU, and the linters
-# (ESLint's type-checked rules are one core's work for two minutes, 124-172 CPU-s, and gate no
-# test) take that idle core time at the lowest CPU priority. Beside the exclusive files they
-# had made their phase CPU-bound: 389 s, 797 CPU-s, the linters ending last (c08b23f's run).
+# wall time is the sum of its files' times over the workers more than its CPU.
 # The exclusive files (vitest.config.ts) run one at a time and mostly wait on timers and shaped
-# links (0.35-0.85 of a core, measured with time(1)), so pytest runs beside them on one worker,
-# and after it the two files of the beside-pytest project.
+# links (0.35-0.85 of a core, measured with time(1)), so pytest runs beside them on one worker.
+# The two files of the beside-pytest project go to whichever of the two lanes ends first.
 # Each phase prints how long it took and the CPU its processes used (user + system, as time(1)
 # counts it), so that a slow phase shows in a CI log, and whether it kept both cores busy or
 # waited (CPU seconds near twice the wall time: busy; near the wall time or less: a core idle,
@@ -57,15 +57,14 @@ phase() {
   return "$status"
 }
 
-# Statuses kept by hand: a phase runs on the left of ||, where set -e stops nothing.
-build_and_type_check() {
-  local build=0 types=0
-  bash scripts/bootstrap.sh --only typescript &
-  local build_job=$!
-  npx --no-install tsc -p test || types=$?
-  wait "$build_job" || build=$?
-  if [ "$build" -ne 0 ] || [ "$types" -ne 0 ]; then
-    echo "npm test: the build exited $build, the type check (tsc -p test) $types" >&2
+# Statuses kept by hand: a phase runs on the left of ||, where set -e stops nothing. Both run,
+# so that one report shows every type error and every lint finding.
+type_check_and_lint() {
+  local types=0 lint=0
+  phase 'the type check (tsc -p test)' npx --no-install tsc -p test || types=$?
+  phase 'the linters (npm run lint)' npm run --silent lint || lint=$?
+  if [ "$types" -ne 0 ] || [ "$lint" -ne 0 ]; then
+    echo "npm test: the type check (tsc -p test) exited $types, the linters (npm run lint) $lint" >&2
     return 1
   fi
 }
@@ -75,19 +74,31 @@ suite() {
   phase 'vitest: the suite' npx --no-install vitest run --project suite
 }
 
-# pytest on one worker (not test:python's two): the exclusive files keep the other core.
-pytest_beside() {
-  phase 'pytest (beside the exclusive files)' .venv/bin/python -m pytest python/tests -q -n 1 --durations=8
+# The beside-pytest files (vitest.config.ts: they time nothing of their own) that no lane has
+# claimed yet, one at a time, each printing its time: each lane runs them once its own work is
+# done, so that they go to the lane that ends first (pytest's in one clean-clone run, 306 s against
+# the exclusive files' 276 s; the exclusive files' in the next, 244 s against 244 s).
+files_beside_unclaimed() {
+  local file status=0
+  for file in test/deploy/grafana-dashboards.test.ts test/deploy/redis-sentinel.test.ts; do
+    mkdir "$claims/${file//\//_}" 2>/dev/null || continue
+    phase "vitest: $file (beside-pytest)" npx --no-install vitest run --project beside-pytest "$file" || status=$?
+  done
+  return "$status"
 }
 
-# The exclusive vitest files, then those that may run beside pytest (vitest.config.ts's
-# beside-pytest project: they time nothing of their own), each printing its time. They run in
-# this lane since pytest's became the longer one (297 s against 278 s in the clean-clone run of
-# c1b9c98, where they ran after pytest: 35 s more on the longer lane).
+# pytest on one worker (not test:python's two): the exclusive files keep the other core.
+pytest_then_files_beside() {
+  local status=0
+  phase 'pytest (beside the exclusive files)' .venv/bin/python -m pytest python/tests -q -n 1 --durations=8 || status=$?
+  files_beside_unclaimed || status=$?
+  return "$status"
+}
+
 exclusive_then_files_beside() {
   local status=0
   phase 'vitest: the exclusive files' npx --no-install vitest run --project exclusive || status=$?
-  phase 'vitest: the beside-pytest files' npx --no-install vitest run --project beside-pytest || status=$?
+  files_beside_unclaimed || status=$?
   return "$status"
 }
 
@@ -96,28 +107,26 @@ exclusive_then_files_beside() {
 exclusive_beside_pytest() {
   local pytest_log status_vitest=0 status_pytest=0
   pytest_log=$(mktemp)
-  pytest_beside >"$pytest_log" 2>&1 &
+  claims=$(mktemp -d)
+  pytest_then_files_beside >"$pytest_log" 2>&1 &
   local pytest=$!
   exclusive_then_files_beside || status_vitest=$?
   wait "$pytest" || status_pytest=$?
   cat "$pytest_log"
-  rm -f "$pytest_log"
+  rm -rf "$pytest_log" "$claims"
   if [ "$status_vitest" -ne 0 ] || [ "$status_pytest" -ne 0 ]; then
-    echo "npm test: the exclusive and beside-pytest vitest files exited $status_vitest, pytest $status_pytest" >&2
+    echo "npm test: the exclusive files' lane exited $status_vitest, pytest's lane $status_pytest" >&2
     return 1
   fi
 }
 
-# The linters' end: their report (it waited in a file) and their status.
-wait_for_linters() {
+# The end of the type check and the linters: their report (it waited in a file) and their status.
+wait_for_checks() {
   local status=0
-  wait "$lint" || status=$?
-  cat "$lint_log"
-  rm -f "$lint_log"
-  if [ "$status" -ne 0 ]; then
-    echo "npm test: the linters (npm run lint) exited $status" >&2
-    return 1
-  fi
+  wait "$checks" || status=$?
+  cat "$checks_log"
+  rm -f "$checks_log"
+  return "$status"
 }
 
 # Before the real-engine tier: the end of the real-engine environment's background build, and its
@@ -134,15 +143,18 @@ engines_log=$(mktemp)
 # included) go first; the build fills the time they leave idle.
 phase 'the real-engine environment (in the background)' nice -n 19 ionice -c 3 bash scripts/bootstrap.sh --only engines >"$engines_log" 2>&1 &
 engines_build=$!
-phase 'build and type check' build_and_type_check
-# The linters gate no test: they start with the suite, at the lowest CPU priority, on the core time
-# its files leave idle while they wait on their daemons (the suite used 542 CPU-s in 394 s), and
-# go on beside the exclusive files if they are not done by then; their report comes at the end.
-lint_log=$(mktemp)
-phase 'the linters (beside the suite)' nice -n 19 npm run --silent lint >"$lint_log" 2>&1 &
-lint=$!
+# The type check and the linters gate no test: at the lowest CPU priority, they take the core that
+# the build leaves idle, then the core time the suite's files leave idle, and go on beside the
+# exclusive files if they are not done by then; their report comes at the end.
+checks_log=$(mktemp)
+{
+  renice -n 19 -p "$BASHPID" >/dev/null
+  phase 'the type check and the linters (in the background)' type_check_and_lint
+} >"$checks_log" 2>&1 &
+checks=$!
+phase 'the build' bash scripts/bootstrap.sh --only typescript
 phase 'the suite' suite
 phase 'the exclusive files and pytest' exclusive_beside_pytest
-phase 'waiting for the linters' wait_for_linters
+phase 'waiting for the type check and the linters' wait_for_checks
 wait_for_engines_environment
 phase 'vitest: the real-engine tier' npx --no-install vitest run --project engines
