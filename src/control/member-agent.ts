@@ -153,7 +153,7 @@ export class MemberAgent {
     let reply: CommandReply;
     try {
       const result = await this.options.onCommand?.(command);
-      reply = { v: SCHEMA_VERSION, t: 'done', moved: [], taken: 0, completed: 0, lost: 0, ...(result ?? {}) };
+      reply = { v: SCHEMA_VERSION, t: 'done', moved: [], taken: 0, completed: 0, lost: 0, completing: [], ...(result ?? {}) };
     } catch (err) {
       const e = err as Error & { code?: string };
       this.log.warn({ command: command.t, code: e.code, err: e.message }, 'command failed');

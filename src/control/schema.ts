@@ -218,6 +218,15 @@ export const commandReplySchema = z.discriminatedUnion('t', [
     taken: z.number().int().nonnegative().default(0),
     completed: z.number().int().nonnegative().default(0),
     lost: z.number().int().nonnegative().default(0),
+    /**
+     * repack-in: trajectories left to their owner's completion (its 'completing' marker younger
+     * than the partial pool's grace), each with the time left of that grace: the manager asks again
+     * after it, for the record may never come (an owner that died mid-completion).
+     */
+    completing: z
+      .array(z.object({ trajectory: z.string().min(1).max(512), retryAfterMs: z.number().int().nonnegative() }))
+      .max(65536)
+      .default([]),
   }),
   z.object({ v: z.literal(SCHEMA_VERSION), t: z.literal('failed'), code: z.string().max(64), message: z.string().max(4096) }),
 ]);

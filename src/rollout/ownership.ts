@@ -28,8 +28,8 @@ export interface ResumeOutcome {
   completed: number;
   lost: number;
   returned: number;
-  /** Being completed by their owner (record maybe still on its way): left alone, asked again at a later round. */
-  completing: number;
+  /** Being completed by their owner (record maybe still on its way): left alone, asked again after the grace left. */
+  completing: Array<{ trajectory: string; retryAfterMs: number }>;
 }
 
 export interface OwnershipOptions {
@@ -146,7 +146,7 @@ export class Ownership {
     const { taken, returned, completing } = await this.takeOverAndResume(confirmed, rolloutId, 'stranded');
     this.options.metrics.tasks.inc({ outcome: 'reconciled' }, taken);
     this.options.metrics.tasks.inc({ outcome: 'returned' }, returned);
-    this.options.log.warn({ resumed: taken, returned, completing }, 'stranded trajectories of this rollout picked up');
+    this.options.log.warn({ resumed: taken, returned, completing: completing.length }, 'stranded trajectories of this rollout picked up');
   }
 
   /** Of the trajectories this process may own and does not generate, those the pool says it owns. */
@@ -190,7 +190,7 @@ export class Ownership {
     let completed = 0;
     let lost = 0;
     let returned = 0;
-    let completing = 0;
+    const completing: ResumeOutcome['completing'] = [];
     // Take-overs are independent round trips (read the log, conditional marker): run several at once.
     await mapLimit(ids, TAKEOVER_CONCURRENCY, async (trajectoryId) => {
       try {
@@ -203,7 +203,7 @@ export class Ownership {
         if (result.status === 'completing') {
           // Its completer may still write the record: taken now, it would be generated twice.
           // Still in mayOwn when it is ours: the reconciliation after the grace takes it.
-          completing++;
+          completing.push({ trajectory: trajectoryId, retryAfterMs: Math.max(0, Math.ceil(result.retryAfterMs)) });
           log.info({ trajectory: trajectoryId, from, retryAfterMs: result.retryAfterMs }, 'trajectory being completed: left to its completer for now');
           return;
         }

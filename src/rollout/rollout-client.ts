@@ -50,7 +50,7 @@ import type { EngineLoad, RolloutEngine } from './engine.js';
 import { trajectoryIdOf } from './ids.js';
 import { LocalRelay } from './local-relay.js';
 import { RolloutMetrics } from './metrics.js';
-import { Ownership } from './ownership.js';
+import { Ownership, type ResumeOutcome } from './ownership.js';
 import { GenerationTask, type TaskOutcome } from './task.js';
 
 export class RolloutError extends LaminarError {}
@@ -504,7 +504,11 @@ export class RolloutClient {
   }
 
   /** Takes the listed trajectories over from `from` (or whoever the partial pool says) and resumes them. */
-  private async repackIn(from: string, version: number, ids: string[]): Promise<{ taken: number; completed: number; lost: number }> {
+  private async repackIn(
+    from: string,
+    version: number,
+    ids: string[],
+  ): Promise<{ taken: number; completed: number; lost: number; completing: ResumeOutcome['completing'] }> {
     if (this.weightVersion !== version) {
       throw new RolloutError(ErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} generates with ${this.weightVersion}`);
     }
@@ -512,9 +516,9 @@ export class RolloutClient {
       throw new RolloutError(ErrorCodes.VERSION_MISMATCH, `repack-in for version ${version}, but ${this.id} is loading new weights`);
     }
     const { taken, completed, lost, returned, completing } = await this.ownership.takeOverAndResume(ids, from, 'version_mismatch');
-    // Those being completed are left to their owner: the manager's next scan finds them if they stay.
-    this.log.info({ from, taken, completed, lost: lost + returned, completing }, 'repack-in: trajectories resumed');
-    return { taken, completed, lost: lost + returned };
+    // Those being completed are left to their owner; the manager asks again once their grace is over.
+    this.log.info({ from, taken, completed, lost: lost + returned, completing: completing.length }, 'repack-in: trajectories resumed');
+    return { taken, completed, lost: lost + returned, completing };
   }
 
   /** Rebuilds the engine on the same devices and resumes what this rollout still owns. */

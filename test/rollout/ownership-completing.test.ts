@@ -44,7 +44,14 @@ describe('rollout take-over of a trajectory being completed', () => {
       resume: () => Promise.resolve(),
     });
     // Same weight version: taken over, it would be resumed, and its record land anyway.
-    expect(await ownership.takeOverAndResume([id], 'ro-a', 'stranded')).toEqual({ taken: 0, completed: 0, lost: 0, returned: 0, completing: 1 });
+    // Named with the grace left, so that whoever sent it (the manager's repack-in) asks again after it.
+    expect(await ownership.takeOverAndResume([id], 'ro-a', 'stranded')).toEqual({
+      taken: 0,
+      completed: 0,
+      lost: 0,
+      returned: 0,
+      completing: [{ trajectory: id, retryAfterMs: expect.any(Number) as number }],
+    });
     expect(await poolB.summary(id)).toMatchObject({ owner: 'ro-a', state: 'completing' });
     expect(await prompts.progress()).toMatchObject({ returnedEntries: 0 });
 

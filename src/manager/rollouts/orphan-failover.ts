@@ -304,6 +304,8 @@ export class OrphanFailover {
           this.orphans.delete(o.trajectoryId);
           continue;
         }
+        // Being completed when last asked: not before the grace its completion was given is over.
+        if (now < (o.completingUntil ?? 0)) continue;
         const key = `${o.version}\u0000${o.from}`;
         batches.set(key, [...(batches.get(key) ?? []), o]);
       }
@@ -353,12 +355,21 @@ export class OrphanFailover {
         version,
         trajectories: batch.map((o) => o.trajectoryId),
       });
-      for (const o of batch) this.orphans.delete(o.trajectoryId);
+      // One left to its owner's completion stays an orphan until its grace is over: its owner may
+      // have died between the 'completing' marker and the record, and then only a later take-over
+      // (which finds it finished and returns its sample) completes it. Dropped here, it waited for
+      // the backstop scan, 60 s (a successor manager's take-over under load, in CI).
+      const completing = new Map(reply.completing.map((c) => [c.trajectory, c.retryAfterMs]));
+      for (const o of batch) {
+        const retryAfterMs = completing.get(o.trajectoryId);
+        if (retryAfterMs === undefined) this.orphans.delete(o.trajectoryId);
+        else o.completingUntil = Date.now() + retryAfterMs;
+      }
       this.countOrphans('resumed', reply.taken);
       this.countOrphans('completed', reply.completed);
       this.countOrphans('lost', reply.lost);
       this.options.log.warn(
-        { from, to: destination.id, version, taken: reply.taken, completed: reply.completed, lost: reply.lost },
+        { from, to: destination.id, version, taken: reply.taken, completed: reply.completed, lost: reply.lost, completing: completing.size },
         'orphaned trajectories resumed',
       );
       this.options.journal?.record(
