@@ -9,6 +9,8 @@
 import type { StalenessJson } from '../stand-ins/trainer/index.js';
 import type { Daemon } from '../services/daemon-process.js';
 import { parseDurationOption } from '../common/units.js';
+import { DEFAULT_RETRY_FOR_MS } from '../data/retry.js';
+import { COMPLETING_GRACE_MARGIN_MS } from '../data/partial/partial-pool.js';
 import { intIn } from './books.js';
 import type { DemoOptions } from './options.js';
 
@@ -17,11 +19,17 @@ export const MODEL = 'demo/policy';
 export const DEAD_AFTER_MS = 3000;
 export const ORPHAN_WAIT_MS = 10_000;
 /**
+ * The partial pool's default completion grace (partial-pool.ts): a trajectory the killed rollout
+ * was completing (its 'completing' marker written, its record not) is left to its completer that
+ * long before it is taken over, found whole and its sample returned.
+ */
+const COMPLETING_GRACE_MS = DEFAULT_RETRY_FOR_MS + COMPLETING_GRACE_MARGIN_MS;
+/**
  * How long past the kill of a rollout the run may go on for its failover to finish: death
  * detected, its trajectories resumed elsewhere or, with no rollout of their version, returned
- * after the orphan wait.
+ * after the orphan wait; one it was completing, after the completion grace.
  */
-export const FAILOVER_SETTLE_MS = DEAD_AFTER_MS + ORPHAN_WAIT_MS + 10_000;
+export const FAILOVER_SETTLE_MS = DEAD_AFTER_MS + Math.max(ORPHAN_WAIT_MS, COMPLETING_GRACE_MS) + 10_000;
 
 /** The flags of the simulated job, checked. */
 export interface SimJobSettings {

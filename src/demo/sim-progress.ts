@@ -96,7 +96,7 @@ export async function runSimJob(parts: SimRunParts): Promise<SimRun> {
       } else if (runOver() && !saidWaiting) {
         saidWaiting = true;
         process.stdout.write(
-          `\nwaiting up to ${Math.ceil((FAILOVER_SETTLE_MS - (performance.now() - killedRollout.at)) / 1e3)} s for the failover of ${killedRollout.id} to settle (${dead ? `${waiting} orphans waiting for a rollout of their version` : 'not yet declared dead'}) ...\n`,
+          `\nwaiting up to ${Math.ceil((FAILOVER_SETTLE_MS - (performance.now() - killedRollout.at)) / 1e3)} s for the failover of ${killedRollout.id} to settle (${dead ? `${waiting} orphans waiting for a rollout of their version or for a completion's grace` : 'not yet declared dead'}) ...\n`,
         );
       }
     }
