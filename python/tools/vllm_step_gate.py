@@ -11,6 +11,9 @@ generated ``at`` tokens, every engine step waiting, until the file ``open`` appe
 directory. The test arms the gate by writing ``armed.json`` (``{"max_tokens": N, "at": K}``: the
 requests with that ``max_tokens`` are held) before it sends the request, sends its pause when it
 has read ``K`` tokens, then opens the gate; the engine meets the pause with the request unfinished.
+With ``"count": C`` the engine is held only once ``C`` such requests have ``K`` tokens each: a test
+that needs several requests running at its pause (a group's samples, sent one after the other)
+does not have the first held at ``K`` before the others got their first token.
 
 Logits pass through unchanged (logprobs are taken from the raw logits before any processor).
 """
@@ -33,19 +36,21 @@ class StepGate(LogitsProcessor):
         self.directory = os.environ.get("LAMINAR_STEP_GATE")
         # Batch index -> the held request's live list of output tokens, and the count it is held at.
         self.held: dict[int, tuple[list[int], int]] = {}
+        # How many armed requests must have reached their count before the engine is held.
+        self.requests = 1
 
     def is_argmax_invariant(self) -> bool:
         # False: applied to greedy requests too, so that any armed request is held.
         return False
 
-    def _armed(self) -> tuple[int, int] | None:
+    def _armed(self) -> tuple[int, int, int] | None:
         if self.directory is None:
             return None
         try:
             with open(os.path.join(self.directory, "armed.json")) as f:
                 armed = json.load(f)
-            return int(armed["max_tokens"]), int(armed["at"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return int(armed["max_tokens"]), int(armed["at"]), int(armed.get("count", 1))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
@@ -54,6 +59,8 @@ class StepGate(LogitsProcessor):
         for index in batch_update.removed:
             self.held.pop(index, None)
         armed = self._armed() if batch_update.added else None
+        if armed is not None:
+            self.requests = armed[2]
         for index, params, _prompt, output in batch_update.added:
             self.held.pop(index, None)
             if armed is not None and params is not None and params.max_tokens == armed[0]:
@@ -66,7 +73,8 @@ class StepGate(LogitsProcessor):
                 self.held[a] = second
 
     def apply(self, logits):
-        if self.directory is None or not any(len(output) >= at for output, at in self.held.values()):
+        reached = sum(1 for output, at in self.held.values() if len(output) >= at)
+        if self.directory is None or reached == 0 or reached < self.requests:
             return logits
         gate = os.path.join(self.directory, "open")
         deadline = time.monotonic() + HOLD_LIMIT_S

@@ -195,8 +195,9 @@ describe.skipIf(cannotRun !== null)('the rollout agent on real vLLM servers (vll
     const job = 'partial';
     // The engine streams ahead of what the agent has counted (a clean-clone CI run saw all 1,000
     // tokens generated before the pause landed): the step gate holds it at 40 tokens until the
-    // pause is on its way.
-    gate.arm(1000, 40);
+    // pause is on its way. Once both samples have 40: held at the first one's 40, the engine never
+    // stepped the second, sent later under load, to the 10 tokens awaited below (a clean-clone run).
+    gate.arm(1000, 40, 2);
     await pools(job, [prompt('q0', 1000)]);
     const x = engines[0]!;
     const a = await agent(job, 'ag-p', x, { batchPrompts: 1, partialRollout: true });

@@ -29,9 +29,12 @@ export class StepGate {
     return { extraArgs: ['--logits-processors', 'vllm_step_gate:StepGate'], env: { PYTHONPATH: pythonPath, LAMINAR_STEP_GATE: this.dir } };
   }
 
-  /** Holds the requests with this `max_tokens` once they have `at` tokens. */
-  arm(maxTokens: number, at: number): void {
-    writeFileSync(join(this.dir, 'armed.json'), JSON.stringify({ max_tokens: maxTokens, at }));
+  /**
+   * Holds the requests with this `max_tokens` once they have `at` tokens: once `requests` of them
+   * have (default 1), so that several sent one after the other all run when it holds.
+   */
+  arm(maxTokens: number, at: number, requests = 1): void {
+    writeFileSync(join(this.dir, 'armed.json'), JSON.stringify({ max_tokens: maxTokens, at, count: requests }));
   }
 
   /** Lets the engine go on (for good: later requests are not held). */
