@@ -2,11 +2,12 @@
 # `npm test` (what CI runs): the bootstrap, the TypeScript build, the vitest suite, the exclusive
 # files beside pytest, then the real-engine tier; the type check and the linters beside them.
 # The build (dist/, which the suite's CLI tests run) is one core's work for about 20 s and needs
-# only node_modules. The type check (`tsc -p test`, 27-30 CPU-s) and the linters (ESLint's
-# type-checked rules are one core's work for two minutes, 90-160 CPU-s) gate no test: they start
-# with the build, at the lowest CPU priority, take its idle core and then the core time the
-# suite's files leave idle while they wait on their daemons, and report at the end. The type
-# check ran beside the build until 2026-11-30, holding the suite back by the 14 s it took more.
+# only node_modules. The linters (`npm run lint`: the type check and ESLint's type-checked rules
+# over one program, scripts/check-typescript.mjs, 90-130 CPU-s; Prettier, clang-format, ruff)
+# gate no test: they start with the build, at the lowest CPU priority, take its idle core and
+# then the core time the suite's files leave idle while they wait on their daemons, and report at
+# the end. The type check ran beside the build until 2026-11-30, holding the suite back by the
+# 14 s it took more, and then as `tsc -p test` of its own (30-40 CPU-s) before ESLint.
 # The suite runs four files at a time in shared worker processes (vitest.config.ts): its
 # files mostly wait on events (542 CPU-s in 394 s in the clean-clone run of c08b23f), so its
 # wall time is the sum of its files' times over the workers more than its CPU.
@@ -57,18 +58,6 @@ phase() {
   return "$status"
 }
 
-# Statuses kept by hand: a phase runs on the left of ||, where set -e stops nothing. Both run,
-# so that one report shows every type error and every lint finding.
-type_check_and_lint() {
-  local types=0 lint=0
-  phase 'the type check (tsc -p test)' npx --no-install tsc -p test || types=$?
-  phase 'the linters (npm run lint)' npm run --silent lint || lint=$?
-  if [ "$types" -ne 0 ] || [ "$lint" -ne 0 ]; then
-    echo "npm test: the type check (tsc -p test) exited $types, the linters (npm run lint) $lint" >&2
-    return 1
-  fi
-}
-
 # The vitest suite: both cores (its workers, and the daemons and servers its files start).
 suite() {
   phase 'vitest: the suite' npx --no-install vitest run --project suite
@@ -80,7 +69,7 @@ suite() {
 # the exclusive files' 276 s; the exclusive files' in the next, 244 s against 244 s).
 files_beside_unclaimed() {
   local file status=0
-  for file in test/deploy/grafana-dashboards.test.ts test/deploy/redis-sentinel.test.ts; do
+  for file in $beside_pytest_files; do
     mkdir "$claims/${file//\//_}" 2>/dev/null || continue
     phase "vitest: $file (beside-pytest)" npx --no-install vitest run --project beside-pytest "$file" || status=$?
   done
@@ -149,11 +138,14 @@ engines_build=$!
 checks_log=$(mktemp)
 {
   renice -n 19 -p "$BASHPID" >/dev/null
-  phase 'the type check and the linters (in the background)' type_check_and_lint
+  phase 'the type check and the linters (npm run lint, in the background)' npm run --silent lint
 } >"$checks_log" 2>&1 &
 checks=$!
 phase 'the build' bash scripts/bootstrap.sh --only typescript
 phase 'the suite' suite
+# The beside-pytest project's files, as vitest.config.ts lists them (one vitest start, 1 CPU-s).
+beside_pytest_files=$(npx --no-install vitest list --project beside-pytest --filesOnly | sed -n 's/^\[beside-pytest\] //p')
+[ -n "$beside_pytest_files" ] || { echo "npm test: vitest lists no file in the beside-pytest project" >&2; exit 1; }
 phase 'the exclusive files and pytest' exclusive_beside_pytest
 phase 'waiting for the type check and the linters' wait_for_checks
 wait_for_engines_environment
