@@ -52,8 +52,9 @@ say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
 # python3-torch: Debian's CPU build, for the Python client's tests (PyPI's wheel pulls gigabytes of
 # CUDA libraries); python3-venv for the environment below; chromium: the headless browser that the
-# dashboard's browser tests and bench drive with playwright-core (which never downloads one).
-DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy python3-venv python3-torch python3-matplotlib libxxhash-dev pkg-config iproute2 clang-format chromium)
+# dashboard's browser tests and bench drive with playwright-core (which never downloads one);
+# ccache: a clone's native build (scripts/install-native.mjs) then reuses an earlier clone's.
+DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy python3-venv python3-torch python3-matplotlib libxxhash-dev pkg-config iproute2 clang-format chromium ccache)
 
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do
@@ -267,8 +268,7 @@ fi
 
 addon=build/Release/laminar_native.node
 if [ ! -f "$addon" ] || [ -n "$(find native binding.gyp -newer "$addon" -print -quit)" ]; then
-  say "building the native addon"
-  npx --no-install node-gyp rebuild --jobs=2 --loglevel=error >&2
+  node scripts/install-native.mjs >&2
 fi
 
 if ! skipped typescript; then typescript_build; fi
