@@ -7,8 +7,12 @@ import { startNatsServer, startRedisServer, type NatsServer, type RedisServer } 
 import { ExperienceSampler, ExperienceWriter, PromptPool, type SamplerOptions, type TrajectoryInput, type WriterOptions } from '../../src/data/index.js';
 
 export function redisClient(port: number): Redis {
-  // Retry quickly through a server restart; commands wait for the reconnection.
-  return new Redis(port, '127.0.0.1', { retryStrategy: () => 50, maxRetriesPerRequest: 200 });
+  // Retry quickly through a server restart; commands wait for the reconnection. The refused
+  // connections of a restart are expected: a listener keeps ioredis from printing each one as an
+  // "Unhandled error event" (the commands' own errors still reach the test).
+  const client = new Redis(port, '127.0.0.1', { retryStrategy: () => 50, maxRetriesPerRequest: 200 });
+  client.on('error', () => undefined);
+  return client;
 }
 
 export async function natsClient(url: string): Promise<NatsConnection> {
