@@ -31,20 +31,25 @@ const npmNodeGyp = process.env.npm_config_node_gyp;
 // compiler names in /usr/lib/ccache go first on the PATH, and the checkout is its base directory,
 // so that a second clone (each CI run is one) finds the first clone's objects. The 22 files
 // include node-addon-api's headers, 1.3 CPU seconds each at -O3: 42 CPU seconds to compile them,
-// 1.4 from the cache (measured with time(1) on the 2-core development VM).
-const env = { ...process.env };
+// 1.4 from the cache (measured with time(1) on the 2-core development VM). ccache refuses to
+// compile at all where it cannot write its cache (a read-only or missing home): a build that
+// fails through it is done again without it.
 const CCACHE_COMPILERS = '/usr/lib/ccache';
-if (env.CXX === undefined && env.CC === undefined && existsSync(join(CCACHE_COMPILERS, 'g++'))) {
-  env.PATH = `${CCACHE_COMPILERS}:${env.PATH ?? ''}`;
-  env.CCACHE_BASEDIR ??= root;
-}
+const withCcache =
+  process.env.CXX === undefined && process.env.CC === undefined && existsSync(join(CCACHE_COMPILERS, 'g++'))
+    ? { ...process.env, PATH: `${CCACHE_COMPILERS}:${process.env.PATH ?? ''}`, CCACHE_BASEDIR: process.env.CCACHE_BASEDIR ?? root }
+    : undefined;
 
 const [command, args] =
   npmNodeGyp !== undefined && existsSync(npmNodeGyp)
     ? [process.execPath, [npmNodeGyp, 'rebuild', '--jobs=2', '--loglevel=error']]
     : ['npx', ['--no-install', 'node-gyp', 'rebuild', '--jobs=2', '--loglevel=error']];
 process.stderr.write('laminar: building the native addon (UCX, shared memory, checksums)\n');
-const result = spawnSync(command, args, { cwd: root, stdio: 'inherit', env });
+let result = spawnSync(command, args, { cwd: root, stdio: 'inherit', env: withCcache ?? process.env });
+if (result.status !== 0 && withCcache !== undefined) {
+  process.stderr.write('laminar: the build through ccache failed; building again without it\n');
+  result = spawnSync(command, args, { cwd: root, stdio: 'inherit' });
+}
 if (result.status !== 0) {
   process.stderr.write(
     'laminar: the native addon did not build. It needs a C++ compiler, pkg-config and the UCX and xxhash headers:\n' +
