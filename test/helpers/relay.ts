@@ -7,7 +7,9 @@ import { mkdtempSync } from 'node:fs';
 import { createConnection, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { pino } from 'pino';
 import { afterEach, beforeEach } from 'vitest';
+import type { Logger } from '../../src/common/logger.js';
 import { spawnDaemon } from '../../src/services/daemon-process.js';
 import { freePort } from '../../src/services/ports.js';
 import { RelayClient } from '../../src/relay/client/relay-client.js';
@@ -49,8 +51,13 @@ export function tempShmDir(prefix = 'laminar-test-'): { dir: string; cleanup(): 
   return { dir, cleanup: () => removeShmDir(dir) };
 }
 
-export async function inProcessRelay(shmDir: string, options: RelayOptionsInput = {}): Promise<Relay> {
-  return startRelay({ shmDir: join(shmDir, 'segments'), socketPath: join(shmDir, 'relay.sock'), metricsPort: 0, ...options });
+export async function inProcessRelay(shmDir: string, options: RelayOptionsInput = {}, logger?: Logger): Promise<Relay> {
+  return startRelay({ shmDir: join(shmDir, 'segments'), socketPath: join(shmDir, 'relay.sock'), metricsPort: 0, ...options }, logger);
+}
+
+/** A debug-level logger that keeps its lines in `lines` (for printLogsIfFailed). */
+export function memoryLogger(lines: string[]): Logger {
+  return pino({ level: 'debug' }, { write: (line: string) => void lines.push(line.trimEnd()) });
 }
 
 /**

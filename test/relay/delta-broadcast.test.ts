@@ -18,6 +18,7 @@ import { baseFingerprint } from '../../src/relay/broadcast/delta/base.js';
 import { encodeChunk } from '../../src/relay/delta/codec.js';
 import type { DeltaCounts } from '../../src/relay/protocol/status.js';
 import { chunkRange, encodeHeader, planLayout } from '../../src/safetensors/header.js';
+import { printLogsIfFailed } from '../helpers/failure-logs.js';
 import { SECRET, RoguePeer, buildVersion, segmentDigest, type BuiltVersion } from '../helpers/broadcast.js';
 import {
   CLI,
@@ -26,6 +27,7 @@ import {
   metricValue,
   onFreePort,
   publishVisible,
+  memoryLogger,
   spawnRelay,
   tempShmDir,
   until,
@@ -391,15 +393,25 @@ describe('a relay killed in the middle of a delta broadcast', () => {
     for (const d of dirs) d.cleanup();
   });
 
-  it('is skipped: its predecessor resumes the delta to the next relay, and the version completes there byte-exact', async () => {
+  it('is skipped: its predecessor resumes the delta to the next relay, and the version completes there byte-exact', async (context) => {
     const temp = (): string => {
       const d = tempShmDir();
       dirs.push(d);
       return d.dir;
     };
-    const master = await inProcessRelay(temp(), relayOptions('m0', '127.0.0.1:0'));
+    // The relays' debug logs, printed if the case fails: which base each side named and used,
+    // and any nack, say why a chunk went full (a clean-clone run once saw 4 of 8 go full).
+    const logs = { m0: [] as string[], k1: [] as readonly string[], t2: [] as string[] };
+    context.onTestFailed(() => {
+      printLogsIfFailed(context, [
+        { name: 'm0 (master)', logs: logs.m0 },
+        { name: 'k1 (killed)', logs: logs.k1 },
+        { name: 't2 (tail)', logs: logs.t2 },
+      ]);
+    });
+    const master = await inProcessRelay(temp(), relayOptions('m0', '127.0.0.1:0'), memoryLogger(logs.m0));
     inProcess.push(master);
-    const tail = await inProcessRelay(temp(), relayOptions('t2', '127.0.0.1:0'));
+    const tail = await inProcessRelay(temp(), relayOptions('t2', '127.0.0.1:0'), memoryLogger(logs.t2));
     inProcess.push(tail);
     const root = temp();
     writeFileSync(join(root, 'secret'), `${SECRET}\n`);
@@ -426,6 +438,7 @@ describe('a relay killed in the middle of a delta broadcast', () => {
         'on',
       ]);
     });
+    logs.k1 = middle.logs;
     const plan = { epoch: 1, relays: peers.split(',').map((e) => ({ id: e.split('@')[0]!, address: e.split('@')[1]! })) };
     tail.broadcaster!.setPlan(plan);
     master.broadcaster!.setPlan(plan);
