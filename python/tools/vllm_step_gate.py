@@ -74,7 +74,7 @@ class StepGate(LogitsProcessor):
 
     def apply(self, logits):
         reached = sum(1 for output, at in self.held.values() if len(output) >= at)
-        if self.directory is None or reached == 0 or reached < self.requests:
+        if self.directory is None or reached < max(self.requests, 1):
             return logits
         gate = os.path.join(self.directory, "open")
         deadline = time.monotonic() + HOLD_LIMIT_S

@@ -9,8 +9,7 @@
 import type { StalenessJson } from '../stand-ins/trainer/index.js';
 import type { Daemon } from '../services/daemon-process.js';
 import { parseDurationOption } from '../common/units.js';
-import { DEFAULT_RETRY_FOR_MS } from '../data/retry.js';
-import { COMPLETING_GRACE_MARGIN_MS } from '../data/partial/partial-pool.js';
+import { defaultCompletingGraceMs } from '../data/partial/partial-pool.js';
 import { intIn } from './books.js';
 import type { DemoOptions } from './options.js';
 
@@ -23,7 +22,7 @@ export const ORPHAN_WAIT_MS = 10_000;
  * was completing (its 'completing' marker written, its record not) is left to its completer that
  * long before it is taken over, found whole and its sample returned.
  */
-const COMPLETING_GRACE_MS = DEFAULT_RETRY_FOR_MS + COMPLETING_GRACE_MARGIN_MS;
+const COMPLETING_GRACE_MS = defaultCompletingGraceMs();
 /**
  * How long past the kill of a rollout the run may go on for its failover to finish: death
  * detected, its trajectories resumed elsewhere or, with no rollout of their version, returned

@@ -72,6 +72,11 @@ export interface PartialPoolOptions extends PartialStreamOptions {
  */
 export const COMPLETING_GRACE_MARGIN_MS = 15_000;
 
+/** The default `completingGraceMs` for completers whose writes retry for `retryWindowMs`. */
+export function defaultCompletingGraceMs(retryWindowMs = DEFAULT_RETRY_FOR_MS): number {
+  return retryWindowMs + COMPLETING_GRACE_MARGIN_MS;
+}
+
 /**
  * What takeOver did. 'taken': the trajectory is `rolloutId`'s; `finished` when its log ended in
  * a completion whose record never landed (its completer died between marker and write): the
@@ -104,7 +109,7 @@ export class PartialPool {
     const flushMs = options.flushMs ?? 5000;
     const flushTokens = options.flushTokens ?? 512;
     if (!(flushMs > 0) || !(flushTokens >= 1)) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'flushMs and flushTokens must be positive');
-    this.completingGraceMs = options.completingGraceMs ?? (options.writer?.retryWindowMs ?? DEFAULT_RETRY_FOR_MS) + COMPLETING_GRACE_MARGIN_MS;
+    this.completingGraceMs = options.completingGraceMs ?? defaultCompletingGraceMs(options.writer?.retryWindowMs);
     if (!(this.completingGraceMs >= 0)) throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, 'completingGraceMs must be 0 or more');
     this.rejections = new RejectionCounter(registry, 'partial-pool');
     this.logger = (options.logger ?? silentLogger).child({ component: 'partial-pool', pool: names.pool });
