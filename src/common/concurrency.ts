@@ -46,14 +46,14 @@ export function delay(ms: number, options?: AbortSignal | DelayOptions): Promise
 
 /**
  * Resolves when `work` settles or `ms` have passed, whichever comes first, or at once when `signal`
- * aborts; never rejects. The timer and its listener on `signal` go as soon as it resolves: a
+ * (if given) aborts; never rejects. The timer and its listener on `signal` go as soon as it resolves: a
  * `Promise.race` of `work` against `delay(ms, signal)` would keep both for the full `ms`, and a
  * loop that wakes often on `work` piles listeners up on a long-lived signal meanwhile.
  */
-export async function settledOrDelay(work: Promise<unknown>, ms: number, signal: AbortSignal): Promise<void> {
+export async function settledOrDelay(work: Promise<unknown>, ms: number, signal?: AbortSignal): Promise<void> {
   const done = new AbortController();
   try {
-    await Promise.race([work.catch(() => undefined), delay(ms, AbortSignal.any([signal, done.signal])).catch(() => undefined)]);
+    await Promise.race([work.catch(() => undefined), delay(ms, signal ? AbortSignal.any([signal, done.signal]) : done.signal).catch(() => undefined)]);
   } finally {
     done.abort();
   }

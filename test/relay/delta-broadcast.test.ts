@@ -248,6 +248,69 @@ describe('delta broadcast down a chain of 3 relays', () => {
   });
 });
 
+describe('a relay still completing a version when the next one is offered', () => {
+  const dirs: { dir: string; cleanup(): void }[] = [];
+  let relays: Relay[] = [];
+  let client: RelayClient;
+  const model = 'org/completing';
+  const middleLogs: string[] = [];
+
+  beforeAll(async () => {
+    ({ relays } = await loopbackChain(3, async (i, listen) => {
+      const shm = tempShmDir();
+      dirs.push(shm);
+      return inProcessRelay(shm.dir, relayOptions(`c${i}`, listen), i === 1 ? memoryLogger(middleLogs) : undefined);
+    }));
+    client = await RelayClient.connect({ socketPath: relays[0]!.options.socketPath });
+  });
+
+  afterAll(async () => {
+    client.close();
+    for (const r of relays) await r.close();
+    for (const d of dirs) d.cleanup();
+  });
+
+  it('waits for that completion, its base, and takes the next version as deltas over both hops', async (context) => {
+    context.onTestFailed(() => printLogsIfFailed(context, [{ name: 'c1 (middle)', logs: middleLogs }]));
+    const middle = relays[1]!;
+    // The middle relay forwards each chunk as soon as it is verified: its successor can complete
+    // a version, and the trainer publish the next, before its own completion (the segment sealed,
+    // the directory written) has ended, which a loaded machine once made happen. Here the test
+    // holds that completion until the next version's offer has reached the relay.
+    const complete = middle.store.completeReceived.bind(middle.store);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    middle.store.completeReceived = async (v, checksums) => {
+      if (v.version === 1) await held;
+      return complete(v, checksums);
+    };
+    let data = firstData(CHUNKS * MiB);
+    const tailHasV1 = versionComplete(relays[2]!, model, 1);
+    await publishVisible(client, { model, version: 1, tensors: [{ name: 'w', dtype: 'U8', shape: [data.length], data }] });
+    await tailHasV1;
+    expect(middle.store.peek(model, 1)?.state).toBe('writing');
+
+    const before = relays.map((r) => counts(r, 'in'));
+    data = nextData(data, 0);
+    const arrived = relays.slice(1).map((r) => versionComplete(r, model, 2));
+    await publishVisible(client, { model, version: 2, tensors: [{ name: 'w', dtype: 'U8', shape: [data.length], data }] });
+    // Version 2's offer has reached the middle relay: it waits for version 1, or (before it did)
+    // took version 2 at once, naming no base.
+    await until('the middle relay to be offered version 2', () =>
+      middleLogs.some((line) => line.includes('waits for the version before it')) ||
+      middle.broadcaster!.status().receiving.some((r) => r.model === model && r.version === 2)
+        ? true
+        : undefined,
+    );
+    release();
+    await Promise.all(arrived);
+    for (const i of [1, 2]) expect(moved(counts(relays[i]!, 'in'), before[i]!).chunks).toEqual({ same: CHUNKS - 3, sparse: 2, full: 1 });
+    expect(new Set(relays.map((r) => segmentDigest(r.store.peek(model, 2)!.path))).size).toBe(1);
+  });
+});
+
 /** A version like `base` (same layout) whose data `edit` changes, numbered `version`. */
 function editedVersion(base: BuiltVersion, version: number, edit: (data: Uint8Array) => void): BuiltVersion {
   const layout = planLayout([{ name: 'w', dtype: 'U8', shape: [base.layout.dataLength] }], { model: base.model, version, chunkSize: base.layout.chunkSize });

@@ -197,6 +197,10 @@ export class IncomingTransfer extends VersionSource {
   get complete(): boolean {
     return this.verifiedCount === this.v.layout.chunkCount && this.v.state === 'complete';
   }
+  /** Every chunk is here and verified; the version may still be completing (its segment sealed, its directory written). */
+  get allVerified(): boolean {
+    return this.verifiedCount === this.v.layout.chunkCount;
+  }
   get chunkCount(): number {
     return this.v.layout.chunkCount;
   }

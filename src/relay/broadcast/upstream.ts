@@ -25,8 +25,12 @@ import { positionOf, type ChainPlan } from './plan.js';
 import type { MappingRegistrations } from './registrations.js';
 import type { ChunkSource } from './source.js';
 import { ErrorCodes } from '../../common/error-codes.js';
+import { settledOrDelay } from '../../common/concurrency.js';
 import { inBackground } from '../background.js';
 import { PartAssembler } from '../parts/assembly.js';
+
+/** The longest an offer waits for the version before it to complete here (earlierCompletions). */
+const COMPLETION_WAIT_MS = 5_000;
 
 interface Arrival {
   transfer: IncomingTransfer;
@@ -268,6 +272,7 @@ export class UpstreamSide {
     }
     this.offersInProgress.add(k);
     try {
+      await this.earlierCompletions(offer.model, offer.version);
       const { v, offered, ready } = await this.reserve(link, offer, incoming, k);
       const base = this.baseFor(v);
       const transfer = new IncomingTransfer(this.store, v, offered.checksums, this.metrics, this.log, base, ready, offered.header);
@@ -323,6 +328,28 @@ export class UpstreamSide {
     } finally {
       this.offersInProgress.delete(k);
     }
+  }
+
+  /**
+   * Settles once the arrivals of earlier versions of `model` that have every chunk here are
+   * complete (or given up), for at most COMPLETION_WAIT_MS. Such a version is the base the
+   * offered one's deltas need (delta/base.ts takes only complete versions), and its completion
+   * (the segment sealed, the directory written) is a matter of milliseconds; but a relay in the
+   * middle of the chain forwards each chunk as soon as it is verified, so its successor can
+   * complete the version, and the trainer publish the next, before it has. Taken then, the offer
+   * named no base, and the next version came in full chunks over this hop and the next (a clean
+   * clone's loaded CI run saw half a version go full that way).
+   */
+  private async earlierCompletions(model: string, version: number): Promise<void> {
+    const completing = [...this.arrivals.values()]
+      .map(({ transfer }) => transfer)
+      .filter((t) => t.model === model && t.version < version && t.allVerified && !t.complete);
+    if (completing.length === 0) return;
+    this.log.debug(
+      { model, version, completing: completing.map((t) => t.version) },
+      'the offer waits for the version before it to complete here: its delta base',
+    );
+    await settledOrDelay(Promise.allSettled(completing.map((t) => t.done)), COMPLETION_WAIT_MS);
   }
 
   /**
