@@ -58,6 +58,14 @@
  *   is released and takes the newest weights. Off, a move drains the source's engine alone, and
  *   its trajectories at their tools come back to it, so it is not released: with a rollout's
  *   share of the batch (128 trajectories at 7B on 256 GPUs) most of a tail is at its tools.
+ * - arealDiskWeights: AReaL's versions go through a shared file system, as AReaL v0.3 moves them
+ *   with its Megatron trainer (the trainer saves each version under its `param_realloc` cache
+ *   and every SGLang server reloads it with `update_weights_from_disk`), at the rates the paper
+ *   profiled for that path (§4.1, `scenario.areal.storage`): the trainer's ranks serialise and
+ *   write their shards before it goes on, and each server, interrupted, reads its TP rank's shard
+ *   before it resumes; the trainer does not wait for the servers. A version that arrives while
+ *   the servers still load the one before is loaded after it. Off, AReaL's weights move by the
+ *   GPU-direct synchronisation of the other baselines, the trainer waiting for it.
  */
 import { ErrorCodes, InvalidInputError } from '../common/errors.js';
 
@@ -72,6 +80,7 @@ export const MECHANISMS = [
   'eagerDecode',
   'rolloutBatchShare',
   'repackAtTools',
+  'arealDiskWeights',
 ] as const;
 export type MechanismName = (typeof MECHANISMS)[number];
 export type Mechanisms = Readonly<Record<MechanismName, boolean>>;

@@ -130,7 +130,7 @@ describe('laminar simulate', () => {
     const without = await failure([file, '--without', 'attentionKvRead,warpDrive']);
     expect(without.code).toBe(ErrorCodes.INVALID_ARG);
     expect(without.message).toBe(
-      "unknown mechanism 'warpDrive' (one of attentionKvRead, trainerCommunication, dataParallelStragglers, colocatedEngine, groupLengthCorrelation, turnLockstep, trainingAttention, eagerDecode, rolloutBatchShare, repackAtTools)",
+      "unknown mechanism 'warpDrive' (one of attentionKvRead, trainerCommunication, dataParallelStragglers, colocatedEngine, groupLengthCorrelation, turnLockstep, trainingAttention, eagerDecode, rolloutBatchShare, repackAtTools, arealDiskWeights)",
     );
   });
 

@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/common/errors.js';
 import { ALL_MECHANISMS, mechanismsWithout, NO_MECHANISMS } from '../../src/simulate/mechanisms.js';
 import { runScenario } from '../../src/simulate/run.js';
-import { eagerFloorMs, engineProfileFor } from '../../src/simulate/scenario/derive.js';
+import { eagerFloorMs, engineProfileFor, weightBytes } from '../../src/simulate/scenario/derive.js';
 import { parseScenario, type Scenario } from '../../src/simulate/scenario/load.js';
 import type { ScenarioInput } from '../../src/simulate/scenario/schema.js';
 import {
@@ -23,7 +23,7 @@ import {
   withAttentionFlops,
   type TrainLayout,
 } from '../../src/simulate/trainer/parallel-step.js';
-import { colocatedSwitchMs, trainStepMs } from '../../src/simulate/trainer/time-model.js';
+import { arealLoadMs, arealSaveMs, colocatedSwitchMs, trainStepMs } from '../../src/simulate/trainer/time-model.js';
 import { colocatedProfile, colocatedWeightSyncMs } from '../../src/simulate/systems/colocated-engine.js';
 import { claimTrajectories } from '../../src/simulate/systems/laminar.js';
 import { Simulation } from '../../src/simulate/core/simulation.js';
@@ -311,6 +311,59 @@ describe('AReaL (systems/areal.ts)', () => {
     const one = bounded(1);
     expect(one.staleness.consumption.p50).toBeLessThanOrEqual(1);
     expect(one.staleness.consumption.mean).toBeLessThan(areal.staleness.consumption.mean);
+  });
+});
+
+describe("AReaL's weights through storage (arealDiskWeights, systems/areal.ts)", () => {
+  const run = (on: boolean, edit?: (s: ScenarioInput) => void): ReturnType<typeof runScenario> =>
+    runScenario(tinyScenario(edit), 'areal', { steps: 8, mechanisms: { arealDiskWeights: on } });
+
+  it('takes the storage rates of §4.1: a shard serialised and written by each trainer writer, read by each server rank', () => {
+    const scenario = tinyScenario();
+    const gb = weightBytes(scenario) / 1e9; // 7B in BF16: 15.2 GB
+    expect(arealSaveMs(scenario, 2)).toBeCloseTo((gb / 2) * (2 + 3.75) * 1e3, 6);
+    expect(arealLoadMs(scenario, 1)).toBeCloseTo(gb * 3.75 * 1e3, 6);
+    expect(arealLoadMs(scenario, 4)).toBeCloseTo(arealLoadMs(scenario, 1) / 4, 6);
+  });
+
+  it('holds the trainer for its save at every step while the servers go on generating, then pauses them for the reload', () => {
+    const on = run(true);
+    const off = run(false);
+    // The tiny scenario's trainer has no layout: one writer, 87 s a version against its 3-s steps.
+    const saveS = arealSaveMs(tinyScenario(), 1) / 1e3;
+    const gaps = on.stepEndsS.slice(1).map((t, i) => t - on.stepEndsS[i]!);
+    expect(Math.min(...gaps)).toBeGreaterThanOrEqual(saveS);
+    expect(Math.max(...off.stepEndsS.slice(1).map((t, i) => t - off.stepEndsS[i]!))).toBeLessThan(saveS / 10);
+    expect(on.throughput.tokensPerS).toBeLessThan(off.throughput.tokensPerS / 10);
+    // Generation does not wait for the trainer: completed trajectories pile up in its buffer.
+    expect(on.ledger.buffered).toBeGreaterThan(off.ledger.buffered * 10);
+    expect(on.ledger.moving).toBe(0);
+    expect(on.ledger.generating + on.ledger.buffered + on.ledger.consumed).toBe(on.ledger.claimed);
+  });
+
+  it('loads a version saved during a reload right after it, the trajectories resumed once', () => {
+    // Eight writers and a slow storage read: a save takes an eighth of a reload, so versions come
+    // faster than the servers load them.
+    const slowRead = (s: ScenarioInput): void => {
+      s.trainer = { ...s.trainer, megatron: { tp: 4, pp: 2 } };
+      s.areal = { maxHeadOffpolicyness: null, storage: { serialiseSPerGB: 0, transferSPerGB: 1 } };
+    };
+    const scenario = tinyScenario(slowRead);
+    expect(arealLoadMs(scenario, 1)).toBeGreaterThan(arealSaveMs(scenario, 8) * 7);
+    const r = run(true, slowRead);
+    expect(r.stepEndsS).toHaveLength(8);
+    // Every trajectory is somewhere: the run ends with the servers in a reload (held: moving).
+    expect(r.ledger.moving).toBeGreaterThan(0);
+    expect(r.ledger.generating + r.ledger.moving + r.ledger.buffered + r.ledger.consumed).toBe(r.ledger.claimed);
+  });
+
+  it('changes no other system', () => {
+    for (const system of ['laminar', 'sync', 'one-step'] as const) {
+      const with_ = runScenario(tinyScenario(), system, { steps: 6, mechanisms: { arealDiskWeights: true } });
+      const without = runScenario(tinyScenario(), system, { steps: 6, mechanisms: { arealDiskWeights: false } });
+      expect(with_.events).toBe(without.events);
+      expect(with_.stepEndsS).toEqual(without.stepEndsS);
+    }
   });
 });
 

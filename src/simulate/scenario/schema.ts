@@ -18,6 +18,8 @@ const nonNegative = z.number().nonnegative();
 const fraction = z.number().positive().max(1);
 const count = z.number().int().positive();
 const index = z.number().int().nonnegative();
+/** AReaL's storage rates when a scenario gives none (the `areal.storage` field below). */
+const AREAL_STORAGE_DEFAULTS = { serialiseSPerGB: 2, transferSPerGB: 3.75 };
 
 const gpuSchema = z.strictObject({
   name: z.string().min(1),
@@ -240,10 +242,21 @@ export const scenarioSchema = z.strictObject({
    */
   claimMode: z.enum(['batch', 'continuous']).default('batch'),
   /**
-   * AReaL's staleness bound, max_head_offpolicyness (systems/areal.ts): null is ∞, as the paper
-   * sets it for the throughput runs (§8.1); its convergence runs use 4 (§8.2).
+   * AReaL (systems/areal.ts): its staleness bound, max_head_offpolicyness, null for ∞, as the
+   * paper sets it for the throughput runs (§8.1; its convergence runs use 4, §8.2); and, for the
+   * mechanism arealDiskWeights, the rates of its weight path through storage (AReaL v0.3's
+   * trainer saves every version to a shared file system, and every SGLang server reloads it
+   * from there with `update_weights_from_disk`), from the paper's own profiling of that path
+   * (§4.1): seconds a GB to serialise a trainer's shard ("serializing a single 4GB model shard
+   * takes approximately 8 seconds": 2) and to move a GB over TCP to or from the storage
+   * ("another 10 to 20 seconds" for the 4 GB: 3.75, the middle).
    */
-  areal: z.strictObject({ maxHeadOffpolicyness: index.nullable() }).default({ maxHeadOffpolicyness: null }),
+  areal: z
+    .strictObject({
+      maxHeadOffpolicyness: index.nullable(),
+      storage: z.strictObject({ serialiseSPerGB: nonNegative, transferSPerGB: nonNegative }).default(AREAL_STORAGE_DEFAULTS),
+    })
+    .default({ maxHeadOffpolicyness: null, storage: AREAL_STORAGE_DEFAULTS }),
   /**
    * verl's colocated engine (systems/sync.ts, mechanism colocatedEngine): the share of each GPU's
    * memory its vLLM may take beside the FSDP trainer's resident shards, verl's

@@ -11,18 +11,23 @@
  *   is trained more than η versions after its first token.
  * - The trainer (Megatron-LM, TP × PP × DP, trainer/parallel-step.ts) trains as soon as a batch of
  *   completed trajectories is in its FIFO buffer. At each new version every rollout is
- *   interrupted: its engine is drained (the KV cache dropped), the new weights arrive by the
- *   GPU-direct synchronisation the other baselines use (the trainer waits for it too), and the
+ *   interrupted: its engine is drained (the KV cache dropped), the new weights arrive, and the
  *   interrupted trajectories are resubmitted, their prompt and every token generated so far
  *   re-prefilled (§2.3: "this re-prefill consumes 24.1 % of the rollout time"; appendix B: the
  *   recomputation grows with the trajectories in flight and the update frequency).
+ * - The weights (mechanism arealDiskWeights) go through storage, as AReaL v0.3's do: the trainer
+ *   saves the version (its ranks' shards serialised and written, time-model.ts `arealSaveMs`)
+ *   before it trains again, and every server then reads its shard (`arealLoadMs`) while its
+ *   engine is drained; the trainer does not wait for them, and a version saved while they still
+ *   load is loaded next. Off: the GPU-direct synchronisation the other baselines use, which the
+ *   trainer waits for too.
  *
  * A trajectory's version is the one of its first token (AReaL's head off-policyness): inherent
  * and consumption staleness count from it, though its later tokens come from newer weights.
  */
 import type { LeapRequest } from '../engine/leap-engine.js';
 import type { EngineActor } from '../engine/engine-actor.js';
-import { ncclSyncMs } from '../trainer/time-model.js';
+import { arealLoadMs, arealSaveMs, ncclSyncMs } from '../trainer/time-model.js';
 import type { RunContext } from './run-context.js';
 
 interface Replica {
@@ -34,7 +39,11 @@ interface Replica {
 
 export function runAreal(ctx: RunContext): void {
   const { sim, scenario, placement, workload } = ctx;
-  const syncMs = ncclSyncMs(scenario, placement.tp);
+  const throughStorage = ctx.mechanisms.arealDiskWeights;
+  const layout = ctx.trainLayout;
+  const writers = layout === null ? 1 : layout.kind === 'megatron' ? layout.tp * layout.pp : layout.fsdp;
+  const saveMs = throughStorage ? arealSaveMs(scenario, writers) : 0;
+  const loadMs = throughStorage ? arealLoadMs(scenario, placement.tp) : ncclSyncMs(scenario, placement.tp);
   const bound = scenario.areal.maxHeadOffpolicyness;
   const batchSize = workload.batchSize;
   const group = workload.groupSize;
@@ -47,6 +56,9 @@ export function runAreal(ctx: RunContext): void {
   }
   let trainerVersion = 0;
   let training = false;
+  /** The servers are loading a version; `newerSaved`: another was saved meanwhile, loaded next. */
+  let loading = false;
+  let newerSaved = false;
   let started = 0;
   /** Completed trajectories not yet trained, FIFO. */
   const buffer: number[] = [];
@@ -88,17 +100,27 @@ export function runAreal(ctx: RunContext): void {
       head = 0;
     }
     const tokens = ctx.consume(ids, trainerVersion);
-    sim.after(ctx.trainMs(ids), {
+    sim.after(ctx.trainMs(ids) + saveMs, {
       fire: () => {
         trainerVersion++;
         ctx.stepEnded(tokens, ids.length);
         if (ctx.stepsDone < ctx.steps) updateWeights();
+        if (throughStorage) {
+          // Saved: the trainer goes on while the servers load it.
+          training = false;
+          maybeTrain();
+        }
       },
     });
   }
 
-  /** Every rollout interrupted, synchronised, and its trajectories resumed with a re-prefill. */
+  /** Every rollout interrupted, given the new weights, and its trajectories resumed with a re-prefill. */
   function updateWeights(): void {
+    if (loading) {
+      newerSaved = true;
+      return;
+    }
+    loading = true;
     const held: LeapRequest[][] = replicas.map((r) => {
       r.updating = true;
       const reqs = r.actor.drain();
@@ -106,20 +128,30 @@ export function runAreal(ctx: RunContext): void {
       ctx.movingNow += reqs.length;
       return reqs;
     });
-    sim.after(syncMs, {
-      fire: () => {
-        replicas.forEach((r, i) => {
-          const reqs = held[i]!;
-          for (const req of reqs) ctx.ledger.moveIn(req.id);
-          ctx.movingNow -= reqs.length;
-          r.updating = false;
-          if (reqs.length > 0) r.actor.submit(reqs);
-          refill(r);
-        });
-        training = false;
-        maybeTrain();
-      },
-    });
+    const load = (): void =>
+      sim.after(loadMs, {
+        fire: () => {
+          if (newerSaved) {
+            newerSaved = false;
+            load();
+            return;
+          }
+          loading = false;
+          replicas.forEach((r, i) => {
+            const reqs = held[i]!;
+            for (const req of reqs) ctx.ledger.moveIn(req.id);
+            ctx.movingNow -= reqs.length;
+            r.updating = false;
+            if (reqs.length > 0) r.actor.submit(reqs);
+            refill(r);
+          });
+          if (!throughStorage) {
+            training = false;
+            maybeTrain();
+          }
+        },
+      });
+    load();
   }
 
   for (const r of replicas) refill(r);

@@ -8,7 +8,8 @@
  * - laminar's actor stall: the trainer pushes the version into the master relay;
  * - a rollout's weight load from its relay over PCIe (its shard: bytes / TP);
  * - the baselines' NCCL sync (one-step, stream): each rollout GPU receives its shard, plus a fixed cost;
- * - sync's (verl) switch from training to generation: resharding over NVLink.
+ * - sync's (verl) switch from training to generation: resharding over NVLink;
+ * - AReaL's weights through storage (mechanism arealDiskWeights): the trainer's save, a server's reload.
  */
 import { weightBytes } from '../scenario/derive.js';
 import type { Scenario } from '../scenario/schema.js';
@@ -34,6 +35,21 @@ export function rolloutLoadMs(s: Pick<Scenario, 'hardware' | 'model'>, tp: numbe
 
 export function ncclSyncMs(s: Pick<Scenario, 'hardware' | 'model'>, tp: number): number {
   return (weightBytes(s) / tp / (s.hardware.ncclSyncGBs * 1e9) + s.hardware.ncclSyncFixedS) * 1e3;
+}
+
+/**
+ * AReaL's save of a version (mechanism arealDiskWeights): the trainer's `writers` (the TP × PP
+ * ranks of one data-parallel replica of its Megatron trainer) each serialise their shard and
+ * write it to the shared storage, in parallel; the trainer goes on once they are done.
+ */
+export function arealSaveMs(s: Pick<Scenario, 'model' | 'areal'>, writers: number): number {
+  const { serialiseSPerGB, transferSPerGB } = s.areal.storage;
+  return (weightBytes(s) / Math.max(1, writers) / 1e9) * (serialiseSPerGB + transferSPerGB) * 1e3;
+}
+
+/** An AReaL rollout server's reload of a version from the storage: each of its TP ranks reads its shard. */
+export function arealLoadMs(s: Pick<Scenario, 'model' | 'areal'>, tp: number): number {
+  return (weightBytes(s) / tp / 1e9) * s.areal.storage.transferSPerGB * 1e3;
 }
 
 export function colocatedSwitchMs(s: Pick<Scenario, 'hardware' | 'model'>, tp: number): number {
