@@ -46,9 +46,9 @@ export function delay(ms: number, options?: AbortSignal | DelayOptions): Promise
 
 /**
  * Resolves when `work` settles or `ms` have passed, whichever comes first, or at once when `signal`
- * (if given) aborts; never rejects. The timer and its listener on `signal` go as soon as it resolves: a
- * `Promise.race` of `work` against `delay(ms, signal)` would keep both for the full `ms`, and a
- * loop that wakes often on `work` piles listeners up on a long-lived signal meanwhile.
+ * (if given) aborts; never rejects. The timer and its listener on `signal` go as soon as it
+ * resolves: a `Promise.race` of `work` against `delay(ms, signal)` would keep both for the full
+ * `ms`, and a loop that wakes often on `work` piles listeners up on a long-lived signal meanwhile.
  */
 export async function settledOrDelay(work: Promise<unknown>, ms: number, signal?: AbortSignal): Promise<void> {
   const done = new AbortController();
