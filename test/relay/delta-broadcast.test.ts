@@ -463,7 +463,9 @@ describe('a relay killed in the middle of a delta broadcast', () => {
       return d.dir;
     };
     // The relays' debug logs, printed if the case fails: which base each side named and used,
-    // and any nack, say why a chunk went full (a clean-clone run once saw 4 of 8 go full).
+    // and any nack, say why a chunk went full (a clean-clone run once saw 4 of 8 go full: the
+    // middle relay was offered version 2 before its own completion of version 1 had ended, the
+    // case 'a relay still completing a version when the next one is offered').
     const logs = { m0: [] as string[], k1: [] as readonly string[], t2: [] as string[] };
     context.onTestFailed(() => {
       printLogsIfFailed(context, [
