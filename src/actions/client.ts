@@ -18,7 +18,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { NatsConnection, Subscription } from '@nats-io/transport-node';
-import { DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient } from '@nats-io/jetstream';
+import { DeliverPolicy, jetstream, type JetStreamClient } from '@nats-io/jetstream';
+import { openJetStreamManager } from '../data/jetstream-manager.js';
 import { Registry } from 'prom-client';
 import { ClosedError, InvalidInputError } from '../common/errors.js';
 import { ErrorCodes } from '../common/error-codes.js';
@@ -108,7 +109,7 @@ export class ActionClient {
   private readonly logger: Logger;
 
   static async open(options: ActionClientOptions): Promise<ActionClient> {
-    const names = await ensureActionStreams(await jetstreamManager(options.nc), options);
+    const names = await ensureActionStreams(await openJetStreamManager(options.nc), options);
     const client = new ActionClient(options.nc, names, options);
     client.sub = options.nc.subscribe(names.clientResults(client.id), {
       callback: (err, msg) => {

@@ -4,7 +4,8 @@
  * the most recent results in the results stream (queue wait and execution, p50/p99, by status).
  */
 import type { NatsConnection } from '@nats-io/transport-node';
-import { DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { DeliverPolicy, jetstream } from '@nats-io/jetstream';
+import { openJetStreamManager } from '../data/jetstream-manager.js';
 import { actionNames } from './names.js';
 import type { ActionWorkerStatus } from './worker.js';
 import { decodeResult } from './wire.js';
@@ -43,7 +44,7 @@ function quantile(xs: number[], q: number): number {
 
 export async function readActionsStatus(nc: NatsConnection, pool = 'default', recent = 1000): Promise<ActionsStatus> {
   const names = actionNames(pool);
-  const jsm = await jetstreamManager(nc);
+  const jsm = await openJetStreamManager(nc);
   const kinds = new Map<string, KindStatus>();
   const kindOf = (kind: string): KindStatus => {
     let k = kinds.get(kind);

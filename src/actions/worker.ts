@@ -19,7 +19,8 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager, type Consumer } from '@nats-io/jetstream';
+import { jetstream, type Consumer } from '@nats-io/jetstream';
+import { openJetStreamManager } from '../data/jetstream-manager.js';
 import { Registry } from 'prom-client';
 import { InvalidInputError, LaminarError } from '../common/errors.js';
 import { ErrorCodes } from '../common/error-codes.js';
@@ -145,7 +146,7 @@ export class ActionWorker {
     if (!Number.isInteger(maxOutput) || maxOutput < 64)
       throw new InvalidInputError(ErrorCodes.BAD_ACTION, `maxOutputBytes must be an integer >= 64, got ${maxOutput}`);
     if (Object.keys(options.tools).length === 0) throw new InvalidInputError(ErrorCodes.BAD_ACTION, 'an action worker needs at least one tool');
-    const jsm = await jetstreamManager(options.nc);
+    const jsm = await openJetStreamManager(options.nc);
     const names = await ensureActionStreams(jsm, options);
     await ensureKindConsumer(jsm, names, kind, options, options.updateConsumer ?? false);
     const info = await jsm.consumers.info(names.stream, names.consumer(kind));

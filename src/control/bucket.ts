@@ -1,6 +1,8 @@
 /** The job's control KV bucket (created on first use by whoever comes first; same settings for all). */
 import { Kvm, type KV } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
+import { openJetStreamManager } from '../data/jetstream-manager.js';
+import { retryTransient } from '../data/retry.js';
 
 export interface BucketOptions {
   /** Replicas of the bucket's stream: 3 on a NATS cluster so that the control state survives a server. */
@@ -18,5 +20,9 @@ export async function openControlBucket(nc: NatsConnection, bucket: string, opti
   // serving every read costs nothing measurable. nats.js reads by the stream's setting, so every
   // process that opens the bucket reads from the leader (src/data/leader-read.ts does the same
   // for the data streams' deciding reads). A single server has no stale replica: direct gets.
-  return new Kvm(nc).create(bucket, { history: 1, replicas, ...(replicas > 1 ? { allow_direct: false } : {}) });
+  // Like every first meeting with JetStream (src/data/jetstream-manager.ts), retried while the
+  // server asked knows no meta leader yet (a manager started on a node back from a partition), and
+  // refused at once, saying so, where the server has no JetStream.
+  await openJetStreamManager(nc);
+  return retryTransient(() => new Kvm(nc).create(bucket, { history: 1, replicas, ...(replicas > 1 ? { allow_direct: false } : {}) }));
 }

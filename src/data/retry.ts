@@ -13,6 +13,8 @@ export interface RetryOptions {
   /** Give up after this long. Default DEFAULT_RETRY_FOR_MS (30 s). */
   retryForMs?: number;
   onRetry?: (err: unknown, attempt: number) => void;
+  /** Narrows the errors retried: a transient error this says no to is thrown at once. */
+  retryIf?: (err: unknown) => boolean;
 }
 
 const TRANSIENT = new Set(['TimeoutError', 'NoRespondersError', 'RequestError', 'ConnectionError']);
@@ -47,7 +49,7 @@ export async function retryTransient<T>(fn: () => Promise<T>, options: RetryOpti
     try {
       return await fn();
     } catch (err) {
-      if (!isTransient(err) || Date.now() > deadline) throw err;
+      if (!isTransient(err) || options.retryIf?.(err) === false || Date.now() > deadline) throw err;
       options.onRetry?.(err, attempt);
       // Capped exponential backoff: 25 ms, 50 ms, ... 1 s.
       await delay(Math.min(1000, 25 * 2 ** attempt));

@@ -9,7 +9,7 @@ import { appendFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { Redis } from 'ioredis';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { openJetStreamManager } from '../data/jetstream-manager.js';
 import { startNatsCluster, startNatsServer, startRedisServer, type NatsCluster, type NatsServer, type RedisServer } from '../services/index.js';
 import { ensureBufferStream } from '../data/experience/stream.js';
 import { ensurePartialStream } from '../data/partial/partial-stream.js';
@@ -123,7 +123,7 @@ export async function openStage(prefix: string, logs: string | undefined, option
 
 /** The job's buffer, partial pool and control bucket (default names, default job), at `replicas`. */
 async function createReplicated(nc: NatsConnection, replicas: number): Promise<void> {
-  const jsm = await jetstreamManager(nc);
+  const jsm = await openJetStreamManager(nc);
   await ensureBufferStream(jsm, { replicas });
   await ensurePartialStream(jsm, { replicas });
   await openControlBucket(nc, controlNames(DEFAULT_JOB).bucket, { replicas });

@@ -11,7 +11,8 @@
  * metadata and stops for good on a consumer error, where the audit needs only the subject and
  * must go on from the next sequence whatever happens.
  */
-import { DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages } from '@nats-io/jetstream';
+import { DeliverPolicy, jetstream, type ConsumerMessages } from '@nats-io/jetstream';
+import { openJetStreamManager } from '../data/jetstream-manager.js';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { delay } from '../common/concurrency.js';
 import { bufferNames, ensureBufferStream, trajectoryIdOfSubject } from '../data/index.js';
@@ -58,7 +59,7 @@ export class BufferAudit {
 
   /** Creates the buffer's stream if no writer has yet (as a writer would), then follows it from its first message. */
   static async open(nc: NatsConnection): Promise<BufferAudit> {
-    await ensureBufferStream(await jetstreamManager(nc));
+    await ensureBufferStream(await openJetStreamManager(nc));
     const audit = new BufferAudit(nc);
     audit.loop = audit.follow();
     return audit;
@@ -123,7 +124,7 @@ export class BufferAudit {
    * reach is reported as what it read so far).
    */
   async caughtUp(timeoutMs = 60_000): Promise<boolean> {
-    const jsm = await jetstreamManager(this.nc);
+    const jsm = await openJetStreamManager(this.nc);
     const deadline = performance.now() + timeoutMs;
     while (performance.now() < deadline) {
       try {

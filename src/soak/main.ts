@@ -13,7 +13,7 @@ import { execFile } from 'node:child_process';
 import { mkdirSync, writeFileSync, appendFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { openJetStreamManager } from '../data/jetstream-manager.js';
 import { Command } from 'commander';
 import { describeFailure } from '../common/errors.js';
 import { delay } from '../common/concurrency.js';
@@ -197,7 +197,7 @@ async function main(): Promise<void> {
     say(`job up: ${liveJob.all().length} daemons; faults start`);
 
     const samples: Sample[] = [];
-    const jsm = await jetstreamManager(stage.nc);
+    const jsm = await openJetStreamManager(stage.nc);
     const takeSample = async (): Promise<Sample> => {
       const rssBytes = Object.fromEntries(GROUPS.map((g) => [g, 0])) as Record<Group, number>;
       const fds = Object.fromEntries(GROUPS.map((g) => [g, 0])) as Record<Group, number>;

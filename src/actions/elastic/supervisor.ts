@@ -7,7 +7,7 @@
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Registry } from 'prom-client';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { openJetStreamManager } from '../../data/jetstream-manager.js';
 import type { Logger } from '../../common/logger.js';
 import { gauge } from '../../common/metric-factory.js';
 import { actionNames } from '../names.js';
@@ -48,7 +48,7 @@ const notFound = (err: unknown): null => {
  */
 export async function queueCounts(nc: NatsConnection, pool: string): Promise<Map<string, { onQueue: number; arrived: number }>> {
   const names = actionNames(pool);
-  const jsm = await jetstreamManager(nc);
+  const jsm = await openJetStreamManager(nc);
   const info = await jsm.streams.info(names.stream, { subjects_filter: names.queueFilter }).catch(notFound);
   const out = new Map<string, { onQueue: number; arrived: number }>();
   for (const [subject, n] of Object.entries(info?.state.subjects ?? {})) out.set(names.kindOfSubject(subject), { onQueue: n, arrived: n });

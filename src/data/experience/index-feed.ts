@@ -15,6 +15,7 @@ import { DeliverPolicy } from '@nats-io/jetstream';
 import type { Logger } from '../../common/logger.js';
 import { META_HEADER, decodeMeta, type RecordMeta } from '../codec/record-meta.js';
 import type { BufferNames } from './stream.js';
+import { retryTransient } from '../retry.js';
 
 /** How long one pull waits on the server, and the client's back-off when its consumer cannot be checked. */
 export const FEED_PULL_EXPIRES_MS = 5000;
@@ -58,11 +59,14 @@ export class IndexFeed {
 
   /** Consumes from the sequence after `after` (0: from the first message). */
   private async follow(after: number): Promise<void> {
-    const consumer = await this.js.consumers.get(this.names.stream, {
-      filter_subjects: this.names.allFilter,
-      headers_only: true,
-      ...(after === 0 ? { deliver_policy: DeliverPolicy.All } : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: after + 1 }),
-    });
+    // get() asks for the stream's info first: a node that knows no leader yet answers "try later".
+    const consumer = await retryTransient(() =>
+      this.js.consumers.get(this.names.stream, {
+        filter_subjects: this.names.allFilter,
+        headers_only: true,
+        ...(after === 0 ? { deliver_policy: DeliverPolicy.All } : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: after + 1 }),
+      }),
+    );
     const info = await consumer.info(true);
     if (info.num_pending === 0) this.caughtUp();
     // After a nats-server restart the client re-checks the consumer and backs off by `expires` when

@@ -11,7 +11,8 @@
  * (the next batch assembled ahead) and sampler-metrics.ts.
  */
 import type { NatsConnection } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { jetstream, type JetStreamManager } from '@nats-io/jetstream';
+import { openJetStreamManager } from '../jetstream-manager.js';
 import type { Registry } from 'prom-client';
 import { createRegistry } from '../../common/metrics.js';
 import { silentLogger, type Logger } from '../../common/logger.js';
@@ -226,7 +227,7 @@ export class ExperienceSampler {
     if (options.maxDeletionDelayMs !== undefined && !(options.maxDeletionDelayMs >= 0 && Number.isFinite(options.maxDeletionDelayMs))) {
       throw new DataInputError(ErrorCodes.BAD_DATA_OPTIONS, `maxDeletionDelayMs must be a finite number >= 0, got ${options.maxDeletionDelayMs}`);
     }
-    const jsm = await jetstreamManager(options.nc);
+    const jsm = await openJetStreamManager(options.nc);
     const names = await ensureBufferStream(jsm, options);
     const s = new ExperienceSampler(options, jsm, names, options.registry ?? createRegistry({ defaultMetrics: false }));
     s.checkPossible(options.batchSize);

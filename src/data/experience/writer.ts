@@ -18,7 +18,8 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { headers } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, JetStreamApiError, type PubAck } from '@nats-io/jetstream';
+import { jetstream, type JetStreamClient, type JetStreamManager, JetStreamApiError, type PubAck } from '@nats-io/jetstream';
+import { openJetStreamManager } from '../jetstream-manager.js';
 import type { Registry } from 'prom-client';
 import { createRegistry } from '../../common/metrics.js';
 import { silentLogger, type Logger } from '../../common/logger.js';
@@ -118,7 +119,7 @@ export class ExperienceWriter {
   }
 
   static async open(options: WriterOptions): Promise<ExperienceWriter> {
-    const jsm = await jetstreamManager(options.nc);
+    const jsm = await openJetStreamManager(options.nc);
     const names = await ensureBufferStream(jsm, options);
     return new ExperienceWriter(options, jetstream(options.nc), jsm, names, options.registry ?? createRegistry({ defaultMetrics: false }));
   }

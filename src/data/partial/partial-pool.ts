@@ -19,7 +19,8 @@
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import { headers } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
+import { jetstream, JetStreamApiError, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
+import { openJetStreamManager } from '../jetstream-manager.js';
 import type { Registry } from 'prom-client';
 import { createRegistry } from '../../common/metrics.js';
 import { silentLogger, type Logger } from '../../common/logger.js';
@@ -164,7 +165,7 @@ export class PartialPool {
   }
 
   static async open(options: PartialPoolOptions): Promise<PartialPool> {
-    const jsm = await jetstreamManager(options.nc);
+    const jsm = await openJetStreamManager(options.nc);
     const names = await ensurePartialStream(jsm, options);
     return new PartialPool(options, jetstream(options.nc), jsm, names, options.registry ?? createRegistry({ defaultMetrics: false }));
   }
