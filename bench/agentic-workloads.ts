@@ -7,8 +7,9 @@
  *
  *   tool-waits    the long tail is in turns: groups of 1-3 turns and two of 10-12, each turn ~22
  *                 tokens and a tool call. With calls of a second the long groups' path is their
- *                 tool waits (12 s), which no order of claims or turns shortens: it caps any
- *                 scheduling's gain near 1.14 (docs/performance/agentic.md).
+ *                 tool waits (12 s), which no order of claims or turns shortens; at its default
+ *                 128 groups the batch's work (~18.5 s at the engines' rate) is the bound, and
+ *                 first-in-first-out claims leave the engines ~30 % idle (docs/performance/agentic.md).
  *   long-answers  the long tail is in generated tokens: each group's answer (its generated tokens
  *                 over all its turns) has a budget from a long-tailed list (median 16 tokens, mean
  *                 59, two groups of 300-360), turns end at their call as above, so a long answer
@@ -53,10 +54,13 @@ export interface WorkloadDefaults {
 }
 
 export const WORKLOAD_DEFAULTS: Readonly<Record<SchedWorkload, Readonly<WorkloadDefaults>>> = {
-  // Chosen 2026-11-30 for a critical path (12 turns: 11 s of tools) about the batch's work at 2
-  // sequences an engine: 96 trajectories an engine (Heddle §7.1's batch of 100 a worker), 6
-  // queued beyond the 2 decoded (the queue progressive priority orders), 32 more at tools.
-  'tool-waits': { groups: 48, groupSize: 4, maxRunning: 2, inFlight: 8, atTools: 32, toolMs: 1000, stepMs: 0 },
+  // 2 sequences decoded an engine, 6 queued beyond them (the queue progressive priority orders),
+  // 32 more at tools. 128 groups (2026-11-30 20:30; 48 before): 256 trajectories an engine, whose
+  // work (~18.5 s) exceeds the critical path (12 turns: 11 s of tools), so that the order of claims
+  // and turns decides how long the engines idle. At 48 groups the batch was path-bound and
+  // first-in-first-out came within 1.19-1.43 of its bound, too little for a scheduler's gain to
+  // stand out of the machine's noise (docs/performance/agentic.md).
+  'tool-waits': { groups: 128, groupSize: 4, maxRunning: 2, inFlight: 8, atTools: 32, toolMs: 1000, stepMs: 0 },
   // Heddle's proportions (docs/performance/agentic.md): tools short beside a step's generation
   // (§7.5, Table 1: 0.05 s for the math agent's calculator against tens of seconds of generation
   // a step), and each engine decoding a sizeable share of its batch at once with a GPU-like

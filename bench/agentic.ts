@@ -2,7 +2,7 @@
  * `npm run bench -- agentic [--only predictor,sched] [--steps 3] [--prompts 512]
  *   [--sched-workload tool-waits|long-answers] [--sched-groups N] [--sched-group-size N]
  *   [--sched-max-running N] [--sched-in-flight N] [--sched-at-tools N] [--sched-tool-ms MS]
- *   [--sched-step-ms MS] [--sched-preemption-threshold 10|off] [--sched-rounds 4] [--sched-configs before,priority,claims,no-moves,median,all,free-moves]`
+ *   [--sched-step-ms MS] [--sched-preemption-threshold off|N] [--sched-rounds 4] [--sched-configs before,priority,claims,no-moves,median,all,free-moves]`
  *   (the job's shape, groups to tools, defaults to the workload's own: WORKLOAD_DEFAULTS)
  *
  * Issue #49's agentic scheduling figures, in sections (`--only`; default: both):
@@ -15,7 +15,7 @@
  *              tool task with reference engines, all of #49's scheduling on over laminar's before
  *              it, and each mechanism on and off, interleaved round by round, with each
  *              configuration's median and spread (agentic-sched.ts; at the defaults 7
- *              configurations x 5 batches of ~20 s: about fifteen minutes). The workload's long
+ *              configurations x 5 batches of 20-30 s: about twenty minutes). The workload's long
  *              tail is in turns (`tool-waits`, the default) or in generated tokens
  *              (`long-answers`; agentic-workloads.ts). The dp planner's re-prefill cost is
  *              measured on a reference engine once the warm-up round has loaded its weights
@@ -27,7 +27,8 @@
  *              `--sched-step-ms`: each engine step takes that much longer without using a CPU
  *              (a GPU's step time), so that the engines, not the two CPU cores, are saturated.
  *              `--sched-preemption-threshold`: the engines' priority preemption threshold (SGLang's
- *              flag and default, 10, in the agents' priority unit, milliseconds), `off` for none.
+ *              flag, whose default is 10, in the agents' priority unit, milliseconds); `off` (the
+ *              default) for none: the engines order their queue by priority and never retract.
  * Prints a table per section, then one JSON line (the last line of stdout).
  */
 import { parseArgs } from 'node:util';
@@ -62,7 +63,10 @@ export async function run(args: string[]): Promise<void> {
       'sched-tool-ms': { type: 'string' },
       'sched-workload': { type: 'string', default: DEFAULT_WORKLOAD },
       'sched-step-ms': { type: 'string' },
-      'sched-preemption-threshold': { type: 'string', default: '10' },
+      // Off: with progressive priority by remaining time, the engines' preemption cost the gain
+      // (128 groups: 1.15-1.24 at SGLang's threshold of 10, 1.31-1.33 off; engine steps +2 ms:
+      // 0.91 at 10, 1.10 at 1,000, 1.19 off; docs/performance/agentic.md).
+      'sched-preemption-threshold': { type: 'string', default: 'off' },
       'sched-configs': { type: 'string', default: CONFIG_KEYS.join(',') },
     },
   });
