@@ -308,7 +308,7 @@ export class HttpRolloutEngine implements RolloutEngine {
     const lora = this.options.adapters?.use(task.trajectoryId, task.weightVersion) ?? null;
     for (;;) {
       // Predicted at the turn boundary, before the wait for a place (the line is ordered by it).
-      const priority = this.options.priorities?.priorityOf(task) ?? null;
+      const priority = this.options.priorities?.priorityOf(task, episodes?.maxTurns(task)) ?? null;
       if (!(await this.takePlace(entry, priority ?? 0))) {
         metrics.requests.inc({ result: 'stopped' });
         return;

@@ -130,6 +130,19 @@ function lastAction(task: GenerationTask): ObservationAction | undefined {
   return last?.kind === 'observation' ? last.action : undefined;
 }
 
+/**
+ * A prediction's turns cut to what the episode's limit leaves. The prompt's history predicts its
+ * turns as its remaining tokens over the agent's mean tokens a turn, which is far off where turns
+ * vary in length: in the agentic bench a long prompt's 317 remaining tokens at a mean of ~4 tokens
+ * a turn (its own turns ran ~27) made 80 turns (80 s of tool calls) where 11 were left, and some
+ * trajectories ranked at 430 s on a workload whose longest path is 12 s.
+ */
+function withinTurnLimit(prediction: RemainingLength, turns: number, turnLimit: number | undefined): RemainingLength {
+  if (turnLimit === undefined) return prediction;
+  const left = Math.max(1, turnLimit - turns);
+  return prediction.turns > left ? { ...prediction, turns: left } : prediction;
+}
+
 export class ProgressivePriority {
   private readonly predictor: RemainingLengthPredictor;
   private readonly baseline: RemainingLengthPredictor;
@@ -148,8 +161,8 @@ export class ProgressivePriority {
    * nothing is known). Predicted once per turn boundary; a request sent again within a turn (the
    * engine aborted it, a 5xx) keeps the turn's priority.
    */
-  priorityOf(task: GenerationTask): number {
-    this.predict(task);
+  priorityOf(task: GenerationTask, turnLimit?: number): number {
+    this.predict(task, turnLimit);
     return this.tracked.get(task.trajectoryId)!.priority;
   }
 
@@ -158,8 +171,11 @@ export class ProgressivePriority {
     this.costs.decoded(tokens, ms);
   }
 
-  /** The trajectory's current prediction (refined if it has passed a turn boundary since). */
-  predict(task: GenerationTask): RemainingLength {
+  /**
+   * The trajectory's current prediction (refined if it has passed a turn boundary since). With
+   * `turnLimit` (the episode's turn limit) the predicted turns never exceed the turns it has left.
+   */
+  predict(task: GenerationTask, turnLimit?: number): RemainingLength {
     const turns = turnsOf(task);
     const known = this.tracked.get(task.trajectoryId);
     if (known !== undefined && known.turns === turns) return known.prediction;
@@ -168,7 +184,7 @@ export class ProgressivePriority {
     if (last !== undefined && last.status !== 'bad_call') this.costs.tool(last.tool, last.latencyMs);
     const progress = { id: task.trajectoryId, group: task.groupId, tokens: task.modelTokens, turns };
     if (known !== undefined) this.costs.turn(progress.tokens - known.tokensAt);
-    const prediction = this.withPromptHistory(this.predictor.observe(progress), task);
+    const prediction = withinTurnLimit(this.withPromptHistory(this.predictor.observe(progress), task), turns, turnLimit);
     const baseline = this.baseline.observe(progress);
     const ms = this.costs.remainingMs(prediction, last?.tool);
     const priority = Math.round(ms ?? prediction.tokens);

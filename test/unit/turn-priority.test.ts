@@ -162,3 +162,18 @@ describe("ProgressivePriority with the prompt's history", () => {
     expect(p.predict(withHistory('long2', 0, 12 * TOKENS_A_TURN)).turns).toBe(12);
   });
 });
+
+describe("ProgressivePriority within the episode's turn limit", () => {
+  it('never predicts more turns than the limit leaves, however short the agent has seen turns run', () => {
+    const p = rollout();
+    p.decoded(100, 1000); // 10 ms a token
+    // The agent has seen turns of 10 tokens; a prompt that ran 1,000 tokens last time.
+    for (let k = 0; k <= 3; k++) p.priorityOf(afterTools('seen', k, 'lookup', 1000));
+    const long = (id: string): GenerationTask => Object.assign(afterTools(id, 1, 'lookup', 1000), { groupLastLength: 1000 });
+    // From the history alone: 990 tokens left at 10 a turn, 99 turns.
+    expect(p.predict(long('unbounded')).turns).toBe(99);
+    // An episode of 12 turns has 11 left after its first.
+    expect(p.predict(long('bounded'), 12)).toEqual({ tokens: 990, turns: 11 });
+    expect(p.priorityOf(long('ranked'), 12)).toBe(990 * 10 + 10 * 1000);
+  });
+});
