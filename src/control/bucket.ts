@@ -1,15 +1,14 @@
 /** The job's control KV bucket (created on first use by whoever comes first; same settings for all). */
 import { Kvm, type KV } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { openJetStreamManager } from '../data/jetstream-manager.js';
-import { retryTransient } from '../data/retry.js';
+import { meetJetStream } from '../data/jetstream-manager.js';
 
 export interface BucketOptions {
   /** Replicas of the bucket's stream: 3 on a NATS cluster so that the control state survives a server. */
   replicas?: number;
 }
 
-export async function openControlBucket(nc: NatsConnection, bucket: string, options: BucketOptions = {}): Promise<KV> {
+export function openControlBucket(nc: NatsConnection, bucket: string, options: BucketOptions = {}): Promise<KV> {
   const replicas = options.replicas ?? 1;
   // history 1: only the current value of each key matters; CAS uses its revision.
   // Replicated, the bucket's reads go to its stream's leader (no `allow_direct`): a direct get is
@@ -23,6 +22,5 @@ export async function openControlBucket(nc: NatsConnection, bucket: string, opti
   // Like every first meeting with JetStream (src/data/jetstream-manager.ts), retried while the
   // server asked knows no meta leader yet (a manager started on a node back from a partition), and
   // refused at once, saying so, where the server has no JetStream.
-  await openJetStreamManager(nc);
-  return retryTransient(() => new Kvm(nc).create(bucket, { history: 1, replicas, ...(replicas > 1 ? { allow_direct: false } : {}) }));
+  return meetJetStream(nc, () => new Kvm(nc).create(bucket, { history: 1, replicas, ...(replicas > 1 ? { allow_direct: false } : {}) }));
 }

@@ -14,9 +14,17 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { StoreError } from './errors.js';
 import { retryTransient, type RetryOptions } from './retry.js';
 
-export async function openJetStreamManager(nc: NatsConnection, options: RetryOptions = {}): Promise<JetStreamManager> {
+export function openJetStreamManager(nc: NatsConnection, options: RetryOptions = {}): Promise<JetStreamManager> {
+  return meetJetStream(nc, () => jetstreamManager(nc), options);
+}
+
+/**
+ * `call`, a component's first request to JetStream that asks for the account's info first (as
+ * `jetstreamManager` and `Kvm.create` do), with the retries and the error above.
+ */
+export async function meetJetStream<T>(nc: NatsConnection, call: () => Promise<T>, options: RetryOptions = {}): Promise<T> {
   try {
-    return await retryTransient(() => jetstreamManager(nc), { ...options, retryIf: (err) => !isJetStreamMissing(err) });
+    return await retryTransient(call, { ...options, retryIf: (err) => !isJetStreamMissing(err) });
   } catch (err) {
     if (!isJetStreamMissing(err)) throw err;
     throw new StoreError(`the NATS server at ${nc.getServer()} has no JetStream: start nats-server with --jetstream (-js)`, err);
