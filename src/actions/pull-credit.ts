@@ -98,8 +98,17 @@ export class PullCredit {
     if (freed) this.options.onCredit(true);
   }
 
-  stop(): void {
+  /**
+   * Ends the subscription, and with it the open requests (the server drops a waiting request
+   * whose reply subject lost its interest). Drained rather than unsubscribed: an action the server
+   * sent before it saw the end still reaches `onDelivery` (whose owner hands it back at once),
+   * where a plain unsubscribe would drop it on the floor and leave it to wait out the consumer's
+   * ack wait (10 s by default) before anyone could run it.
+   */
+  async stop(): Promise<void> {
     clearInterval(this.sweeper);
-    this.sub.unsubscribe();
+    if (this.sub.isClosed() || this.sub.isDraining()) return;
+    // A closed connection takes its subscriptions with it: nothing is left to drain.
+    await this.sub.drain().catch(() => undefined);
   }
 }

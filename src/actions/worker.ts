@@ -202,9 +202,10 @@ export class ActionWorker {
     this.paused = true;
     clearTimeout(this.refillTimer);
     this.refillQueued = false;
-    this.credit?.stop();
+    const credit = this.credit;
     this.credit = undefined;
-    await Promise.allSettled([...this.running]);
+    // What the drain still delivers comes to start(), which hands it back (paused).
+    await Promise.allSettled([...this.running, credit?.stop()]);
   }
 
   /** Takes actions again after pause(). */
@@ -425,7 +426,7 @@ export class ActionWorker {
     for (const abort of this.aborts) abort.abort(stopping);
     if (!finished) this.logger.warn({ running: this.running.size }, 'stopped with actions running: they will be delivered again');
     // Deliveries that still arrived meanwhile were handed back; none is taken from here on.
-    this.credit?.stop();
+    await this.credit?.stop();
     this.publisher.close();
     clearInterval(this.queueTimer);
     clearInterval(this.heartbeatTimer);

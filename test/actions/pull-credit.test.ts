@@ -1,7 +1,8 @@
 /**
  * A worker's pull credit (src/actions/pull-credit.ts) on a real nats-server: the server delivers
  * exactly what was asked for, however many actions wait; an expired request gives its credit
- * back; a request to a consumer that does not exist comes back as trouble; and an ActionWorker
+ * back; a request to a consumer that does not exist comes back as trouble; an action sent as the
+ * credit stops reaches its owner (to be handed back) instead of waiting out the ack wait; and an ActionWorker
  * whose slots are all busy holds no action beyond them (the kind's ack-pending count equals its
  * slots while the rest wait in the queue for another worker, which takes them).
  */
@@ -86,6 +87,27 @@ describe('pull credit', () => {
     await missing.until(() => missing.credits.length === 1);
     expect(missing.credits).toEqual([true]);
     expect(missing.credit.outstanding).toBe(0);
+  });
+
+  it('hands on an action the server sent as the credit stopped: none waits out the ack wait', async () => {
+    // A request waits on an empty queue (an idle worker); an action arrives as the worker pauses.
+    // The server fills the request unless it has read the end of the subscription first, so the
+    // action may be on its way to a subscription that is ending. Each must reach onDelivery (to
+    // be handed back) or stay waiting, never be held by nobody until the ack wait ends.
+    const rounds = 20;
+    const { jsm, credit: first, delivered } = await setup('PC4', 0);
+    await first.stop();
+    for (let i = 0; i < rounds; i++) {
+      const credit = new PullCredit({ nc: nats.nc, stream: 'PC4', consumer: 'c', onDelivery: (d) => delivered.push(d), onCredit: () => undefined });
+      credit.ask(1);
+      await nats.nc.flush();
+      nats.nc.publish('PC4.k', `m${i}`);
+      await credit.stop();
+      for (const d of delivered.splice(0)) d.ack();
+      await nats.nc.flush();
+      const info = await jsm.consumers.info('PC4', 'c');
+      expect({ round: i, ackPending: info.num_ack_pending }).toEqual({ round: i, ackPending: 0 });
+    }
   });
 
   it('keeps a worker whose slots are all busy from holding more: the rest wait for another worker', async () => {
