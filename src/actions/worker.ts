@@ -56,6 +56,11 @@ export interface ActionWorkerOptions extends ActionStreamOptions, KindConsumerOp
   id?: string;
   /** What the worker runs, for `laminar actions` (default 'custom'). */
   executor?: string;
+  /**
+   * Called when the worker starts its first running action (`true`) and when its last one ends
+   * (`false`): under `laminar action-supervisor`, which parks idle workers before busy ones.
+   */
+  onBusy?: (busy: boolean) => void;
   registry?: Registry;
   logger?: Logger;
 }
@@ -239,10 +244,10 @@ export class ActionWorker {
       m.nak();
       return;
     }
-    this.busy++;
+    if (this.busy++ === 0) this.options.onBusy?.(true);
     this.busyCount.add(this.kind, 1);
     const run = this.handle(m).finally(() => {
-      this.busy--;
+      if (--this.busy === 0) this.options.onBusy?.(false);
       this.done++;
       this.busyCount.add(this.kind, -1);
       this.running.delete(run);

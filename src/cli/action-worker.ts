@@ -17,7 +17,10 @@ type Opts = Record<string, string | undefined>;
 
 /**
  * The supervisor's control pipe (stdin): `pause` parks the worker (no new action; `parked` is
- * answered once the running ones have ended), `resume` takes actions again (`active`). The pipe
+ * answered once the running ones have ended), `resume` takes actions again (`active`). On stdout
+ * the worker also says `busy` when it starts running an action with none running, and `idle`
+ * when its last running one ends (reportBusy): the supervisor parks an idle worker before a busy
+ * one, whose budget would stay held until its action ends. The pipe
  * closes when the supervisor exits, however it exits (a SIGKILL too): the worker then stops as
  * on SIGTERM, finishing or handing back what it holds, so no worker outlives its supervisor.
  */
@@ -35,6 +38,11 @@ function followSupervisor(worker: ActionWorker, logger: Logger): void {
     logger.warn('the supervisor is gone (stdin closed): stopping');
     process.kill(process.pid, 'SIGTERM');
   });
+}
+
+/** The `busy`/`idle` lines of the supervisor's pipe. */
+function reportBusy(busy: boolean): void {
+  process.stdout.write(busy ? 'busy\n' : 'idle\n');
 }
 
 function int(opts: Opts, key: string, flag: string, min: number): number | undefined {
@@ -68,7 +76,7 @@ export function actionWorkerCommand(): Command {
     .addOption(
       new Option(
         '--supervised',
-        'run under `laminar action-supervisor`: read `pause`/`resume` lines on stdin (answering `parked`/`active` on stdout), and stop as on SIGTERM when stdin closes (the supervisor died)',
+        'run under `laminar action-supervisor`: read `pause`/`resume` lines on stdin (answering `parked`/`active` on stdout; `busy`/`idle` there as its first action starts and its last ends), and stop as on SIGTERM when stdin closes (the supervisor died)',
       ),
     )
     .addOption(opt('--id <id>', 'worker id in results and `laminar actions` (default host:pid:random)', 'ACTION_WORKER_ID'))
@@ -110,6 +118,7 @@ export function actionWorkerCommand(): Command {
           // Caps given on the command line are the kind's caps from now on.
           updateConsumer: capacity !== undefined || maxDeliveries !== undefined || ackWaitMs !== undefined,
           ...(opts.id !== undefined ? { id: opts.id } : {}),
+          ...(opts.supervised ? { onBusy: reportBusy } : {}),
           registry,
           logger,
         });

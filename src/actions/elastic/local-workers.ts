@@ -27,6 +27,8 @@ interface LocalWorker {
   kind: string;
   child: ChildProcess;
   state: WorkerState;
+  /** Runs an action now (its `busy`/`idle` lines); a worker that has said nothing yet runs none. */
+  busy: boolean;
   /** When it became parked (epoch ms). */
   parkedAt: number;
   exited: Promise<void>;
@@ -84,6 +86,7 @@ export class LocalWorkers {
       kind,
       child,
       state: 'active',
+      busy: false,
       parkedAt: 0,
       exited: new Promise((resolve) => {
         child.once('exit', (code, signal) => {
@@ -99,7 +102,9 @@ export class LocalWorkers {
       }),
     };
     createInterface({ input: child.stdout }).on('line', (line) => {
-      if (line.trim() === 'parked' && worker.state === 'parking') {
+      const said = line.trim();
+      if (said === 'busy' || said === 'idle') worker.busy = said === 'busy';
+      else if (said === 'parked' && worker.state === 'parking') {
         worker.parkedAt = Date.now();
         this.setState(worker, 'parked', 'action worker parked');
       }
@@ -110,12 +115,23 @@ export class LocalWorkers {
 
   private setState(worker: LocalWorker, state: WorkerState, message: string): void {
     worker.state = state;
-    this.logger.info({ kind: worker.kind, pid: worker.child.pid }, message);
+    this.logger.info({ kind: worker.kind, pid: worker.child.pid, busy: worker.busy }, message);
   }
 
-  /** Parks the newest active worker of `kind` (newest: the least warm). */
+  /** Active workers of `kind` running an action now (by their `busy`/`idle` lines). */
+  busy(kind: string): number {
+    return this.of(kind, 'active').filter((w) => w.busy).length;
+  }
+
+  /**
+   * Parks an active worker of `kind`: an idle one if there is one, since it parks at once and
+   * its share of the budget goes where the scheduler wants it, where a busy one holds its share
+   * until its action ends (and an idle one left active would hold its share for nothing); among
+   * equals the newest (the least warm).
+   */
   parkOne(kind: string): void {
-    const worker = this.of(kind, 'active').at(-1);
+    const active = this.of(kind, 'active');
+    const worker = active.filter((w) => !w.busy).at(-1) ?? active.at(-1);
     if (!worker) return;
     this.setState(worker, 'parking', 'action worker parking');
     worker.child.stdin?.write('pause\n');
