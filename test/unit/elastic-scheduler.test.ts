@@ -139,6 +139,38 @@ describe('scheduleElastic', () => {
     expect(plan.evicted).toEqual(['rare']);
   });
 
+  it("gives a burst the warm workers of a kind expecting a trickle: a kind left out waits a round and an action, not a pool's drain", () => {
+    // The elastic bench's python burst (13 queued, 1.26 s each, a core a worker) beside search,
+    // queue empty, ~1.2 arrivals expected within the 250 ms round (0.6 s each, half a core).
+    // Priced at the python pool's whole drain, the arrivals kept two search workers and python
+    // three of its four cores.
+    const kind = (name: string, queued: number, arrivalPerSec: number, execMs: number, cores: number): KindObservation => ({
+      kind: name,
+      queued,
+      arrivalPerSec,
+      execMs,
+      cost: { cores, memoryMiB: 0, apiCalls: 0 },
+    });
+    const plan = scheduleElastic(
+      [kind('python', 13, 2.2, 1260, 1), kind('search', 0, 4.69, 600, 0.5)],
+      { cores: 4, memoryMiB: Infinity, apiCalls: Infinity },
+      { horizonMs: 250 },
+    );
+    expect(plan.targets).toEqual({ python: 4, search: 0 });
+    expect(plan.evicted).toEqual(['search']);
+    // With python's queue nearly drained, search keeps its warm worker.
+    expect(
+      scheduleElastic(
+        [kind('python', 2, 2.2, 1260, 1), kind('search', 0, 2, 600, 0.5)],
+        { cores: 4, memoryMiB: Infinity, apiCalls: Infinity },
+        { horizonMs: 250 },
+      ).targets,
+    ).toEqual({
+      python: 3,
+      search: 1,
+    });
+  });
+
   it('reports a kind whose one worker exceeds the budget as unfit', () => {
     const plan = scheduleElastic([{ kind: 'gpu', queued: 3, arrivalPerSec: 0, execMs: 10, cost: { cores: 64, memoryMiB: 0, apiCalls: 0 } }], {
       cores: 8,

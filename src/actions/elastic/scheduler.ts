@@ -11,6 +11,9 @@
  *   next worker saves the most ACT per dominant share of the budget). A worker costs a vector
  *   (cores, memory, API calls), not units of one resource, and the per-kind objective is convex
  *   in the worker count, where greedy on marginal gains matches the DP for one dimension.
+ * - The kinds left out start when the candidates' first worker frees (the next round, then the
+ *   end of its action: freeTimes), not when a candidate's whole pool drains: the supervisor plans
+ *   again every round, where a kind with work left out is queued and gets a worker.
  * - Eviction never takes the last worker from a kind with queued work (the paper's FCFS exists to
  *   avoid starvation; a pool with no worker starves until the next round). Eviction therefore
  *   decides whether kinds expecting arrivals but holding no queue keep a warm worker.
@@ -67,11 +70,30 @@ function checkObservation(o: KindObservation): void {
 }
 
 /**
- * The paper's "remaining actions" estimate: kinds left out start, one worker each, when the
- * earliest candidate pool drains (a completion heap of drain times), in FCFS order.
+ * When each worker of the candidates could first serve a kind left out. The paper's candidates
+ * are single actions, whose resources come back when they complete; a kind's pool is kept by the
+ * plan only until the next round, where a kind left out that has work is queued and gets a worker
+ * (line 2 below), the first one that ends its action. So a worker frees at the next round (the
+ * horizon) if idle, else when its action ends: with `busy` workers on actions of `execMs` whose
+ * residuals spread evenly, the j-th ends about j·execMs/(busy + 1) in. (Counting the whole pool's
+ * drain instead, as for single actions, priced a kind left out at seconds of waiting where the
+ * supervisor gives it a worker within a round and an action, and kept warm workers for a trickle
+ * of arrivals while another kind's burst waited.)
  */
-function restActSumMs(rest: KindObservation[], drainTimes: number[], horizonMs: number): number {
-  const heap = [...drainTimes];
+function freeTimes(candidates: KindObservation[], workers: number[], horizonMs: number): number[] {
+  return candidates.flatMap((k, i) => {
+    const w = workers[i]!;
+    const busy = Math.min(w, k.queued);
+    return Array.from({ length: w }, (_, j) => horizonMs + (j < busy ? ((j + 1) * k.execMs) / (busy + 1) : 0));
+  });
+}
+
+/**
+ * The paper's "remaining actions" estimate: kinds left out start, one worker each, when the
+ * earliest candidate worker frees (a completion heap), in FCFS order.
+ */
+function restActSumMs(rest: KindObservation[], frees: number[], horizonMs: number): number {
+  const heap = [...frees];
   let sum = 0;
   for (const k of rest) {
     const n = demand(k, horizonMs);
@@ -118,9 +140,8 @@ function allocate(candidates: KindObservation[], rest: KindObservation[], budget
     workers[best]!++;
     used = addTimes(used, candidates[best]!.cost);
   }
-  const drains = candidates.map((k, i) => Math.ceil(demand(k, horizonMs) / workers[i]!) * k.execMs);
   const own = candidates.reduce((s, k, i) => s + kindActSumMs(k, workers[i]!, horizonMs), 0);
-  return { workers, used, objectiveMs: own + restActSumMs(rest, drains, horizonMs) };
+  return { workers, used, objectiveMs: own + restActSumMs(rest, freeTimes(candidates, workers, horizonMs), horizonMs) };
 }
 
 /** FCFS among kinds: queued work first, longest-waiting first; then kinds expecting arrivals. */
