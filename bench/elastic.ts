@@ -18,8 +18,10 @@
  * trajectory sees it) over elastic's at the same budget (goal >= 1.5); `resource_saving_elastic`
  * = 1 - elastic's core-seconds over those of the smallest static budget whose ACT is no worse
  * than elastic's (ARL-Tangram §6.3: the resources the baseline needs for the same ACT; goal >=
- * 0.3). Core-seconds are each worker's cost times the time it was held (started to exited) within
- * the step; a static worker is held for the whole step.
+ * 0.3), and `resource_saving_interpolated`, the same against the static core-seconds read at
+ * elastic's ACT between the two static budgets around it (the first rule is a step). Core-seconds
+ * are each worker's cost times the time it was held (started to exited) within the step; a static
+ * worker is held for the whole step.
  * Prints tables, then one JSON line (the last line of stdout). Progress goes to stderr;
  * `LAMINAR_BENCH_LOGS=<dir>` keeps the supervisor's log there.
  */
@@ -34,7 +36,7 @@ import { seededRandom } from '../src/common/random.js';
 import { parseDurationOption } from '../src/common/units.js';
 import { CLI } from '../src/services/daemon-process.js';
 import { startNatsServer, spawnDaemon, type Daemon } from '../src/services/index.js';
-import { positiveInt, printTable, round } from './support.js';
+import { percentile, positiveInt, printTable, round } from './support.js';
 
 /** One resource kind of the step: how its worker runs, what it costs, how long its calls take. */
 interface KindSpec {
@@ -225,6 +227,9 @@ interface ModeResult {
   budget: number;
   workers: string;
   actMs: number;
+  /** The tail: a call that waited for a worker's whole ack wait (an action lost in flight) shows here. */
+  actP99Ms: number;
+  actMaxMs: number;
   actByKind: Map<string, number>;
   execMs: number;
   coreSeconds: number;
@@ -241,6 +246,11 @@ function summarise(mode: string, budget: number, workers: string, o: Outcome, co
     budget,
     workers,
     actMs: mean(o.acts.map((a) => a.actMs)),
+    actP99Ms: percentile(
+      o.acts.map((a) => a.actMs),
+      0.99,
+    ),
+    actMaxMs: Math.max(...o.acts.map((a) => a.actMs)),
     actByKind,
     execMs: mean(o.acts.map((a) => a.execMs)),
     coreSeconds,
@@ -429,7 +439,9 @@ export async function run(argv: string[]): Promise<void> {
     progress(`${a.trajectories} trajectories x ${SCRIPT.length} calls, budget ${a.budget} cores, load average ${round(load, 1)}`);
     const elastic = await runElastic(nats.url, nc, step, a.budget, a.intervalMs);
     results.push(elastic);
-    progress(`elastic (${elastic.workers}): ACT ${round(elastic.actMs, 0)} ms, ${round(elastic.coreSeconds, 1)} core-s`);
+    progress(
+      `elastic (${elastic.workers}): ACT ${round(elastic.actMs, 0)} ms (p99 ${round(elastic.actP99Ms, 0)}, max ${round(elastic.actMaxMs, 0)}), ${round(elastic.coreSeconds, 1)} core-s`,
+    );
     if (a.elasticOnly) return;
     const staticAt = async (budget: number): Promise<ModeResult> => {
       const r = await runStatic(nats.url, nc, step, `static-${budget}`, staticSplit(demand, budget), 1);
@@ -443,6 +455,12 @@ export async function run(argv: string[]): Promise<void> {
       const r = await staticAt(b);
       if (r.actMs <= elastic.actMs) matching = r;
     }
+    const statics = results.filter((r) => r.mode.startsWith('static'));
+    const slower = matching === null ? undefined : statics[statics.indexOf(matching) - 1];
+    const interpolated =
+      matching === null || slower === undefined
+        ? null
+        : slower.coreSeconds + ((matching.coreSeconds - slower.coreSeconds) * (slower.actMs - elastic.actMs)) / (slower.actMs - matching.actMs);
     const unbounded = await runStatic(nats.url, nc, step, 'unbounded', new Map(KINDS.map((k) => [k.kind, 1])), a.trajectories);
     results.push(unbounded);
     progress(`unbounded: ACT ${round(unbounded.actMs, 0)} ms`);
@@ -451,12 +469,14 @@ export async function run(argv: string[]): Promise<void> {
     printTable(
       `elastic vs static action workers: ${a.trajectories} trajectories x [${SCRIPT.join(', ')}], generation ${a.thinkMs / 2}-${(a.thinkMs * 3) / 2} ms before each call; load average ${round(load, 1)} on ${cpus().length} cores`,
       [
-        ['mode', 'budget cores', 'workers', 'mean ACT ms', ...kindCols, 'mean exec ms', 'step s', 'core-s held', 'peak cores'],
+        ['mode', 'budget cores', 'workers', 'mean ACT ms', 'p99 ACT ms', 'max ACT ms', ...kindCols, 'mean exec ms', 'step s', 'core-s held', 'peak cores'],
         ...results.map((r) => [
           r.mode,
           String(round(r.budget, 2)),
           r.workers,
           String(round(r.actMs, 0)),
+          String(round(r.actP99Ms, 0)),
+          String(round(r.actMaxMs, 0)),
           ...KINDS.map((k) => String(round(r.actByKind.get(k.kind)!, 0))),
           String(round(r.execMs, 0)),
           String(round(r.stepSeconds, 1)),
@@ -478,6 +498,9 @@ export async function run(argv: string[]): Promise<void> {
       act_static_ms: round(same.actMs, 1),
       act_elastic_ms: round(elastic.actMs, 1),
       act_unbounded_ms: round(unbounded.actMs, 1),
+      act_p99_static_ms: round(same.actP99Ms, 1),
+      act_p99_elastic_ms: round(elastic.actP99Ms, 1),
+      act_max_elastic_ms: round(elastic.actMaxMs, 1),
       exec_mean_ms: round(unbounded.execMs, 1),
       act_gain_elastic: round(same.actMs / elastic.actMs, 3),
       act_by_kind_static_ms: Object.fromEntries([...same.actByKind].map(([k, v]) => [k, round(v, 1)])),
@@ -490,6 +513,10 @@ export async function run(argv: string[]): Promise<void> {
       resource_saving_elastic: round(1 - elastic.coreSeconds / (matching ?? results.filter((r) => r.mode.startsWith('static')).at(-1)!).coreSeconds, 3),
       resource_saving_is_lower_bound: matching === null,
       budget_saving_equal_act: matching ? round(1 - a.budget / matching.budget, 3) : null,
+      // The rule above is a step: an elastic ACT a few ms either side of a static budget's moves
+      // the saving by a whole budget's core-seconds. Read at elastic's ACT on the line between
+      // the static budget just slower and the one that matched, it does not jump.
+      resource_saving_interpolated: interpolated === null ? null : round(1 - elastic.coreSeconds / interpolated, 3),
     };
     process.stdout.write(`${JSON.stringify(line)}\n`);
   } finally {
