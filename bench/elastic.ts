@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- elastic [--trajectories 24] [--budget 4] [--seed 1] [--think-ms 1500]
- *   [--max-static-budget 12] [--interval 250ms] [--elastic-only]`
+ *   [--max-static-budget 12] [--interval 250ms] [--rate-window 10s] [--elastic-only]`
  *
  * Issue #49's elastic action figures, on a real nats-server with real `laminar action-worker`
  * processes: the same agentic step (every trajectory runs the same script of tool calls, a
@@ -94,6 +94,8 @@ interface Args {
   thinkMs: number;
   maxStaticBudget: number;
   intervalMs: number;
+  /** The supervisor's `--rate-window`: how far back its arrival rates look. */
+  rateWindowMs: number;
   /** Runs the elastic pool alone (for a look at the supervisor's log): no figures. */
   elasticOnly: boolean;
 }
@@ -108,6 +110,7 @@ function parse(argv: string[]): Args {
       'think-ms': { type: 'string', default: '1500' },
       'max-static-budget': { type: 'string', default: '12' },
       interval: { type: 'string', default: '250ms' },
+      'rate-window': { type: 'string', default: '10s' },
       'elastic-only': { type: 'boolean', default: false },
     },
   });
@@ -118,6 +121,7 @@ function parse(argv: string[]): Args {
     thinkMs: positiveInt(values['think-ms'], '--think-ms'),
     maxStaticBudget: positiveInt(values['max-static-budget'], '--max-static-budget'),
     intervalMs: parseDurationOption('--interval', values.interval),
+    rateWindowMs: parseDurationOption('--rate-window', values['rate-window']),
     elasticOnly: values['elastic-only'],
   };
 }
@@ -372,7 +376,8 @@ async function warmUp(nc: NatsConnection, pool: string, budget: number, holding:
   }
 }
 
-async function runElastic(url: string, nc: NatsConnection, step: Call[][], budget: number, intervalMs: number): Promise<ModeResult> {
+async function runElastic(url: string, nc: NatsConnection, step: Call[][], a: Args): Promise<ModeResult> {
+  const { budget, intervalMs } = a;
   const pool = 'elastic';
   const argv = [
     'action-supervisor',
@@ -384,6 +389,8 @@ async function runElastic(url: string, nc: NatsConnection, step: Call[][], budge
     String(budget),
     '--interval',
     `${intervalMs}ms`,
+    '--rate-window',
+    `${a.rateWindowMs}ms`,
     '--metrics-port',
     '-1',
     ...KINDS.flatMap((k) => [
@@ -437,7 +444,7 @@ export async function run(argv: string[]): Promise<void> {
   const results: ModeResult[] = [];
   try {
     progress(`${a.trajectories} trajectories x ${SCRIPT.length} calls, budget ${a.budget} cores, load average ${round(load, 1)}`);
-    const elastic = await runElastic(nats.url, nc, step, a.budget, a.intervalMs);
+    const elastic = await runElastic(nats.url, nc, step, a);
     results.push(elastic);
     progress(
       `elastic (${elastic.workers}): ACT ${round(elastic.actMs, 0)} ms (p99 ${round(elastic.actP99Ms, 0)}, max ${round(elastic.actMaxMs, 0)}), ${round(elastic.coreSeconds, 1)} core-s`,
@@ -491,6 +498,8 @@ export async function run(argv: string[]): Promise<void> {
       script: SCRIPT,
       budget_cores: a.budget,
       think_ms: a.thinkMs,
+      interval_ms: a.intervalMs,
+      rate_window_ms: a.rateWindowMs,
       seed: a.seed,
       load_average: round(load, 2),
       demand_core_s: Object.fromEntries(demand),
