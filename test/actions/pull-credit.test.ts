@@ -2,16 +2,18 @@
  * A worker's pull credit (src/actions/pull-credit.ts) on a real nats-server: the server delivers
  * exactly what was asked for, however many actions wait; an expired request gives its credit
  * back; a request to a consumer that does not exist comes back as trouble; an action sent as the
- * credit stops reaches its owner (to be handed back) instead of waiting out the ack wait; and an ActionWorker
- * whose slots are all busy holds no action beyond them (the kind's ack-pending count equals its
- * slots while the rest wait in the queue for another worker, which takes them).
+ * credit stops reaches its owner (to be handed back) instead of waiting out the ack wait, and the
+ * stop's drain ends with the server away too; and an ActionWorker whose slots are all busy holds
+ * no action beyond them (the kind's ack-pending count equals its slots while the rest wait in the
+ * queue for another worker, which takes them).
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { AckPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { ActionClient, ActionWorker, actionNames } from '../../src/actions/index.js';
 import type { ActionDelivery } from '../../src/actions/delivery.js';
 import { PullCredit } from '../../src/actions/pull-credit.js';
-import { natsFixture } from '../data/helpers.js';
+import { startNatsServer } from '../../src/services/index.js';
+import { natsClient, natsFixture } from '../data/helpers.js';
 
 const nats = natsFixture();
 const closers: Array<() => Promise<void> | void> = [];
@@ -107,6 +109,26 @@ describe('pull credit', () => {
       await nats.nc.flush();
       const info = await jsm.consumers.info('PC4', 'c');
       expect({ round: i, ackPending: info.num_ack_pending }).toEqual({ round: i, ackPending: 0 });
+    }
+  });
+
+  it('stops while its server is away: the drain does not wait for an answer that cannot come', async () => {
+    // A worker is stopped (SIGTERM) or parked during an outage too; the drain must not hold it.
+    const server = await startNatsServer({ jetstream: true });
+    const nc = await natsClient(server.url);
+    try {
+      const credit = new PullCredit({ nc, stream: 'PC5', consumer: 'c', onDelivery: () => undefined, onCredit: () => undefined });
+      credit.ask(1);
+      await nc.flush();
+      const away = (async () => {
+        for await (const status of nc.status()) if (status.type === 'disconnect') return;
+      })();
+      await server.stop();
+      await away;
+      // Resolves though the connection is between servers.
+      await credit.stop();
+    } finally {
+      await nc.close();
     }
   });
 
