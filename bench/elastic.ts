@@ -245,16 +245,14 @@ const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / Math.max(
 
 function summarise(mode: string, budget: number, workers: string, o: Outcome, coreSeconds: number, peakCores: number): ModeResult {
   const actByKind = new Map(KINDS.map((k) => [k.kind, mean(o.acts.filter((a) => a.kind === k.kind).map((a) => a.actMs))]));
+  const acts = o.acts.map((a) => a.actMs);
   return {
     mode,
     budget,
     workers,
-    actMs: mean(o.acts.map((a) => a.actMs)),
-    actP99Ms: percentile(
-      o.acts.map((a) => a.actMs),
-      0.99,
-    ),
-    actMaxMs: Math.max(...o.acts.map((a) => a.actMs)),
+    actMs: mean(acts),
+    actP99Ms: percentile(acts, 0.99),
+    actMaxMs: Math.max(...acts),
     actByKind,
     execMs: mean(o.acts.map((a) => a.execMs)),
     coreSeconds,
@@ -519,7 +517,7 @@ export async function run(argv: string[]): Promise<void> {
       static_budget_equal_act: matching?.budget ?? null,
       static_core_s_equal_act: matching ? round(matching.coreSeconds, 1) : null,
       // Without a matching static budget up to --max-static-budget, the saving is at least this.
-      resource_saving_elastic: round(1 - elastic.coreSeconds / (matching ?? results.filter((r) => r.mode.startsWith('static')).at(-1)!).coreSeconds, 3),
+      resource_saving_elastic: round(1 - elastic.coreSeconds / (matching ?? statics.at(-1)!).coreSeconds, 3),
       resource_saving_is_lower_bound: matching === null,
       budget_saving_equal_act: matching ? round(1 - a.budget / matching.budget, 3) : null,
       // The rule above is a step: an elastic ACT a few ms either side of a static budget's moves

@@ -107,8 +107,8 @@ export class PullCredit {
    */
   async stop(): Promise<void> {
     clearInterval(this.sweeper);
-    if (this.sub.isClosed() || this.sub.isDraining()) return;
-    // A closed connection takes its subscriptions with it: nothing is left to drain.
+    // A second stop gets the first's drain; a closed connection took the subscription with it
+    // (the drain refuses): nothing is left to drain either way.
     await this.sub.drain().catch(() => undefined);
   }
 }

@@ -133,9 +133,10 @@ function lastAction(task: GenerationTask): ObservationAction | undefined {
 /**
  * A prediction's turns cut to what the episode's limit leaves. The prompt's history predicts its
  * turns as its remaining tokens over the agent's mean tokens a turn, which is far off where turns
- * vary in length: in the agentic bench a long prompt's 317 remaining tokens at a mean of ~4 tokens
- * a turn (its own turns ran ~27) made 80 turns (80 s of tool calls) where 11 were left, and some
- * trajectories ranked at 430 s on a workload whose longest path is 12 s.
+ * vary in length (1-60 tokens in the agentic bench, a mean of 21): there a long prompt's 317
+ * remaining tokens at one agent's running mean of ~4 tokens a turn made 80 turns (80 s of tool
+ * calls) where 11 were left, and some trajectories ranked at 430 s on a workload whose longest
+ * path is 12 s.
  */
 function withinTurnLimit(prediction: RemainingLength, turns: number, turnLimit: number | undefined): RemainingLength {
   if (turnLimit === undefined) return prediction;
