@@ -3,7 +3,8 @@
  * subject), or the last message's headers of every trajectory (who owns what), which is what
  * failover and repack need before taking ownership.
  */
-import { DeliverPolicy, type Consumer, type JetStreamClient } from '@nats-io/jetstream';
+import { DeliverPolicy, type Consumer, type JetStreamClient, type JetStreamManager, type JsMsg } from '@nats-io/jetstream';
+import { readFromLeader } from '../leader-read.js';
 import { CorruptRecordError } from '../errors.js';
 import {
   ACTION_HEADER,
@@ -57,78 +58,141 @@ export interface PartialSummary {
   waitingFor?: AwaitedAction;
 }
 
-export async function readLog(js: JetStreamClient, stream: string, subject: string): Promise<PartialState | undefined> {
+/** How long a read waits for the replica serving it to catch up with the leader's last message. */
+const REPLICA_CATCH_UP_MS = 10_000;
+/** How long a pull waits for messages: nats.js's least (a pull that finds its messages returns at once). */
+const PULL_EXPIRES_MS = 1000;
+/** Messages asked for per pull once the consumer's own count is read. */
+const PULL_MESSAGES = 256;
+
+/**
+ * One trajectory's log, through every message the stream's leader held when the read began.
+ *
+ * The log is streamed by an ordered consumer, which nats-server places (R1) on any replica of the
+ * stream, one back from a restart among them: still applying what it missed, it holds fewer
+ * messages than the leader acknowledged. Counted by that replica alone, a read just after an
+ * append missed the append (test/cluster-nats/cluster-restart), and a takeover built on it was
+ * refused as a change of owner. So the leader names the last message first (leader-read.ts) and
+ * the consumer reads until it has delivered it.
+ */
+export async function readLog(js: JetStreamClient, jsm: JetStreamManager, stream: string, subject: string): Promise<PartialState | undefined> {
+  const last = await readFromLeader(jsm, stream, { last_by_subj: subject });
+  if (!last) return undefined;
   const consumer = await js.consumers.get(stream, { filter_subjects: subject, deliver_policy: DeliverPolicy.All });
   // An ordered consumer left behind lives on in nats-server for its 5-minute inactivity
   // threshold: at a read per completed trajectory that is thousands of idle consumers.
   try {
-    return await readLogFrom(consumer, subject);
+    return await readLogFrom(consumer, subject, last.seq, () => readFromLeader(jsm, stream, { last_by_subj: subject }));
   } finally {
     await consumer.delete().catch(() => undefined);
   }
 }
 
-async function readLogFrom(consumer: Consumer, subject: string): Promise<PartialState | undefined> {
-  const info = await consumer.info(true);
-  if (info.num_pending === 0) return undefined;
-  const tokenParts: Uint8Array[] = [];
-  const logprobParts: Uint8Array[] = [];
-  let start: PartialStart | undefined;
-  let owner = '';
-  let state: LogKind = 'start';
-  let lastSeq = 0;
-  let startSeq = 0;
-  let storedAt = 0;
-  let count = 0;
-  let segments: TrajectorySegment[] = [];
-  let segmentEnd = 0;
-  let waiting: AwaitedAction | undefined;
-  const messages = await consumer.fetch({ max_messages: info.num_pending, expires: 10_000 });
-  for await (const m of messages) {
+/**
+ * Folds a log's messages, in order, into its state. `through` is the leader's last message; a
+ * pull that delivers nothing asks the leader again (`leaderLast`): the log may have been purged
+ * (completed) since, or the replica may still be behind.
+ */
+export async function readLogFrom(
+  consumer: Consumer,
+  subject: string,
+  through: number,
+  leaderLast: () => Promise<{ seq: number } | null>,
+): Promise<PartialState | undefined> {
+  const log = new LogFold(subject);
+  const deadline = Date.now() + REPLICA_CATCH_UP_MS;
+  let batch = Math.max(1, (await consumer.info(true)).num_pending);
+  while (log.lastSeq < through) {
+    const messages = await consumer.fetch({ max_messages: batch, expires: PULL_EXPIRES_MS });
+    let got = 0;
+    for await (const m of messages) {
+      got++;
+      log.add(m);
+      if (m.seq >= through) break;
+    }
+    await messages.close();
+    batch = PULL_MESSAGES;
+    if (got > 0 || log.lastSeq >= through) continue;
+    const now = await leaderLast();
+    // Purged while we read (completed, or returned): what was read is no longer the log.
+    if (!now) return undefined;
+    if (now.seq !== through && log.lastSeq === 0) through = now.seq;
+    if (Date.now() > deadline) {
+      throw new Error(`the replica serving the read of ${subject} stayed behind the stream's leader (at sequence ${log.lastSeq} of ${through})`);
+    }
+  }
+  return log.state();
+}
+
+/** A log's state built message by message (readLogFrom). */
+class LogFold {
+  private readonly tokenParts: Uint8Array[] = [];
+  private readonly logprobParts: Uint8Array[] = [];
+  private start: PartialStart | undefined;
+  private owner = '';
+  private kind: LogKind = 'start';
+  lastSeq = 0;
+  private startSeq = 0;
+  private storedAt = 0;
+  private count = 0;
+  private segments: TrajectorySegment[] = [];
+  private segmentEnd = 0;
+  private waiting: AwaitedAction | undefined;
+
+  constructor(private readonly subject: string) {}
+
+  add(m: JsMsg): void {
     const msg = decodeLog(m.data);
     if (msg.kind === 'start') {
       // A later start (a returned sample started again) supersedes everything before it.
-      start = msg.start;
-      startSeq = m.seq;
-      tokenParts.length = 0;
-      logprobParts.length = 0;
-      count = 0;
-      segments = [];
-      segmentEnd = 0;
-      waiting = undefined;
+      this.start = msg.start;
+      this.startSeq = m.seq;
+      this.tokenParts.length = 0;
+      this.logprobParts.length = 0;
+      this.count = 0;
+      this.segments = [];
+      this.segmentEnd = 0;
+      this.waiting = undefined;
     }
-    if (msg.kind === 'observation' && count !== segmentEnd) {
-      throw new CorruptRecordError(`partial log of ${subject} has an observation after ${count - segmentEnd} generated tokens of an open turn`);
+    if (msg.kind === 'observation' && this.count !== this.segmentEnd) {
+      throw new CorruptRecordError(`partial log of ${this.subject} has an observation after ${this.count - this.segmentEnd} generated tokens of an open turn`);
     }
     if (msg.tokens) {
       // Deltas are contiguous by construction (each append is conditional on the previous).
-      if (msg.offset !== count) throw new CorruptRecordError(`partial log of ${subject} has a gap at token ${count}`);
-      tokenParts.push(msg.tokens);
+      if (msg.offset !== this.count) throw new CorruptRecordError(`partial log of ${this.subject} has a gap at token ${this.count}`);
+      this.tokenParts.push(msg.tokens);
       // An observation's tokens have no logprobs: 0 each (a fresh buffer is zeroed).
-      logprobParts.push(msg.logprobs ?? new Uint8Array(msg.tokens.byteLength));
-      count += msg.tokens.byteLength / 4;
+      this.logprobParts.push(msg.logprobs ?? new Uint8Array(msg.tokens.byteLength));
+      this.count += msg.tokens.byteLength / 4;
     }
     if (msg.kind === 'turn' && msg.turn) {
-      segments.push({ kind: 'generated', length: count - segmentEnd, weightVersion: msg.turn.weightVersion, finishReason: msg.turn.finishReason });
-      segmentEnd = count;
+      this.segments.push({
+        kind: 'generated',
+        length: this.count - this.segmentEnd,
+        weightVersion: msg.turn.weightVersion,
+        finishReason: msg.turn.finishReason,
+      });
+      this.segmentEnd = this.count;
     } else if (msg.kind === 'observation' && msg.action) {
-      segments.push({ kind: 'observation', length: count - segmentEnd, action: msg.action });
-      segmentEnd = count;
-      waiting = undefined;
+      this.segments.push({ kind: 'observation', length: this.count - this.segmentEnd, action: msg.action });
+      this.segmentEnd = this.count;
+      this.waiting = undefined;
     } else if (msg.kind === 'waiting' && msg.waiting) {
-      waiting = msg.waiting;
+      this.waiting = msg.waiting;
     }
-    owner = msg.owner;
-    state = msg.kind;
-    lastSeq = m.seq;
-    storedAt = Math.floor(m.info.timestampNanos / 1e6);
-    if (m.info.pending === 0) break;
+    this.owner = msg.owner;
+    this.kind = msg.kind;
+    this.lastSeq = m.seq;
+    this.storedAt = Math.floor(m.info.timestampNanos / 1e6);
   }
-  await messages.close();
-  if (!start) throw new CorruptRecordError(`partial log of ${subject} has no start message`);
-  const payload = joinChunks([...tokenParts, ...logprobParts], count * 8);
-  const { tokens, logprobs } = decodePayload(payload, count);
-  return { start, owner, state, tokens, logprobs, segments, ...(waiting ? { waiting } : {}), lastSeq, startSeq, storedAt };
+
+  state(): PartialState {
+    if (!this.start) throw new CorruptRecordError(`partial log of ${this.subject} has no start message`);
+    const payload = joinChunks([...this.tokenParts, ...this.logprobParts], this.count * 8);
+    const { tokens, logprobs } = decodePayload(payload, this.count);
+    const { start, owner, kind: state, segments, waiting, lastSeq, startSeq, storedAt } = this;
+    return { start, owner, state, tokens, logprobs, segments, ...(waiting ? { waiting } : {}), lastSeq, startSeq, storedAt };
+  }
 }
 
 /** The last message of every trajectory log under `filter` (headers only). */

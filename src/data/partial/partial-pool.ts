@@ -248,7 +248,7 @@ export class PartialPool {
 
   /** The stored state of one trajectory (tokens and logprobs so far), or undefined. */
   async read(trajectoryId: string): Promise<PartialState | undefined> {
-    return this.store(() => readLog(this.js, this.names.stream, this.names.subject(trajectoryId)));
+    return this.store(() => readLog(this.js, this.jsm, this.names.stream, this.names.subject(trajectoryId)));
   }
 
   /**
