@@ -329,6 +329,7 @@ const relays = dashboard({
           [increase('laminar_relay_broadcast_nacks_total'), 'nacks'],
           [increase('laminar_relay_broadcast_corrupt_chunks_total'), 'corrupt chunks'],
           [increase('laminar_relay_broadcast_duplicate_chunks_total'), 'duplicate chunks'],
+          [increase('laminar_relay_broadcast_late_chunks_total'), 'late chunks'],
           [increase('laminar_relay_broadcast_retargets_total'), 'retargets'],
         ],
         { description: 'In the last 5 minutes, all selected relays.' },

@@ -253,7 +253,8 @@ describe('chain broadcast on loopback', () => {
     // A relay of its own, in a plan of its own: the chain's relays still forward the versions of
     // the tests above in the background, and the exact counts below are this peer's alone. (A
     // clean-clone CI run once counted two unknown transfers more at the chain's tail, which this
-    // peer had not caused; their sender was not found, and six runs with logs saw none.)
+    // peer had not caused; their sender was not found. Chunks that come after their transfer has
+    // ended, the likeliest, count as late chunks now, not as bad messages.)
     let v: BuiltVersion;
     let target: Relay;
     let targetAddress: string;
@@ -296,9 +297,11 @@ describe('chain broadcast on loopback', () => {
         const held = target.store.latest('org/rogue')!;
         expect(held.state).toBe('complete');
         expect(segmentDigest(held.path)).toBe(v.digest);
-        // A chunk again after completion is declined without moving bytes.
+        // A chunk again after completion (as from a second upstream after a retarget) was on its
+        // way, not a fault: released unread and counted as late, never as a bad message.
         await rogue.chunk(v, 'org/rogue', 3, 2);
-        expect(await metric(target, 'laminar_relay_peer_bad_messages_total', 'code="ERR_UNKNOWN_TRANSFER"')).toBe(2);
+        await waitUntil('the late chunk to be counted', async () => (await metric(target, 'laminar_relay_broadcast_late_chunks_total')) === 1);
+        expect(await metric(target, 'laminar_relay_peer_bad_messages_total', 'code="ERR_UNKNOWN_TRANSFER"')).toBe(1);
         expect(await metric(target, 'laminar_relay_peer_bad_messages_total', 'code="ERR_CHUNK_OUT_OF_RANGE"')).toBe(1);
       } finally {
         await rogue.close();

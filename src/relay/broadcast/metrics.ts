@@ -13,6 +13,7 @@ export class BroadcastMetrics {
   readonly chunkBytesReceived: Counter;
   readonly duplicateChunks: Counter;
   readonly corruptChunks: Counter;
+  readonly lateChunks: Counter;
   readonly nacks: Counter;
   readonly nearStalls: Counter;
   readonly badMessages: Counter<'code'>;
@@ -56,6 +57,10 @@ export class BroadcastMetrics {
     this.corruptChunks = counter(registry, {
       name: 'laminar_relay_broadcast_corrupt_chunks_total',
       help: 'Chunks that failed their checksum (asked for again)',
+    });
+    this.lateChunks = counter(registry, {
+      name: 'laminar_relay_broadcast_late_chunks_total',
+      help: "Chunks that arrived after their version's transfer had ended (complete, or given up) on a link it was offered on: released unread",
     });
     this.nacks = counter(registry, { name: 'laminar_relay_broadcast_nacks_total', help: 'Chunks a downstream relay asked for again' });
     this.nearStalls = counter(registry, {

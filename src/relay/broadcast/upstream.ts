@@ -50,6 +50,9 @@ export interface UpstreamContext {
   forward(source: ChunkSource): void;
 }
 
+/** Versions remembered per upstream link as offered there (UpstreamSide.offeredOn). */
+const OFFERS_REMEMBERED = 64;
+
 export class UpstreamSide {
   private readonly arrivals = new Map<string, Arrival>();
   private readonly offersInProgress = new Set<string>();
@@ -57,6 +60,11 @@ export class UpstreamSide {
   private readonly settingUp = new Map<string, { model: string; version: number; chunks: number }>();
   private readonly upstreams = new Set<PeerLink>();
   private readonly lanes = new WeakMap<PeerLink, PullLane>();
+  /**
+   * The versions last offered on each upstream link (at most OFFERS_REMEMBERED): a chunk for one
+   * whose transfer has ended was on its way, not a peer's mistake (handleChunk).
+   */
+  private readonly offeredOn = new WeakMap<PeerLink, Set<string>>();
   /** Upstream links whose sender said it was leaving (retarget, shutdown): their close is no failure. */
   private readonly leftOnPurpose = new WeakSet<PeerLink>();
   private readonly store: VersionStore;
@@ -227,6 +235,21 @@ export class UpstreamSide {
     }
   }
 
+  private rememberOffer(link: PeerLink, key: string): void {
+    let offered = this.offeredOn.get(link);
+    if (offered === undefined) {
+      offered = new Set();
+      this.offeredOn.set(link, offered);
+    }
+    offered.delete(key);
+    offered.add(key);
+    // A link is offered each version about once, and lives for many: the oldest go first.
+    for (const oldest of offered) {
+      if (offered.size <= OFFERS_REMEMBERED) break;
+      offered.delete(oldest);
+    }
+  }
+
   /** Counts and answers a bad message; the link stays (the peer passed authentication). */
   private reject(link: PeerLink, code: string, message: string): void {
     this.metrics.badMessages.inc({ code });
@@ -236,6 +259,7 @@ export class UpstreamSide {
 
   private async handleOffer(link: PeerLink, offer: PeerMessageOf<'offer'>, incoming: IncomingMessage): Promise<void> {
     const k = transferKey(offer.model, offer.version);
+    this.rememberOffer(link, k);
     const decline = (code: string, message: string): void => {
       incoming.release();
       void link.send({ t: 'decline', model: offer.model, version: offer.version, code, message }).catch(() => undefined);
@@ -426,9 +450,18 @@ export class UpstreamSide {
   }
 
   private handleChunk(link: PeerLink, chunk: PeerMessageOf<'chunk'>, incoming: IncomingMessage): void {
-    const arrival = this.arrivals.get(transferKey(chunk.model, chunk.version));
+    const k = transferKey(chunk.model, chunk.version);
+    const arrival = this.arrivals.get(k);
     if (arrival === undefined) {
       incoming.release();
+      if (this.offeredOn.get(link)?.has(k)) {
+        // Offered here, and its transfer ended since: completed (from a second upstream after a
+        // retarget, say, or before a resend arrived) or given up. The sender learns it from the
+        // progress or decline already on its way; the chunk is no fault of its.
+        this.metrics.lateChunks.inc();
+        this.log.debug({ peer: link.peerId, model: chunk.model, version: chunk.version, index: chunk.index }, 'a chunk after its transfer ended: released');
+        return;
+      }
       this.reject(link, ErrorCodes.UNKNOWN_TRANSFER, `chunk ${chunk.index} of ${chunk.model} v${chunk.version}, which was not offered`);
       return;
     }
