@@ -169,6 +169,24 @@ async def test_cached_prefixes_are_evicted_least_recently_used_first(models: Sim
         assert engine.stop() == 0
 
 
+async def test_the_cache_is_bounded_by_tokens_not_by_sequences(models: SimpleNamespace) -> None:
+    """One running request at a time and room for many cached ones: twelve conversations' first
+    turns finish one after the other (14 cached tokens each, 168 in all of 1024), and every second
+    turn still finds its first. A bound of 4 sequences per running request, as the cache had,
+    evicted the first eight before their second turns (SGLang's radix cache counts tokens only)."""
+    engine = EngineProcess(["--model-path", str(models.v1), "--kv-capacity", "1024", "--max-running", "1"]).start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            firsts = [[first % 16, 5, 6, 7, 8, 3, first // 16] for first in range(12)]
+            contexts = [first + (await generate(s, engine.url, request(first, 8)))["output_ids"] + [9] for first in firsts]
+            info = await get_json(s, engine.url, "/get_server_info")
+            assert info["internal_states"][0]["num_cached_prefix_tokens"] == 12 * 14
+            cached = [(await generate(s, engine.url, request(context, 2)))["meta_info"]["cached_tokens"] for context in contexts]
+            assert cached == [14] * 12
+    finally:
+        assert engine.stop() == 0
+
+
 async def test_an_aborted_request_frees_its_kv_into_the_cache(engines: SimpleNamespace) -> None:
     """An abort (a repack's, a disconnect's) ends the reservation at once; what it computed stays
     cached, so the request resent as prompt + tokens so far prefills only the rest."""

@@ -68,8 +68,22 @@ THROUGHPUT_WINDOW_S = 5.0
 """`sglang:gen_throughput` counts the tokens generated in this many seconds."""
 
 CACHED_SEQUENCES_PER_RUNNING = 4
-"""The prefix cache keeps up to this many finished sequences per `max_running` (each in a KV slot
-of its own): enough for the trajectories of an agentic job waiting at their tools."""
+"""The prefix cache has at least this many slots per `max_running` (cached_slot_count)."""
+
+
+def cached_slot_count(kv_capacity: int, max_seq_len: int, max_running: int) -> int:
+    """KV slots kept for the prefix cache beside the `max_running` of live requests.
+
+    SGLang's radix cache is bounded by the KV tokens it may hold (what the live requests leave of
+    `max_total_num_tokens`), not by a count of sequences. Here each cached sequence occupies a slot
+    of its own, so there are enough slots for the token bound to be the one that binds while the
+    cached sequences average half the longest context or more: 2 * kv_capacity / max_seq_len, at
+    least CACHED_SEQUENCES_PER_RUNNING per running request. (Four per running request alone held 8
+    sequences on the agentic bench's engines of `--max-running 2`, whose agents keep up to 32
+    trajectories at their tools each: most contexts were evicted before their next turn;
+    docs/performance/agentic.md.) The slots' memory is then at most twice the KV of
+    `kv_capacity` tokens."""
+    return max(CACHED_SEQUENCES_PER_RUNNING * max_running, -(-2 * kv_capacity // max_seq_len))
 
 
 class Sequence:
@@ -395,7 +409,8 @@ class Scheduler:
         """Swaps a validated model in (between steps). The first model sizes the KV cache."""
         if self.config is None:
             self.config = config
-            slots = self.max_running * (1 + (CACHED_SEQUENCES_PER_RUNNING if self.prefix_cache is not None else 0))
+            cached = cached_slot_count(self.kv_capacity, config.max_seq_len, self.max_running) if self.prefix_cache is not None else 0
+            slots = self.max_running + cached
             self.cache = KVCache(config, slots)
             self.free_slots = list(range(slots - 1, -1, -1))
         # KV of the old weights must never be read again (SGLang flushes its cache on an update too).
