@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- elastic [--trajectories 24] [--budget 4] [--seed 1] [--think-ms 1500]
- *   [--max-static-budget 12] [--interval 250ms] [--rate-window 10s] [--elastic-only]`
+ *   [--max-static-budget 12] [--interval 100ms] [--rate-window 10s] [--elastic-only]`
  *
  * Issue #49's elastic action figures, on a real nats-server with real `laminar action-worker`
  * processes: the same agentic step (every trajectory runs the same script of tool calls, a
@@ -109,7 +109,7 @@ function parse(argv: string[]): Args {
       seed: { type: 'string', default: '1' },
       'think-ms': { type: 'string', default: '1500' },
       'max-static-budget': { type: 'string', default: '12' },
-      interval: { type: 'string', default: '250ms' },
+      interval: { type: 'string', default: '100ms' },
       'rate-window': { type: 'string', default: '10s' },
       'elastic-only': { type: 'boolean', default: false },
     },
