@@ -58,6 +58,23 @@ def test_incremental_decoding_matches_the_full_forward_for_ragged_batches() -> N
         positions = positions + 1
 
 
+def test_a_grown_kv_cache_keeps_what_its_slots_hold() -> None:
+    """The engine grows its KV cache as its prefix cache fills: a sequence decodes on after the
+    growth as if nothing happened, and the new slots serve sequences of their own."""
+    model = small_model()
+    ids = torch.randint(0, SMALL.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
+    full = model(ids)
+    cache = KVCache(SMALL, num_slots=1)
+    model.prefill(ids[0, :8], cache, 0)
+    cache.grow(3)
+    cache.grow(2)  # never shrinks
+    assert cache.num_slots == 3 and cache.keys.shape[1] == 3
+    model.prefill(ids[1, :8], cache, 2)
+    logits = model.decode(ids[:, 8], torch.tensor([0, 2]), torch.tensor([8, 8]), cache)
+    for row in range(2):
+        assert torch.allclose(logits[row], full[row, 8], atol=1e-5)
+
+
 def test_prefill_after_a_cached_prefix_matches_the_full_forward() -> None:
     """What the engine's prefix cache relies on: a suffix prefilled after a prefix the slot holds
     (its own, or one copied from another slot) gives the logits and keys of a whole prefill."""

@@ -215,6 +215,16 @@ class KVCache:
         self.keys = torch.zeros(shape)
         self.values = torch.zeros(shape)
 
+    def grow(self, num_slots: int) -> None:
+        """Room for `num_slots` sequences, the slots held kept as they are. Only between forwards:
+        a forward reads the tensors this replaces."""
+        if num_slots <= self.num_slots:
+            return
+        extra = (self.config.n_layers, num_slots - self.num_slots, self.config.n_heads, self.config.max_seq_len, self.config.head_dim)
+        self.keys = torch.cat([self.keys, torch.zeros(extra)], dim=1)
+        self.values = torch.cat([self.values, torch.zeros(extra)], dim=1)
+        self.num_slots = num_slots
+
     def copy_prefix(self, source: int, target: int, length: int) -> None:
         """Positions 0 .. length - 1 of slot `source` into slot `target` (a prefix shared by two
         sequences: each needs its own copy, since each writes its own continuation after it)."""

@@ -68,7 +68,8 @@ THROUGHPUT_WINDOW_S = 5.0
 """`sglang:gen_throughput` counts the tokens generated in this many seconds."""
 
 CACHED_SEQUENCES_PER_RUNNING = 4
-"""The prefix cache has at least this many slots per `max_running` (cached_slot_count)."""
+"""The prefix cache has at least this many slots per `max_running` (cached_slot_count), and the KV
+cache starts with these (it grows toward cached_slot_count as the prefix cache fills)."""
 
 
 def cached_slot_count(kv_capacity: int, max_seq_len: int, max_running: int) -> int:
@@ -82,7 +83,8 @@ def cached_slot_count(kv_capacity: int, max_seq_len: int, max_running: int) -> i
     sequences on the agentic bench's engines of `--max-running 2`, whose agents keep up to 32
     trajectories at their tools each: most contexts were evicted before their next turn;
     docs/performance/agentic.md.) The slots' memory is then at most twice the KV of
-    `kv_capacity` tokens."""
+    `kv_capacity` tokens, reached only when the cache holds that many sequences: the KV cache
+    starts at CACHED_SEQUENCES_PER_RUNNING per running request and doubles as needed."""
     return max(CACHED_SEQUENCES_PER_RUNNING * max_running, -(-2 * kv_capacity // max_seq_len))
 
 
@@ -189,6 +191,8 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.by_rid: dict[str, Sequence] = {}
         self.free_slots: list[int] = []
+        self.max_slots = 0
+        """Slots the KV cache may grow to (set with the first model: cached_slot_count)."""
         self.kv_reserved = 0
         self.prefix_cache: Optional[PrefixCache] = PrefixCache() if prefix_cache else None
         self.weight_epoch = 0
@@ -410,7 +414,8 @@ class Scheduler:
         if self.config is None:
             self.config = config
             cached = cached_slot_count(self.kv_capacity, config.max_seq_len, self.max_running) if self.prefix_cache is not None else 0
-            slots = self.max_running + cached
+            self.max_slots = self.max_running + cached
+            slots = min(self.max_slots, self.max_running * (1 + CACHED_SEQUENCES_PER_RUNNING))
             self.cache = KVCache(config, slots)
             self.free_slots = list(range(slots - 1, -1, -1))
         # KV of the old weights must never be read again (SGLang flushes its cache on an update too).
@@ -550,6 +555,8 @@ class Scheduler:
             assert self.prefix_cache is not None
             return self.prefix_cache.remove(hit.entry)
         if not self.free_slots:
+            self._grow_kv()
+        if not self.free_slots:
             assert self.prefix_cache is not None
             victim = self.prefix_cache.least_recent(hit.entry if hit is not None else None)
             assert victim is not None, "fewer running sequences than max_running, so some slot is free or cached"
@@ -560,6 +567,15 @@ class Scheduler:
             self.cache.copy_prefix(hit.entry.slot, slot, hit.length)
             self.prefix_cache.touch(hit.entry)
         return slot
+
+    def _grow_kv(self) -> None:
+        """Doubles the KV cache's slots, up to `max_slots` (between steps: see _slot_for)."""
+        assert self.cache is not None
+        before = self.cache.num_slots
+        after = min(self.max_slots, 2 * before)
+        if after > before:
+            self.cache.grow(after)
+            self.free_slots.extend(range(after - 1, before - 1, -1))
 
     def _sample_rows(self, logits: torch.Tensor, work: list[_Work], positions: list[int]) -> list[tuple[int, float]]:
         rows = logits.numpy()
