@@ -25,8 +25,10 @@ export const ENGINES = 2;
  * (Heddle §2.2).
  *
  * The capacity is the engines' rate or what the agents' ownership allows, whichever is less: an
- * agent owns at most inFlight + atTools trajectories, and each spends at least a tool call and a
- * turn's decode per turn (Little's law), so with long tools and few owned the engines idle.
+ * agent owns at most inFlight + atTools trajectories, and each spends at least a turn's decode per
+ * turn and a tool call per turn but its last (Little's law), so with long tools and few owned the
+ * engines idle. (Until 2026-12-01 every turn was charged a tool call: with 1.8 calls in a
+ * trajectory of 2.8 turns, the bound came out 16 % above the makespan `claims` reached.)
  */
 export function regime(
   a: Pick<SchedArgs, 'inFlight' | 'atTools' | 'toolMs'>,
@@ -81,13 +83,12 @@ export function makespanBound(
   prefillMsPerToken: number,
 ): MakespanBound {
   const tokens = batch.paths.reduce((n, p) => n + p.generated, 0);
-  const perTurn =
-    tokens /
-    Math.max(
-      1,
-      batch.paths.reduce((n, p) => n + p.turns, 0),
-    );
-  const ownedTokensPerS = ((a.inFlight + a.atTools) * perTurn * 1000) / (a.toolMs + perTurn * rate.msPerToken);
+  const turns = batch.paths.reduce((n, p) => n + p.turns, 0);
+  const toolCalls = batch.paths.reduce((n, p) => n + Math.max(0, p.turns - 1), 0);
+  const perTurn = tokens / Math.max(1, turns);
+  // A trajectory's last turn ends it without a tool call.
+  const toolMsPerTurn = turns > 0 ? (a.toolMs * toolCalls) / turns : a.toolMs;
+  const ownedTokensPerS = ((a.inFlight + a.atTools) * perTurn * 1000) / (toolMsPerTurn + perTurn * rate.msPerToken);
   const decodeS = tokens / (ENGINES * Math.min(rate.tokensPerS, ownedTokensPerS));
   const prefillS = ((batch.prefilled ?? 0) * prefillMsPerToken) / (ENGINES * 1000);
   const pathS = Math.max(0, ...batch.paths.map((p) => ownPathS(a, p, rate)));

@@ -35,7 +35,7 @@ describe('agentic sched regime', () => {
     const r = regime(args({}), { paths }, rate, 20);
     // 11 tool calls of 1 s and 250 tokens at 4 ms; the 1-turn one: no tool, 3 s.
     expect(r.sched_critical_path_s).toBe(12);
-    // 1,000 tokens over 2 engines x 500 tokens/s (the agents own enough: 40 x 76.9 tokens a turn / 1.31 s each).
+    // 1,000 tokens over 2 engines x 500 tokens/s (the agents own enough: 40 x 76.9 tokens a turn / 1.15 s each).
     expect(r.sched_work_over_capacity_s).toBe(1);
     expect(r.sched_makespan_lower_bound_s).toBe(12);
     expect(r.sched_gain_ceiling).toBeCloseTo(20 / 12, 3);
@@ -44,10 +44,11 @@ describe('agentic sched regime', () => {
 
   it("bounds the capacity by what the agents' owned trajectories can ask when tools are long", () => {
     const paths = Array.from({ length: 100 }, () => ({ turns: 2, generated: 40 }));
-    // 20 tokens a turn; 2 owned per agent, each asking 20 tokens per 1,080 ms: 37 tokens/s, below 500.
+    // 20 tokens a turn, and a tool call in every turn but a trajectory's last: 500 ms a turn on
+    // average. 2 owned per agent, each asking 20 tokens per 580 ms: 69 tokens/s, below 500.
     const r = regime(args({ inFlight: 1, atTools: 1 }), { paths }, rate, 100);
-    expect(r.sched_owned_tokens_per_s).toBeCloseTo((2 * 20 * 1000) / 1080, 1);
-    expect(r.sched_work_over_capacity_s).toBeCloseTo(4000 / (2 * ((2 * 20 * 1000) / 1080)), 1);
+    expect(r.sched_owned_tokens_per_s).toBeCloseTo((2 * 20 * 1000) / 580, 1);
+    expect(r.sched_work_over_capacity_s).toBeCloseTo(4000 / (2 * ((2 * 20 * 1000) / 580)), 1);
     // Owning many, the engines' rate bounds it again.
     expect(regime(args({ inFlight: 100, atTools: 100 }), { paths }, rate, 100).sched_work_over_capacity_s).toBe(4);
   });
