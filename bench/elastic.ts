@@ -375,7 +375,7 @@ async function warmUp(nc: NatsConnection, pool: string, budget: number, holding:
 }
 
 async function runElastic(url: string, nc: NatsConnection, step: Call[][], a: Args): Promise<ModeResult> {
-  const { budget, intervalMs } = a;
+  const { budget, intervalMs, rateWindowMs } = a;
   const pool = 'elastic';
   const argv = [
     'action-supervisor',
@@ -388,7 +388,7 @@ async function runElastic(url: string, nc: NatsConnection, step: Call[][], a: Ar
     '--interval',
     `${intervalMs}ms`,
     '--rate-window',
-    `${a.rateWindowMs}ms`,
+    `${rateWindowMs}ms`,
     '--metrics-port',
     '-1',
     ...KINDS.flatMap((k) => [

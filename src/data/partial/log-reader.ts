@@ -76,13 +76,14 @@ const PULL_MESSAGES = 256;
  * the consumer reads until it has delivered it.
  */
 export async function readLog(js: JetStreamClient, jsm: JetStreamManager, stream: string, subject: string): Promise<PartialState | undefined> {
-  const last = await readFromLeader(jsm, stream, { last_by_subj: subject });
+  const leaderLast = (): Promise<{ seq: number } | null> => readFromLeader(jsm, stream, { last_by_subj: subject });
+  const last = await leaderLast();
   if (!last) return undefined;
   const consumer = await js.consumers.get(stream, { filter_subjects: subject, deliver_policy: DeliverPolicy.All });
   // An ordered consumer left behind lives on in nats-server for its 5-minute inactivity
   // threshold: at a read per completed trajectory that is thousands of idle consumers.
   try {
-    return await readLogFrom(consumer, subject, last.seq, () => readFromLeader(jsm, stream, { last_by_subj: subject }));
+    return await readLogFrom(consumer, subject, last.seq, leaderLast);
   } finally {
     await consumer.delete().catch(() => undefined);
   }
@@ -112,11 +113,10 @@ export async function readLogFrom(
     }
     await messages.close();
     batch = PULL_MESSAGES;
-    if (got > 0 || log.lastSeq >= through) continue;
-    const now = await leaderLast();
-    // Purged while we read (completed, or returned): what was read is no longer the log.
-    if (!now) return undefined;
-    if (now.seq !== through && log.lastSeq === 0) through = now.seq;
+    if (got > 0) continue;
+    // Purged while we read (completed, or returned): what was read is no longer the log. (Restarted
+    // instead, its new messages come after `through`, and the first of them ends the loop.)
+    if (!(await leaderLast())) return undefined;
     if (Date.now() > deadline) {
       throw new Error(`the replica serving the read of ${subject} stayed behind the stream's leader (at sequence ${log.lastSeq} of ${through})`);
     }

@@ -243,11 +243,8 @@ export class UpstreamSide {
     }
     offered.delete(key);
     offered.add(key);
-    // A link is offered each version about once, and lives for many: the oldest go first.
-    for (const oldest of offered) {
-      if (offered.size <= OFFERS_REMEMBERED) break;
-      offered.delete(oldest);
-    }
+    // A link is offered each version about once, and lives for many: the oldest goes first.
+    if (offered.size > OFFERS_REMEMBERED) offered.delete(offered.values().next().value!);
   }
 
   /** Counts and answers a bad message; the link stays (the peer passed authentication). */
