@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent setup that `npm test`, `npm run demo` and `npm run bench` run first, so that a
 # fresh clone on a fresh Debian machine needs nothing typed by hand:
-#   1. the Debian packages laminar needs (installed when missing, if we are root);
+#   1. the Debian packages laminar needs (installed when missing, if we are root): the native
+#      build's first, the rest in the background beside steps 2-4;
 #   2. `npm ci` when node_modules is missing or older than package-lock.json;
 #   3. the native addon when missing or older than its sources;
 #   4. the TypeScript build (dist/) when older than its sources: the Node code, and the dashboard
@@ -14,8 +15,9 @@
 #   6. nats-server 2.15.1, uv, verl's source and the real-engine environment (.venv-engines), below;
 #   7. with --tests (`npm test`, scripts/test.sh): tools/k8s-validate, the Go checker of the
 #      Kubernetes manifests that test/deploy runs. `npm run demo` and `npm run bench` skip it.
-# Each step is skipped when already done; the script prints only what it does. The Python steps
-# (5, 6) and the Go build (7) run in the background beside the Node steps (2-4).
+# Each step is skipped when already done; the script prints only what it does. The rest of the
+# Debian packages and the Python steps (5, 6), and the Go build (7), run in the background beside
+# the Node steps (2-4).
 #
 # --skip STEP leaves a step out and --only STEP does just that one, for two steps that `npm test`
 # (scripts/test.sh) runs beside later work instead of waiting for them here:
@@ -54,30 +56,58 @@ say() { printf 'bootstrap: %s\n' "$*" >&2; }
 # CUDA libraries); python3-venv for the environment below; chromium: the headless browser that the
 # dashboard's browser tests and bench drive with playwright-core (which never downloads one);
 # ccache: a clone's native build (scripts/install-native.mjs) then reuses an earlier clone's.
-DEB_PACKAGES=(nats-server redis-server libucx-dev ucx-utils python3-numpy python3-venv python3-torch python3-matplotlib libxxhash-dev pkg-config iproute2 clang-format chromium ccache)
+# The native build's packages are installed first; the rest (chromium and torch are most of a
+# fresh machine's ~200 packages) in the background, beside `npm ci` and the builds, before the
+# Python steps that need them.
+DEB_NATIVE_BUILD=(libucx-dev libxxhash-dev pkg-config ccache)
+DEB_OTHERS=(nats-server redis-server ucx-utils python3-numpy python3-venv python3-torch python3-matplotlib iproute2 clang-format chromium)
 
-missing=()
-for pkg in "${DEB_PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
-    missing+=("$pkg")
-  fi
-done
+missing_of() {
+  local pkg
+  for pkg in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+      printf '%s\n' "$pkg"
+    fi
+  done
+}
+mapfile -t missing_native < <(missing_of "${DEB_NATIVE_BUILD[@]}")
+mapfile -t missing_others < <(missing_of "${DEB_OTHERS[@]}")
+missing=("${missing_native[@]}" "${missing_others[@]}")
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     say "missing Debian packages: ${missing[*]}"
     say "run as root:  apt-get update && apt-get install -y ${missing[*]}"
     exit 1
   fi
-  say "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   # Package lists may be absent or stale on a fresh machine: update, then install.
   apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  if [ ${#missing_native[@]} -gt 0 ]; then
+    say "installing Debian packages: ${missing_native[*]}"
+    apt-get install -y -qq --no-install-recommends "${missing_native[@]}" >&2
+  fi
+fi
+
+# The rest of the Debian packages, in the background job below (apt's output kept in a log and
+# shown if it fails, so that it does not interleave with the Node steps').
+other_packages() {
+  [ ${#missing_others[@]} -gt 0 ] || return 0
+  local apt_log start=$SECONDS
+  apt_log=$(mktemp)
+  say "installing Debian packages (in the background): ${missing_others[*]}"
+  if ! apt-get install -y -qq --no-install-recommends "${missing_others[@]}" >"$apt_log" 2>&1; then
+    cat "$apt_log" >&2
+    rm -f "$apt_log"
+    say "could not install the Debian packages: ${missing_others[*]}"
+    return 1
+  fi
+  rm -f "$apt_log"
+  say "installed the Debian packages in $((SECONDS - start)) s"
   # The package scripts may start system-wide services; laminar starts its own on free ports.
   for svc in redis-server nats-server; do
     (service "$svc" stop >/dev/null 2>&1 || true)
   done
-fi
+}
 
 # The Python environments are mostly downloads and the Node steps mostly compiling: they run side
 # by side (the Python steps in the background), which saves a minute or more on a fresh machine.
@@ -215,6 +245,7 @@ case "$only" in
 esac
 
 python_and_engines() {
+  other_packages
   python_environments
   if ! skipped engines; then engines_environment; fi
 }
@@ -283,6 +314,6 @@ python_status=0
 wait "$python_job" || python_status=$?
 trap - EXIT
 if [ "$python_status" -ne 0 ]; then
-  say "the Python environments could not be set up (exit $python_status; see above)"
+  say "the Debian packages or the Python environments could not be set up (exit $python_status; see above)"
   exit 1
 fi
