@@ -199,3 +199,59 @@ export function lastTrajectory(turns: ReadonlyMap<string, readonly RequestTimes[
     betweenS: sumS((t, i) => (i === 0 ? 0 : t.sentMs - last[i - 1]!.endMs)),
   };
 }
+
+/**
+ * Where the agents' owned places went (slotAccount()), each a share of all they could own over the
+ * batch (in-flight + at-tools, per agent, times the makespan): the five add up to 1.
+ */
+export interface SlotAccount {
+  /** Places owned by nobody: the agents held fewer trajectories than they may (claims late or too few, the tail). */
+  empty: number;
+  /** Owned, at a tool call: the tool's own time (`toolMs` a call). */
+  tools: number;
+  /** Owned, sent to the engine and not yet given a first token (its queue and the prefill). */
+  atEngine: number;
+  /** Owned, decoding. */
+  decoding: number;
+  /**
+   * Owned, and none of the above: the agent's own time (claiming, the turn boundaries, a tool
+   * call's round trip beyond the tool, the record's write) and its line for a place at the engine.
+   */
+  agent: number;
+}
+
+/**
+ * The agents' owned places over a batch, split: what Little's law in makespanBound() assumes (every
+ * place always owned, each turn only its decode and its tool) against what happened. `ownedMean`
+ * is the mean of all agents' owned trajectories together (sampled); `capacity` what they may own
+ * together; the requests are every trajectory's (the engine clients' times).
+ */
+export function slotAccount(
+  turns: ReadonlyMap<string, readonly RequestTimes[]>,
+  toolMs: number,
+  ownedMean: number,
+  capacity: number,
+  makespanMs: number,
+): SlotAccount {
+  const total = capacity * makespanMs;
+  if (!(total > 0)) return { empty: Number.NaN, tools: Number.NaN, atEngine: Number.NaN, decoding: Number.NaN, agent: Number.NaN };
+  let atEngine = 0;
+  let decoding = 0;
+  let tools = 0;
+  for (const list of turns.values()) {
+    tools += Math.max(0, list.length - 1) * toolMs;
+    for (const t of list) {
+      const first = Number.isNaN(t.firstTokenMs) ? t.endMs : t.firstTokenMs;
+      atEngine += first - t.sentMs;
+      decoding += t.endMs - first;
+    }
+  }
+  const owned = Math.min(ownedMean, capacity) * makespanMs;
+  return {
+    empty: 1 - owned / total,
+    tools: tools / total,
+    atEngine: atEngine / total,
+    decoding: decoding / total,
+    agent: (owned - tools - atEngine - decoding) / total,
+  };
+}

@@ -70,14 +70,16 @@ import {
   makespanBound,
   ownPathS,
   regime,
+  slotAccount,
   type BusyTimeline,
   type EngineSample,
   type LastSplit,
   type RequestTimes,
+  type SlotAccount,
 } from './agentic-regime.js';
 import { groupShape, lengthsOf, MAX_CONTEXT, maxTurnsOf, type SchedWorkload } from './agentic-workloads.js';
 import { followRecords, LOOKUP_CONFIG, LOOKUP_MODEL, openLookupWorld, promptCounters, waitFor, type LookupWorld, type RecordSeen } from './lookup-world.js';
-import { median, percentile, round } from './support.js';
+import { mean, median, percentile, round } from './support.js';
 
 const exec = promisify(execFile);
 const log = (s: string): boolean => process.stderr.write(`agentic bench (sched): ${s}\n`);
@@ -178,6 +180,8 @@ interface Batch {
   engineQueue: number;
   /** The engines' busy timelines (sglang:num_running_reqs every 250 ms): where their decode slots went unused. */
   timeline: BusyTimeline;
+  /** Where the agents' owned places went (sampled every 250 ms with the engines' load). */
+  slots: SlotAccount;
   /** Prompt tokens the engines computed, not served by their prefix caches (the prefills' share of the work). */
   prefilled: number;
   /** Requests the engines retracted for a waiting one of higher priority (priority preemption). */
@@ -436,8 +440,10 @@ async function oneBatch(
     const started = performance.now();
     const queueSamples: number[] = [];
     const busySamples: EngineSample[] = [];
+    const ownedSamples: number[] = [];
     const sampler = setInterval(() => {
       const atMs = performance.now() - started;
+      ownedSamples.push(agents.reduce((n, x) => n + (x.client?.owned.size ?? 0), 0));
       void Promise.all(engines.map((e) => engineLoad(e.url)))
         .then((load) => {
           queueSamples.push(load.reduce((n, x) => n + x.queued, 0));
@@ -482,8 +488,9 @@ async function oneBatch(
       cacheHitRate: prompted > 0 ? (sum(after, 'cached') - sum(before, 'cached')) / prompted : 0,
       paths: seen.map((r) => ({ turns: r.turns, generated: r.generated })),
       longTailStartS: median(longest.map((r) => Math.max(0, r.createdAt - startedAt) / 1000)),
-      engineQueue: queueSamples.length ? queueSamples.reduce((x, y) => x + y, 0) / queueSamples.length : 0,
+      engineQueue: mean(queueSamples),
       timeline: busyTimeline(busySamples, a.maxRunning, makespanS * 1000),
+      slots: slotAccount(turns, a.toolMs, mean(ownedSamples), ENGINES * (a.inFlight + a.atTools), makespanS * 1000),
       prefilled: prompted - (sum(after, 'cached') - sum(before, 'cached')),
       preempted: sum(after, 'retracted') - sum(before, 'retracted'),
       last: { startS: Math.max(0, last.createdAt - startedAt) / 1000, latencyS: last.latencyMs / 1000, turns: last.turns, generated: last.generated },
@@ -642,6 +649,16 @@ function summarise(
     ['bound_s', 'bound s', (b) => bound(b).boundS, 2],
     ['over_bound', 'over bound', (b) => b.makespanS / bound(b).boundS, 3],
     ['busy_share', 'engines busy', (b) => b.timeline.busyShare, 2],
+    // Tokens per busy engine-second over the engines' rate measured alone: below 1, the engines
+    // decode slower in the batch than alone (on this machine: the two cores they share with the
+    // agents, the manager, nats-server and Redis).
+    ['engine_speed', "engines' speed", (b) => b.tokensPerS / (b.timeline.busyShare * ENGINES * rate.tokensPerS), 2],
+    // The agents' owned places (in flight + at tools): empty, or owned and at a tool, at the engine (queue, prefill), decoding, the agent's own.
+    ['slots_empty', 'places empty', (b) => b.slots.empty, 3],
+    ['slots_tools', 'at tools', (b) => b.slots.tools, 3],
+    ['slots_at_engine', 'at engine', (b) => b.slots.atEngine, 3],
+    ['slots_decoding', 'decoding', (b) => b.slots.decoding, 3],
+    ['slots_agent', "agent's", (b) => b.slots.agent, 3],
     ['idle_engine_s', 'idle engine s', (b) => b.timeline.idleEngineS, 1],
     ['tail_s', 'tail s', (b) => b.timeline.tailS, 2],
     ['tail_busy_share', 'tail busy', (b) => b.timeline.tailBusyShare, 2],

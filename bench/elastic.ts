@@ -36,7 +36,7 @@ import { seededRandom } from '../src/common/random.js';
 import { parseDurationOption } from '../src/common/units.js';
 import { CLI } from '../src/services/daemon-process.js';
 import { startNatsServer, spawnDaemon, type Daemon } from '../src/services/index.js';
-import { percentile, positiveInt, printTable, round } from './support.js';
+import { mean, percentile, positiveInt, printTable, round } from './support.js';
 
 /** One resource kind of the step: how its worker runs, what it costs, how long its calls take. */
 interface KindSpec {
@@ -240,8 +240,6 @@ interface ModeResult {
   stepSeconds: number;
   peakCores: number;
 }
-
-const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
 
 function summarise(mode: string, budget: number, workers: string, o: Outcome, coreSeconds: number, peakCores: number): ModeResult {
   const actByKind = new Map(KINDS.map((k) => [k.kind, mean(o.acts.filter((a) => a.kind === k.kind).map((a) => a.actMs))]));

@@ -18,7 +18,7 @@ export async function timed(rounds: number, fn: () => Promise<void>): Promise<nu
   return out;
 }
 
-export { median } from '../src/common/stats.js';
+export { mean, median } from '../src/common/stats.js';
 
 /** The q-quantile (0..1) of xs, nearest rank. */
 export function percentile(xs: number[], q: number): number {

@@ -8,6 +8,11 @@ export function median(xs: readonly number[]): number {
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
+/** The mean of xs; 0 for none. */
+export function mean(xs: readonly number[]): number {
+  return xs.length === 0 ? 0 : xs.reduce((a, b) => a + b, 0) / xs.length;
+}
+
 /**
  * Nearest-rank percentile of a histogram (value -> count), such as a staleness histogram; 0 when
  * empty. Here rather than in sim-trainer, so that the simulator's metrics and other pure code use

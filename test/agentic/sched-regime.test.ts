@@ -4,7 +4,7 @@
  * bench sees whether any order of claims and turns had room to gain.
  */
 import { describe, expect, it } from 'vitest';
-import { busyTimeline, lastTrajectory, longTailShare, makespanBound, regime, type RequestTimes } from '../../bench/agentic-regime.js';
+import { busyTimeline, lastTrajectory, longTailShare, makespanBound, regime, slotAccount, type RequestTimes } from '../../bench/agentic-regime.js';
 import type { SchedArgs } from '../../bench/agentic-sched.js';
 
 const args = (o: Partial<SchedArgs>): SchedArgs => ({
@@ -135,5 +135,26 @@ describe('agentic sched: the trajectory that ended last, and where the long tail
     turns.set('l1', [req(0, 0, 1, 2), req(0, 3, 4, 5), req(0, 6, 7, 8)]);
     expect(longTailShare(turns, 2)).toBe(1);
     expect(longTailShare(new Map(), 2)).toBeNaN();
+  });
+
+  it("splits the agents' owned places: empty, at tools, at the engine, decoding, and the agent's own", () => {
+    const turns = new Map<string, RequestTimes[]>([
+      // Two turns, one tool call of 1,000 ms between them: 200 at the engine, 300 decoding; then 500 and 100.
+      ['long', [req(1, 0, 200, 500), req(1, 1600, 2100, 2200)]],
+      // One turn: 100 at the engine, 800 decoding.
+      ['short', [req(0, 0, 100, 900)]],
+    ]);
+    // 4 places over 2,500 ms (10,000 place-ms), 2 owned on average (5,000).
+    const s = slotAccount(turns, 1000, 2, 4, 2500);
+    expect(s.empty).toBeCloseTo(0.5, 9);
+    expect(s.tools).toBeCloseTo(0.1, 9);
+    expect(s.atEngine).toBeCloseTo(0.08, 9);
+    expect(s.decoding).toBeCloseTo(0.12, 9);
+    // 5,000 owned less 1,000 + 800 + 1,200.
+    expect(s.agent).toBeCloseTo(0.2, 9);
+    expect(s.empty + s.tools + s.atEngine + s.decoding + s.agent).toBeCloseTo(1, 9);
+    // Never more owned than the places (a sample taken mid-claim can exceed them).
+    expect(slotAccount(turns, 1000, 5, 4, 2500).empty).toBe(0);
+    expect(slotAccount(turns, 1000, 2, 4, 0).empty).toBeNaN();
   });
 });
