@@ -15,6 +15,8 @@ import {
   type PartialStart,
   type TrajectorySegment,
 } from '../../src/data/index.js';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { partialNames } from '../../src/data/index.js';
 import { natsFixture } from './helpers.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 
@@ -142,5 +144,32 @@ describe('PartialPool with segments', () => {
     await p.takeOver('bad-1', 'r2');
     await expect(t.appendObservation([5], lookup('a'))).rejects.toMatchObject({ code: ErrorCodes.NOT_OWNER });
     expect(() => t.closeTurn({ weightVersion: 3, finishReason: 'stop' })).toThrow(expect.objectContaining({ code: ErrorCodes.NOT_OWNER }));
+  });
+
+  it("a turn's buffered tokens go with its close: one append a turn", async () => {
+    const p = await pool();
+    const t = await p.start('r1', start('mt-one'));
+    const names = partialNames(name);
+    const jsm = await jetstreamManager(nats.nc);
+    const appended = async (): Promise<number> =>
+      (await jsm.streams.info(names.stream, { subjects_filter: names.subject('mt-one') })).state.subjects?.[names.subject('mt-one')] ?? 0;
+    expect(await appended()).toBe(1);
+    // Under flushTokens (3): buffered until the turn closes.
+    t.append([100, 101], [-0.5, -0.25]);
+    await t.closeTurn({ weightVersion: 3, finishReason: 'tool_call' });
+    expect(await appended()).toBe(2);
+    await t.waitForAction({ actionId: 'act-1', tool: 'lookup' });
+    await t.appendObservation([900], lookup('act-1'));
+    t.append([102], [-1]);
+    await t.closeTurn({ weightVersion: 3, finishReason: 'stop' });
+    expect(await appended()).toBe(5);
+    const read = await p.read('mt-one');
+    expect(read?.segments).toEqual([
+      { kind: 'generated', length: 2, weightVersion: 3, finishReason: 'tool_call' },
+      { kind: 'observation', length: 1, action: lookup('act-1') },
+      { kind: 'generated', length: 1, weightVersion: 3, finishReason: 'stop' },
+    ]);
+    expect(Array.from(read!.tokens)).toEqual([100, 101, 900, 102]);
+    expect(Array.from(read!.logprobs)).toEqual([-0.5, -0.25, 0, -1]);
   });
 });

@@ -12,7 +12,8 @@
  * A multi-turn trajectory's log also records its segments as they happen (version 2 messages,
  * written only by a trajectory that uses them, so that a single-turn log is what it always was):
  * 'turn' closes the generated tokens since the last segment with their weight version and
- * finish reason, 'waiting' says the trajectory waits for an action (tool call), and
+ * finish reason (carrying the turn's tokens not yet logged, if any, applied before the close),
+ * 'waiting' says the trajectory waits for an action (tool call), and
  * 'observation' carries the tokens the environment returned and the action they answer.
  */
 import { pack, unpack } from 'msgpackr';

@@ -9,7 +9,8 @@
  * turn, waitForAction() while a tool call runs (the pool's listing shows it waiting), and
  * appendObservation() with what the environment returned. Each goes on the same conditional
  * chain after the tokens buffered before it, so the log is in the order the calls were made
- * and a rollout that resumes the trajectory rebuilds its context exactly.
+ * and a rollout that resumes the trajectory rebuilds its context exactly. A turn's buffered
+ * tokens ride on its close's message: one append a turn, not two.
  */
 import { headers } from '@nats-io/transport-node';
 import { JetStreamApiError, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
@@ -217,6 +218,16 @@ export class PartialTrajectory {
     while (this.outbox.length > 0) {
       const next = this.outbox[0]!;
       try {
+        const then = this.outbox[1];
+        if (next.kind === 'delta' && then?.kind === 'turn') {
+          // A run its turn's close follows: one message for both (the readers apply a message's
+          // tokens before its turn's close), not two appends in a row. No token joins a closed
+          // turn's run, so the whole run goes.
+          await this.send('turn', Int32Array.from(next.tokens), Float32Array.from(next.logprobs), then.extra);
+          this.pendingGenerated -= next.tokens.length;
+          this.outbox.splice(0, 2);
+          continue;
+        }
         if (next.kind === 'delta') {
           // The run stays last in the outbox while it is sent, so the engine's tokens streamed
           // meanwhile join it: only the ones sent here are taken off, the rest go next.
