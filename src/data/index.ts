@@ -45,6 +45,7 @@ export {
   PARKED_OWNER,
   parkedReturnKey,
   partialLogKind,
+  partialLogOwner,
   type PartialStart,
   type TrajectoryIdentity,
   type TurnClose,

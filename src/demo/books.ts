@@ -3,22 +3,51 @@
  * written, from the data plane's own subjects), the manager's status and daemons' metrics.
  */
 import type { NatsConnection } from '@nats-io/transport-node';
-import { ExperienceWriter, bufferNames, partialLogKind, partialNames, trajectoryIdOfSubject } from '../data/index.js';
+import { ExperienceWriter, bufferNames, partialLogKind, partialLogOwner, partialNames, trajectoryIdOfSubject } from '../data/index.js';
 import type { ManagerStatus } from '../manager/index.js';
+
+/** The books of the run (watchLedger()). */
+export interface Ledger {
+  started: Set<string>;
+  completed: Set<string>;
+  writtenTwice: number;
+  /**
+   * Trajectories `rollout` owns now: its last partial-log message names it, and no record is
+   * written yet. A log removed without a record (a sample returned to the prompt pool) stays
+   * counted: removals are not messages.
+   */
+  inFlightOf(rollout: string): number;
+  stop(): void;
+}
 
 /**
  * The books of the run, from the data plane's own subjects: every partial-pool 'start' marker is
  * a trajectory a rollout started; every experience record, one completed. Plain subscriptions
- * see each publish once, so a record published twice for one id shows as written twice.
+ * see each publish once, so a record published twice for one id shows as written twice. Each
+ * log message names its owner, so the ledger knows who holds what as the messages go by, fresher
+ * than a heartbeat: the demo kills a rollout that holds trajectories now, not one that did a
+ * heartbeat ago and may since have finished its batch.
  */
-export function watchLedger(
-  nc: NatsConnection,
-  names: { buffer?: string; partialPool?: string } = {},
-): { started: Set<string>; completed: Set<string>; writtenTwice: number; stop(): void } {
-  const ledger = { started: new Set<string>(), completed: new Set<string>(), writtenTwice: 0, stop: (): void => undefined };
-  const starts = nc.subscribe(partialNames(names.partialPool).filter, {
+export function watchLedger(nc: NatsConnection, names: { buffer?: string; partialPool?: string } = {}): Ledger {
+  const owners = new Map<string, string>();
+  const ledger: Ledger = {
+    started: new Set<string>(),
+    completed: new Set<string>(),
+    writtenTwice: 0,
+    inFlightOf: (rollout) => {
+      let n = 0;
+      for (const owner of owners.values()) if (owner === rollout) n++;
+      return n;
+    },
+    stop: (): void => undefined,
+  };
+  const logs = nc.subscribe(partialNames(names.partialPool).filter, {
     callback: (err, msg) => {
-      if (!err && partialLogKind(msg.headers) === 'start') ledger.started.add(trajectoryIdOfSubject(msg.subject));
+      if (err) return;
+      const id = trajectoryIdOfSubject(msg.subject);
+      if (partialLogKind(msg.headers) === 'start') ledger.started.add(id);
+      const owner = partialLogOwner(msg.headers);
+      if (owner !== undefined && !ledger.completed.has(id)) owners.set(id, owner);
     },
   });
   const records = nc.subscribe(bufferNames(names.buffer).recordFilter, {
@@ -27,10 +56,11 @@ export function watchLedger(
       const id = trajectoryIdOfSubject(msg.subject);
       if (ledger.completed.has(id)) ledger.writtenTwice++;
       ledger.completed.add(id);
+      owners.delete(id);
     },
   });
   ledger.stop = () => {
-    starts.unsubscribe();
+    logs.unsubscribe();
     records.unsubscribe();
   };
   return ledger;

@@ -74,14 +74,20 @@ export async function runSimJob(parts: SimRunParts): Promise<SimRun> {
     const managerMetric = await scrape(managerPort);
     if (opts.killARollout && !killedRollout && fraction >= 0.4) {
       // Only a rollout that owns trajectories shows failover; when none does at this tick
-      // (all of them between batches, or reloading weights), the next tick tries again.
-      const busy = status?.rollouts.filter((r) => (r.owned ?? 0) > 0 && r.health === 'alive').sort((a, b) => (b.owned ?? 0) - (a.owned ?? 0))[0];
-      const victim = rollouts.find((r) => r.id === busy?.id && !r.killed);
+      // (all of them between batches, or reloading weights), the next tick tries again. What it
+      // owns is the ledger's count, from the partial logs as they are written: the heartbeat's
+      // (in the manager's status) is up to a beat old, and a rollout that had owned trajectories
+      // then could have finished its batch since and die owning none (a clean-clone run saw it).
+      // The heartbeat's must say so too: the ledger never hears of a log removed without a record
+      // (a sample returned to the prompt pool).
+      const alive = (status?.rollouts ?? []).filter((r) => r.health === 'alive' && (r.owned ?? 0) > 0 && rollouts.some((x) => x.id === r.id && !x.killed));
+      const busy = alive.map((r) => ({ r, owned: ledger.inFlightOf(r.id) })).sort((a, b) => b.owned - a.owned)[0];
+      const victim = busy && busy.owned > 0 ? rollouts.find((r) => r.id === busy.r.id) : undefined;
       if (victim) {
         await victim.daemon.kill('SIGKILL');
         victim.killed = true;
         killedRollout = { id: victim.id, at: performance.now(), settled: false };
-        events.push(`${at()} SIGKILL rollout ${victim.id} (it owned ${busy!.owned} trajectories, weights v${busy!.weightVersion ?? '-'})`);
+        events.push(`${at()} SIGKILL rollout ${victim.id} (it owned ${busy!.owned} trajectories, weights v${busy!.r.weightVersion ?? '-'})`);
       }
     }
     if (killedRollout && !killedRollout.settled) {

@@ -71,6 +71,11 @@ export function partialLogKind(headers: { get(name: string): string } | undefine
   return kind ? (kind as LogKind) : undefined;
 }
 
+/** The owner a partial-log message names (its writer: a rollout, or the parked owner); undefined without one. */
+export function partialLogOwner(headers: { get(name: string): string } | undefined): string | undefined {
+  return headers?.get(OWNER_HEADER) || undefined;
+}
+
 /** Which trajectory: its id, its place in a GRPO group and the weight version generating it. */
 export interface TrajectoryIdentity {
   trajectoryId: string;
