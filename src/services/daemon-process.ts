@@ -52,10 +52,11 @@ export function spawnDaemon(
 const ERROR_LINE = /error|exception|traceback|killed/i;
 
 /**
- * A failed start's log for its error: the last 20 lines, after up to 10 earlier lines that name an
- * error (vLLM ends with "Engine core initialization failed. See root cause above.").
+ * A failed start's log for its error (or a failed test's, test/engines): the last 20 lines,
+ * after up to 10 earlier lines that name an error (vLLM ends with "Engine core initialization
+ * failed. See root cause above.").
  */
-function lastLines(logs: readonly string[]): string {
+export function lastLines(logs: readonly string[]): string {
   const tail = logs.slice(-20);
   const causes = logs
     .slice(0, -20)

