@@ -55,12 +55,14 @@ export interface WorkloadDefaults {
 
 export const WORKLOAD_DEFAULTS: Readonly<Record<SchedWorkload, Readonly<WorkloadDefaults>>> = {
   // 2 sequences decoded an engine, 6 queued beyond them (the queue progressive priority orders),
-  // 32 more at tools. 128 groups (2026-11-30 20:30; 48 before): 256 trajectories an engine, whose
-  // work (~18.5 s) exceeds the critical path (12 turns: 11 s of tools), so that the order of claims
-  // and turns decides how long the engines idle. At 48 groups the batch was path-bound and
-  // first-in-first-out came within 1.19-1.43 of its bound, too little for a scheduler's gain to
-  // stand out of the machine's noise (docs/performance/agentic.md).
-  'tool-waits': { groups: 128, groupSize: 4, maxRunning: 2, inFlight: 8, atTools: 32, toolMs: 1000, stepMs: 0 },
+  // 96 more at tools: an agent owns up to 104 trajectories, as a rollout of Heddle's holds its
+  // batch (~100). With 32 (before 2026-12-01) what the agents could own, not the engines, bounded
+  // the batch (Little's law: 1,327 tokens/s an agent against an engine's 2,535): longest-first
+  // claims filled every place with the long tail, waiting at tools for 10 s while the engines
+  // idled (docs/performance/agentic.md). 128 groups (2026-11-30 20:30; 48 before): at 48 the
+  // batch was path-bound and first-in-first-out came within 1.19-1.43 of its bound, too little
+  // for a scheduler's gain to stand out of the machine's noise.
+  'tool-waits': { groups: 128, groupSize: 4, maxRunning: 2, inFlight: 8, atTools: 96, toolMs: 1000, stepMs: 0 },
   // Heddle's proportions (docs/performance/agentic.md): tools short beside a step's generation
   // (§7.5, Table 1: 0.05 s for the math agent's calculator against tens of seconds of generation
   // a step), and each engine decoding a sizeable share of its batch at once with a GPU-like
