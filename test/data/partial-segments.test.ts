@@ -10,13 +10,13 @@ import {
   ExperienceSampler,
   ExperienceWriter,
   lossMaskOf,
+  partialNames,
   PartialPool,
   TrajectoryBuilder,
   type PartialStart,
   type TrajectorySegment,
 } from '../../src/data/index.js';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { partialNames } from '../../src/data/index.js';
 import { natsFixture } from './helpers.js';
 import { ErrorCodes } from '../../src/common/error-codes.js';
 

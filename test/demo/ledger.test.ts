@@ -16,16 +16,7 @@ afterAll(async () => {
   for (const close of closers.reverse()) await close();
 });
 
-const start = (id: string): PartialStart => ({
-  trajectoryId: id,
-  promptId: `p-${id}`,
-  groupId: `g-${id}`,
-  sampleIndex: 0,
-  groupSize: 1,
-  weightVersion: 1,
-  promptLength: 2,
-  promptTokens: new Uint8Array(Int32Array.from([1, 2]).buffer),
-});
+const start = (id: string): PartialStart => ({ trajectoryId: id, promptId: `p-${id}`, groupId: `g-${id}`, sampleIndex: 0, groupSize: 1, weightVersion: 1 });
 
 describe('the demo ledger', () => {
   it('counts what each rollout owns now: starts, takeovers and records as they are written', async () => {
