@@ -16,6 +16,10 @@
  * mechanism of issue #48 on, with each switched off in turn and with all of them off, and prints
  * (with --write-docs, writes docs/images/sim/mechanisms.md) what each closes
  * (report/mechanism-effect.ts); with --no-sweep it runs alone.
+ * --inputs runs the study of the inputs the paper does not give (src/simulate/input-sensitivity.ts):
+ * the math scenarios' output median, its tail and the trainer's MFU changed one at a time and
+ * together, each scenario's smallest and largest cluster, the rows those runs give; with
+ * --write-docs it writes docs/images/sim/inputs.md; with --no-sweep it runs alone.
  * --toolcall runs issue #49's study (src/simulate/agentic/toolcall-study.ts): the tool-call task on
  * math-72b's --toolcall-gpus (1,024) row, toolcall-7b's tool calls grafted on, laminar before #49,
  * each of its mechanisms added, and a step-centric router, for --toolcall-steps (4) steps each:
@@ -30,6 +34,7 @@ import { parseArgs } from 'node:util';
 import { SEED_FIGURES } from '../src/simulate/agentic/seed-figures.js';
 import { runToolCallStudy, withToolCallsOf, type ToolCallStudy } from '../src/simulate/agentic/toolcall-study.js';
 import { resolveScenarioPath } from '../src/simulate/files.js';
+import { inputSensitivityTable, runInputSensitivity } from '../src/simulate/input-sensitivity.js';
 import type { ScenarioInput } from '../src/simulate/scenario/schema.js';
 import { MECHANISMS, mechanismsWithout, NO_MECHANISMS } from '../src/simulate/mechanisms.js';
 import { mechanismEffectTable, type ComparisonVariant } from '../src/simulate/report/mechanism-effect.js';
@@ -56,6 +61,7 @@ export function run(args: string[]): Promise<void> {
       'no-sweep': { type: 'boolean', default: false },
       'write-docs': { type: 'boolean', default: false },
       mechanisms: { type: 'boolean', default: false },
+      inputs: { type: 'boolean', default: false },
       'mechanism-scenarios': { type: 'string', default: MECHANISM_SWEEP.join(',') },
       toolcall: { type: 'boolean', default: false },
       'toolcall-gpus': { type: 'string', default: '1024' },
@@ -163,8 +169,50 @@ export function run(args: string[]): Promise<void> {
       );
     }
   }
+  if (values.inputs) Object.assign(line, inputsSection(values['sweep-steps'], values['write-docs']));
   process.stdout.write(`${JSON.stringify(line)}\n`);
   return Promise.resolve();
+}
+
+/** The study of the inputs the paper does not give (--inputs): its table, its JSON keys, and docs/images/sim/inputs.md. */
+function inputsSection(stepsText: string | undefined, writeDocs: boolean): Record<string, unknown> {
+  const steps = stepsText === undefined ? undefined : Number(stepsText);
+  if (steps !== undefined && !(Number.isSafeInteger(steps) && steps >= 2)) throw new Error(`--sweep-steps is an integer >= 2, got ${stepsText}`);
+  const study = runInputSensitivity({ steps, progress: (text) => process.stderr.write(`simulate: ${text}`) });
+  const table = inputSensitivityTable(study);
+  process.stdout.write(`\n${toText(table, 60)}\n`);
+  if (writeDocs) {
+    // Scenarios with the same overrides share a line (the shipped math scenarios start at the same median).
+    const sets = study
+      .filter((s) => Object.values(s.sets).some((xs) => xs.length > 0))
+      .map((s) => {
+        const byText = new Map<string, string[]>();
+        for (const [name, xs] of Object.entries(s.sets)) {
+          const text = xs.map((x) => `\`--set '${x}'\``).join(' ');
+          byText.set(text, [...(byText.get(text) ?? []), name]);
+        }
+        return `- ${s.variant.label}: ${[...byText].map(([text, names]) => `${names.join(', ')} ${text}`).join('; ')}`;
+      });
+    writeFileSync(
+      `${DOCS_DIR}inputs.md`,
+      `# The inputs the paper does not give\n\nWritten by \`npm run bench -- simulate --no-sweep --inputs --write-docs\`: ${study[0]!.runs.length} runs a column, ${steps ?? "the scenarios' own"} steps, ${round(
+        study.reduce((a, s) => a + s.wallS, 0),
+        0,
+      )} s of simulation. Each column is the shipped scenarios with these \`laminar simulate\` overrides:\n\n${sets.join('\n')}\n\n${toMarkdown(table)}`,
+    );
+  }
+  return {
+    inputs: study.map((s) => ({
+      variant: s.variant.key,
+      rows: Object.fromEntries(
+        s.rows
+          .filter((r) => r.simulated !== null && table.rows.some((t) => t[0] === r.id))
+          .map((r) => [r.id, { simulated: round(r.simulated!, 4), within: r.within }]),
+      ),
+      within: s.rows.filter((r) => table.rows.some((t) => t[0] === r.id) && r.within === true).length,
+    })),
+    inputs_rows: table.rows.length,
+  };
 }
 
 /** Issue #49's study (--toolcall): its table, the seeds' figures beside it, and its JSON keys. */

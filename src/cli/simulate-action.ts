@@ -13,6 +13,7 @@ import type { ComparisonRow } from '../simulate/report/paper-comparison.js';
 import type { SimulationResults } from '../simulate/report/results.js';
 import { comparisonTable, formatNumber, repackTable, stalenessTable, throughputTable, toText, type Table } from '../simulate/report/tables.js';
 import { loadScenario } from '../simulate/scenario/load.js';
+import { parseOverrides } from '../simulate/scenario/overrides.js';
 import { parseSystems, simulateRuns, type ProgressEvent } from '../simulate/simulate-runs.js';
 
 export interface SimulateFlags {
@@ -23,6 +24,8 @@ export interface SimulateFlags {
   out?: string;
   json?: boolean;
   without?: string;
+  /** `--set path=value`, repeatable (scenario/overrides.ts). */
+  set?: string[];
 }
 
 function positiveInts(flag: string, text: string): number[] {
@@ -74,7 +77,10 @@ function jsonSummary(results: SimulationResults, out: { dir: string; files: stri
 }
 
 export async function simulateAction(args: string[], opts: SimulateFlags): Promise<void> {
-  const scenarios = args.map((a) => loadScenario(resolveScenarioPath(a)));
+  const overrides = parseOverrides(opts.set ?? []);
+  const scenarios = args.map((a) => loadScenario(resolveScenarioPath(a), overrides));
+  if (overrides.length > 0)
+    process.stderr.write(`laminar simulate: ${scenarios.map((s) => s.name).join(', ')} with ${overrides.map((o) => o.text).join(', ')} (--set)\n`);
   const steps = opts.steps === undefined ? undefined : positiveInts('--steps', opts.steps)[0];
   const warmup = opts.warmup === undefined ? undefined : Number(opts.warmup);
   if (warmup !== undefined && !(Number.isSafeInteger(warmup) && warmup >= 0))

@@ -20,6 +20,11 @@ export function simulateCommand(): Command {
     .option('--warmup <n>', "warm-up steps left out of the throughput (default: the scenario's, at most steps - 1)")
     .option('--out <dir>', 'where to write results.json, tables.md and the SVG charts (default: sim-out/<scenario>)')
     .option('--json', 'print one JSON line last (the runs, the comparison, the files written)')
+    .option(
+      '--set <path=value>',
+      'change one field of every scenario for this run, e.g. trainer.mfu=0.25 or workload.outputTokens.p99OverMedian=5 (the value is JSON, or else text); repeatable',
+      (text: string, previous: string[] | undefined) => [...(previous ?? []), text],
+    )
     .option('--without <list>', `mechanisms to switch off, comma-separated, to see what each closes (${MECHANISMS.join(', ')}; default: none)`)
     .action(async (args: string[], opts: SimulateFlags) => {
       const { simulateAction } = await import('./simulate-action.js');

@@ -86,6 +86,34 @@ describe('laminar simulate', () => {
     for (const svg of files.filter((f) => f.endsWith('.svg'))) expect(svgProblems(readFileSync(join(out, svg), 'utf8')), svg).toEqual([]);
   }, 90_000);
 
+  it('--set changes a field for the run, says so on stderr and in the results; a bad one exits 1 with its code', async () => {
+    const out = join(dir, 'out-set');
+    const file = scenarioFile('set');
+    const r = await laminar([
+      file,
+      '--system',
+      'sync',
+      '--steps',
+      '2',
+      '--out',
+      out,
+      '--set',
+      'trainer.mfu=0.2',
+      '--set',
+      'workload.outputTokens.p99OverMedian=5',
+    ]);
+    expect(r.stderr).not.toMatch(/ERR_/);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toContain('laminar simulate: ci-tiny with trainer.mfu=0.2, workload.outputTokens.p99OverMedian=5 (--set)');
+    const results = JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')) as SimulationResults;
+    expect(results.scenarios[0]!.scenario.trainer.mfu).toBe(0.2);
+    expect(results.scenarios[0]!.scenario.workload.outputTokens.p99OverMedian).toBe(5);
+    expect(results.scenarios[0]!.notes.at(-1)).toBe('Changed for this run (laminar simulate --set): trainer.mfu=0.2; workload.outputTokens.p99OverMedian=5.');
+    const bad = await laminar([file, '--set', 'trainer.mfu']);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/^laminar: ERR_INVALID_ARG: --set "trainer.mfu": no "=" between the path and the value/m);
+  }, 60_000);
+
   it('a missing scenario is ERR_SCENARIO_UNREADABLE on stderr, exit 1, naming the shipped scenarios', async () => {
     const r = await laminar([join(dir, 'nope.json')]);
     expect(r.code).toBe(1);
@@ -127,6 +155,9 @@ describe('laminar simulate', () => {
     const steps = await failure([file, '--steps', '0']);
     expect(steps.code).toBe(ErrorCodes.INVALID_ARG);
     expect(steps.message).toContain('--steps takes positive integers');
+    const set = await failure([file, '--set', 'trainer.mfuu=0.3']);
+    expect(set.code).toBe(ErrorCodes.BAD_SCENARIO);
+    expect(set.details).toEqual({ path: file, field: 'trainer' });
     const without = await failure([file, '--without', 'attentionKvRead,warpDrive']);
     expect(without.code).toBe(ErrorCodes.INVALID_ARG);
     expect(without.message).toBe(

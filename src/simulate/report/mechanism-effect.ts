@@ -6,6 +6,7 @@
  */
 import type { ComparisonRow } from './paper-comparison.js';
 import type { Table } from './tables.js';
+import { comparisonVariantsTable } from './variants-table.js';
 
 export interface ComparisonVariant {
   /** What is switched off: '' for none, a mechanism's name, or 'all'. */
@@ -13,23 +14,17 @@ export interface ComparisonVariant {
   rows: readonly ComparisonRow[];
 }
 
-const ratioText = (r: ComparisonRow | undefined): string =>
-  r?.ratio === null || r?.ratio === undefined ? '—' : `${r.ratio.toFixed(2)}${r.within ? '' : ' ✗'}`;
-
 /** One row per figure the full run gives, one column per variant (sim/paper; ✗ outside the check). */
 export function mechanismEffectTable(variants: readonly ComparisonVariant[]): Table {
-  const full = variants.find((v) => v.without === '');
-  const ids = (full ?? variants[0]!).rows.filter((r) => r.simulated !== null).map((r) => r.id);
+  const full = variants.find((v) => v.without === '') ?? variants[0]!;
   const label = (v: ComparisonVariant): string => (v.without === '' ? 'all mechanisms' : v.without === 'all' ? 'none (before #48)' : `without ${v.without}`);
-  return {
-    title: 'What each mechanism closes',
-    caption:
-      'sim/paper of each comparison row with every mechanism of docs/components/simulator.md on, then with one switched off (`laminar simulate --without <name>`), then with none (the simulator before issue #48); ✗ marks a row outside its check. A mechanism closes the gap of a row where switching it off moves sim/paper away from 1.00.',
-    columns: ['figure', 'paper', ...variants.map(label)],
-    rows: ids.map((id) => {
-      const first = variants.map((v) => v.rows.find((r) => r.id === id));
-      const paper = first.find((r) => r !== undefined)!.paper;
-      return [id, String(Number(paper.toFixed(3))), ...first.map(ratioText)];
-    }),
-  };
+  return comparisonVariantsTable(
+    variants.map((v) => ({ label: label(v), rows: v.rows })),
+    {
+      title: 'What each mechanism closes',
+      caption:
+        'sim/paper of each comparison row with every mechanism of docs/components/simulator.md on, then with one switched off (`laminar simulate --without <name>`), then with none (the simulator before issue #48); ✗ marks a row outside its check. A mechanism closes the gap of a row where switching it off moves sim/paper away from 1.00.',
+      ids: full.rows.filter((r) => r.simulated !== null).map((r) => r.id),
+    },
+  );
 }

@@ -5,11 +5,13 @@
  *   const scenario = loadScenario('src/simulate/scenarios/math-72b.json');
  *
  * A file that cannot be read or is not JSON is ERR_SCENARIO_UNREADABLE; anything else wrong is
- * ERR_BAD_SCENARIO with `details.field` naming the first field at fault.
+ * ERR_BAD_SCENARIO with `details.field` naming the first field at fault, a field changed by an
+ * override (`--set`) included.
  */
 import { readFileSync } from 'node:fs';
 import { checkScenario } from './check.js';
 import { ScenarioError, ScenarioUnreadableError } from './errors.js';
+import { applyOverrides, type ScenarioOverride } from './overrides.js';
 import { deepFreeze, scenarioSchema, type Scenario } from './schema.js';
 
 export type { Scenario };
@@ -26,8 +28,8 @@ export function parseScenario(input: unknown, source = '<inline>'): Scenario {
   return deepFreeze(parsed.data);
 }
 
-/** Reads and validates a scenario file. */
-export function loadScenario(path: string): Scenario {
+/** Reads and validates a scenario file, with `overrides` (laminar simulate --set, overrides.ts) set before the schema. */
+export function loadScenario(path: string, overrides: readonly ScenarioOverride[] = []): Scenario {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -40,7 +42,7 @@ export function loadScenario(path: string): Scenario {
   } catch (err) {
     throw new ScenarioUnreadableError(path, `not JSON (${(err as Error).message})`);
   }
-  return parseScenario(json, path);
+  return parseScenario(applyOverrides(json, overrides), path);
 }
 
 /** A zod issue path as a JSON path: `placements[2].laminar.rollout`. */
