@@ -25,6 +25,11 @@ export function planCommand(): Command {
       'trainer sizes of the coarse grid, spread from one machine to all but one; the plan then refines around the best to whole machines',
       String(DEFAULT_SPLITS),
     )
+    .option(
+      '--set <path=value>',
+      'change one field of the base scenario before the flags above, e.g. trainer.mfu=0.25 (the value is JSON, or else text); repeatable',
+      (text: string, previous: string[] | undefined) => [...(previous ?? []), text],
+    )
     .option('--json', 'print one JSON line last (every split, the recommendation)')
     .action(async (opts: PlanFlags) => {
       const { planAction } = await import('./plan-action.js');

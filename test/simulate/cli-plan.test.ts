@@ -76,6 +76,12 @@ describe('laminar plan', () => {
     const median = await failure(['--model', '32B', '--gpus', '64', '--median-tokens', '9000', '--max-tokens', '8192']);
     expect(median.code).toBe(ErrorCodes.INVALID_ARG);
     expect(median.message).toContain('--median-tokens 9000 is above the longest output, 8,192 tokens');
+    const set = await failure(['--model', '7B', '--gpus', '64', '--set', 'trainer.mfuu=0.3']);
+    expect(set.code).toBe(ErrorCodes.BAD_SCENARIO);
+    expect(set.details).toEqual({ path: 'laminar plan', field: 'trainer' });
+    const malformed = await failure(['--model', '7B', '--gpus', '64', '--set', 'trainer.mfu']);
+    expect(malformed.code).toBe(ErrorCodes.INVALID_ARG);
+    expect(malformed.message).toContain('no "=" between the path and the value');
   });
 
   it('--help names every flag and its default', () => {
@@ -91,6 +97,7 @@ describe('laminar plan', () => {
       '--steps <n>',
       '--splits <n>',
       '--json',
+      '--set <path=value>',
     ])
       expect(help).toContain(flag);
     expect(help).toMatch(/default: "10"/);

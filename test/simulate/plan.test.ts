@@ -116,6 +116,25 @@ describe('laminar plan: model sizes', () => {
     expect(long.scenario.rolloutTp.laminar).toBe(2);
     expect(long.derived.find((d) => d.field === 'rolloutTp.laminar')?.value).toBe('2');
   });
+
+  it('--set changes the base before the flags: listed, seen by what the flags derive, judged by the schema', () => {
+    const slow = planScenario(request({ set: ['trainer.mfu=0.25', 'workload.outputTokens.promptShare=0'], medianTokens: '2000' }));
+    expect(slow.scenario.trainer.mfu).toBe(0.25);
+    expect(slow.scenario.workload.outputTokens.promptShare).toBe(0);
+    expect(slow.scenario.workload.outputTokens.median).toEqual([{ step: 0, tokens: 2000 }]);
+    expect(slow.derived.filter((d) => d.how === '--set')).toEqual([
+      { field: 'trainer.mfu', value: '0.25', how: '--set' },
+      { field: 'workload.outputTokens.promptShare', value: '0', how: '--set' },
+    ]);
+    expect(slow.scenario.notes).toContain('laminar plan: trainer.mfu = 0.25: --set.');
+    // The rollout TP that fits follows a longest response --set made longer.
+    const long = planScenario(request({ set: ['workload.outputTokens.max=1000000'] }));
+    expect(long.scenario.rolloutTp.laminar).toBe(2);
+    expect(() => planScenario(request({ set: ['trainer.mfuu=0.25'] }))).toThrow(
+      expect.objectContaining({ code: ErrorCodes.BAD_SCENARIO, details: { path: 'laminar plan', field: 'trainer' } }),
+    );
+    expect(() => request({ set: ['trainer.mfu'] })).toThrow(expect.objectContaining({ code: ErrorCodes.INVALID_ARG }));
+  });
 });
 
 describe('laminar plan: grid, ceiling, choice, repack interval', () => {

@@ -1,8 +1,9 @@
 /**
  * The scenario `laminar plan` simulates, built from its flags on a shipped scenario: math-7b,
  * math-32b or math-72b by `--model` (toolcall-7b for 7B with `--tool-calls`), a model of another
- * size scaled from the nearest of them (model-size.ts), then the flags' link and lengths. Every
- * field that differs from the base is listed with the rule that gave it, for the output.
+ * size scaled from the nearest of them (model-size.ts), then any `--set` fields (overrides.ts), then
+ * the flags' link and lengths. Every field that differs from the base is listed with the rule that
+ * gave it, for the output.
  *
  * Whatever the flags, the plan's scenario runs laminar alone, without failures, with the relays'
  * automatic chunk size (`chooseChunkSize` for each split's chain, as `laminar relay --chunk-size
@@ -17,7 +18,8 @@ import { join } from 'node:path';
 import { ErrorCodes, InvalidInputError } from '../../common/errors.js';
 import { SCENARIOS_DIR } from '../files.js';
 import { kvBytesPerGpu, kvCapacityTokens, weightBytes } from '../scenario/derive.js';
-import { loadScenario, parseScenario } from '../scenario/load.js';
+import { loadScenario, parseScenario, parseScenarioFields } from '../scenario/load.js';
+import { applyOverrides } from '../scenario/overrides.js';
 import type { Scenario, ScenarioData } from '../scenario/schema.js';
 import { SHIPPED_MODELS, nearestShipped, scaleModel, type DerivedField, type ShippedModel } from './model-size.js';
 import type { PlanRequest } from './request.js';
@@ -49,7 +51,9 @@ export function fittingTp(s: Pick<ScenarioData, 'hardware' | 'model' | 'engine' 
 }
 
 export function planScenario(request: PlanRequest): PlanScenario {
-  const { baseName, s, derived } = startFrom(request);
+  const start = startFrom(request);
+  const { baseName, derived } = start;
+  const s = withOverrides(start.s, request, derived);
   checkMachines(s, request.gpus);
   if (request.toolCalls && s.workload.task !== 'tool-call') derived.push(withToolCalls(s));
   if (request.linkGbit !== null) derived.push(withLink(s, request.linkGbit));
@@ -87,6 +91,23 @@ function startFrom(request: PlanRequest): { baseName: string; s: ScenarioData; d
   const scaled = scaleModel(s, request.model.params);
   s.model = scaled.model;
   return { baseName, s, derived: scaled.derived };
+}
+
+/**
+ * --set: fields of the base scenario (its model scaled) changed before the other flags, so that
+ * what follows from them (the rollout TP that fits, the lengths) sees the change. The schema judges
+ * the fields here, naming the one at fault; the rules between them wait for the whole plan.
+ */
+function withOverrides(s: ScenarioData, request: PlanRequest, derived: DerivedField[]): ScenarioData {
+  if (request.overrides.length === 0) return s;
+  const changed = parseScenarioFields(applyOverrides(s, request.overrides, 'laminar plan --set'), SOURCE);
+  for (const o of request.overrides) {
+    const eq = o.text.indexOf('=');
+    derived.push({ field: o.text.slice(0, eq).trim(), value: o.text.slice(eq + 1).trim(), how: '--set' });
+  }
+  // applyOverrides noted the change; the plan notes every derived field itself (planScenario).
+  changed.notes = s.notes;
+  return changed;
 }
 
 function checkMachines(s: ScenarioData, gpus: number): void {

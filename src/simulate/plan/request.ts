@@ -4,6 +4,7 @@
  * the base scenario (GPUs in whole machines, a median under the maximum) are plan-scenario.ts's.
  */
 import { ErrorCodes, InvalidInputError } from '../../common/errors.js';
+import { parseOverrides, type ScenarioOverride } from '../scenario/overrides.js';
 import { parseModel, type ModelChoice } from './model-size.js';
 
 /** 10 training steps per split, as the design says; half of them warm-up (plan.ts, warmupOf). */
@@ -23,6 +24,8 @@ export interface PlanFlags {
   steps?: string;
   splits?: string;
   json?: boolean;
+  /** `--set path=value`, repeatable (scenario/overrides.ts). */
+  set?: string[];
 }
 
 export interface PlanRequest {
@@ -38,6 +41,8 @@ export interface PlanRequest {
   toolCalls: boolean;
   steps: number;
   splits: number;
+  /** Fields of the base scenario changed before the flags above (--set). */
+  overrides: readonly ScenarioOverride[];
 }
 
 const invalid = (flag: string, text: string, takes: string): InvalidInputError =>
@@ -70,5 +75,6 @@ export function parsePlanFlags(flags: PlanFlags): Readonly<PlanRequest> {
     // Two steps at least: the throughput is measured between actor-update completions after the warm-up.
     steps: flags.steps === undefined ? DEFAULT_STEPS : integer('--steps', flags.steps, 2),
     splits: flags.splits === undefined ? DEFAULT_SPLITS : integer('--splits', flags.splits, 1),
+    overrides: parseOverrides(flags.set ?? []),
   });
 }

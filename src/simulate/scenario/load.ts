@@ -12,20 +12,30 @@ import { readFileSync } from 'node:fs';
 import { checkScenario } from './check.js';
 import { ScenarioError, ScenarioUnreadableError } from './errors.js';
 import { applyOverrides, type ScenarioOverride } from './overrides.js';
-import { deepFreeze, scenarioSchema, type Scenario } from './schema.js';
+import { deepFreeze, scenarioSchema, type Scenario, type ScenarioData } from './schema.js';
 
 export type { Scenario };
 
 /** Validates a parsed scenario (`source` names it in errors). */
 export function parseScenario(input: unknown, source = '<inline>'): Scenario {
+  const data = parseScenarioFields(input, source);
+  checkScenario(data, source);
+  return deepFreeze(data);
+}
+
+/**
+ * The schema alone, without the rules between fields (check.ts) and not frozen: for a scenario
+ * still being built, such as `laminar plan`'s, which fits its rollout TP to its lengths afterwards
+ * and validates the whole with parseScenario at the end.
+ */
+export function parseScenarioFields(input: unknown, source = '<inline>'): ScenarioData {
   const parsed = scenarioSchema.safeParse(input);
   if (!parsed.success) {
     const [first, ...rest] = parsed.error.issues;
     const more = rest.length > 0 ? ` (and ${rest.length} more issue${rest.length === 1 ? '' : 's'})` : '';
     throw new ScenarioError(source, jsonPath(first?.path ?? []), `${first?.message ?? 'invalid'}${more}`);
   }
-  checkScenario(parsed.data, source);
-  return deepFreeze(parsed.data);
+  return parsed.data;
 }
 
 /** Reads and validates a scenario file, with `overrides` (laminar simulate --set, overrides.ts) set before the schema. */

@@ -59,17 +59,17 @@ export function parseOverrides(texts: readonly string[]): ScenarioOverride[] {
 }
 
 /**
- * A copy of `input` with each override set, in order, and noted in `notes`. Intermediate objects
+ * A copy of `input` with each override set, in order, and noted in `notes` (as set by `by`). Intermediate objects
  * a path names but the file lacks are created (the schema then judges them); a path through a
  * value that is not an object (or, for an index, an array) is ERR_INVALID_ARG.
  */
-export function applyOverrides(input: unknown, overrides: readonly ScenarioOverride[]): unknown {
+export function applyOverrides(input: unknown, overrides: readonly ScenarioOverride[], by = 'laminar simulate --set'): unknown {
   if (overrides.length === 0) return input;
   if (typeof input !== 'object' || input === null || Array.isArray(input)) return input;
   const root = structuredClone(input) as Record<string, unknown>;
   for (const o of overrides) setAt(root, o);
   const notes: unknown[] = Array.isArray(root.notes) ? (root.notes as unknown[]) : [];
-  root.notes = [...notes, `Changed for this run (laminar simulate --set): ${overrides.map((o) => o.text).join('; ')}.`];
+  root.notes = [...notes, `Changed for this run (${by}): ${overrides.map((o) => o.text).join('; ')}.`];
   return root;
 }
 
