@@ -134,6 +134,19 @@ describe('laminar plan: model sizes', () => {
       expect.objectContaining({ code: ErrorCodes.BAD_SCENARIO, details: { path: 'laminar plan', field: 'trainer' } }),
     );
     expect(() => request({ set: ['trainer.mfu'] })).toThrow(expect.objectContaining({ code: ErrorCodes.INVALID_ARG }));
+    // Lengths by their quantiles in place of the log-normal; --p99-ratio puts a log-normal back.
+    const table = '[{"p":0.5,"ofMedian":1},{"p":0.9,"ofMedian":2},{"p":0.99,"ofMedian":4}]';
+    const sets = ['workload.outputTokens.p99OverMedian=null', `workload.outputTokens.quantiles=${table}`];
+    const quantiles = planScenario(request({ set: sets }));
+    expect(quantiles.scenario.workload.outputTokens.quantiles).toEqual(JSON.parse(table));
+    expect(quantiles.scenario.workload.outputTokens.p99OverMedian).toBeNull();
+    const back = planScenario(request({ set: sets, p99Ratio: '8' }));
+    expect(back.scenario.workload.outputTokens.quantiles).toBeUndefined();
+    expect(back.scenario.workload.outputTokens.p99OverMedian).toBe(8);
+    expect(back.derived.filter((d) => d.field === 'workload.outputTokens.p99OverMedian').map((d) => d.how)).toEqual([
+      '--set',
+      '--p99-ratio (the base: its quantiles)',
+    ]);
   });
 });
 

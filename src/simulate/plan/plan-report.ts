@@ -18,6 +18,13 @@ const seconds = (x: number): string => (x >= 10 ? x.toFixed(0) : Number(x.toPrec
 const machines = (n: number): string => `${n} machine${n === 1 ? '' : 's'}`;
 const duration = (s: number): string => (s >= 1 && Number.isInteger(s) ? `${s}s` : `${Math.round(s * 1e3)}ms`);
 
+/** The length distribution's shape: its log-normal spread, or its quantiles' tail. */
+function shapeText(out: PlanResult['scenario']['workload']['outputTokens']): string {
+  if (out.quantiles === undefined) return `p99/median ${out.p99OverMedian}`;
+  const last = out.quantiles.at(-1)!;
+  return `${out.quantiles.length} quantiles (p${Number((last.p * 100).toPrecision(4))}/median ${last.ofMedian})`;
+}
+
 function header(plan: PlanScenario, result: PlanResult): string {
   const s = result.scenario;
   const out = s.workload.outputTokens;
@@ -27,7 +34,7 @@ function header(plan: PlanScenario, result: PlanResult): string {
   return (
     `laminar plan: ${s.model.name} on ${result.gpus} GPUs (${result.machines} machines of ${s.hardware.gpusPerMachine} ${s.hardware.gpu.name}), ` +
     `rollouts at TP ${s.rolloutTp.laminar}, from ${plan.base}\n` +
-    `workload: batches of ${s.workload.prompts} prompts × ${s.workload.groupSize}, output median ${median}, p99/median ${out.p99OverMedian}, ` +
+    `workload: batches of ${s.workload.prompts} prompts × ${s.workload.groupSize}, output median ${median}, ${shapeText(out)}, ` +
     `at most ${formatNumber(out.max)}${tools}; relay link ${formatNumber(s.hardware.relayLink.bandwidthGBs * 8)} Gbit/s\n`
   );
 }

@@ -165,8 +165,11 @@ function withLengths(s: ScenarioData, request: PlanRequest): DerivedField[] {
     });
   }
   if (request.p99Ratio !== null) {
-    derived.push({ field: 'workload.outputTokens.p99OverMedian', value: String(request.p99Ratio), how: `--p99-ratio (the base: ${output.p99OverMedian})` });
+    const base = output.quantiles === undefined ? String(output.p99OverMedian) : 'its quantiles';
+    derived.push({ field: 'workload.outputTokens.p99OverMedian', value: String(request.p99Ratio), how: `--p99-ratio (the base: ${base})` });
     output.p99OverMedian = request.p99Ratio;
+    // The log-normal replaces a shape --set gave as quantiles.
+    delete output.quantiles;
   }
   const highest = Math.max(...output.median.map((p) => p.tokens));
   if (highest <= output.max) return derived;

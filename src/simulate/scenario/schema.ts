@@ -100,6 +100,15 @@ const lengthScheduleSchema = z
   .min(1)
   .refine((points) => points.every((p, i) => i === 0 || p.step > points[i - 1]!.step), 'steps must increase');
 
+const lengthQuantilesSchema = z
+  .array(z.strictObject({ p: z.number().gt(0).lt(1), ofMedian: positive }))
+  .min(2)
+  .refine(
+    (points) => points.every((q, i) => i === 0 || (q.p > points[i - 1]!.p && q.ofMedian >= points[i - 1]!.ofMedian)),
+    'p must increase, and ofMedian never decrease',
+  )
+  .refine((points) => points.some((q) => q.p === 0.5 && q.ofMedian === 1), 'the quantiles pass through the median: { "p": 0.5, "ofMedian": 1 }');
+
 const workloadSchema = z.strictObject({
   task: z.enum(['math', 'tool-call']),
   /** Prompts per training batch (GRPO groups). */
@@ -109,18 +118,26 @@ const workloadSchema = z.strictObject({
   /** Mini-batch updates per training step (one version per step). */
   miniBatches: count,
   promptTokens: z.strictObject({ median: positive, sigma: nonNegative.default(0.25), max: count }),
-  outputTokens: z.strictObject({
-    /** Median output length over training: piecewise linear between the points, flat outside. */
-    median: lengthScheduleSchema,
-    p99OverMedian: z.number().min(1),
-    max: count,
-    /**
-     * The share of the log-length variance that the prompt sets, shared by its GRPO group (its
-     * difficulty; mechanism groupLengthCorrelation, workload.ts): 0 draws every response alone.
-     * The spread over all responses (p99OverMedian) is the same whatever the share.
-     */
-    promptShare: z.number().min(0).max(1).default(0),
-  }),
+  outputTokens: z
+    .strictObject({
+      /** Median output length over training: piecewise linear between the points, flat outside. */
+      median: lengthScheduleSchema,
+      /** The log-normal's spread (the paper's Figure 2: 10); or else `quantiles` (null or absent here). */
+      p99OverMedian: z.number().min(1).nullish(),
+      /**
+       * Or the shape as quantiles, each length a multiple of the median, through (0.5, 1); log
+       * length linear in the normal quantile between and beyond them (workload/length-quantiles.ts).
+       */
+      quantiles: lengthQuantilesSchema.optional(),
+      max: count,
+      /**
+       * The share of the log-length variance that the prompt sets, shared by its GRPO group (its
+       * difficulty; mechanism groupLengthCorrelation, workload.ts): 0 draws every response alone.
+       * The spread over all responses (p99OverMedian) is the same whatever the share.
+       */
+      promptShare: z.number().min(0).max(1).default(0),
+    })
+    .refine((o) => (o.p99OverMedian == null) !== (o.quantiles === undefined), 'give the shape as p99OverMedian or as quantiles, one of them'),
   toolCalls: z
     .strictObject({
       maxCalls: index,

@@ -12,7 +12,8 @@
  * Lengths (docs/design/simulator.md, "Workload and hardware models"; src/stand-ins/lengths.ts draws
  * them): prompts log-normal with the scenario's median and spread, clamped to its maximum, one
  * length per prompt shared by its group; responses log-normal with p99/median from the scenario
- * (10 in the paper's Figure 2), clamped to the generation limit, one per trajectory.
+ * (10 in the paper's Figure 2), or of the shape its quantiles give (length-quantiles.ts), clamped
+ * to the generation limit, one per trajectory.
  *
  * Tool calls (the tool-call task, docs/design/simulator.md): a trajectory makes Binomial(maxCalls,
  * meanCalls / maxCalls) calls (the paper caps them at 8 and gives no distribution), at output
@@ -25,6 +26,7 @@
 import type { LeapRequest } from '../engine/leap-engine.js';
 import { sampleNormal, sampleOutputLength, samplePromptLength, Z_99 } from '../../stand-ins/lengths.js';
 import type { Scenario } from '../scenario/schema.js';
+import { quantileShape } from './length-quantiles.js';
 import { medianAt } from './length-schedule.js';
 import { randomStream } from './seeds.js';
 
@@ -42,6 +44,8 @@ export class Workload {
   private readonly difficultyStream: (index: number) => () => number;
   /** The prompt's share of the log-length variance (0 with the mechanism groupLengthCorrelation off). */
   private readonly promptShare: number;
+  /** The length over the median at a normal quantile, where the scenario gives quantiles; null: the log-normal. */
+  private readonly shape: ((z: number) => number) | null;
 
   constructor(scenario: Pick<Scenario, 'seed' | 'workload'>, groupLengthCorrelation = true) {
     this.spec = scenario.workload;
@@ -54,6 +58,8 @@ export class Workload {
     this.latencyStream = randomStream(scenario.seed, 'tool-latency');
     this.difficultyStream = randomStream(scenario.seed, 'prompt-difficulty');
     this.promptShare = groupLengthCorrelation ? scenario.workload.outputTokens.promptShare : 0;
+    const quantiles = scenario.workload.outputTokens.quantiles;
+    this.shape = quantiles === undefined ? null : quantileShape(quantiles);
   }
 
   /** Trajectories in one training step's batch. */
@@ -85,6 +91,15 @@ export class Workload {
     const prompt = this.promptOf(trajectoryId);
     const median = Math.min(max, this.medianAt(this.stepOf(prompt)));
     const share = this.promptShare;
+    if (this.shape !== null) {
+      // The same draws as the log-normal's below, mapped through the table.
+      const z =
+        share === 0
+          ? sampleNormal(this.outputStream(trajectoryId))
+          : Math.sqrt(share) * sampleNormal(this.difficultyStream(prompt)) + Math.sqrt(1 - share) * sampleNormal(this.outputStream(trajectoryId));
+      return Math.min(max, Math.max(1, Math.round(median * this.shape(z))));
+    }
+    if (p99OverMedian == null) throw new Error('unreachable: the schema gives p99OverMedian or quantiles');
     if (share === 0) return sampleOutputLength(this.outputStream(trajectoryId), { median, p99OverMedian, max });
     // log length = log median + sigma (sqrt(share) z_prompt + sqrt(1 - share) z_response): the
     // group's responses share the prompt's draw, and their spread over all prompts stays sigma.
