@@ -192,6 +192,26 @@ async def test_streaming_format_is_sglangs(engine: EngineProcess) -> None:
     assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 12}
 
 
+async def test_stream_interval_sends_a_chunk_every_n_tokens_the_first_and_last_always(models: SimpleNamespace) -> None:
+    """--stream-interval 4, a reader faster than the engine: chunks at 1, then every 4 tokens, then the last."""
+    process = EngineProcess(["--model-path", str(models.v1), "--kv-capacity", "256", "--stream-interval", "4"]).start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            assert (await get_json(s, process.url, "/get_server_info"))["stream_interval"] == 4
+            # Slowed steps: each token would otherwise reach this reader in a chunk of its own.
+            await slow_down(s, process.url, 0.01)
+            async with s.post(process.url + "/generate", json={**seeded(14), "stream": True}) as response:
+                raw = await response.read()
+            await slow_down(s, process.url, 0.0)
+        chunks = [json.loads(e[len(b"data: ") :]) for e in raw.split(b"\n\n")[:-2]]
+        counts = [c["meta_info"]["completion_tokens"] for c in chunks]
+        assert counts[0] >= 1 and counts[-1] == 14
+        assert len(counts) >= 3, counts
+        assert all(b - a >= 4 for a, b in zip(counts[:-2], counts[1:-1])), counts
+    finally:
+        assert process.stop() == 0, "\n".join(process.logs)
+
+
 async def test_stop_token_ends_the_response_with_the_matched_token(engine: EngineProcess) -> None:
     async with aiohttp.ClientSession() as s:
         free = (await generate(s, engine.url, greedy(12)))["output_ids"]

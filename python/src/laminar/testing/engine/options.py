@@ -41,6 +41,7 @@ class EngineOptions:
     disable_priority_preemption: bool = False
     disable_radix_cache: bool = False
     max_loras: int = DEFAULT_MAX_LORAS
+    stream_interval: int = 1
 
 
 def _positive(text: str) -> int:
@@ -119,6 +120,12 @@ def parse_options(argv: Optional[Sequence[str]] = None) -> EngineOptions:
         "--disable-radix-cache",
         action="store_true",
         help="no prefix cache: every request prefills its whole prompt (SGLang's flag; by default finished sequences' KV is kept and reused)",
+    )
+    parser.add_argument(
+        "--stream-interval",
+        type=_positive,
+        default=1,
+        help="a streamed response's chunk every this many tokens, the first token and the last always (SGLang's flag; default 1)",
     )
     parser.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

@@ -137,13 +137,20 @@ class EngineServer:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         await self.scheduler.enter(seq)
+        interval = self.options.stream_interval
+        written = 0  # tokens in the last chunk written
         try:
             while True:
                 await seq.changed.wait()
                 seq.changed.clear()
-                # Whatever accumulated since the last write goes out as one chunk (a slow reader
-                # gets fewer, larger chunks, as with SGLang).
                 last = seq.finished
+                # As SGLang's --stream-interval: a chunk once the first token is out, then every
+                # `interval` tokens, and the last. Whatever accumulated since the last write goes
+                # out as one chunk (a slow reader gets fewer, larger chunks, as with SGLang).
+                n = len(seq.output_ids)
+                if not last and written > 0 and n - written < interval:
+                    continue
+                written = n
                 await response.write(sse_event(self.chunk(seq)))
                 if last:
                     break
@@ -304,6 +311,7 @@ class EngineServer:
                 "max_total_num_tokens": s.kv_capacity,
                 "disable_radix_cache": s.prefix_cache is None,
                 "max_loaded_loras": self.adapters.max_loras,
+                "stream_interval": self.options.stream_interval,
                 "max_req_input_len": None if config is None else config.max_seq_len - 1,
                 "context_length": None if config is None else config.max_seq_len,
                 "weight_version": s.weight_version,
