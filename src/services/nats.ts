@@ -5,12 +5,11 @@
  * lost to another process between choosing and binding are chosen again (ports.ts).
  */
 import { writeFileSync, mkdirSync } from 'node:fs';
-import { get } from 'node:http';
 import { join } from 'node:path';
 import { findBinary } from './binary.js';
 import { REPO_ROOT } from './python.js';
 import { ManagedProcess, makeTempDir, removeTempDir } from './managed-process.js';
-import { freePort, startOnFreePorts } from './ports.js';
+import { freePort, localGet, startOnFreePorts } from './ports.js';
 import { embeddedServer, type EmbeddedServer } from './embedded-server.js';
 export type { EmbeddedServer };
 
@@ -66,20 +65,7 @@ async function ready(monitorPort: number, clientPort: number): Promise<boolean> 
 
 /** GET on nats-server's monitoring port (null when it does not answer within 1 s). */
 export function monitorGet(port: number, path: string): Promise<{ status: number; body: string } | null> {
-  return new Promise((resolve) => {
-    const req = get({ host: '127.0.0.1', port, path, timeout: 1000 }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (body += chunk));
-      res.once('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      res.once('error', () => resolve(null));
-    });
-    req.once('error', () => resolve(null));
-    req.once('timeout', () => {
-      req.destroy();
-      resolve(null);
-    });
-  });
+  return localGet(port, path);
 }
 
 /**

@@ -1,5 +1,9 @@
-/** Free TCP ports on 127.0.0.1, starting a server on them despite races, and a readiness probe. */
+/** Free TCP ports on 127.0.0.1, starting a server on them despite races, and readiness probes. */
+import { get } from 'node:http';
 import { createServer, connect, type AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ErrorCodes } from '../common/error-codes.js';
+import { ServiceError } from './errors.js';
 
 /** Asks the kernel for a free port (bind to 0), then releases it for the server to take. */
 export async function freePort(): Promise<number> {
@@ -63,4 +67,48 @@ export async function probe(port: number, send?: string, timeoutMs = 2000, until
       reject(err);
     });
   });
+}
+
+/** GET http://127.0.0.1:port/path: its status and body, or null when nothing answers within `timeoutMs` (refused, reset, silent). */
+export function localGet(port: number, path: string, timeoutMs = 1000): Promise<{ status: number; body: string } | null> {
+  return new Promise((resolve) => {
+    const req = get({ host: '127.0.0.1', port, path, timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.once('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.once('error', () => resolve(null));
+    });
+    req.once('error', () => resolve(null));
+    req.once('timeout', () => {
+      req.destroy();
+      resolve(null);
+    });
+  });
+}
+
+/**
+ * Resolves once GET http://127.0.0.1:port/path answers 200, asked every 25 ms: for a server whose
+ * last log line comes before it serves. ERR_SERVICE_START_FAILED when `exited` settles first (the
+ * process is gone) or after `timeoutMs`.
+ */
+export async function untilAnswers(port: number, path: string, options: { name: string; exited: Promise<unknown>; timeoutMs: number }): Promise<void> {
+  const deadline = Date.now() + options.timeoutMs;
+  // Set by the callback, read by the loop.
+  const server: { exited: boolean; code?: unknown } = { exited: false };
+  void options.exited.then((code) => {
+    server.exited = true;
+    server.code = code;
+  });
+  while ((await localGet(port, path))?.status !== 200) {
+    if (server.exited)
+      throw new ServiceError(ErrorCodes.SERVICE_START_FAILED, `${options.name} exited (${String(server.code)}) before ${path} answered 200`, {
+        details: { port, path },
+      });
+    if (Date.now() > deadline)
+      throw new ServiceError(ErrorCodes.SERVICE_START_FAILED, `${options.name}: ${path} did not answer 200 within ${options.timeoutMs} ms`, {
+        details: { port, path },
+      });
+    await sleep(25);
+  }
 }

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { spawnProgram, type Daemon } from './daemon-process.js';
-import { freePort, startOnFreePorts } from './ports.js';
+import { freePort, startOnFreePorts, untilAnswers } from './ports.js';
 import { REPO_ROOT } from './python.js';
 import { groupGone, removeShmLeftovers, shmNames } from './shm-leftovers.js';
 
@@ -26,6 +26,9 @@ export const ENGINES_PYTHON = join(ENGINES_VENV, 'bin', 'python');
  */
 export const PYTHON_SHM_PREFIXES = ['psm_', 'sem.mp-'] as const;
 const TINY_LLAMA = join(REPO_ROOT, 'python', 'tools', 'tiny_llama.py');
+
+/** From its "Application startup complete" to /health answering: milliseconds when all is well. */
+const SERVE_TIMEOUT_MS = 60_000;
 
 /** What one server takes, measured: ~1.6 GiB resident with the tiny model, plus the KV space below. */
 const KV_CACHE_GIB = 1;
@@ -134,6 +137,16 @@ export async function startVllm(
       throw err;
     }
     const cleanedUp = daemon.exited.then(cleanUp, cleanUp);
+    // uvicorn logs "Application startup complete" at the end of its lifespan startup and only
+    // then makes the socket listen (its Server.startup; vLLM's launcher likewise), so a request
+    // sent on the log line can be refused: the start is over when /health answers 200.
+    try {
+      await untilAnswers(port, '/health', { name: options.name ?? 'vllm', exited: daemon.exited, timeoutMs: SERVE_TIMEOUT_MS });
+    } catch (err) {
+      await daemon.kill('SIGKILL');
+      await cleanedUp;
+      throw err;
+    }
     return { ...daemon, url: `http://127.0.0.1:${port}`, port, cleanedUp };
   });
 }
