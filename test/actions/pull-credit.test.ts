@@ -2,10 +2,11 @@
  * A worker's pull credit (src/actions/pull-credit.ts) on a real nats-server: the server delivers
  * exactly what was asked for, however many actions wait; an expired request gives its credit
  * back; a request to a consumer that does not exist comes back as trouble; an action sent as the
- * credit stops reaches its owner (to be handed back) instead of waiting out the ack wait, and the
- * stop's drain ends with the server away too; and an ActionWorker whose slots are all busy holds
- * no action beyond them (the kind's ack-pending count equals its slots while the rest wait in the
- * queue for another worker, which takes them).
+ * credit stops reaches its owner (to be handed back) instead of waiting out the ack wait, a stop
+ * waits for its open request to be filled (at most its linger), and the stop's drain ends with
+ * the server away too; and an ActionWorker whose slots are all busy holds no action beyond them
+ * (the kind's ack-pending count equals its slots while the rest wait in the queue for another
+ * worker, which takes them).
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { AckPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
@@ -111,6 +112,41 @@ describe('pull credit', () => {
       // wait (30 s).
       await expect.poll(async () => (await jsm.consumers.info('PC4', 'c')).num_ack_pending, { timeout: 5_000, interval: 50, message: `round ${i}` }).toBe(0);
     }
+  });
+
+  it('a stop waits for its open request to be filled, at most its linger, then ends it', async () => {
+    const { jsm } = await setup('PC6', 0);
+    const js = jetstream(nats.nc);
+    const delivered: ActionDelivery[] = [];
+    /** A credit with one request open, its stop waiting at most `stopLingerMs`. */
+    const askingOne = async (stopLingerMs: number): Promise<PullCredit> => {
+      const credit = new PullCredit({
+        nc: nats.nc,
+        stream: 'PC6',
+        consumer: 'c',
+        stopLingerMs,
+        onDelivery: (d) => delivered.push(d),
+        onCredit: () => undefined,
+      });
+      credit.ask(1);
+      await nats.nc.flush();
+      return credit;
+    };
+    // A linger no run reaches: the stop ends when the action on its way arrives, not on a timer.
+    const waiting = await askingOne(600_000);
+    const stopped = waiting.stop();
+    waiting.ask(1); // a stopped credit asks for nothing more
+    await js.publish('PC6.k', 'late');
+    await stopped;
+    expect(delivered.map((d) => new TextDecoder().decode(d.data))).toEqual(['late']);
+    delivered[0]!.ack();
+    // With nothing on its way the linger runs out and the request ends: the next action waits.
+    const idle = await askingOne(50);
+    await idle.stop();
+    await js.publish('PC6.k', 'queued');
+    await expect.poll(async () => (await jsm.consumers.info('PC6', 'c')).num_pending, { timeout: 5_000, interval: 50 }).toBe(1);
+    await expect.poll(async () => (await jsm.consumers.info('PC6', 'c')).num_ack_pending, { timeout: 5_000, interval: 50 }).toBe(0);
+    expect(delivered).toHaveLength(1);
   });
 
   it('stops while its server is away: the drain does not wait for an answer that cannot come', async () => {
