@@ -201,15 +201,14 @@ function inputsSection(stepsText: string | undefined, writeDocs: boolean): Recor
       )} s of simulation. Each column is the shipped scenarios with these \`laminar simulate\` overrides:\n\n${sets.join('\n')}\n\n${toMarkdown(table)}`,
     );
   }
+  const shown = new Set(table.rows.map((row) => row[0]));
   return {
     inputs: study.map((s) => ({
       variant: s.variant.key,
       rows: Object.fromEntries(
-        s.rows
-          .filter((r) => r.simulated !== null && table.rows.some((t) => t[0] === r.id))
-          .map((r) => [r.id, { simulated: round(r.simulated!, 4), within: r.within }]),
+        s.rows.filter((r) => r.simulated !== null && shown.has(r.id)).map((r) => [r.id, { simulated: round(r.simulated!, 4), within: r.within }]),
       ),
-      within: s.rows.filter((r) => table.rows.some((t) => t[0] === r.id) && r.within === true).length,
+      within: s.rows.filter((r) => shown.has(r.id) && r.within === true).length,
     })),
     inputs_rows: table.rows.length,
   };

@@ -94,7 +94,8 @@ export function samplePromptLength(rng: () => number, options: PromptLengthOptio
   return clampLength(median * Math.exp(sigma * sampleNormal(rng)), max);
 }
 
-function clampLength(x: number, max: number): number {
+/** A length in whole tokens, at least 1 and at most `max`. */
+export function clampLength(x: number, max: number): number {
   return Math.min(Math.floor(max), Math.max(1, Math.round(x)));
 }
 

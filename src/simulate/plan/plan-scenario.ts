@@ -19,7 +19,7 @@ import { ErrorCodes, InvalidInputError } from '../../common/errors.js';
 import { SCENARIOS_DIR } from '../files.js';
 import { kvBytesPerGpu, kvCapacityTokens, weightBytes } from '../scenario/derive.js';
 import { loadScenario, parseScenario, parseScenarioFields } from '../scenario/load.js';
-import { applyOverrides } from '../scenario/overrides.js';
+import { describeOverride, setOverrides } from '../scenario/overrides.js';
 import type { Scenario, ScenarioData } from '../scenario/schema.js';
 import { SHIPPED_MODELS, nearestShipped, scaleModel, type DerivedField, type ShippedModel } from './model-size.js';
 import type { PlanRequest } from './request.js';
@@ -100,13 +100,8 @@ function startFrom(request: PlanRequest): { baseName: string; s: ScenarioData; d
  */
 function withOverrides(s: ScenarioData, request: PlanRequest, derived: DerivedField[]): ScenarioData {
   if (request.overrides.length === 0) return s;
-  const changed = parseScenarioFields(applyOverrides(s, request.overrides, 'laminar plan --set'), SOURCE);
-  for (const o of request.overrides) {
-    const eq = o.text.indexOf('=');
-    derived.push({ field: o.text.slice(0, eq).trim(), value: o.text.slice(eq + 1).trim(), how: '--set' });
-  }
-  // applyOverrides noted the change; the plan notes every derived field itself (planScenario).
-  changed.notes = s.notes;
+  const changed = parseScenarioFields(setOverrides(s, request.overrides), SOURCE);
+  for (const o of request.overrides) derived.push({ ...describeOverride(o), how: '--set' });
   return changed;
 }
 

@@ -59,18 +59,31 @@ export function parseOverrides(texts: readonly string[]): ScenarioOverride[] {
 }
 
 /**
- * A copy of `input` with each override set, in order, and noted in `notes` (as set by `by`). Intermediate objects
- * a path names but the file lacks are created (the schema then judges them); a path through a
- * value that is not an object (or, for an index, an array) is ERR_INVALID_ARG.
+ * A copy of `input` with each override set, in order. Intermediate objects a path names but the
+ * file lacks are created (the schema then judges them); a path through a value that is not an
+ * object (or, for an index, an array) is ERR_INVALID_ARG.
  */
-export function applyOverrides(input: unknown, overrides: readonly ScenarioOverride[], by = 'laminar simulate --set'): unknown {
+export function setOverrides(input: unknown, overrides: readonly ScenarioOverride[]): unknown {
   if (overrides.length === 0) return input;
   if (typeof input !== 'object' || input === null || Array.isArray(input)) return input;
   const root = structuredClone(input) as Record<string, unknown>;
   for (const o of overrides) setAt(root, o);
-  const notes: unknown[] = Array.isArray(root.notes) ? (root.notes as unknown[]) : [];
-  root.notes = [...notes, `Changed for this run (${by}): ${overrides.map((o) => o.text).join('; ')}.`];
   return root;
+}
+
+/** setOverrides, the change noted in the scenario's `notes` (the report prints them). */
+export function applyOverrides(input: unknown, overrides: readonly ScenarioOverride[]): unknown {
+  const root = setOverrides(input, overrides);
+  if (root === input || typeof root !== 'object' || root === null) return root;
+  const changed = root as Record<string, unknown>;
+  const notes: unknown[] = Array.isArray(changed.notes) ? (changed.notes as unknown[]) : [];
+  changed.notes = [...notes, `Changed for this run (laminar simulate --set): ${overrides.map((o) => o.text).join('; ')}.`];
+  return changed;
+}
+
+/** The field an override sets, as errors name fields, and its value as typed. */
+export function describeOverride(o: ScenarioOverride): { field: string; value: string } {
+  return { field: pathText(o.path), value: o.text.slice(o.text.indexOf('=') + 1).trim() };
 }
 
 function setAt(root: Record<string, unknown>, o: ScenarioOverride): void {

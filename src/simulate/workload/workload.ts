@@ -24,7 +24,7 @@
  * agent loop drives vLLM. The tool's own output adds no tokens (not given by the paper).
  */
 import type { LeapRequest } from '../engine/leap-engine.js';
-import { sampleNormal, sampleOutputLength, samplePromptLength, Z_99 } from '../../stand-ins/lengths.js';
+import { clampLength, sampleNormal, sampleOutputLength, samplePromptLength, Z_99 } from '../../stand-ins/lengths.js';
 import type { Scenario } from '../scenario/schema.js';
 import { quantileShape } from './length-quantiles.js';
 import { medianAt } from './length-schedule.js';
@@ -97,7 +97,7 @@ export class Workload {
         share === 0
           ? sampleNormal(this.outputStream(trajectoryId))
           : Math.sqrt(share) * sampleNormal(this.difficultyStream(prompt)) + Math.sqrt(1 - share) * sampleNormal(this.outputStream(trajectoryId));
-      return Math.min(max, Math.max(1, Math.round(median * this.shape(z))));
+      return clampLength(median * this.shape(z), max);
     }
     if (p99OverMedian == null) throw new Error('unreachable: the schema gives p99OverMedian or quantiles');
     if (share === 0) return sampleOutputLength(this.outputStream(trajectoryId), { median, p99OverMedian, max });
